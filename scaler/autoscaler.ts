@@ -1,0 +1,167 @@
+/**
+ * The autoscaler loop. On every tick the scaler holding the lease observes
+ * each autoscaled endpoint (queue depth, ready replicas, replicas wanted),
+ * asks the policy, writes the new `desired_replicas` when it changes and
+ * records the decision with its inputs and reason. The reconciler turns
+ * `desired_replicas` into replicas through a backend.
+ *
+ * Scalers that do not hold the lease only try to take it, so a second scaler
+ * takes over within one lease TTL of the first one dying.
+ */
+import { hostname } from "node:os";
+import { Queue } from "bullmq";
+import type { Redis } from "ioredis";
+import type { AutoscalingSettings } from "../src/contracts/autoscaling.ts";
+import { queueName } from "../src/contracts/naming.ts";
+import type { EndpointRecord } from "../src/contracts/records.ts";
+import { getAutoscalingMany, getScalingHistory, recordDecision, type ScalingDecisionRecord } from "../src/control/autoscaling.ts";
+import { listEndpoints, setDesiredReplicas } from "../src/control/endpoints.ts";
+import { type Control, duplicate } from "../src/control/redis.ts";
+import { listReplicas } from "../src/control/replicas.ts";
+import { readQueueDepth } from "../src/control/status.ts";
+import { ScalerLease } from "./lease.ts";
+import { decide } from "./policy.ts";
+import { coalesced } from "./coalesce.ts";
+
+export const DEFAULT_SCALER_INTERVAL_MS = 1000;
+
+export type AutoscalerOptions = {
+  /** Time between ticks. Default 1 s. */
+  intervalMs?: number;
+  /** Shown in decisions and status; default `<hostname>-<pid>`. */
+  holderId?: string;
+  /** Lease TTL; default max(5 s, 3 ticks): a dead scaler is replaced within this. */
+  leaseTtlMs?: number;
+  /** Called when this scaler gains or loses the lease. */
+  onLeadership?: (leader: boolean) => void;
+  log?: (line: string) => void;
+};
+
+export type Autoscaler = {
+  readonly holderId: string;
+  isLeader(): boolean;
+  /** Runs a tick now (or right after the one in progress). */
+  tick(): Promise<void>;
+  /** Stops ticking; releases the lease unless `release: false` (which is how a crash looks). */
+  stop(options?: { release?: boolean }): Promise<void>;
+};
+
+export async function startAutoscaler(ctl: Control, options: AutoscalerOptions = {}): Promise<Autoscaler> {
+  const intervalMs = options.intervalMs ?? DEFAULT_SCALER_INTERVAL_MS;
+  const holderId = options.holderId ?? `${hostname()}-${process.pid}`;
+  const lease = new ScalerLease(ctl.redis, ctl.keys.scalerLease, holderId, options.leaseTtlMs ?? Math.max(5000, intervalMs * 3));
+  const log = options.log ?? ((line: string) => console.log(line));
+  const queues = new Map<string, Queue>();
+  let leader = false;
+  let stopped = false;
+
+  const queueOf = (endpoint: EndpointRecord): Queue => {
+    const name = queueName(endpoint.config.model.name, endpoint.version);
+    let q = queues.get(name);
+    if (!q) {
+      q = new Queue(name, { connection: ctl.redis, prefix: ctl.prefix });
+      q.on("error", () => undefined); // surfaced by the calls that fail
+      queues.set(name, q);
+    }
+    return q;
+  };
+
+  const setLeader = (value: boolean) => {
+    if (value === leader) return;
+    leader = value;
+    if (value) log(`[scaler] ${holderId} holds the scaler lease: acting`);
+    else log(stopped ? `[scaler] ${holderId} stopped and gave up the scaler lease` : `[scaler] ${holderId} lost the scaler lease: standing by`);
+    options.onLeadership?.(value);
+  };
+
+  const tickOnce = async () => {
+    let held: boolean;
+    try {
+      held = leader ? await lease.renew() : await lease.tryAcquire();
+    } catch (e) {
+      // Redis unreachable: nobody can act. Keep the state; the next tick tells.
+      log(`[scaler] lease check failed: ${(e as Error).message}`);
+      return;
+    }
+    if (stopped) return;
+    setLeader(held);
+    if (!held) return;
+    const endpoints = await listEndpoints(ctl);
+    const settings = await getAutoscalingMany(ctl, endpoints.map((e) => e.name));
+    for (const endpoint of endpoints) {
+      const config = settings.get(endpoint.name);
+      if (!config || stopped) continue;
+      try {
+        const d = await scaleEndpoint(ctl, queueOf(endpoint), endpoint, config, holderId, Date.now());
+        if (d.action !== "hold") log(`[scaler] ${endpoint.name}: ${d.reason}`);
+      } catch (e) {
+        log(`[scaler] ${endpoint.name}: ${(e as Error).message}`);
+      }
+    }
+  };
+
+  const tick = coalesced(
+    async () => {
+      try {
+        await tickOnce();
+      } catch (e) {
+        log(`[scaler] tick failed: ${(e as Error).message}`);
+      }
+    },
+    () => !stopped,
+  );
+
+  // Gateways ask for a tick when a request waits on an endpoint with no replica: scale from zero
+  // then starts at once instead of on the next tick.
+  const subscriber: Redis = duplicate(ctl);
+  subscriber.on("error", () => undefined);
+  await subscriber.subscribe(ctl.keys.scalerWakeup);
+  subscriber.on("message", () => void tick());
+  const timer = setInterval(() => void tick(), intervalMs);
+  await tick();
+
+  return {
+    holderId,
+    isLeader: () => leader,
+    tick,
+    stop: async ({ release = true } = {}) => {
+      stopped = true;
+      clearInterval(timer);
+      await subscriber.quit().catch(() => undefined);
+      await tick.settled();
+      await Promise.all([...queues.values()].map((q) => q.close().catch(() => undefined)));
+      if (release && leader) await lease.release().catch(() => undefined);
+      setLeader(false);
+    },
+  };
+}
+
+/** One endpoint, one tick: observe, decide, apply, record. */
+export async function scaleEndpoint(
+  ctl: Control,
+  queue: Queue,
+  endpoint: EndpointRecord,
+  config: AutoscalingSettings,
+  holder: string,
+  now: number,
+): Promise<ScalingDecisionRecord> {
+  const [depth, replicas, history] = await Promise.all([readQueueDepth(queue), listReplicas(ctl, endpoint.name), getScalingHistory(ctl, endpoint.name)]);
+  const ready = replicas.filter((r) => r.version === endpoint.version && r.state === "ready").length;
+  const current = endpoint.desired_replicas;
+  const decision = decide({ now, waiting: depth.waiting, active: depth.active, current, ready }, config, history);
+  if (decision.desired !== current) await setDesiredReplicas(ctl, endpoint.name, decision.desired);
+  const record: ScalingDecisionRecord = {
+    at: now,
+    since: now,
+    repeats: 1,
+    action: decision.action,
+    from: current,
+    to: decision.desired,
+    needed: decision.needed,
+    reason: decision.reason,
+    inputs: { waiting: depth.waiting, active: depth.active, ready, current },
+    holder,
+  };
+  await recordDecision(ctl, endpoint.name, record, decision.history);
+  return record;
+}

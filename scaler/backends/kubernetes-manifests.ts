@@ -1,0 +1,283 @@
+/**
+ * The worker Deployment for one endpoint-version, as a pure function of the
+ * endpoint record and the backend's options. Kept apart from the API calls so
+ * every manifest the backend can send is unit-testable and schema-validated.
+ */
+import { createHash } from "node:crypto";
+import type { V1Deployment, V1EnvVar, V1EnvFromSource, V1Probe, V1Toleration, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
+import type { Framework } from "../../src/contracts/deployment.ts";
+import type { EndpointRecord } from "../../src/contracts/records.ts";
+import { WORKER_HEALTH_PORT } from "../backend.ts";
+
+export const WORKER_APP_NAME = "platform-worker";
+export const MANAGED_BY = "platform-scaler";
+
+/** Label keys on every worker Deployment and its pods. */
+export const LABELS = {
+  name: "app.kubernetes.io/name",
+  component: "app.kubernetes.io/component",
+  managedBy: "app.kubernetes.io/managed-by",
+  endpoint: "platform/endpoint",
+  model: "platform/model",
+  version: "platform/version",
+} as const;
+
+/**
+ * Annotation keys. Label values must be DNS-label-like, so the exact endpoint
+ * name lives in an annotation and lookups compare against it.
+ */
+export const ANNOTATIONS = {
+  endpoint: "platform/endpoint",
+  model: "platform/model",
+  version: "platform/version",
+  specHash: "platform/spec-hash",
+  /**
+   * Set to "external" on a live Deployment (`kubectl annotate`) when another
+   * autoscaler such as KEDA owns its replica count: the backend then leaves
+   * `spec.replicas` alone. See deploy/README.md, "KEDA".
+   */
+  replicas: "platform/replicas",
+} as const;
+
+export const EXTERNAL_REPLICAS = "external";
+
+/**
+ * NVIDIA GPU feature discovery (part of the GPU operator) labels nodes with
+ * `nvidia.com/gpu.product`, e.g. "NVIDIA-A100-SXM4-80GB". Managed clusters use
+ * their own: GKE `cloud.google.com/gke-accelerator` ("nvidia-tesla-a100"),
+ * EKS `k8s.amazonaws.com/accelerator`. `resources.gpu_type` is matched verbatim.
+ */
+export const DEFAULT_GPU_TYPE_LABEL = "nvidia.com/gpu.product";
+
+export interface WorkerDeploymentOptions {
+  namespace: string;
+  /** The platform image; its ENTRYPOINT is `node bin/platform.js`. */
+  image: string;
+  /** A different image per engine, e.g. one with vLLM installed for GPU nodes. */
+  imageByFramework?: Partial<Record<Framework, string>>;
+  imagePullPolicy?: "Always" | "IfNotPresent" | "Never";
+  imagePullSecrets?: string[];
+  /** ConfigMap with REDIS_URL, PLATFORM_PREFIX, PLATFORM_ARTIFACTS_URL. */
+  configMapName?: string;
+  /** Secret with the AWS_* credentials for the artifact store (optional at run time). */
+  secretName?: string;
+  /** Extra environment, applied after the ConfigMap and Secret. */
+  env?: Record<string, string>;
+  /** Extra labels for the Deployment and its pods (e.g. cost allocation). */
+  labels?: Record<string, string>;
+  serviceAccountName?: string;
+  gpuTypeLabel?: string;
+  /** Time a worker gets to drain in-flight jobs after SIGTERM. */
+  terminationGracePeriodSeconds?: number;
+  /** How long a replica may take to load its model and warm up before it is restarted. */
+  startupTimeoutSeconds?: number;
+}
+
+const DNS_LABEL_MAX = 63;
+const HASH_LENGTH = 8;
+const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
+const STARTUP_PERIOD_SECONDS = 5;
+
+function shortHash(text: string): string {
+  return createHash("sha256").update(text).digest("hex").slice(0, HASH_LENGTH);
+}
+
+function dnsLabelPart(text: string, maxLength: number): string {
+  return text
+    .toLowerCase()
+    .replace(/[^a-z0-9-]+/g, "-")
+    .replace(/-+/g, "-")
+    .slice(0, maxLength)
+    .replace(/^-+|-+$/g, "");
+}
+
+/**
+ * `platform-worker-<endpoint>-<version>-<hash>`: always suffixed, because
+ * sanitising is lossy ("a.b" and "a-b") and the dash is ambiguous (endpoint
+ * "a" version "b-v1" vs endpoint "a-b" version "v1").
+ */
+export function workerDeploymentName(endpoint: string, version: string): string {
+  const readable = dnsLabelPart(`${WORKER_APP_NAME}-${endpoint}-${version}`, DNS_LABEL_MAX - HASH_LENGTH - 1);
+  return `${readable}-${shortHash(`${endpoint}\n${version}`)}`;
+}
+
+/** The value itself when Kubernetes accepts it as a label value, else a sanitised form with a hash. */
+export function labelValue(text: string): string {
+  if (text.length <= DNS_LABEL_MAX && LABEL_VALUE.test(text)) return text;
+  const readable = text
+    .replace(/[^A-Za-z0-9_.-]+/g, "-")
+    .slice(0, DNS_LABEL_MAX - HASH_LENGTH - 1)
+    .replace(/^[^A-Za-z0-9]+|[^A-Za-z0-9]+$/g, "");
+  return readable.length > 0 ? `${readable}-${shortHash(text)}` : shortHash(text);
+}
+
+/** Every worker Deployment this scaler manages, whatever the endpoint. */
+export const WORKERS_SELECTOR = `${LABELS.name}=${WORKER_APP_NAME},${LABELS.managedBy}=${MANAGED_BY}`;
+
+function httpProbe(path: string, periodSeconds: number, failureThreshold: number): V1Probe {
+  return {
+    httpGet: { path, port: WORKER_HEALTH_PORT },
+    periodSeconds,
+    timeoutSeconds: 3,
+    failureThreshold,
+  };
+}
+
+function containerResources(endpoint: EndpointRecord) {
+  const r = endpoint.config.resources;
+  const requests: Record<string, string> = {};
+  const limits: Record<string, string> = {};
+  // Requests equal limits: the worker sizes its thread pool from resources.cpu,
+  // so the quota has to match it or generation gets throttled.
+  if (r.cpu !== undefined) requests.cpu = limits.cpu = String(r.cpu);
+  if (r.memory !== undefined) requests.memory = limits.memory = r.memory;
+  if (r.gpu !== undefined && r.gpu > 0) limits["nvidia.com/gpu"] = String(r.gpu);
+  return {
+    ...(Object.keys(requests).length > 0 ? { requests } : {}),
+    ...(Object.keys(limits).length > 0 ? { limits } : {}),
+  };
+}
+
+function gpuPlacement(endpoint: EndpointRecord, options: WorkerDeploymentOptions) {
+  const r = endpoint.config.resources;
+  const gpus = r.gpu ?? 0;
+  const out: { nodeSelector?: Record<string, string>; tolerations?: V1Toleration[] } = {};
+  if (r.gpu_type !== undefined) {
+    if (r.gpu_type.length > DNS_LABEL_MAX || !LABEL_VALUE.test(r.gpu_type)) {
+      throw new Error(
+        `resources.gpu_type: "${r.gpu_type}" cannot be matched against node label ${options.gpuTypeLabel ?? DEFAULT_GPU_TYPE_LABEL} (expected a Kubernetes label value)`,
+      );
+    }
+    out.nodeSelector = { [options.gpuTypeLabel ?? DEFAULT_GPU_TYPE_LABEL]: r.gpu_type };
+  }
+  // GPU node pools are commonly tainted so that only GPU workloads land there.
+  if (gpus > 0) out.tolerations = [{ key: "nvidia.com/gpu", operator: "Exists", effect: "NoSchedule" }];
+  return out;
+}
+
+function volumes(endpoint: EndpointRecord): { volumes: V1Volume[]; mounts: V1VolumeMount[] } {
+  const vols: V1Volume[] = [
+    { name: "data", emptyDir: {} },
+    { name: "tmp", emptyDir: {} },
+  ];
+  const mounts: V1VolumeMount[] = [
+    { name: "data", mountPath: "/data" },
+    { name: "tmp", mountPath: "/tmp" },
+  ];
+  // vLLM's tensor-parallel workers exchange tensors through /dev/shm, which is 64 MiB by default.
+  if ((endpoint.config.resources.gpu ?? 0) > 0) {
+    vols.push({ name: "dshm", emptyDir: { medium: "Memory" } });
+    mounts.push({ name: "dshm", mountPath: "/dev/shm" });
+  }
+  return { volumes: vols, mounts };
+}
+
+function environment(options: WorkerDeploymentOptions): { env: V1EnvVar[]; envFrom: V1EnvFromSource[] } {
+  const envFrom: V1EnvFromSource[] = [];
+  if (options.configMapName) envFrom.push({ configMapRef: { name: options.configMapName } });
+  // Optional: clusters with workload identity (IRSA, GKE) need no key Secret.
+  if (options.secretName) envFrom.push({ secretRef: { name: options.secretName, optional: true } });
+  const env: V1EnvVar[] = [
+    { name: "POD_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
+    { name: "PLATFORM_DATA_DIR", value: "/data" },
+    ...Object.entries(options.env ?? {})
+      .sort(([a], [b]) => a.localeCompare(b))
+      .map(([name, value]) => ({ name, value })),
+  ];
+  return { env, envFrom };
+}
+
+/**
+ * A content hash of everything but the replica count, so the backend can tell
+ * "the endpoint's config changed, replace the spec" from "only scale".
+ */
+export function workerSpecHash(deployment: V1Deployment): string {
+  const { replicas: _replicas, ...spec } = deployment.spec ?? ({} as NonNullable<V1Deployment["spec"]>);
+  const annotations = { ...deployment.metadata?.annotations };
+  delete annotations[ANNOTATIONS.specHash];
+  return shortHash(JSON.stringify({ labels: deployment.metadata?.labels, annotations, spec }));
+}
+
+export function buildWorkerDeployment(endpoint: EndpointRecord, replicas: number, options: WorkerDeploymentOptions): V1Deployment {
+  if (!Number.isInteger(replicas) || replicas < 0) throw new Error(`replicas: expected a non-negative integer, got ${replicas}`);
+  const name = workerDeploymentName(endpoint.name, endpoint.version);
+  const selector = {
+    [LABELS.name]: WORKER_APP_NAME,
+    [LABELS.endpoint]: labelValue(endpoint.name),
+    [LABELS.version]: labelValue(endpoint.version),
+  };
+  const labels = {
+    ...options.labels,
+    ...selector,
+    [LABELS.component]: "worker",
+    [LABELS.managedBy]: MANAGED_BY,
+    [LABELS.model]: labelValue(endpoint.config.model.name),
+  };
+  const annotations = {
+    [ANNOTATIONS.endpoint]: endpoint.name,
+    [ANNOTATIONS.model]: endpoint.config.model.name,
+    [ANNOTATIONS.version]: endpoint.version,
+  };
+  const grace = options.terminationGracePeriodSeconds ?? 60;
+  const startupTimeout = options.startupTimeoutSeconds ?? 900;
+  const { env, envFrom } = environment(options);
+  const { volumes: vols, mounts } = volumes(endpoint);
+  const resources = containerResources(endpoint);
+
+  const deployment: V1Deployment = {
+    apiVersion: "apps/v1",
+    kind: "Deployment",
+    metadata: { name, namespace: options.namespace, labels, annotations },
+    spec: {
+      replicas,
+      revisionHistoryLimit: 2,
+      selector: { matchLabels: selector },
+      // A config change within one version must not drop capacity: surge first.
+      strategy: { type: "RollingUpdate", rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } },
+      template: {
+        metadata: { labels, annotations },
+        spec: {
+          ...(options.serviceAccountName ? { serviceAccountName: options.serviceAccountName } : {}),
+          // Workers talk to Redis and the artifact store, never to the Kubernetes API.
+          automountServiceAccountToken: false,
+          enableServiceLinks: false,
+          terminationGracePeriodSeconds: grace,
+          ...(options.imagePullSecrets?.length ? { imagePullSecrets: options.imagePullSecrets.map((n) => ({ name: n })) } : {}),
+          securityContext: {
+            runAsNonRoot: true,
+            runAsUser: 1000,
+            runAsGroup: 1000,
+            fsGroup: 1000,
+            seccompProfile: { type: "RuntimeDefault" },
+          },
+          ...gpuPlacement(endpoint, options),
+          containers: [
+            {
+              name: "worker",
+              image: options.imageByFramework?.[endpoint.framework] ?? options.image,
+              ...(options.imagePullPolicy ? { imagePullPolicy: options.imagePullPolicy } : {}),
+              // $(POD_NAME) is expanded by the kubelet: heartbeats in Redis then name the pod.
+              args: ["worker", "--endpoint", endpoint.name, "--health-port", String(WORKER_HEALTH_PORT), "--replica-id", "$(POD_NAME)"],
+              ports: [{ name: "health", containerPort: WORKER_HEALTH_PORT, protocol: "TCP" }],
+              env,
+              ...(envFrom.length > 0 ? { envFrom } : {}),
+              ...(Object.keys(resources).length > 0 ? { resources } : {}),
+              // Gates the other probes until the model is loaded and a warm-up inference ran.
+              startupProbe: httpProbe("/readyz", STARTUP_PERIOD_SECONDS, Math.ceil(startupTimeout / STARTUP_PERIOD_SECONDS)),
+              readinessProbe: httpProbe("/readyz", 5, 2),
+              livenessProbe: httpProbe("/livez", 10, 3),
+              volumeMounts: mounts,
+              securityContext: {
+                allowPrivilegeEscalation: false,
+                capabilities: { drop: ["ALL"] },
+              },
+            },
+          ],
+          volumes: vols,
+        },
+      },
+    },
+  };
+  deployment.metadata!.annotations = { ...annotations, [ANNOTATIONS.specHash]: workerSpecHash(deployment) };
+  return deployment;
+}

@@ -1,0 +1,262 @@
+/**
+ * Replicas as Deployments in a Kubernetes cluster: one Deployment per
+ * endpoint-version (see kubernetes-manifests.ts), scaled through the `scale`
+ * subresource. Works in-cluster (service account) or from a kubeconfig.
+ */
+import { readFileSync } from "node:fs";
+import { ApiException, AppsV1Api, CoreV1Api, KubeConfig, setHeaderOptions } from "@kubernetes/client-node";
+import type { V1Deployment } from "@kubernetes/client-node";
+import { z } from "zod";
+import { describeIssues } from "../../src/contracts/deployment.ts";
+import type { EndpointRecord } from "../../src/contracts/records.ts";
+import type { BackendReplicas, ReplicaBackend } from "../backend.ts";
+import {
+  ANNOTATIONS,
+  EXTERNAL_REPLICAS,
+  WORKERS_SELECTOR,
+  buildWorkerDeployment,
+  type WorkerDeploymentOptions,
+} from "./kubernetes-manifests.ts";
+
+const SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+export interface KubernetesBackendOptions extends Omit<WorkerDeploymentOptions, "namespace" | "image"> {
+  /** Default: POD_NAMESPACE, then the in-cluster service account's namespace, then the kubeconfig context's, then "default". */
+  namespace?: string;
+  /** Default: the image of the pod this scaler runs in (POD_NAME), so workers always match the scaler's release. */
+  image?: string;
+  /** Default: `KubeConfig.loadFromDefault()` (KUBECONFIG, ~/.kube/config, or in-cluster). */
+  kubeConfig?: KubeConfig;
+  /** The pod to copy the image from when `image` is not given. */
+  podName?: string;
+}
+
+/** A failed Kubernetes API call, with the HTTP status and the API's own reason and message. */
+export class KubernetesApiError extends Error {
+  readonly status: number;
+  readonly reason: string | undefined;
+  readonly operation: string;
+  constructor(operation: string, status: number, reason: string | undefined, apiMessage: string) {
+    super(`Kubernetes API: ${operation} failed with ${status}${reason ? ` ${reason}` : ""}: ${apiMessage}`);
+    this.name = "KubernetesApiError";
+    this.operation = operation;
+    this.status = status;
+    this.reason = reason;
+  }
+}
+
+const StatusBody = z.object({ reason: z.string().optional(), message: z.string().optional() });
+
+function toApiError(operation: string, error: unknown): unknown {
+  // Connection and TLS failures: say which call and where, keep the cause.
+  if (!(error instanceof ApiException)) {
+    const detail = error instanceof Error ? `${error.message}${error.cause instanceof Error ? ` (${error.cause.message})` : ""}` : String(error);
+    return new Error(`Kubernetes API: ${operation} failed: ${detail}`, { cause: error });
+  }
+  const raw: unknown = error.body;
+  let parsed: unknown = raw;
+  if (typeof raw === "string") {
+    try {
+      parsed = JSON.parse(raw);
+    } catch {
+      parsed = { message: raw };
+    }
+  }
+  const status = StatusBody.safeParse(parsed);
+  const message = status.success && status.data.message ? status.data.message : String(raw ?? "no response body");
+  return new KubernetesApiError(operation, error.code, status.success ? status.data.reason : undefined, message);
+}
+
+async function call<T>(operation: string, request: () => Promise<T>): Promise<T> {
+  try {
+    return await request();
+  } catch (error) {
+    throw toApiError(operation, error);
+  }
+}
+
+function isNotFound(error: unknown): boolean {
+  return error instanceof KubernetesApiError && error.status === 404;
+}
+
+function defaultNamespace(kubeConfig: KubeConfig, env: NodeJS.ProcessEnv): string {
+  if (env.POD_NAMESPACE) return env.POD_NAMESPACE;
+  try {
+    return readFileSync(SERVICE_ACCOUNT_NAMESPACE_FILE, "utf8").trim();
+  } catch {
+    return kubeConfig.getContextObject(kubeConfig.getCurrentContext())?.namespace ?? "default";
+  }
+}
+
+function replicasAreExternal(deployment: V1Deployment): boolean {
+  return deployment.metadata?.annotations?.[ANNOTATIONS.replicas] === EXTERNAL_REPLICAS;
+}
+
+export class KubernetesBackend implements ReplicaBackend {
+  readonly kind = "kubernetes" as const;
+  readonly namespace: string;
+  private readonly apps: AppsV1Api;
+  private readonly core: CoreV1Api;
+  private readonly options: KubernetesBackendOptions;
+  private image: string | undefined;
+  private known = new Set<string>();
+
+  constructor(options: KubernetesBackendOptions = {}, env: NodeJS.ProcessEnv = process.env) {
+    const kubeConfig = options.kubeConfig ?? new KubeConfig();
+    if (!options.kubeConfig) kubeConfig.loadFromDefault();
+    this.options = { ...options, podName: options.podName ?? env.POD_NAME };
+    this.namespace = options.namespace ?? defaultNamespace(kubeConfig, env);
+    this.image = options.image;
+    this.apps = kubeConfig.makeApiClient(AppsV1Api);
+    this.core = kubeConfig.makeApiClient(CoreV1Api);
+  }
+
+  async scale(endpoint: EndpointRecord, replicas: number): Promise<void> {
+    const desired = buildWorkerDeployment(endpoint, replicas, {
+      ...this.options,
+      namespace: this.namespace,
+      image: await this.workerImage(),
+    });
+    const name = desired.metadata!.name!;
+    const existing = await this.endpointDeployments(endpoint.name);
+    const current = existing.find((d) => d.metadata?.name === name);
+
+    if (!current) {
+      await call(`create deployment ${this.namespace}/${name}`, () =>
+        this.apps.createNamespacedDeployment({ namespace: this.namespace, body: desired }),
+      );
+      this.known.add(endpoint.name);
+    } else if (current.metadata?.annotations?.[ANNOTATIONS.specHash] !== desired.metadata!.annotations![ANNOTATIONS.specHash]) {
+      desired.metadata!.resourceVersion = current.metadata?.resourceVersion;
+      if (replicasAreExternal(current)) {
+        desired.metadata!.annotations![ANNOTATIONS.replicas] = EXTERNAL_REPLICAS;
+        desired.spec!.replicas = current.spec?.replicas;
+      }
+      await call(`replace deployment ${this.namespace}/${name}`, () =>
+        this.apps.replaceNamespacedDeployment({ name, namespace: this.namespace, body: desired }),
+      );
+    } else if (current.spec?.replicas !== replicas && !replicasAreExternal(current)) {
+      await call(`scale deployment ${this.namespace}/${name}`, () =>
+        this.apps.patchNamespacedDeploymentScale(
+          { name, namespace: this.namespace, body: { spec: { replicas } } },
+          setHeaderOptions("Content-Type", "application/merge-patch+json"),
+        ),
+      );
+    }
+
+    // Older versions keep serving (and draining their own queue) until the new
+    // version has a ready replica; the scaler calls scale() again on its next tick.
+    const newVersionReady = (current?.status?.readyReplicas ?? 0) > 0;
+    for (const stale of existing) {
+      if (stale === current) continue;
+      if (replicas === 0 || newVersionReady || (stale.spec?.replicas ?? 0) === 0) {
+        await this.deleteDeployment(stale.metadata!.name!);
+      }
+    }
+  }
+
+  /** Summed over the endpoint's Deployments, so a version cut-over in progress shows both. */
+  async observe(endpointName: string): Promise<BackendReplicas> {
+    const deployments = await this.endpointDeployments(endpointName);
+    return {
+      requested: deployments.reduce((n, d) => n + (d.spec?.replicas ?? 0), 0),
+      ready: deployments.reduce((n, d) => n + (d.status?.readyReplicas ?? 0), 0),
+    };
+  }
+
+  async remove(endpointName: string): Promise<void> {
+    for (const deployment of await this.endpointDeployments(endpointName)) {
+      await this.deleteDeployment(deployment.metadata!.name!);
+    }
+    this.known.delete(endpointName);
+  }
+
+  /** Nothing to stop: the Deployments are the cluster's to run. */
+  async close(): Promise<void> {}
+
+  /**
+   * Endpoints that have worker Deployments, as of the last API listing, so the
+   * reconciler can remove the ones whose endpoint record is gone.
+   */
+  endpoints(): string[] {
+    return [...this.known];
+  }
+
+  /** Re-lists the cluster for `endpoints()`; call once at start-up, before any scale(). */
+  async refresh(): Promise<string[]> {
+    await this.workerDeployments();
+    return this.endpoints();
+  }
+
+  private async workerDeployments(): Promise<V1Deployment[]> {
+    const list = await call(`list deployments in ${this.namespace}`, () =>
+      this.apps.listNamespacedDeployment({ namespace: this.namespace, labelSelector: WORKERS_SELECTOR }),
+    );
+    const items = list.items.filter((d) => d.metadata?.annotations?.[ANNOTATIONS.endpoint] !== undefined);
+    this.known = new Set(items.map((d) => d.metadata!.annotations![ANNOTATIONS.endpoint]!));
+    return items;
+  }
+
+  private async endpointDeployments(endpointName: string): Promise<V1Deployment[]> {
+    // Label values can be sanitised, so the exact name is compared from the annotation.
+    return (await this.workerDeployments()).filter((d) => d.metadata!.annotations![ANNOTATIONS.endpoint] === endpointName);
+  }
+
+  private async deleteDeployment(name: string): Promise<void> {
+    try {
+      await call(`delete deployment ${this.namespace}/${name}`, () =>
+        this.apps.deleteNamespacedDeployment({ name, namespace: this.namespace, propagationPolicy: "Background" }),
+      );
+    } catch (error) {
+      if (!isNotFound(error)) throw error;
+    }
+  }
+
+  private async workerImage(): Promise<string> {
+    if (this.image) return this.image;
+    const podName = this.options.podName;
+    if (!podName) {
+      throw new Error("Kubernetes backend: no worker image; set PLATFORM_WORKER_IMAGE or run the scaler in a pod with POD_NAME set");
+    }
+    const pod = await call(`read pod ${this.namespace}/${podName}`, () =>
+      this.core.readNamespacedPod({ name: podName, namespace: this.namespace }),
+    );
+    const image = pod.spec?.containers[0]?.image;
+    if (!image) throw new Error(`Kubernetes backend: pod ${this.namespace}/${podName} has no container image to reuse for workers`);
+    this.image = image;
+    return image;
+  }
+}
+
+const BackendEnv = z.object({
+  PLATFORM_WORKER_IMAGE: z.string().min(1).optional(),
+  PLATFORM_VLLM_WORKER_IMAGE: z.string().min(1).optional(),
+  PLATFORM_K8S_NAMESPACE: z.string().min(1).optional(),
+  PLATFORM_WORKER_CONFIGMAP: z.string().min(1).default("platform-config"),
+  PLATFORM_WORKER_SECRET: z.string().min(1).default("platform-secrets"),
+  PLATFORM_WORKER_SERVICE_ACCOUNT: z.string().min(1).optional(),
+  PLATFORM_GPU_TYPE_LABEL: z.string().min(1).optional(),
+  PLATFORM_WORKER_GRACE_SECONDS: z.coerce.number().int().min(0).optional(),
+  PLATFORM_WORKER_STARTUP_SECONDS: z.coerce.number().int().positive().optional(),
+});
+
+/**
+ * The backend's options from the scaler's environment (set in deploy/base/scaler.yaml),
+ * for `platform scaler --backend kubernetes`.
+ */
+export function kubernetesBackendOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): KubernetesBackendOptions {
+  const parsed = BackendEnv.safeParse(env);
+  if (!parsed.success) throw new Error(`invalid Kubernetes backend environment: ${describeIssues(parsed.error)}`);
+  const e = parsed.data;
+  return {
+    ...(e.PLATFORM_WORKER_IMAGE ? { image: e.PLATFORM_WORKER_IMAGE } : {}),
+    ...(e.PLATFORM_VLLM_WORKER_IMAGE ? { imageByFramework: { vllm: e.PLATFORM_VLLM_WORKER_IMAGE } } : {}),
+    ...(e.PLATFORM_K8S_NAMESPACE ? { namespace: e.PLATFORM_K8S_NAMESPACE } : {}),
+    configMapName: e.PLATFORM_WORKER_CONFIGMAP,
+    secretName: e.PLATFORM_WORKER_SECRET,
+    ...(e.PLATFORM_WORKER_SERVICE_ACCOUNT ? { serviceAccountName: e.PLATFORM_WORKER_SERVICE_ACCOUNT } : {}),
+    ...(e.PLATFORM_GPU_TYPE_LABEL ? { gpuTypeLabel: e.PLATFORM_GPU_TYPE_LABEL } : {}),
+    ...(e.PLATFORM_WORKER_GRACE_SECONDS !== undefined ? { terminationGracePeriodSeconds: e.PLATFORM_WORKER_GRACE_SECONDS } : {}),
+    ...(e.PLATFORM_WORKER_STARTUP_SECONDS !== undefined ? { startupTimeoutSeconds: e.PLATFORM_WORKER_STARTUP_SECONDS } : {}),
+  };
+}

@@ -1,0 +1,71 @@
+/**
+ * The scaler's leader lease: only the holder acts, so two scalers never fight
+ * over replica counts. The lease is a Redis key holding the holder's token
+ * with a TTL; the holder renews it well within the TTL, and when it dies the
+ * key expires and another scaler's tryAcquire succeeds.
+ *
+ * Renew and release compare the token inside Redis (Lua), so a holder whose
+ * lease already expired and passed to someone else can neither extend nor
+ * delete the new holder's lease.
+ */
+import { randomUUID } from "node:crypto";
+import type { Redis } from "ioredis";
+
+const RENEW = `if redis.call("GET", KEYS[1]) == ARGV[1] then
+  return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+end
+return 0`;
+
+const RELEASE = `if redis.call("GET", KEYS[1]) == ARGV[1] then
+  return redis.call("DEL", KEYS[1])
+end
+return 0`;
+
+/** Separates the readable holder id from the per-lease nonce in the stored token. */
+const NONCE_SEPARATOR = "|";
+
+export class ScalerLease {
+  readonly redis: Redis;
+  readonly key: string;
+  readonly holderId: string;
+  readonly ttlMs: number;
+  /**
+   * Unique per instance: a restarted scaler reusing its holder id (same pod
+   * name) must not mistake its predecessor's lease for its own.
+   */
+  readonly token: string;
+
+  constructor(redis: Redis, key: string, holderId: string, ttlMs: number) {
+    if (!Number.isInteger(ttlMs) || ttlMs <= 0) throw new Error(`lease ttlMs: expected a positive whole number of ms, got ${ttlMs}`);
+    this.redis = redis;
+    this.key = key;
+    this.holderId = holderId;
+    this.ttlMs = ttlMs;
+    this.token = `${holderId}${NONCE_SEPARATOR}${randomUUID()}`;
+  }
+
+  /** Takes the lease if free; if this instance already holds it, renews it. True when held. */
+  async tryAcquire(): Promise<boolean> {
+    const set = await this.redis.set(this.key, this.token, "PX", this.ttlMs, "NX");
+    return set === "OK" || this.renew();
+  }
+
+  /** Extends the TTL if this instance still holds the lease; false means leadership is lost. */
+  async renew(): Promise<boolean> {
+    const result = await this.redis.eval(RENEW, 1, this.key, this.token, String(this.ttlMs));
+    return result === 1;
+  }
+
+  /** Gives the lease up at once (clean shutdown) so another scaler need not wait for the TTL. */
+  async release(): Promise<void> {
+    await this.redis.eval(RELEASE, 1, this.key, this.token);
+  }
+
+  /** The holder id of whoever holds the lease now, for status output; null when nobody does. */
+  static async holder(redis: Redis, key: string): Promise<string | null> {
+    const token = await redis.get(key);
+    if (token === null) return null;
+    const at = token.lastIndexOf(NONCE_SEPARATOR);
+    return at < 0 ? token : token.slice(0, at);
+  }
+}

@@ -1,0 +1,43 @@
+/**
+ * Makes each backend run what the endpoint records ask for. Autoscaling only
+ * changes `desired_replicas` on the records; this loop is what acts on them.
+ */
+import type { Redis } from "ioredis";
+import { listEndpoints } from "../src/control/endpoints.ts";
+import { type Control, duplicate } from "../src/control/redis.ts";
+import type { ReplicaBackend } from "./backend.ts";
+import { coalesced } from "./coalesce.ts";
+
+export type Reconciler = { stop: () => Promise<void>; reconcileNow: () => Promise<void> };
+
+export type ReconcilerOptions = {
+  /** Only reconcile while this says so: the scaler that holds the lease is the one that acts. */
+  active?: () => boolean;
+};
+
+export async function startReconciler(ctl: Control, backend: ReplicaBackend, intervalMs = 1000, options: ReconcilerOptions = {}): Promise<Reconciler> {
+  const reconcile = coalesced(async () => {
+    if (options.active && !options.active()) return;
+    try {
+      const endpoints = await listEndpoints(ctl);
+      const wanted = new Set(endpoints.map((e) => e.name));
+      for (const e of endpoints) await backend.scale(e, e.desired_replicas);
+      for (const name of backend.endpoints()) if (!wanted.has(name)) await backend.remove(name);
+    } catch (e) {
+      console.error(`[reconciler] ${(e as Error).message}`);
+    }
+  });
+  const subscriber: Redis = duplicate(ctl);
+  await subscriber.subscribe(ctl.keys.endpointEvents);
+  subscriber.on("message", () => void reconcile());
+  const timer = setInterval(() => void reconcile(), intervalMs);
+  await reconcile();
+  return {
+    reconcileNow: reconcile,
+    stop: async () => {
+      clearInterval(timer);
+      await subscriber.quit().catch(() => undefined);
+      await reconcile.settled();
+    },
+  };
+}

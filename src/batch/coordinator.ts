@@ -1,0 +1,99 @@
+/**
+ * The batch coordinator: a BullMQ worker on the `batches` queue. Every
+ * process that calls startBatchCoordinator (each gateway, `platform up`) is a
+ * candidate; BullMQ gives each batch job to exactly one of them and keeps a
+ * lock on it while it runs. If that process dies, the lock expires, BullMQ's
+ * stalled-job check puts the job back in the queue, and another coordinator
+ * (or the same one after a restart) resumes it from its checkpoint.
+ */
+import { type Job, Worker, WaitingError } from "bullmq";
+import type { Control } from "../control/redis.ts";
+import { duplicate } from "../control/redis.ts";
+import type { Settings } from "../settings.ts";
+import { COORDINATOR_QUEUE, type CoordinatorJobData } from "./jobs.ts";
+import { updateIfActive } from "./records.ts";
+import { runBatch } from "./run.ts";
+
+export type CoordinatorOptions = {
+  /** Batch jobs this process runs at once. Default 4. */
+  jobsPerProcess?: number;
+  /** How long a silent coordinator keeps its job before another may take it. Default 30 s. */
+  lockDurationMs?: number;
+  /** How often this process looks for jobs whose coordinator died. Default 10 s. */
+  stalledIntervalMs?: number;
+  /** The coordinator queue; default `batches` (see BatchJobs). */
+  queue?: string;
+};
+
+export type BatchCoordinator = {
+  /** Hands running jobs back to the queue (another process resumes them) and stops taking new ones. */
+  stop(): Promise<void>;
+};
+
+// A coordinator that crashes is the case this design exists for, not a fault
+// of the job; this only stops a job that kills every process that runs it.
+const MAX_STALLS = 100;
+
+export async function startBatchCoordinator(ctl: Control, settings: Settings, options: CoordinatorOptions = {}): Promise<BatchCoordinator> {
+  void settings; // storage credentials come from the environment (see src/storage/s3-settings.ts)
+  const running = new Map<string, AbortController>();
+  const lost = new Set<string>();
+  const connection = duplicate(ctl);
+
+  const processor = async (job: Job<CoordinatorJobData>, token?: string): Promise<string> => {
+    const handoff = new AbortController();
+    const id = job.id as string;
+    running.set(id, handoff);
+    try {
+      const end = await runBatch(ctl, job.data.batch_id, handoff.signal);
+      if (end === "handed_off" && token !== undefined && !lost.has(id)) {
+        await job.moveToWait(token);
+        throw new WaitingError();
+      }
+      return end;
+    } finally {
+      running.delete(id);
+      lost.delete(id);
+    }
+  };
+
+  const worker = new Worker<CoordinatorJobData, string>(options.queue ?? COORDINATOR_QUEUE, processor, {
+    connection,
+    prefix: ctl.prefix,
+    concurrency: options.jobsPerProcess ?? 4,
+    lockDuration: options.lockDurationMs ?? 30_000,
+    stalledInterval: options.stalledIntervalMs ?? 10_000,
+    maxStalledCount: MAX_STALLS,
+  });
+  worker.on("error", () => undefined); // connection errors are retried by BullMQ itself
+  // Redis was out of reach longer than the lock: the job may be someone else's now. Stop
+  // quietly; whoever takes it next resumes from the checkpoint.
+  worker.on("lockRenewalFailed", (ids: string[]) => {
+    for (const id of ids) {
+      lost.add(id);
+      running.get(id)?.abort("superseded");
+    }
+  });
+  // The last attempt failed (or the stall limit was hit): the job is over, say why.
+  worker.on("failed", (job, error) => {
+    if (!job) return;
+    void (async () => {
+      if ((await job.getState()) !== "failed") return;
+      await updateIfActive(ctl, job.data.batch_id, {
+        state: "failed",
+        error: { code: "coordinator_error", message: error.message },
+        in_flight: 0,
+        finished: Date.now(),
+      });
+    })().catch(() => undefined);
+  });
+  await worker.waitUntilReady();
+
+  return {
+    stop: async () => {
+      for (const handoff of running.values()) handoff.abort();
+      await worker.close();
+      await connection.quit().catch(() => undefined);
+    },
+  };
+}

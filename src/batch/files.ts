@@ -1,0 +1,112 @@
+/**
+ * Files for the OpenAI Batch API shape (/v1/files): batch inputs uploaded by
+ * clients and the outputs of batch jobs, kept in the artifact store under
+ * `files/`, described by records in Redis.
+ */
+import { randomBytes } from "node:crypto";
+import type { Readable } from "node:stream";
+import { z } from "zod";
+import type { Control } from "../control/redis.ts";
+import { PlatformError } from "../errors.ts";
+import type { Body, ObjectStore } from "../storage/index.ts";
+import type { Viewer } from "./jobs.ts";
+
+export const FileObject = z.object({
+  id: z.string(),
+  object: z.literal("file"),
+  bytes: z.number().int().nonnegative(),
+  created_at: z.number().int(),
+  filename: z.string(),
+  purpose: z.string(),
+  status: z.literal("processed"),
+});
+export type FileObject = z.infer<typeof FileObject>;
+
+const StoredFile = FileObject.extend({ key: z.string(), owner: z.string().nullable() });
+type StoredFile = z.infer<typeof StoredFile>;
+
+export const FILES_PREFIX = "files";
+
+export class BatchFiles {
+  private readonly ctl: Control;
+  readonly store: ObjectStore;
+
+  constructor(ctl: Control, store: ObjectStore) {
+    this.ctl = ctl;
+    this.store = store;
+  }
+
+  /** Where batch jobs made from files write their results (a prefix in the same store). */
+  get outputPrefix(): string {
+    return `${this.store.uri(FILES_PREFIX)}/`;
+  }
+
+  async upload(filename: string, purpose: string, body: Body, viewer?: Viewer): Promise<FileObject> {
+    const id = `file-${randomBytes(12).toString("hex")}`;
+    const key = `${FILES_PREFIX}/${id}.jsonl`;
+    const { size } = await this.store.put(key, body);
+    const file: StoredFile = { id, object: "file", bytes: size, created_at: Math.floor(Date.now() / 1000), filename, purpose, status: "processed", key, owner: viewer?.id ?? null };
+    await this.ctl.redis.hset(this.ctl.keys.files, id, JSON.stringify(file));
+    return publicFile(file);
+  }
+
+  /** Records a batch job's result as a file (once; later calls return the same file). */
+  async registerOutput(jobId: string, key: string, owner: string | null, finished: number): Promise<string> {
+    const id = `file-${jobId.replace(/^batch_/, "")}`;
+    if (await this.ctl.redis.hexists(this.ctl.keys.files, id)) return id;
+    const head = await this.store.head(key);
+    const file: StoredFile = {
+      id,
+      object: "file",
+      bytes: head?.size ?? 0,
+      created_at: Math.floor(finished / 1000),
+      filename: `${jobId}_output.jsonl`,
+      purpose: "batch_output",
+      status: "processed",
+      key,
+      owner,
+    };
+    await this.ctl.redis.hsetnx(this.ctl.keys.files, id, JSON.stringify(file));
+    return id;
+  }
+
+  async get(id: string, viewer?: Viewer): Promise<FileObject> {
+    return publicFile(await this.stored(id, viewer));
+  }
+
+  /** The full URI of a file's bytes, for a batch job to read. */
+  async uri(id: string, viewer?: Viewer): Promise<string> {
+    return this.store.uri((await this.stored(id, viewer)).key);
+  }
+
+  async list(viewer?: Viewer): Promise<FileObject[]> {
+    const all = (await this.ctl.redis.hvals(this.ctl.keys.files)).map((raw) => StoredFile.parse(JSON.parse(raw)));
+    return all.filter((f) => visible(f, viewer)).sort((a, b) => b.created_at - a.created_at).map(publicFile);
+  }
+
+  async content(id: string, viewer?: Viewer): Promise<Readable> {
+    return this.store.get((await this.stored(id, viewer)).key);
+  }
+
+  async delete(id: string, viewer?: Viewer): Promise<void> {
+    const file = await this.stored(id, viewer);
+    await this.store.delete(file.key);
+    await this.ctl.redis.hdel(this.ctl.keys.files, id);
+  }
+
+  private async stored(id: string, viewer: Viewer | undefined): Promise<StoredFile> {
+    const raw = await this.ctl.redis.hget(this.ctl.keys.files, id);
+    const file = raw ? StoredFile.parse(JSON.parse(raw)) : undefined;
+    if (!file || !visible(file, viewer)) throw new PlatformError(404, "file_not_found", `no file "${id}"`, "file_id");
+    return file;
+  }
+}
+
+function visible(file: StoredFile, viewer: Viewer | undefined): boolean {
+  return viewer === undefined || viewer.role === "admin" || file.owner === viewer.id;
+}
+
+function publicFile(file: StoredFile): FileObject {
+  const { key: _key, owner: _owner, ...rest } = file;
+  return rest;
+}

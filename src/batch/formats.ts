@@ -1,0 +1,23 @@
+/**
+ * How a job's lines read and write: the platform's own JSONL (docs/batch.md)
+ * or OpenAI batch requests and responses (jobs made through /v1/batches).
+ */
+import { type InputLine, type ParsedRecord, parseRecord } from "./input.ts";
+import { openAiFormat } from "./openai-lines.ts";
+import { type Outcome, outputLine } from "./output.ts";
+import type { BatchSpec } from "./records.ts";
+
+export type LineFormat = {
+  parse(line: InputLine): ParsedRecord;
+  /** One output line (without its newline); must depend only on its arguments, so a redone batch writes the same part. */
+  render(record: { line: number; id: string }, outcome: Outcome): string;
+};
+
+const platformFormat: LineFormat = {
+  parse: (line) => parseRecord(line),
+  render: (record, outcome) => outputLine(record.id, outcome),
+};
+
+export function formatFor(spec: BatchSpec): LineFormat {
+  return spec.openai ? openAiFormat(spec, spec.openai) : platformFormat;
+}

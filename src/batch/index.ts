@@ -1,0 +1,3 @@
+/** Batch inference over object storage (docs/batch.md). */
+export { type BatchCoordinator, type CoordinatorOptions, startBatchCoordinator } from "./coordinator.ts";
+export { BatchJobs, COORDINATOR_QUEUE, type Viewer } from "./jobs.ts";

@@ -1,0 +1,143 @@
+/**
+ * Batch job records in Redis. One hash per job with a field per concern, so
+ * the coordinator's progress writes and a user's cancel request never
+ * overwrite each other; a zset orders the jobs for listing.
+ */
+import {
+  BatchJobError,
+  BatchJobRecord,
+  BatchSampling,
+  type BatchState,
+  BatchThroughput,
+  FINAL_BATCH_STATES,
+} from "../contracts/batch.ts";
+import type { Control } from "../control/redis.ts";
+
+/** A job created through the OpenAI Batch API shape (/v1/batches): its lines are OpenAI requests. */
+export type OpenAiSpec = {
+  endpoint: "/v1/completions" | "/v1/chat/completions";
+  /** The name requests use as `body.model` (an endpoint name, as in /v1/completions). */
+  served_model: string;
+  input_file_id: string;
+  completion_window: string;
+  metadata: Record<string, string> | null;
+};
+
+/** The fields fixed at creation. */
+export type BatchSpec = {
+  id: string;
+  model: string;
+  version: string;
+  input: string;
+  output: string;
+  concurrency: number;
+  batch_size: number;
+  sampling: BatchSampling;
+  created_by: string | null;
+  created: number;
+  openai?: OpenAiSpec;
+};
+
+/** What the coordinator writes as the job advances (all optional). */
+export type BatchProgress = {
+  state?: Exclude<BatchState, "cancelling">;
+  resolved_version?: string;
+  output_file?: string;
+  total?: number;
+  succeeded?: number;
+  failed?: number;
+  in_flight?: number;
+  throughput?: BatchThroughput | null;
+  error?: BatchJobError;
+  started?: number;
+  finished?: number;
+};
+
+// Writes from a coordinator that lost its job (or lags behind a cancel) must
+// not resurrect a finished job, so every progress write checks the state first.
+const UPDATE_IF_ACTIVE = `
+local s = redis.call('HGET', KEYS[1], 'state')
+if not s or s == 'completed' or s == 'failed' or s == 'cancelled' then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1`;
+
+export async function createRecord(ctl: Control, spec: BatchSpec): Promise<void> {
+  await ctl.redis
+    .multi()
+    .hset(ctl.keys.batch(spec.id), { spec: JSON.stringify(spec), state: "queued", total: 0, succeeded: 0, failed: 0, in_flight: 0 })
+    .zadd(ctl.keys.batches, spec.created, spec.id)
+    .exec();
+}
+
+export async function readSpec(ctl: Control, id: string): Promise<BatchSpec | undefined> {
+  const raw = await ctl.redis.hget(ctl.keys.batch(id), "spec");
+  return raw ? (JSON.parse(raw) as BatchSpec) : undefined;
+}
+
+export async function readRecord(ctl: Control, id: string): Promise<BatchJobRecord | undefined> {
+  const fields = await ctl.redis.hgetall(ctl.keys.batch(id));
+  return fields.spec ? toRecord(fields) : undefined;
+}
+
+/** Returns false when the job is already final (nothing was written). */
+export async function updateIfActive(ctl: Control, id: string, progress: BatchProgress): Promise<boolean> {
+  const args: string[] = [];
+  for (const [field, value] of Object.entries(progress)) {
+    if (value === undefined) continue;
+    args.push(field, typeof value === "object" ? JSON.stringify(value) : String(value));
+  }
+  if (args.length === 0) return true;
+  return (await ctl.redis.eval(UPDATE_IF_ACTIVE, 1, ctl.keys.batch(id), ...args)) === 1;
+}
+
+export async function requestCancel(ctl: Control, id: string): Promise<void> {
+  await ctl.redis.hset(ctl.keys.batch(id), "cancel_requested", "1");
+}
+
+export async function cancelRequested(ctl: Control, id: string): Promise<boolean> {
+  return (await ctl.redis.hget(ctl.keys.batch(id), "cancel_requested")) === "1";
+}
+
+export function isFinal(state: BatchState): boolean {
+  return FINAL_BATCH_STATES.includes(state);
+}
+
+/** Job ids, newest first, starting after `after` (exclusive); `count` at most. */
+export async function listIds(ctl: Control, after: string | undefined, count: number): Promise<string[]> {
+  let start = 0;
+  if (after !== undefined) {
+    const rank = await ctl.redis.zrevrank(ctl.keys.batches, after);
+    if (rank === null) return [];
+    start = rank + 1;
+  }
+  return ctl.redis.zrevrange(ctl.keys.batches, start, start + count - 1);
+}
+
+function toRecord(fields: Record<string, string>): BatchJobRecord {
+  const spec = JSON.parse(fields.spec as string) as BatchSpec;
+  const stored = (fields.state ?? "queued") as BatchState;
+  const cancelling = fields.cancel_requested === "1" && (stored === "queued" || stored === "running");
+  const num = (name: string) => Number(fields[name] ?? 0);
+  const optionalNum = (name: string) => (fields[name] === undefined ? null : Number(fields[name]));
+  return BatchJobRecord.parse({
+    object: "batch_job",
+    id: spec.id,
+    model: spec.model,
+    version: spec.version,
+    resolved_version: fields.resolved_version ?? null,
+    input: spec.input,
+    output: spec.output,
+    output_file: fields.output_file ?? null,
+    concurrency: spec.concurrency,
+    batch_size: spec.batch_size,
+    sampling: BatchSampling.parse(spec.sampling),
+    state: cancelling ? "cancelling" : stored,
+    counts: { total: num("total"), succeeded: num("succeeded"), failed: num("failed"), in_flight: isFinal(stored) ? 0 : num("in_flight") },
+    throughput: stored === "running" && fields.throughput ? BatchThroughput.nullable().parse(JSON.parse(fields.throughput)) : null,
+    error: fields.error ? BatchJobError.parse(JSON.parse(fields.error)) : null,
+    created_by: spec.created_by,
+    created: spec.created,
+    started: optionalNum("started"),
+    finished: optionalNum("finished"),
+  });
+}

@@ -1,0 +1,415 @@
+/**
+ * One run of a batch job by one coordinator, from its checkpoint to the end
+ * (or until it is cancelled, fails, or is handed to another process).
+ *
+ * The input is streamed from the checkpoint's byte offset. Records are grouped
+ * into batches of `batch_size`; up to `concurrency` are in flight at once, and
+ * a later batch may start while an earlier one finishes, but batches are
+ * written strictly in order: a batch's part is written, then the checkpoint
+ * moves past it. Only the few open batches are held in memory.
+ */
+import { rm } from "node:fs/promises";
+import { BatchCheckpoint } from "../contracts/batch.ts";
+import type { Control } from "../control/redis.ts";
+import { isStorageError } from "../storage/index.ts";
+import type { SamplingParams } from "../contracts/job.ts";
+import { formatFor, type LineFormat } from "./formats.ts";
+import { isBlank, readLines, type Work } from "./input.ts";
+import { type OutputLocation, type Outcome, outputLocation, withStorageRetries } from "./output.ts";
+import { BatchFailure, checkDeployed, countRecords, firstCheckpoint, type Input, openInput, openOutput, readInput, resolveVersion } from "./prepare.ts";
+import { Changes, Meter } from "./progress.ts";
+import { RecordJobs } from "./record-jobs.ts";
+import { type BatchSpec, cancelRequested, isFinal, readRecord, readSpec, updateIfActive } from "./records.ts";
+
+/** handed_off: stopped for a process shutdown, to be resumed; superseded: another coordinator owns the job now. */
+export type RunEnd = "completed" | "failed" | "cancelled" | "handed_off" | "superseded";
+type StopReason = "cancel" | "handoff" | "superseded" | "fatal";
+
+type Slot = { line: number; id: string; sent: boolean; outcome?: Outcome };
+type Batch = { index: number; slots: Slot[]; pending: number; closed: boolean; lastLine: number; end: number; succeeded: number; failed: number };
+
+const TICK_MS = 500;
+
+// Monotonic: a coordinator that lost its job (and lags) can never move the checkpoint back.
+const ADVANCE = `
+local cur = redis.call('GET', KEYS[1])
+if cur and cjson.decode(cur).parts >= tonumber(ARGV[2]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1`;
+
+export async function runBatch(ctl: Control, batchId: string, handoff: AbortSignal): Promise<RunEnd> {
+  const spec = await readSpec(ctl, batchId);
+  if (!spec) return "failed";
+  return new BatchRun(ctl, spec, handoff).execute();
+}
+
+class BatchRun {
+  private readonly ctl: Control;
+  private readonly spec: BatchSpec;
+  private readonly format: LineFormat;
+  private readonly changes = new Changes();
+  private readonly meter = new Meter();
+  private readonly open: Batch[] = [];
+  private cp: BatchCheckpoint = { next_line: 1, next_byte: 0, parts: 0, succeeded: 0, failed: 0, input_size: 0 };
+  private input: Input | undefined;
+  private out: OutputLocation | undefined;
+  private jobs: RecordJobs | undefined;
+  private sending = 0;
+  private openSucceeded = 0;
+  private openFailed = 0;
+  private flushing = false;
+  private flushAgain = false;
+  private stopReason: StopReason | undefined;
+  private fatalError: unknown;
+
+  constructor(ctl: Control, spec: BatchSpec, handoff: AbortSignal) {
+    this.ctl = ctl;
+    this.spec = spec;
+    this.format = formatFor(spec);
+    const onAbort = () => this.stop(handoff.reason === "superseded" ? "superseded" : "handoff");
+    if (handoff.aborted) onAbort();
+    handoff.addEventListener("abort", onAbort, { once: true });
+  }
+
+  async execute(): Promise<RunEnd> {
+    const record = await readRecord(this.ctl, this.spec.id);
+    if (!record) return "failed";
+    if (isFinal(record.state)) return record.state === "cancelled" ? "cancelled" : record.state === "failed" ? "failed" : "completed";
+    if (await cancelRequested(this.ctl, this.spec.id)) return this.cancelBeforeStart();
+    await updateIfActive(this.ctl, this.spec.id, { state: "running", started: record.started ?? Date.now() });
+    const ticker = this.startTicker();
+    try {
+      const version = record.resolved_version ?? (await resolveVersion(this.ctl, this.spec));
+      await updateIfActive(this.ctl, this.spec.id, { resolved_version: version });
+      await checkDeployed(this.ctl, this.spec, version);
+      this.input = await openInput(this.spec.input);
+      this.out = await openOutput(this.spec.output, this.spec.id);
+      if (!(await this.loadCheckpoint(this.input))) return await this.afterStop();
+      if (this.cp.assembled) return await this.finish("completed");
+      this.jobs = await RecordJobs.open({ ctl: this.ctl, batchId: this.spec.id, model: this.spec.model, version, writtenBefore: () => this.cp.next_line });
+      await this.pump(this.input);
+      if (this.stopReason) return await this.afterStop();
+      return await this.finish("completed");
+    } catch (e) {
+      const failure = asFailure(e);
+      if (!failure) throw e; // BullMQ retries the run from the checkpoint
+      await this.jobs?.cancelInFlight();
+      await this.forgetOpen();
+      return await this.fail(failure);
+    } finally {
+      clearInterval(ticker);
+      await this.jobs?.close();
+      this.input?.store.close();
+      this.out?.store.close();
+    }
+  }
+
+  private stop(reason: StopReason): void {
+    this.stopReason ??= reason;
+    this.changes.notify();
+  }
+
+  private async until(ready: () => boolean): Promise<void> {
+    while (!ready() && !this.stopReason) await this.changes.next();
+  }
+
+  /** False when the run was stopped while counting the input. */
+  private async loadCheckpoint(input: Input): Promise<boolean> {
+    const key = this.ctl.keys.batchCheckpoint(this.spec.id);
+    const raw = await this.ctl.redis.get(key);
+    if (raw) {
+      this.cp = BatchCheckpoint.parse(JSON.parse(raw));
+      if (this.cp.input_size !== input.size) {
+        throw new BatchFailure("input_changed", `${this.spec.input} changed while the job ran (${this.cp.input_size} bytes at the start, ${input.size} now); submit a new job`);
+      }
+      return true;
+    }
+    const total = await countRecords(input, () => this.stopReason !== undefined);
+    if (total === undefined) return false;
+    // The total first: a checkpoint means "counted" to a resumed run.
+    await updateIfActive(this.ctl, this.spec.id, { total });
+    this.cp = firstCheckpoint(input);
+    await this.ctl.redis.set(key, JSON.stringify(this.cp));
+    return true;
+  }
+
+  private async pump(input: Input): Promise<void> {
+    const { concurrency, batch_size } = this.spec;
+    const maxOpen = Math.max(2, Math.ceil(concurrency / batch_size) + 1);
+    let current: Batch | undefined;
+    for await (const line of readLines(readInput(input, this.cp.next_byte), { line: this.cp.next_line, byte: this.cp.next_byte })) {
+      if (this.stopReason) break;
+      if (isBlank(line)) continue;
+      if (!current) {
+        await this.until(() => this.open.length < maxOpen);
+        if (this.stopReason) break;
+        current = { index: this.cp.parts + this.open.length, slots: [], pending: 0, closed: false, lastLine: 0, end: 0, succeeded: 0, failed: 0 };
+        this.open.push(current);
+      }
+      const record = this.format.parse(line);
+      const slot: Slot = { line: line.lineNumber, id: record.id, sent: false };
+      current.slots.push(slot);
+      current.lastLine = line.lineNumber;
+      current.end = line.end;
+      if (record.ok) {
+        await this.until(() => this.sending < concurrency);
+        if (this.stopReason) break;
+        this.send(current, slot, record.work, { ...this.spec.sampling, ...record.params });
+      } else {
+        this.settle(current, slot, { ok: false, code: record.code, message: record.message });
+      }
+      if (current.slots.length >= batch_size) {
+        current.closed = true;
+        current = undefined;
+        this.kickFlush();
+      }
+    }
+    if (this.stopReason) return;
+    if (current) {
+      current.closed = true;
+      this.kickFlush();
+    }
+    await this.until(() => this.open.length === 0 && !this.flushing);
+  }
+
+  private send(batch: Batch, slot: Slot, work: Work, params: SamplingParams): void {
+    const jobs = this.jobs as RecordJobs;
+    this.sending++;
+    batch.pending++;
+    slot.sent = true;
+    jobs.run(slot.line, slot.id, work, params).then(
+      (outcome) => {
+        this.sending--;
+        batch.pending--;
+        if (this.stopReason === "cancel") return; // answers cut short by the cancel are not results
+        this.settle(batch, slot, outcome);
+        this.kickFlush();
+      },
+      (e: unknown) => {
+        this.sending--;
+        this.fatal(e);
+      },
+    );
+  }
+
+  private settle(batch: Batch, slot: Slot, outcome: Outcome): void {
+    slot.outcome = outcome;
+    if (outcome.ok) {
+      batch.succeeded++;
+      this.openSucceeded++;
+      this.meter.add(1, outcome.tokens);
+    } else {
+      batch.failed++;
+      this.openFailed++;
+      this.meter.add(1, 0);
+    }
+    this.changes.notify();
+  }
+
+  private fatal(e: unknown): void {
+    this.fatalError ??= e;
+    this.stop("fatal");
+  }
+
+  /** Writes complete batches in order; one writer at a time, re-run if asked while busy. */
+  private kickFlush(): void {
+    if (this.flushing) {
+      this.flushAgain = true;
+      return;
+    }
+    this.flushing = true;
+    void (async () => {
+      try {
+        do {
+          this.flushAgain = false;
+          for (let b = this.open[0]; b && b.closed && b.pending === 0 && !this.stopReason; b = this.open[0]) {
+            await this.writeBatch(b);
+            this.open.shift();
+            this.changes.notify();
+          }
+        } while (this.flushAgain && !this.stopReason);
+      } catch (e) {
+        this.fatal(e);
+      } finally {
+        this.flushing = false;
+        this.changes.notify();
+      }
+    })();
+  }
+
+  private async writeBatch(batch: Batch): Promise<void> {
+    const out = this.out as OutputLocation;
+    const text = `${batch.slots.map((s) => this.format.render(s, s.outcome as Outcome)).join("\n")}\n`;
+    try {
+      await withStorageRetries(() => out.store.put(out.partKey(batch.index), text));
+    } catch (e) {
+      if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
+      throw e;
+    }
+    const next: BatchCheckpoint = {
+      ...this.cp,
+      next_line: batch.lastLine + 1,
+      next_byte: batch.end,
+      parts: batch.index + 1,
+      succeeded: this.cp.succeeded + batch.succeeded,
+      failed: this.cp.failed + batch.failed,
+    };
+    const advanced = await this.ctl.redis.eval(ADVANCE, 1, this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(next), String(next.parts));
+    if (advanced !== 1) {
+      this.stop("superseded");
+      return;
+    }
+    this.cp = next;
+    this.openSucceeded -= batch.succeeded;
+    this.openFailed -= batch.failed;
+    // Housekeeping: answers now in the part are no longer needed anywhere else.
+    const sent = batch.slots.filter((s) => s.sent).map((s) => s.line);
+    for (let i = 0; i < sent.length; i += 1000) {
+      await this.ctl.redis.hdel(this.ctl.keys.batchResults(this.spec.id), ...sent.slice(i, i + 1000).map(String));
+    }
+    await this.jobs?.forget(sent);
+    await this.jobs?.trim();
+  }
+
+  private async afterStop(): Promise<RunEnd> {
+    // A part being written is finished first, so its checkpoint is not lost.
+    while (this.flushing) await this.changes.next();
+    switch (this.stopReason) {
+      case "fatal":
+        throw this.fatalError;
+      case "cancel":
+        await this.jobs?.cancelInFlight();
+        await this.forgetOpen();
+        return this.finishCancelled();
+      case "superseded":
+        return "superseded";
+      default:
+        // Nothing moves until another coordinator resumes: no rate to show meanwhile.
+        await this.progress();
+        await updateIfActive(this.ctl, this.spec.id, { throughput: null });
+        return "handed_off";
+    }
+  }
+
+  private async forgetOpen(): Promise<void> {
+    const lines = this.open.flatMap((b) => b.slots.filter((s) => s.sent).map((s) => s.line));
+    await this.jobs?.forget(lines).catch(() => undefined);
+  }
+
+  /** Cancelled while no coordinator ran it: a previous run's parts still become the output. */
+  private async cancelBeforeStart(): Promise<RunEnd> {
+    const raw = await this.ctl.redis.get(this.ctl.keys.batchCheckpoint(this.spec.id));
+    if (raw) {
+      this.cp = BatchCheckpoint.parse(JSON.parse(raw));
+      this.out = outputLocation(this.spec.output, this.spec.id);
+    }
+    const store = this.out?.store;
+    try {
+      return await this.finishCancelled();
+    } catch (e) {
+      if (!asFailure(e)) throw e;
+      this.out = undefined;
+      return await this.finishCancelled();
+    } finally {
+      store?.close();
+    }
+  }
+
+  /** Cancelled: whatever batches were written become the (partial) output. */
+  private async finishCancelled(): Promise<RunEnd> {
+    if (this.out && this.cp.parts > 0) return this.finish("cancelled");
+    await updateIfActive(this.ctl, this.spec.id, { state: "cancelled", finished: Date.now(), in_flight: 0 });
+    await this.dropWorkingKeys();
+    return "cancelled";
+  }
+
+  /**
+   * Assembles the parts into the result, then removes them: the checkpoint
+   * records the assembly first, so a run interrupted in between does not try
+   * to assemble parts that are already gone.
+   */
+  private async finish(state: "completed" | "cancelled"): Promise<RunEnd> {
+    const out = this.out as OutputLocation;
+    const parts = Array.from({ length: this.cp.parts }, (_, i) => out.partKey(i));
+    if (!this.cp.assembled) {
+      try {
+        await withStorageRetries(() => out.store.concat(parts, out.resultKey));
+      } catch (e) {
+        if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
+        throw e;
+      }
+      this.cp = { ...this.cp, assembled: true };
+      await this.ctl.redis.set(this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(this.cp));
+    }
+    await this.removeParts(parts);
+    await updateIfActive(this.ctl, this.spec.id, {
+      state,
+      output_file: out.store.uri(out.resultKey),
+      succeeded: this.cp.succeeded,
+      failed: this.cp.failed,
+      in_flight: 0,
+      throughput: null,
+      finished: Date.now(),
+    });
+    await this.dropWorkingKeys();
+    return state;
+  }
+
+  private async fail(failure: BatchFailure): Promise<RunEnd> {
+    await updateIfActive(this.ctl, this.spec.id, { state: "failed", error: { code: failure.code, message: failure.message }, in_flight: 0, finished: Date.now() });
+    const out = this.out;
+    if (out) await this.removeParts(Array.from({ length: this.cp.parts }, (_, i) => out.partKey(i)));
+    await this.dropWorkingKeys();
+    return "failed";
+  }
+
+  /** Best effort: what is left is only clutter. */
+  private async removeParts(parts: string[]): Promise<void> {
+    const out = this.out;
+    if (!out) return;
+    for (let i = 0; i < parts.length; i += 100) {
+      await Promise.all(parts.slice(i, i + 100).map((key) => out.store.delete(key).catch(() => undefined)));
+    }
+    // A local store leaves the directory behind, with the temp file of a part whose writer was
+    // killed mid-write (SIGKILL); the directory is this job's own, so all of it goes.
+    const dir = out.store.localPath(out.partsPrefix.slice(0, -1));
+    if (dir) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+  }
+
+  private async dropWorkingKeys(): Promise<void> {
+    await this.ctl.redis.del(this.ctl.keys.batchResults(this.spec.id), this.ctl.keys.batchReplies(this.spec.id)).catch(() => undefined);
+  }
+
+  private async progress(): Promise<boolean> {
+    return updateIfActive(this.ctl, this.spec.id, {
+      succeeded: this.cp.succeeded + this.openSucceeded,
+      failed: this.cp.failed + this.openFailed,
+      in_flight: this.jobs?.inFlight ?? 0,
+      throughput: this.meter.sample(),
+    });
+  }
+
+  private startTicker(): NodeJS.Timeout {
+    let busy = false;
+    return setInterval(() => {
+      if (busy || this.stopReason) return;
+      busy = true;
+      void (async () => {
+        try {
+          if (await cancelRequested(this.ctl, this.spec.id)) this.stop("cancel");
+          else if (!(await this.progress())) this.stop("superseded");
+        } catch {
+          // Redis blip: progress is reported on the next tick.
+        } finally {
+          busy = false;
+        }
+      })();
+    }, TICK_MS);
+  }
+}
+
+function asFailure(e: unknown): BatchFailure | undefined {
+  if (e instanceof BatchFailure) return e;
+  if (isStorageError(e)) return new BatchFailure("storage_error", e.message);
+  return undefined;
+}

@@ -1,0 +1,112 @@
+/** `platform inference deploy|status`: endpoints. */
+import { readFile } from "node:fs/promises";
+import type { Command } from "commander";
+import { parse as parseYaml } from "yaml";
+import { DeploymentConfig, type DeploymentConfigInput, describeIssues } from "../contracts/deployment.ts";
+import type { EndpointRecord } from "../contracts/records.ts";
+import type { EndpointStatus } from "../control/status.ts";
+import { registerAutoscale } from "./autoscale.ts";
+import { registerBatch } from "./batch.ts";
+import { ApiClient } from "./client.ts";
+import { CliError } from "./credentials.ts";
+import { printJson, printTable } from "./output.ts";
+
+type DeployFlags = {
+  config?: string;
+  model?: string;
+  version?: string;
+  replicas?: string;
+  gpuType?: string;
+  quantization?: string;
+  speculativeModel?: string;
+  numSpeculativeTokens?: string;
+  json?: boolean;
+};
+
+export function registerInference(program: Command): void {
+  const inference = program.command("inference").description("deploy models as endpoints and inspect them");
+  registerAutoscale(inference);
+  registerBatch(inference);
+
+  inference
+    .command("deploy")
+    .description("deploy a registered model as an endpoint (flags, or a YAML file with --config)")
+    .option("--config <file>", "deployment YAML (endpoint, model.*, runtime.*, resources.*)")
+    .option("--model <name>", "registered model name")
+    .option("--version <version>", "model version or latest", undefined)
+    .option("--replicas <n>", "initial replica count")
+    .option("--gpu-type <type>", "GPU/instance type")
+    .option("--quantization <int8|int4>", "quantization")
+    .option("--speculative-model <name>", "draft model for speculative decoding")
+    .option("--num-speculative-tokens <n>", "tokens proposed per speculative step")
+    .option("--json", "print the endpoint record as JSON")
+    .action(async (flags: DeployFlags) => {
+      const config = await buildConfig(flags);
+      const api = await ApiClient.fromCredentials();
+      const name = config.endpoint ?? config.model.name;
+      const record = await api.request<EndpointRecord>("PUT", `/admin/v1/endpoints/${encodeURIComponent(name)}`, config);
+      if (flags.json) return printJson(record);
+      console.log(`deployed ${record.name}: ${record.config.model.name}@${record.version}, ${record.desired_replicas} replica(s) wanted`);
+      console.log(`watch it come up with \`platform inference status ${record.name}\``);
+    });
+
+  inference
+    .command("status <model>")
+    .description("endpoint state, replicas, queue depth and version")
+    .option("--json", "print JSON")
+    .action(async (model: string, opts: { json?: boolean }) => {
+      const api = await ApiClient.fromCredentials();
+      const s = await api.request<EndpointStatus & { base_url: string }>("GET", `/admin/v1/endpoints/${encodeURIComponent(model)}`);
+      if (opts.json) return printJson(s);
+      printTable(
+        ["ENDPOINT", "STATE", "MODEL", "VERSION", "READY/DESIRED", "QUEUE (waiting/active)"],
+        [[s.endpoint, s.state, s.model, s.version === s.requested_version ? s.version : `${s.version} (${s.requested_version})`, `${s.replicas.ready}/${s.replicas.desired}`, `${s.queue.waiting}/${s.queue.active}`]],
+      );
+      console.log(`base URL: ${s.base_url}`);
+      if (s.replicas.starting + s.replicas.draining + s.replicas.failed > 0) {
+        console.log(`replicas starting ${s.replicas.starting}, draining ${s.replicas.draining}, failed ${s.replicas.failed}`);
+      }
+      if (s.not_applied.length > 0) console.log(`stored but not applied by ${s.framework} here: ${s.not_applied.join(", ")}`);
+      for (const e of s.errors) console.log(`error: ${e}`);
+    });
+}
+
+async function buildConfig(flags: DeployFlags): Promise<DeploymentConfig> {
+  let doc: Record<string, unknown> = {};
+  if (flags.config) {
+    let text: string;
+    try {
+      text = await readFile(flags.config, "utf8");
+    } catch (e) {
+      throw new CliError(`--config ${flags.config}: ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (e as Error).message}`, 2);
+    }
+    try {
+      doc = (parseYaml(text) ?? {}) as Record<string, unknown>;
+    } catch (e) {
+      throw new CliError(`${flags.config}: invalid YAML: ${(e as Error).message}`, 2);
+    }
+    if (typeof doc !== "object" || Array.isArray(doc)) throw new CliError(`${flags.config}: expected a YAML mapping with endpoint, model, runtime, resources`, 2);
+  } else if (!flags.model) {
+    throw new CliError("give --model <name> (and optionally --version), or --config <file.yaml>", 2);
+  }
+  const input = structuredClone(doc) as DeploymentConfigInput & Record<string, unknown>;
+  const model = (input.model ?? {}) as Record<string, unknown>;
+  const runtime = (input.runtime ?? {}) as Record<string, unknown>;
+  const resources = (input.resources ?? {}) as Record<string, unknown>;
+  if (flags.model) model.name = flags.model;
+  if (flags.version) model.version = flags.version;
+  if (flags.replicas !== undefined) resources.replicas = integer("--replicas", flags.replicas);
+  if (flags.gpuType) resources.gpu_type = flags.gpuType;
+  if (flags.quantization) runtime.quantization = flags.quantization;
+  if (flags.speculativeModel) runtime.speculative_model = flags.speculativeModel;
+  if (flags.numSpeculativeTokens !== undefined) runtime.num_speculative_tokens = integer("--num-speculative-tokens", flags.numSpeculativeTokens);
+  const parsed = DeploymentConfig.safeParse({ ...input, model, runtime, resources });
+  if (!parsed.success) throw new CliError(`${flags.config ?? "deployment"}: ${describeIssues(parsed.error)}`, 2);
+  return parsed.data;
+}
+
+function integer(flag: string, value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new CliError(`${flag}: expected a non-negative integer, got "${value}"`, 2);
+  return n;
+}

@@ -1,0 +1,65 @@
+/** The long-running roles one image runs: `platform gateway`, `platform worker` and `platform scaler`. */
+import type { Command } from "commander";
+import { connectControl } from "../control/redis.ts";
+import { startBatchCoordinator } from "../batch/index.ts";
+import { startGateway } from "../gateway/app.ts";
+import { loadSettings } from "../settings.ts";
+import { runScalerProcess } from "../../scaler/main.ts";
+import { runWorkerProcess } from "../../workers/main.ts";
+import { CliError } from "./credentials.ts";
+
+export function registerRoles(program: Command): void {
+  program
+    .command("gateway")
+    .description("run the HTTP gateway alone (clusters run several of these against one Redis)")
+    .option("--host <host>", "address to bind", "0.0.0.0")
+    .option("--port <port>", "port", "8000")
+    .action(async (opts: { host: string; port: string }) => {
+      const settings = loadSettings();
+      if (!settings.redisUrl) throw new CliError("REDIS_URL is not set; the gateway needs the platform's Redis", 2);
+      const ctl = connectControl(settings.redisUrl, settings.prefix);
+      const gateway = await startGateway({ ctl, settings, host: opts.host, port: Number(opts.port) });
+      // Every gateway also coordinates batch jobs: any of them can pick up (or resume) a job.
+      const coordinator = await startBatchCoordinator(ctl, settings);
+      console.log(`gateway listening on ${gateway.url}`);
+      const stop = async () => {
+        await coordinator.stop();
+        await gateway.close();
+        await ctl.redis.quit();
+        process.exit(0);
+      };
+      process.once("SIGTERM", () => void stop());
+      process.once("SIGINT", () => void stop());
+    });
+
+  program
+    .command("worker")
+    .description("run one replica of an endpoint (started for you by `platform up` or the scaler)")
+    .requiredOption("--endpoint <name>", "endpoint to serve")
+    .option("--replica-id <id>", "replica id (default: generated)")
+    .option("--health-port <port>", "serve /livez and /readyz on this port")
+    .action(async (opts: { endpoint: string; replicaId?: string; healthPort?: string }) => {
+      await runWorkerProcess({ endpoint: opts.endpoint, replicaId: opts.replicaId, healthPort: opts.healthPort ? Number(opts.healthPort) : undefined });
+    });
+
+  program
+    .command("scaler")
+    .description("run the autoscaler and replica reconciler (one acts at a time, through a lease in Redis)")
+    .option("--backend <kind>", "where replicas run: local (child processes) or kubernetes (Deployments)", "local")
+    .option("--interval-ms <ms>", "time between scaler ticks", "1000")
+    .option("--lease-ttl-ms <ms>", "how soon a standby scaler takes over from a dead one (default: max(5000, 3 ticks))")
+    .option("--holder-id <id>", "name shown as the lease holder (default: <hostname>-<pid>)")
+    .action(async (opts: { backend: string; intervalMs: string; leaseTtlMs?: string; holderId?: string }) => {
+      if (opts.backend !== "local" && opts.backend !== "kubernetes") throw new CliError(`--backend: expected local or kubernetes, got "${opts.backend}"`, 2);
+      const intervalMs = positive("--interval-ms", opts.intervalMs);
+      const leaseTtlMs = opts.leaseTtlMs === undefined ? undefined : positive("--lease-ttl-ms", opts.leaseTtlMs);
+      if (!loadSettings().redisUrl) throw new CliError("REDIS_URL is not set; the scaler needs the platform's Redis", 2);
+      await runScalerProcess({ backend: opts.backend, intervalMs, leaseTtlMs, holderId: opts.holderId });
+    });
+}
+
+function positive(flag: string, value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n <= 0) throw new CliError(`${flag}: expected a positive whole number of milliseconds, got "${value}"`, 2);
+  return n;
+}

@@ -1,0 +1,184 @@
+/**
+ * `platform up`: the whole platform on one machine, in the foreground — its own
+ * Redis (unless REDIS_URL is set), the gateway, the local replica backend with
+ * its reconciler and autoscaler, and workers as child processes. Ctrl-C stops all of it.
+ */
+import { createHash } from "node:crypto";
+import { createReadStream, existsSync } from "node:fs";
+import { mkdir } from "node:fs/promises";
+import { basename, join, resolve } from "node:path";
+import { pipeline } from "node:stream/promises";
+import { fileURLToPath } from "node:url";
+import type { Command } from "commander";
+import { LocalBackend } from "../../scaler/backends/local.ts";
+import { startScaler } from "../../scaler/run.ts";
+import { startBatchCoordinator } from "../batch/index.ts";
+import { DeploymentConfig, NAME_PATTERN } from "../contracts/deployment.ts";
+import { countApiKeys, createApiKey, verifyApiKey } from "../control/apikeys.ts";
+import { startEmbeddedRedis } from "../control/embedded-redis.ts";
+import { deployEndpoint, findEndpoint, getEndpoint } from "../control/endpoints.ts";
+import { type Control, connectControl } from "../control/redis.ts";
+import { endpointStatus } from "../control/status.ts";
+import { startGateway } from "../gateway/app.ts";
+import { importModel } from "../registry/import.ts";
+import { listModelVersions } from "../registry/versions.ts";
+import { loadSettings } from "../settings.ts";
+import { openStore } from "../storage/index.ts";
+import { CliError, credentialsPath, readCredentials, writeCredentials } from "./credentials.ts";
+
+type UpFlags = { model?: string; name?: string; replicas: string; parallel?: string; host: string; port: string; dataDir?: string };
+
+const BIN = fileURLToPath(new URL("../../bin/platform.js", import.meta.url));
+
+export function registerUp(program: Command): void {
+  program
+    .command("up")
+    .description("run the whole platform on this machine (Redis, gateway, replica supervisor, workers)")
+    .option("--model <source>", "register and deploy this model: a path, file://, https:// or hf://org/repo/file.gguf")
+    .option("--name <endpoint>", "endpoint name for --model (default: the file name without .gguf)")
+    .option("--replicas <n>", "replicas for --model", "1")
+    .option("--parallel <n>", "sequences each replica serves at once")
+    .option("--host <host>", "gateway address", "127.0.0.1")
+    .option("--port <port>", "gateway port (0: any free port)", "8000")
+    .option("--data-dir <dir>", "where Redis, artifacts and logs live (env PLATFORM_DATA_DIR)")
+    .action(up);
+}
+
+async function up(flags: UpFlags): Promise<void> {
+  if (flags.dataDir) process.env.PLATFORM_DATA_DIR = resolve(flags.dataDir);
+  const settings = loadSettings();
+  await mkdir(settings.dataDir, { recursive: true });
+  const log = (line: string) => console.log(line);
+
+  const redis = settings.redisUrl ? undefined : await startEmbeddedRedis(join(settings.dataDir, "redis"));
+  const redisUrl = settings.redisUrl ?? (redis as NonNullable<typeof redis>).url;
+  const ctl = connectControl(redisUrl, settings.prefix);
+  const apiKey = await bootstrapKey(ctl);
+
+  const gateway = await startGateway({ ctl, settings: { ...settings, redisUrl }, host: flags.host, port: Number(flags.port) });
+  const backend = new LocalBackend({
+    ctl,
+    workerCommand: [process.execPath, BIN, "worker"],
+    env: { ...process.env, REDIS_URL: redisUrl, PLATFORM_DATA_DIR: settings.dataDir, PLATFORM_ARTIFACTS_URL: settings.artifactsUrl },
+    logDir: join(settings.dataDir, "logs"),
+    onEvent: (m) => log(`[replicas] ${m}`),
+  });
+  // The autoscaler and the reconciler; they act only while this process holds the scaler lease.
+  const scaler = await startScaler(ctl, backend, { log: (m) => log(m) });
+  const coordinator = await startBatchCoordinator(ctl, { ...settings, redisUrl });
+
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) {
+      log("second signal: killing everything now");
+      process.exit(1);
+    }
+    stopping = true;
+    log(`\n${signal}: stopping (draining replicas, then the gateway and Redis)...`);
+    // Each step is bounded, so a dead dependency can never leave `up` hanging.
+    await bounded(coordinator.stop(), 10_000);
+    await bounded(scaler.stop(), 5_000);
+    await bounded(backend.close(), 40_000);
+    await bounded(gateway.close(), 5_000);
+    await bounded(ctl.redis.quit(), 2_000);
+    await redis?.stop();
+    log("stopped.");
+    process.exit(0);
+  };
+  process.on("SIGINT", () => void shutdown("SIGINT"));
+  process.on("SIGTERM", () => void shutdown("SIGTERM"));
+
+  let endpointName: string | undefined;
+  try {
+    if (flags.model) endpointName = await registerAndDeploy(ctl, settings, flags);
+  } catch (e) {
+    log(`error: ${(e as Error).message}`);
+    await shutdown("error");
+    return;
+  }
+  const credsFile = await writeCredentials({ base_url: gateway.url, api_key: apiKey });
+  log("");
+  log("platform is up");
+  log(`  base URL   ${gateway.url}/v1`);
+  if (endpointName) log(`  endpoint   ${endpointName} (starting; \`platform inference status ${endpointName}\`)`);
+  log(`  API key    ${apiKey}`);
+  log(`             (saved to ${credsFile} for the CLI)`);
+  log(`  data dir   ${settings.dataDir}`);
+  log(`  redis      ${redisUrl}${redis ? " (embedded, AOF on)" : ""}`);
+  log("Press Ctrl-C to stop.");
+  log("");
+  if (endpointName) void announceWhenAvailable(ctl, endpointName, log);
+}
+
+function bounded(work: Promise<unknown>, ms: number): Promise<unknown> {
+  return Promise.race([work.catch(() => undefined), new Promise((r) => setTimeout(r, ms).unref())]);
+}
+
+/** Reuse the key in the credentials file when it is valid here; otherwise mint an admin key. */
+async function bootstrapKey(ctl: Control): Promise<string> {
+  const existing = await readCredentials();
+  if (existing && (await verifyApiKey(ctl, existing.api_key))?.role === "admin") return existing.api_key;
+  const first = (await countApiKeys(ctl)) === 0;
+  const { key } = await createApiKey(ctl, first ? "bootstrap-admin" : `admin-${new Date().toISOString().slice(0, 10)}`, "admin");
+  if (existing) console.log(`note: the key in ${credentialsPath()} is not valid here; a new admin key replaces it`);
+  return key;
+}
+
+async function registerAndDeploy(ctl: Control, settings: ReturnType<typeof loadSettings>, flags: UpFlags): Promise<string> {
+  const source = flags.model as string;
+  const isRemote = /^(https?|hf|s3):\/\//.test(source);
+  const path = source.startsWith("file://") ? fileURLToPath(source) : resolve(source);
+  if (!isRemote && !existsSync(path)) throw new CliError(`--model ${source}: no such file`);
+  const name = flags.name ?? endpointNameFor(source);
+  if (!NAME_PATTERN.test(name)) throw new CliError(`--name "${name}": use letters, digits, ".", "_" or "-" (1-63 characters)`);
+
+  // The same artifact registered before is reused rather than copied again.
+  const digest = isRemote ? undefined : await sha256(path);
+  const versions = await listModelVersions(ctl, name);
+  let version = versions.find((v) => (digest ? v.sha256 === digest : v.source === source))?.version;
+  if (!version) {
+    const record = await importModel(
+      { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(settings.dataDir, "tmp") },
+      { name, framework: "llamacpp", source: isRemote ? source : path },
+    );
+    version = record.version;
+    console.log(`registered ${name}@${version} from ${source}`);
+  }
+  const existing = await findEndpoint(ctl, name);
+  const replicas = Number(flags.replicas);
+  if (!Number.isInteger(replicas) || replicas < 0) throw new CliError(`--replicas: expected a non-negative integer, got "${flags.replicas}"`);
+  if (existing?.version !== version || existing.desired_replicas !== replicas) {
+    const config = DeploymentConfig.parse({
+      endpoint: name,
+      model: { name, version, framework: "llamacpp" },
+      resources: { ...existing?.config.resources, replicas, ...(flags.parallel ? { parallel: Number(flags.parallel) } : {}) },
+      runtime: existing?.config.runtime ?? {},
+    });
+    await deployEndpoint(ctl, config);
+  }
+  return name;
+}
+
+export function endpointNameFor(source: string): string {
+  const file = basename(source.split("?")[0] ?? source).replace(/\.gguf$/i, "");
+  return file.replace(/[^a-z0-9._-]/gi, "-").replace(/^[^a-z0-9]+/i, "").slice(0, 63) || "model";
+}
+
+async function sha256(path: string): Promise<string> {
+  const hash = createHash("sha256");
+  await pipeline(createReadStream(path), hash);
+  return hash.digest("hex");
+}
+
+async function announceWhenAvailable(ctl: Control, name: string, log: (line: string) => void): Promise<void> {
+  let last = "";
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 500));
+    const endpoint = await getEndpoint(ctl, name).catch(() => undefined);
+    if (!endpoint) return;
+    const s = await endpointStatus(ctl, endpoint, { waiting: 0, active: 0 }).catch(() => undefined);
+    if (!s || s.state === last) continue;
+    last = s.state;
+    log(`[endpoint] ${name}: ${s.state} (${s.replicas.ready}/${s.replicas.desired} ready)${s.errors.length ? ` — ${s.errors.join("; ")}` : ""}`);
+  }
+}

@@ -1,0 +1,125 @@
+/**
+ * The deployment configuration document (the seed's YAML) and its validation.
+ * Every field of the seed is accepted; fields the chosen engine cannot honour
+ * are kept and reported by `status` as not applied.
+ */
+import { z } from "zod";
+import { DURATION_ERROR, parseDuration } from "./duration.ts";
+
+export const NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,62}$/i;
+export const VERSION_PATTERN = /^[a-z0-9][a-z0-9._-]{0,62}$/i;
+
+export const ModelName = z
+  .string()
+  .regex(NAME_PATTERN, 'expected letters, digits, ".", "_" or "-" (1-63 characters, starting with a letter or digit)');
+export const ModelVersion = z
+  .string()
+  .regex(VERSION_PATTERN, 'expected a version such as "v1", or "latest"');
+
+export const Framework = z.enum(["llamacpp", "vllm"]);
+export type Framework = z.infer<typeof Framework>;
+
+const memory = z.string().regex(/^\d+(\.\d+)?(Gi|Mi)$/, 'expected "<n>Gi" (or "<n>Mi")');
+
+export const Runtime = z
+  .object({
+    gpu_memory_utilization: z.number().gt(0).max(1).optional(),
+    max_model_len: z.number().int().positive().optional(),
+    tensor_parallel_size: z.number().int().positive().optional(),
+    dtype: z.enum(["auto", "float16", "bfloat16", "float32", "half", "float"]).optional(),
+    quantization: z.enum(["int8", "int4"]).optional(),
+    speculative_model: z.string().optional(),
+    num_speculative_tokens: z.number().int().positive().optional(),
+  })
+  .strict();
+export type Runtime = z.infer<typeof Runtime>;
+
+export const Resources = z
+  .object({
+    replicas: z.number().int().min(0).max(64).default(1),
+    gpu: z.number().int().min(0).optional(),
+    gpu_type: z.string().min(1).optional(),
+    memory: memory.optional(),
+    cpu: z.number().int().positive().optional(),
+    /** Sequences one replica serves at once (continuous batching in one context). */
+    parallel: z.number().int().min(1).max(64).default(4),
+    /** Admission control: online requests waiting in the queue past which the gateway answers 429 (docs/fleet.md). */
+    max_queue_depth: z.number().int().min(1).max(1_000_000).optional(),
+    /**
+     * Admission control: how long a request may wait for a replica to take it before a 503
+     * (docs/fleet.md). Kept as written, not parsed to ms, so a stored record re-parses.
+     */
+    max_queue_wait: z.string().refine((text) => parseDuration(text) !== undefined, DURATION_ERROR).optional(),
+  })
+  .strict();
+export type Resources = z.infer<typeof Resources>;
+
+export const DeploymentConfig = z
+  .object({
+    endpoint: ModelName.optional(),
+    model: z
+      .object({
+        name: ModelName,
+        version: ModelVersion.default("latest"),
+        framework: Framework.optional(),
+      })
+      .strict(),
+    runtime: Runtime.default({}),
+    resources: Resources.default({ replicas: 1, parallel: 4 }),
+    /** Accepted here so one file can carry both; applied by `inference autoscale`. */
+    autoscaling: z.record(z.string(), z.unknown()).optional(),
+  })
+  .strict();
+export type DeploymentConfig = z.infer<typeof DeploymentConfig>;
+export type DeploymentConfigInput = z.input<typeof DeploymentConfig>;
+
+/**
+ * Turns zod issues into one line per field, e.g.
+ * `resources.memory: expected "<n>Gi" (or "<n>Mi")`.
+ */
+export function describeIssues(error: z.ZodError): string {
+  return error.issues
+    .map((issue) => {
+      const path = issue.path.join(".") || "(document)";
+      if (issue.code === "unrecognized_keys") {
+        return `${path === "(document)" ? "" : `${path}: `}unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(", ")}`;
+      }
+      return `${path}: ${issue.message}`;
+    })
+    .join("; ");
+}
+
+/** The fields a CPU llama.cpp replica cannot honour, for `status` to report. */
+export function notAppliedByLlamaCpp(config: DeploymentConfig): string[] {
+  const out: string[] = [];
+  const r = config.runtime;
+  if (r.gpu_memory_utilization !== undefined) out.push("runtime.gpu_memory_utilization");
+  if (r.tensor_parallel_size !== undefined && r.tensor_parallel_size > 1) out.push("runtime.tensor_parallel_size");
+  if (r.dtype !== undefined && r.dtype !== "auto") out.push("runtime.dtype");
+  if (r.quantization !== undefined) out.push("runtime.quantization");
+  if (r.speculative_model !== undefined) out.push("runtime.speculative_model");
+  if (r.num_speculative_tokens !== undefined) out.push("runtime.num_speculative_tokens");
+  if (config.resources.gpu) out.push("resources.gpu");
+  if (config.resources.gpu_type !== undefined) out.push("resources.gpu_type");
+  if (config.resources.memory !== undefined) out.push("resources.memory");
+  return out;
+}
+
+/** The fields a vLLM replica does not apply itself, for `status` to report. */
+export function notAppliedByVllm(config: DeploymentConfig): string[] {
+  const out: string[] = [];
+  // Only a draft model turns speculation on; a token count alone has nothing to speculate with.
+  if (config.runtime.num_speculative_tokens !== undefined && config.runtime.speculative_model === undefined) {
+    out.push("runtime.num_speculative_tokens");
+  }
+  // Placement, not engine settings: the Kubernetes backend turns these into requests and node selectors.
+  if (config.resources.cpu !== undefined) out.push("resources.cpu");
+  if (config.resources.memory !== undefined) out.push("resources.memory");
+  if (config.resources.gpu_type !== undefined) out.push("resources.gpu_type");
+  return out;
+}
+
+/** Fields the endpoint's engine cannot honour here, for `status` to report. */
+export function notApplied(framework: Framework, config: DeploymentConfig): string[] {
+  return framework === "vllm" ? notAppliedByVllm(config) : notAppliedByLlamaCpp(config);
+}

@@ -1,0 +1,164 @@
+/**
+ * The queue contract: what goes on a model queue and what comes back.
+ *
+ * This module is public. Other services may enqueue directly into BullMQ with
+ * these payloads (see README, "Queue contract for producers"), so every change
+ * here must stay backward compatible within `v: 1`.
+ */
+import { z } from "zod";
+
+export const JOB_SCHEMA_VERSION = 1 as const;
+
+/** BullMQ job names, one per kind of work. */
+export const JobKind = z.enum(["chat", "completion", "generate", "embedding", "batch_record"]);
+export type JobKind = z.infer<typeof JobKind>;
+
+export const ChatMessage = z.object({
+  role: z.enum(["system", "user", "assistant"]),
+  content: z.string(),
+});
+export type ChatMessage = z.infer<typeof ChatMessage>;
+
+export const SamplingParams = z.object({
+  /** Absent: generate until the end of the context window. */
+  max_tokens: z.number().int().positive().optional(),
+  /** 0 means greedy and deterministic. */
+  temperature: z.number().min(0).max(2).optional(),
+  top_p: z.number().gt(0).max(1).optional(),
+  seed: z.number().int().optional(),
+  stop: z.array(z.string().min(1)).max(8).optional(),
+  frequency_penalty: z.number().min(-2).max(2).optional(),
+  presence_penalty: z.number().min(-2).max(2).optional(),
+});
+export type SamplingParams = z.infer<typeof SamplingParams>;
+
+/**
+ * Where a worker writes progress events for a job (a Redis stream key).
+ * Optional: producers that only need the final result can use BullMQ's own
+ * `job.waitUntilFinished()` and read the job's return value instead.
+ */
+export const ReplyTo = z.object({ stream: z.string().min(1) });
+
+const common = {
+  v: z.literal(JOB_SCHEMA_VERSION),
+  /** Echoed in events and logs; the gateway uses its x-request-id. */
+  request_id: z.string().min(1),
+  model: z.string().min(1),
+  version: z.string().min(1),
+  /** Ask the worker to emit `token` events (requires `reply`). */
+  stream: z.boolean().default(false),
+  reply: ReplyTo.optional(),
+  /** Epoch milliseconds after which nobody waits for the answer: the worker skips it. */
+  deadline: z.number().int().positive().optional(),
+  /**
+   * Epoch milliseconds by which a replica must start the job (admission control's max queue
+   * wait). A replica holding it without a free sequence by then fails it with 503 `queue_timeout`.
+   */
+  queue_deadline: z.number().int().positive().optional(),
+};
+
+export const ChatJob = z.object({
+  ...common,
+  kind: z.literal("chat"),
+  messages: z.array(ChatMessage).min(1),
+  params: SamplingParams.default({}),
+});
+
+export const CompletionJob = z.object({
+  ...common,
+  kind: z.enum(["completion", "generate"]),
+  prompt: z.string(),
+  params: SamplingParams.default({}),
+});
+
+export const EmbeddingJob = z.object({
+  ...common,
+  kind: z.literal("embedding"),
+  input: z.array(z.string()).min(1).max(2048),
+});
+
+/** One record of a batch job; processed like a completion, at batch priority. */
+export const BatchRecordJob = z.object({
+  ...common,
+  kind: z.literal("batch_record"),
+  batch_id: z.string().min(1),
+  record_id: z.string(),
+  prompt: z.string(),
+  params: SamplingParams.default({}),
+});
+
+export const JobPayload = z.discriminatedUnion("kind", [ChatJob, CompletionJob, EmbeddingJob, BatchRecordJob]);
+export type JobPayload = z.infer<typeof JobPayload>;
+export type JobPayloadInput = z.input<typeof JobPayload>;
+export type TextJob = Exclude<JobPayload, z.infer<typeof EmbeddingJob>>;
+
+export const Usage = z.object({
+  prompt_tokens: z.number().int().nonnegative(),
+  completion_tokens: z.number().int().nonnegative(),
+  total_tokens: z.number().int().nonnegative(),
+});
+export type Usage = z.infer<typeof Usage>;
+
+export const FinishReason = z.enum(["stop", "length", "cancelled"]);
+export type FinishReason = z.infer<typeof FinishReason>;
+
+/** The BullMQ return value of a text job (and the `done` event's data). */
+export const TextResult = z.object({
+  type: z.literal("text"),
+  text: z.string(),
+  finish_reason: FinishReason,
+  usage: Usage,
+  /** Which replica served it, for tracing. */
+  replica: z.string(),
+  /** Time the job waited in the queue before a replica took it. */
+  queued_ms: z.number().nonnegative().optional(),
+});
+export type TextResult = z.infer<typeof TextResult>;
+
+export const EmbeddingResult = z.object({
+  type: z.literal("embedding"),
+  embeddings: z.array(z.array(z.number())),
+  usage: Usage,
+  replica: z.string(),
+});
+export type EmbeddingResult = z.infer<typeof EmbeddingResult>;
+
+export const JobResult = z.discriminatedUnion("type", [TextResult, EmbeddingResult]);
+export type JobResult = z.infer<typeof JobResult>;
+
+/**
+ * A failure a worker reports for a job. `code` is the OpenAI-style string code
+ * and `status` the HTTP status the gateway answers with.
+ */
+export const JobError = z.object({
+  code: z.string(),
+  message: z.string(),
+  status: z.number().int(),
+  param: z.string().nullable().default(null),
+  /** Seconds, for the Retry-After header of a 429/503. */
+  retry_after: z.number().int().positive().optional(),
+});
+export type JobError = z.infer<typeof JobError>;
+
+/**
+ * Events a worker appends to `reply.stream`, in order, each with the job id.
+ * When streaming: `started` once per attempt (a second one means the job was
+ * retried on another replica) and `token` for each text delta. Always exactly
+ * one `done` or `error` at the end.
+ */
+export const JobEvent = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("started"), replica: z.string(), attempt: z.number().int() }),
+  z.object({ type: z.literal("token"), text: z.string() }),
+  z.object({ type: z.literal("done"), result: JobResult }),
+  z.object({ type: z.literal("error"), error: JobError }),
+]);
+export type JobEvent = z.infer<typeof JobEvent>;
+
+/**
+ * BullMQ priorities: jobs without a priority are served before any job with
+ * one, so online work carries none and batch records carry BATCH_PRIORITY.
+ */
+export const BATCH_PRIORITY = 10;
+
+/** Redis pub/sub channel (under the key prefix) on which cancellations are announced. */
+export const CANCEL_CHANNEL = "cancel";

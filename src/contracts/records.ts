@@ -1,0 +1,79 @@
+/** Control-plane records kept in Redis (registry, endpoints, replicas, API keys). */
+import { z } from "zod";
+import { DeploymentConfig, Framework } from "./deployment.ts";
+
+export const GgufSummary = z.object({
+  architecture: z.string().nullable(),
+  parameters: z.number().int().nullable(),
+  context_length: z.number().int().nullable(),
+  quantization: z.string().nullable(),
+  chat_template: z.boolean(),
+});
+export type GgufSummary = z.infer<typeof GgufSummary>;
+
+export const ModelVersionRecord = z.object({
+  name: z.string(),
+  version: z.string(),
+  framework: Framework,
+  /** Where the user said it came from (path, file://, https://, hf://, s3://). */
+  source: z.string(),
+  /** Where the platform keeps its copy, relative to the artifact store root. */
+  artifact: z.string(),
+  sha256: z.string(),
+  size_bytes: z.number().int(),
+  gguf: GgufSummary.nullable(),
+  created: z.number().int(),
+});
+export type ModelVersionRecord = z.infer<typeof ModelVersionRecord>;
+
+export const EndpointRecord = z.object({
+  name: z.string(),
+  /** The deployment as the user wrote it (version may be "latest"). */
+  config: DeploymentConfig,
+  /** The concrete version `latest` resolved to at deploy time. */
+  version: z.string(),
+  framework: Framework,
+  /** Replicas wanted now (the scaler changes this within bounds). */
+  desired_replicas: z.number().int().min(0),
+  created: z.number().int(),
+  updated: z.number().int(),
+});
+export type EndpointRecord = z.infer<typeof EndpointRecord>;
+
+export const ReplicaState = z.enum(["starting", "ready", "draining", "failed"]);
+export type ReplicaState = z.infer<typeof ReplicaState>;
+
+/** Written by each worker as its heartbeat; expires when the worker stops beating. */
+export const ReplicaRecord = z.object({
+  id: z.string(),
+  endpoint: z.string(),
+  model: z.string(),
+  version: z.string(),
+  state: ReplicaState,
+  pid: z.number().int(),
+  host: z.string(),
+  started: z.number().int(),
+  heartbeat: z.number().int(),
+  in_flight: z.number().int(),
+  parallel: z.number().int(),
+  error: z.string().optional(),
+});
+export type ReplicaRecord = z.infer<typeof ReplicaRecord>;
+
+export const ApiKeyRole = z.enum(["admin", "user"]);
+export type ApiKeyRole = z.infer<typeof ApiKeyRole>;
+
+export const ApiKeyRecord = z.object({
+  id: z.string(),
+  name: z.string(),
+  role: ApiKeyRole,
+  /** First characters of the key, so a user can tell keys apart in listings. */
+  prefix: z.string(),
+  hash: z.string(),
+  created: z.number().int(),
+});
+export type ApiKeyRecord = z.infer<typeof ApiKeyRecord>;
+
+/** `scaled_to_zero`: no replica wanted right now; a queued request brings one up when autoscaling allows. */
+export const EndpointState = z.enum(["pending", "available", "degraded", "failed", "scaled_to_zero"]);
+export type EndpointState = z.infer<typeof EndpointState>;

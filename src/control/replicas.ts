@@ -1,0 +1,40 @@
+/**
+ * Replica heartbeats. Each worker writes its record with a TTL a few beats
+ * long; a replica that stops beating (killed, hung, partitioned) drops out of
+ * every count once its record expires, whichever backend ran it.
+ */
+import { ReplicaRecord } from "../contracts/records.ts";
+import type { Control } from "./redis.ts";
+
+export const HEARTBEAT_INTERVAL_MS = Number(process.env.PLATFORM_HEARTBEAT_MS ?? 1000);
+export const HEARTBEAT_TTL_MS = HEARTBEAT_INTERVAL_MS * 4;
+/** A replica that failed to start stays visible this long, so `status` can say why. */
+export const FAILED_RECORD_TTL_MS = 120_000;
+
+export async function writeReplica(ctl: Control, record: ReplicaRecord): Promise<void> {
+  const ttl = record.state === "failed" ? FAILED_RECORD_TTL_MS : HEARTBEAT_TTL_MS;
+  await ctl.redis
+    .multi()
+    .set(ctl.keys.replica(record.id), JSON.stringify(record), "PX", ttl)
+    .zadd(ctl.keys.replicas(record.endpoint), record.heartbeat, record.id)
+    .exec();
+}
+
+export async function removeReplica(ctl: Control, endpoint: string, id: string): Promise<void> {
+  await ctl.redis.multi().del(ctl.keys.replica(id)).zrem(ctl.keys.replicas(endpoint), id).exec();
+}
+
+/** Live replica records of an endpoint; expired ones are pruned from the index on the way. */
+export async function listReplicas(ctl: Control, endpoint: string): Promise<ReplicaRecord[]> {
+  const ids = await ctl.redis.zrange(ctl.keys.replicas(endpoint), 0, -1);
+  if (ids.length === 0) return [];
+  const raws = await ctl.redis.mget(ids.map((id) => ctl.keys.replica(id)));
+  const live: ReplicaRecord[] = [];
+  const gone: string[] = [];
+  raws.forEach((raw, i) => {
+    if (raw) live.push(ReplicaRecord.parse(JSON.parse(raw)));
+    else gone.push(ids[i] as string);
+  });
+  if (gone.length > 0) await ctl.redis.zrem(ctl.keys.replicas(endpoint), ...gone);
+  return live;
+}

@@ -1,0 +1,44 @@
+import type { JobError } from "./contracts/job.ts";
+
+/**
+ * The one error type that crosses module boundaries. It carries what the
+ * OpenAI error envelope needs, so the gateway can answer any failure exactly.
+ */
+export type ErrorType =
+  | "invalid_request_error"
+  | "authentication_error"
+  | "permission_error"
+  | "rate_limit_error"
+  | "server_error";
+
+export class PlatformError extends Error {
+  readonly status: number;
+  readonly code: string;
+  readonly param: string | null;
+  readonly type: ErrorType;
+  /** Seconds, sent as Retry-After on 429/503. */
+  readonly retryAfter: number | undefined;
+
+  constructor(status: number, code: string, message: string, param: string | null = null, retryAfter?: number) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.param = param;
+    this.type = errorTypeFor(status);
+    this.retryAfter = retryAfter;
+  }
+}
+
+/** A failure a worker reported for a job (the queue contract's JobError), as the gateway answers it. */
+export function fromJobError(error: JobError): PlatformError {
+  return new PlatformError(error.status, error.code, error.message, error.param, error.retry_after);
+}
+
+export function errorTypeFor(status: number): ErrorType {
+  if (status === 401) return "authentication_error";
+  if (status === 403) return "permission_error";
+  if (status === 404) return "invalid_request_error";
+  if (status === 429) return "rate_limit_error";
+  if (status >= 500) return "server_error";
+  return "invalid_request_error";
+}

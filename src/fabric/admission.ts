@@ -1,0 +1,192 @@
+/**
+ * Admission control: the gateway's check before it enqueues an online request.
+ *
+ * - Queue full: `max_queue_depth` online requests already wait → 429 `queue_full`.
+ * - No capacity coming: no ready replica and none on the way (scaled to zero
+ *   with autoscaling off, or every replica failing to start) → 503 `no_capacity`.
+ * - Otherwise the request is admitted, and may wait at most `max_queue_wait`
+ *   for a replica to take it (enforced by the dispatcher: 503 `queue_timeout`).
+ *
+ * What it reads from Redis is cached briefly (queue depth 200 ms, replicas
+ * 500 ms) and shared by concurrent requests, and requests admitted since the
+ * last read are counted locally, so a burst cannot slip past the limit.
+ * docs/fleet.md documents the limits and codes.
+ */
+import type { Queue } from "bullmq";
+import { z } from "zod";
+import { parseDuration } from "../contracts/duration.ts";
+import { describeIssues } from "../contracts/deployment.ts";
+import { queueName } from "../contracts/naming.ts";
+import type { EndpointRecord } from "../contracts/records.ts";
+import { getAutoscaling } from "../control/autoscaling.ts";
+import type { Control } from "../control/redis.ts";
+import { listReplicas } from "../control/replicas.ts";
+import { PlatformError } from "../errors.ts";
+
+export type AdmissionLimits = { maxQueueDepth: number; maxQueueWaitMs: number };
+
+/** Deep enough for any burst a few replicas can absorb; a minute is as long as clients usually wait. */
+export const ADMISSION_DEFAULTS: AdmissionLimits = { maxQueueDepth: 1000, maxQueueWaitMs: 60_000 };
+
+export type RejectReason = "queue_full" | "no_capacity";
+
+/** Retry-After (seconds) per answer; documented in docs/fleet.md. */
+export const RETRY_AFTER_S = { queue_full: 2, no_capacity: 30, queue_timeout: 5 } as const;
+
+const Env = z.object({
+  PLATFORM_MAX_QUEUE_DEPTH: z.coerce.number().int().min(1).optional(),
+  PLATFORM_MAX_QUEUE_WAIT_MS: z.coerce.number().int().min(1).optional(),
+});
+
+/** Gateway-wide defaults; an endpoint's `resources.max_queue_depth` / `max_queue_wait` override them. */
+export function admissionDefaultsFromEnv(env: NodeJS.ProcessEnv = process.env): AdmissionLimits {
+  const parsed = Env.safeParse(env);
+  if (!parsed.success) throw new Error(`invalid environment: ${describeIssues(parsed.error)}`);
+  return {
+    maxQueueDepth: parsed.data.PLATFORM_MAX_QUEUE_DEPTH ?? ADMISSION_DEFAULTS.maxQueueDepth,
+    maxQueueWaitMs: parsed.data.PLATFORM_MAX_QUEUE_WAIT_MS ?? ADMISSION_DEFAULTS.maxQueueWaitMs,
+  };
+}
+
+export function limitsFor(endpoint: EndpointRecord, defaults: AdmissionLimits): AdmissionLimits {
+  const r = endpoint.config.resources;
+  const wait = r.max_queue_wait === undefined ? undefined : parseDuration(r.max_queue_wait);
+  return { maxQueueDepth: r.max_queue_depth ?? defaults.maxQueueDepth, maxQueueWaitMs: wait ?? defaults.maxQueueWaitMs };
+}
+
+type Capacity = { ready: number; starting: number; failed: number; error: string | undefined; scalesFromZero: boolean };
+
+export type AdmissionOptions = {
+  defaults?: AdmissionLimits;
+  /** Default 200 ms. */
+  depthCacheMs?: number;
+  /** Default 500 ms. */
+  capacityCacheMs?: number;
+  onReject?: (endpoint: string, reason: RejectReason) => void;
+};
+
+export class Admission {
+  readonly defaults: AdmissionLimits;
+  private readonly ctl: Control;
+  private readonly queueOf: (model: string, version: string) => Queue;
+  private readonly options: AdmissionOptions;
+  private readonly depth: Fresh<number>;
+  private readonly capacity: Fresh<Capacity>;
+  private readonly wokeAt = new Map<string, number>();
+
+  constructor(ctl: Control, queueOf: (model: string, version: string) => Queue, options: AdmissionOptions = {}) {
+    this.ctl = ctl;
+    this.queueOf = queueOf;
+    this.options = options;
+    this.defaults = options.defaults ?? ADMISSION_DEFAULTS;
+    this.depth = new Fresh(options.depthCacheMs ?? 200);
+    this.capacity = new Fresh(options.capacityCacheMs ?? 500);
+  }
+
+  /** Throws the 429/503 PlatformError when the request must not be queued; else returns its limits. */
+  async admit(endpoint: EndpointRecord): Promise<AdmissionLimits> {
+    const limits = limitsFor(endpoint, this.defaults);
+    const model = endpoint.config.model.name;
+    const queue = queueName(model, endpoint.version);
+    let capacity: Capacity;
+    let waitingEntry: { value: number };
+    try {
+      [{ value: capacity }, waitingEntry] = await Promise.all([
+        this.capacity.get(`${endpoint.name}\n${endpoint.version}`, () => this.readCapacity(endpoint)),
+        this.depth.get(queue, () => this.readWaiting(model, endpoint.version)),
+      ]);
+    } catch (e) {
+      throw new PlatformError(503, "queue_unavailable", `could not read the queue state: ${(e as Error).message}`, null, 1);
+    }
+
+    if (capacity.ready === 0) {
+      const refusal = noCapacity(endpoint, capacity);
+      if (refusal) {
+        this.options.onReject?.(endpoint.name, "no_capacity");
+        throw new PlatformError(503, "no_capacity", refusal, null, RETRY_AFTER_S.no_capacity);
+      }
+      if (endpoint.desired_replicas === 0) this.wakeScaler(endpoint.name);
+    }
+    if (waitingEntry.value >= limits.maxQueueDepth) {
+      this.options.onReject?.(endpoint.name, "queue_full");
+      throw new PlatformError(
+        429,
+        "queue_full",
+        `${waitingEntry.value} requests are already waiting for "${endpoint.name}" (max_queue_depth ${limits.maxQueueDepth}); retry after ${RETRY_AFTER_S.queue_full} s`,
+        null,
+        RETRY_AFTER_S.queue_full,
+      );
+    }
+    // Counted here until the next read from Redis includes it.
+    waitingEntry.value += 1;
+    return limits;
+  }
+
+  private async readWaiting(model: string, version: string): Promise<number> {
+    // Online requests only: batch records are prioritized below them, so they never delay one.
+    const counts = await this.queueOf(model, version).getJobCounts("waiting");
+    return counts.waiting ?? 0;
+  }
+
+  private async readCapacity(endpoint: EndpointRecord): Promise<Capacity> {
+    const [replicas, autoscaling] = await Promise.all([listReplicas(this.ctl, endpoint.name), getAutoscaling(this.ctl, endpoint.name)]);
+    const mine = replicas.filter((r) => r.version === endpoint.version);
+    const count = (state: string) => mine.filter((r) => r.state === state).length;
+    return {
+      ready: count("ready"),
+      starting: count("starting"),
+      failed: count("failed"),
+      error: mine.find((r) => r.error)?.error,
+      scalesFromZero: autoscaling !== undefined && autoscaling.enabled && autoscaling.max_replicas >= 1,
+    };
+  }
+
+  /** At most one wake-up a second per endpoint: one is enough for the scaler to tick. */
+  private wakeScaler(endpoint: string): void {
+    const now = Date.now();
+    if (now - (this.wokeAt.get(endpoint) ?? 0) < 1000) return;
+    this.wokeAt.set(endpoint, now);
+    void this.ctl.redis.publish(this.ctl.keys.scalerWakeup, endpoint).catch(() => undefined);
+  }
+}
+
+/** Values read from Redis, reused for maxAgeMs; concurrent callers of a stale key share one read. */
+class Fresh<T> {
+  private readonly maxAgeMs: number;
+  private readonly entries = new Map<string, { value: T; at: number }>();
+  private readonly loading = new Map<string, Promise<{ value: T; at: number }>>();
+
+  constructor(maxAgeMs: number) {
+    this.maxAgeMs = maxAgeMs;
+  }
+
+  /** The entry itself, so a caller may adjust its value until the next read replaces it. */
+  async get(key: string, load: () => Promise<T>): Promise<{ value: T; at: number }> {
+    const hit = this.entries.get(key);
+    if (hit && Date.now() - hit.at < this.maxAgeMs) return hit;
+    let pending = this.loading.get(key);
+    if (!pending) {
+      pending = load()
+        .then((value) => {
+          const entry = { value, at: Date.now() };
+          this.entries.set(key, entry);
+          return entry;
+        })
+        .finally(() => this.loading.delete(key));
+      this.loading.set(key, pending);
+    }
+    return pending;
+  }
+}
+
+/** Why no replica can come for this request, or undefined when one is ready or on its way. */
+function noCapacity(endpoint: EndpointRecord, c: Capacity): string | undefined {
+  if (endpoint.desired_replicas === 0) {
+    if (c.scalesFromZero) return undefined;
+    return `"${endpoint.name}" is scaled to zero and autoscaling is off, so no replica will come; deploy it with --replicas 1 or enable autoscaling (platform inference autoscale ${endpoint.name} --config <file>)`;
+  }
+  if (c.failed > 0 && c.starting === 0) {
+    return `no replica of "${endpoint.name}" could start${c.error ? `: ${c.error}` : ""}; \`platform inference status ${endpoint.name}\` shows the details`;
+  }
+  return undefined;
+}

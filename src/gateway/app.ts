@@ -1,0 +1,111 @@
+/** The gateway: one Hono app, stateless, any number of replicas against one Redis. */
+import { randomBytes, randomUUID } from "node:crypto";
+import { join } from "node:path";
+import { serve } from "@hono/node-server";
+import { Hono } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import type { Control } from "../control/redis.ts";
+import { PlatformError } from "../errors.ts";
+import type { EndpointRecord } from "../contracts/records.ts";
+import { Admission, admissionDefaultsFromEnv } from "../fabric/admission.ts";
+import { Dispatcher } from "../fabric/dispatcher.ts";
+import type { Settings } from "../settings.ts";
+import { openStore } from "../storage/index.ts";
+import { GatewayMetrics } from "../telemetry/metrics.ts";
+import { registerScalingMetrics } from "../telemetry/scaling-metrics.ts";
+import { BatchJobs } from "../batch/index.ts";
+import { adminRoutes, statusOf } from "./admin.ts";
+import { batchRoutes } from "./batches.ts";
+import { openAiBatchRoutes } from "./openai-batches.ts";
+import { requireAdmin, requireApiKey } from "./auth.ts";
+import type { GatewayEnv } from "./env.ts";
+import { errorResponse } from "./errors.ts";
+import { openAiRoutes } from "./openai.ts";
+import { Router } from "./routing.ts";
+
+export type GatewayOptions = { ctl: Control; settings: Settings; host: string; port: number };
+export type RunningGateway = { url: string; close: () => Promise<void> };
+
+export async function startGateway(options: GatewayOptions): Promise<RunningGateway> {
+  const { ctl, settings } = options;
+  const dispatcher = new Dispatcher(ctl, randomUUID());
+  const router = new Router(ctl);
+  await router.start();
+  let baseUrl = "";
+
+  const admin = { ctl, dispatcher, baseUrl: () => baseUrl, imports: { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(settings.dataDir, "tmp") } };
+  const metrics = new GatewayMetrics(async () =>
+    Promise.all(
+      (await router.endpoints()).map(async (e) => {
+        const s = await statusOf(admin, e.name);
+        return { model_name: e.name, waiting: s.queue.waiting, running: s.queue.active, replicas_ready: s.replicas.ready, replicas_desired: s.replicas.desired };
+      }),
+    ),
+  );
+  registerScalingMetrics(metrics.registry, ctl);
+  const admission = new Admission(ctl, (model, version) => dispatcher.queue(model, version), {
+    defaults: admissionDefaultsFromEnv(),
+    onReject: (name, reason) => metrics.rateLimited.inc({ model_name: name, reason }),
+  });
+  const textContext = {
+    metrics,
+    submit: (submission: Parameters<Dispatcher["submit"]>[0], options?: { queueWaitMs?: number }) =>
+      dispatcher.submit(submission, { timeoutMs: settings.requestTimeoutMs, queueWaitMs: options?.queueWaitMs }),
+    admit: (endpoint: EndpointRecord) => admission.admit(endpoint),
+  };
+
+  const app = new Hono<GatewayEnv>();
+  app.use(async (c, next) => {
+    const id = c.req.header("x-request-id") ?? `req_${randomBytes(12).toString("hex")}`;
+    c.set("requestId", id);
+    c.header("x-request-id", id);
+    await next();
+  });
+  app.get("/healthz", (c) => c.json({ status: "ok" }));
+  app.get("/readyz", async (c) => {
+    const ok = await ctl.redis.ping().then(() => true, () => false);
+    return c.json({ status: ok ? "ready" : "redis unreachable" }, ok ? 200 : 503);
+  });
+  app.get("/metrics", async (c) => c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }));
+
+  const tooLarge = bodyLimit({
+    maxSize: settings.maxBodyBytes,
+    onError: () => {
+      throw new PlatformError(413, "request_too_large", `request body exceeds ${settings.maxBodyBytes} bytes (PLATFORM_MAX_BODY_BYTES)`);
+    },
+  });
+  app.use("/v1/*", tooLarge, requireApiKey(ctl));
+  app.route("/v1", openAiRoutes(router, textContext));
+  const batchJobs = new BatchJobs(ctl);
+  app.route("/v1/batch-jobs", batchRoutes({ jobs: batchJobs }));
+  app.route("/v1", openAiBatchRoutes({ ctl, jobs: batchJobs, artifacts: admin.imports.artifacts }));
+  app.use("/admin/v1/*", requireApiKey(ctl), requireAdmin);
+  app.route("/admin/v1", adminRoutes(admin));
+
+  app.notFound((c) => errorResponse(c, new PlatformError(404, "unknown_route", `no route ${c.req.method} ${c.req.path}; the API lives under /v1 (OpenAI-compatible) and /admin/v1 (management)`)));
+  app.onError((e, c) => errorResponse(c, e));
+
+  const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
+    const s = serve({ fetch: app.fetch, hostname: options.host, port: options.port }, () => resolve(s));
+    s.once("error", reject);
+  });
+  const address = server.address();
+  const port = typeof address === "object" && address ? address.port : options.port;
+  baseUrl = `http://${options.host.includes(":") ? `[${options.host}]` : options.host}:${port}`;
+
+  return {
+    url: baseUrl,
+    close: async () => {
+      const http = server as import("node:http").Server;
+      const closed = new Promise<void>((resolve) => http.close(() => resolve()));
+      http.closeIdleConnections();
+      // Streams still open after a grace period are cut rather than waited for.
+      const cut = setTimeout(() => http.closeAllConnections(), 3_000);
+      await closed;
+      clearTimeout(cut);
+      await router.close();
+      await dispatcher.close();
+      await batchJobs.close();
+    },
+  };
+}

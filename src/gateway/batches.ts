@@ -1,0 +1,48 @@
+/**
+ * Batch job routes, mounted at /v1/batch-jobs (any API key; keys without the
+ * admin role see only the jobs they created):
+ *
+ *   POST /                 create  (body: CreateBatchRequest)  → 201 batch_job
+ *   GET  /?limit&after     list, newest first                  → {object: "list", data, has_more}
+ *   GET  /:id              get                                 → batch_job
+ *   POST /:id/cancel       cancel                              → batch_job
+ */
+import { Hono } from "hono";
+import { z } from "zod";
+import { BatchJobs, type Viewer } from "../batch/index.ts";
+import { CreateBatchRequest } from "../contracts/batch.ts";
+import type { Control } from "../control/redis.ts";
+import type { GatewayEnv } from "./env.ts";
+import { parseBody } from "./errors.ts";
+
+const ListQuery = z.object({
+  limit: z.coerce.number().int().min(1).max(100).default(20),
+  after: z.string().min(1).optional(),
+});
+
+export type BatchRouteDeps = { ctl: Control } | { jobs: BatchJobs };
+
+export function batchRoutes(deps: BatchRouteDeps) {
+  const jobs = "jobs" in deps ? deps.jobs : new BatchJobs(deps.ctl);
+  const app = new Hono<GatewayEnv>();
+  const viewer = (c: { get(key: "apiKey"): GatewayEnv["Variables"]["apiKey"] }): Viewer => {
+    const key = c.get("apiKey");
+    return { id: key.id, role: key.role };
+  };
+
+  app.post("/", async (c) => {
+    const body = await parseBody(c, CreateBatchRequest);
+    return c.json(await jobs.create(body, viewer(c)), 201);
+  });
+
+  app.get("/", async (c) => {
+    const query = ListQuery.parse(c.req.query());
+    return c.json(await jobs.list(query, viewer(c)));
+  });
+
+  app.get("/:id", async (c) => c.json(await jobs.get(c.req.param("id"), viewer(c))));
+
+  app.post("/:id/cancel", async (c) => c.json(await jobs.cancel(c.req.param("id"), viewer(c))));
+
+  return app;
+}

@@ -1,0 +1,40 @@
+/** The OpenAI error envelope, used for every error the gateway returns (see WIRE.md). */
+import type { Context } from "hono";
+import { z } from "zod";
+import { describeIssues } from "../contracts/deployment.ts";
+import { PlatformError } from "../errors.ts";
+
+export type ErrorEnvelope = { error: { message: string; type: string; param: string | null; code: string | null } };
+
+export function envelope(err: PlatformError): ErrorEnvelope {
+  return { error: { message: err.message, type: err.type, param: err.param, code: err.code } };
+}
+
+/** Any thrown value as the PlatformError the client should see. */
+export function asPlatformError(e: unknown): PlatformError {
+  if (e instanceof PlatformError) return e;
+  if (e instanceof z.ZodError) {
+    const first = e.issues[0];
+    return new PlatformError(400, "invalid_request", describeIssues(e), first ? first.path.join(".") || null : null);
+  }
+  if (e instanceof SyntaxError) return new PlatformError(400, "invalid_json", `request body is not valid JSON: ${e.message}`);
+  return new PlatformError(500, "internal_error", "internal error; the gateway log has the details");
+}
+
+export function errorResponse(c: Context, e: unknown): Response {
+  const err = asPlatformError(e);
+  if (err.status >= 500 && !(e instanceof PlatformError)) console.error(`[gateway] ${c.req.method} ${c.req.path}:`, e);
+  if (err.retryAfter !== undefined) c.header("Retry-After", String(err.retryAfter));
+  return c.json(envelope(err), err.status as 400);
+}
+
+/** Parse a JSON body with a zod schema; errors name the field. */
+export async function parseBody<T extends z.ZodType>(c: Context, schema: T): Promise<z.infer<T>> {
+  let body: unknown;
+  try {
+    body = await c.req.json();
+  } catch (e) {
+    throw new PlatformError(400, "invalid_json", `request body is not valid JSON (${(e as Error).message}); send Content-Type: application/json with a JSON object`);
+  }
+  return schema.parse(body);
+}

@@ -1,0 +1,187 @@
+/**
+ * The OpenAI Batch API shape, mounted at /v1 (any API key; keys without the
+ * admin role see only their own files and batches):
+ *
+ *   POST /files (multipart: file, purpose=batch)   GET /files   GET /files/:id
+ *   GET /files/:id/content                         DELETE /files/:id
+ *   POST /batches {input_file_id, endpoint, completion_window: "24h", metadata?}
+ *   GET /batches   GET /batches/:id   POST /batches/:id/cancel
+ *
+ * A batch is an ordinary batch job (src/batch) whose lines are OpenAI
+ * requests; all requests of a file must name the same model (an endpoint, as
+ * in /v1/chat/completions). Output lines come in input order.
+ */
+import { Readable } from "node:stream";
+import type { ReadableStream as WebReadableStream } from "node:stream/web";
+import { Hono } from "hono";
+import { z } from "zod";
+import { BatchFiles } from "../batch/files.ts";
+import { isBlank, readLines } from "../batch/input.ts";
+import { BatchJobs, type Viewer } from "../batch/jobs.ts";
+import type { OpenAiSpec } from "../batch/records.ts";
+import type { BatchJobRecord } from "../contracts/batch.ts";
+import { getEndpoint } from "../control/endpoints.ts";
+import type { Control } from "../control/redis.ts";
+import { PlatformError } from "../errors.ts";
+import type { ObjectStore } from "../storage/index.ts";
+import type { GatewayEnv } from "./env.ts";
+import { parseBody } from "./errors.ts";
+
+const CreateBatch = z.object({
+  input_file_id: z.string().min(1),
+  endpoint: z.enum(["/v1/completions", "/v1/chat/completions"], { message: 'expected "/v1/chat/completions" or "/v1/completions"' }),
+  completion_window: z.literal("24h", { message: 'only "24h" is supported' }).default("24h"),
+  metadata: z.record(z.string(), z.string()).nullish(),
+});
+
+const ListQuery = z.object({
+  limit: z.coerce.number().int().min(1).max(100).default(20),
+  after: z.string().min(1).optional(),
+});
+
+const STATUS = { queued: "validating", running: "in_progress", cancelling: "cancelling", completed: "completed", failed: "failed", cancelled: "cancelled" } as const;
+
+export type OpenAiBatchDeps = { ctl: Control; artifacts: ObjectStore; jobs?: BatchJobs };
+
+export function openAiBatchRoutes(deps: OpenAiBatchDeps) {
+  const jobs = deps.jobs ?? new BatchJobs(deps.ctl);
+  const files = new BatchFiles(deps.ctl, deps.artifacts);
+  const app = new Hono<GatewayEnv>();
+  const viewer = (c: { get(key: "apiKey"): GatewayEnv["Variables"]["apiKey"] }): Viewer => ({ id: c.get("apiKey").id, role: c.get("apiKey").role });
+
+  const present = async (record: BatchJobRecord, openai: OpenAiSpec) => {
+    let outputFileId: string | null = null;
+    if (record.output_file && (record.state === "completed" || record.state === "cancelled")) {
+      outputFileId = await files.registerOutput(record.id, `files/${record.id}.jsonl`, record.created_by, record.finished ?? Date.now());
+    }
+    return toOpenAiBatch(record, openai, outputFileId);
+  };
+
+  app.post("/files", async (c) => {
+    const form = await c.req.parseBody();
+    const file = form.file;
+    if (!(file instanceof File)) throw new PlatformError(400, "invalid_request", "send the file as multipart/form-data field `file`", "file");
+    if (form.purpose !== "batch") throw new PlatformError(400, "invalid_request", 'purpose: only "batch" files are accepted here', "purpose");
+    const body = Readable.fromWeb(file.stream() as WebReadableStream<Uint8Array>);
+    return c.json(await files.upload(file.name || "input.jsonl", "batch", body, viewer(c)));
+  });
+
+  app.get("/files", async (c) => {
+    const data = await files.list(viewer(c));
+    return c.json({ object: "list", data, has_more: false, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null });
+  });
+
+  app.get("/files/:id", async (c) => c.json(await files.get(c.req.param("id"), viewer(c))));
+
+  app.get("/files/:id/content", async (c) => {
+    const stream = await files.content(c.req.param("id"), viewer(c));
+    return c.body(Readable.toWeb(stream) as ReadableStream, 200, { "content-type": "application/octet-stream" });
+  });
+
+  app.delete("/files/:id", async (c) => {
+    const id = c.req.param("id");
+    await files.delete(id, viewer(c));
+    return c.json({ id, object: "file", deleted: true });
+  });
+
+  app.post("/batches", async (c) => {
+    const body = await parseBody(c, CreateBatch);
+    const who = viewer(c);
+    const input = await files.uri(body.input_file_id, who);
+    const served = await firstModel(await files.content(body.input_file_id, who));
+    if (served === undefined) {
+      throw new PlatformError(400, "invalid_request", `file ${body.input_file_id}: its first request has no body.model; every line is {"custom_id", "method": "POST", "url", "body": {"model", ...}}`, "input_file_id");
+    }
+    const endpoint = await getEndpoint(deps.ctl, served);
+    const openai: OpenAiSpec = { endpoint: body.endpoint, served_model: served, input_file_id: body.input_file_id, completion_window: body.completion_window, metadata: body.metadata ?? null };
+    const record = await jobs.create({ model: endpoint.config.model.name, version: endpoint.version, input, output: files.outputPrefix }, who, { openai });
+    return c.json(await present(record, openai));
+  });
+
+  app.get("/batches", async (c) => {
+    const query = ListQuery.parse(c.req.query());
+    const who = viewer(c);
+    const data: unknown[] = [];
+    let after = query.after;
+    // Batch jobs made another way (platform JSONL) are not batches in this shape: skip them.
+    for (;;) {
+      const page = await jobs.list({ limit: 100, after }, who);
+      for (const record of page.data) {
+        const { openai } = await jobs.getWithOpenAi(record.id, who);
+        if (openai) data.push(await present(record, openai));
+        if (data.length > query.limit) break;
+      }
+      if (data.length > query.limit || !page.has_more) break;
+      after = page.data.at(-1)?.id;
+    }
+    const shown = data.slice(0, query.limit) as { id: string }[];
+    return c.json({ object: "list", data: shown, first_id: shown[0]?.id ?? null, last_id: shown.at(-1)?.id ?? null, has_more: data.length > query.limit });
+  });
+
+  app.get("/batches/:id", async (c) => {
+    const { record, openai } = await jobs.getWithOpenAi(c.req.param("id"), viewer(c));
+    if (!openai) throw notABatch(record.id);
+    return c.json(await present(record, openai));
+  });
+
+  app.post("/batches/:id/cancel", async (c) => {
+    const who = viewer(c);
+    const { openai } = await jobs.getWithOpenAi(c.req.param("id"), who);
+    if (!openai) throw notABatch(c.req.param("id"));
+    return c.json(await present(await jobs.cancel(c.req.param("id"), who), openai));
+  });
+
+  return app;
+}
+
+function notABatch(id: string): PlatformError {
+  return new PlatformError(404, "batch_not_found", `"${id}" is a platform batch job, not an OpenAI-style batch: GET /v1/batch-jobs/${id} shows it`, "batch_id");
+}
+
+/** The model the file's first request names. */
+async function firstModel(stream: Readable): Promise<string | undefined> {
+  try {
+    for await (const line of readLines(stream)) {
+      if (isBlank(line)) continue;
+      const model = (() => {
+        try {
+          return (JSON.parse(line.text ?? "") as { body?: { model?: unknown } }).body?.model;
+        } catch {
+          return undefined;
+        }
+      })();
+      return typeof model === "string" && model.length > 0 ? model : undefined;
+    }
+    return undefined;
+  } finally {
+    stream.destroy();
+  }
+}
+
+function toOpenAiBatch(record: BatchJobRecord, openai: OpenAiSpec, outputFileId: string | null) {
+  const s = (ms: number | null) => (ms === null ? null : Math.floor(ms / 1000));
+  const created = Math.floor(record.created / 1000);
+  const ended = (state: string) => (record.state === state ? s(record.finished) : null);
+  return {
+    id: record.id,
+    object: "batch",
+    endpoint: openai.endpoint,
+    errors: record.error ? { object: "list", data: [{ code: record.error.code, message: record.error.message, param: null, line: null }] } : null,
+    input_file_id: openai.input_file_id,
+    completion_window: openai.completion_window,
+    status: STATUS[record.state],
+    output_file_id: outputFileId,
+    error_file_id: null,
+    created_at: created,
+    in_progress_at: s(record.started),
+    expires_at: created + 24 * 3600,
+    finalizing_at: null,
+    completed_at: ended("completed"),
+    failed_at: ended("failed"),
+    expired_at: null,
+    cancelling_at: null,
+    cancelled_at: ended("cancelled"),
+    request_counts: { total: record.counts.total, completed: record.counts.succeeded, failed: record.counts.failed },
+    metadata: openai.metadata,
+  };
+}

@@ -1,0 +1,164 @@
+/** The OpenAI-compatible routes and the seed's generate route, all under /v1. */
+import { Hono } from "hono";
+import type { EmbeddingResult } from "../contracts/job.ts";
+import { fromJobError, PlatformError } from "../errors.ts";
+import type { GatewayEnv } from "./env.ts";
+import { parseBody } from "./errors.ts";
+import type { Router } from "./routing.ts";
+import { ChatCompletionRequest, CompletionRequest, EmbeddingRequest, GenerateRequest, toMessages, toParams } from "./schemas.ts";
+import { publicFinishReason, serveText, type TextFormat, type TextRequestContext } from "./serve-text.ts";
+
+const chatFormat: TextFormat = {
+  idPrefix: "chatcmpl-",
+  response: (b, r) => ({
+    id: b.id,
+    object: "chat.completion",
+    created: b.created,
+    model: b.model,
+    choices: [{ index: 0, message: { role: "assistant", content: r.text }, logprobs: null, finish_reason: publicFinishReason(r.finish_reason) }],
+    usage: r.usage,
+  }),
+  chunk: (b, d) => ({
+    id: b.id,
+    object: "chat.completion.chunk",
+    created: b.created,
+    model: b.model,
+    choices: [
+      {
+        index: 0,
+        delta: d.first ? { role: "assistant", content: "" } : d.text !== undefined ? { content: d.text } : {},
+        logprobs: null,
+        finish_reason: d.finish ? publicFinishReason(d.finish) : null,
+      },
+    ],
+  }),
+  usageChunk: (b, usage) => ({ id: b.id, object: "chat.completion.chunk", created: b.created, model: b.model, choices: [], usage }),
+};
+
+const completionFormat: TextFormat = {
+  idPrefix: "cmpl-",
+  response: (b, r) => ({
+    id: b.id,
+    object: "text_completion",
+    created: b.created,
+    model: b.model,
+    choices: [{ index: 0, text: r.text, logprobs: null, finish_reason: publicFinishReason(r.finish_reason) }],
+    usage: r.usage,
+  }),
+  chunk: (b, d) => ({
+    id: b.id,
+    object: "text_completion",
+    created: b.created,
+    model: b.model,
+    choices: [{ index: 0, text: d.text ?? "", logprobs: null, finish_reason: d.finish ? publicFinishReason(d.finish) : null }],
+  }),
+  usageChunk: (b, usage) => ({ id: b.id, object: "text_completion", created: b.created, model: b.model, choices: [], usage }),
+};
+
+/** The seed leaves generate's response open; this shape is documented in the README. */
+const generateFormat: TextFormat = {
+  idPrefix: "gen-",
+  response: (b, r) => ({
+    id: b.id,
+    object: "generation",
+    created: b.created,
+    model: b.model,
+    version: b.version,
+    output: r.text,
+    finish_reason: publicFinishReason(r.finish_reason),
+    usage: r.usage,
+  }),
+  chunk: (b, d) => ({
+    id: b.id,
+    object: "generation.chunk",
+    created: b.created,
+    model: b.model,
+    version: b.version,
+    delta: d.text ?? "",
+    finish_reason: d.finish ? publicFinishReason(d.finish) : null,
+  }),
+  usageChunk: (b, usage) => ({ id: b.id, object: "generation.chunk", created: b.created, model: b.model, version: b.version, delta: "", finish_reason: null, usage }),
+};
+
+export function openAiRoutes(router: Router, ctx: TextRequestContext) {
+  const app = new Hono<GatewayEnv>();
+
+  app.post("/chat/completions", async (c) => {
+    const body = await parseBody(c, ChatCompletionRequest);
+    const t = await router.resolve(body.model);
+    return serveText(
+      c,
+      ctx,
+      chatFormat,
+      { kind: "chat", request_id: c.get("requestId"), model: t.model, version: t.version, messages: toMessages(body.messages), params: toParams(body) },
+      { stream: body.stream ?? false, includeUsage: body.stream_options?.include_usage ?? false, label: body.model, endpoint: t.endpoint },
+    );
+  });
+
+  app.post("/completions", async (c) => {
+    const body = await parseBody(c, CompletionRequest);
+    const t = await router.resolve(body.model);
+    const prompt = typeof body.prompt === "string" ? body.prompt : (body.prompt[0] as string);
+    return serveText(
+      c,
+      ctx,
+      completionFormat,
+      { kind: "completion", request_id: c.get("requestId"), model: t.model, version: t.version, prompt, params: toParams(body) },
+      { stream: body.stream ?? false, includeUsage: body.stream_options?.include_usage ?? false, label: body.model, endpoint: t.endpoint },
+    );
+  });
+
+  app.post("/inference/:model/generate", async (c) => {
+    const body = await parseBody(c, GenerateRequest);
+    const name = c.req.param("model");
+    const t = await router.resolve(name);
+    return serveText(
+      c,
+      ctx,
+      generateFormat,
+      { kind: "generate", request_id: c.get("requestId"), model: t.model, version: t.version, prompt: body.prompt, params: toParams(body) },
+      { stream: body.stream ?? false, includeUsage: body.stream_options?.include_usage ?? false, label: name, endpoint: t.endpoint },
+    );
+  });
+
+  app.post("/embeddings", async (c) => {
+    const body = await parseBody(c, EmbeddingRequest);
+    const t = await router.resolve(body.model);
+    const input = typeof body.input === "string" ? [body.input] : body.input;
+    const limits = ctx.admit ? await ctx.admit(t.endpoint) : undefined;
+    const handle = await ctx.submit({ kind: "embedding", request_id: c.get("requestId"), model: t.model, version: t.version, input }, { queueWaitMs: limits?.maxQueueWaitMs });
+    c.req.raw.signal.addEventListener("abort", () => void handle.cancel(), { once: true });
+    let result: EmbeddingResult | undefined;
+    for await (const event of handle.events) {
+      if (event.type === "error") throw fromJobError(event.error);
+      if (event.type === "done" && event.result.type === "embedding") result = event.result;
+    }
+    if (!result) throw new PlatformError(500, "internal_error", "worker sent no embeddings");
+    const base64 = body.encoding_format === "base64";
+    return c.json({
+      object: "list",
+      data: result.embeddings.map((vector, index) => ({
+        object: "embedding",
+        index,
+        embedding: base64 ? Buffer.from(new Float32Array(vector).buffer).toString("base64") : vector,
+      })),
+      model: body.model,
+      usage: { prompt_tokens: result.usage.prompt_tokens, total_tokens: result.usage.prompt_tokens },
+    });
+  });
+
+  app.get("/models", async (c) => {
+    const endpoints = await router.endpoints();
+    return c.json({
+      object: "list",
+      data: endpoints.map((e) => ({ id: e.name, object: "model", created: Math.floor(e.created / 1000), owned_by: "platform" })),
+    });
+  });
+
+  app.get("/models/:id", async (c) => {
+    const t = await router.resolve(c.req.param("id"));
+    return c.json({ id: t.endpoint.name, object: "model", created: Math.floor(t.endpoint.created / 1000), owned_by: "platform" });
+  });
+
+  return app;
+}

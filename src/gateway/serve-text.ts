@@ -1,0 +1,146 @@
+/**
+ * Serving one text request (chat, completion or generate) through the fabric:
+ * enqueue, then either wait for the result or relay tokens as SSE.
+ *
+ * Streaming: headers are sent only once the first token (or the result)
+ * arrives, so failures before generation (context too long, no such model
+ * version on the worker) come back as ordinary HTTP errors. After that, an
+ * error becomes one `data: {"error": ...}` event and the stream ends without
+ * `[DONE]` (documented in the README).
+ */
+import { randomBytes } from "node:crypto";
+import type { Context } from "hono";
+import { streamSSE } from "hono/streaming";
+import type { FinishReason, JobEvent, TextResult, Usage } from "../contracts/job.ts";
+import type { EndpointRecord } from "../contracts/records.ts";
+import { fromJobError, PlatformError } from "../errors.ts";
+import type { AdmissionLimits } from "../fabric/admission.ts";
+import type { JobHandle, Submission } from "../fabric/dispatcher.ts";
+import type { GatewayMetrics } from "../telemetry/metrics.ts";
+import { envelope } from "./errors.ts";
+
+export type TextFormat = {
+  idPrefix: string;
+  /** The non-streaming response body. */
+  response(base: Base, result: TextResult): unknown;
+  /** One streamed chunk: a text delta, the opening (role) chunk, or the closing one with a finish reason. */
+  chunk(base: Base, delta: { text?: string; first?: boolean; finish?: FinishReason }): unknown;
+  /** The usage-only chunk sent before [DONE] when asked for. */
+  usageChunk(base: Base, usage: Usage): unknown;
+};
+
+export type Base = { id: string; created: number; model: string; version: string };
+
+export type TextRequestContext = {
+  submit: (submission: Submission, options?: { queueWaitMs?: number }) => Promise<JobHandle>;
+  metrics: GatewayMetrics;
+  /** Admission control (src/fabric/admission.ts): throws the 429/503 to answer instead of queueing. */
+  admit?: (endpoint: EndpointRecord) => Promise<AdmissionLimits>;
+};
+
+export async function serveText(
+  c: Context,
+  ctx: TextRequestContext,
+  format: TextFormat,
+  submission: Submission,
+  options: { stream: boolean; includeUsage: boolean; label: string; endpoint?: EndpointRecord },
+): Promise<Response> {
+  const startedAt = performance.now();
+  const label = { model_name: options.label };
+  const base: Base = {
+    id: `${format.idPrefix}${randomBytes(12).toString("hex")}`,
+    created: Math.floor(Date.now() / 1000),
+    model: options.label,
+    version: submission.version,
+  };
+  const limits = options.endpoint && ctx.admit ? await ctx.admit(options.endpoint) : undefined;
+  const handle = await ctx.submit({ ...submission, stream: options.stream }, { queueWaitMs: limits?.maxQueueWaitMs });
+  const events = handle.events;
+  // A client that goes away cancels its generation on the worker.
+  c.req.raw.signal.addEventListener("abort", () => void handle.cancel(), { once: true });
+
+  let first: JobEvent;
+  try {
+    first = await nextMeaningful(events);
+  } catch (e) {
+    await handle.cancel();
+    if (e instanceof PlatformError && e.code === "queue_timeout") ctx.metrics.rateLimited.inc({ ...label, reason: e.code });
+    throw e;
+  }
+  if (first.type === "error") {
+    // A replica that held the request without a free sequence past its max queue wait.
+    if (first.error.code === "queue_timeout") ctx.metrics.rateLimited.inc({ ...label, reason: first.error.code });
+    else ctx.metrics.failures.inc({ ...label, code: first.error.code });
+    throw fromJobError(first.error);
+  }
+  ctx.metrics.ttft.observe(label, (performance.now() - startedAt) / 1000);
+
+  const finish = (result: TextResult) => {
+    if (result.queued_ms !== undefined) ctx.metrics.queueTime.observe(label, result.queued_ms / 1000);
+    ctx.metrics.e2e.observe(label, (performance.now() - startedAt) / 1000);
+    ctx.metrics.promptTokens.inc(label, result.usage.prompt_tokens);
+    ctx.metrics.generationTokens.inc(label, result.usage.completion_tokens);
+    ctx.metrics.success.inc({ ...label, finished_reason: result.finish_reason });
+  };
+
+  if (!options.stream) {
+    if (first.type !== "done" || first.result.type !== "text") throw new PlatformError(500, "internal_error", "worker sent an unexpected result");
+    finish(first.result);
+    return c.json(format.response(base, first.result));
+  }
+
+  return streamSSE(c, async (sse) => {
+    sse.onAbort(() => void handle.cancel());
+    const send = (data: unknown) => sse.writeSSE({ data: JSON.stringify(data) });
+    const withUsage = (chunk: unknown) => (options.includeUsage ? { ...(chunk as object), usage: null } : chunk);
+    let lastToken = performance.now();
+    await send(withUsage(format.chunk(base, { first: true })));
+    let event: JobEvent | undefined = first;
+    try {
+      while (event) {
+        if (event.type === "token") {
+          const now = performance.now();
+          ctx.metrics.interToken.observe(label, (now - lastToken) / 1000);
+          lastToken = now;
+          await send(withUsage(format.chunk(base, { text: event.text })));
+        } else if (event.type === "started") {
+          // A second start means the first replica died mid-stream and the job was retried:
+          // the client already has a prefix of a different generation, so end with an error.
+          throw new PlatformError(502, "replica_lost", "the replica serving this stream stopped; retry the request");
+        } else if (event.type === "error") {
+          throw fromJobError(event.error);
+        } else if (event.type === "done" && event.result.type === "text") {
+          finish(event.result);
+          await send(withUsage(format.chunk(base, { finish: event.result.finish_reason })));
+          if (options.includeUsage) await send(format.usageChunk(base, event.result.usage));
+          await sse.writeSSE({ data: "[DONE]" });
+          return;
+        }
+        const next = await events.next();
+        event = next.done ? undefined : next.value;
+      }
+    } catch (e) {
+      const err = e instanceof PlatformError ? e : new PlatformError(500, "internal_error", "stream failed");
+      ctx.metrics.failures.inc({ ...label, code: err.code });
+      await handle.cancel();
+      await send(envelope(err));
+    }
+  });
+}
+
+/**
+ * Skips `started` events (a retry before any token is invisible to the client); returns the
+ * first token, result or error.
+ * Reads with next() rather than for-await, which would close the generator on return.
+ */
+async function nextMeaningful(events: AsyncGenerator<JobEvent>): Promise<JobEvent> {
+  for (;;) {
+    const next = await events.next();
+    if (next.done) throw new PlatformError(500, "internal_error", "the job ended without a result");
+    if (next.value.type !== "started") return next.value;
+  }
+}
+
+export function publicFinishReason(reason: FinishReason): "stop" | "length" {
+  return reason === "length" ? "length" : "stop";
+}

@@ -1,0 +1,138 @@
+/**
+ * Registering a model version: fetch the artifact from wherever the user says
+ * (a local path, file://, https://, hf://, s3://, or an upload), hash it, read
+ * its GGUF metadata, copy it into the artifact store, and record the version.
+ */
+import { createHash, randomUUID } from "node:crypto";
+import { createReadStream, createWriteStream } from "node:fs";
+import { mkdir, rm } from "node:fs/promises";
+import { basename, join } from "node:path";
+import { Readable, Transform } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import { GgmlType, GgufFileType, readGgufFileInfo } from "node-llama-cpp";
+import type { Framework } from "../contracts/deployment.ts";
+import type { GgufSummary, ModelVersionRecord } from "../contracts/records.ts";
+import type { Control } from "../control/redis.ts";
+import { PlatformError } from "../errors.ts";
+import type { ObjectStore } from "../storage/store.ts";
+import { openObject } from "../storage/index.ts";
+import { nextVersion, saveModelVersion, versionExists } from "./versions.ts";
+
+export type ImportRequest = {
+  name: string;
+  framework: Framework;
+  /** Where it comes from, as the user wrote it; kept on the record. */
+  source: string;
+  version?: string;
+  /** The artifact's bytes, when uploaded instead of fetched from `source`. */
+  body?: Readable;
+};
+
+export type ImportDeps = { ctl: Control; artifacts: ObjectStore; scratchDir: string };
+
+export async function importModel(deps: ImportDeps, req: ImportRequest): Promise<ModelVersionRecord> {
+  if (req.version !== undefined && (await versionExists(deps.ctl, req.name, req.version))) {
+    throw new PlatformError(409, "version_exists", `model "${req.name}" already has a version "${req.version}"; choose another --version or omit it`, "version");
+  }
+  await mkdir(deps.scratchDir, { recursive: true });
+  const scratch = join(deps.scratchDir, `import-${randomUUID()}`);
+  try {
+    const { sha256, size } = await copyHashing(req.body ?? (await openSource(req.source)), scratch);
+    if (size === 0) throw new PlatformError(400, "invalid_artifact", `${req.source}: the artifact is empty`, "source");
+    const gguf = await summarizeGguf(scratch, req);
+    const version = req.version ?? (await nextVersion(deps.ctl, req.name));
+    const artifact = `models/${req.name}/${version}/${fileName(req.source)}`;
+    await deps.artifacts.put(artifact, createReadStream(scratch));
+    const record: ModelVersionRecord = {
+      name: req.name,
+      version,
+      framework: req.framework,
+      source: req.source,
+      artifact,
+      sha256,
+      size_bytes: size,
+      gguf,
+      created: Date.now(),
+    };
+    await saveModelVersion(deps.ctl, record);
+    return record;
+  } finally {
+    await rm(scratch, { force: true });
+  }
+}
+
+/** `hf://org/repo/path/file.gguf` (optionally `hf://org/repo@revision/...`) as a download URL. */
+export function huggingFaceUrl(uri: string): string {
+  const m = uri.match(/^hf:\/\/([^/]+)\/([^/@]+)(?:@([^/]+))?\/(.+)$/);
+  if (!m) throw new PlatformError(400, "invalid_source", `${uri}: expected hf://<org>/<repo>[@<revision>]/<file>`, "source");
+  return `https://huggingface.co/${m[1]}/${m[2]}/resolve/${m[3] ?? "main"}/${m[4]}`;
+}
+
+async function openSource(source: string): Promise<Readable> {
+  if (source.startsWith("https://") || source.startsWith("http://") || source.startsWith("hf://")) {
+    const url = source.startsWith("hf://") ? huggingFaceUrl(source) : source;
+    const headers: Record<string, string> = {};
+    if (source.startsWith("hf://") && process.env.HF_TOKEN) headers.authorization = `Bearer ${process.env.HF_TOKEN}`;
+    let res: Response;
+    try {
+      res = await fetch(url, { headers, redirect: "follow" });
+    } catch (e) {
+      throw new PlatformError(502, "source_unreachable", `${source}: could not connect (${(e as Error).message})`, "source");
+    }
+    if (!res.ok || !res.body) throw new PlatformError(res.status === 404 ? 404 : 502, "source_unreachable", `${source}: the server answered HTTP ${res.status}`, "source");
+    return Readable.fromWeb(res.body as import("node:stream/web").ReadableStream);
+  }
+  // file://, s3:// and plain paths all go through the storage module.
+  const { store, key } = openObject(source);
+  return store.get(key);
+}
+
+async function copyHashing(input: Readable, dest: string): Promise<{ sha256: string; size: number }> {
+  const hash = createHash("sha256");
+  let size = 0;
+  const tap = new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      hash.update(chunk);
+      size += chunk.length;
+      done(null, chunk);
+    },
+  });
+  await pipeline(input, tap, createWriteStream(dest));
+  return { sha256: hash.digest("hex"), size };
+}
+
+async function summarizeGguf(path: string, req: ImportRequest): Promise<GgufSummary | null> {
+  let info: Awaited<ReturnType<typeof readGgufFileInfo>>;
+  try {
+    info = await readGgufFileInfo(path, { readTensorInfo: true });
+  } catch (e) {
+    if (req.framework === "llamacpp") {
+      throw new PlatformError(400, "invalid_artifact", `${req.source}: not a GGUF file, which framework "llamacpp" needs (${(e as Error).message})`, "source");
+    }
+    return null; // vLLM serves Hugging Face-style checkpoints too.
+  }
+  const meta = info.metadata as Record<string, Record<string, unknown> | undefined>;
+  const architecture = typeof meta.general?.architecture === "string" ? meta.general.architecture : null;
+  const archMeta = architecture ? meta[architecture] : undefined;
+  const parameters = (info.fullTensorInfo ?? info.tensorInfo ?? []).reduce((sum, t) => sum + t.dimensions.reduce<number>((a, d) => a * Number(d), 1), 0);
+  return {
+    architecture,
+    parameters: parameters > 0 ? parameters : null,
+    context_length: typeof archMeta?.context_length === "number" ? archMeta.context_length : null,
+    quantization: quantizationName(meta.general?.file_type, info.tensorInfo ?? []),
+    chat_template: typeof meta.tokenizer?.chat_template === "string",
+  };
+}
+
+function quantizationName(fileType: unknown, tensors: { ggmlType: number }[]): string | null {
+  if (typeof fileType === "number" && GgufFileType[fileType]) return GgufFileType[fileType].replace(/^(MOSTLY|ALL)_/, "");
+  const counts = new Map<number, number>();
+  for (const t of tensors) counts.set(t.ggmlType, (counts.get(t.ggmlType) ?? 0) + 1);
+  const top = [...counts.entries()].sort((a, b) => b[1] - a[1])[0];
+  return top ? (GgmlType[top[0]] ?? null) : null;
+}
+
+function fileName(source: string): string {
+  const name = basename(source.split("?")[0] ?? source);
+  return /^[\w.-]+$/.test(name) ? name : "model.gguf";
+}

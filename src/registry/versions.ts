@@ -1,0 +1,56 @@
+/** The model registry: named models with numbered or explicit versions, metadata in Redis. */
+import { ModelVersionRecord } from "../contracts/records.ts";
+import type { Control } from "../control/redis.ts";
+import { PlatformError } from "../errors.ts";
+
+export async function listModelVersions(ctl: Control, name?: string): Promise<ModelVersionRecord[]> {
+  const names = name ? [name] : (await ctl.redis.smembers(ctl.keys.models)).sort();
+  const out: ModelVersionRecord[] = [];
+  for (const n of names) {
+    const raw = await ctl.redis.hvals(ctl.keys.modelVersions(n));
+    out.push(...raw.map((r) => ModelVersionRecord.parse(JSON.parse(r))).sort((a, b) => a.created - b.created));
+  }
+  return out;
+}
+
+/** Reserve the next automatic version ("v1", "v2", ...) of a model. */
+export async function nextVersion(ctl: Control, name: string): Promise<string> {
+  for (;;) {
+    const n = await ctl.redis.incr(ctl.keys.modelCounter(name));
+    const candidate = `v${n}`;
+    if (!(await ctl.redis.hexists(ctl.keys.modelVersions(name), candidate))) return candidate;
+  }
+}
+
+export async function versionExists(ctl: Control, name: string, version: string): Promise<boolean> {
+  return (await ctl.redis.hexists(ctl.keys.modelVersions(name), version)) === 1;
+}
+
+export async function saveModelVersion(ctl: Control, record: ModelVersionRecord): Promise<void> {
+  const created = await ctl.redis.hsetnx(ctl.keys.modelVersions(record.name), record.version, JSON.stringify(record));
+  if (created === 0) {
+    throw new PlatformError(409, "version_exists", `model "${record.name}" already has a version "${record.version}"; choose another --version or omit it to get the next number`, "version");
+  }
+  await ctl.redis.sadd(ctl.keys.models, record.name);
+}
+
+/** A version by name, or the newest one for "latest". */
+export async function resolveModelVersion(ctl: Control, name: string, version: string): Promise<ModelVersionRecord> {
+  if (version === "latest") {
+    const all = await listModelVersions(ctl, name);
+    const newest = all.at(-1);
+    if (!newest) throw new PlatformError(404, "model_not_found", `model "${name}" is not registered; register it with \`platform training submit --name ${name} --source <path>\``, "model");
+    return newest;
+  }
+  const raw = await ctl.redis.hget(ctl.keys.modelVersions(name), version);
+  if (!raw) {
+    const exists = (await ctl.redis.sismember(ctl.keys.models, name)) === 1;
+    throw new PlatformError(
+      404,
+      "model_not_found",
+      exists ? `model "${name}" has no version "${version}"; \`platform training list\` shows its versions` : `model "${name}" is not registered`,
+      "version",
+    );
+  }
+  return ModelVersionRecord.parse(JSON.parse(raw));
+}

@@ -1,0 +1,236 @@
+import { execFileSync } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { delimiter, join } from "node:path";
+import { Deployment } from "kubernetes-models/apps/v1/Deployment";
+import { StatefulSet } from "kubernetes-models/apps/v1/StatefulSet";
+import { PodDisruptionBudget } from "kubernetes-models/policy/v1/PodDisruptionBudget";
+import { Role } from "kubernetes-models/rbac.authorization.k8s.io/v1/Role";
+import { RoleBinding } from "kubernetes-models/rbac.authorization.k8s.io/v1/RoleBinding";
+import { ConfigMap } from "kubernetes-models/v1/ConfigMap";
+import { Namespace } from "kubernetes-models/v1/Namespace";
+import { Secret } from "kubernetes-models/v1/Secret";
+import { Service } from "kubernetes-models/v1/Service";
+import { ServiceAccount } from "kubernetes-models/v1/ServiceAccount";
+import { describe, expect, it } from "vitest";
+import { GatewayMetrics } from "../src/telemetry/metrics.ts";
+import { parse, parseAllDocuments } from "yaml";
+
+type Json = Record<string, any>;
+
+const ROOT = join(import.meta.dirname, "..");
+const DNS_1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS_1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+/** The real OpenAPI schema for every kind deploy/ may produce; an unknown kind fails the test. */
+const MODELS: Record<string, new (data: any) => { validate(): void }> = {
+  "v1/Namespace": Namespace,
+  "v1/ConfigMap": ConfigMap,
+  "v1/Secret": Secret,
+  "v1/Service": Service,
+  "v1/ServiceAccount": ServiceAccount,
+  "apps/v1/Deployment": Deployment,
+  "apps/v1/StatefulSet": StatefulSet,
+  "rbac.authorization.k8s.io/v1/Role": Role,
+  "rbac.authorization.k8s.io/v1/RoleBinding": RoleBinding,
+  "policy/v1/PodDisruptionBudget": PodDisruptionBudget,
+};
+
+function findKubectl(): string | undefined {
+  const dirs = ["/usr/bin", ...(process.env.PATH ?? "").split(delimiter)];
+  return dirs.map((d) => join(d, "kubectl")).find((p) => existsSync(p));
+}
+
+const kubectl = findKubectl();
+if (!kubectl) console.warn("deploy-manifests: kubectl not found on PATH; skipping the kustomize checks (CI installs it)");
+
+function kustomize(overlay: string): Json[] {
+  const out = execFileSync(kubectl!, ["kustomize", join(ROOT, "deploy", "overlays", overlay)], { encoding: "utf8" });
+  return parseAllDocuments(out).map((doc) => {
+    expect(doc.errors).toEqual([]);
+    return doc.toJSON() as Json;
+  });
+}
+
+function validate(object: Json): void {
+  const model = MODELS[`${object.apiVersion}/${object.kind}`];
+  expect(model, `no schema registered for ${object.apiVersion} ${object.kind}`).toBeDefined();
+  expect(() => new model!(object).validate(), `${object.kind}/${object.metadata?.name}`).not.toThrow();
+  expect(object.metadata.name).toMatch(object.kind === "Role" || object.kind === "RoleBinding" ? DNS_1123_SUBDOMAIN : DNS_1123_LABEL);
+}
+
+function find(objects: Json[], kind: string, name: string): Json | undefined {
+  return objects.find((o) => o.kind === kind && o.metadata.name === name);
+}
+
+function podSpecs(objects: Json[]): [Json, Json][] {
+  return objects.filter((o) => o.kind === "Deployment" || o.kind === "StatefulSet").map((o) => [o, o.spec.template]);
+}
+
+/** Checks that hold for every overlay: references resolve, selectors select, nothing runs as root. */
+function checkConsistency(objects: Json[], namespace: string): void {
+  for (const o of objects) {
+    validate(o);
+    if (o.kind !== "Namespace") expect(o.metadata.namespace, `${o.kind}/${o.metadata.name}`).toBe(namespace);
+  }
+  expect(find(objects, "Namespace", namespace)).toBeDefined();
+  for (const [workload, template] of podSpecs(objects)) {
+    const selector: Record<string, string> = workload.spec.selector.matchLabels;
+    for (const [k, v] of Object.entries(selector)) expect(template.metadata.labels[k]).toBe(v);
+    expect(template.spec.securityContext.runAsNonRoot).toBe(true);
+    for (const container of template.spec.containers) {
+      expect(container.securityContext.allowPrivilegeEscalation).toBe(false);
+      for (const source of container.envFrom ?? []) {
+        if (source.configMapRef) expect(find(objects, "ConfigMap", source.configMapRef.name)).toBeDefined();
+        if (source.secretRef) expect(source.secretRef.optional).toBe(true);
+      }
+    }
+  }
+  for (const service of objects.filter((o) => o.kind === "Service")) {
+    const selected = podSpecs(objects).filter(([, t]) =>
+      Object.entries(service.spec.selector as Record<string, string>).every(([k, v]) => t.metadata.labels[k] === v),
+    );
+    expect(selected.length, `Service ${service.metadata.name} selects no pods`).toBe(1);
+  }
+}
+
+function checkGatewayAndScaler(objects: Json[], namespace: string): Json {
+  const gateway = find(objects, "Deployment", "platform-gateway")!;
+  const g = gateway.spec.template.spec.containers[0];
+  expect(g.args).toEqual(["gateway", "--port", "8000"]);
+  expect(g.readinessProbe.httpGet.path).toBe("/readyz");
+  expect(g.livenessProbe.httpGet.path).toBe("/healthz");
+  expect(gateway.spec.template.metadata.annotations).toMatchObject({ "prometheus.io/scrape": "true", "prometheus.io/port": "8000" });
+  expect(find(objects, "Service", "platform-gateway")!.spec.ports[0].port).toBe(8000);
+
+  const scaler = find(objects, "Deployment", "platform-scaler")!;
+  expect(scaler.spec.replicas).toBe(1);
+  expect(scaler.spec.template.spec.serviceAccountName).toBe("platform-scaler");
+  expect(scaler.spec.template.spec.containers[0].args).toEqual(["scaler", "--backend", "kubernetes"]);
+  expect(find(objects, "ServiceAccount", "platform-scaler")).toBeDefined();
+  expect(find(objects, "Role", "platform-scaler")!.rules).toEqual([
+    {
+      apiGroups: ["apps"],
+      resources: ["deployments", "deployments/scale"],
+      verbs: ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    { apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] },
+  ]);
+  const binding = find(objects, "RoleBinding", "platform-scaler")!;
+  expect(binding.roleRef).toEqual({ apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "platform-scaler" });
+  expect(binding.subjects).toEqual([{ kind: "ServiceAccount", name: "platform-scaler", namespace }]);
+  expect(objects.some((o) => o.kind === "ClusterRole" || o.kind === "ClusterRoleBinding")).toBe(false);
+  return gateway;
+}
+
+describe.skipIf(!kubectl)("deploy/ kustomize overlays", () => {
+  it("dev: one gateway, the scaler with least RBAC, and an AOF/noeviction Redis with a small PVC", () => {
+    const objects = kustomize("dev");
+    checkConsistency(objects, "platform-dev");
+    const gateway = checkGatewayAndScaler(objects, "platform-dev");
+    expect(gateway.spec.replicas).toBe(1);
+    expect(gateway.spec.template.spec.containers[0].image).toBe("platform:dev");
+
+    const redis = find(objects, "StatefulSet", "platform-redis")!;
+    const args: string[] = redis.spec.template.spec.containers[0].args;
+    expect(args[args.indexOf("--appendonly") + 1]).toBe("yes");
+    expect(args[args.indexOf("--maxmemory-policy") + 1]).toBe("noeviction");
+    expect(redis.spec.serviceName).toBe("platform-redis");
+    expect(redis.spec.volumeClaimTemplates[0].spec.resources.requests.storage).toBe("1Gi");
+    expect(find(objects, "Service", "platform-redis")!.spec.clusterIP).toBe("None");
+    expect(find(objects, "ConfigMap", "platform-config")!.data).toMatchObject({
+      REDIS_URL: "redis://platform-redis:6379",
+      PLATFORM_PREFIX: "platform",
+      PLATFORM_ARTIFACTS_URL: expect.stringMatching(/^s3:\/\//),
+    });
+  });
+
+  it("prod: several gateways with a disruption budget, a pinned image, external Redis", () => {
+    const objects = kustomize("prod");
+    checkConsistency(objects, "platform");
+    const gateway = checkGatewayAndScaler(objects, "platform");
+    expect(gateway.spec.replicas).toBeGreaterThanOrEqual(2);
+    expect(gateway.spec.template.spec.containers[0].image).toMatch(/:\d+\.\d+\.\d+$/);
+    expect(find(objects, "PodDisruptionBudget", "platform-gateway")!.spec.minAvailable).toBeLessThan(gateway.spec.replicas);
+    expect(objects.some((o) => o.kind === "StatefulSet")).toBe(false);
+    expect(find(objects, "Service", "platform-redis")).toBeUndefined();
+    expect(find(objects, "ConfigMap", "platform-config")!.data.REDIS_URL).not.toContain("platform-redis");
+  });
+});
+
+describe("deploy/ files outside kustomize", () => {
+  it("the Secret example is valid and holds only placeholders", () => {
+    const secret = parse(readFileSync(join(ROOT, "deploy/base/secret.example.yaml"), "utf8")) as Json;
+    validate(secret);
+    for (const value of Object.values(secret.stringData as Record<string, string>)) expect(value).toMatch(/EXAMPLE/);
+    const base = parse(readFileSync(join(ROOT, "deploy/base/kustomization.yaml"), "utf8")) as Json;
+    expect(base.resources).not.toContain("secret.example.yaml");
+  });
+
+  it("the KEDA ScaledObjects target a worker Deployment with triggers KEDA knows", () => {
+    for (const file of ["scaledobject.yaml", "scaledobject-prometheus.yaml"]) {
+      const object = parse(readFileSync(join(ROOT, "deploy/keda", file), "utf8")) as Json;
+      expect(object.apiVersion).toBe("keda.sh/v1alpha1");
+      expect(object.kind).toBe("ScaledObject");
+      expect(object.spec.scaleTargetRef).toMatchObject({ apiVersion: "apps/v1", kind: "Deployment" });
+      expect(object.spec.scaleTargetRef.name).toMatch(/^platform-worker-/);
+      expect(object.spec.minReplicaCount).toBeLessThanOrEqual(object.spec.maxReplicaCount);
+      for (const trigger of object.spec.triggers) {
+        expect(["redis", "prometheus"]).toContain(trigger.type);
+        // KEDA reads every metadata value as a string.
+        for (const value of Object.values(trigger.metadata)) expect(typeof value).toBe("string");
+        if (trigger.type === "redis") expect(trigger.metadata.listName).toMatch(/^platform:[^:]+@[^:]+:(wait|active)$/);
+        if (trigger.type === "prometheus") expect(trigger.metadata.query).toContain("vllm:num_requests_waiting");
+      }
+    }
+  });
+
+  it("the Prometheus config scrapes the gateway's /metrics", () => {
+    const config = parse(readFileSync(join(ROOT, "deploy/prometheus/prometheus.yml"), "utf8")) as Json;
+    const jobs = config.scrape_configs as Json[];
+    const gateway = jobs.find((j) => j.job_name === "platform-gateway")!;
+    expect(gateway.metrics_path).toBe("/metrics");
+    expect(gateway.kubernetes_sd_configs[0].role).toBe("pod");
+    expect(gateway.relabel_configs.some((r: Json) => r.action === "keep" && r.regex === "platform-gateway")).toBe(true);
+    expect(jobs.find((j) => j.job_name === "platform-compose")!.static_configs[0].targets).toEqual(["platform:8000"]);
+  });
+
+  it("the Grafana dashboard queries the documented metric names by model_name", async () => {
+    const dashboard = JSON.parse(readFileSync(join(ROOT, "deploy/grafana/platform-dashboard.json"), "utf8")) as Json;
+    expect(dashboard.uid).toBe("platform-serving");
+    const variables = (dashboard.templating.list as Json[]).map((v) => v.name);
+    expect(variables).toEqual(["datasource", "model_name"]);
+    const panels = (dashboard.panels as Json[]).filter((p) => p.type !== "row");
+    const ids = (dashboard.panels as Json[]).map((p) => p.id);
+    expect(new Set(ids).size).toBe(ids.length);
+    const exprs = panels.flatMap((p) => (p.targets as Json[]).map((t) => t.expr as string));
+    for (const metric of [
+      "vllm:num_requests_waiting",
+      "vllm:num_requests_running",
+      "vllm:time_to_first_token_seconds_bucket",
+      "vllm:inter_token_latency_seconds_bucket",
+      "vllm:e2e_request_latency_seconds_bucket",
+      "vllm:request_queue_time_seconds_bucket",
+      "vllm:prompt_tokens_total",
+      "vllm:generation_tokens_total",
+      "vllm:request_success_total",
+      "platform_replicas_desired",
+      "platform_replicas_ready",
+      "platform_rate_limit_rejections_total",
+    ]) {
+      expect(exprs.some((e) => e.includes(metric)), metric).toBe(true);
+    }
+    for (const expr of exprs.filter((e) => e.includes("vllm:"))) expect(expr).toContain('model_name=~"$model_name"');
+    // Every series the dashboard reads is one the gateway registers.
+    const metrics = new GatewayMetrics(async () => []);
+    const registered = (await metrics.registry.getMetricsAsJSON()).map((m) => m.name);
+    const used = new Set(exprs.flatMap((e) => e.match(/\b(vllm:[a-z0-9_]+|platform_[a-z0-9_]+)/g) ?? []));
+    for (const series of used) {
+      const metric = series.replace(/_bucket$/, "");
+      expect(registered.includes(metric), `${metric} is not registered in src/telemetry/metrics.ts`).toBe(true);
+    }
+    for (const panel of panels) {
+      expect(panel.gridPos.x + panel.gridPos.w).toBeLessThanOrEqual(24);
+      for (const target of panel.targets as Json[]) expect(`${target.expr}`.split("(").length).toBe(`${target.expr}`.split(")").length);
+    }
+  });
+});

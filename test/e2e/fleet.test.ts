@@ -1,0 +1,360 @@
+/**
+ * The fleet end to end on `platform up` (local backend, real workers, the tiny
+ * model): autoscaling under load and from zero, admission control, failover
+ * of killed replicas, and the `inference autoscale` CLI. Each test uses its
+ * own registered model, so each endpoint has its own queue.
+ */
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { QueueEvents } from "bullmq";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { AutoscalingStatus, ScalingDecisionRecord } from "../../src/control/autoscaling.ts";
+import { tinyModelPath } from "../helpers/models.ts";
+import { runCli, type Stack, sleep, startStack } from "../helpers/stack.ts";
+
+type Replica = { id: string; pid: number; state: string; in_flight: number };
+type Status = { state: string; replicas: { ready: number; desired: number }; replica_list: Replica[]; queue: { waiting: number; active: number } };
+type ErrorBody = { error: { message: string; type: string; param: string | null; code: string | null } };
+
+let stack: Stack;
+let modelPath: string;
+
+beforeAll(async () => {
+  modelPath = await tinyModelPath({ contextLength: 4096 });
+  stack = await startStack({});
+});
+
+afterAll(async () => {
+  await stack?.stop();
+});
+
+async function endpoint(name: string, resources: Record<string, unknown>, autoscaling?: Record<string, unknown>): Promise<void> {
+  const models = await stack.admin<{ data: { name: string }[] }>("GET", "/admin/v1/models");
+  if (!models.body.data.some((m) => m.name === name)) {
+    const reg = await stack.admin("POST", "/admin/v1/models", { name, framework: "llamacpp", source: modelPath });
+    expect(reg.status, JSON.stringify(reg.body)).toBe(201);
+  }
+  const res = await stack.admin("PUT", `/admin/v1/endpoints/${name}`, { model: { name }, resources, ...(autoscaling ? { autoscaling } : {}) });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+}
+
+const status = async (name: string) => (await stack.admin<Status>("GET", `/admin/v1/endpoints/${name}`)).body;
+const scaling = async (name: string) => (await stack.admin<AutoscalingStatus>("GET", `/admin/v1/endpoints/${name}/autoscaling`)).body;
+const remove = (name: string) => stack.admin("DELETE", `/admin/v1/endpoints/${name}`);
+const running = (s: Status) => s.replica_list.filter((r) => r.state === "ready" || r.state === "starting");
+
+function complete(model: string, prompt: string, maxTokens: number, extra: Record<string, unknown> = {}) {
+  return fetch(`${stack.baseUrl}/v1/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" },
+    body: JSON.stringify({ model, prompt, max_tokens: maxTokens, temperature: 0, ...extra }),
+  });
+}
+
+async function text(model: string, prompt: string, maxTokens: number): Promise<string> {
+  const res = await complete(model, prompt, maxTokens);
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { choices: { text: string }[] }).choices[0]?.text as string;
+}
+
+/** Oldest first. */
+const chronological = (s: AutoscalingStatus) => [...s.decisions].reverse();
+
+describe("admission control", () => {
+  it("answers 503 with Retry-After when no replica is ready and none is coming", async () => {
+    await endpoint("cold", { replicas: 0 });
+    const res = await complete("cold", "hi", 3);
+    expect(res.status).toBe(503);
+    expect(res.headers.get("retry-after")).toBe("30");
+    const body = (await res.json()) as ErrorBody;
+    expect(body.error).toMatchObject({ type: "server_error", code: "no_capacity" });
+    expect(body.error.message).toMatch(/scaled to zero and autoscaling is off/);
+    await remove("cold");
+  });
+
+  it("answers 429 queue_full with Retry-After past max_queue_depth, and serves the rest", { timeout: 120_000 }, async () => {
+    await endpoint("adm", { replicas: 1, parallel: 1, max_queue_depth: 2 });
+    await stack.waitFor(async () => (await status("adm")).state === "available", "adm available");
+    const responses = await Promise.all(Array.from({ length: 12 }, () => complete("adm", "Once upon a time", 600)));
+    const codes = responses.map((r) => r.status);
+    const rejected = responses.filter((r) => r.status === 429);
+    expect(codes.every((c) => c === 200 || c === 429), codes.join()).toBe(true);
+    expect(rejected.length).toBeGreaterThanOrEqual(1);
+    expect(codes.filter((c) => c === 200).length).toBeGreaterThanOrEqual(1);
+    for (const r of rejected) {
+      expect(r.headers.get("retry-after")).toBe("2");
+      const body = (await r.json()) as ErrorBody;
+      expect(body.error).toMatchObject({ type: "rate_limit_error", code: "queue_full" });
+      expect(body.error.message).toMatch(/max_queue_depth 2/);
+    }
+    for (const r of responses.filter((x) => x.status === 200)) {
+      expect(((await r.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens).toBe(600);
+    }
+    const metrics = await (await fetch(`${stack.baseUrl}/metrics`)).text();
+    expect(metrics).toContain(`platform_rate_limit_rejections_total{model_name="adm",reason="queue_full"} ${rejected.length}`);
+  });
+
+  it("answers 503 queue_timeout when a request waits past max_queue_wait, and withdraws it", { timeout: 120_000 }, async () => {
+    // A long request takes the only replica (under the default wait), then the limit drops to 500 ms.
+    const long = complete("adm", "Once upon a time", 3000);
+    await stack.waitFor(async () => (await status("adm")).queue.active === 1, "the long request to run");
+    await endpoint("adm", { replicas: 1, parallel: 1, max_queue_wait: "500ms" });
+    await sleep(2100); // gateways see endpoint changes within 2 s at most
+    const res = await complete("adm", "Once upon a time", 5);
+    expect(res.status).toBe(503);
+    expect(res.headers.get("retry-after")).toBe("5");
+    expect(((await res.json()) as ErrorBody).error).toMatchObject({ type: "server_error", code: "queue_timeout" });
+    expect((await status("adm")).queue.waiting).toBe(0);
+    expect((await long).status).toBe(200);
+    await remove("adm");
+  });
+});
+
+describe("inference autoscale CLI", () => {
+  // Fourteen CLI processes: generous on a loaded machine.
+  it("applies a file, shows status as a table and JSON, and rejects bad files naming the field", { timeout: 180_000 }, async () => {
+    await endpoint("cli", { replicas: 1 });
+    const dir = stack.dataDir;
+    const good = join(dir, "autoscale.yaml");
+    await writeFile(good, "endpoint: cli\nautoscaling:\n  enabled: true\n  min_replicas: 1\n  max_replicas: 2\n  target_queue_depth: 3\n  scale_up_cooldown: 30s\n  scale_down_cooldown: 1m\n  scale_down_delay: 90s\n");
+    const applied = await runCli(["inference", "autoscale", "cli", "--config", good], stack.env);
+    expect(applied.code, applied.stderr).toBe(0);
+    expect(applied.stdout).toContain("autoscaling for cli: on, 1-2 replicas, target 3/replica, up 30s, down 1m, delay 90s");
+
+    await stack.waitFor(async () => (await scaling("cli")).decisions.length > 0, "a first decision");
+    const table = await runCli(["inference", "autoscale", "status", "cli"], stack.env);
+    expect(table.code, table.stderr).toBe(0);
+    expect(table.stdout).toMatch(/cli\s*│\s*on\s*│\s*1-2\s*│\s*3\s*│/);
+    expect(table.stdout).toMatch(/time left: scale-up cooldown \S+, scale-down cooldown \S+, scale-down delay/);
+    expect(table.stdout).toMatch(/scaler: \S+ \(holds the lease\)/);
+    expect(table.stdout).toMatch(/recent decisions/);
+    expect(table.stdout).toMatch(/hold.*within target 3 × 1 replicas: keep 1/);
+
+    const json = JSON.parse((await runCli(["inference", "autoscale", "status", "cli", "--json"], stack.env)).stdout) as AutoscalingStatus;
+    expect(json).toMatchObject({ endpoint: "cli", configured: true, enabled: true, replicas: { desired: 1 }, queue: { waiting: 0, active: 0 } });
+    expect(json.config).toEqual({ enabled: true, min_replicas: 1, max_replicas: 2, target_queue_depth: 3, scale_up_cooldown: "30s", scale_down_cooldown: "1m", scale_down_delay: "90s" });
+    expect(json.waits).toMatchObject({ scale_up_cooldown_ms: 0, scale_down_delay_ms: null });
+    expect(json.scaler.holder).toBeTruthy();
+    expect(json.decisions[0]).toMatchObject({ action: "hold", from: 1, to: 1, inputs: { waiting: 0, active: 0 } });
+
+    const bad = join(dir, "bad.yaml");
+    await writeFile(bad, "endpoint: cli\nautoscaling:\n  min_replicas: 3\n  max_replicas: 2\n  scale_up_cooldown: 30\n  colour: blue\n");
+    const rejected = await runCli(["inference", "autoscale", "cli", "--config", bad], stack.env);
+    expect(rejected.code).toBe(2);
+    expect(rejected.stderr).toContain('autoscaling.scale_up_cooldown: expected "<n>s"');
+    expect(rejected.stderr).toContain('unknown field(s) "colour"');
+    expect(rejected.stderr).toContain("min_replicas must be <= max_replicas (3 > 2)");
+
+    const other = join(dir, "other.yaml");
+    await writeFile(other, "endpoint: someone-else\nautoscaling:\n  max_replicas: 2\n");
+    const mismatch = await runCli(["inference", "autoscale", "cli", "--config", other], stack.env);
+    expect(mismatch.code).toBe(2);
+    expect(mismatch.stderr).toMatch(/endpoint: "someone-else" does not match/);
+    const missing = await runCli(["inference", "autoscale", "cli", "--config", join(dir, "nope.yaml")], stack.env);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toMatch(/no such file/);
+    const noFile = await runCli(["inference", "autoscale", "cli"], stack.env);
+    expect(noFile.code).toBe(2);
+    expect(noFile.stderr).toMatch(/--config <file>/);
+    const noName = await runCli(["inference", "autoscale", "status"], stack.env);
+    expect(noName.code).toBe(2);
+    const unknown = await runCli(["inference", "autoscale", "ghost", "--config", good.replace("autoscale.yaml", "ghost.yaml")], stack.env);
+    expect(unknown.code).toBe(2);
+    await writeFile(join(dir, "ghost.yaml"), "autoscaling:\n  max_replicas: 2\n");
+    const ghost = await runCli(["inference", "autoscale", "ghost", "--config", join(dir, "ghost.yaml")], stack.env);
+    expect(ghost.code).toBe(1);
+    expect(ghost.stderr).toMatch(/no endpoint named "ghost"/);
+
+    // The same block inside a deployment file is applied at deploy time, and checked the same way.
+    const deployFile = join(dir, "deploy.yaml");
+    await writeFile(deployFile, "endpoint: cli\nmodel:\n  name: cli\nresources:\n  replicas: 1\nautoscaling:\n  min_replicas: 1\n  max_replicas: 3\n  scale_down_delay: 2m\n");
+    const deployed = await runCli(["inference", "deploy", "--config", deployFile], stack.env);
+    expect(deployed.code, deployed.stderr).toBe(0);
+    expect((await scaling("cli")).config).toMatchObject({ max_replicas: 3, scale_down_delay: "2m" });
+    await writeFile(deployFile, "endpoint: cli\nmodel:\n  name: cli\nautoscaling:\n  max_replicas: 0\n");
+    const badDeploy = await runCli(["inference", "deploy", "--config", deployFile], stack.env);
+    expect(badDeploy.code).toBe(1);
+    expect(badDeploy.stderr).toMatch(/autoscaling\.max_replicas: expected a whole number from 1 to 64/);
+    await remove("cli");
+  });
+});
+
+describe("autoscaling with real replicas", () => {
+  it("rises one step per cooldown to max under load, never past it, then falls after the delay to min", { timeout: 180_000 }, async () => {
+    const UP_MS = 1500;
+    const DELAY_MS = 3000;
+    await endpoint("scale", { replicas: 1, parallel: 1 }, {
+      min_replicas: 1,
+      max_replicas: 3,
+      target_queue_depth: 1,
+      scale_up_cooldown: `${UP_MS}ms`,
+      scale_down_cooldown: "1s",
+      scale_down_delay: `${DELAY_MS}ms`,
+    });
+    await stack.waitFor(async () => (await status("scale")).state === "available", "scale available");
+
+    // Eight clients, each sending its next request as soon as the last one is answered:
+    // 8 pending at 1 per replica keeps the queue above target at any count up to max.
+    let loading = true;
+    let maxDesired = 0;
+    let maxRunning = 0;
+    const clients = Array.from({ length: 8 }, async () => {
+      while (loading) expect((await complete("scale", "Once upon a time", 200)).status).toBe(200);
+    });
+    const sampler = (async () => {
+      while (loading) {
+        const s = await status("scale");
+        maxDesired = Math.max(maxDesired, s.replicas.desired);
+        maxRunning = Math.max(maxRunning, running(s).length);
+        await sleep(100);
+      }
+    })();
+    await stack.waitFor(async () => (await status("scale")).replicas.ready === 3, "3 ready replicas", 90_000);
+    // Another cooldown at max, load still above target: it must stay there.
+    await sleep(UP_MS + 500);
+    loading = false;
+    await Promise.all(clients);
+    await sampler;
+    expect(maxDesired).toBe(3);
+    expect(maxRunning).toBeLessThanOrEqual(3);
+
+    await stack.waitFor(async () => {
+      const s = await status("scale");
+      return s.replicas.desired === 1 && running(s).length === 1;
+    }, "back to 1 replica", 60_000);
+    const decisions = chronological(await scaling("scale"));
+    const ups = decisions.filter((d) => d.action === "scale_up");
+    expect(ups.map((d) => [d.from, d.to])).toEqual([[1, 2], [2, 3]]);
+    expect((ups[1] as ScalingDecisionRecord).at - (ups[0] as ScalingDecisionRecord).at).toBeGreaterThanOrEqual(UP_MS);
+    expect(Math.max(...decisions.map((d) => d.to))).toBe(3);
+    const downs = decisions.filter((d) => d.action === "scale_down");
+    expect(downs.map((d) => [d.from, d.to])).toEqual([[3, 2], [2, 1]]);
+    const firstDown = downs[0] as ScalingDecisionRecord;
+    const lastBusy = Math.max(...decisions.filter((d) => d.at < firstDown.at && d.needed >= 3).map((d) => d.at));
+    expect(firstDown.at - lastBusy).toBeGreaterThanOrEqual(DELAY_MS);
+    expect(firstDown.reason).toMatch(/scale_down_delay/);
+    await remove("scale");
+  });
+
+  it("scales from zero for the first request, serves it, and returns to zero after the delay", { timeout: 120_000 }, async () => {
+    await endpoint("zero", { replicas: 0, parallel: 1 }, { min_replicas: 0, max_replicas: 1, scale_up_cooldown: "1s", scale_down_cooldown: "1s", scale_down_delay: "2s" });
+    expect((await status("zero")).state).toBe("scaled_to_zero");
+    const res = await complete("zero", "Once upon a time", 12);
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { choices: { text: string; finish_reason: string }[]; usage: { completion_tokens: number } };
+    expect(body.usage.completion_tokens).toBe(12);
+    await endpoint("ref", { replicas: 1 });
+    expect(body.choices[0]?.text).toBe(await text("ref", "Once upon a time", 12));
+    await remove("ref");
+    await stack.waitFor(async () => {
+      const s = await status("zero");
+      return s.replicas.desired === 0 && s.replica_list.length === 0;
+    }, "back to zero replicas", 60_000);
+    const decisions = chronological(await scaling("zero"));
+    expect(decisions.filter((d) => d.action !== "hold").map((d) => [d.action, d.from, d.to])).toEqual([
+      ["scale_up", 0, 1],
+      ["scale_down", 1, 0],
+    ]);
+    expect(decisions.find((d) => d.action === "scale_up")?.reason).toMatch(/scale from zero/);
+    await remove("zero");
+  });
+});
+
+describe("failover", () => {
+  it("answers 100 concurrent requests correctly when one of two replicas is SIGKILLed mid-way: none lost, none duplicated", { timeout: 180_000 }, async () => {
+    await endpoint("fo", { replicas: 2, parallel: 4 });
+    await stack.waitFor(async () => (await status("fo")).replicas.ready === 2, "2 ready replicas");
+    const prompts = ["Once upon a time", "The little dog", "Lily and Tom went"];
+    const expected = new Map<string, string>();
+    for (const p of prompts) expected.set(p, await text("fo", p, 120));
+    const events = new QueueEvents("fo@v1", { connection: { url: stack.redisUrl }, prefix: "platform" });
+    await events.waitUntilReady();
+    let stalled = 0;
+    events.on("stalled", () => stalled++);
+
+    let answered = 0;
+    const requests = Array.from({ length: 100 }, async (_, i) => {
+      const prompt = prompts[i % prompts.length] as string;
+      const res = await complete("fo", prompt, 120);
+      const body = (await res.json()) as { id: string; choices: { text: string }[] } & Partial<ErrorBody>;
+      answered++;
+      return { prompt, status: res.status, body };
+    });
+    await stack.waitFor(async () => answered >= 10, "the first answers");
+    const busy = await (async () => {
+      for (;;) {
+        const victim = (await status("fo")).replica_list.find((r) => r.state === "ready" && r.in_flight > 0);
+        if (victim) return victim;
+        await sleep(20);
+      }
+    })();
+    process.kill(busy.pid, "SIGKILL");
+    const results = await Promise.all(requests);
+    await events.close();
+
+    expect(results.map((r) => r.status)).toEqual(Array(100).fill(200));
+    for (const r of results) expect(r.body.choices[0]?.text).toBe(expected.get(r.prompt));
+    expect(new Set(results.map((r) => r.body.id)).size).toBe(100);
+    // The kill did catch jobs in flight: they went back to the queue and were served again.
+    expect(stalled).toBeGreaterThanOrEqual(1);
+    expect(stack.output()).toMatch(/exited \(SIGKILL\); replacing it/);
+    await stack.waitFor(async () => (await status("fo")).replicas.ready === 2, "the killed replica replaced");
+    await remove("fo");
+  });
+
+  it("ends a stream that already sent tokens with one replica_lost error event when its replica dies", { timeout: 120_000 }, async () => {
+    await endpoint("st", { replicas: 2, parallel: 1 });
+    await stack.waitFor(async () => (await status("st")).replicas.ready === 2, "2 ready replicas");
+    const res = await complete("st", "Once upon a time", 3000, { stream: true });
+    expect(res.status).toBe(200);
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    const decoder = new TextDecoder();
+    let raw = "";
+    while (!raw.includes('"text":"') || !/"text":"[^"]+"/.test(raw)) raw += decoder.decode((await reader.read()).value);
+    const victim = await (async () => {
+      for (;;) {
+        const r = (await status("st")).replica_list.find((x) => x.in_flight > 0);
+        if (r) return r;
+        await sleep(20);
+      }
+    })();
+    process.kill(victim.pid, "SIGKILL");
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      raw += decoder.decode(value);
+    }
+    const data = raw.split("\n\n").filter((e) => e.startsWith("data: ")).map((e) => e.slice(6));
+    expect(data).not.toContain("[DONE]");
+    const errors = data.filter((d) => d.includes('"error"'));
+    expect(errors).toHaveLength(1);
+    expect(data.at(-1)).toBe(errors[0]);
+    expect(JSON.parse(errors[0] as string)).toMatchObject({ error: { code: "replica_lost", type: "server_error" } });
+    const tokens = data.slice(0, -1).map((d) => JSON.parse(d) as { choices: { text: string }[] });
+    expect(tokens.length).toBeGreaterThan(1);
+  });
+
+  it("answers 502 replica_lost, not a hang, when a job's replicas die twice (BullMQ fails it)", { timeout: 120_000 }, async () => {
+    await stack.waitFor(async () => {
+      const s = await status("st");
+      return s.replicas.ready === 2 && s.replica_list.every((r) => r.in_flight === 0) && s.queue.waiting + s.queue.active === 0;
+    }, "2 idle ready replicas");
+    const pending = complete("st", "Once upon a time", 3000);
+    const killed = new Set<number>();
+    for (let round = 0; round < 2; round++) {
+      const victim = await (async () => {
+        for (;;) {
+          const r = (await status("st")).replica_list.find((x) => x.in_flight > 0 && !killed.has(x.pid));
+          if (r) return r;
+          await sleep(20);
+        }
+      })();
+      killed.add(victim.pid);
+      process.kill(victim.pid, "SIGKILL");
+    }
+    const res = await pending;
+    expect(res.status).toBe(502);
+    expect(((await res.json()) as ErrorBody).error).toMatchObject({ type: "server_error", code: "replica_lost" });
+    await remove("st");
+  });
+});

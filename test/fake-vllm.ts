@@ -1,0 +1,179 @@
+/**
+ * A stand-in for `vllm serve` where there is no GPU: the same command line,
+ * the same OpenAI-compatible routes and vLLM's shapes for streams, usage and
+ * errors, with deterministic text. Started through a `#!/usr/bin/env node`
+ * launcher that test/vllm-engine.test.ts writes into a temp dir and runs `main`.
+ *
+ * Environment:
+ *   FAKE_VLLM_RECORD        file receiving {argv, pid} at start; requests are appended to `<file>.requests.jsonl`
+ *   FAKE_VLLM_EXIT          print this as a Python error on stderr and exit 1 before listening
+ *   FAKE_VLLM_NEVER_HEALTHY /health always answers 503
+ *   FAKE_VLLM_IGNORE_TERM   survive SIGTERM (only SIGKILL stops it)
+ *   FAKE_VLLM_NO_TEMPLATE   /v1/chat/completions fails as for a tokenizer without a chat template
+ *   FAKE_VLLM_RUNNER        "generate" (default) or "pooling": the other kind's routes answer vLLM's 501
+ */
+import { appendFileSync, writeFileSync } from "node:fs";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+
+/** What every completion says, one token per piece. */
+export const STORY = [
+  "Once", " upon", " a", " time", " there", " was", " a", " little", " fox", " who",
+  " loved", " to", " run", " through", " the", " quiet", " green", " woods", " every", " day", ".",
+];
+export const CHAT_REPLY = ["Hello", "!", " How", " can", " I", " help", "?"];
+/** /health answers 503 this many times before 200, as vLLM does while its engine starts. */
+export const UNHEALTHY_POLLS = 2;
+export const TOO_LONG_MESSAGE =
+  "This model's maximum context length is 64 tokens. However, you requested 1010 tokens (1000 in the messages, 10 in the completion). Please reduce the length of the messages or completion.";
+export const NO_TEMPLATE_MESSAGE =
+  "As of transformers v4.44, default chat template is no longer allowed, so you must provide a chat template if the tokenizer does not define one.";
+
+/** Tokens as the fake counts them: whitespace-separated words. */
+export function countTokens(text: string): number {
+  return text.split(/\s+/).filter(Boolean).length;
+}
+
+/** The prompt vLLM would build from chat messages; only its token count matters here. */
+export function renderChat(messages: { role: string; content: string }[]): string {
+  return messages.map((m) => `<|${m.role}|> ${m.content}`).join(" ") + " <|assistant|>";
+}
+
+function flag(argv: string[], name: string): string | undefined {
+  const i = argv.indexOf(name);
+  return i >= 0 ? argv[i + 1] : undefined;
+}
+
+export function main(): void {
+  const argv = process.argv.slice(2);
+  const record = process.env.FAKE_VLLM_RECORD;
+  if (record) writeFileSync(record, JSON.stringify({ argv, pid: process.pid }));
+  const log = (entry: unknown) => {
+    if (record) appendFileSync(`${record}.requests.jsonl`, JSON.stringify(entry) + "\n");
+  };
+  if (process.env.FAKE_VLLM_EXIT) {
+    process.stderr.write(`Traceback (most recent call last):\n  File "vllm/entrypoints/cli/main.py", line 1\nValueError: ${process.env.FAKE_VLLM_EXIT}\n`);
+    process.exit(1);
+  }
+  if (process.env.FAKE_VLLM_IGNORE_TERM) process.on("SIGTERM", () => undefined);
+  const port = Number(flag(argv, "--port") ?? 8000);
+  const served = flag(argv, "--served-model-name") ?? argv[0] ?? "model";
+  let healthPolls = 0;
+
+  const server = createServer(async (req, res) => {
+    const body = req.method === "POST" ? await readJson(req) : undefined;
+    log({ method: req.method, path: req.url, body });
+    if (req.url === "/health") {
+      healthPolls++;
+      const ok = !process.env.FAKE_VLLM_NEVER_HEALTHY && healthPolls > UNHEALTHY_POLLS;
+      res.writeHead(ok ? 200 : 503).end();
+      return;
+    }
+    const route = req.url === "/v1/completions" || req.url === "/v1/chat/completions" || req.url === "/v1/embeddings";
+    if (!route || req.method !== "POST") return sendError(res, 404, "NotFoundError", "Not Found");
+    if (typeof body !== "object" || body === null) return sendError(res, 400, "BadRequestError", "invalid JSON");
+    const b = body as Record<string, unknown>;
+    if (b.model !== served) return sendError(res, 404, "NotFoundError", `The model \`${String(b.model)}\` does not exist.`);
+    const pooling = process.env.FAKE_VLLM_RUNNER === "pooling";
+    if (req.url === "/v1/embeddings") {
+      return pooling ? embeddings(res, b) : sendError(res, 501, "NotImplementedError", "The model does not support Embeddings API");
+    }
+    if (pooling) {
+      const api = req.url === "/v1/completions" ? "Completions" : "Chat Completions";
+      return sendError(res, 501, "NotImplementedError", `The model does not support ${api} API`);
+    }
+    if (req.url === "/v1/chat/completions" && process.env.FAKE_VLLM_NO_TEMPLATE) {
+      return sendError(res, 400, "BadRequestError", NO_TEMPLATE_MESSAGE);
+    }
+    const chat = req.url === "/v1/chat/completions";
+    const promptText = chat ? renderChat(b.messages as { role: string; content: string }[]) : String(b.prompt);
+    if (promptText.includes("TOO_LONG")) return sendError(res, 400, "BadRequestError", TOO_LONG_MESSAGE);
+    await generate(res, b, chat, promptText, log);
+  });
+  // vLLM binds its port only once the model is loaded.
+  setTimeout(() => server.listen(port, "127.0.0.1"), 200);
+}
+
+async function generate(res: ServerResponse, b: Record<string, unknown>, chat: boolean, promptText: string, log: (entry: unknown) => void): Promise<void> {
+  // Like vLLM: an absent max_tokens is 16 on /v1/completions; null means up to the context window.
+  const maxTokens = b.max_tokens === undefined ? (chat ? Infinity : 16) : b.max_tokens === null ? Infinity : Number(b.max_tokens);
+  const options = (b.stream_options ?? {}) as { include_usage?: boolean; continuous_usage_stats?: boolean };
+  const promptTokens = countTokens(promptText);
+  const usageAt = (completion: number) => ({ prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion });
+  const object = chat ? "chat.completion.chunk" : "text_completion";
+  const base = { id: "cmpl-fake", object, created: Math.floor(Date.now() / 1000), model: b.model };
+  const choice = (piece: string, finish: string | null) =>
+    chat ? { index: 0, delta: { content: piece }, logprobs: null, finish_reason: finish } : { index: 0, text: piece, logprobs: null, finish_reason: finish };
+  const send = (obj: unknown) => res.write(`data: ${JSON.stringify(obj)}\n\n`);
+
+  let closed = false;
+  res.on("close", () => {
+    if (!res.writableFinished) {
+      closed = true;
+      log({ event: "client_closed" });
+    }
+  });
+  res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
+  if (chat) send({ ...base, choices: [{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }] });
+
+  const { pieces, finish } = promptText.includes("SLOW") ? { pieces: endless(maxTokens), finish: "length" } : planned(chat ? CHAT_REPLY : STORY, maxTokens, b.stop);
+  let produced = 0;
+  for (const [piece, last] of pieces) {
+    if (closed) return;
+    produced++;
+    send({ ...base, choices: [choice(piece, last ? finish : null)], usage: options.continuous_usage_stats ? usageAt(produced) : null });
+    if (!last) await new Promise((r) => setTimeout(r, 10));
+  }
+  if (produced === 0) send({ ...base, choices: [choice("", finish)] });
+  if (options.include_usage) send({ ...base, choices: [], usage: usageAt(produced) });
+  res.end("data: [DONE]\n\n");
+}
+
+/** The pieces of `source` up to max_tokens or a stop string, each with whether it is the last. */
+function planned(source: string[], maxTokens: number, stop: unknown): { pieces: [string, boolean][]; finish: string } {
+  const stops = Array.isArray(stop) ? (stop as string[]) : [];
+  const out: string[] = [];
+  let text = "";
+  for (const piece of source) {
+    if (out.length >= maxTokens) return { pieces: withLast(out), finish: "length" };
+    if (stops.some((s) => (text + piece).includes(s))) break;
+    out.push(piece);
+    text += piece;
+  }
+  return { pieces: withLast(out), finish: "stop" };
+}
+
+function withLast(pieces: string[]): [string, boolean][] {
+  return pieces.map((p, i) => [p, i === pieces.length - 1]);
+}
+
+/** The story over and over, until max_tokens or the client hangs up. */
+function* endless(maxTokens: number): Generator<[string, boolean]> {
+  for (let i = 0; i < maxTokens; i++) yield [STORY[i % STORY.length] as string, i === maxTokens - 1];
+}
+
+function embeddings(res: ServerResponse, b: Record<string, unknown>): void {
+  const inputs = typeof b.input === "string" ? [b.input] : (b.input as string[]);
+  const data = inputs.map((input, index) => ({ object: "embedding", index, embedding: [input.length, countTokens(input), 1] }));
+  const tokens = inputs.reduce((n, input) => n + countTokens(input), 0);
+  // Out of order on purpose: clients must use `index`.
+  sendJson(res, 200, { object: "list", data: data.reverse(), model: b.model, usage: { prompt_tokens: tokens, total_tokens: tokens } });
+}
+
+function sendError(res: ServerResponse, status: number, type: string, message: string): void {
+  sendJson(res, status, { error: { message, type, param: null, code: status } });
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
+}
+
+async function readJson(req: IncomingMessage): Promise<unknown> {
+  let raw = "";
+  for await (const chunk of req) raw += chunk;
+  try {
+    return JSON.parse(raw);
+  } catch {
+    return undefined;
+  }
+}
+

@@ -1,0 +1,108 @@
+/**
+ * Watches a BullMQ queue's event stream (`<prefix>:<queue>:events`) from the
+ * outside and counts events per job id: every time a worker takes a job it
+ * emits `active`, so `active` events per job are engine invocations.
+ *
+ * BullMQ caps that stream, so a reader that fell behind could silently miss
+ * events; `drain()` compares what was read with the stream's own count of
+ * entries ever added and reports the difference as `lost`.
+ */
+import { Redis } from "ioredis";
+
+export type ObservedEvent = { event: string; jobId: string };
+
+export class QueueObserver {
+  private readonly reader: Redis;
+  private readonly key: string;
+  private readonly counts = new Map<string, Map<string, number>>();
+  private readonly log: ObservedEvent[] | undefined;
+  private lastId = "$";
+  private read = 0;
+  private baseAdded = 0;
+  private running = true;
+  private loop: Promise<void> = Promise.resolve();
+
+  private constructor(redisUrl: string, key: string, keepLog: boolean) {
+    this.reader = new Redis(redisUrl, { maxRetriesPerRequest: null });
+    this.key = key;
+    this.log = keepLog ? [] : undefined;
+  }
+
+  static async start(redisUrl: string, prefix: string, queue: string, options: { keepLog?: boolean } = {}): Promise<QueueObserver> {
+    const observer = new QueueObserver(redisUrl, `${prefix}:${queue}:events`, options.keepLog ?? false);
+    const info = await observer.info();
+    observer.baseAdded = info.added;
+    observer.lastId = info.lastId;
+    observer.loop = observer.run();
+    return observer;
+  }
+
+  count(jobId: string, event: string): number {
+    return this.counts.get(jobId)?.get(event) ?? 0;
+  }
+
+  /** Job ids seen so far that start with `prefix`. */
+  jobIds(prefix = ""): string[] {
+    return [...this.counts.keys()].filter((id) => id.startsWith(prefix));
+  }
+
+  events(): readonly ObservedEvent[] {
+    return this.log ?? [];
+  }
+
+  /** Reads up to the stream's current end; `lost` counts entries trimmed before they were read. */
+  async drain(): Promise<{ lost: number }> {
+    for (;;) {
+      const info = await this.info();
+      if (info.length === 0 || info.lastId === this.lastId) return { lost: info.added - this.baseAdded - this.read };
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    this.reader.disconnect();
+    await this.loop;
+  }
+
+  private async info(): Promise<{ added: number; length: number; lastId: string }> {
+    const probe = this.reader.duplicate();
+    try {
+      const exists = await probe.exists(this.key);
+      if (!exists) return { added: 0, length: 0, lastId: "0-0" };
+      const raw = (await probe.call("XINFO", "STREAM", this.key)) as unknown[];
+      const field = (name: string) => raw[raw.indexOf(name) + 1];
+      return { added: Number(field("entries-added")), length: Number(field("length")), lastId: String(field("last-generated-id")) };
+    } finally {
+      probe.disconnect();
+    }
+  }
+
+  private async run(): Promise<void> {
+    while (this.running) {
+      let result: [string, [string, string[]][]][] | null;
+      try {
+        result = (await this.reader.xread("COUNT", 10_000, "BLOCK", 1000, "STREAMS", this.key, this.lastId)) as typeof result;
+      } catch {
+        if (!this.running) return;
+        continue;
+      }
+      for (const [id, fields] of result?.[0]?.[1] ?? []) {
+        this.lastId = id;
+        this.read++;
+        const event = field(fields, "event");
+        const jobId = field(fields, "jobId");
+        if (event === undefined || jobId === undefined) continue;
+        let perJob = this.counts.get(jobId);
+        if (!perJob) this.counts.set(jobId, (perJob = new Map()));
+        perJob.set(event, (perJob.get(event) ?? 0) + 1);
+        this.log?.push({ event, jobId });
+      }
+    }
+  }
+}
+
+function field(fields: string[], name: string): string | undefined {
+  for (let i = 0; i < fields.length; i += 2) if (fields[i] === name) return fields[i + 1];
+  return undefined;
+}

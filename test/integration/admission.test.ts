@@ -1,0 +1,161 @@
+/**
+ * Admission control against real Redis and a real BullMQ queue, with replica
+ * heartbeats written by hand: every branch of the 429/503 decision, the
+ * per-endpoint limits, and the queue-wait bound in the dispatcher.
+ */
+import { randomUUID } from "node:crypto";
+import { Queue, Worker } from "bullmq";
+import type { Redis } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { AutoscalingSettings } from "../../src/contracts/autoscaling.ts";
+import { DeploymentConfig } from "../../src/contracts/deployment.ts";
+import type { EndpointRecord, ReplicaState } from "../../src/contracts/records.ts";
+import { setAutoscaling } from "../../src/control/autoscaling.ts";
+import { type Control, connectControl, duplicate } from "../../src/control/redis.ts";
+import { removeReplica, writeReplica } from "../../src/control/replicas.ts";
+import { PlatformError } from "../../src/errors.ts";
+import { Admission, admissionDefaultsFromEnv, limitsFor } from "../../src/fabric/admission.ts";
+import { Dispatcher } from "../../src/fabric/dispatcher.ts";
+
+const PREFIX = `test-admission-${randomUUID().slice(0, 8)}`;
+let ctl: Control;
+let dispatcher: Dispatcher;
+const queues: Queue[] = [];
+
+beforeAll(() => {
+  ctl = connectControl("redis://127.0.0.1:6379", PREFIX);
+  dispatcher = new Dispatcher(ctl, "gw-test");
+});
+
+afterAll(async () => {
+  await dispatcher.close();
+  for (const q of queues) await q.close();
+  const keys = await ctl.redis.keys(`${PREFIX}:*`);
+  if (keys.length > 0) await ctl.redis.del(...keys);
+  ctl.redis.disconnect();
+});
+
+function endpoint(name: string, desired: number, resources: Record<string, unknown> = {}): EndpointRecord {
+  return {
+    name,
+    config: DeploymentConfig.parse({ endpoint: name, model: { name, version: "v1" }, resources }),
+    version: "v1",
+    framework: "llamacpp",
+    desired_replicas: desired,
+    created: Date.now(),
+    updated: Date.now(),
+  };
+}
+
+async function replica(name: string, id: string, state: ReplicaState, error?: string): Promise<void> {
+  const now = Date.now();
+  await writeReplica(ctl, { id, endpoint: name, model: name, version: "v1", state, pid: 1, host: "h", started: now, heartbeat: now, in_flight: 0, parallel: 1, error });
+}
+
+/** No caching, so each call sees what the test just wrote. */
+const fresh = () => new Admission(ctl, (m, v) => dispatcher.queue(m, v), { depthCacheMs: 0, capacityCacheMs: 0 });
+
+async function refusal(p: Promise<unknown>): Promise<PlatformError> {
+  const e = await p.then(() => undefined, (err: unknown) => err);
+  expect(e).toBeInstanceOf(PlatformError);
+  return e as PlatformError;
+}
+
+describe("admission", () => {
+  it("reads gateway-wide defaults from the environment, and per-endpoint limits from resources", () => {
+    expect(admissionDefaultsFromEnv({})).toEqual({ maxQueueDepth: 1000, maxQueueWaitMs: 60_000 });
+    const env = admissionDefaultsFromEnv({ PLATFORM_MAX_QUEUE_DEPTH: "50", PLATFORM_MAX_QUEUE_WAIT_MS: "1500" });
+    expect(env).toEqual({ maxQueueDepth: 50, maxQueueWaitMs: 1500 });
+    expect(() => admissionDefaultsFromEnv({ PLATFORM_MAX_QUEUE_DEPTH: "0" })).toThrow(/PLATFORM_MAX_QUEUE_DEPTH/);
+    expect(limitsFor(endpoint("x", 1, { max_queue_depth: 7, max_queue_wait: "2m" }), env)).toEqual({ maxQueueDepth: 7, maxQueueWaitMs: 120_000 });
+    expect(limitsFor(endpoint("x", 1), env)).toEqual(env);
+    expect(DeploymentConfig.safeParse({ model: { name: "x" }, resources: { max_queue_wait: "60" } }).error?.issues[0]?.message).toMatch(/expected "<n>s"/);
+  });
+
+  it("refuses with 503 no_capacity when nothing is ready and nothing is coming", async () => {
+    const admission = fresh();
+    // Scaled to zero, no autoscaling.
+    const zero = endpoint("zero", 0);
+    let e = await refusal(admission.admit(zero));
+    expect([e.status, e.code, e.retryAfter]).toEqual([503, "no_capacity", 30]);
+    expect(e.message).toMatch(/scaled to zero and autoscaling is off/);
+    // Autoscaling that may not go above zero does not count either; one that can, does.
+    await setAutoscaling(ctl, "zero", AutoscalingSettings.parse({ enabled: false, min_replicas: 0, max_replicas: 1 }));
+    expect((await refusal(admission.admit(zero))).code).toBe("no_capacity");
+    await setAutoscaling(ctl, "zero", AutoscalingSettings.parse({ min_replicas: 0, max_replicas: 1 }));
+    const wakeups: string[] = [];
+    const sub: Redis = duplicate(ctl);
+    await sub.subscribe(ctl.keys.scalerWakeup);
+    sub.on("message", (_c, m: string) => wakeups.push(m));
+    await expect(admission.admit(zero)).resolves.toEqual({ maxQueueDepth: 1000, maxQueueWaitMs: 60_000 });
+    for (let i = 0; i < 50 && wakeups.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(wakeups).toEqual(["zero"]);
+    await sub.quit();
+
+    // Every replica failed to start and none is starting: the error says why.
+    const broken = endpoint("broken", 1);
+    await replica("broken", "broken-1", "failed", "model file is corrupt");
+    e = await refusal(admission.admit(broken));
+    expect([e.status, e.code]).toEqual([503, "no_capacity"]);
+    expect(e.message).toMatch(/no replica of "broken" could start: model file is corrupt/);
+    // A replica starting again: requests wait for it.
+    await replica("broken", "broken-2", "starting");
+    await expect(admission.admit(broken)).resolves.toBeDefined();
+    // Replicas of another version do not count.
+    await removeReplica(ctl, "broken", "broken-2");
+    await writeReplica(ctl, { id: "broken-old", endpoint: "broken", model: "broken", version: "v0", state: "ready", pid: 1, host: "h", started: 0, heartbeat: Date.now(), in_flight: 0, parallel: 1 });
+    expect((await refusal(admission.admit(broken))).code).toBe("no_capacity");
+  });
+
+  it("refuses with 429 queue_full at max_queue_depth online requests waiting, counting its own admissions between reads", async () => {
+    const e = endpoint("full", 1, { max_queue_depth: 3 });
+    await replica("full", "full-1", "ready");
+    const queue = new Queue("full@v1", { connection: ctl.redis, prefix: PREFIX });
+    queues.push(queue);
+    await queue.add("completion", {});
+    // Batch records wait at a lower priority: they never delay an online request, so they do not count.
+    await queue.addBulk(Array.from({ length: 5 }, () => ({ name: "batch_record", data: {}, opts: { priority: 10 } })));
+    // A long cache: only this gateway's own admissions move the count after the first read.
+    const admission = new Admission(ctl, (m, v) => dispatcher.queue(m, v), { depthCacheMs: 60_000 });
+    await admission.admit(e); // 1 waiting → 2
+    await admission.admit(e); // 2 → 3
+    const err = await refusal(admission.admit(e));
+    expect([err.status, err.code, err.type, err.retryAfter]).toEqual([429, "queue_full", "rate_limit_error", 2]);
+    expect(err.message).toMatch(/3 requests are already waiting for "full" \(max_queue_depth 3\)/);
+    // Concurrent requests share one read and still stop at the limit.
+    await queue.drain();
+    const burst = new Admission(ctl, (m, v) => dispatcher.queue(m, v), { depthCacheMs: 60_000 });
+    const results = await Promise.allSettled(Array.from({ length: 10 }, () => burst.admit(e)));
+    expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(3);
+  });
+
+  it("withdraws a request nobody took within max_queue_wait and answers 503 queue_timeout", async () => {
+    const handle = await dispatcher.submit({ kind: "completion", request_id: "r1", model: "slow", version: "v1", prompt: "hi", params: {} }, { timeoutMs: 30_000, queueWaitMs: 300 });
+    const queue = dispatcher.queue("slow", "v1");
+    expect(await queue.getJobState(handle.id)).toBe("waiting");
+    const e = await refusal(handle.events.next());
+    expect([e.status, e.code, e.retryAfter]).toEqual([503, "queue_timeout", 5]);
+    expect(await queue.getJob(handle.id)).toBeUndefined();
+    expect(await ctl.redis.exists(ctl.keys.cancelled(handle.id))).toBe(1);
+  });
+
+  it("keeps waiting past max_queue_wait once a replica has the job", async () => {
+    const handle = await dispatcher.submit({ kind: "completion", request_id: "r2", model: "taken", version: "v1", prompt: "hi", params: {} }, { timeoutMs: 30_000, queueWaitMs: 200 });
+    const queue = dispatcher.queue("taken", "v1");
+    // Take the job the way a worker does, without answering yet.
+    let finish: (() => void) | undefined;
+    const worker = new Worker("taken@v1", () => new Promise<void>((resolve) => (finish = resolve)), { connection: duplicate(ctl), prefix: PREFIX });
+    for (let i = 0; i < 100 && (await queue.getJobState(handle.id)) !== "active"; i++) await new Promise((r) => setTimeout(r, 20));
+    let settled: string | undefined;
+    handle.events.next().then(
+      () => (settled = "event"),
+      (e: unknown) => (settled = (e as PlatformError).code),
+    );
+    await new Promise((r) => setTimeout(r, 600));
+    // Three times the queue wait and still waiting for the answer: no 503 for a job that runs.
+    expect(settled).toBeUndefined();
+    await handle.cancel();
+    finish?.();
+    await worker.close();
+  });
+});

@@ -1,0 +1,116 @@
+/** The gateway's own edges, in process against a private Redis, with no workers. */
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DeploymentConfig } from "../../src/contracts/deployment.ts";
+import { createApiKey } from "../../src/control/apikeys.ts";
+import { deployEndpoint } from "../../src/control/endpoints.ts";
+import { type Control, connectControl } from "../../src/control/redis.ts";
+import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
+import { importModel } from "../../src/registry/import.ts";
+import { loadSettings } from "../../src/settings.ts";
+import { openStore } from "../../src/storage/index.ts";
+import { tinyModelPath } from "../helpers/models.ts";
+import { privateRedis } from "../helpers/redis.ts";
+
+let redis: Awaited<ReturnType<typeof privateRedis>>;
+let ctl: Control;
+let gateway: RunningGateway;
+let admin: string;
+let user: string;
+
+beforeAll(async () => {
+  redis = await privateRedis();
+  const dataDir = await mkdtemp(join(tmpdir(), "platform-gw-"));
+  const settings = { ...loadSettings({ PLATFORM_DATA_DIR: dataDir }), redisUrl: redis.url, requestTimeoutMs: 400, maxBodyBytes: 10_000 };
+  ctl = connectControl(redis.url, settings.prefix);
+  admin = (await createApiKey(ctl, "admin", "admin")).key;
+  user = (await createApiKey(ctl, "user", "user")).key;
+  await importModel({ ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") }, { name: "tiny", framework: "llamacpp", source: await tinyModelPath() });
+  // Deployed, with a replica wanted but none running: requests wait in the queue.
+  await deployEndpoint(ctl, DeploymentConfig.parse({ model: { name: "tiny" } }));
+  gateway = await startGateway({ ctl, settings, host: "127.0.0.1", port: 0 });
+});
+
+afterAll(async () => {
+  await gateway?.close();
+  await ctl?.redis.quit();
+  await redis?.stop();
+});
+
+const call = (path: string, init: RequestInit & { key?: string | null } = {}) =>
+  fetch(`${gateway.url}${path}`, {
+    method: init.method ?? "POST",
+    body: init.body,
+    headers: { "content-type": "application/json", ...(init.key === null ? {} : { authorization: `Bearer ${init.key ?? user}` }), ...(init.headers as Record<string, string>) },
+  });
+
+async function errorOf(res: Response) {
+  const body = (await res.json()) as { error: { message: string; type: string; param: string | null; code: string | null } };
+  expect(Object.keys(body.error).sort()).toEqual(["code", "message", "param", "type"]);
+  return body.error;
+}
+
+describe("gateway edges", () => {
+  it("401 without a key, in the OpenAI envelope, with a request id", async () => {
+    const res = await call("/v1/models", { method: "GET", key: null });
+    expect(res.status).toBe(401);
+    expect(res.headers.get("x-request-id")).toBeTruthy();
+    expect(await errorOf(res)).toMatchObject({ type: "authentication_error", code: "invalid_api_key" });
+  });
+
+  it("echoes a caller's x-request-id", async () => {
+    const res = await call("/v1/models", { method: "GET", headers: { "x-request-id": "trace-123" } });
+    expect(res.headers.get("x-request-id")).toBe("trace-123");
+  });
+
+  it("403 for management routes with a user key", async () => {
+    const res = await call("/admin/v1/models", { method: "GET" });
+    expect(res.status).toBe(403);
+    expect(await errorOf(res)).toMatchObject({ type: "permission_error", code: "permission_denied" });
+    expect((await call("/admin/v1/models", { method: "GET", key: admin })).status).toBe(200);
+  });
+
+  it("404 for unknown routes", async () => {
+    const res = await call("/v2/whatever", { method: "GET" });
+    expect(res.status).toBe(404);
+    expect((await errorOf(res)).code).toBe("unknown_route");
+  });
+
+  it("400 for invalid JSON and for wrong types, naming the field", async () => {
+    const bad = await call("/v1/chat/completions", { body: "{not json" });
+    expect(bad.status).toBe(400);
+    expect((await errorOf(bad)).code).toBe("invalid_json");
+    const wrong = await call("/v1/chat/completions", { body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "x" }], max_tokens: "ten" }) });
+    expect(wrong.status).toBe(400);
+    const err = await errorOf(wrong);
+    expect(err.param).toBe("max_tokens");
+    expect(err.message).toMatch(/max_tokens/);
+    const n = await call("/v1/chat/completions", { body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "x" }], n: 2 }) });
+    expect((await errorOf(n)).message).toMatch(/only n = 1/);
+  });
+
+  it("413 for a body over the limit", async () => {
+    const res = await call("/v1/completions", { body: JSON.stringify({ model: "tiny", prompt: "x".repeat(20_000) }) });
+    expect(res.status).toBe(413);
+    expect((await errorOf(res)).code).toBe("request_too_large");
+  });
+
+  it("504 when nobody answers in time, and the job is withdrawn from the queue", async () => {
+    const res = await call("/v1/completions", { body: JSON.stringify({ model: "tiny", prompt: "hello", max_tokens: 3 }) });
+    expect(res.status).toBe(504);
+    expect((await errorOf(res)).code).toBe("timeout");
+    const status = await call("/admin/v1/endpoints/tiny", { method: "GET", key: admin });
+    const body = (await status.json()) as { state: string; queue: { waiting: number } };
+    expect(body.state).toBe("pending");
+    expect(body.queue.waiting).toBe(0);
+  });
+
+  it("serves Prometheus metrics under the vLLM names", async () => {
+    const res = await fetch(`${gateway.url}/metrics`);
+    const text = await res.text();
+    expect(text).toContain("vllm:num_requests_waiting");
+    expect(text).toMatch(/platform_replicas_desired\{model_name="tiny"\} 1/);
+  });
+});

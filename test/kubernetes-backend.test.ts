@@ -1,0 +1,336 @@
+import { KubeConfig } from "@kubernetes/client-node";
+import { Deployment } from "kubernetes-models/apps/v1/Deployment";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { DeploymentConfig, type DeploymentConfigInput } from "../src/contracts/deployment.ts";
+import { EndpointRecord } from "../src/contracts/records.ts";
+import {
+  ANNOTATIONS,
+  DEFAULT_GPU_TYPE_LABEL,
+  EXTERNAL_REPLICAS,
+  LABELS,
+  buildWorkerDeployment,
+  labelValue,
+  workerDeploymentName,
+  type WorkerDeploymentOptions,
+} from "../scaler/backends/kubernetes-manifests.ts";
+import { KubernetesApiError, KubernetesBackend, kubernetesBackendOptionsFromEnv } from "../scaler/backends/kubernetes.ts";
+import type { ReplicaBackend } from "../scaler/backend.ts";
+import { FakeKubernetesApi } from "./fake-kubernetes-api.ts";
+
+const DNS_1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
+const NAMESPACE = "team-a";
+const IMAGE = "registry.example.com/platform:1.2.3";
+
+function endpoint(name: string, version: string, config: Partial<DeploymentConfigInput> = {}): EndpointRecord {
+  return EndpointRecord.parse({
+    name,
+    config: DeploymentConfig.parse({ endpoint: name, model: { name: "stories", version }, ...config }),
+    version,
+    framework: "llamacpp",
+    desired_replicas: 1,
+    created: 1,
+    updated: 1,
+  });
+}
+
+const options: WorkerDeploymentOptions = {
+  namespace: NAMESPACE,
+  image: IMAGE,
+  configMapName: "platform-config",
+  secretName: "platform-secrets",
+};
+
+/** Schema validation against the real Kubernetes OpenAPI, plus the name and label rules the schema leaves out. */
+function expectValidDeployment(object: unknown): void {
+  const plain = JSON.parse(JSON.stringify(object));
+  expect(() => new Deployment(plain).validate()).not.toThrow();
+  expect(plain.metadata.name).toMatch(DNS_1123_LABEL);
+  expect(plain.metadata.name.length).toBeLessThanOrEqual(63);
+  for (const labels of [plain.metadata.labels, plain.spec.template.metadata.labels]) {
+    for (const value of Object.values(labels as Record<string, string>)) {
+      expect(value).toMatch(LABEL_VALUE);
+      expect(value.length).toBeLessThanOrEqual(63);
+    }
+  }
+}
+
+describe("worker Deployment manifest", () => {
+  it("builds a valid CPU worker Deployment with the worker command, env, resources and probes", () => {
+    const d = buildWorkerDeployment(endpoint("chat", "v1", { resources: { cpu: 2, memory: "4Gi" } }), 3, options);
+    expectValidDeployment(d);
+    const pod = d.spec!.template.spec!;
+    const container = pod.containers[0]!;
+    expect(d.spec!.replicas).toBe(3);
+    expect(d.metadata!.namespace).toBe(NAMESPACE);
+    expect(d.metadata!.labels).toMatchObject({
+      [LABELS.name]: "platform-worker",
+      [LABELS.endpoint]: "chat",
+      [LABELS.model]: "stories",
+      [LABELS.version]: "v1",
+    });
+    expect(d.spec!.selector.matchLabels).toEqual(
+      Object.fromEntries(Object.entries(d.spec!.selector.matchLabels!).map(([k]) => [k, d.spec!.template.metadata!.labels![k]])),
+    );
+    expect(container.image).toBe(IMAGE);
+    expect(container.args).toEqual(["worker", "--endpoint", "chat", "--health-port", "8081", "--replica-id", "$(POD_NAME)"]);
+    expect(container.env).toContainEqual({ name: "POD_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } });
+    expect(container.envFrom).toEqual([{ configMapRef: { name: "platform-config" } }, { secretRef: { name: "platform-secrets", optional: true } }]);
+    expect(container.resources).toEqual({ requests: { cpu: "2", memory: "4Gi" }, limits: { cpu: "2", memory: "4Gi" } });
+    expect(container.startupProbe?.httpGet).toEqual({ path: "/readyz", port: 8081 });
+    expect(container.readinessProbe?.httpGet).toEqual({ path: "/readyz", port: 8081 });
+    expect(container.livenessProbe?.httpGet).toEqual({ path: "/livez", port: 8081 });
+    expect(container.startupProbe!.periodSeconds! * container.startupProbe!.failureThreshold!).toBeGreaterThanOrEqual(600);
+    expect(pod.terminationGracePeriodSeconds).toBe(60);
+    expect(pod.securityContext?.runAsNonRoot).toBe(true);
+    expect(pod.nodeSelector).toBeUndefined();
+    expect(pod.tolerations).toBeUndefined();
+  });
+
+  it("asks for GPUs, tolerates the GPU taint and selects nodes by gpu_type", () => {
+    const d = buildWorkerDeployment(
+      endpoint("big", "v7", { resources: { gpu: 2, gpu_type: "NVIDIA-A100-SXM4-80GB", cpu: 8, memory: "64Gi" } }),
+      1,
+      options,
+    );
+    expectValidDeployment(d);
+    const pod = d.spec!.template.spec!;
+    expect(pod.containers[0]!.resources!.limits).toMatchObject({ "nvidia.com/gpu": "2" });
+    expect(pod.nodeSelector).toEqual({ [DEFAULT_GPU_TYPE_LABEL]: "NVIDIA-A100-SXM4-80GB" });
+    expect(pod.tolerations).toEqual([{ key: "nvidia.com/gpu", operator: "Exists", effect: "NoSchedule" }]);
+    expect(pod.volumes!.some((v) => v.name === "dshm" && v.emptyDir?.medium === "Memory")).toBe(true);
+  });
+
+  it("uses the configured node label for gpu_type, and a GPU count without a type", () => {
+    const typed = buildWorkerDeployment(endpoint("g", "v1", { resources: { gpu_type: "nvidia-tesla-t4" } }), 1, {
+      ...options,
+      gpuTypeLabel: "cloud.google.com/gke-accelerator",
+    });
+    expectValidDeployment(typed);
+    expect(typed.spec!.template.spec!.nodeSelector).toEqual({ "cloud.google.com/gke-accelerator": "nvidia-tesla-t4" });
+    const untyped = buildWorkerDeployment(endpoint("g", "v1", { resources: { gpu: 1 } }), 0, options);
+    expectValidDeployment(untyped);
+    expect(untyped.spec!.template.spec!.nodeSelector).toBeUndefined();
+    expect(untyped.spec!.replicas).toBe(0);
+  });
+
+  it("rejects a gpu_type that no node label can carry, naming the field", () => {
+    expect(() => buildWorkerDeployment(endpoint("g", "v1", { resources: { gpu: 1, gpu_type: "A100 80GB" } }), 1, options)).toThrow(
+      /resources\.gpu_type/,
+    );
+  });
+
+  it("names Deployments deterministically, within 63 characters, and without collisions", () => {
+    expect(workerDeploymentName("chat", "v1")).toBe(workerDeploymentName("chat", "v1"));
+    expect(workerDeploymentName("chat", "v1")).toMatch(/^platform-worker-chat-v1-[0-9a-f]{8}$/);
+    expect(workerDeploymentName("a", "b-v1")).not.toBe(workerDeploymentName("a-b", "v1"));
+    expect(workerDeploymentName("A.b", "v1")).not.toBe(workerDeploymentName("a-b", "v1"));
+    const longName = `Model_${"x".repeat(57)}`;
+    const longVersion = `v${"9".repeat(62)}`;
+    const name = workerDeploymentName(longName, longVersion);
+    expect(name.length).toBeLessThanOrEqual(63);
+    expect(name).toMatch(DNS_1123_LABEL);
+    expect(workerDeploymentName(longName, `${longVersion.slice(0, -1)}8`)).not.toBe(name);
+    expectValidDeployment(buildWorkerDeployment(endpoint(longName, longVersion), 1, options));
+  });
+
+  it("keeps valid label values and rewrites the ones Kubernetes would refuse", () => {
+    expect(labelValue("chat.v1_x")).toBe("chat.v1_x");
+    for (const raw of ["ends-with-dash-", "trailing.", `${"y".repeat(70)}`]) {
+      const value = labelValue(raw);
+      expect(value).toMatch(LABEL_VALUE);
+      expect(value.length).toBeLessThanOrEqual(63);
+      expect(value).not.toBe(labelValue(`${raw}z`));
+    }
+    expectValidDeployment(buildWorkerDeployment(endpoint("odd-", "v1."), 1, options));
+  });
+
+  it("uses the vLLM image for vLLM endpoints when one is configured", () => {
+    const record = { ...endpoint("g", "v1"), framework: "vllm" as const };
+    const d = buildWorkerDeployment(record, 1, { ...options, imageByFramework: { vllm: "example.com/platform-vllm:1" } });
+    expect(d.spec!.template.spec!.containers[0]!.image).toBe("example.com/platform-vllm:1");
+  });
+});
+
+describe("KubernetesBackend against an API server", () => {
+  let api: FakeKubernetesApi;
+  let kubeConfig: KubeConfig;
+
+  beforeEach(async () => {
+    api = new FakeKubernetesApi();
+    const server = await api.start();
+    kubeConfig = new KubeConfig();
+    kubeConfig.loadFromOptions({
+      clusters: [{ name: "fake", server, skipTLSVerify: true }],
+      users: [{ name: "scaler", token: "test-token" }],
+      contexts: [{ name: "fake", cluster: "fake", user: "scaler", namespace: NAMESPACE }],
+      currentContext: "fake",
+    });
+  });
+
+  afterEach(async () => {
+    await api.close();
+  });
+
+  function backend(extra: Partial<ConstructorParameters<typeof KubernetesBackend>[0]> = {}): KubernetesBackend {
+    return new KubernetesBackend({ kubeConfig, image: IMAGE, configMapName: "platform-config", secretName: "platform-secrets", ...extra }, {});
+  }
+
+  it("creates, scales, reads readiness, updates on a version change, and deletes", async () => {
+    const k8s = backend();
+    expect(k8s.namespace).toBe(NAMESPACE);
+    const v1 = endpoint("chat", "v1", { resources: { cpu: 2, memory: "2Gi" } });
+    const v1Name = workerDeploymentName("chat", "v1");
+
+    await k8s.scale(v1, 2);
+    const created = api.requests.find((r) => r.method === "POST")!;
+    expect(created.path).toBe(`/apis/apps/v1/namespaces/${NAMESPACE}/deployments`);
+    expect(created.authorization).toBe("Bearer test-token");
+    // What reached the wire is exactly what the builder made: the client dropped no field.
+    expect(created.body).toEqual(JSON.parse(JSON.stringify(buildWorkerDeployment(v1, 2, { ...options, namespace: NAMESPACE }))));
+    expectValidDeployment(created.body);
+    expect(api.deploymentNames(NAMESPACE)).toEqual([v1Name]);
+    expect(await k8s.observe("chat")).toEqual({ requested: 2, ready: 0 });
+
+    api.requests.length = 0;
+    await k8s.scale(v1, 3);
+    expect(api.writes()).toEqual([`PATCH /apis/apps/v1/namespaces/${NAMESPACE}/deployments/${v1Name}/scale`]);
+    expect(api.requests.find((r) => r.method === "PATCH")!.contentType).toBe("application/merge-patch+json");
+    expect(api.deployment(NAMESPACE, v1Name)!.spec.replicas).toBe(3);
+
+    api.requests.length = 0;
+    await k8s.scale(v1, 3);
+    expect(api.writes()).toEqual([]);
+
+    api.setReady(NAMESPACE, v1Name, 2);
+    expect(await k8s.observe("chat")).toEqual({ requested: 3, ready: 2 });
+
+    // Same version, new resources: the spec is replaced in place (a rolling update).
+    api.requests.length = 0;
+    const v1Bigger = endpoint("chat", "v1", { resources: { cpu: 4, memory: "2Gi" } });
+    await k8s.scale(v1Bigger, 3);
+    expect(api.writes()).toEqual([`PUT /apis/apps/v1/namespaces/${NAMESPACE}/deployments/${v1Name}`]);
+    const replaced = api.requests.find((r) => r.method === "PUT")!.body as { metadata: { resourceVersion?: string } };
+    expect(replaced.metadata.resourceVersion).toBeDefined();
+    expectValidDeployment(replaced);
+    expect(api.deployment(NAMESPACE, v1Name)!.spec.template.spec.containers[0].resources.limits.cpu).toBe("4");
+
+    // New version: a new Deployment; the old one keeps serving until the new one has a ready replica.
+    const v2 = endpoint("chat", "v2", { resources: { cpu: 4, memory: "2Gi" } });
+    const v2Name = workerDeploymentName("chat", "v2");
+    await k8s.scale(v2, 1);
+    expect(api.deploymentNames(NAMESPACE)).toEqual([v1Name, v2Name].sort());
+    expect(await k8s.observe("chat")).toEqual({ requested: 4, ready: 2 });
+    api.setReady(NAMESPACE, v2Name, 1);
+    await k8s.scale(v2, 1);
+    expect(api.deploymentNames(NAMESPACE)).toEqual([v2Name]);
+    expect(await k8s.observe("chat")).toEqual({ requested: 1, ready: 1 });
+
+    // Another endpoint's Deployments are never touched.
+    await k8s.scale(endpoint("other", "v1"), 1);
+    expect(k8s.endpoints().sort()).toEqual(["chat", "other"]);
+    // A scaler that restarts learns what exists from the cluster, so the reconciler can remove leftovers.
+    const restarted: ReplicaBackend & { endpoints(): string[] } = backend();
+    expect(restarted.endpoints()).toEqual([]);
+    expect((await (restarted as KubernetesBackend).refresh()).sort()).toEqual(["chat", "other"]);
+    await k8s.remove("chat");
+    expect(k8s.endpoints()).toEqual(["other"]);
+    expect(api.deploymentNames(NAMESPACE)).toEqual([workerDeploymentName("other", "v1")]);
+    expect(await k8s.observe("chat")).toEqual({ requested: 0, ready: 0 });
+    await k8s.remove("chat");
+    await k8s.close();
+  });
+
+  it("scaling to zero keeps the Deployment and drops older versions at once", async () => {
+    const k8s = backend();
+    await k8s.scale(endpoint("chat", "v1"), 1);
+    await k8s.scale(endpoint("chat", "v2"), 0);
+    expect(api.deploymentNames(NAMESPACE)).toEqual([workerDeploymentName("chat", "v2")]);
+    expect(await k8s.observe("chat")).toEqual({ requested: 0, ready: 0 });
+  });
+
+  it("leaves the replica count to another autoscaler when the Deployment is annotated so", async () => {
+    const k8s = backend();
+    const name = workerDeploymentName("chat", "v1");
+    await k8s.scale(endpoint("chat", "v1"), 1);
+    const live = api.deployment(NAMESPACE, name)!;
+    live.metadata.annotations[ANNOTATIONS.replicas] = EXTERNAL_REPLICAS;
+    live.spec.replicas = 7; // what KEDA's HPA set
+
+    api.requests.length = 0;
+    await k8s.scale(endpoint("chat", "v1"), 2);
+    expect(api.writes()).toEqual([]);
+
+    await k8s.scale(endpoint("chat", "v1", { resources: { cpu: 3 } }), 2);
+    expect(api.writes()).toEqual([`PUT /apis/apps/v1/namespaces/${NAMESPACE}/deployments/${name}`]);
+    const replaced = api.deployment(NAMESPACE, name)!;
+    expect(replaced.spec.replicas).toBe(7);
+    expect(replaced.metadata.annotations[ANNOTATIONS.replicas]).toBe(EXTERNAL_REPLICAS);
+    expect(replaced.spec.template.spec.containers[0].resources.limits.cpu).toBe("3");
+  });
+
+  it("surfaces API errors with the status code and the API's message", async () => {
+    api.forbiddenNamespaces.add("locked");
+    const k8s = backend({ namespace: "locked" });
+    const error = await k8s.scale(endpoint("chat", "v1"), 1).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(KubernetesApiError);
+    const apiError = error as KubernetesApiError;
+    expect(apiError.status).toBe(403);
+    expect(apiError.reason).toBe("Forbidden");
+    expect(apiError.message).toContain("list deployments in locked failed with 403 Forbidden");
+    expect(apiError.message).toContain('cannot list resource "deployments" in API group "apps" in the namespace "locked"');
+    await expect(k8s.observe("chat")).rejects.toThrow(/403 Forbidden/);
+  });
+
+  it("names the call and the cause when the API server cannot be reached", async () => {
+    await api.close();
+    const error = (await backend().observe("chat").catch((e: unknown) => e)) as Error;
+    expect(error.message).toMatch(new RegExp(`^Kubernetes API: list deployments in ${NAMESPACE} failed: .*ECONNREFUSED`));
+  });
+
+  it("surfaces a conflicting create as the API's AlreadyExists error", async () => {
+    const k8s = backend();
+    const record = endpoint("chat", "v1");
+    // A Deployment with the same name that this scaler did not create (no platform annotations).
+    const foreign = buildWorkerDeployment(record, 1, { ...options });
+    delete foreign.metadata!.annotations;
+    api.requests.length = 0;
+    const server = kubeConfig.getCurrentCluster()!.server;
+    const res = await fetch(`${server}/apis/apps/v1/namespaces/${NAMESPACE}/deployments`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(foreign),
+    });
+    expect(res.status).toBe(201);
+    await expect(k8s.scale(record, 1)).rejects.toThrow(/409 AlreadyExists: deployments\.apps ".*" already exists/);
+  });
+
+  it("runs workers on the scaler's own image when no image is configured", async () => {
+    api.pods.set(`${NAMESPACE}/platform-scaler-abc`, {
+      apiVersion: "v1",
+      kind: "Pod",
+      metadata: { name: "platform-scaler-abc", namespace: NAMESPACE },
+      spec: { containers: [{ name: "scaler", image: "example.com/platform@sha256:0123" }] },
+    });
+    const k8s = new KubernetesBackend({ kubeConfig }, { POD_NAME: "platform-scaler-abc", POD_NAMESPACE: NAMESPACE });
+    await k8s.scale(endpoint("chat", "v1"), 1);
+    const stored = api.deployment(NAMESPACE, workerDeploymentName("chat", "v1"))!;
+    expect(stored.spec.template.spec.containers[0].image).toBe("example.com/platform@sha256:0123");
+
+    const orphan = new KubernetesBackend({ kubeConfig }, {});
+    await expect(orphan.scale(endpoint("chat", "v1"), 1)).rejects.toThrow(/PLATFORM_WORKER_IMAGE/);
+  });
+
+  it("reads its options from the scaler's environment", () => {
+    expect(
+      kubernetesBackendOptionsFromEnv({ PLATFORM_WORKER_IMAGE: IMAGE, PLATFORM_WORKER_GRACE_SECONDS: "120", PLATFORM_GPU_TYPE_LABEL: "x/y" }),
+    ).toEqual({
+      image: IMAGE,
+      configMapName: "platform-config",
+      secretName: "platform-secrets",
+      gpuTypeLabel: "x/y",
+      terminationGracePeriodSeconds: 120,
+    });
+    expect(() => kubernetesBackendOptionsFromEnv({ PLATFORM_WORKER_GRACE_SECONDS: "soon" })).toThrow(/PLATFORM_WORKER_GRACE_SECONDS/);
+  });
+});

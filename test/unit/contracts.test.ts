@@ -1,0 +1,77 @@
+/** The small pure pieces at the edges: config validation, naming, state derivation, request mapping. */
+import { describe, expect, it } from "vitest";
+import { DeploymentConfig, describeIssues, notApplied } from "../../src/contracts/deployment.ts";
+import { JobPayload } from "../../src/contracts/job.ts";
+import { endpointNameFor } from "../../src/cli/up.ts";
+import { deriveState } from "../../src/control/status.ts";
+import { toMessages, toParams } from "../../src/gateway/schemas.ts";
+import { huggingFaceUrl } from "../../src/registry/import.ts";
+import { plainChatPrompt } from "../../workers/engines/engine.ts";
+
+const errorsOf = (input: unknown) => {
+  const r = DeploymentConfig.safeParse(input);
+  return r.success ? "" : describeIssues(r.error);
+};
+
+describe("deployment config", () => {
+  it("accepts the seed's fields and fills defaults", () => {
+    const c = DeploymentConfig.parse({ model: { name: "m" } });
+    expect(c.model.version).toBe("latest");
+    expect(c.resources).toMatchObject({ replicas: 1, parallel: 4 });
+  });
+
+  it("names the field and the expected form", () => {
+    expect(errorsOf({ model: { name: "m" }, resources: { memory: "4GB" } })).toBe('resources.memory: expected "<n>Gi" (or "<n>Mi")');
+    expect(errorsOf({ model: { name: "m" }, runtime: { gpu_memory_utilization: 1.5 } })).toMatch(/^runtime\.gpu_memory_utilization: /);
+    expect(errorsOf({ model: { name: "m", framework: "tensorrt" } })).toMatch(/^model\.framework: /);
+    expect(errorsOf({ model: { name: "bad name!" } })).toMatch(/^model\.name: expected letters, digits/);
+    expect(errorsOf({ model: { name: "m" }, extra: 1 })).toBe('unknown field(s) "extra"');
+    expect(errorsOf({})).toMatch(/^model: /);
+  });
+
+  it("reports what each engine cannot apply", () => {
+    const c = DeploymentConfig.parse({ model: { name: "m" }, runtime: { dtype: "float16", max_model_len: 128 }, resources: { gpu: 1, cpu: 2 } });
+    expect(notApplied("llamacpp", c)).toEqual(["runtime.dtype", "resources.gpu"]);
+    expect(notApplied("vllm", c)).toEqual(["resources.cpu"]);
+  });
+});
+
+describe("queue contract", () => {
+  it("validates a producer's payload and rejects unknown kinds", () => {
+    const ok = JobPayload.safeParse({ v: 1, kind: "completion", request_id: "r", model: "m", version: "v1", prompt: "hi" });
+    expect(ok.success).toBe(true);
+    expect(ok.success && ok.data.kind === "completion" && ok.data.params).toEqual({});
+    expect(JobPayload.safeParse({ v: 2, kind: "completion", request_id: "r", model: "m", version: "v1", prompt: "hi" }).success).toBe(false);
+    expect(JobPayload.safeParse({ v: 1, kind: "image", request_id: "r", model: "m", version: "v1" }).success).toBe(false);
+  });
+});
+
+describe("helpers", () => {
+  it("derives endpoint states", () => {
+    expect(deriveState(1, 0, 0, false)).toBe("pending");
+    expect(deriveState(2, 2, 0, true)).toBe("available");
+    expect(deriveState(2, 1, 0, true)).toBe("degraded");
+    expect(deriveState(1, 0, 0, true)).toBe("degraded");
+    expect(deriveState(1, 0, 1, false)).toBe("failed");
+    expect(deriveState(0, 0, 0, true)).toBe("scaled_to_zero");
+  });
+
+  it("maps OpenAI request fields to sampling params", () => {
+    expect(toParams({ max_tokens: 5, stop: "x", temperature: 0 })).toMatchObject({ max_tokens: 5, stop: ["x"], temperature: 0 });
+    expect(toParams({ max_tokens: 5, max_completion_tokens: 7 }).max_tokens).toBe(7);
+    expect(toMessages([{ role: "developer", content: [{ type: "text", text: "a" }, { type: "text", text: "b" }] }])).toEqual([{ role: "system", content: "ab" }]);
+  });
+
+  it("renders the plain chat fallback", () => {
+    expect(plainChatPrompt([{ role: "user", content: "Once upon a time" }])).toBe("Once upon a time");
+    expect(plainChatPrompt([{ role: "system", content: "s" }, { role: "user", content: "u" }])).toBe("s\nu");
+  });
+
+  it("names endpoints after files and resolves hf:// sources", () => {
+    expect(endpointNameFor("../models/stories260K.gguf")).toBe("stories260K");
+    expect(endpointNameFor("https://x.org/My Model (Q4).gguf?dl=1")).toBe("My-Model--Q4-");
+    expect(huggingFaceUrl("hf://org/repo/sub/file.gguf")).toBe("https://huggingface.co/org/repo/resolve/main/sub/file.gguf");
+    expect(huggingFaceUrl("hf://org/repo@abc123/file.gguf")).toBe("https://huggingface.co/org/repo/resolve/abc123/file.gguf");
+    expect(() => huggingFaceUrl("hf://org")).toThrow(/expected hf:\/\//);
+  });
+});

@@ -1,0 +1,40 @@
+/** The one interface every inference engine implements (llama.cpp, vLLM, the benchmark's echo). */
+import type { ChatMessage, FinishReason, SamplingParams, Usage } from "../../src/contracts/job.ts";
+
+export type TextRequest =
+  | { kind: "prompt"; prompt: string; params: SamplingParams }
+  | { kind: "chat"; messages: ChatMessage[]; params: SamplingParams };
+
+export type TextOutput = { text: string; finish_reason: FinishReason; usage: Usage };
+
+export type GenerationHooks = {
+  /** Called with each new piece of text, in order. */
+  onText?: (text: string) => void;
+  /** Aborting ends the generation early with finish_reason "cancelled". */
+  signal?: AbortSignal;
+};
+
+export interface Engine {
+  readonly name: string;
+  /** Sequences served at once. */
+  readonly parallel: number;
+  /** A real inference, so readiness means the engine can answer. */
+  warmup(): Promise<void>;
+  generate(request: TextRequest, hooks: GenerationHooks): Promise<TextOutput>;
+  embed(inputs: string[]): Promise<{ embeddings: number[][]; usage: Usage }>;
+  dispose(): Promise<void>;
+}
+
+export function usage(prompt: number, completion: number): Usage {
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+}
+
+/**
+ * The documented fallback for models without a chat template: the messages'
+ * contents, one per line, with no role markers. A model without a template was
+ * trained on plain text, and inventing a role format would only confuse it; a
+ * single user message thus behaves exactly like a completion of its text.
+ */
+export function plainChatPrompt(messages: ChatMessage[]): string {
+  return messages.map((m) => m.content).join("\n");
+}

@@ -1,0 +1,66 @@
+/** The worker process (`platform worker --endpoint <name>`): one replica, until SIGTERM. */
+import { mkdir, stat } from "node:fs/promises";
+import { join } from "node:path";
+import { randomBytes } from "node:crypto";
+import type { ModelVersionRecord } from "../src/contracts/records.ts";
+import { getEndpoint } from "../src/control/endpoints.ts";
+import { connectControl } from "../src/control/redis.ts";
+import { resolveModelVersion } from "../src/registry/versions.ts";
+import { loadSettings, type Settings } from "../src/settings.ts";
+import { openStore } from "../src/storage/index.ts";
+import { loadEngine } from "./engines/index.ts";
+import { startWorker } from "./worker.ts";
+
+export type WorkerProcessOptions = { endpoint: string; replicaId?: string; healthPort?: number };
+
+export async function runWorkerProcess(options: WorkerProcessOptions): Promise<void> {
+  const settings = loadSettings();
+  if (!settings.redisUrl) throw new Error("REDIS_URL is not set; a worker needs the platform's Redis");
+  const ctl = connectControl(settings.redisUrl, settings.prefix);
+  const endpoint = await getEndpoint(ctl, options.endpoint);
+  const model = await resolveModelVersion(ctl, endpoint.config.model.name, endpoint.version);
+  const replicaId = options.replicaId ?? `${endpoint.name}-${randomBytes(4).toString("hex")}`;
+  const worker = startWorker({
+    ctl,
+    endpoint,
+    replicaId,
+    healthPort: options.healthPort,
+    loadEngine: async () => loadEngine(endpoint, await localArtifact(settings, model)),
+  });
+
+  let stopping = false;
+  const stop = async (code: number) => {
+    if (stopping) return;
+    stopping = true;
+    await worker.drain();
+    await ctl.redis.quit().catch(() => undefined);
+    process.exit(code);
+  };
+  process.on("SIGTERM", () => void stop(0));
+  process.on("SIGINT", () => void stop(0));
+  // Started by `platform up`: never outlive it, even if it was killed without a chance to stop us.
+  if (process.env.PLATFORM_EXIT_WITH_PARENT === "1") {
+    const parent = process.ppid;
+    setInterval(() => process.ppid !== parent && void stop(0), 1000).unref();
+  }
+  try {
+    await worker.ready;
+    console.log(`[worker ${replicaId}] ready: ${endpoint.name} (${model.name}@${model.version})`);
+  } catch (e) {
+    console.error(`[worker ${replicaId}] failed to start: ${(e as Error).message}`);
+    await stop(1);
+  }
+}
+
+/** node-llama-cpp needs a file: use the store's own when local, else a cached download. */
+async function localArtifact(settings: Settings, model: ModelVersionRecord): Promise<string> {
+  const store = openStore(settings.artifactsUrl);
+  const local = store.localPath(model.artifact);
+  if (local) return local;
+  const dir = join(settings.dataDir, "cache", "models");
+  await mkdir(dir, { recursive: true });
+  const path = join(dir, `${model.sha256}.gguf`);
+  const existing = await stat(path).catch(() => undefined);
+  if (existing?.size !== model.size_bytes) await store.download(model.artifact, path);
+  return path;
+}

@@ -1,0 +1,212 @@
+/**
+ * A worker: one replica of one endpoint. It heartbeats into Redis from the
+ * moment it starts, takes jobs from its model queue only after a real warm-up
+ * inference, streams events back to whoever asked, and drains on shutdown.
+ */
+import { createServer, type Server } from "node:http";
+import { hostname } from "node:os";
+import { type Job, UnrecoverableError, Worker } from "bullmq";
+import type { Redis } from "ioredis";
+import { describeIssues } from "../src/contracts/deployment.ts";
+import { JobError, type JobEvent, JobPayload, type JobResult } from "../src/contracts/job.ts";
+import { queueName } from "../src/contracts/naming.ts";
+import type { EndpointRecord, ReplicaState } from "../src/contracts/records.ts";
+import { type Control, duplicate } from "../src/control/redis.ts";
+import { HEARTBEAT_INTERVAL_MS, removeReplica, writeReplica } from "../src/control/replicas.ts";
+import { PlatformError } from "../src/errors.ts";
+import type { Engine } from "./engines/engine.ts";
+import { Slots } from "./slots.ts";
+
+export type WorkerOptions = {
+  ctl: Control;
+  endpoint: EndpointRecord;
+  replicaId: string;
+  loadEngine: () => Promise<Engine>;
+  /** Serve /livez and /readyz here (Kubernetes probes); undefined: no HTTP server. */
+  healthPort?: number;
+};
+
+export type RunningWorker = {
+  /** Resolves when the worker is ready (after warm-up), rejects if loading failed. */
+  ready: Promise<void>;
+  /** Stop taking jobs, finish the in-flight ones, release everything. */
+  drain: () => Promise<void>;
+};
+
+const CANCEL_LOOKUP_AFTER_MS = 1000;
+/**
+ * Jobs a replica holds per engine sequence: one running, one waiting in `slots` for it, so a
+ * finishing sequence starts its next job with no Redis round trip (bench/batch.ts, 8 records in
+ * flight on 4 sequences: 0.73 → 1.01 of a direct engine loop's records/s). More would only keep
+ * jobs from idle replicas.
+ */
+const PREFETCH_FACTOR = 2;
+/** Reply streams are kept an hour after their last event, then vanish with their gateway. */
+const REPLY_STREAM_TTL_MS = 3_600_000;
+
+export function startWorker(options: WorkerOptions): RunningWorker {
+  const { ctl, endpoint, replicaId } = options;
+  const started = Date.now();
+  const inFlight = new Map<string, AbortController>();
+  const cancelledHere = new Set<string>();
+  let state: ReplicaState = "starting";
+  let error: string | undefined;
+  let engine: Engine | undefined;
+  let slots: Slots;
+  let bull: Worker | undefined;
+  let subscriber: Redis | undefined;
+  let health: Server | undefined;
+
+  const beat = () =>
+    writeReplica(ctl, {
+      id: replicaId,
+      endpoint: endpoint.name,
+      model: endpoint.config.model.name,
+      version: endpoint.version,
+      state,
+      pid: process.pid,
+      host: hostname(),
+      started,
+      heartbeat: Date.now(),
+      in_flight: inFlight.size,
+      parallel: engine?.parallel ?? endpoint.config.resources.parallel,
+      error,
+    }).catch(() => undefined); // Redis may blip; the next beat retries.
+  const heartbeat = setInterval(beat, HEARTBEAT_INTERVAL_MS);
+  void beat();
+
+  if (options.healthPort !== undefined) {
+    health = createServer((req, res) => {
+      const ok = req.url === "/livez" ? state !== "failed" : req.url === "/readyz" ? state === "ready" : false;
+      res.writeHead(req.url === "/livez" || req.url === "/readyz" ? (ok ? 200 : 503) : 404, { "content-type": "application/json" });
+      res.end(JSON.stringify({ state, replica: replicaId }));
+    }).listen(options.healthPort);
+  }
+
+  const emit = (payload: { reply?: { stream: string } }, jobId: string, event: JobEvent) => {
+    if (!payload.reply) return Promise.resolve();
+    const stream = payload.reply.stream;
+    return ctl.redis
+      .multi()
+      .xadd(stream, "MAXLEN", "~", "100000", "*", "job", jobId, "e", JSON.stringify(event))
+      .pexpire(stream, REPLY_STREAM_TTL_MS)
+      .exec();
+  };
+
+  const handle = async (job: Job): Promise<JobResult> => {
+    const jobId = job.id as string;
+    const parsed = JobPayload.safeParse(job.data);
+    if (!parsed.success) {
+      const err: JobError = { code: "invalid_job", status: 400, param: null, message: `invalid job payload: ${describeIssues(parsed.error)}` };
+      await emit(job.data ?? {}, jobId, { type: "error", error: err });
+      throw new UnrecoverableError(JSON.stringify(err));
+    }
+    const payload = parsed.data;
+    if (payload.deadline !== undefined && Date.now() > payload.deadline) {
+      throw fail(payload, jobId, new PlatformError(504, "timeout", "the request waited in the queue past its deadline"));
+    }
+    // A worker hears cancellations on pub/sub; only a job that waited long enough to have been
+    // cancelled before this worker subscribed needs the Redis lookup.
+    const waited = Date.now() - job.timestamp;
+    if (cancelledHere.has(jobId) || (waited > CANCEL_LOOKUP_AFTER_MS && (await ctl.redis.exists(ctl.keys.cancelled(jobId))))) {
+      throw fail(payload, jobId, new PlatformError(499, "cancelled", "the request was cancelled by its client"));
+    }
+    const abort = new AbortController();
+    inFlight.set(jobId, abort);
+    try {
+      await slots.acquire(abort.signal, payload.queue_deadline);
+      if (payload.stream) void emit(payload, jobId, { type: "started", replica: replicaId, attempt: job.attemptsStarted });
+      const queuedMs = Date.now() - job.timestamp;
+      let result: JobResult;
+      try {
+        result = await run(payload, abort.signal, (text) => void emit(payload, jobId, { type: "token", text }));
+      } finally {
+        // Before the reply's round trip: a prefetched job can use the sequence meanwhile.
+        slots.release();
+      }
+      if (result.type === "text") result.queued_ms = queuedMs;
+      await emit(payload, jobId, { type: "done", result });
+      return result;
+    } catch (e) {
+      throw fail(payload, jobId, e);
+    } finally {
+      inFlight.delete(jobId);
+    }
+  };
+
+  const run = async (payload: JobPayload, signal: AbortSignal, onToken: (text: string) => void): Promise<JobResult> => {
+    if (!engine) throw new PlatformError(503, "not_ready", "replica is not ready");
+    if (payload.kind === "embedding") {
+      const out = await engine.embed(payload.input);
+      return { type: "embedding", embeddings: out.embeddings, usage: out.usage, replica: replicaId };
+    }
+    const request =
+      payload.kind === "chat"
+        ? { kind: "chat" as const, messages: payload.messages, params: payload.params }
+        : { kind: "prompt" as const, prompt: payload.prompt, params: payload.params };
+    const out = await engine.generate(request, { signal, onText: payload.stream ? onToken : undefined });
+    return { type: "text", ...out, replica: replicaId };
+  };
+
+  /** Report the failure to the waiting client and make BullMQ fail the job without retrying it. */
+  const fail = (payload: JobPayload, jobId: string, e: unknown): UnrecoverableError => {
+    const err = toJobError(e);
+    void emit(payload, jobId, { type: "error", error: err });
+    return new UnrecoverableError(JSON.stringify(err));
+  };
+
+  const ready = (async () => {
+    try {
+      engine = await options.loadEngine();
+      await engine.warmup();
+    } catch (e) {
+      state = "failed";
+      error = e instanceof Error ? e.message : String(e);
+      await beat();
+      throw e;
+    }
+    subscriber = duplicate(ctl);
+    await subscriber.subscribe(ctl.keys.cancelChannel);
+    subscriber.on("message", (_channel, jobId: string) => {
+      inFlight.get(jobId)?.abort();
+      cancelledHere.add(jobId);
+      if (cancelledHere.size > 10_000) cancelledHere.clear();
+    });
+    slots = new Slots(engine.parallel);
+    bull = new Worker(queueName(endpoint.config.model.name, endpoint.version), handle, {
+      connection: duplicate(ctl),
+      prefix: ctl.prefix,
+      // Jobs beyond the engine's sequences wait in `slots` (workers/slots.ts).
+      concurrency: engine.parallel * PREFETCH_FACTOR,
+      // A dead replica's jobs go back to the queue within seconds, not BullMQ's default 30 s:
+      // its lock (renewed every 2.5 s) lapses within 5 s and a check (every 2 s) requeues the
+      // job: 5-6.5 s after the kill in bench/scale.ts, 9 s at most. One retry: a job that
+      // kills a second replica is failed (docs/fleet.md).
+      lockDuration: 5_000,
+      stalledInterval: 2_000,
+      maxStalledCount: 1,
+    });
+    bull.on("error", () => undefined); // connection errors are retried by BullMQ itself
+    state = "ready";
+    await beat();
+    await ctl.redis.set(ctl.keys.servedOnce(endpoint.name), String(Date.now()));
+  })();
+
+  const drain = async () => {
+    if (state !== "failed") state = "draining";
+    await beat();
+    await bull?.close(); // waits for in-flight jobs to finish
+    clearInterval(heartbeat);
+    await subscriber?.quit().catch(() => undefined);
+    health?.close();
+    await engine?.dispose().catch(() => undefined);
+    if (state !== "failed") await removeReplica(ctl, endpoint.name, replicaId);
+  };
+
+  return { ready, drain };
+}
+
+export function toJobError(e: unknown): JobError {
+  if (e instanceof PlatformError) return { code: e.code, message: e.message, status: e.status, param: e.param, retry_after: e.retryAfter };
+  return { code: "engine_error", message: e instanceof Error ? e.message : String(e), status: 500, param: null };
+}
