@@ -123,6 +123,9 @@ export class Dispatcher {
                 RETRY_AFTER_S.queue_timeout,
               );
             }
+            // A replica holds the job. Its answer may have arrived during the check (a replica
+            // that prefetched it fails it at this same deadline): look at the buffer before sleeping.
+            continue;
           }
           const left = deadline - Date.now();
           if (left <= 0) throw new PlatformError(504, "timeout", `no answer within ${options.timeoutMs} ms; the request was cancelled`);

@@ -158,4 +158,24 @@ describe("admission", () => {
     finish?.();
     await worker.close();
   });
+
+  it("hears an answer that arrives while it checks whether a replica has the job", async () => {
+    const handle = await dispatcher.submit({ kind: "completion", request_id: "r3", model: "race", version: "v1", prompt: "hi", params: {} }, { timeoutMs: 60_000, queueWaitMs: 200 });
+    const queue = dispatcher.queue("race", "v1");
+    // The replica that holds the job answers exactly while the dispatcher asks for the job's state,
+    // as a worker whose prefetched job reaches its queue deadline does.
+    const getJobState = queue.getJobState.bind(queue);
+    queue.getJobState = async (jobId: string) => {
+      const reply = JSON.stringify({ type: "error", error: { status: 503, code: "queue_timeout", param: null, message: "no sequence came free", retry_after: 5 } });
+      await ctl.redis.xadd(dispatcher.replyStream, "*", "job", jobId, "e", reply);
+      await new Promise((r) => setTimeout(r, 300)); // the reply is routed meanwhile
+      await getJobState(jobId);
+      return "active";
+    };
+    // Missed, the answer would sit unread until the request's 60 s timeout.
+    const hang = new Promise<"hang">((r) => setTimeout(() => r("hang"), 15_000).unref());
+    const next = await Promise.race([handle.events.next(), hang]);
+    queue.getJobState = getJobState;
+    expect(next).toEqual({ done: false, value: { type: "error", error: expect.objectContaining({ status: 503, code: "queue_timeout" }) } });
+  });
 });
