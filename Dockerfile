@@ -1,5 +1,9 @@
-# One image for every role: `up` (the whole platform on one host), `gateway`,
-# `scaler`, `worker`. Node 24 runs the TypeScript sources directly: no build step.
+# One image for every role: `gateway` (the default command), `scaler`, `worker`,
+# and `up` (every role in one container). Node 24 runs the TypeScript sources
+# directly: no build step. The image does NOT include redis-server: every role
+# expects REDIS_URL (and REDIS_PASSWORD) pointing at a Redis of its own
+# (docker-compose.yml and deploy/ run one), and the gateway exits with a clear
+# error when it is missing. One process per container, Redis managed as Redis.
 
 FROM node:24-bookworm-slim AS deps
 WORKDIR /app
@@ -25,5 +29,5 @@ USER 1000:1000
 VOLUME ["/data", "/models"]
 EXPOSE 8000
 ENTRYPOINT ["node", "bin/platform.js"]
-# `up` binds 127.0.0.1 by default, unreachable from outside a container.
-CMD ["up", "--host", "0.0.0.0"]
+# The gateway alone (binds 0.0.0.0:8000); set PLATFORM_BOOTSTRAP_ADMIN_KEY for the first admin key.
+CMD ["gateway"]

@@ -14,7 +14,7 @@
  */
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { BatchJobs, startBatchCoordinator } from "../src/batch/index.ts";
 import { isBlank, parseRecord, readLines } from "../src/batch/input.ts";
@@ -82,7 +82,7 @@ async function directLoop(concurrency: number): Promise<Run> {
 }
 
 const loadAtStart = loadavg()[0] as number;
-const stack = await startStack();
+const stack = await startStack({ args: ["--storage-root", dirname(modelPath)] });
 const admin = async (method: string, path: string, body: unknown) => {
   const res = await stack.admin<{ state?: string }>(method, path, body);
   if (res.status >= 300) throw new Error(`${method} ${path}: HTTP ${res.status} ${JSON.stringify(res.body)}`);

@@ -3,7 +3,7 @@
  * changes `desired_replicas` on the records; this loop is what acts on them.
  */
 import type { Redis } from "ioredis";
-import { listEndpoints } from "../src/control/endpoints.ts";
+import { readEndpoints } from "../src/control/endpoints.ts";
 import { type Control, duplicate } from "../src/control/redis.ts";
 import type { ReplicaBackend } from "./backend.ts";
 import { coalesced } from "./coalesce.ts";
@@ -19,9 +19,14 @@ export async function startReconciler(ctl: Control, backend: ReplicaBackend, int
   const reconcile = coalesced(async () => {
     if (options.active && !options.active()) return;
     try {
-      const endpoints = await listEndpoints(ctl);
-      const wanted = new Set(endpoints.map((e) => e.name));
-      for (const e of endpoints) await backend.scale(e, e.desired_replicas);
+      const { endpoints, invalid } = await readEndpoints(ctl);
+      // A record that stopped parsing keeps what it runs until someone fixes or deletes it:
+      // only a deleted endpoint loses its replicas. (readEndpoints reports the invalid one.)
+      const wanted = new Set([...endpoints.map((e) => e.name), ...invalid.map((r) => r.key)]);
+      for (const e of endpoints) {
+        // One endpoint the backend cannot scale must not stall the others.
+        await backend.scale(e, e.desired_replicas).catch((err: Error) => console.error(`[reconciler] ${e.name}: ${err.message}`));
+      }
       for (const name of backend.endpoints()) if (!wanted.has(name)) await backend.remove(name);
     } catch (e) {
       console.error(`[reconciler] ${(e as Error).message}`);

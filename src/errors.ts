@@ -29,6 +29,22 @@ export class PlatformError extends Error {
   }
 }
 
+/**
+ * Details a client must not see (server paths, Redis addresses, engine and stack text), kept
+ * beside the error that carries the public message. The gateway logs them with the request id
+ * and tells the client that id (src/gateway/errors.ts, `clientError`).
+ */
+const details = new WeakMap<PlatformError, unknown>();
+
+export function withDetail(err: PlatformError, detail: unknown): PlatformError {
+  details.set(err, detail);
+  return err;
+}
+
+export function detailOf(err: PlatformError): { detail: unknown } | undefined {
+  return details.has(err) ? { detail: details.get(err) } : undefined;
+}
+
 /** A failure a worker reported for a job (the queue contract's JobError), as the gateway answers it. */
 export function fromJobError(error: JobError): PlatformError {
   return new PlatformError(error.status, error.code, error.message, error.param, error.retry_after);

@@ -3,6 +3,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { delimiter, join } from "node:path";
 import { Deployment } from "kubernetes-models/apps/v1/Deployment";
 import { StatefulSet } from "kubernetes-models/apps/v1/StatefulSet";
+import { NetworkPolicy } from "kubernetes-models/networking.k8s.io/v1/NetworkPolicy";
 import { PodDisruptionBudget } from "kubernetes-models/policy/v1/PodDisruptionBudget";
 import { Role } from "kubernetes-models/rbac.authorization.k8s.io/v1/Role";
 import { RoleBinding } from "kubernetes-models/rbac.authorization.k8s.io/v1/RoleBinding";
@@ -12,6 +13,7 @@ import { Secret } from "kubernetes-models/v1/Secret";
 import { Service } from "kubernetes-models/v1/Service";
 import { ServiceAccount } from "kubernetes-models/v1/ServiceAccount";
 import { describe, expect, it } from "vitest";
+import { WORKER_APP_NAME } from "../scaler/backends/kubernetes-manifests.ts";
 import { GatewayMetrics } from "../src/telemetry/metrics.ts";
 import { parse, parseAllDocuments } from "yaml";
 
@@ -33,6 +35,7 @@ const MODELS: Record<string, new (data: any) => { validate(): void }> = {
   "rbac.authorization.k8s.io/v1/Role": Role,
   "rbac.authorization.k8s.io/v1/RoleBinding": RoleBinding,
   "policy/v1/PodDisruptionBudget": PodDisruptionBudget,
+  "networking.k8s.io/v1/NetworkPolicy": NetworkPolicy,
 };
 
 function findKubectl(): string | undefined {
@@ -122,7 +125,74 @@ function checkGatewayAndScaler(objects: Json[], namespace: string): Json {
   return gateway;
 }
 
+/** `env` entry `name` of a container, which must come from a Secret by reference. */
+function secretRefEnv(container: Json, name: string): Json {
+  const entry = (container.env as Json[] | undefined)?.find((e) => e.name === name);
+  expect(entry, `${container.name} has no ${name}`).toBeDefined();
+  expect(entry!.value, `${container.name}: ${name} must not be inlined`).toBeUndefined();
+  return entry!.valueFrom.secretKeyRef;
+}
+
+/** No secret is written into the manifests: no Secret objects, no literal password/key env values, no password in a URL. */
+function checkNoPlaintextSecrets(objects: Json[]): void {
+  expect(objects.filter((o) => o.kind === "Secret")).toEqual([]);
+  for (const [, template] of podSpecs(objects)) {
+    for (const container of template.spec.containers) {
+      for (const e of (container.env as Json[] | undefined) ?? []) {
+        if (/PASSWORD|SECRET_ACCESS|_KEY$|TOKEN/.test(e.name)) expect(e.value, `${container.name} ${e.name}`).toBeUndefined();
+      }
+      for (const arg of (container.args as string[] | undefined) ?? []) expect(arg).not.toMatch(/^[^$].*:\/\/[^/]*:[^/]*@/);
+    }
+  }
+  for (const map of objects.filter((o) => o.kind === "ConfigMap")) {
+    for (const value of Object.values(map.data as Record<string, string>)) expect(value).not.toMatch(/:\/\/[^/]*:[^/@]+@/);
+  }
+}
+
 describe.skipIf(!kubectl)("deploy/ kustomize overlays", () => {
+  it("dev: Redis requires a password from a Secret, every platform pod gets it by reference, and only they may reach Redis", () => {
+    const objects = kustomize("dev");
+    checkNoPlaintextSecrets(objects);
+    const redis = find(objects, "StatefulSet", "platform-redis")!.spec.template;
+    const container = redis.spec.containers[0];
+    const args: string[] = container.args;
+    expect(args[args.indexOf("--requirepass") + 1]).toBe("$(REDIS_PASSWORD)");
+    expect(secretRefEnv(container, "REDIS_PASSWORD")).toEqual({ name: "platform-redis", key: "password" });
+    // The probes authenticate through REDISCLI_AUTH, not a password on the command line.
+    expect(secretRefEnv(container, "REDISCLI_AUTH")).toEqual({ name: "platform-redis", key: "password" });
+    for (const name of ["platform-gateway", "platform-scaler"]) {
+      const c = find(objects, "Deployment", name)!.spec.template.spec.containers[0];
+      expect(secretRefEnv(c, "REDIS_PASSWORD")).toMatchObject({ name: "platform-redis", key: "password" });
+    }
+    const scalerEnv = find(objects, "Deployment", "platform-scaler")!.spec.template.spec.containers[0].env as Json[];
+    expect(scalerEnv.find((e) => e.name === "PLATFORM_WORKER_REDIS_SECRET")?.value).toBe("platform-redis/password");
+    const gateway = find(objects, "Deployment", "platform-gateway")!.spec.template.spec.containers[0];
+    expect(secretRefEnv(gateway, "PLATFORM_BOOTSTRAP_ADMIN_KEY")).toMatchObject({ name: "platform-admin", key: "key" });
+
+    const policy = find(objects, "NetworkPolicy", "platform-redis")!;
+    expect(policy).toBeDefined();
+    expect(policy.spec.policyTypes).toEqual(["Ingress"]);
+    // It selects exactly the Redis pods...
+    for (const [k, v] of Object.entries(policy.spec.podSelector.matchLabels as Record<string, string>)) expect(redis.metadata.labels[k]).toBe(v);
+    const selected = podSpecs(objects).filter(([, t]) => Object.entries(policy.spec.podSelector.matchLabels as Record<string, string>).every(([k, v]) => t.metadata.labels[k] === v));
+    expect(selected.map(([w]) => w.metadata.name)).toEqual(["platform-redis"]);
+    // ...and admits only the gateway, the scaler and the workers it creates, on the Redis port.
+    expect(policy.spec.ingress).toHaveLength(1);
+    const [rule] = policy.spec.ingress;
+    expect(rule.ports).toEqual([{ protocol: "TCP", port: 6379 }]);
+    expect(rule.from).toHaveLength(1);
+    expect(rule.from[0].namespaceSelector).toBeUndefined();
+    const allowed: string[] = rule.from[0].podSelector.matchExpressions[0].values;
+    expect(rule.from[0].podSelector.matchExpressions[0]).toMatchObject({ key: "app.kubernetes.io/name", operator: "In" });
+    expect([...allowed].sort()).toEqual(["platform-gateway", "platform-scaler", WORKER_APP_NAME]);
+  });
+
+  it("prod: no plaintext secrets, and no Redis NetworkPolicy left selecting nothing", () => {
+    const objects = kustomize("prod");
+    checkNoPlaintextSecrets(objects);
+    expect(find(objects, "NetworkPolicy", "platform-redis")).toBeUndefined();
+  });
+
   it("dev: one gateway, the scaler with least RBAC, and an AOF/noeviction Redis with a small PVC", () => {
     const objects = kustomize("dev");
     checkConsistency(objects, "platform-dev");

@@ -39,6 +39,7 @@ const options: WorkerDeploymentOptions = {
   image: IMAGE,
   configMapName: "platform-config",
   secretName: "platform-secrets",
+  redisPasswordSecret: { name: "platform-redis", key: "password" },
 };
 
 /** Schema validation against the real Kubernetes OpenAPI, plus the name and label rules the schema leaves out. */
@@ -76,6 +77,9 @@ describe("worker Deployment manifest", () => {
     expect(container.args).toEqual(["worker", "--endpoint", "chat", "--health-port", "8081", "--replica-id", "$(POD_NAME)"]);
     expect(container.env).toContainEqual({ name: "POD_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } });
     expect(container.envFrom).toEqual([{ configMapRef: { name: "platform-config" } }, { secretRef: { name: "platform-secrets", optional: true } }]);
+    // The Redis password by reference only: the spec (and the API server's copy of it) never holds it.
+    expect(container.env).toContainEqual({ name: "REDIS_PASSWORD", valueFrom: { secretKeyRef: { name: "platform-redis", key: "password", optional: true } } });
+    expect(container.env!.every((e) => e.value === undefined || !/password/i.test(e.name))).toBe(true);
     expect(container.resources).toEqual({ requests: { cpu: "2", memory: "4Gi" }, limits: { cpu: "2", memory: "4Gi" } });
     expect(container.startupProbe?.httpGet).toEqual({ path: "/readyz", port: 8081 });
     expect(container.readinessProbe?.httpGet).toEqual({ path: "/readyz", port: 8081 });
@@ -173,7 +177,7 @@ describe("KubernetesBackend against an API server", () => {
   });
 
   function backend(extra: Partial<ConstructorParameters<typeof KubernetesBackend>[0]> = {}): KubernetesBackend {
-    return new KubernetesBackend({ kubeConfig, image: IMAGE, configMapName: "platform-config", secretName: "platform-secrets", ...extra }, {});
+    return new KubernetesBackend({ kubeConfig, image: IMAGE, configMapName: "platform-config", secretName: "platform-secrets", redisPasswordSecret: { name: "platform-redis", key: "password" }, ...extra }, {});
   }
 
   it("creates, scales, reads readiness, updates on a version change, and deletes", async () => {
@@ -328,9 +332,12 @@ describe("KubernetesBackend against an API server", () => {
       image: IMAGE,
       configMapName: "platform-config",
       secretName: "platform-secrets",
+      redisPasswordSecret: { name: "platform-redis", key: "password" },
       gpuTypeLabel: "x/y",
       terminationGracePeriodSeconds: 120,
     });
+    expect(kubernetesBackendOptionsFromEnv({ PLATFORM_WORKER_IMAGE: IMAGE, PLATFORM_WORKER_REDIS_SECRET: "" }).redisPasswordSecret).toBeUndefined();
+    expect(() => kubernetesBackendOptionsFromEnv({ PLATFORM_WORKER_REDIS_SECRET: "no-key" })).toThrow(/PLATFORM_WORKER_REDIS_SECRET/);
     expect(() => kubernetesBackendOptionsFromEnv({ PLATFORM_WORKER_GRACE_SECONDS: "soon" })).toThrow(/PLATFORM_WORKER_GRACE_SECONDS/);
   });
 });

@@ -1,5 +1,6 @@
 // One behavioural suite run against both stores: a temp directory and a real
 // S3-compatible server (s3rver, in-process on a free port).
+import { spawnSync } from "node:child_process";
 import { createHash, randomUUID } from "node:crypto";
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
@@ -361,12 +362,29 @@ describe("file store", () => {
     await expectStorageError(store.concat([], "y"), "unwritable", "cannot write");
   });
 
-  it("fails a write into a read-only directory (when not running as root)", async () => {
-    if (process.getuid?.() === 0) return; // root writes anywhere; the ENOTDIR case above still covers the mapping
-    const dir = join(scratch, `readonly-${randomUUID()}`);
-    await mkdir(dir);
-    await chmod(dir, 0o555);
-    await expectStorageError(openStore(dir).put("x", "x"), "unwritable", "EACCES");
+  it("fails a write into a read-only directory (as an unprivileged user when the suite runs as root)", async () => {
+    if (process.getuid?.() !== 0) {
+      const dir = join(scratch, `readonly-${randomUUID()}`);
+      await mkdir(dir);
+      await chmod(dir, 0o555);
+      await expectStorageError(openStore(dir).put("x", "x"), "unwritable", "EACCES");
+      return;
+    }
+    // Root writes anywhere (CI runs as root): the same write, from a child process running as "nobody".
+    const base = await mkdtemp(join(tmpdir(), "platform-readonly-"));
+    await chmod(base, 0o755);
+    const dir = join(base, "readonly");
+    await mkdir(dir, { mode: 0o555 });
+    const storage = new URL("../src/storage/index.ts", import.meta.url).href;
+    const script = `import { openStore } from ${JSON.stringify(storage)};
+try { await openStore(${JSON.stringify(dir)}).put("x", "x"); console.log(JSON.stringify({ written: true })); }
+catch (e) { console.log(JSON.stringify({ code: e.code, message: e.message })); }`;
+    const child = spawnSync(process.execPath, ["--input-type=module", "-e", script], { uid: 65534, gid: 65534, encoding: "utf8", cwd: "/" });
+    await rm(base, { recursive: true, force: true });
+    expect(child.status, child.stderr).toBe(0);
+    const result = JSON.parse(child.stdout.trim().split("\n").at(-1) as string) as { code?: string; message?: string };
+    expect(result.code).toBe("unwritable");
+    expect(result.message).toContain("EACCES");
   });
 
   it("reads a directory key as missing", async () => {

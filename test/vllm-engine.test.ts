@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { alive } from "./helpers/processes.ts";
 import { DeploymentConfig, notAppliedByVllm, Resources, Runtime } from "../src/contracts/deployment.ts";
 import { PlatformError } from "../src/errors.ts";
 import {
@@ -159,15 +160,6 @@ async function requests(record: string): Promise<Logged[]> {
 
 async function lastBody(record: string, path: string): Promise<Record<string, unknown> | undefined> {
   return (await requests(record)).filter((r) => r.path === path).at(-1)?.body;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 async function rejection(promise: Promise<unknown>): Promise<unknown> {

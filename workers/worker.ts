@@ -5,7 +5,7 @@
  */
 import { createServer, type Server } from "node:http";
 import { hostname } from "node:os";
-import { type Job, UnrecoverableError, Worker } from "bullmq";
+import { type Job, UnrecoverableError, WaitingError, Worker } from "bullmq";
 import type { Redis } from "ioredis";
 import { describeIssues } from "../src/contracts/deployment.ts";
 import { JobError, type JobEvent, JobPayload, type JobResult } from "../src/contracts/job.ts";
@@ -29,8 +29,11 @@ export type WorkerOptions = {
 export type RunningWorker = {
   /** Resolves when the worker is ready (after warm-up), rejects if loading failed. */
   ready: Promise<void>;
-  /** Stop taking jobs, finish the in-flight ones, release everything. */
-  drain: () => Promise<void>;
+  /**
+   * Stop taking jobs and finish the in-flight ones; past `deadlineMs` (0: at once) abort them and
+   * give their jobs back to the queue, for another replica. Then release everything.
+   */
+  drain: (options?: { deadlineMs?: number }) => Promise<void>;
 };
 
 const CANCEL_LOOKUP_AFTER_MS = 1000;
@@ -43,11 +46,20 @@ const CANCEL_LOOKUP_AFTER_MS = 1000;
 const PREFETCH_FACTOR = 2;
 /** Reply streams are kept an hour after their last event, then vanish with their gateway. */
 const REPLY_STREAM_TTL_MS = 3_600_000;
+/** After the drain deadline, how long aborted jobs get to be handed back before the drain moves on. */
+const RELEASE_GRACE_MS = 3_000;
+/** The clean-up after a drain waits this long at most: Redis may be gone. */
+const STEP_MS = 1_000;
 
 export function startWorker(options: WorkerOptions): RunningWorker {
   const { ctl, endpoint, replicaId } = options;
   const started = Date.now();
   const inFlight = new Map<string, AbortController>();
+  /** Jobs holding a sequence; the others in `inFlight` wait in `slots` for one. */
+  const generating = new Set<string>();
+  /** Jobs aborted by the drain, to be handed back to the queue rather than failed. */
+  const releasing = new Set<string>();
+  let draining = false;
   const cancelledHere = new Set<string>();
   let state: ReplicaState = "starting";
   let error: string | undefined;
@@ -93,7 +105,17 @@ export function startWorker(options: WorkerOptions): RunningWorker {
       .exec();
   };
 
-  const handle = async (job: Job): Promise<JobResult> => {
+  /**
+   * Hands a job back to the queue (not a failure, so no retry is spent): another replica runs it
+   * from the start. If Redis is gone this cannot happen; the job's lock then lapses and BullMQ's
+   * stalled-job check requeues it.
+   */
+  const release = async (job: Job, token: string | undefined): Promise<never> => {
+    if (token !== undefined) await job.moveToWait(token);
+    throw new WaitingError();
+  };
+
+  const handle = async (job: Job, token?: string): Promise<JobResult> => {
     const jobId = job.id as string;
     const parsed = JobPayload.safeParse(job.data);
     if (!parsed.success) {
@@ -113,8 +135,14 @@ export function startWorker(options: WorkerOptions): RunningWorker {
     }
     const abort = new AbortController();
     inFlight.set(jobId, abort);
+    if (draining) {
+      // Prefetched while the drain began: not started, so back to the queue.
+      releasing.add(jobId);
+      abort.abort();
+    }
     try {
       await slots.acquire(abort.signal, payload.queue_deadline);
+      generating.add(jobId);
       if (payload.stream) void emit(payload, jobId, { type: "started", replica: replicaId, attempt: job.attemptsStarted });
       const queuedMs = Date.now() - job.timestamp;
       let result: JobResult;
@@ -123,14 +151,19 @@ export function startWorker(options: WorkerOptions): RunningWorker {
       } finally {
         // Before the reply's round trip: a prefetched job can use the sequence meanwhile.
         slots.release();
+        generating.delete(jobId);
       }
+      if (releasing.has(jobId)) return await release(job, token);
       if (result.type === "text") result.queued_ms = queuedMs;
       await emit(payload, jobId, { type: "done", result });
       return result;
     } catch (e) {
+      if (e instanceof WaitingError) throw e;
+      if (releasing.has(jobId)) return await release(job, token);
       throw fail(payload, jobId, e);
     } finally {
       inFlight.delete(jobId);
+      releasing.delete(jobId);
     }
   };
 
@@ -151,6 +184,8 @@ export function startWorker(options: WorkerOptions): RunningWorker {
   /** Report the failure to the waiting client and make BullMQ fail the job without retrying it. */
   const fail = (payload: JobPayload, jobId: string, e: unknown): UnrecoverableError => {
     const err = toJobError(e);
+    // The full story (stack included) stays here; the gateway logs the message under the same request id.
+    if (!(e instanceof PlatformError)) console.error(`[worker] request ${payload.request_id} (job ${jobId}) failed:`, e);
     void emit(payload, jobId, { type: "error", error: err });
     return new UnrecoverableError(JSON.stringify(err));
   };
@@ -192,18 +227,44 @@ export function startWorker(options: WorkerOptions): RunningWorker {
     await ctl.redis.set(ctl.keys.servedOnce(endpoint.name), String(Date.now()));
   })();
 
-  const drain = async () => {
+  const abortAll = (which: (jobId: string) => boolean) => {
+    for (const [jobId, abort] of inFlight) {
+      if (!which(jobId)) continue;
+      releasing.add(jobId);
+      abort.abort();
+    }
+  };
+
+  const drain = async ({ deadlineMs = 30_000 }: { deadlineMs?: number } = {}) => {
     if (state !== "failed") state = "draining";
-    await beat();
-    await bull?.close(); // waits for in-flight jobs to finish
+    draining = true;
+    void beat();
+    // Jobs waiting for a sequence have not started: another replica can take them now.
+    abortAll((jobId) => !generating.has(jobId));
+    const closing = bull?.close() ?? Promise.resolve(); // resolves once in-flight jobs have ended
+    let timer: NodeJS.Timeout | undefined;
+    const pastDeadline = new Promise<void>((resolve) => {
+      timer = setTimeout(() => {
+        abortAll(() => true);
+        setTimeout(resolve, RELEASE_GRACE_MS).unref();
+      }, deadlineMs);
+    });
+    await Promise.race([closing.catch(() => undefined), pastDeadline]);
+    clearTimeout(timer);
     clearInterval(heartbeat);
-    await subscriber?.quit().catch(() => undefined);
     health?.close();
-    await engine?.dispose().catch(() => undefined);
-    if (state !== "failed") await removeReplica(ctl, endpoint.name, replicaId);
+    await Promise.all([
+      bounded(subscriber?.quit()),
+      bounded(engine?.dispose()),
+      state !== "failed" ? bounded(removeReplica(ctl, endpoint.name, replicaId)) : undefined,
+    ]);
   };
 
   return { ready, drain };
+}
+
+function bounded(work: Promise<unknown> | undefined): Promise<unknown> {
+  return Promise.race([work?.catch(() => undefined), new Promise((r) => setTimeout(r, STEP_MS).unref())]);
 }
 
 export function toJobError(e: unknown): JobError {

@@ -61,6 +61,8 @@ export interface WorkerDeploymentOptions {
   configMapName?: string;
   /** Secret with the AWS_* credentials for the artifact store (optional at run time). */
   secretName?: string;
+  /** Secret and key holding the Redis password, given to workers as REDIS_PASSWORD by reference, never copied into the spec. */
+  redisPasswordSecret?: { name: string; key: string };
   /** Extra environment, applied after the ConfigMap and Secret. */
   env?: Record<string, string>;
   /** Extra labels for the Deployment and its pods (e.g. cost allocation). */
@@ -180,6 +182,10 @@ function environment(options: WorkerDeploymentOptions): { env: V1EnvVar[]; envFr
   const env: V1EnvVar[] = [
     { name: "POD_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
     { name: "PLATFORM_DATA_DIR", value: "/data" },
+    // Optional like the other Secret: an external Redis may carry its password in REDIS_URL instead.
+    ...(options.redisPasswordSecret
+      ? [{ name: "REDIS_PASSWORD", valueFrom: { secretKeyRef: { name: options.redisPasswordSecret.name, key: options.redisPasswordSecret.key, optional: true } } }]
+      : []),
     ...Object.entries(options.env ?? {})
       .sort(([a], [b]) => a.localeCompare(b))
       .map(([name, value]) => ({ name, value })),

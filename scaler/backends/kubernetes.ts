@@ -234,6 +234,11 @@ const BackendEnv = z.object({
   PLATFORM_K8S_NAMESPACE: z.string().min(1).optional(),
   PLATFORM_WORKER_CONFIGMAP: z.string().min(1).default("platform-config"),
   PLATFORM_WORKER_SECRET: z.string().min(1).default("platform-secrets"),
+  /** `<secret>/<key>` holding the Redis password for workers; empty: none. */
+  PLATFORM_WORKER_REDIS_SECRET: z
+    .string()
+    .regex(/^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\/[-._a-zA-Z0-9]+$/, 'expected "<secret name>/<key>", e.g. platform-redis/password')
+    .default("platform-redis/password"),
   PLATFORM_WORKER_SERVICE_ACCOUNT: z.string().min(1).optional(),
   PLATFORM_GPU_TYPE_LABEL: z.string().min(1).optional(),
   PLATFORM_WORKER_GRACE_SECONDS: z.coerce.number().int().min(0).optional(),
@@ -254,6 +259,7 @@ export function kubernetesBackendOptionsFromEnv(env: NodeJS.ProcessEnv = process
     ...(e.PLATFORM_K8S_NAMESPACE ? { namespace: e.PLATFORM_K8S_NAMESPACE } : {}),
     configMapName: e.PLATFORM_WORKER_CONFIGMAP,
     secretName: e.PLATFORM_WORKER_SECRET,
+    ...(e.PLATFORM_WORKER_REDIS_SECRET ? { redisPasswordSecret: { name: e.PLATFORM_WORKER_REDIS_SECRET.split("/")[0]!, key: e.PLATFORM_WORKER_REDIS_SECRET.split("/")[1]! } } : {}),
     ...(e.PLATFORM_WORKER_SERVICE_ACCOUNT ? { serviceAccountName: e.PLATFORM_WORKER_SERVICE_ACCOUNT } : {}),
     ...(e.PLATFORM_GPU_TYPE_LABEL ? { gpuTypeLabel: e.PLATFORM_GPU_TYPE_LABEL } : {}),
     ...(e.PLATFORM_WORKER_GRACE_SECONDS !== undefined ? { terminationGracePeriodSeconds: e.PLATFORM_WORKER_GRACE_SECONDS } : {}),

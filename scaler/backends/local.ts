@@ -88,6 +88,20 @@ export class LocalBackend implements ReplicaBackend {
     await Promise.all([...this.pools.keys()].map((name) => this.remove(name)));
   }
 
+  /** The forced stop (a second Ctrl-C): SIGKILL every replica now; their jobs' locks lapse and BullMQ requeues them. */
+  async kill(): Promise<void> {
+    this.closed = true;
+    const all = [...this.pools.values()].flatMap((pool) => {
+      clearTimeout(pool.restartTimer);
+      return pool.replicas;
+    });
+    for (const r of all) {
+      r.stopping = true;
+      r.child.kill("SIGKILL");
+    }
+    await Promise.all(all.map((r) => r.exited));
+  }
+
   private start(pool: Pool): void {
     const id = `${pool.endpoint.name}-${randomBytes(4).toString("hex")}`;
     const [command, ...args] = this.options.workerCommand;

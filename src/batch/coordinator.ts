@@ -10,6 +10,7 @@ import { type Job, Worker, WaitingError } from "bullmq";
 import type { Control } from "../control/redis.ts";
 import { duplicate } from "../control/redis.ts";
 import type { Settings } from "../settings.ts";
+import { StoragePolicy } from "../storage/policy.ts";
 import { COORDINATOR_QUEUE, type CoordinatorJobData } from "./jobs.ts";
 import { updateIfActive } from "./records.ts";
 import { runBatch } from "./run.ts";
@@ -35,7 +36,8 @@ export type BatchCoordinator = {
 const MAX_STALLS = 100;
 
 export async function startBatchCoordinator(ctl: Control, settings: Settings, options: CoordinatorOptions = {}): Promise<BatchCoordinator> {
-  void settings; // storage credentials come from the environment (see src/storage/s3-settings.ts)
+  // Storage credentials come from the environment (see src/storage/s3-settings.ts); the roots from the settings.
+  const storage = StoragePolicy.fromSettings(settings);
   const running = new Map<string, AbortController>();
   const lost = new Set<string>();
   const connection = duplicate(ctl);
@@ -45,7 +47,7 @@ export async function startBatchCoordinator(ctl: Control, settings: Settings, op
     const id = job.id as string;
     running.set(id, handoff);
     try {
-      const end = await runBatch(ctl, job.data.batch_id, handoff.signal);
+      const end = await runBatch(ctl, job.data.batch_id, handoff.signal, storage);
       if (end === "handed_off" && token !== undefined && !lost.has(id)) {
         await job.moveToWait(token);
         throw new WaitingError();
@@ -83,6 +85,7 @@ export async function startBatchCoordinator(ctl: Control, settings: Settings, op
         state: "failed",
         error: { code: "coordinator_error", message: error.message },
         in_flight: 0,
+        resumable: true,
         finished: Date.now(),
       });
     })().catch(() => undefined);

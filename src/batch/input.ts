@@ -16,6 +16,8 @@ export const DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024;
 export type InputLine = {
   /** 1-based. */
   lineNumber: number;
+  /** Byte offset in the input where this line starts. */
+  start: number;
   /** Byte offset just past this line's newline (where the next line starts). */
   end: number;
   /** Decoded, without "\n" or "\r\n"; null when the line exceeded maxLineBytes. */
@@ -45,7 +47,7 @@ export async function* readLines(
       if (text.endsWith("\r")) text = text.slice(0, -1);
       if (lineStart === 0 && text.startsWith("\uFEFF")) text = text.slice(1);
     }
-    const line = { lineNumber, end, text };
+    const line = { lineNumber, start: lineStart, end, text };
     lineNumber += 1;
     lineStart = end;
     parts = [];
@@ -100,8 +102,9 @@ export function jsonObject(line: InputLine, expected: string, maxLineBytes = DEF
   let value: unknown;
   try {
     value = JSON.parse(line.text);
-  } catch (e) {
-    return fail("invalid_json", `not valid JSON (${(e as Error).message})`);
+  } catch {
+    // The parser's message quotes the line; the output file may be read by others than the input's owner.
+    return fail("invalid_json", `not valid JSON (byte offset ${line.start})`);
   }
   if (typeof value !== "object" || value === null || Array.isArray(value)) return fail("invalid_record", `expected a JSON object ${expected}`);
   return { value: value as Record<string, unknown> };

@@ -6,14 +6,33 @@
  */
 import { randomBytes } from "node:crypto";
 import { isAbsolute } from "node:path";
+import { Readable } from "node:stream";
 import { Queue } from "bullmq";
-import { type BatchJobList, type BatchJobRecord, CreateBatchRequest, type CreateBatchRequestInput } from "../contracts/batch.ts";
+import { BatchCheckpoint, type BatchJobList, type BatchJobRecord, BatchSampling, CreateBatchRequest, type CreateBatchRequestInput } from "../contracts/batch.ts";
 import { describeIssues } from "../contracts/deployment.ts";
 import type { ApiKeyRole } from "../contracts/records.ts";
 import type { Control } from "../control/redis.ts";
 import { PlatformError } from "../errors.ts";
-import { parseStorageUri, StorageError } from "../storage/index.ts";
-import { createRecord, isFinal, listIds, type OpenAiSpec, readRecord, readSpec, requestCancel, updateIfActive } from "./records.ts";
+import { openObject, parseStorageUri, StorageError } from "../storage/index.ts";
+import { sameFile, StoragePolicy } from "../storage/policy.ts";
+import { readParts } from "../storage/shared.ts";
+import type { BatchFiles } from "./files.ts";
+import { outputLocation } from "./output.ts";
+import {
+  type BatchSpec,
+  createRecord,
+  isFinal,
+  listIds,
+  NOT_RESUMABLE,
+  type OpenAiSpec,
+  outputUri,
+  readRecord,
+  readSpec,
+  reopenFailed,
+  requestCancel,
+  showPaths,
+  updateIfActive,
+} from "./records.ts";
 
 /** The BullMQ queue (under the platform prefix) whose jobs are batch jobs to coordinate. */
 export const COORDINATOR_QUEUE = "batches";
@@ -28,34 +47,59 @@ const MAX_LIST = 100;
 export class BatchJobs {
   private readonly ctl: Control;
   private readonly queue: Queue<CoordinatorJobData>;
+  private readonly storage: StoragePolicy;
+  private readonly files: BatchFiles | undefined;
 
-  /** `queue`: another coordinator queue than `batches`, for a separate pool of coordinators (tests use one). */
-  constructor(ctl: Control, options: { queue?: string } = {}) {
+  /**
+   * `queue`: another coordinator queue than `batches`, for a separate pool of coordinators (tests use one).
+   * `storage`: the roots keys may name (none by default: every client-named URI is refused).
+   * `files`: uploaded files, for `input_file_id`.
+   */
+  constructor(ctl: Control, options: { queue?: string; storage?: StoragePolicy; files?: BatchFiles } = {}) {
     this.ctl = ctl;
+    this.storage = options.storage ?? new StoragePolicy();
+    this.files = options.files;
     this.queue = new Queue<CoordinatorJobData>(options.queue ?? COORDINATOR_QUEUE, { connection: ctl.redis, prefix: ctl.prefix });
     this.queue.on("error", () => undefined); // surfaced on the calls that fail
   }
 
-  /** `openai`: the job was made through /v1/batches; its lines are OpenAI requests (src/batch/openai-lines.ts). */
-  async create(body: CreateBatchRequestInput, viewer?: Viewer, options: { openai?: OpenAiSpec } = {}): Promise<BatchJobRecord> {
+  /**
+   * `viewer`: the key asking; its URIs are confined to its storage areas
+   * (src/storage/policy.ts). Without one (trusted callers inside the platform)
+   * URIs are taken as they are. `internal`: server-chosen locations (the
+   * OpenAI shape's files), with the names the client knows them by.
+   */
+  async create(
+    body: CreateBatchRequestInput,
+    viewer?: Viewer,
+    options: { openai?: OpenAiSpec; internal?: { input: Located; output: Located } } = {},
+  ): Promise<BatchJobRecord> {
     const parsed = CreateBatchRequest.safeParse(body);
     if (!parsed.success) {
       throw new PlatformError(400, "invalid_request", describeIssues(parsed.error), parsed.error.issues[0]?.path.join(".") || null);
     }
     const request = parsed.data;
-    checkUri(request.input, "input", true);
-    checkUri(request.output, "output", false);
+    const { input, output } = options.internal ?? (await this.locate(request, viewer));
     const id = `batch_${randomBytes(12).toString("hex")}`;
-    const { model, version, input, output, concurrency, batch_size, ...sampling } = request;
+    await checkOutput(input, output, request.overwrite);
+    const { model, version, concurrency, batch_size, overwrite } = request;
+    const sampling = BatchSampling.parse({ temperature: request.temperature, top_p: request.top_p, seed: request.seed });
+    const shown: [string, string][] = [];
+    for (const [real, name] of [...pairs(input, false), ...pairs(output, true)]) if (real !== name) shown.push([real, name]);
     await createRecord(this.ctl, {
       id,
       model,
       version,
-      input,
-      output,
+      input: input.given,
+      output: output.given,
+      input_uri: input.uri,
+      output_uri: output.uri,
+      overwrite,
+      ...(viewer && !options.internal ? { scope: { key_id: viewer.id, role: viewer.role, input: input.confined, output: output.confined } } : {}),
+      ...(shown.length > 0 ? { shown } : {}),
       concurrency,
       batch_size,
-      sampling,
+      sampling: dropUndefined(sampling),
       created_by: viewer?.id ?? null,
       created: Date.now(),
       ...(options.openai ? { openai: options.openai } : {}),
@@ -67,6 +111,97 @@ export class BatchJobs {
       throw new PlatformError(503, "queue_unavailable", `could not queue the batch job: ${(e as Error).message}`, null, 1);
     }
     return this.get(id, viewer);
+  }
+
+  /** The request's input and output as real locations, confined to the viewer's areas when there is a viewer. */
+  private async locate(request: CreateBatchRequest, viewer: Viewer | undefined): Promise<{ input: Located; output: Located }> {
+    let input: Located;
+    if (request.input_file_id !== undefined) {
+      if (!this.files) throw new PlatformError(400, "invalid_request", "input_file_id: uploaded files are not available here; give input instead", "input_file_id");
+      const uri = await this.files.uri(request.input_file_id, viewer);
+      input = { uri, given: request.input_file_id, shown: request.input_file_id, confined: false };
+    } else {
+      const given = request.input as string;
+      if (given.endsWith("/")) throw new PlatformError(400, "invalid_uri", `input: "${given}" names a directory or prefix; give the JSONL object itself`, "input");
+      input = viewer ? { ...(await this.storage.confine(given, viewer, "input")), given, confined: true } : trusted(given, "input");
+    }
+    const output: Located = viewer
+      ? { ...(await this.storage.confine(request.output, viewer, "output")), given: request.output, confined: true }
+      : trusted(request.output, "output");
+    return { input, output };
+  }
+
+  /**
+   * A failed job whose failure can be fixed (model not deployed, output not
+   * writable, storage) goes back to the queue and continues from its
+   * checkpoint: records already written are not sent again.
+   */
+  async resume(id: string, viewer?: Viewer): Promise<BatchJobRecord> {
+    const record = await this.get(id, viewer);
+    if (record.state !== "failed") {
+      throw new PlatformError(409, "batch_not_failed", `batch job ${id} is ${record.state}; only a failed job can be resumed`, "id");
+    }
+    const why = record.error ? NOT_RESUMABLE[record.error.code] : undefined;
+    if (why !== undefined || !record.resumable) {
+      throw new PlatformError(
+        409,
+        "not_resumable",
+        `batch job ${id} failed with ${record.error?.code ?? "an error"}, which resuming cannot fix${why ? `: ${why}` : ""}; download what it completed (GET /v1/batch-jobs/${id}/output) and submit a new job`,
+        "id",
+      );
+    }
+    if (!(await reopenFailed(this.ctl, id))) return this.get(id, viewer);
+    // The coordinator job of the failed run (kept by BullMQ) would make a new one with its id a no-op.
+    await (await this.queue.getJob(id))?.remove().catch(() => undefined);
+    await this.enqueue(id);
+    return this.get(id, viewer);
+  }
+
+  /**
+   * The job's results: the result object of a finished job, or the parts
+   * written so far (in order) of a failed, cancelled or running one.
+   */
+  async output(id: string, viewer?: Viewer): Promise<Readable> {
+    const record = await this.get(id, viewer);
+    const spec = (await readSpec(this.ctl, id)) as BatchSpec;
+    const raw = await this.ctl.redis.get(this.ctl.keys.batchCheckpoint(id));
+    const cp = raw ? BatchCheckpoint.parse(JSON.parse(raw)) : undefined;
+    const out = outputLocation(outputUri(spec), id);
+    const shown = (e: unknown) => {
+      out.store.close();
+      if (e instanceof StorageError) return new PlatformError(e.code === "not_found" ? 404 : 503, e.code === "not_found" ? "output_not_found" : "storage_error", showPaths(spec, e.message));
+      return e;
+    };
+    if (record.output_file !== null || cp?.assembled) {
+      try {
+        const stream = await out.store.get(out.resultKey);
+        stream.once("close", () => out.store.close());
+        return stream;
+      } catch (e) {
+        throw shown(e);
+      }
+    }
+    const parts = cp?.parts ?? 0;
+    if (parts === 0) {
+      out.store.close();
+      throw new PlatformError(404, "no_output", `batch job ${id} (${record.state}) has no completed records yet`, "id");
+    }
+    const keys = Array.from({ length: parts }, (_, i) => out.partKey(i));
+    // The first part is opened here, so a missing part is an HTTP error rather than a cut stream.
+    try {
+      (await out.store.get(keys[0] as string)).destroy();
+    } catch (e) {
+      throw shown(e);
+    }
+    return Readable.from(
+      (async function* () {
+        try {
+          yield* readParts(out.store, keys);
+        } finally {
+          out.store.close();
+        }
+      })(),
+    );
   }
 
   private async enqueue(id: string): Promise<void> {
@@ -147,13 +282,18 @@ function visible(record: BatchJobRecord, viewer: Viewer | undefined): boolean {
   return viewer === undefined || viewer.role === "admin" || record.created_by === viewer.id;
 }
 
+/** A job's input or output: its real location, as the client gave it, and as messages show it. */
+export type Located = { uri: string; given: string; shown: string; confined: boolean };
+
 /**
- * The coordinator may run on another machine than the caller, so a relative
- * path would name a different file there: only absolute ones are accepted.
+ * Trusted callers (no viewer) name locations directly. The coordinator may
+ * run on another machine, so a relative path would name a different file
+ * there: only absolute ones are accepted.
  */
-function checkUri(uri: string, field: "input" | "output", object: boolean): void {
+function trusted(uri: string, field: "input" | "output"): Located {
+  let location;
   try {
-    parseStorageUri(uri);
+    location = parseStorageUri(uri);
   } catch (e) {
     if (e instanceof StorageError) throw new PlatformError(400, "invalid_uri", e.message, field);
     throw e;
@@ -161,7 +301,40 @@ function checkUri(uri: string, field: "input" | "output", object: boolean): void
   if (!/^[a-z][a-z0-9+.-]+:/i.test(uri) && !isAbsolute(uri)) {
     throw new PlatformError(400, "invalid_uri", `${field}: "${uri}" is a relative path; send an absolute path, a file:// URL or s3://bucket/key`, field);
   }
-  if (object && uri.endsWith("/")) {
-    throw new PlatformError(400, "invalid_uri", `${field}: "${uri}" names a directory or prefix; give the JSONL object itself`, field);
+  const canonical = `${location.url}${uri.endsWith("/") && !location.url.endsWith("/") ? "/" : ""}`;
+  return { uri: canonical, given: uri, shown: canonical, confined: false };
+}
+
+/** The [real, shown] prefix pairs for one location: the object itself, or for an output its directory. */
+function pairs(located: Located, output: boolean): [string, string][] {
+  if (!output) return [[located.uri, located.shown]];
+  const named = /\.jsonl$/i.test(located.uri);
+  const dir = (u: string) => (named ? u.slice(0, u.lastIndexOf("/") + 1) : u.endsWith("/") ? u : `${u}/`);
+  return [[dir(located.uri), dir(located.shown)]];
+}
+
+/** Output equal to input is refused; an existing output object too, unless the request may overwrite it. */
+async function checkOutput(input: Located, output: Located, overwrite: boolean): Promise<void> {
+  if (!/\.jsonl$/i.test(output.uri)) return; // a prefix receives <job id>.jsonl, a name no object has yet
+  if (await sameFile(input.uri, output.uri)) {
+    throw new PlatformError(400, "output_is_input", `output: "${output.given}" is the input itself; writing it would destroy the input. Choose another output`, "output");
   }
+  let exists = false;
+  try {
+    const { store, key } = openObject(output.uri);
+    try {
+      exists = (await store.head(key)) !== null;
+    } finally {
+      store.close();
+    }
+  } catch {
+    // Cannot tell now (storage down, a directory in the way): the coordinator checks again before writing.
+  }
+  if (exists && !overwrite) {
+    throw new PlatformError(409, "output_exists", `output: "${output.given}" already exists; send "overwrite": true (CLI: --overwrite) to replace it, or choose another output`, "output");
+  }
+}
+
+function dropUndefined<T extends object>(o: T): T {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
 }

@@ -35,11 +35,12 @@ export function openAiFormat(spec: BatchSpec, openai: OpenAiSpec): LineFormat {
     const id = idOf(value.custom_id, n);
     const head = RequestLine.safeParse(value);
     if (!head.success) return failure(n, id, "invalid_request", describeIssues(head.error));
-    if (head.data.url !== openai.endpoint) return failure(n, id, "invalid_request", `url: "${head.data.url}" differs from the batch's endpoint "${openai.endpoint}"`);
+    // The expected values, never the line's own: error lines must not copy input into the output.
+    if (head.data.url !== openai.endpoint) return failure(n, id, "invalid_request", `url: expected "${openai.endpoint}", the batch's endpoint`);
     const body = (chat ? ChatCompletionRequest : CompletionRequest).safeParse(value.body);
     if (!body.success) return failure(n, id, "invalid_request", describeIssues(body.error).replace(/^|; /g, (m) => `${m}body.`));
     if (body.data.model !== openai.served_model) {
-      return failure(n, id, "invalid_request", `body.model: "${body.data.model}" differs from the batch's model "${openai.served_model}" (one model per batch)`);
+      return failure(n, id, "invalid_request", `body.model: expected "${openai.served_model}", the model of the batch's first request (one model per batch)`);
     }
     if (body.data.stream) return failure(n, id, "invalid_request", "body.stream: streaming is not available in a batch");
     const params = toParams(body.data);

@@ -17,7 +17,7 @@
  */
 import { Queue } from "bullmq";
 import type { Redis } from "ioredis";
-import { JOB_SCHEMA_VERSION, JobError, JobEvent, type JobPayloadInput, type SamplingParams, TextResult, BATCH_PRIORITY } from "../contracts/job.ts";
+import { JOB_SCHEMA_VERSION, JobError, decodeReplyEntry, type JobPayloadInput, type SamplingParams, TextResult, BATCH_PRIORITY } from "../contracts/job.ts";
 import { queueName } from "../contracts/naming.ts";
 import { type Control, duplicate } from "../control/redis.ts";
 import type { Work } from "./input.ts";
@@ -246,14 +246,16 @@ export class RecordJobs {
   /** Keeps the final answers among `entries`, then moves past them. */
   private async keep(entries: [string, string[]][]): Promise<void> {
     await Promise.all(
-      entries.map(([, fields]) => {
-        const jobId = fields[1];
-        const raw = fields[3];
-        if (jobId === undefined || raw === undefined) return undefined;
-        const event = JobEvent.safeParse(JSON.parse(raw));
-        if (!event.success) return undefined;
-        if (event.data.type === "done") return this.resolve(jobId, fromResult(event.data.result));
-        if (event.data.type === "error") return this.resolve(jobId, fromError(event.data.error));
+      entries.map(([entryId, fields]) => {
+        // A bad entry is skipped, never retried: reading it again would fail the same way forever.
+        const entry = decodeReplyEntry(fields);
+        if ("problem" in entry) {
+          console.error(`[batch ${this.options.batchId}] skipped reply entry ${entryId}: ${entry.problem}`);
+          return undefined;
+        }
+        const { jobId, event } = entry;
+        if (event.type === "done") return this.resolve(jobId, fromResult(event.result));
+        if (event.type === "error") return this.resolve(jobId, fromError(event.error));
         return undefined;
       }),
     );

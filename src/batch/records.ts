@@ -12,6 +12,7 @@ import {
   FINAL_BATCH_STATES,
 } from "../contracts/batch.ts";
 import type { Control } from "../control/redis.ts";
+import type { ApiKeyRole } from "../contracts/records.ts";
 
 /** A job created through the OpenAI Batch API shape (/v1/batches): its lines are OpenAI requests. */
 export type OpenAiSpec = {
@@ -36,6 +37,40 @@ export type BatchSpec = {
   created_by: string | null;
   created: number;
   openai?: OpenAiSpec;
+  /** Where the input really is (symlinks resolved); absent on jobs older than storage confinement: `input`. */
+  input_uri?: string;
+  /** Where the output really goes; absent: `output`. */
+  output_uri?: string;
+  overwrite?: boolean;
+  /**
+   * The key whose storage areas the client-named URIs must stay in: the
+   * coordinator checks them again when it runs. Absent: server-chosen URIs.
+   */
+  scope?: { key_id: string; role: ApiKeyRole; input: boolean; output: boolean };
+  /** [real location prefix, name shown to the client] pairs, so messages never name a server path the client did not. */
+  shown?: [string, string][];
+};
+
+export function inputUri(spec: BatchSpec): string {
+  return spec.input_uri ?? spec.input;
+}
+
+export function outputUri(spec: BatchSpec): string {
+  return spec.output_uri ?? spec.output;
+}
+
+/** `text` with every real location replaced by the name the client knows it by. */
+export function showPaths(spec: BatchSpec, text: string): string {
+  let out = text;
+  for (const [real, shown] of [...(spec.shown ?? [])].sort((a, b) => b[0].length - a[0].length)) out = out.split(real).join(shown);
+  return out;
+}
+
+/** Failures resuming cannot fix, and why (the rest — model, storage, output — can be fixed and the job resumed). */
+export const NOT_RESUMABLE: Record<string, string> = {
+  input_changed: "the input changed after the job started, so its completed records no longer match it",
+  output_exists: "an object already exists at the output and the job may not replace it",
+  output_is_input: "the output names the input itself",
 };
 
 /** What the coordinator writes as the job advances (all optional). */
@@ -51,6 +86,9 @@ export type BatchProgress = {
   error?: BatchJobError;
   started?: number;
   finished?: number;
+  /** Records kept in parts when the job failed, and where (a real location; shown through showPaths). */
+  partial?: { records: number; parts_uri: string };
+  resumable?: boolean;
 };
 
 // Writes from a coordinator that lost its job (or lags behind a cancel) must
@@ -90,6 +128,18 @@ export async function updateIfActive(ctl: Control, id: string, progress: BatchPr
   return (await ctl.redis.eval(UPDATE_IF_ACTIVE, 1, ctl.keys.batch(id), ...args)) === 1;
 }
 
+// Only a failed job goes back to the queue; what it wrote and its checkpoint stay.
+const REOPEN_FAILED = `
+if redis.call('HGET', KEYS[1], 'state') ~= 'failed' then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'queued')
+redis.call('HDEL', KEYS[1], 'error', 'finished', 'partial', 'resumable', 'cancel_requested')
+return 1`;
+
+/** Returns false when the job is no longer failed. */
+export async function reopenFailed(ctl: Control, id: string): Promise<boolean> {
+  return (await ctl.redis.eval(REOPEN_FAILED, 1, ctl.keys.batch(id))) === 1;
+}
+
 export async function requestCancel(ctl: Control, id: string): Promise<void> {
   await ctl.redis.hset(ctl.keys.batch(id), "cancel_requested", "1");
 }
@@ -127,17 +177,28 @@ function toRecord(fields: Record<string, string>): BatchJobRecord {
     resolved_version: fields.resolved_version ?? null,
     input: spec.input,
     output: spec.output,
-    output_file: fields.output_file ?? null,
+    output_file: fields.output_file ? showPaths(spec, fields.output_file) : null,
     concurrency: spec.concurrency,
     batch_size: spec.batch_size,
     sampling: BatchSampling.parse(spec.sampling),
     state: cancelling ? "cancelling" : stored,
     counts: { total: num("total"), succeeded: num("succeeded"), failed: num("failed"), in_flight: isFinal(stored) ? 0 : num("in_flight") },
     throughput: stored === "running" && fields.throughput ? BatchThroughput.nullable().parse(JSON.parse(fields.throughput)) : null,
-    error: fields.error ? BatchJobError.parse(JSON.parse(fields.error)) : null,
+    error: fields.error ? shownError(spec, BatchJobError.parse(JSON.parse(fields.error))) : null,
+    overwrite: spec.overwrite ?? false,
+    partial: fields.partial ? shownPartial(spec, JSON.parse(fields.partial) as { records: number; parts_uri: string }) : null,
+    resumable: stored === "failed" && fields.resumable === "true",
     created_by: spec.created_by,
     created: spec.created,
     started: optionalNum("started"),
     finished: optionalNum("finished"),
   });
+}
+
+function shownError(spec: BatchSpec, error: BatchJobError): BatchJobError {
+  return { code: error.code, message: showPaths(spec, error.message) };
+}
+
+function shownPartial(spec: BatchSpec, partial: { records: number; parts_uri: string }): { records: number; parts_uri: string } {
+  return { records: partial.records, parts_uri: showPaths(spec, partial.parts_uri) };
 }

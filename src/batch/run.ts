@@ -11,7 +11,9 @@
 import { rm } from "node:fs/promises";
 import { BatchCheckpoint } from "../contracts/batch.ts";
 import type { Control } from "../control/redis.ts";
+import { PlatformError } from "../errors.ts";
 import { isStorageError } from "../storage/index.ts";
+import type { StoragePolicy } from "../storage/policy.ts";
 import type { SamplingParams } from "../contracts/job.ts";
 import { formatFor, type LineFormat } from "./formats.ts";
 import { isBlank, readLines, type Work } from "./input.ts";
@@ -19,7 +21,7 @@ import { type OutputLocation, type Outcome, outputLocation, withStorageRetries }
 import { BatchFailure, checkDeployed, countRecords, firstCheckpoint, type Input, openInput, openOutput, readInput, resolveVersion } from "./prepare.ts";
 import { Changes, Meter } from "./progress.ts";
 import { RecordJobs } from "./record-jobs.ts";
-import { type BatchSpec, cancelRequested, isFinal, readRecord, readSpec, updateIfActive } from "./records.ts";
+import { type BatchSpec, cancelRequested, inputUri, isFinal, NOT_RESUMABLE, outputUri, readRecord, readSpec, updateIfActive } from "./records.ts";
 
 /** handed_off: stopped for a process shutdown, to be resumed; superseded: another coordinator owns the job now. */
 export type RunEnd = "completed" | "failed" | "cancelled" | "handed_off" | "superseded";
@@ -37,15 +39,17 @@ if cur and cjson.decode(cur).parts >= tonumber(ARGV[2]) then return 0 end
 redis.call('SET', KEYS[1], ARGV[1])
 return 1`;
 
-export async function runBatch(ctl: Control, batchId: string, handoff: AbortSignal): Promise<RunEnd> {
+/** `storage`: the roots as configured now, against which a job's client-named URIs are checked again. */
+export async function runBatch(ctl: Control, batchId: string, handoff: AbortSignal, storage: StoragePolicy): Promise<RunEnd> {
   const spec = await readSpec(ctl, batchId);
   if (!spec) return "failed";
-  return new BatchRun(ctl, spec, handoff).execute();
+  return new BatchRun(ctl, spec, handoff, storage).execute();
 }
 
 class BatchRun {
   private readonly ctl: Control;
   private readonly spec: BatchSpec;
+  private readonly storage: StoragePolicy;
   private readonly format: LineFormat;
   private readonly changes = new Changes();
   private readonly meter = new Meter();
@@ -62,9 +66,10 @@ class BatchRun {
   private stopReason: StopReason | undefined;
   private fatalError: unknown;
 
-  constructor(ctl: Control, spec: BatchSpec, handoff: AbortSignal) {
+  constructor(ctl: Control, spec: BatchSpec, handoff: AbortSignal, storage: StoragePolicy) {
     this.ctl = ctl;
     this.spec = spec;
+    this.storage = storage;
     this.format = formatFor(spec);
     const onAbort = () => this.stop(handoff.reason === "superseded" ? "superseded" : "handoff");
     if (handoff.aborted) onAbort();
@@ -79,11 +84,12 @@ class BatchRun {
     await updateIfActive(this.ctl, this.spec.id, { state: "running", started: record.started ?? Date.now() });
     const ticker = this.startTicker();
     try {
+      await this.checkStorage();
       const version = record.resolved_version ?? (await resolveVersion(this.ctl, this.spec));
       await updateIfActive(this.ctl, this.spec.id, { resolved_version: version });
       await checkDeployed(this.ctl, this.spec, version);
-      this.input = await openInput(this.spec.input);
-      this.out = await openOutput(this.spec.output, this.spec.id);
+      this.input = await openInput(inputUri(this.spec));
+      this.out = await openOutput(outputUri(this.spec), this.spec.id);
       if (!(await this.loadCheckpoint(this.input))) return await this.afterStop();
       if (this.cp.assembled) return await this.finish("completed");
       this.jobs = await RecordJobs.open({ ctl: this.ctl, batchId: this.spec.id, model: this.spec.model, version, writtenBefore: () => this.cp.next_line });
@@ -93,14 +99,34 @@ class BatchRun {
     } catch (e) {
       const failure = asFailure(e);
       if (!failure) throw e; // BullMQ retries the run from the checkpoint
-      await this.jobs?.cancelInFlight();
-      await this.forgetOpen();
+      if (NOT_RESUMABLE[failure.code] !== undefined) {
+        await this.jobs?.cancelInFlight();
+        await this.forgetOpen();
+      }
+      // Otherwise records in flight finish and their answers are kept for the resumed run.
       return await this.fail(failure);
     } finally {
       clearInterval(ticker);
       await this.jobs?.close();
       this.input?.store.close();
       this.out?.store.close();
+    }
+  }
+
+  /**
+   * The client-named URIs are checked again on every run: the roots may have
+   * changed, or a symlink been planted, since the job was created.
+   */
+  private async checkStorage(): Promise<void> {
+    const scope = this.spec.scope;
+    if (!scope) return;
+    const viewer = { id: scope.key_id, role: scope.role };
+    try {
+      if (scope.input) await this.storage.confine(inputUri(this.spec), viewer, "input");
+      if (scope.output) await this.storage.confine(outputUri(this.spec), viewer, "output");
+    } catch (e) {
+      if (e instanceof PlatformError) throw new BatchFailure(e.code === "storage_forbidden" ? "storage_forbidden" : "storage_error", e.message);
+      throw e;
     }
   }
 
@@ -301,7 +327,7 @@ class BatchRun {
     const raw = await this.ctl.redis.get(this.ctl.keys.batchCheckpoint(this.spec.id));
     if (raw) {
       this.cp = BatchCheckpoint.parse(JSON.parse(raw));
-      this.out = outputLocation(this.spec.output, this.spec.id);
+      this.out = outputLocation(outputUri(this.spec), this.spec.id);
     }
     const store = this.out?.store;
     try {
@@ -332,11 +358,29 @@ class BatchRun {
     const out = this.out as OutputLocation;
     const parts = Array.from({ length: this.cp.parts }, (_, i) => out.partKey(i));
     if (!this.cp.assembled) {
-      try {
-        await withStorageRetries(() => out.store.concat(parts, out.resultKey));
-      } catch (e) {
-        if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
-        throw e;
+      const overwrite = this.spec.overwrite === true;
+      if (!overwrite && !(await this.assembledBefore(parts))) {
+        await this.checkStorage();
+        // Marked first: a run that dies after placing the result finds it its own (assembledBefore).
+        this.cp = { ...this.cp, assembling: true };
+        await this.ctl.redis.set(this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(this.cp));
+        try {
+          await withStorageRetries(() => out.store.concat(parts, out.resultKey, { overwrite: false }));
+        } catch (e) {
+          if (isStorageError(e, "exists")) {
+            throw new BatchFailure("output_exists", `${out.store.uri(out.resultKey)}: an object already exists there and the job may not replace it (submit with "overwrite": true to allow that); the completed records are kept`);
+          }
+          if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
+          throw e;
+        }
+      } else if (overwrite) {
+        await this.checkStorage();
+        try {
+          await withStorageRetries(() => out.store.concat(parts, out.resultKey));
+        } catch (e) {
+          if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
+          throw e;
+        }
       }
       this.cp = { ...this.cp, assembled: true };
       await this.ctl.redis.set(this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(this.cp));
@@ -355,12 +399,41 @@ class BatchRun {
     return state;
   }
 
+  /**
+   * The parts already written and the checkpoint are kept, so the user can
+   * download what finished and, when the cause can be fixed, resume.
+   */
   private async fail(failure: BatchFailure): Promise<RunEnd> {
-    await updateIfActive(this.ctl, this.spec.id, { state: "failed", error: { code: failure.code, message: failure.message }, in_flight: 0, finished: Date.now() });
-    const out = this.out;
-    if (out) await this.removeParts(Array.from({ length: this.cp.parts }, (_, i) => out.partKey(i)));
-    await this.dropWorkingKeys();
+    const resumable = NOT_RESUMABLE[failure.code] === undefined;
+    const raw = await this.ctl.redis.get(this.ctl.keys.batchCheckpoint(this.spec.id));
+    const cp = raw ? BatchCheckpoint.parse(JSON.parse(raw)) : undefined;
+    let partial: { records: number; parts_uri: string } | undefined;
+    if (cp && cp.parts > 0 && !cp.assembled) {
+      const out = this.out ?? outputLocation(outputUri(this.spec), this.spec.id);
+      partial = { records: cp.succeeded + cp.failed, parts_uri: `${out.store.uri(out.partsPrefix.slice(0, -1))}/` };
+      if (!this.out) out.store.close();
+    }
+    await updateIfActive(this.ctl, this.spec.id, {
+      state: "failed",
+      error: { code: failure.code, message: failure.message },
+      in_flight: 0,
+      finished: Date.now(),
+      resumable,
+      ...(partial ? { partial, succeeded: cp?.succeeded, failed: cp?.failed } : {}),
+    });
+    if (!resumable) await this.dropWorkingKeys();
     return "failed";
+  }
+
+  /** The result is in place from an earlier run of this job that stopped before recording it. */
+  private async assembledBefore(parts: string[]): Promise<boolean> {
+    if (!this.cp.assembling) return false;
+    const out = this.out as OutputLocation;
+    const existing = await out.store.head(out.resultKey).catch(() => null);
+    if (existing === null) return false;
+    let size = 0;
+    for (const key of parts) size += (await out.store.head(key))?.size ?? Number.NaN;
+    return size === existing.size;
   }
 
   /** Best effort: what is left is only clutter. */

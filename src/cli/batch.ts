@@ -3,13 +3,19 @@
  * `platform inference batch --model ... --input ... --output ...` works), and
  * `batch status|cancel|list`. Talks to /v1/batch-jobs on the gateway.
  */
-import { resolve } from "node:path";
-import { pathToFileURL } from "node:url";
+import { randomUUID } from "node:crypto";
+import { createWriteStream, existsSync, openAsBlob, realpathSync } from "node:fs";
+import { mkdir, rename, rm } from "node:fs/promises";
+import { basename, dirname, join, resolve, sep } from "node:path";
+import { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import type { ReadableStream as WebReadableStream } from "node:stream/web";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import type { Command } from "commander";
 import type { BatchJobList, BatchJobRecord, CreateBatchRequestInput } from "../contracts/batch.ts";
 import { FINAL_BATCH_STATES } from "../contracts/batch.ts";
 import { ApiClient } from "./client.ts";
-import { CliError } from "./credentials.ts";
+import { CliError, type Credentials, resolveCredentials } from "./credentials.ts";
 import { printJson, printTable } from "./output.ts";
 
 type SubmitFlags = {
@@ -20,9 +26,16 @@ type SubmitFlags = {
   concurrency: string;
   batchSize: string;
   temperature?: string;
+  overwrite?: boolean;
+  upload?: string;
   watch?: boolean;
   json?: boolean;
 };
+
+type UploadMode = "auto" | "always" | "never";
+
+/** Where the server writes a local --output it cannot reach: a prefix in the key's own area. */
+const REMOTE_OUTPUT_PREFIX = "cli-outputs/";
 
 const POLL_MS = 1000;
 
@@ -39,24 +52,49 @@ export function registerBatch(inference: Command): void {
     .option("--concurrency <n>", "records of this job in flight at once", "8")
     .option("--batch-size <n>", "records per checkpoint", "100")
     .option("--temperature <t>", "sampling temperature for every record (0: deterministic)")
+    .option("--overwrite", "replace an existing output object (without it the job is refused)")
+    .option("--upload <mode>", "auto (default; env PLATFORM_CLI_UPLOAD): upload a local --input and fetch a local --output when the gateway cannot reach them; always; never")
     .option("--watch", "follow the job with a progress bar until it ends")
     .option("--json", "print the job record as JSON")
     .action(async (flags: SubmitFlags) => {
+      const concurrency = integer("--concurrency", flags.concurrency);
+      const batchSize = integer("--batch-size", flags.batchSize);
+      const temperature = flags.temperature !== undefined ? number("--temperature", flags.temperature) : undefined;
+      const mode = uploadMode(flags.upload ?? process.env.PLATFORM_CLI_UPLOAD);
+      const creds = await resolveCredentials();
+      const api = new ApiClient(creds);
+      const localInput = localPath(flags.input);
+      const localOutput = localPath(flags.output);
+      const remote = (localInput !== undefined || localOutput !== undefined) && (await notShared(api, mode, [localInput, localOutput]));
+      // A local result is written only when the job has ended: refuse now rather than after the work.
+      const download = remote && localOutput !== undefined ? localOutput : undefined;
+      if (download && /\.jsonl$/i.test(download) && existsSync(download) && !flags.overwrite) {
+        throw new CliError(`--output ${flags.output}: the file exists; pass --overwrite to replace it, or choose another name`, 2);
+      }
       const body: CreateBatchRequestInput = {
         model: flags.model,
         version: flags.version,
-        input: absoluteUri(flags.input),
-        output: absoluteUri(flags.output),
-        concurrency: integer("--concurrency", flags.concurrency),
-        batch_size: integer("--batch-size", flags.batchSize),
-        ...(flags.temperature !== undefined ? { temperature: number("--temperature", flags.temperature) } : {}),
+        ...(remote && localInput !== undefined ? { input_file_id: await uploadInput(creds, localInput, flags.json === true) } : { input: absoluteUri(flags.input) }),
+        output: download ? REMOTE_OUTPUT_PREFIX : absoluteUri(flags.output),
+        concurrency,
+        batch_size: batchSize,
+        ...(flags.overwrite ? { overwrite: true } : {}),
+        ...(temperature !== undefined ? { temperature } : {}),
       };
-      const api = await ApiClient.fromCredentials();
       const job = await api.request<BatchJobRecord>("POST", "/v1/batch-jobs", body);
-      if (flags.watch) return watch(api, job, flags.json === true);
+      if (flags.watch) {
+        const ended = await watch(api, job, flags.json === true, download === undefined);
+        if (download && ended.state === "completed") {
+          const to = /\.jsonl$/i.test(download) ? download : join(download, `${job.id}.jsonl`);
+          await downloadOutput(creds, job.id, to);
+          if (!flags.json) console.log(`output: ${to}`);
+        }
+        return finishWatch(ended);
+      }
       if (flags.json) return printJson(job);
       console.log(job.id);
-      if (process.stdout.isTTY) console.error(`follow it with \`platform inference batch status ${job.id}\``);
+      if (download) console.error(`the gateway writes the result in your storage area; fetch it when the job ends with \`platform inference batch download ${job.id} --to ${download}\``);
+      else if (process.stdout.isTTY) console.error(`follow it with \`platform inference batch status ${job.id}\``);
     });
 
   batch
@@ -67,9 +105,33 @@ export function registerBatch(inference: Command): void {
     .action(async (id: string, opts: { json?: boolean; watch?: boolean }) => {
       const api = await ApiClient.fromCredentials();
       const job = await api.request<BatchJobRecord>("GET", `/v1/batch-jobs/${encodeURIComponent(id)}`);
-      if (opts.watch) return watch(api, job, opts.json === true);
+      if (opts.watch) return finishWatch(await watch(api, job, opts.json === true));
       if (opts.json) return printJson(job);
       printStatus(job);
+    });
+
+  batch
+    .command("resume <job_id>")
+    .description("continue a failed job from its checkpoint once its cause is fixed (completed records are not sent again)")
+    .option("--watch", "follow the job until it ends")
+    .option("--json", "print JSON")
+    .action(async (id: string, opts: { json?: boolean; watch?: boolean }) => {
+      const api = await ApiClient.fromCredentials();
+      const job = await api.request<BatchJobRecord>("POST", `/v1/batch-jobs/${encodeURIComponent(id)}/resume`);
+      if (opts.watch) return finishWatch(await watch(api, job, opts.json === true));
+      if (opts.json) return printJson(job);
+      console.log(`${job.id}: ${job.state}`);
+    });
+
+  batch
+    .command("download <job_id>")
+    .description("save a job's result (or, for a failed or running job, the records completed so far) to a local file")
+    .option("--to <path>", "the file to write (default ./<job id>.jsonl); an existing file is replaced")
+    .action(async (id: string, opts: { to?: string }) => {
+      const creds = await resolveCredentials();
+      const to = resolve(opts.to ?? `${id}.jsonl`);
+      await downloadOutput(creds, id, to);
+      console.log(to);
     });
 
   batch
@@ -99,6 +161,83 @@ export function registerBatch(inference: Command): void {
     });
 }
 
+function uploadMode(value: string | undefined): UploadMode {
+  const mode = value ?? "auto";
+  if (mode === "auto" || mode === "always" || mode === "never") return mode;
+  throw new CliError(`--upload / PLATFORM_CLI_UPLOAD: expected auto, always or never, got "${mode}"`, 2);
+}
+
+/** The local file a CLI argument names (plain path or file://), or undefined for s3:// and the like. */
+function localPath(uri: string): string | undefined {
+  if (/^file:/i.test(uri)) return fileURLToPath(uri);
+  if (/^[a-z][a-z0-9+.-]+:/i.test(uri)) return undefined;
+  return resolve(uri);
+}
+
+/**
+ * Whether the gateway cannot use these local paths itself: it runs elsewhere
+ * (not on a loopback address), or they lie outside the storage it lets this key use.
+ */
+async function notShared(api: ApiClient, mode: UploadMode, paths: (string | undefined)[]): Promise<boolean> {
+  if (mode !== "auto") return mode === "always";
+  const host = new URL(api.baseUrl).hostname.replace(/^\[|\]$/g, "");
+  if (!(host === "localhost" || host === "::1" || /^127\./.test(host))) return true;
+  const storage = await api.request<{ roots: string[] }>("GET", "/v1/storage").catch(() => undefined);
+  if (!storage) return false; // an older gateway: the same-machine flow as before
+  const roots = storage.roots.filter((r) => r.startsWith("file:")).map((r) => real(fileURLToPath(r)));
+  return paths.some((p) => p !== undefined && !roots.some((root) => real(p) === root || real(p).startsWith(root.endsWith(sep) ? root : `${root}${sep}`)));
+}
+
+/** The real path of `path`, or of its nearest existing ancestor with the rest appended. */
+function real(path: string): string {
+  try {
+    return realpathSync(path);
+  } catch {
+    const parent = dirname(path);
+    return parent === path ? path : join(real(parent), basename(path));
+  }
+}
+
+async function uploadInput(creds: Credentials, path: string, quiet: boolean): Promise<string> {
+  if (!existsSync(path)) throw new CliError(`--input ${path}: no such file`, 2);
+  if (!quiet) process.stderr.write(`uploading ${path} (the gateway does not share this machine's files)...\n`);
+  const form = new FormData();
+  form.set("purpose", "batch");
+  form.set("file", await openAsBlob(path), basename(path));
+  const res = await send(creds, "POST", "/v1/files", { body: form });
+  return ((await res.json()) as { id: string }).id;
+}
+
+/** Streams the job's output into `to` through a temp file beside it, so a failed download leaves no half file. */
+async function downloadOutput(creds: Credentials, id: string, to: string): Promise<void> {
+  const res = await send(creds, "GET", `/v1/batch-jobs/${encodeURIComponent(id)}/output`, {});
+  await mkdir(dirname(to), { recursive: true });
+  const temp = join(dirname(to), `.${basename(to)}.${randomUUID()}.part`);
+  try {
+    await pipeline(Readable.fromWeb(res.body as WebReadableStream<Uint8Array>), createWriteStream(temp, { flush: true }));
+    await rename(temp, to);
+  } catch (e) {
+    await rm(temp, { force: true });
+    throw new CliError(`--to ${to}: cannot write (${(e as Error).message})`);
+  }
+}
+
+/** A request whose body is not JSON (uploads, downloads); errors as ApiClient reports them. */
+async function send(creds: Credentials, method: string, path: string, init: { body?: FormData }): Promise<Response> {
+  let res: Response;
+  try {
+    res = await fetch(`${creds.base_url}${path}`, { method, headers: { authorization: `Bearer ${creds.api_key}` }, ...init });
+  } catch (e) {
+    const cause = (e as { cause?: { code?: string } }).cause?.code ?? (e as Error).message;
+    throw new CliError(`cannot reach the platform at ${creds.base_url} (${cause}). Is \`platform up\` running?`);
+  }
+  if (!res.ok || !res.body) {
+    const err = ((await res.json().catch(() => ({}))) as { error?: { message?: string; code?: string } }).error;
+    throw new CliError(`${err?.message ?? `HTTP ${res.status}`}${err?.code ? ` (${err.code})` : ""}`);
+  }
+  return res;
+}
+
 /** Relative paths mean this machine's working directory, which the gateway cannot know. */
 function absoluteUri(uri: string): string {
   if (/^[a-z][a-z0-9+.-]+:/i.test(uri)) return uri;
@@ -123,11 +262,19 @@ function printStatus(job: BatchJobRecord): void {
   rows.push(["input", job.input], ["output", job.output_file ?? `${job.output} (written when the job completes)`]);
   rows.push(["concurrency", `${job.concurrency} records in flight, checkpoint every ${job.batch_size} records`]);
   if (job.error) rows.push(["error", `${job.error.message} (${job.error.code})`]);
+  if (job.partial) rows.push(["kept", keptLine(job)]);
   rows.push(["created", new Date(job.created).toISOString()]);
   if (job.started) rows.push(["started", new Date(job.started).toISOString()]);
   if (job.finished) rows.push(["finished", `${new Date(job.finished).toISOString()} (${formatSeconds((job.finished - (job.started ?? job.created)) / 1000)})`]);
   const width = Math.max(...rows.map(([k]) => k.length));
   for (const [k, v] of rows) console.log(`${k.padEnd(width)}  ${v}`);
+}
+
+function keptLine(job: BatchJobRecord): string {
+  const partial = job.partial as NonNullable<BatchJobRecord["partial"]>;
+  const download = `download with \`platform inference batch download ${job.id} [--to <path>]\``;
+  const resume = job.resumable ? `resume with \`platform inference batch resume ${job.id}\`, ` : "";
+  return `${partial.records} records completed and kept (${partial.parts_uri}); ${resume}${download}`;
 }
 
 function eta(job: BatchJobRecord): string | undefined {
@@ -159,8 +306,8 @@ function progressLine(job: BatchJobRecord, bar: boolean): string {
   return parts.join("  ");
 }
 
-/** Follows the job until it ends; exits non-zero unless it completed. */
-async function watch(api: ApiClient, first: BatchJobRecord, json: boolean): Promise<void> {
+/** Follows the job until it ends and returns it; finishWatch then exits non-zero unless it completed. */
+async function watch(api: ApiClient, first: BatchJobRecord, json: boolean, showOutput = true): Promise<BatchJobRecord> {
   const tty = process.stderr.isTTY === true && !json;
   let job = first;
   let lastPrinted = 0;
@@ -179,9 +326,14 @@ async function watch(api: ApiClient, first: BatchJobRecord, json: boolean): Prom
   }
   if (tty) process.stderr.write("\n");
   if (json) printJson(job);
-  else if (job.output_file) console.log(`output: ${job.output_file}`);
+  else if (job.output_file && showOutput) console.log(`output: ${job.output_file}`);
+  return job;
+}
+
+function finishWatch(job: BatchJobRecord): void {
   if (job.state !== "completed") {
-    throw new CliError(`batch job ${job.id} ${job.state}${job.error ? `: ${job.error.message} (${job.error.code})` : ""}`);
+    const kept = job.partial ? `\n${keptLine(job)}` : "";
+    throw new CliError(`batch job ${job.id} ${job.state}${job.error ? `: ${job.error.message} (${job.error.code})` : ""}${kept}`);
   }
 }
 

@@ -34,6 +34,45 @@ export class ApiClient {
       const cause = (e as { cause?: { code?: string } }).cause?.code ?? (e as Error).message;
       throw new CliError(`cannot reach the platform at ${this.creds.base_url} (${cause}). Is \`platform up\` running?`);
     }
+    return this.finish<T>(method, path, res);
+  }
+
+  /**
+   * A request the server may answer with NDJSON progress lines (`{"progress"}`
+   * ... then `{"result"}` or `{"error"}`) or, when there was nothing to wait
+   * for, a plain JSON body.
+   */
+  async requestWithProgress<T>(method: string, path: string, body: unknown, onProgress: (p: { received: number; total: number | null }) => void): Promise<T> {
+    const url = `${this.creds.base_url}${path}`;
+    let res: Response;
+    try {
+      res = await fetch(url, { method, headers: { authorization: `Bearer ${this.creds.api_key}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+    } catch (e) {
+      const cause = (e as { cause?: { code?: string } }).cause?.code ?? (e as Error).message;
+      throw new CliError(`cannot reach the platform at ${this.creds.base_url} (${cause}). Is \`platform up\` running?`);
+    }
+    if (!res.headers.get("content-type")?.startsWith("application/x-ndjson") || !res.body) return this.finish<T>(method, path, res);
+    let buffered = "";
+    let outcome: { result?: T; error?: { message?: string; code?: string } } | undefined;
+    const handle = (text: string) => {
+      if (text.trim() === "") return;
+      const line = JSON.parse(text) as { progress?: { received: number; total: number | null }; result?: T; error?: { message?: string; code?: string } };
+      if (line.progress) onProgress(line.progress);
+      else outcome = line;
+    };
+    for await (const chunk of res.body.pipeThrough(new TextDecoderStream())) {
+      buffered += chunk;
+      const lines = buffered.split("\n");
+      buffered = lines.pop() ?? "";
+      lines.forEach(handle);
+    }
+    handle(buffered);
+    if (outcome?.error) throw new CliError(`${outcome.error.message ?? "the operation failed"}${outcome.error.code ? ` (${outcome.error.code})` : ""}`);
+    if (!outcome || outcome.result === undefined) throw new CliError(`${method} ${path}: the connection closed before the server sent a result`);
+    return outcome.result;
+  }
+
+  private async finish<T>(method: string, path: string, res: Response): Promise<T> {
     const text = await res.text();
     let json: unknown;
     try {

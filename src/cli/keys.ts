@@ -1,6 +1,11 @@
-/** `platform keys create|list|revoke` and `platform auth login`. */
+/** `platform keys create|list|revoke|bootstrap` and `platform auth login`. */
+import { readFile } from "node:fs/promises";
 import type { Command } from "commander";
 import type { ApiKeyRecord } from "../contracts/records.ts";
+import { bootstrapAdminKey, type BootstrapOutcome, generateApiKey, weakKeyReason } from "../control/apikeys.ts";
+import { type Control, connectControl, maskRedisUrl } from "../control/redis.ts";
+import { PlatformError } from "../errors.ts";
+import { loadSettings } from "../settings.ts";
 import { ApiClient } from "./client.ts";
 import { CliError, writeCredentials } from "./credentials.ts";
 import { printJson, printTable } from "./output.ts";
@@ -29,6 +34,32 @@ export function registerKeys(program: Command): void {
       printTable(["ID", "NAME", "ROLE", "PREFIX", "CREATED"], data.map((k) => [k.id, k.name, k.role, `${k.prefix}…`, new Date(k.created * 1000).toISOString()]));
     });
   keys
+    .command("bootstrap")
+    .description("register the first admin key from PLATFORM_BOOTSTRAP_ADMIN_KEY or --from-file, straight into Redis (REDIS_URL); idempotent")
+    .option("--from-file <path>", "read the key from this file (a mounted Secret) instead of PLATFORM_BOOTSTRAP_ADMIN_KEY")
+    .option("--generate", "print a fresh strong key to put in the Secret, and store nothing")
+    .option("--json", "print JSON")
+    .action(async (opts: { fromFile?: string; generate?: boolean; json?: boolean }) => {
+      if (opts.generate) {
+        if (opts.fromFile) throw new CliError("--generate and --from-file do not go together: generate a key, store it in the Secret, then bootstrap from it", 2);
+        return console.log(opts.json ? JSON.stringify({ key: generateApiKey() }) : generateApiKey());
+      }
+      const key = opts.fromFile ? await readKeyFile(opts.fromFile) : process.env.PLATFORM_BOOTSTRAP_ADMIN_KEY;
+      if (!key) throw new CliError("no key: set PLATFORM_BOOTSTRAP_ADMIN_KEY or give --from-file <path> (`platform keys bootstrap --generate` makes one)", 2);
+      const weak = weakKeyReason(key);
+      if (weak) throw new CliError(`the bootstrap admin key is too weak: ${weak}`, 2);
+      const settings = loadSettings();
+      if (!settings.redisUrl) throw new CliError("REDIS_URL is not set; `keys bootstrap` writes to the platform's Redis directly, since no admin key exists yet", 2);
+      const ctl = connectControl(settings.redisUrl, settings.prefix);
+      try {
+        const done = await runBootstrap(ctl, key, maskRedisUrl(settings.redisUrl));
+        if (opts.json) return printJson({ outcome: done.outcome, id: done.record.id, name: done.record.name, role: done.record.role });
+        console.log(describeBootstrap(done));
+      } finally {
+        ctl.redis.disconnect();
+      }
+    });
+  keys
     .command("revoke <id>")
     .action(async (id: string) => {
       const api = await ApiClient.fromCredentials();
@@ -50,4 +81,38 @@ export function registerKeys(program: Command): void {
       await new ApiClient(creds).request("GET", "/v1/models");
       console.log(`logged in to ${creds.base_url}; credentials saved to ${await writeCredentials(creds)}`);
     });
+}
+
+async function readKeyFile(path: string): Promise<string> {
+  try {
+    return (await readFile(path, "utf8")).trim();
+  } catch (e) {
+    throw new CliError(`--from-file ${path}: cannot read it (${(e as NodeJS.ErrnoException).code ?? "error"})`, 2);
+  }
+}
+
+export function describeBootstrap(done: BootstrapOutcome): string {
+  return done.outcome === "created"
+    ? `bootstrap admin key registered as ${done.record.id}; Redis holds only its SHA-256, the key itself stays in your Secret`
+    : `bootstrap admin key already registered (${done.record.id}); nothing changed`;
+}
+
+/**
+ * Register the bootstrap key, waiting a bounded time for Redis (a cluster may
+ * start the gateway before Redis answers). Server-side refusals become CLI errors.
+ */
+export async function runBootstrap(ctl: Control, key: string, where: string): Promise<BootstrapOutcome> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const ok = await Promise.race([ctl.redis.ping().then(() => true, () => false), new Promise<boolean>((r) => setTimeout(() => r(false), 5_000).unref())]);
+    if (ok) break;
+    if (Date.now() > deadline) throw new CliError(`cannot reach Redis at ${where} (REDIS_URL); is it running, and is the password right?`);
+    await new Promise((r) => setTimeout(r, 1_000));
+  }
+  try {
+    return await bootstrapAdminKey(ctl, key);
+  } catch (e) {
+    if (e instanceof PlatformError) throw new CliError(e.message, e.status === 400 ? 2 : 1);
+    throw e;
+  }
 }

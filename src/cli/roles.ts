@@ -1,12 +1,14 @@
 /** The long-running roles one image runs: `platform gateway`, `platform worker` and `platform scaler`. */
 import type { Command } from "commander";
-import { connectControl } from "../control/redis.ts";
+import { weakKeyReason } from "../control/apikeys.ts";
+import { connectControl, maskRedisUrl } from "../control/redis.ts";
 import { startBatchCoordinator } from "../batch/index.ts";
 import { startGateway } from "../gateway/app.ts";
 import { loadSettings } from "../settings.ts";
 import { runScalerProcess } from "../../scaler/main.ts";
 import { runWorkerProcess } from "../../workers/main.ts";
 import { CliError } from "./credentials.ts";
+import { describeBootstrap, runBootstrap } from "./keys.ts";
 
 export function registerRoles(program: Command): void {
   program
@@ -18,6 +20,18 @@ export function registerRoles(program: Command): void {
       const settings = loadSettings();
       if (!settings.redisUrl) throw new CliError("REDIS_URL is not set; the gateway needs the platform's Redis", 2);
       const ctl = connectControl(settings.redisUrl, settings.prefix);
+      if (settings.bootstrapAdminKey) {
+        // Every start runs it (idempotent), so a cluster needs no separate first-run step.
+        const weak = weakKeyReason(settings.bootstrapAdminKey);
+        if (weak) throw new CliError(`PLATFORM_BOOTSTRAP_ADMIN_KEY is too weak: ${weak}`, 2);
+        try {
+          console.log(describeBootstrap(await runBootstrap(ctl, settings.bootstrapAdminKey, maskRedisUrl(settings.redisUrl))));
+        } catch (e) {
+          // A changed Secret must not take the API down: the registered admin key still works.
+          if (!(e instanceof CliError) || e.exitCode !== 1) throw e;
+          console.error(`bootstrap: ${e.message}`);
+        }
+      }
       const gateway = await startGateway({ ctl, settings, host: opts.host, port: Number(opts.port) });
       // Every gateway also coordinates batch jobs: any of them can pick up (or resume) a job.
       const coordinator = await startBatchCoordinator(ctl, settings);

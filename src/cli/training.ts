@@ -1,11 +1,14 @@
 /** `platform training submit|list`: the model registry. */
 import { createReadStream, existsSync, statSync } from "node:fs";
 import { resolve } from "node:path";
+import { Transform } from "node:stream";
 import type { Command } from "commander";
 import type { ModelVersionRecord } from "../contracts/records.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./credentials.ts";
 import { formatBytes, formatCount, printJson, printTable } from "./output.ts";
+import { progressReporter } from "./progress.ts";
+import { SOURCE_SCHEMES } from "../registry/sources.ts";
 
 export function registerTraining(program: Command): void {
   const training = program.command("training").description("register models and list the registry");
@@ -25,11 +28,30 @@ export function registerTraining(program: Command): void {
       if (local) {
         // Uploading makes a local file work against a remote gateway too.
         const size = statSync(local).size;
-        if (!opts.json) process.stderr.write(`uploading ${local} (${formatBytes(size)})...\n`);
+        const progress = progressReporter("uploading");
+        let sent = 0;
+        const counter = new Transform({
+          transform(chunk: Buffer, _enc, done) {
+            sent += chunk.length;
+            progress.update(sent, size);
+            done(null, chunk);
+          },
+        });
         const query = new URLSearchParams({ framework: opts.framework, source: opts.source, ...(opts.version ? { version: opts.version } : {}) });
-        record = await api.request("POST", `/admin/v1/models/${encodeURIComponent(opts.name)}/upload?${query}`, undefined, createReadStream(local));
+        try {
+          record = await api.request("POST", `/admin/v1/models/${encodeURIComponent(opts.name)}/upload?${query}`, undefined, createReadStream(local).pipe(counter));
+        } finally {
+          progress.done();
+        }
       } else {
-        record = await api.request("POST", "/admin/v1/models", { name: opts.name, framework: opts.framework, source: opts.source, version: opts.version });
+        // The server downloads a remote source; it streams its progress back.
+        const progress = progressReporter("downloading");
+        const body = { name: opts.name, framework: opts.framework, source: opts.source, version: opts.version };
+        try {
+          record = await api.requestWithProgress("POST", "/admin/v1/models?progress=ndjson", body, (p) => progress.update(p.received, p.total));
+        } finally {
+          progress.done();
+        }
       }
       if (opts.json) return printJson(record);
       console.log(`registered ${record.name}@${record.version} (${formatBytes(record.size_bytes)}, sha256 ${record.sha256.slice(0, 12)}…)`);
@@ -67,7 +89,9 @@ export function registerTraining(program: Command): void {
 
 /** A source that names a file on this machine (plain path or file://), resolved; else undefined. */
 function localFile(source: string): string | undefined {
-  if (/^(https?|hf|s3):\/\//.test(source)) return undefined;
+  if (/^(https?|hf|s3):\/\//i.test(source)) return undefined;
+  const scheme = /^([a-z][a-z0-9+.-]+):/i.exec(source)?.[1]?.toLowerCase();
+  if (scheme !== undefined && scheme !== "file") throw new CliError(`--source ${source}: the "${scheme}:" scheme is not supported; use ${SOURCE_SCHEMES}`, 2);
   const path = source.startsWith("file://") ? new URL(source).pathname : resolve(source);
   if (!existsSync(path)) throw new CliError(`--source ${source}: no such file`, 2);
   return path;

@@ -15,18 +15,21 @@ import { startScaler } from "../../scaler/run.ts";
 import { startBatchCoordinator } from "../batch/index.ts";
 import { DeploymentConfig, NAME_PATTERN } from "../contracts/deployment.ts";
 import { countApiKeys, createApiKey, verifyApiKey } from "../control/apikeys.ts";
-import { startEmbeddedRedis } from "../control/embedded-redis.ts";
+import { ensurePrivateDir, startEmbeddedRedis } from "../control/embedded-redis.ts";
 import { deployEndpoint, findEndpoint, getEndpoint } from "../control/endpoints.ts";
-import { type Control, connectControl } from "../control/redis.ts";
+import { type Control, connectControl, maskRedisUrl } from "../control/redis.ts";
 import { endpointStatus } from "../control/status.ts";
 import { startGateway } from "../gateway/app.ts";
 import { importModel } from "../registry/import.ts";
 import { listModelVersions } from "../registry/versions.ts";
 import { loadSettings } from "../settings.ts";
 import { openStore } from "../storage/index.ts";
+import { parseStorageRoot, type StorageRoot } from "../storage/policy.ts";
 import { CliError, credentialsPath, readCredentials, writeCredentials } from "./credentials.ts";
+import { runBootstrap } from "./keys.ts";
+import { progressReporter } from "./progress.ts";
 
-type UpFlags = { model?: string; name?: string; replicas: string; parallel?: string; host: string; port: string; dataDir?: string };
+type UpFlags = { model?: string; name?: string; replicas: string; parallel?: string; host: string; port: string; dataDir?: string; storageRoot: string[] };
 
 const BIN = fileURLToPath(new URL("../../bin/platform.js", import.meta.url));
 
@@ -41,19 +44,30 @@ export function registerUp(program: Command): void {
     .option("--host <host>", "gateway address", "127.0.0.1")
     .option("--port <port>", "gateway port (0: any free port)", "8000")
     .option("--data-dir <dir>", "where Redis, artifacts and logs live (env PLATFORM_DATA_DIR)")
+    .option(
+      "--storage-root <uri>",
+      "another directory or s3://bucket[/prefix] batch jobs and model sources may name (repeatable); <data-dir>/batch/ and the current directory always are",
+      (value: string, all: string[]) => [...all, value],
+      [] as string[],
+    )
     .action(up);
 }
 
 async function up(flags: UpFlags): Promise<void> {
   if (flags.dataDir) process.env.PLATFORM_DATA_DIR = resolve(flags.dataDir);
-  const settings = loadSettings();
-  await mkdir(settings.dataDir, { recursive: true });
+  const loaded = loadSettings();
+  // One machine, one operator: its data dir's batch/ (where relative names go), the directory it was
+  // started from (so relative paths in the CLI keep working), and whatever it names; see docs/security.md.
+  const settings = { ...loaded, storageRoots: [...upStorageRoots(loaded.dataDir, flags.storageRoot), ...loaded.storageRoots] };
+  // Records, keys' hashes, the Redis password and AOF live here: this user's only.
+  await ensurePrivateDir(settings.dataDir, (line) => console.log(line));
+  await mkdir(join(settings.dataDir, "batch"), { recursive: true, mode: 0o700 });
   const log = (line: string) => console.log(line);
 
-  const redis = settings.redisUrl ? undefined : await startEmbeddedRedis(join(settings.dataDir, "redis"));
+  const redis = settings.redisUrl ? undefined : await startEmbeddedRedis(join(settings.dataDir, "redis"), { onNote: (line) => console.log(line) });
   const redisUrl = settings.redisUrl ?? (redis as NonNullable<typeof redis>).url;
   const ctl = connectControl(redisUrl, settings.prefix);
-  const apiKey = await bootstrapKey(ctl);
+  const apiKey = await bootstrapKey(ctl, settings.bootstrapAdminKey);
 
   const gateway = await startGateway({ ctl, settings: { ...settings, redisUrl }, host: flags.host, port: Number(flags.port) });
   const backend = new LocalBackend({
@@ -61,6 +75,8 @@ async function up(flags: UpFlags): Promise<void> {
     workerCommand: [process.execPath, BIN, "worker"],
     env: { ...process.env, REDIS_URL: redisUrl, PLATFORM_DATA_DIR: settings.dataDir, PLATFORM_ARTIFACTS_URL: settings.artifactsUrl },
     logDir: join(settings.dataDir, "logs"),
+    // A worker past its drain deadline hands its jobs back and exits; SIGKILL only if that hangs.
+    drainTimeoutMs: settings.drainTimeoutMs + 15_000,
     onEvent: (m) => log(`[replicas] ${m}`),
   });
   // The autoscaler and the reconciler; they act only while this process holds the scaler lease.
@@ -70,7 +86,10 @@ async function up(flags: UpFlags): Promise<void> {
   let stopping = false;
   const shutdown = async (signal: string) => {
     if (stopping) {
-      log("second signal: killing everything now");
+      // Forced, but still complete: nothing this process started may outlive it.
+      log("second signal: killing the replicas and stopping Redis now");
+      await backend.kill();
+      await redis?.stop({ fast: true });
       process.exit(1);
     }
     stopping = true;
@@ -78,7 +97,7 @@ async function up(flags: UpFlags): Promise<void> {
     // Each step is bounded, so a dead dependency can never leave `up` hanging.
     await bounded(coordinator.stop(), 10_000);
     await bounded(scaler.stop(), 5_000);
-    await bounded(backend.close(), 40_000);
+    await bounded(backend.close(), settings.drainTimeoutMs + 20_000);
     await bounded(gateway.close(), 5_000);
     await bounded(ctl.redis.quit(), 2_000);
     await redis?.stop();
@@ -87,6 +106,8 @@ async function up(flags: UpFlags): Promise<void> {
   };
   process.on("SIGINT", () => void shutdown("SIGINT"));
   process.on("SIGTERM", () => void shutdown("SIGTERM"));
+  // A closed terminal: the same clean stop, rather than Node's default of dying on the spot.
+  process.on("SIGHUP", () => void shutdown("SIGHUP"));
 
   let endpointName: string | undefined;
   try {
@@ -101,21 +122,42 @@ async function up(flags: UpFlags): Promise<void> {
   log("platform is up");
   log(`  base URL   ${gateway.url}/v1`);
   if (endpointName) log(`  endpoint   ${endpointName} (starting; \`platform inference status ${endpointName}\`)`);
-  log(`  API key    ${apiKey}`);
+  log(`  API key    ${settings.bootstrapAdminKey ? "the one in PLATFORM_BOOTSTRAP_ADMIN_KEY" : apiKey}`);
   log(`             (saved to ${credsFile} for the CLI)`);
   log(`  data dir   ${settings.dataDir}`);
-  log(`  redis      ${redisUrl}${redis ? " (embedded, AOF on)" : ""}`);
+  // Never the password: terminals are scrolled back, logs are shared.
+  log(`  redis      ${maskRedisUrl(redisUrl)}${redis ? ` (embedded, AOF on; password in ${redis.passwordFile})` : ""}`);
   log("Press Ctrl-C to stop.");
   log("");
   if (endpointName) void announceWhenAvailable(ctl, endpointName, log);
+}
+
+function upStorageRoots(dataDir: string, extra: string[]): StorageRoot[] {
+  const roots: StorageRoot[] = [parseStorageRoot(join(dataDir, "batch"), "--data-dir"), parseStorageRoot(process.cwd(), "the current directory")];
+  for (const root of extra) {
+    try {
+      roots.push(parseStorageRoot(/^[a-z][a-z0-9+.-]+:/i.test(root) ? root : resolve(root), "--storage-root"));
+    } catch (e) {
+      throw new CliError((e as Error).message, 2);
+    }
+  }
+  return roots;
 }
 
 function bounded(work: Promise<unknown>, ms: number): Promise<unknown> {
   return Promise.race([work.catch(() => undefined), new Promise((r) => setTimeout(r, ms).unref())]);
 }
 
-/** Reuse the key in the credentials file when it is valid here; otherwise mint an admin key. */
-async function bootstrapKey(ctl: Control): Promise<string> {
+/**
+ * The operator's PLATFORM_BOOTSTRAP_ADMIN_KEY when set (compose: never minted,
+ * never printed); else the key in the credentials file when it is valid here;
+ * otherwise a newly minted admin key.
+ */
+async function bootstrapKey(ctl: Control, fromOperator: string | undefined): Promise<string> {
+  if (fromOperator) {
+    await runBootstrap(ctl, fromOperator, "REDIS_URL");
+    return fromOperator;
+  }
   const existing = await readCredentials();
   if (existing && (await verifyApiKey(ctl, existing.api_key))?.role === "admin") return existing.api_key;
   const first = (await countApiKeys(ctl)) === 0;
@@ -137,10 +179,12 @@ async function registerAndDeploy(ctl: Control, settings: ReturnType<typeof loadS
   const versions = await listModelVersions(ctl, name);
   let version = versions.find((v) => (digest ? v.sha256 === digest : v.source === source))?.version;
   if (!version) {
+    // A remote download can take minutes: say how far it got.
+    const progress = isRemote ? progressReporter(`downloading ${name}`, process.stdout) : undefined;
     const record = await importModel(
-      { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(settings.dataDir, "tmp") },
-      { name, framework: "llamacpp", source: isRemote ? source : path },
-    );
+      { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(settings.dataDir, "tmp"), sources: settings.sources },
+      { name, framework: "llamacpp", source: isRemote ? source : path, onProgress: progress && ((p) => progress.update(p.received, p.total)) },
+    ).finally(() => progress?.done());
     version = record.version;
     console.log(`registered ${name}@${version} from ${source}`);
   }

@@ -26,20 +26,32 @@ export const CreateBatchRequest = z
   .object({
     model: ModelName,
     version: ModelVersion.default("latest"),
-    /** The JSONL object to read: an absolute path, file:// URL or s3://bucket/key. */
-    input: z.string().min(1),
+    /**
+     * The JSONL object to read: an absolute path, file:// URL or s3://bucket/key
+     * inside the storage this key may use (GET /v1/storage), or a name relative
+     * to the key's own area. Exactly one of `input` and `input_file_id`.
+     */
+    input: z.string().min(1).optional(),
+    /** A file uploaded with POST /v1/files (purpose=batch) by the same key, instead of `input`. */
+    input_file_id: z.string().min(1).optional(),
     /**
      * Where results go: a prefix (directory, or s3://bucket/prefix/) receives
      * `<job id>.jsonl`; a URI ending in `.jsonl` names the output object itself.
      */
     output: z.string().min(1),
+    /** Replace an existing output object; without it an existing one is refused (409 output_exists). */
+    overwrite: z.boolean().default(false),
     /** Records of this job in flight at once. */
     concurrency: z.number().int().min(1).max(MAX_BATCH_CONCURRENCY).default(8),
     /** Records per checkpoint: each batch's results are written as one part before the job moves on. */
     batch_size: z.number().int().min(1).max(MAX_BATCH_SIZE).default(100),
     ...BatchSampling.shape,
   })
-  .strict();
+  .strict()
+  .refine((r) => (r.input === undefined) !== (r.input_file_id === undefined), {
+    message: "give exactly one of input (a storage URI or relative name) and input_file_id (an uploaded file)",
+    path: ["input"],
+  });
 export type CreateBatchRequest = z.infer<typeof CreateBatchRequest>;
 export type CreateBatchRequestInput = z.input<typeof CreateBatchRequest>;
 
@@ -83,6 +95,15 @@ export const BatchJobRecord = z.object({
   throughput: BatchThroughput.nullable(),
   /** Why the job failed (or null). */
   error: BatchJobError.nullable(),
+  /** An existing output object may be replaced. */
+  overwrite: z.boolean(),
+  /**
+   * Records already written when a job ended without completing (kept in the
+   * parts under `parts_uri`, readable with GET /v1/batch-jobs/<id>/output); null otherwise.
+   */
+  partial: z.object({ records: z.number().int().nonnegative(), parts_uri: z.string() }).nullable(),
+  /** A failed job that POST /v1/batch-jobs/<id>/resume can continue from its checkpoint. */
+  resumable: z.boolean(),
   /** API key id of the creator; keys without the admin role see only their own jobs. */
   created_by: z.string().nullable(),
   /** Epoch milliseconds. */
@@ -155,5 +176,7 @@ export const BatchCheckpoint = z.object({
   input_size: z.number().int().nonnegative(),
   /** The result object is written; what remains is removing the parts. */
   assembled: z.boolean().optional(),
+  /** Placing the result has begun (a run that finds it in place and the right size knows it as its own). */
+  assembling: z.boolean().optional(),
 });
 export type BatchCheckpoint = z.infer<typeof BatchCheckpoint>;

@@ -155,6 +155,27 @@ export const JobEvent = z.discriminatedUnion("type", [
 export type JobEvent = z.infer<typeof JobEvent>;
 
 /**
+ * One entry of a reply stream, `job <id> e <json>`, read by field name. Anyone who can write to
+ * Redis can append anything, so a reader gets `{ problem }` for an entry it cannot use — to log
+ * and skip; one bad entry must never stop the reader.
+ */
+export function decodeReplyEntry(fields: string[]): { jobId: string; event: JobEvent } | { problem: string } {
+  const named = new Map<string, string>();
+  for (let i = 0; i + 1 < fields.length; i += 2) named.set(fields[i] as string, fields[i + 1] as string);
+  const jobId = named.get("job");
+  const raw = named.get("e");
+  if (!jobId || raw === undefined) return { problem: "missing the job or e field" };
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch {
+    return { problem: `job ${jobId}: the event is not valid JSON` };
+  }
+  const parsed = JobEvent.safeParse(json);
+  return parsed.success ? { jobId, event: parsed.data } : { problem: `job ${jobId}: not a known event` };
+}
+
+/**
  * BullMQ priorities: jobs without a priority are served before any job with
  * one, so online work carries none and batch records carry BATCH_PRIORITY.
  */

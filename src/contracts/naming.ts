@@ -22,6 +22,7 @@ export function controlKeys(prefix: string) {
     servedOnce: (endpoint: string) => `${cp}:served-once:${endpoint}`, // set when a replica of the deployed version first became ready
     apiKeys: `${cp}:apikeys`, // hash id -> record JSON
     apiKeyByHash: `${cp}:apikey-hashes`, // hash sha256 -> id
+    bootstrapKey: `${cp}:bootstrap-admin`, // string: sha256 of the operator's bootstrap admin key (`platform keys bootstrap`)
     cancelChannel: `${cp}:cancel`,
     cancelled: (jobId: string) => `${cp}:cancelled:${jobId}`,
     replyStream: (gatewayId: string) => `${cp}:replies:${gatewayId}`,

@@ -1,6 +1,6 @@
 /** Control-plane records kept in Redis (registry, endpoints, replicas, API keys). */
 import { z } from "zod";
-import { DeploymentConfig, Framework } from "./deployment.ts";
+import { DeploymentConfig, Framework, ModelName, ModelVersion } from "./deployment.ts";
 
 export const GgufSummary = z.object({
   architecture: z.string().nullable(),
@@ -8,12 +8,19 @@ export const GgufSummary = z.object({
   context_length: z.number().int().nullable(),
   quantization: z.string().nullable(),
   chat_template: z.boolean(),
+  /**
+   * UTF-8 bytes of the vocabulary's longest token: the gateway's cheap bound on a prompt's
+   * token count (src/gateway/limits.ts). Absent on versions registered before it was recorded.
+   */
+  max_token_bytes: z.number().int().positive().nullable().optional(),
 });
 export type GgufSummary = z.infer<typeof GgufSummary>;
 
+// Names are checked on the way out of Redis too: a record written by hand or by an older
+// version must not smuggle a name into queue names and keys.
 export const ModelVersionRecord = z.object({
-  name: z.string(),
-  version: z.string(),
+  name: ModelName,
+  version: ModelVersion,
   framework: Framework,
   /** Where the user said it came from (path, file://, https://, hf://, s3://). */
   source: z.string(),
@@ -27,11 +34,11 @@ export const ModelVersionRecord = z.object({
 export type ModelVersionRecord = z.infer<typeof ModelVersionRecord>;
 
 export const EndpointRecord = z.object({
-  name: z.string(),
+  name: ModelName,
   /** The deployment as the user wrote it (version may be "latest"). */
   config: DeploymentConfig,
   /** The concrete version `latest` resolved to at deploy time. */
-  version: z.string(),
+  version: ModelVersion,
   framework: Framework,
   /** Replicas wanted now (the scaler changes this within bounds). */
   desired_replicas: z.number().int().min(0),

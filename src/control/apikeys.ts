@@ -5,6 +5,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { ApiKeyRecord, type ApiKeyRole } from "../contracts/records.ts";
 import { PlatformError } from "../errors.ts";
+import { parseStored } from "./invalid-records.ts";
 import type { Control } from "./redis.ts";
 
 const KEY_PREFIX = "sk-plat-";
@@ -35,12 +36,20 @@ export async function verifyApiKey(ctl: Control, key: string): Promise<ApiKeyRec
   const id = await ctl.redis.hget(ctl.keys.apiKeyByHash, hashKey(key));
   if (!id) return undefined;
   const raw = await ctl.redis.hget(ctl.keys.apiKeys, id);
-  return raw ? ApiKeyRecord.parse(JSON.parse(raw)) : undefined;
+  if (!raw) return undefined;
+  // A key whose record is unreadable authenticates nobody (reported, not fatal).
+  const parsed = parseStored(ApiKeyRecord, raw, "api_key", id);
+  return parsed.ok ? parsed.value : undefined;
 }
 
 export async function listApiKeys(ctl: Control): Promise<ApiKeyRecord[]> {
-  const all = await ctl.redis.hvals(ctl.keys.apiKeys);
-  return all.map((raw) => ApiKeyRecord.parse(JSON.parse(raw))).sort((a, b) => a.created - b.created);
+  const all = await ctl.redis.hgetall(ctl.keys.apiKeys);
+  return Object.entries(all)
+    .flatMap(([id, raw]) => {
+      const parsed = parseStored(ApiKeyRecord, raw, "api_key", id);
+      return parsed.ok ? [parsed.value] : [];
+    })
+    .sort((a, b) => a.created - b.created);
 }
 
 export async function revokeApiKey(ctl: Control, id: string): Promise<ApiKeyRecord> {
@@ -53,4 +62,90 @@ export async function revokeApiKey(ctl: Control, id: string): Promise<ApiKeyReco
 
 export async function countApiKeys(ctl: Control): Promise<number> {
   return ctl.redis.hlen(ctl.keys.apiKeys);
+}
+
+/**
+ * The first admin key of a cluster or compose install, supplied by the operator
+ * (a Secret) rather than minted and printed, because no admin exists yet to ask.
+ */
+export const BOOTSTRAP_KEY_NAME = "bootstrap-admin";
+
+/** A fresh key in the platform's own format, for `platform keys bootstrap --generate`. */
+export function generateApiKey(): string {
+  return KEY_PREFIX + randomBytes(32).toString("base64url");
+}
+
+/**
+ * Why `key` is too weak to be an admin key, or undefined: at least 32
+ * characters, not a repetition, at least 10 distinct characters, and about
+ * 128 bits by length × log2 of the smallest alphabet it fits (hex counts 16).
+ * `openssl rand -hex 32` and `--generate` pass. Not a dictionary check.
+ */
+export function weakKeyReason(key: string): string | undefined {
+  if (!/^[A-Za-z0-9_.~+/=-]+$/.test(key)) return "it may contain only letters, digits and - _ . ~ + / = (no spaces or quotes)";
+  if (key.length < 32) return `it is ${key.length} characters long; use at least 32 (e.g. \`openssl rand -hex 32\` or \`platform keys bootstrap --generate\`)`;
+  const body = key.startsWith(KEY_PREFIX) ? key.slice(KEY_PREFIX.length) : key;
+  // The smallest alphabet the key could have been drawn from: hex counts 16 symbols, not 36.
+  const alphabet = /^[0-9a-f]+$/.test(body) || /^[0-9A-F]+$/.test(body) ? 16 : /^[a-z]+$/.test(body) || /^[A-Z]+$/.test(body) ? 26 : /^[0-9A-Za-z]+$/.test(body) ? 62 : 70;
+  const bits = Math.floor(body.length * Math.log2(alphabet));
+  const distinct = new Set(body).size;
+  if (bits < 128 || distinct < 10 || /^(.+?)\1+$/.test(body)) {
+    return `it looks guessable (about ${bits} bits, ${distinct} distinct characters); use a random key of at least 128 bits (\`openssl rand -hex 32\`)`;
+  }
+  return undefined;
+}
+
+export type BootstrapOutcome = { outcome: "created" | "exists"; record: ApiKeyRecord };
+
+/**
+ * Store the operator's key as the bootstrap admin key, idempotently: the same
+ * key again (another restart, another gateway) changes nothing; a different key
+ * while the first is still valid is refused (409), so a changed Secret never
+ * silently adds admins. Only the SHA-256 reaches Redis.
+ */
+export async function bootstrapAdminKey(ctl: Control, key: string): Promise<BootstrapOutcome> {
+  const weak = weakKeyReason(key);
+  if (weak) throw new PlatformError(400, "weak_key", `the bootstrap admin key is too weak: ${weak}`, "key");
+  const hash = hashKey(key);
+  const record: ApiKeyRecord = {
+    id: `key_${randomBytes(6).toString("hex")}`,
+    name: BOOTSTRAP_KEY_NAME,
+    role: "admin",
+    prefix: key.slice(0, key.startsWith(KEY_PREFIX) ? KEY_PREFIX.length + 6 : 6),
+    hash,
+    created: Math.floor(Date.now() / 1000),
+  };
+  // One script, so two gateways starting together with the same Secret add one key, not two.
+  const [outcome, id] = (await ctl.redis.eval(
+    `local id = redis.call('HGET', KEYS[1], ARGV[1])
+     if id then redis.call('SET', KEYS[3], ARGV[1]); return {'exists', id} end
+     local cur = redis.call('GET', KEYS[3])
+     if cur and cur ~= ARGV[1] then
+       local other = redis.call('HGET', KEYS[1], cur)
+       if other and redis.call('HEXISTS', KEYS[2], other) == 1 then return {'conflict', other} end
+     end
+     redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+     redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+     redis.call('SET', KEYS[3], ARGV[1])
+     return {'created', ARGV[2]}`,
+    3,
+    ctl.keys.apiKeyByHash,
+    ctl.keys.apiKeys,
+    ctl.keys.bootstrapKey,
+    hash,
+    record.id,
+    JSON.stringify(record),
+  )) as [string, string];
+  if (outcome === "conflict") {
+    throw new PlatformError(
+      409,
+      "bootstrap_key_exists",
+      `a different bootstrap admin key (${id}) is already registered; to replace it, revoke it first (\`platform keys revoke ${id}\`); to add admins, use \`platform keys create --role admin\``,
+      "key",
+    );
+  }
+  if (outcome === "created") return { outcome, record };
+  const existing = ApiKeyRecord.parse(JSON.parse((await ctl.redis.hget(ctl.keys.apiKeys, id)) ?? "null"));
+  if (existing.role !== "admin") throw new PlatformError(409, "key_exists", `this key is already registered as a ${existing.role} key (${existing.id}); choose another bootstrap key`, "key");
+  return { outcome: "exists", record: existing };
 }

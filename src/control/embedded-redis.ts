@@ -2,25 +2,157 @@
  * The Redis `platform up` starts when REDIS_URL is unset: a child process
  * bound to 127.0.0.1, with AOF persistence in the data directory and
  * `noeviction`, because queues and records must never be silently dropped.
+ * It is locked: the default user is off and a generated password (kept in the
+ * data directory, mode 0600) is the only way in. The password lives in the
+ * config file, never on a command line, so `ps` does not show it.
  */
-import { spawn } from "node:child_process";
-import { mkdir, readFile } from "node:fs/promises";
-import { join } from "node:path";
+import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { chmod, mkdir, readFile, readlink, stat, writeFile } from "node:fs/promises";
+import { basename, join, resolve } from "node:path";
+import { promisify } from "node:util";
 import { Redis } from "ioredis";
 import { freePort } from "../net.ts";
 
-export type EmbeddedRedis = { url: string; stop: () => Promise<void> };
+export type EmbeddedRedis = {
+  /** The full URL, password included: give it to child processes, never print it. */
+  url: string;
+  /** The same URL with the password masked, for logs and terminals. */
+  displayUrl: string;
+  /** Where the password is kept (mode 0600). */
+  passwordFile: string;
+  /** Process id of redis-server itself (not of its watchdog). */
+  pid: number;
+  /** Graceful by default (SIGTERM, so the AOF is flushed); `fast` gives it 2 s before SIGKILL. */
+  stop: (options?: { fast?: boolean }) => Promise<void>;
+};
 
+export const REDIS_USER = "platform";
+const PASSWORD_FILE = "password";
+const CONFIG_FILE = "redis.conf";
 
-/** A Redis left running by an `up` that was killed outright would hold the AOF: stop it first. */
-async function stopStale(pidfile: string): Promise<void> {
-  const pid = Number((await readFile(pidfile, "utf8").catch(() => "")).trim());
-  if (!pid) return;
+/**
+ * redis-server runs under this `sh` script, whose stdin is a pipe from the process that started
+ * it. That process may die without a chance to stop anything (SIGKILL, OOM): the pipe closes,
+ * the watcher's `read` sees end of file, and it stops redis-server with SIGTERM so the AOF is
+ * flushed. No PID is polled, so a reused PID can never be signalled. The script exits with
+ * redis-server's status, so a Redis that fails to start is seen at once. (fd 3: a background
+ * job of a non-interactive shell otherwise reads /dev/null.)
+ */
+const WATCHDOG = [
+  'server="$1"; conf="$2"',
+  "exec 3<&0",
+  '"$server" "$conf" </dev/null 3<&- &',
+  "pid=$!",
+  '( while read -r _; do :; done; kill -TERM "$pid" 2>/dev/null ) <&3 3<&- &',
+  "watcher=$!",
+  "exec 3<&- </dev/null",
+  'wait "$pid"; code=$?',
+  'kill "$watcher" 2>/dev/null',
+  'exit "$code"',
+].join("\n");
+
+/** Creates `dir` (mode 0700) or tightens it: it holds the password and every record. */
+export async function ensurePrivateDir(dir: string, onNote: (line: string) => void = () => undefined): Promise<void> {
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  const mode = (await stat(dir)).mode & 0o777;
+  if ((mode & 0o077) !== 0) {
+    await chmod(dir, 0o700);
+    onNote(`note: ${dir} was readable by other users (mode ${mode.toString(8)}); it is now 0700`);
+  }
+}
+
+/** The password generated on the first start, reused after (the AOF keeps the data it guards). */
+async function loadOrCreatePassword(file: string): Promise<string> {
+  const existing = (await readFile(file, "utf8").catch(() => "")).trim();
+  if (/^[0-9a-f]{64}$/.test(existing)) {
+    await chmod(file, 0o600);
+    return existing;
+  }
+  const password = randomBytes(32).toString("hex");
+  await writeFile(file, `${password}\n`, { mode: 0o600 });
+  await chmod(file, 0o600); // writeFile's mode applies only to a new file
+  return password;
+}
+
+/** Major and minor version of the redis-server binary: ACL syntax differs between 6.0, 6.2 and 7. */
+async function serverVersion(server: string): Promise<[number, number]> {
   try {
-    process.kill(pid, "SIGTERM");
+    const { stdout } = await promisify(execFile)(server, ["--version"]);
+    const m = /v=(\d+)\.(\d+)/.exec(stdout);
+    return m ? [Number(m[1]), Number(m[2])] : [7, 0];
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") {
+      throw new Error("redis-server is not installed: install it (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis) or set REDIS_URL to an existing Redis");
+    }
+    return [7, 0];
+  }
+}
+
+function config(o: { dir: string; port: number; password: string; logfile: string; pidfile: string; version: [number, number] }): string {
+  const [major, minor] = o.version;
+  // Redis 6.0 has ACL users but no channel rules; before 6, only requirepass.
+  const auth =
+    major >= 6
+      ? ["user default off", `user ${REDIS_USER} on >${o.password} ~* ${major > 6 || minor >= 2 ? "&* " : ""}+@all`]
+      : [`requirepass ${o.password}`];
+  return [
+    "# Written by `platform up` on every start; edits are overwritten.",
+    `port ${o.port}`,
+    "bind 127.0.0.1",
+    "protected-mode yes",
+    ...auth,
+    `dir ${o.dir}`,
+    "appendonly yes",
+    "appendfsync everysec",
+    'save ""',
+    "maxmemory-policy noeviction",
+    "daemonize no",
+    `logfile ${o.logfile}`,
+    `pidfile ${o.pidfile}`,
+    "",
+  ].join("\n");
+}
+
+/**
+ * Whether `pid` is this directory's Redis: a `redis-server` whose command line names this config
+ * or whose working directory is this directory (Redis changes into its `dir`). Without /proc
+ * there is no way to tell, so the answer is no.
+ */
+export async function isOurRedis(pid: number, dir: string): Promise<boolean | "unknown"> {
+  const cmdline = await readFile(`/proc/${pid}/cmdline`, "utf8").catch((e: NodeJS.ErrnoException) => (e.code === "ENOENT" ? null : undefined));
+  if (cmdline === undefined) return "unknown";
+  if (cmdline === null) {
+    // No such process, or no /proc at all.
+    return (await stat("/proc/self").catch(() => undefined)) ? false : "unknown";
+  }
+  const argv = cmdline.split("\0").filter(Boolean);
+  const first = argv[0]?.split(" ")[0] ?? "";
+  if (!basename(first).startsWith("redis-server")) return false;
+  if (argv.join(" ").includes(join(dir, CONFIG_FILE))) return true;
+  const cwd = await readlink(`/proc/${pid}/cwd`).catch(() => undefined);
+  return cwd !== undefined && resolve(cwd) === resolve(dir);
+}
+
+/**
+ * A Redis left running by an `up` that was killed outright would hold the AOF: stop it first —
+ * but only if the pidfile's process is verifiably this directory's Redis. A stale pidfile may
+ * name any process by now.
+ */
+async function stopStale(pidfile: string, dir: string, onNote: (line: string) => void): Promise<void> {
+  const pid = Number((await readFile(pidfile, "utf8").catch(() => "")).trim());
+  if (!Number.isInteger(pid) || pid <= 1) return;
+  try {
+    process.kill(pid, 0);
   } catch {
     return; // not running
   }
+  const ours = await isOurRedis(pid, dir);
+  if (ours !== true) {
+    if (ours === "unknown") onNote(`note: ${pidfile} names process ${pid}, which cannot be identified here (no /proc); it is left alone — stop it yourself if it is an old Redis of this data directory`);
+    return;
+  }
+  process.kill(pid, "SIGTERM");
   for (let i = 0; i < 50; i++) {
     await new Promise((r) => setTimeout(r, 100));
     try {
@@ -31,55 +163,75 @@ async function stopStale(pidfile: string): Promise<void> {
   }
 }
 
-export async function startEmbeddedRedis(dir: string): Promise<EmbeddedRedis> {
-  await mkdir(dir, { recursive: true });
+export async function startEmbeddedRedis(dir: string, options: { onNote?: (line: string) => void } = {}): Promise<EmbeddedRedis> {
+  const onNote = options.onNote ?? ((line: string) => console.error(line));
+  await ensurePrivateDir(dir, onNote);
+  const server = process.env.PLATFORM_REDIS_SERVER ?? "redis-server";
+  const version = await serverVersion(server);
   const port = await freePort();
   const logfile = join(dir, "redis.log");
   const pidfile = join(dir, "redis.pid");
-  await stopStale(pidfile);
-  const child = spawn(
-    process.env.PLATFORM_REDIS_SERVER ?? "redis-server",
-    ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--maxmemory-policy", "noeviction", "--daemonize", "no", "--logfile", logfile, "--pidfile", pidfile],
+  const confFile = join(dir, CONFIG_FILE);
+  const passwordFile = join(dir, PASSWORD_FILE);
+  await stopStale(pidfile, dir, onNote);
+  const password = await loadOrCreatePassword(passwordFile);
+  await writeFile(confFile, config({ dir, port, password, logfile, pidfile, version }), { mode: 0o600 });
+  await chmod(confFile, 0o600);
+
+  const child: ChildProcess = spawn("sh", ["-c", WATCHDOG, "platform-redis-watchdog", server, confFile], {
+    stdio: ["pipe", "ignore", "ignore"],
     // Its own process group: a terminal's Ctrl-C must not stop Redis before the workers have drained.
-    { stdio: "ignore", detached: true },
-  );
+    detached: true,
+  });
+  child.stdin?.on("error", () => undefined); // EPIPE once the watchdog is gone
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
   const spawnError = new Promise<Error>((resolve) => child.once("error", resolve));
-  const url = `redis://127.0.0.1:${port}`;
-  const probe = new Redis(port, "127.0.0.1", { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  const user = version[0] >= 6 ? REDIS_USER : "";
+  const url = `redis://${user}:${password}@127.0.0.1:${port}`;
+  const displayUrl = `redis://${user}:***@127.0.0.1:${port}`;
+  const probe = new Redis({ port, host: "127.0.0.1", username: user || undefined, password, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  probe.on("error", () => undefined);
+  const group = (signal: NodeJS.Signals) => {
+    try {
+      if (child.pid) process.kill(-child.pid, signal); // the watchdog and redis-server
+    } catch {
+      // already gone
+    }
+  };
+  let pid = 0;
   try {
     for (let i = 0; ; i++) {
       const failed = await Promise.race([spawnError, exited.then((code) => new Error(`redis-server exited with code ${code}`)), new Promise<undefined>((r) => setTimeout(() => r(undefined), 100))]);
       if (failed) {
-        const missing = (failed as NodeJS.ErrnoException).code === "ENOENT";
         const log = await readFile(logfile, "utf8").catch(() => "");
-        throw new Error(
-          missing
-            ? "redis-server is not installed: install it (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis) or set REDIS_URL to an existing Redis"
-            : `${failed.message}; last log lines:\n${log.split("\n").slice(-10).join("\n")}`,
-        );
+        throw new Error(`${failed.message}; last log lines:\n${log.split("\n").slice(-10).join("\n")}`);
       }
       try {
         await probe.connect();
         await probe.ping();
+        pid = Number((await probe.info("server")).match(/process_id:(\d+)/)?.[1] ?? 0);
         break;
       } catch {
         probe.disconnect();
-        if (i > 100) throw new Error(`redis-server did not answer on ${url} within 10 s (log: ${logfile})`);
+        if (i > 100) throw new Error(`redis-server did not answer on ${displayUrl} within 10 s (log: ${logfile})`);
       }
     }
   } catch (e) {
-    child.kill("SIGKILL");
+    group("SIGKILL");
     throw e;
   } finally {
     probe.disconnect();
   }
   return {
     url,
-    stop: async () => {
-      if (child.exitCode !== null) return;
-      child.kill("SIGTERM"); // Redis flushes the AOF on SIGTERM
-      const stuck = setTimeout(() => child.kill("SIGKILL"), 10_000);
+    displayUrl,
+    passwordFile,
+    pid,
+    stop: async ({ fast = false } = {}) => {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      // Closing the pipe is the watchdog's cue: SIGTERM to Redis, which flushes the AOF.
+      child.stdin?.end();
+      const stuck = setTimeout(() => group("SIGKILL"), fast ? 2_000 : 10_000);
       await exited;
       clearTimeout(stuck);
     },

@@ -3,16 +3,47 @@ import type { DeploymentConfig } from "../contracts/deployment.ts";
 import { EndpointRecord } from "../contracts/records.ts";
 import { resolveModelVersion } from "../registry/versions.ts";
 import { PlatformError } from "../errors.ts";
+import { type InvalidRecord, parseStored } from "./invalid-records.ts";
 import type { Control } from "./redis.ts";
 
-export async function listEndpoints(ctl: Control): Promise<EndpointRecord[]> {
-  const all = await ctl.redis.hvals(ctl.keys.endpoints);
-  return all.map((raw) => EndpointRecord.parse(JSON.parse(raw))).sort((a, b) => a.name.localeCompare(b.name));
+/** Every endpoint record that parses, and the ones that do not (skipped and reported, never fatal). */
+export async function readEndpoints(ctl: Control): Promise<{ endpoints: EndpointRecord[]; invalid: InvalidRecord[] }> {
+  const all = await ctl.redis.hgetall(ctl.keys.endpoints);
+  const endpoints: EndpointRecord[] = [];
+  const invalid: InvalidRecord[] = [];
+  for (const [field, raw] of Object.entries(all)) {
+    const parsed = parseEndpoint(field, raw);
+    if (parsed.ok) endpoints.push(parsed.value);
+    else invalid.push(parsed.invalid);
+  }
+  return { endpoints: endpoints.sort((a, b) => a.name.localeCompare(b.name)), invalid };
 }
 
+export async function listEndpoints(ctl: Control): Promise<EndpointRecord[]> {
+  return (await readEndpoints(ctl)).endpoints;
+}
+
+function parseEndpoint(field: string, raw: string): ReturnType<typeof parseStored<typeof EndpointRecord>> {
+  const parsed = parseStored(EndpointRecord, raw, "endpoint", field);
+  if (parsed.ok && parsed.value.name !== field) {
+    // Routing goes by the field, queues and replicas by the record's name: they must agree.
+    return { ok: false, invalid: { kind: "endpoint", key: field, error: `name: "${parsed.value.name}" differs from the record's key` } };
+  }
+  return parsed;
+}
+
+/** Undefined when there is none; a stored record that does not parse is an error naming what is wrong. */
 export async function findEndpoint(ctl: Control, name: string): Promise<EndpointRecord | undefined> {
   const raw = await ctl.redis.hget(ctl.keys.endpoints, name);
-  return raw ? EndpointRecord.parse(JSON.parse(raw)) : undefined;
+  if (!raw) return undefined;
+  const parsed = parseEndpoint(name, raw);
+  if (parsed.ok) return parsed.value;
+  throw new PlatformError(
+    500,
+    "invalid_record",
+    `the stored record of endpoint "${name}" is invalid (${parsed.invalid.error}); deploy it again or delete it (DELETE /admin/v1/endpoints/${name})`,
+    "name",
+  );
 }
 
 export async function getEndpoint(ctl: Control, name: string): Promise<EndpointRecord> {
@@ -52,7 +83,11 @@ export async function deployEndpoint(ctl: Control, config: DeploymentConfig): Pr
     throw new PlatformError(400, "invalid_config", `model.framework: "${framework}" cannot serve ${model.name}@${model.version}, which is registered for "${model.framework}"`, "model.framework");
   }
   const name = config.endpoint ?? config.model.name;
-  const existing = await findEndpoint(ctl, name);
+  // An invalid stored record is replaced by this deployment.
+  const existing = await findEndpoint(ctl, name).catch((e) => {
+    if (e instanceof PlatformError && e.code === "invalid_record") return undefined;
+    throw e;
+  });
   const now = Date.now();
   const record: EndpointRecord = {
     name,

@@ -10,17 +10,40 @@ export type Control = {
   keys: ControlKeys;
 };
 
-export function redisOptionsFromUrl(url: string): RedisOptions {
-  const u = new URL(url);
-  if (u.protocol !== "redis:" && u.protocol !== "rediss:") {
-    throw new Error(`REDIS_URL "${url}": expected redis://host:port[/db] or rediss://`);
+/** The URL with its password replaced by `***`: the only form of a Redis URL that is ever printed. */
+export function maskRedisUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = "***";
+    return u.toString().replace(/\/$/, "");
+  } catch {
+    // Not a URL, but it may still hold a secret between ':' and '@'.
+    return url.replace(/:[^:@/]*@/, ":***@");
   }
+}
+
+/**
+ * `redis://[user:password@]host[:port][/db]`, or `rediss://` for TLS (the system's CAs verify the
+ * server). User and password are URL-encoded.
+ */
+export function redisOptionsFromUrl(url: string): RedisOptions {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new Error(`REDIS_URL "${maskRedisUrl(url)}" is not a URL: expected redis://[user:password@]host:port[/db] or rediss://...`);
+  }
+  if (u.protocol !== "redis:" && u.protocol !== "rediss:") {
+    throw new Error(`REDIS_URL "${maskRedisUrl(url)}": expected redis://[user:password@]host:port[/db] or rediss://...`);
+  }
+  const db = u.pathname.length > 1 ? Number(u.pathname.slice(1)) : 0;
+  if (!Number.isInteger(db) || db < 0) throw new Error(`REDIS_URL "${maskRedisUrl(url)}": the path must be a database number (/0, /1, ...)`);
   return {
     host: u.hostname || "127.0.0.1",
     port: u.port ? Number(u.port) : 6379,
     username: u.username ? decodeURIComponent(u.username) : undefined,
     password: u.password ? decodeURIComponent(u.password) : undefined,
-    db: u.pathname.length > 1 ? Number(u.pathname.slice(1)) : 0,
+    db,
     tls: u.protocol === "rediss:" ? {} : undefined,
     // BullMQ requires this on connections it blocks on; harmless elsewhere.
     maxRetriesPerRequest: null,

@@ -4,6 +4,7 @@
  * every count once its record expires, whichever backend ran it.
  */
 import { ReplicaRecord } from "../contracts/records.ts";
+import { parseStored } from "./invalid-records.ts";
 import type { Control } from "./redis.ts";
 
 export const HEARTBEAT_INTERVAL_MS = Number(process.env.PLATFORM_HEARTBEAT_MS ?? 1000);
@@ -32,8 +33,10 @@ export async function listReplicas(ctl: Control, endpoint: string): Promise<Repl
   const live: ReplicaRecord[] = [];
   const gone: string[] = [];
   raws.forEach((raw, i) => {
-    if (raw) live.push(ReplicaRecord.parse(JSON.parse(raw)));
-    else gone.push(ids[i] as string);
+    if (!raw) return void gone.push(ids[i] as string);
+    // A record that does not parse is skipped and reported; it expires like any other.
+    const parsed = parseStored(ReplicaRecord, raw, "replica", ctl.keys.replica(ids[i] as string));
+    if (parsed.ok) live.push(parsed.value);
   });
   if (gone.length > 0) await ctl.redis.zrem(ctl.keys.replicas(endpoint), ...gone);
   return live;

@@ -21,9 +21,28 @@ import type { EndpointRecord } from "../contracts/records.ts";
 import { getAutoscaling } from "../control/autoscaling.ts";
 import type { Control } from "../control/redis.ts";
 import { listReplicas } from "../control/replicas.ts";
-import { PlatformError } from "../errors.ts";
+import { PlatformError, withDetail } from "../errors.ts";
 
 export type AdmissionLimits = { maxQueueDepth: number; maxQueueWaitMs: number };
+
+/**
+ * How long the gateway waits for Redis on a request's path. The connection queues commands
+ * while it reconnects and never fails them (BullMQ needs that), so without a bound a request
+ * would hang for as long as Redis is away instead of answering 503 `queue_unavailable`.
+ */
+export const REDIS_WAIT_MS = 5_000;
+
+export async function withinRedisWait<T>(work: Promise<T>, redis: { status: string }): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`Redis did not answer within ${REDIS_WAIT_MS} ms (connection ${redis.status})`)), REDIS_WAIT_MS);
+  });
+  try {
+    return await Promise.race([work, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 /** Deep enough for any burst a few replicas can absorb; a minute is as long as clients usually wait. */
 export const ADMISSION_DEFAULTS: AdmissionLimits = { maxQueueDepth: 1000, maxQueueWaitMs: 60_000 };
@@ -91,19 +110,25 @@ export class Admission {
     let capacity: Capacity;
     let waitingEntry: { value: number };
     try {
-      [{ value: capacity }, waitingEntry] = await Promise.all([
-        this.capacity.get(`${endpoint.name}\n${endpoint.version}`, () => this.readCapacity(endpoint)),
-        this.depth.get(queue, () => this.readWaiting(model, endpoint.version)),
-      ]);
+      [{ value: capacity }, waitingEntry] = await withinRedisWait(
+        Promise.all([
+          this.capacity.get(`${endpoint.name}\n${endpoint.version}`, () => this.readCapacity(endpoint)),
+          this.depth.get(queue, () => this.readWaiting(model, endpoint.version)),
+        ]),
+        this.ctl.redis,
+      );
     } catch (e) {
-      throw new PlatformError(503, "queue_unavailable", `could not read the queue state: ${(e as Error).message}`, null, 1);
+      // ioredis' message names the Redis address: it stays in the gateway log.
+      throw withDetail(new PlatformError(503, "queue_unavailable", "the queue is unavailable, retry shortly", null, 1), e);
     }
 
     if (capacity.ready === 0) {
       const refusal = noCapacity(endpoint, capacity);
       if (refusal) {
         this.options.onReject?.(endpoint.name, "no_capacity");
-        throw new PlatformError(503, "no_capacity", refusal, null, RETRY_AFTER_S.no_capacity);
+        // A replica's start error may quote server paths: admins see it in `status`, the log keeps it.
+        const err = new PlatformError(503, "no_capacity", refusal, null, RETRY_AFTER_S.no_capacity);
+        throw capacity.error === undefined ? err : withDetail(err, `replica error: ${capacity.error}`);
       }
       if (endpoint.desired_replicas === 0) this.wakeScaler(endpoint.name);
     }
@@ -186,7 +211,7 @@ function noCapacity(endpoint: EndpointRecord, c: Capacity): string | undefined {
     return `"${endpoint.name}" is scaled to zero and autoscaling is off, so no replica will come; deploy it with --replicas 1 or enable autoscaling (platform inference autoscale ${endpoint.name} --config <file>)`;
   }
   if (c.failed > 0 && c.starting === 0) {
-    return `no replica of "${endpoint.name}" could start${c.error ? `: ${c.error}` : ""}; \`platform inference status ${endpoint.name}\` shows the details`;
+    return `no replica of "${endpoint.name}" could start; \`platform inference status ${endpoint.name}\` (admin) shows why`;
   }
   return undefined;
 }

@@ -8,11 +8,11 @@
 import { randomUUID } from "node:crypto";
 import { type ConnectionOptions, Queue, QueueEvents } from "bullmq";
 import type { Redis } from "ioredis";
-import { BATCH_PRIORITY, JOB_SCHEMA_VERSION, JobError, JobEvent, type JobPayloadInput } from "../contracts/job.ts";
+import { BATCH_PRIORITY, decodeReplyEntry, JOB_SCHEMA_VERSION, JobError, type JobEvent, type JobPayloadInput } from "../contracts/job.ts";
 import { queueName } from "../contracts/naming.ts";
 import { type Control, duplicate } from "../control/redis.ts";
-import { PlatformError } from "../errors.ts";
-import { RETRY_AFTER_S } from "./admission.ts";
+import { PlatformError, withDetail } from "../errors.ts";
+import { RETRY_AFTER_S, withinRedisWait } from "./admission.ts";
 
 /** What a caller supplies; the dispatcher fills in version, reply stream and deadline. */
 export type Submission = DistributiveOmit<JobPayloadInput, "v" | "reply" | "deadline">;
@@ -86,15 +86,18 @@ export class Dispatcher {
     const queue = this.queue(submission.model, submission.version);
     this.watch(queue.name);
     try {
-      await queue.add(submission.kind, payload, {
+      await withinRedisWait(queue.add(submission.kind, payload, {
         jobId: id,
         priority: options.batch ? BATCH_PRIORITY : undefined,
-        removeOnComplete: { age: COMPLETED_JOB_AGE_S },
-        removeOnFail: { age: FAILED_JOB_AGE_S },
-      });
+        // The answer travels on the reply stream (and the queue's event stream), never read from the
+        // job afterwards: a finished online job is deleted at once, so no prompt outlives its request.
+        removeOnComplete: options.batch ? { age: COMPLETED_JOB_AGE_S } : true,
+        removeOnFail: options.batch ? { age: FAILED_JOB_AGE_S } : true,
+      }), this.ctl.redis);
     } catch (e) {
       this.waiters.delete(id);
-      throw new PlatformError(503, "queue_unavailable", `could not enqueue the request: ${(e as Error).message}`, null, 1);
+      // ioredis' message names the Redis address: it stays in the gateway log.
+      throw withDetail(new PlatformError(503, "queue_unavailable", "could not enqueue the request: the queue is unavailable, retry shortly", null, 1), e);
     }
 
     const waiters = this.waiters;
@@ -197,11 +200,9 @@ export class Dispatcher {
       for (const [, entries] of result ?? []) {
         for (const [entryId, fields] of entries) {
           lastId = entryId;
-          const jobId = fields[1];
-          const raw = fields[3];
-          if (jobId === undefined || raw === undefined) continue;
-          const parsed = JobEvent.safeParse(JSON.parse(raw));
-          if (parsed.success) this.waiters.get(jobId)?.(parsed.data);
+          const entry = decodeReplyEntry(fields);
+          if ("problem" in entry) console.error(`[dispatcher] skipped reply entry ${entryId} on ${this.replyStream}: ${entry.problem}`);
+          else this.waiters.get(entry.jobId)?.(entry.event);
         }
       }
       if (Date.now() - lastTrim > 5000) {

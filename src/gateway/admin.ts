@@ -2,23 +2,27 @@
  * Management routes under /admin/v1 (admin keys only): the CLI and any
  * dashboard use these to register models, deploy endpoints and manage keys.
  */
-import { Readable } from "node:stream";
-import { Hono } from "hono";
+import { pipeline, Readable } from "node:stream";
+import { type Context, Hono } from "hono";
 import { z } from "zod";
 import { DeploymentConfig, Framework, ModelName, ModelVersion } from "../contracts/deployment.ts";
 import { type AutoscalingSettings, parseAutoscalingConfig } from "../contracts/autoscaling.ts";
-import { ApiKeyRole } from "../contracts/records.ts";
+import { ApiKeyRole, type ModelVersionRecord } from "../contracts/records.ts";
 import { createApiKey, listApiKeys, revokeApiKey } from "../control/apikeys.ts";
 import { autoscalingStatus, clearAutoscaling, setAutoscaling } from "../control/autoscaling.ts";
-import { deleteEndpoint, deployEndpoint, getEndpoint, listEndpoints } from "../control/endpoints.ts";
+import { deleteEndpoint, deployEndpoint, getEndpoint, readEndpoints } from "../control/endpoints.ts";
 import type { Control } from "../control/redis.ts";
 import { endpointStatus, type EndpointStatus, readQueueDepth } from "../control/status.ts";
 import { PlatformError } from "../errors.ts";
 import type { Dispatcher } from "../fabric/dispatcher.ts";
 import { type ImportDeps, importModel } from "../registry/import.ts";
+import type { SourceProgress } from "../registry/sources.ts";
 import { listModelVersions } from "../registry/versions.ts";
+import { openObject, StorageError } from "../storage/index.ts";
+import { StoragePolicy, type StorageViewer } from "../storage/policy.ts";
 import type { GatewayEnv } from "./env.ts";
-import { parseBody } from "./errors.ts";
+import { asPlatformError, envelope, parseBody, pathParam } from "./errors.ts";
+import { limitStream } from "./limits.ts";
 
 const RegisterBody = z.object({
   name: ModelName,
@@ -33,9 +37,12 @@ const UploadQuery = z.object({
   version: RegisterBody.shape.version,
 });
 
+/** Ids are minted by src/control/apikeys.ts. */
+const ApiKeyId = z.string().regex(/^key_[0-9a-f]{12}$/, 'expected a key id such as "key_0123456789ab" (`platform keys list` shows them)');
+
 const KeyBody = z.object({ name: z.string().min(1).max(100), role: ApiKeyRole.default("user") });
 
-export type AdminDeps = { ctl: Control; dispatcher: Dispatcher; imports: ImportDeps; baseUrl: () => string };
+export type AdminDeps = { ctl: Control; dispatcher: Dispatcher; imports: ImportDeps; baseUrl: () => string; maxModelBytes?: number; storage?: StoragePolicy };
 
 export async function statusOf(deps: AdminDeps, name: string): Promise<EndpointStatus & { base_url: string }> {
   const endpoint = await getEndpoint(deps.ctl, name);
@@ -59,6 +66,69 @@ function firstField(message: string): string | null {
   return field ?? null;
 }
 
+/**
+ * `?progress=ndjson`: a remote download can take minutes, so the answer streams
+ * `{"progress": {received, total}}` lines, then `{"result": <the version record>}` or `{"error": ...}`.
+ * A failure before the first byte (refused address, bad scheme, HTTP 404) is
+ * still an ordinary HTTP error with its status code.
+ */
+async function importWithProgress(c: Context<GatewayEnv>, run: (onProgress: (p: SourceProgress) => void) => Promise<ModelVersionRecord>): Promise<Response> {
+  let latest: SourceProgress | undefined;
+  let started: () => void = () => {};
+  const downloading = new Promise<"progress">((resolve) => (started = () => resolve("progress")));
+  const work = run((p) => {
+    latest = p;
+    started();
+  });
+  const first = await Promise.race([work.then(() => "done" as const, () => "done" as const), downloading]);
+  if (first === "done" && latest === undefined) return c.json(await work, 201);
+  const line = (value: unknown) => new TextEncoder().encode(`${JSON.stringify(value)}\n`);
+  const requestId = c.get("requestId");
+  const stream = new ReadableStream<Uint8Array>({
+    async start(controller) {
+      let sent: SourceProgress | undefined;
+      const tick = () => {
+        if (latest && latest !== sent) controller.enqueue(line({ progress: (sent = latest) }));
+      };
+      tick();
+      const timer = setInterval(tick, 250);
+      try {
+        const record = await work;
+        tick();
+        controller.enqueue(line({ result: record }));
+      } catch (e) {
+        if (!(e instanceof PlatformError)) console.error(`[gateway] ${requestId} model import:`, e);
+        controller.enqueue(line(envelope(asPlatformError(e))));
+      } finally {
+        clearInterval(timer);
+        controller.close();
+      }
+    },
+  });
+  return new Response(stream, { status: 200, headers: { "content-type": "application/x-ndjson", "x-request-id": requestId } });
+}
+
+/**
+ * A source that names storage (a path, file:// or s3://), confined and opened;
+ * undefined for remote sources (https://, hf://), which registry/import.ts checks.
+ */
+async function openConfinedSource(storage: StoragePolicy, source: string, viewer: StorageViewer): Promise<Readable | undefined> {
+  if (/^(https?|hf):/i.test(source)) return undefined;
+  const confined = await storage.confine(source, viewer, "source");
+  try {
+    const { store, key } = openObject(confined.uri);
+    const stream = await store.get(key);
+    stream.once("close", () => store.close());
+    return stream;
+  } catch (e) {
+    if (e instanceof StorageError) {
+      const missing = e.code === "not_found" || e.code === "no_such_bucket";
+      throw new PlatformError(missing ? 404 : 502, missing ? "source_not_found" : "source_unreadable", `source: "${source}": ${missing ? "no such file or object" : `cannot read it (${e.code})`}`, "source");
+    }
+    throw e;
+  }
+}
+
 export function adminRoutes(deps: AdminDeps) {
   const app = new Hono<GatewayEnv>();
   const { ctl } = deps;
@@ -67,30 +137,43 @@ export function adminRoutes(deps: AdminDeps) {
 
   app.post("/models", async (c) => {
     const body = await parseBody(c, RegisterBody);
+    // A server-local path or s3:// source must lie inside the admin's storage roots (src/storage/policy.ts).
+    const local = await openConfinedSource(deps.storage ?? new StoragePolicy(), body.source, { id: c.get("apiKey").id, role: c.get("apiKey").role });
+    if (local) return c.json(await importModel(deps.imports, { ...body, body: local }), 201);
+    if (c.req.query("progress") === "ndjson") return importWithProgress(c, (onProgress) => importModel(deps.imports, { ...body, onProgress }));
     const record = await importModel(deps.imports, body);
     return c.json(record, 201);
   });
 
   // The CLI streams local files here, so registering works against a remote gateway too.
   app.post("/models/:name/upload", async (c) => {
-    const name = ModelName.parse(c.req.param("name"));
+    const name = pathParam(c, "name", ModelName);
     const query = UploadQuery.parse(c.req.query());
     if (!c.req.raw.body) throw new PlatformError(400, "invalid_request", "upload body is empty; send the artifact bytes as application/octet-stream");
-    const body = Readable.fromWeb(c.req.raw.body as import("node:stream/web").ReadableStream);
+    // Counted as it streams: a model may be far larger than memory, so it is never buffered to be measured.
+    const limiter = limitStream(c.req.header("content-length"), deps.maxModelBytes ?? Number.POSITIVE_INFINITY, "PLATFORM_MAX_MODEL_BYTES");
+    const body = pipeline(Readable.fromWeb(c.req.raw.body as import("node:stream/web").ReadableStream), limiter, () => undefined);
     const record = await importModel(deps.imports, { name, ...query, body });
     return c.json(record, 201);
   });
 
   app.get("/endpoints", async (c) => {
-    const all = await listEndpoints(ctl);
-    return c.json({ data: await Promise.all(all.map((e) => statusOf(deps, e.name))) });
+    // Records that do not parse are listed apart, so one bad record hides nothing else.
+    const { endpoints, invalid } = await readEndpoints(ctl);
+    // An endpoint deleted between the list and its status read drops out rather than failing the list.
+    const gone = (err: unknown) => {
+      if (err instanceof PlatformError && (err.code === "model_not_found" || err.code === "invalid_record")) return undefined;
+      throw err;
+    };
+    const data = (await Promise.all(endpoints.map((e) => statusOf(deps, e.name).catch(gone)))).filter((s) => s !== undefined);
+    return c.json({ data, invalid: invalid.map((r) => ({ name: r.key, error: r.error })) });
   });
 
-  app.get("/endpoints/:name", async (c) => c.json(await statusOf(deps, c.req.param("name"))));
+  app.get("/endpoints/:name", async (c) => c.json(await statusOf(deps, pathParam(c, "name", ModelName))));
 
   app.put("/endpoints/:name", async (c) => {
     const config = await parseBody(c, DeploymentConfig);
-    const name = c.req.param("name");
+    const name = pathParam(c, "name", ModelName);
     if (config.endpoint !== undefined && config.endpoint !== name) {
       throw new PlatformError(400, "invalid_config", `endpoint: "${config.endpoint}" does not match the URL's "${name}"`, "endpoint");
     }
@@ -102,20 +185,20 @@ export function adminRoutes(deps: AdminDeps) {
   });
 
   app.delete("/endpoints/:name", async (c) => {
-    const name = c.req.param("name");
+    const name = pathParam(c, "name", ModelName);
     if (!(await deleteEndpoint(ctl, name))) throw new PlatformError(404, "model_not_found", `no endpoint named "${name}"`, "name");
     await clearAutoscaling(ctl, name);
     return c.json({ deleted: name });
   });
 
   app.get("/endpoints/:name/autoscaling", async (c) => {
-    const endpoint = await getEndpoint(ctl, c.req.param("name"));
+    const endpoint = await getEndpoint(ctl, pathParam(c, "name", ModelName));
     const depth = await readQueueDepth(deps.dispatcher.queue(endpoint.config.model.name, endpoint.version));
     return c.json(await autoscalingStatus(ctl, endpoint, depth));
   });
 
   app.put("/endpoints/:name/autoscaling", async (c) => {
-    const name = c.req.param("name");
+    const name = pathParam(c, "name", ModelName);
     let body: unknown;
     try {
       body = await c.req.json();
@@ -139,7 +222,7 @@ export function adminRoutes(deps: AdminDeps) {
   });
 
   app.delete("/keys/:id", async (c) => {
-    const { hash: _hash, ...rest } = await revokeApiKey(ctl, c.req.param("id"));
+    const { hash: _hash, ...rest } = await revokeApiKey(ctl, pathParam(c, "id", ApiKeyId));
     return c.json({ revoked: rest });
   });
 

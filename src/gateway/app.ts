@@ -3,7 +3,6 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { join } from "node:path";
 import { serve } from "@hono/node-server";
 import { Hono } from "hono";
-import { bodyLimit } from "hono/body-limit";
 import type { Control } from "../control/redis.ts";
 import { PlatformError } from "../errors.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
@@ -14,12 +13,16 @@ import { openStore } from "../storage/index.ts";
 import { GatewayMetrics } from "../telemetry/metrics.ts";
 import { registerScalingMetrics } from "../telemetry/scaling-metrics.ts";
 import { BatchJobs } from "../batch/index.ts";
+import { BatchFiles } from "../batch/files.ts";
+import { StoragePolicy } from "../storage/policy.ts";
+import { storageRoutes } from "./storage.ts";
 import { adminRoutes, statusOf } from "./admin.ts";
 import { batchRoutes } from "./batches.ts";
 import { openAiBatchRoutes } from "./openai-batches.ts";
 import { requireAdmin, requireApiKey } from "./auth.ts";
 import type { GatewayEnv } from "./env.ts";
 import { errorResponse } from "./errors.ts";
+import { bodyLimits } from "./limits.ts";
 import { openAiRoutes } from "./openai.ts";
 import { Router } from "./routing.ts";
 
@@ -33,14 +36,16 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   await router.start();
   let baseUrl = "";
 
-  const admin = { ctl, dispatcher, baseUrl: () => baseUrl, imports: { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(settings.dataDir, "tmp") } };
+  const storage = StoragePolicy.fromSettings(settings);
+  const admin = { ctl, dispatcher, baseUrl: () => baseUrl, maxModelBytes: settings.maxModelBytes, storage, imports: { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(settings.dataDir, "tmp"), sources: settings.sources } };
   const metrics = new GatewayMetrics(async () =>
     Promise.all(
       (await router.endpoints()).map(async (e) => {
-        const s = await statusOf(admin, e.name);
-        return { model_name: e.name, waiting: s.queue.waiting, running: s.queue.active, replicas_ready: s.replicas.ready, replicas_desired: s.replicas.desired };
+        // One endpoint that cannot be read (deleted meanwhile, say) drops out of this scrape alone.
+        const s = await statusOf(admin, e.name).catch(() => undefined);
+        return s ? [{ model_name: e.name, waiting: s.queue.waiting, running: s.queue.active, replicas_ready: s.replicas.ready, replicas_desired: s.replicas.desired }] : [];
       }),
-    ),
+    ).then((all) => all.flat()),
   );
   registerScalingMetrics(metrics.registry, ctl);
   const admission = new Admission(ctl, (model, version) => dispatcher.queue(model, version), {
@@ -68,18 +73,15 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   });
   app.get("/metrics", async (c) => c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }));
 
-  const tooLarge = bodyLimit({
-    maxSize: settings.maxBodyBytes,
-    onError: () => {
-      throw new PlatformError(413, "request_too_large", `request body exceeds ${settings.maxBodyBytes} bytes (PLATFORM_MAX_BODY_BYTES)`);
-    },
-  });
-  app.use("/v1/*", tooLarge, requireApiKey(ctl));
+  // After authentication: only a key holder can make the gateway read a body at all.
+  const limits = bodyLimits(settings);
+  app.use("/v1/*", requireApiKey(ctl), limits);
   app.route("/v1", openAiRoutes(router, textContext));
-  const batchJobs = new BatchJobs(ctl);
+  const batchJobs = new BatchJobs(ctl, { storage, files: new BatchFiles(ctl, admin.imports.artifacts) });
+  app.route("/v1/storage", storageRoutes(storage));
   app.route("/v1/batch-jobs", batchRoutes({ jobs: batchJobs }));
   app.route("/v1", openAiBatchRoutes({ ctl, jobs: batchJobs, artifacts: admin.imports.artifacts }));
-  app.use("/admin/v1/*", requireApiKey(ctl), requireAdmin);
+  app.use("/admin/v1/*", requireApiKey(ctl), requireAdmin, limits);
   app.route("/admin/v1", adminRoutes(admin));
 
   app.notFound((c) => errorResponse(c, new PlatformError(404, "unknown_route", `no route ${c.req.method} ${c.req.path}; the API lives under /v1 (OpenAI-compatible) and /admin/v1 (management)`)));

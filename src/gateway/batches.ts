@@ -6,7 +6,12 @@
  *   GET  /?limit&after     list, newest first                  → {object: "list", data, has_more}
  *   GET  /:id              get                                 → batch_job
  *   POST /:id/cancel       cancel                              → batch_job
+ *   POST /:id/resume       a failed job back to the queue      → batch_job (409 when resuming cannot help)
+ *   GET  /:id/output       the result, or the parts written so far, as JSONL
+ *
+ * Input and output URIs are confined to the key's storage areas (GET /v1/storage).
  */
+import { Readable } from "node:stream";
 import { Hono } from "hono";
 import { z } from "zod";
 import { BatchJobs, type Viewer } from "../batch/index.ts";
@@ -43,6 +48,13 @@ export function batchRoutes(deps: BatchRouteDeps) {
   app.get("/:id", async (c) => c.json(await jobs.get(c.req.param("id"), viewer(c))));
 
   app.post("/:id/cancel", async (c) => c.json(await jobs.cancel(c.req.param("id"), viewer(c))));
+
+  app.post("/:id/resume", async (c) => c.json(await jobs.resume(c.req.param("id"), viewer(c))));
+
+  app.get("/:id/output", async (c) => {
+    const stream = await jobs.output(c.req.param("id"), viewer(c));
+    return c.body(Readable.toWeb(stream) as ReadableStream, 200, { "content-type": "application/x-ndjson" });
+  });
 
   return app;
 }

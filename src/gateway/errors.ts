@@ -2,7 +2,8 @@
 import type { Context } from "hono";
 import { z } from "zod";
 import { describeIssues } from "../contracts/deployment.ts";
-import { PlatformError } from "../errors.ts";
+import type { JobError } from "../contracts/job.ts";
+import { detailOf, fromJobError, PlatformError, withDetail } from "../errors.ts";
 
 export type ErrorEnvelope = { error: { message: string; type: string; param: string | null; code: string | null } };
 
@@ -21,9 +22,35 @@ export function asPlatformError(e: unknown): PlatformError {
   return new PlatformError(500, "internal_error", "internal error; the gateway log has the details");
 }
 
-export function errorResponse(c: Context, e: unknown): Response {
+/** Job error codes whose messages the platform writes itself, with nothing from the server in them. */
+const PLATFORM_WORDED = new Set(["replica_lost", "queue_timeout", "timeout", "engine_busy", "not_ready", "cancelled"]);
+
+/**
+ * A failure a worker reported, as the client may see it: 4xx messages are about the request
+ * (context length, a bad field) and pass; a 5xx message from the engine may quote paths or
+ * library text, so it stays in the log.
+ */
+export function publicJobError(error: JobError): PlatformError {
+  const err = fromJobError(error);
+  if (error.status < 500 || PLATFORM_WORDED.has(error.code)) return err;
+  const message = error.code === "engine_error" ? "the engine failed while serving this request" : `the request failed (${error.code})`;
+  return withDetail(new PlatformError(error.status, error.code, message, null, error.retry_after), error.message);
+}
+
+/** The error as sent to the client: a hidden detail is logged with the request id, and the message points there. */
+export function clientError(c: Context, e: unknown): PlatformError {
   const err = asPlatformError(e);
-  if (err.status >= 500 && !(e instanceof PlatformError)) console.error(`[gateway] ${c.req.method} ${c.req.path}:`, e);
+  const hidden = detailOf(err) ?? (err.status >= 500 && !(e instanceof PlatformError) ? { detail: e } : undefined);
+  if (!hidden) return err;
+  const detail = hidden.detail;
+  const requestId = (c.get("requestId") as string | undefined) ?? "(none)";
+  console.error(`[gateway] ${requestId} ${c.req.method} ${c.req.path}: ${err.code}:`, detail);
+  const base = e instanceof PlatformError ? err.message : "internal error";
+  return new PlatformError(err.status, err.code, `${base}; request id ${requestId}, the gateway log has the details`, err.param, err.retryAfter);
+}
+
+export function errorResponse(c: Context, e: unknown): Response {
+  const err = clientError(c, e);
   if (err.retryAfter !== undefined) c.header("Retry-After", String(err.retryAfter));
   return c.json(envelope(err), err.status as 400);
 }
@@ -37,4 +64,14 @@ export async function parseBody<T extends z.ZodType>(c: Context, schema: T): Pro
     throw new PlatformError(400, "invalid_json", `request body is not valid JSON (${(e as Error).message}); send Content-Type: application/json with a JSON object`);
   }
   return schema.parse(body);
+}
+
+/**
+ * A path parameter checked against its schema: a name that could never be stored is a 400
+ * naming the parameter and the form it must take, before any lookup.
+ */
+export function pathParam<T extends z.ZodType>(c: Context, name: string, schema: T): z.infer<T> {
+  const parsed = schema.safeParse(c.req.param(name));
+  if (!parsed.success) throw new PlatformError(400, "invalid_request", `path parameter ${name}: ${parsed.error.issues[0]?.message ?? "invalid"}`, name);
+  return parsed.data;
 }

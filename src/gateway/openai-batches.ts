@@ -94,7 +94,15 @@ export function openAiBatchRoutes(deps: OpenAiBatchDeps) {
     }
     const endpoint = await getEndpoint(deps.ctl, served);
     const openai: OpenAiSpec = { endpoint: body.endpoint, served_model: served, input_file_id: body.input_file_id, completion_window: body.completion_window, metadata: body.metadata ?? null };
-    const record = await jobs.create({ model: endpoint.config.model.name, version: endpoint.version, input, output: files.outputPrefix }, who, { openai });
+    // Both locations are the platform's own (the file store), not client-named: shown by file id and "files/".
+    const output = files.outputPrefix;
+    const record = await jobs.create({ model: endpoint.config.model.name, version: endpoint.version, input, output }, who, {
+      openai,
+      internal: {
+        input: { uri: input, given: body.input_file_id, shown: body.input_file_id, confined: false },
+        output: { uri: output, given: "files/", shown: "files/", confined: false },
+      },
+    });
     return c.json(await present(record, openai));
   });
 

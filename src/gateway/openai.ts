@@ -1,9 +1,10 @@
 /** The OpenAI-compatible routes and the seed's generate route, all under /v1. */
 import { Hono } from "hono";
 import type { EmbeddingResult } from "../contracts/job.ts";
-import { fromJobError, PlatformError } from "../errors.ts";
+import { PlatformError } from "../errors.ts";
 import type { GatewayEnv } from "./env.ts";
-import { parseBody } from "./errors.ts";
+import { parseBody, publicJobError } from "./errors.ts";
+import { checkEmbeddingBound, checkPromptBound } from "./limits.ts";
 import type { Router } from "./routing.ts";
 import { ChatCompletionRequest, CompletionRequest, EmbeddingRequest, GenerateRequest, toMessages, toParams } from "./schemas.ts";
 import { publicFinishReason, serveText, type TextFormat, type TextRequestContext } from "./serve-text.ts";
@@ -86,11 +87,14 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
   app.post("/chat/completions", async (c) => {
     const body = await parseBody(c, ChatCompletionRequest);
     const t = await router.resolve(body.model);
+    const messages = toMessages(body.messages);
+    const params = toParams(body);
+    checkPromptBound(t.bound, messages.map((m) => m.content), params.max_tokens, "messages");
     return serveText(
       c,
       ctx,
       chatFormat,
-      { kind: "chat", request_id: c.get("requestId"), model: t.model, version: t.version, messages: toMessages(body.messages), params: toParams(body) },
+      { kind: "chat", request_id: c.get("requestId"), model: t.model, version: t.version, messages, params },
       { stream: body.stream ?? false, includeUsage: body.stream_options?.include_usage ?? false, label: body.model, endpoint: t.endpoint },
     );
   });
@@ -99,11 +103,13 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
     const body = await parseBody(c, CompletionRequest);
     const t = await router.resolve(body.model);
     const prompt = typeof body.prompt === "string" ? body.prompt : (body.prompt[0] as string);
+    const params = toParams(body);
+    checkPromptBound(t.bound, [prompt], params.max_tokens, "prompt");
     return serveText(
       c,
       ctx,
       completionFormat,
-      { kind: "completion", request_id: c.get("requestId"), model: t.model, version: t.version, prompt, params: toParams(body) },
+      { kind: "completion", request_id: c.get("requestId"), model: t.model, version: t.version, prompt, params },
       { stream: body.stream ?? false, includeUsage: body.stream_options?.include_usage ?? false, label: body.model, endpoint: t.endpoint },
     );
   });
@@ -112,11 +118,13 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
     const body = await parseBody(c, GenerateRequest);
     const name = c.req.param("model");
     const t = await router.resolve(name);
+    const params = toParams(body);
+    checkPromptBound(t.bound, [body.prompt], params.max_tokens, "prompt");
     return serveText(
       c,
       ctx,
       generateFormat,
-      { kind: "generate", request_id: c.get("requestId"), model: t.model, version: t.version, prompt: body.prompt, params: toParams(body) },
+      { kind: "generate", request_id: c.get("requestId"), model: t.model, version: t.version, prompt: body.prompt, params },
       { stream: body.stream ?? false, includeUsage: body.stream_options?.include_usage ?? false, label: name, endpoint: t.endpoint },
     );
   });
@@ -125,12 +133,13 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
     const body = await parseBody(c, EmbeddingRequest);
     const t = await router.resolve(body.model);
     const input = typeof body.input === "string" ? [body.input] : body.input;
+    checkEmbeddingBound(t.bound, input);
     const limits = ctx.admit ? await ctx.admit(t.endpoint) : undefined;
     const handle = await ctx.submit({ kind: "embedding", request_id: c.get("requestId"), model: t.model, version: t.version, input }, { queueWaitMs: limits?.maxQueueWaitMs });
     c.req.raw.signal.addEventListener("abort", () => void handle.cancel(), { once: true });
     let result: EmbeddingResult | undefined;
     for await (const event of handle.events) {
-      if (event.type === "error") throw fromJobError(event.error);
+      if (event.type === "error") throw publicJobError(event.error);
       if (event.type === "done" && event.result.type === "embedding") result = event.result;
     }
     if (!result) throw new PlatformError(500, "internal_error", "worker sent no embeddings");

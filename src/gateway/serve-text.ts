@@ -13,11 +13,11 @@ import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
 import type { FinishReason, JobEvent, TextResult, Usage } from "../contracts/job.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
-import { fromJobError, PlatformError } from "../errors.ts";
+import { PlatformError } from "../errors.ts";
 import type { AdmissionLimits } from "../fabric/admission.ts";
 import type { JobHandle, Submission } from "../fabric/dispatcher.ts";
 import type { GatewayMetrics } from "../telemetry/metrics.ts";
-import { envelope } from "./errors.ts";
+import { clientError, envelope, publicJobError } from "./errors.ts";
 
 export type TextFormat = {
   idPrefix: string;
@@ -71,7 +71,7 @@ export async function serveText(
     // A replica that held the request without a free sequence past its max queue wait.
     if (first.error.code === "queue_timeout") ctx.metrics.rateLimited.inc({ ...label, reason: first.error.code });
     else ctx.metrics.failures.inc({ ...label, code: first.error.code });
-    throw fromJobError(first.error);
+    throw publicJobError(first.error);
   }
   ctx.metrics.ttft.observe(label, (performance.now() - startedAt) / 1000);
 
@@ -108,7 +108,7 @@ export async function serveText(
           // the client already has a prefix of a different generation, so end with an error.
           throw new PlatformError(502, "replica_lost", "the replica serving this stream stopped; retry the request");
         } else if (event.type === "error") {
-          throw fromJobError(event.error);
+          throw publicJobError(event.error);
         } else if (event.type === "done" && event.result.type === "text") {
           finish(event.result);
           await send(withUsage(format.chunk(base, { finish: event.result.finish_reason })));
@@ -120,7 +120,7 @@ export async function serveText(
         event = next.done ? undefined : next.value;
       }
     } catch (e) {
-      const err = e instanceof PlatformError ? e : new PlatformError(500, "internal_error", "stream failed");
+      const err = clientError(c, e);
       ctx.metrics.failures.inc({ ...label, code: err.code });
       await handle.cancel();
       await send(envelope(err));

@@ -16,6 +16,8 @@ import type { Control } from "../control/redis.ts";
 import { PlatformError } from "../errors.ts";
 import type { ObjectStore } from "../storage/store.ts";
 import { openObject } from "../storage/index.ts";
+import { loadSettings } from "../settings.ts";
+import { checkSourceScheme, isRemoteSource, openRemoteSource, type SourcePolicy, type SourceProgress } from "./sources.ts";
 import { nextVersion, saveModelVersion, versionExists } from "./versions.ts";
 
 export type ImportRequest = {
@@ -26,9 +28,12 @@ export type ImportRequest = {
   version?: string;
   /** The artifact's bytes, when uploaded instead of fetched from `source`. */
   body?: Readable;
+  /** Called as a remote source downloads (bytes so far, and the total when the server said it). */
+  onProgress?: (p: SourceProgress) => void;
 };
 
-export type ImportDeps = { ctl: Control; artifacts: ObjectStore; scratchDir: string };
+/** `sources`: what remote sources may reach (default: the PLATFORM_SOURCES_* settings). */
+export type ImportDeps = { ctl: Control; artifacts: ObjectStore; scratchDir: string; sources?: SourcePolicy };
 
 export async function importModel(deps: ImportDeps, req: ImportRequest): Promise<ModelVersionRecord> {
   if (req.version !== undefined && (await versionExists(deps.ctl, req.name, req.version))) {
@@ -37,7 +42,7 @@ export async function importModel(deps: ImportDeps, req: ImportRequest): Promise
   await mkdir(deps.scratchDir, { recursive: true });
   const scratch = join(deps.scratchDir, `import-${randomUUID()}`);
   try {
-    const { sha256, size } = await copyHashing(req.body ?? (await openSource(req.source)), scratch);
+    const { sha256, size } = await copyHashing(req.body ?? (await openSource(req.source, deps.sources ?? loadSettings().sources, req.onProgress)), scratch);
     if (size === 0) throw new PlatformError(400, "invalid_artifact", `${req.source}: the artifact is empty`, "source");
     const gguf = await summarizeGguf(scratch, req);
     const version = req.version ?? (await nextVersion(deps.ctl, req.name));
@@ -61,27 +66,9 @@ export async function importModel(deps: ImportDeps, req: ImportRequest): Promise
   }
 }
 
-/** `hf://org/repo/path/file.gguf` (optionally `hf://org/repo@revision/...`) as a download URL. */
-export function huggingFaceUrl(uri: string): string {
-  const m = uri.match(/^hf:\/\/([^/]+)\/([^/@]+)(?:@([^/]+))?\/(.+)$/);
-  if (!m) throw new PlatformError(400, "invalid_source", `${uri}: expected hf://<org>/<repo>[@<revision>]/<file>`, "source");
-  return `https://huggingface.co/${m[1]}/${m[2]}/resolve/${m[3] ?? "main"}/${m[4]}`;
-}
-
-async function openSource(source: string): Promise<Readable> {
-  if (source.startsWith("https://") || source.startsWith("http://") || source.startsWith("hf://")) {
-    const url = source.startsWith("hf://") ? huggingFaceUrl(source) : source;
-    const headers: Record<string, string> = {};
-    if (source.startsWith("hf://") && process.env.HF_TOKEN) headers.authorization = `Bearer ${process.env.HF_TOKEN}`;
-    let res: Response;
-    try {
-      res = await fetch(url, { headers, redirect: "follow" });
-    } catch (e) {
-      throw new PlatformError(502, "source_unreachable", `${source}: could not connect (${(e as Error).message})`, "source");
-    }
-    if (!res.ok || !res.body) throw new PlatformError(res.status === 404 ? 404 : 502, "source_unreachable", `${source}: the server answered HTTP ${res.status}`, "source");
-    return Readable.fromWeb(res.body as import("node:stream/web").ReadableStream);
-  }
+async function openSource(source: string, policy: SourcePolicy, onProgress?: (p: SourceProgress) => void): Promise<Readable> {
+  checkSourceScheme(source);
+  if (isRemoteSource(source)) return openRemoteSource(source, policy, onProgress);
   // file://, s3:// and plain paths all go through the storage module.
   const { store, key } = openObject(source);
   return store.get(key);
@@ -121,7 +108,16 @@ async function summarizeGguf(path: string, req: ImportRequest): Promise<GgufSumm
     context_length: typeof archMeta?.context_length === "number" ? archMeta.context_length : null,
     quantization: quantizationName(meta.general?.file_type, info.tensorInfo ?? []),
     chat_template: typeof meta.tokenizer?.chat_template === "string",
+    max_token_bytes: longestToken((meta.tokenizer as { ggml?: { tokens?: unknown } } | undefined)?.ggml?.tokens),
   };
+}
+
+/** UTF-8 bytes of the vocabulary's longest token (the stored form, never shorter than what it decodes to). */
+function longestToken(tokens: unknown): number | null {
+  if (!Array.isArray(tokens) || tokens.length === 0) return null;
+  let longest = 0;
+  for (const t of tokens) if (typeof t === "string") longest = Math.max(longest, Buffer.byteLength(t, "utf8"));
+  return longest > 0 ? longest : null;
 }
 
 function quantizationName(fileType: unknown, tensors: { ggmlType: number }[]): string | null {

@@ -1,5 +1,7 @@
 /** The model registry: named models with numbered or explicit versions, metadata in Redis. */
+import { ModelName } from "../contracts/deployment.ts";
 import { ModelVersionRecord } from "../contracts/records.ts";
+import { parseStored, reportInvalid } from "../control/invalid-records.ts";
 import type { Control } from "../control/redis.ts";
 import { PlatformError } from "../errors.ts";
 
@@ -7,8 +9,18 @@ export async function listModelVersions(ctl: Control, name?: string): Promise<Mo
   const names = name ? [name] : (await ctl.redis.smembers(ctl.keys.models)).sort();
   const out: ModelVersionRecord[] = [];
   for (const n of names) {
-    const raw = await ctl.redis.hvals(ctl.keys.modelVersions(n));
-    out.push(...raw.map((r) => ModelVersionRecord.parse(JSON.parse(r))).sort((a, b) => a.created - b.created));
+    if (!ModelName.safeParse(n).success) {
+      reportInvalid({ kind: "model", key: ctl.keys.models, error: `member "${n.slice(0, 80)}" is not a valid model name` });
+      continue;
+    }
+    const all = await ctl.redis.hgetall(ctl.keys.modelVersions(n));
+    const versions: ModelVersionRecord[] = [];
+    for (const [field, raw] of Object.entries(all)) {
+      // One unreadable version hides itself, not the whole registry.
+      const parsed = parseStored(ModelVersionRecord, raw, "model_version", `${ctl.keys.modelVersions(n)} ${field}`);
+      if (parsed.ok) versions.push(parsed.value);
+    }
+    out.push(...versions.sort((a, b) => a.created - b.created));
   }
   return out;
 }

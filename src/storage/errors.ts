@@ -11,7 +11,9 @@ export type StorageErrorCode =
   | "access_denied"
   | "invalid_uri"
   | "unwritable"
-  | "unavailable";
+  | "unavailable"
+  /** A write that may not replace an existing object found one. */
+  | "exists";
 
 // Callers that know better (a batch job's input is the user's fault, an
 // artifact is ours) re-wrap; these are the defaults the gateway falls back to.
@@ -22,6 +24,7 @@ const STATUS: Record<StorageErrorCode, number> = {
   invalid_uri: 400,
   unwritable: 400,
   unavailable: 503,
+  exists: 409,
 };
 
 export class StorageError extends PlatformError {

@@ -122,10 +122,10 @@ export class FileStore implements ObjectStore {
     }
   }
 
-  async concat(partKeys: readonly string[], destKey: string): Promise<{ size: number }> {
+  async concat(partKeys: readonly string[], destKey: string, options: { overwrite?: boolean } = {}): Promise<{ size: number }> {
     for (const key of partKeys) checkKey(key, this.url);
     const dest = this.pathOf(destKey);
-    return { size: await writeFileAtomically(dest, readParts(this, partKeys), fileUrl(dest)) };
+    return { size: await writeFileAtomically(dest, readParts(this, partKeys), fileUrl(dest), { replace: options.overwrite ?? true }) };
   }
 
   async download(key: string, destPath: string): Promise<void> {

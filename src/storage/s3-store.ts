@@ -119,8 +119,13 @@ export class S3Store implements ObjectStore {
    * UploadPartCopy would avoid the round trip but needs every part but the last
    * to be at least 5 MiB, which batch output parts rarely are.
    */
-  async concat(partKeys: readonly string[], destKey: string): Promise<{ size: number }> {
+  async concat(partKeys: readonly string[], destKey: string, options: { overwrite?: boolean } = {}): Promise<{ size: number }> {
     for (const key of partKeys) checkKey(key, this.url);
+    // S3 has no portable create-only write (If-None-Match is recent and not everywhere): HEAD first.
+    if (options.overwrite === false && (await this.head(destKey)) !== null) {
+      const uri = this.uri(destKey);
+      throw new StorageError("exists", uri, `${uri}: an object already exists there`);
+    }
     return { size: await this.upload(this.fullKey(destKey), readParts(this, partKeys)) };
   }
 

@@ -1,12 +1,11 @@
 /** Helpers shared by both stores: bodies, atomic local files, key order, concatenation. */
 import { randomUUID } from "node:crypto";
 import { createWriteStream } from "node:fs";
-import { mkdir, rename, rm } from "node:fs/promises";
+import { link, mkdir, open, rename, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { fromFsError } from "./errors.ts";
-import type { StorageError } from "./errors.ts";
+import { fromFsError, StorageError } from "./errors.ts";
 import type { Body, ObjectStore } from "./store.ts";
 
 /**
@@ -60,10 +59,13 @@ export function isTempName(name: string): boolean {
 
 /**
  * Writes `body` to `path` through a temp file in the same directory and a
- * rename, so a reader never sees half a file. Returns the bytes written.
- * `uri` names the destination in errors.
+ * rename, so a reader never sees half a file; the file and then its directory
+ * are fsynced, so a crash after we return cannot lose it. Returns the bytes
+ * written. `uri` names the destination in errors. `replace: false`: the temp
+ * file is hard-linked into place instead, which fails (StorageError "exists")
+ * if anything is at `path`, even an object that appeared during the write.
  */
-export async function writeFileAtomically(path: string, body: Body, uri: string): Promise<number> {
+export async function writeFileAtomically(path: string, body: Body, uri: string, options: { replace?: boolean } = {}): Promise<number> {
   const dir = dirname(path);
   try {
     await mkdir(dir, { recursive: true });
@@ -76,12 +78,31 @@ export async function writeFileAtomically(path: string, body: Body, uri: string)
   const tap = new Tap();
   try {
     await pipeline(tap.wrap(body), createWriteStream(temp, { flags: "wx", flush: true }));
-    await rename(temp, path);
+    if (options.replace === false) {
+      await link(temp, path);
+      await rm(temp, { force: true });
+    } else {
+      await rename(temp, path);
+    }
+    await syncDirectory(dir);
   } catch (error) {
     await rm(temp, { force: true }).catch(() => undefined);
+    if ((error as { code?: unknown }).code === "EEXIST" && !tap.sourceFailed) {
+      throw new StorageError("exists", uri, `${uri}: an object already exists there`, error);
+    }
     throw tap.blame(error, (e) => fromFsError(e, uri, "write"));
   }
   return tap.size;
+}
+
+/** Makes a rename or link in `dir` durable (the new name is part of the directory's data). */
+async function syncDirectory(dir: string): Promise<void> {
+  const handle = await open(dir, "r");
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
 }
 
 /** Validates an optional range; returns the first byte wanted. */

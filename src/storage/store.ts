@@ -24,8 +24,12 @@ export interface ObjectStore {
   list(prefix?: string): AsyncIterable<ObjectInfo>;
   /** Removes `key`; removing a missing object is not an error. */
   delete(key: string): Promise<void>;
-  /** Writes `destKey` as the parts' bytes in order, streaming; the parts are left in place. */
-  concat(partKeys: readonly string[], destKey: string): Promise<{ size: number }>;
+  /**
+   * Writes `destKey` as the parts' bytes in order, streaming; the parts are left in place.
+   * With `overwrite: false` an existing `destKey` is never replaced: the call fails with
+   * StorageError "exists", even for an object that appeared while the parts were copied (file store).
+   */
+  concat(partKeys: readonly string[], destKey: string, options?: { overwrite?: boolean }): Promise<{ size: number }>;
   /** The real file behind `key` (file store only), for consumers that need a path. */
   localPath(key: string): string | undefined;
   /** Copies `key` to a local file atomically (temp file beside it, then rename). */

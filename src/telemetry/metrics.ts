@@ -3,6 +3,7 @@
  * already use (vLLM's, with a `model_name` label), plus the platform's own.
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { invalidRecordCounts } from "../control/invalid-records.ts";
 
 const latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 
@@ -19,6 +20,16 @@ export class GatewayMetrics {
   readonly success = new Counter({ name: "vllm:request_success_total", help: "Requests finished", labelNames: ["model_name", "finished_reason"], registers: [this.registry] });
   readonly failures = new Counter({ name: "platform_request_errors_total", help: "Requests answered with an error", labelNames: ["model_name", "code"], registers: [this.registry] });
   readonly rateLimited = new Counter({ name: "platform_rate_limit_rejections_total", help: "Requests rejected by rate limits or admission control", labelNames: ["model_name", "reason"], registers: [this.registry] });
+  readonly invalidRecords = new Counter({
+    name: "platform_invalid_records_total",
+    help: "Distinct records in Redis this process skipped because they do not parse (logged once each with the key)",
+    labelNames: ["kind"],
+    registers: [this.registry],
+    collect() {
+      this.reset();
+      for (const [kind, n] of invalidRecordCounts()) this.inc({ kind }, n);
+    },
+  });
 
   constructor(sample: () => Promise<GaugeSample[]>) {
     // Queue and replica gauges are read from Redis at scrape time, so every gateway replica

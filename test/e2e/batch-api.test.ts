@@ -28,6 +28,7 @@ import { PlatformError } from "../../src/errors.ts";
 import { importModel } from "../../src/registry/import.ts";
 import { loadSettings } from "../../src/settings.ts";
 import { openStore } from "../../src/storage/index.ts";
+import { StoragePolicy } from "../../src/storage/policy.ts";
 import { type S3Server, startS3, waitForJob } from "../helpers/batch-env.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { type CliResult, type Stack, startStack } from "../helpers/stack.ts";
@@ -54,8 +55,10 @@ beforeAll(async () => {
   savedEnv = { ...process.env };
   Object.assign(process.env, s3.env);
   const queue = `batches-${randomUUID().slice(0, 8)}`;
-  jobs = new BatchJobs(ctl, { queue });
-  coordinator = await startBatchCoordinator(ctl, loadSettings(), { queue });
+  // Keys may name only what is under the scratch directory (src/storage/policy.ts).
+  const storageRoots = [{ scheme: "file" as const, path: scratch }];
+  jobs = new BatchJobs(ctl, { queue, storage: new StoragePolicy({ roots: storageRoots }) });
+  coordinator = await startBatchCoordinator(ctl, { ...loadSettings(), storageRoots }, { queue });
 
   // The gateway's batch routes as app.ts mounts them, on their own small server.
   const app = new Hono<GatewayEnv>();
@@ -114,7 +117,7 @@ describe("records that cannot be processed", () => {
     const out = await lines(job.output_file as string);
     expect(out).toMatchObject([
       { id: "first", status: "success", tokens_used: expect.any(Number) },
-      { id: "line-2", status: "error", error: { code: "invalid_json", message: expect.stringMatching(/^line 2: not valid JSON/) } },
+      { id: "line-2", status: "error", error: { code: "invalid_json", message: `line 2: not valid JSON (byte offset ${Buffer.byteLength(input.split("\n")[0] as string) + 1})` } },
       { id: "no-prompt", status: "error", error: { code: "invalid_record", message: expect.stringMatching(/^line 4: prompt: /) } },
       { id: "too-long", status: "error", error: { code: "context_length_exceeded", message: expect.stringMatching(/maximum context length/) } },
       { id: "line-6", status: "error", error: { code: "invalid_record", message: expect.stringMatching(/^line 6: id: /) } },
@@ -229,8 +232,9 @@ describe("HTTP routes", () => {
 
     expect((await call("POST", `/v1/batch-jobs/${id}/cancel`)).body.error?.code).toBe("batch_finished");
     expect((await call("GET", "/v1/batch-jobs/batch_nope")).status).toBe(404);
-    const relative = await call("POST", "/v1/batch-jobs", { model: MODEL, input: "in.jsonl", output: "/tmp/out/" });
-    expect(relative).toMatchObject({ status: 400, body: { error: { code: "invalid_uri", param: "input" } } });
+    // Relative names resolve inside the key's own area and may not climb out of it.
+    const relative = await call("POST", "/v1/batch-jobs", { model: MODEL, input: "../one.jsonl", output: "out/" });
+    expect(relative).toMatchObject({ status: 403, body: { error: { code: "storage_forbidden", param: "input" } } });
     const bad = await call("POST", "/v1/batch-jobs", { model: MODEL, input, output: "/tmp/o/", concurrency: 0 });
     expect(bad).toMatchObject({ status: 400, body: { error: { param: "concurrency" } } });
     const unknownField = await call("POST", "/v1/batch-jobs", { model: MODEL, input, output: "/tmp/o/", colour: "red" });
@@ -238,9 +242,12 @@ describe("HTTP routes", () => {
     expect((await call("GET", "/v1/batch-jobs", undefined, "sk-wrong")).status).toBe(401);
 
     // A key without the admin role sees only its own jobs.
-    const { key } = await createApiKey(ctl, "batch-user", "user");
+    const { key, record: user } = await createApiKey(ctl, "batch-user", "user");
     expect((await call("GET", `/v1/batch-jobs/${id}`, undefined, key)).status).toBe(404);
-    const own = await call("POST", "/v1/batch-jobs", { model: MODEL, input, output: `${scratch}/out-user/` }, key);
+    expect((await call("POST", "/v1/batch-jobs", { model: MODEL, input, output: "out-user/" }, key)).status).toBe(403);
+    await mkdir(join(scratch, user.id), { recursive: true });
+    await writeFile(join(scratch, user.id, "one.jsonl"), await readFile(input));
+    const own = await call("POST", "/v1/batch-jobs", { model: MODEL, input: "one.jsonl", output: "out-user/" }, key);
     const mine = await call("GET", "/v1/batch-jobs", undefined, key);
     expect((mine.body.data as { id: string }[]).map((j) => j.id)).toEqual([own.body.id]);
     await waitForJob(jobs, own.body.id as string);
@@ -348,7 +355,9 @@ describe("OpenAI Batch API shape", () => {
       });
     }
     expect(output[1]).toMatchObject({ response: null, error: { code: "invalid_json" } });
-    expect(output[2]).toMatchObject({ response: null, error: { code: "invalid_request", message: expect.stringContaining("other-model") } });
+    // Error lines say what was expected, never echo the line's own values.
+    expect(output[2]).toMatchObject({ response: null, error: { code: "invalid_request", message: expect.stringContaining(`expected "${MODEL}"`) } });
+    expect(output[2].error.message).not.toContain("other-model");
     expect(output[3]).toMatchObject({ error: null, response: { status_code: 400, body: { error: { code: "context_length_exceeded", type: "invalid_request_error" } } } });
 
     const missing = await client.batches.create({ input_file_id: "file-nope", endpoint: "/v1/chat/completions", completion_window: "24h" }).catch((e: unknown) => e);

@@ -12,7 +12,8 @@ let work: string;
 let model: string;
 
 beforeAll(async () => {
-  stack = await startStack();
+  // The URL test serves a model from a loopback http:// server: allowed here by the operator's settings.
+  stack = await startStack({ env: { PLATFORM_SOURCES_ALLOW_HTTP: "true", PLATFORM_SOURCES_ALLOW_PRIVATE: "true" } });
   work = await mkdtemp(join(tmpdir(), "platform-cli-"));
   model = join(work, "tiny-chat.gguf");
   await copyFile(await tinyModelPath(), model);
@@ -56,7 +57,7 @@ describe("platform CLI", () => {
     expect(json.map((m: { version: string }) => m.version)).toEqual(["v1", "v2", "prod-1"]);
   });
 
-  it("registers from a URL, fetched by the gateway", async () => {
+  it("registers from a URL, fetched by the gateway (http:// on loopback, allowed by the operator)", async () => {
     const bytes = await readFile(model);
     const server = createServer((req, res) => {
       if (req.url !== "/models/tiny.gguf") return res.writeHead(404).end();

@@ -5,11 +5,11 @@
  * own registered model, so each endpoint has its own queue.
  */
 import { writeFile } from "node:fs/promises";
-import { join } from "node:path";
-import { QueueEvents } from "bullmq";
+import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AutoscalingStatus, ScalingDecisionRecord } from "../../src/control/autoscaling.ts";
 import { tinyModelPath } from "../helpers/models.ts";
+import { QueueObserver } from "../helpers/queue-observer.ts";
 import { runCli, type Stack, sleep, startStack } from "../helpers/stack.ts";
 
 type Replica = { id: string; pid: number; state: string; in_flight: number };
@@ -21,7 +21,8 @@ let modelPath: string;
 
 beforeAll(async () => {
   modelPath = await tinyModelPath({ contextLength: 4096 });
-  stack = await startStack({});
+  // Models are registered from a server-local path, which must lie inside the storage roots.
+  stack = await startStack({ args: ["--storage-root", dirname(modelPath)] });
 });
 
 afterAll(async () => {
@@ -95,11 +96,14 @@ describe("admission control", () => {
   });
 
   it("answers 503 queue_timeout when a request waits past max_queue_wait, and withdraws it", { timeout: 120_000 }, async () => {
-    // A long request takes the only replica (under the default wait), then the limit drops to 500 ms.
-    const long = complete("adm", "Once upon a time", 3000);
-    await stack.waitFor(async () => (await status("adm")).queue.active === 1, "the long request to run");
+    // The limit drops to 500 ms first (gateways see endpoint changes within 2 s at most); then a long
+    // request takes the only replica at once, and the next one waits behind it for seconds, past the limit.
+    // (Lowering the limit while the long request ran made the test race the long request's end.)
     await endpoint("adm", { replicas: 1, parallel: 1, max_queue_wait: "500ms" });
-    await sleep(2100); // gateways see endpoint changes within 2 s at most
+    await sleep(2100);
+    await stack.waitFor(async () => (await status("adm")).state === "available", "adm available");
+    const long = complete("adm", "Once upon a time", 4000);
+    await stack.waitFor(async () => (await status("adm")).queue.active === 1, "the long request to run");
     const res = await complete("adm", "Once upon a time", 5);
     expect(res.status).toBe(503);
     expect(res.headers.get("retry-after")).toBe("5");
@@ -265,20 +269,23 @@ describe("failover", () => {
     await endpoint("fo", { replicas: 2, parallel: 4 });
     await stack.waitFor(async () => (await status("fo")).replicas.ready === 2, "2 ready replicas");
     const prompts = ["Once upon a time", "The little dog", "Lily and Tom went"];
-    const expected = new Map<string, string>();
-    for (const p of prompts) expected.set(p, await text("fo", p, 120));
-    const events = new QueueEvents("fo@v1", { connection: { url: stack.redisUrl }, prefix: "platform" });
-    await events.waitUntilReady();
-    let stalled = 0;
-    events.on("stalled", () => stalled++);
+    // Each request asks for its own number of tokens, so the engine's result (on the queue's own
+    // event stream) says which request it answered; greedy decoding makes every answer a prefix
+    // of its prompt's longest answer.
+    const tokensFor = (i: number) => 60 + i;
+    const longest = new Map<string, string>();
+    for (const p of prompts) longest.set(p, await text("fo", p, tokensFor(99)));
+    // Engine-side executions per job, seen from outside the gateway: `active` each time a replica
+    // takes the job, `completed` (with the result) each time one finishes it.
+    const observer = await QueueObserver.start(stack.redisUrl, "platform", "fo@v1", { keepLog: true });
 
     let answered = 0;
     const requests = Array.from({ length: 100 }, async (_, i) => {
       const prompt = prompts[i % prompts.length] as string;
-      const res = await complete("fo", prompt, 120);
-      const body = (await res.json()) as { id: string; choices: { text: string }[] } & Partial<ErrorBody>;
+      const res = await complete("fo", prompt, tokensFor(i));
+      const body = (await res.json()) as { choices: { text: string }[]; usage: { completion_tokens: number } } & Partial<ErrorBody>;
       answered++;
-      return { prompt, status: res.status, body };
+      return { i, prompt, status: res.status, body };
     });
     await stack.waitFor(async () => answered >= 10, "the first answers");
     const busy = await (async () => {
@@ -290,13 +297,32 @@ describe("failover", () => {
     })();
     process.kill(busy.pid, "SIGKILL");
     const results = await Promise.all(requests);
-    await events.close();
+    expect((await observer.drain()).lost).toBe(0);
+    await observer.stop();
 
+    // Every request answered once, with a correct answer of its own length.
     expect(results.map((r) => r.status)).toEqual(Array(100).fill(200));
-    for (const r of results) expect(r.body.choices[0]?.text).toBe(expected.get(r.prompt));
-    expect(new Set(results.map((r) => r.body.id)).size).toBe(100);
-    // The kill did catch jobs in flight: they went back to the queue and were served again.
-    expect(stalled).toBeGreaterThanOrEqual(1);
+    for (const r of results) {
+      expect(r.body.usage.completion_tokens).toBe(tokensFor(r.i));
+      expect(longest.get(r.prompt)?.startsWith(r.body.choices[0]?.text as string), `request ${r.i}`).toBe(true);
+    }
+    // Engine side: 100 jobs, each completed exactly once, whichever replica ran it.
+    const completed = observer.events().filter((e) => e.event === "completed");
+    const jobs = observer.jobIds();
+    expect(jobs).toHaveLength(100);
+    for (const id of jobs) expect(observer.count(id, "completed"), `job ${id}`).toBe(1);
+    expect(completed).toHaveLength(100);
+    // Each completion went to the request it belongs to: the one asking for that many tokens got that text.
+    const byLength = new Map(
+      completed.map((e) => {
+        const result = JSON.parse(e.returnvalue as string) as { text: string; usage: { completion_tokens: number } };
+        return [result.usage.completion_tokens, result.text] as const;
+      }),
+    );
+    expect(byLength.size).toBe(100);
+    for (const r of results) expect(r.body.choices[0]?.text, `request ${r.i}`).toBe(byLength.get(tokensFor(r.i)));
+    // The kill did catch jobs in flight: they were taken again and still completed once.
+    expect(jobs.filter((id) => observer.count(id, "active") > 1).length).toBeGreaterThanOrEqual(1);
     expect(stack.output()).toMatch(/exited \(SIGKILL\); replacing it/);
     await stack.waitFor(async () => (await status("fo")).replicas.ready === 2, "the killed replica replaced");
     await remove("fo");

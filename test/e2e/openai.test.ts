@@ -6,6 +6,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
 import { type Stack, sleep, startStack } from "../helpers/stack.ts";
+import { QueueObserver } from "../helpers/queue-observer.ts";
 
 let stack: Stack;
 let client: OpenAI;
@@ -173,6 +174,8 @@ describe("errors come out as the client's error classes", () => {
 
 describe("cancellation", () => {
   it("a client that disconnects mid-stream stops the generation on the worker", async () => {
+    // Online jobs are deleted once finished: the cancelled job's result is read from the queue's event stream.
+    const observer = await QueueObserver.start(stack.redisUrl, "platform", `${MODEL}@v1`, { keepLog: true });
     const controller = new AbortController();
     const stream = await client.chat.completions.create(
       { model: MODEL, messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 4000, temperature: 0, stream: true },
@@ -184,16 +187,17 @@ describe("cancellation", () => {
         if (++chunks === 5) controller.abort();
       }
     })().catch(() => undefined);
-    // The worker records the cancelled job's result in BullMQ; find it.
-    const { Queue } = await import("bullmq");
-    const queue = new Queue(`${MODEL}@v1`, { connection: { url: stack.redisUrl }, prefix: "platform" });
+    // The worker completes the cancelled job with its partial result; find it.
     let cancelled: { finish_reason: string; usage: { completion_tokens: number } } | undefined;
     await stack.waitFor(async () => {
-      const jobs = await queue.getCompleted(0, 50);
-      cancelled = jobs.map((j) => j.returnvalue).find((r) => r?.finish_reason === "cancelled");
+      cancelled = observer
+        .events()
+        .filter((e) => e.event === "completed" && e.returnvalue !== undefined)
+        .map((e) => JSON.parse(e.returnvalue as string) as { finish_reason: string; usage: { completion_tokens: number } })
+        .find((r) => r.finish_reason === "cancelled");
       return cancelled !== undefined;
     }, "a cancelled job", 30_000);
-    await queue.close();
+    await observer.stop();
     expect(cancelled?.usage.completion_tokens).toBeLessThan(4000);
   });
 });

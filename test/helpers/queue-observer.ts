@@ -9,7 +9,8 @@
  */
 import { Redis } from "ioredis";
 
-export type ObservedEvent = { event: string; jobId: string };
+/** `returnvalue`: a `completed` event's JSON return value, kept with `keepLog`. */
+export type ObservedEvent = { event: string; jobId: string; returnvalue?: string };
 
 export class QueueObserver {
   private readonly reader: Redis;
@@ -96,7 +97,7 @@ export class QueueObserver {
         let perJob = this.counts.get(jobId);
         if (!perJob) this.counts.set(jobId, (perJob = new Map()));
         perJob.set(event, (perJob.get(event) ?? 0) + 1);
-        this.log?.push({ event, jobId });
+        this.log?.push({ event, jobId, returnvalue: field(fields, "returnvalue") });
       }
     }
   }

@@ -3,7 +3,7 @@
  * child process, with its own data dir, config dir and embedded Redis.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -52,7 +52,10 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   }
   const baseUrl = (out.match(/base URL\s+(\S+)\/v1/) ?? [])[1] as string;
   const apiKey = (out.match(/API key\s+(\S+)/) ?? [])[1] as string;
-  const redisUrl = (out.match(/redis\s+(redis:\/\/\S+)/) ?? [])[1] as string;
+  // `up` prints the URL with its password masked and says where the password is kept.
+  const shownRedisUrl = (out.match(/redis\s+(rediss?:\/\/\S+)/) ?? [])[1] as string;
+  const passwordFile = (out.match(/password in (\S+)\)/) ?? [])[1];
+  const redisUrl = passwordFile ? shownRedisUrl.replace(":***@", `:${encodeURIComponent((await readFile(passwordFile, "utf8")).trim())}@`) : shownRedisUrl;
 
   const admin = async <T>(method: string, path: string, body?: unknown) => {
     const res = await fetch(`${baseUrl}${path}`, {

@@ -13,7 +13,7 @@ import type { EndpointRecord, ReplicaState } from "../../src/contracts/records.t
 import { setAutoscaling } from "../../src/control/autoscaling.ts";
 import { type Control, connectControl, duplicate } from "../../src/control/redis.ts";
 import { removeReplica, writeReplica } from "../../src/control/replicas.ts";
-import { PlatformError } from "../../src/errors.ts";
+import { detailOf, PlatformError } from "../../src/errors.ts";
 import { Admission, admissionDefaultsFromEnv, limitsFor } from "../../src/fabric/admission.ts";
 import { Dispatcher } from "../../src/fabric/dispatcher.ts";
 
@@ -92,12 +92,15 @@ describe("admission", () => {
     expect(wakeups).toEqual(["zero"]);
     await sub.quit();
 
-    // Every replica failed to start and none is starting: the error says why.
+    // Every replica failed to start and none is starting: the error says where to look; the
+    // replica's own error (it may quote server paths) is kept for the gateway log, not the client.
     const broken = endpoint("broken", 1);
-    await replica("broken", "broken-1", "failed", "model file is corrupt");
+    await replica("broken", "broken-1", "failed", "model file /srv/models/x.gguf is corrupt");
     e = await refusal(admission.admit(broken));
     expect([e.status, e.code]).toEqual([503, "no_capacity"]);
-    expect(e.message).toMatch(/no replica of "broken" could start: model file is corrupt/);
+    expect(e.message).toMatch(/no replica of "broken" could start; `platform inference status broken` \(admin\) shows why/);
+    expect(e.message).not.toContain("/srv/models");
+    expect(detailOf(e)?.detail).toMatch(/model file \/srv\/models\/x.gguf is corrupt/);
     // A replica starting again: requests wait for it.
     await replica("broken", "broken-2", "starting");
     await expect(admission.admit(broken)).resolves.toBeDefined();

@@ -23,7 +23,7 @@ let user: string;
 beforeAll(async () => {
   redis = await privateRedis();
   const dataDir = await mkdtemp(join(tmpdir(), "platform-gw-"));
-  const settings = { ...loadSettings({ PLATFORM_DATA_DIR: dataDir }), redisUrl: redis.url, requestTimeoutMs: 400, maxBodyBytes: 10_000 };
+  const settings = { ...loadSettings({ PLATFORM_DATA_DIR: dataDir }), redisUrl: redis.url, requestTimeoutMs: 400, maxRequestBytes: 10_000 };
   ctl = connectControl(redis.url, settings.prefix);
   admin = (await createApiKey(ctl, "admin", "admin")).key;
   user = (await createApiKey(ctl, "user", "user")).key;

@@ -53,7 +53,7 @@ describe("readLines", () => {
 });
 
 describe("parseRecord", () => {
-  const line = (text: string | null, lineNumber = 7): InputLine => ({ lineNumber, end: 0, text });
+  const line = (text: string | null, lineNumber = 7): InputLine => ({ lineNumber, start: 0, end: 0, text });
 
   it("accepts a valid record, keeping per-line sampling overrides and ignoring unknown fields", () => {
     expect(parseRecord(line('{"id":"a","prompt":"hi","max_tokens":3,"temperature":0,"meta":{"x":1}}'))).toEqual({

@@ -5,7 +5,7 @@ import { JobPayload } from "../../src/contracts/job.ts";
 import { endpointNameFor } from "../../src/cli/up.ts";
 import { deriveState } from "../../src/control/status.ts";
 import { toMessages, toParams } from "../../src/gateway/schemas.ts";
-import { huggingFaceUrl } from "../../src/registry/import.ts";
+import { huggingFaceUrl } from "../../src/registry/sources.ts";
 import { plainChatPrompt } from "../../workers/engines/engine.ts";
 
 const errorsOf = (input: unknown) => {

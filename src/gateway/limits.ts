@@ -1,0 +1,120 @@
+/**
+ * What a client can make the platform hold: body size per route, and a prompt
+ * bound checked before anything is enqueued, since every queued request is a
+ * copy of its prompt in Redis. docs/security.md ("Bounded inputs") explains the
+ * bound; the worker still makes the exact token count.
+ */
+import { Transform } from "node:stream";
+import type { MiddlewareHandler } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import type { GgufSummary } from "../contracts/records.ts";
+import type { Framework } from "../contracts/deployment.ts";
+import { PlatformError } from "../errors.ts";
+import type { Settings } from "../settings.ts";
+
+export function tooLarge(limit: number, setting: string): PlatformError {
+  return new PlatformError(
+    413,
+    "request_too_large",
+    `request body exceeds this route's limit of ${humanBytes(limit)} (${limit} bytes, ${setting}); send less, or ask the operator to raise ${setting}`,
+  );
+}
+
+function humanBytes(n: number): string {
+  for (const [unit, size] of [["GiB", 1024 ** 3], ["MiB", 1024 ** 2], ["KiB", 1024]] as const) {
+    if (n >= size) return `${Number((n / size).toFixed(1))} ${unit}`;
+  }
+  return `${n} bytes`;
+}
+
+/** Hono's bodyLimit counts what it reads, so a chunked body without Content-Length is held to the limit too. */
+function limit(maxSize: number, setting: string): MiddlewareHandler {
+  return bodyLimit({
+    maxSize,
+    onError: () => {
+      throw tooLarge(maxSize, setting);
+    },
+  });
+}
+
+/**
+ * One middleware for every route under /v1 and /admin/v1: file uploads get
+ * their own (larger) limit, model uploads are counted as they stream (they may
+ * be far larger than memory, see `limitStream`), everything else is JSON.
+ */
+export function bodyLimits(settings: Settings): MiddlewareHandler {
+  const json = limit(settings.maxRequestBytes, "PLATFORM_MAX_REQUEST_BYTES");
+  const files = limit(settings.maxFileBytes, "PLATFORM_MAX_FILE_BYTES");
+  return async (c, next) => {
+    if (c.req.method === "GET" || c.req.method === "HEAD") return next();
+    if (c.req.method === "POST" && c.req.path === "/v1/files") return files(c, next);
+    if (c.req.method === "POST" && /^\/admin\/v1\/models\/[^/]+\/upload$/.test(c.req.path)) return next();
+    return json(c, next);
+  };
+}
+
+/** Passes a streamed body through, failing it with 413 past `max` bytes (the declared length is checked first). */
+export function limitStream(declaredLength: string | undefined, max: number, setting: string): Transform {
+  if (declaredLength !== undefined && Number(declaredLength) > max) throw tooLarge(max, setting);
+  let seen = 0;
+  return new Transform({
+    transform(chunk: Buffer, _encoding, done) {
+      seen += chunk.length;
+      if (seen > max) done(tooLarge(max, setting));
+      else done(null, chunk);
+    },
+  });
+}
+
+/** Context length a replica gets when the deployment sets none; mirrors workers/engines/llamacpp.ts. */
+const LLAMACPP_DEFAULT_CONTEXT_CAP = 4096;
+/**
+ * Bytes per token assumed when the model's vocabulary is unknown (registered before
+ * `max_token_bytes` was recorded, or not a GGUF): longer than the tokens of any vocabulary
+ * we know, so the bound still never refuses a prompt that fits.
+ */
+export const FALLBACK_TOKEN_BYTES = 256;
+
+export type PromptBound = { window: number; maxTokenBytes: number };
+
+/** The window a replica of this endpoint will have, and the bytes its longest token decodes to at most. */
+export function promptBound(framework: Framework, maxModelLen: number | undefined, gguf: GgufSummary | null | undefined): PromptBound | undefined {
+  const trained = gguf?.context_length ?? undefined;
+  const window = maxModelLen ?? (trained === undefined ? undefined : framework === "llamacpp" ? Math.min(trained, LLAMACPP_DEFAULT_CONTEXT_CAP) : trained);
+  if (window === undefined) return undefined;
+  return { window, maxTokenBytes: gguf?.max_token_bytes ?? FALLBACK_TOKEN_BYTES };
+}
+
+/**
+ * Refuses a prompt that certainly overflows the window. Every token decodes to at
+ * most `maxTokenBytes` bytes, so a text of B bytes takes at least ceil(B / maxTokenBytes)
+ * tokens (a chat template only adds more); together with the completion's tokens (at
+ * least one) that must fit. Prompts under the bound may still overflow: the worker's
+ * exact count answers those with the same error.
+ */
+export function checkPromptBound(bound: PromptBound | undefined, texts: string[], maxTokens: number | undefined, param: string): void {
+  if (!bound) return;
+  let bytes = 0;
+  for (const t of texts) bytes += Buffer.byteLength(t, "utf8");
+  const atLeast = Math.ceil(bytes / bound.maxTokenBytes);
+  const completion = maxTokens ?? 1;
+  if (atLeast + completion > bound.window) {
+    throw new PlatformError(
+      400,
+      "context_length_exceeded",
+      `This model's maximum context length is ${bound.window} tokens. However, you requested at least ${atLeast + completion} tokens (at least ${atLeast} in the ${param}, ${completion} in the completion). Please reduce the length of the ${param} or completion.`,
+      param,
+    );
+  }
+}
+
+/** Embeddings: each input on its own must fit the window. */
+export function checkEmbeddingBound(bound: PromptBound | undefined, inputs: string[]): void {
+  if (!bound) return;
+  inputs.forEach((input, i) => {
+    const atLeast = Math.ceil(Buffer.byteLength(input, "utf8") / bound.maxTokenBytes);
+    if (atLeast > bound.window) {
+      throw new PlatformError(400, "context_length_exceeded", `input ${i} has at least ${atLeast} tokens; this model embeds at most ${bound.window}`, "input");
+    }
+  });
+}

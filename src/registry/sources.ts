@@ -1,0 +1,203 @@
+/**
+ * Fetching a model from a remote source (https://, http:// when allowed, hf://).
+ * The URL comes from a client, so every hop is checked: scheme, redirect target,
+ * and the address actually connected to (checked inside the DNS lookup the
+ * socket uses, so a name that re-resolves to an internal address between a
+ * check and the connect cannot slip through). Size and time are bounded.
+ */
+import { lookup as dnsLookup, type LookupAddress } from "node:dns";
+import { request as httpRequest, type IncomingMessage, type RequestOptions } from "node:http";
+import { request as httpsRequest } from "node:https";
+import type { LookupFunction } from "node:net";
+import { Transform } from "node:stream";
+import { PlatformError } from "../errors.ts";
+import { type Cidr, refusedKind } from "./addresses.ts";
+
+export type SourcePolicy = {
+  allowHttp: boolean;
+  allowPrivate: boolean;
+  allowedCidrs: Cidr[];
+  maxBytes: number;
+  /** The whole download, connect to last byte. */
+  totalTimeoutMs: number;
+  /** No byte (or no answer) for this long fails the download. */
+  idleTimeoutMs: number;
+  maxRedirects: number;
+};
+
+export type SourceProgress = { received: number; total: number | null };
+
+/** Schemes `--source` accepts, for error messages. */
+export const SOURCE_SCHEMES = "https://, hf://, s3://, file:// or a path (http:// only with PLATFORM_SOURCES_ALLOW_HTTP=true)";
+
+/** True for the sources this module fetches; the storage module handles file://, s3:// and paths. */
+export function isRemoteSource(source: string): boolean {
+  return /^(https?|hf):\/\//i.test(source);
+}
+
+/**
+ * Refuse a scheme nobody handles (ftp:, gopher:, data:, ...) before anything
+ * else looks at the source. A bare path (no `scheme:`) is left to storage.
+ */
+export function checkSourceScheme(source: string): void {
+  const scheme = /^([a-z][a-z0-9+.-]+):/i.exec(source)?.[1]?.toLowerCase();
+  if (scheme === undefined || ["https", "http", "hf", "s3", "file"].includes(scheme)) return;
+  throw new PlatformError(400, "invalid_source", `source: the "${scheme}:" scheme is not supported; use ${SOURCE_SCHEMES}`, "source");
+}
+
+/** `hf://org/repo/path/file.gguf` (optionally `hf://org/repo@revision/...`) as a download URL. */
+export function huggingFaceUrl(uri: string): string {
+  const m = uri.match(/^hf:\/\/([^/]+)\/([^/@]+)(?:@([^/]+))?\/(.+)$/);
+  if (!m) throw new PlatformError(400, "invalid_source", `${uri}: expected hf://<org>/<repo>[@<revision>]/<file>`, "source");
+  return `https://huggingface.co/${m[1]}/${m[2]}/resolve/${m[3] ?? "main"}/${m[4]}`;
+}
+
+function forbidden(kind: string, hop: string): PlatformError {
+  return new PlatformError(
+    403,
+    "source_forbidden",
+    `source: ${hop} a ${kind} address, which model sources may not reach; an operator can allow it with PLATFORM_SOURCES_ALLOWED_HOSTS=<cidr,...> or PLATFORM_SOURCES_ALLOW_PRIVATE=true`,
+    "source",
+  );
+}
+
+/** The scheme and literal-address checks for one hop (the first URL or a redirect target). */
+function checkHop(url: URL, policy: SourcePolicy, previous: URL | undefined): void {
+  const hop = previous ? "a redirect goes to" : "the host is";
+  if (url.protocol === "http:" && !policy.allowHttp) {
+    const why = previous ? "a redirect goes to http://" : "http:// is refused";
+    throw new PlatformError(400, "invalid_source", `source: ${why}; model sources must use https:// unless the operator sets PLATFORM_SOURCES_ALLOW_HTTP=true`, "source");
+  }
+  if (url.protocol !== "https:" && url.protocol !== "http:") {
+    throw new PlatformError(400, "invalid_source", `source: ${previous ? `a redirect goes to a "${url.protocol}" URL, which is refused` : `the "${url.protocol}" scheme is not supported`}; sources are fetched over https:// only`, "source");
+  }
+  if (url.username || url.password) throw new PlatformError(400, "invalid_source", "source: credentials in the URL are not accepted", "source");
+  const host = url.hostname.replace(/^\[|\]$/g, "");
+  // Node connects to a literal address without any lookup, so it is checked here.
+  const kind = /^[\d.]+$|:/.test(host) ? refusedKind(host, policy) : undefined;
+  if (kind && kind !== "unparseable") throw forbidden(kind, hop);
+}
+
+/** A DNS lookup that drops addresses the policy refuses, so the socket can only connect to allowed ones. */
+function guardedLookup(policy: SourcePolicy, hop: string): LookupFunction {
+  return ((hostname: string, options: { all?: boolean; family?: number }, callback: (...args: unknown[]) => void) => {
+    dnsLookup(hostname, { family: options.family ?? 0, all: true }, (err, addresses: LookupAddress[]) => {
+      if (err) return callback(err);
+      const kinds = addresses.map((a) => refusedKind(a.address, policy));
+      const allowed = addresses.filter((_a, i) => kinds[i] === undefined);
+      if (allowed.length === 0) return callback(forbidden(kinds[0] ?? "non-public", hop));
+      if (options.all) return callback(null, allowed);
+      callback(null, allowed[0]!.address, allowed[0]!.family);
+    });
+  }) as LookupFunction;
+}
+
+/** Open a remote source as a byte stream; rejects before any byte with a clear error. */
+export async function openRemoteSource(
+  source: string,
+  policy: SourcePolicy,
+  onProgress?: (p: SourceProgress) => void,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<Transform> {
+  const start = /^hf:\/\//i.test(source) ? huggingFaceUrl(source) : source;
+  let url: URL;
+  try {
+    url = new URL(start);
+  } catch {
+    throw new PlatformError(400, "invalid_source", "source: not a valid URL", "source");
+  }
+  const origin = url.origin;
+  const deadline = Date.now() + policy.totalTimeoutMs;
+  let previous: URL | undefined;
+  for (let hop = 0; ; hop++) {
+    checkHop(url, policy, previous);
+    const headers: Record<string, string> = { "user-agent": "platform-model-import" };
+    // The Hugging Face token goes to Hugging Face only, never to the CDN it redirects to.
+    if (/^hf:\/\//i.test(source) && env.HF_TOKEN && url.origin === origin) headers.authorization = `Bearer ${env.HF_TOKEN}`;
+    const res = await get(url, headers, policy, deadline, previous ? "a redirect goes to" : "the host resolves to");
+    const status = res.statusCode ?? 0;
+    if (status >= 300 && status < 400 && res.headers.location) {
+      res.destroy();
+      if (hop >= policy.maxRedirects) throw new PlatformError(502, "source_unreachable", `source: more than ${policy.maxRedirects} redirects`, "source");
+      previous = url;
+      try {
+        url = new URL(res.headers.location, url);
+      } catch {
+        throw new PlatformError(502, "source_unreachable", "source: the server sent an invalid redirect", "source");
+      }
+      continue;
+    }
+    if (status < 200 || status >= 300) {
+      res.destroy();
+      throw new PlatformError(status === 404 ? 404 : 502, "source_unreachable", `source: the server answered HTTP ${status}`, "source");
+    }
+    return counted(res, policy, deadline, onProgress);
+  }
+}
+
+function tooLarge(policy: SourcePolicy): PlatformError {
+  return new PlatformError(413, "source_too_large", `source: the artifact is larger than ${policy.maxBytes} bytes (PLATFORM_MAX_MODEL_BYTES)`, "source");
+}
+
+function totalTimeout(policy: SourcePolicy): PlatformError {
+  return new PlatformError(504, "source_timeout", `source: the download did not finish within ${policy.totalTimeoutMs} ms (PLATFORM_SOURCES_TIMEOUT_MS)`, "source");
+}
+
+function idleTimeout(policy: SourcePolicy): PlatformError {
+  return new PlatformError(504, "source_timeout", `source: the server sent nothing for ${policy.idleTimeoutMs} ms (PLATFORM_SOURCES_IDLE_TIMEOUT_MS)`, "source");
+}
+
+/** One request, no redirect following; the socket's lookup is the guarded one. */
+function get(url: URL, headers: Record<string, string>, policy: SourcePolicy, deadline: number, hop: string): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const options: RequestOptions = { method: "GET", headers, agent: false, lookup: guardedLookup(policy, hop) };
+    const send = url.protocol === "https:" ? httpsRequest : httpRequest;
+    const req = send(url, options);
+    const timer = setTimeout(() => req.destroy(totalTimeout(policy)), Math.max(0, deadline - Date.now()));
+    req.setTimeout(policy.idleTimeoutMs, () => req.destroy(idleTimeout(policy)));
+    req.on("error", (e) => {
+      clearTimeout(timer);
+      reject(e instanceof PlatformError ? e : unreachable(e));
+    });
+    req.on("response", (res) => {
+      clearTimeout(timer);
+      resolve(res);
+    });
+    req.end();
+  });
+}
+
+/** Only the error code reaches the client: a message could name an internal address. */
+function unreachable(e: unknown): PlatformError {
+  const code = (e as { code?: unknown }).code;
+  return new PlatformError(502, "source_unreachable", `source: could not fetch it${typeof code === "string" && /^[A-Z_]+$/.test(code) ? ` (${code})` : ""}`, "source");
+}
+
+/** The body, with the size limit, the deadline and the idle timeout enforced while it streams. */
+function counted(res: IncomingMessage, policy: SourcePolicy, deadline: number, onProgress?: (p: SourceProgress) => void): Transform {
+  const declared = Number(res.headers["content-length"]);
+  const total = Number.isFinite(declared) && declared >= 0 && res.headers["content-length"] !== undefined ? declared : null;
+  if (total !== null && total > policy.maxBytes) {
+    res.destroy();
+    throw tooLarge(policy);
+  }
+  let received = 0;
+  const out = new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      received += chunk.length;
+      if (received > policy.maxBytes) return done(tooLarge(policy));
+      onProgress?.({ received, total });
+      done(null, chunk);
+    },
+  });
+  const timer = setTimeout(() => out.destroy(totalTimeout(policy)), Math.max(0, deadline - Date.now()));
+  res.setTimeout(policy.idleTimeoutMs, () => out.destroy(idleTimeout(policy)));
+  res.on("error", (e) => out.destroy(e instanceof PlatformError ? e : unreachable(e)));
+  out.on("close", () => {
+    clearTimeout(timer);
+    res.destroy();
+  });
+  res.pipe(out);
+  onProgress?.({ received: 0, total });
+  return out;
+}

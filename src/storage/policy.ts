@@ -1,0 +1,197 @@
+/**
+ * Storage roots: the only file:// directories and s3:// buckets/prefixes a
+ * client-named URI may reach (docs/security.md, "Storage"). A user-role key
+ * reaches `<root>/<key id>/` inside each root, an admin key whole roots (and
+ * the admin-only roots). File URIs are checked after `..` and symlinks are
+ * resolved, so a link planted inside a root cannot lead out of it.
+ */
+import { lstat, realpath, stat } from "node:fs/promises";
+import { basename, dirname, isAbsolute, join, sep } from "node:path";
+import { PlatformError } from "../errors.ts";
+import { StorageError } from "./errors.ts";
+import { fileUrl, joinKey, parseStorageUri, s3Url } from "./uri.ts";
+
+export type StorageRoot =
+  | { scheme: "file"; /** Absolute, as configured (not symlink-resolved). */ path: string }
+  | { scheme: "s3"; bucket: string; /** "" for the whole bucket. */ prefix: string };
+
+/** Who names the URI: only the key id and role matter here. */
+export type StorageViewer = { id: string; role: "admin" | "user" };
+
+/** A URI a client named, after confinement. */
+export type ConfinedUri = {
+  /** Where the object really is (symlinks resolved): what the platform reads or writes. */
+  uri: string;
+  /** How messages name it: the client's own relative name, or the canonical form of the absolute URI it gave. */
+  shown: string;
+  /** The client gave a name relative to its own area. */
+  relative: boolean;
+};
+
+const SCHEME = /^[a-z][a-z0-9+.-]+:/i;
+const SAFE_SEGMENT = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
+
+/**
+ * Parses a comma-separated list of roots (absolute paths, file:// URLs,
+ * s3://bucket[/prefix]); errors name `variable`, so an operator knows which setting is wrong.
+ */
+export function parseStorageRoots(value: string | undefined, variable: string): StorageRoot[] {
+  const roots: StorageRoot[] = [];
+  for (const item of (value ?? "").split(",").map((s) => s.trim())) {
+    if (item === "") continue;
+    roots.push(parseStorageRoot(item, variable));
+  }
+  return roots;
+}
+
+export function parseStorageRoot(item: string, variable: string): StorageRoot {
+  if (!SCHEME.test(item) && !isAbsolute(item)) {
+    throw new Error(`${variable}: "${item}" is a relative path; give absolute paths, file:///dir or s3://bucket[/prefix], separated by commas`);
+  }
+  let location;
+  try {
+    location = parseStorageUri(item);
+  } catch (e) {
+    throw new Error(`${variable}: ${e instanceof Error ? e.message : String(e)}`);
+  }
+  if (location.scheme === "file") return { scheme: "file", path: location.path };
+  return { scheme: "s3", bucket: location.bucket, prefix: location.key };
+}
+
+/** The root as a URI, with a trailing "/" (it is a directory or prefix). */
+export function rootUri(root: StorageRoot): string {
+  if (root.scheme === "file") return root.path === "/" ? "file:///" : `${fileUrl(root.path)}/`;
+  return `${s3Url(root.bucket, root.prefix)}/`;
+}
+
+export class StoragePolicy {
+  readonly roots: readonly StorageRoot[];
+  readonly adminRoots: readonly StorageRoot[];
+
+  constructor(options: { roots?: readonly StorageRoot[]; adminRoots?: readonly StorageRoot[] } = {}) {
+    this.roots = options.roots ?? [];
+    this.adminRoots = options.adminRoots ?? [];
+  }
+
+  static fromSettings(settings: { storageRoots: readonly StorageRoot[]; adminStorageRoots: readonly StorageRoot[] }): StoragePolicy {
+    return new StoragePolicy({ roots: settings.storageRoots, adminRoots: settings.adminStorageRoots });
+  }
+
+  /** The areas `viewer` may use, in order; the first file area is where relative names go. */
+  areasFor(viewer: StorageViewer): StorageRoot[] {
+    if (viewer.role === "admin") return [...this.roots, ...this.adminRoots];
+    if (!SAFE_SEGMENT.test(viewer.id)) return []; // a key id that is not one path segment gets no area at all
+    return this.roots.map((root) =>
+      root.scheme === "file" ? { scheme: "file", path: join(root.path, viewer.id) } : { scheme: "s3", bucket: root.bucket, prefix: joinKey(root.prefix, viewer.id) },
+    );
+  }
+
+  /** Where relative names of `viewer` resolve, if anywhere. */
+  home(viewer: StorageViewer): string | undefined {
+    const area = this.areasFor(viewer).find((a) => a.scheme === "file");
+    return area?.scheme === "file" ? area.path : undefined;
+  }
+
+  /**
+   * Resolves and checks a client-named URI; throws 403 storage_forbidden
+   * (naming the allowed areas) before anything is read or written, or 400
+   * invalid_uri for a URI that does not parse. `field` names it in errors.
+   */
+  async confine(uri: string, viewer: StorageViewer, field: string): Promise<ConfinedUri> {
+    const areas = this.areasFor(viewer);
+    const relative = !SCHEME.test(uri) && !isAbsolute(uri);
+    const home = this.home(viewer);
+    if (relative && home === undefined) {
+      throw this.forbidden(uri, viewer, field, "a relative name resolves under your own area of the first file:// root, and there is none");
+    }
+    let location;
+    try {
+      location = parseStorageUri(uri, home);
+    } catch (e) {
+      if (e instanceof StorageError) throw new PlatformError(400, "invalid_uri", `${field}: ${e.message}`, field);
+      throw e;
+    }
+    const slash = uri.endsWith("/") ? "/" : "";
+    if (location.scheme === "s3") {
+      const allowed = areas.some((a) => a.scheme === "s3" && a.bucket === location.bucket && within(location.key, a.prefix, "/"));
+      if (!allowed) throw this.forbidden(uri, viewer, field);
+      const canonical = `${location.url}${slash}`;
+      return { uri: canonical, shown: relative ? uri : canonical, relative };
+    }
+    if (relative && !within(location.path, home as string, sep)) {
+      throw this.forbidden(uri, viewer, field, "a relative name may not climb out of your area");
+    }
+    const real = await realLocation(location.path, () => this.forbidden(uri, viewer, field, "it goes through a symbolic link whose target does not exist"));
+    let allowed = false;
+    for (const area of areas) {
+      if (area.scheme !== "file") continue;
+      const realRoot = await realLocation(area.path, () => undefined).catch(() => area.path);
+      if (within(real, realRoot, sep)) {
+        allowed = true;
+        break;
+      }
+    }
+    if (!allowed) throw this.forbidden(uri, viewer, field);
+    const withSlash = (p: string) => `${fileUrl(p)}${slash && p !== "/" ? "/" : ""}`;
+    return { uri: withSlash(real), shown: relative ? uri : withSlash(location.path), relative };
+  }
+
+  /** The areas as the key may use them, for messages and GET /v1/storage. */
+  describe(viewer: StorageViewer): string {
+    const areas = this.areasFor(viewer);
+    if (areas.length === 0) {
+      return "this platform allows no storage to this key: no storage roots are configured (the operator sets PLATFORM_STORAGE_ROOTS" +
+        `${viewer.role === "admin" ? ", or PLATFORM_ADMIN_STORAGE_ROOTS for admin keys" : ""}; \`platform up\` allows its data directory's batch/ and the directory it was started from)`;
+    }
+    return `this key may use ${areas.map(rootUri).join(", ")}`;
+  }
+
+  private forbidden(uri: string, viewer: StorageViewer, field: string, why?: string): PlatformError {
+    const home = this.home(viewer);
+    const fix =
+      this.areasFor(viewer).length === 0
+        ? "; upload the input with POST /v1/files (purpose=batch) and pass input_file_id instead"
+        : `; put the object there${home ? `, or give a relative name (it resolves under ${rootUri({ scheme: "file", path: home })})` : ""}`;
+    return new PlatformError(403, "storage_forbidden", `${field}: "${uri}" is outside the storage this key may use${why ? ` (${why})` : ""}: ${this.describe(viewer)}${fix}`, field);
+  }
+}
+
+/** `path` equals `root` or lies below it, segment-wise ("a/bc" is not under "a/b"). */
+function within(path: string, root: string, separator: string): boolean {
+  if (root === "" || path === root) return true;
+  const base = root.endsWith(separator) ? root : `${root}${separator}`;
+  return path.startsWith(base);
+}
+
+/**
+ * The real path of `path`, or for one that does not exist yet, the real path
+ * of its nearest existing ancestor with the rest appended. A name that exists
+ * only as a dangling symbolic link cannot be judged: `dangling` decides.
+ */
+async function realLocation(path: string, dangling: () => Error | undefined): Promise<string> {
+  try {
+    return await realpath(path);
+  } catch (e) {
+    const code = (e as { code?: string }).code;
+    if (code !== "ENOENT" && code !== "ENOTDIR") throw e;
+  }
+  const parent = dirname(path);
+  if (parent === path) return path;
+  const exists = await lstat(path).then(
+    () => true,
+    () => false,
+  );
+  if (exists) {
+    const error = dangling();
+    if (error) throw error;
+  }
+  return join(await realLocation(parent, dangling), basename(path));
+}
+
+/** Whether two file:// locations are the same file (hard links included), when both exist. */
+export async function sameFile(a: string, b: string): Promise<boolean> {
+  if (a === b) return true;
+  if (!a.startsWith("file:") || !b.startsWith("file:")) return false;
+  const [sa, sb] = await Promise.all([stat(new URL(a)).catch(() => undefined), stat(new URL(b)).catch(() => undefined)]);
+  return sa !== undefined && sb !== undefined && sa.dev === sb.dev && sa.ino === sb.ino;
+}

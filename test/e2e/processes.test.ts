@@ -1,0 +1,166 @@
+/**
+ * Processes leave nothing behind and kill nothing by mistake: `platform up`
+ * killed outright, SIGHUP, a second Ctrl-C, a worker's drain deadline, and a
+ * gateway that survives garbage on its reply stream.
+ */
+import { readdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { Redis } from "ioredis";
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { alive } from "../helpers/processes.ts";
+import { tinyModelPath } from "../helpers/models.ts";
+import { QueueObserver } from "../helpers/queue-observer.ts";
+import { type Stack, sleep, startStack } from "../helpers/stack.ts";
+
+type Status = { state: string; replica_list: { id: string; pid: number }[]; queue: { active: number } };
+
+/** Every process on this machine that belongs to the stack: its data dir in its environment or command line. */
+async function processesOf(dataDir: string): Promise<string[]> {
+  const found: string[] = [];
+  for (const entry of await readdir("/proc")) {
+    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
+    const environ = await readFile(`/proc/${entry}/environ`, "utf8").catch(() => "");
+    const cmdline = await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "");
+    if (environ.split("\0").includes(`PLATFORM_DATA_DIR=${dataDir}`) || cmdline.includes(dataDir)) found.push(`${entry}: ${cmdline.replace(/\0/g, " ")}`);
+  }
+  return found;
+}
+
+/** Polls until nothing of the stack runs; returns what still runs after `ms`. */
+async function survivorsAfter(dataDir: string, pids: number[], ms: number): Promise<string[]> {
+  const t0 = Date.now();
+  for (;;) {
+    const left = [...(await processesOf(dataDir)), ...pids.filter(alive).map((p) => `${p} (alive)`)];
+    if (left.length === 0 || Date.now() - t0 > ms) return left;
+    await sleep(100);
+  }
+}
+
+function exitOf(stack: Stack): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+  const child = stack.process;
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
+  return new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+}
+
+async function pidsOf(stack: Stack): Promise<{ workers: number[]; redis: number }> {
+  const s = (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body;
+  const redis = Number((await readFile(join(stack.dataDir, "redis", "redis.pid"), "utf8")).trim());
+  return { workers: s.replica_list.map((r) => r.pid), redis };
+}
+
+let model: string;
+beforeAll(async () => {
+  model = await tinyModelPath({ contextLength: 4096 });
+});
+
+describe("one stack, attacked from inside", () => {
+  let stack: Stack;
+  let client: OpenAI;
+  beforeAll(async () => {
+    stack = await startStack({
+      model,
+      args: ["--name", "tiny"],
+      // A short drain deadline, and a request timeout that ends a test rather than hanging it.
+      env: { PLATFORM_DRAIN_TIMEOUT_MS: "200", PLATFORM_REQUEST_TIMEOUT_MS: "30000" },
+    });
+    client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
+  });
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  it("skips garbage on the gateway's reply stream and keeps answering", async () => {
+    expect((await client.completions.create({ model: "tiny", prompt: "hi", max_tokens: 3 })).usage?.completion_tokens).toBe(3);
+    const redis = new Redis(stack.redisUrl);
+    try {
+      const [, keys] = await redis.scan("0", "MATCH", "platform:*replies:*", "COUNT", 1000);
+      const streams = keys.filter((k) => !k.includes(":batch:"));
+      expect(streams.length).toBe(1);
+      const stream = streams[0] as string;
+      await redis.xadd(stream, "*", "job", "not-a-job", "e", "{this is not json");
+      await redis.xadd(stream, "*", "only", "one-field");
+      await redis.xadd(stream, "*", "job", "x", "e", JSON.stringify({ type: "unknown" }));
+    } finally {
+      redis.disconnect();
+    }
+    const res = await client.completions.create({ model: "tiny", prompt: "hi", max_tokens: 4 });
+    expect(res.usage?.completion_tokens).toBe(4);
+    expect(stack.output()).not.toMatch(/SyntaxError/);
+  });
+
+  it("a worker past its drain deadline aborts its generation and hands the job back", async () => {
+    const before = (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.replica_list[0] as { id: string; pid: number };
+    const victim = before.pid;
+    const observer = await QueueObserver.start(stack.redisUrl, "platform", "tiny@v1");
+    let answered = false;
+    const long = client.completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 4000, temperature: 0 }).finally(() => {
+      answered = true;
+    });
+    await stack.waitFor(async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.queue.active === 1, "the request to be in flight");
+    process.kill(victim, "SIGTERM");
+    await stack.waitFor(async () => !alive(victim), "the worker to exit", 30_000);
+    // It did not wait for the generation to finish: the request is still open, and is then
+    // served whole by the replacement replica, from the queue.
+    expect(answered).toBe(false);
+    const res = await long;
+    expect(res.usage?.completion_tokens).toBe(4000);
+    await observer.drain();
+    await observer.stop();
+    const [jobId] = observer.jobIds();
+    // Taken twice — by the draining worker, then by its replacement — and handed back in
+    // between, not left to stall or failed.
+    expect(observer.jobIds().length).toBe(1);
+    expect(observer.count(jobId as string, "active")).toBe(2);
+    expect(observer.count(jobId as string, "stalled")).toBe(0);
+    expect(observer.count(jobId as string, "failed")).toBe(0);
+    await stack.waitFor(async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.state === "available", "a replacement");
+  });
+
+  it("killed outright (SIGKILL), `up` leaves no worker and no Redis behind (within 10 s)", async () => {
+    await stack.waitFor(async () => (await pidsOf(stack)).workers.length === 1, "one replica");
+    const { workers, redis } = await pidsOf(stack);
+    expect(workers.every(alive) && alive(redis)).toBe(true);
+    expect((await processesOf(stack.dataDir)).length).toBeGreaterThanOrEqual(3); // up, a worker, Redis (and its watchdog)
+    stack.process.kill("SIGKILL");
+    await exitOf(stack);
+    expect(await survivorsAfter(stack.dataDir, [...workers, redis], 10_000)).toEqual([]);
+  });
+});
+
+describe("signals", () => {
+  it("SIGHUP stops cleanly, like SIGTERM: exit 0, nothing left", async () => {
+    const stack = await startStack({ model, args: ["--name", "tiny"] });
+    try {
+      const { workers, redis } = await pidsOf(stack);
+      stack.process.kill("SIGHUP");
+      expect(await exitOf(stack)).toEqual({ code: 0, signal: null });
+      expect(stack.output()).toMatch(/SIGHUP: stopping/);
+      expect(stack.output()).toMatch(/stopped\./);
+      expect(await survivorsAfter(stack.dataDir, [...workers, redis], 10_000)).toEqual([]);
+    } finally {
+      await stack.stop();
+    }
+  });
+
+  it("a second Ctrl-C forces a fast stop that still takes every child down, Redis included", async () => {
+    const stack = await startStack({ model, args: ["--name", "tiny"] });
+    try {
+      const { workers, redis } = await pidsOf(stack);
+      const client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
+      // A long generation keeps the first, graceful stop busy draining.
+      const long = client.completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 4000 }).catch(() => undefined);
+      await stack.waitFor(async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.queue.active === 1, "the request to be in flight");
+      stack.process.kill("SIGINT");
+      await stack.waitFor(async () => /SIGINT: stopping/.test(stack.output()), "the first stop to begin");
+      stack.process.kill("SIGINT");
+      const exit = await exitOf(stack);
+      expect(stack.output()).toMatch(/second signal/);
+      expect(exit.code).toBe(1);
+      expect(await survivorsAfter(stack.dataDir, [...workers, redis], 10_000)).toEqual([]);
+      await long;
+    } finally {
+      await stack.stop();
+    }
+  });
+});

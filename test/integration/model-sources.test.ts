@@ -1,0 +1,198 @@
+/**
+ * Remote model sources, attacked through `POST /admin/v1/models` and the CLI:
+ * a local HTTP server on loopback is exactly the "private" address a tenant
+ * would aim the platform at, so every test runs offline.
+ */
+import { execFile } from "node:child_process";
+import { mkdtemp, readFile } from "node:fs/promises";
+import { createServer, type Server } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createApiKey } from "../../src/control/apikeys.ts";
+import { type Control, connectControl } from "../../src/control/redis.ts";
+import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
+import { parseCidr } from "../../src/registry/addresses.ts";
+import type { SourcePolicy } from "../../src/registry/sources.ts";
+import { loadSettings } from "../../src/settings.ts";
+import { tinyModelPath } from "../helpers/models.ts";
+import { privateRedis } from "../helpers/redis.ts";
+
+const BIN = join(import.meta.dirname, "..", "..", "bin", "platform.js");
+
+let redis: Awaited<ReturnType<typeof privateRedis>>;
+let ctl: Control;
+let admin: string;
+let model: Buffer;
+/** Gateways that differ only in their source policy. */
+const gw: Record<"strict" | "open" | "listed", RunningGateway> = {} as never;
+let server: Server;
+/** The same server, by two loopback addresses: 127.0.0.2 is allow-listed on the "listed" gateway, 127.0.0.1 is not. */
+let base1: string;
+let base2: string;
+
+async function gateway(dataDir: string, sources: Partial<SourcePolicy>): Promise<RunningGateway> {
+  const settings = loadSettings({ PLATFORM_DATA_DIR: dataDir });
+  return startGateway({ ctl, settings: { ...settings, redisUrl: redis.url, sources: { ...settings.sources, ...sources } }, host: "127.0.0.1", port: 0 });
+}
+
+beforeAll(async () => {
+  redis = await privateRedis();
+  ctl = connectControl(redis.url, "platform");
+  admin = (await createApiKey(ctl, "admin", "admin")).key;
+  model = await readFile(await tinyModelPath());
+  server = createServer((req, res) => {
+    const path = req.url ?? "/";
+    if (path === "/model.gguf") return res.writeHead(200, { "content-length": model.length }).end(model);
+    if (path === "/to-loopback") return res.writeHead(302, { location: `${base1}/model.gguf` }).end();
+    if (path === "/to-localhost") return res.writeHead(302, { location: base1.replace("127.0.0.1", "localhost") + "/model.gguf" }).end();
+    if (path === "/to-metadata") return res.writeHead(301, { location: "http://169.254.169.254/latest/meta-data/" }).end();
+    if (path === "/to-file") return res.writeHead(302, { location: "file:///etc/passwd" }).end();
+    if (path === "/to-self-ok") return res.writeHead(307, { location: "/model.gguf" }).end();
+    if (path === "/loop") return res.writeHead(302, { location: "/loop" }).end();
+    if (path === "/declared-big") return res.writeHead(200, { "content-length": 10 * model.length }).end();
+    if (path === "/undeclared-big") {
+      // No Content-Length: only counting while streaming can catch it.
+      res.writeHead(200);
+      for (let i = 0; i < 10; i++) res.write(model);
+      return res.end();
+    }
+    if (path === "/stall") {
+      res.writeHead(200, { "content-length": model.length });
+      res.write(model.subarray(0, 100)); // then nothing, forever
+      return;
+    }
+    if (path === "/missing") return res.writeHead(404).end("no");
+    res.writeHead(500).end();
+  });
+  await new Promise<void>((r) => server.listen(0, "0.0.0.0", r));
+  const port = (server.address() as { port: number }).port;
+  base1 = `http://127.0.0.1:${port}`;
+  base2 = `http://127.0.0.2:${port}`;
+  const dir = await mkdtemp(join(tmpdir(), "platform-sources-"));
+  gw.strict = await gateway(join(dir, "strict"), {});
+  gw.open = await gateway(join(dir, "open"), { allowHttp: true, allowPrivate: true, maxBytes: 2 * model.length, idleTimeoutMs: 500 });
+  gw.listed = await gateway(join(dir, "listed"), { allowHttp: true, allowedCidrs: [parseCidr("127.0.0.2/32")!] });
+});
+
+afterAll(async () => {
+  for (const g of Object.values(gw)) await g?.close();
+  server?.closeAllConnections();
+  server?.close();
+  await ctl?.redis.quit();
+  await redis?.stop();
+});
+
+async function register(on: keyof typeof gw, name: string, source: string, query = "") {
+  const res = await fetch(`${gw[on].url}/admin/v1/models${query}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${admin}`, "content-type": "application/json" },
+    body: JSON.stringify({ name, source }),
+  });
+  const text = await res.text();
+  return { status: res.status, type: res.headers.get("content-type") ?? "", text, body: text.startsWith("{") && !text.includes("\n{") ? JSON.parse(text) : undefined };
+}
+
+async function versions(name: string): Promise<unknown[]> {
+  const res = await fetch(`${gw.open.url}/admin/v1/models`, { headers: { authorization: `Bearer ${admin}` } });
+  return ((await res.json()) as { data: { name: string }[] }).data.filter((m) => m.name === name);
+}
+
+describe("remote model sources", () => {
+  it("http:// is refused unless PLATFORM_SOURCES_ALLOW_HTTP is set", async () => {
+    const r = await register("strict", "plain", `${base1}/model.gguf`);
+    expect(r.status).toBe(400);
+    expect(r.body.error).toMatchObject({ code: "invalid_source", param: "source" });
+    expect(r.body.error.message).toContain("PLATFORM_SOURCES_ALLOW_HTTP=true");
+  });
+
+  it("a loopback address is refused by default (403 naming the settings) and accepted when allowed", async () => {
+    for (const host of [base1, base1.replace("127.0.0.1", "localhost"), base1.replace("127.0.0.1", "[::ffff:127.0.0.1]")]) {
+      const r = await register("listed", "loop", `${host}/model.gguf`);
+      expect(r.status, host).toBe(403);
+      expect(r.body.error.code).toBe("source_forbidden");
+      expect(r.body.error.message).toMatch(/PLATFORM_SOURCES_ALLOWED_HOSTS.*PLATFORM_SOURCES_ALLOW_PRIVATE=true/);
+    }
+    expect(await versions("loop")).toEqual([]);
+    const ok = await register("open", "loop", `${base1}/model.gguf`);
+    expect(ok.status).toBe(201);
+    expect(ok.body).toMatchObject({ name: "loop", version: "v1", size_bytes: model.length });
+    // The allow-list admits exactly its CIDR.
+    const listed = await register("listed", "listed", `${base2}/to-self-ok`);
+    expect(listed.status).toBe(201);
+  });
+
+  it("a redirect is re-checked: to a refused address, to localhost, to cloud metadata, to file:", async () => {
+    for (const [path, status, code] of [
+      ["/to-loopback", 403, "source_forbidden"],
+      ["/to-localhost", 403, "source_forbidden"],
+      ["/to-metadata", 403, "source_forbidden"],
+      ["/to-file", 400, "invalid_source"],
+    ] as const) {
+      const r = await register("listed", "redirected", `${base2}${path}`);
+      expect(r.status, path).toBe(status);
+      expect(r.body.error.code, path).toBe(code);
+      expect(r.body.error.message, path).toContain("redirect");
+      // Neither the address redirected to nor the file's contents reach the client.
+      expect(r.text).not.toMatch(/127\.0\.0\.1|169\.254|etc\/passwd|root:/);
+    }
+    const loop = await register("open", "redirected", `${base1}/loop`);
+    expect(loop.status).toBe(502);
+    expect(loop.body.error.message).toContain("more than 5 redirects");
+    expect(await versions("redirected")).toEqual([]);
+  });
+
+  it("a source over PLATFORM_MAX_MODEL_BYTES is refused, declared or not, and nothing is registered", async () => {
+    for (const path of ["/declared-big", "/undeclared-big"]) {
+      const r = await register("open", "big", `${base1}${path}`);
+      expect(r.status, path).toBe(413);
+      expect(r.body.error.code).toBe("source_too_large");
+      expect(r.body.error.message).toContain("PLATFORM_MAX_MODEL_BYTES");
+    }
+    expect(await versions("big")).toEqual([]);
+  });
+
+  it("a stalled server hits the idle timeout, naming the setting", async () => {
+    const r = await register("open", "stalled", `${base1}/stall`);
+    expect(r.status).toBe(504);
+    expect(r.body.error.code).toBe("source_timeout");
+    expect(r.body.error.message).toContain("PLATFORM_SOURCES_IDLE_TIMEOUT_MS");
+    expect(await versions("stalled")).toEqual([]);
+  });
+
+  it("?progress=ndjson streams progress, then the record; refusals stay ordinary HTTP errors", async () => {
+    const r = await register("open", "progress", `${base1}/model.gguf`, "?progress=ndjson");
+    expect(r.status).toBe(200);
+    expect(r.type).toContain("application/x-ndjson");
+    const lines = r.text.trim().split("\n").map((l) => JSON.parse(l));
+    expect(lines.some((l) => l.progress?.total === model.length)).toBe(true);
+    expect(lines.at(-1).result).toMatchObject({ name: "progress", size_bytes: model.length });
+
+    const refused = await register("strict", "progress", `${base1}/model.gguf`, "?progress=ndjson");
+    expect(refused.status).toBe(400);
+    const missing = await register("open", "progress", `${base1}/missing`, "?progress=ndjson");
+    expect(missing.status).toBe(404);
+  });
+
+  it("the CLI shows download and upload progress on stderr and keeps --json output clean", async () => {
+    const env = { ...process.env, PLATFORM_BASE_URL: gw.open.url, PLATFORM_API_KEY: admin, PLATFORM_CONFIG_DIR: await mkdtemp(join(tmpdir(), "cfg-")) };
+    const run = promisify(execFile);
+    const remote = await run(process.execPath, [BIN, "training", "submit", "--name", "cli", "--source", `${base1}/model.gguf`], { env });
+    expect(remote.stderr).toMatch(/downloading .*100%/);
+    expect(remote.stdout).toContain("registered cli@v1");
+    const upload = await run(process.execPath, [BIN, "training", "submit", "--name", "cli", "--source", await tinyModelPath(), "--json"], { env });
+    expect(upload.stderr).toMatch(/uploading .*100%/);
+    expect(JSON.parse(upload.stdout)).toMatchObject({ name: "cli", version: "v2" });
+    const refused = await run(process.execPath, [BIN, "training", "submit", "--name", "cli", "--source", `${base1}/model.gguf`], {
+      env: { ...env, PLATFORM_BASE_URL: gw.strict.url },
+    }).catch((e: { code: number; stderr: string }) => e);
+    expect((refused as { code: number }).code).toBe(1);
+    expect((refused as { stderr: string }).stderr).toContain("PLATFORM_SOURCES_ALLOW_HTTP");
+    const scheme = await run(process.execPath, [BIN, "training", "submit", "--name", "cli", "--source", "ftp://example.com/m.gguf"], { env }).catch(
+      (e: { code: number; stderr: string }) => e,
+    );
+    expect((scheme as { code: number }).code).toBe(2);
+    expect((scheme as { stderr: string }).stderr).toContain("https://");
+  });
+});

@@ -1,0 +1,86 @@
+/**
+ * The storage policy on its own (src/storage/policy.ts): root parsing names
+ * the setting at fault, areas are per key, prefixes match by whole segments,
+ * and symbolic links are judged by where they lead.
+ */
+import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PlatformError } from "../../src/errors.ts";
+import { loadSettings } from "../../src/settings.ts";
+import { parseStorageRoots, StoragePolicy } from "../../src/storage/policy.ts";
+
+let dir: string;
+const user = { id: "key_0123456789ab", role: "user" as const };
+const admin = { id: "key_aaaaaaaaaaaa", role: "admin" as const };
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), "platform-policy-"));
+  await mkdir(join(dir, "root", user.id), { recursive: true });
+  await mkdir(join(dir, "out"), { recursive: true });
+});
+
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function refused(work: Promise<unknown>): Promise<PlatformError> {
+  const e = await work.then(() => undefined, (error: unknown) => error);
+  expect(e).toBeInstanceOf(PlatformError);
+  expect(e).toMatchObject({ status: 403, code: "storage_forbidden" });
+  return e as PlatformError;
+}
+
+describe("storage roots", () => {
+  it("parse from the environment; a bad one names its variable", () => {
+    const settings = loadSettings({ PLATFORM_STORAGE_ROOTS: "/srv/batch, file:///data ,s3://bucket/pre/fix", PLATFORM_ADMIN_STORAGE_ROOTS: "" });
+    expect(settings.storageRoots).toEqual([
+      { scheme: "file", path: "/srv/batch" },
+      { scheme: "file", path: "/data" },
+      { scheme: "s3", bucket: "bucket", prefix: "pre/fix" },
+    ]);
+    expect(settings.adminStorageRoots).toEqual([]);
+    expect(() => loadSettings({ PLATFORM_STORAGE_ROOTS: "relative/dir" })).toThrow(/PLATFORM_STORAGE_ROOTS: "relative\/dir" is a relative path/);
+    expect(() => loadSettings({ PLATFORM_ADMIN_STORAGE_ROOTS: "ftp://x" })).toThrow(/PLATFORM_ADMIN_STORAGE_ROOTS: unsupported storage URI/);
+    expect(() => parseStorageRoots("s3://Bad_Bucket", "X")).toThrow(/^X: invalid storage URI/);
+  });
+
+  it("allow nothing when none are configured, and say so", async () => {
+    const e = await refused(new StoragePolicy().confine("/etc/passwd", admin, "input"));
+    expect(e.message).toMatch(/no storage roots are configured/);
+    expect(e.message).toMatch(/PLATFORM_STORAGE_ROOTS/);
+    await refused(new StoragePolicy().confine("s3://bucket/x.jsonl", user, "input"));
+  });
+
+  it("give a user key its own area of each root, and an admin key whole roots plus the admin roots", async () => {
+    const policy = new StoragePolicy({ roots: [{ scheme: "file", path: join(dir, "root") }, { scheme: "s3", bucket: "bkt", prefix: "p" }], adminRoots: [{ scheme: "file", path: join(dir, "out") }] });
+    expect(policy.areasFor(user)).toEqual([{ scheme: "file", path: join(dir, "root", user.id) }, { scheme: "s3", bucket: "bkt", prefix: `p/${user.id}` }]);
+    await expect(policy.confine(`s3://bkt/p/${user.id}/in.jsonl`, user, "input")).resolves.toMatchObject({ uri: `s3://bkt/p/${user.id}/in.jsonl` });
+    await refused(policy.confine("s3://bkt/p/other/in.jsonl", user, "input"));
+    await refused(policy.confine(`s3://bkt/p/${user.id}-x/in.jsonl`, user, "input"));
+    await refused(policy.confine(`s3://bkt/px/${user.id}/in.jsonl`, user, "input"));
+    await refused(policy.confine(join(dir, "out", "x.jsonl"), user, "output"));
+    await expect(policy.confine(join(dir, "out", "x.jsonl"), admin, "output")).resolves.toMatchObject({ uri: `file://${dir}/out/x.jsonl` });
+    const relative = await policy.confine("sub/in.jsonl", user, "input");
+    expect(relative).toEqual({ uri: `file://${dir}/root/${user.id}/sub/in.jsonl`, shown: "sub/in.jsonl", relative: true });
+  });
+
+  it("judge file URIs after '..' and symbolic links", async () => {
+    const policy = new StoragePolicy({ roots: [{ scheme: "file", path: join(dir, "root") }] });
+    const area = join(dir, "root", user.id);
+    await writeFile(join(dir, "out", "secret.jsonl"), "x\n");
+    await symlink(join(dir, "out", "secret.jsonl"), join(area, "link.jsonl"));
+    await symlink(join(dir, "out"), join(area, "dir"));
+    await symlink(join(dir, "out", "later.jsonl"), join(area, "dangling.jsonl"));
+    await refused(policy.confine(join(area, "link.jsonl"), user, "input"));
+    await refused(policy.confine(join(area, "dir", "new", "result.jsonl"), user, "output"));
+    await refused(policy.confine(join(area, "dangling.jsonl"), user, "output"));
+    await refused(policy.confine(`${area}/../x.jsonl`, user, "input"));
+    await refused(policy.confine("../x.jsonl", user, "input"));
+    // A link that stays inside is fine, and the real location is what is used.
+    await writeFile(join(area, "real.jsonl"), "y\n");
+    await symlink(join(area, "real.jsonl"), join(area, "alias.jsonl"));
+    await expect(policy.confine("alias.jsonl", user, "input")).resolves.toMatchObject({ uri: `file://${area}/real.jsonl`, shown: "alias.jsonl" });
+  });
+});
