@@ -23,11 +23,14 @@ COPY src ./src
 COPY workers ./workers
 COPY scaler ./scaler
 # The image's `node` user, by number so Kubernetes can verify runAsNonRoot.
-RUN mkdir -p /data /models && chown 1000:1000 /data /models
+RUN mkdir -p /data /models /work && chown 1000:1000 /data /models /work
 USER 1000:1000
-# /models: GGUF files mounted read-only; /data: registry artifacts and state of `up`.
-VOLUME ["/data", "/models"]
+# /models: GGUF files mounted read-only; /data: registry artifacts and state of `up`;
+# /work: the working directory, which `up` allows as a storage root (batch inputs and outputs).
+# Not /app: the start directory is a storage root, and the code is nobody's batch input.
+VOLUME ["/data", "/models", "/work"]
+WORKDIR /work
 EXPOSE 8000
-ENTRYPOINT ["node", "bin/platform.js"]
+ENTRYPOINT ["node", "/app/bin/platform.js"]
 # The gateway alone (binds 0.0.0.0:8000); set PLATFORM_BOOTSTRAP_ADMIN_KEY for the first admin key.
 CMD ["gateway"]

@@ -50,6 +50,21 @@ export function fromJobError(error: JobError): PlatformError {
   return new PlatformError(error.status, error.code, error.message, error.param, error.retry_after);
 }
 
+/** Job error codes whose messages the platform writes itself, with nothing from the server in them. */
+const PLATFORM_WORDED = new Set(["replica_lost", "queue_timeout", "timeout", "engine_busy", "not_ready", "cancelled"]);
+
+/**
+ * A failure a worker reported, as the client may see it: 4xx messages are about the request
+ * (context length, a bad field) and pass; a 5xx message from the engine may quote paths or
+ * library text, so it stays in the log.
+ */
+export function publicJobError(error: JobError): PlatformError {
+  const err = fromJobError(error);
+  if (error.status < 500 || PLATFORM_WORDED.has(error.code)) return err;
+  const message = error.code === "engine_error" ? "the engine failed while serving this request" : `the request failed (${error.code})`;
+  return withDetail(new PlatformError(error.status, error.code, message, null, error.retry_after), error.message);
+}
+
 export function errorTypeFor(status: number): ErrorType {
   if (status === 401) return "authentication_error";
   if (status === 403) return "permission_error";

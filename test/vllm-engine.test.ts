@@ -1,6 +1,8 @@
 // The vLLM engine against a fake `vllm serve` (test/fake-vllm.ts): there is no
 // GPU here, so the child process, its flags, its HTTP API and its failures are
 // what is tested; vLLM's own behaviour is mimicked by the fake.
+import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
@@ -146,6 +148,12 @@ function options(env: Record<string, string> = {}, overrides: Partial<VllmOption
   };
 }
 
+/** The process group of `pid`, from /proc/<pid>/stat (the field after the parenthesised name and the state). */
+function pgid(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]);
+}
+
 async function started(record: string): Promise<Started> {
   return JSON.parse(await readFile(record, "utf8")) as Started;
 }
@@ -186,7 +194,8 @@ describe("a running vLLM engine", () => {
 
   it("starts vllm serve with the mapped flags and becomes ready only once /health answers 200", async () => {
     const { argv, pid } = await started(opts.record);
-    expect(pid).toBe(engine.pid);
+    // engine.pid names the process group (the watchdog's), which holds vllm serve.
+    expect(pgid(pid)).toBe(engine.pid);
     expect(argv[0]).toBe(opts.modelPath);
     expect(flag(argv, "--host")).toBe("127.0.0.1");
     expect(flag(argv, "--served-model-name")).toBe("stories");
@@ -358,6 +367,35 @@ describe("vLLM engine lifecycle", () => {
     const { pid } = await started(opts.record);
     await engine.dispose();
     expect(alive(pid)).toBe(false);
+  });
+
+  it("stops the server when the worker is killed outright (SIGKILL), which runs no exit handler", async () => {
+    const opts = options();
+    const module = new URL("../workers/engines/vllm.ts", import.meta.url).href;
+    const { record, log: _log, ...rest } = opts;
+    const script = `import { loadVllm } from ${JSON.stringify(module)};
+      const runtime = ${JSON.stringify(rest.runtime)}, resources = ${JSON.stringify(rest.resources)};
+      await loadVllm({ ...${JSON.stringify({ modelPath: rest.modelPath, servedName: rest.servedName, env: rest.env })}, runtime, resources, log: () => undefined });
+      console.log("READY");
+      setInterval(() => undefined, 1000);`;
+    const worker = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"], env: process.env });
+    try {
+      let out = "";
+      worker.stdout?.on("data", (b) => (out += b));
+      const t0 = Date.now();
+      while (!out.includes("READY")) {
+        if (Date.now() - t0 > 30_000 || worker.exitCode !== null) throw new Error(`the engine did not start: ${out}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const { pid } = await started(record);
+      expect(alive(pid)).toBe(true);
+      worker.kill("SIGKILL");
+      const t1 = Date.now();
+      while (alive(pid) && Date.now() - t1 < 5_000) await new Promise((r) => setTimeout(r, 50));
+      expect(alive(pid)).toBe(false);
+    } finally {
+      worker.kill("SIGKILL");
+    }
   });
 
   it("rejects with the end of the server's stderr when it exits while starting", async () => {

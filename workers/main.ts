@@ -11,8 +11,13 @@ import { openStore } from "../src/storage/index.ts";
 import { loadEngine } from "./engines/index.ts";
 import { startWorker } from "./worker.ts";
 
-/** How often a worker started by `up` checks its parent and its Redis connection. */
-const WATCH_EVERY_MS = 500;
+/**
+ * How often a worker started by `up` checks its parent and its Redis connection (a cheap
+ * getppid). An `up` killed outright leaves its Redis running for a few seconds
+ * (REDIS_GRACE_AFTER_PARENT_S) so that its workers can hand their jobs back: the sooner they
+ * notice, the more of that time is theirs.
+ */
+const WATCH_EVERY_MS = 100;
 /** After the drain deadline, the drain gets this long to hand jobs back and clean up. */
 const HARD_EXIT_AFTER_DRAIN_MS = 5_000;
 

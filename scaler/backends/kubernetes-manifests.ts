@@ -51,7 +51,7 @@ export const DEFAULT_GPU_TYPE_LABEL = "nvidia.com/gpu.product";
 
 export interface WorkerDeploymentOptions {
   namespace: string;
-  /** The platform image; its ENTRYPOINT is `node bin/platform.js`. */
+  /** The platform image; its ENTRYPOINT is `node /app/bin/platform.js`. */
   image: string;
   /** A different image per engine, e.g. one with vLLM installed for GPU nodes. */
   imageByFramework?: Partial<Record<Framework, string>>;

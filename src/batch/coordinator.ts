@@ -12,7 +12,7 @@ import { duplicate } from "../control/redis.ts";
 import type { Settings } from "../settings.ts";
 import { StoragePolicy } from "../storage/policy.ts";
 import { COORDINATOR_QUEUE, type CoordinatorJobData } from "./jobs.ts";
-import { updateIfActive } from "./records.ts";
+import { hiddenFailure, keptPartial, readSpec, updateIfActive } from "./records.ts";
 import { runBatch } from "./run.ts";
 
 export type CoordinatorOptions = {
@@ -76,19 +76,24 @@ export async function startBatchCoordinator(ctl: Control, settings: Settings, op
       running.get(id)?.abort("superseded");
     }
   });
-  // The last attempt failed (or the stall limit was hit): the job is over, say why.
+  // The last attempt failed (or the stall limit was hit): the job is over. The cause (a Redis
+  // address, a raw fs error with a server path) stays in the log; the record says what was kept.
   worker.on("failed", (job, error) => {
     if (!job) return;
     void (async () => {
       if ((await job.getState()) !== "failed") return;
-      await updateIfActive(ctl, job.data.batch_id, {
+      const id = job.data.batch_id;
+      const spec = await readSpec(ctl, id);
+      const kept = spec ? await keptPartial(ctl, spec).catch(() => ({})) : {};
+      await updateIfActive(ctl, id, {
         state: "failed",
-        error: { code: "coordinator_error", message: error.message },
+        error: hiddenFailure(id, "coordinator_error", "the batch job failed unexpectedly and was retried without success; resume it once the cause is fixed", error),
         in_flight: 0,
         resumable: true,
         finished: Date.now(),
+        ...kept,
       });
-    })().catch(() => undefined);
+    })().catch((e: unknown) => console.error(`[batch ${job.data.batch_id}] could not record the failure:`, e));
   });
   await worker.waitUntilReady();
 

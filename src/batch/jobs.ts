@@ -8,11 +8,11 @@ import { randomBytes } from "node:crypto";
 import { isAbsolute } from "node:path";
 import { Readable } from "node:stream";
 import { Queue } from "bullmq";
-import { BatchCheckpoint, type BatchJobList, type BatchJobRecord, BatchSampling, CreateBatchRequest, type CreateBatchRequestInput } from "../contracts/batch.ts";
+import { BatchCheckpoint, type BatchJobList, type BatchJobRecord, BatchSampling, CreateBatchRequest, type CreateBatchRequestInput, KEPT_OUTPUT } from "../contracts/batch.ts";
 import { describeIssues } from "../contracts/deployment.ts";
 import type { ApiKeyRole } from "../contracts/records.ts";
 import type { Control } from "../control/redis.ts";
-import { PlatformError } from "../errors.ts";
+import { PlatformError, withDetail } from "../errors.ts";
 import { openObject, parseStorageUri, StorageError } from "../storage/index.ts";
 import { sameFile, StoragePolicy } from "../storage/policy.ts";
 import { readParts } from "../storage/shared.ts";
@@ -21,6 +21,7 @@ import { outputLocation } from "./output.ts";
 import {
   type BatchSpec,
   createRecord,
+  hiddenFailure,
   isFinal,
   listIds,
   NOT_RESUMABLE,
@@ -107,8 +108,10 @@ export class BatchJobs {
     try {
       await this.enqueue(id);
     } catch (e) {
-      await updateIfActive(this.ctl, id, { state: "failed", error: { code: "queue_unavailable", message: (e as Error).message }, finished: Date.now() }).catch(() => undefined);
-      throw new PlatformError(503, "queue_unavailable", `could not queue the batch job: ${(e as Error).message}`, null, 1);
+      // ioredis' message names the Redis address: it stays in the log.
+      const error = hiddenFailure(id, "queue_unavailable", "the batch job could not be queued: the queue was unavailable; submit it again", e);
+      await updateIfActive(this.ctl, id, { state: "failed", error, finished: Date.now() }).catch(() => undefined);
+      throw withDetail(new PlatformError(503, "queue_unavailable", `could not queue batch job ${id}: the queue is unavailable, retry shortly`, null, 1), e);
     }
     return this.get(id, viewer);
   }
@@ -125,10 +128,23 @@ export class BatchJobs {
       if (given.endsWith("/")) throw new PlatformError(400, "invalid_uri", `input: "${given}" names a directory or prefix; give the JSONL object itself`, "input");
       input = viewer ? { ...(await this.storage.confine(given, viewer, "input")), given, confined: true } : trusted(given, "input");
     }
-    const output: Located = viewer
-      ? { ...(await this.storage.confine(request.output, viewer, "output")), given: request.output, confined: true }
-      : trusted(request.output, "output");
+    const output: Located =
+      request.output === undefined
+        ? this.keptOutput()
+        : viewer
+          ? { ...(await this.storage.confine(request.output, viewer, "output")), given: request.output, confined: true }
+          : trusted(request.output, "output");
     return { input, output };
+  }
+
+  /**
+   * No output named (the input is an uploaded file): the server keeps the
+   * result in the artifact store beside the uploaded files, as /v1/batches
+   * does, where no client-named URI can reach it.
+   */
+  private keptOutput(): Located {
+    if (!this.files) throw new PlatformError(400, "invalid_request", "output: required here (this server keeps no results); name where the result goes", "output");
+    return { uri: `${this.files.store.uri(KEPT_OUTPUT.slice(0, -1))}/`, given: KEPT_OUTPUT, shown: KEPT_OUTPUT, confined: false };
   }
 
   /**
@@ -164,6 +180,9 @@ export class BatchJobs {
   async output(id: string, viewer?: Viewer): Promise<Readable> {
     const record = await this.get(id, viewer);
     const spec = (await readSpec(this.ctl, id)) as BatchSpec;
+    // Judged again, as the coordinator does before every run: the owner may have replaced a
+    // directory on the way with a link (to another tenant's area) since the job wrote there.
+    if (spec.scope?.output) await this.storage.confine(outputUri(spec), { id: spec.scope.key_id, role: spec.scope.role }, "output");
     const raw = await this.ctl.redis.get(this.ctl.keys.batchCheckpoint(id));
     const cp = raw ? BatchCheckpoint.parse(JSON.parse(raw)) : undefined;
     const out = outputLocation(outputUri(spec), id);

@@ -5,23 +5,87 @@
  * prefix (a directory, or s3://bucket/prefix/) that receives `<job id>.jsonl`.
  * Either way the parts live beside the result, under `<job id>.parts/`, until
  * the result has been assembled.
+ *
+ * A local output directory is one the client can write in too, so links are
+ * never followed below it: a link planted at `<job id>.parts` (before the job,
+ * or swapped in while it runs) must not carry part writes, the assembly's
+ * reads or the clean-up's deletes outside the key's storage.
  */
+import { basename, dirname } from "node:path";
 import type { BatchOutputLine } from "../contracts/batch.ts";
 import type { FinishReason } from "../contracts/job.ts";
-import { isStorageError, type ObjectStore, openObject, openStore } from "../storage/index.ts";
+import { PlatformError } from "../errors.ts";
+import { FileStore, isStorageError, type ObjectStore, openObject, openStore, parseStorageUri, StorageError } from "../storage/index.ts";
 
 export type OutputLocation = {
   store: ObjectStore;
   resultKey: string;
   partKey: (index: number) => string;
   partsPrefix: string;
+  /** The parts directory's URI, with a trailing "/" (its real location, for the storage policy). */
+  partsUri: string;
+  /**
+   * Throws 403 storage_forbidden when the parts directory is a symbolic link,
+   * and StorageError "unwritable" when the directory held (holdParts) is no
+   * longer at its name. Nothing to check on S3.
+   */
+  checkParts: () => Promise<void>;
+  /** Creates the parts directory and holds it open, so later part writes cannot be redirected. */
+  holdParts: () => Promise<void>;
+  /** Removes what is left in the parts directory after the parts were deleted, then the directory; never through a link. */
+  clearParts: () => Promise<void>;
 };
 
 export function outputLocation(outputUri: string, jobId: string): OutputLocation {
   const named = /\.jsonl$/i.test(outputUri);
-  const { store, key } = named ? openObject(outputUri) : { store: openStore(outputUri), key: `${jobId}.jsonl` };
+  const { store, key } = named ? outputObject(outputUri) : { store: outputStore(outputUri), key: `${jobId}.jsonl` };
   const partsPrefix = `${jobId}.parts/`;
-  return { store, resultKey: key, partsPrefix, partKey: (i) => `${partsPrefix}part-${String(i).padStart(6, "0")}.jsonl` };
+  const partsUri = `${store.uri(partsPrefix.slice(0, -1))}/`;
+  const local = store instanceof FileStore ? store : undefined;
+  const checkParts = async () => {
+    if (!local) return;
+    const state = await local.directoryState(partsPrefix);
+    if (state === "link") {
+      throw new PlatformError(403, "storage_forbidden", `output: ${partsUri} (where the job keeps its parts) is a symbolic link, which is never followed; remove it, then resume the job`, "output");
+    }
+    if (state === "moved") {
+      throw new StorageError("unwritable", partsUri, `${partsUri}: cannot write (the parts directory was moved or replaced while the job ran; put it back, then resume the job)`);
+    }
+  };
+  return {
+    store,
+    resultKey: key,
+    partsPrefix,
+    partsUri,
+    partKey: (i) => `${partsPrefix}part-${String(i).padStart(6, "0")}.jsonl`,
+    checkParts,
+    holdParts: async () => {
+      if (!local) return;
+      try {
+        await local.hold(partsPrefix, true);
+      } catch (e) {
+        // A link that appeared since the last check is still refused as one.
+        if (isStorageError(e, "access_denied")) await checkParts();
+        throw e;
+      }
+    },
+    clearParts: async () => {
+      await local?.clear(partsPrefix);
+    },
+  };
+}
+
+/** Local outputs are opened with links below the output directory refused; S3 has no links. */
+function outputStore(uri: string): ObjectStore {
+  const location = parseStorageUri(uri);
+  return location.scheme === "file" ? new FileStore(location.path, { noLinks: true }) : openStore(uri);
+}
+
+function outputObject(uri: string): { store: ObjectStore; key: string } {
+  const location = parseStorageUri(uri);
+  // A ".jsonl" name is neither a directory nor the root, which openObject refuses.
+  if (location.scheme !== "file") return openObject(uri);
+  return { store: new FileStore(dirname(location.path), { noLinks: true }), key: basename(location.path) };
 }
 
 /** Proves the output is writable before any record is sent, so a typo fails the job at once. */

@@ -2,13 +2,20 @@
  * What a batch job checks before it sends any record: the model version is
  * registered and deployed, the input exists, the output is writable. Each
  * failure is a BatchFailure whose code and message end up in the job record.
+ *
+ * A local input is opened once and every range is read from that one handle:
+ * a name checked by the storage policy and opened later could be swapped in
+ * between (for a link to another tenant's file), a held handle cannot.
  */
+import { constants } from "node:fs";
+import { type FileHandle, open, readlink, stat } from "node:fs/promises";
 import type { BatchCheckpoint } from "../contracts/batch.ts";
 import { listEndpoints } from "../control/endpoints.ts";
 import type { Control } from "../control/redis.ts";
 import { PlatformError } from "../errors.ts";
 import { resolveModelVersion } from "../registry/versions.ts";
-import { isStorageError, type ObjectStore, openObject } from "../storage/index.ts";
+import { fromFsError } from "../storage/errors.ts";
+import { isStorageError, type ObjectStore, openObject, parseStorageUri } from "../storage/index.ts";
 import { isBlank, readLines } from "./input.ts";
 import { type OutputLocation, outputLocation, probeWritable } from "./output.ts";
 import type { BatchSpec } from "./records.ts";
@@ -45,11 +52,25 @@ export async function checkDeployed(ctl: Control, spec: BatchSpec, version: stri
   );
 }
 
-export type Input = { store: ObjectStore; key: string; size: number };
+export type Input = {
+  store: ObjectStore;
+  key: string;
+  size: number;
+  /** A local input, held open: what every read uses, and its path, to tell whether the name still leads to it. */
+  held?: { handle: FileHandle; path: string; identity: string };
+};
 
-export async function openInput(uri: string): Promise<Input> {
+/**
+ * `identity` ("dev:ino", from the storage policy's check of `uri`): the object
+ * opened must be that one, else the job fails with input_changed; the name is
+ * then also opened without following a link at its end (it is a real path).
+ * `name`: the input as the client knows it, for that failure's message.
+ */
+export async function openInput(uri: string, identity?: string, name = uri): Promise<Input> {
   try {
     const { store, key } = openObject(uri);
+    const location = parseStorageUri(uri);
+    if (location.scheme === "file") return { store, key, ...(await holdInput(uri, location.path, identity, name)) };
     const head = await store.head(key);
     if (!head) throw new BatchFailure("input_not_found", `${uri}: no such object`);
     return { store, key, size: head.size };
@@ -59,12 +80,70 @@ export async function openInput(uri: string): Promise<Input> {
   }
 }
 
-export async function openOutput(uri: string, jobId: string): Promise<OutputLocation> {
+async function holdInput(uri: string, path: string, identity: string | undefined, name: string): Promise<Pick<Input, "size" | "held">> {
+  const changed = (why: string) => new BatchFailure("input_changed", `${name} changed after it was checked (${why}); submit a new job`);
+  let handle: FileHandle;
   try {
-    const out = outputLocation(uri, jobId);
+    // O_NONBLOCK: a FIFO put there must not hang the job; it is refused below as not a file.
+    handle = await open(path, constants.O_RDONLY | constants.O_NONBLOCK | (identity ? constants.O_NOFOLLOW : 0));
+  } catch (e) {
+    if ((e as { code?: unknown }).code === "ELOOP") throw changed("it is now a symbolic link");
+    throw fromFsError(e, uri, "read");
+  }
+  try {
+    const info = await handle.stat({ bigint: true });
+    if (!info.isFile()) throw new BatchFailure("input_not_found", `${uri}: no such object`);
+    const held = `${info.dev}:${info.ino}`;
+    if (identity !== undefined && held !== identity) throw changed("it is no longer the object that was checked");
+    // Linux says where the opened object really is: still the path that was checked.
+    const where = identity ? await readlink(`/proc/self/fd/${handle.fd}`).catch(() => undefined) : undefined;
+    if (where !== undefined && where !== path) throw changed("it was moved");
+    return { size: Number(info.size), held: { handle, path, identity: held } };
+  } catch (e) {
+    await handle.close();
+    throw e;
+  }
+}
+
+/** Releases the input's handle, if it holds one. */
+export async function closeInput(input: Input): Promise<void> {
+  await input.held?.handle.close().catch(() => undefined);
+}
+
+/**
+ * Fails with input_changed when the input's name now leads to another object
+ * (swapped, or replaced by a link) or the object held changed size. Reads
+ * never leave the object held, so this is about honesty, not confinement: a
+ * job does not complete as if it had read what its input now names. `name`
+ * is the input as the client gave it. Removing the input changes nothing read.
+ */
+export async function checkInput(input: Input, name: string): Promise<void> {
+  const held = input.held;
+  if (!held) return;
+  const [now, info] = await Promise.all([stat(held.path, { bigint: true }).catch(() => undefined), held.handle.stat({ bigint: true })]);
+  if (now !== undefined && `${now.dev}:${now.ino}` !== held.identity) {
+    throw new BatchFailure("input_changed", `${name} changed while the job ran (it names another object now); submit a new job`);
+  }
+  if (Number(info.size) !== input.size) {
+    throw new BatchFailure("input_changed", `${name} changed while the job ran (${input.size} bytes at the start, ${info.size} now); submit a new job`);
+  }
+}
+
+/**
+ * `check` judges the parts directory (throwing a BatchFailure): before it is
+ * created and held, and again once held, so the directory held is the one judged.
+ */
+export async function openOutput(uri: string, jobId: string, check: (out: OutputLocation) => Promise<void> = async () => undefined): Promise<OutputLocation> {
+  let out: OutputLocation | undefined;
+  try {
+    out = outputLocation(uri, jobId);
+    await check(out);
+    await out.holdParts();
+    await check(out);
     await probeWritable(out);
     return out;
   } catch (e) {
+    out?.store.close();
     if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
     throw e;
   }
@@ -81,11 +160,16 @@ export async function countRecords(input: Input, stopped: () => boolean): Promis
 }
 
 /**
- * The input's bytes from `start`, re-opened where it broke off if the
+ * The input's bytes from `start`: a held input's from its handle, up to the
+ * size it had when opened; otherwise re-opened where it broke off if the
  * connection fails: a long job reads slowly, and one dropped connection must
  * not cost it a restart.
  */
 export async function* readInput(input: Input, start: number, retries = 5): AsyncGenerator<Buffer> {
+  if (input.held) {
+    yield* readHeld(input, start);
+    return;
+  }
   let offset = start;
   let failures = 0;
   for (;;) {
@@ -105,10 +189,31 @@ export async function* readInput(input: Input, start: number, retries = 5): Asyn
     } catch (e) {
       if (isStorageError(e) && e.code !== "unavailable") throw new BatchFailure("input_unreadable", e.message);
       if (++failures > retries) {
-        throw new BatchFailure("input_unreadable", `${input.store.uri(input.key)}: reading failed ${failures} times in a row at byte ${offset} (${(e as Error).message})`);
+        // The cause's text may name internal addresses: only its code is shown, the rest logged.
+        console.error(`[batch] reading ${input.store.uri(input.key)} failed at byte ${offset}:`, e);
+        throw new BatchFailure("input_unreadable", `${input.store.uri(input.key)}: reading failed ${failures} times in a row at byte ${offset} (${(e as NodeJS.ErrnoException).code ?? "error"})`);
       }
       await new Promise((r) => setTimeout(r, 250 * 2 ** failures));
     }
+  }
+}
+
+const CHUNK = 64 * 1024;
+
+async function* readHeld(input: Input, start: number): AsyncGenerator<Buffer> {
+  const { handle } = input.held as NonNullable<Input["held"]>;
+  for (let offset = start; offset < input.size; ) {
+    // A fresh buffer each time: readers may keep a chunk past the next read.
+    const buffer = Buffer.allocUnsafe(Math.min(CHUNK, input.size - offset));
+    let bytesRead: number;
+    try {
+      ({ bytesRead } = await handle.read(buffer, 0, buffer.length, offset));
+    } catch (e) {
+      throw new BatchFailure("input_unreadable", fromFsError(e, input.store.uri(input.key), "read").message);
+    }
+    if (bytesRead === 0) return; // shorter than when opened: checkInput says so
+    offset += bytesRead;
+    yield buffer.subarray(0, bytesRead);
   }
 }
 

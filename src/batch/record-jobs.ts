@@ -17,9 +17,11 @@
  */
 import { Queue } from "bullmq";
 import type { Redis } from "ioredis";
+import { z } from "zod";
 import { JOB_SCHEMA_VERSION, JobError, decodeReplyEntry, type JobPayloadInput, type SamplingParams, TextResult, BATCH_PRIORITY } from "../contracts/job.ts";
 import { queueName } from "../contracts/naming.ts";
 import { type Control, duplicate } from "../control/redis.ts";
+import { detailOf, publicJobError } from "../errors.ts";
 import type { Work } from "./input.ts";
 import type { Outcome } from "./output.ts";
 
@@ -104,7 +106,7 @@ export class RecordJobs {
     const lookUp = !this.pastEarlierRuns;
     if (lookUp) {
       const kept = await this.ctl.redis.hget(this.resultsKey, String(line));
-      if (kept) return JSON.parse(kept) as Outcome;
+      if (kept) return this.readKept(line, kept);
     }
     for (let attempt = 0; ; attempt++) {
       this.attempts.set(line, Math.max(this.attempts.get(line) ?? 0, attempt));
@@ -165,6 +167,17 @@ export class RecordJobs {
     await this.queue.close();
   }
 
+  /**
+   * An answer kept by an earlier run. One that does not parse (anything that can write to Redis
+   * can write there) fails its record rather than the job; sending it again could answer a record twice.
+   */
+  private readKept(line: number, kept: string): Outcome {
+    const parsed = KeptOutcome.safeParse(parseJson(kept));
+    if (parsed.success) return parsed.data;
+    console.error(`[batch ${this.options.batchId}] line ${line}: the kept answer does not parse; the record is failed with invalid_result`);
+    return unreadable();
+  }
+
   private jobId(line: number, attempt: number): string {
     return attempt === 0 ? `${this.options.batchId}-${line}` : `${this.options.batchId}-${line}-r${attempt}`;
   }
@@ -218,10 +231,22 @@ export class RecordJobs {
       const [timestamp, finishedOn, returnvalue, failedReason] = (fields ?? []) as (string | null)[];
       if (!timestamp) out.set(id, "missing");
       else if (!finishedOn) out.set(id, "pending");
-      else if (returnvalue !== null && returnvalue !== undefined) out.set(id, fromResult(JSON.parse(returnvalue)));
-      else out.set(id, fromFailure(failedReason ?? "the job failed"));
+      else if (returnvalue !== null && returnvalue !== undefined) out.set(id, this.readReturnValue(id, returnvalue));
+      else out.set(id, fromFailure(failedReason ?? "the job failed", this.options.batchId));
     });
     return out;
+  }
+
+  /**
+   * A finished model job's return value. Garbage there must not throw out of a lookup: every
+   * periodic check would fail on it and the records waiting with it would never settle.
+   */
+  private readReturnValue(id: string, returnvalue: string): Answer {
+    const value = parseJson(returnvalue);
+    if (value !== undefined) return fromResult(value);
+    const line = this.parseJobId(id)?.line;
+    console.error(`[batch ${this.options.batchId}] ${line !== undefined ? `line ${line}` : id}: model job ${id} has a return value that is not JSON; the record is failed with invalid_result`);
+    return { ...unreadable(), retryable: false };
   }
 
   private async readReplies(): Promise<void> {
@@ -255,7 +280,7 @@ export class RecordJobs {
         }
         const { jobId, event } = entry;
         if (event.type === "done") return this.resolve(jobId, fromResult(event.result));
-        if (event.type === "error") return this.resolve(jobId, fromError(event.error));
+        if (event.type === "error") return this.resolve(jobId, fromError(event.error, this.options.batchId));
         return undefined;
       }),
     );
@@ -285,6 +310,31 @@ export class RecordJobs {
   }
 }
 
+/** The shape of an Outcome (src/batch/output.ts) as kept in the results hash. */
+const KeptOutcome: z.ZodType<Outcome> = z.union([
+  z.object({
+    ok: z.literal(true),
+    text: z.string(),
+    tokens: z.number(),
+    prompt_tokens: z.number().optional(),
+    completion_tokens: z.number().optional(),
+    finish_reason: TextResult.shape.finish_reason.optional(),
+  }),
+  z.object({ ok: z.literal(false), code: z.string(), message: z.string(), status: z.number().optional(), param: z.string().nullable().optional() }),
+]);
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+function unreadable(): Outcome {
+  return { ok: false, code: "invalid_result", message: "the answer stored for this record could not be read; submit the record again in a new job" };
+}
+
 function fromResult(value: unknown): Answer {
   const parsed = TextResult.safeParse(value);
   if (!parsed.success) return { ok: false, code: "engine_error", message: "the worker returned an unexpected result", status: 500, retryable: true };
@@ -292,19 +342,28 @@ function fromResult(value: unknown): Answer {
   return { ok: true, text, tokens: usage.total_tokens, prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens, finish_reason };
 }
 
-function fromError(error: JobError): Answer {
-  return { ok: false, code: error.code, message: error.message, status: error.status, param: error.param, retryable: error.status === 500 || error.status === 503 };
+/**
+ * A model job's failure as its output line shows it: by the same rule as online answers
+ * (`publicJobError`), an engine's 5xx text may quote server paths, so it is logged under
+ * the batch id and the line says where to look.
+ */
+function fromError(error: JobError, batchId: string): Answer {
+  const shown = publicJobError(error);
+  const hidden = detailOf(shown);
+  if (hidden) console.error(`[batch ${batchId}] ${error.code}: ${String(hidden.detail)}`);
+  const message = hidden ? `${shown.message}; job id ${batchId}, the gateway log has the details` : shown.message;
+  return { ok: false, code: error.code, message, status: error.status, param: error.param, retryable: error.status === 500 || error.status === 503 };
 }
 
 /** Workers fail jobs with a JSON JobError; BullMQ itself (stall limit) with plain text. */
-function fromFailure(reason: string): Answer {
+function fromFailure(reason: string, batchId: string): Answer {
   try {
     const parsed = JobError.safeParse(JSON.parse(reason));
-    if (parsed.success) return fromError(parsed.data);
+    if (parsed.success) return fromError(parsed.data, batchId);
   } catch {
     // plain text
   }
-  return { ok: false, code: "engine_error", message: reason, status: 500, retryable: true };
+  return fromError({ code: "engine_error", message: reason, status: 500, param: null }, batchId);
 }
 
 function strip(answer: Answer): Outcome {

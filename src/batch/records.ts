@@ -3,7 +3,9 @@
  * the coordinator's progress writes and a user's cancel request never
  * overwrite each other; a zset orders the jobs for listing.
  */
+import { fileURLToPath } from "node:url";
 import {
+  BatchCheckpoint,
   BatchJobError,
   BatchJobRecord,
   BatchSampling,
@@ -13,6 +15,7 @@ import {
 } from "../contracts/batch.ts";
 import type { Control } from "../control/redis.ts";
 import type { ApiKeyRole } from "../contracts/records.ts";
+import { type OutputLocation, outputLocation } from "./output.ts";
 
 /** A job created through the OpenAI Batch API shape (/v1/batches): its lines are OpenAI requests. */
 export type OpenAiSpec = {
@@ -59,11 +62,69 @@ export function outputUri(spec: BatchSpec): string {
   return spec.output_uri ?? spec.output;
 }
 
-/** `text` with every real location replaced by the name the client knows it by. */
+/**
+ * `text` with every real location replaced by the name the client knows it
+ * by, in either form a message may carry it: the file:// URL or the plain
+ * server path it stands for (Node's own errors quote paths).
+ */
 export function showPaths(spec: BatchSpec, text: string): string {
+  const pairs: [string, string][] = [];
+  for (const [real, shown] of spec.shown ?? []) {
+    pairs.push([real, shown]);
+    const path = plainPath(real);
+    if (path !== undefined) pairs.push([path, shown]);
+  }
   let out = text;
-  for (const [real, shown] of [...(spec.shown ?? [])].sort((a, b) => b[0].length - a[0].length)) out = out.split(real).join(shown);
+  for (const [real, shown] of pairs.sort((a, b) => b[0].length - a[0].length)) out = out.split(real).join(shown);
   return out;
+}
+
+function plainPath(uri: string): string | undefined {
+  if (!uri.startsWith("file:")) return undefined;
+  try {
+    const path = fileURLToPath(uri);
+    return uri.endsWith("/") && !path.endsWith("/") ? `${path}/` : path;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A job failure whose cause may name server paths, Redis addresses or
+ * library text: the cause is logged under the job id, and the record gets a
+ * fixed message pointing there (as online requests do with their request id).
+ */
+export function hiddenFailure(jobId: string, code: string, summary: string, cause: unknown): BatchJobError {
+  console.error(`[batch ${jobId}] ${code}:`, cause);
+  return { code, message: `${summary}; job id ${jobId}, the gateway log has the details` };
+}
+
+/**
+ * What a failed job keeps: the parts its checkpoint counts (not yet assembled
+ * into the result), as the record's `partial` and counts. `out`: the job's
+ * open output location, if the caller has one. Empty when nothing is kept or
+ * the checkpoint cannot be read (the failure is recorded either way).
+ */
+export async function keptPartial(
+  ctl: Control,
+  spec: BatchSpec,
+  out?: OutputLocation,
+): Promise<Pick<BatchProgress, "partial" | "succeeded" | "failed">> {
+  const raw = await ctl.redis.get(ctl.keys.batchCheckpoint(spec.id));
+  let cp: BatchCheckpoint | undefined;
+  try {
+    cp = raw ? BatchCheckpoint.parse(JSON.parse(raw)) : undefined;
+  } catch {
+    console.error(`[batch ${spec.id}] the checkpoint does not parse; the failure is recorded without what was kept`);
+    return {};
+  }
+  if (!cp || cp.parts === 0 || cp.assembled) return {};
+  const location = out ?? outputLocation(outputUri(spec), spec.id);
+  try {
+    return { partial: { records: cp.succeeded + cp.failed, parts_uri: location.partsUri }, succeeded: cp.succeeded, failed: cp.failed };
+  } finally {
+    if (!out) location.store.close();
+  }
 }
 
 /** Failures resuming cannot fix, and why (the rest — model, storage, output — can be fixed and the job resumed). */

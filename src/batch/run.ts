@@ -7,21 +7,37 @@
  * a later batch may start while an earlier one finishes, but batches are
  * written strictly in order: a batch's part is written, then the checkpoint
  * moves past it. Only the few open batches are held in memory.
+ *
+ * What the storage policy judged is what the job uses: a local input is read
+ * from one handle whose identity is the object judged, and the parts
+ * directory is held open and judged again before every part written, the
+ * assembly and the clean-up (a client can write in its output directory too).
  */
-import { rm } from "node:fs/promises";
 import { BatchCheckpoint } from "../contracts/batch.ts";
 import type { Control } from "../control/redis.ts";
 import { PlatformError } from "../errors.ts";
 import { isStorageError } from "../storage/index.ts";
-import type { StoragePolicy } from "../storage/policy.ts";
+import type { ConfinedUri, StoragePolicy } from "../storage/policy.ts";
 import type { SamplingParams } from "../contracts/job.ts";
 import { formatFor, type LineFormat } from "./formats.ts";
 import { isBlank, readLines, type Work } from "./input.ts";
 import { type OutputLocation, type Outcome, outputLocation, withStorageRetries } from "./output.ts";
-import { BatchFailure, checkDeployed, countRecords, firstCheckpoint, type Input, openInput, openOutput, readInput, resolveVersion } from "./prepare.ts";
+import {
+  BatchFailure,
+  checkDeployed,
+  checkInput,
+  closeInput,
+  countRecords,
+  firstCheckpoint,
+  type Input,
+  openInput,
+  openOutput,
+  readInput,
+  resolveVersion,
+} from "./prepare.ts";
 import { Changes, Meter } from "./progress.ts";
 import { RecordJobs } from "./record-jobs.ts";
-import { type BatchSpec, cancelRequested, inputUri, isFinal, NOT_RESUMABLE, outputUri, readRecord, readSpec, updateIfActive } from "./records.ts";
+import { type BatchSpec, cancelRequested, inputUri, isFinal, keptPartial, NOT_RESUMABLE, outputUri, readRecord, readSpec, updateIfActive } from "./records.ts";
 
 /** handed_off: stopped for a process shutdown, to be resumed; superseded: another coordinator owns the job now. */
 export type RunEnd = "completed" | "failed" | "cancelled" | "handed_off" | "superseded";
@@ -84,12 +100,13 @@ class BatchRun {
     await updateIfActive(this.ctl, this.spec.id, { state: "running", started: record.started ?? Date.now() });
     const ticker = this.startTicker();
     try {
-      await this.checkStorage();
+      const input = await this.checkStorage();
       const version = record.resolved_version ?? (await resolveVersion(this.ctl, this.spec));
       await updateIfActive(this.ctl, this.spec.id, { resolved_version: version });
       await checkDeployed(this.ctl, this.spec, version);
-      this.input = await openInput(inputUri(this.spec));
-      this.out = await openOutput(outputUri(this.spec), this.spec.id);
+      // The object judged, by its identity: a name swapped since is input_changed.
+      this.input = await openInput(input?.uri ?? inputUri(this.spec), input?.identity, this.spec.input);
+      this.out = await openOutput(outputUri(this.spec), this.spec.id, (out) => this.checkParts(out));
       if (!(await this.loadCheckpoint(this.input))) return await this.afterStop();
       if (this.cp.assembled) return await this.finish("completed");
       this.jobs = await RecordJobs.open({ ctl: this.ctl, batchId: this.spec.id, model: this.spec.model, version, writtenBefore: () => this.cp.next_line });
@@ -108,6 +125,7 @@ class BatchRun {
     } finally {
       clearInterval(ticker);
       await this.jobs?.close();
+      if (this.input) await closeInput(this.input);
       this.input?.store.close();
       this.out?.store.close();
     }
@@ -115,16 +133,35 @@ class BatchRun {
 
   /**
    * The client-named URIs are checked again on every run: the roots may have
-   * changed, or a symlink been planted, since the job was created.
+   * changed, or a symlink been planted, since the job was created. Returns
+   * the input as judged (where it really is now, and its identity).
    */
-  private async checkStorage(): Promise<void> {
+  private async checkStorage(): Promise<ConfinedUri | undefined> {
     const scope = this.spec.scope;
-    if (!scope) return;
+    if (!scope) return undefined;
     const viewer = { id: scope.key_id, role: scope.role };
     try {
-      if (scope.input) await this.storage.confine(inputUri(this.spec), viewer, "input");
+      const input = scope.input ? await this.storage.confine(inputUri(this.spec), viewer, "input") : undefined;
       if (scope.output) await this.storage.confine(outputUri(this.spec), viewer, "output");
+      return input;
     } catch (e) {
+      if (e instanceof PlatformError) throw new BatchFailure(e.code === "storage_forbidden" ? "storage_forbidden" : "storage_error", e.message);
+      throw e;
+    }
+  }
+
+  /**
+   * The parts directory must be the job's own: not a link, still the
+   * directory held, and for a client-named output inside the key's areas
+   * (a directory above it may have been swapped for a link).
+   */
+  private async checkParts(out: OutputLocation): Promise<void> {
+    try {
+      await out.checkParts();
+      const scope = this.spec.scope;
+      if (scope?.output) await this.storage.confine(out.partsUri, { id: scope.key_id, role: scope.role }, "output");
+    } catch (e) {
+      if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
       if (e instanceof PlatformError) throw new BatchFailure(e.code === "storage_forbidden" ? "storage_forbidden" : "storage_error", e.message);
       throw e;
     }
@@ -266,6 +303,8 @@ class BatchRun {
   private async writeBatch(batch: Batch): Promise<void> {
     const out = this.out as OutputLocation;
     const text = `${batch.slots.map((s) => this.format.render(s, s.outcome as Outcome)).join("\n")}\n`;
+    if (this.input) await checkInput(this.input, this.spec.input);
+    await this.checkParts(out);
     try {
       await withStorageRetries(() => out.store.put(out.partKey(batch.index), text));
     } catch (e) {
@@ -358,6 +397,10 @@ class BatchRun {
     const out = this.out as OutputLocation;
     const parts = Array.from({ length: this.cp.parts }, (_, i) => out.partKey(i));
     if (!this.cp.assembled) {
+      // A cancelled job's parts are its output whatever its input became.
+      if (this.input && state === "completed") await checkInput(this.input, this.spec.input);
+      // The assembly reads the parts: through a link it would copy what the link leads to.
+      await this.checkParts(out);
       const overwrite = this.spec.overwrite === true;
       if (!overwrite && !(await this.assembledBefore(parts))) {
         await this.checkStorage();
@@ -405,21 +448,13 @@ class BatchRun {
    */
   private async fail(failure: BatchFailure): Promise<RunEnd> {
     const resumable = NOT_RESUMABLE[failure.code] === undefined;
-    const raw = await this.ctl.redis.get(this.ctl.keys.batchCheckpoint(this.spec.id));
-    const cp = raw ? BatchCheckpoint.parse(JSON.parse(raw)) : undefined;
-    let partial: { records: number; parts_uri: string } | undefined;
-    if (cp && cp.parts > 0 && !cp.assembled) {
-      const out = this.out ?? outputLocation(outputUri(this.spec), this.spec.id);
-      partial = { records: cp.succeeded + cp.failed, parts_uri: `${out.store.uri(out.partsPrefix.slice(0, -1))}/` };
-      if (!this.out) out.store.close();
-    }
     await updateIfActive(this.ctl, this.spec.id, {
       state: "failed",
       error: { code: failure.code, message: failure.message },
       in_flight: 0,
       finished: Date.now(),
       resumable,
-      ...(partial ? { partial, succeeded: cp?.succeeded, failed: cp?.failed } : {}),
+      ...(await keptPartial(this.ctl, this.spec, this.out)),
     });
     if (!resumable) await this.dropWorkingKeys();
     return "failed";
@@ -436,17 +471,21 @@ class BatchRun {
     return size === existing.size;
   }
 
-  /** Best effort: what is left is only clutter. */
+  /**
+   * Best effort: what is left is only clutter. A parts directory that is a
+   * link, or no longer the one this run held, is left alone: deleting through
+   * it could delete what it leads to.
+   */
   private async removeParts(parts: string[]): Promise<void> {
     const out = this.out;
     if (!out) return;
+    if (!(await this.checkParts(out).then(() => true, () => false))) return;
+    // Local: everything in the directory (the parts, and the temp file of a part whose writer was
+    // killed mid-write) goes through the held handle, then the directory itself.
+    await out.clearParts().catch(() => undefined);
     for (let i = 0; i < parts.length; i += 100) {
       await Promise.all(parts.slice(i, i + 100).map((key) => out.store.delete(key).catch(() => undefined)));
     }
-    // A local store leaves the directory behind, with the temp file of a part whose writer was
-    // killed mid-write (SIGKILL); the directory is this job's own, so all of it goes.
-    const dir = out.store.localPath(out.partsPrefix.slice(0, -1));
-    if (dir) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
   }
 
   private async dropWorkingKeys(): Promise<void> {

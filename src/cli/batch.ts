@@ -3,17 +3,17 @@
  * `platform inference batch --model ... --input ... --output ...` works), and
  * `batch status|cancel|list`. Talks to /v1/batch-jobs on the gateway.
  */
-import { randomUUID } from "node:crypto";
-import { createWriteStream, existsSync, openAsBlob, realpathSync } from "node:fs";
-import { mkdir, rename, rm } from "node:fs/promises";
+import { existsSync, openAsBlob, realpathSync } from "node:fs";
 import { basename, dirname, join, resolve, sep } from "node:path";
 import { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import type { Command } from "commander";
 import type { BatchJobList, BatchJobRecord, CreateBatchRequestInput } from "../contracts/batch.ts";
-import { FINAL_BATCH_STATES } from "../contracts/batch.ts";
+import { FINAL_BATCH_STATES, KEPT_OUTPUT } from "../contracts/batch.ts";
+import { isStorageError } from "../storage/errors.ts";
+import { writeFileAtomically } from "../storage/shared.ts";
+import { fileUrl } from "../storage/uri.ts";
 import { ApiClient } from "./client.ts";
 import { CliError, type Credentials, resolveCredentials } from "./credentials.ts";
 import { printJson, printTable } from "./output.ts";
@@ -34,7 +34,11 @@ type SubmitFlags = {
 
 type UploadMode = "auto" | "always" | "never";
 
-/** Where the server writes a local --output it cannot reach: a prefix in the key's own area. */
+/**
+ * Where the server writes a local --output it cannot reach when the input is
+ * not uploaded (it names storage the server reads): a prefix in the key's own
+ * area. With an uploaded input no output is sent and the server keeps the result.
+ */
 const REMOTE_OUTPUT_PREFIX = "cli-outputs/";
 
 const POLL_MS = 1000;
@@ -52,7 +56,7 @@ export function registerBatch(inference: Command): void {
     .option("--concurrency <n>", "records of this job in flight at once", "8")
     .option("--batch-size <n>", "records per checkpoint", "100")
     .option("--temperature <t>", "sampling temperature for every record (0: deterministic)")
-    .option("--overwrite", "replace an existing output object (without it the job is refused)")
+    .option("--overwrite", "replace an existing output object, or local file when the result is downloaded (without it the job, or the download, is refused)")
     .option("--upload <mode>", "auto (default; env PLATFORM_CLI_UPLOAD): upload a local --input and fetch a local --output when the gateway cannot reach them; always; never")
     .option("--watch", "follow the job with a progress bar until it ends")
     .option("--json", "print the job record as JSON")
@@ -71,11 +75,14 @@ export function registerBatch(inference: Command): void {
       if (download && /\.jsonl$/i.test(download) && existsSync(download) && !flags.overwrite) {
         throw new CliError(`--output ${flags.output}: the file exists; pass --overwrite to replace it, or choose another name`, 2);
       }
+      const uploaded = remote && localInput !== undefined ? await uploadInput(creds, localInput, flags.json === true) : undefined;
+      // An uploaded input's result is kept by the server (no storage root needed), and fetched from there.
+      const output = download ? (uploaded !== undefined ? {} : { output: REMOTE_OUTPUT_PREFIX }) : { output: absoluteUri(flags.output) };
       const body: CreateBatchRequestInput = {
         model: flags.model,
         version: flags.version,
-        ...(remote && localInput !== undefined ? { input_file_id: await uploadInput(creds, localInput, flags.json === true) } : { input: absoluteUri(flags.input) }),
-        output: download ? REMOTE_OUTPUT_PREFIX : absoluteUri(flags.output),
+        ...(uploaded !== undefined ? { input_file_id: uploaded } : { input: absoluteUri(flags.input) }),
+        ...output,
         concurrency,
         batch_size: batchSize,
         ...(flags.overwrite ? { overwrite: true } : {}),
@@ -86,14 +93,14 @@ export function registerBatch(inference: Command): void {
         const ended = await watch(api, job, flags.json === true, download === undefined);
         if (download && ended.state === "completed") {
           const to = /\.jsonl$/i.test(download) ? download : join(download, `${job.id}.jsonl`);
-          await downloadOutput(creds, job.id, to);
+          await downloadOutput(creds, job.id, to, flags.overwrite === true);
           if (!flags.json) console.log(`output: ${to}`);
         }
         return finishWatch(ended);
       }
       if (flags.json) return printJson(job);
       console.log(job.id);
-      if (download) console.error(`the gateway writes the result in your storage area; fetch it when the job ends with \`platform inference batch download ${job.id} --to ${download}\``);
+      if (download) console.error(`the gateway keeps the result; fetch it when the job ends with \`platform inference batch download ${job.id} --to ${download}\``);
       else if (process.stdout.isTTY) console.error(`follow it with \`platform inference batch status ${job.id}\``);
     });
 
@@ -126,11 +133,12 @@ export function registerBatch(inference: Command): void {
   batch
     .command("download <job_id>")
     .description("save a job's result (or, for a failed or running job, the records completed so far) to a local file")
-    .option("--to <path>", "the file to write (default ./<job id>.jsonl); an existing file is replaced")
-    .action(async (id: string, opts: { to?: string }) => {
+    .option("--to <path>", "the file to write (default ./<job id>.jsonl)")
+    .option("--overwrite", "replace the file if it exists (without it an existing file is refused)")
+    .action(async (id: string, opts: { to?: string; overwrite?: boolean }) => {
       const creds = await resolveCredentials();
       const to = resolve(opts.to ?? `${id}.jsonl`);
-      await downloadOutput(creds, id, to);
+      await downloadOutput(creds, id, to, opts.overwrite === true);
       console.log(to);
     });
 
@@ -208,17 +216,22 @@ async function uploadInput(creds: Credentials, path: string, quiet: boolean): Pr
   return ((await res.json()) as { id: string }).id;
 }
 
-/** Streams the job's output into `to` through a temp file beside it, so a failed download leaves no half file. */
-async function downloadOutput(creds: Credentials, id: string, to: string): Promise<void> {
+/**
+ * Streams the job's output into `to` the way the platform writes its own
+ * results (a temp file beside it, fsynced, renamed or linked into place, the
+ * directory fsynced), so a failed download leaves no half file. Without
+ * `overwrite` an existing file is never replaced, even one that appeared
+ * while the job ran or the bytes arrived.
+ */
+async function downloadOutput(creds: Credentials, id: string, to: string, overwrite: boolean): Promise<void> {
+  const exists = () => new CliError(`${to}: the file exists; pass --overwrite to replace it, or fetch the result elsewhere with \`platform inference batch download ${id} --to <path>\``);
+  if (!overwrite && existsSync(to)) throw exists();
   const res = await send(creds, "GET", `/v1/batch-jobs/${encodeURIComponent(id)}/output`, {});
-  await mkdir(dirname(to), { recursive: true });
-  const temp = join(dirname(to), `.${basename(to)}.${randomUUID()}.part`);
   try {
-    await pipeline(Readable.fromWeb(res.body as WebReadableStream<Uint8Array>), createWriteStream(temp, { flush: true }));
-    await rename(temp, to);
+    await writeFileAtomically(to, Readable.fromWeb(res.body as WebReadableStream<Uint8Array>), fileUrl(to), { replace: overwrite });
   } catch (e) {
-    await rm(temp, { force: true });
-    throw new CliError(`--to ${to}: cannot write (${(e as Error).message})`);
+    if (isStorageError(e, "exists")) throw exists();
+    throw new CliError(`${to}: cannot write (${(e as Error).message})`);
   }
 }
 
@@ -259,7 +272,8 @@ function printStatus(job: BatchJobRecord): void {
   if (job.throughput) {
     rows.push(["throughput", `${job.throughput.records_per_second} records/s, ${job.throughput.tokens_per_second} tokens/s${eta(job) ? `, ETA ${eta(job)}` : ""}`]);
   }
-  rows.push(["input", job.input], ["output", job.output_file ?? `${job.output} (written when the job completes)`]);
+  const kept = job.output === KEPT_OUTPUT ? `; kept by the server: \`platform inference batch download ${job.id}\` fetches it` : "";
+  rows.push(["input", job.input], ["output", `${job.output_file ?? `${job.output} (written when the job completes)`}${kept}`]);
   rows.push(["concurrency", `${job.concurrency} records in flight, checkpoint every ${job.batch_size} records`]);
   if (job.error) rows.push(["error", `${job.error.message} (${job.error.code})`]);
   if (job.partial) rows.push(["kept", keptLine(job)]);

@@ -22,6 +22,13 @@ export const MAX_BATCH_CONCURRENCY = 256;
 export const BatchSampling = SamplingParams.pick({ temperature: true, top_p: true, seed: true });
 export type BatchSampling = z.infer<typeof BatchSampling>;
 
+/**
+ * How a job created without `output` names where its result is: a prefix in
+ * the server's artifact store that no client can name, served to the job's
+ * key (or an admin) by GET /v1/batch-jobs/<id>/output.
+ */
+export const KEPT_OUTPUT = "batch-outputs/";
+
 export const CreateBatchRequest = z
   .object({
     model: ModelName,
@@ -37,8 +44,10 @@ export const CreateBatchRequest = z
     /**
      * Where results go: a prefix (directory, or s3://bucket/prefix/) receives
      * `<job id>.jsonl`; a URI ending in `.jsonl` names the output object itself.
+     * May be left out with `input_file_id`: the server keeps the result
+     * (KEPT_OUTPUT), for GET /v1/batch-jobs/<id>/output.
      */
-    output: z.string().min(1),
+    output: z.string().min(1).optional(),
     /** Replace an existing output object; without it an existing one is refused (409 output_exists). */
     overwrite: z.boolean().default(false),
     /** Records of this job in flight at once. */
@@ -51,6 +60,11 @@ export const CreateBatchRequest = z
   .refine((r) => (r.input === undefined) !== (r.input_file_id === undefined), {
     message: "give exactly one of input (a storage URI or relative name) and input_file_id (an uploaded file)",
     path: ["input"],
+  })
+  // Without storage roots (a cluster's default) no client-named output is allowed: an uploaded input's result is kept by the server.
+  .refine((r) => r.output !== undefined || r.input_file_id !== undefined, {
+    message: "required with input; leave it out only with input_file_id, and the server keeps the result (GET /v1/batch-jobs/<id>/output)",
+    path: ["output"],
   });
 export type CreateBatchRequest = z.infer<typeof CreateBatchRequest>;
 export type CreateBatchRequestInput = z.input<typeof CreateBatchRequest>;

@@ -52,12 +52,34 @@ export async function listApiKeys(ctl: Control): Promise<ApiKeyRecord[]> {
     .sort((a, b) => a.created - b.created);
 }
 
-export async function revokeApiKey(ctl: Control, id: string): Promise<ApiKeyRecord> {
+/** A revoked key whose stored record did not parse: its id, and what was wrong with the record. */
+export type RevokedInvalidKey = { id: string; invalid: string; hash?: undefined };
+
+/**
+ * Removes a key. One whose record does not parse is revoked all the same
+ * (it is the one an admin most wants gone): its hash entries are found by id.
+ */
+export async function revokeApiKey(ctl: Control, id: string): Promise<ApiKeyRecord | RevokedInvalidKey> {
   const raw = await ctl.redis.hget(ctl.keys.apiKeys, id);
   if (!raw) throw new PlatformError(404, "key_not_found", `no API key with id "${id}"; \`platform keys list\` shows the ids`, "id");
-  const record = ApiKeyRecord.parse(JSON.parse(raw));
-  await ctl.redis.multi().hdel(ctl.keys.apiKeys, id).hdel(ctl.keys.apiKeyByHash, record.hash).exec();
-  return record;
+  const parsed = parseStored(ApiKeyRecord, raw, "api_key", id);
+  const hashes = parsed.ok ? [parsed.value.hash] : await hashesOf(ctl, id);
+  const revoke = ctl.redis.multi().hdel(ctl.keys.apiKeys, id);
+  if (hashes.length > 0) revoke.hdel(ctl.keys.apiKeyByHash, ...hashes);
+  await revoke.exec();
+  return parsed.ok ? parsed.value : { id, invalid: parsed.invalid.error };
+}
+
+/** The hashes that authenticate as key `id`, by a scan of the hash index. */
+async function hashesOf(ctl: Control, id: string): Promise<string[]> {
+  const found: string[] = [];
+  let cursor = "0";
+  do {
+    const [next, entries] = await ctl.redis.hscan(ctl.keys.apiKeyByHash, cursor, "COUNT", 1000);
+    for (let i = 0; i + 1 < entries.length; i += 2) if (entries[i + 1] === id) found.push(entries[i] as string);
+    cursor = next;
+  } while (cursor !== "0");
+  return found;
 }
 
 export async function countApiKeys(ctl: Control): Promise<number> {
@@ -145,7 +167,11 @@ export async function bootstrapAdminKey(ctl: Control, key: string): Promise<Boot
     );
   }
   if (outcome === "created") return { outcome, record };
-  const existing = ApiKeyRecord.parse(JSON.parse((await ctl.redis.hget(ctl.keys.apiKeys, id)) ?? "null"));
+  const stored = parseStored(ApiKeyRecord, (await ctl.redis.hget(ctl.keys.apiKeys, id)) ?? "null", "api_key", id);
+  if (!stored.ok) {
+    throw new PlatformError(500, "invalid_record", `the stored record of API key ${id} (this bootstrap key) is invalid (${stored.invalid.error}); revoke it (\`platform keys revoke ${id}\`) and bootstrap again`, "key");
+  }
+  const existing = stored.value;
   if (existing.role !== "admin") throw new PlatformError(409, "key_exists", `this key is already registered as a ${existing.role} key (${existing.id}); choose another bootstrap key`, "key");
   return { outcome: "exists", record: existing };
 }

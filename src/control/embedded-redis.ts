@@ -2,17 +2,19 @@
  * The Redis `platform up` starts when REDIS_URL is unset: a child process
  * bound to 127.0.0.1, with AOF persistence in the data directory and
  * `noeviction`, because queues and records must never be silently dropped.
- * It is locked: the default user is off and a generated password (kept in the
- * data directory, mode 0600) is the only way in. The password lives in the
- * config file, never on a command line, so `ps` does not show it.
+ * It is locked: a generated password (kept in the data directory, mode 0600)
+ * is the only way in, for the platform user and the default user alike. The
+ * password lives in the config file, never on a command line, so `ps` does not
+ * show it.
  */
-import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { chmod, mkdir, readFile, readlink, stat, writeFile } from "node:fs/promises";
 import { basename, join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { Redis } from "ioredis";
 import { freePort } from "../net.ts";
+import { spawnWatched } from "../watchdog.ts";
 
 export type EmbeddedRedis = {
   /** The full URL, password included: give it to child processes, never print it. */
@@ -32,25 +34,11 @@ const PASSWORD_FILE = "password";
 const CONFIG_FILE = "redis.conf";
 
 /**
- * redis-server runs under this `sh` script, whose stdin is a pipe from the process that started
- * it. That process may die without a chance to stop anything (SIGKILL, OOM): the pipe closes,
- * the watcher's `read` sees end of file, and it stops redis-server with SIGTERM so the AOF is
- * flushed. No PID is polled, so a reused PID can never be signalled. The script exits with
- * redis-server's status, so a Redis that fails to start is seen at once. (fd 3: a background
- * job of a non-interactive shell otherwise reads /dev/null.)
+ * When `up` dies without stopping anything (SIGKILL, OOM), Redis runs on this long before its
+ * watchdog's SIGTERM: the workers notice too, and hand their in-flight jobs back to the queue —
+ * through this Redis, which must still be there.
  */
-const WATCHDOG = [
-  'server="$1"; conf="$2"',
-  "exec 3<&0",
-  '"$server" "$conf" </dev/null 3<&- &',
-  "pid=$!",
-  '( while read -r _; do :; done; kill -TERM "$pid" 2>/dev/null ) <&3 3<&- &',
-  "watcher=$!",
-  "exec 3<&- </dev/null",
-  'wait "$pid"; code=$?',
-  'kill "$watcher" 2>/dev/null',
-  'exit "$code"',
-].join("\n");
+export const REDIS_GRACE_AFTER_PARENT_S = 3;
 
 /** Creates `dir` (mode 0700) or tightens it: it holds the password and every record. */
 export async function ensurePrivateDir(dir: string, onNote: (line: string) => void = () => undefined): Promise<void> {
@@ -91,11 +79,12 @@ async function serverVersion(server: string): Promise<[number, number]> {
 
 function config(o: { dir: string; port: number; password: string; logfile: string; pidfile: string; version: [number, number] }): string {
   const [major, minor] = o.version;
-  // Redis 6.0 has ACL users but no channel rules; before 6, only requirepass.
-  const auth =
-    major >= 6
-      ? ["user default off", `user ${REDIS_USER} on >${o.password} ~* ${major > 6 || minor >= 2 ? "&* " : ""}+@all`]
-      : [`requirepass ${o.password}`];
+  // Redis 6.0 has ACL users but no channel rules; before 6, only requirepass. The default user
+  // must stay on: Redis 7.0 replays the AOF's MULTI/EXEC (API keys, every BullMQ script) as
+  // `default`, and with it off refuses each EXEC ("NOPERM ACLs rules changed") and silently
+  // drops it (redis/redis#14541). With a password it still admits no client that lacks one.
+  const rules = `~* ${major > 6 || minor >= 2 ? "&* " : ""}+@all`;
+  const auth = major >= 6 ? [`user default on >${o.password} ${rules}`, `user ${REDIS_USER} on >${o.password} ${rules}`] : [`requirepass ${o.password}`];
   return [
     "# Written by `platform up` on every start; edits are overwritten.",
     `port ${o.port}`,
@@ -129,7 +118,10 @@ export async function isOurRedis(pid: number, dir: string): Promise<boolean | "u
   const argv = cmdline.split("\0").filter(Boolean);
   const first = argv[0]?.split(" ")[0] ?? "";
   if (!basename(first).startsWith("redis-server")) return false;
-  if (argv.join(" ").includes(join(dir, CONFIG_FILE))) return true;
+  // Whole arguments only, against the absolute path: a relative data directory ("data/redis")
+  // is a substring of many another directory's config path. (Redis 7 retitles itself, so a live
+  // one usually shows no config path at all; its working directory then tells.)
+  if (argv.flatMap((arg) => arg.split(" ")).includes(resolve(dir, CONFIG_FILE))) return true;
   const cwd = await readlink(`/proc/${pid}/cwd`).catch(() => undefined);
   return cwd !== undefined && resolve(cwd) === resolve(dir);
 }
@@ -163,7 +155,9 @@ async function stopStale(pidfile: string, dir: string, onNote: (line: string) =>
   }
 }
 
-export async function startEmbeddedRedis(dir: string, options: { onNote?: (line: string) => void } = {}): Promise<EmbeddedRedis> {
+export async function startEmbeddedRedis(dataDir: string, options: { onNote?: (line: string) => void } = {}): Promise<EmbeddedRedis> {
+  // Absolute from here on: Redis changes into `dir` before it reads the logfile and pidfile paths.
+  const dir = resolve(dataDir);
   const onNote = options.onNote ?? ((line: string) => console.error(line));
   await ensurePrivateDir(dir, onNote);
   const server = process.env.PLATFORM_REDIS_SERVER ?? "redis-server";
@@ -178,12 +172,10 @@ export async function startEmbeddedRedis(dir: string, options: { onNote?: (line:
   await writeFile(confFile, config({ dir, port, password, logfile, pidfile, version }), { mode: 0o600 });
   await chmod(confFile, 0o600);
 
-  const child: ChildProcess = spawn("sh", ["-c", WATCHDOG, "platform-redis-watchdog", server, confFile], {
-    stdio: ["pipe", "ignore", "ignore"],
-    // Its own process group: a terminal's Ctrl-C must not stop Redis before the workers have drained.
-    detached: true,
-  });
-  child.stdin?.on("error", () => undefined); // EPIPE once the watchdog is gone
+  // Under the pipe watchdog (src/watchdog.ts): no orphan, whatever ends `up`. In its own process
+  // group, so a terminal's Ctrl-C does not stop Redis before the workers have drained.
+  const watched = spawnWatched(server, [confFile], { graceSeconds: REDIS_GRACE_AFTER_PARENT_S });
+  const child = watched.process;
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
   const spawnError = new Promise<Error>((resolve) => child.once("error", resolve));
   const user = version[0] >= 6 ? REDIS_USER : "";
@@ -229,8 +221,8 @@ export async function startEmbeddedRedis(dir: string, options: { onNote?: (line:
     pid,
     stop: async ({ fast = false } = {}) => {
       if (child.exitCode !== null || child.signalCode !== null) return;
-      // Closing the pipe is the watchdog's cue: SIGTERM to Redis, which flushes the AOF.
-      child.stdin?.end();
+      // The watchdog's cue: SIGTERM to Redis now, which flushes the AOF.
+      watched.stop();
       const stuck = setTimeout(() => group("SIGKILL"), fast ? 2_000 : 10_000);
       await exited;
       clearTimeout(stuck);

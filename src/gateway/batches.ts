@@ -10,6 +10,8 @@
  *   GET  /:id/output       the result, or the parts written so far, as JSONL
  *
  * Input and output URIs are confined to the key's storage areas (GET /v1/storage).
+ * A job whose input is an uploaded file may name no output: the server keeps
+ * the result, and only /:id/output (creator or admin) serves it.
  */
 import { Readable } from "node:stream";
 import { Hono } from "hono";

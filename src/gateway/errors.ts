@@ -3,7 +3,7 @@ import type { Context } from "hono";
 import { z } from "zod";
 import { describeIssues } from "../contracts/deployment.ts";
 import type { JobError } from "../contracts/job.ts";
-import { detailOf, fromJobError, PlatformError, withDetail } from "../errors.ts";
+import { detailOf, PlatformError, withDetail } from "../errors.ts";
 
 export type ErrorEnvelope = { error: { message: string; type: string; param: string | null; code: string | null } };
 
@@ -20,21 +20,6 @@ export function asPlatformError(e: unknown): PlatformError {
   }
   if (e instanceof SyntaxError) return new PlatformError(400, "invalid_json", `request body is not valid JSON: ${e.message}`);
   return new PlatformError(500, "internal_error", "internal error; the gateway log has the details");
-}
-
-/** Job error codes whose messages the platform writes itself, with nothing from the server in them. */
-const PLATFORM_WORDED = new Set(["replica_lost", "queue_timeout", "timeout", "engine_busy", "not_ready", "cancelled"]);
-
-/**
- * A failure a worker reported, as the client may see it: 4xx messages are about the request
- * (context length, a bad field) and pass; a 5xx message from the engine may quote paths or
- * library text, so it stays in the log.
- */
-export function publicJobError(error: JobError): PlatformError {
-  const err = fromJobError(error);
-  if (error.status < 500 || PLATFORM_WORDED.has(error.code)) return err;
-  const message = error.code === "engine_error" ? "the engine failed while serving this request" : `the request failed (${error.code})`;
-  return withDetail(new PlatformError(error.status, error.code, message, null, error.retry_after), error.message);
 }
 
 /** The error as sent to the client: a hidden detail is logged with the request id, and the message points there. */

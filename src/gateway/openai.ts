@@ -1,9 +1,9 @@
 /** The OpenAI-compatible routes and the seed's generate route, all under /v1. */
 import { Hono } from "hono";
 import type { EmbeddingResult } from "../contracts/job.ts";
-import { PlatformError } from "../errors.ts";
+import { PlatformError, publicJobError } from "../errors.ts";
 import type { GatewayEnv } from "./env.ts";
-import { parseBody, publicJobError } from "./errors.ts";
+import { parseBody } from "./errors.ts";
 import { checkEmbeddingBound, checkPromptBound } from "./limits.ts";
 import type { Router } from "./routing.ts";
 import { ChatCompletionRequest, CompletionRequest, EmbeddingRequest, GenerateRequest, toMessages, toParams } from "./schemas.ts";

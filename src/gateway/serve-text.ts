@@ -13,11 +13,11 @@ import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
 import type { FinishReason, JobEvent, TextResult, Usage } from "../contracts/job.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
-import { PlatformError } from "../errors.ts";
+import { PlatformError, publicJobError } from "../errors.ts";
 import type { AdmissionLimits } from "../fabric/admission.ts";
 import type { JobHandle, Submission } from "../fabric/dispatcher.ts";
 import type { GatewayMetrics } from "../telemetry/metrics.ts";
-import { clientError, envelope, publicJobError } from "./errors.ts";
+import { clientError, envelope } from "./errors.ts";
 
 export type TextFormat = {
   idPrefix: string;

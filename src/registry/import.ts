@@ -5,7 +5,7 @@
  */
 import { createHash, randomUUID } from "node:crypto";
 import { createReadStream, createWriteStream } from "node:fs";
-import { mkdir, rm } from "node:fs/promises";
+import { mkdir, open, rm } from "node:fs/promises";
 import { basename, join } from "node:path";
 import { Readable, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
@@ -13,7 +13,7 @@ import { GgmlType, GgufFileType, readGgufFileInfo } from "node-llama-cpp";
 import type { Framework } from "../contracts/deployment.ts";
 import type { GgufSummary, ModelVersionRecord } from "../contracts/records.ts";
 import type { Control } from "../control/redis.ts";
-import { PlatformError } from "../errors.ts";
+import { PlatformError, withDetail } from "../errors.ts";
 import type { ObjectStore } from "../storage/store.ts";
 import { openObject } from "../storage/index.ts";
 import { loadSettings } from "../settings.ts";
@@ -88,15 +88,33 @@ async function copyHashing(input: Readable, dest: string): Promise<{ sha256: str
   return { sha256: hash.digest("hex"), size };
 }
 
+const GGUF_MAGIC = Buffer.from("GGUF");
+
+/** Whether the file starts with the GGUF magic; its bytes are never quoted back (they are the client's data). */
+async function hasGgufMagic(path: string): Promise<boolean> {
+  const file = await open(path, "r");
+  try {
+    const head = Buffer.alloc(GGUF_MAGIC.length);
+    const { bytesRead } = await file.read(head, 0, head.length, 0);
+    return bytesRead === head.length && head.equals(GGUF_MAGIC);
+  } finally {
+    await file.close();
+  }
+}
+
 async function summarizeGguf(path: string, req: ImportRequest): Promise<GgufSummary | null> {
+  // vLLM serves Hugging Face-style checkpoints too: only llama.cpp needs GGUF.
+  if (!(await hasGgufMagic(path))) {
+    if (req.framework !== "llamacpp") return null;
+    throw new PlatformError(400, "invalid_artifact", `${req.source}: not a GGUF file (no GGUF magic), which framework "llamacpp" needs`, "source");
+  }
   let info: Awaited<ReturnType<typeof readGgufFileInfo>>;
   try {
     info = await readGgufFileInfo(path, { readTensorInfo: true });
   } catch (e) {
-    if (req.framework === "llamacpp") {
-      throw new PlatformError(400, "invalid_artifact", `${req.source}: not a GGUF file, which framework "llamacpp" needs (${(e as Error).message})`, "source");
-    }
-    return null; // vLLM serves Hugging Face-style checkpoints too.
+    if (req.framework !== "llamacpp") return null;
+    // The parser's text may quote the scratch path or the file's bytes: the gateway logs it with the request id.
+    throw withDetail(new PlatformError(400, "invalid_artifact", `${req.source}: a GGUF file whose header cannot be read (truncated or corrupt), which framework "llamacpp" needs`, "source"), e);
   }
   const meta = info.metadata as Record<string, Record<string, unknown> | undefined>;
   const architecture = typeof meta.general?.architecture === "string" ? meta.general.architecture : null;

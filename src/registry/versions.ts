@@ -64,5 +64,12 @@ export async function resolveModelVersion(ctl: Control, name: string, version: s
       "version",
     );
   }
-  return ModelVersionRecord.parse(JSON.parse(raw));
+  const parsed = parseStored(ModelVersionRecord, raw, "model_version", `${ctl.keys.modelVersions(name)} ${version}`);
+  if (parsed.ok) return parsed.value;
+  throw new PlatformError(
+    500,
+    "invalid_record",
+    `the stored record of model "${name}" version "${version}" is invalid (${parsed.invalid.error}); register the model again as another version (\`platform training submit --name ${name} --source <path>\`)`,
+    "version",
+  );
 }

@@ -1,7 +1,9 @@
 /**
  * One error type for every storage failure, whatever the backend. The message
  * always names the URI involved, so a user reading a batch job's status or a
- * CLI error knows which object (or which bucket) is at fault.
+ * CLI error knows which object (or which bucket) is at fault; it never carries
+ * the backend's own text (Node's messages quote server paths, the SDK's name
+ * endpoints), which is logged instead.
  */
 import { PlatformError } from "../errors.ts";
 
@@ -57,13 +59,24 @@ const FS_DETAIL: Record<string, string> = {
   EDQUOT: "disk quota exceeded",
   EMFILE: "too many open files",
   EIO: "input/output error",
+  ELOOP: "too many levels of symbolic links",
+  ENAMETOOLONG: "file name too long",
+  EBUSY: "resource busy",
+  EEXIST: "file exists",
+  EXDEV: "cross-device link",
+  EINVAL: "invalid argument",
+  ENOTEMPTY: "directory not empty",
+  EFBIG: "file too large",
+  ETXTBSY: "text file busy",
+  ESTALE: "stale file handle",
 };
 
 /** Maps a node:fs error to a StorageError; `uri` is the object the operation was about. */
 export function fromFsError(error: unknown, uri: string, operation: FsOperation): StorageError {
   if (error instanceof StorageError) return error;
   const code = errorCode(error);
-  const detail = code !== undefined ? `${code}: ${FS_DETAIL[code] ?? describe(error)}` : describe(error);
+  // Node's message repeats the path (a server path, where `uri` may be shown under another name): the code says enough.
+  const detail = code !== undefined ? `${code}: ${FS_DETAIL[code] ?? "file system error"}` : "file system error";
   if (operation === "write") {
     return new StorageError("unwritable", uri, `${uri}: cannot write (${detail})`, error);
   }
@@ -121,11 +134,14 @@ export function fromS3Error(error: unknown, uri: string, bucket: string, endpoin
       error,
     );
   }
+  // The endpoint is the operator's address and the SDK's text may quote it: both go to the log only.
   if ((code !== undefined && NETWORK_CODES.has(code)) || name === "TimeoutError" || (status !== undefined && status >= 500)) {
-    const detail = code ?? name ?? (status !== undefined ? `HTTP ${status}` : describe(error));
-    return new StorageError("unavailable", uri, `${uri}: storage unavailable at ${where} (${detail})`, error);
+    const detail = code ?? name ?? (status !== undefined ? `HTTP ${status}` : "error");
+    console.error(`[storage] ${uri}: unavailable at ${where} (${detail}): ${describe(error)}`);
+    return new StorageError("unavailable", uri, `${uri}: storage unavailable (${detail})`, error);
   }
-  return new StorageError("unavailable", uri, `${uri}: storage request failed (${name ?? "error"}: ${describe(error)})`, error);
+  console.error(`[storage] ${uri}: request to ${where} failed (${name ?? "error"}): ${describe(error)}`);
+  return new StorageError("unavailable", uri, `${uri}: storage request failed (${name ?? "error"})`, error);
 }
 
 function errorCode(error: unknown): string | undefined {

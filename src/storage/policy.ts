@@ -3,7 +3,9 @@
  * client-named URI may reach (docs/security.md, "Storage"). A user-role key
  * reaches `<root>/<key id>/` inside each root, an admin key whole roots (and
  * the admin-only roots). File URIs are checked after `..` and symlinks are
- * resolved, so a link planted inside a root cannot lead out of it.
+ * resolved, so a link planted inside a root cannot lead out of it; a key's
+ * area is `<real root>/<key id>` by name, never followed, so an area that is
+ * itself a link (planted by anyone who can write in the root) leads nowhere.
  */
 import { lstat, realpath, stat } from "node:fs/promises";
 import { basename, dirname, isAbsolute, join, sep } from "node:path";
@@ -26,6 +28,12 @@ export type ConfinedUri = {
   shown: string;
   /** The client gave a name relative to its own area. */
   relative: boolean;
+  /**
+   * For a file:// object that exists: "dev:ino" of what was judged. A later
+   * open proves with it (fstat on the handle) that it holds this object, not
+   * one swapped in under the same name since.
+   */
+  identity?: string;
 };
 
 const SCHEME = /^[a-z][a-z0-9+.-]+:/i;
@@ -118,22 +126,46 @@ export class StoragePolicy {
       const canonical = `${location.url}${slash}`;
       return { uri: canonical, shown: relative ? uri : canonical, relative };
     }
+    // The file system cannot name it; left to realpath it would be a TypeError, not the client's error.
+    if (location.path.includes("\0")) throw new PlatformError(400, "invalid_uri", `${field}: "${uri}" contains a NUL character`, field);
     if (relative && !within(location.path, home as string, sep)) {
       throw this.forbidden(uri, viewer, field, "a relative name may not climb out of your area");
     }
     const real = await realLocation(location.path, () => this.forbidden(uri, viewer, field, "it goes through a symbolic link whose target does not exist"));
-    let allowed = false;
-    for (const area of areas) {
-      if (area.scheme !== "file") continue;
-      const realRoot = await realLocation(area.path, () => undefined).catch(() => area.path);
-      if (within(real, realRoot, sep)) {
-        allowed = true;
-        break;
-      }
+    const areasHere = await this.fileAreas(viewer);
+    const linked = areasHere.find((a) => a.linked && (within(location.path, a.named, sep) || within(location.path, a.real, sep)));
+    if (linked) {
+      throw this.forbidden(uri, viewer, field, `your area ${fileUrl(linked.named)}/ is a symbolic link, which is never followed; the operator must replace it with a directory`);
     }
-    if (!allowed) throw this.forbidden(uri, viewer, field);
+    // Inside the real root and, for a user key, inside <real root>/<key id> itself.
+    if (!areasHere.some((a) => within(real, a.root, sep) && within(real, a.real, sep))) throw this.forbidden(uri, viewer, field);
+    const identity = await identify(real, () => this.forbidden(uri, viewer, field, "it changed while it was being checked"));
     const withSlash = (p: string) => `${fileUrl(p)}${slash && p !== "/" ? "/" : ""}`;
-    return { uri: withSlash(real), shown: relative ? uri : withSlash(location.path), relative };
+    return { uri: withSlash(real), shown: relative ? uri : withSlash(location.path), relative, ...(identity ? { identity } : {}) };
+  }
+
+  /**
+   * The file areas of `viewer` as real locations: an admin's are whole roots
+   * (an operator's root may be a link, and is followed); a user's are
+   * `<real root>/<key id>`, with `linked` when that name is a symbolic link.
+   */
+  private async fileAreas(viewer: StorageViewer): Promise<{ named: string; root: string; real: string; linked: boolean }[]> {
+    const realOf = (path: string) => realLocation(path, () => undefined).catch(() => path);
+    if (viewer.role === "admin") {
+      const roots = [...this.roots, ...this.adminRoots].flatMap((r) => (r.scheme === "file" ? [r.path] : []));
+      return Promise.all(roots.map(async (path) => {
+        const real = await realOf(path);
+        return { named: path, root: real, real, linked: false };
+      }));
+    }
+    if (!SAFE_SEGMENT.test(viewer.id)) return [];
+    const roots = this.roots.flatMap((r) => (r.scheme === "file" ? [r.path] : []));
+    return Promise.all(roots.map(async (path) => {
+      const root = await realOf(path);
+      const real = `${root === sep ? "" : root}${sep}${viewer.id}`;
+      const linked = (await lstat(real).catch(() => undefined))?.isSymbolicLink() ?? false;
+      return { named: join(path, viewer.id), root, real, linked };
+    }));
   }
 
   /** The areas as the key may use them, for messages and GET /v1/storage. */
@@ -186,6 +218,24 @@ async function realLocation(path: string, dangling: () => Error | undefined): Pr
     if (error) throw error;
   }
   return join(await realLocation(parent, dangling), basename(path));
+}
+
+/**
+ * "dev:ino" of `real` (a path realpath gave) when it exists, undefined when
+ * not. A component swapped for a link between that realpath and this lstat
+ * would make it another object's identity: the path must still be real after.
+ */
+async function identify(real: string, changed: () => Error): Promise<string | undefined> {
+  let info;
+  try {
+    info = await lstat(real, { bigint: true });
+  } catch (e) {
+    const code = (e as { code?: string }).code;
+    if (code === "ENOENT" || code === "ENOTDIR") return undefined;
+    throw e;
+  }
+  if ((await realpath(real).catch(() => undefined)) !== real) throw changed();
+  return `${info.dev}:${info.ino}`;
 }
 
 /** Whether two file:// locations are the same file (hard links included), when both exist. */

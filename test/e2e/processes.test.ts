@@ -1,17 +1,21 @@
 /**
  * Processes leave nothing behind and kill nothing by mistake: `platform up`
- * killed outright, SIGHUP, a second Ctrl-C, a worker's drain deadline, and a
- * gateway that survives garbage on its reply stream.
+ * killed outright (its in-flight job handed back, its data kept for the next
+ * `up`), SIGHUP, a second Ctrl-C, a worker's drain deadline, and a gateway that
+ * survives garbage on its reply stream.
  */
+import { spawn } from "node:child_process";
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
+import { Queue } from "bullmq";
 import { Redis } from "ioredis";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { alive } from "../helpers/processes.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { QueueObserver } from "../helpers/queue-observer.ts";
-import { type Stack, sleep, startStack } from "../helpers/stack.ts";
+import { BIN, type Stack, sleep, startStack } from "../helpers/stack.ts";
+import { startEmbeddedRedis } from "../../src/control/embedded-redis.ts";
 
 type Status = { state: string; replica_list: { id: string; pid: number }[]; queue: { active: number } };
 
@@ -41,6 +45,20 @@ function exitOf(stack: Stack): Promise<{ code: number | null; signal: NodeJS.Sig
   const child = stack.process;
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
   return new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+}
+
+/** The id of the one job a worker holds on the `tiny` queue. */
+async function activeJob(redisUrl: string): Promise<string> {
+  const connection = new Redis(redisUrl, { maxRetriesPerRequest: null });
+  const queue = new Queue("tiny@v1", { connection, prefix: "platform" });
+  try {
+    const active = await queue.getActive();
+    expect(active.length).toBe(1);
+    return active[0]?.id as string;
+  } finally {
+    await queue.close();
+    connection.disconnect();
+  }
 }
 
 async function pidsOf(stack: Stack): Promise<{ workers: number[]; redis: number }> {
@@ -117,15 +135,58 @@ describe("one stack, attacked from inside", () => {
     await stack.waitFor(async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.state === "available", "a replacement");
   });
 
-  it("killed outright (SIGKILL), `up` leaves no worker and no Redis behind (within 10 s)", async () => {
+  it("killed outright (SIGKILL) mid-request, `up` leaves no worker and no Redis behind (within 10 s), and the job is handed back", async () => {
     await stack.waitFor(async () => (await pidsOf(stack)).workers.length === 1, "one replica");
     const { workers, redis } = await pidsOf(stack);
     expect(workers.every(alive) && alive(redis)).toBe(true);
     expect((await processesOf(stack.dataDir)).length).toBeGreaterThanOrEqual(3); // up, a worker, Redis (and its watchdog)
+    const long = client.completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 4000 }).catch((e: unknown) => e);
+    await stack.waitFor(async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.queue.active === 1, "the request to be in flight");
+    const jobId = await activeJob(stack.redisUrl);
     stack.process.kill("SIGKILL");
     await exitOf(stack);
     expect(await survivorsAfter(stack.dataDir, [...workers, redis], 10_000)).toEqual([]);
-  });
+    expect(await long).toBeInstanceOf(Error); // the gateway went with `up`
+    // Where the job ended up, as this data directory's Redis replays it from its AOF: the worker
+    // handed it back (Redis outlived `up` long enough), so no retry is spent and none is lost.
+    const again = await startEmbeddedRedis(join(stack.dataDir, "redis"), { onNote: () => undefined });
+    const connection = new Redis(again.url, { maxRetriesPerRequest: null });
+    const queue = new Queue("tiny@v1", { connection, prefix: "platform" });
+    try {
+      expect(await queue.getJobState(jobId)).toBe("waiting");
+      expect(await queue.getActiveCount()).toBe(0);
+    } finally {
+      await queue.close();
+      connection.disconnect();
+      await again.stop();
+    }
+  }, 120_000);
+
+  it("a second `up` on the same data directory keeps the admin key valid", async () => {
+    const env = { ...stack.env, PLATFORM_BASE_URL: undefined, PLATFORM_API_KEY: undefined };
+    const child = spawn(process.execPath, [BIN, "up", "--port", "0"], { env, stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    child.stdout.on("data", (d) => (out += d));
+    child.stderr.on("data", (d) => (out += d));
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    try {
+      const t0 = Date.now();
+      while (!/Press Ctrl-C to stop/.test(out)) {
+        if (child.exitCode !== null || Date.now() - t0 > 60_000) throw new Error(`the second \`up\` did not start:\n${out}`);
+        await sleep(50);
+      }
+      // The key the first `up` minted (MULTI/EXEC) came back with the AOF: nothing re-minted.
+      expect(out).not.toMatch(/not valid here|a new admin key replaces it/);
+      expect((out.match(/API key\s+(\S+)/) ?? [])[1]).toBe(stack.apiKey);
+      const baseUrl = (out.match(/base URL\s+(\S+)\/v1/) ?? [])[1] as string;
+      const res = await fetch(`${baseUrl}/admin/v1/endpoints/tiny`, { headers: { authorization: `Bearer ${stack.apiKey}` } });
+      expect(res.status).toBe(200);
+    } finally {
+      if (child.exitCode === null) child.kill("SIGINT");
+    }
+    expect(await exited).toBe(0);
+    expect(await survivorsAfter(stack.dataDir, [], 10_000)).toEqual([]);
+  }, 120_000);
 });
 
 describe("signals", () => {

@@ -225,6 +225,143 @@ describe("every URI a user key names is confined", () => {
   });
 });
 
+describe("results are the owner's only", () => {
+  it("another tenant cannot download a job's output, its batch or its uploaded file (404, as if absent)", async () => {
+    const a = users.a;
+    await mkdir(join(root, a.id), { recursive: true });
+    await writeFile(join(root, a.id, "mine.jsonl"), records(2, "a-private"));
+    const created = await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(root, a.id, "mine.jsonl"), output: "mine-out/" }, a.key);
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    const id = created.body.id as string;
+    expect(await until(id, ended, a.key)).toMatchObject({ state: "completed" });
+    const get = (path: string, key: string) => fetch(`${stack.baseUrl}${path}`, { headers: { authorization: `Bearer ${key}` } });
+    expect((await get(`/v1/batch-jobs/${id}/output`, a.key)).status).toBe(200);
+    for (const path of [`/v1/batch-jobs/${id}/output`, `/v1/batch-jobs/${id}`]) {
+      const res = await get(path, users.b.key);
+      expect(res.status, path).toBe(404);
+      expect(await res.text()).not.toContain("a-private");
+    }
+    const form = new FormData();
+    form.set("purpose", "batch");
+    form.set("file", new Blob([records(1, "a-upload")]), "a.jsonl");
+    const file = (await (await fetch(`${stack.baseUrl}/v1/files`, { method: "POST", headers: { authorization: `Bearer ${a.key}` }, body: form })).json()) as { id: string };
+    for (const path of [`/v1/files/${file.id}`, `/v1/files/${file.id}/content`]) {
+      const res = await get(path, users.b.key);
+      expect(res.status, path).toBe(404);
+      expect(await res.text()).not.toContain("a-upload");
+    }
+  });
+
+  it("downloading an output judges its location again: a directory on the way swapped for a link to another tenant's area is refused", async () => {
+    const { a, b } = users;
+    await mkdir(join(root, a.id), { recursive: true });
+    await writeFile(join(root, a.id, "swap.jsonl"), records(2, "a-own"));
+    const created = await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(root, a.id, "swap.jsonl"), output: `${root}/${a.id}/swap-out/` }, a.key);
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    const id = created.body.id as string;
+    expect(await until(id, ended, a.key)).toMatchObject({ state: "completed" });
+    // Tenant B has a result of the same name; tenant A points its own directory at B's.
+    await mkdir(join(root, b.id, "swap-out"), { recursive: true });
+    await writeFile(join(root, b.id, "swap-out", `${id}.jsonl`), '{"id":"b-secret"}\n');
+    await rename(join(root, a.id, "swap-out"), join(root, a.id, "swap-out.moved"));
+    await symlink(join(root, b.id, "swap-out"), join(root, a.id, "swap-out"));
+    const res = await fetch(`${stack.baseUrl}/v1/batch-jobs/${id}/output`, { headers: { authorization: `Bearer ${a.key}` } });
+    const text = await res.text();
+    expect(res.status, text).toBe(403);
+    expect(JSON.parse(text)).toMatchObject({ error: { code: "storage_forbidden" } });
+    expect(text).not.toContain("b-secret");
+  });
+});
+
+describe("links planted or swapped while a job runs", () => {
+  it("a link planted at the job's parts directory fails the job with storage_forbidden; nothing outside is written or deleted", async () => {
+    const { id } = users.a;
+    const queue = `parts-${randomUUID().slice(0, 8)}`;
+    const policy = new StoragePolicy({ roots: [{ scheme: "file", path: root }] });
+    const idle = new BatchJobs(ctl, { queue, storage: policy });
+    const area = join(root, id, "planted");
+    await mkdir(join(area, "res"), { recursive: true });
+    await writeFile(join(area, "in.jsonl"), records(3));
+    const victim = join(outside, "victim-parts");
+    await mkdir(victim, { recursive: true });
+    await writeFile(join(victim, "part-000000.jsonl"), "precious\n");
+    const created = (await idle.create({ model: MODEL, input: "planted/in.jsonl", output: "planted/res/" }, { id, role: "user" })) as BatchJobRecord;
+    // The job id is known before any coordinator sees the job: the link is in place first.
+    await symlink(victim, join(area, "res", `${created.id}.parts`));
+    const coordinator = await startBatchCoordinator(ctl, { ...loadSettings(), storageRoots: [{ scheme: "file", path: root }] }, { queue });
+    try {
+      const failed = await waitForJob(idle, created.id);
+      expect(failed).toMatchObject({ state: "failed", error: { code: "storage_forbidden" } });
+      expect(failed.error?.message).not.toContain(outside);
+    } finally {
+      await coordinator.stop();
+      await idle.close();
+    }
+    expect(await readdir(victim)).toEqual(["part-000000.jsonl"]);
+    expect(await readFile(join(victim, "part-000000.jsonl"), "utf8")).toBe("precious\n");
+    expect(existsSync(join(area, "res", `${created.id}.jsonl`))).toBe(false);
+  });
+
+  it("a parts directory swapped for a link mid-run: the job fails with storage_forbidden, keeps its parts, and writes and deletes nothing outside", async () => {
+    const { id, key } = users.a;
+    const area = join(root, id, "swapped");
+    await mkdir(area, { recursive: true });
+    // Long answers: the job is still running when the link goes in; it stops at its next part.
+    await writeFile(join(area, "in.jsonl"), records(200, "r", 64));
+    const victim = join(outside, "victim-swap");
+    await mkdir(victim, { recursive: true });
+    await writeFile(join(victim, "part-000001.jsonl"), "precious\n");
+    const res = await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(area, "in.jsonl"), output: `${area}/res/`, batch_size: 4, concurrency: 2 }, key);
+    expect(res.status, JSON.stringify(res.body)).toBe(201);
+    const jobId = res.body.id as string;
+    await until(jobId, (j) => j.counts.succeeded >= 4, key);
+    const parts = join(area, "res", `${jobId}.parts`);
+    await rename(parts, `${parts}.aside`);
+    await symlink(victim, parts);
+    const failed = await until(jobId, ended, key);
+    expect(failed).toMatchObject({ state: "failed", resumable: true });
+    // output_not_writable ("moved") only when the job looked between the rename and the symlink above.
+    expect(failed.error?.code).toMatch(/^(storage_forbidden|output_not_writable)$/);
+    expect(failed.error?.message).not.toContain(outside);
+    expect(failed.counts.succeeded).toBeLessThan(200);
+    expect(await readdir(victim)).toEqual(["part-000001.jsonl"]);
+    expect(await readFile(join(victim, "part-000001.jsonl"), "utf8")).toBe("precious\n");
+    // What it completed is kept where the job wrote it, never replaced by what the link leads to.
+    const kept = (await readdir(`${parts}.aside`)).filter((f) => f.startsWith("part-"));
+    expect(kept.length).toBeGreaterThanOrEqual(1);
+    const output = await fetch(`${stack.baseUrl}/v1/batch-jobs/${jobId}/output`, { headers: { authorization: `Bearer ${key}` } });
+    expect(await output.text()).not.toContain("precious");
+  });
+
+  it("an input swapped for a link to another tenant's file mid-run fails the job with input_changed; the other file is never read", async () => {
+    const { id, key } = users.a;
+    const area = join(root, id, "swapin");
+    await mkdir(area, { recursive: true });
+    const input = join(area, "in.jsonl");
+    await writeFile(input, records(200, "mine", 64));
+    const theirs = join(root, users.b.id, "theirs.jsonl");
+    await mkdir(join(root, users.b.id), { recursive: true });
+    await writeFile(theirs, records(200, "stolen", 2));
+    const res = await call("POST", "/v1/batch-jobs", { model: MODEL, input, output: `${area}/res/`, batch_size: 4, concurrency: 2 }, key);
+    expect(res.status, JSON.stringify(res.body)).toBe(201);
+    const jobId = res.body.id as string;
+    // Counted: the job has checked the input and read it once; the swap comes now.
+    await until(jobId, (j) => j.counts.total > 0, key);
+    await rm(input);
+    await symlink(theirs, input);
+    const failed = await until(jobId, ended, key);
+    expect(failed).toMatchObject({ state: "failed", error: { code: "input_changed" }, resumable: false, counts: { total: 200 } });
+    expect(failed.counts.succeeded).toBeLessThan(200);
+    const output = await fetch(`${stack.baseUrl}/v1/batch-jobs/${jobId}/output`, { headers: { authorization: `Bearer ${key}` } });
+    const body = output.status === 200 ? await output.text() : "";
+    expect(body).not.toContain("stolen");
+    for (const name of await readdir(join(area, "res"), { recursive: true })) {
+      const path = join(area, "res", name);
+      if (name.endsWith(".jsonl")) expect(await readFile(path, "utf8"), name).not.toContain("stolen");
+    }
+  });
+});
+
 describe("what comes back never holds input bytes or server paths", () => {
   it("an unparseable line's error is exactly `line N: not valid JSON (byte offset K)`", async () => {
     const { id, key } = users.a;
@@ -341,7 +478,7 @@ describe("the CLI where it does not share the gateway's files", () => {
     const got = (await readFile(join(local, "got.jsonl"), "utf8")).trimEnd().split("\n").map((l) => (JSON.parse(l) as { id: string }).id);
     expect(got).toEqual(Array.from({ length: 6 }, (_, i) => `cli${i}`));
     const id = run.stdout.split("\n")[0] as string;
-    expect(await job(id, users.b.key)).toMatchObject({ input: expect.stringMatching(/^file-/), output: "cli-outputs/" });
+    expect(await job(id, users.b.key)).toMatchObject({ input: expect.stringMatching(/^file-/), output: "batch-outputs/" });
     // Refused before any work when the local result exists.
     const again = await runCli(["inference", "batch", "--model", MODEL, "--input", join(local, "prompts.jsonl"), "--output", join(local, "got.jsonl")], env);
     expect(again.code).toBe(2);

@@ -3,10 +3,11 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Queue } from "bullmq";
 import { Redis } from "ioredis";
 import { afterAll, describe, expect, it } from "vitest";
 import { alive } from "../helpers/processes.ts";
-import { type EmbeddedRedis, startEmbeddedRedis } from "../../src/control/embedded-redis.ts";
+import { type EmbeddedRedis, isOurRedis, startEmbeddedRedis } from "../../src/control/embedded-redis.ts";
 
 const dirs: string[] = [];
 const children: ChildProcess[] = [];
@@ -82,15 +83,42 @@ describe("embedded Redis", () => {
     }
   });
 
-  it("reuses its password after a restart, so the AOF's data stays reachable", async () => {
+  it("reuses its password after a restart, and replays transactions, scripts and queue jobs from its AOF", async () => {
     const before = await readFile(redis.passwordFile, "utf8");
+    // What the platform writes atomically (API keys: MULTI/EXEC; BullMQ: Lua scripts, which
+    // Redis 7 logs as MULTI/EXEC) is what an AOF replay run as a disabled default user drops.
+    const writer = new Redis(redis.url);
+    expect(await writer.multi().set("tx:key", "1").hset("tx:hash", "field", "value").sadd("tx:set", "member").exec()).toHaveLength(3);
+    await writer.eval("redis.call('set', KEYS[1], ARGV[1]); redis.call('rpush', KEYS[2], ARGV[1]); return 1", 2, "lua:key", "lua:list", "x");
+    const queue = new Queue("restart", { connection: writer, prefix: "test" });
+    const job = await queue.add("kept", { n: 1 });
+    await queue.close();
+    writer.disconnect();
+
     await redis.stop();
     expect(alive(redis.pid)).toBe(false);
     redis = await startEmbeddedRedis(dir);
     expect(await readFile(redis.passwordFile, "utf8")).toBe(before);
+    expect(await readFile(join(dir, "redis.log"), "utf8")).not.toMatch(/NOPERM|CRITICAL/);
     const client = new Redis(redis.url);
-    expect(await client.get("kept")).toBe("yes");
-    client.disconnect();
+    try {
+      expect(await client.get("kept")).toBe("yes");
+      expect(await client.get("tx:key")).toBe("1");
+      expect(await client.hget("tx:hash", "field")).toBe("value");
+      expect(await client.smembers("tx:set")).toEqual(["member"]);
+      expect(await client.get("lua:key")).toBe("x");
+      expect(await client.lrange("lua:list", 0, -1)).toEqual(["x"]);
+      const again = new Queue("restart", { connection: client, prefix: "test" });
+      expect((await again.getJob(job.id as string))?.data).toEqual({ n: 1 });
+      expect(await again.getJobState(job.id as string)).toBe("waiting");
+      await again.close();
+    } finally {
+      client.disconnect();
+    }
+    // Still locked after the restart.
+    const port = Number(new URL(redis.url).port);
+    expect(await refusal(new Redis(port, "127.0.0.1", { maxRetriesPerRequest: 0, retryStrategy: () => null }))).toMatch(/NOAUTH/);
+    expect(await refusal(new Redis({ port, host: "127.0.0.1", username: "default", password: "guess", maxRetriesPerRequest: 0, retryStrategy: () => null }))).toMatch(/WRONGPASS/);
     await redis.stop();
   });
 
@@ -119,6 +147,37 @@ describe("embedded Redis", () => {
     expect(sleeper.signalCode).toBeNull();
   });
 
+  it("leaves alone a foreign redis-server that names another directory's redis.conf, with a relative data directory", async () => {
+    const root = await tempDir();
+    const other = join(root, "elsewhere", "redis");
+    await mkdir(other, { recursive: true, mode: 0o700 });
+    await mkdir(join(root, "redis"), { recursive: true, mode: 0o700 });
+    // A process titled redis-server whose command line names elsewhere/redis/redis.conf, which
+    // ends with "redis/redis.conf": what a relative data directory "redis" joins to.
+    const foreign = spawn(process.execPath, ["-e", "setInterval(() => undefined, 1000)", join(other, "redis.conf")], { argv0: "redis-server", cwd: other, stdio: "ignore" });
+    children.push(foreign);
+    const pid = foreign.pid as number;
+    const t0 = Date.now();
+    while (!(await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).includes("redis.conf")) {
+      if (Date.now() - t0 > 5_000) throw new Error("the foreign process did not start");
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await writeFile(join(root, "redis", "redis.pid"), `${pid}\n`);
+    const cwd = process.cwd();
+    process.chdir(root);
+    try {
+      expect(await isOurRedis(pid, "redis")).toBe(false);
+      expect(await isOurRedis(pid, other)).toBe(true); // the directory it does name
+      const r = await startEmbeddedRedis("redis");
+      await r.stop();
+    } finally {
+      process.chdir(cwd);
+    }
+    expect(alive(pid)).toBe(true);
+    expect(foreign.exitCode).toBeNull();
+    expect(foreign.signalCode).toBeNull();
+  });
+
   it("does stop a stale Redis of its own directory (it would hold the AOF)", async () => {
     const d = join(await tempDir(), "redis");
     await (await startEmbeddedRedis(d)).stop(); // leaves this directory's redis.conf
@@ -135,7 +194,7 @@ describe("embedded Redis", () => {
     await r.stop();
   });
 
-  it("stops when the process that started it is killed outright (SIGKILL), within 10 s", async () => {
+  it("stops when the process that started it is killed outright (SIGKILL), after a short grace, within 10 s", async () => {
     const d = join(await tempDir(), "redis");
     const module = new URL("../../src/control/embedded-redis.ts", import.meta.url).href;
     const script = `import { startEmbeddedRedis } from ${JSON.stringify(module)};
@@ -154,7 +213,9 @@ describe("embedded Redis", () => {
     const pid = Number(/PID (\d+)/.exec(out)?.[1]);
     expect(alive(pid)).toBe(true);
     parent.kill("SIGKILL");
-    expect(await waitGone(pid, 10_000)).toBe(true);
+    // Not at once: the workers of a killed `up` still need it to hand their jobs back.
+    expect(await waitGone(pid, 1_000)).toBe(false);
+    expect(await waitGone(pid, 9_000)).toBe(true);
     // It stopped with SIGTERM, the way that flushes the AOF: the log says so.
     expect(await readFile(join(d, "redis.log"), "utf8")).toMatch(/SIGTERM|shutdown/i);
   });

@@ -1,9 +1,10 @@
 /**
  * The storage policy on its own (src/storage/policy.ts): root parsing names
  * the setting at fault, areas are per key, prefixes match by whole segments,
- * and symbolic links are judged by where they lead.
+ * symbolic links are judged by where they lead, and a key's area that is
+ * itself a link is refused rather than followed.
  */
-import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
+import { lstat, mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -82,5 +83,55 @@ describe("storage roots", () => {
     await writeFile(join(area, "real.jsonl"), "y\n");
     await symlink(join(area, "real.jsonl"), join(area, "alias.jsonl"));
     await expect(policy.confine("alias.jsonl", user, "input")).resolves.toMatchObject({ uri: `file://${area}/real.jsonl`, shown: "alias.jsonl" });
+  });
+
+  it("refuses a key's area that is itself a symbolic link, wherever it leads", async () => {
+    const root = join(dir, "linked-root");
+    await mkdir(root, { recursive: true });
+    // Planted by anyone who can write in the root: the area leads to "/".
+    await symlink("/", join(root, user.id));
+    const policy = new StoragePolicy({ roots: [{ scheme: "file", path: root }] });
+    for (const uri of ["/etc/passwd", "/tmp/x/", `${root}/${user.id}/etc/passwd`, `file://${root}/${user.id}/x.jsonl`, "etc/passwd", "out/"]) {
+      const e = await refused(policy.confine(uri, user, uri.endsWith("/") ? "output" : "input"));
+      if (uri.includes(user.id) || !uri.startsWith("/")) expect(e.message, uri).toContain(`your area file://${root}/${user.id}/ is a symbolic link`);
+    }
+  });
+
+  it("refuses an area that is a link to another tenant's area inside the same root", async () => {
+    const root = join(dir, "shared-root");
+    const other = "key_bbbbbbbbbbbb";
+    await mkdir(join(root, other), { recursive: true });
+    await writeFile(join(root, other, "private.jsonl"), "theirs\n");
+    await symlink(join(root, other), join(root, user.id));
+    const policy = new StoragePolicy({ roots: [{ scheme: "file", path: root }] });
+    // The real path lies inside the real root, but not inside <real root>/<key id>.
+    await refused(policy.confine("private.jsonl", user, "input"));
+    await refused(policy.confine(join(root, user.id, "private.jsonl"), user, "input"));
+    await refused(policy.confine(join(root, other, "private.jsonl"), user, "input"));
+    // The other tenant, and an admin (whole roots, links followed), are unaffected.
+    await expect(policy.confine("private.jsonl", { id: other, role: "user" }, "input")).resolves.toMatchObject({ uri: `file://${root}/${other}/private.jsonl` });
+    await expect(policy.confine(join(root, other, "private.jsonl"), admin, "input")).resolves.toMatchObject({ uri: `file://${root}/${other}/private.jsonl` });
+  });
+
+  it("follows a root that is a link (the operator's), but judges areas under its real path", async () => {
+    const real = join(dir, "real-root");
+    await mkdir(join(real, user.id), { recursive: true });
+    await writeFile(join(real, user.id, "in.jsonl"), "x\n");
+    await symlink(real, join(dir, "root-link"));
+    const policy = new StoragePolicy({ roots: [{ scheme: "file", path: join(dir, "root-link") }] });
+    await expect(policy.confine("in.jsonl", user, "input")).resolves.toMatchObject({ uri: `file://${real}/${user.id}/in.jsonl`, shown: "in.jsonl" });
+  });
+
+  it("gives the identity of an existing object it judged, so a later open can prove it is the same", async () => {
+    const policy = new StoragePolicy({ roots: [{ scheme: "file", path: join(dir, "root") }] });
+    await writeFile(join(dir, "root", user.id, "ident.jsonl"), "x\n");
+    const info = await lstat(join(dir, "root", user.id, "ident.jsonl"), { bigint: true });
+    expect((await policy.confine("ident.jsonl", user, "input")).identity).toBe(`${info.dev}:${info.ino}`);
+    expect((await policy.confine("not-yet.jsonl", user, "output")).identity).toBeUndefined();
+  });
+
+  it("answers a NUL character with 400 invalid_uri, not a crash", async () => {
+    const policy = new StoragePolicy({ roots: [{ scheme: "file", path: join(dir, "root") }] });
+    await expect(policy.confine(`file://${dir}/root/${user.id}/a%00b.jsonl`, user, "input")).rejects.toMatchObject({ status: 400, code: "invalid_uri" });
   });
 });

@@ -5,7 +5,7 @@
  * has to keep up to `parallel` requests open at once. How deployment fields map
  * to flags, and which are not applied, is in docs/engines.md ("vLLM").
  */
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -15,6 +15,7 @@ import type { DeploymentConfig, Resources, Runtime } from "../../src/contracts/d
 import type { FinishReason, SamplingParams, Usage } from "../../src/contracts/job.ts";
 import { PlatformError } from "../../src/errors.ts";
 import { freePort } from "../../src/net.ts";
+import { spawnWatched } from "../../src/watchdog.ts";
 import { type Engine, type GenerationHooks, plainChatPrompt, type TextOutput, type TextRequest, usage } from "./engine.ts";
 
 export type VllmOptions = {
@@ -53,6 +54,8 @@ export const VLLM_QUANTIZATION = { int8: "fp8", int4: "bitsandbytes" } as const;
 const DEFAULT_START_TIMEOUT_MS = 15 * 60_000;
 const DEFAULT_STOP_GRACE_MS = 30_000;
 const HEALTH_POLL_MS = 500;
+/** A worker killed outright: vLLM gets SIGTERM at once, and its whole group SIGKILL this much later. */
+const ORPHAN_KILL_AFTER_S = 30;
 /** Lines of the child's output kept for error messages. */
 const OUTPUT_TAIL_LINES = 30;
 
@@ -150,8 +153,10 @@ class VllmProcess {
 
   constructor(bin: string, args: string[], env: NodeJS.ProcessEnv, log: (line: string) => void) {
     this.bin = bin;
-    // Own process group: vLLM starts engine-core and tensor-parallel workers, and all of them must go when it does.
-    this.child = spawn(bin, args, { env, stdio: ["ignore", "pipe", "pipe"], detached: true });
+    // Under the pipe watchdog (src/watchdog.ts): a worker killed outright (SIGKILL, OOM) runs no
+    // exit handler, and vLLM would hold the GPU on. Its own process group: vLLM starts engine-core
+    // and tensor-parallel workers, and all of them must go when it does.
+    this.child = spawnWatched(bin, args, { env, output: "pipe", killAfterSeconds: ORPHAN_KILL_AFTER_S }).process;
     this.pid = this.child.pid;
     const closed: Promise<unknown>[] = [];
     for (const stream of [this.child.stdout, this.child.stderr]) {
@@ -205,12 +210,35 @@ class VllmProcess {
     this.signal("SIGTERM");
     if (!(await settlesWithin(this.exited, graceMs))) this.signal("SIGKILL");
     await this.exited;
+    // The watchdog can end a moment before the rest of its group: vLLM itself after a SIGKILL (no
+    // longer its child to reap), what vLLM started. Disposed means the GPU is free: wait for all.
+    if (!(await this.groupGone(2_000))) {
+      this.signal("SIGKILL");
+      await this.groupGone(2_000);
+    }
+  }
+
+  private async groupGone(ms: number): Promise<boolean> {
+    if (this.pid === undefined) return true;
+    const deadline = Date.now() + ms;
+    for (;;) {
+      try {
+        process.kill(-this.pid, 0);
+      } catch {
+        return true;
+      }
+      if (Date.now() >= deadline) return false;
+      await sleep(20);
+    }
   }
 
   private async startError(): Promise<PlatformError> {
     const exit = this.exit as ExitInfo;
-    if (exit.error) {
-      return new PlatformError(500, "engine_start_failed", `could not run vLLM ("${this.bin}"): ${exit.error.message}. Install vLLM on this node or set VLLM_BIN to its executable.`);
+    // 127/126: the watchdog's shell found no such executable, or could not run it.
+    if (exit.error || exit.code === 127 || exit.code === 126) {
+      await settlesWithin(this.outputClosed, 2_000);
+      const why = exit.error?.message ?? (this.tail.at(-1) || `exit code ${exit.code}`);
+      return new PlatformError(500, "engine_start_failed", `could not run vLLM ("${this.bin}"): ${why}. Install vLLM on this node or set VLLM_BIN to its executable.`);
     }
     // The last lines usually say why (a traceback, "CUDA out of memory", …); let the pipes drain first.
     await settlesWithin(this.outputClosed, 2_000);
@@ -246,7 +274,7 @@ export class VllmEngine implements Engine {
     this.stopGraceMs = stopGraceMs;
   }
 
-  /** The child's process id (its process group has the same id). */
+  /** The id of the process group holding `vllm serve`, its watchdog and all vLLM starts. */
   get pid(): number | undefined {
     return this.server.pid;
   }
