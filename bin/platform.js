@@ -8,4 +8,11 @@ if (major < 24) {
   );
   process.exit(1);
 }
-await import("../src/cli/main.ts");
+// `--version` alone answers without loading the CLI (scripts and health checks call it often).
+const args = process.argv.slice(2);
+if (args.length === 1 && (args[0] === "--version" || args[0] === "-v")) {
+  const { readFileSync } = await import("node:fs");
+  console.log(JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")).version);
+} else {
+  await import("../src/cli/main.ts");
+}

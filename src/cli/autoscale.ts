@@ -10,7 +10,7 @@ import { parse as parseYaml } from "yaml";
 import { describeAutoscaling, formatDuration, parseAutoscalingConfig } from "../contracts/autoscaling.ts";
 import type { AutoscalingStatus } from "../control/autoscaling.ts";
 import { ApiClient } from "./client.ts";
-import { CliError } from "./credentials.ts";
+import { CliError } from "./errors.ts";
 import { printJson, printTable } from "./output.ts";
 
 type Flags = { config?: string; json?: boolean };

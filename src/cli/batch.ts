@@ -15,7 +15,8 @@ import { isStorageError } from "../storage/errors.ts";
 import { writeFileAtomically } from "../storage/shared.ts";
 import { fileUrl } from "../storage/uri.ts";
 import { ApiClient } from "./client.ts";
-import { CliError, type Credentials, resolveCredentials } from "./credentials.ts";
+import { CliError } from "./errors.ts";
+import { type Credentials, resolveCredentials } from "./credentials.ts";
 import { printJson, printTable } from "./output.ts";
 
 type SubmitFlags = {

@@ -1,6 +1,7 @@
 /** The management API client the CLI commands share. */
 import type { Readable } from "node:stream";
-import { CliError, type Credentials, resolveCredentials } from "./credentials.ts";
+import { CliError } from "./errors.ts";
+import { type Credentials, resolveCredentials } from "./credentials.ts";
 
 export class ApiClient {
   private readonly creds: Credentials;

@@ -3,6 +3,7 @@ import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { dirname, join } from "node:path";
 import { z } from "zod";
+import { CliError } from "./errors.ts";
 
 export const Credentials = z.object({ base_url: z.string().url(), api_key: z.string().min(1) });
 export type Credentials = z.infer<typeof Credentials>;
@@ -46,11 +47,3 @@ export async function resolveCredentials(): Promise<Credentials> {
   return { base_url: base_url.replace(/\/+$/, ""), api_key };
 }
 
-/** An error the CLI reports as one line, without a stack trace. */
-export class CliError extends Error {
-  readonly exitCode: number;
-  constructor(message: string, exitCode = 1) {
-    super(message);
-    this.exitCode = exitCode;
-  }
-}

@@ -8,7 +8,7 @@ import type { EndpointStatus } from "../control/status.ts";
 import { registerAutoscale } from "./autoscale.ts";
 import { registerBatch } from "./batch.ts";
 import { ApiClient } from "./client.ts";
-import { CliError } from "./credentials.ts";
+import { CliError } from "./errors.ts";
 import { printJson, printTable } from "./output.ts";
 
 type DeployFlags = {

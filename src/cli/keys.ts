@@ -7,7 +7,8 @@ import { type Control, connectControl, maskRedisUrl } from "../control/redis.ts"
 import { PlatformError } from "../errors.ts";
 import { loadSettings } from "../settings.ts";
 import { ApiClient } from "./client.ts";
-import { CliError, writeCredentials } from "./credentials.ts";
+import { CliError } from "./errors.ts";
+import { writeCredentials } from "./credentials.ts";
 import { printJson, printTable } from "./output.ts";
 
 type PublicKey = Omit<ApiKeyRecord, "hash">;

@@ -1,12 +1,26 @@
-/** The `platform` command: one module per command group. */
+/**
+ * The `platform` command: one module per command group, loaded only when its
+ * command runs. Loading every group costs about a second (the gateway, the
+ * Kubernetes client, node-llama-cpp); `platform --version` or
+ * `inference status` need none of that.
+ */
 import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
-import { CliError } from "./credentials.ts";
-import { registerInference } from "./inference.ts";
-import { registerKeys } from "./keys.ts";
-import { registerRoles } from "./roles.ts";
-import { registerTraining } from "./training.ts";
-import { registerUp } from "./up.ts";
+import { CliError } from "./errors.ts";
+
+type Register = (program: Command) => void;
+
+/** Top-level command → the module that registers it (`auth` lives with `keys`, the roles together). */
+const GROUPS: Record<string, () => Promise<Register>> = {
+  up: async () => (await import("./up.ts")).registerUp,
+  training: async () => (await import("./training.ts")).registerTraining,
+  inference: async () => (await import("./inference.ts")).registerInference,
+  keys: async () => (await import("./keys.ts")).registerKeys,
+  auth: async () => (await import("./keys.ts")).registerKeys,
+  gateway: async () => (await import("./roles.ts")).registerRoles,
+  worker: async () => (await import("./roles.ts")).registerRoles,
+  scaler: async () => (await import("./roles.ts")).registerRoles,
+};
 
 const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
 
@@ -18,11 +32,25 @@ const program = new Command()
   .showHelpAfterError()
   .exitOverride();
 
-registerUp(program);
-registerTraining(program);
-registerInference(program);
-registerKeys(program);
-registerRoles(program);
+/**
+ * The groups this command line needs: the named command's own; none for a bare `--version`;
+ * all of them otherwise (help, or a command that does not exist, so the error lists the real ones).
+ */
+function groupsFor(args: string[]): (() => Promise<Register>)[] {
+  const word = args.find((a) => !a.startsWith("-"));
+  const named = word === undefined ? undefined : GROUPS[word];
+  if (named) return [named];
+  if (word === undefined && args.some((a) => a === "-v" || a === "--version")) return [];
+  return Object.values(GROUPS);
+}
+
+const registered = new Set<Register>();
+for (const load of groupsFor(process.argv.slice(2))) {
+  const register = await load();
+  if (registered.has(register)) continue;
+  registered.add(register);
+  register(program);
+}
 
 try {
   await program.parseAsync(process.argv);

@@ -7,7 +7,7 @@ import { startGateway } from "../gateway/app.ts";
 import { loadSettings } from "../settings.ts";
 import { runScalerProcess } from "../../scaler/main.ts";
 import { runWorkerProcess } from "../../workers/main.ts";
-import { CliError } from "./credentials.ts";
+import { CliError } from "./errors.ts";
 import { describeBootstrap, runBootstrap } from "./keys.ts";
 
 export function registerRoles(program: Command): void {

@@ -5,7 +5,7 @@ import { Transform } from "node:stream";
 import type { Command } from "commander";
 import type { ModelVersionRecord } from "../contracts/records.ts";
 import { ApiClient } from "./client.ts";
-import { CliError } from "./credentials.ts";
+import { CliError } from "./errors.ts";
 import { formatBytes, formatCount, printJson, printTable } from "./output.ts";
 import { progressReporter } from "./progress.ts";
 import { SOURCE_SCHEMES } from "../registry/sources.ts";

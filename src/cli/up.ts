@@ -25,7 +25,8 @@ import { listModelVersions } from "../registry/versions.ts";
 import { loadSettings } from "../settings.ts";
 import { openStore } from "../storage/index.ts";
 import { parseStorageRoot, type StorageRoot } from "../storage/policy.ts";
-import { CliError, credentialsPath, readCredentials, writeCredentials } from "./credentials.ts";
+import { CliError } from "./errors.ts";
+import { credentialsPath, readCredentials, writeCredentials } from "./credentials.ts";
 import { runBootstrap } from "./keys.ts";
 import { progressReporter } from "./progress.ts";
 
@@ -117,13 +118,15 @@ async function up(flags: UpFlags): Promise<void> {
     await shutdown("error");
     return;
   }
-  const credsFile = await writeCredentials({ base_url: gateway.url, api_key: apiKey });
+  // A refused bootstrap key is no credential: the file keeps what it had.
+  const credsFile = apiKey ? await writeCredentials({ base_url: gateway.url, api_key: apiKey }) : undefined;
   log("");
   log("platform is up");
   log(`  base URL   ${gateway.url}/v1`);
   if (endpointName) log(`  endpoint   ${endpointName} (starting; \`platform inference status ${endpointName}\`)`);
-  log(`  API key    ${settings.bootstrapAdminKey ? "the one in PLATFORM_BOOTSTRAP_ADMIN_KEY" : apiKey}`);
-  log(`             (saved to ${credsFile} for the CLI)`);
+  if (!settings.bootstrapAdminKey) log(`  API key    ${apiKey}`);
+  else log(`  API key    the one in PLATFORM_BOOTSTRAP_ADMIN_KEY${apiKey ? "" : " was refused (see above); the admin key registered before still works"}`);
+  if (credsFile) log(`             (saved to ${credsFile} for the CLI)`);
   log(`  data dir   ${settings.dataDir}`);
   // Never the password: terminals are scrolled back, logs are shared.
   log(`  redis      ${maskRedisUrl(redisUrl)}${redis ? ` (embedded, AOF on; password in ${redis.passwordFile})` : ""}`);
@@ -150,13 +153,22 @@ function bounded(work: Promise<unknown>, ms: number): Promise<unknown> {
 
 /**
  * The operator's PLATFORM_BOOTSTRAP_ADMIN_KEY when set (compose: never minted,
- * never printed); else the key in the credentials file when it is valid here;
- * otherwise a newly minted admin key.
+ * never printed; undefined when refused because another one is registered);
+ * else the key in the credentials file when it is valid here; otherwise a
+ * newly minted admin key.
  */
-async function bootstrapKey(ctl: Control, fromOperator: string | undefined): Promise<string> {
+async function bootstrapKey(ctl: Control, fromOperator: string | undefined): Promise<string | undefined> {
   if (fromOperator) {
-    await runBootstrap(ctl, fromOperator, "REDIS_URL");
-    return fromOperator;
+    try {
+      await runBootstrap(ctl, fromOperator, "REDIS_URL");
+      return fromOperator;
+    } catch (e) {
+      // As the gateway role does: a changed Secret must not take the platform down (compose would
+      // restart it forever), and the admin key registered before still works. A weak key still stops it.
+      if (!(e instanceof CliError) || e.exitCode !== 1) throw e;
+      console.error(`bootstrap: ${e.message}`);
+      return undefined;
+    }
   }
   const existing = await readCredentials();
   if (existing && (await verifyApiKey(ctl, existing.api_key))?.role === "admin") return existing.api_key;
