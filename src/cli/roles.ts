@@ -1,14 +1,11 @@
-/** The long-running roles one image runs: `platform gateway`, `platform worker` and `platform scaler`. */
+/**
+ * The long-running roles one image runs: `platform gateway`, `platform worker` and `platform scaler`.
+ * Each loads only its own code: a worker has no use for the gateway or the Kubernetes client,
+ * and every replica would pay for them in memory (about 50 MiB).
+ */
 import type { Command } from "commander";
-import { weakKeyReason } from "../control/apikeys.ts";
-import { connectControl, maskRedisUrl } from "../control/redis.ts";
-import { startBatchCoordinator } from "../batch/index.ts";
-import { startGateway } from "../gateway/app.ts";
 import { loadSettings } from "../settings.ts";
-import { runScalerProcess } from "../../scaler/main.ts";
-import { runWorkerProcess } from "../../workers/main.ts";
 import { CliError } from "./errors.ts";
-import { describeBootstrap, runBootstrap } from "./keys.ts";
 
 export function registerRoles(program: Command): void {
   program
@@ -19,6 +16,13 @@ export function registerRoles(program: Command): void {
     .action(async (opts: { host: string; port: string }) => {
       const settings = loadSettings();
       if (!settings.redisUrl) throw new CliError("REDIS_URL is not set; the gateway needs the platform's Redis", 2);
+      const [{ weakKeyReason }, { connectControl, maskRedisUrl }, { startBatchCoordinator }, { startGateway }, { describeBootstrap, runBootstrap }] = await Promise.all([
+        import("../control/apikeys.ts"),
+        import("../control/redis.ts"),
+        import("../batch/index.ts"),
+        import("../gateway/app.ts"),
+        import("./keys.ts"),
+      ]);
       const ctl = connectControl(settings.redisUrl, settings.prefix);
       if (settings.bootstrapAdminKey) {
         // Every start runs it (idempotent), so a cluster needs no separate first-run step.
@@ -53,6 +57,7 @@ export function registerRoles(program: Command): void {
     .option("--replica-id <id>", "replica id (default: generated)")
     .option("--health-port <port>", "serve /livez and /readyz on this port")
     .action(async (opts: { endpoint: string; replicaId?: string; healthPort?: string }) => {
+      const { runWorkerProcess } = await import("../../workers/main.ts");
       await runWorkerProcess({ endpoint: opts.endpoint, replicaId: opts.replicaId, healthPort: opts.healthPort ? Number(opts.healthPort) : undefined });
     });
 
@@ -68,6 +73,7 @@ export function registerRoles(program: Command): void {
       const intervalMs = positive("--interval-ms", opts.intervalMs);
       const leaseTtlMs = opts.leaseTtlMs === undefined ? undefined : positive("--lease-ttl-ms", opts.leaseTtlMs);
       if (!loadSettings().redisUrl) throw new CliError("REDIS_URL is not set; the scaler needs the platform's Redis", 2);
+      const { runScalerProcess } = await import("../../scaler/main.ts");
       await runScalerProcess({ backend: opts.backend, intervalMs, leaseTtlMs, holderId: opts.holderId });
     });
 }
