@@ -5,7 +5,7 @@ import { z } from "zod";
 import { describeIssues } from "./contracts/deployment.ts";
 import { parseStorageRoots, type StorageRoot } from "./storage/policy.ts";
 import { parseCidr } from "./registry/addresses.ts";
-import type { SourcePolicy } from "./registry/sources.ts";
+import { DEFAULT_HF_ENDPOINT, type SourcePolicy } from "./registry/sources.ts";
 
 /** "true"/"false" (or 1/0): z.coerce.boolean would read "false" as true. */
 const Flag = z.enum(["true", "false", "1", "0", ""]).default("false").transform((v) => v === "true" || v === "1");
@@ -38,6 +38,17 @@ const Env = z.object({
   }),
   PLATFORM_SOURCES_TIMEOUT_MS: z.coerce.number().int().positive().default(4 * 3600_000),
   PLATFORM_SOURCES_IDLE_TIMEOUT_MS: z.coerce.number().int().positive().default(60_000),
+  /** Sent with hf:// downloads, to HF_ENDPOINT's origin only. */
+  HF_TOKEN: z.string().min(1).optional(),
+  /** huggingface_hub's name and meaning: the Hub or a mirror; hf:// sources resolve there, and HF_TOKEN goes only there. */
+  HF_ENDPOINT: z
+    .string()
+    .default(DEFAULT_HF_ENDPOINT)
+    .refine((text) => {
+      const u = URL.canParse(text) ? new URL(text) : undefined;
+      return u !== undefined && (u.protocol === "https:" || u.protocol === "http:") && !u.username && !u.password && !u.search && !u.hash;
+    }, "expected the http(s) base URL of the Hugging Face Hub or a mirror, without credentials, query or fragment (https://huggingface.co)")
+    .transform((text) => text.replace(/\/+$/, "")),
 });
 
 export type Settings = {
@@ -99,6 +110,8 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
       totalTimeoutMs: e.PLATFORM_SOURCES_TIMEOUT_MS,
       idleTimeoutMs: e.PLATFORM_SOURCES_IDLE_TIMEOUT_MS,
       maxRedirects: 5,
+      hfEndpoint: e.HF_ENDPOINT,
+      hfToken: e.HF_TOKEN,
     },
     bootstrapAdminKey: e.PLATFORM_BOOTSTRAP_ADMIN_KEY,
   };

@@ -1,3 +1,4 @@
+/** The deployment files as shipped: kustomize overlays against the real Kubernetes schemas, the files beside them, docker-compose.yml and the Dockerfile. */
 import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { delimiter, join } from "node:path";
@@ -302,5 +303,89 @@ describe("deploy/ files outside kustomize", () => {
       expect(panel.gridPos.x + panel.gridPos.w).toBeLessThanOrEqual(24);
       for (const target of panel.targets as Json[]) expect(`${target.expr}`.split("(").length).toBe(`${target.expr}`.split(")").length);
     }
+  });
+});
+
+/** A compose `environment:` in either form (map or `KEY=value` list) as a map. */
+function environmentOf(service: Json): Record<string, string> {
+  const env = service.environment ?? {};
+  if (!Array.isArray(env)) return Object.fromEntries(Object.entries(env).map(([k, v]) => [k, String(v)]));
+  return Object.fromEntries((env as string[]).map((line) => [line.split("=")[0]!, line.slice(line.indexOf("=") + 1)]));
+}
+
+/** The Dockerfile's instructions (continuations joined, comments dropped), grouped by stage. */
+function dockerStages(text: string): { instruction: string; args: string }[][] {
+  const stages: { instruction: string; args: string }[][] = [];
+  for (const line of text.replace(/\\\n/g, " ").split("\n")) {
+    const m = /^\s*([A-Za-z]+)\s+(.*)$/.exec(line);
+    if (!m || line.trimStart().startsWith("#")) continue;
+    const instruction = m[1]!.toUpperCase();
+    if (instruction === "FROM") stages.push([]);
+    stages.at(-1)?.push({ instruction, args: m[2]!.trim() });
+  }
+  return stages;
+}
+
+describe("docker-compose.yml and the Dockerfile", () => {
+  const composeText = readFileSync(join(ROOT, "docker-compose.yml"), "utf8");
+  const compose = parse(composeText) as Json;
+
+  it("compose: Redis needs the password from REDIS_PASSWORD and keeps its data (AOF, noeviction)", () => {
+    const redis = compose.services.redis as Json;
+    const command = ([] as string[]).concat(redis.command).join(" ");
+    // `$$` is compose's escape for `$`: the container's shell expands it, so the value is not in the command compose stores.
+    expect(command).toMatch(/--requirepass "?\$\$REDIS_PASSWORD"?(\s|$)/);
+    expect(command).toMatch(/--appendonly yes(\s|$)/);
+    expect(command).toMatch(/--maxmemory-policy noeviction(\s|$)/);
+    expect(Object.keys(environmentOf(redis))).toContain("REDIS_PASSWORD");
+  });
+
+  it("compose: the two secrets are required (${VAR:?message}) with no default, and no secret-looking literal ships", () => {
+    const platform = compose.services.platform as Json;
+    for (const [service, variable] of [
+      ["redis", "REDIS_PASSWORD"],
+      ["platform", "REDIS_PASSWORD"],
+      ["platform", "PLATFORM_BOOTSTRAP_ADMIN_KEY"],
+    ] as const) {
+      const value = environmentOf(compose.services[service])[variable];
+      expect(value, `${service}.${variable}`).toMatch(new RegExp(`^\\$\\{${variable}:\\?[^}]*\\S[^}]*\\}$`));
+    }
+    // Nowhere in the file does either get a default (`:-`, `-`) or a literal value.
+    for (const variable of ["REDIS_PASSWORD", "PLATFORM_BOOTSTRAP_ADMIN_KEY"]) {
+      for (const use of composeText.matchAll(new RegExp(`\\$\\{${variable}([^}]*)\\}`, "g"))) expect(use[1], use[0]).toMatch(/^:\?/);
+    }
+    expect(environmentOf(platform).REDIS_URL).not.toMatch(/:[^/@]+@/);
+    expect(composeText).not.toMatch(/[0-9a-f]{32,}/i);
+    expect(composeText).not.toMatch(/sk-plat-/);
+  });
+
+  it("compose: the platform keeps its state on a named volume at /data, the CLI's config included", () => {
+    const platform = compose.services.platform as Json;
+    const mounts = (platform.volumes as (string | Json)[]).map((v) =>
+      typeof v === "string" ? { source: v.split(":")[0]!, target: v.split(":")[1]! } : { source: v.source as string, target: v.target as string },
+    );
+    const data = mounts.find((m) => m.target === "/data");
+    expect(data, "a volume mounted at /data").toBeDefined();
+    // A named volume, declared at the top level: not a host path, not anonymous.
+    expect(data!.source).toMatch(/^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/);
+    expect(Object.keys(compose.volumes ?? {})).toContain(data!.source);
+    expect(environmentOf(platform).PLATFORM_CONFIG_DIR).toMatch(/^\/data\/./);
+  });
+
+  it("Dockerfile: the final stage runs as a non-root user, through an absolute ENTRYPOINT, with CMD [\"gateway\"]", () => {
+    const stages = dockerStages(readFileSync(join(ROOT, "Dockerfile"), "utf8"));
+    expect(stages.length).toBeGreaterThan(0);
+    const final = stages.at(-1)!;
+    const last = (instruction: string) => final.filter((i) => i.instruction === instruction).at(-1)?.args;
+    const user = last("USER");
+    expect(user, "the final stage sets USER").toBeDefined();
+    const [name, group] = user!.split(":");
+    expect(name).not.toMatch(/^(root|0)$/);
+    if (group !== undefined) expect(group).not.toMatch(/^(root|0)$/);
+    // Exec form (JSON), so signals reach node and no shell is involved.
+    const entrypoint = JSON.parse(last("ENTRYPOINT") ?? "null") as string[] | null;
+    expect(Array.isArray(entrypoint)).toBe(true);
+    expect(entrypoint!.at(-1)).toMatch(/^\/\S+\/platform\.js$/);
+    expect(JSON.parse(last("CMD") ?? "null")).toEqual(["gateway"]);
   });
 });

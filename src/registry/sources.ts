@@ -23,6 +23,10 @@ export type SourcePolicy = {
   /** No byte (or no answer) for this long fails the download. */
   idleTimeoutMs: number;
   maxRedirects: number;
+  /** The Hugging Face Hub or a mirror that hf:// names resolve against (HF_ENDPOINT); the token goes to its origin only. */
+  hfEndpoint: string;
+  /** HF_TOKEN: for gated and private repositories. */
+  hfToken?: string;
 };
 
 export type SourceProgress = { received: number; total: number | null };
@@ -45,11 +49,23 @@ export function checkSourceScheme(source: string): void {
   throw new PlatformError(400, "invalid_source", `source: the "${scheme}:" scheme is not supported; use ${SOURCE_SCHEMES}`, "source");
 }
 
-/** `hf://org/repo/path/file.gguf` (optionally `hf://org/repo@revision/...`) as a download URL. */
-export function huggingFaceUrl(uri: string): string {
+/** huggingface_hub's default for HF_ENDPOINT. */
+export const DEFAULT_HF_ENDPOINT = "https://huggingface.co";
+
+/**
+ * `hf://org/repo/path/file.gguf` (optionally `hf://org/repo@revision/...`) as a
+ * download URL on `endpoint`, in huggingface_hub's form `<endpoint>/<org>/<repo>/resolve/<revision>/<file>`.
+ * Each part is percent-encoded and `.`/`..` segments are refused, so the name
+ * cannot step out of the repository's `resolve/` path on the endpoint (where the token goes).
+ */
+export function huggingFaceUrl(uri: string, endpoint: string = DEFAULT_HF_ENDPOINT): string {
   const m = uri.match(/^hf:\/\/([^/]+)\/([^/@]+)(?:@([^/]+))?\/(.+)$/);
-  if (!m) throw new PlatformError(400, "invalid_source", `${uri}: expected hf://<org>/<repo>[@<revision>]/<file>`, "source");
-  return `https://huggingface.co/${m[1]}/${m[2]}/resolve/${m[3] ?? "main"}/${m[4]}`;
+  const segments = m ? [m[1]!, m[2]!, m[3] ?? "main", ...m[4]!.split("/")] : [];
+  if (!m || segments.some((s) => s === "" || s === "." || s === "..")) {
+    throw new PlatformError(400, "invalid_source", `${uri}: expected hf://<org>/<repo>[@<revision>]/<file>`, "source");
+  }
+  const [org, repo, revision, ...file] = segments.map(encodeURIComponent);
+  return `${endpoint.replace(/\/+$/, "")}/${org}/${repo}/resolve/${revision}/${file.join("/")}`;
 }
 
 function forbidden(kind: string, hop: string): PlatformError {
@@ -97,23 +113,23 @@ export async function openRemoteSource(
   source: string,
   policy: SourcePolicy,
   onProgress?: (p: SourceProgress) => void,
-  env: NodeJS.ProcessEnv = process.env,
 ): Promise<Transform> {
-  const start = /^hf:\/\//i.test(source) ? huggingFaceUrl(source) : source;
+  const hf = /^hf:\/\//i.test(source);
+  const start = hf ? huggingFaceUrl(source, policy.hfEndpoint) : source;
   let url: URL;
   try {
     url = new URL(start);
   } catch {
     throw new PlatformError(400, "invalid_source", "source: not a valid URL", "source");
   }
-  const origin = url.origin;
+  const hubOrigin = hf ? new URL(policy.hfEndpoint).origin : undefined;
   const deadline = Date.now() + policy.totalTimeoutMs;
   let previous: URL | undefined;
   for (let hop = 0; ; hop++) {
     checkHop(url, policy, previous);
     const headers: Record<string, string> = { "user-agent": "platform-model-import" };
-    // The Hugging Face token goes to Hugging Face only, never to the CDN it redirects to.
-    if (/^hf:\/\//i.test(source) && env.HF_TOKEN && url.origin === origin) headers.authorization = `Bearer ${env.HF_TOKEN}`;
+    // The Hugging Face token goes to the Hub (HF_ENDPOINT's origin) only, never to the CDN it redirects to.
+    if (hubOrigin !== undefined && policy.hfToken && url.origin === hubOrigin) headers.authorization = `Bearer ${policy.hfToken}`;
     const res = await get(url, headers, policy, deadline, previous ? "a redirect goes to" : "the host resolves to");
     const status = res.statusCode ?? 0;
     if (status >= 300 && status < 400 && res.headers.location) {

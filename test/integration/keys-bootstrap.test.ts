@@ -148,6 +148,25 @@ describe("platform keys bootstrap", () => {
     expect(await ctl.redis.hlen("boot:cp:apikeys")).toBe(keysBefore);
   });
 
+  it("the gateway role without REDIS_URL exits 2 at once, naming REDIS_URL, even with a password and an admin key set", async () => {
+    const key = (await cli(["keys", "bootstrap", "--generate"], {})).stdout.trim();
+    for (const env of [{}, { REDIS_PASSWORD: "a-password-without-a-url", PLATFORM_BOOTSTRAP_ADMIN_KEY: key }]) {
+      // A timeout, so a gateway that tried to start anyway (and hung on a Redis it cannot reach) fails the test.
+      const r = await run(process.execPath, [BIN, "gateway", "--host", "127.0.0.1", "--port", "0"], {
+        env: { ...process.env, REDIS_URL: undefined, REDIS_PASSWORD: undefined, PLATFORM_PREFIX: "noredis", PLATFORM_BOOTSTRAP_ADMIN_KEY: undefined, ...env },
+        timeout: 20_000,
+      }).then(
+        (ok) => ({ code: 0 as number | null, signal: null as string | null, stdout: ok.stdout, stderr: ok.stderr }),
+        (e: { code: number | null; signal: string | null; stdout: string; stderr: string }) => e,
+      );
+      expect(r.signal, JSON.stringify(env)).toBeNull();
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stderr).toContain("error: REDIS_URL is not set; the gateway needs the platform's Redis");
+      expect(r.stdout).not.toContain("gateway listening");
+      expect(r.stdout + r.stderr).not.toContain(key);
+    }
+  });
+
   it("the gateway role bootstraps at every start, and the key then manages the platform", async () => {
     const prefix = "gwboot";
     const key = (await cli(["keys", "bootstrap", "--generate"], {})).stdout.trim();

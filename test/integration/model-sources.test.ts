@@ -4,8 +4,8 @@
  * would aim the platform at, so every test runs offline.
  */
 import { execFile } from "node:child_process";
-import { mkdtemp, readFile } from "node:fs/promises";
-import { createServer, type Server } from "node:http";
+import { mkdtemp, readdir, readFile } from "node:fs/promises";
+import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -21,13 +21,25 @@ import { privateRedis } from "../helpers/redis.ts";
 
 const BIN = join(import.meta.dirname, "..", "..", "bin", "platform.js");
 
+/** What the Hub (a local stand-in) must receive, and nobody else. */
+const HF_TOKEN = "hf_test_token_for_the_hub_only";
+
 let redis: Awaited<ReturnType<typeof privateRedis>>;
 let ctl: Control;
 let admin: string;
 let model: Buffer;
 /** Gateways that differ only in their source policy. */
-const gw: Record<"strict" | "open" | "listed", RunningGateway> = {} as never;
+const gw: Record<"strict" | "open" | "listed" | "slow" | "hf", RunningGateway> = {} as never;
 let server: Server;
+/** A stand-in Hugging Face Hub (HF_ENDPOINT) and the CDN it redirects to: two origins, as on huggingface.co. */
+let hub: Server;
+let cdn: Server;
+let hubEndpoint: string;
+let cdnBase: string;
+/** What each of them was asked, with the Authorization header it got. */
+const seen: { server: "hub" | "cdn"; path: string; authorization: string | undefined }[] = [];
+/** The data directory of the "slow" gateway, whose tmp/ holds the import scratch files. */
+let slowDataDir: string;
 /** The same server, by two loopback addresses: 127.0.0.2 is allow-listed on the "listed" gateway, 127.0.0.1 is not. */
 let base1: string;
 let base2: string;
@@ -63,10 +75,43 @@ beforeAll(async () => {
       res.write(model.subarray(0, 100)); // then nothing, forever
       return;
     }
+    if (path === "/trickle") {
+      // 64 bytes every 100 ms: never silent for the idle timeout, but the whole takes ~10 s,
+      // so only the total deadline can end it early.
+      res.writeHead(200, { "content-length": model.length });
+      let sent = 0;
+      const tick = setInterval(() => {
+        if (sent >= 6400) {
+          clearInterval(tick);
+          return res.end(model.subarray(sent));
+        }
+        res.write(model.subarray(sent, sent + 64));
+        sent += 64;
+      }, 100);
+      res.on("close", () => clearInterval(tick));
+      return;
+    }
     if (path === "/missing") return res.writeHead(404).end("no");
     res.writeHead(500).end();
   });
-  await new Promise<void>((r) => server.listen(0, "0.0.0.0", r));
+  const record = (name: "hub" | "cdn", headers: IncomingHttpHeaders, path: string) => seen.push({ server: name, path, authorization: headers.authorization });
+  hub = createServer((req, res) => {
+    const path = req.url ?? "/";
+    record("hub", req.headers, path);
+    if (path === "/mirror/org/repo/resolve/main/file.gguf") return res.writeHead(200, { "content-length": model.length }).end(model);
+    // As huggingface.co does for LFS files: a redirect to another origin holding the bytes.
+    if (path === "/mirror/org/repo/resolve/v2/file.gguf") return res.writeHead(302, { location: `${cdnBase}/blobs/file.gguf?signature=abc` }).end();
+    res.writeHead(404).end();
+  });
+  cdn = createServer((req, res) => {
+    const path = req.url ?? "/";
+    record("cdn", req.headers, path);
+    if (path.startsWith("/blobs/file.gguf")) return res.writeHead(200, { "content-length": model.length }).end(model);
+    res.writeHead(404).end();
+  });
+  for (const s of [server, hub, cdn]) await new Promise<void>((r) => s.listen(0, "0.0.0.0", r));
+  hubEndpoint = `http://127.0.0.1:${(hub.address() as { port: number }).port}/mirror`;
+  cdnBase = `http://127.0.0.1:${(cdn.address() as { port: number }).port}`;
   const port = (server.address() as { port: number }).port;
   base1 = `http://127.0.0.1:${port}`;
   base2 = `http://127.0.0.2:${port}`;
@@ -74,12 +119,18 @@ beforeAll(async () => {
   gw.strict = await gateway(join(dir, "strict"), {});
   gw.open = await gateway(join(dir, "open"), { allowHttp: true, allowPrivate: true, maxBytes: 2 * model.length, idleTimeoutMs: 500 });
   gw.listed = await gateway(join(dir, "listed"), { allowHttp: true, allowedCidrs: [parseCidr("127.0.0.2/32")!] });
+  slowDataDir = join(dir, "slow");
+  gw.slow = await gateway(slowDataDir, { allowHttp: true, allowPrivate: true, totalTimeoutMs: 1500, idleTimeoutMs: 1000 });
+  const hubSettings = loadSettings({ HF_ENDPOINT: hubEndpoint, HF_TOKEN }).sources;
+  gw.hf = await gateway(join(dir, "hf"), { allowHttp: true, allowPrivate: true, hfEndpoint: hubSettings.hfEndpoint, hfToken: hubSettings.hfToken });
 });
 
 afterAll(async () => {
   for (const g of Object.values(gw)) await g?.close();
-  server?.closeAllConnections();
-  server?.close();
+  for (const s of [server, hub, cdn]) {
+    s?.closeAllConnections();
+    s?.close();
+  }
   await ctl?.redis.quit();
   await redis?.stop();
 });
@@ -159,6 +210,56 @@ describe("remote model sources", () => {
     expect(r.body.error.code).toBe("source_timeout");
     expect(r.body.error.message).toContain("PLATFORM_SOURCES_IDLE_TIMEOUT_MS");
     expect(await versions("stalled")).toEqual([]);
+  });
+
+  it("a server that trickles steadily is cut off at PLATFORM_SOURCES_TIMEOUT_MS, leaving nothing behind", async () => {
+    const scratch = async () => (await readdir(join(slowDataDir, "tmp")).catch(() => [] as string[])).filter((f) => f.startsWith("import-"));
+    const started = Date.now();
+    const pending = register("slow", "trickled", `${base1}/trickle`);
+    // The download really was under way: its scratch file exists while the bytes trickle in.
+    let during: string[] = [];
+    while (during.length === 0 && Date.now() - started < 1200) {
+      during = await scratch();
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(during).toHaveLength(1);
+    const r = await pending;
+    const elapsed = Date.now() - started;
+    expect(r.status).toBe(504);
+    expect(r.body.error.code).toBe("source_timeout");
+    expect(r.body.error.message).toContain("PLATFORM_SOURCES_TIMEOUT_MS");
+    expect(r.body.error.message).not.toContain("IDLE");
+    expect(elapsed).toBeGreaterThanOrEqual(1400);
+    expect(elapsed).toBeLessThan(8000);
+    expect(await versions("trickled")).toEqual([]);
+    expect(await scratch()).toEqual([]);
+  });
+
+  it("hf:// resolves against HF_ENDPOINT and sends HF_TOKEN to that origin only, never to the CDN it redirects to", async () => {
+    const token = HF_TOKEN;
+    {
+      seen.length = 0;
+      const main = await register("hf", "hubbed", "hf://org/repo/file.gguf");
+      expect(main.status, main.text).toBe(201);
+      expect(main.body).toMatchObject({ name: "hubbed", version: "v1", source: "hf://org/repo/file.gguf", size_bytes: model.length });
+      expect(seen).toEqual([{ server: "hub", path: "/mirror/org/repo/resolve/main/file.gguf", authorization: `Bearer ${token}` }]);
+
+      seen.length = 0;
+      const pinned = await register("hf", "hubbed", "hf://org/repo@v2/file.gguf");
+      expect(pinned.status, pinned.text).toBe(201);
+      expect(pinned.body).toMatchObject({ name: "hubbed", version: "v2", size_bytes: model.length });
+      expect(seen).toEqual([
+        { server: "hub", path: "/mirror/org/repo/resolve/v2/file.gguf", authorization: `Bearer ${token}` },
+        { server: "cdn", path: "/blobs/file.gguf?signature=abc", authorization: undefined },
+      ]);
+
+      // The same Hub URL named as a plain http:// source is not an hf:// source: no token.
+      seen.length = 0;
+      const plain = await register("hf", "hubbed", `${hubEndpoint}/org/repo/resolve/main/file.gguf`);
+      expect(plain.status, plain.text).toBe(201);
+      expect(seen).toEqual([{ server: "hub", path: "/mirror/org/repo/resolve/main/file.gguf", authorization: undefined }]);
+      expect(await versions("hubbed")).toHaveLength(3);
+    }
   });
 
   it("?progress=ndjson streams progress, then the record; refusals stay ordinary HTTP errors", async () => {

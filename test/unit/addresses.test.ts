@@ -1,7 +1,7 @@
 /** The address classifier behind model-source fetching: every non-public range, in every spelling. */
 import { describe, expect, it } from "vitest";
 import { nonPublicKind, parseCidr, parseIp, refusedKind } from "../../src/registry/addresses.ts";
-import { checkSourceScheme } from "../../src/registry/sources.ts";
+import { checkSourceScheme, huggingFaceUrl } from "../../src/registry/sources.ts";
 import { loadSettings } from "../../src/settings.ts";
 
 const kind = (address: string) => nonPublicKind(parseIp(address)!);
@@ -83,6 +83,20 @@ describe("source settings and schemes", () => {
     expect(s.allowedCidrs.map((c) => c.text)).toEqual(["10.0.0.0/8", "fd00::/8"]);
     expect(() => loadSettings({ PLATFORM_SOURCES_ALLOWED_HOSTS: "10.0.0.0/8,internal.example" })).toThrow(/PLATFORM_SOURCES_ALLOWED_HOSTS.*internal\.example/);
     expect(() => loadSettings({ PLATFORM_SOURCES_ALLOW_HTTP: "yes" })).toThrow(/PLATFORM_SOURCES_ALLOW_HTTP/);
+  });
+
+  it("HF_ENDPOINT: huggingface.co by default, a mirror's base URL otherwise; hf:// names stay under resolve/", () => {
+    expect(loadSettings({}).sources.hfEndpoint).toBe("https://huggingface.co");
+    const mirror = loadSettings({ HF_ENDPOINT: "https://hf-mirror.example/hub/" }).sources.hfEndpoint;
+    expect(mirror).toBe("https://hf-mirror.example/hub");
+    expect(huggingFaceUrl("hf://org/repo@v1.2/sub/model.gguf", mirror)).toBe("https://hf-mirror.example/hub/org/repo/resolve/v1.2/sub/model.gguf");
+    expect(huggingFaceUrl("hf://org/repo/a b?.gguf", mirror)).toBe("https://hf-mirror.example/hub/org/repo/resolve/main/a%20b%3F.gguf");
+    for (const bad of ["hf://org/repo/../../other/x.gguf", "hf://org/repo@../x.gguf", "hf://org/repo//x.gguf", "hf://org/repo/./x.gguf"]) {
+      expect(() => huggingFaceUrl(bad, mirror), bad).toThrow(/expected hf:\/\/<org>\/<repo>\[@<revision>\]\/<file>/);
+    }
+    for (const bad of ["huggingface.co", "ftp://hf.example", "https://user:pass@hf.example", "https://hf.example/?x=1"]) {
+      expect(() => loadSettings({ HF_ENDPOINT: bad }), bad).toThrow(/HF_ENDPOINT: expected the http\(s\) base URL/);
+    }
   });
 
   it("refuses schemes nobody handles, naming the ones accepted", () => {
