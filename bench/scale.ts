@@ -12,8 +12,10 @@
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { randomUUID } from "node:crypto";
-import { Queue, QueueEvents } from "bullmq";
 import { Redis } from "ioredis";
+import { connectControl } from "../src/control/redis.ts";
+import { QueueBase } from "../src/queue/base.ts";
+import { replyHandler } from "../src/queue/replies.ts";
 import { tinyModelPath } from "../test/helpers/models.ts";
 import { type Stack, startStack } from "../test/helpers/stack.ts";
 
@@ -81,8 +83,9 @@ try {
   if (deploy.status !== 200) throw new Error(`deploy: ${JSON.stringify(deploy.body)}`);
   // Same queue as "tiny" (same model and version): keep tiny at one replica so `fo` replicas take the jobs.
   await stack.admin("PUT", "/admin/v1/endpoints/tiny/autoscaling", { autoscaling: { min_replicas: 1, max_replicas: 1 } });
-  const queue = new Queue("tiny@v1", { connection: { url: stack.redisUrl }, prefix: PREFIX });
-  const events = new QueueEvents("tiny@v1", { connection: { url: stack.redisUrl }, prefix: PREFIX });
+  const base = new QueueBase(connectControl(stack.redisUrl, PREFIX));
+  const queue = base.queue("tiny", "v1");
+  const events = base.events(queue.name);
   await events.waitUntilReady();
   const job = (maxTokens: number) => ({ v: 1, kind: "completion", request_id: randomUUID(), model: "tiny", version: "v1", prompt: "Once upon a time", params: { max_tokens: maxTokens, temperature: 0 } });
   const seen = new Map<string, { event: string; at: number }[]>();
@@ -95,21 +98,11 @@ try {
   }
   const replyStream = `bench:replies:${randomUUID()}`;
   const startedBy = new Map<string, string[]>();
-  let reading = true;
-  const reader = new Redis(stack.redisUrl);
-  const readLoop = (async () => {
-    let last = "0-0";
-    while (reading) {
-      const read = (await reader.xread("BLOCK", 200, "STREAMS", replyStream, last)) as [string, [string, string[]][]][] | null;
-      for (const [, entries] of read ?? []) {
-        for (const [id, fields] of entries) {
-          last = id;
-          const event = JSON.parse(fields[3] as string) as { type: string; replica?: string };
-          if (event.type === "started") startedBy.set(fields[1] as string, [...(startedBy.get(fields[1] as string) ?? []), event.replica as string]);
-        }
-      }
-    }
-  })();
+  base.reader(replyStream, { blockMs: 200 }).start(
+    replyHandler("bench", (jobId, event) => {
+      if (event.type === "started") startedBy.set(jobId, [...(startedBy.get(jobId) ?? []), event.replica]);
+    }),
+  );
   const TOKENS = 2500;
   const baselines: number[] = [];
   const failovers: { requeued_ms: number; picked_up_ms: number; answered_ms: number }[] = [];
@@ -138,11 +131,8 @@ try {
     const pickedUp = log.filter((e) => e.event === "active")[1]?.at ?? Number.NaN;
     failovers.push({ requeued_ms: requeued - killedAt, picked_up_ms: pickedUp - killedAt, answered_ms: answeredAt - killedAt });
   }
-  reading = false;
-  await readLoop;
-  reader.disconnect();
-  await queue.close();
-  await events.close();
+  await base.close();
+  await base.ctl.redis.quit();
 
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
   const result = {

@@ -9,16 +9,16 @@
  * takes over within one lease TTL of the first one dying.
  */
 import { hostname } from "node:os";
-import { Queue } from "bullmq";
+import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import type { AutoscalingSettings } from "../src/contracts/autoscaling.ts";
-import { queueName } from "../src/contracts/naming.ts";
 import type { EndpointRecord } from "../src/contracts/records.ts";
 import { getAutoscalingMany, getScalingHistory, recordDecision, type ScalingDecisionRecord } from "../src/control/autoscaling.ts";
 import { listEndpoints, setDesiredReplicas } from "../src/control/endpoints.ts";
 import { type Control, duplicate } from "../src/control/redis.ts";
 import { listReplicas } from "../src/control/replicas.ts";
 import { readQueueDepth } from "../src/control/status.ts";
+import { QueueBase } from "../src/queue/base.ts";
 import { ScalerLease } from "./lease.ts";
 import { decide } from "./policy.ts";
 import { coalesced } from "./coalesce.ts";
@@ -51,20 +51,9 @@ export async function startAutoscaler(ctl: Control, options: AutoscalerOptions =
   const holderId = options.holderId ?? `${hostname()}-${process.pid}`;
   const lease = new ScalerLease(ctl.redis, ctl.keys.scalerLease, holderId, options.leaseTtlMs ?? Math.max(5000, intervalMs * 3));
   const log = options.log ?? ((line: string) => console.log(line));
-  const queues = new Map<string, Queue>();
+  const queues = new QueueBase(ctl);
   let leader = false;
   let stopped = false;
-
-  const queueOf = (endpoint: EndpointRecord): Queue => {
-    const name = queueName(endpoint.config.model.name, endpoint.version);
-    let q = queues.get(name);
-    if (!q) {
-      q = new Queue(name, { connection: ctl.redis, prefix: ctl.prefix });
-      q.on("error", () => undefined); // surfaced by the calls that fail
-      queues.set(name, q);
-    }
-    return q;
-  };
 
   const setLeader = (value: boolean) => {
     if (value === leader) return;
@@ -92,7 +81,7 @@ export async function startAutoscaler(ctl: Control, options: AutoscalerOptions =
       const config = settings.get(endpoint.name);
       if (!config || stopped) continue;
       try {
-        const d = await scaleEndpoint(ctl, queueOf(endpoint), endpoint, config, holderId, Date.now());
+        const d = await scaleEndpoint(ctl, queues.queue(endpoint.config.model.name, endpoint.version), endpoint, config, holderId, Date.now());
         if (d.action !== "hold") log(`[scaler] ${endpoint.name}: ${d.reason}`);
       } catch (e) {
         log(`[scaler] ${endpoint.name}: ${(e as Error).message}`);
@@ -129,7 +118,7 @@ export async function startAutoscaler(ctl: Control, options: AutoscalerOptions =
       clearInterval(timer);
       await subscriber.quit().catch(() => undefined);
       await tick.settled();
-      await Promise.all([...queues.values()].map((q) => q.close().catch(() => undefined)));
+      await queues.close();
       if (release && leader) await lease.release().catch(() => undefined);
       setLeader(false);
     },

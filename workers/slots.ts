@@ -8,7 +8,7 @@
  * still waiting for capacity, and admission control's bound must hold.
  */
 import { PlatformError } from "../src/errors.ts";
-import { RETRY_AFTER_S } from "../src/fabric/admission.ts";
+import { RETRY_AFTER_S } from "../src/contracts/job.ts";
 
 export class Slots {
   private free: number;

@@ -5,15 +5,17 @@
  */
 import { createServer, type Server } from "node:http";
 import { hostname } from "node:os";
-import { type Job, UnrecoverableError, WaitingError, Worker } from "bullmq";
+import { type Job, UnrecoverableError, WaitingError, type Worker } from "bullmq";
 import type { Redis } from "ioredis";
 import { describeIssues } from "../src/contracts/deployment.ts";
 import { JobError, type JobEvent, JobPayload, type JobResult } from "../src/contracts/job.ts";
-import { queueName } from "../src/contracts/naming.ts";
 import type { EndpointRecord, ReplicaState } from "../src/contracts/records.ts";
-import { type Control, duplicate } from "../src/control/redis.ts";
+import type { Control } from "../src/control/redis.ts";
 import { HEARTBEAT_INTERVAL_MS, removeReplica, writeReplica } from "../src/control/replicas.ts";
 import { PlatformError } from "../src/errors.ts";
+import { QueueBase } from "../src/queue/base.ts";
+import { isCancelled, listenForCancels } from "../src/queue/cancel.ts";
+import { appendReply } from "../src/queue/replies.ts";
 import type { Engine } from "./engines/engine.ts";
 import { Slots } from "./slots.ts";
 
@@ -44,8 +46,6 @@ const CANCEL_LOOKUP_AFTER_MS = 1000;
  * jobs from idle replicas.
  */
 const PREFETCH_FACTOR = 2;
-/** Reply streams are kept an hour after their last event, then vanish with their gateway. */
-const REPLY_STREAM_TTL_MS = 3_600_000;
 /** After the drain deadline, how long aborted jobs get to be handed back before the drain moves on. */
 const RELEASE_GRACE_MS = 3_000;
 /** The clean-up after a drain waits this long at most: Redis may be gone. */
@@ -95,15 +95,8 @@ export function startWorker(options: WorkerOptions): RunningWorker {
     }).listen(options.healthPort);
   }
 
-  const emit = (payload: { reply?: { stream: string } }, jobId: string, event: JobEvent) => {
-    if (!payload.reply) return Promise.resolve();
-    const stream = payload.reply.stream;
-    return ctl.redis
-      .multi()
-      .xadd(stream, "MAXLEN", "~", "100000", "*", "job", jobId, "e", JSON.stringify(event))
-      .pexpire(stream, REPLY_STREAM_TTL_MS)
-      .exec();
-  };
+  const emit = (payload: { reply?: { stream: string } }, jobId: string, event: JobEvent) =>
+    payload.reply ? appendReply(ctl.redis, payload.reply.stream, jobId, event) : Promise.resolve();
 
   /**
    * Hands a job back to the queue (not a failure, so no retry is spent): another replica runs it
@@ -130,7 +123,7 @@ export function startWorker(options: WorkerOptions): RunningWorker {
     // A worker hears cancellations on pub/sub; only a job that waited long enough to have been
     // cancelled before this worker subscribed needs the Redis lookup.
     const waited = Date.now() - job.timestamp;
-    if (cancelledHere.has(jobId) || (waited > CANCEL_LOOKUP_AFTER_MS && (await ctl.redis.exists(ctl.keys.cancelled(jobId))))) {
+    if (cancelledHere.has(jobId) || (waited > CANCEL_LOOKUP_AFTER_MS && (await isCancelled(ctl, jobId)))) {
       throw fail(payload, jobId, new PlatformError(499, "cancelled", "the request was cancelled by its client"));
     }
     const abort = new AbortController();
@@ -200,17 +193,13 @@ export function startWorker(options: WorkerOptions): RunningWorker {
       await beat();
       throw e;
     }
-    subscriber = duplicate(ctl);
-    await subscriber.subscribe(ctl.keys.cancelChannel);
-    subscriber.on("message", (_channel, jobId: string) => {
+    subscriber = await listenForCancels(ctl, (jobId) => {
       inFlight.get(jobId)?.abort();
       cancelledHere.add(jobId);
       if (cancelledHere.size > 10_000) cancelledHere.clear();
     });
     slots = new Slots(engine.parallel);
-    bull = new Worker(queueName(endpoint.config.model.name, endpoint.version), handle, {
-      connection: duplicate(ctl),
-      prefix: ctl.prefix,
+    bull = new QueueBase(ctl).worker(endpoint.config.model.name, endpoint.version, handle, {
       // Jobs beyond the engine's sequences wait in `slots` (workers/slots.ts).
       concurrency: engine.parallel * PREFETCH_FACTOR,
       // A dead replica's jobs go back to the queue within seconds, not BullMQ's default 30 s:
@@ -221,7 +210,6 @@ export function startWorker(options: WorkerOptions): RunningWorker {
       stalledInterval: 2_000,
       maxStalledCount: 1,
     });
-    bull.on("error", () => undefined); // connection errors are retried by BullMQ itself
     state = "ready";
     await beat();
     await ctl.redis.set(ctl.keys.servedOnce(endpoint.name), String(Date.now()));

@@ -15,24 +15,24 @@
  *   wait for it). A once-a-second check of the jobs still awaited catches
  *   answers whose event never came (a job failed by BullMQ's stall limit).
  */
-import { Queue } from "bullmq";
-import type { Redis } from "ioredis";
+import type { Queue } from "bullmq";
 import { z } from "zod";
-import { JOB_SCHEMA_VERSION, JobError, decodeReplyEntry, type JobPayloadInput, type SamplingParams, TextResult, BATCH_PRIORITY } from "../contracts/job.ts";
-import { queueName } from "../contracts/naming.ts";
-import { type Control, duplicate } from "../control/redis.ts";
+import { BATCH_PRIORITY, JOB_SCHEMA_VERSION, type JobError, type JobPayloadInput, type SamplingParams, TextResult } from "../contracts/job.ts";
+import type { Control } from "../control/redis.ts";
 import { detailOf, publicJobError } from "../errors.ts";
+import { QueueBase } from "../queue/base.ts";
+import { cancelJobs } from "../queue/cancel.ts";
+import { jobErrorFromFailure } from "../queue/failures.ts";
+import { replyHandler } from "../queue/replies.ts";
+import type { EntryHandler, StreamReader } from "../queue/stream-reader.ts";
 import type { Work } from "./input.ts";
 import type { Outcome } from "./output.ts";
-
-type StreamRead = [string, [string, string[]][]][] | null;
 
 /** An answer, with whether asking again could help (engine errors, busy or not-ready replicas). */
 type Answer = Outcome & { retryable?: boolean };
 
 const MAX_ATTEMPTS = 3;
 const CHECK_EVERY_MS = 1000;
-const CANCEL_MARK_TTL_MS = 600_000;
 // Normally removed as soon as their batch is written; this only bounds leftovers.
 const KEEP_FINISHED_S = 7 * 86_400;
 
@@ -45,30 +45,33 @@ export type RecordJobsOptions = {
   writtenBefore: () => number;
 };
 
-export class RecordJobs {
-  private readonly ctl: Control;
+export class RecordJobs extends QueueBase {
   private readonly options: RecordJobsOptions;
-  private readonly queue: Queue;
+  private readonly modelQueue: Queue;
   private readonly resultsKey: string;
-  private readonly repliesKey: string;
-  private readonly reader: Redis;
+  private readonly replies: StreamReader;
   private readonly waiters = new Map<string, { resolve: (a: Answer) => void; since: number; add: () => Promise<unknown> }>();
   /** Highest attempt used per line, so the jobs can be removed once the line is written. */
   private readonly attempts = new Map<number, number>();
-  private lastEntry = "0-0";
   private pastEarlierRuns = false;
   private running = true;
   private cancelled = false;
-  private readonly loops: Promise<void>[] = [];
+  private checking: Promise<void> = Promise.resolve();
+  /** Keeps the final answers among a read's entries; the reader moves past them only then. */
+  private readonly keep: EntryHandler;
 
   private constructor(options: RecordJobsOptions) {
+    super(options.ctl);
     this.options = options;
-    this.ctl = options.ctl;
-    this.queue = new Queue(queueName(options.model, options.version), { connection: this.ctl.redis, prefix: this.ctl.prefix });
-    this.queue.on("error", () => undefined); // surfaced on the calls that fail
+    this.modelQueue = this.queue(options.model, options.version);
     this.resultsKey = this.ctl.keys.batchResults(options.batchId);
-    this.repliesKey = this.ctl.keys.batchReplies(options.batchId);
-    this.reader = duplicate(this.ctl);
+    this.replies = this.reader(this.ctl.keys.batchReplies(options.batchId));
+    // A bad entry is skipped, never retried: reading it again would fail the same way forever.
+    this.keep = replyHandler(`batch ${options.batchId}`, (jobId, event) => {
+      if (event.type === "done") return this.resolve(jobId, fromResult(event.result));
+      if (event.type === "error") return this.resolve(jobId, fromError(event.error, options.batchId));
+      return undefined;
+    });
   }
 
   /**
@@ -78,18 +81,13 @@ export class RecordJobs {
   static async open(options: RecordJobsOptions): Promise<RecordJobs> {
     const jobs = new RecordJobs(options);
     try {
-      for (;;) {
-        const result = (await jobs.reader.xread("COUNT", 1000, "STREAMS", jobs.repliesKey, jobs.lastEntry)) as StreamRead;
-        const entries = result?.[0]?.[1] ?? [];
-        if (entries.length === 0) break;
-        await jobs.keep(entries);
-      }
+      while ((await jobs.replies.readOnce(jobs.keep, { block: false })) > 0);
     } catch (e) {
-      jobs.reader.disconnect();
-      await jobs.queue.close();
+      await jobs.close();
       throw e;
     }
-    jobs.loops.push(jobs.readReplies(), jobs.checkAwaited());
+    jobs.replies.start(jobs.keep);
+    jobs.checking = jobs.checkAwaited();
     return jobs;
   }
 
@@ -111,14 +109,14 @@ export class RecordJobs {
     for (let attempt = 0; ; attempt++) {
       this.attempts.set(line, Math.max(this.attempts.get(line) ?? 0, attempt));
       const id = this.jobId(line, attempt);
-      const common = { v: JOB_SCHEMA_VERSION, request_id: id, model: this.options.model, version: this.options.version, stream: false, reply: { stream: this.repliesKey }, params };
+      const common = { v: JOB_SCHEMA_VERSION, request_id: id, model: this.options.model, version: this.options.version, stream: false, reply: { stream: this.replies.key }, params };
       // Chat records (OpenAI batch files) go as chat jobs: batch_record carries a prompt only.
       const payload: JobPayloadInput =
         work.kind === "chat"
           ? { ...common, kind: "chat", messages: work.messages }
           : { ...common, kind: "batch_record", batch_id: this.options.batchId, record_id: recordId, prompt: work.prompt };
       const add = () =>
-        this.queue.add(payload.kind, payload, {
+        this.modelQueue.add(payload.kind, payload, {
           jobId: id,
           priority: BATCH_PRIORITY,
           removeOnComplete: { age: KEEP_FINISHED_S },
@@ -135,11 +133,7 @@ export class RecordJobs {
     const ids = [...this.waiters.keys()];
     for (const { resolve } of this.waiters.values()) resolve({ ok: false, code: "cancelled", message: "the batch job was cancelled" });
     this.waiters.clear();
-    if (ids.length === 0) return;
-    const marks = this.ctl.redis.multi();
-    for (const id of ids) marks.set(this.ctl.keys.cancelled(id), "1", "PX", CANCEL_MARK_TTL_MS).publish(this.ctl.keys.cancelChannel, id);
-    await marks.exec();
-    await Promise.all(ids.map((id) => this.queue.remove(id).catch(() => 0)));
+    await cancelJobs(this.ctl, this.modelQueue, ids);
   }
 
   /** Drops the model jobs of written lines (their answers are in a part now). */
@@ -151,20 +145,21 @@ export class RecordJobs {
       this.attempts.delete(line);
     }
     for (let i = 0; i < ids.length; i += 500) {
-      await Promise.all(ids.slice(i, i + 500).map((id) => this.queue.remove(id).catch(() => 0)));
+      await Promise.all(ids.slice(i, i + 500).map((id) => this.modelQueue.remove(id).catch(() => 0)));
     }
   }
 
   /** Stream entries already copied into the results hash are no longer needed. */
   async trim(): Promise<void> {
-    await this.ctl.redis.xtrim(this.repliesKey, "MINID", this.lastEntry).catch(() => undefined);
+    await this.replies.trim(this.ctl.redis);
   }
 
-  async close(): Promise<void> {
+  override async close(): Promise<void> {
     this.running = false;
-    this.reader.disconnect();
-    await Promise.all(this.loops);
-    await this.queue.close();
+    // The reader first: no answer is kept once closing has begun.
+    await this.replies.close();
+    await this.checking;
+    await super.close();
   }
 
   /**
@@ -222,7 +217,7 @@ export class RecordJobs {
   /** Each job's answer if it has finished, "pending" while queued or running, "missing" if it does not exist. */
   private async lookup(ids: readonly string[]): Promise<Map<string, Answer | "pending" | "missing">> {
     const pipeline = this.ctl.redis.pipeline();
-    for (const id of ids) pipeline.hmget(this.queue.toKey(id), "timestamp", "finishedOn", "returnvalue", "failedReason");
+    for (const id of ids) pipeline.hmget(this.modelQueue.toKey(id), "timestamp", "finishedOn", "returnvalue", "failedReason");
     const replies = (await pipeline.exec()) ?? [];
     const out = new Map<string, Answer | "pending" | "missing">();
     ids.forEach((id, i) => {
@@ -232,7 +227,7 @@ export class RecordJobs {
       if (!timestamp) out.set(id, "missing");
       else if (!finishedOn) out.set(id, "pending");
       else if (returnvalue !== null && returnvalue !== undefined) out.set(id, this.readReturnValue(id, returnvalue));
-      else out.set(id, fromFailure(failedReason ?? "the job failed", this.options.batchId));
+      else out.set(id, fromError(jobErrorFromFailure(failedReason ?? "the job failed"), this.options.batchId));
     });
     return out;
   }
@@ -247,45 +242,6 @@ export class RecordJobs {
     const line = this.parseJobId(id)?.line;
     console.error(`[batch ${this.options.batchId}] ${line !== undefined ? `line ${line}` : id}: model job ${id} has a return value that is not JSON; the record is failed with invalid_result`);
     return { ...unreadable(), retryable: false };
-  }
-
-  private async readReplies(): Promise<void> {
-    while (this.running) {
-      let result: StreamRead;
-      try {
-        result = (await this.reader.xread("COUNT", 1000, "BLOCK", 1000, "STREAMS", this.repliesKey, this.lastEntry)) as StreamRead;
-      } catch {
-        if (!this.running) return;
-        await new Promise((r) => setTimeout(r, 200));
-        continue;
-      }
-      try {
-        await this.keep(result?.[0]?.[1] ?? []);
-      } catch {
-        // Not kept yet, so these entries are read again.
-        await new Promise((r) => setTimeout(r, 200));
-      }
-    }
-  }
-
-  /** Keeps the final answers among `entries`, then moves past them. */
-  private async keep(entries: [string, string[]][]): Promise<void> {
-    await Promise.all(
-      entries.map(([entryId, fields]) => {
-        // A bad entry is skipped, never retried: reading it again would fail the same way forever.
-        const entry = decodeReplyEntry(fields);
-        if ("problem" in entry) {
-          console.error(`[batch ${this.options.batchId}] skipped reply entry ${entryId}: ${entry.problem}`);
-          return undefined;
-        }
-        const { jobId, event } = entry;
-        if (event.type === "done") return this.resolve(jobId, fromResult(event.result));
-        if (event.type === "error") return this.resolve(jobId, fromError(event.error, this.options.batchId));
-        return undefined;
-      }),
-    );
-    const last = entries.at(-1);
-    if (last) this.lastEntry = last[0];
   }
 
   private async checkAwaited(): Promise<void> {
@@ -352,18 +308,8 @@ function fromError(error: JobError, batchId: string): Answer {
   const hidden = detailOf(shown);
   if (hidden) console.error(`[batch ${batchId}] ${error.code}: ${String(hidden.detail)}`);
   const message = hidden ? `${shown.message}; job id ${batchId}, the gateway log has the details` : shown.message;
-  return { ok: false, code: error.code, message, status: error.status, param: error.param, retryable: error.status === 500 || error.status === 503 };
-}
-
-/** Workers fail jobs with a JSON JobError; BullMQ itself (stall limit) with plain text. */
-function fromFailure(reason: string, batchId: string): Answer {
-  try {
-    const parsed = JobError.safeParse(JSON.parse(reason));
-    if (parsed.success) return fromError(parsed.data, batchId);
-  } catch {
-    // plain text
-  }
-  return fromError({ code: "engine_error", message: reason, status: 500, param: null }, batchId);
+  // replica_lost (502): BullMQ gave up on the job after its replicas died; a new attempt is a new job.
+  return { ok: false, code: error.code, message, status: error.status, param: error.param, retryable: error.status === 500 || error.status === 503 || error.code === "replica_lost" };
 }
 
 function strip(answer: Answer): Outcome {

@@ -155,27 +155,6 @@ export const JobEvent = z.discriminatedUnion("type", [
 export type JobEvent = z.infer<typeof JobEvent>;
 
 /**
- * One entry of a reply stream, `job <id> e <json>`, read by field name. Anyone who can write to
- * Redis can append anything, so a reader gets `{ problem }` for an entry it cannot use — to log
- * and skip; one bad entry must never stop the reader.
- */
-export function decodeReplyEntry(fields: string[]): { jobId: string; event: JobEvent } | { problem: string } {
-  const named = new Map<string, string>();
-  for (let i = 0; i + 1 < fields.length; i += 2) named.set(fields[i] as string, fields[i + 1] as string);
-  const jobId = named.get("job");
-  const raw = named.get("e");
-  if (!jobId || raw === undefined) return { problem: "missing the job or e field" };
-  let json: unknown;
-  try {
-    json = JSON.parse(raw);
-  } catch {
-    return { problem: `job ${jobId}: the event is not valid JSON` };
-  }
-  const parsed = JobEvent.safeParse(json);
-  return parsed.success ? { jobId, event: parsed.data } : { problem: `job ${jobId}: not a known event` };
-}
-
-/**
  * BullMQ priorities: jobs without a priority are served before any job with
  * one, so online work carries none and batch records carry BATCH_PRIORITY.
  */
@@ -183,3 +162,15 @@ export const BATCH_PRIORITY = 10;
 
 /** Redis pub/sub channel (under the key prefix) on which cancellations are announced. */
 export const CANCEL_CHANNEL = "cancel";
+
+/**
+ * How long a cancellation mark (`<prefix>:cp:cancelled:<jobId>`) lives: longer than any job
+ * waits in a queue, so a replica that takes a cancelled job late still finds the mark.
+ */
+export const CANCEL_MARK_TTL_MS = 600_000;
+
+/** A reply stream expires this long after its last entry, so a producer that died leaves nothing behind. */
+export const REPLY_STREAM_TTL_MS = 3_600_000;
+
+/** Retry-After (seconds) of the 429/503 answers a request may get before or while queued; docs/fleet.md. */
+export const RETRY_AFTER_S = { queue_full: 2, no_capacity: 30, queue_timeout: 5 } as const;

@@ -14,7 +14,7 @@ import { deleteEndpoint, deployEndpoint, getEndpoint, readEndpoints } from "../c
 import type { Control } from "../control/redis.ts";
 import { endpointStatus, type EndpointStatus, readQueueDepth } from "../control/status.ts";
 import { PlatformError } from "../errors.ts";
-import type { Dispatcher } from "../fabric/dispatcher.ts";
+import type { Dispatcher } from "../queue/dispatcher.ts";
 import { type ImportDeps, importModel } from "../registry/import.ts";
 import type { SourceProgress } from "../registry/sources.ts";
 import { listModelVersions } from "../registry/versions.ts";

@@ -6,8 +6,8 @@ import { Hono } from "hono";
 import type { Control } from "../control/redis.ts";
 import { PlatformError } from "../errors.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
-import { Admission, admissionDefaultsFromEnv } from "../fabric/admission.ts";
-import { Dispatcher } from "../fabric/dispatcher.ts";
+import { Admission, admissionDefaultsFromEnv } from "../queue/admission.ts";
+import { Dispatcher } from "../queue/dispatcher.ts";
 import type { Settings } from "../settings.ts";
 import { openStore } from "../storage/index.ts";
 import { GatewayMetrics } from "../telemetry/metrics.ts";
@@ -48,7 +48,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     ).then((all) => all.flat()),
   );
   registerScalingMetrics(metrics.registry, ctl);
-  const admission = new Admission(ctl, (model, version) => dispatcher.queue(model, version), {
+  const admission = new Admission(dispatcher, {
     defaults: admissionDefaultsFromEnv(),
     onReject: (name, reason) => metrics.rateLimited.inc({ model_name: name, reason }),
   });

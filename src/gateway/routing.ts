@@ -10,7 +10,7 @@ import { readEndpoints } from "../control/endpoints.ts";
 import type { InvalidRecord } from "../control/invalid-records.ts";
 import { type Control, duplicate } from "../control/redis.ts";
 import { PlatformError, withDetail } from "../errors.ts";
-import { withinRedisWait } from "../fabric/admission.ts";
+import { withinRedisWait } from "../queue/admission.ts";
 import { resolveModelVersion } from "../registry/versions.ts";
 import { type PromptBound, promptBound } from "./limits.ts";
 

@@ -14,8 +14,8 @@ import { streamSSE } from "hono/streaming";
 import type { FinishReason, JobEvent, TextResult, Usage } from "../contracts/job.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
 import { PlatformError, publicJobError } from "../errors.ts";
-import type { AdmissionLimits } from "../fabric/admission.ts";
-import type { JobHandle, Submission } from "../fabric/dispatcher.ts";
+import type { AdmissionLimits } from "../queue/admission.ts";
+import type { JobHandle, Submission } from "../queue/dispatcher.ts";
 import type { GatewayMetrics } from "../telemetry/metrics.ts";
 import { clientError, envelope } from "./errors.ts";
 
@@ -34,7 +34,7 @@ export type Base = { id: string; created: number; model: string; version: string
 export type TextRequestContext = {
   submit: (submission: Submission, options?: { queueWaitMs?: number }) => Promise<JobHandle>;
   metrics: GatewayMetrics;
-  /** Admission control (src/fabric/admission.ts): throws the 429/503 to answer instead of queueing. */
+  /** Admission control (src/queue/admission.ts): throws the 429/503 to answer instead of queueing. */
   admit?: (endpoint: EndpointRecord) => Promise<AdmissionLimits>;
 };
 

@@ -1,67 +1,51 @@
 /**
  * A separate producer process, as another team's service would be: it enqueues
- * straight into BullMQ following the README's queue contract, then prints the
- * result (and, with a reply stream, the streamed tokens) as one JSON line.
+ * into the model queue following the README's queue contract, with no gateway
+ * in between, then prints the result (and, with a reply stream, the streamed
+ * tokens) as one JSON line. It reaches BullMQ through src/queue/, the
+ * same code as the platform's own producers.
  * Usage: node test/helpers/producer.ts <redis-url> <model> <version> <prompt> <max_tokens>
  */
 import { randomUUID } from "node:crypto";
-import { Queue, QueueEvents } from "bullmq";
-import { Redis } from "ioredis";
+import { connectControl } from "../../src/control/redis.ts";
+import { QueueBase } from "../../src/queue/base.ts";
+import { replyHandler } from "../../src/queue/replies.ts";
 
 const [redisUrl, model, version, prompt, maxTokens] = process.argv.slice(2) as [string, string, string, string, string];
-const connection = { url: redisUrl };
-const queueName = `${model}@${version}`;
-const queue = new Queue(queueName, { connection, prefix: "platform" });
-const events = new QueueEvents(queueName, { connection, prefix: "platform" });
+const ctl = connectControl(redisUrl, "platform");
+const base = new QueueBase(ctl);
+const queue = base.queue(model, version);
+const events = base.events(queue.name);
 await events.waitUntilReady();
 
+const job = () => ({ v: 1, kind: "completion", request_id: randomUUID(), model, version, prompt, params: { max_tokens: Number(maxTokens), temperature: 0 } });
+
 // 1. Final result only: BullMQ's own completion tracking.
-const plain = await queue.add("completion", {
-  v: 1,
-  kind: "completion",
-  request_id: randomUUID(),
-  model,
-  version,
-  prompt,
-  params: { max_tokens: Number(maxTokens), temperature: 0 },
-});
+const plain = await queue.add("completion", job());
 const result = await plain.waitUntilFinished(events, 90_000);
 
 // 2. Streaming: name a reply stream and read the job's events from it.
-const redis = new Redis(redisUrl);
 const stream = `my-service:replies:${randomUUID()}`;
-const streamed = await queue.add("completion", {
-  v: 1,
-  kind: "completion",
-  request_id: randomUUID(),
-  model,
-  version,
-  prompt,
-  stream: true,
-  reply: { stream },
-  params: { max_tokens: Number(maxTokens), temperature: 0 },
-});
+const streamed = await queue.add("completion", { ...job(), stream: true, reply: { stream } });
 const tokens: string[] = [];
 const types: string[] = [];
-let last = "0-0";
-for (let done = false; !done; ) {
-  const read = (await redis.xread("BLOCK", 5000, "STREAMS", stream, last)) as [string, [string, string[]][]][] | null;
+let done = false;
+const onEvents = replyHandler("producer", (jobId, event) => {
+  if (jobId !== streamed.id) return;
+  types.push(event.type);
+  if (event.type === "token") tokens.push(event.text);
+  if (event.type === "done" || event.type === "error") done = true;
+});
+const reader = base.reader(stream, { blockMs: 5000 });
+while (!done) {
+  const read = await reader.readOnce(onEvents);
   // A job BullMQ fails on its own (its replicas died with it twice) puts no event on the
   // stream: while the stream is quiet, ask the queue (README, queue contract).
-  if (!read && (await streamed.getState()) === "failed") {
+  if (read === 0 && (await streamed.getState()) === "failed") {
     console.error(`job ${streamed.id} failed without an event: ${(await queue.getJob(streamed.id as string))?.failedReason}`);
     process.exit(1);
   }
-  for (const [, entries] of read ?? []) {
-    for (const [id, fields] of entries) {
-      last = id;
-      if (fields[1] !== streamed.id) continue;
-      const event = JSON.parse(fields[3] as string);
-      types.push(event.type);
-      if (event.type === "token") tokens.push(event.text);
-      if (event.type === "done" || event.type === "error") done = true;
-    }
-  }
 }
 console.log(JSON.stringify({ result, tokens, types }));
-await Promise.all([queue.close(), events.close(), redis.quit()]);
+await base.close();
+await ctl.redis.quit();

@@ -8,23 +8,22 @@
  * entries ever added and reports the difference as `lost`.
  */
 import { Redis } from "ioredis";
+import { StreamReader } from "../../src/queue/stream-reader.ts";
 
 /** `returnvalue`: a `completed` event's JSON return value, kept with `keepLog`. */
 export type ObservedEvent = { event: string; jobId: string; returnvalue?: string };
 
 export class QueueObserver {
-  private readonly reader: Redis;
+  private readonly redisUrl: string;
   private readonly key: string;
   private readonly counts = new Map<string, Map<string, number>>();
   private readonly log: ObservedEvent[] | undefined;
-  private lastId = "$";
+  private reader: StreamReader | undefined;
   private read = 0;
   private baseAdded = 0;
-  private running = true;
-  private loop: Promise<void> = Promise.resolve();
 
   private constructor(redisUrl: string, key: string, keepLog: boolean) {
-    this.reader = new Redis(redisUrl, { maxRetriesPerRequest: null });
+    this.redisUrl = redisUrl;
     this.key = key;
     this.log = keepLog ? [] : undefined;
   }
@@ -33,8 +32,8 @@ export class QueueObserver {
     const observer = new QueueObserver(redisUrl, `${prefix}:${queue}:events`, options.keepLog ?? false);
     const info = await observer.info();
     observer.baseAdded = info.added;
-    observer.lastId = info.lastId;
-    observer.loop = observer.run();
+    observer.reader = new StreamReader(new Redis(redisUrl, { maxRetriesPerRequest: null }), observer.key, { from: info.lastId, count: 10_000 });
+    observer.reader.start((entries) => observer.tally(entries));
     return observer;
   }
 
@@ -55,19 +54,17 @@ export class QueueObserver {
   async drain(): Promise<{ lost: number }> {
     for (;;) {
       const info = await this.info();
-      if (info.length === 0 || info.lastId === this.lastId) return { lost: info.added - this.baseAdded - this.read };
+      if (info.length === 0 || info.lastId === this.reader?.position) return { lost: info.added - this.baseAdded - this.read };
       await new Promise((r) => setTimeout(r, 50));
     }
   }
 
   async stop(): Promise<void> {
-    this.running = false;
-    this.reader.disconnect();
-    await this.loop;
+    await this.reader?.close();
   }
 
   private async info(): Promise<{ added: number; length: number; lastId: string }> {
-    const probe = this.reader.duplicate();
+    const probe = new Redis(this.redisUrl);
     try {
       const exists = await probe.exists(this.key);
       if (!exists) return { added: 0, length: 0, lastId: "0-0" };
@@ -79,26 +76,16 @@ export class QueueObserver {
     }
   }
 
-  private async run(): Promise<void> {
-    while (this.running) {
-      let result: [string, [string, string[]][]][] | null;
-      try {
-        result = (await this.reader.xread("COUNT", 10_000, "BLOCK", 1000, "STREAMS", this.key, this.lastId)) as typeof result;
-      } catch {
-        if (!this.running) return;
-        continue;
-      }
-      for (const [id, fields] of result?.[0]?.[1] ?? []) {
-        this.lastId = id;
-        this.read++;
-        const event = field(fields, "event");
-        const jobId = field(fields, "jobId");
-        if (event === undefined || jobId === undefined) continue;
-        let perJob = this.counts.get(jobId);
-        if (!perJob) this.counts.set(jobId, (perJob = new Map()));
-        perJob.set(event, (perJob.get(event) ?? 0) + 1);
-        this.log?.push({ event, jobId, returnvalue: field(fields, "returnvalue") });
-      }
+  private tally(entries: [string, string[]][]): void {
+    for (const [, fields] of entries) {
+      this.read++;
+      const event = field(fields, "event");
+      const jobId = field(fields, "jobId");
+      if (event === undefined || jobId === undefined) continue;
+      let perJob = this.counts.get(jobId);
+      if (!perJob) this.counts.set(jobId, (perJob = new Map()));
+      perJob.set(event, (perJob.get(event) ?? 0) + 1);
+      this.log?.push({ event, jobId, returnvalue: field(fields, "returnvalue") });
     }
   }
 }

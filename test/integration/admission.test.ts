@@ -14,8 +14,8 @@ import { setAutoscaling } from "../../src/control/autoscaling.ts";
 import { type Control, connectControl, duplicate } from "../../src/control/redis.ts";
 import { removeReplica, writeReplica } from "../../src/control/replicas.ts";
 import { detailOf, PlatformError } from "../../src/errors.ts";
-import { Admission, admissionDefaultsFromEnv, limitsFor } from "../../src/fabric/admission.ts";
-import { Dispatcher } from "../../src/fabric/dispatcher.ts";
+import { Admission, admissionDefaultsFromEnv, limitsFor } from "../../src/queue/admission.ts";
+import { Dispatcher } from "../../src/queue/dispatcher.ts";
 
 const PREFIX = `test-admission-${randomUUID().slice(0, 8)}`;
 let ctl: Control;
@@ -53,7 +53,7 @@ async function replica(name: string, id: string, state: ReplicaState, error?: st
 }
 
 /** No caching, so each call sees what the test just wrote. */
-const fresh = () => new Admission(ctl, (m, v) => dispatcher.queue(m, v), { depthCacheMs: 0, capacityCacheMs: 0 });
+const fresh = () => new Admission(dispatcher, { depthCacheMs: 0, capacityCacheMs: 0 });
 
 async function refusal(p: Promise<unknown>): Promise<PlatformError> {
   const e = await p.then(() => undefined, (err: unknown) => err);
@@ -119,7 +119,7 @@ describe("admission", () => {
     // Batch records wait at a lower priority: they never delay an online request, so they do not count.
     await queue.addBulk(Array.from({ length: 5 }, () => ({ name: "batch_record", data: {}, opts: { priority: 10 } })));
     // A long cache: only this gateway's own admissions move the count after the first read.
-    const admission = new Admission(ctl, (m, v) => dispatcher.queue(m, v), { depthCacheMs: 60_000 });
+    const admission = new Admission(dispatcher, { depthCacheMs: 60_000 });
     await admission.admit(e); // 1 waiting → 2
     await admission.admit(e); // 2 → 3
     const err = await refusal(admission.admit(e));
@@ -127,7 +127,7 @@ describe("admission", () => {
     expect(err.message).toMatch(/3 requests are already waiting for "full" \(max_queue_depth 3\)/);
     // Concurrent requests share one read and still stop at the limit.
     await queue.drain();
-    const burst = new Admission(ctl, (m, v) => dispatcher.queue(m, v), { depthCacheMs: 60_000 });
+    const burst = new Admission(dispatcher, { depthCacheMs: 60_000 });
     const results = await Promise.allSettled(Array.from({ length: 10 }, () => burst.admit(e)));
     expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(3);
   });

@@ -1,6 +1,6 @@
 /** REDIS_URL with credentials and TLS, masking, and reading reply-stream entries defensively. */
 import { describe, expect, it } from "vitest";
-import { decodeReplyEntry } from "../../src/contracts/job.ts";
+import { decodeReplyEntry, encodeReplyEntry } from "../../src/queue/replies.ts";
 import { maskRedisUrl, redisOptionsFromUrl } from "../../src/control/redis.ts";
 
 describe("REDIS_URL", () => {
@@ -39,6 +39,11 @@ describe("reply stream entries", () => {
   it("reads fields by name, in any order", () => {
     const event = JSON.stringify({ type: "token", text: "hi" });
     expect(decodeReplyEntry(["e", event, "job", "j1"])).toEqual({ jobId: "j1", event: { type: "token", text: "hi" } });
+  });
+
+  it("reads back what a worker writes", () => {
+    const event = { type: "started", replica: "r1", attempt: 1 } as const;
+    expect(decodeReplyEntry(encodeReplyEntry("j1", event))).toEqual({ jobId: "j1", event });
   });
 
   it("reports, rather than throws on, entries it cannot use", () => {

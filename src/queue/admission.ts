@@ -12,16 +12,17 @@
  * last read are counted locally, so a burst cannot slip past the limit.
  * docs/fleet.md documents the limits and codes.
  */
-import type { Queue } from "bullmq";
 import { z } from "zod";
 import { parseDuration } from "../contracts/duration.ts";
 import { describeIssues } from "../contracts/deployment.ts";
+import { RETRY_AFTER_S } from "../contracts/job.ts";
 import { queueName } from "../contracts/naming.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
 import { getAutoscaling } from "../control/autoscaling.ts";
 import type { Control } from "../control/redis.ts";
 import { listReplicas } from "../control/replicas.ts";
 import { PlatformError, withDetail } from "../errors.ts";
+import type { QueueBase } from "./base.ts";
 
 export type AdmissionLimits = { maxQueueDepth: number; maxQueueWaitMs: number };
 
@@ -48,9 +49,6 @@ export async function withinRedisWait<T>(work: Promise<T>, redis: { status: stri
 export const ADMISSION_DEFAULTS: AdmissionLimits = { maxQueueDepth: 1000, maxQueueWaitMs: 60_000 };
 
 export type RejectReason = "queue_full" | "no_capacity";
-
-/** Retry-After (seconds) per answer; documented in docs/fleet.md. */
-export const RETRY_AFTER_S = { queue_full: 2, no_capacity: 30, queue_timeout: 5 } as const;
 
 const Env = z.object({
   PLATFORM_MAX_QUEUE_DEPTH: z.coerce.number().int().min(1).optional(),
@@ -87,15 +85,15 @@ export type AdmissionOptions = {
 export class Admission {
   readonly defaults: AdmissionLimits;
   private readonly ctl: Control;
-  private readonly queueOf: (model: string, version: string) => Queue;
+  private readonly queues: QueueBase;
   private readonly options: AdmissionOptions;
   private readonly depth: Fresh<number>;
   private readonly capacity: Fresh<Capacity>;
   private readonly wokeAt = new Map<string, number>();
 
-  constructor(ctl: Control, queueOf: (model: string, version: string) => Queue, options: AdmissionOptions = {}) {
-    this.ctl = ctl;
-    this.queueOf = queueOf;
+  constructor(queues: QueueBase, options: AdmissionOptions = {}) {
+    this.ctl = queues.ctl;
+    this.queues = queues;
     this.options = options;
     this.defaults = options.defaults ?? ADMISSION_DEFAULTS;
     this.depth = new Fresh(options.depthCacheMs ?? 200);
@@ -149,7 +147,7 @@ export class Admission {
 
   private async readWaiting(model: string, version: string): Promise<number> {
     // Online requests only: batch records are prioritized below them, so they never delay one.
-    const counts = await this.queueOf(model, version).getJobCounts("waiting");
+    const counts = await this.queues.queue(model, version).getJobCounts("waiting");
     return counts.waiting ?? 0;
   }
 

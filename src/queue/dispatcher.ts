@@ -1,18 +1,21 @@
 /**
- * The gateway's side of the queue contract. Each gateway process owns one
- * Redis reply stream; every job it enqueues names that stream, workers append
- * the job's events to it, and one blocking reader routes them to the waiting
- * request by job id. One connection serves every in-flight request, and a
- * stream (unlike pub/sub) loses nothing if the reader falls behind.
+ * The gateway's side of the queue contract: enqueue a request and await its
+ * events. Each gateway process owns one Redis reply stream; every job it
+ * enqueues names that stream, workers append the job's events to it, and one
+ * blocking reader routes them to the waiting request by job id. One
+ * connection serves every in-flight request, and a stream (unlike pub/sub)
+ * loses nothing if the reader falls behind.
  */
 import { randomUUID } from "node:crypto";
-import { type ConnectionOptions, Queue, QueueEvents } from "bullmq";
-import type { Redis } from "ioredis";
-import { BATCH_PRIORITY, decodeReplyEntry, JOB_SCHEMA_VERSION, JobError, type JobEvent, type JobPayloadInput } from "../contracts/job.ts";
-import { queueName } from "../contracts/naming.ts";
-import { type Control, duplicate } from "../control/redis.ts";
+import { JOB_SCHEMA_VERSION, type JobEvent, type JobPayloadInput, RETRY_AFTER_S } from "../contracts/job.ts";
+import type { Control } from "../control/redis.ts";
 import { PlatformError, withDetail } from "../errors.ts";
-import { RETRY_AFTER_S, withinRedisWait } from "./admission.ts";
+import { withinRedisWait } from "./admission.ts";
+import { QueueBase } from "./base.ts";
+import { cancelJobs } from "./cancel.ts";
+import { jobErrorFromFailure } from "./failures.ts";
+import { replyHandler } from "./replies.ts";
+import type { StreamReader } from "./stream-reader.ts";
 
 /** What a caller supplies; the dispatcher fills in version, reply stream and deadline. */
 export type Submission = DistributiveOmit<JobPayloadInput, "v" | "reply" | "deadline">;
@@ -20,7 +23,6 @@ type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K>
 
 export type SubmitOptions = {
   timeoutMs: number;
-  batch?: boolean;
   /**
    * How long the job may wait for a replica to take it. Past it, a job still
    * waiting is withdrawn and the events end with a 503 `queue_timeout`.
@@ -39,36 +41,28 @@ export type JobHandle = {
   cancel: () => Promise<void>;
 };
 
-const CANCEL_MARK_TTL_MS = 600_000;
-const COMPLETED_JOB_AGE_S = 300;
-const FAILED_JOB_AGE_S = 3600;
+/** Entries already routed are trimmed this often. */
+const TRIM_EVERY_MS = 5000;
 
-export class Dispatcher {
+export class Dispatcher extends QueueBase {
   readonly replyStream: string;
-  private readonly ctl: Control;
-  private readonly reader: Redis;
-  private readonly queues = new Map<string, Queue>();
-  private readonly watchers = new Map<string, QueueEvents>();
+  private readonly replies: StreamReader;
+  private readonly watched = new Set<string>();
   private readonly waiters = new Map<string, (event: JobEvent) => void>();
-  private running = true;
-  private readonly loop: Promise<void>;
+  private lastTrim = Date.now();
 
   constructor(ctl: Control, gatewayId: string) {
-    this.ctl = ctl;
+    super(ctl);
     this.replyStream = ctl.keys.replyStream(gatewayId);
-    this.reader = duplicate(ctl);
-    this.loop = this.readReplies();
-  }
-
-  queue(model: string, version: string): Queue {
-    const name = queueName(model, version);
-    let q = this.queues.get(name);
-    if (!q) {
-      q = new Queue(name, { connection: this.ctl.redis, prefix: this.ctl.prefix });
-      q.on("error", () => undefined); // surfaced on the calls that fail
-      this.queues.set(name, q);
-    }
-    return q;
+    this.replies = this.reader(this.replyStream);
+    const route = replyHandler(`dispatcher ${this.replyStream}`, (jobId, event) => this.waiters.get(jobId)?.(event));
+    this.replies.start(async (entries) => {
+      await route(entries);
+      if (Date.now() - this.lastTrim > TRIM_EVERY_MS) {
+        this.lastTrim = Date.now();
+        await this.replies.trim(this.ctl.redis);
+      }
+    });
   }
 
   async submit(submission: Submission, options: SubmitOptions): Promise<JobHandle> {
@@ -86,14 +80,10 @@ export class Dispatcher {
     const queue = this.queue(submission.model, submission.version);
     this.watch(queue.name);
     try {
-      await withinRedisWait(queue.add(submission.kind, payload, {
-        jobId: id,
-        priority: options.batch ? BATCH_PRIORITY : undefined,
-        // The answer travels on the reply stream (and the queue's event stream), never read from the
-        // job afterwards: a finished online job is deleted at once, so no prompt outlives its request.
-        removeOnComplete: options.batch ? { age: COMPLETED_JOB_AGE_S } : true,
-        removeOnFail: options.batch ? { age: FAILED_JOB_AGE_S } : true,
-      }), this.ctl.redis);
+      // No priority: online work goes before batch records (BATCH_PRIORITY). The answer travels on
+      // the reply stream (and the queue's event stream), never read from the job afterwards: a
+      // finished online job is deleted at once, so no prompt outlives its request.
+      await withinRedisWait(queue.add(submission.kind, payload, { jobId: id, removeOnComplete: true, removeOnFail: true }), this.ctl.redis);
     } catch (e) {
       this.waiters.delete(id);
       // ioredis' message names the Redis address: it stays in the gateway log.
@@ -156,10 +146,7 @@ export class Dispatcher {
       if (cancelled) return;
       cancelled = true;
       this.waiters.delete(id);
-      await this.ctl.redis.set(this.ctl.keys.cancelled(id), "1", "PX", CANCEL_MARK_TTL_MS);
-      await this.ctl.redis.publish(this.ctl.keys.cancelChannel, id);
-      const job = await queue.getJob(id);
-      if (job && (await job.isWaiting())) await job.remove().catch(() => undefined);
+      await cancelJobs(this.ctl, queue, [id]);
     };
     return { id, events: events(), cancel };
   }
@@ -173,69 +160,15 @@ export class Dispatcher {
    *   a second replica died with it. Without this the request would wait for its timeout.
    */
   private watch(name: string): void {
-    if (this.watchers.has(name)) return;
-    // Its own connection, from options, which BullMQ closes with it (XREAD blocks).
-    const events = new QueueEvents(name, { connection: this.ctl.redisOptions as ConnectionOptions, prefix: this.ctl.prefix });
-    events.on("error", () => undefined); // QueueEvents reconnects by itself
+    if (this.watched.has(name)) return;
+    this.watched.add(name);
+    const events = this.events(name);
     events.on("stalled", ({ jobId }) => this.waiters.get(jobId)?.({ type: "started", replica: "(requeued after a replica stopped)", attempt: 0 }));
-    events.on("failed", ({ jobId, failedReason }) => {
-      const waiter = this.waiters.get(jobId);
-      if (waiter) waiter({ type: "error", error: jobErrorFromFailure(failedReason) });
-    });
-    this.watchers.set(name, events);
+    events.on("failed", ({ jobId, failedReason }) => this.waiters.get(jobId)?.({ type: "error", error: jobErrorFromFailure(failedReason) }));
   }
 
-  private async readReplies(): Promise<void> {
-    let lastId = "0-0";
-    let lastTrim = Date.now();
-    while (this.running) {
-      let result: [string, [string, string[]][]][] | null;
-      try {
-        result = (await this.reader.xread("COUNT", 1000, "BLOCK", 1000, "STREAMS", this.replyStream, lastId)) as typeof result;
-      } catch {
-        if (!this.running) return;
-        await new Promise((r) => setTimeout(r, 200));
-        continue;
-      }
-      for (const [, entries] of result ?? []) {
-        for (const [entryId, fields] of entries) {
-          lastId = entryId;
-          const entry = decodeReplyEntry(fields);
-          if ("problem" in entry) console.error(`[dispatcher] skipped reply entry ${entryId} on ${this.replyStream}: ${entry.problem}`);
-          else this.waiters.get(entry.jobId)?.(entry.event);
-        }
-      }
-      if (Date.now() - lastTrim > 5000) {
-        lastTrim = Date.now();
-        // Entries already routed are of no further use.
-        await this.ctl.redis.xtrim(this.replyStream, "MINID", lastId).catch(() => undefined);
-      }
-    }
-  }
-
-  async close(): Promise<void> {
-    this.running = false;
-    this.reader.disconnect();
-    await this.loop;
-    await Promise.all([...this.queues.values()].map((q) => q.close()));
-    await Promise.all([...this.watchers.values()].map((w) => w.close().catch(() => undefined)));
+  override async close(): Promise<void> {
+    await super.close();
     await this.ctl.redis.del(this.replyStream).catch(() => undefined);
   }
-}
-
-/**
- * A worker fails a job with its JobError as JSON, and has already sent the same error on the
- * reply stream; anything else is BullMQ failing the job on its own.
- */
-export function jobErrorFromFailure(failedReason: string): JobError {
-  try {
-    const parsed = JobError.safeParse(JSON.parse(failedReason));
-    if (parsed.success) return parsed.data;
-  } catch {
-    // not JSON: BullMQ's own reason
-  }
-  if (/stalled/i.test(failedReason)) {
-    return { status: 502, code: "replica_lost", param: null, message: "the replicas serving this request stopped twice while running it; retry the request" };
-  }
-  return { status: 500, code: "job_failed", param: null, message: `the request failed: ${failedReason}` };
 }

@@ -1,0 +1,31 @@
+/**
+ * Cancellation, both sides. A producer marks each job cancelled (a key that
+ * outlives any wait in the queue) and announces it on the cancel channel; a
+ * worker aborts a running job on the announcement, and looks the mark up for
+ * a job it takes late, when it may have subscribed after the announcement.
+ */
+import type { Queue } from "bullmq";
+import type { Redis } from "ioredis";
+import { CANCEL_MARK_TTL_MS } from "../contracts/job.ts";
+import { type Control, duplicate } from "../control/redis.ts";
+
+/** Marks and announces the jobs, then drops those still queued (a running job is locked and stays). */
+export async function cancelJobs(ctl: Control, queue: Queue, ids: readonly string[]): Promise<void> {
+  if (ids.length === 0) return;
+  const marks = ctl.redis.multi();
+  for (const id of ids) marks.set(ctl.keys.cancelled(id), "1", "PX", CANCEL_MARK_TTL_MS).publish(ctl.keys.cancelChannel, id);
+  await marks.exec();
+  await Promise.all(ids.map((id) => queue.remove(id).catch(() => 0)));
+}
+
+export async function isCancelled(ctl: Control, jobId: string): Promise<boolean> {
+  return (await ctl.redis.exists(ctl.keys.cancelled(jobId))) > 0;
+}
+
+/** Calls `onCancel` with each job id announced from now on; quit() the connection returned to stop. */
+export async function listenForCancels(ctl: Control, onCancel: (jobId: string) => void): Promise<Redis> {
+  const subscriber = duplicate(ctl);
+  await subscriber.subscribe(ctl.keys.cancelChannel);
+  subscriber.on("message", (_channel, jobId: string) => onCancel(jobId));
+  return subscriber;
+}
