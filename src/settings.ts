@@ -3,6 +3,7 @@ import { homedir } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
 import { describeIssues } from "./contracts/deployment.ts";
+import { redisOptionsFromUrl } from "./control/redis.ts";
 import { parseStorageRoots, type StorageRoot } from "./storage/policy.ts";
 import { parseCidr } from "./registry/addresses.ts";
 import { DEFAULT_HF_ENDPOINT, type SourcePolicy } from "./registry/sources.ts";
@@ -11,7 +12,17 @@ import { DEFAULT_HF_ENDPOINT, type SourcePolicy } from "./registry/sources.ts";
 const Flag = z.enum(["true", "false", "1", "0", ""]).default("false").transform((v) => v === "true" || v === "1");
 
 const Env = z.object({
-  REDIS_URL: z.string().url().optional(),
+  REDIS_URL: z
+    .string()
+    .optional()
+    .superRefine((url, ctx) => {
+      if (url === undefined) return;
+      try {
+        redisOptionsFromUrl(url);
+      } catch (e) {
+        ctx.addIssue({ code: "custom", message: (e as Error).message });
+      }
+    }),
   /** Kept apart from REDIS_URL so a Kubernetes secretKeyRef can supply it without the URL being a secret. */
   REDIS_PASSWORD: z.string().min(1).optional(),
   PLATFORM_BOOTSTRAP_ADMIN_KEY: z.string().min(1).optional(),
@@ -119,8 +130,8 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
 
 /** REDIS_URL with REDIS_PASSWORD filled in, unless the URL carries a password already. */
 function withPassword(redisUrl: string, password: string): string {
-  const u = new URL(redisUrl);
-  if (u.password) return redisUrl;
-  u.password = encodeURIComponent(password);
-  return u.toString();
+  // By hand, not with URL(): a Sentinel URL lists several hosts. `user@` keeps its user.
+  const m = /^([a-z+]+:\/\/)(?:([^:@/]*)(:[^@/]*)?@)?(.*)$/i.exec(redisUrl);
+  if (!m || m[3]) return redisUrl;
+  return `${m[1]}${m[2] ?? ""}:${encodeURIComponent(password)}@${m[4]}`;
 }

@@ -2,6 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { decodeReplyEntry, encodeReplyEntry } from "../../src/queue/replies.ts";
 import { maskRedisUrl, redisOptionsFromUrl } from "../../src/control/redis.ts";
+import { loadSettings } from "../../src/settings.ts";
 
 describe("REDIS_URL", () => {
   it("takes a URL-encoded user and password", () => {
@@ -32,6 +33,43 @@ describe("REDIS_URL", () => {
     expect(maskRedisUrl("rediss://:abc123@h:4000/3")).toBe("rediss://:***@h:4000/3");
     expect(maskRedisUrl("redis://127.0.0.1:6379")).toBe("redis://127.0.0.1:6379");
     expect(maskRedisUrl("not a url:abc123@x")).not.toContain("abc123");
+    expect(maskRedisUrl("redis+sentinel://:abc123@s1:26379,s2:26379/primary?sentinel_password=def456")).toBe("redis+sentinel://:***@s1:26379,s2:26379/primary?sentinel_password=***");
+  });
+
+  it("joins REDIS_PASSWORD to a URL without one (plain or Sentinel), and refuses a REDIS_URL it cannot use", () => {
+    expect(loadSettings({ REDIS_URL: "redis://r.internal:6379", REDIS_PASSWORD: "p@ss/w" }).redisUrl).toBe("redis://:p%40ss%2Fw@r.internal:6379");
+    expect(loadSettings({ REDIS_URL: "redis://platform@r:6379/2", REDIS_PASSWORD: "pw" }).redisUrl).toBe("redis://platform:pw@r:6379/2");
+    expect(loadSettings({ REDIS_URL: "redis://:own@r:6379", REDIS_PASSWORD: "other" }).redisUrl).toBe("redis://:own@r:6379");
+    const sentinel = loadSettings({ REDIS_URL: "redis+sentinel://s1:26379,s2:26379/primary", REDIS_PASSWORD: "pw" }).redisUrl as string;
+    expect(redisOptionsFromUrl(sentinel)).toMatchObject({ password: "pw", name: "primary", sentinels: [{ host: "s1" }, { host: "s2" }] });
+    expect(() => loadSettings({ REDIS_URL: "http://u:topsecret@h:1" })).toThrow(/REDIS_URL/);
+    expect(() => loadSettings({ REDIS_URL: "http://u:topsecret@h:1" })).not.toThrow(/topsecret/);
+  });
+
+  it("reads a Sentinel group: every sentinel, the group name, credentials, database and TLS", () => {
+    const o = redisOptionsFromUrl("redis+sentinel://team:p%40ss@10.0.0.1:26379,sentinel-b,[::1]:26380/my%2Dprimary/3?sentinel_password=s%26cret");
+    expect(o).toMatchObject({
+      sentinels: [
+        { host: "10.0.0.1", port: 26379 },
+        { host: "sentinel-b", port: 26379 },
+        { host: "::1", port: 26380 },
+      ],
+      name: "my-primary",
+      username: "team",
+      password: "p@ss",
+      sentinelPassword: "s&cret",
+      db: 3,
+      tls: undefined,
+      enableTLSForSentinelMode: false,
+      failoverDetector: true,
+      maxRetriesPerRequest: null,
+    });
+    expect(redisOptionsFromUrl("rediss+sentinel://s1:26379/g")).toMatchObject({ tls: {}, enableTLSForSentinelMode: true, db: 0, password: undefined });
+    expect(() => redisOptionsFromUrl("redis+sentinel://:topsecret@s1:99999/g")).toThrow(/not a sentinel address/);
+    expect(() => redisOptionsFromUrl("redis+sentinel://:topsecret@s1:99999/g")).not.toThrow(/topsecret/);
+    expect(() => redisOptionsFromUrl("redis+sentinel://:topsecret@s1/g/x")).toThrow(/database number/);
+    // No group: not a Sentinel URL, and not a redis:// one either.
+    expect(() => redisOptionsFromUrl("redis+sentinel://s1:26379")).toThrow(/Sentinel/);
   });
 });
 
