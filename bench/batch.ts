@@ -21,7 +21,7 @@ import { isBlank, parseRecord, readLines } from "../src/batch/input.ts";
 import { outputLine } from "../src/batch/output.ts";
 import type { BatchJobRecord } from "../src/contracts/batch.ts";
 import { connectControl } from "../src/control/redis.ts";
-import { loadSettings } from "../src/settings.ts";
+import { loadSettings } from "../src/settings/index.ts";
 import { openStore } from "../src/storage/index.ts";
 import { sharedModelPath, tinyModelPath } from "../test/helpers/models.ts";
 import { startStack } from "../test/helpers/stack.ts";

@@ -7,7 +7,7 @@
 import { fileURLToPath } from "node:url";
 import { getEndpoint } from "../src/control/endpoints.ts";
 import { connectControl } from "../src/control/redis.ts";
-import { loadSettings } from "../src/settings.ts";
+import { loadSettings } from "../src/settings/index.ts";
 import type { Engine } from "../workers/engines/engine.ts";
 import { startWorker } from "../workers/worker.ts";
 

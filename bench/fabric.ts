@@ -26,7 +26,7 @@ import { deployEndpoint } from "../src/control/endpoints.ts";
 import { connectControl } from "../src/control/redis.ts";
 import { startGateway } from "../src/gateway/app.ts";
 import { importModel } from "../src/registry/import.ts";
-import { loadSettings } from "../src/settings.ts";
+import { loadSettings } from "../src/settings/index.ts";
 import { openStore } from "../src/storage/index.ts";
 import { sharedModelPath, tinyModelPath } from "../test/helpers/models.ts";
 import { echoEngine } from "./echo-worker.ts";

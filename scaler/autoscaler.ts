@@ -10,7 +10,7 @@
  */
 import { hostname } from "node:os";
 import type { Queue } from "bullmq";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../src/control/redis.ts";
 import type { AutoscalingSettings } from "../src/contracts/autoscaling.ts";
 import type { EndpointRecord } from "../src/contracts/records.ts";
 import { getAutoscalingMany, getScalingHistory, recordDecision, type ScalingDecisionRecord } from "../src/control/autoscaling.ts";
@@ -102,7 +102,7 @@ export async function startAutoscaler(ctl: Control, options: AutoscalerOptions =
 
   // Gateways ask for a tick when a request waits on an endpoint with no replica: scale from zero
   // then starts at once instead of on the next tick.
-  const subscriber: Redis = duplicate(ctl);
+  const subscriber: RedisClient = duplicate(ctl);
   subscriber.on("error", () => undefined);
   await subscriber.subscribe(ctl.keys.scalerWakeup);
   subscriber.on("message", () => void tick());

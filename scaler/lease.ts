@@ -9,7 +9,7 @@
  * delete the new holder's lease.
  */
 import { randomUUID } from "node:crypto";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../src/control/redis.ts";
 
 const RENEW = `if redis.call("GET", KEYS[1]) == ARGV[1] then
   return redis.call("PEXPIRE", KEYS[1], ARGV[2])
@@ -25,7 +25,7 @@ return 0`;
 const NONCE_SEPARATOR = "|";
 
 export class ScalerLease {
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   readonly key: string;
   readonly holderId: string;
   readonly ttlMs: number;
@@ -35,7 +35,7 @@ export class ScalerLease {
    */
   readonly token: string;
 
-  constructor(redis: Redis, key: string, holderId: string, ttlMs: number) {
+  constructor(redis: RedisClient, key: string, holderId: string, ttlMs: number) {
     if (!Number.isInteger(ttlMs) || ttlMs <= 0) throw new Error(`lease ttlMs: expected a positive whole number of ms, got ${ttlMs}`);
     this.redis = redis;
     this.key = key;
@@ -62,7 +62,7 @@ export class ScalerLease {
   }
 
   /** The holder id of whoever holds the lease now, for status output; null when nobody does. */
-  static async holder(redis: Redis, key: string): Promise<string | null> {
+  static async holder(redis: RedisClient, key: string): Promise<string | null> {
     const token = await redis.get(key);
     if (token === null) return null;
     const at = token.lastIndexOf(NONCE_SEPARATOR);

@@ -6,9 +6,9 @@
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { connectControl } from "../src/control/redis.ts";
-import { loadSettings } from "../src/settings.ts";
+import { loadSettings } from "../src/settings/index.ts";
 import type { ReplicaBackend } from "./backend.ts";
-import { KubernetesBackend, kubernetesBackendOptionsFromEnv } from "./backends/kubernetes.ts";
+import { KubernetesBackend } from "./backends/kubernetes.ts";
 import { LocalBackend } from "./backends/local.ts";
 import { startScaler } from "./run.ts";
 
@@ -28,7 +28,7 @@ export async function runScalerProcess(options: ScalerProcessOptions): Promise<v
   const log = (line: string) => console.log(line);
   let backend: ReplicaBackend;
   if (options.backend === "kubernetes") {
-    const k8s = new KubernetesBackend(kubernetesBackendOptionsFromEnv());
+    const k8s = new KubernetesBackend(settings.kubernetes);
     // Learn which worker Deployments exist, so ones whose endpoint is gone get removed.
     await k8s.refresh();
     backend = k8s;
@@ -36,6 +36,7 @@ export async function runScalerProcess(options: ScalerProcessOptions): Promise<v
     backend = new LocalBackend({
       ctl,
       workerCommand: [process.execPath, BIN, "worker"],
+      // Workers inherit this environment (and so its settings), with the Redis and storage this scaler resolved.
       env: { ...process.env, REDIS_URL: settings.redisUrl, PLATFORM_DATA_DIR: settings.dataDir, PLATFORM_ARTIFACTS_URL: settings.artifactsUrl },
       logDir: join(settings.dataDir, "logs"),
       onEvent: (m) => log(`[replicas] ${m}`),

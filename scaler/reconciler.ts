@@ -2,7 +2,7 @@
  * Makes each backend run what the endpoint records ask for. Autoscaling only
  * changes `desired_replicas` on the records; this loop is what acts on them.
  */
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../src/control/redis.ts";
 import { readEndpoints } from "../src/control/endpoints.ts";
 import { type Control, duplicate } from "../src/control/redis.ts";
 import type { ReplicaBackend } from "./backend.ts";
@@ -32,7 +32,7 @@ export async function startReconciler(ctl: Control, backend: ReplicaBackend, int
       console.error(`[reconciler] ${(e as Error).message}`);
     }
   });
-  const subscriber: Redis = duplicate(ctl);
+  const subscriber: RedisClient = duplicate(ctl);
   await subscriber.subscribe(ctl.keys.endpointEvents);
   subscriber.on("message", () => void reconcile());
   const timer = setInterval(() => void reconcile(), intervalMs);

@@ -249,7 +249,7 @@ describe("deploy/ files outside kustomize", () => {
         expect(["redis", "prometheus"]).toContain(trigger.type);
         // KEDA reads every metadata value as a string.
         for (const value of Object.values(trigger.metadata)) expect(typeof value).toBe("string");
-        if (trigger.type === "redis") expect(trigger.metadata.listName).toMatch(/^platform:[^:]+@[^:]+:(wait|active)$/);
+        if (trigger.type === "redis") expect(trigger.metadata.listName).toMatch(/^platform:\{[^:]+@[^:]+\}:(wait|active)$/);
         if (trigger.type === "prometheus") expect(trigger.metadata.query).toContain("vllm:num_requests_waiting");
       }
     }

@@ -13,7 +13,8 @@ import {
   workerDeploymentName,
   type WorkerDeploymentOptions,
 } from "../scaler/backends/kubernetes-manifests.ts";
-import { KubernetesApiError, KubernetesBackend, kubernetesBackendOptionsFromEnv } from "../scaler/backends/kubernetes.ts";
+import { KubernetesApiError, KubernetesBackend } from "../scaler/backends/kubernetes.ts";
+import { loadSettings } from "../src/settings/index.ts";
 import type { ReplicaBackend } from "../scaler/backend.ts";
 import { FakeKubernetesApi } from "./fake-kubernetes-api.ts";
 
@@ -177,7 +178,7 @@ describe("KubernetesBackend against an API server", () => {
   });
 
   function backend(extra: Partial<ConstructorParameters<typeof KubernetesBackend>[0]> = {}): KubernetesBackend {
-    return new KubernetesBackend({ kubeConfig, image: IMAGE, configMapName: "platform-config", secretName: "platform-secrets", redisPasswordSecret: { name: "platform-redis", key: "password" }, ...extra }, {});
+    return new KubernetesBackend({ kubeConfig, image: IMAGE, configMapName: "platform-config", secretName: "platform-secrets", redisPasswordSecret: { name: "platform-redis", key: "password" }, ...extra });
   }
 
   it("creates, scales, reads readiness, updates on a version change, and deletes", async () => {
@@ -316,18 +317,19 @@ describe("KubernetesBackend against an API server", () => {
       metadata: { name: "platform-scaler-abc", namespace: NAMESPACE },
       spec: { containers: [{ name: "scaler", image: "example.com/platform@sha256:0123" }] },
     });
-    const k8s = new KubernetesBackend({ kubeConfig }, { POD_NAME: "platform-scaler-abc", POD_NAMESPACE: NAMESPACE });
+    const k8s = new KubernetesBackend({ kubeConfig, podName: "platform-scaler-abc", podNamespace: NAMESPACE });
     await k8s.scale(endpoint("chat", "v1"), 1);
     const stored = api.deployment(NAMESPACE, workerDeploymentName("chat", "v1"))!;
     expect(stored.spec.template.spec.containers[0].image).toBe("example.com/platform@sha256:0123");
 
-    const orphan = new KubernetesBackend({ kubeConfig }, {});
+    const orphan = new KubernetesBackend({ kubeConfig });
     await expect(orphan.scale(endpoint("chat", "v1"), 1)).rejects.toThrow(/PLATFORM_WORKER_IMAGE/);
   });
 
-  it("reads its options from the scaler's environment", () => {
+  it("reads its options from the scaler's environment (settings.kubernetes)", () => {
+    const kubernetes = (env: NodeJS.ProcessEnv) => loadSettings(env).kubernetes;
     expect(
-      kubernetesBackendOptionsFromEnv({ PLATFORM_WORKER_IMAGE: IMAGE, PLATFORM_WORKER_GRACE_SECONDS: "120", PLATFORM_GPU_TYPE_LABEL: "x/y" }),
+      kubernetes({ PLATFORM_WORKER_IMAGE: IMAGE, PLATFORM_WORKER_GRACE_SECONDS: "120", PLATFORM_GPU_TYPE_LABEL: "x/y" }),
     ).toEqual({
       image: IMAGE,
       configMapName: "platform-config",
@@ -336,8 +338,9 @@ describe("KubernetesBackend against an API server", () => {
       gpuTypeLabel: "x/y",
       terminationGracePeriodSeconds: 120,
     });
-    expect(kubernetesBackendOptionsFromEnv({ PLATFORM_WORKER_IMAGE: IMAGE, PLATFORM_WORKER_REDIS_SECRET: "" }).redisPasswordSecret).toBeUndefined();
-    expect(() => kubernetesBackendOptionsFromEnv({ PLATFORM_WORKER_REDIS_SECRET: "no-key" })).toThrow(/PLATFORM_WORKER_REDIS_SECRET/);
-    expect(() => kubernetesBackendOptionsFromEnv({ PLATFORM_WORKER_GRACE_SECONDS: "soon" })).toThrow(/PLATFORM_WORKER_GRACE_SECONDS/);
+    expect(kubernetes({ PLATFORM_WORKER_IMAGE: IMAGE, PLATFORM_WORKER_REDIS_SECRET: "" }).redisPasswordSecret).toBeUndefined();
+    expect(kubernetes({ POD_NAME: "scaler-0", POD_NAMESPACE: "ml" })).toMatchObject({ podName: "scaler-0", podNamespace: "ml" });
+    expect(() => kubernetes({ PLATFORM_WORKER_REDIS_SECRET: "no-key" })).toThrow(/PLATFORM_WORKER_REDIS_SECRET/);
+    expect(() => kubernetes({ PLATFORM_WORKER_GRACE_SECONDS: "soon" })).toThrow(/PLATFORM_WORKER_GRACE_SECONDS/);
   });
 });

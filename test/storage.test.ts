@@ -14,9 +14,9 @@ import {
   openStore,
   parseStorageUri,
   readJsonlLines,
-  s3SettingsFromEnv,
   StorageError,
 } from "../src/storage/index.ts";
+import { loadSettings } from "../src/settings/index.ts";
 import type { JsonlLine, ObjectStore, S3Settings, StorageErrorCode } from "../src/storage/index.ts";
 
 // s3rver ships no types; this is the part of its API the suite uses.
@@ -508,7 +508,8 @@ describe("storage URIs", () => {
   });
 });
 
-describe("s3SettingsFromEnv", () => {
+describe("S3 settings (settings.storage.s3)", () => {
+  const s3SettingsFromEnv = (env: NodeJS.ProcessEnv) => loadSettings(env).storage.s3;
   it("reads the usual AWS variables and the path-style flag", () => {
     expect(s3SettingsFromEnv({})).toEqual({ region: "us-east-1", forcePathStyle: false });
     expect(

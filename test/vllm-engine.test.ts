@@ -22,14 +22,15 @@ import { CHAT_REPLY, STORY, TOO_LONG_MESSAGE, UNHEALTHY_POLLS, countTokens, rend
 
 const fakeSource = fileURLToPath(new URL("./fake-vllm.ts", import.meta.url));
 let dir: string;
+/** The fake `vllm`, given as settings.vllm.bin (VLLM_BIN) would be. */
+let bin: string;
 let records = 0;
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "vllm-engine-"));
-  const bin = join(dir, "vllm");
+  bin = join(dir, "vllm");
   await writeFile(bin, `#!/usr/bin/env node\nimport { main } from ${JSON.stringify(fakeSource)};\nmain();\n`);
   await chmod(bin, 0o755);
-  process.env.VLLM_BIN = bin;
 });
 
 afterAll(async () => {
@@ -139,6 +140,7 @@ function options(env: Record<string, string> = {}, overrides: Partial<VllmOption
     record,
     modelPath: join(dir, "model"),
     servedName: "stories",
+    bin,
     runtime: Runtime.parse({ max_model_len: 2048 }),
     resources: Resources.parse({ parallel: 3 }),
     // The launcher's `#!/usr/bin/env node` must find this Node (type stripping), not an older one on PATH.
@@ -375,7 +377,7 @@ describe("vLLM engine lifecycle", () => {
     const { record, log: _log, ...rest } = opts;
     const script = `import { loadVllm } from ${JSON.stringify(module)};
       const runtime = ${JSON.stringify(rest.runtime)}, resources = ${JSON.stringify(rest.resources)};
-      await loadVllm({ ...${JSON.stringify({ modelPath: rest.modelPath, servedName: rest.servedName, env: rest.env })}, runtime, resources, log: () => undefined });
+      await loadVllm({ ...${JSON.stringify({ modelPath: rest.modelPath, servedName: rest.servedName, bin: rest.bin, env: rest.env })}, runtime, resources, log: () => undefined });
       console.log("READY");
       setInterval(() => undefined, 1000);`;
     const worker = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"], env: process.env });
@@ -414,15 +416,9 @@ describe("vLLM engine lifecycle", () => {
   });
 
   it("says how to fix a missing vllm executable", async () => {
-    const saved = process.env.VLLM_BIN;
-    process.env.VLLM_BIN = join(dir, "no-such-vllm");
-    try {
-      const e = await rejection(loadVllm(options()));
-      expect(e).toMatchObject({ code: "engine_start_failed" });
-      expect((e as Error).message).toContain("VLLM_BIN");
-    } finally {
-      process.env.VLLM_BIN = saved;
-    }
+    const e = await rejection(loadVllm(options({}, { bin: join(dir, "no-such-vllm") })));
+    expect(e).toMatchObject({ code: "engine_start_failed" });
+    expect((e as Error).message).toContain("VLLM_BIN");
   });
 
   it("sends chats as plain prompts when the model has no chat template, as llama.cpp does", async () => {

@@ -6,7 +6,7 @@ import type { ModelVersionRecord } from "../src/contracts/records.ts";
 import { getEndpoint } from "../src/control/endpoints.ts";
 import { connectControl } from "../src/control/redis.ts";
 import { resolveModelVersion } from "../src/registry/versions.ts";
-import { loadSettings, type Settings } from "../src/settings.ts";
+import { loadSettings, type Settings } from "../src/settings/index.ts";
 import { openStore } from "../src/storage/index.ts";
 import { loadEngine } from "./engines/index.ts";
 import { startWorker } from "./worker.ts";
@@ -33,7 +33,7 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
     process.exit(0);
   };
   // Started by `platform up`: never outlive it, even if it was killed without a chance to stop us.
-  if (process.env.PLATFORM_EXIT_WITH_PARENT === "1") {
+  if (settings.worker.exitWithParent) {
     const parent = process.ppid;
     let lastReady = Date.now();
     setInterval(() => {
@@ -50,7 +50,8 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
     endpoint,
     replicaId,
     healthPort: options.healthPort,
-    loadEngine: async () => loadEngine(endpoint, await localArtifact(settings, model)),
+    heartbeatMs: settings.heartbeats.intervalMs,
+    loadEngine: async () => loadEngine(endpoint, await localArtifact(settings, model), settings.vllm),
   });
 
   let stopping = false;
@@ -82,7 +83,7 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
 
 /** node-llama-cpp needs a file: use the store's own when local, else a cached download. */
 async function localArtifact(settings: Settings, model: ModelVersionRecord): Promise<string> {
-  const store = openStore(settings.artifactsUrl);
+  const store = openStore(settings.artifactsUrl, settings.storage.s3);
   const local = store.localPath(model.artifact);
   if (local) return local;
   const dir = join(settings.dataDir, "cache", "models");

@@ -6,16 +6,16 @@
 import { createServer, type Server } from "node:http";
 import { hostname } from "node:os";
 import { type Job, UnrecoverableError, WaitingError, type Worker } from "bullmq";
-import type { Redis } from "ioredis";
-import { describeIssues } from "../src/contracts/deployment.ts";
+import { describeIssues } from "../src/contracts/issues.ts";
 import { JobError, type JobEvent, JobPayload, type JobResult } from "../src/contracts/job.ts";
 import type { EndpointRecord, ReplicaState } from "../src/contracts/records.ts";
-import type { Control } from "../src/control/redis.ts";
-import { HEARTBEAT_INTERVAL_MS, removeReplica, writeReplica } from "../src/control/replicas.ts";
+import type { Control, RedisClient } from "../src/control/redis.ts";
+import { removeReplica, writeReplica } from "../src/control/replicas.ts";
 import { PlatformError } from "../src/errors.ts";
 import { QueueBase } from "../src/queue/base.ts";
 import { isCancelled, listenForCancels } from "../src/queue/cancel.ts";
 import { appendReply } from "../src/queue/replies.ts";
+import { DEFAULT_HEARTBEAT_MS } from "../src/settings/queue.ts";
 import type { Engine } from "./engines/engine.ts";
 import { Slots } from "./slots.ts";
 
@@ -26,6 +26,8 @@ export type WorkerOptions = {
   loadEngine: () => Promise<Engine>;
   /** Serve /livez and /readyz here (Kubernetes probes); undefined: no HTTP server. */
   healthPort?: number;
+  /** How often the replica record is rewritten (settings.heartbeats.intervalMs). */
+  heartbeatMs?: number;
 };
 
 export type RunningWorker = {
@@ -48,11 +50,12 @@ const CANCEL_LOOKUP_AFTER_MS = 1000;
 const PREFETCH_FACTOR = 2;
 /** After the drain deadline, how long aborted jobs get to be handed back before the drain moves on. */
 const RELEASE_GRACE_MS = 3_000;
-/** The clean-up after a drain waits this long at most: Redis may be gone. */
+/** The clean-up after a drain waits this long at most: RedisClient may be gone. */
 const STEP_MS = 1_000;
 
 export function startWorker(options: WorkerOptions): RunningWorker {
   const { ctl, endpoint, replicaId } = options;
+  const heartbeatMs = options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS;
   const started = Date.now();
   const inFlight = new Map<string, AbortController>();
   /** Jobs holding a sequence; the others in `inFlight` wait in `slots` for one. */
@@ -66,7 +69,7 @@ export function startWorker(options: WorkerOptions): RunningWorker {
   let engine: Engine | undefined;
   let slots: Slots;
   let bull: Worker | undefined;
-  let subscriber: Redis | undefined;
+  let subscriber: RedisClient | undefined;
   let health: Server | undefined;
 
   const beat = () =>
@@ -83,8 +86,8 @@ export function startWorker(options: WorkerOptions): RunningWorker {
       in_flight: inFlight.size,
       parallel: engine?.parallel ?? endpoint.config.resources.parallel,
       error,
-    }).catch(() => undefined); // Redis may blip; the next beat retries.
-  const heartbeat = setInterval(beat, HEARTBEAT_INTERVAL_MS);
+    }, heartbeatMs).catch(() => undefined); // Redis may blip; the next beat retries.
+  const heartbeat = setInterval(beat, heartbeatMs);
   void beat();
 
   if (options.healthPort !== undefined) {

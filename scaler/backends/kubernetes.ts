@@ -7,7 +7,6 @@ import { readFileSync } from "node:fs";
 import { ApiException, AppsV1Api, CoreV1Api, KubeConfig, setHeaderOptions } from "@kubernetes/client-node";
 import type { V1Deployment } from "@kubernetes/client-node";
 import { z } from "zod";
-import { describeIssues } from "../../src/contracts/deployment.ts";
 import type { EndpointRecord } from "../../src/contracts/records.ts";
 import type { BackendReplicas, ReplicaBackend } from "../backend.ts";
 import {
@@ -21,14 +20,16 @@ import {
 const SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 export interface KubernetesBackendOptions extends Omit<WorkerDeploymentOptions, "namespace" | "image"> {
-  /** Default: POD_NAMESPACE, then the in-cluster service account's namespace, then the kubeconfig context's, then "default". */
+  /** Default: `podNamespace`, then the in-cluster service account's namespace, then the kubeconfig context's, then "default". */
   namespace?: string;
   /** Default: the image of the pod this scaler runs in (POD_NAME), so workers always match the scaler's release. */
   image?: string;
   /** Default: `KubeConfig.loadFromDefault()` (KUBECONFIG, ~/.kube/config, or in-cluster). */
   kubeConfig?: KubeConfig;
-  /** The pod to copy the image from when `image` is not given. */
+  /** The pod to copy the image from when `image` is not given (POD_NAME, from the downward API). */
   podName?: string;
+  /** The scaler's own namespace (POD_NAMESPACE, from the downward API). */
+  podNamespace?: string;
 }
 
 /** A failed Kubernetes API call, with the HTTP status and the API's own reason and message. */
@@ -79,8 +80,8 @@ function isNotFound(error: unknown): boolean {
   return error instanceof KubernetesApiError && error.status === 404;
 }
 
-function defaultNamespace(kubeConfig: KubeConfig, env: NodeJS.ProcessEnv): string {
-  if (env.POD_NAMESPACE) return env.POD_NAMESPACE;
+function defaultNamespace(kubeConfig: KubeConfig, podNamespace: string | undefined): string {
+  if (podNamespace) return podNamespace;
   try {
     return readFileSync(SERVICE_ACCOUNT_NAMESPACE_FILE, "utf8").trim();
   } catch {
@@ -101,11 +102,12 @@ export class KubernetesBackend implements ReplicaBackend {
   private image: string | undefined;
   private known = new Set<string>();
 
-  constructor(options: KubernetesBackendOptions = {}, env: NodeJS.ProcessEnv = process.env) {
+  /** `options`: settings.kubernetes in the scaler (PLATFORM_WORKER_*, POD_NAME...), or given outright. */
+  constructor(options: KubernetesBackendOptions = {}) {
     const kubeConfig = options.kubeConfig ?? new KubeConfig();
     if (!options.kubeConfig) kubeConfig.loadFromDefault();
-    this.options = { ...options, podName: options.podName ?? env.POD_NAME };
-    this.namespace = options.namespace ?? defaultNamespace(kubeConfig, env);
+    this.options = options;
+    this.namespace = options.namespace ?? defaultNamespace(kubeConfig, options.podNamespace);
     this.image = options.image;
     this.apps = kubeConfig.makeApiClient(AppsV1Api);
     this.core = kubeConfig.makeApiClient(CoreV1Api);
@@ -226,43 +228,4 @@ export class KubernetesBackend implements ReplicaBackend {
     this.image = image;
     return image;
   }
-}
-
-const BackendEnv = z.object({
-  PLATFORM_WORKER_IMAGE: z.string().min(1).optional(),
-  PLATFORM_VLLM_WORKER_IMAGE: z.string().min(1).optional(),
-  PLATFORM_K8S_NAMESPACE: z.string().min(1).optional(),
-  PLATFORM_WORKER_CONFIGMAP: z.string().min(1).default("platform-config"),
-  PLATFORM_WORKER_SECRET: z.string().min(1).default("platform-secrets"),
-  /** `<secret>/<key>` holding the Redis password for workers; empty: none. */
-  PLATFORM_WORKER_REDIS_SECRET: z
-    .string()
-    .regex(/^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\/[-._a-zA-Z0-9]+$/, 'expected "<secret name>/<key>", e.g. platform-redis/password')
-    .default("platform-redis/password"),
-  PLATFORM_WORKER_SERVICE_ACCOUNT: z.string().min(1).optional(),
-  PLATFORM_GPU_TYPE_LABEL: z.string().min(1).optional(),
-  PLATFORM_WORKER_GRACE_SECONDS: z.coerce.number().int().min(0).optional(),
-  PLATFORM_WORKER_STARTUP_SECONDS: z.coerce.number().int().positive().optional(),
-});
-
-/**
- * The backend's options from the scaler's environment (set in deploy/base/scaler.yaml),
- * for `platform scaler --backend kubernetes`.
- */
-export function kubernetesBackendOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): KubernetesBackendOptions {
-  const parsed = BackendEnv.safeParse(env);
-  if (!parsed.success) throw new Error(`invalid Kubernetes backend environment: ${describeIssues(parsed.error)}`);
-  const e = parsed.data;
-  return {
-    ...(e.PLATFORM_WORKER_IMAGE ? { image: e.PLATFORM_WORKER_IMAGE } : {}),
-    ...(e.PLATFORM_VLLM_WORKER_IMAGE ? { imageByFramework: { vllm: e.PLATFORM_VLLM_WORKER_IMAGE } } : {}),
-    ...(e.PLATFORM_K8S_NAMESPACE ? { namespace: e.PLATFORM_K8S_NAMESPACE } : {}),
-    configMapName: e.PLATFORM_WORKER_CONFIGMAP,
-    secretName: e.PLATFORM_WORKER_SECRET,
-    ...(e.PLATFORM_WORKER_REDIS_SECRET ? { redisPasswordSecret: { name: e.PLATFORM_WORKER_REDIS_SECRET.split("/")[0]!, key: e.PLATFORM_WORKER_REDIS_SECRET.split("/")[1]! } } : {}),
-    ...(e.PLATFORM_WORKER_SERVICE_ACCOUNT ? { serviceAccountName: e.PLATFORM_WORKER_SERVICE_ACCOUNT } : {}),
-    ...(e.PLATFORM_GPU_TYPE_LABEL ? { gpuTypeLabel: e.PLATFORM_GPU_TYPE_LABEL } : {}),
-    ...(e.PLATFORM_WORKER_GRACE_SECONDS !== undefined ? { terminationGracePeriodSeconds: e.PLATFORM_WORKER_GRACE_SECONDS } : {}),
-    ...(e.PLATFORM_WORKER_STARTUP_SECONDS !== undefined ? { startupTimeoutSeconds: e.PLATFORM_WORKER_STARTUP_SECONDS } : {}),
-  };
 }

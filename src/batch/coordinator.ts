@@ -9,7 +9,7 @@
 import { type Job, Worker, WaitingError } from "bullmq";
 import type { Control } from "../control/redis.ts";
 import { duplicate } from "../control/redis.ts";
-import type { Settings } from "../settings.ts";
+import type { Settings } from "../settings/index.ts";
 import { StoragePolicy } from "../storage/policy.ts";
 import { COORDINATOR_QUEUE, type CoordinatorJobData } from "./jobs.ts";
 import { hiddenFailure, keptPartial, readSpec, updateIfActive } from "./records.ts";
@@ -36,7 +36,7 @@ export type BatchCoordinator = {
 const MAX_STALLS = 100;
 
 export async function startBatchCoordinator(ctl: Control, settings: Settings, options: CoordinatorOptions = {}): Promise<BatchCoordinator> {
-  // Storage credentials come from the environment (see src/storage/s3-settings.ts); the roots from the settings.
+  // The roots and the S3 settings both come from the settings, and travel together.
   const storage = StoragePolicy.fromSettings(settings);
   const running = new Map<string, AbortController>();
   const lost = new Set<string>();
@@ -84,7 +84,7 @@ export async function startBatchCoordinator(ctl: Control, settings: Settings, op
       if ((await job.getState()) !== "failed") return;
       const id = job.data.batch_id;
       const spec = await readSpec(ctl, id);
-      const kept = spec ? await keptPartial(ctl, spec).catch(() => ({})) : {};
+      const kept = spec ? await keptPartial(ctl, spec, undefined, storage.s3).catch(() => ({})) : {};
       await updateIfActive(ctl, id, {
         state: "failed",
         error: hiddenFailure(id, "coordinator_error", "the batch job failed unexpectedly and was retried without success; resume it once the cause is fixed", error),

@@ -9,7 +9,7 @@
 import { z } from "zod";
 import { BatchInputLine, lineId } from "../contracts/batch.ts";
 import type { ChatMessage, SamplingParams } from "../contracts/job.ts";
-import { describeIssues } from "../contracts/deployment.ts";
+import { describeIssues } from "../contracts/issues.ts";
 
 export const DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024;
 

@@ -9,11 +9,12 @@ import { isAbsolute } from "node:path";
 import { Readable } from "node:stream";
 import { Queue } from "bullmq";
 import { BatchCheckpoint, type BatchJobList, type BatchJobRecord, BatchSampling, CreateBatchRequest, type CreateBatchRequestInput, KEPT_OUTPUT } from "../contracts/batch.ts";
-import { describeIssues } from "../contracts/deployment.ts";
+import { describeIssues } from "../contracts/issues.ts";
+import { COORDINATOR_QUEUE } from "../contracts/naming.ts";
 import type { ApiKeyRole } from "../contracts/records.ts";
 import type { Control } from "../control/redis.ts";
 import { PlatformError, withDetail } from "../errors.ts";
-import { openObject, parseStorageUri, StorageError } from "../storage/index.ts";
+import { openObject, parseStorageUri, type S3Settings, StorageError } from "../storage/index.ts";
 import { sameFile, StoragePolicy } from "../storage/policy.ts";
 import { readParts } from "../storage/shared.ts";
 import type { BatchFiles } from "./files.ts";
@@ -35,8 +36,8 @@ import {
   updateIfActive,
 } from "./records.ts";
 
-/** The BullMQ queue (under the platform prefix) whose jobs are batch jobs to coordinate. */
-export const COORDINATOR_QUEUE = "batches";
+/** The BullMQ queue (under the platform prefix) whose jobs are batch jobs to coordinate; named in naming.ts. */
+export { COORDINATOR_QUEUE };
 export const COORDINATOR_JOB = "coordinate";
 export type CoordinatorJobData = { batch_id: string };
 
@@ -82,7 +83,7 @@ export class BatchJobs {
     const request = parsed.data;
     const { input, output } = options.internal ?? (await this.locate(request, viewer));
     const id = `batch_${randomBytes(12).toString("hex")}`;
-    await checkOutput(input, output, request.overwrite);
+    await checkOutput(input, output, request.overwrite, this.storage.s3);
     const { model, version, concurrency, batch_size, overwrite } = request;
     const sampling = BatchSampling.parse({ temperature: request.temperature, top_p: request.top_p, seed: request.seed });
     const shown: [string, string][] = [];
@@ -185,7 +186,7 @@ export class BatchJobs {
     if (spec.scope?.output) await this.storage.confine(outputUri(spec), { id: spec.scope.key_id, role: spec.scope.role }, "output");
     const raw = await this.ctl.redis.get(this.ctl.keys.batchCheckpoint(id));
     const cp = raw ? BatchCheckpoint.parse(JSON.parse(raw)) : undefined;
-    const out = outputLocation(outputUri(spec), id);
+    const out = outputLocation(outputUri(spec), id, this.storage.s3);
     const shown = (e: unknown) => {
       out.store.close();
       if (e instanceof StorageError) return new PlatformError(e.code === "not_found" ? 404 : 503, e.code === "not_found" ? "output_not_found" : "storage_error", showPaths(spec, e.message));
@@ -333,14 +334,14 @@ function pairs(located: Located, output: boolean): [string, string][] {
 }
 
 /** Output equal to input is refused; an existing output object too, unless the request may overwrite it. */
-async function checkOutput(input: Located, output: Located, overwrite: boolean): Promise<void> {
+async function checkOutput(input: Located, output: Located, overwrite: boolean, s3: S3Settings): Promise<void> {
   if (!/\.jsonl$/i.test(output.uri)) return; // a prefix receives <job id>.jsonl, a name no object has yet
   if (await sameFile(input.uri, output.uri)) {
     throw new PlatformError(400, "output_is_input", `output: "${output.given}" is the input itself; writing it would destroy the input. Choose another output`, "output");
   }
   let exists = false;
   try {
-    const { store, key } = openObject(output.uri);
+    const { store, key } = openObject(output.uri, s3);
     try {
       exists = (await store.head(key)) !== null;
     } finally {

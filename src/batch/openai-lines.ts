@@ -7,7 +7,7 @@
  */
 import { createHash } from "node:crypto";
 import { z } from "zod";
-import { describeIssues } from "../contracts/deployment.ts";
+import { describeIssues } from "../contracts/issues.ts";
 import { errorTypeFor } from "../errors.ts";
 import { ChatCompletionRequest, CompletionRequest, toMessages, toParams } from "../gateway/schemas.ts";
 import type { LineFormat } from "./formats.ts";

@@ -15,7 +15,7 @@ import { basename, dirname } from "node:path";
 import type { BatchOutputLine } from "../contracts/batch.ts";
 import type { FinishReason } from "../contracts/job.ts";
 import { PlatformError } from "../errors.ts";
-import { FileStore, isStorageError, type ObjectStore, openObject, openStore, parseStorageUri, StorageError } from "../storage/index.ts";
+import { FileStore, isStorageError, type ObjectStore, openObject, openStore, parseStorageUri, type S3Settings, StorageError } from "../storage/index.ts";
 
 export type OutputLocation = {
   store: ObjectStore;
@@ -36,9 +36,9 @@ export type OutputLocation = {
   clearParts: () => Promise<void>;
 };
 
-export function outputLocation(outputUri: string, jobId: string): OutputLocation {
+export function outputLocation(outputUri: string, jobId: string, s3: S3Settings = {}): OutputLocation {
   const named = /\.jsonl$/i.test(outputUri);
-  const { store, key } = named ? outputObject(outputUri) : { store: outputStore(outputUri), key: `${jobId}.jsonl` };
+  const { store, key } = named ? outputObject(outputUri, s3) : { store: outputStore(outputUri, s3), key: `${jobId}.jsonl` };
   const partsPrefix = `${jobId}.parts/`;
   const partsUri = `${store.uri(partsPrefix.slice(0, -1))}/`;
   const local = store instanceof FileStore ? store : undefined;
@@ -76,15 +76,15 @@ export function outputLocation(outputUri: string, jobId: string): OutputLocation
 }
 
 /** Local outputs are opened with links below the output directory refused; S3 has no links. */
-function outputStore(uri: string): ObjectStore {
+function outputStore(uri: string, s3: S3Settings): ObjectStore {
   const location = parseStorageUri(uri);
-  return location.scheme === "file" ? new FileStore(location.path, { noLinks: true }) : openStore(uri);
+  return location.scheme === "file" ? new FileStore(location.path, { noLinks: true }) : openStore(uri, s3);
 }
 
-function outputObject(uri: string): { store: ObjectStore; key: string } {
+function outputObject(uri: string, s3: S3Settings): { store: ObjectStore; key: string } {
   const location = parseStorageUri(uri);
   // A ".jsonl" name is neither a directory nor the root, which openObject refuses.
-  if (location.scheme !== "file") return openObject(uri);
+  if (location.scheme !== "file") return openObject(uri, s3);
   return { store: new FileStore(dirname(location.path), { noLinks: true }), key: basename(location.path) };
 }
 

@@ -15,7 +15,7 @@ import type { Control } from "../control/redis.ts";
 import { PlatformError } from "../errors.ts";
 import { resolveModelVersion } from "../registry/versions.ts";
 import { fromFsError } from "../storage/errors.ts";
-import { isStorageError, type ObjectStore, openObject, parseStorageUri } from "../storage/index.ts";
+import { isStorageError, type ObjectStore, openObject, parseStorageUri, type S3Settings } from "../storage/index.ts";
 import { isBlank, readLines } from "./input.ts";
 import { type OutputLocation, outputLocation, probeWritable } from "./output.ts";
 import type { BatchSpec } from "./records.ts";
@@ -66,9 +66,9 @@ export type Input = {
  * then also opened without following a link at its end (it is a real path).
  * `name`: the input as the client knows it, for that failure's message.
  */
-export async function openInput(uri: string, identity?: string, name = uri): Promise<Input> {
+export async function openInput(uri: string, identity?: string, name = uri, s3: S3Settings = {}): Promise<Input> {
   try {
-    const { store, key } = openObject(uri);
+    const { store, key } = openObject(uri, s3);
     const location = parseStorageUri(uri);
     if (location.scheme === "file") return { store, key, ...(await holdInput(uri, location.path, identity, name)) };
     const head = await store.head(key);
@@ -133,10 +133,10 @@ export async function checkInput(input: Input, name: string): Promise<void> {
  * `check` judges the parts directory (throwing a BatchFailure): before it is
  * created and held, and again once held, so the directory held is the one judged.
  */
-export async function openOutput(uri: string, jobId: string, check: (out: OutputLocation) => Promise<void> = async () => undefined): Promise<OutputLocation> {
+export async function openOutput(uri: string, jobId: string, check: (out: OutputLocation) => Promise<void> = async () => undefined, s3: S3Settings = {}): Promise<OutputLocation> {
   let out: OutputLocation | undefined;
   try {
-    out = outputLocation(uri, jobId);
+    out = outputLocation(uri, jobId, s3);
     await check(out);
     await out.holdParts();
     await check(out);

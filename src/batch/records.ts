@@ -14,6 +14,7 @@ import {
   FINAL_BATCH_STATES,
 } from "../contracts/batch.ts";
 import type { Control } from "../control/redis.ts";
+import type { S3Settings } from "../storage/index.ts";
 import type { ApiKeyRole } from "../contracts/records.ts";
 import { type OutputLocation, outputLocation } from "./output.ts";
 
@@ -109,6 +110,7 @@ export async function keptPartial(
   ctl: Control,
   spec: BatchSpec,
   out?: OutputLocation,
+  s3: S3Settings = {},
 ): Promise<Pick<BatchProgress, "partial" | "succeeded" | "failed">> {
   const raw = await ctl.redis.get(ctl.keys.batchCheckpoint(spec.id));
   let cp: BatchCheckpoint | undefined;
@@ -119,7 +121,7 @@ export async function keptPartial(
     return {};
   }
   if (!cp || cp.parts === 0 || cp.assembled) return {};
-  const location = out ?? outputLocation(outputUri(spec), spec.id);
+  const location = out ?? outputLocation(outputUri(spec), spec.id, s3);
   try {
     return { partial: { records: cp.succeeded + cp.failed, parts_uri: location.partsUri }, succeeded: cp.succeeded, failed: cp.failed };
   } finally {

@@ -105,8 +105,8 @@ class BatchRun {
       await updateIfActive(this.ctl, this.spec.id, { resolved_version: version });
       await checkDeployed(this.ctl, this.spec, version);
       // The object judged, by its identity: a name swapped since is input_changed.
-      this.input = await openInput(input?.uri ?? inputUri(this.spec), input?.identity, this.spec.input);
-      this.out = await openOutput(outputUri(this.spec), this.spec.id, (out) => this.checkParts(out));
+      this.input = await openInput(input?.uri ?? inputUri(this.spec), input?.identity, this.spec.input, this.storage.s3);
+      this.out = await openOutput(outputUri(this.spec), this.spec.id, (out) => this.checkParts(out), this.storage.s3);
       if (!(await this.loadCheckpoint(this.input))) return await this.afterStop();
       if (this.cp.assembled) return await this.finish("completed");
       this.jobs = await RecordJobs.open({ ctl: this.ctl, batchId: this.spec.id, model: this.spec.model, version, writtenBefore: () => this.cp.next_line });
@@ -366,7 +366,7 @@ class BatchRun {
     const raw = await this.ctl.redis.get(this.ctl.keys.batchCheckpoint(this.spec.id));
     if (raw) {
       this.cp = BatchCheckpoint.parse(JSON.parse(raw));
-      this.out = outputLocation(outputUri(this.spec), this.spec.id);
+      this.out = outputLocation(outputUri(this.spec), this.spec.id, this.storage.s3);
     }
     const store = this.out?.store;
     try {
@@ -454,7 +454,7 @@ class BatchRun {
       in_flight: 0,
       finished: Date.now(),
       resumable,
-      ...(await keptPartial(this.ctl, this.spec, this.out)),
+      ...(await keptPartial(this.ctl, this.spec, this.out, this.storage.s3)),
     });
     if (!resumable) await this.dropWorkingKeys();
     return "failed";

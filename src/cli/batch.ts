@@ -13,6 +13,7 @@ import type { BatchJobList, BatchJobRecord, CreateBatchRequestInput } from "../c
 import { FINAL_BATCH_STATES, KEPT_OUTPUT } from "../contracts/batch.ts";
 import { isStorageError } from "../storage/errors.ts";
 import { writeFileAtomically } from "../storage/shared.ts";
+import { loadCliSettings } from "../settings/cli.ts";
 import { fileUrl } from "../storage/uri.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
@@ -65,8 +66,9 @@ export function registerBatch(inference: Command): void {
       const concurrency = integer("--concurrency", flags.concurrency);
       const batchSize = integer("--batch-size", flags.batchSize);
       const temperature = flags.temperature !== undefined ? number("--temperature", flags.temperature) : undefined;
-      const mode = uploadMode(flags.upload ?? process.env.PLATFORM_CLI_UPLOAD);
-      const creds = await resolveCredentials();
+      const cli = loadCliSettings();
+      const mode = uploadMode(flags.upload ?? cli.upload);
+      const creds = await resolveCredentials(cli);
       const api = new ApiClient(creds);
       const localInput = localPath(flags.input);
       const localOutput = localPath(flags.output);
@@ -173,7 +175,7 @@ export function registerBatch(inference: Command): void {
 function uploadMode(value: string | undefined): UploadMode {
   const mode = value ?? "auto";
   if (mode === "auto" || mode === "always" || mode === "never") return mode;
-  throw new CliError(`--upload / PLATFORM_CLI_UPLOAD: expected auto, always or never, got "${mode}"`, 2);
+  throw new CliError(`--upload: expected auto, always or never, got "${mode}"`, 2);
 }
 
 /** The local file a CLI argument names (plain path or file://), or undefined for s3:// and the like. */

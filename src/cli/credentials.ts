@@ -1,23 +1,25 @@
-/** The credentials file (`~/.config/platform/credentials.json`, mode 0600) and its overrides. */
+/**
+ * The credentials file (`~/.config/platform/credentials.json`, mode 0600) and its overrides. Where
+ * it lives and the overrides come from the settings' cli section (PLATFORM_CONFIG_DIR,
+ * PLATFORM_BASE_URL, PLATFORM_API_KEY); a client command loads that section alone.
+ */
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
-import { homedir } from "node:os";
-import { dirname, join } from "node:path";
+import { dirname } from "node:path";
 import { z } from "zod";
+import { type CliSettings, loadCliSettings } from "../settings/cli.ts";
 import { CliError } from "./errors.ts";
 
 export const Credentials = z.object({ base_url: z.string().url(), api_key: z.string().min(1) });
 export type Credentials = z.infer<typeof Credentials>;
 
-export function credentialsPath(env: NodeJS.ProcessEnv = process.env): string {
-  if (env.PLATFORM_CONFIG_DIR) return join(env.PLATFORM_CONFIG_DIR, "credentials.json");
-  const base = env.XDG_CONFIG_HOME && env.XDG_CONFIG_HOME.length > 0 ? env.XDG_CONFIG_HOME : join(homedir(), ".config");
-  return join(base, "platform", "credentials.json");
+export function credentialsPath(cli: CliSettings = loadCliSettings()): string {
+  return cli.credentialsFile;
 }
 
-export async function readCredentials(): Promise<Credentials | undefined> {
+export async function readCredentials(cli: CliSettings = loadCliSettings()): Promise<Credentials | undefined> {
   let raw: string;
   try {
-    raw = await readFile(credentialsPath(), "utf8");
+    raw = await readFile(cli.credentialsFile, "utf8");
   } catch {
     return undefined;
   }
@@ -25,8 +27,8 @@ export async function readCredentials(): Promise<Credentials | undefined> {
   return parsed.success ? parsed.data : undefined;
 }
 
-export async function writeCredentials(creds: Credentials): Promise<string> {
-  const path = credentialsPath();
+export async function writeCredentials(creds: Credentials, cli: CliSettings = loadCliSettings()): Promise<string> {
+  const path = cli.credentialsFile;
   await mkdir(dirname(path), { recursive: true, mode: 0o700 });
   await writeFile(path, `${JSON.stringify(creds, null, 2)}\n`, { mode: 0o600 });
   await chmod(path, 0o600); // writeFile keeps an existing file's mode
@@ -34,16 +36,15 @@ export async function writeCredentials(creds: Credentials): Promise<string> {
 }
 
 /** Environment variables win over the file, so scripts and CI need no file. */
-export async function resolveCredentials(): Promise<Credentials> {
-  const file = await readCredentials();
-  const base_url = process.env.PLATFORM_BASE_URL ?? file?.base_url;
-  const api_key = process.env.PLATFORM_API_KEY ?? file?.api_key;
+export async function resolveCredentials(cli: CliSettings = loadCliSettings()): Promise<Credentials> {
+  const file = await readCredentials(cli);
+  const base_url = cli.baseUrl ?? file?.base_url;
+  const api_key = cli.apiKey ?? file?.api_key;
   if (!base_url || !api_key) {
     throw new CliError(
-      `not logged in: no credentials in ${credentialsPath()} and PLATFORM_BASE_URL/PLATFORM_API_KEY are not set.\n` +
+      `not logged in: no credentials in ${cli.credentialsFile} and PLATFORM_BASE_URL/PLATFORM_API_KEY are not set.\n` +
         "Start a platform with `npx platform up` (it writes the file), or run `platform auth login --base-url <url> --api-key <key>`.",
     );
   }
   return { base_url: base_url.replace(/\/+$/, ""), api_key };
 }
-

@@ -2,7 +2,8 @@
 import { readFile } from "node:fs/promises";
 import type { Command } from "commander";
 import { parse as parseYaml } from "yaml";
-import { DeploymentConfig, type DeploymentConfigInput, describeIssues } from "../contracts/deployment.ts";
+import { DeploymentConfig, type DeploymentConfigInput } from "../contracts/deployment.ts";
+import { describeIssues } from "../contracts/issues.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
 import type { EndpointStatus } from "../control/status.ts";
 import { registerAutoscale } from "./autoscale.ts";

@@ -5,7 +5,8 @@ import type { ApiKeyRecord } from "../contracts/records.ts";
 import { bootstrapAdminKey, type BootstrapOutcome, generateApiKey, weakKeyReason } from "../control/apikeys.ts";
 import { type Control, connectControl, maskRedisUrl } from "../control/redis.ts";
 import { PlatformError } from "../errors.ts";
-import { loadSettings } from "../settings.ts";
+import { loadCliSettings } from "../settings/cli.ts";
+import { loadSettings } from "../settings/index.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
 import { writeCredentials } from "./credentials.ts";
@@ -45,11 +46,11 @@ export function registerKeys(program: Command): void {
         if (opts.fromFile) throw new CliError("--generate and --from-file do not go together: generate a key, store it in the Secret, then bootstrap from it", 2);
         return console.log(opts.json ? JSON.stringify({ key: generateApiKey() }) : generateApiKey());
       }
-      const key = opts.fromFile ? await readKeyFile(opts.fromFile) : process.env.PLATFORM_BOOTSTRAP_ADMIN_KEY;
+      const settings = loadSettings();
+      const key = opts.fromFile ? await readKeyFile(opts.fromFile) : settings.bootstrapAdminKey;
       if (!key) throw new CliError("no key: set PLATFORM_BOOTSTRAP_ADMIN_KEY or give --from-file <path> (`platform keys bootstrap --generate` makes one)", 2);
       const weak = weakKeyReason(key);
       if (weak) throw new CliError(`the bootstrap admin key is too weak: ${weak}`, 2);
-      const settings = loadSettings();
       if (!settings.redisUrl) throw new CliError("REDIS_URL is not set; `keys bootstrap` writes to the platform's Redis directly, since no admin key exists yet", 2);
       const ctl = connectControl(settings.redisUrl, settings.prefix);
       try {
@@ -76,11 +77,12 @@ export function registerKeys(program: Command): void {
     .requiredOption("--base-url <url>", "gateway URL, e.g. http://127.0.0.1:8000")
     .option("--api-key <key>", "API key (default: read from PLATFORM_API_KEY)")
     .action(async (opts: { baseUrl: string; apiKey?: string }) => {
-      const apiKey = opts.apiKey ?? process.env.PLATFORM_API_KEY;
+      const cli = loadCliSettings();
+      const apiKey = opts.apiKey ?? cli.apiKey;
       if (!apiKey) throw new CliError("give --api-key <key> or set PLATFORM_API_KEY", 2);
       const creds = { base_url: opts.baseUrl.replace(/\/+$/, ""), api_key: apiKey };
       await new ApiClient(creds).request("GET", "/v1/models");
-      console.log(`logged in to ${creds.base_url}; credentials saved to ${await writeCredentials(creds)}`);
+      console.log(`logged in to ${creds.base_url}; credentials saved to ${await writeCredentials(creds, cli)}`);
     });
 }
 

@@ -4,7 +4,7 @@
  * and every replica would pay for them in memory (about 50 MiB).
  */
 import type { Command } from "commander";
-import { loadSettings } from "../settings.ts";
+import { loadSettings } from "../settings/index.ts";
 import { CliError } from "./errors.ts";
 
 export function registerRoles(program: Command): void {

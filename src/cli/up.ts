@@ -22,11 +22,11 @@ import { endpointStatus } from "../control/status.ts";
 import { startGateway } from "../gateway/app.ts";
 import { importModel } from "../registry/import.ts";
 import { listModelVersions } from "../registry/versions.ts";
-import { loadSettings } from "../settings.ts";
+import { type CliSettings, loadSettings, type Settings } from "../settings/index.ts";
 import { openStore } from "../storage/index.ts";
 import { parseStorageRoot, type StorageRoot } from "../storage/policy.ts";
 import { CliError } from "./errors.ts";
-import { credentialsPath, readCredentials, writeCredentials } from "./credentials.ts";
+import { readCredentials, writeCredentials } from "./credentials.ts";
 import { runBootstrap } from "./keys.ts";
 import { progressReporter } from "./progress.ts";
 
@@ -55,8 +55,8 @@ export function registerUp(program: Command): void {
 }
 
 async function up(flags: UpFlags): Promise<void> {
-  if (flags.dataDir) process.env.PLATFORM_DATA_DIR = resolve(flags.dataDir);
-  const loaded = loadSettings();
+  // --data-dir is PLATFORM_DATA_DIR given on the command line: the same setting, so everything derived from it follows.
+  const loaded = loadSettings(flags.dataDir ? { ...process.env, PLATFORM_DATA_DIR: resolve(flags.dataDir) } : process.env);
   // One machine, one operator: its data dir's batch/ (where relative names go), the directory it was
   // started from (so relative paths in the CLI keep working), and whatever it names; see docs/security.md.
   const settings = { ...loaded, storageRoots: [...upStorageRoots(loaded.dataDir, flags.storageRoot), ...loaded.storageRoots] };
@@ -65,15 +65,16 @@ async function up(flags: UpFlags): Promise<void> {
   await mkdir(join(settings.dataDir, "batch"), { recursive: true, mode: 0o700 });
   const log = (line: string) => console.log(line);
 
-  const redis = settings.redisUrl ? undefined : await startEmbeddedRedis(join(settings.dataDir, "redis"), { onNote: (line) => console.log(line) });
+  const redis = settings.redisUrl ? undefined : await startEmbeddedRedis(join(settings.dataDir, "redis"), { onNote: (line) => console.log(line), server: settings.queue.redisServer });
   const redisUrl = settings.redisUrl ?? (redis as NonNullable<typeof redis>).url;
   const ctl = connectControl(redisUrl, settings.prefix);
-  const apiKey = await bootstrapKey(ctl, settings.bootstrapAdminKey);
+  const apiKey = await bootstrapKey(ctl, settings.bootstrapAdminKey, settings.cli);
 
   const gateway = await startGateway({ ctl, settings: { ...settings, redisUrl }, host: flags.host, port: Number(flags.port) });
   const backend = new LocalBackend({
     ctl,
     workerCommand: [process.execPath, BIN, "worker"],
+    // Workers inherit this environment (and so its settings), with the Redis and data directory resolved here.
     env: { ...process.env, REDIS_URL: redisUrl, PLATFORM_DATA_DIR: settings.dataDir, PLATFORM_ARTIFACTS_URL: settings.artifactsUrl },
     logDir: join(settings.dataDir, "logs"),
     // A worker past its drain deadline hands its jobs back and exits; SIGKILL only if that hangs.
@@ -119,7 +120,7 @@ async function up(flags: UpFlags): Promise<void> {
     return;
   }
   // A refused bootstrap key is no credential: the file keeps what it had.
-  const credsFile = apiKey ? await writeCredentials({ base_url: gateway.url, api_key: apiKey }) : undefined;
+  const credsFile = apiKey ? await writeCredentials({ base_url: gateway.url, api_key: apiKey }, settings.cli) : undefined;
   log("");
   log("platform is up");
   log(`  base URL   ${gateway.url}/v1`);
@@ -157,7 +158,7 @@ function bounded(work: Promise<unknown>, ms: number): Promise<unknown> {
  * else the key in the credentials file when it is valid here; otherwise a
  * newly minted admin key.
  */
-async function bootstrapKey(ctl: Control, fromOperator: string | undefined): Promise<string | undefined> {
+async function bootstrapKey(ctl: Control, fromOperator: string | undefined, cli: CliSettings): Promise<string | undefined> {
   if (fromOperator) {
     try {
       await runBootstrap(ctl, fromOperator, "REDIS_URL");
@@ -170,15 +171,15 @@ async function bootstrapKey(ctl: Control, fromOperator: string | undefined): Pro
       return undefined;
     }
   }
-  const existing = await readCredentials();
+  const existing = await readCredentials(cli);
   if (existing && (await verifyApiKey(ctl, existing.api_key))?.role === "admin") return existing.api_key;
   const first = (await countApiKeys(ctl)) === 0;
   const { key } = await createApiKey(ctl, first ? "bootstrap-admin" : `admin-${new Date().toISOString().slice(0, 10)}`, "admin");
-  if (existing) console.log(`note: the key in ${credentialsPath()} is not valid here; a new admin key replaces it`);
+  if (existing) console.log(`note: the key in ${cli.credentialsFile} is not valid here; a new admin key replaces it`);
   return key;
 }
 
-async function registerAndDeploy(ctl: Control, settings: ReturnType<typeof loadSettings>, flags: UpFlags): Promise<string> {
+async function registerAndDeploy(ctl: Control, settings: Settings, flags: UpFlags): Promise<string> {
   const source = flags.model as string;
   const isRemote = /^(https?|hf|s3):\/\//.test(source);
   const path = source.startsWith("file://") ? fileURLToPath(source) : resolve(source);
@@ -194,7 +195,7 @@ async function registerAndDeploy(ctl: Control, settings: ReturnType<typeof loadS
     // A remote download can take minutes: say how far it got.
     const progress = isRemote ? progressReporter(`downloading ${name}`, process.stdout) : undefined;
     const record = await importModel(
-      { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(settings.dataDir, "tmp"), sources: settings.sources },
+      { ctl, artifacts: openStore(settings.artifactsUrl, settings.storage.s3), scratchDir: join(settings.dataDir, "tmp"), sources: settings.sources, s3: settings.storage.s3 },
       { name, framework: "llamacpp", source: isRemote ? source : path, onProgress: progress && ((p) => progress.update(p.received, p.total)) },
     ).finally(() => progress?.done());
     version = record.version;

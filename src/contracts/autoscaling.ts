@@ -19,7 +19,8 @@
  * document. docs/autoscaling.md explains the policy and each default.
  */
 import { z } from "zod";
-import { describeIssues, ModelName } from "./deployment.ts";
+import { ModelName } from "./deployment.ts";
+import { describeIssues } from "./issues.ts";
 import { Duration, formatDuration } from "./duration.ts";
 
 export { formatDuration, parseDuration } from "./duration.ts";

@@ -73,21 +73,6 @@ export const DeploymentConfig = z
 export type DeploymentConfig = z.infer<typeof DeploymentConfig>;
 export type DeploymentConfigInput = z.input<typeof DeploymentConfig>;
 
-/**
- * Turns zod issues into one line per field, e.g.
- * `resources.memory: expected "<n>Gi" (or "<n>Mi")`.
- */
-export function describeIssues(error: z.ZodError): string {
-  return error.issues
-    .map((issue) => {
-      const path = issue.path.join(".") || "(document)";
-      if (issue.code === "unrecognized_keys") {
-        return `${path === "(document)" ? "" : `${path}: `}unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(", ")}`;
-      }
-      return `${path}: ${issue.message}`;
-    })
-    .join("; ");
-}
 
 /** The fields a CPU llama.cpp replica cannot honour, for `status` to report. */
 export function notAppliedByLlamaCpp(config: DeploymentConfig): string[] {

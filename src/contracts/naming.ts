@@ -1,42 +1,56 @@
 /**
  * Names in Redis: one key prefix for everything the platform owns, one BullMQ
  * queue per model and version. Producers outside the platform use these too.
+ *
+ * The layout is Redis Cluster's: a MULTI, a script or a multi-key command runs
+ * there only if all its keys hash to one slot, and a `{...}` hash tag in a name
+ * makes only the tag count. Keys used together share a tag: a queue's keys its
+ * name `{<model>@<version>}` (BullMQ's scripts), the control-plane records
+ * `{cp}` (a record and its index change together), a batch job's working keys
+ * its id. Keys always used alone (reply streams, cancel marks) have none:
+ * hashed whole, they spread over the nodes, as different queues and batches do.
+ * Every key still starts with `<prefix>:`; on one Redis or Sentinel the braces
+ * are just part of the names.
  */
 
-/** BullMQ forbids ":" in queue names, hence "@". */
+/** BullMQ forbids ":" in queue names, hence "@"; the braces are the queue's hash tag. */
 export function queueName(model: string, version: string): string {
-  return `${model}@${version}`;
+  return `{${model}@${version}}`;
 }
 
-/** Control-plane keys, all under `<prefix>:cp:`. */
+/** The batch coordinators' BullMQ queue (another one, e.g. a test's, needs a hash tag of its own on a Cluster). */
+export const COORDINATOR_QUEUE = "{batches}";
+
+/** Control-plane keys: records under `<prefix>:{cp}:` (one slot), the rest under `<prefix>:cp:`. */
 export function controlKeys(prefix: string) {
-  const cp = `${prefix}:cp`;
+  const cp = `${prefix}:{cp}`;
+  const plain = `${prefix}:cp`;
   return {
     models: `${cp}:models`, // set of model names
     modelVersions: (name: string) => `${cp}:model:${name}:versions`, // hash version -> record JSON
     modelCounter: (name: string) => `${cp}:model:${name}:counter`,
     endpoints: `${cp}:endpoints`, // hash name -> record JSON
-    endpointEvents: `${cp}:endpoint-events`, // pub/sub: endpoint changed
+    endpointEvents: `${plain}:endpoint-events`, // pub/sub: endpoint changed (a channel, not a key: no slot)
     replicas: (endpoint: string) => `${cp}:replicas:${endpoint}`, // zset replicaId -> heartbeat ms
     replica: (id: string) => `${cp}:replica:${id}`, // string JSON with TTL
     servedOnce: (endpoint: string) => `${cp}:served-once:${endpoint}`, // set when a replica of the deployed version first became ready
     apiKeys: `${cp}:apikeys`, // hash id -> record JSON
     apiKeyByHash: `${cp}:apikey-hashes`, // hash sha256 -> id
     bootstrapKey: `${cp}:bootstrap-admin`, // string: sha256 of the operator's bootstrap admin key (`platform keys bootstrap`)
-    cancelChannel: `${cp}:cancel`,
-    cancelled: (jobId: string) => `${cp}:cancelled:${jobId}`,
-    replyStream: (gatewayId: string) => `${cp}:replies:${gatewayId}`,
+    cancelChannel: `${plain}:cancel`, // pub/sub
+    cancelled: (jobId: string) => `${plain}:cancelled:${jobId}`, // string with TTL
+    replyStream: (gatewayId: string) => `${plain}:replies:${gatewayId}`, // stream: workers' events for this gateway's jobs
     autoscaling: (endpoint: string) => `${cp}:autoscaling:${endpoint}`, // string JSON: the autoscaling block, document form
     scalingHistory: (endpoint: string) => `${cp}:scaling-history:${endpoint}`, // string JSON: the policy's ScalingHistory
     scalingDecisions: (endpoint: string) => `${cp}:scaling-decisions:${endpoint}`, // list of decision JSON, newest first, capped
     scalingDecisionCounts: `${cp}:scaling-decision-counts`, // hash "<endpoint>\t<action>" -> decisions made (metric)
     scalerLease: `${cp}:scaler-lease`, // string with TTL: the active scaler's token
-    scalerWakeup: `${cp}:scaler-wakeup`, // pub/sub: a request waits on an endpoint with 0 replicas
+    scalerWakeup: `${plain}:scaler-wakeup`, // pub/sub: a request waits on an endpoint with 0 replicas
     batches: `${cp}:batches`, // zset batch job id -> created ms
     batch: (id: string) => `${cp}:batch:${id}`, // hash: the batch job record, one field per part (see src/batch/records.ts)
-    batchCheckpoint: (id: string) => `${cp}:batch:${id}:checkpoint`, // string JSON: where the next batch starts
-    batchResults: (id: string) => `${cp}:batch:${id}:results`, // hash line number -> record outcome, for batches not yet written
-    batchReplies: (id: string) => `${cp}:batch:${id}:replies`, // stream: workers' events for this job's records
+    batchCheckpoint: (id: string) => `${plain}:batch:{${id}}:checkpoint`, // string JSON: where the next batch starts
+    batchResults: (id: string) => `${plain}:batch:{${id}}:results`, // hash line number -> record outcome, for batches not yet written
+    batchReplies: (id: string) => `${plain}:batch:{${id}}:replies`, // stream: workers' events for this job's records
     files: `${cp}:files`, // hash file id -> record JSON (OpenAI-style /v1/files; bytes in the artifact store)
   };
 }

@@ -155,12 +155,13 @@ async function stopStale(pidfile: string, dir: string, onNote: (line: string) =>
   }
 }
 
-export async function startEmbeddedRedis(dataDir: string, options: { onNote?: (line: string) => void } = {}): Promise<EmbeddedRedis> {
+/** `server`: the redis-server to run (settings.queue.redisServer, PLATFORM_REDIS_SERVER); default the one on PATH. */
+export async function startEmbeddedRedis(dataDir: string, options: { onNote?: (line: string) => void; server?: string } = {}): Promise<EmbeddedRedis> {
   // Absolute from here on: Redis changes into `dir` before it reads the logfile and pidfile paths.
   const dir = resolve(dataDir);
   const onNote = options.onNote ?? ((line: string) => console.error(line));
   await ensurePrivateDir(dir, onNote);
-  const server = process.env.PLATFORM_REDIS_SERVER ?? "redis-server";
+  const server = options.server ?? "redis-server";
   const version = await serverVersion(server);
   const port = await freePort();
   const logfile = join(dir, "redis.log");

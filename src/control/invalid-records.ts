@@ -5,7 +5,7 @@
  * its contents), and counted for the `platform_invalid_records_total` metric.
  */
 import type { z } from "zod";
-import { describeIssues } from "../contracts/deployment.ts";
+import { describeIssues } from "../contracts/issues.ts";
 
 export type InvalidRecordKind = "endpoint" | "model" | "model_version" | "replica" | "api_key";
 

@@ -5,15 +5,17 @@
  */
 import { ReplicaRecord } from "../contracts/records.ts";
 import { parseStored } from "./invalid-records.ts";
+import { DEFAULT_HEARTBEAT_MS } from "../settings/queue.ts";
 import type { Control } from "./redis.ts";
 
-export const HEARTBEAT_INTERVAL_MS = Number(process.env.PLATFORM_HEARTBEAT_MS ?? 1000);
-export const HEARTBEAT_TTL_MS = HEARTBEAT_INTERVAL_MS * 4;
+/** A record outlives a few missed beats (a GC pause, a Redis blip) but not a dead replica for long. */
+export const HEARTBEAT_TTL_BEATS = 4;
 /** A replica that failed to start stays visible this long, so `status` can say why. */
 export const FAILED_RECORD_TTL_MS = 120_000;
 
-export async function writeReplica(ctl: Control, record: ReplicaRecord): Promise<void> {
-  const ttl = record.state === "failed" ? FAILED_RECORD_TTL_MS : HEARTBEAT_TTL_MS;
+/** `heartbeatMs`: the writer's beat (settings.heartbeats.intervalMs); the record expires after a few missed ones. */
+export async function writeReplica(ctl: Control, record: ReplicaRecord, heartbeatMs: number = DEFAULT_HEARTBEAT_MS): Promise<void> {
+  const ttl = record.state === "failed" ? FAILED_RECORD_TTL_MS : heartbeatMs * HEARTBEAT_TTL_BEATS;
   await ctl.redis
     .multi()
     .set(ctl.keys.replica(record.id), JSON.stringify(record), "PX", ttl)

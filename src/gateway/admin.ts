@@ -116,7 +116,7 @@ async function openConfinedSource(storage: StoragePolicy, source: string, viewer
   if (/^(https?|hf):/i.test(source)) return undefined;
   const confined = await storage.confine(source, viewer, "source");
   try {
-    const { store, key } = openObject(confined.uri);
+    const { store, key } = openObject(confined.uri, storage.s3);
     const stream = await store.get(key);
     stream.once("close", () => store.close());
     return stream;

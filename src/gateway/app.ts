@@ -6,9 +6,9 @@ import { Hono } from "hono";
 import type { Control } from "../control/redis.ts";
 import { PlatformError } from "../errors.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
-import { Admission, admissionDefaultsFromEnv } from "../queue/admission.ts";
+import { Admission } from "../queue/admission.ts";
 import { Dispatcher } from "../queue/dispatcher.ts";
-import type { Settings } from "../settings.ts";
+import type { Settings } from "../settings/index.ts";
 import { openStore } from "../storage/index.ts";
 import { GatewayMetrics } from "../telemetry/metrics.ts";
 import { registerScalingMetrics } from "../telemetry/scaling-metrics.ts";
@@ -37,7 +37,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   let baseUrl = "";
 
   const storage = StoragePolicy.fromSettings(settings);
-  const admin = { ctl, dispatcher, baseUrl: () => baseUrl, maxModelBytes: settings.maxModelBytes, storage, imports: { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(settings.dataDir, "tmp"), sources: settings.sources } };
+  const admin = { ctl, dispatcher, baseUrl: () => baseUrl, maxModelBytes: settings.maxModelBytes, storage, imports: { ctl, artifacts: openStore(settings.artifactsUrl, settings.storage.s3), scratchDir: join(settings.dataDir, "tmp"), sources: settings.sources, s3: settings.storage.s3 } };
   const metrics = new GatewayMetrics(async () =>
     Promise.all(
       (await router.endpoints()).map(async (e) => {
@@ -49,7 +49,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   );
   registerScalingMetrics(metrics.registry, ctl);
   const admission = new Admission(dispatcher, {
-    defaults: admissionDefaultsFromEnv(),
+    defaults: settings.admission,
     onReject: (name, reason) => metrics.rateLimited.inc({ model_name: name, reason }),
   });
   const textContext = {

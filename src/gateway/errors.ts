@@ -1,7 +1,7 @@
 /** The OpenAI error envelope, used for every error the gateway returns (see WIRE.md). */
 import type { Context } from "hono";
 import { z } from "zod";
-import { describeIssues } from "../contracts/deployment.ts";
+import { describeIssues } from "../contracts/issues.ts";
 import type { JobError } from "../contracts/job.ts";
 import { detailOf, PlatformError, withDetail } from "../errors.ts";
 

@@ -10,7 +10,7 @@ import { bodyLimit } from "hono/body-limit";
 import type { GgufSummary } from "../contracts/records.ts";
 import type { Framework } from "../contracts/deployment.ts";
 import { PlatformError } from "../errors.ts";
-import type { Settings } from "../settings.ts";
+import type { Settings } from "../settings/index.ts";
 
 export function tooLarge(limit: number, setting: string): PlatformError {
   return new PlatformError(

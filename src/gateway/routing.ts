@@ -3,7 +3,7 @@
  * the gateway and refreshed on every change notice, so routing costs no Redis
  * round trip on the hot path.
  */
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../control/redis.ts";
 import { NAME_PATTERN } from "../contracts/deployment.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
 import { readEndpoints } from "../control/endpoints.ts";
@@ -27,7 +27,7 @@ export class Router {
   private readonly bounds = new Map<string, PromptBound | undefined>();
   private loadedAt = 0;
   private loading: Promise<void> | undefined;
-  private subscriber: Redis | undefined;
+  private subscriber: RedisClient | undefined;
 
   constructor(ctl: Control) {
     this.ctl = ctl;

@@ -12,9 +12,7 @@
  * last read are counted locally, so a burst cannot slip past the limit.
  * docs/fleet.md documents the limits and codes.
  */
-import { z } from "zod";
 import { parseDuration } from "../contracts/duration.ts";
-import { describeIssues } from "../contracts/deployment.ts";
 import { RETRY_AFTER_S } from "../contracts/job.ts";
 import { queueName } from "../contracts/naming.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
@@ -22,6 +20,7 @@ import { getAutoscaling } from "../control/autoscaling.ts";
 import type { Control } from "../control/redis.ts";
 import { listReplicas } from "../control/replicas.ts";
 import { PlatformError, withDetail } from "../errors.ts";
+import { ADMISSION_DEFAULTS } from "../settings/queue.ts";
 import type { QueueBase } from "./base.ts";
 
 export type AdmissionLimits = { maxQueueDepth: number; maxQueueWaitMs: number };
@@ -45,25 +44,7 @@ export async function withinRedisWait<T>(work: Promise<T>, redis: { status: stri
   }
 }
 
-/** Deep enough for any burst a few replicas can absorb; a minute is as long as clients usually wait. */
-export const ADMISSION_DEFAULTS: AdmissionLimits = { maxQueueDepth: 1000, maxQueueWaitMs: 60_000 };
-
 export type RejectReason = "queue_full" | "no_capacity";
-
-const Env = z.object({
-  PLATFORM_MAX_QUEUE_DEPTH: z.coerce.number().int().min(1).optional(),
-  PLATFORM_MAX_QUEUE_WAIT_MS: z.coerce.number().int().min(1).optional(),
-});
-
-/** Gateway-wide defaults; an endpoint's `resources.max_queue_depth` / `max_queue_wait` override them. */
-export function admissionDefaultsFromEnv(env: NodeJS.ProcessEnv = process.env): AdmissionLimits {
-  const parsed = Env.safeParse(env);
-  if (!parsed.success) throw new Error(`invalid environment: ${describeIssues(parsed.error)}`);
-  return {
-    maxQueueDepth: parsed.data.PLATFORM_MAX_QUEUE_DEPTH ?? ADMISSION_DEFAULTS.maxQueueDepth,
-    maxQueueWaitMs: parsed.data.PLATFORM_MAX_QUEUE_WAIT_MS ?? ADMISSION_DEFAULTS.maxQueueWaitMs,
-  };
-}
 
 export function limitsFor(endpoint: EndpointRecord, defaults: AdmissionLimits): AdmissionLimits {
   const r = endpoint.config.resources;
@@ -74,6 +55,7 @@ export function limitsFor(endpoint: EndpointRecord, defaults: AdmissionLimits): 
 type Capacity = { ready: number; starting: number; failed: number; error: string | undefined; scalesFromZero: boolean };
 
 export type AdmissionOptions = {
+  /** Gateway-wide limits (settings.admission); an endpoint's `resources.max_queue_depth` / `max_queue_wait` override them. */
   defaults?: AdmissionLimits;
   /** Default 200 ms. */
   depthCacheMs?: number;
@@ -95,7 +77,7 @@ export class Admission {
     this.ctl = queues.ctl;
     this.queues = queues;
     this.options = options;
-    this.defaults = options.defaults ?? ADMISSION_DEFAULTS;
+    this.defaults = options.defaults ?? { ...ADMISSION_DEFAULTS };
     this.depth = new Fresh(options.depthCacheMs ?? 200);
     this.capacity = new Fresh(options.capacityCacheMs ?? 500);
   }

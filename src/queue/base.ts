@@ -6,10 +6,13 @@
  * requests), batch record jobs, the autoscaler, workers, benchmarks and test
  * producers all reach BullMQ through it; close() releases it all.
  */
-import { type ConnectionOptions, type Processor, Queue, QueueEvents, Worker, type WorkerOptions } from "bullmq";
+import { type Processor, Queue, QueueEvents, Worker, type WorkerOptions } from "bullmq";
 import { queueName } from "../contracts/naming.ts";
 import { type Control, duplicate } from "../control/redis.ts";
 import { StreamReader, type StreamReaderOptions } from "./stream-reader.ts";
+
+/** Covers the start-up of an event reader and any clock skew between this host and Redis (stream ids are Redis time). */
+const EVENTS_LOOKBACK_MS = 5_000;
 
 export class QueueBase {
   readonly ctl: Control;
@@ -40,8 +43,12 @@ export class QueueBase {
   events(name: string): QueueEvents {
     let events = this.watchers.get(name);
     if (!events) {
-      // Its own connection, from options, which BullMQ closes with it (XREAD blocks).
-      events = new QueueEvents(name, { connection: this.ctl.redisOptions as ConnectionOptions, prefix: this.ctl.prefix });
+      // BullMQ reads events on a duplicate of the connection it is given (XREAD blocks) and closes it with
+      // them. Left alone it starts at "$" when its first XREAD arrives, which (a new Cluster client above
+      // all) can be after a job added meanwhile has finished: its `completed` would never be heard.
+      // Starting a little earlier replays a few events instead, and every listener keys them by job id.
+      const lastEventId = `${Date.now() - EVENTS_LOOKBACK_MS}-0`;
+      events = new QueueEvents(name, { connection: this.ctl.redis, prefix: this.ctl.prefix, lastEventId });
       events.on("error", () => undefined); // QueueEvents reconnects by itself
       this.watchers.set(name, events);
     }

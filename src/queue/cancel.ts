@@ -5,16 +5,16 @@
  * a job it takes late, when it may have subscribed after the announcement.
  */
 import type { Queue } from "bullmq";
-import type { Redis } from "ioredis";
 import { CANCEL_MARK_TTL_MS } from "../contracts/job.ts";
-import { type Control, duplicate } from "../control/redis.ts";
+import { type Control, duplicate, type RedisClient } from "../control/redis.ts";
 
 /** Marks and announces the jobs, then drops those still queued (a running job is locked and stays). */
 export async function cancelJobs(ctl: Control, queue: Queue, ids: readonly string[]): Promise<void> {
   if (ids.length === 0) return;
-  const marks = ctl.redis.multi();
-  for (const id of ids) marks.set(ctl.keys.cancelled(id), "1", "PX", CANCEL_MARK_TTL_MS).publish(ctl.keys.cancelChannel, id);
-  await marks.exec();
+  // Marks before announcements, so a worker that hears one finds its mark. Not one MULTI: the marks
+  // hash to different Cluster slots.
+  await Promise.all(ids.map((id) => ctl.redis.set(ctl.keys.cancelled(id), "1", "PX", CANCEL_MARK_TTL_MS)));
+  await Promise.all(ids.map((id) => ctl.redis.publish(ctl.keys.cancelChannel, id)));
   await Promise.all(ids.map((id) => queue.remove(id).catch(() => 0)));
 }
 
@@ -23,7 +23,7 @@ export async function isCancelled(ctl: Control, jobId: string): Promise<boolean>
 }
 
 /** Calls `onCancel` with each job id announced from now on; quit() the connection returned to stop. */
-export async function listenForCancels(ctl: Control, onCancel: (jobId: string) => void): Promise<Redis> {
+export async function listenForCancels(ctl: Control, onCancel: (jobId: string) => void): Promise<RedisClient> {
   const subscriber = duplicate(ctl);
   await subscriber.subscribe(ctl.keys.cancelChannel);
   subscriber.on("message", (_channel, jobId: string) => onCancel(jobId));

@@ -4,7 +4,7 @@
  * producers read those entries back by field name. Both sides live here so
  * the format is written and read in one place (README, "Queue contract").
  */
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../control/redis.ts";
 import { JobEvent, REPLY_STREAM_TTL_MS } from "../contracts/job.ts";
 import type { EntryHandler } from "./stream-reader.ts";
 
@@ -37,7 +37,7 @@ export function decodeReplyEntry(fields: string[]): { jobId: string; event: JobE
 }
 
 /** The worker's side: appends the event and keeps the stream alive for REPLY_STREAM_TTL_MS after it. */
-export async function appendReply(redis: Redis, stream: string, jobId: string, event: JobEvent): Promise<void> {
+export async function appendReply(redis: RedisClient, stream: string, jobId: string, event: JobEvent): Promise<void> {
   await redis
     .multi()
     .xadd(stream, "MAXLEN", "~", REPLY_STREAM_MAXLEN, "*", ...encodeReplyEntry(jobId, event))

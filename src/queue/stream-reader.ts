@@ -5,7 +5,7 @@
  * handler that fails (Redis away while it stores an answer) sees the same
  * entries again instead of losing them.
  */
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../control/redis.ts";
 
 /** `[entry id, [field, value, field, value, ...]]`, as XREAD returns it. */
 export type StreamEntry = [id: string, fields: string[]];
@@ -28,14 +28,14 @@ export class StreamReader {
   readonly key: string;
   /** The id of the last entry handled: the next read starts after it. */
   position: string;
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
   private readonly count: number;
   private readonly blockMs: number;
   private running = true;
   private loop: Promise<void> = Promise.resolve();
 
   /** `redis` is the reader's own: blocking reads hold it, and close() disconnects it. */
-  constructor(redis: Redis, key: string, options: StreamReaderOptions = {}) {
+  constructor(redis: RedisClient, key: string, options: StreamReaderOptions = {}) {
     this.redis = redis;
     this.key = key;
     this.position = options.from ?? "0-0";
@@ -75,7 +75,7 @@ export class StreamReader {
   }
 
   /** Drops the entries before `position` (already handled), on a connection that does not block. */
-  async trim(redis: Redis): Promise<void> {
+  async trim(redis: RedisClient): Promise<void> {
     await redis.xtrim(this.key, "MINID", this.position).catch(() => undefined);
   }
 

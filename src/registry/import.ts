@@ -15,8 +15,8 @@ import type { GgufSummary, ModelVersionRecord } from "../contracts/records.ts";
 import type { Control } from "../control/redis.ts";
 import { PlatformError, withDetail } from "../errors.ts";
 import type { ObjectStore } from "../storage/store.ts";
-import { openObject } from "../storage/index.ts";
-import { loadSettings } from "../settings.ts";
+import { openObject, type S3Settings } from "../storage/index.ts";
+import { loadSettings } from "../settings/index.ts";
 import { checkSourceScheme, isRemoteSource, openRemoteSource, type SourcePolicy, type SourceProgress } from "./sources.ts";
 import { nextVersion, saveModelVersion, versionExists } from "./versions.ts";
 
@@ -32,8 +32,11 @@ export type ImportRequest = {
   onProgress?: (p: SourceProgress) => void;
 };
 
-/** `sources`: what remote sources may reach (default: the PLATFORM_SOURCES_* settings). */
-export type ImportDeps = { ctl: Control; artifacts: ObjectStore; scratchDir: string; sources?: SourcePolicy };
+/**
+ * `sources`: what remote sources may reach (settings.sources; default: the strict policy of an empty
+ * environment). `s3`: how s3:// sources are reached (settings.storage.s3).
+ */
+export type ImportDeps = { ctl: Control; artifacts: ObjectStore; scratchDir: string; sources?: SourcePolicy; s3?: S3Settings };
 
 export async function importModel(deps: ImportDeps, req: ImportRequest): Promise<ModelVersionRecord> {
   if (req.version !== undefined && (await versionExists(deps.ctl, req.name, req.version))) {
@@ -42,7 +45,7 @@ export async function importModel(deps: ImportDeps, req: ImportRequest): Promise
   await mkdir(deps.scratchDir, { recursive: true });
   const scratch = join(deps.scratchDir, `import-${randomUUID()}`);
   try {
-    const { sha256, size } = await copyHashing(req.body ?? (await openSource(req.source, deps.sources ?? loadSettings().sources, req.onProgress)), scratch);
+    const { sha256, size } = await copyHashing(req.body ?? (await openSource(req.source, deps.sources ?? loadSettings({}).sources, deps.s3, req.onProgress)), scratch);
     if (size === 0) throw new PlatformError(400, "invalid_artifact", `${req.source}: the artifact is empty`, "source");
     const gguf = await summarizeGguf(scratch, req);
     const version = req.version ?? (await nextVersion(deps.ctl, req.name));
@@ -66,11 +69,11 @@ export async function importModel(deps: ImportDeps, req: ImportRequest): Promise
   }
 }
 
-async function openSource(source: string, policy: SourcePolicy, onProgress?: (p: SourceProgress) => void): Promise<Readable> {
+async function openSource(source: string, policy: SourcePolicy, s3: S3Settings | undefined, onProgress?: (p: SourceProgress) => void): Promise<Readable> {
   checkSourceScheme(source);
   if (isRemoteSource(source)) return openRemoteSource(source, policy, onProgress);
   // file://, s3:// and plain paths all go through the storage module.
-  const { store, key } = openObject(source);
+  const { store, key } = openObject(source, s3);
   return store.get(key);
 }
 

@@ -5,7 +5,6 @@
 import { basename, dirname } from "node:path";
 import { StorageError } from "./errors.ts";
 import { FileStore } from "./file-store.ts";
-import { s3SettingsFromEnv } from "./s3-settings.ts";
 import type { S3Settings } from "./s3-settings.ts";
 import { S3Store } from "./s3-store.ts";
 import type { ObjectStore } from "./store.ts";
@@ -16,7 +15,6 @@ export type { StorageErrorCode } from "./errors.ts";
 export { FileStore } from "./file-store.ts";
 export { readJsonlLines } from "./lines.ts";
 export type { JsonlLine, ReadLinesOptions } from "./lines.ts";
-export { s3SettingsFromEnv } from "./s3-settings.ts";
 export type { S3Settings } from "./s3-settings.ts";
 export { S3Store } from "./s3-store.ts";
 export type { Body, ObjectInfo, ObjectStore } from "./store.ts";
@@ -24,20 +22,20 @@ export { checkKey, checkPrefix, parseStorageUri } from "./uri.ts";
 export type { FileLocation, S3Location, StorageLocation } from "./uri.ts";
 
 /**
- * Opens the store rooted at `rootUri`. S3 settings default to the process
- * environment (see s3SettingsFromEnv); nothing is contacted until first use.
+ * Opens the store rooted at `rootUri`; nothing is contacted until first use. `s3`: the process's
+ * settings.storage.s3 (AWS_*); without it, the SDK's own defaults and credential chain.
  */
-export function openStore(rootUri: string, s3?: S3Settings): ObjectStore {
+export function openStore(rootUri: string, s3: S3Settings = {}): ObjectStore {
   const location = parseStorageUri(rootUri);
   if (location.scheme === "file") return new FileStore(location.path);
-  return new S3Store(location, s3 ?? s3SettingsFromEnv());
+  return new S3Store(location, s3);
 }
 
 /**
  * Splits the URI of one object (s3://bucket/in/prompts.jsonl, ./out.jsonl)
  * into the store rooted at its parent and its key there.
  */
-export function openObject(uri: string, s3?: S3Settings): { store: ObjectStore; key: string } {
+export function openObject(uri: string, s3: S3Settings = {}): { store: ObjectStore; key: string } {
   const location = parseStorageUri(uri);
   const notAnObject = (why: string) =>
     new StorageError("invalid_uri", uri, `invalid storage URI "${uri}": ${why}, not an object`);
@@ -50,5 +48,5 @@ export function openObject(uri: string, s3?: S3Settings): { store: ObjectStore; 
   const slash = location.key.lastIndexOf("/");
   const parent = { ...location, key: location.key.slice(0, Math.max(slash, 0)) };
   parent.url = s3Url(parent.bucket, parent.key);
-  return { store: new S3Store(parent, s3 ?? s3SettingsFromEnv()), key: location.key.slice(slash + 1) };
+  return { store: new S3Store(parent, s3), key: location.key.slice(slash + 1) };
 }

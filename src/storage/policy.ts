@@ -10,6 +10,7 @@
 import { lstat, realpath, stat } from "node:fs/promises";
 import { basename, dirname, isAbsolute, join, sep } from "node:path";
 import { PlatformError } from "../errors.ts";
+import type { S3Settings } from "./s3-settings.ts";
 import { StorageError } from "./errors.ts";
 import { fileUrl, joinKey, parseStorageUri, s3Url } from "./uri.ts";
 
@@ -75,14 +76,17 @@ export function rootUri(root: StorageRoot): string {
 export class StoragePolicy {
   readonly roots: readonly StorageRoot[];
   readonly adminRoots: readonly StorageRoot[];
+  /** How the s3:// URIs this policy lets through are reached (settings.storage.s3); travels with the roots to every batch step. */
+  readonly s3: S3Settings;
 
-  constructor(options: { roots?: readonly StorageRoot[]; adminRoots?: readonly StorageRoot[] } = {}) {
+  constructor(options: { roots?: readonly StorageRoot[]; adminRoots?: readonly StorageRoot[]; s3?: S3Settings } = {}) {
     this.roots = options.roots ?? [];
     this.adminRoots = options.adminRoots ?? [];
+    this.s3 = options.s3 ?? {};
   }
 
-  static fromSettings(settings: { storageRoots: readonly StorageRoot[]; adminStorageRoots: readonly StorageRoot[] }): StoragePolicy {
-    return new StoragePolicy({ roots: settings.storageRoots, adminRoots: settings.adminStorageRoots });
+  static fromSettings(settings: { storageRoots: readonly StorageRoot[]; adminStorageRoots: readonly StorageRoot[]; storage?: { s3: S3Settings } }): StoragePolicy {
+    return new StoragePolicy({ roots: settings.storageRoots, adminRoots: settings.adminStorageRoots, s3: settings.storage?.s3 });
   }
 
   /** The areas `viewer` may use, in order; the first file area is where relative names go. */
@@ -200,7 +204,7 @@ function within(path: string, root: string, separator: string): boolean {
  * of its nearest existing ancestor with the rest appended. A name that exists
  * only as a dangling symbolic link cannot be judged: `dangling` decides.
  */
-async function realLocation(path: string, dangling: () => Error | undefined): Promise<string> {
+async function realLocation(path: string, dangling: () => Error | undefined, attempt = 0): Promise<string> {
   try {
     return await realpath(path);
   } catch (e) {
@@ -209,11 +213,10 @@ async function realLocation(path: string, dangling: () => Error | undefined): Pr
   }
   const parent = dirname(path);
   if (parent === path) return path;
-  const exists = await lstat(path).then(
-    () => true,
-    () => false,
-  );
-  if (exists) {
+  const entry = await lstat(path).catch(() => undefined);
+  // Created between the realpath and this lstat (a writer racing the check): judge it as it is now.
+  if (entry && !entry.isSymbolicLink() && attempt < 3) return realLocation(path, dangling, attempt + 1);
+  if (entry) {
     const error = dangling();
     if (error) throw error;
   }

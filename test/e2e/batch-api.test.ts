@@ -26,7 +26,7 @@ import type { GatewayEnv } from "../../src/gateway/env.ts";
 import { errorResponse } from "../../src/gateway/errors.ts";
 import { PlatformError } from "../../src/errors.ts";
 import { importModel } from "../../src/registry/import.ts";
-import { loadSettings } from "../../src/settings.ts";
+import { loadSettings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { StoragePolicy } from "../../src/storage/policy.ts";
 import { type S3Server, startS3, waitForJob } from "../helpers/batch-env.ts";

@@ -8,6 +8,7 @@ import { readFile } from "node:fs/promises";
 import { type ConnectionOptions, Queue } from "bullmq";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { controlKeys, queueName } from "../../src/contracts/naming.ts";
 import { sendOnOwnConnection } from "../helpers/http.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { type Stack, startStack } from "../helpers/stack.ts";
@@ -105,7 +106,7 @@ describe("bounded Redis contents", () => {
     const grown = (await usedMemory()) - before;
     expect(grown).toBeLessThan(8 * 1024 * 1024);
     expect(await keysHolding(marker)).toEqual([]);
-    const queue = new Queue("tiny@v1", { connection: { url: stack.redisUrl } as ConnectionOptions, prefix: "platform" });
+    const queue = new Queue(queueName("tiny", "v1"), { connection: { url: stack.redisUrl } as ConnectionOptions, prefix: "platform" });
     const counts = await queue.getJobCounts("waiting", "active", "completed", "failed", "delayed", "prioritized");
     await queue.close();
     expect(counts).toMatchObject({ waiting: 0, active: 0, completed: 0, failed: 0 });
@@ -115,8 +116,8 @@ describe("bounded Redis contents", () => {
 
 describe("one bad record never breaks everyone", () => {
   it("a garbage endpoint record next to a good one: chat, /v1/models, /metrics and the endpoint list still answer, and report it", { timeout: 120_000 }, async () => {
-    await redis.hset("platform:cp:endpoints", "garbage", "{\"name\": 42");
-    await redis.publish("platform:cp:endpoint-events", "garbage");
+    await redis.hset(controlKeys("platform").endpoints, "garbage", "{\"name\": 42");
+    await redis.publish(controlKeys("platform").endpointEvents, "garbage");
     await chatOk();
     const models = await fetch(`${stack.baseUrl}/v1/models`, { headers: { authorization: `Bearer ${stack.apiKey}` } });
     expect(models.status).toBe(200);
@@ -133,7 +134,7 @@ describe("one bad record never breaks everyone", () => {
     expect(stack.output()).not.toContain('{"name": 42');
     // The scaler's reconciler kept going: the good endpoint still has its replica.
     expect((await stack.admin<{ replicas: { ready: number } }>("GET", "/admin/v1/endpoints/tiny")).body.replicas.ready).toBe(1);
-    await redis.hdel("platform:cp:endpoints", "garbage");
+    await redis.hdel(controlKeys("platform").endpoints, "garbage");
   });
 });
 

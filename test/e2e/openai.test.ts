@@ -4,6 +4,7 @@
  */
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { queueName } from "../../src/contracts/naming.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { type Stack, sleep, startStack } from "../helpers/stack.ts";
 import { QueueObserver } from "../helpers/queue-observer.ts";
@@ -175,7 +176,7 @@ describe("errors come out as the client's error classes", () => {
 describe("cancellation", () => {
   it("a client that disconnects mid-stream stops the generation on the worker", async () => {
     // Online jobs are deleted once finished: the cancelled job's result is read from the queue's event stream.
-    const observer = await QueueObserver.start(stack.redisUrl, "platform", `${MODEL}@v1`, { keepLog: true });
+    const observer = await QueueObserver.start(stack.redisUrl, "platform", queueName(MODEL, "v1"), { keepLog: true });
     const controller = new AbortController();
     const stream = await client.chat.completions.create(
       { model: MODEL, messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 4000, temperature: 0, stream: true },

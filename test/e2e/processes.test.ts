@@ -11,6 +11,7 @@ import { Queue } from "bullmq";
 import { Redis } from "ioredis";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { queueName } from "../../src/contracts/naming.ts";
 import { alive } from "../helpers/processes.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { QueueObserver } from "../helpers/queue-observer.ts";
@@ -50,7 +51,7 @@ function exitOf(stack: Stack): Promise<{ code: number | null; signal: NodeJS.Sig
 /** The id of the one job a worker holds on the `tiny` queue. */
 async function activeJob(redisUrl: string): Promise<string> {
   const connection = new Redis(redisUrl, { maxRetriesPerRequest: null });
-  const queue = new Queue("tiny@v1", { connection, prefix: "platform" });
+  const queue = new Queue(queueName("tiny", "v1"), { connection, prefix: "platform" });
   try {
     const active = await queue.getActive();
     expect(active.length).toBe(1);
@@ -110,7 +111,7 @@ describe("one stack, attacked from inside", () => {
   it("a worker past its drain deadline aborts its generation and hands the job back", async () => {
     const before = (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.replica_list[0] as { id: string; pid: number };
     const victim = before.pid;
-    const observer = await QueueObserver.start(stack.redisUrl, "platform", "tiny@v1");
+    const observer = await QueueObserver.start(stack.redisUrl, "platform", queueName("tiny", "v1"));
     let answered = false;
     const long = client.completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 4000, temperature: 0 }).finally(() => {
       answered = true;
@@ -151,7 +152,7 @@ describe("one stack, attacked from inside", () => {
     // handed it back (Redis outlived `up` long enough), so no retry is spent and none is lost.
     const again = await startEmbeddedRedis(join(stack.dataDir, "redis"), { onNote: () => undefined });
     const connection = new Redis(again.url, { maxRetriesPerRequest: null });
-    const queue = new Queue("tiny@v1", { connection, prefix: "platform" });
+    const queue = new Queue(queueName("tiny", "v1"), { connection, prefix: "platform" });
     try {
       expect(await queue.getJobState(jobId)).toBe("waiting");
       expect(await queue.getActiveCount()).toBe(0);

@@ -16,7 +16,7 @@ import { BatchJobs, startBatchCoordinator } from "../../src/batch/index.ts";
 import type { BatchJobRecord } from "../../src/contracts/batch.ts";
 import { createApiKey } from "../../src/control/apikeys.ts";
 import { type Control, connectControl } from "../../src/control/redis.ts";
-import { loadSettings } from "../../src/settings.ts";
+import { loadSettings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { StoragePolicy } from "../../src/storage/policy.ts";
 import { type S3Server, startS3, waitForJob } from "../helpers/batch-env.ts";

@@ -7,7 +7,7 @@
  */
 import { startBatchCoordinator } from "../../src/batch/index.ts";
 import { connectControl } from "../../src/control/redis.ts";
-import { loadSettings } from "../../src/settings.ts";
+import { loadSettings } from "../../src/settings/index.ts";
 
 const settings = loadSettings();
 if (!settings.redisUrl) throw new Error("REDIS_URL is not set");

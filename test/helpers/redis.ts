@@ -1,7 +1,9 @@
-/** A private Redis per suite: the same embedded server `platform up` starts, in a temp dir. */
+/** A private Redis per suite (the same embedded server `platform up` starts, in a temp dir), and what tests that run their own Redis servers share. */
 import { mkdtemp, rm } from "node:fs/promises";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { Redis } from "ioredis";
 import { startEmbeddedRedis } from "../../src/control/embedded-redis.ts";
 
 export async function privateRedis(): Promise<{ url: string; stop: () => Promise<void> }> {
@@ -14,4 +16,31 @@ export async function privateRedis(): Promise<{ url: string; stop: () => Promise
       await rm(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** Probes fail while a server starts or after it is killed: that is expected, not news. */
+export function quiet(redis: Redis): Redis {
+  redis.on("error", () => undefined);
+  return redis;
+}
+
+/** A loopback port nothing listens on right now. */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const port = (server.address() as { port: number }).port;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** Polls `check` every 100 ms until it holds; `what` names it in the timeout's error. */
+export async function waitUntil(what: string, check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
+  const t0 = Date.now();
+  while (!(await check().catch(() => false))) {
+    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }

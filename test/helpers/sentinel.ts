@@ -7,10 +7,10 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis } from "ioredis";
+import { freePort, quiet, waitUntil } from "./redis.ts";
 
 export const SENTINEL_GROUP = "platform-primary";
 
@@ -24,31 +24,6 @@ export type SentinelGroup = {
   killPrimary: () => Promise<{ killedAt: number; promotedAt: number; newPrimaryPort: number }>;
   stop: () => Promise<void>;
 };
-
-/** Probes fail while a server starts or after it is killed: that is expected, not news. */
-function quiet(redis: Redis): Redis {
-  redis.on("error", () => undefined);
-  return redis;
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as { port: number }).port;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-async function waitUntil(what: string, check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
-  const t0 = Date.now();
-  while (!(await check().catch(() => false))) {
-    if (Date.now() - t0 > timeoutMs) throw new Error(`sentinel group: timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 export async function startSentinelGroup(options: { downAfterMs?: number } = {}): Promise<SentinelGroup> {
   const dir = await mkdtemp(join(tmpdir(), "platform-sentinel-"));

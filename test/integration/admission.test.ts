@@ -5,16 +5,17 @@
  */
 import { randomUUID } from "node:crypto";
 import { Queue, Worker } from "bullmq";
-import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AutoscalingSettings } from "../../src/contracts/autoscaling.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
+import { queueName } from "../../src/contracts/naming.ts";
 import type { EndpointRecord, ReplicaState } from "../../src/contracts/records.ts";
 import { setAutoscaling } from "../../src/control/autoscaling.ts";
-import { type Control, connectControl, duplicate } from "../../src/control/redis.ts";
+import { type Control, connectControl, duplicate, type RedisClient } from "../../src/control/redis.ts";
 import { removeReplica, writeReplica } from "../../src/control/replicas.ts";
 import { detailOf, PlatformError } from "../../src/errors.ts";
-import { Admission, admissionDefaultsFromEnv, limitsFor } from "../../src/queue/admission.ts";
+import { Admission, limitsFor } from "../../src/queue/admission.ts";
+import { loadSettings } from "../../src/settings/index.ts";
 import { Dispatcher } from "../../src/queue/dispatcher.ts";
 
 const PREFIX = `test-admission-${randomUUID().slice(0, 8)}`;
@@ -63,10 +64,10 @@ async function refusal(p: Promise<unknown>): Promise<PlatformError> {
 
 describe("admission", () => {
   it("reads gateway-wide defaults from the environment, and per-endpoint limits from resources", () => {
-    expect(admissionDefaultsFromEnv({})).toEqual({ maxQueueDepth: 1000, maxQueueWaitMs: 60_000 });
-    const env = admissionDefaultsFromEnv({ PLATFORM_MAX_QUEUE_DEPTH: "50", PLATFORM_MAX_QUEUE_WAIT_MS: "1500" });
+    expect(loadSettings({}).admission).toEqual({ maxQueueDepth: 1000, maxQueueWaitMs: 60_000 });
+    const env = loadSettings({ PLATFORM_MAX_QUEUE_DEPTH: "50", PLATFORM_MAX_QUEUE_WAIT_MS: "1500" }).admission;
     expect(env).toEqual({ maxQueueDepth: 50, maxQueueWaitMs: 1500 });
-    expect(() => admissionDefaultsFromEnv({ PLATFORM_MAX_QUEUE_DEPTH: "0" })).toThrow(/PLATFORM_MAX_QUEUE_DEPTH/);
+    expect(() => loadSettings({ PLATFORM_MAX_QUEUE_DEPTH: "0" })).toThrow(/PLATFORM_MAX_QUEUE_DEPTH/);
     expect(limitsFor(endpoint("x", 1, { max_queue_depth: 7, max_queue_wait: "2m" }), env)).toEqual({ maxQueueDepth: 7, maxQueueWaitMs: 120_000 });
     expect(limitsFor(endpoint("x", 1), env)).toEqual(env);
     expect(DeploymentConfig.safeParse({ model: { name: "x" }, resources: { max_queue_wait: "60" } }).error?.issues[0]?.message).toMatch(/expected "<n>s"/);
@@ -84,7 +85,7 @@ describe("admission", () => {
     expect((await refusal(admission.admit(zero))).code).toBe("no_capacity");
     await setAutoscaling(ctl, "zero", AutoscalingSettings.parse({ min_replicas: 0, max_replicas: 1 }));
     const wakeups: string[] = [];
-    const sub: Redis = duplicate(ctl);
+    const sub: RedisClient = duplicate(ctl);
     await sub.subscribe(ctl.keys.scalerWakeup);
     sub.on("message", (_c, m: string) => wakeups.push(m));
     await expect(admission.admit(zero)).resolves.toEqual({ maxQueueDepth: 1000, maxQueueWaitMs: 60_000 });
@@ -113,7 +114,7 @@ describe("admission", () => {
   it("refuses with 429 queue_full at max_queue_depth online requests waiting, counting its own admissions between reads", async () => {
     const e = endpoint("full", 1, { max_queue_depth: 3 });
     await replica("full", "full-1", "ready");
-    const queue = new Queue("full@v1", { connection: ctl.redis, prefix: PREFIX });
+    const queue = new Queue(queueName("full", "v1"), { connection: ctl.redis, prefix: PREFIX });
     queues.push(queue);
     await queue.add("completion", {});
     // Batch records wait at a lower priority: they never delay an online request, so they do not count.
@@ -147,7 +148,7 @@ describe("admission", () => {
     const queue = dispatcher.queue("taken", "v1");
     // Take the job the way a worker does, without answering yet.
     let finish: (() => void) | undefined;
-    const worker = new Worker("taken@v1", () => new Promise<void>((resolve) => (finish = resolve)), { connection: duplicate(ctl), prefix: PREFIX });
+    const worker = new Worker(queueName("taken", "v1"), () => new Promise<void>((resolve) => (finish = resolve)), { connection: duplicate(ctl), prefix: PREFIX });
     for (let i = 0; i < 100 && (await queue.getJobState(handle.id)) !== "active"; i++) await new Promise((r) => setTimeout(r, 20));
     let settled: string | undefined;
     handle.events.next().then(

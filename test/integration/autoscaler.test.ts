@@ -15,6 +15,7 @@ import { type Autoscaler, startAutoscaler } from "../../scaler/autoscaler.ts";
 import { ScalerLease } from "../../scaler/lease.ts";
 import { AutoscalingSettings } from "../../src/contracts/autoscaling.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
+import { queueName } from "../../src/contracts/naming.ts";
 import type { EndpointRecord } from "../../src/contracts/records.ts";
 import { listDecisions, type ScalingDecisionRecord, setAutoscaling } from "../../src/control/autoscaling.ts";
 import { findEndpoint, saveEndpoint } from "../../src/control/endpoints.ts";
@@ -86,7 +87,7 @@ describe("autoscaler loop", () => {
     await deploy("busy", 0);
     await deploy("manual", 2); // no autoscaling: left alone
     await setAutoscaling(ctl, "busy", settings({ min_replicas: 0, max_replicas: 3, target_queue_depth: 2, scale_up_cooldown: "1s", scale_down_cooldown: "500ms", scale_down_delay: "1500ms" }));
-    const queue = new Queue("busy@v1", { connection: ctl.redis, prefix: PREFIX });
+    const queue = new Queue(queueName("busy", "v1"), { connection: ctl.redis, prefix: PREFIX });
 
     const a = await startAutoscaler(control(), { intervalMs: 100, leaseTtlMs: 1000, holderId: "scaler-a", log: () => undefined });
     scalers.push(a);
@@ -207,7 +208,7 @@ describe("autoscaler loop", () => {
     const name = "chat";
     await saveEndpoint(kctl, endpointRecord(name, 1));
     await setAutoscaling(kctl, name, settings({ min_replicas: 1, max_replicas: 2, target_queue_depth: 1, scale_up_cooldown: "0s" }));
-    const queue = new Queue("chat@v1", { connection: kctl.redis, prefix });
+    const queue = new Queue(queueName("chat", "v1"), { connection: kctl.redis, prefix });
     const child = spawn(process.execPath, [BIN, "scaler", "--backend", "kubernetes", "--interval-ms", "100"], {
       env: { ...process.env, REDIS_URL, PLATFORM_PREFIX: prefix, KUBECONFIG: kubeconfig, PLATFORM_WORKER_IMAGE: "example.com/platform:1", POD_NAMESPACE: "ml" },
       stdio: ["ignore", "pipe", "pipe"],

@@ -29,7 +29,7 @@ import { type Control, connectControl } from "../../src/control/redis.ts";
 import { PlatformError } from "../../src/errors.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
 import { importModel } from "../../src/registry/import.ts";
-import { loadSettings, type Settings } from "../../src/settings.ts";
+import { loadSettings, type Settings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { privateRedis } from "../helpers/redis.ts";

@@ -17,7 +17,7 @@ import { deployEndpoint } from "../../src/control/endpoints.ts";
 import { type Control, connectControl } from "../../src/control/redis.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
 import { importModel } from "../../src/registry/import.ts";
-import { loadSettings } from "../../src/settings.ts";
+import { loadSettings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { type OversizedInit, sendOnOwnConnection } from "../helpers/http.ts";

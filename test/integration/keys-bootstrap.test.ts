@@ -90,12 +90,12 @@ describe("API keys at rest", () => {
 
 describe("platform keys bootstrap", () => {
   it("--generate prints one strong key and stores nothing", async () => {
-    const before = await ctl.redis.hlen("boot:cp:apikeys");
+    const before = await ctl.redis.hlen(ctl.keys.apiKeys);
     const r = await cli(["keys", "bootstrap", "--generate"], {});
     expect(r.code).toBe(0);
     const key = r.stdout.trim();
     expect(weakKeyReason(key)).toBeUndefined();
-    expect(await ctl.redis.hlen("boot:cp:apikeys")).toBe(before);
+    expect(await ctl.redis.hlen(ctl.keys.apiKeys)).toBe(before);
     expect((await cli(["keys", "bootstrap", "--generate"], {})).stdout.trim()).not.toBe(key);
   });
 
@@ -112,7 +112,7 @@ describe("platform keys bootstrap", () => {
     const noRedis = await cli(["keys", "bootstrap"], { REDIS_URL: undefined, PLATFORM_BOOTSTRAP_ADMIN_KEY: "9f86d081884c7d659a2feaa0c55ad015" });
     expect(noRedis.code).toBe(2);
     expect(noRedis.stderr).toContain("REDIS_URL");
-    expect(await ctl.redis.exists("boot:cp:bootstrap-admin")).toBe(0);
+    expect(await ctl.redis.exists(ctl.keys.bootstrapKey)).toBe(0);
   });
 
   it("stores only the hash, is idempotent, refuses a different key while the first is valid, and works from a file", async () => {
@@ -128,7 +128,7 @@ describe("platform keys bootstrap", () => {
     expect((await verifyApiKey(ctl, key))).toMatchObject({ id, role: "admin", name: "bootstrap-admin" });
 
     // Again, and again from a mounted Secret file: nothing new is minted or printed.
-    const keysBefore = await ctl.redis.hlen("boot:cp:apikeys");
+    const keysBefore = await ctl.redis.hlen(ctl.keys.apiKeys);
     const again = await cli(["keys", "bootstrap"], { PLATFORM_BOOTSTRAP_ADMIN_KEY: key });
     expect(again.code).toBe(0);
     expect(again.stdout).toContain(`already registered (${id})`);
@@ -136,7 +136,7 @@ describe("platform keys bootstrap", () => {
     await writeFile(file, `${key}\n`);
     const fromFile = await cli(["keys", "bootstrap", "--from-file", file, "--json"], {});
     expect(JSON.parse(fromFile.stdout)).toEqual({ outcome: "exists", id, name: "bootstrap-admin", role: "admin" });
-    expect(await ctl.redis.hlen("boot:cp:apikeys")).toBe(keysBefore);
+    expect(await ctl.redis.hlen(ctl.keys.apiKeys)).toBe(keysBefore);
 
     // A different key while the first is still valid: refused, exit 1, nothing added.
     const other = (await cli(["keys", "bootstrap", "--generate"], {})).stdout.trim();
@@ -145,7 +145,7 @@ describe("platform keys bootstrap", () => {
     expect(refused.stderr).toContain(`a different bootstrap admin key (${id}) is already registered`);
     expect(refused.stderr).toContain(`platform keys revoke ${id}`);
     expect(await verifyApiKey(ctl, other)).toBeUndefined();
-    expect(await ctl.redis.hlen("boot:cp:apikeys")).toBe(keysBefore);
+    expect(await ctl.redis.hlen(ctl.keys.apiKeys)).toBe(keysBefore);
   });
 
   it("the gateway role without REDIS_URL exits 2 at once, naming REDIS_URL, even with a password and an admin key set", async () => {
@@ -199,7 +199,7 @@ describe("platform keys bootstrap", () => {
     const two = await start();
     expect(two.out).toContain("already registered");
     const gw = connectControl(redis.url, prefix);
-    expect(await gw.redis.hlen(`${prefix}:cp:apikeys`)).toBe(1);
+    expect(await gw.redis.hlen(gw.keys.apiKeys)).toBe(1);
     gw.redis.disconnect();
     await stop(two.child);
   });

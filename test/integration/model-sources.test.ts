@@ -15,7 +15,7 @@ import { type Control, connectControl } from "../../src/control/redis.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
 import { parseCidr } from "../../src/registry/addresses.ts";
 import type { SourcePolicy } from "../../src/registry/sources.ts";
-import { loadSettings } from "../../src/settings.ts";
+import { loadSettings } from "../../src/settings/index.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { privateRedis } from "../helpers/redis.ts";
 

@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { nonPublicKind, parseCidr, parseIp, refusedKind } from "../../src/registry/addresses.ts";
 import { checkSourceScheme, huggingFaceUrl } from "../../src/registry/sources.ts";
-import { loadSettings } from "../../src/settings.ts";
+import { loadSettings } from "../../src/settings/index.ts";
 
 const kind = (address: string) => nonPublicKind(parseIp(address)!);
 

@@ -1,7 +1,10 @@
 /** The small pure pieces at the edges: config validation, naming, state derivation, request mapping. */
+import { QueueKeys } from "bullmq";
 import { describe, expect, it } from "vitest";
-import { DeploymentConfig, describeIssues, notApplied } from "../../src/contracts/deployment.ts";
+import { DeploymentConfig, notApplied } from "../../src/contracts/deployment.ts";
+import { describeIssues } from "../../src/contracts/issues.ts";
 import { JobPayload } from "../../src/contracts/job.ts";
+import { COORDINATOR_QUEUE, controlKeys, queueName } from "../../src/contracts/naming.ts";
 import { endpointNameFor } from "../../src/cli/up.ts";
 import { deriveState } from "../../src/control/status.ts";
 import { toMessages, toParams } from "../../src/gateway/schemas.ts";
@@ -43,6 +46,42 @@ describe("queue contract", () => {
     expect(ok.success && ok.data.kind === "completion" && ok.data.params).toEqual({});
     expect(JobPayload.safeParse({ v: 2, kind: "completion", request_id: "r", model: "m", version: "v1", prompt: "hi" }).success).toBe(false);
     expect(JobPayload.safeParse({ v: 1, kind: "image", request_id: "r", model: "m", version: "v1" }).success).toBe(false);
+  });
+});
+
+/** What Redis Cluster hashes: the first non-empty `{...}`, else the whole key. */
+function hashed(key: string): string {
+  const open = key.indexOf("{");
+  const close = open < 0 ? -1 : key.indexOf("}", open + 1);
+  return close > open + 1 ? key.slice(open + 1, close) : key;
+}
+
+describe("key layout (Redis Cluster slots)", () => {
+  const keys = controlKeys("platform");
+
+  it("puts each queue's keys in one slot, and different queues in different ones", () => {
+    const bull = new QueueKeys("platform");
+    const tiny = Object.values(bull.getKeys(queueName("tiny", "v1"))).concat(bull.toKey(queueName("tiny", "v1"), "job-1"));
+    expect(new Set(tiny.map(hashed))).toEqual(new Set(["tiny@v1"]));
+    expect(hashed(bull.toKey(queueName("tiny", "v2"), "wait"))).not.toBe(hashed(bull.toKey(queueName("tiny", "v1"), "wait")));
+    expect(new Set(Object.values(bull.getKeys(COORDINATOR_QUEUE)).map(hashed)).size).toBe(1);
+  });
+
+  it("gives the keys of every MULTI, script and multi-key command one slot", () => {
+    const together = [
+      [keys.replica("r1"), keys.replicas("e"), keys.replica("r2")], // writeReplica, removeReplica, listReplicas' MGET
+      [keys.apiKeys, keys.apiKeyByHash, keys.bootstrapKey], // createApiKey, revokeApiKey, the bootstrap script
+      [keys.autoscaling("e"), keys.autoscaling("f"), keys.scalingHistory("e"), keys.scalingDecisions("e"), keys.scalingDecisionCounts], // recordDecision, MGET, DEL
+      [keys.batch("b1"), keys.batches], // createRecord
+      [keys.batchResults("b1"), keys.batchReplies("b1"), keys.batchCheckpoint("b1")], // the batch's clean-up DEL
+    ];
+    for (const group of together) expect(new Set(group.map(hashed)).size, group.join(" ")).toBe(1);
+  });
+
+  it("lets the per-request and per-batch traffic spread, and keeps every key under the prefix", () => {
+    expect(new Set([keys.replyStream("g1"), keys.replyStream("g2"), keys.cancelled("j1"), keys.batchResults("b1"), keys.batchResults("b2"), keys.endpoints].map(hashed)).size).toBe(6);
+    const all = Object.values(keys).map((k) => (typeof k === "function" ? k("x") : k));
+    for (const k of all) expect(k.startsWith("platform:")).toBe(true);
   });
 });
 

@@ -1,8 +1,8 @@
-/** REDIS_URL with credentials and TLS, masking, and reading reply-stream entries defensively. */
+/** REDIS_URL with credentials and TLS (one Redis, Sentinel, Cluster), masking, and reading reply-stream entries defensively. */
 import { describe, expect, it } from "vitest";
 import { decodeReplyEntry, encodeReplyEntry } from "../../src/queue/replies.ts";
 import { maskRedisUrl, redisOptionsFromUrl } from "../../src/control/redis.ts";
-import { loadSettings } from "../../src/settings.ts";
+import { loadSettings } from "../../src/settings/index.ts";
 
 describe("REDIS_URL", () => {
   it("takes a URL-encoded user and password", () => {
@@ -70,6 +70,33 @@ describe("REDIS_URL", () => {
     expect(() => redisOptionsFromUrl("redis+sentinel://:topsecret@s1/g/x")).toThrow(/database number/);
     // No group: not a Sentinel URL, and not a redis:// one either.
     expect(() => redisOptionsFromUrl("redis+sentinel://s1:26379")).toThrow(/Sentinel/);
+  });
+});
+
+describe("REDIS_URL naming a Redis Cluster", () => {
+  it("lists the seed nodes and carries credentials and TLS to every node connection", () => {
+    expect(redisOptionsFromUrl("redis+cluster://team:p%40ss@10.0.0.1:7000,node-b,[::1]:7002")).toMatchObject({
+      clusterNodes: [
+        { host: "10.0.0.1", port: 7000 },
+        { host: "node-b", port: 6379 },
+        { host: "::1", port: 7002 },
+      ],
+      username: "team",
+      password: "p@ss",
+      tls: undefined,
+      maxRetriesPerRequest: null,
+    });
+    expect(redisOptionsFromUrl("rediss+cluster://c1:7000/")).toMatchObject({ clusterNodes: [{ host: "c1", port: 7000 }], tls: {}, password: undefined });
+    expect(redisOptionsFromUrl("redis://h:1").clusterNodes).toBeUndefined();
+  });
+
+  it("refuses a database other than 0 and bad addresses, without echoing the password; REDIS_PASSWORD joins it", () => {
+    expect(() => redisOptionsFromUrl("redis+cluster://:topsecret@c1:7000/2")).toThrow(/database 0 only/);
+    expect(() => redisOptionsFromUrl("redis+cluster://:topsecret@c1:7000,c2:99999")).toThrow(/not a cluster node address/);
+    expect(() => redisOptionsFromUrl("redis+cluster://:topsecret@c1:7000,c2:99999")).not.toThrow(/topsecret/);
+    expect(maskRedisUrl("redis+cluster://:abc123@c1:7000,c2:7001")).toBe("redis+cluster://:***@c1:7000,c2:7001");
+    const url = loadSettings({ REDIS_URL: "redis+cluster://c1:7000,c2:7001", REDIS_PASSWORD: "pw" }).redisUrl as string;
+    expect(redisOptionsFromUrl(url)).toMatchObject({ password: "pw", clusterNodes: [{ host: "c1" }, { host: "c2" }] });
   });
 });
 

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PlatformError } from "../../src/errors.ts";
-import { loadSettings } from "../../src/settings.ts";
+import { loadSettings } from "../../src/settings/index.ts";
 import { parseStorageRoots, StoragePolicy } from "../../src/storage/policy.ts";
 
 let dir: string;

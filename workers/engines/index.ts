@@ -1,13 +1,15 @@
 /** Picks and loads the engine an endpoint's framework names. */
 import type { EndpointRecord } from "../../src/contracts/records.ts";
+import type { VllmSettings } from "../../src/settings/index.ts";
 import type { Engine } from "./engine.ts";
 import { loadLlamaCpp } from "./llamacpp.ts";
 
-export async function loadEngine(endpoint: EndpointRecord, modelPath: string): Promise<Engine> {
+/** `vllm`: the worker's settings.vllm (executable, start timeout); llama.cpp needs none. */
+export async function loadEngine(endpoint: EndpointRecord, modelPath: string, vllm?: VllmSettings): Promise<Engine> {
   const { runtime, resources } = endpoint.config;
   if (endpoint.framework === "vllm") {
     const { loadVllm } = await import("./vllm.ts");
-    return loadVllm({ modelPath, runtime, resources, servedName: endpoint.name });
+    return loadVllm({ modelPath, runtime, resources, servedName: endpoint.name, bin: vllm?.bin, startTimeoutMs: vllm?.startTimeoutMs });
   }
   return loadLlamaCpp({
     modelPath,

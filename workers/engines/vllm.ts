@@ -15,6 +15,7 @@ import type { DeploymentConfig, Resources, Runtime } from "../../src/contracts/d
 import type { FinishReason, SamplingParams, Usage } from "../../src/contracts/job.ts";
 import { PlatformError } from "../../src/errors.ts";
 import { freePort } from "../../src/net.ts";
+import { VLLM_DEFAULTS } from "../../src/settings/vllm.ts";
 import { spawnWatched } from "../../src/watchdog.ts";
 import { type Engine, type GenerationHooks, plainChatPrompt, type TextOutput, type TextRequest, usage } from "./engine.ts";
 
@@ -29,7 +30,9 @@ export type VllmOptions = {
   env?: Record<string, string | undefined>;
   /** Receives each line the child prints; default: this process's stderr, prefixed "[vllm] ". */
   log?: (line: string) => void;
-  /** Default: PLATFORM_VLLM_START_TIMEOUT_MS, else 15 minutes (large weights load slowly). */
+  /** The executable (settings.vllm.bin, VLLM_BIN); default "vllm" on PATH. */
+  bin?: string;
+  /** settings.vllm.startTimeoutMs (PLATFORM_VLLM_START_TIMEOUT_MS); default 15 minutes (large weights load slowly). */
   startTimeoutMs?: number;
   /** How long `dispose` waits after SIGTERM before SIGKILL. */
   stopGraceMs?: number;
@@ -51,7 +54,6 @@ export type VllmArgsOptions = Pick<VllmOptions, "modelPath" | "runtime" | "resou
  */
 export const VLLM_QUANTIZATION = { int8: "fp8", int4: "bitsandbytes" } as const;
 
-const DEFAULT_START_TIMEOUT_MS = 15 * 60_000;
 const DEFAULT_STOP_GRACE_MS = 30_000;
 const HEALTH_POLL_MS = 500;
 /** A worker killed outright: vLLM gets SIGTERM at once, and its whole group SIGKILL this much later. */
@@ -123,11 +125,12 @@ export async function checkpointQuantization(modelPath: string): Promise<string 
 export async function loadVllm(options: VllmOptions): Promise<VllmEngine> {
   const port = await freePort();
   const args = vllmArgs({ ...options, port, checkpointQuantization: await checkpointQuantization(options.modelPath) });
-  const bin = process.env.VLLM_BIN || "vllm";
+  const bin = options.bin ?? VLLM_DEFAULTS.bin;
   const log = options.log ?? ((line: string) => process.stderr.write(`[vllm] ${line}\n`));
+  // The worker's whole environment passes through (CUDA_*, HF_*, proxies): vLLM reads its own variables.
   const child = new VllmProcess(bin, args, { VLLM_NO_USAGE_STATS: "1", PYTHONUNBUFFERED: "1", ...process.env, ...options.env }, log);
   const baseUrl = `http://127.0.0.1:${port}`;
-  const startTimeoutMs = options.startTimeoutMs ?? envMs("PLATFORM_VLLM_START_TIMEOUT_MS") ?? DEFAULT_START_TIMEOUT_MS;
+  const startTimeoutMs = options.startTimeoutMs ?? VLLM_DEFAULTS.startTimeoutMs;
   const stopGraceMs = options.stopGraceMs ?? DEFAULT_STOP_GRACE_MS;
   try {
     await child.waitHealthy(baseUrl, startTimeoutMs);
@@ -505,11 +508,6 @@ async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boo
   } finally {
     clearTimeout(timer);
   }
-}
-
-function envMs(name: string): number | undefined {
-  const value = Number(process.env[name]);
-  return Number.isFinite(value) && value > 0 ? value : undefined;
 }
 
 function safeJson(text: string): unknown {

@@ -1,0 +1,59 @@
+/**
+ * Process settings: every environment variable the platform reads, in sections, validated
+ * together once at start-up. A bad value stops the process with the variable's name and the
+ * expected form; modules get the typed values passed down and never read the environment.
+ */
+import { z } from "zod";
+import type { SourcePolicy } from "../registry/sources.ts";
+import { type CliSettings, cliSettings, cliShape } from "./cli.ts";
+import { parse } from "./parse.ts";
+import { type CoreSettings, coreSettings, coreShape } from "./core.ts";
+import { type KubernetesSettings, kubernetesSettings, kubernetesShape } from "./kubernetes.ts";
+import { type AdmissionSettings, type HeartbeatSettings, type QueueSettings, queueSections, queueShape, type WorkerSettings } from "./queue.ts";
+import { sourcesSettings, sourcesShape } from "./sources.ts";
+import { checkStorage, type StorageSettings, storageSettings, storageShape } from "./storage.ts";
+import { type VllmSettings, vllmSettings, vllmShape } from "./vllm.ts";
+
+export type { AdmissionSettings, CliSettings, CoreSettings, HeartbeatSettings, KubernetesSettings, QueueSettings, StorageSettings, VllmSettings, WorkerSettings };
+
+export type Settings = CoreSettings & {
+  /** What remote model sources may reach, how big and how slow they may be (PLATFORM_SOURCES_*, HF_*). */
+  sources: SourcePolicy;
+  /** The embedded Redis (PLATFORM_REDIS_SERVER). */
+  queue: QueueSettings;
+  /** PLATFORM_MAX_QUEUE_DEPTH, PLATFORM_MAX_QUEUE_WAIT_MS. */
+  admission: AdmissionSettings;
+  /** PLATFORM_HEARTBEAT_MS. */
+  heartbeats: HeartbeatSettings;
+  /** PLATFORM_EXIT_WITH_PARENT. */
+  worker: WorkerSettings;
+  /** VLLM_BIN, PLATFORM_VLLM_START_TIMEOUT_MS. */
+  vllm: VllmSettings;
+  /** PLATFORM_WORKER_*, PLATFORM_K8S_NAMESPACE, PLATFORM_GPU_TYPE_LABEL, POD_NAME, POD_NAMESPACE. */
+  kubernetes: KubernetesSettings;
+  /** AWS_*, PLATFORM_S3_FORCE_PATH_STYLE. */
+  storage: StorageSettings;
+  /** PLATFORM_CONFIG_DIR, PLATFORM_BASE_URL, PLATFORM_API_KEY, PLATFORM_CLI_UPLOAD. */
+  cli: CliSettings;
+};
+
+/** One object, so one parse reports every bad variable at once rather than the first of each section. */
+const Env = z
+  .object({ ...coreShape, ...sourcesShape, ...queueShape, ...vllmShape, ...kubernetesShape, ...storageShape, ...cliShape })
+  .superRefine((e, ctx) => checkStorage(e, ctx));
+
+
+export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
+  const e = parse(Env, env);
+  const core = coreSettings(e);
+  return {
+    ...core,
+    sources: sourcesSettings(e, core.maxModelBytes),
+    ...queueSections(e),
+    vllm: vllmSettings(e),
+    kubernetes: kubernetesSettings(e),
+    storage: storageSettings(e),
+    cli: cliSettings(e),
+  };
+}
+

@@ -1,0 +1,39 @@
+/**
+ * The queue, admission, heartbeats and worker sections: the embedded Redis `up` starts, how much
+ * an endpoint's queue may hold, and how replicas show (and check) that they are alive.
+ */
+import { z } from "zod";
+import { Flag, positiveMs } from "./parse.ts";
+
+/** Deep enough for any burst a few replicas can absorb; a minute is as long as clients usually wait. */
+export const ADMISSION_DEFAULTS = { maxQueueDepth: 1000, maxQueueWaitMs: 60_000 } as const;
+/** A beat a second: a dead replica drops out of every count within a few seconds (its record lives 4 beats). */
+export const DEFAULT_HEARTBEAT_MS = 1000;
+
+export const queueShape = {
+  /** The redis-server `up` runs when REDIS_URL is unset (a path, or a name on PATH). */
+  PLATFORM_REDIS_SERVER: z.string().min(1, "expected a redis-server executable (a path or a name on PATH)").default("redis-server"),
+  PLATFORM_MAX_QUEUE_DEPTH: z.coerce.number({ message: "expected a whole number of requests" }).int().min(1).default(ADMISSION_DEFAULTS.maxQueueDepth),
+  PLATFORM_MAX_QUEUE_WAIT_MS: positiveMs(ADMISSION_DEFAULTS.maxQueueWaitMs),
+  PLATFORM_HEARTBEAT_MS: positiveMs(DEFAULT_HEARTBEAT_MS),
+  /** Set by `up` (through the local backend) in its workers' environment, never by hand. */
+  PLATFORM_EXIT_WITH_PARENT: Flag,
+};
+
+type QueueEnv = z.infer<z.ZodObject<typeof queueShape>>;
+
+export type QueueSettings = { redisServer: string };
+/** Gateway-wide defaults; an endpoint's `resources.max_queue_depth` / `max_queue_wait` override them. */
+export type AdmissionSettings = { maxQueueDepth: number; maxQueueWaitMs: number };
+export type HeartbeatSettings = { intervalMs: number };
+/** `exitWithParent`: a worker started by `up` watches it and Redis, and exits when either is gone. */
+export type WorkerSettings = { exitWithParent: boolean };
+
+export function queueSections(e: QueueEnv): { queue: QueueSettings; admission: AdmissionSettings; heartbeats: HeartbeatSettings; worker: WorkerSettings } {
+  return {
+    queue: { redisServer: e.PLATFORM_REDIS_SERVER },
+    admission: { maxQueueDepth: e.PLATFORM_MAX_QUEUE_DEPTH, maxQueueWaitMs: e.PLATFORM_MAX_QUEUE_WAIT_MS },
+    heartbeats: { intervalMs: e.PLATFORM_HEARTBEAT_MS },
+    worker: { exitWithParent: e.PLATFORM_EXIT_WITH_PARENT },
+  };
+}

@@ -1,0 +1,100 @@
+/** The settings module (src/settings/): each section's defaults, and a bad value stopping the load with the variable's name. */
+import { homedir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { loadCliSettings } from "../../src/settings/cli.ts";
+import { loadSettings } from "../../src/settings/index.ts";
+
+describe("loadSettings", () => {
+  it("gives every section its default from an empty environment", () => {
+    const s = loadSettings({});
+    expect(s).toMatchObject({
+      redisUrl: undefined,
+      prefix: "platform",
+      dataDir: join(homedir(), ".local", "share", "platform"),
+      requestTimeoutMs: 600_000,
+      drainTimeoutMs: 30_000,
+      redisGraceMs: 5_000,
+      maxRequestBytes: 2 * 1024 * 1024,
+    });
+    expect(s.queue).toEqual({ redisServer: "redis-server" });
+    expect(s.admission).toEqual({ maxQueueDepth: 1000, maxQueueWaitMs: 60_000 });
+    expect(s.heartbeats).toEqual({ intervalMs: 1000 });
+    expect(s.worker).toEqual({ exitWithParent: false });
+    expect(s.vllm).toEqual({ bin: "vllm", startTimeoutMs: 15 * 60_000 });
+    expect(s.kubernetes).toEqual({ configMapName: "platform-config", secretName: "platform-secrets", redisPasswordSecret: { name: "platform-redis", key: "password" } });
+    expect(s.storage).toEqual({ s3: { region: "us-east-1", forcePathStyle: false } });
+    expect(s.sources).toMatchObject({ allowHttp: false, allowPrivate: false, allowedCidrs: [], totalTimeoutMs: 4 * 3600_000, idleTimeoutMs: 60_000, hfEndpoint: "https://huggingface.co" });
+    expect(s.cli).toEqual({ credentialsFile: join(homedir(), ".config", "platform", "credentials.json"), baseUrl: undefined, apiKey: undefined, upload: undefined });
+  });
+
+  it("reads each section's variables", () => {
+    const s = loadSettings({
+      XDG_DATA_HOME: "/xdg/data",
+      PLATFORM_REDIS_SERVER: "/opt/redis/bin/redis-server",
+      PLATFORM_HEARTBEAT_MS: "250",
+      PLATFORM_EXIT_WITH_PARENT: "1",
+      VLLM_BIN: "/venv/bin/vllm",
+      PLATFORM_VLLM_START_TIMEOUT_MS: "60000",
+      POD_NAME: "scaler-0",
+      POD_NAMESPACE: "ml",
+      AWS_REGION: "eu-west-3",
+      PLATFORM_CONFIG_DIR: "/cfg",
+      PLATFORM_BASE_URL: "http://gw:8000",
+      PLATFORM_API_KEY: "sk-test",
+      PLATFORM_CLI_UPLOAD: "never",
+    });
+    expect(s.dataDir).toBe("/xdg/data/platform");
+    expect(s.queue.redisServer).toBe("/opt/redis/bin/redis-server");
+    expect(s.heartbeats.intervalMs).toBe(250);
+    expect(s.worker.exitWithParent).toBe(true);
+    expect(s.vllm).toEqual({ bin: "/venv/bin/vllm", startTimeoutMs: 60_000 });
+    expect(s.kubernetes).toMatchObject({ podName: "scaler-0", podNamespace: "ml" });
+    expect(s.storage.s3.region).toBe("eu-west-3");
+    expect(s.cli).toEqual({ credentialsFile: "/cfg/credentials.json", baseUrl: "http://gw:8000", apiKey: "sk-test", upload: "never" });
+    // Empty counts as unset where it always has.
+    expect(loadSettings({ VLLM_BIN: "" }).vllm.bin).toBe("vllm");
+    expect(loadSettings({ XDG_CONFIG_HOME: "/xdg/cfg" }).cli.credentialsFile).toBe("/xdg/cfg/platform/credentials.json");
+  });
+
+  const bad: [section: string, variable: string, value: string][] = [
+    ["core", "PLATFORM_REQUEST_TIMEOUT_MS", "soon"],
+    ["core", "PLATFORM_PREFIX", "a prefix"],
+    ["queue", "PLATFORM_REDIS_SERVER", ""],
+    ["admission", "PLATFORM_MAX_QUEUE_DEPTH", "0"],
+    ["admission", "PLATFORM_MAX_QUEUE_WAIT_MS", "a minute"],
+    ["heartbeats", "PLATFORM_HEARTBEAT_MS", "-5"],
+    ["worker", "PLATFORM_EXIT_WITH_PARENT", "yes"],
+    ["vllm", "PLATFORM_VLLM_START_TIMEOUT_MS", "15m"],
+    ["kubernetes", "PLATFORM_WORKER_REDIS_SECRET", "no-key"],
+    ["kubernetes", "PLATFORM_WORKER_GRACE_SECONDS", "soon"],
+    ["storage", "AWS_ENDPOINT_URL_S3", "not a url"],
+    ["storage", "PLATFORM_S3_FORCE_PATH_STYLE", "yes"],
+    ["sources", "PLATFORM_SOURCES_ALLOW_PRIVATE", "maybe"],
+    ["cli", "PLATFORM_CLI_UPLOAD", "sometimes"],
+    ["cli", "PLATFORM_BASE_URL", "gw:8000"],
+  ];
+  it.each(bad)("%s: a bad %s stops the load, naming the variable", (_section, variable, value) => {
+    expect(() => loadSettings({ [variable]: value })).toThrow(new RegExp(`^invalid environment: .*${variable}: `));
+  });
+
+  it("says what form is expected", () => {
+    expect(() => loadSettings({ PLATFORM_VLLM_START_TIMEOUT_MS: "15m" })).toThrow(/PLATFORM_VLLM_START_TIMEOUT_MS: expected a whole number of milliseconds/);
+    expect(() => loadSettings({ PLATFORM_CLI_UPLOAD: "sometimes" })).toThrow(/PLATFORM_CLI_UPLOAD: expected auto, always or never/);
+    expect(() => loadSettings({ PLATFORM_EXIT_WITH_PARENT: "yes" })).toThrow(/PLATFORM_EXIT_WITH_PARENT: expected "true" or "false"/);
+    expect(() => loadSettings({ AWS_ACCESS_KEY_ID: "only-id" })).toThrow(/AWS_SECRET_ACCESS_KEY: set both/);
+  });
+
+  it("reports every bad variable at once, whatever their sections", () => {
+    expect(() => loadSettings({ PLATFORM_HEARTBEAT_MS: "x", VLLM_BIN: "vllm", PLATFORM_WORKER_GRACE_SECONDS: "x", PLATFORM_CLI_UPLOAD: "x" })).toThrow(
+      /PLATFORM_HEARTBEAT_MS: .*PLATFORM_WORKER_GRACE_SECONDS: .*PLATFORM_CLI_UPLOAD: /,
+    );
+  });
+});
+
+describe("loadCliSettings", () => {
+  it("validates the cli section alone, so a server variable in a user's shell never stops a client command", () => {
+    expect(loadCliSettings({ PLATFORM_HEARTBEAT_MS: "not a number", PLATFORM_API_KEY: "k" }).apiKey).toBe("k");
+    expect(() => loadCliSettings({ PLATFORM_CLI_UPLOAD: "sometimes" })).toThrow(/PLATFORM_CLI_UPLOAD/);
+  });
+});
