@@ -185,14 +185,14 @@ export class BatchJobs {
     // directory on the way with a link (to another tenant's area) since the job wrote there.
     if (spec.scope?.output) await this.storage.confine(outputUri(spec), { id: spec.scope.key_id, role: spec.scope.role }, "output");
     const raw = await this.ctl.redis.get(this.ctl.keys.batchCheckpoint(id));
-    const cp = raw ? BatchCheckpoint.parse(JSON.parse(raw)) : undefined;
+    const checkpoint = raw ? BatchCheckpoint.parse(JSON.parse(raw)) : undefined;
     const out = outputLocation(outputUri(spec), id, this.storage.s3);
     const shown = (e: unknown) => {
       out.store.close();
       if (e instanceof StorageError) return new PlatformError(e.code === "not_found" ? 404 : 503, e.code === "not_found" ? "output_not_found" : "storage_error", showPaths(spec, e.message));
       return e;
     };
-    if (record.output_file !== null || cp?.assembled) {
+    if (record.output_file !== null || checkpoint?.assembled) {
       try {
         const stream = await out.store.get(out.resultKey);
         stream.once("close", () => out.store.close());
@@ -201,7 +201,7 @@ export class BatchJobs {
         throw shown(e);
       }
     }
-    const parts = cp?.parts ?? 0;
+    const parts = checkpoint?.parts ?? 0;
     if (parts === 0) {
       out.store.close();
       throw new PlatformError(404, "no_output", `batch job ${id} (${record.state}) has no completed records yet`, "id");

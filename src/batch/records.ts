@@ -113,17 +113,17 @@ export async function keptPartial(
   s3: S3Settings = {},
 ): Promise<Pick<BatchProgress, "partial" | "succeeded" | "failed">> {
   const raw = await ctl.redis.get(ctl.keys.batchCheckpoint(spec.id));
-  let cp: BatchCheckpoint | undefined;
+  let checkpoint: BatchCheckpoint | undefined;
   try {
-    cp = raw ? BatchCheckpoint.parse(JSON.parse(raw)) : undefined;
+    checkpoint = raw ? BatchCheckpoint.parse(JSON.parse(raw)) : undefined;
   } catch {
     console.error(`[batch ${spec.id}] the checkpoint does not parse; the failure is recorded without what was kept`);
     return {};
   }
-  if (!cp || cp.parts === 0 || cp.assembled) return {};
+  if (!checkpoint || checkpoint.parts === 0 || checkpoint.assembled) return {};
   const location = out ?? outputLocation(outputUri(spec), spec.id, s3);
   try {
-    return { partial: { records: cp.succeeded + cp.failed, parts_uri: location.partsUri }, succeeded: cp.succeeded, failed: cp.failed };
+    return { partial: { records: checkpoint.succeeded + checkpoint.failed, parts_uri: location.partsUri }, succeeded: checkpoint.succeeded, failed: checkpoint.failed };
   } finally {
     if (!out) location.store.close();
   }

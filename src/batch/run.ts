@@ -70,7 +70,7 @@ class BatchRun {
   private readonly changes = new Changes();
   private readonly meter = new Meter();
   private readonly open: Batch[] = [];
-  private cp: BatchCheckpoint = { next_line: 1, next_byte: 0, parts: 0, succeeded: 0, failed: 0, input_size: 0 };
+  private checkpoint: BatchCheckpoint = { next_line: 1, next_byte: 0, parts: 0, succeeded: 0, failed: 0, input_size: 0 };
   private input: Input | undefined;
   private out: OutputLocation | undefined;
   private jobs: RecordJobs | undefined;
@@ -108,8 +108,8 @@ class BatchRun {
       this.input = await openInput(input?.uri ?? inputUri(this.spec), input?.identity, this.spec.input, this.storage.s3);
       this.out = await openOutput(outputUri(this.spec), this.spec.id, (out) => this.checkParts(out), this.storage.s3);
       if (!(await this.loadCheckpoint(this.input))) return await this.afterStop();
-      if (this.cp.assembled) return await this.finish("completed");
-      this.jobs = await RecordJobs.open({ ctl: this.ctl, batchId: this.spec.id, model: this.spec.model, version, writtenBefore: () => this.cp.next_line });
+      if (this.checkpoint.assembled) return await this.finish("completed");
+      this.jobs = await RecordJobs.open({ ctl: this.ctl, batchId: this.spec.id, model: this.spec.model, version, writtenBefore: () => this.checkpoint.next_line });
       await this.pump(this.input);
       if (this.stopReason) return await this.afterStop();
       return await this.finish("completed");
@@ -181,9 +181,9 @@ class BatchRun {
     const key = this.ctl.keys.batchCheckpoint(this.spec.id);
     const raw = await this.ctl.redis.get(key);
     if (raw) {
-      this.cp = BatchCheckpoint.parse(JSON.parse(raw));
-      if (this.cp.input_size !== input.size) {
-        throw new BatchFailure("input_changed", `${this.spec.input} changed while the job ran (${this.cp.input_size} bytes at the start, ${input.size} now); submit a new job`);
+      this.checkpoint = BatchCheckpoint.parse(JSON.parse(raw));
+      if (this.checkpoint.input_size !== input.size) {
+        throw new BatchFailure("input_changed", `${this.spec.input} changed while the job ran (${this.checkpoint.input_size} bytes at the start, ${input.size} now); submit a new job`);
       }
       return true;
     }
@@ -191,8 +191,8 @@ class BatchRun {
     if (total === undefined) return false;
     // The total first: a checkpoint means "counted" to a resumed run.
     await updateIfActive(this.ctl, this.spec.id, { total });
-    this.cp = firstCheckpoint(input);
-    await this.ctl.redis.set(key, JSON.stringify(this.cp));
+    this.checkpoint = firstCheckpoint(input);
+    await this.ctl.redis.set(key, JSON.stringify(this.checkpoint));
     return true;
   }
 
@@ -200,13 +200,13 @@ class BatchRun {
     const { concurrency, batch_size } = this.spec;
     const maxOpen = Math.max(2, Math.ceil(concurrency / batch_size) + 1);
     let current: Batch | undefined;
-    for await (const line of readLines(readInput(input, this.cp.next_byte), { line: this.cp.next_line, byte: this.cp.next_byte })) {
+    for await (const line of readLines(readInput(input, this.checkpoint.next_byte), { line: this.checkpoint.next_line, byte: this.checkpoint.next_byte })) {
       if (this.stopReason) break;
       if (isBlank(line)) continue;
       if (!current) {
         await this.until(() => this.open.length < maxOpen);
         if (this.stopReason) break;
-        current = { index: this.cp.parts + this.open.length, slots: [], pending: 0, closed: false, lastLine: 0, end: 0, succeeded: 0, failed: 0 };
+        current = { index: this.checkpoint.parts + this.open.length, slots: [], pending: 0, closed: false, lastLine: 0, end: 0, succeeded: 0, failed: 0 };
         this.open.push(current);
       }
       const record = this.format.parse(line);
@@ -312,19 +312,19 @@ class BatchRun {
       throw e;
     }
     const next: BatchCheckpoint = {
-      ...this.cp,
+      ...this.checkpoint,
       next_line: batch.lastLine + 1,
       next_byte: batch.end,
       parts: batch.index + 1,
-      succeeded: this.cp.succeeded + batch.succeeded,
-      failed: this.cp.failed + batch.failed,
+      succeeded: this.checkpoint.succeeded + batch.succeeded,
+      failed: this.checkpoint.failed + batch.failed,
     };
     const advanced = await this.ctl.redis.eval(ADVANCE, 1, this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(next), String(next.parts));
     if (advanced !== 1) {
       this.stop("superseded");
       return;
     }
-    this.cp = next;
+    this.checkpoint = next;
     this.openSucceeded -= batch.succeeded;
     this.openFailed -= batch.failed;
     // Housekeeping: answers now in the part are no longer needed anywhere else.
@@ -365,7 +365,7 @@ class BatchRun {
   private async cancelBeforeStart(): Promise<RunEnd> {
     const raw = await this.ctl.redis.get(this.ctl.keys.batchCheckpoint(this.spec.id));
     if (raw) {
-      this.cp = BatchCheckpoint.parse(JSON.parse(raw));
+      this.checkpoint = BatchCheckpoint.parse(JSON.parse(raw));
       this.out = outputLocation(outputUri(this.spec), this.spec.id, this.storage.s3);
     }
     const store = this.out?.store;
@@ -382,7 +382,7 @@ class BatchRun {
 
   /** Cancelled: whatever batches were written become the (partial) output. */
   private async finishCancelled(): Promise<RunEnd> {
-    if (this.out && this.cp.parts > 0) return this.finish("cancelled");
+    if (this.out && this.checkpoint.parts > 0) return this.finish("cancelled");
     await updateIfActive(this.ctl, this.spec.id, { state: "cancelled", finished: Date.now(), in_flight: 0 });
     await this.dropWorkingKeys();
     return "cancelled";
@@ -395,8 +395,8 @@ class BatchRun {
    */
   private async finish(state: "completed" | "cancelled"): Promise<RunEnd> {
     const out = this.out as OutputLocation;
-    const parts = Array.from({ length: this.cp.parts }, (_, i) => out.partKey(i));
-    if (!this.cp.assembled) {
+    const parts = Array.from({ length: this.checkpoint.parts }, (_, i) => out.partKey(i));
+    if (!this.checkpoint.assembled) {
       // A cancelled job's parts are its output whatever its input became.
       if (this.input && state === "completed") await checkInput(this.input, this.spec.input);
       // The assembly reads the parts: through a link it would copy what the link leads to.
@@ -405,8 +405,8 @@ class BatchRun {
       if (!overwrite && !(await this.assembledBefore(parts))) {
         await this.checkStorage();
         // Marked first: a run that dies after placing the result finds it its own (assembledBefore).
-        this.cp = { ...this.cp, assembling: true };
-        await this.ctl.redis.set(this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(this.cp));
+        this.checkpoint = { ...this.checkpoint, assembling: true };
+        await this.ctl.redis.set(this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(this.checkpoint));
         try {
           await withStorageRetries(() => out.store.concat(parts, out.resultKey, { overwrite: false }));
         } catch (e) {
@@ -425,15 +425,15 @@ class BatchRun {
           throw e;
         }
       }
-      this.cp = { ...this.cp, assembled: true };
-      await this.ctl.redis.set(this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(this.cp));
+      this.checkpoint = { ...this.checkpoint, assembled: true };
+      await this.ctl.redis.set(this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(this.checkpoint));
     }
     await this.removeParts(parts);
     await updateIfActive(this.ctl, this.spec.id, {
       state,
       output_file: out.store.uri(out.resultKey),
-      succeeded: this.cp.succeeded,
-      failed: this.cp.failed,
+      succeeded: this.checkpoint.succeeded,
+      failed: this.checkpoint.failed,
       in_flight: 0,
       throughput: null,
       finished: Date.now(),
@@ -462,7 +462,7 @@ class BatchRun {
 
   /** The result is in place from an earlier run of this job that stopped before recording it. */
   private async assembledBefore(parts: string[]): Promise<boolean> {
-    if (!this.cp.assembling) return false;
+    if (!this.checkpoint.assembling) return false;
     const out = this.out as OutputLocation;
     const existing = await out.store.head(out.resultKey).catch(() => null);
     if (existing === null) return false;
@@ -494,8 +494,8 @@ class BatchRun {
 
   private async progress(): Promise<boolean> {
     return updateIfActive(this.ctl, this.spec.id, {
-      succeeded: this.cp.succeeded + this.openSucceeded,
-      failed: this.cp.failed + this.openFailed,
+      succeeded: this.checkpoint.succeeded + this.openSucceeded,
+      failed: this.checkpoint.failed + this.openFailed,
       in_flight: this.jobs?.inFlight ?? 0,
       throughput: this.meter.sample(),
     });

@@ -21,7 +21,7 @@ import { listDecisions, type ScalingDecisionRecord, setAutoscaling } from "../..
 import { findEndpoint, saveEndpoint } from "../../src/control/endpoints.ts";
 import { type Control, connectControl } from "../../src/control/redis.ts";
 import { workerDeploymentName } from "../../scaler/backends/kubernetes-manifests.ts";
-import { FakeKubernetesApi } from "../fake-kubernetes-api.ts";
+import { FakeKubernetesApi } from "../helpers/fake-kubernetes-api.ts";
 import { BIN, sleep } from "../helpers/stack.ts";
 
 const REDIS_URL = "redis://127.0.0.1:6379";

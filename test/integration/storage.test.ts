@@ -15,9 +15,9 @@ import {
   parseStorageUri,
   readJsonlLines,
   StorageError,
-} from "../src/storage/index.ts";
-import { loadSettings } from "../src/settings/index.ts";
-import type { JsonlLine, ObjectStore, S3Settings, StorageErrorCode } from "../src/storage/index.ts";
+} from "../../src/storage/index.ts";
+import { loadSettings } from "../../src/settings/index.ts";
+import type { JsonlLine, ObjectStore, S3Settings, StorageErrorCode } from "../../src/storage/index.ts";
 
 // s3rver ships no types; this is the part of its API the suite uses.
 type S3rverInstance = { run(): Promise<{ port: number }>; close(): Promise<void> };
@@ -375,7 +375,7 @@ describe("file store", () => {
     await chmod(base, 0o755);
     const dir = join(base, "readonly");
     await mkdir(dir, { mode: 0o555 });
-    const storage = new URL("../src/storage/index.ts", import.meta.url).href;
+    const storage = new URL("../../src/storage/index.ts", import.meta.url).href;
     const script = `import { openStore } from ${JSON.stringify(storage)};
 try { await openStore(${JSON.stringify(dir)}).put("x", "x"); console.log(JSON.stringify({ written: true })); }
 catch (e) { console.log(JSON.stringify({ code: e.code, message: e.message })); }`;

@@ -14,13 +14,13 @@ import { Secret } from "kubernetes-models/v1/Secret";
 import { Service } from "kubernetes-models/v1/Service";
 import { ServiceAccount } from "kubernetes-models/v1/ServiceAccount";
 import { describe, expect, it } from "vitest";
-import { WORKER_APP_NAME } from "../scaler/backends/kubernetes-manifests.ts";
-import { GatewayMetrics } from "../src/telemetry/metrics.ts";
+import { WORKER_APP_NAME } from "../../scaler/backends/kubernetes-manifests.ts";
+import { GatewayMetrics } from "../../src/telemetry/metrics.ts";
 import { parse, parseAllDocuments } from "yaml";
 
 type Json = Record<string, any>;
 
-const ROOT = join(import.meta.dirname, "..");
+const ROOT = join(import.meta.dirname, "..", "..");
 const DNS_1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const DNS_1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 

@@ -1,8 +1,8 @@
 import { KubeConfig } from "@kubernetes/client-node";
 import { Deployment } from "kubernetes-models/apps/v1/Deployment";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { DeploymentConfig, type DeploymentConfigInput } from "../src/contracts/deployment.ts";
-import { EndpointRecord } from "../src/contracts/records.ts";
+import { DeploymentConfig, type DeploymentConfigInput } from "../../src/contracts/deployment.ts";
+import { EndpointRecord } from "../../src/contracts/records.ts";
 import {
   ANNOTATIONS,
   DEFAULT_GPU_TYPE_LABEL,
@@ -12,11 +12,11 @@ import {
   labelValue,
   workerDeploymentName,
   type WorkerDeploymentOptions,
-} from "../scaler/backends/kubernetes-manifests.ts";
-import { KubernetesApiError, KubernetesBackend } from "../scaler/backends/kubernetes.ts";
-import { loadSettings } from "../src/settings/index.ts";
-import type { ReplicaBackend } from "../scaler/backend.ts";
-import { FakeKubernetesApi } from "./fake-kubernetes-api.ts";
+} from "../../scaler/backends/kubernetes-manifests.ts";
+import { KubernetesApiError, KubernetesBackend } from "../../scaler/backends/kubernetes.ts";
+import { loadSettings } from "../../src/settings/index.ts";
+import type { ReplicaBackend } from "../../scaler/backend.ts";
+import { FakeKubernetesApi } from "../helpers/fake-kubernetes-api.ts";
 
 const DNS_1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ScalerLease } from "../scaler/lease.ts";
+import { ScalerLease } from "../../scaler/lease.ts";
 
 // The shared Redis: everything this file writes lives under its own prefix.
 const PREFIX = `test-lease-${randomUUID()}`;
