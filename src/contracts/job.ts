@@ -173,4 +173,4 @@ export const CANCEL_MARK_TTL_MS = 600_000;
 export const REPLY_STREAM_TTL_MS = 3_600_000;
 
 /** Retry-After (seconds) of the 429/503 answers a request may get before or while queued; docs/fleet.md. */
-export const RETRY_AFTER_S = { queue_full: 2, no_capacity: 30, queue_timeout: 5 } as const;
+export const RETRY_AFTER_S = { queue_full: 2, no_capacity: 30, queue_timeout: 5, job_lost: 1 } as const;

@@ -44,15 +44,28 @@ export type JobHandle = {
 /** Entries already routed are trimmed this often. */
 const TRIM_EVERY_MS = 5000;
 
+export type DispatcherOptions = {
+  /**
+   * How often a request with no news asks whether its job still exists. A job can vanish when
+   * Redis fails over before it replicated the job; two checks in a row that find neither the
+   * job nor its answer end the request with a retryable 503 `job_lost` instead of a wait for
+   * the timeout. Two, because a finished job is deleted at once and its answer may still be
+   * on its way from the reply stream.
+   */
+  lostJobCheckMs?: number;
+};
+
 export class Dispatcher extends QueueBase {
   readonly replyStream: string;
   private readonly replies: StreamReader;
   private readonly watched = new Set<string>();
   private readonly waiters = new Map<string, (event: JobEvent) => void>();
   private lastTrim = Date.now();
+  private readonly lostJobCheckMs: number;
 
-  constructor(ctl: Control, gatewayId: string) {
+  constructor(ctl: Control, gatewayId: string, options: DispatcherOptions = {}) {
     super(ctl);
+    this.lostJobCheckMs = options.lostJobCheckMs ?? 5000;
     this.replyStream = ctl.keys.replyStream(gatewayId);
     this.replies = this.reader(this.replyStream);
     const route = replyHandler(`dispatcher ${this.replyStream}`, (jobId, event) => this.waiters.get(jobId)?.(event));
@@ -94,6 +107,9 @@ export class Dispatcher extends QueueBase {
     // Until an event shows a replica has the job, it may still be waiting in the queue. (A replica
     // that holds it without a free sequence fails it itself at the queue deadline.)
     let waitingUntil = queueDeadline ?? Infinity;
+    const lostJobCheckMs = this.lostJobCheckMs;
+    let nextCheck = Date.now() + lostJobCheckMs;
+    let missingBefore = false;
     async function* events(): AsyncGenerator<JobEvent, void, undefined> {
       try {
         for (;;) {
@@ -120,9 +136,18 @@ export class Dispatcher extends QueueBase {
             // that prefetched it fails it at this same deadline): look at the buffer before sleeping.
             continue;
           }
+          if (Date.now() >= nextCheck) {
+            nextCheck = Date.now() + lostJobCheckMs;
+            const missing = (await queue.getJobState(id).catch(() => "not known")) === "unknown";
+            if (missing && missingBefore && buffer.length === 0) {
+              throw new PlatformError(503, "job_lost", "the request was lost in a Redis failover before it finished; send it again", null, RETRY_AFTER_S.job_lost);
+            }
+            missingBefore = missing;
+            continue;
+          }
           const left = deadline - Date.now();
           if (left <= 0) throw new PlatformError(504, "timeout", `no answer within ${options.timeoutMs} ms; the request was cancelled`);
-          const sleep = Math.min(left, waitingUntil - Date.now());
+          const sleep = Math.min(left, waitingUntil - Date.now(), nextCheck - Date.now());
           await new Promise<void>((resolve) => {
             const timer = setTimeout(resolve, sleep);
             wake = () => {

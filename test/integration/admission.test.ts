@@ -182,3 +182,36 @@ describe("admission", () => {
     expect(next).toEqual({ done: false, value: { type: "error", error: expect.objectContaining({ status: 503, code: "queue_timeout" }) } });
   });
 });
+
+describe("jobs lost with a Redis failover", () => {
+  it("ends a request whose job vanished with a retryable 503 job_lost, long before its timeout", async () => {
+    const quick = new Dispatcher(ctl, "gw-lost", { lostJobCheckMs: 200 });
+    try {
+      const handle = await quick.submit({ kind: "completion", request_id: "r4", model: "lost", version: "v1", prompt: "hi", params: {} }, { timeoutMs: 60_000 });
+      // What a promoted replica that never got the write looks like: the job is simply not there.
+      await quick.queue("lost", "v1").remove(handle.id);
+      const t0 = Date.now();
+      const e = await refusal(handle.events.next());
+      expect([e.status, e.code, e.retryAfter]).toEqual([503, "job_lost", 1]);
+      expect(Date.now() - t0).toBeLessThan(10_000);
+    } finally {
+      await quick.close();
+    }
+  });
+
+  it("does not mistake a finished job (deleted at once) for a lost one while its answer is on its way", async () => {
+    const quick = new Dispatcher(ctl, "gw-finished", { lostJobCheckMs: 100 });
+    try {
+      const handle = await quick.submit({ kind: "completion", request_id: "r5", model: "finished", version: "v1", prompt: "hi", params: {} }, { timeoutMs: 60_000 });
+      await quick.queue("finished", "v1").remove(handle.id);
+      // The answer lands between the two checks that would call the job lost.
+      await new Promise((r) => setTimeout(r, 150));
+      const done = JSON.stringify({ type: "done", result: { type: "text", text: "ok", finish_reason: "stop", usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 }, replica: "r" } });
+      await ctl.redis.xadd(quick.replyStream, "*", "job", handle.id, "e", done);
+      const next = await handle.events.next();
+      expect(next).toMatchObject({ done: false, value: { type: "done" } });
+    } finally {
+      await quick.close();
+    }
+  });
+});
