@@ -1,7 +1,7 @@
 /**
  * The deployment configuration document (the seed's YAML) and its validation.
  * Every field of the seed is accepted; fields the chosen engine cannot honour
- * are kept and reported by `status` as not applied.
+ * are kept and reported by `status` as not applied (which those are: engines.ts).
  */
 import { z } from "zod";
 import { DURATION_ERROR, parseDuration } from "./duration.ts";
@@ -73,38 +73,3 @@ export const DeploymentConfig = z
 export type DeploymentConfig = z.infer<typeof DeploymentConfig>;
 export type DeploymentConfigInput = z.input<typeof DeploymentConfig>;
 
-
-/** The fields a CPU llama.cpp replica cannot honour, for `status` to report. */
-export function notAppliedByLlamaCpp(config: DeploymentConfig): string[] {
-  const out: string[] = [];
-  const r = config.runtime;
-  if (r.gpu_memory_utilization !== undefined) out.push("runtime.gpu_memory_utilization");
-  if (r.tensor_parallel_size !== undefined && r.tensor_parallel_size > 1) out.push("runtime.tensor_parallel_size");
-  if (r.dtype !== undefined && r.dtype !== "auto") out.push("runtime.dtype");
-  if (r.quantization !== undefined) out.push("runtime.quantization");
-  if (r.speculative_model !== undefined) out.push("runtime.speculative_model");
-  if (r.num_speculative_tokens !== undefined) out.push("runtime.num_speculative_tokens");
-  if (config.resources.gpu) out.push("resources.gpu");
-  if (config.resources.gpu_type !== undefined) out.push("resources.gpu_type");
-  if (config.resources.memory !== undefined) out.push("resources.memory");
-  return out;
-}
-
-/** The fields a vLLM replica does not apply itself, for `status` to report. */
-export function notAppliedByVllm(config: DeploymentConfig): string[] {
-  const out: string[] = [];
-  // Only a draft model turns speculation on; a token count alone has nothing to speculate with.
-  if (config.runtime.num_speculative_tokens !== undefined && config.runtime.speculative_model === undefined) {
-    out.push("runtime.num_speculative_tokens");
-  }
-  // Placement, not engine settings: the Kubernetes backend turns these into requests and node selectors.
-  if (config.resources.cpu !== undefined) out.push("resources.cpu");
-  if (config.resources.memory !== undefined) out.push("resources.memory");
-  if (config.resources.gpu_type !== undefined) out.push("resources.gpu_type");
-  return out;
-}
-
-/** Fields the endpoint's engine cannot honour here, for `status` to report. */
-export function notApplied(framework: Framework, config: DeploymentConfig): string[] {
-  return framework === "vllm" ? notAppliedByVllm(config) : notAppliedByLlamaCpp(config);
-}

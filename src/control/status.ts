@@ -1,6 +1,6 @@
 /** An endpoint's state as users see it, from its record, its replicas' heartbeats and its queue. */
 import type { Queue } from "bullmq";
-import { notApplied } from "../contracts/deployment.ts";
+import { notApplied } from "../contracts/engines.ts";
 import type { EndpointRecord, EndpointState, ReplicaRecord } from "../contracts/records.ts";
 import type { Control } from "./redis.ts";
 import { listReplicas } from "./replicas.ts";

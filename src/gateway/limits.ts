@@ -9,6 +9,7 @@ import type { MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { GgufSummary } from "../contracts/records.ts";
 import type { Framework } from "../contracts/deployment.ts";
+import { ENGINES } from "../contracts/engines.ts";
 import { PlatformError } from "../errors.ts";
 import type { Settings } from "../settings/index.ts";
 
@@ -66,8 +67,6 @@ export function limitStream(declaredLength: string | undefined, max: number, set
   });
 }
 
-/** Context length a replica gets when the deployment sets none; mirrors workers/engines/llamacpp.ts. */
-const LLAMACPP_DEFAULT_CONTEXT_CAP = 4096;
 /**
  * Bytes per token assumed when the model's vocabulary is unknown (registered before
  * `max_token_bytes` was recorded, or not a GGUF): longer than the tokens of any vocabulary
@@ -80,7 +79,9 @@ export type PromptBound = { window: number; maxTokenBytes: number };
 /** The window a replica of this endpoint will have, and the bytes its longest token decodes to at most. */
 export function promptBound(framework: Framework, maxModelLen: number | undefined, gguf: GgufSummary | null | undefined): PromptBound | undefined {
   const trained = gguf?.context_length ?? undefined;
-  const window = maxModelLen ?? (trained === undefined ? undefined : framework === "llamacpp" ? Math.min(trained, LLAMACPP_DEFAULT_CONTEXT_CAP) : trained);
+  // The window a replica gets when the deployment sets none, as the engine's driver computes it.
+  const cap = ENGINES[framework].defaultContextCap;
+  const window = maxModelLen ?? (trained === undefined || cap === undefined ? trained : Math.min(trained, cap));
   if (window === undefined) return undefined;
   return { window, maxTokenBytes: gguf?.max_token_bytes ?? FALLBACK_TOKEN_BYTES };
 }

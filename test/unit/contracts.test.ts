@@ -1,7 +1,8 @@
 /** The small pure pieces at the edges: config validation, naming, state derivation, request mapping. */
 import { QueueKeys } from "bullmq";
 import { describe, expect, it } from "vitest";
-import { DeploymentConfig, notApplied } from "../../src/contracts/deployment.ts";
+import { DeploymentConfig } from "../../src/contracts/deployment.ts";
+import { notApplied } from "../../src/contracts/engines.ts";
 import { describeIssues } from "../../src/contracts/issues.ts";
 import { JobPayload } from "../../src/contracts/job.ts";
 import { COORDINATOR_QUEUE, controlKeys, queueName } from "../../src/contracts/naming.ts";

@@ -3,7 +3,8 @@
  * sequences. Sequences generating at the same time are evaluated in shared
  * batches by the library (continuous batching), and a sequence returned to the
  * pool keeps its KV cache, so a following request with the same prefix
- * re-evaluates only what differs.
+ * re-evaluates only what differs. Which deployment fields this honours, and its
+ * default context, are its entry in src/contracts/engines.ts (`LLAMACPP`).
  */
 import { availableParallelism } from "node:os";
 import {
@@ -17,6 +18,7 @@ import {
   type LlamaModel,
   type Token,
 } from "node-llama-cpp";
+import { LLAMACPP } from "../../src/contracts/engines.ts";
 import type { ChatMessage, FinishReason, SamplingParams } from "../../src/contracts/job.ts";
 import { PlatformError } from "../../src/errors.ts";
 import { type Engine, type GenerationHooks, plainChatPrompt, type TextOutput, type TextRequest, usage } from "./engine.ts";
@@ -31,8 +33,8 @@ export type LlamaCppOptions = {
   gpu?: boolean;
 };
 
-/** Context per sequence when the deployment does not set `runtime.max_model_len`. */
-const DEFAULT_CONTEXT_CAP = 4096;
+/** Context per sequence when the deployment does not set `runtime.max_model_len`; the gateway's prompt bound reads the same. */
+const DEFAULT_CONTEXT_CAP = LLAMACPP.defaultContextCap ?? Number.POSITIVE_INFINITY;
 
 export function defaultThreads(): number {
   return Math.max(1, Math.floor(availableParallelism() / 2));
@@ -56,7 +58,7 @@ export async function loadLlamaCpp(options: LlamaCppOptions): Promise<Engine> {
 }
 
 class LlamaCppEngine implements Engine {
-  readonly name = "llamacpp";
+  readonly name = LLAMACPP.framework;
   readonly parallel: number;
   private readonly model: LlamaModel;
   private readonly context: LlamaContext;

@@ -2,7 +2,7 @@
  * A stand-in for `vllm serve` where there is no GPU: the same command line,
  * the same OpenAI-compatible routes and vLLM's shapes for streams, usage and
  * errors, with deterministic text. Started through a `#!/usr/bin/env node`
- * launcher that test/vllm-engine.test.ts writes into a temp dir and runs `main`.
+ * launcher that test/integration/vllm-engine.test.ts writes into a temp dir and runs `main`.
  *
  * Environment:
  *   FAKE_VLLM_RECORD        file receiving {argv, pid} at start; requests are appended to `<file>.requests.jsonl`

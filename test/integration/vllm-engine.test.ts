@@ -1,4 +1,4 @@
-// The vLLM engine against a fake `vllm serve` (test/fake-vllm.ts): there is no
+// The vLLM engine against a fake `vllm serve` (test/helpers/fake-vllm.ts): there is no
 // GPU here, so the child process, its flags, its HTTP API and its failures are
 // what is tested; vLLM's own behaviour is mimicked by the fake.
 import { spawn } from "node:child_process";
@@ -8,19 +8,20 @@ import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { alive } from "./helpers/processes.ts";
-import { DeploymentConfig, notAppliedByVllm, Resources, Runtime } from "../src/contracts/deployment.ts";
-import { PlatformError } from "../src/errors.ts";
+import { alive } from "../helpers/processes.ts";
+import { DeploymentConfig, Resources, Runtime } from "../../src/contracts/deployment.ts";
+import { PlatformError } from "../../src/errors.ts";
 import {
   checkpointQuantization,
   loadVllm,
+  notAppliedByVllm,
   type VllmEngine,
   type VllmOptions,
   vllmArgs,
-} from "../workers/engines/vllm.ts";
-import { CHAT_REPLY, STORY, TOO_LONG_MESSAGE, UNHEALTHY_POLLS, countTokens, renderChat } from "./fake-vllm.ts";
+} from "../../workers/engines/vllm.ts";
+import { CHAT_REPLY, STORY, TOO_LONG_MESSAGE, UNHEALTHY_POLLS, countTokens, renderChat } from "../helpers/fake-vllm.ts";
 
-const fakeSource = fileURLToPath(new URL("./fake-vllm.ts", import.meta.url));
+const fakeSource = fileURLToPath(new URL("../helpers/fake-vllm.ts", import.meta.url));
 let dir: string;
 /** The fake `vllm`, given as settings.vllm.bin (VLLM_BIN) would be. */
 let bin: string;
@@ -373,7 +374,7 @@ describe("vLLM engine lifecycle", () => {
 
   it("stops the server when the worker is killed outright (SIGKILL), which runs no exit handler", async () => {
     const opts = options();
-    const module = new URL("../workers/engines/vllm.ts", import.meta.url).href;
+    const module = new URL("../../workers/engines/vllm.ts", import.meta.url).href;
     const { record, log: _log, ...rest } = opts;
     const script = `import { loadVllm } from ${JSON.stringify(module)};
       const runtime = ${JSON.stringify(rest.runtime)}, resources = ${JSON.stringify(rest.resources)};

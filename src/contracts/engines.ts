@@ -1,0 +1,95 @@
+/**
+ * What each engine does with a deployment's fields, one entry per engine. The gateway needs it
+ * (`status` reports what a replica will not apply, the prompt bound needs the default context)
+ * and so do the drivers in workers/engines/, which build on their own entry. It lives here, not
+ * beside the drivers, so the gateway never loads an engine (node-llama-cpp) to know this.
+ */
+import type { DeploymentConfig, Framework, Resources, Runtime } from "./deployment.ts";
+
+/**
+ * The deployment fields an engine is given. replicas, the queue limits and autoscaling are the
+ * platform's own and always apply, whichever engine serves.
+ */
+export type EngineField = `runtime.${keyof Runtime & string}` | `resources.${keyof Pick<Resources, "gpu" | "gpu_type" | "memory" | "cpu" | "parallel"> & string}`;
+
+/** true: applied; false: stored but not applied; a function: whether this config's value is applied. */
+export type Applies = boolean | ((config: DeploymentConfig) => boolean);
+
+export type EngineDescriptor = {
+  readonly framework: Framework;
+  /**
+   * Every engine field, so a field added to the schema cannot be forgotten by an engine (the
+   * type demands an answer). Listed in the order `status` reports those not applied; a field
+   * the deployment leaves unset is never reported.
+   */
+  readonly fields: Readonly<Record<EngineField, Applies>>;
+  /** Context per sequence when `runtime.max_model_len` is unset: the model's trained length, capped at this (none: uncapped). */
+  readonly defaultContextCap?: number;
+};
+
+/** node-llama-cpp (workers/engines/llamacpp.ts): the GGUF fixes precision and quantization; GPU sizing and speculation have no counterpart there. */
+export const LLAMACPP: EngineDescriptor = {
+  framework: "llamacpp",
+  fields: {
+    "runtime.gpu_memory_utilization": false,
+    "runtime.max_model_len": true,
+    // One process, one context: a single "shard" is what it does anyway.
+    "runtime.tensor_parallel_size": (c) => c.runtime.tensor_parallel_size === 1,
+    // The GGUF's own precision is used; "auto" asks for nothing more.
+    "runtime.dtype": (c) => c.runtime.dtype === "auto",
+    "runtime.quantization": false,
+    "runtime.speculative_model": false,
+    "runtime.num_speculative_tokens": false,
+    "resources.gpu": (c) => c.resources.gpu === 0,
+    "resources.gpu_type": false,
+    "resources.memory": false,
+    "resources.cpu": true,
+    "resources.parallel": true,
+  },
+  // The KV cache grows with context × parallel: a model's full trained context (often 32k+) would take most of a CPU node's memory.
+  defaultContextCap: 4096,
+};
+
+/** `vllm serve` (workers/engines/vllm-flags.ts maps the applied fields to its flags). */
+export const VLLM: EngineDescriptor = {
+  framework: "vllm",
+  fields: {
+    "runtime.gpu_memory_utilization": true,
+    "runtime.max_model_len": true,
+    "runtime.tensor_parallel_size": true,
+    "runtime.dtype": true,
+    "runtime.quantization": true,
+    "runtime.speculative_model": true,
+    // Only a draft model turns speculation on; a token count alone has nothing to speculate with.
+    "runtime.num_speculative_tokens": (c) => c.runtime.speculative_model !== undefined,
+    // Placement, not engine settings: the Kubernetes backend turns these into requests and node selectors.
+    "resources.cpu": false,
+    "resources.memory": false,
+    "resources.gpu_type": false,
+    "resources.gpu": true,
+    "resources.parallel": true,
+  },
+};
+
+export const ENGINES: Readonly<Record<Framework, EngineDescriptor>> = { llamacpp: LLAMACPP, vllm: VLLM };
+
+/** The fields this deployment sets that `engine` does not honour, for `status` to report. */
+export function notAppliedBy(engine: EngineDescriptor, config: DeploymentConfig): string[] {
+  const out: string[] = [];
+  for (const [field, applies] of Object.entries(engine.fields) as [EngineField, Applies][]) {
+    if (fieldValue(config, field) === undefined) continue;
+    if (!(typeof applies === "function" ? applies(config) : applies)) out.push(field);
+  }
+  return out;
+}
+
+/** Fields the endpoint's engine cannot honour here, for `status` to report. */
+export function notApplied(framework: Framework, config: DeploymentConfig): string[] {
+  return notAppliedBy(ENGINES[framework], config);
+}
+
+function fieldValue(config: DeploymentConfig, field: EngineField): unknown {
+  const dot = field.indexOf(".");
+  const section = field.slice(0, dot) as "runtime" | "resources";
+  return (config[section] as Record<string, unknown>)[field.slice(dot + 1)];
+}
