@@ -1,24 +1,26 @@
 /**
- * `npm run bench:fabric`: what the fabric costs, against baselines measured in
- * the same run.
- *   1. Overhead: one small request through HTTP → gateway → Redis → worker → back,
- *      with a trivial engine in a worker process of its own, vs the same engine
- *      called in process; and the HTTP floor (the same client, a route that
- *      answers at once) to show what any HTTP service pays here.
- *   2. Throughput: tokens/s through the platform vs node-llama-cpp called directly
- *      with the same model, threads and sequences; 1 and 4 concurrent streams.
- * Prints a summary and writes bench/results/fabric.json.
+ * `npm run bench:fabric`: what the fabric costs, each figure a ratio against a
+ * baseline measured in the same run, in interleaved rounds (medians), because
+ * the machines this runs on are small and shared. What each figure means and
+ * the latest numbers: docs/performance.md. Writes bench/results/fabric.json.
+ *   1. Echo engine (a worker process of its own): latency and requests/s vs the
+ *      HTTP floor, the Redis commands one request costs, what Redis keeps after a steady run.
+ *   2. Real engine under `platform up`: 1-token latency and tokens/s vs
+ *      node-llama-cpp called directly with the same model, threads and sequences;
+ *      CLI start-up vs `node -e 0`; resident memory of a worker and of `up`.
  */
 import { spawn } from "node:child_process";
 import { once } from "node:events";
+import { readdirSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, writeFile } from "node:fs/promises";
 import { Agent, request as httpRequest } from "node:http";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { serve } from "@hono/node-server";
 import { Hono } from "hono";
-import { getLlama, LlamaCompletion, LlamaLogLevel } from "node-llama-cpp";
+import { Redis } from "ioredis";
+import { getLlama, LlamaCompletion, LlamaLogLevel, type LlamaContextSequence } from "node-llama-cpp";
 import { DeploymentConfig } from "../src/contracts/deployment.ts";
 import { createApiKey } from "../src/control/apikeys.ts";
 import { startEmbeddedRedis } from "../src/control/embedded-redis.ts";
@@ -29,54 +31,53 @@ import { importModel } from "../src/registry/import.ts";
 import { loadSettings } from "../src/settings/index.ts";
 import { openStore } from "../src/storage/index.ts";
 import { sharedModelPath, tinyModelPath } from "../test/helpers/models.ts";
+import { BIN, startStack } from "../test/helpers/stack.ts";
 import { echoEngine } from "./echo-worker.ts";
-import { loadLlamaCpp } from "../workers/engines/llamacpp.ts";
-import { startWorker } from "../workers/worker.ts";
 
 const THREADS = 1;
 const PARALLEL = 4;
-const OVERHEAD_REQUESTS = Number(process.env.BENCH_REQUESTS ?? 400);
-const TOKENS = 200;
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
+/** Requests per series per round at c=1; the concurrent series send more. */
+const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 200);
+const STEADY_REQUESTS = Number(process.env.BENCH_STEADY_REQUESTS ?? 2000);
+const ONE_TOKEN_REQUESTS = Number(process.env.BENCH_ONE_TOKEN_REQUESTS ?? 40);
+const TOKENS = 400;
+/** Samples per side per round for tokens/s: one generation lasts a fifth of a second with stories260K, too short to be stable alone. */
+const REPEATS = 4;
 
+const loadAtStart = loadavg();
 const modelPath = sharedModelPath() ?? (await tinyModelPath());
-const dir = await mkdtemp(join(tmpdir(), "platform-bench-"));
-const redis = await startEmbeddedRedis(join(dir, "redis"));
-const settings = { ...loadSettings({ PLATFORM_DATA_DIR: dir }), redisUrl: redis.url };
-const ctl = connectControl(redis.url, settings.prefix);
-const key = (await createApiKey(ctl, "bench", "user")).key;
-const imports = { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dir, "tmp") };
-await importModel(imports, { name: "echo", framework: "llamacpp", source: modelPath });
-await importModel(imports, { name: "model", framework: "llamacpp", source: modelPath });
-const echoEndpoint = await deployEndpoint(ctl, DeploymentConfig.parse({ model: { name: "echo" } }));
-const modelEndpoint = await deployEndpoint(ctl, DeploymentConfig.parse({ model: { name: "model" }, resources: { parallel: PARALLEL, cpu: THREADS } }));
-const gateway = await startGateway({ ctl, settings, host: "127.0.0.1", port: 0 });
+
+// ---------------------------------------------------------------- helpers
 
 /**
- * A lean keep-alive HTTP client (node:http), as a production caller would use: fetch
- * (undici) costs about 0.5 ms more per request on these machines, which is the
- * client's cost, not the platform's. The HTTP floor below is measured with it too.
+ * A lean keep-alive HTTP client (node:http), as a production caller would use:
+ * fetch (undici) adds a client-side cost that is not the platform's (see
+ * docs/performance.md). The HTTP floor is measured with this client too.
  */
-const agent = new Agent({ keepAlive: true });
-function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<unknown> {
+const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+function postJson<T>(url: string, body: unknown, headers: Record<string, string> = {}): Promise<T> {
   const payload = JSON.stringify(body);
   return new Promise((resolve, reject) => {
     const req = httpRequest(url, { method: "POST", agent, headers: { ...headers, "content-type": "application/json", "content-length": Buffer.byteLength(payload) } }, (res) => {
       let text = "";
       res.setEncoding("utf8");
       res.on("data", (chunk: string) => (text += chunk));
-      res.on("end", () => ((res.statusCode ?? 500) < 300 ? resolve(JSON.parse(text)) : reject(new Error(`HTTP ${res.statusCode}: ${text}`))));
+      res.on("end", () => ((res.statusCode ?? 500) < 300 ? resolve(JSON.parse(text) as T) : reject(new Error(`HTTP ${res.statusCode}: ${text}`))));
     });
     req.on("error", reject);
     req.end(payload);
   });
 }
-const post = (body: unknown) => postJson(`${gateway.url}/v1/completions`, body, { authorization: `Bearer ${key}` }) as Promise<{ usage: { completion_tokens: number } }>;
 
 function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
 }
+const median = (xs: number[]) => percentile([...xs].sort((a, b) => a - b), 50);
+const halfRange = (xs: number[]) => (Math.max(...xs) - Math.min(...xs)) / 2;
 
-async function timeEach(n: number, concurrency: number, fn: () => Promise<unknown>): Promise<{ latencies: number[]; perSecond: number }> {
+type Timed = { p50: number; p99: number; perSecond: number };
+async function timeEach(n: number, concurrency: number, fn: () => Promise<unknown>): Promise<Timed> {
   const latencies: number[] = [];
   const start = performance.now();
   let next = 0;
@@ -89,10 +90,90 @@ async function timeEach(n: number, concurrency: number, fn: () => Promise<unknow
       }
     }),
   );
-  return { latencies: latencies.sort((a, b) => a - b), perSecond: (n / (performance.now() - start)) * 1000 };
+  latencies.sort((a, b) => a - b);
+  return { p50: percentile(latencies, 50), p99: percentile(latencies, 99), perSecond: (n / (performance.now() - start)) * 1000 };
 }
 
-// 1. Fabric overhead with the echo engine.
+/** Runs the pair in alternating order, so neither always runs on the warmer (or busier) side. */
+async function pair<A, B>(round: number, a: () => Promise<A>, b: () => Promise<B>): Promise<[A, B]> {
+  if (round % 2 === 0) {
+    const x = await a();
+    return [x, await b()];
+  }
+  const y = await b();
+  return [await a(), y];
+}
+
+function wallMs(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const t0 = performance.now();
+    const child = spawn(process.execPath, args, { env, stdio: ["ignore", "ignore", "pipe"] });
+    let err = "";
+    child.stderr.on("data", (d) => (err += d));
+    child.once("exit", (code) => (code === 0 ? resolve(performance.now() - t0) : reject(new Error(`${args.join(" ")} exited ${code}: ${err}`))));
+  });
+}
+
+function procStatus(pid: number): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const line of readFileSync(`/proc/${pid}/status`, "utf8").split("\n")) {
+    const i = line.indexOf(":");
+    if (i > 0) out[line.slice(0, i)] = line.slice(i + 1).trim();
+  }
+  return out;
+}
+const rssMiB = (pid: number) => Number.parseInt(procStatus(pid).VmRSS ?? "0", 10) / 1024;
+function childPids(parent: number): { pid: number; cmdline: string }[] {
+  const out: { pid: number; cmdline: string }[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (Number(procStatus(Number(entry)).PPid) === parent) out.push({ pid: Number(entry), cmdline: readFileSync(`/proc/${entry}/cmdline`, "utf8").replaceAll("\0", " ") });
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function redisSnapshot(r: Redis): Promise<{ usedMemory: number; dataset: number; commands: number; keys: number; hashes: number; streams: Record<string, number>; sizes: Record<string, number> }> {
+  const memory = await r.info("memory");
+  const stats = await r.info("stats");
+  let keys = 0;
+  let hashes = 0;
+  const streams: Record<string, number> = {};
+  const sizes: Record<string, number> = {};
+  let cursor = "0";
+  do {
+    const [nextCursor, batch] = await r.scan(cursor, "COUNT", 1000);
+    cursor = nextCursor;
+    keys += batch.length;
+    const types = await Promise.all(batch.map((k) => r.type(k)));
+    hashes += types.filter((t) => t === "hash").length;
+    for (const [i, k] of batch.entries()) {
+      if (types[i] === "stream") streams[k] = await r.xlen(k);
+      sizes[k] = Number(await r.call("MEMORY", "USAGE", k, "SAMPLES", "0"));
+    }
+  } while (cursor !== "0");
+  const field = (info: string, name: string) => Number((info.match(new RegExp(`^${name}:(\\d+)`, "m")) ?? [])[1]);
+  return { usedMemory: field(memory, "used_memory"), dataset: field(memory, "used_memory_dataset"), commands: field(stats, "total_commands_processed"), keys, hashes, streams, sizes };
+}
+
+// ------------------------------------------------ 1. the fabric, echo engine
+
+const dir = await mkdtemp(join(tmpdir(), "platform-bench-"));
+const redis = await startEmbeddedRedis(join(dir, "redis"));
+const settings = { ...loadSettings({ PLATFORM_DATA_DIR: dir }), redisUrl: redis.url };
+const ctl = connectControl(redis.url, settings.prefix);
+const key = (await createApiKey(ctl, "bench", "user")).key;
+const imports = { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dir, "tmp") };
+await importModel(imports, { name: "echo", framework: "llamacpp", source: modelPath });
+const echoEndpoint = await deployEndpoint(ctl, DeploymentConfig.parse({ model: { name: "echo" } }));
+const gateway = await startGateway({ ctl, settings, host: "127.0.0.1", port: 0 });
+const post = (body: unknown) => postJson<{ usage: { completion_tokens: number } }>(`${gateway.url}/v1/completions`, body, { authorization: `Bearer ${key}` });
+
 // The worker in its own process, as deployed: its JS must not share the gateway's event loop.
 const echoWorker = spawn(process.execPath, [fileURLToPath(new URL("./echo-worker.ts", import.meta.url)), echoEndpoint.name], {
   env: { ...process.env, REDIS_URL: redis.url, PLATFORM_PREFIX: settings.prefix },
@@ -102,97 +183,294 @@ await new Promise<void>((resolve, reject) => {
   echoWorker.stdout.on("data", (d: Buffer) => d.toString().includes("ready") && resolve());
   echoWorker.once("exit", (code) => reject(new Error(`echo worker exited with ${code}`)));
 });
-const request = { model: "echo", prompt: "hi", max_tokens: 1 };
-await timeEach(50, 1, () => post(request)); // warm connections and caches
-const direct = await timeEach(OVERHEAD_REQUESTS, 1, () => echoEngine.generate({ kind: "prompt", prompt: "hi", params: {} }, {}));
 // The floor any HTTP service pays here: the same client against a Hono route that answers at once.
 const floorApp = new Hono().post("/", async (c) => c.json({ echo: await c.req.json() }));
 const floorServer = serve({ fetch: floorApp.fetch, hostname: "127.0.0.1", port: 0 });
 await new Promise((r) => floorServer.once("listening", r));
 const floorUrl = `http://127.0.0.1:${(floorServer.address() as { port: number }).port}/`;
-await timeEach(50, 1, () => postJson(floorUrl, request));
-const httpFloor = await timeEach(OVERHEAD_REQUESTS, 1, () => postJson(floorUrl, request));
-floorServer.close();
-const overhead: Record<string, unknown>[] = [];
-for (const concurrency of [1, 8, 32]) {
-  const r = await timeEach(OVERHEAD_REQUESTS, concurrency, () => post(request));
-  overhead.push({
-    concurrency,
-    p50_ms: percentile(r.latencies, 50),
-    p99_ms: percentile(r.latencies, 99),
-    added_p50_ms: percentile(r.latencies, 50) - percentile(direct.latencies, 50),
-    added_p99_ms: percentile(r.latencies, 99) - percentile(direct.latencies, 99),
-    requests_per_s: r.perSecond,
-  });
+
+const echoRequest = { model: "echo", prompt: "hi", max_tokens: 1 };
+const echo = () => post(echoRequest);
+const floor = () => postJson(floorUrl, echoRequest);
+const direct = () => echoEngine.generate({ kind: "prompt", prompt: "hi", params: {} }, {});
+await timeEach(100, 1, echo); // warm connections and caches
+await timeEach(100, 1, floor);
+await timeEach(200, 32, echo);
+await timeEach(200, 32, floor);
+
+const echoRounds: { direct: Timed; floor1: Timed; echo1: Timed; echo8: Timed; floor32: Timed; echo32: Timed }[] = [];
+for (let round = 0; round < ROUNDS; round++) {
+  const d = await timeEach(REQUESTS, 1, direct);
+  const [floor1, echo1] = await pair(round, () => timeEach(REQUESTS, 1, floor), () => timeEach(REQUESTS, 1, echo));
+  const echo8 = await timeEach(REQUESTS * 2, 8, echo);
+  const [floor32, echo32] = await pair(round, () => timeEach(REQUESTS * 4, 32, floor), () => timeEach(REQUESTS * 4, 32, echo));
+  echoRounds.push({ direct: d, floor1, echo1, echo8, floor32, echo32 });
 }
+const directP50 = median(echoRounds.map((r) => r.direct.p50));
+const directP99 = median(echoRounds.map((r) => r.direct.p99));
+const overhead = ([[1, "echo1"], [8, "echo8"], [32, "echo32"]] as const).map(([concurrency, k]) => {
+  const p50 = median(echoRounds.map((r) => r[k].p50));
+  const p99 = median(echoRounds.map((r) => r[k].p99));
+  return { concurrency, p50_ms: p50, p99_ms: p99, added_p50_ms: p50 - directP50, added_p99_ms: p99 - directP99, requests_per_s: median(echoRounds.map((r) => r[k].perSecond)) };
+});
+
+// Redis round trips: every command one request causes, from MONITOR on this private Redis.
+// Commands a Lua script runs are listed apart: they cost no round trip.
+const redisProbe = new Redis(redis.url);
+const monitor = await redisProbe.monitor();
+let monitoring = false;
+const seen: { source: string; command: string }[] = [];
+monitor.on("monitor", (_time: string, args: string[], source: string) => {
+  if (monitoring) seen.push({ source, command: String(args[0]).toLowerCase() });
+});
+await sleep(200);
+// Idle traffic (blocking reads being re-issued, heartbeats) over a window as long as the probe's, to subtract.
+const PROBE_REQUESTS = 20;
+monitoring = true;
+const idleStart = performance.now();
+await sleep(1000);
+monitoring = false;
+const idleMs = performance.now() - idleStart;
+const idleCommands = seen.filter((s) => s.source !== "lua").length;
+seen.length = 0;
+monitoring = true;
+const probeStart = performance.now();
+for (let i = 0; i < PROBE_REQUESTS; i++) await echo();
+await sleep(50);
+monitoring = false;
+const probeMs = performance.now() - probeStart;
+const clientCommands = seen.filter((s) => s.source !== "lua");
+const commandCounts: Record<string, number> = {};
+for (const c of clientCommands) commandCounts[c.command] = (commandCounts[c.command] ?? 0) + 1;
+for (const k of Object.keys(commandCounts)) commandCounts[k] = (commandCounts[k] as number) / PROBE_REQUESTS;
+const luaPerRequest = seen.filter((s) => s.source === "lua").length / PROBE_REQUESTS;
+const commandsPerRequest = (clientCommands.length - (idleCommands * probeMs) / idleMs) / PROBE_REQUESTS;
+monitor.disconnect();
+
+// What Redis keeps per served request: memory and keys before and after a steady run. A first
+// run of the same size brings the capped and trimmed streams to their steady state, so the
+// second measures what accumulates, not what earlier rounds left to be trimmed.
+await timeEach(STEADY_REQUESTS, 8, echo);
+/** The gateway trims reply entries it has routed at most every 5 s, on its next request: snapshots are taken just after such a trim. */
+async function settledSnapshot() {
+  await sleep(5500);
+  await echo();
+  await sleep(500);
+  return redisSnapshot(redisProbe);
+}
+const before = await settledSnapshot();
+const steady = await timeEach(STEADY_REQUESTS, 8, echo);
+const after = await settledSnapshot();
+const redisFigures = {
+  commands_per_request_monitor: commandsPerRequest,
+  commands_by_name_per_request: commandCounts,
+  lua_commands_per_request: luaPerRequest,
+  idle_commands_per_s: (idleCommands / idleMs) * 1000,
+  steady_requests: STEADY_REQUESTS,
+  steady_requests_per_s: steady.perSecond,
+  steady_commands_per_request: (after.commands - before.commands) / STEADY_REQUESTS,
+  used_memory_before: before.usedMemory,
+  used_memory_after: after.usedMemory,
+  retained_bytes_per_request: (after.usedMemory - before.usedMemory) / STEADY_REQUESTS,
+  // used_memory less Redis's own overhead (client buffers, AOF buffer, scripts): the keys alone.
+  retained_dataset_bytes_per_request: (after.dataset - before.dataset) / STEADY_REQUESTS,
+  keys_left: after.keys - before.keys,
+  job_hashes_left: after.hashes - before.hashes,
+  // Capped streams (replies, queue events) grow with traffic up to their MAXLEN: that is where retained memory goes.
+  // Where the dataset's growth went, key by key (MEMORY USAGE), the largest first.
+  keys_grown_bytes: Object.fromEntries(
+    Object.keys({ ...before.sizes, ...after.sizes })
+      .map((k) => [k, (after.sizes[k] ?? 0) - (before.sizes[k] ?? 0)] as const)
+      .filter(([, d]) => d !== 0)
+      .sort((a, b) => Math.abs(b[1]) - Math.abs(a[1]))
+      .slice(0, 8),
+  ),
+  stream_entries_added: Object.fromEntries(Object.entries(after.streams).map(([k, n]) => [k, n - (before.streams[k] ?? 0)])),
+};
+redisProbe.disconnect();
+
 echoWorker.kill("SIGTERM");
 await once(echoWorker, "exit");
+floorServer.close();
+await gateway.close();
+await ctl.redis.quit();
+await redis.stop();
 
-// 2. Tokens/s through the platform vs node-llama-cpp directly, same model, threads and sequences.
+// ------------------------------------------- 2. a real engine under `platform up`
+
+const stack = await startStack();
+const stackSettings = loadSettings(stack.env);
+const stackCtl = connectControl(stack.redisUrl, stackSettings.prefix);
+await importModel(
+  { ctl: stackCtl, artifacts: openStore(stackSettings.artifactsUrl), scratchDir: join(stack.dataDir, "tmp") },
+  { name: "model", framework: "llamacpp", source: modelPath },
+);
+const modelEndpoint = await deployEndpoint(stackCtl, DeploymentConfig.parse({ model: { name: "model" }, resources: { replicas: 1, parallel: PARALLEL, cpu: THREADS } }));
+await stack.waitFor(
+  async () => (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${modelEndpoint.name}`)).body.state === "available",
+  "the model endpoint to be available",
+  120_000,
+);
+const auth = { authorization: `Bearer ${stack.apiKey}` };
 const prompts = ["Once upon a time", "The little dog", "One day, a girl", "There was a big tree"];
-async function directTokensPerSecond(streams: number): Promise<number> {
-  const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
-  const model = await llama.loadModel({ modelPath });
-  const context = await model.createContext({ sequences: PARALLEL, threads: THREADS, contextSize: Math.min(model.trainContextSize, 4096) });
-  const run = async (i: number) => {
-    const completion = new LlamaCompletion({ contextSequence: context.getSequence(), autoDisposeSequence: true });
-    let tokens = 0;
-    await completion.generateCompletion(prompts[i % prompts.length] as string, { maxTokens: TOKENS, temperature: 0, repeatPenalty: false, onToken: (t) => (tokens += t.length) });
+
+// node-llama-cpp directly, set up as the worker sets itself up: one context, PARALLEL sequences
+// kept for the whole run and reused (so both sides may reuse a cached prompt prefix alike).
+const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
+const model = await llama.loadModel({ modelPath });
+const context = await model.createContext({ sequences: PARALLEL, threads: THREADS, contextSize: Math.min(model.trainContextSize, 4096) });
+const sequences: LlamaContextSequence[] = Array.from({ length: PARALLEL }, () => context.getSequence());
+async function directGenerate(i: number, prompt: string, maxTokens: number): Promise<number> {
+  const completion = new LlamaCompletion({ contextSequence: sequences[i] as LlamaContextSequence });
+  let tokens = 0;
+  try {
+    await completion.generateCompletion(prompt, { maxTokens, temperature: 0, repeatPenalty: false, onToken: (t) => (tokens += t.length) });
+  } finally {
     completion.dispose();
-    return tokens;
-  };
-  await run(0); // warm-up, as the worker does
-  const t0 = performance.now();
-  const counts = await Promise.all(Array.from({ length: streams }, (_, i) => run(i)));
-  const rate = (counts.reduce((a, b) => a + b, 0) / (performance.now() - t0)) * 1000;
-  await context.dispose();
-  await model.dispose();
-  return rate;
+  }
+  return tokens;
 }
-async function platformTokensPerSecond(streams: number): Promise<number> {
+const chatOne = () => postJson(`${stack.baseUrl}/v1/chat/completions`, { model: "model", messages: [{ role: "user", content: prompts[0] }], max_tokens: 1, temperature: 0 }, auth);
+const directOne = () => directGenerate(0, prompts[0] as string, 1);
+
+/** Tokens and milliseconds of `streams` concurrent streams, each generating one completion. */
+async function sample(streams: number, k: number, generate: (i: number, prompt: string) => Promise<number>): Promise<{ tokens: number; ms: number }> {
   const t0 = performance.now();
-  const results = await Promise.all(Array.from({ length: streams }, (_, i) => post({ model: "model", prompt: prompts[i % prompts.length], max_tokens: TOKENS, temperature: 0 })));
-  return (results.reduce((a, r) => a + r.usage.completion_tokens, 0) / (performance.now() - t0)) * 1000;
+  const counts = await Promise.all(Array.from({ length: streams }, (_, i) => generate(i, prompts[(i + k) % prompts.length] as string)));
+  return { tokens: counts.reduce((a, b) => a + b, 0), ms: performance.now() - t0 };
+}
+/**
+ * Tokens/s of both sides, from REPEATS samples each taken in alternation (ABAB…), so a burst of
+ * load from elsewhere on the machine falls on both sides rather than on one.
+ */
+async function rates(round: number, streams: number): Promise<{ direct: number; platform: number }> {
+  const sum = { direct: { tokens: 0, ms: 0 }, platform: { tokens: 0, ms: 0 } };
+  for (let k = 0; k < REPEATS; k++) {
+    const [p, d] = await pair(round + k, () => sample(streams, k, platformGenerate), () => sample(streams, k, directGenerateTokens));
+    for (const [side, x] of [["platform", p], ["direct", d]] as const) {
+      sum[side].tokens += x.tokens;
+      sum[side].ms += x.ms;
+    }
+  }
+  return { direct: (sum.direct.tokens / sum.direct.ms) * 1000, platform: (sum.platform.tokens / sum.platform.ms) * 1000 };
+}
+const directGenerateTokens = (i: number, prompt: string) => directGenerate(i, prompt, TOKENS);
+async function platformGenerate(_i: number, prompt: string): Promise<number> {
+  const r = await postJson<{ usage: { completion_tokens: number } }>(`${stack.baseUrl}/v1/completions`, { model: "model", prompt, max_tokens: TOKENS, temperature: 0 }, auth);
+  return r.usage.completion_tokens;
 }
 
-const throughput: Record<string, unknown>[] = [];
+// Warm both sides alike.
+await timeEach(20, 1, chatOne);
+await timeEach(20, 1, directOne);
 for (const streams of [1, 4]) {
-  const directRate = await directTokensPerSecond(streams);
-  const worker = startWorker({
-    ctl,
-    endpoint: modelEndpoint,
-    replicaId: `model-${streams}`,
-    loadEngine: () => loadLlamaCpp({ modelPath, parallel: PARALLEL, threads: THREADS }),
-  });
-  await worker.ready;
-  await platformTokensPerSecond(streams); // same warm state as the direct run
-  const platformRate = await platformTokensPerSecond(streams);
-  await worker.drain();
-  throughput.push({ streams, direct_tokens_per_s: directRate, platform_tokens_per_s: platformRate, ratio: platformRate / directRate });
+  await sample(streams, 0, directGenerateTokens);
+  await sample(streams, 0, platformGenerate);
 }
+const realRounds: { chat: Timed; direct: Timed; rates: Record<number, { direct: number; platform: number }> }[] = [];
+for (let round = 0; round < ROUNDS; round++) {
+  const [chat, d] = await pair(round, () => timeEach(ONE_TOKEN_REQUESTS, 1, chatOne), () => timeEach(ONE_TOKEN_REQUESTS, 1, directOne));
+  const byStreams: Record<number, { direct: number; platform: number }> = {};
+  for (const streams of [1, 4]) byStreams[streams] = await rates(round, streams);
+  realRounds.push({ chat, direct: d, rates: byStreams });
+}
+const throughput = [1, 4].map((streams) => {
+  const ratios = realRounds.map((r) => (r.rates[streams] as { platform: number }).platform / (r.rates[streams] as { direct: number }).direct);
+  return {
+    streams,
+    direct_tokens_per_s: median(realRounds.map((r) => (r.rates[streams] as { direct: number }).direct)),
+    platform_tokens_per_s: median(realRounds.map((r) => (r.rates[streams] as { platform: number }).platform)),
+    ratio: median(ratios),
+    ratio_spread: halfRange(ratios),
+    ratios,
+  };
+});
+await context.dispose();
+await model.dispose();
+
+// CLI start-up, interleaved with the floor any Node program pays.
+const cliRounds: { node: number; version: number; status: number }[] = [];
+for (let round = 0; round < ROUNDS; round++) {
+  const node = await wallMs(["-e", "0"], stack.env);
+  const version = await wallMs([BIN, "--version"], stack.env);
+  const status = await wallMs([BIN, "inference", "status", modelEndpoint.name, "--json"], stack.env);
+  cliRounds.push({ node, version, status });
+}
+
+// Resident memory, idle with the model loaded.
+await sleep(3000);
+const upPid = stack.process.pid as number;
+const workers = childPids(upPid).filter((c) => / worker\b/.test(c.cmdline));
+if (workers.length === 0) throw new Error(`no worker process found under platform up (pid ${upPid})`);
+const rss = { up_mib: rssMiB(upPid), worker_mib: Math.max(...workers.map((w) => rssMiB(w.pid))), workers: workers.length };
+
+await stackCtl.redis.quit();
+await stack.stop();
+
+// ------------------------------------------------------------------ report
+
+type Figure = { figure: string; measured: number; baseline: number | null; unit: string; ratio: number | null; spread?: number; target: string; met: boolean };
+const perRound = <T>(rounds: T[], m: (r: T) => number, b: (r: T) => number) => median(rounds.map((r) => m(r) / b(r)));
+const echoLatencyRatio = perRound(echoRounds, (r) => r.echo1.p50, (r) => r.floor1.p50);
+const echoThroughputRatio = perRound(echoRounds, (r) => r.echo32.perSecond, (r) => r.floor32.perSecond);
+const oneTokenRatio = perRound(realRounds, (r) => r.chat.p50, (r) => r.direct.p50);
+const versionRatio = perRound(cliRounds, (r) => r.version, (r) => r.node);
+const statusRatio = perRound(cliRounds, (r) => r.status, (r) => r.node);
+const t1 = throughput[0] as (typeof throughput)[number];
+const t4 = throughput[1] as (typeof throughput)[number];
+const figures: Figure[] = [
+  { figure: "echo c=1 p50 ÷ HTTP floor p50", measured: overhead[0]?.p50_ms as number, baseline: median(echoRounds.map((r) => r.floor1.p50)), unit: "ms", ratio: echoLatencyRatio, target: "≤ 2×", met: echoLatencyRatio <= 2 },
+  { figure: "echo c=32 req/s ÷ HTTP floor req/s", measured: overhead[2]?.requests_per_s as number, baseline: median(echoRounds.map((r) => r.floor32.perSecond)), unit: "req/s", ratio: echoThroughputRatio, target: "≥ 0.4×", met: echoThroughputRatio >= 0.4 },
+  { figure: "1-token chat p50 ÷ direct 1-token p50", measured: median(realRounds.map((r) => r.chat.p50)), baseline: median(realRounds.map((r) => r.direct.p50)), unit: "ms", ratio: oneTokenRatio, target: "≤ 3×", met: oneTokenRatio <= 3 },
+  { figure: "tokens/s platform ÷ direct, 1 stream", measured: t1.platform_tokens_per_s, baseline: t1.direct_tokens_per_s, unit: "tok/s", ratio: t1.ratio, spread: t1.ratio_spread, target: "≥ 0.97 ±0.03", met: t1.ratio >= 0.97 && t1.ratio_spread <= 0.03 },
+  { figure: "tokens/s platform ÷ direct, 4 streams", measured: t4.platform_tokens_per_s, baseline: t4.direct_tokens_per_s, unit: "tok/s", ratio: t4.ratio, spread: t4.ratio_spread, target: "≥ 0.97 ±0.03", met: t4.ratio >= 0.97 && t4.ratio_spread <= 0.03 },
+  { figure: "`platform --version` ÷ `node -e 0`", measured: median(cliRounds.map((r) => r.version)), baseline: median(cliRounds.map((r) => r.node)), unit: "ms", ratio: versionRatio, target: "≤ 3×", met: versionRatio <= 3 },
+  { figure: "`inference status --json` ÷ `node -e 0`", measured: median(cliRounds.map((r) => r.status)), baseline: median(cliRounds.map((r) => r.node)), unit: "ms", ratio: statusRatio, target: "≤ 8×", met: statusRatio <= 8 },
+  { figure: "RSS, worker (model loaded, idle)", measured: rss.worker_mib, baseline: null, unit: "MiB", ratio: null, target: "≤ 120 MiB", met: rss.worker_mib <= 120 },
+  { figure: "RSS, `platform up` process (idle)", measured: rss.up_mib, baseline: null, unit: "MiB", ratio: null, target: "≤ 120 MiB", met: rss.up_mib <= 120 },
+  // used_memory moves by a few KiB on its own (allocator, client buffers): below 8 bytes a request over the steady run is that noise.
+  { figure: "Redis used_memory retained per request", measured: redisFigures.retained_bytes_per_request, baseline: null, unit: "B", ratio: null, target: "≈ 0 (|x| < 8 B)", met: Math.abs(redisFigures.retained_bytes_per_request) < 8 },
+  { figure: "job hashes left after steady run", measured: redisFigures.job_hashes_left, baseline: null, unit: "", ratio: null, target: "0", met: redisFigures.job_hashes_left <= 0 },
+];
 
 const results = {
   when: new Date().toISOString(),
   model: modelPath.split("/").at(-1),
   threads: THREADS,
-  direct_engine_call: { p50_ms: percentile(direct.latencies, 50), p99_ms: percentile(direct.latencies, 99) },
-  http_floor: { p50_ms: percentile(httpFloor.latencies, 50), p99_ms: percentile(httpFloor.latencies, 99) },
+  parallel: PARALLEL,
+  rounds: ROUNDS,
+  load_average: { at_start: loadAtStart, at_end: loadavg() },
+  figures,
+  direct_engine_call: { p50_ms: directP50, p99_ms: directP99 },
+  http_floor: { p50_ms: median(echoRounds.map((r) => r.floor1.p50)), p99_ms: median(echoRounds.map((r) => r.floor1.p99)), c32_requests_per_s: median(echoRounds.map((r) => r.floor32.perSecond)) },
   overhead,
+  redis: redisFigures,
+  one_token: { platform_chat_p50_ms: figures[2]?.measured, direct_p50_ms: figures[2]?.baseline, platform_chat_p99_ms: median(realRounds.map((r) => r.chat.p99)), direct_p99_ms: median(realRounds.map((r) => r.direct.p99)) },
   throughput,
-  targets: { fabric_p50_overhead_ms_at_c1: 2, platform_over_direct_single_stream: 0.9 },
+  cli: cliRounds,
+  rss,
 };
-await gateway.close();
-await ctl.redis.quit();
-await redis.stop();
 
 const out = new URL("./results/", import.meta.url);
 await mkdir(out, { recursive: true });
 await writeFile(new URL("fabric.json", out), `${JSON.stringify(results, null, 2)}\n`);
-const f = (n: unknown) => (typeof n === "number" ? n.toFixed(2) : String(n));
-console.log(`model ${results.model}, ${THREADS} thread(s)`);
-console.log("fabric overhead (echo engine; direct call p50 %s ms; HTTP floor p50 %s ms):", f(results.direct_engine_call.p50_ms), f(results.http_floor.p50_ms));
-for (const o of overhead) console.log(`  c=${o.concurrency}: p50 ${f(o.p50_ms)} ms (+${f(o.added_p50_ms)}), p99 ${f(o.p99_ms)} ms (+${f(o.added_p99_ms)}), ${f(o.requests_per_s)} req/s`);
+
+const f = (n: unknown, digits = 2) => (typeof n === "number" ? n.toFixed(digits) : String(n));
+const withUnit = (n: number | null, unit: string) => (n === null ? "-" : `${f(n, unit === "MiB" || unit === "ms" ? 2 : unit === "" ? 0 : 1)} ${unit}`.trim());
+console.log(`model ${results.model}, ${THREADS} thread(s), ${PARALLEL} sequences, ${ROUNDS} rounds; load average ${loadAtStart.map((l) => l.toFixed(2)).join(" ")} at start, ${results.load_average.at_end.map((l) => l.toFixed(2)).join(" ")} at end`);
+console.log("fabric overhead (echo engine; direct call p50 %s ms; HTTP floor p50 %s ms):", f(directP50, 3), f(results.http_floor.p50_ms));
+for (const o of overhead) console.log(`  c=${o.concurrency}: p50 ${f(o.p50_ms)} ms (+${f(o.added_p50_ms)}), p99 ${f(o.p99_ms)} ms (+${f(o.added_p99_ms)}), ${f(o.requests_per_s, 0)} req/s`);
+console.log(`redis per echo request: ${f(commandsPerRequest, 1)} commands from clients (+${f(luaPerRequest, 1)} inside scripts); ${f(redisFigures.steady_commands_per_request, 1)} at steady load`);
+console.log(`redis after ${STEADY_REQUESTS} steady requests: ${f(redisFigures.retained_bytes_per_request, 1)} B retained per request (dataset ${f(redisFigures.retained_dataset_bytes_per_request, 1)} B), ${redisFigures.keys_left} key(s) and ${redisFigures.job_hashes_left} job hash(es) left; stream entries added: ${JSON.stringify(redisFigures.stream_entries_added)}`);
 console.log("tokens/s, platform vs direct:");
-for (const t of throughput) console.log(`  ${t.streams} stream(s): ${f(t.platform_tokens_per_s)} vs ${f(t.direct_tokens_per_s)} → ratio ${f(t.ratio)}`);
-console.log(`written to ${new URL("fabric.json", out).pathname}`);
+for (const t of throughput) console.log(`  ${t.streams} stream(s): ${f(t.platform_tokens_per_s, 0)} vs ${f(t.direct_tokens_per_s, 0)} → ratio ${f(t.ratio, 3)} ±${f(t.ratio_spread, 3)}`);
+console.log("");
+const header = ["figure", "measured", "baseline", "ratio", "target", "met"];
+const rows = figures.map((x) => [x.figure, withUnit(x.measured, x.unit), withUnit(x.baseline, x.unit), x.ratio === null ? "-" : `${f(x.ratio, x.spread === undefined ? 2 : 3)}${x.spread === undefined ? "×" : ` ±${f(x.spread, 3)}`}`, x.target, x.met ? "yes" : "no"]);
+const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] as string).length)));
+const line = (cells: string[]) => `| ${cells.map((c, i) => (i === 0 || i === 4 ? c.padEnd(widths[i] as number) : c.padStart(widths[i] as number))).join(" | ")} |`;
+console.log(line(header));
+console.log(`|${widths.map((w) => "-".repeat(w + 2)).join("|")}|`);
+for (const r of rows) console.log(line(r));
+console.log(`\nwritten to ${new URL("fabric.json", out).pathname}`);
 process.exit(0);

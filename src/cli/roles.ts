@@ -1,7 +1,7 @@
 /**
  * The long-running roles one image runs: `platform gateway`, `platform worker` and `platform scaler`.
  * Each loads only its own code: a worker has no use for the gateway or the Kubernetes client,
- * and every replica would pay for them in memory (about 50 MiB).
+ * and every replica would pay for them in memory (see docs/performance.md).
  */
 import type { Command } from "commander";
 import { loadSettings } from "../settings/index.ts";
