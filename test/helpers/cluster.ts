@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { Redis } from "ioredis";
+import { killAll } from "./processes.ts";
 import { freePort, quiet, waitUntil } from "./redis.ts";
 
 export type RedisCluster = {
@@ -35,16 +36,7 @@ export async function startRedisCluster(): Promise<RedisCluster> {
   }
   const stop = async () => {
     for (const n of nodes) n.disconnect();
-    await Promise.all(
-      children.map(
-        (c) =>
-          new Promise<void>((resolve) => {
-            if (c.exitCode !== null || c.signalCode !== null) return resolve();
-            c.once("exit", () => resolve());
-            c.kill("SIGKILL");
-          }),
-      ),
-    );
+    await killAll(children);
     await rm(dir, { recursive: true, force: true });
   };
   try {

@@ -10,6 +10,7 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis } from "ioredis";
+import { killAll } from "./processes.ts";
 import { freePort, quiet, waitUntil } from "./redis.ts";
 
 export const SENTINEL_GROUP = "platform-primary";
@@ -94,16 +95,7 @@ export async function startSentinelGroup(options: { downAfterMs?: number } = {})
     },
     stop: async () => {
       sentinel.disconnect();
-      await Promise.all(
-        [...children.values()].map(
-          (c) =>
-            new Promise<void>((resolve) => {
-              if (c.exitCode !== null || c.signalCode !== null) return resolve();
-              c.once("exit", () => resolve());
-              c.kill("SIGKILL");
-            }),
-        ),
-      );
+      await killAll(children.values());
       await rm(dir, { recursive: true, force: true });
     },
   };
