@@ -101,6 +101,26 @@ export function describeBootstrap(done: BootstrapOutcome): string {
 }
 
 /**
+ * The bootstrap a long-running process runs at every start (`gateway`, `up`; idempotent, so a
+ * cluster needs no separate first-run step). A weak key stops it. A different key already
+ * registered is logged and the process serves on: a changed Secret must not take the platform
+ * down (compose would restart it forever), and the admin key registered before still works.
+ * Resolves whether this key is the registered one.
+ */
+export async function bootstrapAtStart(ctl: Control, key: string, where: string): Promise<boolean> {
+  const weak = weakKeyReason(key);
+  if (weak) throw new CliError(`PLATFORM_BOOTSTRAP_ADMIN_KEY is too weak: ${weak}`, 2);
+  try {
+    console.log(describeBootstrap(await runBootstrap(ctl, key, where)));
+    return true;
+  } catch (e) {
+    if (!(e instanceof CliError) || e.exitCode !== 1) throw e;
+    console.error(`bootstrap: ${e.message}`);
+    return false;
+  }
+}
+
+/**
  * Register the bootstrap key, waiting a bounded time for Redis (a cluster may
  * start the gateway before Redis answers). Server-side refusals become CLI errors.
  */

@@ -16,26 +16,14 @@ export function registerRoles(program: Command): void {
     .action(async (opts: { host: string; port: string }) => {
       const settings = loadSettings();
       if (!settings.redisUrl) throw new CliError("REDIS_URL is not set; the gateway needs the platform's Redis", 2);
-      const [{ weakKeyReason }, { connectControl, maskRedisUrl }, { startBatchCoordinator }, { startGateway }, { describeBootstrap, runBootstrap }] = await Promise.all([
-        import("../control/apikeys.ts"),
+      const [{ connectControl, maskRedisUrl }, { startBatchCoordinator }, { startGateway }, { bootstrapAtStart }] = await Promise.all([
         import("../control/redis.ts"),
         import("../batch/index.ts"),
         import("../gateway/app.ts"),
         import("./keys.ts"),
       ]);
       const ctl = connectControl(settings.redisUrl, settings.prefix);
-      if (settings.bootstrapAdminKey) {
-        // Every start runs it (idempotent), so a cluster needs no separate first-run step.
-        const weak = weakKeyReason(settings.bootstrapAdminKey);
-        if (weak) throw new CliError(`PLATFORM_BOOTSTRAP_ADMIN_KEY is too weak: ${weak}`, 2);
-        try {
-          console.log(describeBootstrap(await runBootstrap(ctl, settings.bootstrapAdminKey, maskRedisUrl(settings.redisUrl))));
-        } catch (e) {
-          // A changed Secret must not take the API down: the registered admin key still works.
-          if (!(e instanceof CliError) || e.exitCode !== 1) throw e;
-          console.error(`bootstrap: ${e.message}`);
-        }
-      }
+      if (settings.bootstrapAdminKey) await bootstrapAtStart(ctl, settings.bootstrapAdminKey, maskRedisUrl(settings.redisUrl));
       const gateway = await startGateway({ ctl, settings, host: opts.host, port: Number(opts.port) });
       // Every gateway also coordinates batch jobs: any of them can pick up (or resume) a job.
       const coordinator = await startBatchCoordinator(ctl, settings);

@@ -27,7 +27,7 @@ import { openStore } from "../storage/index.ts";
 import { parseStorageRoot, type StorageRoot } from "../storage/policy.ts";
 import { CliError } from "./errors.ts";
 import { readCredentials, writeCredentials } from "./credentials.ts";
-import { runBootstrap } from "./keys.ts";
+import { bootstrapAtStart } from "./keys.ts";
 import { progressReporter } from "./progress.ts";
 
 type UpFlags = { model?: string; name?: string; replicas: string; parallel?: string; host: string; port: string; dataDir?: string; storageRoot: string[] };
@@ -159,18 +159,7 @@ function bounded(work: Promise<unknown>, ms: number): Promise<unknown> {
  * newly minted admin key.
  */
 async function bootstrapKey(ctl: Control, fromOperator: string | undefined, cli: CliSettings): Promise<string | undefined> {
-  if (fromOperator) {
-    try {
-      await runBootstrap(ctl, fromOperator, "REDIS_URL");
-      return fromOperator;
-    } catch (e) {
-      // As the gateway role does: a changed Secret must not take the platform down (compose would
-      // restart it forever), and the admin key registered before still works. A weak key still stops it.
-      if (!(e instanceof CliError) || e.exitCode !== 1) throw e;
-      console.error(`bootstrap: ${e.message}`);
-      return undefined;
-    }
-  }
+  if (fromOperator) return (await bootstrapAtStart(ctl, fromOperator, "REDIS_URL")) ? fromOperator : undefined;
   const existing = await readCredentials(cli);
   if (existing && (await verifyApiKey(ctl, existing.api_key))?.role === "admin") return existing.api_key;
   const first = (await countApiKeys(ctl)) === 0;
