@@ -8,9 +8,21 @@
 FROM node:24-bookworm-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
+# npm's `prepare` runs this; without dev dependencies (no esbuild) it only notes that it skipped.
+COPY scripts/build-dashboard.mjs ./scripts/
 # node-llama-cpp ships prebuilt llama.cpp binaries as optional dependencies, so
 # no compiler is needed here.
 RUN npm ci --omit=dev && npm cache clean --force
+
+# The web dashboard's bundle (dist/dashboard/, served at /dashboard): built with the dev
+# dependencies (esbuild, preact), of which only the bundle goes into the image.
+FROM node:24-bookworm-slim AS dashboard
+WORKDIR /app
+COPY package.json package-lock.json tsconfig.dashboard.json ./
+COPY scripts/build-dashboard.mjs ./scripts/
+RUN npm ci --ignore-scripts --no-audit --no-fund
+COPY src/dashboard ./src/dashboard
+RUN npm run build:dashboard
 
 FROM node:24-bookworm-slim
 ENV NODE_ENV=production \
@@ -22,6 +34,7 @@ COPY bin ./bin
 COPY src ./src
 COPY workers ./workers
 COPY scaler ./scaler
+COPY --from=dashboard /app/dist/dashboard ./dist/dashboard
 # The image's `node` user, by number so Kubernetes can verify runAsNonRoot.
 RUN mkdir -p /data /models /work && chown 1000:1000 /data /models /work
 USER 1000:1000

@@ -8,6 +8,7 @@ import { fileURLToPath } from "node:url";
 import { getEndpoint } from "../src/control/endpoints.ts";
 import { connectControl } from "../src/control/redis.ts";
 import { loadSettings } from "../src/settings/index.ts";
+import { startTracing, stopTracing } from "../src/telemetry/tracing.ts";
 import type { Engine } from "../workers/engines/engine.ts";
 import { startWorker } from "../workers/worker.ts";
 
@@ -26,6 +27,8 @@ export const echoEngine: Engine = {
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const settings = loadSettings();
+  // Off unless OTEL_TRACES_EXPORTER is set (bench/hot-path.ts sets it for one of its workers).
+  await startTracing(settings.tracing, "worker");
   const ctl = connectControl(settings.redisUrl as string, settings.prefix);
   const endpoint = await getEndpoint(ctl, process.argv[2] as string);
   const worker = startWorker({ ctl, endpoint, replicaId: "echo-1", loadEngine: async () => echoEngine });
@@ -33,6 +36,7 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   console.log("ready");
   process.once("SIGTERM", async () => {
     await worker.drain();
+    await stopTracing();
     await ctl.redis.quit();
     process.exit(0);
   });

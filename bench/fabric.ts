@@ -13,7 +13,6 @@ import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { readdirSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, writeFile } from "node:fs/promises";
-import { Agent, request as httpRequest } from "node:http";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -33,6 +32,7 @@ import { openStore } from "../src/storage/index.ts";
 import { sharedModelPath, tinyModelPath } from "../test/helpers/models.ts";
 import { BIN, startStack } from "../test/helpers/stack.ts";
 import { echoEngine } from "./echo-worker.ts";
+import { median, percentile, postJson } from "./measure.ts";
 
 const THREADS = 1;
 const PARALLEL = 4;
@@ -50,30 +50,6 @@ const modelPath = sharedModelPath() ?? (await tinyModelPath());
 
 // ---------------------------------------------------------------- helpers
 
-/**
- * A lean keep-alive HTTP client (node:http), as a production caller would use:
- * fetch (undici) adds a client-side cost that is not the platform's (see
- * docs/performance.md). The HTTP floor is measured with this client too.
- */
-const agent = new Agent({ keepAlive: true, maxSockets: 64 });
-function postJson<T>(url: string, body: unknown, headers: Record<string, string> = {}): Promise<T> {
-  const payload = JSON.stringify(body);
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(url, { method: "POST", agent, headers: { ...headers, "content-type": "application/json", "content-length": Buffer.byteLength(payload) } }, (res) => {
-      let text = "";
-      res.setEncoding("utf8");
-      res.on("data", (chunk: string) => (text += chunk));
-      res.on("end", () => ((res.statusCode ?? 500) < 300 ? resolve(JSON.parse(text) as T) : reject(new Error(`HTTP ${res.statusCode}: ${text}`))));
-    });
-    req.on("error", reject);
-    req.end(payload);
-  });
-}
-
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
-}
-const median = (xs: number[]) => percentile([...xs].sort((a, b) => a - b), 50);
 const halfRange = (xs: number[]) => (Math.max(...xs) - Math.min(...xs)) / 2;
 
 type Timed = { p50: number; p99: number; perSecond: number };

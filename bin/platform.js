@@ -14,5 +14,11 @@ if (args.length === 1 && (args[0] === "--version" || args[0] === "-v")) {
   const { readFileSync } = await import("node:fs");
   console.log(JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")).version);
 } else {
+  // Compiled code (type-stripped TypeScript included) is cached on disk, in the OS temp dir unless
+  // NODE_COMPILE_CACHE names another: later starts of every role, above all each new replica, skip
+  // the compiling (a worker: ~30% sooner ready, ~25 MiB less resident; docs/performance.md). Where
+  // the directory cannot be written it is simply off.
+  const { enableCompileCache } = await import("node:module");
+  enableCompileCache?.();
   await import("../src/cli/main.ts");
 }

@@ -3,7 +3,9 @@
  * each autoscaled endpoint (queue depth, ready replicas, replicas wanted),
  * asks the policy, writes the new `desired_replicas` when it changes and
  * records the decision with its inputs and reason. The reconciler turns
- * `desired_replicas` into replicas through a backend.
+ * `desired_replicas` into replicas through a backend. Each tick also takes
+ * back the jobs of replicas whose heartbeat went silent (reaper.ts) and moves
+ * A/B tests along (abtests.ts).
  *
  * Scalers that do not hold the lease only try to take it, so a second scaler
  * takes over within one lease TTL of the first one dying.
@@ -22,6 +24,9 @@ import { QueueBase } from "../src/queue/base.ts";
 import { ScalerLease } from "./lease.ts";
 import { decide } from "./policy.ts";
 import { coalesced } from "./coalesce.ts";
+import { advanceAbTests } from "./abtests.ts";
+import { reapSilentReplicas } from "./reaper.ts";
+import { logLine } from "../src/telemetry/log.ts";
 
 export const DEFAULT_SCALER_INTERVAL_MS = 1000;
 
@@ -50,7 +55,7 @@ export async function startAutoscaler(ctl: Control, options: AutoscalerOptions =
   const intervalMs = options.intervalMs ?? DEFAULT_SCALER_INTERVAL_MS;
   const holderId = options.holderId ?? `${hostname()}-${process.pid}`;
   const lease = new ScalerLease(ctl.redis, ctl.keys.scalerLease, holderId, options.leaseTtlMs ?? Math.max(5000, intervalMs * 3));
-  const log = options.log ?? ((line: string) => console.log(line));
+  const log = options.log ?? ((line: string) => logLine(line));
   const queues = new QueueBase(ctl);
   let leader = false;
   let stopped = false;
@@ -76,6 +81,8 @@ export async function startAutoscaler(ctl: Control, options: AutoscalerOptions =
     setLeader(held);
     if (!held) return;
     const endpoints = await listEndpoints(ctl);
+    await reapSilentReplicas(queues, endpoints, log).catch((e: Error) => log(`[scaler] heartbeat watch: ${e.message}`));
+    await advanceAbTests(queues, log).catch((e: Error) => log(`[scaler] A/B tests: ${e.message}`));
     const settings = await getAutoscalingMany(ctl, endpoints.map((e) => e.name));
     for (const endpoint of endpoints) {
       const config = settings.get(endpoint.name);

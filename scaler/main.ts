@@ -7,8 +7,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { connectControl } from "../src/control/redis.ts";
 import { loadSettings } from "../src/settings/index.ts";
-import type { ReplicaBackend } from "./backend.ts";
-import { KubernetesBackend } from "./backends/kubernetes.ts";
+import { configureLogging, logLine } from "../src/telemetry/log.ts";
+import { type ReplicaBackend, WORKER_NODE_FLAGS } from "./backend.ts";
 import { LocalBackend } from "./backends/local.ts";
 import { startScaler } from "./run.ts";
 
@@ -24,10 +24,13 @@ const BIN = fileURLToPath(new URL("../bin/platform.js", import.meta.url));
 export async function runScalerProcess(options: ScalerProcessOptions): Promise<void> {
   const settings = loadSettings();
   if (!settings.redisUrl) throw new Error("REDIS_URL is not set; the scaler needs the platform's Redis");
+  configureLogging(settings.logging, { role: "scaler", defaultFormat: "json" });
   const ctl = connectControl(settings.redisUrl, settings.prefix);
-  const log = (line: string) => console.log(line);
+  const log = (line: string) => logLine(line);
   let backend: ReplicaBackend;
   if (options.backend === "kubernetes") {
+    // The Kubernetes client costs ~85 MiB resident: loaded only for this backend.
+    const { KubernetesBackend } = await import("./backends/kubernetes.ts");
     const k8s = new KubernetesBackend(settings.kubernetes);
     // Learn which worker Deployments exist, so ones whose endpoint is gone get removed.
     await k8s.refresh();
@@ -35,15 +38,17 @@ export async function runScalerProcess(options: ScalerProcessOptions): Promise<v
   } else {
     backend = new LocalBackend({
       ctl,
-      workerCommand: [process.execPath, BIN, "worker"],
+      workerCommand: [process.execPath, ...WORKER_NODE_FLAGS, BIN, "worker"],
       // Workers inherit this environment (and so its settings), with the Redis and storage this scaler resolved.
       env: { ...process.env, REDIS_URL: settings.redisUrl, PLATFORM_DATA_DIR: settings.dataDir, PLATFORM_ARTIFACTS_URL: settings.artifactsUrl },
       logDir: join(settings.dataDir, "logs"),
+      standby: settings.worker.standby,
+      workerMetrics: settings.worker.metrics,
       onEvent: (m) => log(`[replicas] ${m}`),
     });
   }
   const scaler = await startScaler(ctl, backend, { intervalMs: options.intervalMs, leaseTtlMs: options.leaseTtlMs, holderId: options.holderId, log });
-  log(`scaler ${scaler.autoscaler.holderId} running with the ${backend.kind} backend${scaler.autoscaler.isLeader() ? "" : " (standing by: another scaler holds the lease)"}`);
+  log(`[scaler] ${scaler.autoscaler.holderId} running with the ${backend.kind} backend${scaler.autoscaler.isLeader() ? "" : " (standing by: another scaler holds the lease)"}`);
 
   let stopping = false;
   const stop = async () => {

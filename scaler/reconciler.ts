@@ -7,6 +7,9 @@ import { readEndpoints } from "../src/control/endpoints.ts";
 import { type Control, duplicate } from "../src/control/redis.ts";
 import type { ReplicaBackend } from "./backend.ts";
 import { coalesced } from "./coalesce.ts";
+import { logger } from "../src/telemetry/log.ts";
+
+const log = logger("reconciler");
 
 export type Reconciler = { stop: () => Promise<void>; reconcileNow: () => Promise<void> };
 
@@ -25,11 +28,11 @@ export async function startReconciler(ctl: Control, backend: ReplicaBackend, int
       const wanted = new Set([...endpoints.map((e) => e.name), ...invalid.map((r) => r.key)]);
       for (const e of endpoints) {
         // One endpoint the backend cannot scale must not stall the others.
-        await backend.scale(e, e.desired_replicas).catch((err: Error) => console.error(`[reconciler] ${e.name}: ${err.message}`));
+        await backend.scale(e, e.desired_replicas).catch((err: Error) => log.error({ endpoint: e.name }, `${e.name}: ${err.message}`));
       }
       for (const name of backend.endpoints()) if (!wanted.has(name)) await backend.remove(name);
     } catch (e) {
-      console.error(`[reconciler] ${(e as Error).message}`);
+      log.error((e as Error).message);
     }
   });
   const subscriber: RedisClient = duplicate(ctl);

@@ -1,14 +1,23 @@
-/** The worker process (`platform worker --endpoint <name>`): one replica, until SIGTERM. */
+/**
+ * The worker process (`platform worker --endpoint <name>`): one replica, until SIGTERM.
+ * With `--standby` it loads its code and the engine's native binding, then waits for its
+ * endpoint on stdin: `up` keeps one such process ready, so a scale-up or a replacement
+ * skips the process start (docs/fleet.md, "Standby worker").
+ */
 import { mkdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
+import { z } from "zod";
 import type { ModelVersionRecord } from "../src/contracts/records.ts";
 import { getEndpoint } from "../src/control/endpoints.ts";
 import { connectControl } from "../src/control/redis.ts";
 import { resolveModelVersion } from "../src/registry/versions.ts";
 import { loadSettings, type Settings } from "../src/settings/index.ts";
 import { openStore } from "../src/storage/index.ts";
+import { configureLogging, logger } from "../src/telemetry/log.ts";
+import { startTracing, stopTracing } from "../src/telemetry/tracing.ts";
 import { loadEngine } from "./engines/index.ts";
+import { prepareLlamaCpp } from "./engines/llamacpp.ts";
 import { startWorker } from "./worker.ts";
 
 /**
@@ -21,15 +30,24 @@ const WATCH_EVERY_MS = 100;
 /** After the drain deadline, the drain gets this long to hand jobs back and clean up. */
 const HARD_EXIT_AFTER_DRAIN_MS = 5_000;
 
-export type WorkerProcessOptions = { endpoint: string; replicaId?: string; healthPort?: number };
+/** `endpoint` undefined: a standby worker, told its endpoint and replica id on stdin. */
+export type WorkerProcessOptions = { endpoint?: string; replicaId?: string; healthPort?: number };
+
+/** What `up` writes to a standby worker's stdin, one JSON line. */
+export const StandbyAssignment = z.object({ endpoint: z.string().min(1), replicaId: z.string().min(1) });
+export type StandbyAssignment = z.infer<typeof StandbyAssignment>;
 
 export async function runWorkerProcess(options: WorkerProcessOptions): Promise<void> {
   const settings = loadSettings();
   if (!settings.redisUrl) throw new Error("REDIS_URL is not set; a worker needs the platform's Redis");
+  configureLogging(settings.logging, { role: "worker", defaultFormat: "json" });
+  const log = logger("worker");
+  // Before the first job, standby workers included: the SDK (when on) is loaded while nothing waits.
+  await startTracing(settings.tracing, "worker");
   const ctl = connectControl(settings.redisUrl, settings.prefix);
   // Until the worker runs, losing the parent or Redis just ends the process.
   let lost: (why: string) => void = (why) => {
-    console.error(`[worker] ${why}: exiting`);
+    log.warn(`${why}: exiting`);
     process.exit(0);
   };
   // Started by `platform up`: never outlive it, even if it was killed without a chance to stop us.
@@ -42,9 +60,18 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
       else if (Date.now() - lastReady > settings.redisGraceMs) lost(`Redis unreachable for ${settings.redisGraceMs} ms`);
     }, WATCH_EVERY_MS).unref();
   }
-  const endpoint = await getEndpoint(ctl, options.endpoint);
+  let assigned: { endpoint: string; replicaId?: string };
+  if (options.endpoint === undefined) {
+    await prepareLlamaCpp();
+    const assignment = await readAssignment();
+    if (!assignment) return lost("standby worker: stdin closed before an endpoint was assigned");
+    assigned = assignment;
+  } else {
+    assigned = { endpoint: options.endpoint, replicaId: options.replicaId };
+  }
+  const endpoint = await getEndpoint(ctl, assigned.endpoint);
   const model = await resolveModelVersion(ctl, endpoint.config.model.name, endpoint.version);
-  const replicaId = options.replicaId ?? `${endpoint.name}-${randomBytes(4).toString("hex")}`;
+  const replicaId = assigned.replicaId ?? `${endpoint.name}-${randomBytes(4).toString("hex")}`;
   const worker = startWorker({
     ctl,
     endpoint,
@@ -59,10 +86,11 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
   const stop = async (code: number, deadlineMs: number, why?: string) => {
     if (stopping) return;
     stopping = true;
-    if (why) console.error(`[worker ${replicaId}] ${why}: stopping`);
+    if (why) log.warn({ replica: replicaId }, `replica ${replicaId}: ${why}: stopping`);
     // Whatever hangs (Redis gone, an engine stuck), the process still ends.
     setTimeout(() => process.exit(code), deadlineMs + HARD_EXIT_AFTER_DRAIN_MS).unref();
     await worker.drain({ deadlineMs });
+    await stopTracing();
     await Promise.race([ctl.redis.quit().catch(() => undefined), new Promise((r) => setTimeout(r, 1000).unref())]);
     process.exit(code);
   };
@@ -74,11 +102,26 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
   lost = (why) => void stop(0, 0, why);
   try {
     await worker.ready;
-    console.log(`[worker ${replicaId}] ready: ${endpoint.name} (${model.name}@${model.version})`);
+    log.info({ replica: replicaId, endpoint: endpoint.name, model: model.name, version: model.version }, `replica ${replicaId} ready: ${endpoint.name} (${model.name}@${model.version})`);
   } catch (e) {
-    console.error(`[worker ${replicaId}] failed to start: ${(e as Error).message}`);
+    log.error({ replica: replicaId, err: e }, `replica ${replicaId} failed to start: ${(e as Error).message}`);
     await stop(1, 0);
   }
+}
+
+/** The first line on stdin, or undefined if stdin ends first. A malformed line is a bug in `up`: it throws. */
+async function readAssignment(): Promise<StandbyAssignment | undefined> {
+  let buffered = "";
+  for await (const chunk of process.stdin) {
+    buffered += String(chunk);
+    const newline = buffered.indexOf("\n");
+    if (newline >= 0) {
+      process.stdin.destroy();
+      return StandbyAssignment.parse(JSON.parse(buffered.slice(0, newline)));
+    }
+    if (buffered.length > 4096) throw new Error("standby worker: the assignment line is too long");
+  }
+  return undefined;
 }
 
 /** node-llama-cpp needs a file: use the store's own when local, else a cached download. */

@@ -3,19 +3,24 @@
  * moment it starts, takes jobs from its model queue only after a real warm-up
  * inference, streams events back to whoever asked, and drains on shutdown.
  */
-import { createServer, type Server } from "node:http";
+import { createServer, type Server, type ServerResponse } from "node:http";
 import { hostname } from "node:os";
 import { type Job, UnrecoverableError, WaitingError, type Worker } from "bullmq";
 import { describeIssues } from "../src/contracts/issues.ts";
-import { JobError, type JobEvent, JobPayload, type JobResult } from "../src/contracts/job.ts";
+import { BATCH_PRIORITY, JobError, type JobEvent, JobPayload, type JobReceipt, type JobResult, receiptOf } from "../src/contracts/job.ts";
 import type { EndpointRecord, ReplicaState } from "../src/contracts/records.ts";
 import type { Control, RedisClient } from "../src/control/redis.ts";
 import { removeReplica, writeReplica } from "../src/control/replicas.ts";
 import { PlatformError } from "../src/errors.ts";
 import { QueueBase } from "../src/queue/base.ts";
 import { isCancelled, listenForCancels } from "../src/queue/cancel.ts";
+import { MAX_REPLICA_LOSSES } from "../src/queue/reclaim.ts";
 import { appendReply } from "../src/queue/replies.ts";
 import { DEFAULT_HEARTBEAT_MS } from "../src/settings/queue.ts";
+import { causeFields, logger } from "../src/telemetry/log.ts";
+import { type JobTrace, traceFieldsOf, traceJob } from "../src/telemetry/tracing.ts";
+import type { Source } from "../src/telemetry/vllm-metrics.ts";
+import type { WorkerMetrics } from "../src/telemetry/worker-metrics.ts";
 import type { Engine } from "./engines/engine.ts";
 import { Slots } from "./slots.ts";
 
@@ -24,7 +29,7 @@ export type WorkerOptions = {
   endpoint: EndpointRecord;
   replicaId: string;
   loadEngine: () => Promise<Engine>;
-  /** Serve /livez and /readyz here (Kubernetes probes); undefined: no HTTP server. */
+  /** Serve /livez, /readyz (Kubernetes probes) and /metrics (Prometheus) here; undefined: no HTTP server. */
   healthPort?: number;
   /** How often the replica record is rewritten (settings.heartbeats.intervalMs). */
   heartbeatMs?: number;
@@ -41,6 +46,7 @@ export type RunningWorker = {
 };
 
 const CANCEL_LOOKUP_AFTER_MS = 1000;
+const log = logger("worker");
 /**
  * Jobs a replica holds per engine sequence: one running, one waiting in `slots` for it, so a
  * finishing sequence starts its next job with no Redis round trip (bench/batch.ts, 8 records in
@@ -71,6 +77,17 @@ export function startWorker(options: WorkerOptions): RunningWorker {
   let bull: Worker | undefined;
   let subscriber: RedisClient | undefined;
   let health: Server | undefined;
+  /** The port the health server listens on (port 0 asks for any free one), once it does. */
+  let healthPort: number | undefined;
+  // Only where something can scrape them (docs/observability.md); loaded before the first job.
+  let metrics: WorkerMetrics | undefined;
+  const metricsLoaded =
+    options.healthPort === undefined
+      ? undefined
+      : import("../src/telemetry/worker-metrics.ts").then(({ WorkerMetrics }) => {
+          metrics = new WorkerMetrics(endpoint, replicaId, () => ({ running: generating.size, waiting: inFlight.size - generating.size }));
+          return metrics;
+        });
 
   const beat = () =>
     writeReplica(ctl, {
@@ -86,16 +103,23 @@ export function startWorker(options: WorkerOptions): RunningWorker {
       in_flight: inFlight.size,
       parallel: engine?.parallel ?? endpoint.config.resources.parallel,
       error,
+      queue_worker: bull?.id,
+      heartbeat_ms: heartbeatMs,
+      health_port: healthPort,
     }, heartbeatMs).catch(() => undefined); // Redis may blip; the next beat retries.
   const heartbeat = setInterval(beat, heartbeatMs);
   void beat();
 
   if (options.healthPort !== undefined) {
     health = createServer((req, res) => {
+      if (req.url === "/metrics" && metricsLoaded) return void serveMetrics(metricsLoaded, res);
       const ok = req.url === "/livez" ? state !== "failed" : req.url === "/readyz" ? state === "ready" : false;
       res.writeHead(req.url === "/livez" || req.url === "/readyz" ? (ok ? 200 : 503) : 404, { "content-type": "application/json" });
       res.end(JSON.stringify({ state, replica: replicaId }));
-    }).listen(options.healthPort);
+    }).listen(options.healthPort, () => {
+      healthPort = (health?.address() as { port: number } | null)?.port;
+      void beat(); // published at once: a scraper finds the replica by its record
+    });
   }
 
   const emit = (payload: { reply?: { stream: string } }, jobId: string, event: JobEvent) =>
@@ -111,7 +135,7 @@ export function startWorker(options: WorkerOptions): RunningWorker {
     throw new WaitingError();
   };
 
-  const handle = async (job: Job, token?: string): Promise<JobResult> => {
+  const handle = async (job: Job, token?: string): Promise<JobResult | JobReceipt> => {
     const jobId = job.id as string;
     const parsed = JobPayload.safeParse(job.data);
     if (!parsed.success) {
@@ -120,14 +144,16 @@ export function startWorker(options: WorkerOptions): RunningWorker {
       throw new UnrecoverableError(JSON.stringify(err));
     }
     const payload = parsed.data;
+    const source: Source = (job.opts.priority ?? 0) >= BATCH_PRIORITY ? "batch" : "online";
+    const taken = performance.now();
     if (payload.deadline !== undefined && Date.now() > payload.deadline) {
-      throw fail(payload, jobId, new PlatformError(504, "timeout", "the request waited in the queue past its deadline"));
+      throw fail(payload, jobId, new PlatformError(504, "timeout", "the request waited in the queue past its deadline"), source);
     }
     // A worker hears cancellations on pub/sub; only a job that waited long enough to have been
     // cancelled before this worker subscribed needs the Redis lookup.
     const waited = Date.now() - job.timestamp;
     if (cancelledHere.has(jobId) || (waited > CANCEL_LOOKUP_AFTER_MS && (await isCancelled(ctl, jobId)))) {
-      throw fail(payload, jobId, new PlatformError(499, "cancelled", "the request was cancelled by its client"));
+      throw fail(payload, jobId, new PlatformError(499, "cancelled", "the request was cancelled by its client"), source);
     }
     const abort = new AbortController();
     inFlight.set(jobId, abort);
@@ -136,28 +162,57 @@ export function startWorker(options: WorkerOptions): RunningWorker {
       releasing.add(jobId);
       abort.abort();
     }
+    let span: JobTrace | undefined;
     try {
       await slots.acquire(abort.signal, payload.queue_deadline);
       generating.add(jobId);
       if (payload.stream) void emit(payload, jobId, { type: "started", replica: replicaId, attempt: job.attemptsStarted });
       const queuedMs = Date.now() - job.timestamp;
+      // Tracing (when on): the queue wait ends here, the inference span starts (docs/tracing.md).
+      span = traceJob({
+        traceparent: payload.traceparent, enqueuedAt: job.timestamp, queue: job.queueName, jobId, requestId: payload.request_id, kind: payload.kind,
+        model: payload.model, version: payload.version, replica: replicaId, attempt: job.attemptsStarted, maxTokens: payload.kind === "embedding" ? undefined : payload.params.max_tokens,
+      });
+      const started = performance.now();
+      let firstText: number | undefined;
+      let lastText = started;
+      const onText = (text: string) => {
+        const now = performance.now();
+        if (firstText === undefined) firstText = now;
+        else metrics?.interToken(source, (now - lastText) / 1000);
+        lastText = now;
+        if (payload.stream) void emit(payload, jobId, { type: "token", text });
+      };
       let result: JobResult;
       try {
-        result = await run(payload, abort.signal, (text) => void emit(payload, jobId, { type: "token", text }));
+        result = await run(payload, abort.signal, onText);
       } finally {
         // Before the reply's round trip: a prefetched job can use the sequence meanwhile.
         slots.release();
         generating.delete(jobId);
       }
+      const ended = performance.now();
       if (releasing.has(jobId)) return await release(job, token);
-      if (result.type === "text") result.queued_ms = queuedMs;
+      result.queued_ms = queuedMs;
+      if (result.type === "text") {
+        // For the gateway's TTFT of a non-streaming request (src/telemetry/metrics.ts, nonStreamingTtft).
+        result.generation_ms = ended - started;
+        if (firstText !== undefined) result.first_token_ms = firstText - started;
+      }
+      metrics?.answered(source, payload.kind, { taken, started, firstText, ended }, result);
+      span?.end({ usage: result.usage, finishReason: result.type === "text" ? result.finish_reason : undefined });
+      if (log.isEnabled("debug")) log.debug({ request_id: payload.request_id, job_id: jobId, ...traceFieldsOf(payload.traceparent), replica: replicaId, queued_ms: queuedMs, usage: result.usage }, "job done");
       await emit(payload, jobId, { type: "done", result });
-      return result;
+      // A batch record's answer is read back from its job until checkpointed (src/batch/record-jobs.ts).
+      return payload.reply && payload.kind !== "batch_record" ? receiptOf(result) : result;
     } catch (e) {
       if (e instanceof WaitingError) throw e;
       if (releasing.has(jobId)) return await release(job, token);
-      throw fail(payload, jobId, e);
+      span?.end({ error: toJobError(e) });
+      throw fail(payload, jobId, e, source);
     } finally {
+      // A job handed back to the queue (drain): its span ends here; ended spans ignore this.
+      span?.end({ released: true });
       inFlight.delete(jobId);
       releasing.delete(jobId);
     }
@@ -173,15 +228,17 @@ export function startWorker(options: WorkerOptions): RunningWorker {
       payload.kind === "chat"
         ? { kind: "chat" as const, messages: payload.messages, params: payload.params }
         : { kind: "prompt" as const, prompt: payload.prompt, params: payload.params };
-    const out = await engine.generate(request, { signal, onText: payload.stream ? onToken : undefined });
+    // Always observed: the first text's time is reported even when nothing is streamed.
+    const out = await engine.generate(request, { signal, onText: onToken });
     return { type: "text", ...out, replica: replicaId };
   };
 
   /** Report the failure to the waiting client and make BullMQ fail the job without retrying it. */
-  const fail = (payload: JobPayload, jobId: string, e: unknown): UnrecoverableError => {
+  const fail = (payload: JobPayload, jobId: string, e: unknown, source: Source): UnrecoverableError => {
     const err = toJobError(e);
+    metrics?.failed(source, payload.kind, err);
     // The full story (stack included) stays here; the gateway logs the message under the same request id.
-    if (!(e instanceof PlatformError)) console.error(`[worker] request ${payload.request_id} (job ${jobId}) failed:`, e);
+    if (!(e instanceof PlatformError)) log.error({ request_id: payload.request_id, job_id: jobId, ...traceFieldsOf(payload.traceparent), ...causeFields(e) }, `job ${jobId} failed`);
     void emit(payload, jobId, { type: "error", error: err });
     return new UnrecoverableError(JSON.stringify(err));
   };
@@ -196,6 +253,7 @@ export function startWorker(options: WorkerOptions): RunningWorker {
       await beat();
       throw e;
     }
+    await metricsLoaded;
     subscriber = await listenForCancels(ctl, (jobId) => {
       inFlight.get(jobId)?.abort();
       cancelledHere.add(jobId);
@@ -205,16 +263,19 @@ export function startWorker(options: WorkerOptions): RunningWorker {
     bull = new QueueBase(ctl).worker(endpoint.config.model.name, endpoint.version, handle, {
       // Jobs beyond the engine's sequences wait in `slots` (workers/slots.ts).
       concurrency: engine.parallel * PREFETCH_FACTOR,
-      // A dead replica's jobs go back to the queue within seconds, not BullMQ's default 30 s:
-      // its lock (renewed every 2.5 s) lapses within 5 s and a check (every 2 s) requeues the
-      // job: 5-6.5 s after the kill in bench/scale.ts, 9 s at most. One retry: a job that
-      // kills a second replica is failed (docs/fleet.md).
+      // A dead replica's jobs are taken back as soon as its supervisor or the scaler learns of the
+      // death (src/queue/reclaim.ts). Should nobody notice, its lock (renewed every 2.5 s) lapses
+      // within 5 s and a check (every 2 s) requeues the job: 9 s at most, not BullMQ's default 30 s.
+      // One retry: a job that kills a second replica is failed (docs/fleet.md).
       lockDuration: 5_000,
       stalledInterval: 2_000,
-      maxStalledCount: 1,
+      maxStalledCount: MAX_REPLICA_LOSSES,
+      // Started only once the heartbeat names this BullMQ worker: a job it holds is always traceable to it.
+      autorun: false,
     });
     state = "ready";
     await beat();
+    void bull.run().catch((e: Error) => log.error({ replica: replicaId, err: e }, "the queue worker stopped"));
     await ctl.redis.set(ctl.keys.servedOnce(endpoint.name), String(Date.now()));
   })();
 
@@ -252,6 +313,19 @@ export function startWorker(options: WorkerOptions): RunningWorker {
   };
 
   return { ready, drain };
+}
+
+function serveMetrics(loaded: Promise<WorkerMetrics>, res: ServerResponse): void {
+  loaded
+    .then(async (m) => {
+      const text = await m.registry.metrics();
+      res.writeHead(200, { "content-type": m.registry.contentType });
+      res.end(text);
+    })
+    .catch((e: unknown) => {
+      res.writeHead(500, { "content-type": "text/plain" });
+      res.end(`metrics unavailable: ${e instanceof Error ? e.message : String(e)}\n`);
+    });
 }
 
 function bounded(work: Promise<unknown> | undefined): Promise<unknown> {

@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import type { V1Deployment, V1EnvVar, V1EnvFromSource, V1Probe, V1Toleration, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
 import type { Framework } from "../../src/contracts/deployment.ts";
 import type { EndpointRecord } from "../../src/contracts/records.ts";
-import { WORKER_HEALTH_PORT } from "../backend.ts";
+import { WORKER_HEALTH_PORT, WORKER_NODE_FLAGS } from "../backend.ts";
 
 export const WORKER_APP_NAME = "platform-worker";
 export const MANAGED_BY = "platform-scaler";
@@ -182,6 +182,7 @@ function environment(options: WorkerDeploymentOptions): { env: V1EnvVar[]; envFr
   const env: V1EnvVar[] = [
     { name: "POD_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
     { name: "PLATFORM_DATA_DIR", value: "/data" },
+    { name: "NODE_OPTIONS", value: WORKER_NODE_FLAGS.join(" ") },
     // Optional like the other Secret: an external Redis may carry its password in REDIS_URL instead.
     ...(options.redisPasswordSecret
       ? [{ name: "REDIS_PASSWORD", valueFrom: { secretKeyRef: { name: options.redisPasswordSecret.name, key: options.redisPasswordSecret.key, optional: true } } }]
@@ -241,7 +242,8 @@ export function buildWorkerDeployment(endpoint: EndpointRecord, replicas: number
       // A config change within one version must not drop capacity: surge first.
       strategy: { type: "RollingUpdate", rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } },
       template: {
-        metadata: { labels, annotations },
+        // The prometheus.io annotations serve annotation-based scrape configs; deploy/prometheus/ selects by label and port.
+        metadata: { labels, annotations: { ...annotations, "prometheus.io/scrape": "true", "prometheus.io/port": String(WORKER_HEALTH_PORT), "prometheus.io/path": "/metrics" } },
         spec: {
           ...(options.serviceAccountName ? { serviceAccountName: options.serviceAccountName } : {}),
           // Workers talk to Redis and the artifact store, never to the Kubernetes API.

@@ -1,7 +1,10 @@
 /**
  * The embedded backend: replicas are child processes on this machine.
  * It also supervises them: a replica that dies is replaced, with exponential
- * back-off while replicas keep failing to start.
+ * back-off while replicas keep failing to start, and its jobs are taken back
+ * at once. With `standby` it keeps one spare worker process loaded (code and
+ * engine binding, no model) and makes the next replica of it, so a scale-up
+ * or a replacement skips the process start (docs/fleet.md, "Standby worker").
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -9,7 +12,9 @@ import { createWriteStream, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import type { EndpointRecord } from "../../src/contracts/records.ts";
 import type { Control } from "../../src/control/redis.ts";
-import { removeReplica } from "../../src/control/replicas.ts";
+import { readReplica, removeReplica } from "../../src/control/replicas.ts";
+import { QueueBase } from "../../src/queue/base.ts";
+import { reclaimJobs } from "../../src/queue/reclaim.ts";
 import type { BackendReplicas, ReplicaBackend } from "../backend.ts";
 
 export type LocalBackendOptions = {
@@ -20,24 +25,40 @@ export type LocalBackendOptions = {
   logDir: string;
   /** How long a draining worker may take before it is killed. */
   drainTimeoutMs?: number;
+  /** Keep a spare worker (`worker --standby`) ready to become the next replica. */
+  standby?: boolean;
+  /** Give each worker a health port of its own (any free one), where it serves /metrics. */
+  workerMetrics?: boolean;
   onEvent?: (message: string) => void;
 };
 
 type Replica = { id: string; version: string; child: ChildProcess; startedAt: number; stopping: boolean; exited: Promise<void> };
+type Spare = { child: ChildProcess; startedAt: number };
 type Pool = { endpoint: EndpointRecord; wanted: number; replicas: Replica[]; failures: number; restartTimer?: NodeJS.Timeout };
 
 const MAX_BACKOFF_MS = 30_000;
 /** A replica that lived this long resets the failure count. */
 const HEALTHY_UPTIME_MS = 60_000;
+/**
+ * A new spare starts this long after the last one was taken: the replica made of it is loading
+ * its model meanwhile and should have the CPU. Spares that die young back off like replicas.
+ */
+const SPARE_DELAY_MS = 2_000;
 
 export class LocalBackend implements ReplicaBackend {
   readonly kind = "local" as const;
   private readonly options: LocalBackendOptions;
   private readonly pools = new Map<string, Pool>();
+  private readonly queues: QueueBase;
+  private spare: Spare | undefined;
+  private spareTimer: NodeJS.Timeout | undefined;
+  private spareFailures = 0;
   private closed = false;
 
   constructor(options: LocalBackendOptions) {
     this.options = options;
+    this.queues = new QueueBase(options.ctl);
+    if (options.standby) this.startSpare();
     mkdirSync(options.logDir, { recursive: true });
   }
 
@@ -85,12 +106,15 @@ export class LocalBackend implements ReplicaBackend {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.dropSpare();
     await Promise.all([...this.pools.keys()].map((name) => this.remove(name)));
+    await this.queues.close();
   }
 
   /** The forced stop (a second Ctrl-C): SIGKILL every replica now; their jobs' locks lapse and BullMQ requeues them. */
   async kill(): Promise<void> {
     this.closed = true;
+    this.dropSpare();
     const all = [...this.pools.values()].flatMap((pool) => {
       clearTimeout(pool.restartTimer);
       return pool.replicas;
@@ -104,21 +128,81 @@ export class LocalBackend implements ReplicaBackend {
 
   private start(pool: Pool): void {
     const id = `${pool.endpoint.name}-${randomBytes(4).toString("hex")}`;
-    const [command, ...args] = this.options.workerCommand;
-    const log = createWriteStream(join(this.options.logDir, `${id}.log`), { flags: "a" });
-    const child = spawn(command, [...args, "--endpoint", pool.endpoint.name, "--replica-id", id], {
+    const logPath = join(this.options.logDir, `${id}.log`);
+    const log = createWriteStream(logPath, { flags: "a" });
+    const spare = this.takeSpare();
+    let child: ChildProcess;
+    if (spare) {
+      child = spare;
+      child.stdin?.end(`${JSON.stringify({ endpoint: pool.endpoint.name, replicaId: id })}\n`);
+    } else {
+      child = this.spawnWorker(["--endpoint", pool.endpoint.name, "--replica-id", id]);
+    }
+    child.stdout?.pipe(log);
+    child.stderr?.pipe(log);
+    const exited = new Promise<void>((resolve) => {
+      if (child.exitCode !== null || child.signalCode !== null) resolve();
+      else child.once("exit", () => resolve());
+    });
+    const replica: Replica = { id, version: pool.endpoint.version, child, startedAt: Date.now(), stopping: false, exited };
+    pool.replicas.push(replica);
+    this.options.onEvent?.(`replica ${id} starting (pid ${child.pid}${spare ? ", from the standby worker" : ""}, log ${logPath})`);
+    child.once("exit", (code, signal) => void this.onExit(pool, replica, code, signal));
+  }
+
+  private spawnWorker(args: string[]): ChildProcess {
+    const [command, ...base] = this.options.workerCommand;
+    const metrics = this.options.workerMetrics ? ["--health-port", "0"] : [];
+    return spawn(command, [...base, ...args, ...metrics], {
       env: { ...this.options.env, PLATFORM_EXIT_WITH_PARENT: "1" },
-      stdio: ["ignore", "pipe", "pipe"],
+      stdio: [args.includes("--standby") ? "pipe" : "ignore", "pipe", "pipe"],
       // Own process group: a terminal's Ctrl-C reaches `up`, which drains replicas in order.
       detached: true,
     });
+  }
+
+  /** The spare, if one is loaded and alive; a new one follows shortly. */
+  private takeSpare(): ChildProcess | undefined {
+    const spare = this.spare;
+    if (!spare) return undefined;
+    this.spare = undefined;
+    spare.child.removeAllListeners("exit");
+    spare.child.stdout?.unpipe();
+    spare.child.stderr?.unpipe();
+    this.scheduleSpare(SPARE_DELAY_MS);
+    return spare.child.exitCode === null && spare.child.signalCode === null ? spare.child : undefined;
+  }
+
+  private startSpare(): void {
+    if (this.closed || this.spare) return;
+    const child = this.spawnWorker(["--standby"]);
+    const log = createWriteStream(join(this.options.logDir, "standby.log"), { flags: "a" });
     child.stdout?.pipe(log);
     child.stderr?.pipe(log);
-    const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-    const replica: Replica = { id, version: pool.endpoint.version, child, startedAt: Date.now(), stopping: false, exited };
-    pool.replicas.push(replica);
-    this.options.onEvent?.(`replica ${id} starting (pid ${child.pid}, log ${join(this.options.logDir, `${id}.log`)})`);
-    child.once("exit", (code, signal) => void this.onExit(pool, replica, code, signal));
+    const spare: Spare = { child, startedAt: Date.now() };
+    this.spare = spare;
+    child.once("exit", (code, signal) => {
+      if (this.spare !== spare) return;
+      this.spare = undefined;
+      if (this.closed) return;
+      this.spareFailures = Date.now() - spare.startedAt > HEALTHY_UPTIME_MS ? 1 : this.spareFailures + 1;
+      const delay = Math.min(MAX_BACKOFF_MS, 500 * 2 ** (this.spareFailures - 1));
+      this.options.onEvent?.(`standby worker exited (${signal ?? `code ${code}`}, log ${join(this.options.logDir, "standby.log")}); another in ${delay} ms`);
+      this.scheduleSpare(delay);
+    });
+  }
+
+  private scheduleSpare(delayMs: number): void {
+    clearTimeout(this.spareTimer);
+    this.spareTimer = setTimeout(() => this.startSpare(), delayMs);
+    this.spareTimer.unref();
+  }
+
+  private dropSpare(): void {
+    clearTimeout(this.spareTimer);
+    const spare = this.spare;
+    this.spare = undefined;
+    spare?.child.kill("SIGKILL");
   }
 
   private onExit(pool: Pool, replica: Replica, code: number | null, signal: NodeJS.Signals | null): void {
@@ -133,9 +217,26 @@ export class LocalBackend implements ReplicaBackend {
       pool.restartTimer = undefined;
       if (!this.closed && this.pools.get(pool.endpoint.name) === pool) void this.scale(pool.endpoint, pool.wanted);
     }, delay);
-    // Died on its own: drop its heartbeat now rather than waiting for its TTL. Exit code 1 is a
-    // failed start, whose "failed" record stays so that `status` can say why.
-    if (code !== 1) void removeReplica(this.options.ctl, pool.endpoint.name, replica.id).catch(() => undefined);
+    // Died on its own: its jobs go back to the queue now, not when their locks lapse, and its
+    // heartbeat goes rather than waiting for its TTL. Exit code 1 is a failed start, whose
+    // "failed" record stays so that `status` can say why.
+    void this.reclaim(replica.id).finally(() => {
+      if (code !== 1) void removeReplica(this.options.ctl, pool.endpoint.name, replica.id).catch(() => undefined);
+    });
+  }
+
+  private async reclaim(replicaId: string): Promise<void> {
+    try {
+      const record = await readReplica(this.options.ctl, replicaId);
+      if (!record) return;
+      const { requeued, failed } = await reclaimJobs(this.queues, record);
+      if (requeued.length + failed.length > 0) {
+        this.options.onEvent?.(`replica ${replicaId}: ${requeued.length} job(s) back in the queue, ${failed.length} failed after losing too many replicas`);
+      }
+    } catch (e) {
+      // Redis away: the jobs' locks lapse and BullMQ's stalled check requeues them instead.
+      this.options.onEvent?.(`replica ${replicaId}: could not take its jobs back (${(e as Error).message}); they return when their locks lapse`);
+    }
   }
 
   /** SIGTERM lets the worker drain; SIGKILL if it takes longer than allowed. */

@@ -6,9 +6,9 @@
  * stalled-job check puts the job back in the queue, and another coordinator
  * (or the same one after a restart) resumes it from its checkpoint.
  */
-import { type Job, Worker, WaitingError } from "bullmq";
+import { type Job, WaitingError } from "bullmq";
 import type { Control } from "../control/redis.ts";
-import { duplicate } from "../control/redis.ts";
+import { QueueBase } from "../queue/base.ts";
 import type { Settings } from "../settings/index.ts";
 import { StoragePolicy } from "../storage/policy.ts";
 import { COORDINATOR_QUEUE, type CoordinatorJobData } from "./jobs.ts";
@@ -40,7 +40,6 @@ export async function startBatchCoordinator(ctl: Control, settings: Settings, op
   const storage = StoragePolicy.fromSettings(settings);
   const running = new Map<string, AbortController>();
   const lost = new Set<string>();
-  const connection = duplicate(ctl);
 
   const processor = async (job: Job<CoordinatorJobData>, token?: string): Promise<string> => {
     const handoff = new AbortController();
@@ -59,15 +58,13 @@ export async function startBatchCoordinator(ctl: Control, settings: Settings, op
     }
   };
 
-  const worker = new Worker<CoordinatorJobData, string>(options.queue ?? COORDINATOR_QUEUE, processor, {
-    connection,
-    prefix: ctl.prefix,
+  // On a connection of its own, which worker.close() releases.
+  const worker = new QueueBase(ctl).workerNamed<CoordinatorJobData, string>(options.queue ?? COORDINATOR_QUEUE, processor, {
     concurrency: options.jobsPerProcess ?? 4,
     lockDuration: options.lockDurationMs ?? 30_000,
     stalledInterval: options.stalledIntervalMs ?? 10_000,
     maxStalledCount: MAX_STALLS,
   });
-  worker.on("error", () => undefined); // connection errors are retried by BullMQ itself
   // Redis was out of reach longer than the lock: the job may be someone else's now. Stop
   // quietly; whoever takes it next resumes from the checkpoint.
   worker.on("lockRenewalFailed", (ids: string[]) => {
@@ -101,7 +98,6 @@ export async function startBatchCoordinator(ctl: Control, settings: Settings, op
     stop: async () => {
       for (const handoff of running.values()) handoff.abort();
       await worker.close();
-      await connection.quit().catch(() => undefined);
     },
   };
 }

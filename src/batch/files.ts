@@ -1,9 +1,9 @@
 /**
  * Files for the OpenAI Batch API shape (/v1/files): batch inputs uploaded by
- * clients and the outputs of batch jobs, kept in the artifact store under
- * `files/`, described by records in Redis.
+ * clients and the output and error files of batch jobs, kept in the artifact
+ * store under `files/`, described by records in Redis.
  */
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import type { Readable } from "node:stream";
 import { z } from "zod";
 import type { Control } from "../control/redis.ts";
@@ -26,6 +26,49 @@ const StoredFile = FileObject.extend({ key: z.string(), owner: z.string().nullab
 type StoredFile = z.infer<typeof StoredFile>;
 
 export const FILES_PREFIX = "files";
+
+/** The files an OpenAI-shape batch shows once it has ended: null where there is none (nothing answered, nothing failed). */
+export const BatchResultFiles = z.object({ output_file_id: z.string().nullable(), error_file_id: z.string().nullable() });
+export type BatchResultFiles = z.infer<typeof BatchResultFiles>;
+
+/** A result object of a batch job, by its key under `files/` (the job's output location) and size. */
+export type ResultObject = { key: string; bytes: number };
+
+/**
+ * Records a finished batch job's output and error files (keys relative to
+ * `files/`, where /v1/batches jobs write). Ids are derived from the job id, so
+ * a coordinator that finishes the job again records the same files; a file
+ * already recorded is left as it is (HSETNX).
+ */
+export async function registerResultFiles(
+  ctl: Control,
+  job: { id: string; owner: string | null; finished: number },
+  results: { output: ResultObject | null; errors: ResultObject | null },
+): Promise<BatchResultFiles> {
+  const hex = job.id.replace(/^batch_/, "");
+  // The output file keeps the id batches had before error files existed; the error file's is another
+  // file-<24 hex> (hashed, so it cannot be told from the job id or collide with an upload's random one).
+  const ids = { output: `file-${hex}`, errors: `file-${createHash("sha256").update(`${job.id}:errors`).digest("hex").slice(0, 24)}` };
+  const record = async (id: string, result: ResultObject, suffix: string) => {
+    const file: StoredFile = {
+      id,
+      object: "file",
+      bytes: result.bytes,
+      created_at: Math.floor(job.finished / 1000),
+      filename: `${job.id}_${suffix}.jsonl`,
+      purpose: "batch_output",
+      status: "processed",
+      key: `${FILES_PREFIX}/${result.key}`,
+      owner: job.owner,
+    };
+    await ctl.redis.hsetnx(ctl.keys.files, id, JSON.stringify(file));
+    return id;
+  };
+  return {
+    output_file_id: results.output ? await record(ids.output, results.output, "output") : null,
+    error_file_id: results.errors ? await record(ids.errors, results.errors, "error") : null,
+  };
+}
 
 export class BatchFiles {
   private readonly ctl: Control;
@@ -50,7 +93,12 @@ export class BatchFiles {
     return publicFile(file);
   }
 
-  /** Records a batch job's result as a file (once; later calls return the same file). */
+  /**
+   * Batches that ended before error files existed keep every line in one
+   * result: it is recorded as their output file when first shown (once;
+   * later calls return the same file). Newer batches are recorded by their
+   * coordinator (registerResultFiles).
+   */
   async registerOutput(jobId: string, key: string, owner: string | null, finished: number): Promise<string> {
     const id = `file-${jobId.replace(/^batch_/, "")}`;
     if (await this.ctl.redis.hexists(this.ctl.keys.files, id)) return id;

@@ -11,6 +11,14 @@ export type LineFormat = {
   parse(line: InputLine): ParsedRecord;
   /** One output line (without its newline); must depend only on its arguments, so a redone batch writes the same part. */
   render(record: { line: number; id: string }, outcome: Outcome): string;
+  /**
+   * Present when the format's failed records go to a file of their own (the
+   * OpenAI shape's error file): says of a written line whether it is one.
+   * Parts keep every line in input order either way (a partial download or a
+   * resumed run reads them as they are); the result is split when assembled.
+   * Absent: one result holds every line (the platform's own format).
+   */
+  failed?(line: string): boolean;
 };
 
 const platformFormat: LineFormat = {

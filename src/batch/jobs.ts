@@ -7,17 +7,18 @@
 import { randomBytes } from "node:crypto";
 import { isAbsolute } from "node:path";
 import { Readable } from "node:stream";
-import { Queue } from "bullmq";
+import type { Queue } from "bullmq";
 import { BatchCheckpoint, type BatchJobList, type BatchJobRecord, BatchSampling, CreateBatchRequest, type CreateBatchRequestInput, KEPT_OUTPUT } from "../contracts/batch.ts";
 import { describeIssues } from "../contracts/issues.ts";
 import { COORDINATOR_QUEUE } from "../contracts/naming.ts";
 import type { ApiKeyRole } from "../contracts/records.ts";
 import type { Control } from "../control/redis.ts";
 import { PlatformError, withDetail } from "../errors.ts";
+import { QueueBase } from "../queue/base.ts";
 import { openObject, parseStorageUri, type S3Settings, StorageError } from "../storage/index.ts";
 import { sameFile, StoragePolicy } from "../storage/policy.ts";
 import { readParts } from "../storage/shared.ts";
-import type { BatchFiles } from "./files.ts";
+import type { BatchFiles, BatchResultFiles } from "./files.ts";
 import { outputLocation } from "./output.ts";
 import {
   type BatchSpec,
@@ -29,6 +30,7 @@ import {
   type OpenAiSpec,
   outputUri,
   readRecord,
+  readResultFiles,
   readSpec,
   reopenFailed,
   requestCancel,
@@ -48,6 +50,7 @@ const MAX_LIST = 100;
 
 export class BatchJobs {
   private readonly ctl: Control;
+  private readonly queues: QueueBase;
   private readonly queue: Queue<CoordinatorJobData>;
   private readonly storage: StoragePolicy;
   private readonly files: BatchFiles | undefined;
@@ -61,8 +64,8 @@ export class BatchJobs {
     this.ctl = ctl;
     this.storage = options.storage ?? new StoragePolicy();
     this.files = options.files;
-    this.queue = new Queue<CoordinatorJobData>(options.queue ?? COORDINATOR_QUEUE, { connection: ctl.redis, prefix: ctl.prefix });
-    this.queue.on("error", () => undefined); // surfaced on the calls that fail
+    this.queues = new QueueBase(ctl);
+    this.queue = this.queues.queueNamed<CoordinatorJobData>(options.queue ?? COORDINATOR_QUEUE);
   }
 
   /**
@@ -247,10 +250,15 @@ export class BatchJobs {
     return record;
   }
 
-  /** The job with what it was created from through /v1/batches (undefined for other jobs). */
-  async getWithOpenAi(id: string, viewer?: Viewer): Promise<{ record: BatchJobRecord; openai: OpenAiSpec | undefined }> {
+  /**
+   * The job with what it was created from through /v1/batches (undefined for
+   * other jobs), and the output and error files it ended with (undefined
+   * until it ends, and for batches that ended before error files existed).
+   */
+  async getWithOpenAi(id: string, viewer?: Viewer): Promise<{ record: BatchJobRecord; openai: OpenAiSpec | undefined; files: BatchResultFiles | undefined }> {
     const record = await this.get(id, viewer);
-    return { record, openai: (await readSpec(this.ctl, id))?.openai };
+    const openai = (await readSpec(this.ctl, id))?.openai;
+    return { record, openai, files: openai ? await readResultFiles(this.ctl, id) : undefined };
   }
 
   async list(options: { limit?: number; after?: string }, viewer?: Viewer): Promise<BatchJobList> {
@@ -294,7 +302,7 @@ export class BatchJobs {
   }
 
   async close(): Promise<void> {
-    await this.queue.close();
+    await this.queues.close();
   }
 }
 

@@ -1,9 +1,12 @@
 /**
  * OpenAI batch lines. Input: `{custom_id, method: "POST", url, body}` with the
- * body of a /v1/completions or /v1/chat/completions request. Output:
- * `{id, custom_id, response: {status_code, request_id, body}, error}`: a
- * request the model answered (even with an error status) has a `response`;
- * a line that could not be sent at all has `error` and `response: null`.
+ * body of a /v1/completions or /v1/chat/completions request. Output, one
+ * shape for both of OpenAI's files: `{id, custom_id, response: {status_code,
+ * request_id, body}, error}`. A request the model answered has a `response`
+ * (200 and the completion: the output file; 4xx/5xx and the error envelope:
+ * the error file, with `error: null`, as OpenAI writes HTTP failures); a line
+ * that could not be sent at all has `response: null` and `error: {code,
+ * message}` (the error file; OpenAI keeps `error` for non-HTTP failures).
  */
 import { createHash } from "node:crypto";
 import { z } from "zod";
@@ -14,6 +17,12 @@ import type { LineFormat } from "./formats.ts";
 import { failure, idOf, type InputLine, jsonObject, type ParsedRecord } from "./input.ts";
 import type { Outcome } from "./output.ts";
 import type { BatchSpec, OpenAiSpec } from "./records.ts";
+
+/** What the split needs of a line already written (our own, read back from storage). */
+const WrittenLine = z.object({
+  response: z.object({ status_code: z.number().int() }).nullable(),
+  error: z.unknown(),
+});
 
 const RequestLine = z.object({
   custom_id: z.string().min(1).max(512),
@@ -54,7 +63,8 @@ export function openAiFormat(spec: BatchSpec, openai: OpenAiSpec): LineFormat {
   const render = (record: { line: number; id: string }, outcome: Outcome): string => {
     const id = `batch_req_${token(record.line, "line")}`;
     const requestId = `req_${token(record.line, "request")}`;
-    if (!outcome.ok && outcome.status === undefined) {
+    // A failure without an HTTP error status is not an HTTP response: it must not read as an answer in the split.
+    if (!outcome.ok && (outcome.status === undefined || outcome.status < 400)) {
       return JSON.stringify({ id, custom_id: record.id, response: null, error: { code: outcome.code, message: outcome.message } });
     }
     let body: unknown;
@@ -73,5 +83,21 @@ export function openAiFormat(spec: BatchSpec, openai: OpenAiSpec): LineFormat {
     return JSON.stringify({ id, custom_id: record.id, response: { status_code: status, request_id: requestId, body }, error: null });
   };
 
-  return { parse, render };
+  // Whatever is not a 2xx answer is a failure: a line that does not read back (storage damage) stays
+  // visible in the error file rather than being dropped or passed off as an answer.
+  const failed = (text: string): boolean => {
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch {
+      console.error(`[batch ${spec.id}] a written line does not parse; it goes to the error file`);
+      return true;
+    }
+    const line = WrittenLine.safeParse(value);
+    if (!line.success) return true;
+    const status = line.data.response?.status_code;
+    return status === undefined || status < 200 || status >= 300 || line.data.error !== null;
+  };
+
+  return { parse, render, failed };
 }

@@ -20,6 +20,12 @@ import { FileStore, isStorageError, type ObjectStore, openObject, openStore, par
 export type OutputLocation = {
   store: ObjectStore;
   resultKey: string;
+  /**
+   * Where a format that keeps failures apart (OpenAI's error file) puts them:
+   * beside the result, `<name>.errors.jsonl`. Only jobs whose output is the
+   * server's own (the OpenAI shape's files/) are written that way.
+   */
+  errorKey: string;
   partKey: (index: number) => string;
   partsPrefix: string;
   /** The parts directory's URI, with a trailing "/" (its real location, for the storage policy). */
@@ -55,6 +61,7 @@ export function outputLocation(outputUri: string, jobId: string, s3: S3Settings 
   return {
     store,
     resultKey: key,
+    errorKey: key.replace(/\.jsonl$/i, ".errors.jsonl"),
     partsPrefix,
     partsUri,
     partKey: (i) => `${partsPrefix}part-${String(i).padStart(6, "0")}.jsonl`,
@@ -108,6 +115,25 @@ export function outputLine(id: string, outcome: Outcome): string {
     ? { id, output: outcome.text, tokens_used: outcome.tokens, status: "success" }
     : { id, status: "error", error: { code: outcome.code, message: outcome.message } };
   return JSON.stringify(line);
+}
+
+/**
+ * The lines of `partKeys`, in order, that `keep` accepts (each with its
+ * newline); `skipped` counts the others. A part is read whole: it was held in
+ * memory whole when written, and a line is never cut at a chunk boundary.
+ */
+export async function* selectLines(store: ObjectStore, partKeys: readonly string[], keep: (line: string) => boolean, skipped: { count: number }): AsyncGenerator<string> {
+  for (const key of partKeys) {
+    const chunks: Buffer[] = [];
+    for await (const chunk of await store.get(key)) chunks.push(chunk as Buffer);
+    const kept: string[] = [];
+    for (const line of Buffer.concat(chunks).toString("utf8").split("\n")) {
+      if (line === "") continue;
+      if (keep(line)) kept.push(line);
+      else skipped.count++;
+    }
+    if (kept.length > 0) yield `${kept.join("\n")}\n`;
+  }
 }
 
 /** Storage calls are retried a few times: a part write that fails for good fails the job. */

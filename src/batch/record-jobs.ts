@@ -25,11 +25,16 @@ import { cancelJobs } from "../queue/cancel.ts";
 import { jobErrorFromFailure } from "../queue/failures.ts";
 import { replyHandler } from "../queue/replies.ts";
 import type { EntryHandler, StreamReader } from "../queue/stream-reader.ts";
+import { reportBatchRecord } from "../telemetry/batch-metrics.ts";
+import { nonStreamingTtft } from "../telemetry/metrics.ts";
 import type { Work } from "./input.ts";
 import type { Outcome } from "./output.ts";
 
-/** An answer, with whether asking again could help (engine errors, busy or not-ready replicas). */
-type Answer = Outcome & { retryable?: boolean };
+/**
+ * An answer, with whether asking again could help (engine errors, busy or not-ready replicas),
+ * and the worker's timings for metrics (neither is kept with the record).
+ */
+type Answer = Outcome & { retryable?: boolean; timing?: Pick<TextResult, "queued_ms" | "first_token_ms" | "generation_ms"> };
 
 const MAX_ATTEMPTS = 3;
 const CHECK_EVERY_MS = 1000;
@@ -197,21 +202,47 @@ export class RecordJobs extends QueueBase {
       if (lookUp && this.parseJobId(id)?.attempt === 0) this.pastEarlierRuns = true;
       await add();
     } else if (found !== undefined && found !== "pending") {
-      await this.resolve(id, found);
+      await this.resolve(id, found, { earlier: true });
     }
     return answer;
   }
 
 
-  private async resolve(id: string, answer: Answer): Promise<void> {
+  /** `earlier`: the answer is an earlier run's, found by a lookup (it took no time in this run). */
+  private async resolve(id: string, answer: Answer, { earlier = false } = {}): Promise<void> {
     const at = this.parseJobId(id);
     const final = answer.ok || !answer.retryable || (at !== undefined && at.attempt + 1 >= MAX_ATTEMPTS);
+    const waiter = this.waiters.get(id);
     if (final && at !== undefined && at.line >= this.options.writtenBefore()) {
       await this.ctl.redis.hset(this.resultsKey, String(at.line), JSON.stringify(strip(answer)));
+      // Counted once, where the record's final answer is first kept.
+      this.report(answer, earlier ? undefined : waiter?.since);
     }
-    const waiter = this.waiters.get(id);
     this.waiters.delete(id);
     waiter?.resolve(answer);
+  }
+
+  /** A record's final answer for the metrics; `since`: when its last attempt was sent, if in this run. */
+  private report(answer: Answer, since: number | undefined): void {
+    const served = { model_name: this.options.model, version: this.options.version };
+    if (!answer.ok) {
+      // A record stopped by the job's cancellation has no status: 499, as a client that left.
+      reportBatchRecord({ served, ok: false, failure: { code: answer.code, status: answer.status ?? (answer.code === "cancelled" ? 499 : 500) } });
+      return;
+    }
+    const e2eSeconds = since === undefined ? undefined : (Date.now() - since) / 1000;
+    const usage = { prompt_tokens: answer.prompt_tokens ?? 0, completion_tokens: answer.completion_tokens ?? 0, total_tokens: answer.tokens };
+    reportBatchRecord({
+      served,
+      ok: true,
+      answered: {
+        usage,
+        finish_reason: answer.finish_reason ?? "stop",
+        e2eSeconds,
+        ttftSeconds: e2eSeconds === undefined || !answer.timing ? undefined : nonStreamingTtft(e2eSeconds, answer.timing),
+        queuedMs: answer.timing?.queued_ms,
+      },
+    });
   }
 
   /** Each job's answer if it has finished, "pending" while queued or running, "missing" if it does not exist. */
@@ -294,8 +325,8 @@ function unreadable(): Outcome {
 function fromResult(value: unknown): Answer {
   const parsed = TextResult.safeParse(value);
   if (!parsed.success) return { ok: false, code: "engine_error", message: "the worker returned an unexpected result", status: 500, retryable: true };
-  const { text, usage, finish_reason } = parsed.data;
-  return { ok: true, text, tokens: usage.total_tokens, prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens, finish_reason };
+  const { text, usage, finish_reason, queued_ms, first_token_ms, generation_ms } = parsed.data;
+  return { ok: true, text, tokens: usage.total_tokens, prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens, finish_reason, timing: { queued_ms, first_token_ms, generation_ms } };
 }
 
 /**
@@ -313,7 +344,6 @@ function fromError(error: JobError, batchId: string): Answer {
 }
 
 function strip(answer: Answer): Outcome {
-  if (answer.ok) return answer;
-  const { retryable: _retryable, ...outcome } = answer;
+  const { retryable: _retryable, timing: _timing, ...outcome } = answer;
   return outcome;
 }

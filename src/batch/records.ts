@@ -16,6 +16,7 @@ import {
 import type { Control } from "../control/redis.ts";
 import type { S3Settings } from "../storage/index.ts";
 import type { ApiKeyRole } from "../contracts/records.ts";
+import { BatchResultFiles } from "./files.ts";
 import { type OutputLocation, outputLocation } from "./output.ts";
 
 /** A job created through the OpenAI Batch API shape (/v1/batches): its lines are OpenAI requests. */
@@ -152,6 +153,8 @@ export type BatchProgress = {
   /** Records kept in parts when the job failed, and where (a real location; shown through showPaths). */
   partial?: { records: number; parts_uri: string };
   resumable?: boolean;
+  /** A /v1/batches job's output and error files, set with its final state (completed or cancelled with results). */
+  openai_files?: BatchResultFiles;
 };
 
 // Writes from a coordinator that lost its job (or lags behind a cancel) must
@@ -178,6 +181,18 @@ export async function readSpec(ctl: Control, id: string): Promise<BatchSpec | un
 export async function readRecord(ctl: Control, id: string): Promise<BatchJobRecord | undefined> {
   const fields = await ctl.redis.hgetall(ctl.keys.batch(id));
   return fields.spec ? toRecord(fields) : undefined;
+}
+
+/**
+ * The files a /v1/batches job ended with; undefined for other jobs, jobs not
+ * ended, and jobs that ended before error files existed (one result file).
+ */
+export async function readResultFiles(ctl: Control, id: string): Promise<BatchResultFiles | undefined> {
+  const raw = await ctl.redis.hget(ctl.keys.batch(id), "openai_files");
+  if (!raw) return undefined;
+  const parsed = BatchResultFiles.safeParse(JSON.parse(raw));
+  if (!parsed.success) throw new Error(`batch ${id}: its stored openai_files does not parse`);
+  return parsed.data;
 }
 
 /** Returns false when the job is already final (nothing was written). */

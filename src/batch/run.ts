@@ -21,7 +21,8 @@ import type { ConfinedUri, StoragePolicy } from "../storage/policy.ts";
 import type { SamplingParams } from "../contracts/job.ts";
 import { formatFor, type LineFormat } from "./formats.ts";
 import { isBlank, readLines, type Work } from "./input.ts";
-import { type OutputLocation, type Outcome, outputLocation, withStorageRetries } from "./output.ts";
+import { type BatchResultFiles, registerResultFiles, type ResultObject } from "./files.ts";
+import { type OutputLocation, type Outcome, outputLocation, selectLines, withStorageRetries } from "./output.ts";
 import {
   BatchFailure,
   checkDeployed,
@@ -401,33 +402,13 @@ class BatchRun {
       if (this.input && state === "completed") await checkInput(this.input, this.spec.input);
       // The assembly reads the parts: through a link it would copy what the link leads to.
       await this.checkParts(out);
-      const overwrite = this.spec.overwrite === true;
-      if (!overwrite && !(await this.assembledBefore(parts))) {
-        await this.checkStorage();
-        // Marked first: a run that dies after placing the result finds it its own (assembledBefore).
-        this.checkpoint = { ...this.checkpoint, assembling: true };
-        await this.ctl.redis.set(this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(this.checkpoint));
-        try {
-          await withStorageRetries(() => out.store.concat(parts, out.resultKey, { overwrite: false }));
-        } catch (e) {
-          if (isStorageError(e, "exists")) {
-            throw new BatchFailure("output_exists", `${out.store.uri(out.resultKey)}: an object already exists there and the job may not replace it (submit with "overwrite": true to allow that); the completed records are kept`);
-          }
-          if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
-          throw e;
-        }
-      } else if (overwrite) {
-        await this.checkStorage();
-        try {
-          await withStorageRetries(() => out.store.concat(parts, out.resultKey));
-        } catch (e) {
-          if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
-          throw e;
-        }
-      }
+      if (this.format.failed) await this.assembleApart(out, parts, this.format.failed);
+      else await this.assemble(out, parts);
       this.checkpoint = { ...this.checkpoint, assembled: true };
       await this.ctl.redis.set(this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(this.checkpoint));
     }
+    // Recorded before the state that shows them, and again by a run that finishes the job again (same ids).
+    const files = this.format.failed ? await this.registerResultFiles(out) : undefined;
     await this.removeParts(parts);
     await updateIfActive(this.ctl, this.spec.id, {
       state,
@@ -437,9 +418,82 @@ class BatchRun {
       in_flight: 0,
       throughput: null,
       finished: Date.now(),
+      ...(files ? { openai_files: files } : {}),
     });
     await this.dropWorkingKeys();
     return state;
+  }
+
+  /** Every line into the one result, which an existing object is never silently replaced by. */
+  private async assemble(out: OutputLocation, parts: string[]): Promise<void> {
+    const overwrite = this.spec.overwrite === true;
+    if (!overwrite && !(await this.assembledBefore(parts))) {
+      await this.checkStorage();
+      // Marked first: a run that dies after placing the result finds it its own (assembledBefore).
+      this.checkpoint = { ...this.checkpoint, assembling: true };
+      await this.ctl.redis.set(this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(this.checkpoint));
+      try {
+        await withStorageRetries(() => out.store.concat(parts, out.resultKey, { overwrite: false }));
+      } catch (e) {
+        if (isStorageError(e, "exists")) {
+          throw new BatchFailure("output_exists", `${out.store.uri(out.resultKey)}: an object already exists there and the job may not replace it (submit with "overwrite": true to allow that); the completed records are kept`);
+        }
+        if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
+        throw e;
+      }
+    } else if (overwrite) {
+      await this.checkStorage();
+      try {
+        await withStorageRetries(() => out.store.concat(parts, out.resultKey));
+      } catch (e) {
+        if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
+        throw e;
+      }
+    }
+  }
+
+  /**
+   * A format that keeps failures apart (the OpenAI shape): answers into the
+   * result, failures into the error object, each in input order; no error
+   * object when nothing failed. Both are the server's own objects named by
+   * the job id (the shape's output is always files/), so a run that redoes
+   * this after dying before the checkpoint recorded it replaces them with the
+   * same bytes from the same parts, and put() is atomic: no `overwrite` to honour.
+   */
+  private async assembleApart(out: OutputLocation, parts: string[], failed: (line: string) => boolean): Promise<void> {
+    await this.checkStorage();
+    try {
+      // The answers' pass counts the failures it leaves out; a retried pass counts afresh.
+      let failures = { count: 0 };
+      await withStorageRetries(() => {
+        failures = { count: 0 };
+        return out.store.put(out.resultKey, selectLines(out.store, parts, (line) => !failed(line), failures));
+      });
+      if (failures.count > 0) await withStorageRetries(() => out.store.put(out.errorKey, selectLines(out.store, parts, failed, { count: 0 })));
+    } catch (e) {
+      if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
+      throw e;
+    }
+  }
+
+  /**
+   * The output and error files as /v1/files shows them: each only when it
+   * holds a line (OpenAI's ids are null otherwise). Judged by the objects
+   * themselves, so a run that finds the assembly already done records the same.
+   */
+  private async registerResultFiles(out: OutputLocation): Promise<BatchResultFiles> {
+    const sized = async (key: string): Promise<ResultObject | null> => {
+      const head = await withStorageRetries(() => out.store.head(key)).catch((e: unknown) => {
+        if (isStorageError(e)) throw new BatchFailure("storage_error", e.message);
+        throw e;
+      });
+      return head && head.size > 0 ? { key, bytes: head.size } : null;
+    };
+    return registerResultFiles(
+      this.ctl,
+      { id: this.spec.id, owner: this.spec.created_by, finished: Date.now() },
+      { output: await sized(out.resultKey), errors: await sized(out.errorKey) },
+    );
   }
 
   /**

@@ -1,4 +1,4 @@
-/** `platform inference deploy|status`: endpoints. */
+/** `platform inference deploy|status`: endpoints (and their autoscale, abtest and batch subcommands). */
 import { readFile } from "node:fs/promises";
 import type { Command } from "commander";
 import { parse as parseYaml } from "yaml";
@@ -6,6 +6,7 @@ import { DeploymentConfig, type DeploymentConfigInput } from "../contracts/deplo
 import { describeIssues } from "../contracts/issues.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
 import type { EndpointStatus } from "../control/status.ts";
+import { registerAbtest } from "./abtest.ts";
 import { registerAutoscale } from "./autoscale.ts";
 import { registerBatch } from "./batch.ts";
 import { ApiClient } from "./client.ts";
@@ -27,6 +28,7 @@ type DeployFlags = {
 export function registerInference(program: Command): void {
   const inference = program.command("inference").description("deploy models as endpoints and inspect them");
   registerAutoscale(inference);
+  registerAbtest(inference);
   registerBatch(inference);
 
   inference

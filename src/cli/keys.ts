@@ -1,6 +1,8 @@
-/** `platform keys create|list|revoke|bootstrap` and `platform auth login`. */
+/** `platform keys create|update|list|revoke|bootstrap` and `platform auth login`. */
 import { readFile } from "node:fs/promises";
 import type { Command } from "commander";
+import { NAME_PATTERN } from "../contracts/deployment.ts";
+import { describeLimits, type KeyLimitsChange, type LimitField } from "../contracts/limits.ts";
 import type { ApiKeyRecord } from "../contracts/records.ts";
 import { bootstrapAdminKey, type BootstrapOutcome, generateApiKey, weakKeyReason } from "../control/apikeys.ts";
 import { type Control, connectControl, maskRedisUrl } from "../control/redis.ts";
@@ -16,15 +18,36 @@ type PublicKey = Omit<ApiKeyRecord, "hash">;
 
 export function registerKeys(program: Command): void {
   const keys = program.command("keys").description("manage API keys (admin)");
-  keys
-    .command("create <name>")
-    .option("--role <role>", "admin or user", "user")
+  limitOptions(
+    keys
+      .command("create <name>")
+      .description("create an API key, optionally with rate limits (shown once)")
+      .option("--role <role>", "admin or user", "user"),
+  )
     .option("--json", "print JSON")
-    .action(async (name: string, opts: { role: string; json?: boolean }) => {
+    .action(async (name: string, opts: LimitFlags & { role: string; json?: boolean }) => {
+      if (opts.role !== "admin" && opts.role !== "user") throw new CliError(`--role: expected admin or user, got "${opts.role}"`, 2);
+      const limits = limitsFromFlags(opts, false);
       const api = await ApiClient.fromCredentials();
-      const created = await api.request<PublicKey & { key: string }>("POST", "/admin/v1/keys", { name, role: opts.role });
+      const created = await api.request<PublicKey & { key: string }>("POST", "/admin/v1/keys", { name, role: opts.role, ...(limits ? { limits } : {}) });
       if (opts.json) return printJson(created);
-      console.log(`created ${created.role} key ${created.id} (${created.name}). It is shown only now:\n${created.key}`);
+      console.log(`created ${created.role} key ${created.id} (${created.name}), limits: ${describeLimits(created.limits)}. It is shown only now:\n${created.key}`);
+    });
+  limitOptions(
+    keys
+      .command("update <id>")
+      .description("change a key's rate limits: a number sets one, none removes it, a flag left out keeps it (gateways apply it within 5 s)"),
+    true,
+  )
+    .option("--json", "print JSON")
+    .action(async (id: string, opts: LimitFlags & { json?: boolean }) => {
+      if (!KEY_ID.test(id)) throw new CliError(`<id> "${id}": expected a key id such as key_0123456789ab (\`platform keys list\` shows them)`, 2);
+      const limits = limitsFromFlags(opts, true);
+      if (!limits) throw new CliError("nothing to change: give --rpm, --tpm, --max-concurrency or --model-limit (a number, or none to remove the limit)", 2);
+      const api = await ApiClient.fromCredentials();
+      const updated = await api.request<PublicKey>("PATCH", `/admin/v1/keys/${encodeURIComponent(id)}`, { limits });
+      if (opts.json) return printJson(updated);
+      console.log(`updated ${updated.id} (${updated.name}), limits: ${describeLimits(updated.limits)}`);
     });
   keys
     .command("list")
@@ -33,7 +56,10 @@ export function registerKeys(program: Command): void {
       const api = await ApiClient.fromCredentials();
       const { data } = await api.request<{ data: PublicKey[] }>("GET", "/admin/v1/keys");
       if (opts.json) return printJson(data);
-      printTable(["ID", "NAME", "ROLE", "PREFIX", "CREATED"], data.map((k) => [k.id, k.name, k.role, `${k.prefix}…`, new Date(k.created * 1000).toISOString()]));
+      printTable(
+        ["ID", "NAME", "ROLE", "PREFIX", "LIMITS", "CREATED"],
+        data.map((k) => [k.id, k.name, k.role, `${k.prefix}…`, describeLimits(k.limits), new Date(k.created * 1000).toISOString()]),
+      );
     });
   keys
     .command("bootstrap")
@@ -84,6 +110,69 @@ export function registerKeys(program: Command): void {
       await new ApiClient(creds).request("GET", "/v1/models");
       console.log(`logged in to ${creds.base_url}; credentials saved to ${await writeCredentials(creds, cli)}`);
     });
+}
+
+const KEY_ID = /^key_[0-9a-f]{12}$/;
+
+type LimitFlags = { rpm?: string; tpm?: string; maxConcurrency?: string; modelLimit: string[] };
+
+/** The limit flags `keys create` and `keys update` share; `update` also takes `none`. */
+function limitOptions(command: Command, update = false): Command {
+  const value = update ? "<n|none>" : "<n>";
+  return command
+    .option(`--rpm ${value}`, "requests per minute (any 60 s)")
+    .option(`--tpm ${value}`, "tokens per minute, prompt + completion (reserved at admission, settled at completion)")
+    .option(`--max-concurrency ${value}`, "requests in flight at once")
+    .option(
+      "--model-limit <spec>",
+      `limits for one model through this key, on top of the key's own: <model>:rpm=N,tpm=N,max-concurrency=N${update ? " (N or none; <model>:none removes them all)" : ""}; repeatable`,
+      (spec: string, all: string[]) => [...all, spec],
+      [],
+    );
+}
+
+/**
+ * The flags as the management API's `limits` (src/contracts/limits.ts), checked here so bad input
+ * exits 2 naming the flag before anything is sent. Undefined when no limit flag was given.
+ */
+export function limitsFromFlags(flags: LimitFlags, update: boolean): KeyLimitsChange | undefined {
+  const out: KeyLimitsChange = {};
+  const scope = (target: Partial<Record<LimitField, number | null>>, field: LimitField, text: string | undefined, flag: string) => {
+    if (text === undefined) return;
+    if (update && text === "none") {
+      target[field] = null;
+      return;
+    }
+    const n = Number(text);
+    if (!/^\d+$/.test(text) || !Number.isSafeInteger(n) || n < 1 || n > 1_000_000_000) {
+      throw new CliError(`${flag}: expected a whole number from 1 to 1000000000${update ? " or none" : ""}, got "${text}"`, 2);
+    }
+    target[field] = n;
+  };
+  scope(out, "rpm", flags.rpm, "--rpm");
+  scope(out, "tpm", flags.tpm, "--tpm");
+  scope(out, "max_concurrency", flags.maxConcurrency, "--max-concurrency");
+  for (const spec of flags.modelLimit) {
+    const m = /^([^:]+):(.+)$/.exec(spec);
+    const form = `expected <model>:rpm=N,tpm=N,max-concurrency=N${update ? " or <model>:none" : ""}`;
+    if (!m || !NAME_PATTERN.test(m[1] as string)) throw new CliError(`--model-limit "${spec}": ${form}`, 2);
+    const [, model, rest] = m as unknown as [string, string, string];
+    out.models ??= {};
+    if (rest === "none") {
+      if (!update) throw new CliError(`--model-limit "${spec}": none removes limits, so it belongs to \`keys update\`; ${form}`, 2);
+      out.models[model] = null;
+      continue;
+    }
+    const limits: Partial<Record<LimitField, number | null>> = { ...out.models[model] };
+    for (const part of rest.split(",")) {
+      const [name, text] = part.split("=");
+      const field = ({ rpm: "rpm", tpm: "tpm", "max-concurrency": "max_concurrency", max_concurrency: "max_concurrency" } as Record<string, LimitField>)[name?.trim() ?? ""];
+      if (!field || text === undefined) throw new CliError(`--model-limit "${spec}": "${part}" is not a limit; ${form}`, 2);
+      scope(limits, field, text.trim(), `--model-limit "${spec}"`);
+    }
+    out.models[model] = limits;
+  }
+  return Object.keys(out).length > 0 ? out : undefined;
 }
 
 async function readKeyFile(path: string): Promise<string> {

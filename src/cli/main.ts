@@ -17,6 +17,7 @@ const GROUPS: Record<string, () => Promise<Register>> = {
   inference: async () => (await import("./inference.ts")).registerInference,
   keys: async () => (await import("./keys.ts")).registerKeys,
   auth: async () => (await import("./keys.ts")).registerKeys,
+  usage: async () => (await import("./usage.ts")).registerUsage,
   gateway: async () => (await import("./roles.ts")).registerRoles,
   worker: async () => (await import("./roles.ts")).registerRoles,
   scaler: async () => (await import("./roles.ts")).registerRoles,

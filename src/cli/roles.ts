@@ -16,21 +16,26 @@ export function registerRoles(program: Command): void {
     .action(async (opts: { host: string; port: string }) => {
       const settings = loadSettings();
       if (!settings.redisUrl) throw new CliError("REDIS_URL is not set; the gateway needs the platform's Redis", 2);
-      const [{ connectControl, maskRedisUrl }, { startBatchCoordinator }, { startGateway }, { bootstrapAtStart }] = await Promise.all([
+      const [{ connectControl, maskRedisUrl }, { startBatchCoordinator }, { startGateway }, { bootstrapAtStart }, { configureLogging, logger }, { startTracing, stopTracing }] = await Promise.all([
         import("../control/redis.ts"),
         import("../batch/index.ts"),
         import("../gateway/app.ts"),
         import("./keys.ts"),
+        import("../telemetry/log.ts"),
+        import("../telemetry/tracing.ts"),
       ]);
+      configureLogging(settings.logging, { role: "gateway", defaultFormat: "json" });
+      await startTracing(settings.tracing, "gateway");
       const ctl = connectControl(settings.redisUrl, settings.prefix);
       if (settings.bootstrapAdminKey) await bootstrapAtStart(ctl, settings.bootstrapAdminKey, maskRedisUrl(settings.redisUrl));
       const gateway = await startGateway({ ctl, settings, host: opts.host, port: Number(opts.port) });
       // Every gateway also coordinates batch jobs: any of them can pick up (or resume) a job.
       const coordinator = await startBatchCoordinator(ctl, settings);
-      console.log(`gateway listening on ${gateway.url}`);
+      logger("gateway").info({ url: gateway.url }, `gateway listening on ${gateway.url}`);
       const stop = async () => {
         await coordinator.stop();
         await gateway.close();
+        await stopTracing();
         await ctl.redis.quit();
         process.exit(0);
       };
@@ -41,10 +46,12 @@ export function registerRoles(program: Command): void {
   program
     .command("worker")
     .description("run one replica of an endpoint (started for you by `platform up` or the scaler)")
-    .requiredOption("--endpoint <name>", "endpoint to serve")
+    .option("--endpoint <name>", "endpoint to serve")
     .option("--replica-id <id>", "replica id (default: generated)")
-    .option("--health-port <port>", "serve /livez and /readyz on this port")
-    .action(async (opts: { endpoint: string; replicaId?: string; healthPort?: string }) => {
+    .option("--health-port <port>", "serve /livez, /readyz and /metrics on this port (0: any free port, published in the replica record)")
+    .option("--standby", "load, then wait for the endpoint as a JSON line on stdin (how `platform up` keeps a spare worker)")
+    .action(async (opts: { endpoint?: string; replicaId?: string; healthPort?: string; standby?: boolean }) => {
+      if ((opts.endpoint === undefined) === !opts.standby) throw new CliError("give --endpoint <name> (or, as `platform up` does, --standby)", 2);
       const { runWorkerProcess } = await import("../../workers/main.ts");
       await runWorkerProcess({ endpoint: opts.endpoint, replicaId: opts.replicaId, healthPort: opts.healthPort ? Number(opts.healthPort) : undefined });
     });

@@ -10,6 +10,7 @@ import { basename, join, resolve } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { fileURLToPath } from "node:url";
 import type { Command } from "commander";
+import { WORKER_NODE_FLAGS } from "../../scaler/backend.ts";
 import { LocalBackend } from "../../scaler/backends/local.ts";
 import { startScaler } from "../../scaler/run.ts";
 import { startBatchCoordinator } from "../batch/index.ts";
@@ -25,6 +26,8 @@ import { listModelVersions } from "../registry/versions.ts";
 import { type CliSettings, loadSettings, type Settings } from "../settings/index.ts";
 import { openStore } from "../storage/index.ts";
 import { parseStorageRoot, type StorageRoot } from "../storage/policy.ts";
+import { configureLogging, logLine } from "../telemetry/log.ts";
+import { startTracing, stopTracing } from "../telemetry/tracing.ts";
 import { CliError } from "./errors.ts";
 import { readCredentials, writeCredentials } from "./credentials.ts";
 import { bootstrapAtStart } from "./keys.ts";
@@ -60,10 +63,16 @@ async function up(flags: UpFlags): Promise<void> {
   // One machine, one operator: its data dir's batch/ (where relative names go), the directory it was
   // started from (so relative paths in the CLI keep working), and whatever it names; see docs/security.md.
   const settings = { ...loaded, storageRoots: [...upStorageRoots(loaded.dataDir, flags.storageRoot), ...loaded.storageRoots] };
+  // Text for the person at the terminal unless PLATFORM_LOG_FORMAT says otherwise; the workers follow (docs/tracing.md).
+  const logFormat = configureLogging(settings.logging, { role: "up", defaultFormat: "text" });
+  await startTracing(settings.tracing, "up");
   // Records, keys' hashes, the Redis password and AOF live here: this user's only.
   await ensurePrivateDir(settings.dataDir, (line) => console.log(line));
   await mkdir(join(settings.dataDir, "batch"), { recursive: true, mode: 0o700 });
+  // `up`'s own lines (the banner, stopping) stay plain for the person reading them; what the
+  // parts it runs report while serving goes through the logs.
   const log = (line: string) => console.log(line);
+  const event = (line: string) => logLine(line);
 
   const redis = settings.redisUrl ? undefined : await startEmbeddedRedis(join(settings.dataDir, "redis"), { onNote: (line) => console.log(line), server: settings.queue.redisServer });
   const redisUrl = settings.redisUrl ?? (redis as NonNullable<typeof redis>).url;
@@ -73,16 +82,18 @@ async function up(flags: UpFlags): Promise<void> {
   const gateway = await startGateway({ ctl, settings: { ...settings, redisUrl }, host: flags.host, port: Number(flags.port) });
   const backend = new LocalBackend({
     ctl,
-    workerCommand: [process.execPath, BIN, "worker"],
+    workerCommand: [process.execPath, ...WORKER_NODE_FLAGS, BIN, "worker"],
     // Workers inherit this environment (and so its settings), with the Redis and data directory resolved here.
-    env: { ...process.env, REDIS_URL: redisUrl, PLATFORM_DATA_DIR: settings.dataDir, PLATFORM_ARTIFACTS_URL: settings.artifactsUrl },
+    env: { ...process.env, REDIS_URL: redisUrl, PLATFORM_DATA_DIR: settings.dataDir, PLATFORM_ARTIFACTS_URL: settings.artifactsUrl, PLATFORM_LOG_FORMAT: logFormat },
     logDir: join(settings.dataDir, "logs"),
     // A worker past its drain deadline hands its jobs back and exits; SIGKILL only if that hangs.
     drainTimeoutMs: settings.drainTimeoutMs + 15_000,
-    onEvent: (m) => log(`[replicas] ${m}`),
+    standby: settings.worker.standby,
+    workerMetrics: settings.worker.metrics,
+    onEvent: (m) => event(`[replicas] ${m}`),
   });
   // The autoscaler and the reconciler; they act only while this process holds the scaler lease.
-  const scaler = await startScaler(ctl, backend, { log: (m) => log(m) });
+  const scaler = await startScaler(ctl, backend, { log: event });
   const coordinator = await startBatchCoordinator(ctl, { ...settings, redisUrl });
 
   let stopping = false;
@@ -101,6 +112,7 @@ async function up(flags: UpFlags): Promise<void> {
     await bounded(scaler.stop(), 5_000);
     await bounded(backend.close(), settings.drainTimeoutMs + 20_000);
     await bounded(gateway.close(), 5_000);
+    await stopTracing();
     await bounded(ctl.redis.quit(), 2_000);
     await redis?.stop();
     log("stopped.");
@@ -124,6 +136,7 @@ async function up(flags: UpFlags): Promise<void> {
   log("");
   log("platform is up");
   log(`  base URL   ${gateway.url}/v1`);
+  log(`  dashboard  ${gateway.url}/dashboard (sign in with the admin API key)`);
   if (endpointName) log(`  endpoint   ${endpointName} (starting; \`platform inference status ${endpointName}\`)`);
   if (!settings.bootstrapAdminKey) log(`  API key    ${apiKey}`);
   else log(`  API key    the one in PLATFORM_BOOTSTRAP_ADMIN_KEY${apiKey ? "" : " was refused (see above); the admin key registered before still works"}`);
@@ -133,7 +146,7 @@ async function up(flags: UpFlags): Promise<void> {
   log(`  redis      ${maskRedisUrl(redisUrl)}${redis ? ` (embedded, AOF on; password in ${redis.passwordFile})` : ""}`);
   log("Press Ctrl-C to stop.");
   log("");
-  if (endpointName) void announceWhenAvailable(ctl, endpointName, log);
+  if (endpointName) void announceWhenAvailable(ctl, endpointName, event);
 }
 
 function upStorageRoots(dataDir: string, extra: string[]): StorageRoot[] {

@@ -55,6 +55,13 @@ const common = {
    * wait). A replica holding it without a free sequence by then fails it with 503 `queue_timeout`.
    */
   queue_deadline: z.number().int().positive().optional(),
+  /**
+   * The W3C trace context of whoever enqueued the job (`00-<trace id>-<parent span id>-<flags>`):
+   * a replica's spans for the job join that trace (docs/tracing.md). Optional, so producers
+   * that do not trace are unaffected; a malformed value is ignored (a new trace starts), never
+   * a reason to refuse the job.
+   */
+  traceparent: z.string().max(512).optional().catch(undefined),
 };
 
 export const ChatJob = z.object({
@@ -112,6 +119,14 @@ export const TextResult = z.object({
   replica: z.string(),
   /** Time the job waited in the queue before a replica took it. */
   queued_ms: z.number().nonnegative().optional(),
+  /**
+   * On the replica's clock, from the start of generation: when the first token was produced, and
+   * when generation ended. Their difference is what a non-streaming client waited after its first
+   * token, so the gateway's TTFT needs no clock shared with the worker (src/telemetry/metrics.ts).
+   * `first_token_ms` is absent when no text was produced.
+   */
+  first_token_ms: z.number().nonnegative().optional(),
+  generation_ms: z.number().nonnegative().optional(),
 });
 export type TextResult = z.infer<typeof TextResult>;
 
@@ -120,11 +135,26 @@ export const EmbeddingResult = z.object({
   embeddings: z.array(z.array(z.number())),
   usage: Usage,
   replica: z.string(),
+  /** As TextResult's. */
+  queued_ms: z.number().nonnegative().optional(),
 });
 export type EmbeddingResult = z.infer<typeof EmbeddingResult>;
 
 export const JobResult = z.discriminatedUnion("type", [TextResult, EmbeddingResult]);
 export type JobResult = z.infer<typeof JobResult>;
+
+/**
+ * What an online job that names a reply stream returns to BullMQ: the result without its
+ * content. The answer reached its client on the reply stream; BullMQ copies a return value
+ * into the queue's event stream (kept for thousands of jobs), where no answer may linger.
+ */
+export type JobReceipt = { type: JobResult["type"]; usage: Usage; replica: string; finish_reason?: FinishReason };
+
+export function receiptOf(result: JobResult): JobReceipt {
+  return result.type === "text"
+    ? { type: "text", finish_reason: result.finish_reason, usage: result.usage, replica: result.replica }
+    : { type: "embedding", usage: result.usage, replica: result.replica };
+}
 
 /**
  * A failure a worker reports for a job. `code` is the OpenAI-style string code

@@ -7,8 +7,9 @@
  * makes only the tag count. Keys used together share a tag: a queue's keys its
  * name `{<model>@<version>}` (BullMQ's scripts), the control-plane records
  * `{cp}` (a record and its index change together), a batch job's working keys
- * its id. Keys always used alone (reply streams, cancel marks) have none:
- * hashed whole, they spread over the nodes, as different queues and batches do.
+ * its id, an API key's rate-limit state its id, the usage counters `{usage}`.
+ * Keys always used alone (reply streams, cancel marks) have none: hashed
+ * whole, they spread over the nodes, as different queues and batches do.
  * Every key still starts with `<prefix>:`; on one Redis or Sentinel the braces
  * are just part of the names.
  */
@@ -46,12 +47,20 @@ export function controlKeys(prefix: string) {
     scalingDecisionCounts: `${cp}:scaling-decision-counts`, // hash "<endpoint>\t<action>" -> decisions made (metric)
     scalerLease: `${cp}:scaler-lease`, // string with TTL: the active scaler's token
     scalerWakeup: `${plain}:scaler-wakeup`, // pub/sub: a request waits on an endpoint with 0 replicas
+    abTests: `${cp}:abtests`, // hash endpoint -> A/B test record JSON
+    abStats: (endpoint: string) => `${cp}:abstats:${endpoint}`, // hash "<version>\t<counter>" -> count, since the test started
     batches: `${cp}:batches`, // zset batch job id -> created ms
     batch: (id: string) => `${cp}:batch:${id}`, // hash: the batch job record, one field per part (see src/batch/records.ts)
     batchCheckpoint: (id: string) => `${plain}:batch:{${id}}:checkpoint`, // string JSON: where the next batch starts
     batchResults: (id: string) => `${plain}:batch:{${id}}:results`, // hash line number -> record outcome, for batches not yet written
     batchReplies: (id: string) => `${plain}:batch:{${id}}:replies`, // stream: workers' events for this job's records
     files: `${cp}:files`, // hash file id -> record JSON (OpenAI-style /v1/files; bytes in the artifact store)
+    // One API key's rate-limit state: `<this>:<scope>:<part>` (src/control/ratelimits.ts). In one slot, the key id
+    // being the tag, since one script touches it all; different keys spread over the nodes.
+    rateLimit: (keyId: string) => `${plain}:ratelimit:{${keyId}}`,
+    // Usage counters: `usage("m:<epoch s>")` / `usage("h:<epoch s>")`, one hash per minute or hour bucket
+    // (src/control/usage.ts). One slot, so a request's counters are one pipeline and a query one more.
+    usage: (bucket: string) => `${plain}:{usage}:${bucket}`,
   };
 }
 export type ControlKeys = ReturnType<typeof controlKeys>;

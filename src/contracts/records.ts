@@ -1,6 +1,7 @@
 /** Control-plane records kept in Redis (registry, endpoints, replicas, API keys). */
 import { z } from "zod";
 import { DeploymentConfig, Framework, ModelName, ModelVersion } from "./deployment.ts";
+import { KeyLimits } from "./limits.ts";
 
 export const GgufSummary = z.object({
   architecture: z.string().nullable(),
@@ -42,6 +43,13 @@ export const EndpointRecord = z.object({
   framework: Framework,
   /** Replicas wanted now (the scaler changes this within bounds). */
   desired_replicas: z.number().int().min(0),
+  /**
+   * Set on the deployment of an extra version for an A/B test (src/contracts/abtest.ts): the
+   * endpoint whose traffic it shares. Such records are not endpoints of their own to clients.
+   */
+  variant_of: z.string().optional(),
+  /** Set on a variant no longer in any split: removed once its queue is empty, so no request is lost. */
+  retiring: z.boolean().optional(),
   created: z.number().int(),
   updated: z.number().int(),
 });
@@ -64,6 +72,12 @@ export const ReplicaRecord = z.object({
   in_flight: z.number().int(),
   parallel: z.number().int(),
   error: z.string().optional(),
+  /** The replica's BullMQ worker id: its jobs' locks start with it (src/queue/reclaim.ts). */
+  queue_worker: z.string().optional(),
+  /** How often this replica beats: a record older than a few beats is a replica gone silent. */
+  heartbeat_ms: z.number().int().positive().optional(),
+  /** Where it serves /livez, /readyz and /metrics on `host`, when it does (`--health-port`). */
+  health_port: z.number().int().min(1).max(65535).optional(),
 });
 export type ReplicaRecord = z.infer<typeof ReplicaRecord>;
 
@@ -78,6 +92,8 @@ export const ApiKeyRecord = z.object({
   prefix: z.string(),
   hash: z.string(),
   created: z.number().int(),
+  /** Rate limits (src/contracts/limits.ts); absent: none. */
+  limits: KeyLimits.optional(),
 });
 export type ApiKeyRecord = z.infer<typeof ApiKeyRecord>;
 

@@ -3,6 +3,7 @@
  * (keys carry 256 bits of entropy, so a fast hash is enough, unlike passwords).
  */
 import { createHash, randomBytes } from "node:crypto";
+import { applyLimitsChange, type KeyLimits, type KeyLimitsChange } from "../contracts/limits.ts";
 import { ApiKeyRecord, type ApiKeyRole } from "../contracts/records.ts";
 import { PlatformError } from "../errors.ts";
 import { parseStored } from "./invalid-records.ts";
@@ -14,8 +15,10 @@ function hashKey(key: string): string {
   return createHash("sha256").update(key).digest("hex");
 }
 
-export async function createApiKey(ctl: Control, name: string, role: ApiKeyRole): Promise<{ key: string; record: ApiKeyRecord }> {
+export async function createApiKey(ctl: Control, name: string, role: ApiKeyRole, limits?: KeyLimits): Promise<{ key: string; record: ApiKeyRecord }> {
   const key = KEY_PREFIX + randomBytes(32).toString("base64url");
+  // Empty scopes dropped: an empty limits object would make a key look limited.
+  const kept = limits === undefined ? undefined : applyLimitsChange(undefined, limits);
   const record: ApiKeyRecord = {
     id: `key_${randomBytes(6).toString("hex")}`,
     name,
@@ -23,6 +26,7 @@ export async function createApiKey(ctl: Control, name: string, role: ApiKeyRole)
     prefix: key.slice(0, KEY_PREFIX.length + 6),
     hash: hashKey(key),
     created: Math.floor(Date.now() / 1000),
+    ...(kept ? { limits: kept } : {}),
   };
   await ctl.redis
     .multi()
@@ -40,6 +44,44 @@ export async function verifyApiKey(ctl: Control, key: string): Promise<ApiKeyRec
   // A key whose record is unreadable authenticates nobody (reported, not fatal).
   const parsed = parseStored(ApiKeyRecord, raw, "api_key", id);
   return parsed.ok ? parsed.value : undefined;
+}
+
+export async function getApiKey(ctl: Control, id: string): Promise<ApiKeyRecord> {
+  return (await readApiKey(ctl, id)).record;
+}
+
+async function readApiKey(ctl: Control, id: string): Promise<{ raw: string; record: ApiKeyRecord }> {
+  const raw = await ctl.redis.hget(ctl.keys.apiKeys, id);
+  if (!raw) throw new PlatformError(404, "key_not_found", `no API key with id "${id}"; \`platform keys list\` shows the ids`, "id");
+  const parsed = parseStored(ApiKeyRecord, raw, "api_key", id);
+  if (!parsed.ok) throw new PlatformError(500, "invalid_record", `the stored record of API key ${id} is invalid (${parsed.invalid.error}); revoke it (\`platform keys revoke ${id}\`) and create another`, "id");
+  return { raw, record: parsed.value };
+}
+
+/**
+ * Changes a key's limits (src/contracts/limits.ts: a number sets, null removes). A compare-and-set
+ * on the stored record, retried when another change came first, so two admins' changes both land
+ * and a key revoked meanwhile is not brought back. Gateways see the change within their key cache's
+ * lifetime (src/gateway/auth.ts).
+ */
+export async function updateApiKeyLimits(ctl: Control, id: string, change: KeyLimitsChange): Promise<ApiKeyRecord> {
+  for (let attempt = 0; ; attempt++) {
+    const { raw, record: current } = await readApiKey(ctl, id);
+    const { limits: _old, ...rest } = current;
+    const limits = applyLimitsChange(current.limits, change);
+    const next: ApiKeyRecord = limits ? { ...rest, limits } : rest;
+    const swapped = await ctl.redis.eval(
+      `if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]); return 1 end
+       return 0`,
+      1,
+      ctl.keys.apiKeys,
+      id,
+      raw,
+      JSON.stringify(next),
+    );
+    if (swapped === 1) return next;
+    if (attempt >= 10) throw new PlatformError(409, "conflict", `API key ${id} kept changing while its limits were updated; try again`, "id");
+  }
 }
 
 export async function listApiKeys(ctl: Control): Promise<ApiKeyRecord[]> {

@@ -6,8 +6,11 @@
  */
 import type { z } from "zod";
 import { describeIssues } from "../contracts/issues.ts";
+import { logger } from "../telemetry/log.ts";
 
-export type InvalidRecordKind = "endpoint" | "model" | "model_version" | "replica" | "api_key";
+const log = logger("records");
+
+export type InvalidRecordKind = "endpoint" | "model" | "model_version" | "replica" | "api_key" | "abtest";
 
 export type InvalidRecord = { kind: InvalidRecordKind; key: string; error: string };
 
@@ -20,7 +23,7 @@ export function reportInvalid(record: InvalidRecord): void {
   if (seen.size > 10_000) seen.clear();
   seen.add(id);
   counts.set(record.kind, (counts.get(record.kind) ?? 0) + 1);
-  console.error(`[records] skipping invalid ${record.kind} record ${record.key}: ${record.error}`);
+  log.warn({ kind: record.kind, key: record.key }, `skipping invalid ${record.kind} record ${record.key}: ${record.error}`);
 }
 
 /** Distinct invalid records this process has met, by kind. */

@@ -1,6 +1,9 @@
 /** Redis connections and the control-plane handle every module receives. */
 import { Cluster, type ClusterNode, Redis, type RedisOptions } from "ioredis";
 import { controlKeys, type ControlKeys } from "../contracts/naming.ts";
+import { logger } from "../telemetry/log.ts";
+
+const log = logger("redis");
 
 /** One Redis (plain or found through Sentinel) or a Redis Cluster: the same commands either way. */
 export type RedisClient = Redis | Cluster;
@@ -147,7 +150,7 @@ function open(ctl: Pick<Control, "redisOptions" | "clusterNodes">): RedisClient 
 function quiet<T extends RedisClient>(redis: T): T {
   let reported = false;
   redis.on("error", (e: Error) => {
-    if (!reported) console.error(`[redis] ${e.message} (retrying)`);
+    if (!reported) log.warn(`${e.message} (retrying)`);
     reported = true;
   });
   redis.on("ready", () => {

@@ -27,6 +27,14 @@ export async function removeReplica(ctl: Control, endpoint: string, id: string):
   await ctl.redis.multi().del(ctl.keys.replica(id)).zrem(ctl.keys.replicas(endpoint), id).exec();
 }
 
+/** One replica's record while it lives (undefined once expired, removed or unreadable). */
+export async function readReplica(ctl: Control, id: string): Promise<ReplicaRecord | undefined> {
+  const raw = await ctl.redis.get(ctl.keys.replica(id));
+  if (!raw) return undefined;
+  const parsed = parseStored(ReplicaRecord, raw, "replica", ctl.keys.replica(id));
+  return parsed.ok ? parsed.value : undefined;
+}
+
 /** Live replica records of an endpoint; expired ones are pruned from the index on the way. */
 export async function listReplicas(ctl: Control, endpoint: string): Promise<ReplicaRecord[]> {
   const ids = await ctl.redis.zrange(ctl.keys.replicas(endpoint), 0, -1);

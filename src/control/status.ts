@@ -27,6 +27,8 @@ export type EndpointStatus = {
   not_applied: string[];
   errors: string[];
   replica_list: ReplicaRecord[];
+  /** Set on the deployment of an A/B test's extra version: the endpoint it serves. */
+  variant_of?: string;
 };
 
 export async function endpointStatus(ctl: Control, endpoint: EndpointRecord, queue: QueueDepth): Promise<EndpointStatus> {
@@ -47,6 +49,7 @@ export async function endpointStatus(ctl: Control, endpoint: EndpointRecord, que
     not_applied: notApplied(endpoint.framework, endpoint.config),
     errors: [...new Set(replicas.flatMap((r) => (r.error ? [r.error] : [])))],
     replica_list: replicas,
+    ...(endpoint.variant_of ? { variant_of: endpoint.variant_of } : {}),
   };
 }
 

@@ -7,22 +7,28 @@ import { type Context, Hono } from "hono";
 import { z } from "zod";
 import { DeploymentConfig, Framework, ModelName, ModelVersion } from "../contracts/deployment.ts";
 import { type AutoscalingSettings, parseAutoscalingConfig } from "../contracts/autoscaling.ts";
-import { ApiKeyRole, type ModelVersionRecord } from "../contracts/records.ts";
-import { createApiKey, listApiKeys, revokeApiKey } from "../control/apikeys.ts";
+import type { EndpointRecord, ModelVersionRecord } from "../contracts/records.ts";
 import { autoscalingStatus, clearAutoscaling, setAutoscaling } from "../control/autoscaling.ts";
-import { deleteEndpoint, deployEndpoint, getEndpoint, readEndpoints } from "../control/endpoints.ts";
+import { assertDeployable, forgetAbTest } from "../control/abtests.ts";
+import { deleteEndpoint, deployEndpoint, findEndpoint, getEndpoint, readEndpoints } from "../control/endpoints.ts";
 import type { Control } from "../control/redis.ts";
 import { endpointStatus, type EndpointStatus, readQueueDepth } from "../control/status.ts";
 import { PlatformError } from "../errors.ts";
+import { causeFields, logger } from "../telemetry/log.ts";
 import type { Dispatcher } from "../queue/dispatcher.ts";
 import { type ImportDeps, importModel } from "../registry/import.ts";
 import type { SourceProgress } from "../registry/sources.ts";
 import { listModelVersions } from "../registry/versions.ts";
 import { openObject, StorageError } from "../storage/index.ts";
 import { StoragePolicy, type StorageViewer } from "../storage/policy.ts";
+import { abTestRoutes } from "./admin-abtests.ts";
+import { adminKeyRoutes } from "./admin-keys.ts";
+import { scrapeTargetRoutes } from "./scrape-targets.ts";
 import type { GatewayEnv } from "./env.ts";
 import { asPlatformError, envelope, parseBody, pathParam } from "./errors.ts";
 import { limitStream } from "./limits.ts";
+
+const log = logger("gateway");
 
 const RegisterBody = z.object({
   name: ModelName,
@@ -37,18 +43,15 @@ const UploadQuery = z.object({
   version: RegisterBody.shape.version,
 });
 
-/** Ids are minted by src/control/apikeys.ts. */
-const ApiKeyId = z.string().regex(/^key_[0-9a-f]{12}$/, 'expected a key id such as "key_0123456789ab" (`platform keys list` shows them)');
-
-const KeyBody = z.object({ name: z.string().min(1).max(100), role: ApiKeyRole.default("user") });
-
 export type AdminDeps = { ctl: Control; dispatcher: Dispatcher; imports: ImportDeps; baseUrl: () => string; maxModelBytes?: number; storage?: StoragePolicy };
 
-export async function statusOf(deps: AdminDeps, name: string): Promise<EndpointStatus & { base_url: string }> {
+export async function statusOf(deps: AdminDeps, name: string): Promise<EndpointStatus & { base_url: string; config: EndpointRecord["config"] }> {
   const endpoint = await getEndpoint(deps.ctl, name);
   const depth = await readQueueDepth(deps.dispatcher.queue(endpoint.config.model.name, endpoint.version));
   const status = await endpointStatus(deps.ctl, endpoint, depth);
-  return { ...status, base_url: `${deps.baseUrl()}/v1` };
+  // The stored deployment rides along so a client changing one field (the dashboard's replica count)
+  // can PUT the rest back unchanged instead of resetting it to defaults.
+  return { ...status, base_url: `${deps.baseUrl()}/v1`, config: endpoint.config };
 }
 
 /** The autoscaling file's contents (or a deployment's `autoscaling:` block), validated; errors name the field. */
@@ -97,7 +100,7 @@ async function importWithProgress(c: Context<GatewayEnv>, run: (onProgress: (p: 
         tick();
         controller.enqueue(line({ result: record }));
       } catch (e) {
-        if (!(e instanceof PlatformError)) console.error(`[gateway] ${requestId} model import:`, e);
+        if (!(e instanceof PlatformError)) log.error({ request_id: requestId, ...causeFields(e) }, "model import failed");
         controller.enqueue(line(envelope(asPlatformError(e))));
       } finally {
         clearInterval(timer);
@@ -179,6 +182,7 @@ export function adminRoutes(deps: AdminDeps) {
     }
     // A deployment file may carry the autoscaling block too: checked before anything is deployed.
     const autoscaling = config.autoscaling === undefined ? undefined : parseAutoscalingBody({ autoscaling: config.autoscaling }, name);
+    await assertDeployable(ctl, name, config);
     const record = await deployEndpoint(ctl, { ...config, endpoint: name });
     if (autoscaling) await setAutoscaling(ctl, name, autoscaling);
     return c.json(record);
@@ -186,10 +190,20 @@ export function adminRoutes(deps: AdminDeps) {
 
   app.delete("/endpoints/:name", async (c) => {
     const name = pathParam(c, "name", ModelName);
+    const variantOf = (await findEndpoint(ctl, name).catch(() => undefined))?.variant_of;
+    if (variantOf) throw new PlatformError(400, "invalid_request", `"${name}" serves a version of "${variantOf}"'s A/B test; change the split (platform inference abtest update ${variantOf}) or stop the test`, "name");
     if (!(await deleteEndpoint(ctl, name))) throw new PlatformError(404, "model_not_found", `no endpoint named "${name}"`, "name");
     await clearAutoscaling(ctl, name);
+    // Its A/B test and the test's variant deployments go with it.
+    for (const variant of await forgetAbTest(ctl, name)) {
+      await deleteEndpoint(ctl, variant.name);
+      await clearAutoscaling(ctl, variant.name);
+    }
     return c.json({ deleted: name });
   });
+
+  app.route("/endpoints", abTestRoutes(deps));
+  app.route("/scrape-targets", scrapeTargetRoutes(ctl, deps.baseUrl));
 
   app.get("/endpoints/:name/autoscaling", async (c) => {
     const endpoint = await getEndpoint(ctl, pathParam(c, "name", ModelName));
@@ -212,19 +226,7 @@ export function adminRoutes(deps: AdminDeps) {
     return c.json(await autoscalingStatus(ctl, endpoint, depth));
   });
 
-  app.get("/keys", async (c) => c.json({ data: (await listApiKeys(ctl)).map(({ hash: _hash, ...rest }) => rest) }));
-
-  app.post("/keys", async (c) => {
-    const body = await parseBody(c, KeyBody);
-    const { key, record } = await createApiKey(ctl, body.name, body.role);
-    const { hash: _hash, ...rest } = record;
-    return c.json({ ...rest, key }, 201);
-  });
-
-  app.delete("/keys/:id", async (c) => {
-    const { hash: _hash, ...rest } = await revokeApiKey(ctl, pathParam(c, "id", ApiKeyId));
-    return c.json({ revoked: rest });
-  });
+  app.route("/keys", adminKeyRoutes(ctl));
 
   return app;
 }

@@ -3,6 +3,8 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { join } from "node:path";
 import { serve } from "@hono/node-server";
 import { Hono } from "hono";
+import { recordVariantOutcome, type VariantOutcome } from "../control/abtests.ts";
+import { RateLimiter } from "../control/ratelimits.ts";
 import type { Control } from "../control/redis.ts";
 import { PlatformError } from "../errors.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
@@ -10,21 +12,26 @@ import { Admission } from "../queue/admission.ts";
 import { Dispatcher } from "../queue/dispatcher.ts";
 import type { Settings } from "../settings/index.ts";
 import { openStore } from "../storage/index.ts";
-import { GatewayMetrics } from "../telemetry/metrics.ts";
+import { countBatchRecords, registerBatchMetrics } from "../telemetry/batch-metrics.ts";
+import { GatewayMetrics, servedOf } from "../telemetry/metrics.ts";
 import { registerScalingMetrics } from "../telemetry/scaling-metrics.ts";
+import { requestTelemetry } from "../telemetry/tracing.ts";
 import { BatchJobs } from "../batch/index.ts";
 import { BatchFiles } from "../batch/files.ts";
 import { StoragePolicy } from "../storage/policy.ts";
 import { storageRoutes } from "./storage.ts";
 import { adminRoutes, statusOf } from "./admin.ts";
 import { batchRoutes } from "./batches.ts";
+import { dashboardRoutes } from "./dashboard.ts";
 import { openAiBatchRoutes } from "./openai-batches.ts";
 import { requireAdmin, requireApiKey } from "./auth.ts";
 import type { GatewayEnv } from "./env.ts";
-import { errorResponse } from "./errors.ts";
+import { asPlatformError, errorResponse } from "./errors.ts";
 import { bodyLimits } from "./limits.ts";
 import { openAiRoutes } from "./openai.ts";
-import { Router } from "./routing.ts";
+import { rateLimit } from "./ratelimit.ts";
+import { usageRoutes } from "./usage.ts";
+import { Router, type Target } from "./routing.ts";
 
 export type GatewayOptions = { ctl: Control; settings: Settings; host: string; port: number };
 export type RunningGateway = { url: string; close: () => Promise<void> };
@@ -43,20 +50,24 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       (await router.endpoints()).map(async (e) => {
         // One endpoint that cannot be read (deleted meanwhile, say) drops out of this scrape alone.
         const s = await statusOf(admin, e.name).catch(() => undefined);
-        return s ? [{ model_name: e.name, waiting: s.queue.waiting, running: s.queue.active, replicas_ready: s.replicas.ready, replicas_desired: s.replicas.desired }] : [];
+        return s ? [{ ...servedOf(e), waiting: s.queue.waiting, running: s.queue.active, replicas_ready: s.replicas.ready, replicas_desired: s.replicas.desired }] : [];
       }),
     ).then((all) => all.flat()),
   );
-  registerScalingMetrics(metrics.registry, ctl);
+  registerScalingMetrics(metrics.registry, ctl, () => router.endpoints());
+  registerBatchMetrics(metrics.registry, ctl);
+  // The batch coordinator running in this process reports its records here (src/telemetry/batch-metrics.ts).
+  const stopCountingBatch = countBatchRecords((r) => metrics.batchRecord(r));
   const admission = new Admission(dispatcher, {
     defaults: settings.admission,
-    onReject: (name, reason) => metrics.rateLimited.inc({ model_name: name, reason }),
+    onReject: (endpoint, reason) => metrics.rateLimited.inc({ ...servedOf(endpoint), reason }),
   });
   const textContext = {
     metrics,
     submit: (submission: Parameters<Dispatcher["submit"]>[0], options?: { queueWaitMs?: number }) =>
       dispatcher.submit(submission, { timeoutMs: settings.requestTimeoutMs, queueWaitMs: options?.queueWaitMs }),
     admit: (endpoint: EndpointRecord) => admission.admit(endpoint),
+    onOutcome: (target: Target, outcome: VariantOutcome) => void recordVariantOutcome(ctl, target.name, target.version, outcome).catch(() => undefined),
   };
 
   const app = new Hono<GatewayEnv>();
@@ -66,6 +77,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     c.header("x-request-id", id);
     await next();
   });
+  // Tracing's server span (when on; docs/tracing.md) and, at debug level, a log line per request.
+  app.use(requestTelemetry());
   app.get("/healthz", (c) => c.json({ status: "ok" }));
   app.get("/readyz", async (c) => {
     const ok = await ctl.redis.ping().then(() => true, () => false);
@@ -75,17 +88,26 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
 
   // After authentication: only a key holder can make the gateway read a body at all.
   const limits = bodyLimits(settings);
-  app.use("/v1/*", requireApiKey(ctl), limits);
+  // Rate limits and usage (src/gateway/ratelimit.ts): every /v1 response of a limited key carries its x-ratelimit-* headers.
+  const limiter = new RateLimiter(ctl, { maxLifetimeMs: settings.requestTimeoutMs + 60_000 });
+  const meter = rateLimit({ ctl, limiter, onReject: (t, kind) => metrics.rateLimited.inc({ model_name: t.model, version: t.version, reason: `key_${kind}` }) });
+  app.use("/v1/*", requireApiKey(ctl), meter, limits);
   app.route("/v1", openAiRoutes(router, textContext));
+  app.route("/v1/usage", usageRoutes(ctl));
   const batchJobs = new BatchJobs(ctl, { storage, files: new BatchFiles(ctl, admin.imports.artifacts) });
   app.route("/v1/storage", storageRoutes(storage));
   app.route("/v1/batch-jobs", batchRoutes({ jobs: batchJobs }));
   app.route("/v1", openAiBatchRoutes({ ctl, jobs: batchJobs, artifacts: admin.imports.artifacts }));
   app.use("/admin/v1/*", requireApiKey(ctl), requireAdmin, limits);
   app.route("/admin/v1", adminRoutes(admin));
+  // The web dashboard's static files (README "Dashboard"): no key for the files, the page asks for one.
+  app.route("/dashboard", dashboardRoutes());
 
   app.notFound((c) => errorResponse(c, new PlatformError(404, "unknown_route", `no route ${c.req.method} ${c.req.path}; the API lives under /v1 (OpenAI-compatible) and /admin/v1 (management)`)));
-  app.onError((e, c) => errorResponse(c, e));
+  app.onError((e, c) => {
+    metrics.errorAnswered(c.req.raw, c.req.method, c.req.path, asPlatformError(e));
+    return errorResponse(c, e);
+  });
 
   const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
     const s = serve({ fetch: app.fetch, hostname: options.host, port: options.port }, () => resolve(s));
@@ -105,6 +127,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       const cut = setTimeout(() => http.closeAllConnections(), 3_000);
       await closed;
       clearTimeout(cut);
+      limiter.close();
+      stopCountingBatch();
       await router.close();
       await dispatcher.close();
       await batchJobs.close();

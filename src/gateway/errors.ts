@@ -4,6 +4,9 @@ import { z } from "zod";
 import { describeIssues } from "../contracts/issues.ts";
 import type { JobError } from "../contracts/job.ts";
 import { detailOf, PlatformError, withDetail } from "../errors.ts";
+import { causeFields, logger } from "../telemetry/log.ts";
+
+const log = logger("gateway");
 
 export type ErrorEnvelope = { error: { message: string; type: string; param: string | null; code: string | null } };
 
@@ -29,7 +32,7 @@ export function clientError(c: Context, e: unknown): PlatformError {
   if (!hidden) return err;
   const detail = hidden.detail;
   const requestId = (c.get("requestId") as string | undefined) ?? "(none)";
-  console.error(`[gateway] ${requestId} ${c.req.method} ${c.req.path}: ${err.code}:`, detail);
+  log.error({ request_id: requestId, method: c.req.method, path: c.req.path, code: err.code, status: err.status, ...causeFields(detail) }, `${c.req.method} ${c.req.path}: ${err.code}`);
   const base = e instanceof PlatformError ? err.message : "internal error";
   return new PlatformError(err.status, err.code, `${base}; request id ${requestId}, the gateway log has the details`, err.param, err.retryAfter);
 }

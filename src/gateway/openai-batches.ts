@@ -9,13 +9,15 @@
  *
  * A batch is an ordinary batch job (src/batch) whose lines are OpenAI
  * requests; all requests of a file must name the same model (an endpoint, as
- * in /v1/chat/completions). Output lines come in input order.
+ * in /v1/chat/completions). As on OpenAI, answers go to the output file and
+ * failures to the error file (src/batch/openai-lines.ts), each in input
+ * order; both are files of the batch's key, like its input.
  */
 import { Readable } from "node:stream";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { Hono } from "hono";
 import { z } from "zod";
-import { BatchFiles } from "../batch/files.ts";
+import { BatchFiles, type BatchResultFiles, FILES_PREFIX } from "../batch/files.ts";
 import { isBlank, readLines } from "../batch/input.ts";
 import { BatchJobs, type Viewer } from "../batch/jobs.ts";
 import type { OpenAiSpec } from "../batch/records.ts";
@@ -49,12 +51,14 @@ export function openAiBatchRoutes(deps: OpenAiBatchDeps) {
   const app = new Hono<GatewayEnv>();
   const viewer = (c: { get(key: "apiKey"): GatewayEnv["Variables"]["apiKey"] }): Viewer => ({ id: c.get("apiKey").id, role: c.get("apiKey").role });
 
-  const present = async (record: BatchJobRecord, openai: OpenAiSpec) => {
-    let outputFileId: string | null = null;
-    if (record.output_file && (record.state === "completed" || record.state === "cancelled")) {
-      outputFileId = await files.registerOutput(record.id, `files/${record.id}.jsonl`, record.created_by, record.finished ?? Date.now());
+  // The coordinator records the files as the batch ends; a batch that ended before error files
+  // existed has one result holding every line, shown as its output file.
+  const present = async (record: BatchJobRecord, openai: OpenAiSpec, ended: BatchResultFiles | undefined) => {
+    let shown: BatchResultFiles = ended ?? { output_file_id: null, error_file_id: null };
+    if (!ended && record.output_file && (record.state === "completed" || record.state === "cancelled")) {
+      shown = { output_file_id: await files.registerOutput(record.id, `${FILES_PREFIX}/${record.id}.jsonl`, record.created_by, record.finished ?? Date.now()), error_file_id: null };
     }
-    return toOpenAiBatch(record, openai, outputFileId);
+    return toOpenAiBatch(record, openai, shown);
   };
 
   app.post("/files", async (c) => {
@@ -103,7 +107,7 @@ export function openAiBatchRoutes(deps: OpenAiBatchDeps) {
         output: { uri: output, given: "files/", shown: "files/", confined: false },
       },
     });
-    return c.json(await present(record, openai));
+    return c.json(await present(record, openai, undefined));
   });
 
   app.get("/batches", async (c) => {
@@ -115,8 +119,8 @@ export function openAiBatchRoutes(deps: OpenAiBatchDeps) {
     for (;;) {
       const page = await jobs.list({ limit: 100, after }, who);
       for (const record of page.data) {
-        const { openai } = await jobs.getWithOpenAi(record.id, who);
-        if (openai) data.push(await present(record, openai));
+        const { openai, files: ended } = await jobs.getWithOpenAi(record.id, who);
+        if (openai) data.push(await present(record, openai, ended));
         if (data.length > query.limit) break;
       }
       if (data.length > query.limit || !page.has_more) break;
@@ -127,16 +131,18 @@ export function openAiBatchRoutes(deps: OpenAiBatchDeps) {
   });
 
   app.get("/batches/:id", async (c) => {
-    const { record, openai } = await jobs.getWithOpenAi(c.req.param("id"), viewer(c));
+    const { record, openai, files: ended } = await jobs.getWithOpenAi(c.req.param("id"), viewer(c));
     if (!openai) throw notABatch(record.id);
-    return c.json(await present(record, openai));
+    return c.json(await present(record, openai, ended));
   });
 
   app.post("/batches/:id/cancel", async (c) => {
     const who = viewer(c);
     const { openai } = await jobs.getWithOpenAi(c.req.param("id"), who);
     if (!openai) throw notABatch(c.req.param("id"));
-    return c.json(await present(await jobs.cancel(c.req.param("id"), who), openai));
+    const record = await jobs.cancel(c.req.param("id"), who);
+    // A batch cancelled before it ran ends here, with no files; one that ran ends in its coordinator.
+    return c.json(await present(record, openai, (await jobs.getWithOpenAi(record.id, who)).files));
   });
 
   return app;
@@ -166,7 +172,7 @@ async function firstModel(stream: Readable): Promise<string | undefined> {
   }
 }
 
-function toOpenAiBatch(record: BatchJobRecord, openai: OpenAiSpec, outputFileId: string | null) {
+function toOpenAiBatch(record: BatchJobRecord, openai: OpenAiSpec, files: BatchResultFiles) {
   const s = (ms: number | null) => (ms === null ? null : Math.floor(ms / 1000));
   const created = Math.floor(record.created / 1000);
   const ended = (state: string) => (record.state === state ? s(record.finished) : null);
@@ -178,8 +184,8 @@ function toOpenAiBatch(record: BatchJobRecord, openai: OpenAiSpec, outputFileId:
     input_file_id: openai.input_file_id,
     completion_window: openai.completion_window,
     status: STATUS[record.state],
-    output_file_id: outputFileId,
-    error_file_id: null,
+    output_file_id: files.output_file_id,
+    error_file_id: files.error_file_id,
     created_at: created,
     in_progress_at: s(record.started),
     expires_at: created + 24 * 3600,

@@ -1,11 +1,12 @@
 /** The OpenAI-compatible routes and the seed's generate route, all under /v1. */
-import { Hono } from "hono";
+import { type Context, Hono } from "hono";
 import type { EmbeddingResult } from "../contracts/job.ts";
 import { PlatformError, publicJobError } from "../errors.ts";
 import type { GatewayEnv } from "./env.ts";
 import { parseBody } from "./errors.ts";
 import { checkEmbeddingBound, checkPromptBound } from "./limits.ts";
-import type { Router } from "./routing.ts";
+import { meterOf, reservationOf } from "./ratelimit.ts";
+import type { Caller, Router } from "./routing.ts";
 import { ChatCompletionRequest, CompletionRequest, EmbeddingRequest, GenerateRequest, toMessages, toParams } from "./schemas.ts";
 import { publicFinishReason, serveText, type TextFormat, type TextRequestContext } from "./serve-text.ts";
 
@@ -83,10 +84,16 @@ const generateFormat: TextFormat = {
 
 export function openAiRoutes(router: Router, ctx: TextRequestContext) {
   const app = new Hono<GatewayEnv>();
+  /** Routing, remembered for metrics: an error from here on counts under this endpoint and version. */
+  const route = async (c: Context<GatewayEnv>, model: string) => {
+    const t = await router.resolve(model, callerOf(c));
+    ctx.metrics.routed(c.req.raw, { model_name: t.name, version: t.version });
+    return t;
+  };
 
   app.post("/chat/completions", async (c) => {
     const body = await parseBody(c, ChatCompletionRequest);
-    const t = await router.resolve(body.model);
+    const t = await route(c, body.model);
     const messages = toMessages(body.messages);
     const params = toParams(body);
     checkPromptBound(t.bound, messages.map((m) => m.content), params.max_tokens, "messages");
@@ -95,13 +102,13 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
       ctx,
       chatFormat,
       { kind: "chat", request_id: c.get("requestId"), model: t.model, version: t.version, messages, params },
-      { stream: body.stream ?? false, includeUsage: body.stream_options?.include_usage ?? false, label: body.model, endpoint: t.endpoint },
+      { stream: body.stream ?? false, includeUsage: body.stream_options?.include_usage ?? false, label: body.model, target: t },
     );
   });
 
   app.post("/completions", async (c) => {
     const body = await parseBody(c, CompletionRequest);
-    const t = await router.resolve(body.model);
+    const t = await route(c, body.model);
     const prompt = typeof body.prompt === "string" ? body.prompt : (body.prompt[0] as string);
     const params = toParams(body);
     checkPromptBound(t.bound, [prompt], params.max_tokens, "prompt");
@@ -110,14 +117,14 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
       ctx,
       completionFormat,
       { kind: "completion", request_id: c.get("requestId"), model: t.model, version: t.version, prompt, params },
-      { stream: body.stream ?? false, includeUsage: body.stream_options?.include_usage ?? false, label: body.model, endpoint: t.endpoint },
+      { stream: body.stream ?? false, includeUsage: body.stream_options?.include_usage ?? false, label: body.model, target: t },
     );
   });
 
   app.post("/inference/:model/generate", async (c) => {
     const body = await parseBody(c, GenerateRequest);
     const name = c.req.param("model");
-    const t = await router.resolve(name);
+    const t = await route(c, name);
     const params = toParams(body);
     checkPromptBound(t.bound, [body.prompt], params.max_tokens, "prompt");
     return serveText(
@@ -125,17 +132,22 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
       ctx,
       generateFormat,
       { kind: "generate", request_id: c.get("requestId"), model: t.model, version: t.version, prompt: body.prompt, params },
-      { stream: body.stream ?? false, includeUsage: body.stream_options?.include_usage ?? false, label: name, endpoint: t.endpoint },
+      { stream: body.stream ?? false, includeUsage: body.stream_options?.include_usage ?? false, label: name, target: t },
     );
   });
 
   app.post("/embeddings", async (c) => {
+    const startedAt = performance.now();
     const body = await parseBody(c, EmbeddingRequest);
-    const t = await router.resolve(body.model);
+    const t = await route(c, body.model);
     const input = typeof body.input === "string" ? [body.input] : body.input;
     checkEmbeddingBound(t.bound, input);
+    c.header("x-model-version", t.version);
+    const submission = { kind: "embedding" as const, request_id: c.get("requestId"), model: t.model, version: t.version, input };
+    const meter = meterOf(c);
+    await meter?.admit({ model: t.name, version: t.version }, reservationOf(submission));
     const limits = ctx.admit ? await ctx.admit(t.endpoint) : undefined;
-    const handle = await ctx.submit({ kind: "embedding", request_id: c.get("requestId"), model: t.model, version: t.version, input }, { queueWaitMs: limits?.maxQueueWaitMs });
+    const handle = await ctx.submit(submission, { queueWaitMs: limits?.maxQueueWaitMs });
     c.req.raw.signal.addEventListener("abort", () => void handle.cancel(), { once: true });
     let result: EmbeddingResult | undefined;
     for await (const event of handle.events) {
@@ -143,6 +155,9 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
       if (event.type === "done" && event.result.type === "embedding") result = event.result;
     }
     if (!result) throw new PlatformError(500, "internal_error", "worker sent no embeddings");
+    const e2eSeconds = (performance.now() - startedAt) / 1000;
+    ctx.metrics.answered({ model_name: t.name, version: t.version }, "online", "embedding", { usage: result.usage, finish_reason: "stop", e2eSeconds, queuedMs: result.queued_ms });
+    meter?.complete({ prompt_tokens: result.usage.prompt_tokens, completion_tokens: 0 });
     const base64 = body.encoding_format === "base64";
     return c.json({
       object: "list",
@@ -160,14 +175,20 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
     const endpoints = await router.endpoints();
     return c.json({
       object: "list",
-      data: endpoints.map((e) => ({ id: e.name, object: "model", created: Math.floor(e.created / 1000), owned_by: "platform" })),
+      // A/B variants are versions of an endpoint, not models of their own: `name@version` reaches them.
+      data: endpoints.filter((e) => !e.variant_of).map((e) => ({ id: e.name, object: "model", created: Math.floor(e.created / 1000), owned_by: "platform" })),
     });
   });
 
   app.get("/models/:id", async (c) => {
     const t = await router.resolve(c.req.param("id"));
-    return c.json({ id: t.endpoint.name, object: "model", created: Math.floor(t.endpoint.created / 1000), owned_by: "platform" });
+    return c.json({ id: c.req.param("id"), object: "model", created: Math.floor(t.endpoint.created / 1000), owned_by: "platform" });
   });
 
   return app;
+}
+
+/** The caller as sticky A/B tests see it. */
+function callerOf(c: Context<GatewayEnv>): Caller {
+  return { keyId: c.get("apiKey")?.id, header: (name) => c.req.header(name) };
 }

@@ -1,11 +1,15 @@
 /**
- * Which endpoint and version serve a request. Endpoint records are cached in
- * the gateway and refreshed on every change notice, so routing costs no Redis
+ * Which endpoint and version serve a request. `"model": "name"` goes to the
+ * endpoint's own version, or to a variant its A/B test picks; `"name@v3"`
+ * pins a deployed version. Endpoint records and A/B tests are cached in the
+ * gateway and refreshed on every change notice, so routing costs no Redis
  * round trip on the hot path.
  */
 import type { RedisClient } from "../control/redis.ts";
-import { NAME_PATTERN } from "../contracts/deployment.ts";
+import { type AbTestRecord, pickVariant } from "../contracts/abtest.ts";
+import { NAME_PATTERN, VERSION_PATTERN } from "../contracts/deployment.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
+import { readAbTests } from "../control/abtests.ts";
 import { readEndpoints } from "../control/endpoints.ts";
 import type { InvalidRecord } from "../control/invalid-records.ts";
 import { type Control, duplicate } from "../control/redis.ts";
@@ -14,14 +18,25 @@ import { withinRedisWait } from "../queue/admission.ts";
 import { resolveModelVersion } from "../registry/versions.ts";
 import { type PromptBound, promptBound } from "./limits.ts";
 
-/** `bound`: what the gateway checks a prompt against before enqueueing (src/gateway/limits.ts). */
-export type Target = { endpoint: EndpointRecord; model: string; version: string; bound: PromptBound | undefined };
+/**
+ * `name`: the endpoint the client named; `endpoint`: the deployment that serves this request
+ * (the endpoint itself or one of its A/B variants); `model`/`version`: what it runs; `abtest`:
+ * the endpoint has a test, so the outcome is counted per variant; `bound`: what the gateway
+ * checks a prompt against before enqueueing (src/gateway/limits.ts).
+ */
+export type Target = { name: string; endpoint: EndpointRecord; model: string; version: string; abtest: boolean; bound: PromptBound | undefined };
+
+/** Who is asking, for sticky A/B tests: the API key's id and the request's headers. */
+export type Caller = { keyId?: string; header: (name: string) => string | undefined };
 
 const MAX_STALENESS_MS = 2000;
 
 export class Router {
   private readonly ctl: Control;
   private cache = new Map<string, EndpointRecord>();
+  /** Each endpoint's deployments by version: its own and its variants (retiring ones left out). */
+  private deployments = new Map<string, Map<string, EndpointRecord>>();
+  private tests = new Map<string, AbTestRecord>();
   private skipped: InvalidRecord[] = [];
   /** Per model@version, which never changes once registered. */
   private readonly bounds = new Map<string, PromptBound | undefined>();
@@ -53,18 +68,35 @@ export class Router {
     return this.skipped;
   }
 
-  async resolve(model: string): Promise<Target> {
-    if (!NAME_PATTERN.test(model)) {
+  async resolve(model: string, caller?: Caller): Promise<Target> {
+    const at = model.indexOf("@");
+    const name = at < 0 ? model : model.slice(0, at);
+    const pinned = at < 0 ? undefined : model.slice(at + 1);
+    if (!NAME_PATTERN.test(name) || (pinned !== undefined && !VERSION_PATTERN.test(pinned))) {
       // Unknown, as OpenAI answers; the name itself is not echoed back, it may be anything.
-      throw new PlatformError(404, "model_not_found", "The model does not exist: model names are 1-63 letters, digits, \".\", \"_\" or \"-\", starting with a letter or digit. GET /v1/models lists the models served here.", "model");
+      throw new PlatformError(404, "model_not_found", "The model does not exist: model names are 1-63 letters, digits, \".\", \"_\" or \"-\", starting with a letter or digit, optionally followed by @<version>. GET /v1/models lists the models served here.", "model");
     }
     if (Date.now() - this.loadedAt > MAX_STALENESS_MS) await this.refresh();
-    const endpoint = this.cache.get(model);
-    if (!endpoint) {
-      throw new PlatformError(404, "model_not_found", `The model \`${model}\` does not exist or you do not have access to it. GET /v1/models lists the models served here.`, "model");
+    const own = this.cache.get(name);
+    if (!own || own.variant_of) {
+      throw new PlatformError(404, "model_not_found", `The model \`${name}\` does not exist or you do not have access to it. GET /v1/models lists the models served here.`, "model");
     }
-    const name = endpoint.config.model.name;
-    return { endpoint, model: name, version: endpoint.version, bound: await this.bound(endpoint) };
+    const versions = this.deployments.get(name) ?? new Map([[own.version, own]]);
+    const test = this.tests.get(name);
+    let endpoint = own;
+    if (pinned !== undefined) {
+      const deployment = versions.get(pinned);
+      if (!deployment) {
+        throw new PlatformError(404, "model_not_found", `Version \`${pinned}\` of \`${name}\` is not deployed; deployed: ${[...versions.keys()].join(", ")}. Name the model alone for its default routing.`, "model");
+      }
+      endpoint = deployment;
+    } else if (test?.state === "running" || test?.serving) {
+      const variant = pickVariant(test.state === "running" ? test.split : (test.serving as AbTestRecord["split"]), stickyValue(test, caller));
+      endpoint = versions.get(variant.version) ?? own;
+    } else if (test?.state === "stopping" && test.keep !== undefined) {
+      endpoint = versions.get(test.keep) ?? own;
+    }
+    return { name, endpoint, model: endpoint.config.model.name, version: endpoint.version, abtest: test !== undefined, bound: await this.bound(endpoint) };
   }
 
   private async bound(endpoint: EndpointRecord): Promise<PromptBound | undefined> {
@@ -82,8 +114,9 @@ export class Router {
     this.loading ??= (async () => {
       try {
         let read: Awaited<ReturnType<typeof readEndpoints>>;
+        let tests: Map<string, AbTestRecord>;
         try {
-          read = await withinRedisWait(readEndpoints(this.ctl), this.ctl.redis);
+          [read, tests] = await withinRedisWait(Promise.all([readEndpoints(this.ctl), readAbTests(this.ctl)]), this.ctl.redis);
         } catch (e) {
           // Redis away: route on what is known (admission answers 503 next); knowing nothing, answer it here.
           if (this.loadedAt > 0) {
@@ -93,7 +126,18 @@ export class Router {
           throw withDetail(new PlatformError(503, "queue_unavailable", "the endpoint registry is unavailable, retry shortly", null, 1), e);
         }
         const { endpoints, invalid } = read;
+        this.tests = tests;
         this.cache = new Map(endpoints.map((e) => [e.name, e]));
+        const deployments = new Map<string, Map<string, EndpointRecord>>();
+        for (const e of endpoints) {
+          if (e.retiring) continue;
+          const owner = e.variant_of ?? e.name;
+          const versions = deployments.get(owner) ?? new Map<string, EndpointRecord>();
+          // The endpoint's own deployment wins if a variant ever shares its version.
+          if (!e.variant_of || !versions.has(e.version)) versions.set(e.version, e);
+          deployments.set(owner, versions);
+        }
+        this.deployments = deployments;
         this.skipped = invalid;
         this.loadedAt = Date.now();
       } finally {
@@ -106,4 +150,11 @@ export class Router {
   async close(): Promise<void> {
     await this.subscriber?.quit().catch(() => undefined);
   }
+}
+
+/** The value a sticky test keys its variant on; undefined (a fresh draw) when it is not sticky or the caller has none. */
+function stickyValue(test: AbTestRecord, caller: Caller | undefined): string | undefined {
+  if (!test.sticky || !caller) return undefined;
+  if (test.sticky === "key") return caller.keyId;
+  return caller.header(test.sticky.slice("header:".length));
 }

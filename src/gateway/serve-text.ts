@@ -13,11 +13,14 @@ import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
 import type { FinishReason, JobEvent, TextResult, Usage } from "../contracts/job.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
+import type { VariantOutcome } from "../control/abtests.ts";
 import { PlatformError, publicJobError } from "../errors.ts";
 import type { AdmissionLimits } from "../queue/admission.ts";
 import type { JobHandle, Submission } from "../queue/dispatcher.ts";
-import type { GatewayMetrics } from "../telemetry/metrics.ts";
+import { type GatewayMetrics, nonStreamingTtft, type Served } from "../telemetry/metrics.ts";
 import { clientError, envelope } from "./errors.ts";
+import { meterOf, reservationOf } from "./ratelimit.ts";
+import type { Target } from "./routing.ts";
 
 export type TextFormat = {
   idPrefix: string;
@@ -36,6 +39,8 @@ export type TextRequestContext = {
   metrics: GatewayMetrics;
   /** Admission control (src/queue/admission.ts): throws the 429/503 to answer instead of queueing. */
   admit?: (endpoint: EndpointRecord) => Promise<AdmissionLimits>;
+  /** Each request's outcome, for the A/B test's per-variant numbers (counted only when `target.abtest`). */
+  onOutcome?: (target: Target, outcome: VariantOutcome) => void;
 };
 
 export async function serveText(
@@ -43,17 +48,27 @@ export async function serveText(
   ctx: TextRequestContext,
   format: TextFormat,
   submission: Submission,
-  options: { stream: boolean; includeUsage: boolean; label: string; endpoint?: EndpointRecord },
+  options: { stream: boolean; includeUsage: boolean; label: string; target?: Target },
 ): Promise<Response> {
   const startedAt = performance.now();
-  const label = { model_name: options.label };
+  const target = options.target;
+  // Which version answered, whichever way it was chosen (default, A/B variant, or pinned).
+  c.header("x-model-version", submission.version);
+  const outcome = (ok: boolean, usage?: Usage) => {
+    if (target?.abtest) ctx.onOutcome?.(target, { ok, latencyMs: performance.now() - startedAt, promptTokens: usage?.prompt_tokens, completionTokens: usage?.completion_tokens });
+  };
+  // As the route recorded it for errors, which the gateway's error handler counts (openai.ts).
+  const served: Served = { model_name: target?.name ?? options.label, version: submission.version };
   const base: Base = {
     id: `${format.idPrefix}${randomBytes(12).toString("hex")}`,
     created: Math.floor(Date.now() / 1000),
     model: options.label,
     version: submission.version,
   };
-  const limits = options.endpoint && ctx.admit ? await ctx.admit(options.endpoint) : undefined;
+  // The key's rate limits (src/gateway/ratelimit.ts), for the version routing chose, before the queue's own admission.
+  const meter = meterOf(c);
+  await meter?.admit({ model: target?.name ?? options.label, version: target?.version ?? submission.version }, reservationOf(submission));
+  const limits = target && ctx.admit ? await ctx.admit(target.endpoint) : undefined;
   const handle = await ctx.submit({ ...submission, stream: options.stream }, { queueWaitMs: limits?.maxQueueWaitMs });
   const events = handle.events;
   // A client that goes away cancels its generation on the worker.
@@ -64,23 +79,25 @@ export async function serveText(
     first = await nextMeaningful(events);
   } catch (e) {
     await handle.cancel();
-    if (e instanceof PlatformError && e.code === "queue_timeout") ctx.metrics.rateLimited.inc({ ...label, reason: e.code });
+    if (e instanceof PlatformError && e.code === "queue_timeout") ctx.metrics.rateLimited.inc({ ...served, reason: e.code });
+    outcome(false);
     throw e;
   }
   if (first.type === "error") {
     // A replica that held the request without a free sequence past its max queue wait.
-    if (first.error.code === "queue_timeout") ctx.metrics.rateLimited.inc({ ...label, reason: first.error.code });
-    else ctx.metrics.failures.inc({ ...label, code: first.error.code });
+    if (first.error.code === "queue_timeout") ctx.metrics.rateLimited.inc({ ...served, reason: first.error.code });
+    outcome(false);
     throw publicJobError(first.error);
   }
-  ctx.metrics.ttft.observe(label, (performance.now() - startedAt) / 1000);
+  // Streamed: the first token's arrival here. Otherwise the worker's report says when it was made.
+  const firstTokenSeconds = first.type === "token" ? (performance.now() - startedAt) / 1000 : undefined;
 
   const finish = (result: TextResult) => {
-    if (result.queued_ms !== undefined) ctx.metrics.queueTime.observe(label, result.queued_ms / 1000);
-    ctx.metrics.e2e.observe(label, (performance.now() - startedAt) / 1000);
-    ctx.metrics.promptTokens.inc(label, result.usage.prompt_tokens);
-    ctx.metrics.generationTokens.inc(label, result.usage.completion_tokens);
-    ctx.metrics.success.inc({ ...label, finished_reason: result.finish_reason });
+    const e2eSeconds = (performance.now() - startedAt) / 1000;
+    const ttftSeconds = firstTokenSeconds ?? nonStreamingTtft(e2eSeconds, result);
+    ctx.metrics.answered(served, "online", submission.kind, { usage: result.usage, finish_reason: result.finish_reason, e2eSeconds, ttftSeconds, queuedMs: result.queued_ms });
+    outcome(true, result.usage);
+    meter?.complete(result.usage);
   };
 
   if (!options.stream) {
@@ -93,14 +110,14 @@ export async function serveText(
     sse.onAbort(() => void handle.cancel());
     const send = (data: unknown) => sse.writeSSE({ data: JSON.stringify(data) });
     const withUsage = (chunk: unknown) => (options.includeUsage ? { ...(chunk as object), usage: null } : chunk);
-    let lastToken = performance.now();
+    let lastToken: number | undefined;
     await send(withUsage(format.chunk(base, { first: true })));
     let event: JobEvent | undefined = first;
     try {
       while (event) {
         if (event.type === "token") {
           const now = performance.now();
-          ctx.metrics.interToken.observe(label, (now - lastToken) / 1000);
+          if (lastToken !== undefined) ctx.metrics.interToken.observe({ ...served, source: "online" }, (now - lastToken) / 1000);
           lastToken = now;
           await send(withUsage(format.chunk(base, { text: event.text })));
         } else if (event.type === "started") {
@@ -121,7 +138,10 @@ export async function serveText(
       }
     } catch (e) {
       const err = clientError(c, e);
-      ctx.metrics.failures.inc({ ...label, code: err.code });
+      // After the headers: the error handler never sees this one.
+      ctx.metrics.failed(served, "online", submission.kind, err);
+      outcome(false);
+      meter?.fail();
       await handle.cancel();
       await send(envelope(err));
     }

@@ -6,6 +6,9 @@
  *   with autoscaling off, or every replica failing to start) → 503 `no_capacity`.
  * - Otherwise the request is admitted, and may wait at most `max_queue_wait`
  *   for a replica to take it (enforced by the dispatcher: 503 `queue_timeout`).
+ * - Requests already waiting on an autoscaled endpoint below its max: the
+ *   scaler is woken at once (pub/sub), so a load step is acted on in
+ *   milliseconds rather than at the next tick.
  *
  * What it reads from Redis is cached briefly (queue depth 200 ms, replicas
  * 500 ms) and shared by concurrent requests, and requests admitted since the
@@ -52,7 +55,8 @@ export function limitsFor(endpoint: EndpointRecord, defaults: AdmissionLimits): 
   return { maxQueueDepth: r.max_queue_depth ?? defaults.maxQueueDepth, maxQueueWaitMs: wait ?? defaults.maxQueueWaitMs };
 }
 
-type Capacity = { ready: number; starting: number; failed: number; error: string | undefined; scalesFromZero: boolean };
+/** `scalesUp`: autoscaling may still add a replica (enabled, below max_replicas). */
+type Capacity = { ready: number; starting: number; failed: number; error: string | undefined; scalesFromZero: boolean; scalesUp: boolean };
 
 export type AdmissionOptions = {
   /** Gateway-wide limits (settings.admission); an endpoint's `resources.max_queue_depth` / `max_queue_wait` override them. */
@@ -61,7 +65,7 @@ export type AdmissionOptions = {
   depthCacheMs?: number;
   /** Default 500 ms. */
   capacityCacheMs?: number;
-  onReject?: (endpoint: string, reason: RejectReason) => void;
+  onReject?: (endpoint: EndpointRecord, reason: RejectReason) => void;
 };
 
 export class Admission {
@@ -105,7 +109,7 @@ export class Admission {
     if (capacity.ready === 0) {
       const refusal = noCapacity(endpoint, capacity);
       if (refusal) {
-        this.options.onReject?.(endpoint.name, "no_capacity");
+        this.options.onReject?.(endpoint, "no_capacity");
         // A replica's start error may quote server paths: admins see it in `status`, the log keeps it.
         const err = new PlatformError(503, "no_capacity", refusal, null, RETRY_AFTER_S.no_capacity);
         throw capacity.error === undefined ? err : withDetail(err, `replica error: ${capacity.error}`);
@@ -113,7 +117,7 @@ export class Admission {
       if (endpoint.desired_replicas === 0) this.wakeScaler(endpoint.name);
     }
     if (waitingEntry.value >= limits.maxQueueDepth) {
-      this.options.onReject?.(endpoint.name, "queue_full");
+      this.options.onReject?.(endpoint, "queue_full");
       throw new PlatformError(
         429,
         "queue_full",
@@ -122,6 +126,9 @@ export class Admission {
         RETRY_AFTER_S.queue_full,
       );
     }
+    // Requests already wait: every replica is full. A scaler tick now, not at its next interval,
+    // lets a load step start a replica as soon as it begins (the policy still decides).
+    if (waitingEntry.value > 0 && capacity.scalesUp) this.wakeScaler(endpoint.name);
     // Counted here until the next read from Redis includes it.
     waitingEntry.value += 1;
     return limits;
@@ -143,10 +150,11 @@ export class Admission {
       failed: count("failed"),
       error: mine.find((r) => r.error)?.error,
       scalesFromZero: autoscaling !== undefined && autoscaling.enabled && autoscaling.max_replicas >= 1,
+      scalesUp: autoscaling !== undefined && autoscaling.enabled && endpoint.desired_replicas < autoscaling.max_replicas,
     };
   }
 
-  /** At most one wake-up a second per endpoint: one is enough for the scaler to tick. */
+  /** At most one wake-up a second per endpoint: the scaler ticks every second anyway. */
   private wakeScaler(endpoint: string): void {
     const now = Date.now();
     if (now - (this.wokeAt.get(endpoint) ?? 0) < 1000) return;

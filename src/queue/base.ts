@@ -3,12 +3,13 @@
  * the Redis connections, the key prefix, one `Queue` per model queue (a Queue
  * holds connections and scripts, so one per queue and process is enough), the
  * queues' event streams and the stream readers. The dispatcher (online
- * requests), batch record jobs, the autoscaler, workers, benchmarks and test
- * producers all reach BullMQ through it; close() releases it all.
+ * requests), batch record jobs, the batch coordinator queue and its
+ * coordinators, the autoscaler, workers, benchmarks and tests all reach BullMQ
+ * through it; close() releases it all but the workers, which their owners close.
  */
 import { type Processor, Queue, QueueEvents, Worker, type WorkerOptions } from "bullmq";
 import { queueName } from "../contracts/naming.ts";
-import { type Control, duplicate } from "../control/redis.ts";
+import { type Control, duplicate, type RedisClient } from "../control/redis.ts";
 import { StreamReader, type StreamReaderOptions } from "./stream-reader.ts";
 
 /** Covers the start-up of an event reader and any clock skew between this host and Redis (stream ids are Redis time). */
@@ -29,14 +30,15 @@ export class QueueBase {
     return this.queueNamed(queueName(model, version));
   }
 
-  queueNamed(name: string): Queue {
+  /** Any queue under the prefix by its full name (the batch coordinator queue, say). `T`: its jobs' data. */
+  queueNamed<T = unknown>(name: string): Queue<T> {
     let q = this.queues.get(name);
     if (!q) {
       q = new Queue(name, { connection: this.ctl.redis, prefix: this.ctl.prefix });
       q.on("error", () => undefined); // surfaced on the calls that fail
       this.queues.set(name, q);
     }
-    return q;
+    return q as Queue<T>;
   }
 
   /** The queue's event stream, one reader per queue and process. */
@@ -57,7 +59,12 @@ export class QueueBase {
 
   /** A worker on the queue `<model>@<version>`, on a connection of its own; the caller closes it. */
   worker<T, R>(model: string, version: string, processor: Processor<T, R>, options: Omit<WorkerOptions, "connection" | "prefix">): Worker<T, R> {
-    const worker = new Worker<T, R>(queueName(model, version), processor, { ...options, connection: duplicate(this.ctl), prefix: this.ctl.prefix });
+    return this.workerNamed(queueName(model, version), processor, options);
+  }
+
+  /** A worker on any queue under the prefix by its full name, on a connection of its own; the caller closes it (and with it the connection). */
+  workerNamed<T, R>(name: string, processor: Processor<T, R>, options: Omit<WorkerOptions, "connection" | "prefix">): Worker<T, R> {
+    const worker = new OwnWorker<T, R>(name, processor, { ...options, prefix: this.ctl.prefix }, duplicate(this.ctl));
     worker.on("error", () => undefined); // connection errors are retried by BullMQ itself
     return worker;
   }
@@ -73,5 +80,24 @@ export class QueueBase {
     await Promise.all([...this.readers].map((r) => r.close()));
     await Promise.all([...this.queues.values()].map((q) => q.close().catch(() => undefined)));
     await Promise.all([...this.watchers.values()].map((w) => w.close().catch(() => undefined)));
+  }
+}
+
+/**
+ * BullMQ never quits a connection it was handed (it may be shared). Each
+ * worker here gets one nobody else holds, so it goes with the worker, once
+ * the worker's jobs have ended; otherwise every closed worker would leave one.
+ */
+class OwnWorker<T, R> extends Worker<T, R> {
+  private readonly own: RedisClient;
+
+  constructor(name: string, processor: Processor<T, R>, options: Omit<WorkerOptions, "connection">, own: RedisClient) {
+    super(name, processor, { ...options, connection: own });
+    this.own = own;
+  }
+
+  override async close(force?: boolean): Promise<void> {
+    await super.close(force);
+    await this.own.quit().catch(() => undefined);
   }
 }

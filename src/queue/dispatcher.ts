@@ -5,15 +5,21 @@
  * blocking reader routes them to the waiting request by job id. One
  * connection serves every in-flight request, and a stream (unlike pub/sub)
  * loses nothing if the reader falls behind.
+ *
+ * Everything a request must hear comes on that stream, a dead replica's fate
+ * included (src/queue/reclaim.ts writes it there), so the gateway reads no
+ * BullMQ event stream: no per-job wake-ups for events nobody waits for. Were
+ * no supervisor or scaler running to notice a death, the periodic check for
+ * a vanished job still ends the request (`job_lost`).
  */
 import { randomUUID } from "node:crypto";
 import { JOB_SCHEMA_VERSION, type JobEvent, type JobPayloadInput, RETRY_AFTER_S } from "../contracts/job.ts";
 import type { Control } from "../control/redis.ts";
+import { currentTraceparent } from "../telemetry/tracing.ts";
 import { PlatformError, withDetail } from "../errors.ts";
 import { withinRedisWait } from "./admission.ts";
 import { QueueBase } from "./base.ts";
 import { cancelJobs } from "./cancel.ts";
-import { jobErrorFromFailure } from "./failures.ts";
 import { replyHandler } from "./replies.ts";
 import type { StreamReader } from "./stream-reader.ts";
 
@@ -58,7 +64,6 @@ export type DispatcherOptions = {
 export class Dispatcher extends QueueBase {
   readonly replyStream: string;
   private readonly replies: StreamReader;
-  private readonly watched = new Set<string>();
   private readonly waiters = new Map<string, (event: JobEvent) => void>();
   private lastTrim = Date.now();
   private readonly lostJobCheckMs: number;
@@ -89,9 +94,10 @@ export class Dispatcher extends QueueBase {
       wake?.();
     });
     const queueDeadline = options.queueWaitMs === undefined ? undefined : Date.now() + options.queueWaitMs;
-    const payload = { ...submission, v: JOB_SCHEMA_VERSION, reply: { stream: this.replyStream }, deadline, queue_deadline: queueDeadline };
+    // The request's trace context (undefined while tracing is off), so the replica's spans join its trace.
+    const traceparent = currentTraceparent();
+    const payload = { ...submission, v: JOB_SCHEMA_VERSION, reply: { stream: this.replyStream }, deadline, queue_deadline: queueDeadline, ...(traceparent && { traceparent }) };
     const queue = this.queue(submission.model, submission.version);
-    this.watch(queue.name);
     try {
       // No priority: online work goes before batch records (BATCH_PRIORITY). The answer travels on
       // the reply stream (and the queue's event stream), never read from the job afterwards: a
@@ -140,7 +146,7 @@ export class Dispatcher extends QueueBase {
             nextCheck = Date.now() + lostJobCheckMs;
             const missing = (await queue.getJobState(id).catch(() => "not known")) === "unknown";
             if (missing && missingBefore && buffer.length === 0) {
-              throw new PlatformError(503, "job_lost", "the request was lost in a Redis failover before it finished; send it again", null, RETRY_AFTER_S.job_lost);
+              throw new PlatformError(503, "job_lost", "the request was lost before it finished (a Redis failover, or replicas that stopped with nothing watching them); send it again", null, RETRY_AFTER_S.job_lost);
             }
             missingBefore = missing;
             continue;
@@ -174,22 +180,6 @@ export class Dispatcher extends QueueBase {
       await cancelJobs(this.ctl, queue, [id]);
     };
     return { id, events: events(), cancel };
-  }
-
-  /**
-   * Failures no worker reports on the reply stream, learnt from the queue's own events:
-   * - `stalled`: the replica running the job died and the job went back to the queue. It is
-   *   passed on as a `started` event (a new attempt), which ends a stream that already sent
-   *   tokens with `replica_lost` at once; other requests just wait for the retry.
-   * - `failed`: BullMQ failed the job itself, e.g. "job stalled more than allowable limit" after
-   *   a second replica died with it. Without this the request would wait for its timeout.
-   */
-  private watch(name: string): void {
-    if (this.watched.has(name)) return;
-    this.watched.add(name);
-    const events = this.events(name);
-    events.on("stalled", ({ jobId }) => this.waiters.get(jobId)?.({ type: "started", replica: "(requeued after a replica stopped)", attempt: 0 }));
-    events.on("failed", ({ jobId, failedReason }) => this.waiters.get(jobId)?.({ type: "error", error: jobErrorFromFailure(failedReason) }));
   }
 
   override async close(): Promise<void> {

@@ -6,7 +6,10 @@
  */
 import type { RedisClient } from "../control/redis.ts";
 import { JobEvent, REPLY_STREAM_TTL_MS } from "../contracts/job.ts";
+import { logger } from "../telemetry/log.ts";
 import type { EntryHandler } from "./stream-reader.ts";
+
+const log = logger("queue");
 
 /** A reply stream holds about this many entries at most; a reader that falls this far behind loses the oldest. */
 const REPLY_STREAM_MAXLEN = "100000";
@@ -36,13 +39,16 @@ export function decodeReplyEntry(fields: string[]): { jobId: string; event: JobE
   return parsed.success ? { jobId, event: parsed.data } : { problem: `job ${jobId}: not a known event` };
 }
 
-/** The worker's side: appends the event and keeps the stream alive for REPLY_STREAM_TTL_MS after it. */
+/**
+ * The worker's side: appends the event and keeps the stream alive for REPLY_STREAM_TTL_MS after
+ * it. Two commands sent together on one connection, in order, so the TTL always finds the
+ * stream; no MULTI/EXEC around them: nothing reads the stream between the two.
+ */
 export async function appendReply(redis: RedisClient, stream: string, jobId: string, event: JobEvent): Promise<void> {
-  await redis
-    .multi()
-    .xadd(stream, "MAXLEN", "~", REPLY_STREAM_MAXLEN, "*", ...encodeReplyEntry(jobId, event))
-    .pexpire(stream, REPLY_STREAM_TTL_MS)
-    .exec();
+  await Promise.all([
+    redis.xadd(stream, "MAXLEN", "~", REPLY_STREAM_MAXLEN, "*", ...encodeReplyEntry(jobId, event)),
+    redis.pexpire(stream, REPLY_STREAM_TTL_MS),
+  ]);
 }
 
 /**
@@ -55,7 +61,7 @@ export function replyHandler(label: string, onEvent: (jobId: string, event: JobE
       entries.map(([entryId, fields]) => {
         const entry = decodeReplyEntry(fields);
         if ("problem" in entry) {
-          console.error(`[${label}] skipped reply entry ${entryId}: ${entry.problem}`);
+          log.error({ reader: label, entry_id: entryId }, `${label}: skipped reply entry ${entryId}: ${entry.problem}`);
           return undefined;
         }
         return onEvent(entry.jobId, entry.event);

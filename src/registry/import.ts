@@ -9,7 +9,6 @@ import { mkdir, open, rm } from "node:fs/promises";
 import { basename, join } from "node:path";
 import { Readable, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { GgmlType, GgufFileType, readGgufFileInfo } from "node-llama-cpp";
 import type { Framework } from "../contracts/deployment.ts";
 import type { GgufSummary, ModelVersionRecord } from "../contracts/records.ts";
 import type { Control } from "../control/redis.ts";
@@ -111,6 +110,8 @@ async function summarizeGguf(path: string, req: ImportRequest): Promise<GgufSumm
     if (req.framework !== "llamacpp") return null;
     throw new PlatformError(400, "invalid_artifact", `${req.source}: not a GGUF file (no GGUF magic), which framework "llamacpp" needs`, "source");
   }
+  // node-llama-cpp (~45 MiB resident) loads only when a model is imported: a gateway rarely does.
+  const { GgmlType, GgufFileType, readGgufFileInfo } = await import("node-llama-cpp");
   let info: Awaited<ReturnType<typeof readGgufFileInfo>>;
   try {
     info = await readGgufFileInfo(path, { readTensorInfo: true });
@@ -127,7 +128,7 @@ async function summarizeGguf(path: string, req: ImportRequest): Promise<GgufSumm
     architecture,
     parameters: parameters > 0 ? parameters : null,
     context_length: typeof archMeta?.context_length === "number" ? archMeta.context_length : null,
-    quantization: quantizationName(meta.general?.file_type, info.tensorInfo ?? []),
+    quantization: quantizationName(meta.general?.file_type, info.tensorInfo ?? [], GgufFileType, GgmlType),
     chat_template: typeof meta.tokenizer?.chat_template === "string",
     max_token_bytes: longestToken((meta.tokenizer as { ggml?: { tokens?: unknown } } | undefined)?.ggml?.tokens),
   };
@@ -141,7 +142,7 @@ function longestToken(tokens: unknown): number | null {
   return longest > 0 ? longest : null;
 }
 
-function quantizationName(fileType: unknown, tensors: { ggmlType: number }[]): string | null {
+function quantizationName(fileType: unknown, tensors: { ggmlType: number }[], GgufFileType: Record<number, string>, GgmlType: Record<number, string>): string | null {
   if (typeof fileType === "number" && GgufFileType[fileType]) return GgufFileType[fileType].replace(/^(MOSTLY|ALL)_/, "");
   const counts = new Map<number, number>();
   for (const t of tensors) counts.set(t.ggmlType, (counts.get(t.ggmlType) ?? 0) + 1);

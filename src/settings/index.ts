@@ -9,12 +9,14 @@ import { type CliSettings, cliSettings, cliShape } from "./cli.ts";
 import { parse } from "./parse.ts";
 import { type CoreSettings, coreSettings, coreShape } from "./core.ts";
 import { type KubernetesSettings, kubernetesSettings, kubernetesShape } from "./kubernetes.ts";
+import { type LoggingSettings, loggingSettings, loggingShape } from "./logging.ts";
 import { type AdmissionSettings, type HeartbeatSettings, type QueueSettings, queueSections, queueShape, type WorkerSettings } from "./queue.ts";
 import { sourcesSettings, sourcesShape } from "./sources.ts";
 import { checkStorage, type StorageSettings, storageSettings, storageShape } from "./storage.ts";
+import { type TracingSettings, tracingSettings, tracingShape } from "./tracing.ts";
 import { type VllmSettings, vllmSettings, vllmShape } from "./vllm.ts";
 
-export type { AdmissionSettings, CliSettings, CoreSettings, HeartbeatSettings, KubernetesSettings, QueueSettings, StorageSettings, VllmSettings, WorkerSettings };
+export type { AdmissionSettings, CliSettings, CoreSettings, HeartbeatSettings, KubernetesSettings, LoggingSettings, QueueSettings, StorageSettings, TracingSettings, VllmSettings, WorkerSettings };
 
 export type Settings = CoreSettings & {
   /** What remote model sources may reach, how big and how slow they may be (PLATFORM_SOURCES_*, HF_*). */
@@ -35,11 +37,15 @@ export type Settings = CoreSettings & {
   storage: StorageSettings;
   /** PLATFORM_CONFIG_DIR, PLATFORM_BASE_URL, PLATFORM_API_KEY, PLATFORM_CLI_UPLOAD. */
   cli: CliSettings;
+  /** OTEL_SDK_DISABLED, OTEL_TRACES_EXPORTER, OTEL_TRACES_SAMPLER[_ARG], OTEL_BSP_*, OTEL_SERVICE_NAME, OTEL_EXPORTER_OTLP_*. */
+  tracing: TracingSettings;
+  /** PLATFORM_LOG_FORMAT, PLATFORM_LOG_LEVEL. */
+  logging: LoggingSettings;
 };
 
 /** One object, so one parse reports every bad variable at once rather than the first of each section. */
 const Env = z
-  .object({ ...coreShape, ...sourcesShape, ...queueShape, ...vllmShape, ...kubernetesShape, ...storageShape, ...cliShape })
+  .object({ ...coreShape, ...sourcesShape, ...queueShape, ...vllmShape, ...kubernetesShape, ...storageShape, ...cliShape, ...tracingShape, ...loggingShape })
   .superRefine((e, ctx) => checkStorage(e, ctx));
 
 
@@ -54,6 +60,8 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     kubernetes: kubernetesSettings(e),
     storage: storageSettings(e),
     cli: cliSettings(e),
+    tracing: tracingSettings(e),
+    logging: loggingSettings(e),
   };
 }
 

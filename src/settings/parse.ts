@@ -3,10 +3,12 @@ import { z } from "zod";
 import { describeIssues } from "../contracts/issues.ts";
 
 /** "true"/"false" (or 1/0): z.coerce.boolean would read "false" as true. */
-export const Flag = z
-  .enum(["true", "false", "1", "0", ""], { message: 'expected "true" or "false" (or 1/0)' })
-  .default("false")
-  .transform((v) => v === "true" || v === "1");
+export const flag = (fallback: boolean) =>
+  z
+    .enum(["true", "false", "1", "0", ""], { message: 'expected "true" or "false" (or 1/0)' })
+    .default(fallback ? "true" : "false")
+    .transform((v) => (v === "" ? fallback : v === "true" || v === "1"));
+export const Flag = flag(false);
 
 /** An empty variable counts as unset: compose files and Helm values often write `VAR=` for "none". */
 export const optional = <T extends z.ZodType>(schema: T) => z.preprocess((value) => (value === "" ? undefined : value), schema.optional());

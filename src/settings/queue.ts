@@ -3,7 +3,7 @@
  * an endpoint's queue may hold, and how replicas show (and check) that they are alive.
  */
 import { z } from "zod";
-import { Flag, positiveMs } from "./parse.ts";
+import { Flag, flag, positiveMs } from "./parse.ts";
 
 /** Deep enough for any burst a few replicas can absorb; a minute is as long as clients usually wait. */
 export const ADMISSION_DEFAULTS = { maxQueueDepth: 1000, maxQueueWaitMs: 60_000 } as const;
@@ -18,6 +18,10 @@ export const queueShape = {
   PLATFORM_HEARTBEAT_MS: positiveMs(DEFAULT_HEARTBEAT_MS),
   /** Set by `up` (through the local backend) in its workers' environment, never by hand. */
   PLATFORM_EXIT_WITH_PARENT: Flag,
+  /** The local backend keeps one loaded worker waiting for its endpoint (docs/fleet.md, "Standby worker"). */
+  PLATFORM_STANDBY_WORKER: flag(true),
+  /** Local workers serve /metrics on a port of their own (docs/observability.md); off: each would load prom-client. */
+  PLATFORM_WORKER_METRICS: Flag,
 };
 
 type QueueEnv = z.infer<z.ZodObject<typeof queueShape>>;
@@ -26,14 +30,18 @@ export type QueueSettings = { redisServer: string };
 /** Gateway-wide defaults; an endpoint's `resources.max_queue_depth` / `max_queue_wait` override them. */
 export type AdmissionSettings = { maxQueueDepth: number; maxQueueWaitMs: number };
 export type HeartbeatSettings = { intervalMs: number };
-/** `exitWithParent`: a worker started by `up` watches it and Redis, and exits when either is gone. */
-export type WorkerSettings = { exitWithParent: boolean };
+/**
+ * `exitWithParent`: a worker started by `up` watches it and Redis, and exits when either is gone.
+ * `standby`: the local backend keeps a spare worker process loaded, to start replicas from.
+ * `metrics`: the local backend gives each worker a health port, for /metrics.
+ */
+export type WorkerSettings = { exitWithParent: boolean; standby: boolean; metrics: boolean };
 
 export function queueSections(e: QueueEnv): { queue: QueueSettings; admission: AdmissionSettings; heartbeats: HeartbeatSettings; worker: WorkerSettings } {
   return {
     queue: { redisServer: e.PLATFORM_REDIS_SERVER },
     admission: { maxQueueDepth: e.PLATFORM_MAX_QUEUE_DEPTH, maxQueueWaitMs: e.PLATFORM_MAX_QUEUE_WAIT_MS },
     heartbeats: { intervalMs: e.PLATFORM_HEARTBEAT_MS },
-    worker: { exitWithParent: e.PLATFORM_EXIT_WITH_PARENT },
+    worker: { exitWithParent: e.PLATFORM_EXIT_WITH_PARENT, standby: e.PLATFORM_STANDBY_WORKER, metrics: e.PLATFORM_WORKER_METRICS },
   };
 }

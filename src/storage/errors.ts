@@ -6,6 +6,9 @@
  * endpoints), which is logged instead.
  */
 import { PlatformError } from "../errors.ts";
+import { logger } from "../telemetry/log.ts";
+
+const log = logger("storage");
 
 export type StorageErrorCode =
   | "not_found"
@@ -137,10 +140,10 @@ export function fromS3Error(error: unknown, uri: string, bucket: string, endpoin
   // The endpoint is the operator's address and the SDK's text may quote it: both go to the log only.
   if ((code !== undefined && NETWORK_CODES.has(code)) || name === "TimeoutError" || (status !== undefined && status >= 500)) {
     const detail = code ?? name ?? (status !== undefined ? `HTTP ${status}` : "error");
-    console.error(`[storage] ${uri}: unavailable at ${where} (${detail}): ${describe(error)}`);
+    log.error({ uri }, `${uri}: unavailable at ${where} (${detail}): ${describe(error)}`);
     return new StorageError("unavailable", uri, `${uri}: storage unavailable (${detail})`, error);
   }
-  console.error(`[storage] ${uri}: request to ${where} failed (${name ?? "error"}): ${describe(error)}`);
+  log.error({ uri }, `${uri}: request to ${where} failed (${name ?? "error"}): ${describe(error)}`);
   return new StorageError("unavailable", uri, `${uri}: storage request failed (${name ?? "error"})`, error);
 }
 

@@ -1,14 +1,9 @@
-/** The S3 store: AWS S3 or any S3-compatible service (MinIO, Ceph, R2, s3rver). */
-import {
-  DeleteObjectCommand,
-  GetObjectCommand,
-  HeadBucketCommand,
-  HeadObjectCommand,
-  paginateListObjectsV2,
-  S3Client,
-} from "@aws-sdk/client-s3";
-import type { S3ClientConfig } from "@aws-sdk/client-s3";
-import { Upload } from "@aws-sdk/lib-storage";
+/**
+ * The S3 store: AWS S3 or any S3-compatible service (MinIO, Ceph, R2, s3rver).
+ * The AWS SDK (~30 MiB resident) loads on the first call that needs it, so a
+ * process that only ever uses local directories never pays for it.
+ */
+import type { S3Client, S3ClientConfig } from "@aws-sdk/client-s3";
 import { resolve } from "node:path";
 import { Readable } from "node:stream";
 import { fromS3Error, StorageError } from "./errors.ts";
@@ -23,15 +18,24 @@ export class S3Store implements ObjectStore {
   readonly bucket: string;
   /** Key prefix of the root inside the bucket ("" for the whole bucket). */
   readonly prefix: string;
-  private readonly client: S3Client;
+  private readonly settings: S3Settings;
   private readonly endpoint: string | undefined;
+  private connection: Promise<{ sdk: Sdk; client: S3Client }> | undefined;
+  private closed = false;
 
   constructor(location: S3Location, settings: S3Settings = {}) {
     this.bucket = location.bucket;
     this.prefix = location.key;
     this.url = location.url;
+    this.settings = settings;
     this.endpoint = settings.endpoint;
-    this.client = new S3Client(clientConfig(settings));
+  }
+
+  /** The SDK and this store's client, loaded and made on first use. */
+  private s3(): Promise<{ sdk: Sdk; client: S3Client }> {
+    if (this.closed) throw new StorageError("unavailable", this.url, `${this.url}: the store is closed`);
+    this.connection ??= loadSdk().then((sdk) => ({ sdk, client: new sdk.S3Client(clientConfig(this.settings)) }));
+    return this.connection;
   }
 
   uri(key: string): string {
@@ -58,12 +62,13 @@ export class S3Store implements ObjectStore {
     const fullKey = this.fullKey(key);
     try {
       // No Range header from 0: some servers mishandle "bytes=0-" on an empty object.
-      const command = new GetObjectCommand({
+      const { sdk, client } = await this.s3();
+      const command = new sdk.GetObjectCommand({
         Bucket: this.bucket,
         Key: fullKey,
         ...(start > 0 ? { Range: `bytes=${start}-` } : {}),
       });
-      const response = await this.client.send(command);
+      const response = await client.send(command);
       if (!(response.Body instanceof Readable)) throw new Error("expected a Node.js stream body");
       return response.Body;
     } catch (error) {
@@ -76,7 +81,8 @@ export class S3Store implements ObjectStore {
   async head(key: string): Promise<{ size: number } | null> {
     const fullKey = this.fullKey(key);
     try {
-      const response = await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: fullKey }));
+      const { sdk, client } = await this.s3();
+      const response = await client.send(new sdk.HeadObjectCommand({ Bucket: this.bucket, Key: fullKey }));
       return { size: response.ContentLength ?? 0 };
     } catch (error) {
       const mapped = this.mapError(error, fullKey);
@@ -90,8 +96,9 @@ export class S3Store implements ObjectStore {
   async *list(prefix = ""): AsyncGenerator<ObjectInfo> {
     checkPrefix(prefix, this.url);
     const rootPrefix = this.prefix === "" ? "" : `${this.prefix}/`;
-    const pages = paginateListObjectsV2({ client: this.client }, { Bucket: this.bucket, Prefix: rootPrefix + prefix });
     try {
+      const { sdk, client } = await this.s3();
+      const pages = sdk.paginateListObjectsV2({ client }, { Bucket: this.bucket, Prefix: rootPrefix + prefix });
       for await (const page of pages) {
         for (const object of page.Contents ?? []) {
           const key = object.Key?.slice(rootPrefix.length);
@@ -108,7 +115,8 @@ export class S3Store implements ObjectStore {
   async delete(key: string): Promise<void> {
     const fullKey = this.fullKey(key);
     try {
-      await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: fullKey }));
+      const { sdk, client } = await this.s3();
+      await client.send(new sdk.DeleteObjectCommand({ Bucket: this.bucket, Key: fullKey }));
     } catch (error) {
       throw this.mapError(error, fullKey);
     }
@@ -136,16 +144,17 @@ export class S3Store implements ObjectStore {
   }
 
   close(): void {
-    this.client.destroy();
+    this.closed = true;
+    void this.connection?.then(({ client }) => client.destroy(), () => undefined);
   }
 
   /** lib-storage sends one PutObject below its 5 MiB part size, a multipart upload above. */
   private async upload(fullKey: string, body: Body): Promise<number> {
     const tap = new Tap();
     const stream = Readable.from(tap.wrap(body));
-    const upload = new Upload({ client: this.client, params: { Bucket: this.bucket, Key: fullKey, Body: stream } });
     try {
-      await upload.done();
+      const { sdk, client } = await this.s3();
+      await new sdk.Upload({ client, params: { Bucket: this.bucket, Key: fullKey, Body: stream } }).done();
     } catch (error) {
       stream.destroy();
       throw tap.blame(error, (e) => this.mapError(e, fullKey));
@@ -155,7 +164,8 @@ export class S3Store implements ObjectStore {
 
   private async checkBucket(fullKey: string): Promise<void> {
     try {
-      await this.client.send(new HeadBucketCommand({ Bucket: this.bucket }));
+      const { sdk, client } = await this.s3();
+      await client.send(new sdk.HeadBucketCommand({ Bucket: this.bucket }));
     } catch (error) {
       const mapped = this.mapError(error, fullKey);
       if (mapped.code === "not_found") {
@@ -173,6 +183,13 @@ export class S3Store implements ObjectStore {
   private fullKey(key: string): string {
     return joinKey(this.prefix, checkKey(key, this.url));
   }
+}
+
+type Sdk = typeof import("@aws-sdk/client-s3") & Pick<typeof import("@aws-sdk/lib-storage"), "Upload">;
+let sdk: Promise<Sdk> | undefined;
+function loadSdk(): Promise<Sdk> {
+  sdk ??= Promise.all([import("@aws-sdk/client-s3"), import("@aws-sdk/lib-storage")]).then(([s3, storage]) => ({ ...s3, Upload: storage.Upload }));
+  return sdk;
 }
 
 function clientConfig(settings: S3Settings): S3ClientConfig {

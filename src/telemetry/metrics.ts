@@ -1,25 +1,75 @@
 /**
- * Prometheus metrics under the names existing LLM dashboards and KEDA triggers
- * already use (vLLM's, with a `model_name` label), plus the platform's own.
+ * The gateway's Prometheus metrics: what clients saw, under the names existing LLM dashboards
+ * and KEDA triggers already use (vLLM's, src/telemetry/vllm-metrics.ts), plus the platform's
+ * own (`platform_*`). Every series names the endpoint the client asked for (`model_name`) and
+ * the version that served it (`version`). docs/observability.md lists them all.
  */
-import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { Counter, Gauge, Registry } from "prom-client";
+import type { FinishReason, Usage } from "../contracts/job.ts";
+import type { EndpointRecord } from "../contracts/records.ts";
 import { invalidRecordCounts } from "../control/invalid-records.ts";
+import type { BatchRecordReport } from "./batch-metrics.ts";
+import { type Source, VLLM, vllmRequestMetrics } from "./vllm-metrics.ts";
 
-const latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+/** The endpoint a client named and the version that served it (routing's Target: name, version). */
+export type Served = { model_name: string; version: string };
 
-export type GaugeSample = { model_name: string; waiting: number; running: number; replicas_ready: number; replicas_desired: number };
+/** A deployment's labels: an A/B variant (`<endpoint>--<version>`) counts under its endpoint. */
+export function servedOf(endpoint: EndpointRecord): Served {
+  return { model_name: endpoint.variant_of ?? endpoint.name, version: endpoint.version };
+}
+
+/** What a request asked for: the API route, or a batch job's record. */
+export type RequestKind = "chat" | "completion" | "generate" | "embedding" | "batch_record";
+
+export type GaugeSample = Served & { waiting: number; running: number; replicas_ready: number; replicas_desired: number };
+
+/** What the gateway learned of one request that got its answer. */
+export type Answered = {
+  usage: Usage;
+  finish_reason: FinishReason;
+  /** From the request's arrival to its answer; undefined: not known (a batch record answered before a restart). */
+  e2eSeconds?: number;
+  /** Streaming: when the first token reached the gateway; otherwise derived from the worker's report (nonStreamingTtft). */
+  ttftSeconds?: number;
+  queuedMs?: number;
+};
+
+/** An error answer, as the client saw it. */
+export type Failure = { code: string; status: number };
+
+/** Series for requests that failed before routing named an endpoint (bad JSON, unknown model, no key). */
+const UNROUTED: Served = { model_name: "", version: "" };
 
 export class GatewayMetrics {
   readonly registry = new Registry();
-  readonly ttft = new Histogram({ name: "vllm:time_to_first_token_seconds", help: "Time to first token", labelNames: ["model_name"], buckets: latencyBuckets, registers: [this.registry] });
-  readonly interToken = new Histogram({ name: "vllm:inter_token_latency_seconds", help: "Time between streamed tokens", labelNames: ["model_name"], buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1], registers: [this.registry] });
-  readonly e2e = new Histogram({ name: "vllm:e2e_request_latency_seconds", help: "End-to-end request latency", labelNames: ["model_name"], buckets: latencyBuckets, registers: [this.registry] });
-  readonly queueTime = new Histogram({ name: "vllm:request_queue_time_seconds", help: "Time spent waiting in the queue", labelNames: ["model_name"], buckets: latencyBuckets, registers: [this.registry] });
-  readonly promptTokens = new Counter({ name: "vllm:prompt_tokens_total", help: "Prompt tokens processed", labelNames: ["model_name"], registers: [this.registry] });
-  readonly generationTokens = new Counter({ name: "vllm:generation_tokens_total", help: "Tokens generated", labelNames: ["model_name"], registers: [this.registry] });
-  readonly success = new Counter({ name: "vllm:request_success_total", help: "Requests finished", labelNames: ["model_name", "finished_reason"], registers: [this.registry] });
-  readonly failures = new Counter({ name: "platform_request_errors_total", help: "Requests answered with an error", labelNames: ["model_name", "code"], registers: [this.registry] });
-  readonly rateLimited = new Counter({ name: "platform_rate_limit_rejections_total", help: "Requests rejected by rate limits or admission control", labelNames: ["model_name", "reason"], registers: [this.registry] });
+  private readonly vllm = vllmRequestMetrics(this.registry, ["model_name", "version", "source"] as const);
+  readonly ttft = this.vllm.ttft;
+  readonly interToken = this.vllm.interToken;
+  readonly e2e = this.vllm.e2e;
+  readonly queueTime = this.vllm.queueTime;
+  readonly promptTokens = this.vllm.promptTokens;
+  readonly generationTokens = this.vllm.generationTokens;
+  readonly success = this.vllm.success;
+  /** Every request answered, success or error: the denominator of error rates. */
+  readonly requests = new Counter({
+    name: "platform_requests_total",
+    help: "Inference requests answered (success or error), by route kind; batch records too",
+    labelNames: ["model_name", "version", "source", "kind"],
+    registers: [this.registry],
+  });
+  readonly failures = new Counter({
+    name: "platform_request_errors_total",
+    help: "Inference requests answered with an error, by error code and HTTP status",
+    labelNames: ["model_name", "version", "source", "kind", "code", "status"],
+    registers: [this.registry],
+  });
+  readonly rateLimited = new Counter({
+    name: "platform_rate_limit_rejections_total",
+    help: "Requests rejected by rate limits or admission control, by reason",
+    labelNames: ["model_name", "version", "reason"],
+    registers: [this.registry],
+  });
   readonly invalidRecords = new Counter({
     name: "platform_invalid_records_total",
     help: "Distinct records in Redis this process skipped because they do not parse (logged once each with the key)",
@@ -30,29 +80,93 @@ export class GatewayMetrics {
       for (const [kind, n] of invalidRecordCounts()) this.inc({ kind }, n);
     },
   });
+  /** Which endpoint and version a request was routed to, for errors counted after the route threw. */
+  private readonly routes = new WeakMap<Request, Served>();
 
   constructor(sample: () => Promise<GaugeSample[]>) {
     // Queue and replica gauges are read from Redis at scrape time, so every gateway replica
-    // reports the same truth. prom-client collects metrics concurrently: one read serves all four.
-    let current: { at: number; samples: Promise<GaugeSample[]> } | undefined;
-    const samples = () => {
-      if (!current || Date.now() - current.at > 500) current = { at: Date.now(), samples: sample() };
-      return current.samples;
-    };
+    // reports the same truth (dashboards take max, not sum). prom-client collects the metrics
+    // of a scrape concurrently: one read serves all four.
+    let pending: Promise<GaugeSample[]> | undefined;
+    const samples = () =>
+      (pending ??= sample().finally(() => {
+        pending = undefined;
+      }));
     const gauge = (name: string, help: string, pick: (s: GaugeSample) => number) =>
       new Gauge({
         name,
         help,
-        labelNames: ["model_name"],
+        labelNames: ["model_name", "version"],
         registers: [this.registry],
         async collect() {
           this.reset();
-          for (const s of await samples()) this.set({ model_name: s.model_name }, pick(s));
+          for (const s of await samples()) this.set({ model_name: s.model_name, version: s.version }, pick(s));
         },
       });
-    gauge("vllm:num_requests_waiting", "Requests waiting in the queue", (s) => s.waiting);
-    gauge("vllm:num_requests_running", "Requests being processed", (s) => s.running);
+    gauge(VLLM.waiting, "Requests waiting in the endpoint version's queue (batch records included)", (s) => s.waiting);
+    gauge(VLLM.running, "Requests being processed by the endpoint version's replicas", (s) => s.running);
     gauge("platform_replicas_ready", "Replicas passing their health check", (s) => s.replicas_ready);
     gauge("platform_replicas_desired", "Replicas wanted", (s) => s.replicas_desired);
   }
+
+  /** Remembers where a request was routed, so that an error it ends with carries the endpoint and version. */
+  routed(request: Request, served: Served): void {
+    this.routes.set(request, served);
+  }
+
+  /** A request (or batch record) answered successfully. */
+  answered(served: Served, source: Source, kind: RequestKind, a: Answered): void {
+    const labels = { ...served, source };
+    this.requests.inc({ ...labels, kind });
+    if (a.e2eSeconds !== undefined) this.e2e.observe(labels, a.e2eSeconds);
+    if (a.ttftSeconds !== undefined) this.ttft.observe(labels, a.ttftSeconds);
+    if (a.queuedMs !== undefined) this.queueTime.observe(labels, a.queuedMs / 1000);
+    this.promptTokens.inc(labels, a.usage.prompt_tokens);
+    this.generationTokens.inc(labels, a.usage.completion_tokens);
+    this.success.inc({ ...labels, finished_reason: a.finish_reason });
+  }
+
+  /** A request (or batch record) answered with an error; `served` undefined: it failed before routing. */
+  failed(served: Served | undefined, source: Source, kind: RequestKind, f: Failure): void {
+    const labels = { ...(served ?? UNROUTED), source, kind };
+    this.requests.inc(labels);
+    this.failures.inc({ ...labels, code: f.code, status: String(f.status) });
+  }
+
+  /**
+   * An error answer from the gateway's error handler: every error of an inference route passes
+   * there except one sent inside an already-started stream (serve-text.ts counts that one).
+   */
+  errorAnswered(request: Request, method: string, path: string, f: Failure): void {
+    const kind = inferenceKind(method, path);
+    if (kind) this.failed(this.routes.get(request), "online", kind, f);
+  }
+
+  /** A batch record's final answer, from the batch coordinator of this process. */
+  batchRecord(report: BatchRecordReport): void {
+    if (report.ok) this.answered(report.served, "batch", "batch_record", report.answered);
+    else this.failed(report.served, "batch", "batch_record", report.failure);
+  }
+}
+
+/**
+ * A non-streaming request's time to first token: the client's whole wait less what the replica
+ * spent after its first token. Both replica figures come from one clock (the worker's), so no
+ * clock is compared across machines; the done event's trip back is counted in the TTFT.
+ * Undefined when the worker did not report them (no text produced, or an older worker).
+ */
+export function nonStreamingTtft(e2eSeconds: number, result: { first_token_ms?: number; generation_ms?: number }): number | undefined {
+  if (result.first_token_ms === undefined || result.generation_ms === undefined) return undefined;
+  const afterFirst = Math.max(0, result.generation_ms - result.first_token_ms) / 1000;
+  return Math.min(e2eSeconds, Math.max(0, e2eSeconds - afterFirst));
+}
+
+/** The inference route a path belongs to (errors on other routes are not inference requests). */
+export function inferenceKind(method: string, path: string): RequestKind | undefined {
+  if (method !== "POST") return undefined;
+  if (path === "/v1/chat/completions") return "chat";
+  if (path === "/v1/completions") return "completion";
+  if (path === "/v1/embeddings") return "embedding";
+  if (/^\/v1\/inference\/[^/]+\/generate$/.test(path)) return "generate";
+  return undefined;
 }

@@ -3,20 +3,18 @@
  * error lines, a job that cannot proceed fails with its reason, cancellation,
  * the HTTP routes and the `platform inference batch` commands.
  */
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { serve } from "@hono/node-server";
-import { Queue } from "bullmq";
 import { Hono } from "hono";
 import OpenAI, { toFile } from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type BatchCoordinator, BatchJobs, startBatchCoordinator } from "../../src/batch/index.ts";
 import type { BatchJobRecord } from "../../src/contracts/batch.ts";
-import { queueName } from "../../src/contracts/naming.ts";
 import { createApiKey } from "../../src/control/apikeys.ts";
 import { type Control, connectControl } from "../../src/control/redis.ts";
 import { requireApiKey } from "../../src/gateway/auth.ts";
@@ -25,6 +23,7 @@ import { openAiBatchRoutes } from "../../src/gateway/openai-batches.ts";
 import type { GatewayEnv } from "../../src/gateway/env.ts";
 import { errorResponse } from "../../src/gateway/errors.ts";
 import { PlatformError } from "../../src/errors.ts";
+import { QueueBase } from "../../src/queue/base.ts";
 import { importModel } from "../../src/registry/import.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
@@ -36,6 +35,11 @@ import { type CliResult, type Stack, startStack } from "../helpers/stack.ts";
 const MODEL = "tiny";
 const BUCKET = "batch-api";
 const BATCH_CLI = fileURLToPath(new URL("../helpers/batch-cli.ts", import.meta.url));
+const PYTHON_BATCH = fileURLToPath(new URL("../helpers/openai_batch.py", import.meta.url));
+// The official Python client, where it is installed (`pip install openai`; PLATFORM_TEST_PYTHON names
+// an interpreter that has it, a virtual environment's say): the test that uses it says when it is skipped.
+const PYTHON = process.env.PLATFORM_TEST_PYTHON ?? "python3";
+const pythonClient = spawnSync(PYTHON, ["-c", "import openai"], { stdio: "ignore" }).status === 0;
 
 let stack: Stack;
 let ctl: Control;
@@ -191,9 +195,11 @@ describe("cancellation", () => {
     expect(out.map((l) => l.id)).toEqual(Array.from({ length: out.length }, (_, i) => `m${i}`));
     expect(job.counts.succeeded).toBe(out.length);
     // Nothing of this job is left waiting on the model queue.
-    const queue = new Queue(queueName(MODEL, "v1"), { connection: ctl.redis, prefix: "platform" });
-    const waiting = await queue.getJobs(["prioritized", "waiting"]);
-    await queue.close();
+    const queues = new QueueBase(ctl);
+    const waiting = await queues
+      .queue(MODEL, "v1")
+      .getJobs(["prioritized", "waiting"])
+      .finally(() => queues.close());
     expect(waiting.filter((j) => j.id?.startsWith(created.id))).toEqual([]);
     await expect(jobs.cancel(created.id)).resolves.toMatchObject({ state: "cancelled" });
   });
@@ -315,52 +321,172 @@ describe("platform inference batch", () => {
 });
 
 describe("OpenAI Batch API shape", () => {
-  it("runs a chat batch uploaded with the official client: answers in order, failures in place", async () => {
-    const client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
-    const chat = (customId: string, content: string, model = MODEL) => ({
-      custom_id: customId,
-      method: "POST",
-      url: "/v1/chat/completions",
-      body: { model, messages: [{ role: "user", content }], max_tokens: 3, temperature: 0 },
-    });
-    const requests = [
-      JSON.stringify(chat("a", "Once upon a time")),
-      "not json",
-      JSON.stringify(chat("wrong-model", "hi", "other-model")),
-      JSON.stringify(chat("too-long", Array.from({ length: 700 }, () => "the dog").join(" "))),
-      JSON.stringify(chat("b", "The little dog")),
-    ].join("\n");
-    const file = await client.files.create({ file: await toFile(Buffer.from(requests), "requests.jsonl"), purpose: "batch" });
-    expect(file).toMatchObject({ object: "file", purpose: "batch", bytes: Buffer.byteLength(requests), filename: "requests.jsonl" });
-    expect((await client.files.retrieve(file.id)).id).toBe(file.id);
-
-    const created = await client.batches.create({ input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h", metadata: { run: "test" } });
-    expect(created).toMatchObject({ object: "batch", endpoint: "/v1/chat/completions", input_file_id: file.id, metadata: { run: "test" } });
+  const chat = (customId: string, content: string, model = MODEL) => ({
+    custom_id: customId,
+    method: "POST",
+    url: "/v1/chat/completions",
+    body: { model, messages: [{ role: "user", content }], max_tokens: 3, temperature: 0 },
+  });
+  const clientFor = (apiKey: string) => new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey, maxRetries: 0 });
+  const jsonl = async (client: OpenAI, fileId: string) => {
+    const text = await (await client.files.content(fileId)).text();
+    return { text, lines: text === "" ? [] : text.trimEnd().split("\n").map((l) => JSON.parse(l) as Record<string, any>) };
+  };
+  /** Uploads `lines`, runs them as a chat batch, and returns the finished batch. */
+  const runBatch = async (client: OpenAI, lines: string[], metadata?: Record<string, string>) => {
+    const text = lines.join("\n");
+    const file = await client.files.create({ file: await toFile(Buffer.from(text), "requests.jsonl"), purpose: "batch" });
+    expect(file).toMatchObject({ object: "file", purpose: "batch", bytes: Buffer.byteLength(text), filename: "requests.jsonl" });
+    const created = await client.batches.create({ input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h", ...(metadata ? { metadata } : {}) });
+    expect(created).toMatchObject({ object: "batch", endpoint: "/v1/chat/completions", input_file_id: file.id, output_file_id: null, error_file_id: null });
     expect(["validating", "in_progress"]).toContain(created.status);
     await waitForJob(jobs, created.id);
-    const batch = await client.batches.retrieve(created.id);
-    expect(batch.status).toBe("completed");
+    return client.batches.retrieve(created.id);
+  };
+
+  it("answers go to the output file, failures to the error file (official client)", async () => {
+    const client = clientFor(stack.apiKey);
+    const first = JSON.stringify(chat("a", "Once upon a time"));
+    const batch = await runBatch(
+      client,
+      [
+        first,
+        "not json",
+        JSON.stringify(chat("wrong-model", "hi", "other-model")),
+        JSON.stringify(chat("too-long", Array.from({ length: 700 }, () => "the dog").join(" "))),
+        JSON.stringify(chat("b", "The little dog")),
+      ],
+      { run: "test" },
+    );
+    expect(batch).toMatchObject({ status: "completed", metadata: { run: "test" }, output_file_id: expect.stringMatching(/^file-/), error_file_id: expect.stringMatching(/^file-/) });
+    expect(batch.error_file_id).not.toBe(batch.output_file_id);
     expect(batch.request_counts).toEqual({ total: 5, completed: 2, failed: 3 });
     expect((await client.batches.list()).data.map((b) => b.id)).toContain(batch.id);
 
-    const output = (await (await client.files.content(batch.output_file_id as string)).text()).trimEnd().split("\n").map((l) => JSON.parse(l));
-    expect(output.map((l: { custom_id: string }) => l.custom_id)).toEqual(["a", "line-2", "wrong-model", "too-long", "b"]);
-    // The same requests made online give the same answers.
+    // Output file: only the answers, in input order, as OpenAI writes them.
+    const output = await jsonl(client, batch.output_file_id as string);
+    expect(output.lines.map((l) => l.custom_id)).toEqual(["a", "b"]);
     const online = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
-    for (const [i, prompt] of [[0, "Once upon a time"], [4, "The little dog"]] as const) {
+    for (const [i, prompt] of [[0, "Once upon a time"], [1, "The little dog"]] as const) {
       const want = await online.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: prompt }], max_tokens: 3, temperature: 0 });
-      expect(output[i]).toMatchObject({
+      expect(output.lines[i]).toEqual({
+        id: expect.stringMatching(/^batch_req_[0-9a-f]+$/),
+        custom_id: i === 0 ? "a" : "b",
+        response: {
+          status_code: 200,
+          request_id: expect.stringMatching(/^req_/),
+          body: expect.objectContaining({ object: "chat.completion", model: MODEL, choices: [{ index: 0, message: { role: "assistant", content: want.choices[0]?.message.content }, logprobs: null, finish_reason: "length" }], usage: want.usage }),
+        },
         error: null,
-        response: { status_code: 200, body: { object: "chat.completion", model: MODEL, choices: [{ message: { role: "assistant", content: want.choices[0]?.message.content }, finish_reason: "length" }], usage: want.usage } },
       });
     }
-    expect(output[1]).toMatchObject({ response: null, error: { code: "invalid_json" } });
+
+    // Error file: every failure, in input order. A line that could not be sent: `response: null` and
+    // `error`; a request the model refused: its HTTP status and error envelope, `error: null`.
+    const errors = await jsonl(client, batch.error_file_id as string);
+    expect(errors.lines).toEqual([
+      { id: expect.stringMatching(/^batch_req_/), custom_id: "line-2", response: null, error: { code: "invalid_json", message: `line 2: not valid JSON (byte offset ${Buffer.byteLength(first) + 1})` } },
+      { id: expect.stringMatching(/^batch_req_/), custom_id: "wrong-model", response: null, error: { code: "invalid_request", message: expect.stringContaining(`expected "${MODEL}"`) } },
+      {
+        id: expect.stringMatching(/^batch_req_/),
+        custom_id: "too-long",
+        response: { status_code: 400, request_id: expect.stringMatching(/^req_/), body: { error: { message: expect.stringMatching(/maximum context length/), type: "invalid_request_error", param: expect.anything(), code: "context_length_exceeded" } } },
+        error: null,
+      },
+    ]);
     // Error lines say what was expected, never echo the line's own values.
-    expect(output[2]).toMatchObject({ response: null, error: { code: "invalid_request", message: expect.stringContaining(`expected "${MODEL}"`) } });
-    expect(output[2].error.message).not.toContain("other-model");
-    expect(output[3]).toMatchObject({ error: null, response: { status_code: 400, body: { error: { code: "context_length_exceeded", type: "invalid_request_error" } } } });
+    expect(errors.text).not.toContain("other-model");
+    // Request ids are per line: no line of one file shares one with the other.
+    expect(new Set([...output.lines, ...errors.lines].map((l) => l.id)).size).toBe(5);
+
+    // Both are ordinary files of the batch's key, with OpenAI's purpose and their real size.
+    for (const [id, text, suffix] of [[batch.output_file_id, output.text, "output"], [batch.error_file_id, errors.text, "error"]] as const) {
+      expect(await client.files.retrieve(id as string)).toMatchObject({ id, object: "file", purpose: "batch_output", bytes: Buffer.byteLength(text), filename: `${batch.id}_${suffix}.jsonl` });
+    }
+    // The platform's own route shows the same job; its result is the output file.
+    const res = await fetch(`${gateway.url}/v1/batch-jobs/${batch.id}/output`, { headers: { authorization: `Bearer ${stack.apiKey}` } });
+    expect(await res.text()).toBe(output.text);
 
     const missing = await client.batches.create({ input_file_id: "file-nope", endpoint: "/v1/chat/completions", completion_window: "24h" }).catch((e: unknown) => e);
     expect(missing).toBeInstanceOf(OpenAI.NotFoundError);
+  });
+
+  it.skipIf(!pythonClient)("the official Python client reads the same two files", async () => {
+    const input = [JSON.stringify(chat("py-ok", "Once upon a time")), "not json", JSON.stringify(chat("py-long", Array.from({ length: 700 }, () => "the dog").join(" ")))].join("\n");
+    const result = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+      const child = spawn(PYTHON, [PYTHON_BATCH, `${gateway.url}/v1`], { env: { ...process.env, OPENAI_API_KEY: stack.apiKey }, stdio: ["pipe", "pipe", "pipe"] });
+      let stdout = "";
+      let stderr = "";
+      child.stdout.on("data", (d) => (stdout += d));
+      child.stderr.on("data", (d) => (stderr += d));
+      child.once("exit", (code) => resolve({ code, stdout, stderr }));
+      child.stdin.end(input);
+    });
+    expect(result.code, result.stderr).toBe(0);
+    const { batch, output, errors } = JSON.parse(result.stdout) as { batch: Record<string, any>; output: Record<string, any>[] | null; errors: Record<string, any>[] | null };
+    expect(batch).toMatchObject({ object: "batch", status: "completed", request_counts: { total: 3, completed: 1, failed: 2 }, output_file_id: expect.stringMatching(/^file-/), error_file_id: expect.stringMatching(/^file-/) });
+    expect(output?.map((l) => [l.custom_id, l.response.status_code, l.error])).toEqual([["py-ok", 200, null]]);
+    expect(errors?.map((l) => [l.custom_id, l.response?.status_code ?? null, l.error?.code ?? null])).toEqual([
+      ["line-2", null, "invalid_json"],
+      ["py-long", 400, null],
+    ]);
+  });
+
+  it("a cancelled batch gets both files for the requests written before the cancel", async () => {
+    const client = clientFor(stack.apiKey);
+    const requests = Array.from({ length: 3000 }, (_, i) => (i === 1 ? "not json" : JSON.stringify(chat(`c${i}`, "Once upon a time"))));
+    const text = requests.join("\n");
+    const file = await client.files.create({ file: await toFile(Buffer.from(text), "many.jsonl"), purpose: "batch" });
+    const created = await client.batches.create({ input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h" });
+    await waitForJob(jobs, created.id, (j) => j.counts.succeeded + j.counts.failed >= 200);
+    expect(["cancelling", "cancelled"]).toContain((await client.batches.cancel(created.id)).status);
+    await waitForJob(jobs, created.id);
+    const batch = await client.batches.retrieve(created.id);
+    expect(batch).toMatchObject({ status: "cancelled", output_file_id: expect.stringMatching(/^file-/), error_file_id: expect.stringMatching(/^file-/) });
+    const output = (await jsonl(client, batch.output_file_id as string)).lines;
+    const errors = (await jsonl(client, batch.error_file_id as string)).lines;
+    expect(errors.map((l) => [l.custom_id, l.error.code])).toEqual([["line-2", "invalid_json"]]);
+    // Whole batches of 100, in order, less the one failure.
+    expect((output.length + 1) % 100).toBe(0);
+    expect(output.map((l) => l.custom_id)).toEqual(Array.from({ length: output.length + 1 }, (_, i) => `c${i}`).filter((id) => id !== "c1"));
+    expect(batch.request_counts).toEqual({ total: 3000, completed: output.length, failed: 1 });
+  });
+
+  it("a batch without failures has no error file, one without answers no output file; both only for their key", async () => {
+    const { key: ownerKey } = await createApiKey(ctl, "openai-batch-owner", "user");
+    const { key: otherKey } = await createApiKey(ctl, "openai-batch-other", "user");
+    const owner = clientFor(ownerKey);
+    const other = clientFor(otherKey);
+
+    const clean = await runBatch(owner, [JSON.stringify(chat("ok-1", "Once upon a time")), JSON.stringify(chat("ok-2", "The little dog"))]);
+    expect(clean).toMatchObject({ status: "completed", request_counts: { total: 2, completed: 2, failed: 0 }, output_file_id: expect.stringMatching(/^file-/), error_file_id: null });
+    expect((await jsonl(owner, clean.output_file_id as string)).lines.map((l) => [l.custom_id, l.response.status_code, l.error])).toEqual([
+      ["ok-1", 200, null],
+      ["ok-2", 200, null],
+    ]);
+
+    // The first line names the model (it decides the batch's), but the wrong url.
+    const broken = await runBatch(owner, [JSON.stringify({ ...chat("bad-url", "hi"), url: "/v1/completions" }), "{"]);
+    expect(broken).toMatchObject({ status: "completed", request_counts: { total: 2, completed: 0, failed: 2 }, output_file_id: null, error_file_id: expect.stringMatching(/^file-/) });
+    expect((await jsonl(owner, broken.error_file_id as string)).lines.map((l) => [l.custom_id, l.response, l.error.code])).toEqual([
+      ["bad-url", null, "invalid_request"],
+      ["line-2", null, "invalid_json"],
+    ]);
+
+    // Another key sees neither the batches nor their files; an admin key sees both.
+    for (const id of [clean.output_file_id, broken.error_file_id] as string[]) {
+      await expect(other.files.retrieve(id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+      await expect(other.files.content(id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+      await expect(other.files.delete(id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+      expect((await other.files.list()).data.map((f) => f.id)).not.toContain(id);
+      expect((await clientFor(stack.apiKey).files.retrieve(id)).id).toBe(id);
+    }
+    await expect(other.batches.retrieve(broken.id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+
+    // A deleted error file stays deleted: showing the batch again does not bring it back.
+    await owner.files.delete(broken.error_file_id as string);
+    expect((await owner.batches.retrieve(broken.id)).error_file_id).toBe(broken.error_file_id);
+    await expect(owner.files.retrieve(broken.error_file_id as string)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    await expect(owner.files.content(broken.error_file_id as string)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
   });
 });

@@ -12,12 +12,12 @@ import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Queue } from "bullmq";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BatchJobs } from "../../src/batch/index.ts";
 import { BatchOutputLine } from "../../src/contracts/batch.ts";
 import { queueName } from "../../src/contracts/naming.ts";
 import { type Control, connectControl } from "../../src/control/redis.ts";
+import { QueueBase } from "../../src/queue/base.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { type CoordinatorProcess, type S3Server, spawnCoordinator, startS3, waitForJob } from "../helpers/batch-env.ts";
 import { tinyModelPath } from "../helpers/models.ts";
@@ -34,6 +34,8 @@ const PROMPTS = WORDS.flatMap((w) => [`Once upon a time there was a ${w}`, `The 
 
 let stack: Stack;
 let ctl: Control;
+/** The model queue and the coordinator queue, as the tests look into them. */
+let queues: QueueBase;
 let jobs: BatchJobs;
 let s3: S3Server;
 let coordinator: CoordinatorProcess;
@@ -48,6 +50,7 @@ beforeAll(async () => {
   const model = await tinyModelPath();
   stack = await startStack({ model, args: ["--name", MODEL, "--replicas", "2", "--parallel", "4"] });
   ctl = connectControl(stack.redisUrl, "platform");
+  queues = new QueueBase(ctl);
   // Our own coordinator queue: a coordinator the stack may run never takes these jobs.
   const queue = `batches-${randomUUID().slice(0, 8)}`;
   jobs = new BatchJobs(ctl, { queue });
@@ -64,6 +67,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await coordinator?.stop();
   await jobs?.close();
+  await queues?.close();
   await ctl?.redis.quit();
   await s3?.close();
   const code = await stack?.stop();
@@ -143,9 +147,7 @@ describe("10,000 records through the real engine", () => {
     const frozen = await jobs.get(created.id);
     expect(frozen.state).toBe("running");
     expect(frozen.counts.succeeded).toBeLessThan(RECORDS);
-    const modelQueue = new Queue(queueName(MODEL, "v1"), { connection: ctl.redis, prefix: "platform" });
-    const pending = (await modelQueue.getJobs(["completed", "active", "prioritized", "waiting"])).filter((j) => j.id?.startsWith(`${created.id}-`));
-    await modelQueue.close();
+    const pending = (await queues.queue(MODEL, "v1").getJobs(["completed", "active", "prioritized", "waiting"])).filter((j) => j.id?.startsWith(`${created.id}-`));
     expect(pending.length).toBeGreaterThan(0);
 
     coordinator = await spawnCoordinator(coordinatorEnv);
@@ -179,10 +181,8 @@ describe("shutdown", () => {
     const created = await jobs.create({ model: MODEL, input: path, output: join(scratch, "handoff/"), concurrency: 16, batch_size: 100, temperature: 0 });
     await waitForJob(jobs, created.id, (j) => j.counts.succeeded >= 500);
     await coordinator.stop();
-    const coordinatorQueue = new Queue(`${(coordinatorEnv.BATCH_QUEUE as string)}`, { connection: ctl.redis, prefix: "platform" });
     // Back in the queue without waiting for a lock to expire.
-    expect(await coordinatorQueue.getJobState(created.id)).toBe("waiting");
-    await coordinatorQueue.close();
+    expect(await queues.queueNamed(coordinatorEnv.BATCH_QUEUE as string).getJobState(created.id)).toBe("waiting");
     expect((await jobs.get(created.id)).state).toBe("running");
 
     coordinator = await spawnCoordinator(coordinatorEnv);
@@ -199,7 +199,7 @@ describe("shutdown", () => {
 
 describe("priority", () => {
   it("serves online requests ahead of the batch records already waiting", async () => {
-    const queue = new Queue(queueName(MODEL, "v1"), { connection: ctl.redis, prefix: "platform" });
+    const queue = queues.queue(MODEL, "v1");
     const observer = await QueueObserver.start(stack.redisUrl, "platform", queueName(MODEL, "v1"), { keepLog: true });
     const created = await jobs.create({ model: MODEL, input: inputPath, output: join(scratch, "out-priority/"), concurrency: 64, temperature: 0 });
     // Enough batch records waiting that a request behind them would wait for many.
@@ -219,7 +219,6 @@ describe("priority", () => {
     await waitForJob(jobs, created.id);
     await observer.drain();
     await observer.stop();
-    await queue.close();
 
     // For each online job: how many batch records a worker took between its arrival and its start.
     const log = observer.events();

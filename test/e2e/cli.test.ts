@@ -132,6 +132,14 @@ describe("platform CLI", () => {
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe("context_length_exceeded");
   });
 
+  it("asks a worker for its endpoint, or --standby, and nothing else", async () => {
+    for (const args of [["worker"], ["worker", "--endpoint", "tiny", "--standby"]]) {
+      const r = await runCli(args, stack.env);
+      expect(r.code, args.join(" ")).toBe(2);
+      expect(r.stderr).toMatch(/give --endpoint <name> \(or, as `platform up` does, --standby\)/);
+    }
+  });
+
   it("rejects invalid deployment YAML naming the field and the expected form", async () => {
     const bad = join(work, "bad.yaml");
     await writeFile(bad, "model:\n  name: tiny\nresources:\n  memory: 2GB\n  replicas: -1\n  colour: blue\n");

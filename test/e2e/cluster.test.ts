@@ -113,8 +113,19 @@ it("serves requests, a producer and a batch through a Redis Cluster, with each q
   const records = all.filter((k) => k.startsWith("platform:{cp}:"));
   expect(records).toEqual(expect.arrayContaining([keys.endpoints, keys.apiKeys, keys.batches, keys.batch(batchId)]));
   expect((await slotsOf(records)).size).toBe(1);
-  // The one record key outside the tag would break a MULTI or script over the records.
-  expect(all.filter((k) => k.startsWith("platform:cp:") && !k.includes(":replies:") && !k.includes(":cancelled:") && !k.startsWith("platform:cp:batch:{"))).toEqual([]);
+  // The one record key outside the tag would break a MULTI or script over the records. Keys with a
+  // tag of their own are meant to spread: per-request, per-batch, per-API-key rate limits, usage.
+  expect(
+    all.filter(
+      (k) =>
+        k.startsWith("platform:cp:") &&
+        !k.includes(":replies:") &&
+        !k.includes(":cancelled:") &&
+        !k.startsWith("platform:cp:batch:{") &&
+        !k.startsWith("platform:cp:ratelimit:{") &&
+        !k.startsWith("platform:cp:{usage}:"),
+    ),
+  ).toEqual([]);
   const slots = await slotsOf(all);
   console.log(
     `cluster: one chat ${chatMs} ms; 50 concurrent chats ${burstMs} ms; ${RECORDS}-record batch ${batchMs} ms; ` +

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { Redis } from "ioredis";
 import { killAll } from "./processes.ts";
-import { freePort, quiet, waitUntil } from "./redis.ts";
+import { freePort, portIsFree, quiet, waitUntil } from "./redis.ts";
 
 export type RedisCluster = {
   /** `redis+cluster://` URL naming every node. */
@@ -24,6 +24,17 @@ export type RedisCluster = {
 };
 
 export async function startRedisCluster(): Promise<RedisCluster> {
+  // A port found free can be taken by a parallel test before redis-server binds it: try again.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOnce();
+    } catch (e) {
+      if (attempt >= 3) throw e;
+    }
+  }
+}
+
+async function startOnce(): Promise<RedisCluster> {
   const dir = await mkdtemp(join(tmpdir(), "platform-cluster-"));
   const password = randomBytes(16).toString("hex");
   const children: ChildProcess[] = [];
@@ -32,7 +43,7 @@ export async function startRedisCluster(): Promise<RedisCluster> {
   const ports: number[] = [];
   while (ports.length < 3) {
     const port = await freePort();
-    if (port < 55535 && !ports.includes(port)) ports.push(port);
+    if (port < 55535 && !ports.includes(port) && (await portIsFree(port + 10_000))) ports.push(port);
   }
   const stop = async () => {
     for (const n of nodes) n.disconnect();
@@ -46,13 +57,19 @@ export async function startRedisCluster(): Promise<RedisCluster> {
       const args = ["--port", String(port), "--bind", "127.0.0.1", "--dir", home, "--save", "", "--appendonly", "no"];
       args.push("--cluster-enabled", "yes", "--cluster-config-file", join(home, "nodes.conf"), "--cluster-node-timeout", "5000");
       args.push("--requirepass", password, "--masterauth", password, "--maxmemory-policy", "noeviction");
-      children.push(spawn("redis-server", args, { stdio: "ignore" }));
+      const child = spawn("redis-server", args, { stdio: "ignore" });
+      children.push(child);
+      // A node that cannot start (its port taken meanwhile by another test) fails fast, by name.
+      let exited: number | null = null;
+      child.once("exit", (code) => (exited = code ?? -1));
       const node = quiet(new Redis({ port, host: "127.0.0.1", password, maxRetriesPerRequest: 1, lazyConnect: true }));
       nodes.push(node);
       await waitUntil(`node ${port}`, async () => {
+        if (exited !== null) return true;
         if (node.status === "wait" || node.status === "end") await node.connect();
         return (await node.ping()) === "PONG";
       });
+      if (exited !== null) throw new Error(`redis-server on port ${port} exited with ${exited}`);
     }
     await promisify(execFile)("redis-cli", ["-a", password, "--no-auth-warning", "--cluster", "create", ...ports.map((p) => `127.0.0.1:${p}`), "--cluster-replicas", "0", "--cluster-yes"]);
     await waitUntil("the cluster to agree", async () => {

@@ -1,7 +1,8 @@
 /**
  * Watches a BullMQ queue's event stream (`<prefix>:<queue>:events`) from the
  * outside and counts events per job id: every time a worker takes a job it
- * emits `active`, so `active` events per job are engine invocations.
+ * emits `active`, so `active` events per job are engine invocations; a job
+ * taken back from a dead replica counts as `requeued`.
  *
  * BullMQ caps that stream, so a reader that fell behind could silently miss
  * events; `drain()` compares what was read with the stream's own count of
@@ -46,6 +47,15 @@ export class QueueObserver {
     return [...this.counts.keys()].filter((id) => id.startsWith(prefix));
   }
 
+  /**
+   * Job ids a worker took (`active`) since the observer started. Use this rather than jobIds()
+   * to leave out a job finished just before: a worker sends its reply before it tells BullMQ, so
+   * that job's `completed` can arrive after the observer started.
+   */
+  takenJobIds(): string[] {
+    return this.jobIds().filter((id) => this.count(id, "active") > 0);
+  }
+
   events(): readonly ObservedEvent[] {
     return this.log ?? [];
   }
@@ -79,9 +89,11 @@ export class QueueObserver {
   private tally(entries: [string, string[]][]): void {
     for (const [, fields] of entries) {
       this.read++;
-      const event = field(fields, "event");
+      const raw = field(fields, "event");
       const jobId = field(fields, "jobId");
-      if (event === undefined || jobId === undefined) continue;
+      if (raw === undefined || jobId === undefined) continue;
+      // An active job handed back to the queue (a dead replica's, src/queue/reclaim.ts) is counted apart.
+      const event = raw === "waiting" && field(fields, "prev") === "active" ? "requeued" : raw;
       let perJob = this.counts.get(jobId);
       if (!perJob) this.counts.set(jobId, (perJob = new Map()));
       perJob.set(event, (perJob.get(event) ?? 0) + 1);

@@ -36,6 +36,15 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/** Whether `port` on loopback can be listened on right now. */
+export async function portIsFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once("error", () => resolve(false));
+    server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
+  });
+}
+
 /** Polls `check` every 100 ms until it holds; `what` names it in the timeout's error. */
 export async function waitUntil(what: string, check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
   const t0 = Date.now();

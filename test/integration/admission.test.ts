@@ -4,11 +4,9 @@
  * per-endpoint limits, and the queue-wait bound in the dispatcher.
  */
 import { randomUUID } from "node:crypto";
-import { Queue, Worker } from "bullmq";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AutoscalingSettings } from "../../src/contracts/autoscaling.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import { queueName } from "../../src/contracts/naming.ts";
 import type { EndpointRecord, ReplicaState } from "../../src/contracts/records.ts";
 import { setAutoscaling } from "../../src/control/autoscaling.ts";
 import { type Control, connectControl, duplicate, type RedisClient } from "../../src/control/redis.ts";
@@ -21,7 +19,6 @@ import { Dispatcher } from "../../src/queue/dispatcher.ts";
 const PREFIX = `test-admission-${randomUUID().slice(0, 8)}`;
 let ctl: Control;
 let dispatcher: Dispatcher;
-const queues: Queue[] = [];
 
 beforeAll(() => {
   ctl = connectControl("redis://127.0.0.1:6379", PREFIX);
@@ -30,7 +27,6 @@ beforeAll(() => {
 
 afterAll(async () => {
   await dispatcher.close();
-  for (const q of queues) await q.close();
   const keys = await ctl.redis.keys(`${PREFIX}:*`);
   if (keys.length > 0) await ctl.redis.del(...keys);
   ctl.redis.disconnect();
@@ -114,8 +110,7 @@ describe("admission", () => {
   it("refuses with 429 queue_full at max_queue_depth online requests waiting, counting its own admissions between reads", async () => {
     const e = endpoint("full", 1, { max_queue_depth: 3 });
     await replica("full", "full-1", "ready");
-    const queue = new Queue(queueName("full", "v1"), { connection: ctl.redis, prefix: PREFIX });
-    queues.push(queue);
+    const queue = dispatcher.queue("full", "v1");
     await queue.add("completion", {});
     // Batch records wait at a lower priority: they never delay an online request, so they do not count.
     await queue.addBulk(Array.from({ length: 5 }, () => ({ name: "batch_record", data: {}, opts: { priority: 10 } })));
@@ -148,7 +143,7 @@ describe("admission", () => {
     const queue = dispatcher.queue("taken", "v1");
     // Take the job the way a worker does, without answering yet.
     let finish: (() => void) | undefined;
-    const worker = new Worker(queueName("taken", "v1"), () => new Promise<void>((resolve) => (finish = resolve)), { connection: duplicate(ctl), prefix: PREFIX });
+    const worker = dispatcher.worker("taken", "v1", () => new Promise<void>((resolve) => (finish = resolve)), {});
     for (let i = 0; i < 100 && (await queue.getJobState(handle.id)) !== "active"; i++) await new Promise((r) => setTimeout(r, 20));
     let settled: string | undefined;
     handle.events.next().then(

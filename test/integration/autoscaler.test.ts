@@ -9,17 +9,16 @@ import { randomUUID } from "node:crypto";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Queue } from "bullmq";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Autoscaler, startAutoscaler } from "../../scaler/autoscaler.ts";
 import { ScalerLease } from "../../scaler/lease.ts";
 import { AutoscalingSettings } from "../../src/contracts/autoscaling.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import { queueName } from "../../src/contracts/naming.ts";
 import type { EndpointRecord } from "../../src/contracts/records.ts";
 import { listDecisions, type ScalingDecisionRecord, setAutoscaling } from "../../src/control/autoscaling.ts";
 import { findEndpoint, saveEndpoint } from "../../src/control/endpoints.ts";
 import { type Control, connectControl } from "../../src/control/redis.ts";
+import { QueueBase } from "../../src/queue/base.ts";
 import { workerDeploymentName } from "../../scaler/backends/kubernetes-manifests.ts";
 import { FakeKubernetesApi } from "../helpers/fake-kubernetes-api.ts";
 import { BIN, sleep } from "../helpers/stack.ts";
@@ -29,11 +28,19 @@ const PREFIX = `test-autoscaler-${randomUUID().slice(0, 8)}`;
 const controls: Control[] = [];
 const scalers: Autoscaler[] = [];
 const children: ChildProcess[] = [];
+const bases: QueueBase[] = [];
 
 function control(): Control {
   const ctl = connectControl(REDIS_URL, PREFIX);
   controls.push(ctl);
   return ctl;
+}
+
+/** Producers of the jobs the scalers count, closed with the test file. */
+function producer(c: Control): QueueBase {
+  const base = new QueueBase(c);
+  bases.push(base);
+  return base;
 }
 
 let ctl: Control;
@@ -44,6 +51,7 @@ beforeAll(() => {
 afterAll(async () => {
   for (const child of children) if (child.exitCode === null) child.kill("SIGKILL");
   for (const s of scalers) await s.stop().catch(() => undefined);
+  for (const b of bases) await b.close();
   const keys = await ctl.redis.keys(`${PREFIX}:*`);
   if (keys.length > 0) await ctl.redis.del(...keys);
   for (const c of controls) c.redis.disconnect();
@@ -87,7 +95,7 @@ describe("autoscaler loop", () => {
     await deploy("busy", 0);
     await deploy("manual", 2); // no autoscaling: left alone
     await setAutoscaling(ctl, "busy", settings({ min_replicas: 0, max_replicas: 3, target_queue_depth: 2, scale_up_cooldown: "1s", scale_down_cooldown: "500ms", scale_down_delay: "1500ms" }));
-    const queue = new Queue(queueName("busy", "v1"), { connection: ctl.redis, prefix: PREFIX });
+    const queue = producer(ctl).queue("busy", "v1");
 
     const a = await startAutoscaler(control(), { intervalMs: 100, leaseTtlMs: 1000, holderId: "scaler-a", log: () => undefined });
     scalers.push(a);
@@ -128,7 +136,8 @@ describe("autoscaler loop", () => {
     // Demand stops: after the delay, one step per down-cooldown, back to min 0.
     await queue.drain();
     const stoppedAt = Date.now();
-    await until(async () => (await desired("busy")) === 0, "0 replicas");
+    // The record follows the new count by a write: wait for both.
+    await until(async () => (await desired("busy")) === 0 && (await listDecisions(ctl, "busy", 1))[0]?.to === 0, "0 replicas");
     const all = await decisions("busy");
     const downs = all.filter((d) => d.action === "scale_down");
     expect(downs.map((d) => [d.from, d.to])).toEqual([[3, 2], [2, 1], [1, 0]]);
@@ -145,7 +154,6 @@ describe("autoscaler loop", () => {
     // A clean stop hands the lease back at once.
     await b.stop();
     expect(await ScalerLease.holder(ctl.redis, ctl.keys.scalerLease)).toBeNull();
-    await queue.close();
   });
 
   it("runs as `platform scaler` processes: only the lease holder decides; SIGKILL it and the other takes over", async () => {
@@ -208,7 +216,8 @@ describe("autoscaler loop", () => {
     const name = "chat";
     await saveEndpoint(kctl, endpointRecord(name, 1));
     await setAutoscaling(kctl, name, settings({ min_replicas: 1, max_replicas: 2, target_queue_depth: 1, scale_up_cooldown: "0s" }));
-    const queue = new Queue(queueName("chat", "v1"), { connection: kctl.redis, prefix });
+    const queues = producer(kctl);
+    const queue = queues.queue("chat", "v1");
     const child = spawn(process.execPath, [BIN, "scaler", "--backend", "kubernetes", "--interval-ms", "100"], {
       env: { ...process.env, REDIS_URL, PLATFORM_PREFIX: prefix, KUBECONFIG: kubeconfig, PLATFORM_WORKER_IMAGE: "example.com/platform:1", POD_NAMESPACE: "ml" },
       stdio: ["ignore", "pipe", "pipe"],
@@ -236,7 +245,7 @@ describe("autoscaler loop", () => {
       // Stopping the scaler leaves the cluster's Deployments alone.
       expect(api.deploymentNames("ml")).toEqual([deployment]);
     } finally {
-      await queue.close();
+      await queues.close();
       await api.close();
       await rm(dir, { recursive: true, force: true });
       const keys = await kctl.redis.keys(`${prefix}:*`);

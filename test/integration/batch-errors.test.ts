@@ -14,19 +14,20 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { type ConnectionOptions, Queue, Worker } from "bullmq";
+import { Queue, type Worker } from "bullmq";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { captureLogs } from "../helpers/logs.ts";
 import { type BatchCoordinator, startBatchCoordinator } from "../../src/batch/index.ts";
 import { COORDINATOR_JOB, COORDINATOR_QUEUE } from "../../src/batch/jobs.ts";
 import { RecordJobs } from "../../src/batch/record-jobs.ts";
 import { type BatchSpec, createRecord } from "../../src/batch/records.ts";
 import type { BatchJobRecord } from "../../src/contracts/batch.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import { queueName } from "../../src/contracts/naming.ts";
 import { createApiKey } from "../../src/control/apikeys.ts";
 import { deployEndpoint } from "../../src/control/endpoints.ts";
 import { type Control, connectControl } from "../../src/control/redis.ts";
 import { PlatformError } from "../../src/errors.ts";
+import { QueueBase } from "../../src/queue/base.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
 import { importModel } from "../../src/registry/import.ts";
 import { loadSettings, type Settings } from "../../src/settings/index.ts";
@@ -39,6 +40,8 @@ const BATCH_CLI = fileURLToPath(new URL("../helpers/batch-cli.ts", import.meta.u
 
 let redis: Awaited<ReturnType<typeof privateRedis>>;
 let ctl: Control;
+/** The stand-in worker and the queues tests add to or read directly. */
+let queues: QueueBase;
 let settings: Settings;
 let gateway: RunningGateway;
 let coordinator: BatchCoordinator;
@@ -71,8 +74,10 @@ beforeAll(async () => {
   userB = await key("b", "user");
   await importModel({ ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") }, { name: "tiny", framework: "llamacpp", source: await tinyModelPath() });
   await deployEndpoint(ctl, DeploymentConfig.parse({ model: { name: "tiny" }, resources: { replicas: 0 } }));
-  worker = new Worker(
-    queueName("tiny", "v1"),
+  queues = new QueueBase(ctl);
+  worker = queues.worker(
+    "tiny",
+    "v1",
     async (job) => {
       await gate;
       const data = job.data as { prompt?: string; reply: { stream: string } };
@@ -80,7 +85,7 @@ beforeAll(async () => {
       await ctl.redis.xadd(data.reply.stream, "*", "job", job.id as string, "e", JSON.stringify({ type: "done", result }));
       return result;
     },
-    { connection: ctl.redisOptions as ConnectionOptions, prefix: ctl.prefix, concurrency: 8 },
+    { concurrency: 8 },
   );
   gateway = await startGateway({ ctl, settings, host: "127.0.0.1", port: 0 });
   coordinator = await startBatchCoordinator(ctl, settings);
@@ -89,6 +94,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await coordinator?.stop();
   await worker?.close();
+  await queues?.close();
   await gateway?.close();
   ctl?.redis.disconnect();
   await redis?.stop();
@@ -143,7 +149,7 @@ async function waitFor<T>(what: string, check: () => Promise<T | undefined>, tim
   }
 }
 
-const logOf = (spy: { mock: { calls: unknown[][] } }) => spy.mock.calls.map((args) => args.map((a) => (a instanceof Error ? `${a.message}` : String(a))).join(" ")).join("\n");
+const logOf = (logs: { text: () => string }) => logs.text();
 
 describe("the CLI against a gateway with no storage roots", () => {
   it("uploads the input, has the server keep the result, and downloads it at the end", async () => {
@@ -213,7 +219,7 @@ describe("a local result never replaces a file silently", () => {
 
 describe("what clients see of failures", () => {
   it("queue_unavailable: no Redis address in the answer or the job record; the request id and job id point to the log", async () => {
-    const logged = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    const logged = captureLogs();
     const add = Queue.prototype.add;
     const spy = vi.spyOn(Queue.prototype, "add").mockImplementation(function (this: Queue, ...args: Parameters<Queue["add"]>) {
       if (this.name === COORDINATOR_QUEUE) return Promise.reject(new Error("connect ECONNREFUSED 10.9.8.7:6379"));
@@ -236,19 +242,19 @@ describe("what clients see of failures", () => {
       expect(log).toMatch(new RegExp(`${failed?.id}[^\\n]*10\\.9\\.8\\.7`));
     } finally {
       spy.mockRestore();
-      logged.mockRestore();
+      logged.restore();
     }
   });
 
   it("an unexpected failure (a symbolic link loop): a fixed message with the job id, the detail in the log, and what was kept", async () => {
-    const logged = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    const logged = captureLogs();
     const root = join(scratch, "root");
     await mkdir(join(root, "out"), { recursive: true });
     const loop = join(root, "loop.jsonl");
     await symlink(loop, loop);
     const queue = "batches-errors";
     const withRoots = await startBatchCoordinator(ctl, { ...settings, storageRoots: [{ scheme: "file", path: root }] }, { queue });
-    const coordinate = new Queue(queue, { connection: ctl.redisOptions as ConnectionOptions, prefix: ctl.prefix });
+    const coordinate = queues.queueNamed(queue);
     try {
       const id = `batch_${randomBytes(12).toString("hex")}`;
       const input = pathToFileURL(loop).href;
@@ -288,9 +294,8 @@ describe("what clients see of failures", () => {
       expect(failed).toMatchObject({ resumable: true, partial: { records: 153, parts_uri: `out/${id}.parts/` }, counts: { succeeded: 150, failed: 3 } });
       expect(logOf(logged)).toMatch(new RegExp(`${id}[^\\n]*coordinator_error[^\\n]*ELOOP[^\\n]*${scratch.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}`));
     } finally {
-      await coordinate.close();
       await withRoots.stop();
-      logged.mockRestore();
+      logged.restore();
     }
   });
 
@@ -336,10 +341,10 @@ describe("stored data that does not parse", () => {
   });
 
   it("an engine failure's text (server paths) stays in the log; the record's error line points there by job id", async () => {
-    const logged = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    const logged = captureLogs();
     const batchId = "batch_engine_text";
     const jobs = await RecordJobs.open({ ctl, batchId, model: "tiny", version: "ve", writtenBefore: () => 1 });
-    const queue = new Queue(queueName("tiny", "ve"), { connection: ctl.redisOptions as ConnectionOptions, prefix: ctl.prefix });
+    const queue = queues.queue("tiny", "ve");
     const work = { kind: "prompt" as const, prompt: "x" };
     const secret = "/srv/private/artifacts/models/tiny/v1/model.gguf";
     try {
@@ -364,17 +369,16 @@ describe("stored data that does not parse", () => {
     } finally {
       await jobs.close();
       await queue.obliterate({ force: true }).catch(() => undefined);
-      await queue.close();
-      logged.mockRestore();
+      logged.restore();
     }
   });
 
   it("a garbage kept answer or model job result fails that record with invalid_result instead of hanging the job", async () => {
-    const logged = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    const logged = captureLogs();
     const batchId = "batch_garbage";
     // A version no worker serves: whatever is added just waits.
     const jobs = await RecordJobs.open({ ctl, batchId, model: "tiny", version: "vg", writtenBefore: () => 1 });
-    const queue = new Queue(queueName("tiny", "vg"), { connection: ctl.redisOptions as ConnectionOptions, prefix: ctl.prefix });
+    const queue = queues.queue("tiny", "vg");
     const work = { kind: "prompt" as const, prompt: "x" };
     const within = <T>(p: Promise<T>) => Promise.race([p, sleep(8000).then(() => "hung" as const)]);
     try {
@@ -393,8 +397,7 @@ describe("stored data that does not parse", () => {
     } finally {
       await jobs.close();
       await queue.obliterate({ force: true }).catch(() => undefined);
-      await queue.close();
-      logged.mockRestore();
+      logged.restore();
     }
   });
 });

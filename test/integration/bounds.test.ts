@@ -5,60 +5,48 @@
  * error messages free of server details. In process against a private Redis,
  * with no workers: nothing here needs a model to run.
  */
-import { mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { type ConnectionOptions, Queue } from "bullmq";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import { queueName } from "../../src/contracts/naming.ts";
+import { captureLogs } from "../helpers/logs.ts";
 import { createApiKey } from "../../src/control/apikeys.ts";
-import { deployEndpoint } from "../../src/control/endpoints.ts";
-import { type Control, connectControl } from "../../src/control/redis.ts";
-import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
-import { importModel } from "../../src/registry/import.ts";
+import type { Control } from "../../src/control/redis.ts";
+import type { RunningGateway } from "../../src/gateway/app.ts";
+import { QueueBase } from "../../src/queue/base.ts";
 import { loadSettings } from "../../src/settings/index.ts";
-import { openStore } from "../../src/storage/index.ts";
-import { tinyModelPath } from "../helpers/models.ts";
+import { type TinyGateway, startTinyGateway } from "../helpers/gateway.ts";
 import { type OversizedInit, sendOnOwnConnection } from "../helpers/http.ts";
-import { privateRedis } from "../helpers/redis.ts";
 
 const REQUEST_LIMIT = 64 * 1024;
 const FILE_LIMIT = 256 * 1024;
 const MODEL_LIMIT = 128 * 1024;
 
-let redis: Awaited<ReturnType<typeof privateRedis>>;
+let tiny: TinyGateway;
+let redis: TinyGateway["redis"];
 let ctl: Control;
+/** What the tests see of the model queue, and the failing worker. */
+let queues: QueueBase;
 let gateway: RunningGateway;
 let admin: string;
 let user: string;
 let window: number;
 
 beforeAll(async () => {
-  redis = await privateRedis();
-  const dataDir = await mkdtemp(join(tmpdir(), "platform-bounds-"));
-  const settings = {
-    ...loadSettings({ PLATFORM_DATA_DIR: dataDir, PLATFORM_MAX_REQUEST_BYTES: String(REQUEST_LIMIT), PLATFORM_MAX_FILE_BYTES: String(FILE_LIMIT), PLATFORM_MAX_MODEL_BYTES: String(MODEL_LIMIT) }),
-    redisUrl: redis.url,
-    requestTimeoutMs: 1500,
-  };
-  ctl = connectControl(redis.url, settings.prefix);
+  // Deployed, a replica wanted but none running: whatever is admitted waits in the queue.
+  tiny = await startTinyGateway({
+    env: { PLATFORM_MAX_REQUEST_BYTES: String(REQUEST_LIMIT), PLATFORM_MAX_FILE_BYTES: String(FILE_LIMIT), PLATFORM_MAX_MODEL_BYTES: String(MODEL_LIMIT) },
+    settings: { requestTimeoutMs: 1500 },
+    contextLength: 512,
+  });
+  ({ redis, ctl, gateway } = tiny);
+  queues = new QueueBase(ctl);
   admin = (await createApiKey(ctl, "admin", "admin")).key;
   user = (await createApiKey(ctl, "user", "user")).key;
-  const record = await importModel(
-    { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") },
-    { name: "tiny", framework: "llamacpp", source: await tinyModelPath({ contextLength: 512 }) },
-  );
-  expect(record.gguf?.max_token_bytes).toBeGreaterThan(0);
-  window = record.gguf?.context_length as number;
-  // Deployed, a replica wanted but none running: whatever is admitted waits in the queue.
-  await deployEndpoint(ctl, DeploymentConfig.parse({ model: { name: "tiny" } }));
-  gateway = await startGateway({ ctl, settings, host: "127.0.0.1", port: 0 });
+  expect(tiny.model.gguf?.max_token_bytes).toBeGreaterThan(0);
+  window = tiny.model.gguf?.context_length as number;
 });
 
 afterAll(async () => {
   // The last test stopped Redis: closing waits on it, so give it a moment and move on.
-  await Promise.race([gateway?.close(), new Promise((r) => setTimeout(r, 3000))]);
+  await Promise.race([Promise.all([gateway?.close(), queues?.close()]), new Promise((r) => setTimeout(r, 3000))]);
   ctl?.redis.disconnect();
   await redis?.stop();
 });
@@ -91,9 +79,7 @@ function chunked(total: number, chunk = 16 * 1024): ReadableStream<Uint8Array> {
 }
 
 const waitingJobs = async () => {
-  const q = new Queue(queueName("tiny", "v1"), { connection: ctl.redisOptions as ConnectionOptions, prefix: ctl.prefix });
-  const counts = await q.getJobCounts("waiting", "prioritized", "active", "completed", "failed");
-  await q.close();
+  const counts = await queues.queue("tiny", "v1").getJobCounts("waiting", "prioritized", "active", "completed", "failed");
   return Object.values(counts).reduce((a, b) => a + b, 0);
 };
 
@@ -268,7 +254,7 @@ describe("records that do not parse", () => {
     const metrics = await fetch(`${gateway.url}/metrics`);
     expect(metrics.status).toBe(200);
     const text = await metrics.text();
-    expect(text).toMatch(/platform_replicas_desired\{model_name="tiny"\} 1/);
+    expect(text).toMatch(/platform_replicas_desired\{model_name="tiny",version="v1"\} 1/);
     expect(text).toMatch(/platform_invalid_records_total\{kind="endpoint"\} 2/);
     expect(text).toMatch(/platform_invalid_records_total\{kind="model_version"\} 1/);
     expect(text).toMatch(/platform_invalid_records_total\{kind="api_key"\} 1/);
@@ -287,19 +273,19 @@ describe("records that do not parse", () => {
 
 describe("error messages", () => {
   it("an engine failure reaches the client without its server detail, with the request id; the log has the detail", async () => {
-    const logged = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    const logged = captureLogs();
     try {
       // A worker that fails a job the way an engine does (its message names a server path).
-      const { Worker } = await import("bullmq");
-      const worker = new Worker(
-        queueName("tiny", "v1"),
+      const worker = queues.worker(
+        "tiny",
+        "v1",
         async (job) => {
           const reply = (job.data as { reply: { stream: string } }).reply.stream;
           const error = { code: "engine_error", status: 500, param: null, message: "failed to load /srv/data/artifacts/models/tiny/v1/model.gguf: bad magic\n    at load (/app/workers/engines/llamacpp.ts:42:7)" };
           await ctl.redis.xadd(reply, "*", "job", job.id as string, "e", JSON.stringify({ type: "error", error }));
           throw new Error(JSON.stringify(error));
         },
-        { connection: ctl.redisOptions as ConnectionOptions, prefix: ctl.prefix },
+        {},
       );
       try {
         const res = await call("/v1/completions", { body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 3 }), headers: { "x-request-id": "req_engine_probe" } });
@@ -308,19 +294,19 @@ describe("error messages", () => {
         expect(err.code).toBe("engine_error");
         expect(err.message).toContain("req_engine_probe");
         expect(err.message).not.toMatch(/\/srv|\/app|at load|\.gguf/);
-        const log = logged.mock.calls.map((args) => args.map(String).join(" ")).join("\n");
+        const log = logged.text();
         expect(log).toMatch(/req_engine_probe.*engine_error.*\/srv\/data\/artifacts\/models\/tiny\/v1\/model\.gguf/s);
       } finally {
         await worker.close();
       }
     } finally {
-      logged.mockRestore();
+      logged.restore();
     }
   });
 
   // Last: it stops this suite's Redis.
   it("queue_unavailable when Redis is gone: no address in the message, the request id instead; the log has the detail", { timeout: 60_000 }, async () => {
-    const logged = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    const logged = captureLogs();
     try {
       // Freshly verified key (the gateway caches it briefly): what fails next is the queue, not auth.
       expect((await call("/v1/models", { method: "GET" })).status).toBe(200);
@@ -331,11 +317,11 @@ describe("error messages", () => {
       expect(err.code).toBe("queue_unavailable");
       expect(err.message).toContain("req_redis_probe");
       expect(err.message).not.toMatch(/127\.0\.0\.1|ECONNREFUSED|\/|\n\s+at /);
-      const log = logged.mock.calls.map((args) => args.map((a) => (a instanceof Error ? `${a.message}` : String(a))).join(" ")).join("\n");
+      const log = logged.text();
       expect(log).toMatch(/req_redis_probe[^\n]*queue_unavailable/);
       expect(log).toMatch(/req_redis_probe[^\n]*Redis did not answer within \d+ ms/);
     } finally {
-      logged.mockRestore();
+      logged.restore();
     }
   });
 });

@@ -14,8 +14,15 @@ import { Secret } from "kubernetes-models/v1/Secret";
 import { Service } from "kubernetes-models/v1/Service";
 import { ServiceAccount } from "kubernetes-models/v1/ServiceAccount";
 import { describe, expect, it } from "vitest";
-import { WORKER_APP_NAME } from "../../scaler/backends/kubernetes-manifests.ts";
+import { WORKER_HEALTH_PORT } from "../../scaler/backend.ts";
+import { buildWorkerDeployment, WORKER_APP_NAME } from "../../scaler/backends/kubernetes-manifests.ts";
+import { DeploymentConfig } from "../../src/contracts/deployment.ts";
+import type { EndpointRecord } from "../../src/contracts/records.ts";
+import type { Control } from "../../src/control/redis.ts";
+import { registerBatchMetrics } from "../../src/telemetry/batch-metrics.ts";
 import { GatewayMetrics } from "../../src/telemetry/metrics.ts";
+import { registerScalingMetrics } from "../../src/telemetry/scaling-metrics.ts";
+import { WorkerMetrics } from "../../src/telemetry/worker-metrics.ts";
 import { parse, parseAllDocuments } from "yaml";
 
 type Json = Record<string, any>;
@@ -39,12 +46,12 @@ const MODELS: Record<string, new (data: any) => { validate(): void }> = {
   "networking.k8s.io/v1/NetworkPolicy": NetworkPolicy,
 };
 
-function findKubectl(): string | undefined {
+function findOnPath(name: string): string | undefined {
   const dirs = ["/usr/bin", ...(process.env.PATH ?? "").split(delimiter)];
-  return dirs.map((d) => join(d, "kubectl")).find((p) => existsSync(p));
+  return dirs.map((d) => join(d, name)).find((p) => existsSync(p));
 }
 
-const kubectl = findKubectl();
+const kubectl = findOnPath("kubectl");
 if (!kubectl) console.warn("deploy-manifests: kubectl not found on PATH; skipping the kustomize checks (CI installs it)");
 
 function kustomize(overlay: string): Json[] {
@@ -255,21 +262,56 @@ describe("deploy/ files outside kustomize", () => {
     }
   });
 
-  it("the Prometheus config scrapes the gateway's /metrics", () => {
+  it("the Prometheus config scrapes the gateway's and the workers' /metrics and loads the alerts", () => {
     const config = parse(readFileSync(join(ROOT, "deploy/prometheus/prometheus.yml"), "utf8")) as Json;
     const jobs = config.scrape_configs as Json[];
     const gateway = jobs.find((j) => j.job_name === "platform-gateway")!;
     expect(gateway.metrics_path).toBe("/metrics");
     expect(gateway.kubernetes_sd_configs[0].role).toBe("pod");
     expect(gateway.relabel_configs.some((r: Json) => r.action === "keep" && r.regex === "platform-gateway")).toBe(true);
+    // Workers: the scaler's pods, on the port it names "health" (its probes and /metrics).
+    const workers = jobs.find((j) => j.job_name === "platform-workers")!;
+    expect(workers.metrics_path).toBe("/metrics");
+    expect(workers.relabel_configs.some((r: Json) => r.action === "keep" && r.regex === WORKER_APP_NAME)).toBe(true);
+    const port = buildWorkerDeployment(sampleEndpoint(), 1, { image: "platform:test", namespace: "platform" }).spec!.template.spec!.containers[0]!.ports![0]!;
+    expect(workers.relabel_configs.some((r: Json) => r.action === "keep" && r.regex === port.name)).toBe(true);
+    expect(port.containerPort).toBe(WORKER_HEALTH_PORT);
     expect(jobs.find((j) => j.job_name === "platform-compose")!.static_configs[0].targets).toEqual(["platform:8000"]);
+    expect(config.rule_files).toEqual(["alerts.yml"]);
   });
 
-  it("the Grafana dashboard queries the documented metric names by model_name", async () => {
+  it("the PodMonitors select the same pods and ports as the scrape config", () => {
+    const monitors = parseAllDocuments(readFileSync(join(ROOT, "deploy/prometheus/podmonitors.yaml"), "utf8")).map((d) => d.toJSON() as Json);
+    const gateway = parseAllDocuments(readFileSync(join(ROOT, "deploy/base/gateway.yaml"), "utf8")).map((d) => d.toJSON() as Json).find((o) => o.kind === "Deployment")!;
+    const gatewayPort = gateway.spec.template.spec.containers[0].ports[0].name;
+    expect(monitors.map((m) => [m.kind, m.spec.selector.matchLabels["app.kubernetes.io/name"], m.spec.podMetricsEndpoints[0].port])).toEqual([
+      ["PodMonitor", "platform-gateway", gatewayPort],
+      ["PodMonitor", WORKER_APP_NAME, "health"],
+    ]);
+  });
+
+  it("the alerting rules: one set of groups in the plain file and the PrometheusRule, accepted by promtool", () => {
+    const plain = parse(readFileSync(join(ROOT, "deploy/prometheus/alerts.yml"), "utf8")) as Json;
+    const rule = parse(readFileSync(join(ROOT, "deploy/prometheus/prometheusrule.yaml"), "utf8")) as Json;
+    expect(rule).toMatchObject({ apiVersion: "monitoring.coreos.com/v1", kind: "PrometheusRule" });
+    expect(rule.metadata.name).toMatch(DNS_1123_SUBDOMAIN);
+    expect(rule.spec.groups).toEqual(plain.groups);
+    const alerts = (plain.groups as Json[]).flatMap((g) => g.rules as Json[]).map((r) => r.alert);
+    expect(alerts).toEqual(["PlatformEndpointHighErrorRate", "PlatformEndpointHighLatencyP99", "PlatformEndpointSlowFirstToken", "PlatformEndpointUnavailable"]);
+    const promtool = findOnPath("promtool");
+    if (!promtool) {
+      console.warn("deploy-manifests: promtool not found on PATH; skipping `promtool check rules` (CI installs Debian's prometheus package)");
+      return;
+    }
+    const out = execFileSync(promtool, ["check", "rules", join(ROOT, "deploy/prometheus/alerts.yml")], { encoding: "utf8" });
+    expect(out).toMatch(/SUCCESS: 4 rules found/);
+  });
+
+  it("the Grafana dashboard queries the documented metric names by model_name and version", async () => {
     const dashboard = JSON.parse(readFileSync(join(ROOT, "deploy/grafana/platform-dashboard.json"), "utf8")) as Json;
     expect(dashboard.uid).toBe("platform-serving");
     const variables = (dashboard.templating.list as Json[]).map((v) => v.name);
-    expect(variables).toEqual(["datasource", "model_name"]);
+    expect(variables).toEqual(["datasource", "model_name", "version"]);
     const panels = (dashboard.panels as Json[]).filter((p) => p.type !== "row");
     const ids = (dashboard.panels as Json[]).map((p) => p.id);
     expect(new Set(ids).size).toBe(ids.length);
@@ -287,17 +329,26 @@ describe("deploy/ files outside kustomize", () => {
       "platform_replicas_desired",
       "platform_replicas_ready",
       "platform_rate_limit_rejections_total",
+      "platform_requests_total",
+      "platform_request_errors_total",
+      "platform_scaling_decisions_total",
+      "platform_batch_jobs",
+      "platform_batch_records",
     ]) {
       expect(exprs.some((e) => e.includes(metric)), metric).toBe(true);
     }
-    for (const expr of exprs.filter((e) => e.includes("vllm:"))) expect(expr).toContain('model_name=~"$model_name"');
-    // Every series the dashboard reads is one the gateway registers.
+    for (const expr of exprs.filter((e) => e.includes("vllm:"))) expect(expr).toContain('model_name=~"$model_name", version=~"$version"');
+    // Every series the dashboard reads is one the gateway or a worker registers (not collected: no Redis here).
     const metrics = new GatewayMetrics(async () => []);
-    const registered = (await metrics.registry.getMetricsAsJSON()).map((m) => m.name);
+    const unused = {} as Control;
+    registerScalingMetrics(metrics.registry, unused, async () => []);
+    registerBatchMetrics(metrics.registry, unused);
+    const worker = new WorkerMetrics(sampleEndpoint(), "r1", () => ({ running: 0, waiting: 0 }));
+    const registered = [...metrics.registry.getMetricsAsArray(), ...worker.registry.getMetricsAsArray()].map((m) => (m as unknown as { name: string }).name);
     const used = new Set(exprs.flatMap((e) => e.match(/\b(vllm:[a-z0-9_]+|platform_[a-z0-9_]+)/g) ?? []));
     for (const series of used) {
       const metric = series.replace(/_bucket$/, "");
-      expect(registered.includes(metric), `${metric} is not registered in src/telemetry/metrics.ts`).toBe(true);
+      expect(registered.includes(metric), `${metric} is not registered in src/telemetry/`).toBe(true);
     }
     for (const panel of panels) {
       expect(panel.gridPos.x + panel.gridPos.w).toBeLessThanOrEqual(24);
@@ -305,6 +356,11 @@ describe("deploy/ files outside kustomize", () => {
     }
   });
 });
+
+/** An endpoint record as the scaler would deploy it. */
+function sampleEndpoint(): EndpointRecord {
+  return { name: "stories", config: DeploymentConfig.parse({ model: { name: "stories" } }), version: "v1", framework: "llamacpp", desired_replicas: 1, created: 0, updated: 0 };
+}
 
 /** A compose `environment:` in either form (map or `KEY=value` list) as a map. */
 function environmentOf(service: Json): Record<string, string> {

@@ -3,11 +3,12 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Queue } from "bullmq";
 import { Redis } from "ioredis";
 import { afterAll, describe, expect, it } from "vitest";
 import { alive } from "../helpers/processes.ts";
 import { type EmbeddedRedis, isOurRedis, startEmbeddedRedis } from "../../src/control/embedded-redis.ts";
+import { connectControl } from "../../src/control/redis.ts";
+import { QueueBase } from "../../src/queue/base.ts";
 
 const dirs: string[] = [];
 const children: ChildProcess[] = [];
@@ -87,20 +88,22 @@ describe("embedded Redis", () => {
     const before = await readFile(redis.passwordFile, "utf8");
     // What the platform writes atomically (API keys: MULTI/EXEC; BullMQ: Lua scripts, which
     // Redis 7 logs as MULTI/EXEC) is what an AOF replay run as a disabled default user drops.
-    const writer = new Redis(redis.url);
-    expect(await writer.multi().set("tx:key", "1").hset("tx:hash", "field", "value").sadd("tx:set", "member").exec()).toHaveLength(3);
-    await writer.eval("redis.call('set', KEYS[1], ARGV[1]); redis.call('rpush', KEYS[2], ARGV[1]); return 1", 2, "lua:key", "lua:list", "x");
-    const queue = new Queue("restart", { connection: writer, prefix: "test" });
-    const job = await queue.add("kept", { n: 1 });
-    await queue.close();
-    writer.disconnect();
+    const writer = connectControl(redis.url, "test");
+    const queues = new QueueBase(writer);
+    expect(await writer.redis.multi().set("tx:key", "1").hset("tx:hash", "field", "value").sadd("tx:set", "member").exec()).toHaveLength(3);
+    await writer.redis.eval("redis.call('set', KEYS[1], ARGV[1]); redis.call('rpush', KEYS[2], ARGV[1]); return 1", 2, "lua:key", "lua:list", "x");
+    const job = await queues.queueNamed("restart").add("kept", { n: 1 });
+    await queues.close();
+    writer.redis.disconnect();
 
     await redis.stop();
     expect(alive(redis.pid)).toBe(false);
     redis = await startEmbeddedRedis(dir);
     expect(await readFile(redis.passwordFile, "utf8")).toBe(before);
     expect(await readFile(join(dir, "redis.log"), "utf8")).not.toMatch(/NOPERM|CRITICAL/);
-    const client = new Redis(redis.url);
+    const reader = connectControl(redis.url, "test");
+    const client = reader.redis;
+    const again = new QueueBase(reader);
     try {
       expect(await client.get("kept")).toBe("yes");
       expect(await client.get("tx:key")).toBe("1");
@@ -108,11 +111,11 @@ describe("embedded Redis", () => {
       expect(await client.smembers("tx:set")).toEqual(["member"]);
       expect(await client.get("lua:key")).toBe("x");
       expect(await client.lrange("lua:list", 0, -1)).toEqual(["x"]);
-      const again = new Queue("restart", { connection: client, prefix: "test" });
-      expect((await again.getJob(job.id as string))?.data).toEqual({ n: 1 });
-      expect(await again.getJobState(job.id as string)).toBe("waiting");
-      await again.close();
+      const restart = again.queueNamed("restart");
+      expect((await restart.getJob(job.id as string))?.data).toEqual({ n: 1 });
+      expect(await restart.getJobState(job.id as string)).toBe("waiting");
     } finally {
+      await again.close();
       client.disconnect();
     }
     // Still locked after the restart.

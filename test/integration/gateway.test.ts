@@ -1,42 +1,26 @@
 /** The gateway's own edges, in process against a private Redis, with no workers. */
-import { mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { createApiKey } from "../../src/control/apikeys.ts";
-import { deployEndpoint } from "../../src/control/endpoints.ts";
-import { type Control, connectControl } from "../../src/control/redis.ts";
-import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
-import { importModel } from "../../src/registry/import.ts";
-import { loadSettings } from "../../src/settings/index.ts";
-import { openStore } from "../../src/storage/index.ts";
-import { tinyModelPath } from "../helpers/models.ts";
-import { privateRedis } from "../helpers/redis.ts";
+import type { Control } from "../../src/control/redis.ts";
+import type { RunningGateway } from "../../src/gateway/app.ts";
+import { type TinyGateway, startTinyGateway } from "../helpers/gateway.ts";
 
-let redis: Awaited<ReturnType<typeof privateRedis>>;
+let tiny: TinyGateway;
 let ctl: Control;
 let gateway: RunningGateway;
 let admin: string;
 let user: string;
 
 beforeAll(async () => {
-  redis = await privateRedis();
-  const dataDir = await mkdtemp(join(tmpdir(), "platform-gw-"));
-  const settings = { ...loadSettings({ PLATFORM_DATA_DIR: dataDir }), redisUrl: redis.url, requestTimeoutMs: 400, maxRequestBytes: 10_000 };
-  ctl = connectControl(redis.url, settings.prefix);
+  // Deployed, with a replica wanted but none running: requests wait in the queue.
+  tiny = await startTinyGateway({ settings: { requestTimeoutMs: 400, maxRequestBytes: 10_000 } });
+  ({ ctl, gateway } = tiny);
   admin = (await createApiKey(ctl, "admin", "admin")).key;
   user = (await createApiKey(ctl, "user", "user")).key;
-  await importModel({ ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") }, { name: "tiny", framework: "llamacpp", source: await tinyModelPath() });
-  // Deployed, with a replica wanted but none running: requests wait in the queue.
-  await deployEndpoint(ctl, DeploymentConfig.parse({ model: { name: "tiny" } }));
-  gateway = await startGateway({ ctl, settings, host: "127.0.0.1", port: 0 });
 });
 
 afterAll(async () => {
-  await gateway?.close();
-  await ctl?.redis.quit();
-  await redis?.stop();
+  await tiny?.stop();
 });
 
 const call = (path: string, init: RequestInit & { key?: string | null } = {}) =>
@@ -111,6 +95,6 @@ describe("gateway edges", () => {
     const res = await fetch(`${gateway.url}/metrics`);
     const text = await res.text();
     expect(text).toContain("vllm:num_requests_waiting");
-    expect(text).toMatch(/platform_replicas_desired\{model_name="tiny"\} 1/);
+    expect(text).toMatch(/platform_replicas_desired\{model_name="tiny",version="v1"\} 1/);
   });
 });

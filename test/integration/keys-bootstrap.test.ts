@@ -180,7 +180,8 @@ describe("platform keys bootstrap", () => {
         let out = "";
         child.stdout!.on("data", (d: Buffer) => {
           out += d.toString();
-          const m = /gateway listening on (\S+)/.exec(out);
+          // The gateway role logs JSON lines by default: the URL ends at the closing quote.
+          const m = /gateway listening on (https?:\/\/[^\s"]+)/.exec(out);
           if (m) resolve({ child, url: m[1]!, out });
         });
         child.stderr!.on("data", (d: Buffer) => (out += d.toString()));

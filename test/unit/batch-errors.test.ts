@@ -4,6 +4,7 @@
  * goes to the log instead (docs/security.md, "Error messages").
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { captureLogs } from "../helpers/logs.ts";
 import type { BatchSpec } from "../../src/batch/records.ts";
 import { showPaths } from "../../src/batch/records.ts";
 import { fromFsError, fromS3Error } from "../../src/storage/errors.ts";
@@ -12,10 +13,7 @@ afterEach(() => {
   vi.restoreAllMocks();
 });
 
-const logged = () => {
-  const spy = vi.spyOn(console, "error").mockImplementation(() => undefined);
-  return () => spy.mock.calls.map((args) => args.map((a) => (a instanceof Error ? `${a.name}: ${a.message}` : String(a))).join(" ")).join("\n");
-};
+const logged = () => captureLogs().text;
 
 describe("file system errors", () => {
   it("name the code of an error they do not know, never Node's message with its path", () => {

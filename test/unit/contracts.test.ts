@@ -75,12 +75,16 @@ describe("key layout (Redis Cluster slots)", () => {
       [keys.autoscaling("e"), keys.autoscaling("f"), keys.scalingHistory("e"), keys.scalingDecisions("e"), keys.scalingDecisionCounts], // recordDecision, MGET, DEL
       [keys.batch("b1"), keys.batches], // createRecord
       [keys.batchResults("b1"), keys.batchReplies("b1"), keys.batchCheckpoint("b1")], // the batch's clean-up DEL
+      [`${keys.rateLimit("key_1")}:key:w`, `${keys.rateLimit("key_1")}:key:s`, `${keys.rateLimit("key_1")}:model:tiny:t`], // one key's rate-limit script
+      [keys.usage("m:60"), keys.usage("h:3600")], // a request's usage pipeline, a usage query's
     ];
     for (const group of together) expect(new Set(group.map(hashed)).size, group.join(" ")).toBe(1);
   });
 
   it("lets the per-request and per-batch traffic spread, and keeps every key under the prefix", () => {
     expect(new Set([keys.replyStream("g1"), keys.replyStream("g2"), keys.cancelled("j1"), keys.batchResults("b1"), keys.batchResults("b2"), keys.endpoints].map(hashed)).size).toBe(6);
+    // Different API keys' rate limits spread as well.
+    expect(new Set([keys.rateLimit("key_1"), keys.rateLimit("key_2"), keys.usage("m:60"), keys.endpoints].map(hashed)).size).toBe(4);
     const all = Object.values(keys).map((k) => (typeof k === "function" ? k("x") : k));
     for (const k of all) expect(k.startsWith("platform:")).toBe(true);
   });

@@ -20,7 +20,7 @@ describe("loadSettings", () => {
     expect(s.queue).toEqual({ redisServer: "redis-server" });
     expect(s.admission).toEqual({ maxQueueDepth: 1000, maxQueueWaitMs: 60_000 });
     expect(s.heartbeats).toEqual({ intervalMs: 1000 });
-    expect(s.worker).toEqual({ exitWithParent: false });
+    expect(s.worker).toEqual({ exitWithParent: false, standby: true, metrics: false });
     expect(s.vllm).toEqual({ bin: "vllm", startTimeoutMs: 15 * 60_000 });
     expect(s.kubernetes).toEqual({ configMapName: "platform-config", secretName: "platform-secrets", redisPasswordSecret: { name: "platform-redis", key: "password" } });
     expect(s.storage).toEqual({ s3: { region: "us-east-1", forcePathStyle: false } });
@@ -34,6 +34,7 @@ describe("loadSettings", () => {
       PLATFORM_REDIS_SERVER: "/opt/redis/bin/redis-server",
       PLATFORM_HEARTBEAT_MS: "250",
       PLATFORM_EXIT_WITH_PARENT: "1",
+      PLATFORM_STANDBY_WORKER: "0",
       VLLM_BIN: "/venv/bin/vllm",
       PLATFORM_VLLM_START_TIMEOUT_MS: "60000",
       POD_NAME: "scaler-0",
@@ -47,7 +48,7 @@ describe("loadSettings", () => {
     expect(s.dataDir).toBe("/xdg/data/platform");
     expect(s.queue.redisServer).toBe("/opt/redis/bin/redis-server");
     expect(s.heartbeats.intervalMs).toBe(250);
-    expect(s.worker.exitWithParent).toBe(true);
+    expect(s.worker).toEqual({ exitWithParent: true, standby: false, metrics: false });
     expect(s.vllm).toEqual({ bin: "/venv/bin/vllm", startTimeoutMs: 60_000 });
     expect(s.kubernetes).toMatchObject({ podName: "scaler-0", podNamespace: "ml" });
     expect(s.storage.s3.region).toBe("eu-west-3");

@@ -10,6 +10,7 @@ import { availableParallelism } from "node:os";
 import {
   getLlama,
   JinjaTemplateChatWrapper,
+  type Llama,
   LlamaCompletion,
   type LlamaContext,
   type LlamaContextSequence,
@@ -40,8 +41,24 @@ export function defaultThreads(): number {
   return Math.max(1, Math.floor(availableParallelism() / 2));
 }
 
+/** The library's native binding, loaded once per process and kind (CPU or GPU). */
+const llamas = new Map<boolean, Promise<Llama>>();
+function llamaFor(gpu: boolean): Promise<Llama> {
+  let llama = llamas.get(gpu);
+  if (!llama) {
+    llama = getLlama({ gpu: gpu ? "auto" : false, build: "never", logLevel: LlamaLogLevel.error });
+    llamas.set(gpu, llama);
+  }
+  return llama;
+}
+
+/** Loads the CPU binding ahead of any model: a standby worker does this while it waits (workers/main.ts). */
+export async function prepareLlamaCpp(): Promise<void> {
+  await llamaFor(false);
+}
+
 export async function loadLlamaCpp(options: LlamaCppOptions): Promise<Engine> {
-  const llama = await getLlama({ gpu: options.gpu ? "auto" : false, build: "never", logLevel: LlamaLogLevel.error });
+  const llama = await llamaFor(options.gpu ?? false);
   const model = await llama.loadModel({ modelPath: options.modelPath });
   const contextSize = options.contextSize ?? Math.min(model.trainContextSize, DEFAULT_CONTEXT_CAP);
   if (contextSize > model.trainContextSize) {

@@ -1,0 +1,30 @@
+/**
+ * What the benchmarks share: a lean keep-alive HTTP client (node:http, as a production caller
+ * would use; fetch/undici adds a client-side cost that is not the platform's, see
+ * docs/performance.md) and the order statistics every figure is read with.
+ */
+import { Agent, request as httpRequest } from "node:http";
+
+const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+
+/** POSTs JSON and resolves with the parsed answer; a status of 300 or more rejects with the body. */
+export function postJson<T>(url: string, body: unknown, headers: Record<string, string> = {}): Promise<T> {
+  const payload = JSON.stringify(body);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(url, { method: "POST", agent, headers: { ...headers, "content-type": "application/json", "content-length": Buffer.byteLength(payload) } }, (res) => {
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (chunk: string) => (text += chunk));
+      res.on("end", () => ((res.statusCode ?? 500) < 300 ? resolve(JSON.parse(text) as T) : reject(new Error(`HTTP ${res.statusCode}: ${text}`))));
+    });
+    req.on("error", reject);
+    req.end(payload);
+  });
+}
+
+/** The p-th percentile of an ascending list (nearest rank). */
+export function percentile(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
+}
+
+export const median = (xs: number[]) => percentile([...xs].sort((a, b) => a - b), 50);

@@ -1,0 +1,96 @@
+/**
+ * The scaler's part in A/B tests (src/contracts/abtest.ts), on every tick of
+ * the scaler that holds the lease:
+ * - a `starting` test starts splitting once every version in its split has a
+ *   ready replica (until then the endpoint's own version takes all traffic);
+ * - a `stopping` test is finished once the versions it no longer routes to
+ *   have nothing queued or running: the kept version becomes the endpoint's
+ *   own (if it was a variant) and the other variants retire;
+ * - a retiring variant is removed once its queue is empty, or once another
+ *   deployment of the same version is ready to take what is left in it.
+ * Nothing is removed while a request may still need it, so neither a weight
+ * change nor a stop loses a request in flight.
+ */
+import { type AbTestRecord, variantName } from "../src/contracts/abtest.ts";
+import type { EndpointRecord } from "../src/contracts/records.ts";
+import { deleteAbTest, readAbTests, saveAbTest } from "../src/control/abtests.ts";
+import { clearAutoscaling } from "../src/control/autoscaling.ts";
+import { deleteEndpoint, listEndpoints, saveEndpoint } from "../src/control/endpoints.ts";
+import { listReplicas } from "../src/control/replicas.ts";
+import { readQueueDepth } from "../src/control/status.ts";
+import type { QueueBase } from "../src/queue/base.ts";
+
+export async function advanceAbTests(queues: QueueBase, log: (line: string) => void): Promise<void> {
+  const ctl = queues.ctl;
+  const tests = await readAbTests(ctl);
+  let endpoints = await listEndpoints(ctl);
+  const byName = () => new Map(endpoints.map((e) => [e.name, e]));
+  const ready = async (e: EndpointRecord | undefined) => e !== undefined && (await listReplicas(ctl, e.name)).some((r) => r.state === "ready" && r.version === e.version);
+  const drained = async (model: string, version: string) => {
+    const depth = await readQueueDepth(queues.queue(model, version));
+    return depth.waiting + depth.active === 0;
+  };
+
+  for (const test of tests.values()) {
+    const primary = byName().get(test.endpoint);
+    if (!primary) {
+      await deleteAbTest(ctl, test.endpoint); // the endpoint is gone
+      continue;
+    }
+    const deploymentOf = (version: string) => (version === primary.version ? primary : byName().get(variantName(test.endpoint, version)));
+    if (test.state === "starting") {
+      const waitingFor = [];
+      for (const v of test.split) if (v.weight > 0 && !(await ready(deploymentOf(v.version)))) waitingFor.push(v.version);
+      if (waitingFor.length === 0) {
+        await saveAbTest(ctl, { ...test, state: "running", serving: undefined, updated: Date.now() });
+        log(`[abtest] ${test.endpoint}: every version ready, splitting traffic`);
+      }
+    } else if (test.state === "stopping") {
+      endpoints = await finishStop(queues, test, primary, endpoints, drained, log);
+    }
+  }
+
+  for (const variant of endpoints.filter((e) => e.retiring)) {
+    const model = variant.config.model.name;
+    const servedElsewhere = await (async () => {
+      for (const e of endpoints) if (e !== variant && !e.retiring && e.config.model.name === model && e.version === variant.version && (await ready(e))) return true;
+      return false;
+    })();
+    if (servedElsewhere || (await drained(model, variant.version))) {
+      await deleteEndpoint(ctl, variant.name);
+      await clearAutoscaling(ctl, variant.name);
+      log(`[abtest] ${variant.name}: retired (${variant.variant_of} no longer routes to ${variant.version})`);
+    }
+  }
+}
+
+/** The stop's second half, once no request is left on the versions the test stopped routing to. */
+async function finishStop(
+  queues: QueueBase,
+  test: AbTestRecord,
+  primary: EndpointRecord,
+  endpoints: EndpointRecord[],
+  drained: (model: string, version: string) => Promise<boolean>,
+  log: (line: string) => void,
+): Promise<EndpointRecord[]> {
+  const ctl = queues.ctl;
+  const keep = test.keep ?? primary.version;
+  const model = primary.config.model.name;
+  const others = new Set([primary.version, ...test.split.map((v) => v.version)].filter((v) => v !== keep));
+  for (const version of others) if (!(await drained(model, version))) return endpoints;
+  const variants = endpoints.filter((e) => e.variant_of === test.endpoint);
+  const now = Date.now();
+  if (keep !== primary.version) {
+    // The kept variant's settings become the endpoint's; its own deployment retires once the
+    // endpoint's new replicas are ready, so the version is served throughout.
+    const kept = variants.find((v) => v.version === keep);
+    if (kept) {
+      await saveEndpoint(ctl, { ...primary, config: { ...primary.config, model: { ...primary.config.model, version: keep } }, version: keep, updated: now });
+    }
+  }
+  for (const v of variants) if (!v.retiring) await saveEndpoint(ctl, { ...v, retiring: true, updated: now });
+  await deleteAbTest(ctl, test.endpoint);
+  await ctl.redis.del(ctl.keys.abStats(test.endpoint));
+  log(`[abtest] ${test.endpoint}: test stopped, all traffic on ${keep}`);
+  return listEndpoints(ctl);
+}

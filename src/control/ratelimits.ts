@@ -1,0 +1,343 @@
+/**
+ * Rate-limit state in Redis: requests and tokens per minute and requests in flight per API key
+ * (and per model through a key), shared by every gateway process, so that any number of them
+ * spend one budget. docs/traffic.md describes the algorithm; this is its one implementation.
+ *
+ * - Requests and tokens: a sliding log. Each admitted request is an entry in a sorted set
+ *   scored by the Redis clock's milliseconds; its reserved tokens sit beside it in a hash with
+ *   a running `sum`. A check first drops the entries older than the window (subtracting their
+ *   tokens), so "60 rpm" means at most 60 admissions in any 60 seconds, with no boundary at
+ *   which a fixed window would let twice the budget through. Memory: one entry per request
+ *   admitted in the last window, and the keys expire a window after the last admission.
+ * - Concurrency: a sorted set of leases scored by their expiry. The gateway holding a request
+ *   renews its leases while the request lives and removes its lease when it ends; a gateway
+ *   that crashes stops renewing, and its slots lapse within one lease.
+ *
+ * Every check is one Lua script over one key's keys (one hash tag, see contracts/naming.ts), so
+ * it is atomic across gateways and runs on a Redis Cluster. The clock is Redis's (TIME), so
+ * gateways with skewed clocks still agree.
+ */
+import { createHash } from "node:crypto";
+import type { KeyLimits, ScopeLimits } from "../contracts/limits.ts";
+import { hasScopeLimits } from "../contracts/limits.ts";
+import { causeFields, logger } from "../telemetry/log.ts";
+import type { Control, RedisClient } from "./redis.ts";
+
+const log = logger("ratelimit");
+
+/** The window of rpm and tpm. */
+export const WINDOW_MS = 60_000;
+/** How long a concurrency slot outlives its gateway's last renewal. */
+export const LEASE_MS = 30_000;
+
+/** One set of limits and the name its state is kept under: "key" (the key as a whole) or "model:<name>". */
+export type Scope = { name: string; limits: ScopeLimits };
+export type LimitKind = "requests" | "tokens" | "concurrency";
+
+/** A scope's state after a check (admitted requests included). `reset_ms`: until its window is empty. */
+export type ScopeState = { scope: Scope; requests: number; tokens: number; in_flight: number; reset_ms: number };
+
+export type Verdict = {
+  admitted: boolean;
+  /** Until the request would fit (0 when admitted). */
+  retry_after_ms: number;
+  /** The scopes and limits that refused it. */
+  exceeded: { scope: Scope; kind: LimitKind }[];
+  /** The request's tokens alone exceed a tpm limit: it can never be admitted as it is. */
+  never: boolean;
+  scopes: ScopeState[];
+};
+
+/** The scopes that apply to a request for `model` (only the key's own without a model); scopes without limits are left out. */
+export function scopesFor(limits: KeyLimits | undefined, model?: string): Scope[] {
+  if (!limits) return [];
+  const scopes: Scope[] = [];
+  if (hasScopeLimits(limits)) scopes.push({ name: "key", limits });
+  const own = model === undefined ? undefined : limits.models?.[model];
+  if (model !== undefined && own && hasScopeLimits(own)) scopes.push({ name: `model:${model}`, limits: own });
+  return scopes;
+}
+
+/**
+ * KEYS: per scope its `w` (log), `t` (tokens) and `s` (slots).
+ * ARGV: mode ("admit" or "peek"), member, tokens, window ms, lease ms, then per scope rpm, tpm, max concurrency (0: none).
+ * Returns {admitted, retry after ms, never, "i:kind,..." exceeded, then per scope requests, tokens, in flight, reset ms}.
+ */
+const CHECK = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local mode, member, need = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local window, lease = tonumber(ARGV[4]), tonumber(ARGV[5])
+local n = #KEYS / 3
+local counts = {}
+local wait, never, exceeded = 0, 0, {}
+for i = 0, n - 1 do
+  local w, tk, s = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
+  local rpm, tpm, conc = tonumber(ARGV[6 + 3 * i]), tonumber(ARGV[7 + 3 * i]), tonumber(ARGV[8 + 3 * i])
+  local horizon = now - window
+  local old = redis.call('ZRANGEBYSCORE', w, '-inf', horizon)
+  if #old > 0 then
+    local freed = 0
+    for j = 1, #old do
+      local a = redis.call('HGET', tk, old[j])
+      if a then
+        freed = freed + tonumber(a)
+        redis.call('HDEL', tk, old[j])
+      end
+    end
+    if freed ~= 0 then redis.call('HINCRBY', tk, 'sum', -freed) end
+    redis.call('ZREMRANGEBYSCORE', w, '-inf', horizon)
+  end
+  redis.call('ZREMRANGEBYSCORE', s, '-inf', now)
+  local count = redis.call('ZCARD', w)
+  local sum = tonumber(redis.call('HGET', tk, 'sum') or '0')
+  local inflight = redis.call('ZCARD', s)
+  if mode == 'admit' then
+    if rpm > 0 and count + 1 > rpm then
+      local e = redis.call('ZRANGE', w, count - rpm, count - rpm, 'WITHSCORES')
+      wait = math.max(wait, tonumber(e[2]) + window - now)
+      exceeded[#exceeded + 1] = i .. ':requests'
+    end
+    if tpm > 0 and sum + need > tpm then
+      exceeded[#exceeded + 1] = i .. ':tokens'
+      if need > tpm then
+        never = 1
+      else
+        local excess = sum + need - tpm
+        local entries = redis.call('ZRANGE', w, 0, -1, 'WITHSCORES')
+        local freed = 0
+        for j = 1, #entries, 2 do
+          freed = freed + tonumber(redis.call('HGET', tk, entries[j]) or '0')
+          if freed >= excess then
+            wait = math.max(wait, tonumber(entries[j + 1]) + window - now)
+            break
+          end
+        end
+      end
+    end
+    if conc > 0 and inflight + 1 > conc then
+      exceeded[#exceeded + 1] = i .. ':concurrency'
+      -- Nobody knows when a request in flight ends: a second is a polite hint.
+      wait = math.max(wait, 1000)
+    end
+  end
+  counts[i + 1] = {count, sum, inflight}
+end
+local admitted = 0
+if mode == 'admit' and #exceeded == 0 then
+  admitted = 1
+  for i = 0, n - 1 do
+    local w, tk, s = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
+    local rpm, tpm, conc = tonumber(ARGV[6 + 3 * i]), tonumber(ARGV[7 + 3 * i]), tonumber(ARGV[8 + 3 * i])
+    if rpm > 0 or tpm > 0 then
+      redis.call('ZADD', w, now, member)
+      redis.call('PEXPIRE', w, window)
+      counts[i + 1][1] = counts[i + 1][1] + 1
+    end
+    if tpm > 0 then
+      redis.call('HSET', tk, member, need)
+      redis.call('HINCRBY', tk, 'sum', need)
+      redis.call('PEXPIRE', tk, window)
+      counts[i + 1][2] = counts[i + 1][2] + need
+    end
+    if conc > 0 then
+      redis.call('ZADD', s, now + lease, member)
+      redis.call('PEXPIRE', s, lease)
+      counts[i + 1][3] = counts[i + 1][3] + 1
+    end
+  end
+end
+local out = {admitted, wait, never, table.concat(exceeded, ',')}
+for i = 0, n - 1 do
+  local newest = redis.call('ZRANGE', KEYS[3 * i + 1], -1, -1, 'WITHSCORES')
+  local reset = 0
+  if #newest > 0 then reset = math.max(0, tonumber(newest[2]) + window - now) end
+  out[#out + 1] = counts[i + 1][1]
+  out[#out + 1] = counts[i + 1][2]
+  out[#out + 1] = counts[i + 1][3]
+  out[#out + 1] = reset
+end
+return out
+`;
+
+/**
+ * KEYS: per scope its `w`, `t` and `s`. ARGV: member, actual tokens ("" keeps the reservation), "1" to release the slot.
+ * Settling only changes an entry still in the window: one that has left it counts no more anyway.
+ */
+const FINISH = `
+for i = 0, #KEYS / 3 - 1 do
+  local tk, s = KEYS[3 * i + 2], KEYS[3 * i + 3]
+  if ARGV[3] == '1' then redis.call('ZREM', s, ARGV[1]) end
+  if ARGV[2] ~= '' then
+    local reserved = redis.call('HGET', tk, ARGV[1])
+    if reserved then
+      local actual = tonumber(ARGV[2])
+      redis.call('HSET', tk, ARGV[1], actual)
+      redis.call('HINCRBY', tk, 'sum', actual - tonumber(reserved))
+    end
+  end
+end
+return 1
+`;
+
+/** KEYS[1]: a slots set. ARGV: lease ms, then the members still in flight: their leases move to now + lease (only those still there). */
+const RENEW = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local until_ = now + tonumber(ARGV[1])
+for j = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', until_, ARGV[j]) end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]))
+return 1
+`;
+
+/**
+ * A scope's keys: `w`, a sorted set, request → admitted at (ms); `t`, a hash, request → tokens, and `sum`;
+ * `s`, a sorted set, request → its lease's expiry (ms).
+ */
+export function stateKey(ctl: Control, keyId: string, scope: Scope, part: "w" | "t" | "s"): string {
+  return `${ctl.keys.rateLimit(keyId)}:${scope.name}:${part}`;
+}
+
+/** A Lua script sent by its SHA-1, and in full only when this Redis has not seen it yet (or forgot it after a restart). */
+class Script {
+  private readonly lua: string;
+  private readonly sha: string;
+  constructor(lua: string) {
+    this.lua = lua;
+    this.sha = createHash("sha1").update(lua).digest("hex");
+  }
+  async run(redis: RedisClient, keys: string[], args: (string | number)[]): Promise<unknown> {
+    try {
+      return await redis.evalsha(this.sha, keys.length, ...keys, ...args);
+    } catch (e) {
+      if (!(e instanceof Error) || !e.message.startsWith("NOSCRIPT")) throw e;
+      return redis.eval(this.lua, keys.length, ...keys, ...args);
+    }
+  }
+}
+
+const check = new Script(CHECK);
+const finish = new Script(FINISH);
+const renew = new Script(RENEW);
+
+export type RateLimiterOptions = {
+  windowMs?: number;
+  leaseMs?: number;
+  /**
+   * A request older than this is no longer renewed, whatever this process believes: a bound on
+   * any bookkeeping slip (the gateway's request timeout and then some).
+   */
+  maxLifetimeMs?: number;
+};
+
+type Held = { keyId: string; slots: string[]; since: number };
+
+export class RateLimiter {
+  private readonly ctl: Control;
+  readonly windowMs: number;
+  readonly leaseMs: number;
+  private readonly maxLifetimeMs: number;
+  /** Requests this process holds concurrency slots for, by member: renewed until released. */
+  private readonly held = new Map<string, Held>();
+  private timer: NodeJS.Timeout | undefined;
+  private renewFailed = false;
+
+  constructor(ctl: Control, options: RateLimiterOptions = {}) {
+    this.ctl = ctl;
+    this.windowMs = options.windowMs ?? WINDOW_MS;
+    this.leaseMs = options.leaseMs ?? LEASE_MS;
+    this.maxLifetimeMs = options.maxLifetimeMs ?? 15 * 60_000;
+  }
+
+  private keysOf(keyId: string, scopes: Scope[]): string[] {
+    return scopes.flatMap((s) => [stateKey(this.ctl, keyId, s, "w"), stateKey(this.ctl, keyId, s, "t"), stateKey(this.ctl, keyId, s, "s")]);
+  }
+
+  /** Admits a request of `tokens` (or refuses it) against every scope at once: all or nothing. */
+  async admit(keyId: string, scopes: Scope[], member: string, tokens: number): Promise<Verdict> {
+    const verdict = await this.run("admit", keyId, scopes, member, tokens);
+    if (verdict.admitted && scopes.some((s) => s.limits.max_concurrency !== undefined)) {
+      const slots = scopes.filter((s) => s.limits.max_concurrency !== undefined).map((s) => stateKey(this.ctl, keyId, s, "s"));
+      this.held.set(member, { keyId, slots, since: Date.now() });
+      this.timer ??= setInterval(() => void this.renewAll(), Math.max(1, Math.floor(this.leaseMs / 3))).unref();
+    }
+    return verdict;
+  }
+
+  /** The scopes' state, admitting nothing (the headers of a limited key's other responses). */
+  peek(keyId: string, scopes: Scope[]): Promise<Verdict> {
+    return this.run("peek", keyId, scopes, "", 0);
+  }
+
+  /**
+   * The request ended: its slots are released and its reservation settles to `actual` tokens
+   * (`undefined` keeps the reservation, when the real count is unknown).
+   */
+  async finish(keyId: string, scopes: Scope[], member: string, actual: number | undefined): Promise<void> {
+    this.held.delete(member);
+    await finish.run(this.ctl.redis, this.keysOf(keyId, scopes), [member, actual === undefined ? "" : Math.max(0, Math.round(actual)), "1"]);
+  }
+
+  /** A real count that arrived after the request ended (a client that left before the worker's report). */
+  async settle(keyId: string, scopes: Scope[], member: string, actual: number): Promise<void> {
+    await finish.run(this.ctl.redis, this.keysOf(keyId, scopes), [member, Math.max(0, Math.round(actual)), "0"]);
+  }
+
+  /** Requests this process holds slots for (tests and metrics). */
+  get holding(): number {
+    return this.held.size;
+  }
+
+  close(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  private async run(mode: "admit" | "peek", keyId: string, scopes: Scope[], member: string, tokens: number): Promise<Verdict> {
+    const args: (string | number)[] = [mode, member, Math.max(0, Math.round(tokens)), this.windowMs, this.leaseMs];
+    for (const s of scopes) args.push(s.limits.rpm ?? 0, s.limits.tpm ?? 0, s.limits.max_concurrency ?? 0);
+    const raw = (await check.run(this.ctl.redis, this.keysOf(keyId, scopes), args)) as (number | string)[];
+    const states: ScopeState[] = scopes.map((scope, i) => ({
+      scope,
+      requests: Number(raw[4 + 4 * i]),
+      tokens: Number(raw[5 + 4 * i]),
+      in_flight: Number(raw[6 + 4 * i]),
+      reset_ms: Number(raw[7 + 4 * i]),
+    }));
+    const exceeded = String(raw[3])
+      .split(",")
+      .filter(Boolean)
+      .map((e) => {
+        const [i, kind] = e.split(":");
+        return { scope: scopes[Number(i)] as Scope, kind: kind as LimitKind };
+      });
+    return { admitted: Number(raw[0]) === 1, retry_after_ms: Number(raw[1]), never: Number(raw[2]) === 1, exceeded, scopes: states };
+  }
+
+  /** Moves the leases of every request still held here forward; one script per slots set. */
+  private async renewAll(): Promise<void> {
+    const bySet = new Map<string, string[]>();
+    const oldest = Date.now() - this.maxLifetimeMs;
+    for (const [member, h] of this.held) {
+      if (h.since < oldest) {
+        this.held.delete(member);
+        continue;
+      }
+      for (const set of h.slots) {
+        const members = bySet.get(set);
+        if (members) members.push(member);
+        else bySet.set(set, [member]);
+      }
+    }
+    if (bySet.size === 0 && this.held.size === 0 && this.timer) {
+      clearInterval(this.timer);
+      this.timer = undefined;
+      return;
+    }
+    const results = await Promise.allSettled([...bySet].map(([set, members]) => renew.run(this.ctl.redis, [set], [this.leaseMs, ...members])));
+    const failed = results.find((r) => r.status === "rejected");
+    // One line per outage: a lease that lapses meanwhile only lets a request more through, never fewer.
+    if (failed && !this.renewFailed) log.warn(causeFields((failed as PromiseRejectedResult).reason), "renewing concurrency leases failed (retrying)");
+    this.renewFailed = failed !== undefined;
+  }
+}

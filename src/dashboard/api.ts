@@ -1,0 +1,89 @@
+/**
+ * The dashboard's only way to the platform: the gateway's own management API, with the admin key
+ * the user typed (kept in sessionStorage, so it leaves with the tab) sent as a Bearer token.
+ * Error answers keep the API's OpenAI-style message, which already says what to do.
+ */
+
+const KEY = "platform.dashboard.key";
+
+export const session = {
+  get: (): string | null => sessionStorage.getItem(KEY),
+  set: (key: string) => sessionStorage.setItem(KEY, key),
+  clear: () => sessionStorage.removeItem(KEY),
+};
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
+  const key = session.get();
+  const res = await fetch(path, {
+    method,
+    headers: { ...(key ? { authorization: `Bearer ${key}` } : {}), ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let parsed: unknown;
+  try {
+    parsed = text === "" ? undefined : JSON.parse(text);
+  } catch {
+    parsed = undefined;
+  }
+  if (!res.ok) {
+    const error = (parsed as { error?: { message?: string; code?: string } } | undefined)?.error;
+    throw new ApiError(res.status, error?.code ?? String(res.status), error?.message ?? (text.slice(0, 300) || res.statusText));
+  }
+  return parsed as T;
+}
+
+/** /metrics takes no key (docs/observability.md); plain text. */
+export async function scrapeMetrics(): Promise<string> {
+  const res = await fetch("/metrics");
+  if (!res.ok) throw new ApiError(res.status, String(res.status), `GET /metrics answered ${res.status}`);
+  return res.text();
+}
+
+/** Checks a key before keeping it: the management API lists endpoints only for admin keys. */
+export async function checkAdminKey(key: string): Promise<void> {
+  const res = await fetch("/admin/v1/endpoints", { headers: { authorization: `Bearer ${key}` } });
+  if (res.ok) return;
+  if (res.status === 401) throw new ApiError(401, "invalid_api_key", "That API key is not valid (unknown or revoked).");
+  if (res.status === 403) throw new ApiError(403, "permission_denied", "That key is valid but is not an admin key: the dashboard needs an admin key (platform keys create <name> --role admin).");
+  throw new ApiError(res.status, String(res.status), `The gateway answered ${res.status}; try again.`);
+}
+
+// The API's shapes, as far as the dashboard reads them (src/control/status.ts, src/contracts/*).
+export type EndpointStatus = {
+  endpoint: string;
+  state: string;
+  model: string;
+  version: string;
+  requested_version: string;
+  replicas: { desired: number; ready: number; starting: number; draining: number; failed: number };
+  queue: { waiting: number; active: number };
+  errors: string[];
+  variant_of?: string;
+  config: { model: { name: string; version: string; framework?: string }; runtime: Record<string, unknown>; resources: Record<string, unknown> & { replicas: number } };
+};
+export type Variant = { version: string; weight: number; deployment: string | null; state: string; replicas: { ready: number; desired: number } | null; stats?: { requests: number; errors: number } };
+export type AbTest = { endpoint: string; abtest: { state: string; split: { version: string; weight: number }[]; sticky?: string; keep?: string } | null; variants: Variant[] };
+export type Decision = { at: number; action: string; from: number; to: number; reason: string };
+export type Autoscaling = {
+  endpoint: string;
+  configured: boolean;
+  enabled: boolean;
+  config: { enabled: boolean; min_replicas: number; max_replicas: number; target_queue_depth: number } | null;
+  decisions: Decision[];
+};
+export type ModelVersion = { name: string; version: string; framework: string; created: number };
+export type Limits = { rpm?: number; tpm?: number; max_concurrency?: number; models?: Record<string, { rpm?: number; tpm?: number; max_concurrency?: number }> };
+/** `created`: seconds since the epoch. */
+export type ApiKey = { id: string; name: string; role: string; prefix: string; created: number; limits?: Limits };
+export type BatchJob = { id: string; model: string; version: string; state: string; counts: { total: number; succeeded: number; failed: number; in_flight: number }; created: number; error: { message: string } | null };

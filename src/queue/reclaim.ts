@@ -1,0 +1,67 @@
+/**
+ * Taking back the jobs of a replica that died. BullMQ alone notices a dead
+ * worker only when its job locks lapse (5 s here) and a stalled-job check runs
+ * (every 2 s). Whoever learns of the death sooner — `up`'s supervisor when a
+ * child exits, the scaler when a replica's heartbeat stops — hands the
+ * replica's active jobs back to the queue at once, at its head, so another
+ * replica takes them within milliseconds (docs/fleet.md, "Replica failure").
+ *
+ * A job's lock holds its worker's token, `<BullMQ worker id>:<n>`; each replica
+ * publishes its BullMQ worker id in its heartbeat record (`queue_worker`), so
+ * its jobs are the active ones whose lock starts with that id.
+ */
+import { Job } from "bullmq";
+import type { JobEvent } from "../contracts/job.ts";
+import type { ReplicaRecord } from "../contracts/records.ts";
+import type { QueueBase } from "./base.ts";
+import { jobErrorFromFailure } from "./failures.ts";
+import { appendReply } from "./replies.ts";
+
+/**
+ * A job may lose this many replicas and run again; one more and it fails with `replica_lost`
+ * (a request that kills every replica it reaches must not take the fleet down). The worker's
+ * BullMQ `maxStalledCount` is the same, and both count in the job's own `stc` field.
+ */
+export const MAX_REPLICA_LOSSES = 1;
+/** BullMQ's own wording, which jobErrorFromFailure (failures.ts) maps to `replica_lost`. */
+const LOST_TOO_OFTEN = "job stalled more than allowable limit";
+
+export type Reclaimed = { requeued: string[]; failed: string[] };
+
+/** Hands the replica's active jobs back to its queue (or fails those that lost too many replicas). */
+export async function reclaimJobs(base: QueueBase, replica: ReplicaRecord): Promise<Reclaimed> {
+  const done: Reclaimed = { requeued: [], failed: [] };
+  if (!replica.queue_worker) return done; // a replica of an older release: the lock lapses as before
+  const queue = base.queue(replica.model, replica.version);
+  const redis = base.ctl.redis;
+  const active = await redis.lrange(queue.keys.active as string, 0, -1);
+  if (active.length === 0) return done;
+  // Every key below carries the queue's hash tag, so one pipeline serves under Redis Cluster too.
+  const locks = await redis.mget(active.map((id) => `${queue.toKey(id)}:lock`));
+  const mine = `${replica.queue_worker}:`;
+  await Promise.all(
+    active.map(async (id, i) => {
+      const token = locks[i];
+      if (!token?.startsWith(mine)) return;
+      const job = await Job.fromId(queue, id);
+      if (!job) return;
+      // Whoever waits for the job hears what became of it on its reply stream.
+      const reply = (job.data as { reply?: { stream?: unknown } } | undefined)?.reply?.stream;
+      const tell = (event: JobEvent) => (typeof reply === "string" ? appendReply(redis, reply, id, event).catch(() => undefined) : undefined);
+      const losses = await redis.hincrby(queue.toKey(id), "stc", 1);
+      if (losses > MAX_REPLICA_LOSSES) {
+        await job.moveToFailed(new Error(LOST_TOO_OFTEN), token);
+        done.failed.push(id);
+        await tell({ type: "error", error: jobErrorFromFailure(LOST_TOO_OFTEN) });
+        return;
+      }
+      // The lock check inside moveToWait makes this a no-op for a job another caller already moved.
+      if ((await job.moveToWait(token).catch(() => -1)) < 0) return;
+      done.requeued.push(id);
+      // The attempt ended: a stream that already sent tokens cannot be resumed, so the gateway
+      // ends it with `replica_lost`; other requests just wait for the next attempt.
+      await tell({ type: "started", replica: `(requeued after replica ${replica.id} stopped)`, attempt: 0 });
+    }),
+  );
+  return done;
+}

@@ -1,0 +1,179 @@
+/**
+ * The web dashboard end to end: a real `platform up` stack (the tiny model registered as v1 and
+ * v2, an endpoint on v1), Debian's headless chromium driven by playwright-core. The page is used
+ * as a person would: a wrong key is refused, the admin key signs in, a 50/50 A/B test is started
+ * and an API key created from the page's own forms, and traffic sent from here shows up in the
+ * page's numbers. A screenshot is kept in test/artifacts/dashboard.png. Skipped, saying so, where
+ * /usr/bin/chromium is absent (`.ci/run` installs it).
+ */
+import { execFileSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdir } from "node:fs/promises";
+import { dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { type Browser, chromium, type Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { tinyModelPath } from "../helpers/models.ts";
+import { type Stack, startStack } from "../helpers/stack.ts";
+
+const CHROMIUM = "/usr/bin/chromium";
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const ARTIFACTS = `${ROOT}test/artifacts`;
+const haveChromium = existsSync(CHROMIUM);
+if (!haveChromium) console.warn(`dashboard test skipped: ${CHROMIUM} not found (apt-get install chromium; .ci/run installs it)`);
+
+let stack: Stack;
+let browser: Browser;
+let page: Page;
+
+describe.skipIf(!haveChromium)("the web dashboard", () => {
+  beforeAll(async () => {
+    // The bundle is a build output (npm ci's prepare builds it); build it here if this checkout lacks it.
+    if (!existsSync(`${ROOT}dist/dashboard/app.js`)) execFileSync(process.execPath, [`${ROOT}scripts/build-dashboard.mjs`], { stdio: "inherit" });
+    const modelPath = await tinyModelPath();
+    stack = await startStack({ args: ["--storage-root", dirname(modelPath)] });
+    for (const version of ["v1", "v2"]) {
+      const reg = await stack.admin("POST", "/admin/v1/models", { name: "dash", framework: "llamacpp", source: modelPath, version });
+      expect(reg.status, JSON.stringify(reg.body)).toBe(201);
+    }
+    const res = await stack.admin("PUT", "/admin/v1/endpoints/dash", { model: { name: "dash", version: "v1" }, resources: { replicas: 1, parallel: 4 } });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    await stack.waitFor(async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/dash")).body.state === "available", "dash available");
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-dev-shm-usage"] });
+    page = await browser.newPage({ viewport: { width: 1280, height: 1400 } });
+  }, 180_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    await stack?.stop();
+  });
+
+  const card = () => page.getByTestId("endpoint-dash");
+  const complete = async () => {
+    const res = await fetch(`${stack.baseUrl}/v1/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "dash", prompt: "Once upon a time", max_tokens: 4, temperature: 0 }),
+    });
+    await res.arrayBuffer();
+    return { status: res.status, version: res.headers.get("x-model-version") };
+  };
+
+  it("serves its files without a key, and the API behind it still wants one", async () => {
+    const html = await fetch(`${stack.baseUrl}/dashboard`);
+    expect(html.status).toBe(200);
+    expect(html.headers.get("content-type")).toMatch(/text\/html/);
+    expect(await html.text()).toMatch(/\/dashboard\/app\.js/);
+    const js = await fetch(`${stack.baseUrl}/dashboard/app.js`);
+    expect(js.status).toBe(200);
+    expect(js.headers.get("content-type")).toMatch(/javascript/);
+    expect((await fetch(`${stack.baseUrl}/admin/v1/endpoints`)).status).toBe(401);
+    // `platform up` says where it is.
+    expect(stack.output()).toContain(`dashboard  ${stack.baseUrl}/dashboard`);
+  });
+
+  it("refuses a wrong key and a non-admin key with a clear message, then signs in with the admin key", async () => {
+    await page.goto(`${stack.baseUrl}/dashboard`);
+    await page.locator("input[name=key]").fill("sk-plat-not-a-real-key");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await expect.poll(() => page.getByTestId("login-error").textContent()).toMatch(/not valid/);
+
+    const user = await stack.admin<{ key: string }>("POST", "/admin/v1/keys", { name: "dash-user", role: "user" });
+    await page.locator("input[name=key]").fill(user.body.key);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await expect.poll(() => page.getByTestId("login-error").textContent()).toMatch(/not an admin key/);
+
+    await page.locator("input[name=key]").fill(stack.apiKey);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await card().waitFor();
+    expect(await card().getByTestId("version").textContent()).toBe("dash@v1");
+    await expect.poll(() => card().getByTestId("replicas").textContent(), { timeout: 10_000 }).toBe("1/1");
+    // Only in this tab's sessionStorage, never in localStorage or a cookie.
+    expect(await page.evaluate(() => sessionStorage.getItem("platform.dashboard.key"))).toBe(stack.apiKey);
+    expect(await page.evaluate(() => localStorage.length)).toBe(0);
+    expect((await page.context().cookies()).length).toBe(0);
+  });
+
+  it("starts a 50/50 A/B test with v2 from the page and shows the split", { timeout: 180_000 }, async () => {
+    const form = card().getByTestId("abtest-form");
+    await form.locator("input[name=split]").fill("v1=50,v2=50");
+    await form.getByRole("button", { name: "Start A/B test" }).click();
+    await expect.poll(() => page.getByTestId("notice").textContent()).toMatch(/start A\/B test on dash: done/);
+    // v2's replica has to load and warm up before the test splits traffic.
+    await expect.poll(() => card().getByTestId("split").textContent(), { timeout: 150_000, interval: 1_000 }).toBe("v1=50,v2=50 (running)");
+    const cells = await card().getByTestId("variants").locator("tbody tr").evaluateAll((rows) => rows.map((r) => [...r.querySelectorAll("td")].slice(0, 2).map((td) => td.textContent).join("=")));
+    expect(cells.sort()).toEqual(["v1=50", "v2=50"]);
+  });
+
+  it("shows traffic sent to the endpoint in its numbers and charts, per version in the split", { timeout: 120_000 }, async () => {
+    const versions = new Set<string | null>();
+    // Traffic keeps flowing while the page polls, so at least one 2 s interval sees it.
+    let sending = true;
+    const traffic = (async () => {
+      while (sending) {
+        const r = await complete();
+        expect(r.status).toBe(200);
+        versions.add(r.version);
+      }
+    })();
+    try {
+      await expect.poll(async () => Number(await card().getByTestId("requests-total").textContent()), { timeout: 60_000, interval: 500 }).toBeGreaterThan(0);
+      await expect.poll(async () => Number(await card().getByTestId("requests-rate").textContent()), { timeout: 60_000, interval: 500 }).toBeGreaterThan(0);
+      // The charts' legends carry the latest values: a latency was observed, tokens were generated.
+      await expect.poll(async () => await card().getByTestId("chart-latency").locator("figcaption").textContent(), { timeout: 60_000, interval: 500 }).toMatch(/p50 \d/);
+      await expect.poll(async () => await card().getByTestId("chart-tokens").locator("figcaption").textContent(), { timeout: 60_000, interval: 500 }).toMatch(/now \d/);
+      // The variant table counts requests per version once both have answered some.
+      await expect.poll(() => versions.size, { timeout: 60_000 }).toBe(2);
+      const column = (n: number) => card().getByTestId("variants").locator(`tbody tr td:nth-child(${n})`).allTextContents();
+      await expect.poll(async () => (await column(5)).map(Number), { timeout: 30_000 }).toSatisfy((counts: number[]) => counts.length === 2 && counts.every((c) => c > 0));
+      expect(await card().locator("svg path.line").count()).toBeGreaterThanOrEqual(5);
+    } finally {
+      sending = false;
+      await traffic;
+    }
+    await mkdir(ARTIFACTS, { recursive: true });
+    await page.screenshot({ path: `${ARTIFACTS}/dashboard.png`, fullPage: true });
+    expect(existsSync(`${ARTIFACTS}/dashboard.png`)).toBe(true);
+  });
+
+  it("sets autoscaling bounds, replicas and a deployment, and creates and revokes an API key with limits from the page", async () => {
+    const scaling = card().getByTestId("autoscaling-form");
+    await scaling.locator("input[name=min]").fill("1");
+    await scaling.locator("input[name=max]").fill("3");
+    await scaling.getByRole("button", { name: "Set autoscaling" }).click();
+    await expect.poll(() => page.getByTestId("notice").textContent()).toMatch(/autoscaling of dash: done/);
+    const applied = await stack.admin<{ config: { min_replicas: number; max_replicas: number } }>("GET", "/admin/v1/endpoints/dash/autoscaling");
+    expect(applied.body.config).toMatchObject({ min_replicas: 1, max_replicas: 3 });
+
+    // Replicas and deploys PUT the endpoint's stored deployment back with one field changed: its parallel stays 4.
+    const replicas = card().getByTestId("replicas-form");
+    await replicas.locator("input[name=replicas]").fill("1");
+    await replicas.getByRole("button", { name: "Set replicas" }).click();
+    await expect.poll(() => page.getByTestId("notice").textContent()).toMatch(/replicas of dash: done/);
+    const deploy = page.getByTestId("deploy-form");
+    await deploy.locator("select[name=version]").selectOption("v2");
+    await deploy.locator("input[name=endpoint]").fill("dash");
+    await deploy.getByRole("button", { name: "Deploy" }).click();
+    // A version change under a running A/B test is refused, and the page says why.
+    await expect.poll(() => page.getByTestId("error").textContent()).toMatch(/deploy dash@v2 as dash: .*A\/B test/i);
+    await deploy.locator("select[name=version]").selectOption("v1");
+    await deploy.getByRole("button", { name: "Deploy" }).click();
+    await expect.poll(() => page.getByTestId("notice").textContent()).toMatch(/deploy dash@v1 as dash: done/);
+    const endpoint = await stack.admin<{ config: { resources: { replicas: number; parallel: number } } }>("GET", "/admin/v1/endpoints/dash");
+    expect(endpoint.body.config.resources).toMatchObject({ replicas: 1, parallel: 4 });
+
+    const keys = page.getByTestId("key-form");
+    await keys.locator("input[name=name]").fill("from-dashboard");
+    await keys.locator("input[name=rpm]").fill("60");
+    await keys.locator("input[name=max_concurrency]").fill("2");
+    await keys.getByRole("button", { name: "Create key" }).click();
+    await expect.poll(() => page.getByTestId("created-key").textContent()).toMatch(/sk-plat-/);
+    const row = page.getByTestId("key-from-dashboard");
+    await expect.poll(() => row.textContent()).toMatch(/rpm=60; max_concurrency=2/);
+
+    page.once("dialog", (d) => void d.accept());
+    await row.getByRole("button", { name: "Revoke" }).click();
+    await expect.poll(() => page.getByTestId("notice").textContent()).toMatch(/revoke key from-dashboard: done/);
+    await expect.poll(() => row.count()).toBe(0);
+  });
+});

@@ -1,0 +1,53 @@
+/**
+ * An in-process gateway on a private Redis, with the tiny model registered and deployed but no
+ * replica running: whatever the gateway admits waits in the queue until a test serves it. The
+ * setup gateway, rate-limit and bounds tests share.
+ */
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { DeploymentConfig } from "../../src/contracts/deployment.ts";
+import type { ModelVersionRecord } from "../../src/contracts/records.ts";
+import { deployEndpoint } from "../../src/control/endpoints.ts";
+import { type Control, connectControl } from "../../src/control/redis.ts";
+import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
+import { importModel } from "../../src/registry/import.ts";
+import { loadSettings, type Settings } from "../../src/settings/index.ts";
+import { openStore } from "../../src/storage/index.ts";
+import { tinyModelPath } from "./models.ts";
+import { privateRedis } from "./redis.ts";
+
+export type TinyGateway = {
+  redis: Awaited<ReturnType<typeof privateRedis>>;
+  ctl: Control;
+  settings: Settings;
+  gateway: RunningGateway;
+  /** The registered tiny model's record (its GGUF summary included). */
+  model: ModelVersionRecord;
+  /** Closes the gateway and the connection; stops Redis unless the test already did. */
+  stop: () => Promise<void>;
+};
+
+/** `env`: settings variables beside PLATFORM_DATA_DIR; `settings`: overrides of the parsed settings; `contextLength`: the tiny model's window. */
+export async function startTinyGateway(options: { env?: Record<string, string>; settings?: Partial<Settings>; contextLength?: number } = {}): Promise<TinyGateway> {
+  const redis = await privateRedis();
+  const dataDir = await mkdtemp(join(tmpdir(), "platform-gw-"));
+  const settings: Settings = { ...loadSettings({ PLATFORM_DATA_DIR: dataDir, ...options.env }), redisUrl: redis.url, ...options.settings };
+  const ctl = connectControl(redis.url, settings.prefix);
+  const source = await tinyModelPath(options.contextLength === undefined ? {} : { contextLength: options.contextLength });
+  const model = await importModel({ ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") }, { name: "tiny", framework: "llamacpp", source });
+  await deployEndpoint(ctl, DeploymentConfig.parse({ model: { name: "tiny" } }));
+  const gateway = await startGateway({ ctl, settings, host: "127.0.0.1", port: 0 });
+  return {
+    redis,
+    ctl,
+    settings,
+    gateway,
+    model,
+    stop: async () => {
+      await gateway.close();
+      await ctl.redis.quit().catch(() => undefined);
+      await redis.stop();
+    },
+  };
+}

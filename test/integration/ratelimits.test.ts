@@ -1,0 +1,338 @@
+/**
+ * Rate limits and usage against a real Redis: the limiter's scripts on their own (sliding window,
+ * token reservation and settlement, leases a crashed gateway leaves), and an in-process gateway
+ * with a deployed endpoint but no replica, so admitted requests wait in the queue for as long as
+ * a test holds them: the 429s, the headers, slots freed when a client leaves, the key routes and
+ * who may read which usage.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createApiKey } from "../../src/control/apikeys.ts";
+import { RateLimiter, type Scope, stateKey } from "../../src/control/ratelimits.ts";
+import { type Control, connectControl } from "../../src/control/redis.ts";
+import { queryUsage, recordUsage } from "../../src/control/usage.ts";
+import type { RunningGateway } from "../../src/gateway/app.ts";
+import { startRedisCluster } from "../helpers/cluster.ts";
+import { type TinyGateway, startTinyGateway } from "../helpers/gateway.ts";
+import { waitUntil } from "../helpers/redis.ts";
+
+let tiny: TinyGateway;
+let ctl: Control;
+let other: Control;
+let gateway: RunningGateway;
+let admin: string;
+
+beforeAll(async () => {
+  // A replica wanted but none running: admitted requests wait in the queue until the test lets go.
+  tiny = await startTinyGateway({ settings: { requestTimeoutMs: 120_000 } });
+  ({ ctl, gateway } = tiny);
+  // A second connection stands for a second gateway process: the budget is Redis's, not a process's.
+  other = connectControl(tiny.redis.url, tiny.settings.prefix);
+  admin = (await createApiKey(ctl, "admin", "admin")).key;
+});
+
+afterAll(async () => {
+  await other?.redis.quit();
+  await tiny?.stop();
+});
+
+const call = (path: string, key: string, init: { method?: string; body?: unknown; signal?: AbortSignal } = {}) =>
+  fetch(`${gateway.url}${path}`, {
+    method: init.method ?? "POST",
+    body: init.body === undefined ? undefined : JSON.stringify(init.body),
+    headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+    signal: init.signal,
+  });
+
+const scope = (name: string, limits: Scope["limits"]): Scope => ({ name, limits });
+
+describe("the limiter's scripts", () => {
+  it("admits exactly rpm requests in the window across connections, each seeing a distinct remainder", async () => {
+    const a = new RateLimiter(ctl);
+    const b = new RateLimiter(other);
+    const scopes = [scope("key", { rpm: 30 })];
+    const verdicts = await Promise.all(Array.from({ length: 100 }, (_, i) => (i % 2 ? a : b).admit("key_aaaaaaaaaaaa", scopes, `m${i}`, 0)));
+    const admitted = verdicts.filter((v) => v.admitted);
+    expect(admitted).toHaveLength(30);
+    expect(new Set(admitted.map((v) => v.scopes[0]?.requests))).toEqual(new Set(Array.from({ length: 30 }, (_, i) => i + 1)));
+    for (const v of verdicts.filter((v) => !v.admitted)) {
+      expect(v.exceeded.map((e) => e.kind)).toEqual(["requests"]);
+      expect(v.retry_after_ms).toBeGreaterThan(0);
+      expect(v.retry_after_ms).toBeLessThanOrEqual(60_000);
+    }
+    // The window slides: entries older than 60 s leave it. Aged by hand rather than waited for.
+    const log = stateKey(ctl, "key_aaaaaaaaaaaa", scopes[0] as Scope, "w");
+    const members = await ctl.redis.zrange(log, 0, 9);
+    for (const m of members) await ctl.redis.zadd(log, "XX", 1, m);
+    const again = await Promise.all(Array.from({ length: 20 }, (_, i) => a.admit("key_aaaaaaaaaaaa", scopes, `n${i}`, 0)));
+    expect(again.filter((v) => v.admitted)).toHaveLength(10);
+    a.close();
+    b.close();
+  });
+
+  it("reserves tokens at admission, settles them to the real count, and says when a request would fit", async () => {
+    const limiter = new RateLimiter(ctl);
+    const scopes = [scope("key", { tpm: 1000 })];
+    const id = "key_bbbbbbbbbbbb";
+    const first = await limiter.admit(id, scopes, "r1", 300);
+    expect(first.admitted).toBe(true);
+    expect(first.scopes[0]?.tokens).toBe(300);
+    await limiter.finish(id, scopes, "r1", 120);
+    expect((await limiter.peek(id, scopes)).scopes[0]?.tokens).toBe(120);
+    const tooMany = await limiter.admit(id, scopes, "r2", 900);
+    expect(tooMany).toMatchObject({ admitted: false, never: false, exceeded: [{ kind: "tokens" }] });
+    expect(tooMany.retry_after_ms).toBeGreaterThan(0);
+    expect(tooMany.retry_after_ms).toBeLessThanOrEqual(60_000);
+    expect((await limiter.admit(id, scopes, "r3", 880)).admitted).toBe(true);
+    // Larger than the whole budget: it can never fit.
+    expect(await limiter.admit(id, scopes, "r4", 1001)).toMatchObject({ admitted: false, never: true });
+    // A reservation kept (no real count known) stands; a late count still settles it.
+    await limiter.finish(id, scopes, "r3", undefined);
+    expect((await limiter.peek(id, scopes)).scopes[0]?.tokens).toBe(1000);
+    await limiter.settle(id, scopes, "r3", 80);
+    expect((await limiter.peek(id, scopes)).scopes[0]?.tokens).toBe(200);
+    limiter.close();
+  });
+
+  it("checks a key's scope and a model's together, all or nothing", async () => {
+    const limiter = new RateLimiter(ctl);
+    const id = "key_cccccccccccc";
+    const scopes = [scope("key", { rpm: 5 }), scope("model:tiny", { rpm: 2 })];
+    const verdicts = [];
+    for (let i = 0; i < 4; i++) verdicts.push(await limiter.admit(id, scopes, `t${i}`, 0));
+    expect(verdicts.map((v) => v.admitted)).toEqual([true, true, false, false]);
+    expect(verdicts[2]?.exceeded).toEqual([{ scope: scopes[1], kind: "requests" }]);
+    // The refused ones took nothing from the key's own budget.
+    const other = [scope("key", { rpm: 5 }), scope("model:small", { rpm: 10 })];
+    const rest = [];
+    for (let i = 0; i < 4; i++) rest.push((await limiter.admit(id, other, `s${i}`, 0)).admitted);
+    expect(rest).toEqual([true, true, true, false]);
+    limiter.close();
+  });
+
+  it("holds concurrency slots by lease: renewed while held, released at the end, lapsed when their gateway is gone", async () => {
+    const limiter = new RateLimiter(ctl, { leaseMs: 600 });
+    const id = "key_dddddddddddd";
+    const scopes = [scope("key", { max_concurrency: 1 })];
+    const slots = stateKey(ctl, id, scopes[0] as Scope, "s");
+    expect((await limiter.admit(id, scopes, "c1", 0)).admitted).toBe(true);
+    expect(await limiter.admit(id, scopes, "c2", 0)).toMatchObject({ admitted: false, exceeded: [{ kind: "concurrency" }] });
+    // The holder renews: the lease moves forward while the request lives.
+    const leased = Number(await ctl.redis.zscore(slots, "c1"));
+    await waitUntil("the lease to be renewed", async () => Number(await ctl.redis.zscore(slots, "c1")) > leased);
+    await limiter.finish(id, scopes, "c1", undefined);
+    expect(await ctl.redis.zcard(slots)).toBe(0);
+    expect(limiter.holding).toBe(0);
+    // A gateway that crashed holding a slot: nobody renews it, and once its lease is over it is free.
+    const crashed = new RateLimiter(other);
+    expect((await crashed.admit(id, scopes, "c3", 0)).admitted).toBe(true);
+    crashed.close();
+    expect((await limiter.admit(id, scopes, "c4", 0)).admitted).toBe(false);
+    await ctl.redis.zadd(slots, "XX", 1, "c3"); // its lease, expired
+    expect((await limiter.admit(id, scopes, "c4", 0)).admitted).toBe(true);
+    await limiter.finish(id, scopes, "c4", undefined);
+    limiter.close();
+  });
+});
+
+describe("usage counters", () => {
+  it("counts by key, model and version over exact spans, by minute or hour", async () => {
+    const now = Date.UTC(2030, 0, 10, 12, 30, 15);
+    const min = 60_000;
+    const a = { key: "key_111111111111", model: "m1", version: "v1" };
+    await recordUsage(ctl, { ...a, requests: 1, prompt_tokens: 10, completion_tokens: 5 }, now - 90 * min);
+    await recordUsage(ctl, { ...a, requests: 1, prompt_tokens: 7, completion_tokens: 3, errors: 1 }, now - 30 * min);
+    await recordUsage(ctl, { ...a, version: "v2", requests: 2, prompt_tokens: 4, completion_tokens: 4 }, now - 5 * min);
+    await recordUsage(ctl, { key: "key_222222222222", model: "m2", version: "v1", rate_limited: 3 }, now - 2 * min);
+    await recordUsage(ctl, { ...a, requests: 1, prompt_tokens: 100, completion_tokens: 100 }, now - 3 * 86_400_000);
+
+    const hour = await queryUsage(ctl, { sinceMs: 60 * min, by: ["key", "model", "version"], now });
+    expect(hour.rows).toEqual([
+      { key: a.key, model: "m1", version: "v1", requests: 1, prompt_tokens: 7, completion_tokens: 3, errors: 1, rate_limited: 0 },
+      { key: a.key, model: "m1", version: "v2", requests: 2, prompt_tokens: 4, completion_tokens: 4, errors: 0, rate_limited: 0 },
+      { key: "key_222222222222", model: "m2", version: "v1", requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0, rate_limited: 3 },
+    ]);
+    expect(hour.from).toBe(Math.floor((now - 60 * min) / min) * min);
+    const twoHours = await queryUsage(ctl, { sinceMs: 120 * min, by: ["model"], key: a.key, now });
+    expect(twoHours.rows).toEqual([{ model: "m1", requests: 4, prompt_tokens: 21, completion_tokens: 12, errors: 1, rate_limited: 0 }]);
+    const week = await queryUsage(ctl, { sinceMs: 7 * 86_400_000, by: ["version"], model: "m1", now });
+    expect(week.rows.map((r) => [r.version, r.requests, r.prompt_tokens])).toEqual([["v1", 3, 117], ["v2", 2, 4]]);
+    expect(week.from % 3_600_000).toBe(0); // beyond 48 h a span starts at its hour
+    const byMinute = await queryUsage(ctl, { sinceMs: 10 * min, by: ["key"], interval: "minute", now });
+    expect(byMinute.rows.map((r) => [new Date(r.start as number).toISOString(), r.key, r.requests, r.rate_limited])).toEqual([
+      ["2030-01-10T12:25:00.000Z", a.key, 2, 0],
+      ["2030-01-10T12:28:00.000Z", "key_222222222222", 0, 3],
+    ]);
+    const byHour = await queryUsage(ctl, { sinceMs: 120 * min, by: ["key"], key: a.key, interval: "hour", now });
+    expect(byHour.rows.map((r) => [new Date(r.start as number).toISOString(), r.requests])).toEqual([
+      ["2030-01-10T11:00:00.000Z", 1],
+      ["2030-01-10T12:00:00.000Z", 3],
+    ]);
+    // Bounded: every bucket expires after its retention.
+    const ttl = await ctl.redis.pttl(ctl.keys.usage(`m:${Math.floor((now - 5 * min) / min) * 60}`));
+    expect(ttl).toBeGreaterThan(0);
+  });
+});
+
+describe("on a Redis Cluster", () => {
+  it("runs every script and pipeline within one slot: limits per key on whichever node, usage in one slot", async () => {
+    const cluster = await startRedisCluster();
+    const one = connectControl(cluster.url, "platform");
+    const two = connectControl(cluster.url, "platform");
+    try {
+      const a = new RateLimiter(one);
+      const b = new RateLimiter(two);
+      const scopes = [scope("key", { rpm: 5, tpm: 100, max_concurrency: 10 }), scope("model:tiny", { rpm: 4 })];
+      for (const id of ["key_aaaaaaaaaaa1", "key_bbbbbbbbbbb2", "key_ccccccccccc3"]) {
+        const verdicts = await Promise.all(Array.from({ length: 8 }, (_, i) => (i % 2 ? a : b).admit(id, scopes, `r${i}`, 10)));
+        const admitted = verdicts.flatMap((v, i) => (v.admitted ? [`r${i}`] : []));
+        expect(admitted).toHaveLength(4);
+        for (const m of admitted) await a.finish(id, scopes, m, 3);
+        expect((await b.peek(id, scopes)).scopes[0]).toMatchObject({ requests: 4, tokens: 12, in_flight: 0 });
+      }
+      await recordUsage(one, { key: "key_aaaaaaaaaaa1", model: "tiny", version: "v1", requests: 2, prompt_tokens: 5 });
+      await recordUsage(two, { key: "key_bbbbbbbbbbb2", model: "tiny", version: "v1", requests: 1, errors: 1 });
+      const report = await queryUsage(one, { sinceMs: 3_600_000, by: ["key"] });
+      expect(report.rows.map((r) => [r.key, r.requests, r.prompt_tokens, r.errors])).toEqual([
+        ["key_aaaaaaaaaaa1", 2, 5, 0],
+        ["key_bbbbbbbbbbb2", 1, 0, 1],
+      ]);
+      a.close();
+      b.close();
+    } finally {
+      one.redis.disconnect();
+      two.redis.disconnect();
+      await cluster.stop();
+    }
+  });
+});
+
+describe("through the gateway", () => {
+  async function keyWith(limits: unknown, role = "user"): Promise<{ id: string; key: string; limits?: unknown }> {
+    const res = await call("/admin/v1/keys", admin, { body: { name: `k-${Math.random().toString(36).slice(2, 8)}`, role, limits } });
+    expect(res.status, await res.clone().text()).toBe(201);
+    return (await res.json()) as { id: string; key: string };
+  }
+
+  it("creates keys with limits and changes them: a number sets, null removes, models merge", async () => {
+    const k = await keyWith({ rpm: 60, models: { tiny: { tpm: 500 } } });
+    expect(k.limits).toEqual({ rpm: 60, models: { tiny: { tpm: 500 } } });
+    const patch = (body: unknown) => call(`/admin/v1/keys/${k.id}`, admin, { method: "PATCH", body });
+    let res = await patch({ limits: { rpm: null, tpm: 1000, models: { tiny: { rpm: 5 }, other: { max_concurrency: 2 } } } });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { limits: unknown }).limits).toEqual({ tpm: 1000, models: { tiny: { tpm: 500, rpm: 5 }, other: { max_concurrency: 2 } } });
+    res = await patch({ limits: { tpm: null, models: { tiny: null, other: { max_concurrency: null } } } });
+    expect((await res.json()) as object).not.toHaveProperty("limits");
+    const read = await call(`/admin/v1/keys/${k.id}`, admin, { method: "GET" });
+    const record = (await read.json()) as object;
+    expect(record).toMatchObject({ id: k.id, role: "user" });
+    expect(record).not.toHaveProperty("hash");
+
+    for (const [body, param] of [
+      [{ limits: { rpm: 0 } }, "limits.rpm"],
+      [{ limits: { rpm: 1.5 } }, "limits.rpm"],
+      [{ limits: { rpn: 5 } }, "limits"],
+      [{ limits: { models: { "bad name!": { rpm: 1 } } } }, "limits.models"],
+    ] as const) {
+      const bad = await patch(body);
+      expect(bad.status, JSON.stringify(body)).toBe(400);
+      expect(((await bad.json()) as { error: { param: string } }).error.param).toContain(param);
+    }
+    expect((await call("/admin/v1/keys/key_000000000000", admin, { method: "PATCH", body: { limits: { rpm: 1 } } })).status).toBe(404);
+    expect((await call("/admin/v1/keys/nope", admin, { method: "PATCH", body: { limits: { rpm: 1 } } })).status).toBe(400);
+    const created = await call("/admin/v1/keys", admin, { body: { name: "x", limits: { rpm: -1 } } });
+    expect(created.status).toBe(400);
+  });
+
+  it("a key without limits sends no rate-limit headers and leaves no limiter state", async () => {
+    const k = await keyWith(undefined);
+    const res = await call("/v1/models", k.key, { method: "GET" });
+    expect(res.status).toBe(200);
+    expect([...res.headers.keys()].filter((h) => h.startsWith("x-ratelimit"))).toEqual([]);
+    const bad = await call("/v1/completions", k.key, { body: { model: "tiny", prompt: 5 } });
+    expect(bad.status).toBe(400);
+    expect(bad.headers.get("x-ratelimit-limit-requests")).toBeNull();
+    expect(await ctl.redis.keys(`${ctl.keys.rateLimit(k.id)}*`)).toEqual([]);
+  });
+
+  it("holds a concurrency slot while a request waits and frees it when the client leaves", async () => {
+    const k = await keyWith({ max_concurrency: 1, rpm: 100 });
+    const slots = `${ctl.keys.rateLimit(k.id)}:key:s`;
+    const first = new AbortController();
+    const pending = call("/v1/completions", k.key, { body: { model: "tiny", prompt: "Once upon a time", max_tokens: 3 }, signal: first.signal }).catch((e: unknown) => e);
+    await waitUntil("the first request to hold the slot", async () => (await ctl.redis.zcard(slots)) === 1);
+
+    const second = await call("/v1/completions", k.key, { body: { model: "tiny", prompt: "Once upon a time", max_tokens: 3 } });
+    expect(second.status).toBe(429);
+    expect(second.headers.get("retry-after")).toBe("1");
+    const body = (await second.json()) as { error: { message: string; type: string; param: string | null; code: string } };
+    expect(body.error).toMatchObject({ type: "rate_limit_error", code: "rate_limit_exceeded", param: null });
+    expect(body.error.message).toMatch(/requests in flight: limit 1, used 1/);
+    // Its rpm headers count the admitted request only: a refusal spends nothing.
+    expect(second.headers.get("x-ratelimit-limit-requests")).toBe("100");
+    expect(second.headers.get("x-ratelimit-remaining-requests")).toBe("99");
+
+    first.abort();
+    await pending;
+    // Only the release removes it: a lease lapses after 30 s, and no admission ran to clear it.
+    await waitUntil("the slot to be released", async () => (await ctl.redis.zcard(slots)) === 0);
+    const third = new AbortController();
+    const next = call("/v1/completions", k.key, { body: { model: "tiny", prompt: "Once upon a time", max_tokens: 3 }, signal: third.signal }).catch((e: unknown) => e);
+    await waitUntil("the next request to be admitted", async () => (await ctl.redis.zcard(slots)) === 1);
+    third.abort();
+    await next;
+    await waitUntil("its slot to be released too", async () => (await ctl.redis.zcard(slots)) === 0);
+  });
+
+  it("puts the headers on every response of a limited key, the 429 in OpenAI's envelope with Retry-After", async () => {
+    const k = await keyWith({ rpm: 2, tpm: 100 });
+    const listing = await call("/v1/models", k.key, { method: "GET" });
+    expect(listing.headers.get("x-ratelimit-limit-requests")).toBe("2");
+    expect(listing.headers.get("x-ratelimit-remaining-requests")).toBe("2");
+    expect(listing.headers.get("x-ratelimit-reset-requests")).toBe("0ms");
+    expect(listing.headers.get("x-ratelimit-limit-tokens")).toBe("100");
+    expect(listing.headers.get("x-ratelimit-remaining-tokens")).toBe("100");
+    const invalid = await call("/v1/completions", k.key, { body: { model: "tiny", prompt: 5 } });
+    expect(invalid.status).toBe(400);
+    expect(invalid.headers.get("x-ratelimit-remaining-requests")).toBe("2");
+
+    // Reserved: prompt estimate (16 bytes / 4) + max_tokens. Held in the queue, then let go.
+    const held = new AbortController();
+    const waiting = call("/v1/completions", k.key, { body: { model: "tiny", prompt: "Once upon a time", max_tokens: 30 }, signal: held.signal }).catch((e: unknown) => e);
+    const w = `${ctl.keys.rateLimit(k.id)}:key:w`;
+    await waitUntil("the request to be admitted", async () => (await ctl.redis.zcard(w)) === 1);
+    const after = await call("/v1/models", k.key, { method: "GET" });
+    expect(after.headers.get("x-ratelimit-remaining-requests")).toBe("1");
+    expect(after.headers.get("x-ratelimit-remaining-tokens")).toBe(String(100 - 34));
+    expect(after.headers.get("x-ratelimit-reset-requests")).toMatch(/^(\d+(\.\d+)?s|1m0s)$/);
+
+    const tooLarge = await call("/v1/completions", k.key, { body: { model: "tiny", prompt: "Once upon a time", max_tokens: 500 } });
+    expect(tooLarge.status).toBe(429);
+    expect(((await tooLarge.json()) as { error: { code: string; param: string; message: string } }).error).toMatchObject({ code: "rate_limit_exceeded", param: "max_tokens" });
+    const overTokens = await call("/v1/completions", k.key, { body: { model: "tiny", prompt: "Once upon a time", max_tokens: 80 } });
+    expect(overTokens.status).toBe(429);
+    expect(((await overTokens.json()) as { error: { message: string } }).error.message).toMatch(/tokens per minute: limit 100, used 34, requested 84/);
+    expect(Number(overTokens.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    expect(Number(overTokens.headers.get("retry-after"))).toBeLessThanOrEqual(60);
+    held.abort();
+    await waiting;
+    // The client left before any count: the reservation stands for the window (conservative).
+    expect((await call("/v1/models", k.key, { method: "GET" })).headers.get("x-ratelimit-remaining-tokens")).toBe("66");
+  });
+
+  it("lets a user key read only its own usage, an admin every key's", async () => {
+    const mine = await keyWith(undefined);
+    const theirs = await keyWith(undefined);
+    await recordUsage(ctl, { key: mine.id, model: "tiny", version: "v1", requests: 2, prompt_tokens: 9, completion_tokens: 4 });
+    await recordUsage(ctl, { key: theirs.id, model: "tiny", version: "v1", requests: 1, errors: 1 });
+    const own = await call("/v1/usage?since=1h", mine.key, { method: "GET" });
+    expect(own.status).toBe(200);
+    const report = (await own.json()) as { data: { key: string; key_name: string; requests: number; total_tokens: number }[] };
+    expect(report.data).toEqual([expect.objectContaining({ key: mine.id, model: "tiny", version: "v1", requests: 2, prompt_tokens: 9, completion_tokens: 4, total_tokens: 13, errors: 0 })]);
+    expect((await call(`/v1/usage?key=${theirs.id}`, mine.key, { method: "GET" })).status).toBe(403);
+    const all = (await (await call("/v1/usage?since=1h&by=key", admin, { method: "GET" })).json()) as { data: { key: string; requests: number }[] };
+    expect(all.data.filter((r) => r.key === mine.id || r.key === theirs.id).map((r) => r.requests).sort()).toEqual([1, 2]);
+    const bad = await call("/v1/usage?since=5x", admin, { method: "GET" });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: { param: string } }).error.param).toBe("since");
+  });
+});
