@@ -7,7 +7,7 @@ import { createServer, type Server, type ServerResponse } from "node:http";
 import { hostname } from "node:os";
 import { type Job, UnrecoverableError, WaitingError, type Worker } from "bullmq";
 import { describeIssues } from "../src/contracts/issues.ts";
-import { BATCH_PRIORITY, JobError, type JobEvent, JobPayload, type JobReceipt, type JobResult, receiptOf } from "../src/contracts/job.ts";
+import { BATCH_PRIORITY, JobError, type JobEvent, JobPayload, type JobReceipt, type JobResult, receiptOf, type TokenLogprob } from "../src/contracts/job.ts";
 import type { EndpointRecord, ReplicaState } from "../src/contracts/records.ts";
 import type { Control, RedisClient } from "../src/control/redis.ts";
 import { removeReplica, writeReplica } from "../src/control/replicas.ts";
@@ -21,7 +21,7 @@ import { causeFields, logger } from "../src/telemetry/log.ts";
 import { type JobTrace, traceFieldsOf, traceJob } from "../src/telemetry/tracing.ts";
 import type { Source } from "../src/telemetry/vllm-metrics.ts";
 import type { WorkerMetrics } from "../src/telemetry/worker-metrics.ts";
-import type { Engine } from "./engines/engine.ts";
+import type { Engine, GenerationHooks } from "./engines/engine.ts";
 import { Slots } from "./slots.ts";
 
 export type WorkerOptions = {
@@ -176,12 +176,12 @@ export function startWorker(options: WorkerOptions): RunningWorker {
       const started = performance.now();
       let firstText: number | undefined;
       let lastText = started;
-      const onText = (text: string) => {
+      const onText = (text: string, logprobs?: TokenLogprob[]) => {
         const now = performance.now();
         if (firstText === undefined) firstText = now;
         else metrics?.interToken(source, (now - lastText) / 1000);
         lastText = now;
-        if (payload.stream) void emit(payload, jobId, { type: "token", text });
+        if (payload.stream) void emit(payload, jobId, logprobs ? { type: "token", text, logprobs } : { type: "token", text });
       };
       let result: JobResult;
       try {
@@ -218,7 +218,7 @@ export function startWorker(options: WorkerOptions): RunningWorker {
     }
   };
 
-  const run = async (payload: JobPayload, signal: AbortSignal, onToken: (text: string) => void): Promise<JobResult> => {
+  const run = async (payload: JobPayload, signal: AbortSignal, onToken: GenerationHooks["onText"]): Promise<JobResult> => {
     if (!engine) throw new PlatformError(503, "not_ready", "replica is not ready");
     if (payload.kind === "embedding") {
       const out = await engine.embed(payload.input);
@@ -226,7 +226,12 @@ export function startWorker(options: WorkerOptions): RunningWorker {
     }
     const request =
       payload.kind === "chat"
-        ? { kind: "chat" as const, messages: payload.messages, params: payload.params }
+        ? {
+            kind: "chat" as const,
+            messages: payload.messages,
+            params: payload.params,
+            tools: payload.tools && payload.tool_choice !== "none" ? { tools: payload.tools, tool_choice: payload.tool_choice, parallel_tool_calls: payload.parallel_tool_calls } : undefined,
+          }
         : { kind: "prompt" as const, prompt: payload.prompt, params: payload.params };
     // Always observed: the first text's time is reported even when nothing is streamed.
     const out = await engine.generate(request, { signal, onText: onToken });

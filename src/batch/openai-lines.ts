@@ -52,6 +52,10 @@ export function openAiFormat(spec: BatchSpec, openai: OpenAiSpec): LineFormat {
       return failure(n, id, "invalid_request", `body.model: expected "${openai.served_model}", the model of the batch's first request (one model per batch)`);
     }
     if (body.data.stream) return failure(n, id, "invalid_request", "body.stream: streaming is not available in a batch");
+    // A record's answer is one text: what needs more than that is refused, never dropped.
+    const fields = body.data as { tools?: unknown[] | null; logprobs?: unknown; n?: number | null };
+    const unavailable = fields.tools?.length ? "tools" : fields.logprobs != null && fields.logprobs !== false ? "logprobs" : (fields.n ?? 1) > 1 ? "n" : undefined;
+    if (unavailable) return failure(n, id, "invalid_request", `body.${unavailable}: not available in a batch (one text answer per line); send the request online`);
     const params = toParams(body.data);
     const work =
       "messages" in body.data

@@ -13,11 +13,63 @@ export const JOB_SCHEMA_VERSION = 1 as const;
 export const JobKind = z.enum(["chat", "completion", "generate", "embedding", "batch_record"]);
 export type JobKind = z.infer<typeof JobKind>;
 
+/**
+ * A call the model made to one of the request's tools. `arguments` is a JSON text (as OpenAI
+ * sends it), valid against the function's parameter schema when the engine constrained it.
+ */
+export const ToolCall = z.object({
+  id: z.string().min(1).max(128),
+  type: z.literal("function"),
+  function: z.object({ name: z.string().min(1).max(64), arguments: z.string().max(1_000_000) }),
+});
+export type ToolCall = z.infer<typeof ToolCall>;
+
 export const ChatMessage = z.object({
-  role: z.enum(["system", "user", "assistant"]),
+  role: z.enum(["system", "user", "assistant", "tool"]),
   content: z.string(),
+  /** An assistant turn that called tools (its content may then be empty). */
+  tool_calls: z.array(ToolCall).max(128).optional(),
+  /** A `tool` turn: which call this is the result of. */
+  tool_call_id: z.string().max(128).optional(),
 });
 export type ChatMessage = z.infer<typeof ChatMessage>;
+
+/** A JSON Schema, as clients send it; which keywords an engine can enforce is the engine's to say. */
+export const JsonSchema = z.record(z.string(), z.unknown());
+export type JsonSchema = z.infer<typeof JsonSchema>;
+
+export const FunctionTool = z.object({
+  type: z.literal("function"),
+  function: z.object({
+    name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "a function name is 1 to 64 letters, digits, '_' or '-'"),
+    description: z.string().max(4096).optional(),
+    parameters: JsonSchema.optional(),
+    strict: z.boolean().optional(),
+  }),
+});
+export type FunctionTool = z.infer<typeof FunctionTool>;
+
+export const ToolChoice = z.union([
+  z.enum(["none", "auto", "required"]),
+  z.object({ type: z.literal("function"), function: z.object({ name: z.string().min(1).max(64) }) }),
+]);
+export type ToolChoice = z.infer<typeof ToolChoice>;
+
+/** OpenAI's `response_format`: constrained decoding makes the text parse (and validate against the schema). */
+export const ResponseFormat = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("text") }),
+  z.object({ type: z.literal("json_object") }),
+  z.object({
+    type: z.literal("json_schema"),
+    json_schema: z.object({
+      name: z.string().min(1).max(64),
+      description: z.string().max(4096).optional(),
+      schema: JsonSchema.optional(),
+      strict: z.boolean().nullish(),
+    }),
+  }),
+]);
+export type ResponseFormat = z.infer<typeof ResponseFormat>;
 
 export const SamplingParams = z.object({
   /** Absent: generate until the end of the context window. */
@@ -25,10 +77,20 @@ export const SamplingParams = z.object({
   /** 0 means greedy and deterministic. */
   temperature: z.number().min(0).max(2).optional(),
   top_p: z.number().gt(0).max(1).optional(),
+  /** vLLM's extensions, honoured by both engines. */
+  top_k: z.number().int().min(-1).optional(),
+  min_p: z.number().min(0).max(1).optional(),
+  /** With the same seed (and prompt and parameters), the same replica build answers the same text. */
   seed: z.number().int().optional(),
   stop: z.array(z.string().min(1)).max(8).optional(),
   frequency_penalty: z.number().min(-2).max(2).optional(),
   presence_penalty: z.number().min(-2).max(2).optional(),
+  /** Token id (as a decimal string) → bias added to its logit; -100 bans it, 100 all but forces it. */
+  logit_bias: z.record(z.string().regex(/^\d{1,9}$/), z.number().min(-100).max(100)).optional(),
+  /** Report each generated token's log probability, with the `top_logprobs` most likely alternatives. */
+  logprobs: z.boolean().optional(),
+  top_logprobs: z.number().int().min(0).max(20).optional(),
+  response_format: ResponseFormat.optional(),
 });
 export type SamplingParams = z.infer<typeof SamplingParams>;
 
@@ -69,6 +131,11 @@ export const ChatJob = z.object({
   kind: z.literal("chat"),
   messages: z.array(ChatMessage).min(1),
   params: SamplingParams.default({}),
+  /** Functions the model may call; how it is asked to and held to their schemas is the engine's (docs/chat.md). */
+  tools: z.array(FunctionTool).min(1).max(128).optional(),
+  tool_choice: ToolChoice.optional(),
+  /** false: at most one tool call per answer. */
+  parallel_tool_calls: z.boolean().optional(),
 });
 
 export const CompletionJob = z.object({
@@ -106,14 +173,29 @@ export const Usage = z.object({
 });
 export type Usage = z.infer<typeof Usage>;
 
-export const FinishReason = z.enum(["stop", "length", "cancelled"]);
+export const FinishReason = z.enum(["stop", "length", "tool_calls", "cancelled"]);
 export type FinishReason = z.infer<typeof FinishReason>;
+
+/** A candidate token and its log probability (natural log), as OpenAI's `top_logprobs` entries. */
+export const TokenCandidate = z.object({
+  token: z.string(),
+  logprob: z.number(),
+  /** The token's UTF-8 bytes (a token may hold part of a character). */
+  bytes: z.array(z.number().int()).nullable(),
+});
+/** One generated token: its own log probability and the most likely alternatives. */
+export const TokenLogprob = TokenCandidate.extend({ top_logprobs: z.array(TokenCandidate) });
+export type TokenLogprob = z.infer<typeof TokenLogprob>;
 
 /** The BullMQ return value of a text job (and the `done` event's data). */
 export const TextResult = z.object({
   type: z.literal("text"),
   text: z.string(),
   finish_reason: FinishReason,
+  /** When the model called tools (finish_reason "tool_calls"); `text` is then any content beside them. */
+  tool_calls: z.array(ToolCall).optional(),
+  /** When asked for (`params.logprobs`): one entry per generated token, in order. */
+  logprobs: z.array(TokenLogprob).optional(),
   usage: Usage,
   /** Which replica served it, for tracing. */
   replica: z.string(),
@@ -178,7 +260,8 @@ export type JobError = z.infer<typeof JobError>;
  */
 export const JobEvent = z.discriminatedUnion("type", [
   z.object({ type: z.literal("started"), replica: z.string(), attempt: z.number().int() }),
-  z.object({ type: z.literal("token"), text: z.string() }),
+  /** `logprobs`: the tokens this text came from, when asked for. */
+  z.object({ type: z.literal("token"), text: z.string(), logprobs: z.array(TokenLogprob).optional() }),
   z.object({ type: z.literal("done"), result: JobResult }),
   z.object({ type: z.literal("error"), error: JobError }),
 ]);

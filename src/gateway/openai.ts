@@ -1,6 +1,6 @@
 /** The OpenAI-compatible routes and the seed's generate route, all under /v1. */
 import { type Context, Hono } from "hono";
-import type { EmbeddingResult } from "../contracts/job.ts";
+import type { EmbeddingResult, TokenLogprob } from "../contracts/job.ts";
 import { PlatformError, publicJobError } from "../errors.ts";
 import type { GatewayEnv } from "./env.ts";
 import { parseBody } from "./errors.ts";
@@ -12,24 +12,34 @@ import { publicFinishReason, serveText, type TextFormat, type TextRequestContext
 
 const chatFormat: TextFormat = {
   idPrefix: "chatcmpl-",
-  response: (b, r) => ({
+  response: (b, results, usage) => ({
     id: b.id,
     object: "chat.completion",
     created: b.created,
     model: b.model,
-    choices: [{ index: 0, message: { role: "assistant", content: r.text }, logprobs: null, finish_reason: publicFinishReason(r.finish_reason) }],
-    usage: r.usage,
+    choices: results.map((r, index) => ({
+      index,
+      message: { role: "assistant", content: r.tool_calls && r.text === "" ? null : r.text, ...(r.tool_calls ? { tool_calls: r.tool_calls } : {}) },
+      logprobs: r.logprobs ? { content: r.logprobs } : null,
+      finish_reason: publicFinishReason(r.finish_reason),
+    })),
+    usage,
   }),
-  chunk: (b, d) => ({
+  chunk: (b, index, d) => ({
     id: b.id,
     object: "chat.completion.chunk",
     created: b.created,
     model: b.model,
     choices: [
       {
-        index: 0,
-        delta: d.first ? { role: "assistant", content: "" } : d.text !== undefined ? { content: d.text } : {},
-        logprobs: null,
+        index,
+        delta: d.first
+          ? { role: "assistant", content: "" }
+          : {
+              ...(d.text !== undefined ? { content: d.text } : {}),
+              ...(d.tool_calls ? { tool_calls: d.tool_calls.map((call, i) => ({ index: i, ...call })) } : {}),
+            },
+        logprobs: d.logprobs ? { content: d.logprobs } : null,
         finish_reason: d.finish ? publicFinishReason(d.finish) : null,
       },
     ],
@@ -37,46 +47,64 @@ const chatFormat: TextFormat = {
   usageChunk: (b, usage) => ({ id: b.id, object: "chat.completion.chunk", created: b.created, model: b.model, choices: [], usage }),
 };
 
+/** The legacy completions shape of logprobs; offsets count characters from `offset`, where the text began. */
+function legacyLogprobs(logprobs: TokenLogprob[] | undefined, offset = 0) {
+  if (!logprobs) return null;
+  const text_offset: number[] = [];
+  for (const lp of logprobs) {
+    text_offset.push(offset);
+    offset += lp.token.length;
+  }
+  return {
+    tokens: logprobs.map((lp) => lp.token),
+    token_logprobs: logprobs.map((lp) => lp.logprob),
+    top_logprobs: logprobs.map((lp) => Object.fromEntries(lp.top_logprobs.map((t) => [t.token, t.logprob]))),
+    text_offset,
+  };
+}
+
 const completionFormat: TextFormat = {
   idPrefix: "cmpl-",
-  response: (b, r) => ({
+  response: (b, results, usage) => ({
     id: b.id,
     object: "text_completion",
     created: b.created,
     model: b.model,
-    choices: [{ index: 0, text: r.text, logprobs: null, finish_reason: publicFinishReason(r.finish_reason) }],
-    usage: r.usage,
+    choices: results.map((r, index) => ({ index, text: r.text, logprobs: legacyLogprobs(r.logprobs), finish_reason: publicFinishReason(r.finish_reason) })),
+    usage,
   }),
-  chunk: (b, d) => ({
+  chunk: (b, index, d) => ({
     id: b.id,
     object: "text_completion",
     created: b.created,
     model: b.model,
-    choices: [{ index: 0, text: d.text ?? "", logprobs: null, finish_reason: d.finish ? publicFinishReason(d.finish) : null }],
+    choices: [{ index, text: d.text ?? "", logprobs: legacyLogprobs(d.logprobs, d.offset), finish_reason: d.finish ? publicFinishReason(d.finish) : null }],
   }),
   usageChunk: (b, usage) => ({ id: b.id, object: "text_completion", created: b.created, model: b.model, choices: [], usage }),
 };
 
-/** The seed leaves generate's response open; this shape is documented in the README. */
+/** The seed leaves generate's response open; this shape is documented in the README. One choice: n is refused there. */
 const generateFormat: TextFormat = {
   idPrefix: "gen-",
-  response: (b, r) => ({
+  response: (b, [r], usage) => ({
     id: b.id,
     object: "generation",
     created: b.created,
     model: b.model,
     version: b.version,
-    output: r.text,
-    finish_reason: publicFinishReason(r.finish_reason),
-    usage: r.usage,
+    output: r?.text ?? "",
+    finish_reason: publicFinishReason(r?.finish_reason ?? "stop"),
+    ...(r?.logprobs ? { logprobs: r.logprobs } : {}),
+    usage,
   }),
-  chunk: (b, d) => ({
+  chunk: (b, _index, d) => ({
     id: b.id,
     object: "generation.chunk",
     created: b.created,
     model: b.model,
     version: b.version,
     delta: d.text ?? "",
+    ...(d.logprobs ? { logprobs: d.logprobs } : {}),
     finish_reason: d.finish ? publicFinishReason(d.finish) : null,
   }),
   usageChunk: (b, usage) => ({ id: b.id, object: "generation.chunk", created: b.created, model: b.model, version: b.version, delta: "", finish_reason: null, usage }),
@@ -101,8 +129,16 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
       c,
       ctx,
       chatFormat,
-      { kind: "chat", request_id: c.get("requestId"), model: t.model, version: t.version, messages, params },
-      { stream: body.stream ?? false, includeUsage: body.stream_options?.include_usage ?? false, label: body.model, target: t },
+      {
+        kind: "chat",
+        request_id: c.get("requestId"),
+        model: t.model,
+        version: t.version,
+        messages,
+        params,
+        ...(body.tools?.length ? { tools: body.tools, tool_choice: body.tool_choice ?? undefined, parallel_tool_calls: body.parallel_tool_calls ?? undefined } : {}),
+      },
+      { stream: body.stream ?? false, includeUsage: body.stream_options?.include_usage ?? false, label: body.model, target: t, n: body.n ?? 1 },
     );
   });
 
@@ -117,7 +153,7 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
       ctx,
       completionFormat,
       { kind: "completion", request_id: c.get("requestId"), model: t.model, version: t.version, prompt, params },
-      { stream: body.stream ?? false, includeUsage: body.stream_options?.include_usage ?? false, label: body.model, target: t },
+      { stream: body.stream ?? false, includeUsage: body.stream_options?.include_usage ?? false, label: body.model, target: t, n: body.n ?? 1 },
     );
   });
 

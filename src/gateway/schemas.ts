@@ -1,81 +1,141 @@
 /**
- * Request bodies of the OpenAI-compatible routes. Unknown fields are ignored,
- * as OpenAI clients send fields a server may not use; known fields are checked
- * strictly, and values we cannot honour are rejected rather than ignored.
+ * Request bodies of the OpenAI-compatible routes. Every field that changes what is generated is
+ * either honoured or refused with a 400 naming it; only informational fields (`user`, `metadata`,
+ * `store`, ...) are accepted and ignored. A field sent as `null` means "not set" and is accepted
+ * whatever it is, as clients do send them. docs/chat.md lists what each engine honours.
  */
 import { z } from "zod";
-import type { ChatMessage, SamplingParams } from "../contracts/job.ts";
+import { type ChatMessage, FunctionTool, ResponseFormat, type SamplingParams, ToolCall, ToolChoice } from "../contracts/job.ts";
+
+/** Ignored: they label, log or bill a request, never change its answer. */
+const INFORMATIONAL = ["user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"];
+
+/** A body with these fields; any other non-null field is refused, naming it. */
+function openAiBody<T extends z.ZodRawShape>(shape: T) {
+  const known = new Set([...Object.keys(shape), ...INFORMATIONAL]);
+  return z.looseObject(shape).superRefine((body, ctx) => {
+    for (const [key, value] of Object.entries(body)) {
+      if (known.has(key) || value === null) continue;
+      ctx.addIssue({ code: "custom", path: [key], message: "is not supported by this server; remove it (docs/chat.md lists the supported fields)" });
+    }
+  }).transform((body) => body as z.output<z.ZodObject<T>>);
+}
 
 const contentPart = z.object({ type: z.literal("text"), text: z.string() });
+const content = z.union([z.string(), z.array(contentPart), z.null()]).optional();
 
-const message = z.object({
+const message = z.discriminatedUnion("role", [
   // "developer" is OpenAI's newer name for "system".
-  role: z.enum(["system", "developer", "user", "assistant"]),
-  content: z.union([z.string(), z.array(contentPart), z.null()]),
-});
+  z.object({ role: z.enum(["system", "developer", "user"]), content, name: z.string().optional() }),
+  z.object({ role: z.literal("assistant"), content, name: z.string().optional(), tool_calls: z.array(ToolCall).max(128).nullish() }),
+  z.object({ role: z.literal("tool"), content, tool_call_id: z.string().min(1, "a tool message names the call it answers").max(128) }),
+]);
 
 const stop = z.union([z.string().min(1), z.array(z.string().min(1)).max(8)]).nullish();
+
+/** More choices per request are more queued jobs: bounded like any other input. */
+export const MAX_CHOICES = 16;
 
 const sampling = {
   max_tokens: z.number().int().positive().nullish(),
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().gt(0).max(1).nullish(),
+  top_k: z.number().int().min(-1).nullish(),
+  min_p: z.number().min(0).max(1).nullish(),
   seed: z.number().int().nullish(),
   stop,
   frequency_penalty: z.number().min(-2).max(2).nullish(),
   presence_penalty: z.number().min(-2).max(2).nullish(),
-  n: z.literal(1, { message: "only n = 1 is supported" }).nullish(),
+  logit_bias: z.record(z.string().regex(/^\d{1,9}$/, "logit_bias keys are token ids"), z.number().min(-100).max(100)).nullish(),
+  response_format: ResponseFormat.nullish(),
+  n: z.number().int().min(1).max(MAX_CHOICES, `n is at most ${MAX_CHOICES}`).nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
 };
 
-export const ChatCompletionRequest = z.object({
+export const ChatCompletionRequest = openAiBody({
   model: z.string().min(1),
   messages: z.array(message).min(1, "messages must contain at least one message"),
   max_completion_tokens: z.number().int().positive().nullish(),
+  logprobs: z.boolean().nullish(),
+  top_logprobs: z.number().int().min(0).max(20).nullish(),
+  tools: z.array(FunctionTool).max(128).nullish(),
+  tool_choice: ToolChoice.nullish(),
+  parallel_tool_calls: z.boolean().nullish(),
   ...sampling,
+}).superRefine((body, ctx) => {
+  if (body.top_logprobs && !body.logprobs) ctx.addIssue({ code: "custom", path: ["top_logprobs"], message: "needs logprobs: true" });
+  const choice = body.tool_choice;
+  if (!choice) return;
+  if (choice !== "none" && !body.tools?.length) ctx.addIssue({ code: "custom", path: ["tool_choice"], message: "needs tools" });
+  if (typeof choice === "object" && body.tools && !body.tools.some((t) => t.function.name === choice.function.name)) {
+    ctx.addIssue({ code: "custom", path: ["tool_choice"], message: `names function "${choice.function.name}", which is not among the tools` });
+  }
 });
 export type ChatCompletionRequest = z.infer<typeof ChatCompletionRequest>;
 
-export const CompletionRequest = z.object({
+export const CompletionRequest = openAiBody({
   model: z.string().min(1),
   prompt: z.union([z.string(), z.array(z.string()).length(1, "only one prompt per request is supported")]),
   echo: z.literal(false, { message: "echo is not supported" }).nullish(),
+  suffix: z.literal("", { message: "suffix (fill-in-the-middle) is not supported" }).nullish(),
+  best_of: z.literal(1, { message: "best_of is not supported; use n" }).nullish(),
+  /** The legacy form: how many alternatives to report per token. */
+  logprobs: z.number().int().min(0).max(20).nullish(),
   ...sampling,
 });
 export type CompletionRequest = z.infer<typeof CompletionRequest>;
 
-export const GenerateRequest = z.object({
+export const GenerateRequest = openAiBody({
   prompt: z.string(),
   ...sampling,
+  n: z.literal(1, { message: "generate answers one choice; use /v1/completions for n > 1" }).nullish(),
+  logprobs: z.boolean().nullish(),
+  top_logprobs: z.number().int().min(0).max(20).nullish(),
 });
 export type GenerateRequest = z.infer<typeof GenerateRequest>;
 
-export const EmbeddingRequest = z.object({
+export const EmbeddingRequest = openAiBody({
   model: z.string().min(1),
   input: z.union([z.string(), z.array(z.string()).min(1).max(2048)]),
   encoding_format: z.enum(["float", "base64"]).nullish(),
+  dimensions: z.null({ message: "dimensions is not supported: the model's own size is returned" }).optional(),
 });
 export type EmbeddingRequest = z.infer<typeof EmbeddingRequest>;
 
 export function toMessages(messages: ChatCompletionRequest["messages"]): ChatMessage[] {
-  return messages.map((m) => ({
-    role: m.role === "developer" ? "system" : m.role,
-    content: typeof m.content === "string" ? m.content : (m.content ?? []).map((p) => p.text).join(""),
-  }));
+  return messages.map((m) => {
+    const text = typeof m.content === "string" ? m.content : (m.content ?? []).map((p) => p.text).join("");
+    if (m.role === "tool") return { role: "tool", content: text, tool_call_id: m.tool_call_id };
+    if (m.role === "assistant" && m.tool_calls?.length) return { role: "assistant", content: text, tool_calls: m.tool_calls };
+    return { role: m.role === "developer" ? "system" : m.role, content: text };
+  });
 }
 
 type SamplingFields = { [K in keyof typeof sampling]?: z.infer<(typeof sampling)[K]> };
+type LogprobFields = { logprobs?: boolean | number | null; top_logprobs?: number | null };
 
-export function toParams(body: SamplingFields & { max_completion_tokens?: number | null }): SamplingParams {
+/** The job's parameters; absent fields stay absent (a batch record stores only what was set). */
+export function toParams(body: SamplingFields & LogprobFields & { max_completion_tokens?: number | null }): SamplingParams {
   const stopList = body.stop == null ? undefined : typeof body.stop === "string" ? [body.stop] : body.stop;
-  return {
+  // Chat asks with logprobs: true (+ top_logprobs); the legacy completions API with logprobs: <count>.
+  const logprobs = typeof body.logprobs === "number" ? true : (body.logprobs ?? undefined);
+  const topLogprobs = typeof body.logprobs === "number" ? body.logprobs : (body.top_logprobs ?? undefined);
+  const responseFormat = body.response_format?.type === "text" ? undefined : (body.response_format ?? undefined);
+  const params: SamplingParams = {
     max_tokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
     temperature: body.temperature ?? undefined,
     top_p: body.top_p ?? undefined,
+    top_k: body.top_k ?? undefined,
+    min_p: body.min_p ?? undefined,
     seed: body.seed ?? undefined,
     stop: stopList,
     frequency_penalty: body.frequency_penalty ?? undefined,
     presence_penalty: body.presence_penalty ?? undefined,
+    logit_bias: body.logit_bias ?? undefined,
+    logprobs: logprobs || undefined,
+    top_logprobs: logprobs ? topLogprobs : undefined,
+    response_format: responseFormat,
   };
+  return Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined)) as SamplingParams;
 }

@@ -11,7 +11,7 @@
 import { randomBytes } from "node:crypto";
 import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
-import type { FinishReason, JobEvent, TextResult, Usage } from "../contracts/job.ts";
+import type { FinishReason, JobEvent, TextResult, TokenLogprob, ToolCall, Usage } from "../contracts/job.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
 import type { VariantOutcome } from "../control/abtests.ts";
 import { PlatformError, publicJobError } from "../errors.ts";
@@ -19,15 +19,27 @@ import type { AdmissionLimits } from "../queue/admission.ts";
 import type { JobHandle, Submission } from "../queue/dispatcher.ts";
 import { type GatewayMetrics, nonStreamingTtft, type Served } from "../telemetry/metrics.ts";
 import { clientError, envelope } from "./errors.ts";
-import { meterOf, reservationOf } from "./ratelimit.ts";
+import { meterOf, type Reservation, reservationOf } from "./ratelimit.ts";
 import type { Target } from "./routing.ts";
+
+/** What one choice adds to a streamed chunk. */
+export type Delta = {
+  text?: string;
+  logprobs?: TokenLogprob[];
+  tool_calls?: ToolCall[];
+  /** Characters of this choice's text sent before this chunk (the legacy logprobs' text_offset). */
+  offset?: number;
+  /** The opening chunk of a choice (chat's role delta). */
+  first?: boolean;
+  finish?: FinishReason;
+};
 
 export type TextFormat = {
   idPrefix: string;
-  /** The non-streaming response body. */
-  response(base: Base, result: TextResult): unknown;
-  /** One streamed chunk: a text delta, the opening (role) chunk, or the closing one with a finish reason. */
-  chunk(base: Base, delta: { text?: string; first?: boolean; finish?: FinishReason }): unknown;
+  /** The non-streaming response body: one result per choice, in order, and their usage together. */
+  response(base: Base, results: TextResult[], usage: Usage): unknown;
+  /** One streamed chunk for choice `index`. */
+  chunk(base: Base, index: number, delta: Delta): unknown;
   /** The usage-only chunk sent before [DONE] when asked for. */
   usageChunk(base: Base, usage: Usage): unknown;
 };
@@ -48,7 +60,7 @@ export async function serveText(
   ctx: TextRequestContext,
   format: TextFormat,
   submission: Submission,
-  options: { stream: boolean; includeUsage: boolean; label: string; target?: Target },
+  options: { stream: boolean; includeUsage: boolean; label: string; target?: Target; n?: number },
 ): Promise<Response> {
   const startedAt = performance.now();
   const target = options.target;
@@ -66,60 +78,71 @@ export async function serveText(
     version: submission.version,
   };
   // The key's rate limits (src/gateway/ratelimit.ts), for the version routing chose, before the queue's own admission.
+  const n = options.n ?? 1;
   const meter = meterOf(c);
-  await meter?.admit({ model: target?.name ?? options.label, version: target?.version ?? submission.version }, reservationOf(submission));
+  await meter?.admit({ model: target?.name ?? options.label, version: target?.version ?? submission.version }, forChoices(reservationOf(submission), n));
   const limits = target && ctx.admit ? await ctx.admit(target.endpoint) : undefined;
-  const handle = await ctx.submit({ ...submission, stream: options.stream }, { queueWaitMs: limits?.maxQueueWaitMs });
-  const events = handle.events;
-  // A client that goes away cancels its generation on the worker.
-  c.req.raw.signal.addEventListener("abort", () => void handle.cancel(), { once: true });
+  const handles = await submitChoices(ctx, { ...submission, stream: options.stream }, n, limits?.maxQueueWaitMs);
+  const cancelAll = () => Promise.all(handles.map((h) => h.cancel()));
+  // A client that goes away cancels its generations on the workers.
+  c.req.raw.signal.addEventListener("abort", () => void cancelAll(), { once: true });
 
-  let first: JobEvent;
+  let firsts: JobEvent[];
   try {
-    first = await nextMeaningful(events);
+    firsts = await Promise.all(handles.map((h) => nextMeaningful(h.events)));
   } catch (e) {
-    await handle.cancel();
+    await cancelAll();
     if (e instanceof PlatformError && e.code === "queue_timeout") ctx.metrics.rateLimited.inc({ ...served, reason: e.code });
     outcome(false);
     throw e;
   }
-  if (first.type === "error") {
+  const refused = firsts.find((f) => f.type === "error");
+  if (refused?.type === "error") {
+    await cancelAll();
     // A replica that held the request without a free sequence past its max queue wait.
-    if (first.error.code === "queue_timeout") ctx.metrics.rateLimited.inc({ ...served, reason: first.error.code });
+    if (refused.error.code === "queue_timeout") ctx.metrics.rateLimited.inc({ ...served, reason: refused.error.code });
     outcome(false);
-    throw publicJobError(first.error);
+    throw publicJobError(refused.error);
   }
   // Streamed: the first token's arrival here. Otherwise the worker's report says when it was made.
-  const firstTokenSeconds = first.type === "token" ? (performance.now() - startedAt) / 1000 : undefined;
+  const firstTokenSeconds = firsts.some((f) => f.type === "token") ? (performance.now() - startedAt) / 1000 : undefined;
 
-  const finish = (result: TextResult) => {
+  const finish = (results: TextResult[]): Usage => {
     const e2eSeconds = (performance.now() - startedAt) / 1000;
-    const ttftSeconds = firstTokenSeconds ?? nonStreamingTtft(e2eSeconds, result);
-    ctx.metrics.answered(served, "online", submission.kind, { usage: result.usage, finish_reason: result.finish_reason, e2eSeconds, ttftSeconds, queuedMs: result.queued_ms });
-    outcome(true, result.usage);
-    meter?.complete(result.usage);
+    const usage = usageOf(results);
+    const first = results[0] as TextResult;
+    const ttftSeconds = firstTokenSeconds ?? nonStreamingTtft(e2eSeconds, first);
+    ctx.metrics.answered(served, "online", submission.kind, { usage, finish_reason: first.finish_reason, e2eSeconds, ttftSeconds, queuedMs: first.queued_ms });
+    outcome(true, usage);
+    meter?.complete(usage);
+    return usage;
   };
 
   if (!options.stream) {
-    if (first.type !== "done" || first.result.type !== "text") throw new PlatformError(500, "internal_error", "worker sent an unexpected result");
-    finish(first.result);
-    return c.json(format.response(base, first.result));
+    const results = firsts.map((f) => {
+      if (f.type !== "done" || f.result.type !== "text") throw new PlatformError(500, "internal_error", "worker sent an unexpected result");
+      return f.result;
+    });
+    return c.json(format.response(base, results, finish(results)));
   }
 
   return streamSSE(c, async (sse) => {
-    sse.onAbort(() => void handle.cancel());
+    sse.onAbort(() => void cancelAll());
     const send = (data: unknown) => sse.writeSSE({ data: JSON.stringify(data) });
     const withUsage = (chunk: unknown) => (options.includeUsage ? { ...(chunk as object), usage: null } : chunk);
-    let lastToken: number | undefined;
-    await send(withUsage(format.chunk(base, { first: true })));
-    let event: JobEvent | undefined = first;
+    const lastToken: (number | undefined)[] = [];
+    const streamed: number[] = [];
+    const results: TextResult[] = [];
+    for (let i = 0; i < n; i++) await send(withUsage(format.chunk(base, i, { first: true })));
     try {
-      while (event) {
+      for await (const { index, event } of mergeEvents(handles.map((h) => h.events), firsts)) {
         if (event.type === "token") {
           const now = performance.now();
-          if (lastToken !== undefined) ctx.metrics.interToken.observe({ ...served, source: "online" }, (now - lastToken) / 1000);
-          lastToken = now;
-          await send(withUsage(format.chunk(base, { text: event.text })));
+          const last = lastToken[index];
+          if (last !== undefined) ctx.metrics.interToken.observe({ ...served, source: "online" }, (now - last) / 1000);
+          lastToken[index] = now;
+          await send(withUsage(format.chunk(base, index, { text: event.text, logprobs: event.logprobs, offset: streamed[index] ?? 0 })));
+          streamed[index] = (streamed[index] ?? 0) + event.text.length;
         } else if (event.type === "started") {
           // A second start means the first replica died mid-stream and the job was retried:
           // the client already has a prefix of a different generation, so end with an error.
@@ -127,25 +150,77 @@ export async function serveText(
         } else if (event.type === "error") {
           throw publicJobError(event.error);
         } else if (event.type === "done" && event.result.type === "text") {
-          finish(event.result);
-          await send(withUsage(format.chunk(base, { finish: event.result.finish_reason })));
-          if (options.includeUsage) await send(format.usageChunk(base, event.result.usage));
-          await sse.writeSSE({ data: "[DONE]" });
-          return;
+          const result = event.result;
+          results[index] = result;
+          // What the engine could only say at the end (a tool call, text it had to parse first) comes whole.
+          if (streamed[index] === undefined && (result.text !== "" || result.tool_calls)) {
+            await send(withUsage(format.chunk(base, index, { text: result.text || undefined, tool_calls: result.tool_calls, logprobs: result.logprobs })));
+          }
+          await send(withUsage(format.chunk(base, index, { finish: result.finish_reason })));
         }
-        const next = await events.next();
-        event = next.done ? undefined : next.value;
       }
+      if (results.filter(Boolean).length !== n) throw new PlatformError(500, "internal_error", "the job ended without a result");
+      const usage = finish(results);
+      if (options.includeUsage) await send(format.usageChunk(base, usage));
+      await sse.writeSSE({ data: "[DONE]" });
     } catch (e) {
       const err = clientError(c, e);
       // After the headers: the error handler never sees this one.
       ctx.metrics.failed(served, "online", submission.kind, err);
       outcome(false);
       meter?.fail();
-      await handle.cancel();
+      await cancelAll();
       await send(envelope(err));
     }
   });
+}
+
+/** One job per choice; with a seed, choice i samples with seed + i so the choices differ and each is reproducible. */
+async function submitChoices(ctx: TextRequestContext, submission: Submission, n: number, queueWaitMs: number | undefined): Promise<JobHandle[]> {
+  const seeded = (i: number): Submission => {
+    if (i === 0 || submission.kind === "embedding" || submission.params?.seed === undefined) return submission;
+    return { ...submission, params: { ...submission.params, seed: submission.params.seed + i } };
+  };
+  const settled = await Promise.allSettled(Array.from({ length: n }, (_, i) => ctx.submit(seeded(i), { queueWaitMs })));
+  const handles = settled.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
+  const failure = settled.find((s) => s.status === "rejected");
+  if (failure) {
+    await Promise.all(handles.map((h) => h.cancel()));
+    throw failure.reason;
+  }
+  return handles;
+}
+
+function forChoices(reservation: Reservation, n: number): Reservation {
+  return n === 1 || reservation.maxTokens === undefined ? reservation : { ...reservation, maxTokens: reservation.maxTokens * n };
+}
+
+/** The prompt is read once whatever the number of choices; completions add up. */
+function usageOf(results: TextResult[]): Usage {
+  const prompt = results[0]?.usage.prompt_tokens ?? 0;
+  const completion = results.reduce((sum, r) => sum + r.usage.completion_tokens, 0);
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+}
+
+/**
+ * The choices' events as they come, each tagged with its choice, starting from each one's first
+ * meaningful event (already read), until every choice has ended.
+ */
+async function* mergeEvents(streams: AsyncGenerator<JobEvent>[], firsts: JobEvent[]): AsyncGenerator<{ index: number; event: JobEvent }> {
+  type Next = { index: number; next: IteratorResult<JobEvent> };
+  const pending = new Map<number, Promise<Next>>();
+  const read = (index: number) => pending.set(index, (streams[index] as AsyncGenerator<JobEvent>).next().then((next) => ({ index, next })));
+  for (const [index, event] of firsts.entries()) {
+    yield { index, event };
+    if (event.type === "token") read(index);
+  }
+  while (pending.size > 0) {
+    const { index, next } = await Promise.race(pending.values());
+    pending.delete(index);
+    if (next.done) continue;
+    yield { index, event: next.value };
+    if (next.value.type !== "done" && next.value.type !== "error") read(index);
+  }
 }
 
 /**
@@ -161,6 +236,6 @@ async function nextMeaningful(events: AsyncGenerator<JobEvent>): Promise<JobEven
   }
 }
 
-export function publicFinishReason(reason: FinishReason): "stop" | "length" {
-  return reason === "length" ? "length" : "stop";
+export function publicFinishReason(reason: FinishReason): "stop" | "length" | "tool_calls" {
+  return reason === "cancelled" ? "stop" : reason;
 }

@@ -56,7 +56,8 @@ export function main(): void {
   }
   if (process.env.FAKE_VLLM_IGNORE_TERM) process.on("SIGTERM", () => undefined);
   const port = Number(flag(argv, "--port") ?? 8000);
-  const served = flag(argv, "--served-model-name") ?? argv[0] ?? "model";
+  if (argv[0] !== "serve") throw new Error(`fake vllm: expected "vllm serve <model> ...", got ${argv.join(" ")}`);
+  const served = flag(argv, "--served-model-name") ?? argv[1] ?? "model";
   let healthPolls = 0;
 
   const server = createServer(async (req, res) => {

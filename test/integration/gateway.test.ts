@@ -71,8 +71,12 @@ describe("gateway edges", () => {
     const err = await errorOf(wrong);
     expect(err.param).toBe("max_tokens");
     expect(err.message).toMatch(/max_tokens/);
-    const n = await call("/v1/chat/completions", { body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "x" }], n: 2 }) });
-    expect((await errorOf(n)).message).toMatch(/only n = 1/);
+    const n = await call("/v1/chat/completions", { body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "x" }], n: 17 }) });
+    expect(n.status).toBe(400);
+    expect((await errorOf(n)).message).toMatch(/n: n is at most 16/);
+    const unknown = await call("/v1/chat/completions", { body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "x" }], modalities: ["audio"] }) });
+    expect(unknown.status).toBe(400);
+    expect(await errorOf(unknown)).toMatchObject({ param: "modalities", message: expect.stringMatching(/modalities: is not supported by this server/) });
   });
 
   it("413 for a body over the limit", async () => {

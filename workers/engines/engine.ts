@@ -1,15 +1,17 @@
 /** The one interface every inference engine implements (llama.cpp, vLLM, the benchmark's echo). */
-import type { ChatMessage, FinishReason, SamplingParams, Usage } from "../../src/contracts/job.ts";
+import type { ChatMessage, FinishReason, FunctionTool, SamplingParams, TokenLogprob, ToolCall, ToolChoice, Usage } from "../../src/contracts/job.ts";
+
+export type ChatTools = { tools: FunctionTool[]; tool_choice?: ToolChoice; parallel_tool_calls?: boolean };
 
 export type TextRequest =
   | { kind: "prompt"; prompt: string; params: SamplingParams }
-  | { kind: "chat"; messages: ChatMessage[]; params: SamplingParams };
+  | { kind: "chat"; messages: ChatMessage[]; params: SamplingParams; tools?: ChatTools };
 
-export type TextOutput = { text: string; finish_reason: FinishReason; usage: Usage };
+export type TextOutput = { text: string; finish_reason: FinishReason; usage: Usage; tool_calls?: ToolCall[]; logprobs?: TokenLogprob[] };
 
 export type GenerationHooks = {
-  /** Called with each new piece of text, in order. */
-  onText?: (text: string) => void;
+  /** Called with each new piece of text, in order, with its tokens' log probabilities when asked for. */
+  onText?: (text: string, logprobs?: TokenLogprob[]) => void;
   /** Aborting ends the generation early with finish_reason "cancelled". */
   signal?: AbortSignal;
 };

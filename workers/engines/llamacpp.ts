@@ -11,18 +11,22 @@ import {
   getLlama,
   JinjaTemplateChatWrapper,
   type Llama,
-  LlamaCompletion,
   type LlamaContext,
   type LlamaContextSequence,
   type LlamaEmbeddingContext,
+  type LlamaGrammar,
   LlamaLogLevel,
   type LlamaModel,
   type Token,
+  TokenBias,
 } from "node-llama-cpp";
 import { LLAMACPP } from "../../src/contracts/engines.ts";
 import type { ChatMessage, FinishReason, SamplingParams } from "../../src/contracts/job.ts";
 import { PlatformError } from "../../src/errors.ts";
 import { type Engine, type GenerationHooks, plainChatPrompt, type TextOutput, type TextRequest, usage } from "./engine.ts";
+import { decode } from "./llamacpp-decode.ts";
+import { GrammarCache } from "./llamacpp-grammar.ts";
+import { readToolAnswer, refuseFormatWithTools, toolAnswerSchema, toolPromptMessages } from "./tool-format.ts";
 
 export type LlamaCppOptions = {
   modelPath: string;
@@ -71,7 +75,7 @@ export async function loadLlamaCpp(options: LlamaCppOptions): Promise<Engine> {
   }
   const threads = options.threads ?? defaultThreads();
   const context = await model.createContext({ sequences: options.parallel, contextSize, threads });
-  return new LlamaCppEngine(model, context, options.parallel, threads);
+  return new LlamaCppEngine(model, context, options.parallel, threads, new GrammarCache(llama));
 }
 
 class LlamaCppEngine implements Engine {
@@ -83,10 +87,15 @@ class LlamaCppEngine implements Engine {
   private readonly free: LlamaContextSequence[] = [];
   private readonly chatTemplate: JinjaTemplateChatWrapper | undefined;
   private readonly bos: Token | null;
+  private readonly grammars: GrammarCache;
+  private readonly vocabularySize: number;
   private embeddingContext: Promise<LlamaEmbeddingContext> | undefined;
 
-  constructor(model: LlamaModel, context: LlamaContext, parallel: number, threads: number) {
+  constructor(model: LlamaModel, context: LlamaContext, parallel: number, threads: number, grammars: GrammarCache) {
     this.model = model;
+    this.grammars = grammars;
+    const vocabulary = model.fileInfo.metadata.tokenizer?.ggml?.tokens;
+    this.vocabularySize = Array.isArray(vocabulary) ? vocabulary.length : 0;
     this.context = context;
     this.parallel = parallel;
     this.threads = threads;
@@ -103,43 +112,54 @@ class LlamaCppEngine implements Engine {
   }
 
   async generate(request: TextRequest, hooks: GenerationHooks): Promise<TextOutput> {
+    const p = request.params;
+    const tools = request.kind === "chat" ? request.tools : undefined;
+    if (tools) refuseFormatWithTools(p);
+    const grammar = await this.grammarFor(request);
     const { tokens, stopTriggers } = this.render(request);
     const promptTokens = tokens.length + (this.bos === null ? 0 : 1);
-    const maxTokens = this.checkedMaxTokens(promptTokens, request.params);
+    const maxTokens = this.checkedMaxTokens(promptTokens, p);
+    const tokenBias = p.logit_bias && this.tokenBias(p.logit_bias);
     const sequence = this.free.pop();
     if (!sequence) throw new PlatformError(503, "engine_busy", "all sequences of this replica are busy");
-    const completion = new LlamaCompletion({ contextSequence: sequence });
-    let completionTokens = 0;
     try {
-      const p = request.params;
-      const result = await completion.generateCompletionWithMeta(tokens, {
+      const decoded = await decode(this.model, sequence, this.bos === null ? tokens : [this.bos, ...tokens], {
         maxTokens,
-        temperature: p.temperature ?? 1,
-        topP: p.top_p,
-        seed: p.seed,
-        customStopTriggers: [...stopTriggers, ...(p.stop ?? [])],
-        repeatPenalty:
-          p.frequency_penalty || p.presence_penalty
-            ? { frequencyPenalty: p.frequency_penalty, presencePenalty: p.presence_penalty }
-            : false,
-        disableContextShift: true,
-        contextShiftSize: 0,
+        stopStrings: [...stopTriggers, ...(p.stop ?? [])],
+        grammar,
+        topLogprobs: p.logprobs ? (p.top_logprobs ?? 0) : undefined,
+        sampling: { temperature: p.temperature ?? 1, topP: p.top_p, topK: p.top_k, minP: p.min_p, seed: p.seed, tokenBias },
+        penalties: p.frequency_penalty || p.presence_penalty ? { frequencyPenalty: p.frequency_penalty, presencePenalty: p.presence_penalty } : undefined,
         signal: hooks.signal,
-        stopOnAbortSignal: true,
-        onToken: (t) => {
-          completionTokens += t.length;
-        },
-        onTextChunk: hooks.onText,
+        // A tool answer is JSON to read back first: it is sent whole at the end.
+        onText: tools ? undefined : hooks.onText,
       });
-      return {
-        text: result.response,
-        finish_reason: finishReason(result.metadata.stopReason, hooks.signal),
-        usage: usage(promptTokens, completionTokens),
-      };
+      const finish_reason: FinishReason = decoded.stop === "aborted" || hooks.signal?.aborted ? "cancelled" : decoded.stop === "length" ? "length" : "stop";
+      const out: TextOutput = { text: decoded.text, finish_reason, usage: usage(promptTokens, decoded.completionTokens), ...(decoded.logprobs ? { logprobs: decoded.logprobs } : {}) };
+      return tools ? readToolAnswer(out) : out;
     } finally {
-      completion.dispose();
       this.free.push(sequence);
     }
+  }
+
+  /** The grammar that holds the answer to its format: the tool format, a JSON schema, or any JSON. */
+  private async grammarFor(request: TextRequest): Promise<LlamaGrammar | undefined> {
+    if (request.kind === "chat" && request.tools) return this.grammars.schema(toolAnswerSchema(request.tools), "tools");
+    const format = request.params.response_format;
+    if (format?.type === "json_object") return this.grammars.json();
+    if (format?.type === "json_schema") return format.json_schema.schema ? this.grammars.schema(format.json_schema.schema, "response_format.json_schema.schema") : this.grammars.json();
+    return undefined;
+  }
+
+  private tokenBias(bias: Record<string, number>): TokenBias {
+    const result = new TokenBias(this.model.tokenizer);
+    for (const [id, value] of Object.entries(bias)) {
+      const token = Number(id);
+      if (token >= this.vocabularySize) throw new PlatformError(400, "invalid_request", `logit_bias: token ${id} is not in this model's vocabulary (${this.vocabularySize} tokens)`, "logit_bias");
+      // -100 means "never", as OpenAI documents; other values are added to the logit.
+      result.set(token as Token, value <= -100 ? "never" : { logit: value });
+    }
+    return result;
   }
 
   async embed(inputs: string[]): Promise<{ embeddings: number[][]; usage: ReturnType<typeof usage> }> {
@@ -167,10 +187,11 @@ class LlamaCppEngine implements Engine {
   private render(request: TextRequest): { tokens: Token[]; stopTriggers: string[] } {
     const tokenizeOptions = this.bos === null ? undefined : ("trimLeadingSpace" as const);
     if (request.kind === "prompt") return { tokens: this.model.tokenize(request.prompt, false, tokenizeOptions), stopTriggers: [] };
+    const messages = toolPromptMessages(request.messages, request.tools);
     if (!this.chatTemplate) {
-      return { tokens: this.model.tokenize(plainChatPrompt(request.messages), false, tokenizeOptions), stopTriggers: [] };
+      return { tokens: this.model.tokenize(plainChatPrompt(messages), false, tokenizeOptions), stopTriggers: [] };
     }
-    const state = this.chatTemplate.generateContextState({ chatHistory: [...request.messages.map(toHistoryItem), { type: "model", response: [] }] });
+    const state = this.chatTemplate.generateContextState({ chatHistory: [...messages.map(toHistoryItem), { type: "model", response: [] }] });
     let tokens = state.contextText.tokenize(this.model.tokenizer, tokenizeOptions);
     // Templates usually render the BOS token themselves; LlamaCompletion adds one too.
     if (this.bos !== null && tokens[0] === this.bos) tokens = tokens.slice(1);
@@ -196,11 +217,6 @@ class LlamaCppEngine implements Engine {
 
 function toHistoryItem(m: ChatMessage) {
   if (m.role === "system") return { type: "system" as const, text: m.content };
-  if (m.role === "user") return { type: "user" as const, text: m.content };
+  if (m.role === "user" || m.role === "tool") return { type: "user" as const, text: m.content };
   return { type: "model" as const, response: [m.content] };
-}
-
-function finishReason(stopReason: string, signal: AbortSignal | undefined): FinishReason {
-  if (signal?.aborted) return "cancelled";
-  return stopReason === "maxTokens" ? "length" : "stop";
 }

@@ -2,12 +2,15 @@
  * The HTTP side of the vLLM engine: completions, chats and embeddings against `vllm serve`'s
  * OpenAI-compatible API, text always streamed (SSE) so deltas and usage arrive as generated and a
  * cancelled request still reports what it used. vLLM's answers become the platform's errors here,
- * so both engines fail alike (docs/engines.md, "Requests").
+ * so both engines fail alike (docs/engines.md, "Requests"). Tools, structured output and
+ * logprobs are vLLM's own OpenAI features, mapped by `vllmRequestBody` and `readVllmStream`
+ * (docs/engines.md, "Chat features on vLLM").
  */
+import { randomUUID } from "node:crypto";
 import { z } from "zod";
-import type { FinishReason, SamplingParams, Usage } from "../../src/contracts/job.ts";
+import type { ChatMessage, FinishReason, ResponseFormat, SamplingParams, TokenLogprob, ToolCall, Usage } from "../../src/contracts/job.ts";
 import { PlatformError } from "../../src/errors.ts";
-import { type GenerationHooks, type TextOutput, type TextRequest, usage } from "./engine.ts";
+import { type ChatTools, type GenerationHooks, type TextOutput, type TextRequest, usage } from "./engine.ts";
 
 export class VllmClient {
   private readonly baseUrl: string;
@@ -23,44 +26,17 @@ export class VllmClient {
 
   /** One streamed request: /v1/completions for a prompt, /v1/chat/completions for a chat (vLLM applies the template). */
   async generate(request: TextRequest, hooks: GenerationHooks): Promise<TextOutput> {
-    const body = {
-      model: this.servedName,
-      ...(request.kind === "prompt" ? { prompt: request.prompt } : { messages: request.messages }),
-      ...sampling(request.params),
-      stream: true,
-      // continuous_usage_stats (vLLM's own) puts usage on every chunk, so a cancelled generation still reports what it used.
-      stream_options: { include_usage: true, continuous_usage_stats: true },
-    };
-    let text = "";
-    let used = usage(0, 0);
-    let finish: string | undefined;
+    const api = request.kind === "prompt" ? "completions" : "chat";
     try {
-      const res = await this.post(request.kind === "prompt" ? "/v1/completions" : "/v1/chat/completions", body, hooks.signal);
-      if (!res.ok) throw await httpError(res, request.kind === "prompt" ? "completions" : "chat");
+      const res = await this.post(api === "completions" ? "/v1/completions" : "/v1/chat/completions", vllmRequestBody(request, this.servedName), hooks.signal);
+      if (!res.ok) throw await httpError(res, api);
       if (!res.body) throw new PlatformError(502, "engine_error", "vLLM sent no stream");
-      for await (const data of sseData(res.body)) {
-        if (data === "[DONE]") break;
-        const chunk = StreamChunk.safeParse(safeJson(data));
-        if (!chunk.success) throw new PlatformError(502, "engine_error", `vLLM sent an unexpected stream event: ${data.slice(0, 200)}`);
-        const { error, usage: u, choices } = chunk.data;
-        if (error) throw new PlatformError(error.code === 400 ? 400 : 500, "engine_error", error.message);
-        if (u) used = usage(u.prompt_tokens, u.completion_tokens ?? 0);
-        for (const choice of choices) {
-          const piece = choice.text ?? choice.delta?.content ?? "";
-          if (piece !== "") {
-            text += piece;
-            hooks.onText?.(piece);
-          }
-          if (choice.finish_reason) finish = choice.finish_reason;
-        }
-      }
+      return await readVllmStream(res.body, request, hooks);
     } catch (e) {
-      if (hooks.signal?.aborted) return { text, finish_reason: "cancelled", usage: used };
+      // Aborted before the stream began (readVllmStream returns a started one's text itself).
+      if (hooks.signal?.aborted) return { text: "", finish_reason: "cancelled", usage: usage(0, 0) };
       throw e instanceof PlatformError ? e : this.unavailable(e);
     }
-    if (hooks.signal?.aborted) return { text, finish_reason: "cancelled", usage: used };
-    if (finish === undefined) throw new PlatformError(502, "engine_error", "vLLM ended the stream without a finish reason");
-    return { text, finish_reason: finishReason(finish), usage: used };
   }
 
   async embed(inputs: string[]): Promise<{ embeddings: number[][]; usage: Usage }> {
@@ -92,25 +68,139 @@ export class VllmClient {
   }
 }
 
-/** Only the fields that were given: absent ones take vLLM's defaults (the model's generation_config.json). */
-function sampling(p: SamplingParams): Record<string, unknown> {
+/** Sampling fields vLLM takes under the contract's own names and meanings. */
+const PASSED = ["temperature", "top_p", "top_k", "min_p", "seed", "stop", "frequency_penalty", "presence_penalty", "logit_bias"] as const satisfies readonly (keyof SamplingParams)[];
+
+/** The JSON body of a text request (pure, so the mapping is tested without a server). */
+export function vllmRequestBody(request: TextRequest, servedName: string): Record<string, unknown> {
+  const p = request.params;
+  const chat = request.kind === "chat";
   return {
+    model: servedName,
+    ...(chat ? { messages: request.messages.map(chatMessage), ...(request.tools && tools(request.tools)) } : { prompt: request.prompt }),
     // null, not absent: /v1/completions defaults to 16 tokens, and the contract says "until the window ends".
     max_tokens: p.max_tokens ?? null,
-    ...(p.temperature !== undefined && { temperature: p.temperature }),
-    ...(p.top_p !== undefined && { top_p: p.top_p }),
-    ...(p.seed !== undefined && { seed: p.seed }),
-    ...(p.stop !== undefined && { stop: p.stop }),
-    ...(p.frequency_penalty !== undefined && { frequency_penalty: p.frequency_penalty }),
-    ...(p.presence_penalty !== undefined && { presence_penalty: p.presence_penalty }),
+    // Only the fields that were given: absent ones take vLLM's defaults (the model's generation_config.json).
+    ...Object.fromEntries(PASSED.filter((k) => p[k] !== undefined).map((k) => [k, p[k]])),
+    ...(p.response_format && { response_format: responseFormat(p.response_format) }),
+    // /v1/completions keeps OpenAI's legacy form: an integer count of alternatives.
+    ...(p.logprobs && (chat ? { logprobs: true, top_logprobs: p.top_logprobs ?? 0 } : { logprobs: p.top_logprobs ?? 0 })),
+    stream: true,
+    // continuous_usage_stats (vLLM's own) puts usage on every chunk, so a cancelled generation still reports what it used.
+    stream_options: { include_usage: true, continuous_usage_stats: true },
   };
 }
 
-function finishReason(reason: string): FinishReason {
+function chatMessage(m: ChatMessage): Record<string, unknown> {
+  const calls = m.tool_calls !== undefined && m.tool_calls.length > 0;
+  return {
+    role: m.role,
+    // As OpenAI sends it: an assistant turn that only called tools has null content, which chat templates test for.
+    content: calls && m.content === "" ? null : m.content,
+    ...(calls && { tool_calls: m.tool_calls }),
+    ...(m.tool_call_id !== undefined && { tool_call_id: m.tool_call_id }),
+  };
+}
+
+function tools(t: ChatTools): Record<string, unknown> {
+  return {
+    tools: t.tools,
+    // Older vLLM defaults to "none" even when tools are given; OpenAI's default is "auto".
+    tool_choice: t.tool_choice ?? "auto",
+    ...(t.parallel_tool_calls !== undefined && { parallel_tool_calls: t.parallel_tool_calls }),
+  };
+}
+
+/** vLLM constrains nothing for a json_schema without a schema; the contract still promises JSON. */
+function responseFormat(f: ResponseFormat): ResponseFormat {
+  return f.type === "json_schema" && f.json_schema.schema === undefined ? { type: "json_object" } : f;
+}
+
+/**
+ * Reads a streamed answer: text deltas (with their tokens' logprobs) go to `hooks.onText` as they
+ * arrive; tool calls, streamed as index-keyed fragments, are put together. Aborting `hooks.signal`
+ * ends it with what was generated so far, finish_reason "cancelled".
+ */
+export async function readVllmStream(body: ReadableStream<Uint8Array>, request: TextRequest, hooks: GenerationHooks): Promise<TextOutput> {
+  const wantLogprobs = request.params.logprobs === true;
+  const top = request.params.top_logprobs ?? 0;
+  let text = "";
+  let used = usage(0, 0);
+  let finish: string | undefined;
+  const calls = new Map<number, { id?: string; name: string; arguments: string }>();
+  const logprobs: TokenLogprob[] = [];
+  const output = (finish_reason: FinishReason): TextOutput => {
+    let toolCalls: ToolCall[] = [...calls.entries()]
+      .sort(([a], [b]) => a - b)
+      .map(([, c]) => ({ id: c.id ?? `call_${randomUUID()}`, type: "function", function: { name: c.name, arguments: c.arguments } }));
+    // vLLM takes parallel_tool_calls but leaves the number of calls to the model; the contract says at most one.
+    if (request.kind === "chat" && request.tools?.parallel_tool_calls === false) toolCalls = toolCalls.slice(0, 1);
+    return { text, finish_reason, usage: used, ...(toolCalls.length > 0 && { tool_calls: toolCalls }), ...(wantLogprobs && { logprobs }) };
+  };
+  try {
+    for await (const data of sseData(body)) {
+      if (data === "[DONE]") break;
+      const chunk = StreamChunk.safeParse(safeJson(data));
+      if (!chunk.success) throw new PlatformError(502, "engine_error", `vLLM sent an unexpected stream event: ${data.slice(0, 200)}`);
+      const { error, usage: u, choices } = chunk.data;
+      if (error) throw new PlatformError(error.code === 400 ? 400 : 500, "engine_error", error.message);
+      if (u) used = usage(u.prompt_tokens, u.completion_tokens ?? 0);
+      for (const choice of choices) {
+        const piece = choice.text ?? choice.delta?.content ?? "";
+        const pieceLogprobs = tokenLogprobs(choice.logprobs, top);
+        // A token that ends inside a character has no text yet, but its logprob is still reported.
+        if (piece !== "" || pieceLogprobs.length > 0) {
+          text += piece;
+          logprobs.push(...pieceLogprobs);
+          hooks.onText?.(piece, wantLogprobs ? pieceLogprobs : undefined);
+        }
+        for (const d of choice.delta?.tool_calls ?? []) {
+          const call = calls.get(d.index) ?? { name: "", arguments: "" };
+          calls.set(d.index, call);
+          if (d.id) call.id = d.id;
+          if (d.function?.name) call.name = d.function.name;
+          call.arguments += d.function?.arguments ?? "";
+        }
+        if (choice.finish_reason) finish = choice.finish_reason;
+      }
+    }
+  } catch (e) {
+    if (!hooks.signal?.aborted) throw e;
+  }
+  if (hooks.signal?.aborted) return output("cancelled");
+  if (finish === undefined) throw new PlatformError(502, "engine_error", "vLLM ended the stream without a finish reason");
+  return output(finishReason(finish, calls.size > 0));
+}
+
+function finishReason(reason: string, calledTools: boolean): FinishReason {
   if (reason === "length") return "length";
   // vLLM aborts a request itself only when it is shutting down or failing.
   if (reason === "abort") throw new PlatformError(503, "engine_unavailable", "vLLM aborted the generation", null, 5);
-  return "stop";
+  // vLLM says "stop" after a named tool_choice; the contract ties tool calls to "tool_calls".
+  return calledTools ? "tool_calls" : "stop";
+}
+
+/** A chunk's logprobs in the chat shape, from either of vLLM's shapes. */
+function tokenLogprobs(lp: z.infer<typeof ChoiceLogprobs> | null | undefined, top: number): TokenLogprob[] {
+  if (!lp) return [];
+  if ("tokens" in lp) {
+    // The legacy map holds the sampled token beside the `top` best (top + 1 entries): keep the best `top`.
+    return lp.tokens.map((token, i) => ({
+      ...candidate(token, lp.token_logprobs[i] ?? MIN_LOGPROB),
+      top_logprobs: Object.entries(lp.top_logprobs?.[i] ?? {})
+        .sort(([, a], [, b]) => b - a)
+        .slice(0, top)
+        .map(([t, logprob]) => candidate(t, logprob)),
+    }));
+  }
+  return (lp.content ?? []).map((c) => ({ ...c, top_logprobs: c.top_logprobs ?? [] }));
+}
+
+/** vLLM's own stand-in for -inf, which JSON cannot carry. */
+const MIN_LOGPROB = -9999;
+
+function candidate(token: string, logprob: number): TokenLogprob["top_logprobs"][number] {
+  return { token, logprob, bytes: [...new TextEncoder().encode(token)] };
 }
 
 const UsageJson = z.object({
@@ -118,12 +208,32 @@ const UsageJson = z.object({
   completion_tokens: z.number().int().nonnegative().nullish(),
 });
 
+const Candidate = z.object({ token: z.string(), logprob: z.number(), bytes: z.array(z.number().int()).nullish().transform((b) => b ?? null) });
+
+/** /v1/completions' legacy shape first: the chat shape's only field is optional, so it would match anything. */
+const ChoiceLogprobs = z.union([
+  z.object({
+    tokens: z.array(z.string()),
+    token_logprobs: z.array(z.number().nullable()),
+    top_logprobs: z.array(z.record(z.string(), z.number()).nullable()).nullish(),
+  }),
+  z.object({ content: z.array(Candidate.extend({ top_logprobs: z.array(Candidate).nullish() })).nullish() }),
+]);
+
+/** A fragment of a streamed tool call: the first of an index names it, the next ones extend its arguments. */
+const ToolCallDelta = z.object({
+  index: z.number().int().min(0).max(127),
+  id: z.string().nullish(),
+  function: z.object({ name: z.string().nullish(), arguments: z.string().nullish() }).nullish(),
+});
+
 const StreamChunk = z.object({
   choices: z
     .array(
       z.object({
         text: z.string().nullish(),
-        delta: z.object({ content: z.string().nullish() }).nullish(),
+        delta: z.object({ content: z.string().nullish(), tool_calls: z.array(ToolCallDelta).nullish() }).nullish(),
+        logprobs: ChoiceLogprobs.nullish(),
         finish_reason: z.string().nullish(),
       }),
     )

@@ -12,6 +12,7 @@ import { PlatformError } from "../../src/errors.ts";
 import { freePort } from "../../src/net.ts";
 import { VLLM_DEFAULTS } from "../../src/settings/vllm.ts";
 import { type Engine, type GenerationHooks, plainChatPrompt, type TextOutput, type TextRequest } from "./engine.ts";
+import { readToolAnswer, refuseFormatWithTools, toolAnswerSchema, toolPromptMessages } from "./tool-format.ts";
 import { VllmClient } from "./vllm-client.ts";
 import { checkpointQuantization, type VllmArgsOptions, vllmArgs } from "./vllm-flags.ts";
 import { VllmProcess } from "./vllm-process.ts";
@@ -88,7 +89,13 @@ export class VllmEngine implements Engine {
 
   async generate(request: TextRequest, hooks: GenerationHooks): Promise<TextOutput> {
     if (request.kind === "chat" && this.noChatTemplate) {
-      return this.generate({ kind: "prompt", prompt: plainChatPrompt(request.messages), params: request.params }, hooks);
+      const prompt = plainChatPrompt(toolPromptMessages(request.messages, request.tools));
+      if (!request.tools) return this.generate({ kind: "prompt", prompt, params: request.params }, hooks);
+      // No template, so no tool parser either: the generic format, held by vLLM's guided decoding, as on llama.cpp.
+      refuseFormatWithTools(request.params);
+      const schema = toolAnswerSchema(request.tools);
+      const params = { ...request.params, response_format: { type: "json_schema" as const, json_schema: { name: "tool_answer", schema } } };
+      return readToolAnswer(await this.generate({ kind: "prompt", prompt, params }, { signal: hooks.signal }));
     }
     try {
       return await this.client.generate(request, hooks);

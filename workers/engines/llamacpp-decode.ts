@@ -1,0 +1,167 @@
+/**
+ * The llama.cpp decoding loop: one sequence, token by token, through node-llama-cpp's
+ * `evaluateWithMetadata`, so each token's probabilities are at hand when a client asks for
+ * logprobs (LlamaCompletion, which this replaced, does not expose them). It does what
+ * LlamaCompletion did besides: reuse of the KV cache's common prefix, stop strings (held back
+ * while they might still match, never streamed), characters split across tokens, and the
+ * grammar's own stop triggers and trailing whitespace.
+ */
+import type { LlamaContextSequence, LlamaGrammar, LlamaModel, SequenceEvaluateOptions, Token } from "node-llama-cpp";
+import { LlamaGrammarEvaluationState } from "node-llama-cpp";
+import type { TokenLogprob } from "../../src/contracts/job.ts";
+
+export type DecodeOptions = {
+  maxTokens: number;
+  /** Text that ends the generation; it is not part of the answer. */
+  stopStrings: string[];
+  grammar?: LlamaGrammar;
+  /** Report logprobs with this many alternatives per token (0: the token's own only). */
+  topLogprobs?: number;
+  sampling: Pick<SequenceEvaluateOptions, "temperature" | "topP" | "topK" | "minP" | "seed" | "tokenBias">;
+  /** OpenAI's penalties, on the tokens generated so far. */
+  penalties?: { frequencyPenalty?: number; presencePenalty?: number };
+  signal?: AbortSignal;
+  onText?: (text: string, logprobs?: TokenLogprob[]) => void;
+};
+
+export type Decoded = { text: string; completionTokens: number; stop: "eog" | "stop" | "length" | "aborted"; logprobs?: TokenLogprob[] };
+
+const PARTIAL_CHARACTER = "\uFFFD";
+/** -Infinity does not survive JSON; vLLM reports impossible tokens with the same value. */
+const IMPOSSIBLE_LOGPROB = -9999;
+
+export async function decode(model: LlamaModel, sequence: LlamaContextSequence, prompt: Token[], options: DecodeOptions): Promise<Decoded> {
+  const input = await reuseCommonPrefix(sequence, prompt);
+  const generated: Token[] = [];
+  const stopStrings = [...options.stopStrings, ...grammarStops(options.grammar)];
+  const trimTrailingSpace = options.grammar?.trimWhitespaceSuffix ?? false;
+  const wantLogprobs = options.topLogprobs !== undefined;
+  const allLogprobs: TokenLogprob[] = [];
+  let pendingLogprobs: TokenLogprob[] = [];
+  let pendingTokens: Token[] = [];
+  let emitted = "";
+  let held = "";
+
+  const emit = (text: string) => {
+    if (text === "" && pendingLogprobs.length === 0) return;
+    emitted += text;
+    if (wantLogprobs) options.onText?.(text, pendingLogprobs);
+    else if (text !== "") options.onText?.(text);
+    pendingLogprobs = [];
+  };
+  /** Adds text; returns true when a stop string completed (the text before it is emitted). */
+  const accept = (text: string): boolean => {
+    const buffer = held + text;
+    const stopAt = firstStop(buffer, stopStrings);
+    if (stopAt !== undefined) {
+      held = "";
+      emit(buffer.slice(0, stopAt));
+      return true;
+    }
+    const keep = Math.max(heldSuffixLength(buffer, stopStrings), trimTrailingSpace ? buffer.length - buffer.trimEnd().length : 0);
+    held = buffer.slice(buffer.length - keep);
+    emit(buffer.slice(0, buffer.length - keep));
+    return false;
+  };
+
+  const evaluation = sequence.evaluateWithMetadata(
+    input,
+    { probabilities: wantLogprobs },
+    {
+      ...options.sampling,
+      grammarEvaluationState: options.grammar ? new LlamaGrammarEvaluationState({ model, grammar: options.grammar }) : undefined,
+      repeatPenalty: options.penalties && { punishTokens: () => generated, penalty: 1, ...options.penalties },
+    },
+  );
+  let stop: Decoded["stop"] = "eog";
+  for await (const out of evaluation) {
+    generated.push(out.token);
+    pendingTokens.push(out.token);
+    if (wantLogprobs) {
+      // As the text is decoded: the answer's first token without a preceding one.
+      const before = generated.length > 1 ? (generated[generated.length - 2] as Token) : undefined;
+      const entry = logprobOf(model, out.token, before, (out as { probabilities?: Map<Token, number> }).probabilities, options.topLogprobs ?? 0);
+      pendingLogprobs.push(entry);
+      allLogprobs.push(entry);
+    }
+    // A character split across tokens is decoded once its last byte arrives.
+    const alone = model.detokenize([out.token]);
+    const waiting = alone.endsWith(PARTIAL_CHARACTER) && pendingTokens.length < 4 && !model.isSpecialToken(out.token);
+    if (!waiting) {
+      const text = model.detokenize(pendingTokens, false, generated.slice(0, generated.length - pendingTokens.length));
+      pendingTokens = [];
+      if (accept(text)) {
+        stop = "stop";
+        break;
+      }
+    }
+    if (options.signal?.aborted) {
+      stop = "aborted";
+      break;
+    }
+    if (generated.length >= options.maxTokens) {
+      stop = "length";
+      break;
+    }
+  }
+  // Ended without a stop string: what was held back is answer after all (trailing space of a grammar's answer excepted).
+  if (stop !== "stop") {
+    if (pendingTokens.length > 0) held += model.detokenize(pendingTokens, false, generated.slice(0, generated.length - pendingTokens.length));
+    emit(trimTrailingSpace ? held.trimEnd() : held);
+  }
+  return { text: emitted, completionTokens: generated.length, stop, ...(wantLogprobs ? { logprobs: allLogprobs } : {}) };
+}
+
+/**
+ * Keeps the part of the sequence's KV cache the prompt starts with and returns what is left to
+ * evaluate: at least the prompt's last token, whose evaluation yields the first new token.
+ */
+async function reuseCommonPrefix(sequence: LlamaContextSequence, prompt: Token[]): Promise<Token[]> {
+  const keep = prompt.slice(0, -1);
+  await sequence.adaptStateToTokens(keep, false);
+  return prompt.slice(sequence.nextTokenIndex);
+}
+
+function grammarStops(grammar: LlamaGrammar | undefined): string[] {
+  return (grammar?.stopGenerationTriggers ?? []).map((t) => (typeof t === "string" ? t : Array.isArray(t) ? t.filter((p) => typeof p === "string").join("") : t.toString())).filter((t) => t !== "");
+}
+
+function firstStop(text: string, stops: string[]): number | undefined {
+  let first: number | undefined;
+  for (const s of stops) {
+    const at = text.indexOf(s);
+    if (at >= 0 && (first === undefined || at < first)) first = at;
+  }
+  return first;
+}
+
+/** How much of the text's end could still grow into a stop string. */
+function heldSuffixLength(text: string, stops: string[]): number {
+  let longest = 0;
+  for (const s of stops) {
+    for (let n = Math.min(s.length - 1, text.length); n > longest; n--) {
+      if (text.endsWith(s.slice(0, n))) {
+        longest = n;
+        break;
+      }
+    }
+  }
+  return longest;
+}
+
+/** `before`: the token preceding it, so a word's leading space survives detokenizing it alone. */
+function logprobOf(model: LlamaModel, token: Token, before: Token | undefined, probabilities: Map<Token, number> | undefined, top: number): TokenLogprob {
+  const context = before === undefined ? [] : [before];
+  const candidate = (t: Token, p: number | undefined) => {
+    const text = model.detokenize([t], false, context);
+    return { token: text, logprob: p && p > 0 ? Math.log(p) : IMPOSSIBLE_LOGPROB, bytes: [...Buffer.from(text, "utf8")] };
+  };
+  const alternatives: ReturnType<typeof candidate>[] = [];
+  if (probabilities) {
+    for (const [t, p] of probabilities) {
+      if (alternatives.length >= top) break;
+      alternatives.push(candidate(t, p));
+    }
+  }
+  return { ...candidate(token, probabilities?.get(token)), top_logprobs: alternatives };
+}
