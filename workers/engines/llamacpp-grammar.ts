@@ -3,8 +3,9 @@
  * parses and validates. A schema is first checked against what the grammar can enforce: a keyword
  * it cannot hold the model to (a numeric range, a regex pattern) is refused with a 400 naming it
  * and where it is, rather than ignored, since the answer might then not validate. Annotations are
- * dropped, `anyOf` is enforced as `oneOf` (any value of one branch satisfies it), and the integer
- * bounds zod writes for `.int()` (±2^53) are no bound at all in practice.
+ * dropped, `anyOf` is enforced as `oneOf` (any value of one branch satisfies it), the integer
+ * bounds zod writes for `.int()` (±2^53) are no bound at all in practice, and an integer range of
+ * at most MAX_ENUMERATED_RANGE values becomes the enum of its values, which a grammar can hold.
  */
 import type { Llama, LlamaGrammar } from "node-llama-cpp";
 import { LlamaGrammar as Grammar } from "node-llama-cpp";
@@ -17,6 +18,7 @@ const ENFORCED = new Set([
 ]);
 const ANNOTATIONS = new Set(["$schema", "$id", "$comment", "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "strict"]);
 const SAFE_BOUND = Number.MAX_SAFE_INTEGER;
+const MAX_ENUMERATED_RANGE = 1000;
 
 /** Grammars are compiled once per schema and kept, a few dozen at most. */
 const CACHE_SIZE = 64;
@@ -62,6 +64,8 @@ export class GrammarCache {
 export function enforceable(schema: unknown, param: string, path: string): unknown {
   if (Array.isArray(schema)) return schema.map((s, i) => enforceable(s, param, `${path}/${i}`));
   if (typeof schema !== "object" || schema === null) return schema;
+  const range = integerRange(schema as Record<string, unknown>);
+  if (range) return { enum: Array.from({ length: range.max - range.min + 1 }, (_, i) => range.min + i) };
   const out: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(schema)) {
     const at = `${path}/${key}`;
@@ -84,4 +88,14 @@ export function enforceable(schema: unknown, param: string, path: string): unkno
     else out[key === "anyOf" ? "oneOf" : key] = enforceable(value, param, at);
   }
   return out;
+}
+
+/** `{type: "integer", minimum, maximum}` (or the exclusive forms) spanning few enough values to list. */
+function integerRange(schema: Record<string, unknown>): { min: number; max: number } | undefined {
+  const { type, minimum, maximum, exclusiveMinimum, exclusiveMaximum, ...rest } = schema;
+  if (type !== "integer" || Object.keys(rest).some((k) => !ANNOTATIONS.has(k))) return undefined;
+  const low = typeof minimum === "number" ? Math.ceil(minimum) : typeof exclusiveMinimum === "number" ? Math.floor(exclusiveMinimum) + 1 : undefined;
+  const high = typeof maximum === "number" ? Math.floor(maximum) : typeof exclusiveMaximum === "number" ? Math.ceil(exclusiveMaximum) - 1 : undefined;
+  if (low === undefined || high === undefined || high < low || high - low >= MAX_ENUMERATED_RANGE) return undefined;
+  return { min: low, max: high };
 }

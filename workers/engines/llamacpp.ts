@@ -25,7 +25,7 @@ import type { ChatMessage, FinishReason, SamplingParams } from "../../src/contra
 import { PlatformError } from "../../src/errors.ts";
 import { type Engine, type GenerationHooks, plainChatPrompt, type TextOutput, type TextRequest, usage } from "./engine.ts";
 import { decode } from "./llamacpp-decode.ts";
-import { GrammarCache } from "./llamacpp-grammar.ts";
+import { enforceable, GrammarCache } from "./llamacpp-grammar.ts";
 import { readToolAnswer, refuseFormatWithTools, toolAnswerSchema, toolPromptMessages } from "./tool-format.ts";
 
 export type LlamaCppOptions = {
@@ -144,7 +144,11 @@ class LlamaCppEngine implements Engine {
 
   /** The grammar that holds the answer to its format: the tool format, a JSON schema, or any JSON. */
   private async grammarFor(request: TextRequest): Promise<LlamaGrammar | undefined> {
-    if (request.kind === "chat" && request.tools) return this.grammars.schema(toolAnswerSchema(request.tools), "tools");
+    if (request.kind === "chat" && request.tools) {
+      // Each function's schema is judged where the client wrote it, before it is wrapped in the tool format.
+      request.tools.tools.forEach((t, i) => enforceable(t.function.parameters ?? {}, `tools[${i}].function.parameters`, ""));
+      return this.grammars.schema(toolAnswerSchema(request.tools), "tools");
+    }
     const format = request.params.response_format;
     if (format?.type === "json_object") return this.grammars.json();
     if (format?.type === "json_schema") return format.json_schema.schema ? this.grammars.schema(format.json_schema.schema, "response_format.json_schema.schema") : this.grammars.json();
