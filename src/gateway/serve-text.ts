@@ -153,8 +153,9 @@ export async function serveText(
           const result = event.result;
           results[index] = result;
           // What the engine could only say at the end (a tool call, text it had to parse first) comes whole.
-          if (streamed[index] === undefined && (result.text !== "" || result.tool_calls)) {
-            await send(withUsage(format.chunk(base, index, { text: result.text || undefined, tool_calls: result.tool_calls, logprobs: result.logprobs })));
+          const unsent = streamed[index] === undefined ? result.text : "";
+          if (unsent !== "" || result.tool_calls) {
+            await send(withUsage(format.chunk(base, index, { text: unsent || undefined, tool_calls: result.tool_calls, logprobs: streamed[index] === undefined ? result.logprobs : undefined })));
           }
           await send(withUsage(format.chunk(base, index, { finish: result.finish_reason })));
         }

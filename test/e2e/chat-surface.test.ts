@@ -8,6 +8,7 @@ import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
+import { HERMES_STYLE_TEMPLATE } from "../fixtures/chat-templates.ts";
 import { sharedModelPath, tinyModelPath } from "../helpers/models.ts";
 import { type Stack, startStack } from "../helpers/stack.ts";
 
@@ -257,5 +258,55 @@ describe.each(models)("on $name", ({ name, path }) => {
     expect(body.error.message).toMatch(/prediction: is not supported/);
     const ok = await client.chat.completions.create({ model: name, messages: ask, max_tokens: 2, user: "u-1", metadata: { team: "a" }, store: false });
     expect(ok.choices[0]?.message.content?.length).toBeGreaterThan(0);
+  });
+});
+
+describe("a model whose chat template has its own tool format (Hermes/Qwen style)", () => {
+  let stack: Stack;
+  let client: OpenAI;
+  const name = "hermes";
+
+  beforeAll(async () => {
+    const modelPath = await tinyModelPath({ chatTemplate: HERMES_STYLE_TEMPLATE, contextLength: 2048 });
+    stack = await startStack({ model: modelPath, args: ["--name", name] });
+    client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
+  }, 120_000);
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  it("calls in the template's own syntax, arguments held to the schema; the raw answer shows the syntax", async () => {
+    const request = { model: name, messages: ask, tools: [weatherTool, timeTool], tool_choice: "required" as const, max_tokens: 300, temperature: 0 };
+    const res = await client.chat.completions.create({ ...request, logprobs: true });
+    expect(res.choices[0]?.finish_reason).toBe("tool_calls");
+    const call = res.choices[0]?.message.tool_calls?.[0] as OpenAI.Chat.ChatCompletionMessageFunctionToolCall;
+    const args = JSON.parse(call.function.arguments);
+    if (call.function.name === "get_weather") WeatherArgs.parse(args);
+    else expect(["utc", "local"]).toContain(args.zone);
+    // The tokens generated spell the template's call, not the generic {"tool_calls": …} object.
+    const raw = (res.choices[0]?.logprobs?.content ?? []).map((t) => t.token).join("");
+    expect(raw).toMatch(new RegExp(`^<tool_call>\\n\\{"name": "${call.function.name}", "arguments": `));
+    expect(raw.endsWith("}\n</tool_call>")).toBe(true);
+  });
+
+  it("a named function, parallel calls when asked for, and the history rendered back natively", async () => {
+    const named = await client.chat.completions.create({ model: name, messages: ask, tools: [weatherTool, timeTool], tool_choice: { type: "function", function: { name: "get_time" } }, parallel_tool_calls: true, max_tokens: 600, temperature: 0 });
+    const calls = (named.choices[0]?.message.tool_calls ?? []) as OpenAI.Chat.ChatCompletionMessageFunctionToolCall[];
+    expect(calls.length).toBeGreaterThanOrEqual(1);
+    expect(calls.length).toBeLessThanOrEqual(4);
+    for (const c of calls) expect(c.function.name).toBe("get_time");
+
+    const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [...ask, { role: "assistant", content: null, tool_calls: calls }, ...calls.map((c) => ({ role: "tool" as const, tool_call_id: c.id, content: "12:00" }))];
+    const answer = await client.chat.completions.create({ model: name, messages, tools: [timeTool], tool_choice: "none", max_tokens: 5, temperature: 0, logprobs: true });
+    expect(answer.choices[0]?.message.tool_calls).toBeUndefined();
+    expect(answer.choices[0]?.message.content?.length).toBeGreaterThan(0);
+    // tool_choice auto: the tiny model never starts a call by itself, so it answers in text, streamed.
+    const stream = await client.chat.completions.create({ model: name, messages: ask, tools: [weatherTool], max_tokens: 5, temperature: 0, stream: true });
+    let text = "";
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta.content ?? "";
+      expect(chunk.choices[0]?.delta.tool_calls).toBeUndefined();
+    }
+    expect(text.length).toBeGreaterThan(0);
   });
 });

@@ -24,7 +24,8 @@ export type DecodeOptions = {
   onText?: (text: string, logprobs?: TokenLogprob[]) => void;
 };
 
-export type Decoded = { text: string; completionTokens: number; stop: "eog" | "stop" | "length" | "aborted"; logprobs?: TokenLogprob[] };
+/** `stoppedBy`: the stop string that ended it (stop "stop"). */
+export type Decoded = { text: string; completionTokens: number; stop: "eog" | "stop" | "length" | "aborted"; stoppedBy?: string; logprobs?: TokenLogprob[] };
 
 const PARTIAL_CHARACTER = "\uFFFD";
 /** -Infinity does not survive JSON; vLLM reports impossible tokens with the same value. */
@@ -41,6 +42,7 @@ export async function decode(model: LlamaModel, sequence: LlamaContextSequence, 
   let pendingTokens: Token[] = [];
   let emitted = "";
   let held = "";
+  let stoppedBy: string | undefined;
 
   const emit = (text: string) => {
     if (text === "" && pendingLogprobs.length === 0) return;
@@ -55,7 +57,8 @@ export async function decode(model: LlamaModel, sequence: LlamaContextSequence, 
     const stopAt = firstStop(buffer, stopStrings);
     if (stopAt !== undefined) {
       held = "";
-      emit(buffer.slice(0, stopAt));
+      stoppedBy = stopAt.stop;
+      emit(buffer.slice(0, stopAt.at));
       return true;
     }
     const keep = Math.max(heldSuffixLength(buffer, stopStrings), trimTrailingSpace ? buffer.length - buffer.trimEnd().length : 0);
@@ -109,7 +112,7 @@ export async function decode(model: LlamaModel, sequence: LlamaContextSequence, 
     if (pendingTokens.length > 0) held += model.detokenize(pendingTokens, false, generated.slice(0, generated.length - pendingTokens.length));
     emit(trimTrailingSpace ? held.trimEnd() : held);
   }
-  return { text: emitted, completionTokens: generated.length, stop, ...(wantLogprobs ? { logprobs: allLogprobs } : {}) };
+  return { text: emitted, completionTokens: generated.length, stop, ...(stoppedBy === undefined ? {} : { stoppedBy }), ...(wantLogprobs ? { logprobs: allLogprobs } : {}) };
 }
 
 /**
@@ -126,11 +129,11 @@ function grammarStops(grammar: LlamaGrammar | undefined): string[] {
   return (grammar?.stopGenerationTriggers ?? []).map((t) => (typeof t === "string" ? t : Array.isArray(t) ? t.filter((p) => typeof p === "string").join("") : t.toString())).filter((t) => t !== "");
 }
 
-function firstStop(text: string, stops: string[]): number | undefined {
-  let first: number | undefined;
-  for (const s of stops) {
-    const at = text.indexOf(s);
-    if (at >= 0 && (first === undefined || at < first)) first = at;
+function firstStop(text: string, stops: string[]): { at: number; stop: string } | undefined {
+  let first: { at: number; stop: string } | undefined;
+  for (const stop of stops) {
+    const at = text.indexOf(stop);
+    if (at >= 0 && (first === undefined || at < first.at)) first = { at, stop };
   }
   return first;
 }

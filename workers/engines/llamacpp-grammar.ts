@@ -24,7 +24,7 @@ const MAX_ENUMERATED_RANGE = 1000;
 const CACHE_SIZE = 64;
 
 export class GrammarCache {
-  private readonly llama: Llama;
+  readonly llama: Llama;
   private readonly grammars = new Map<string, Promise<LlamaGrammar>>();
 
   constructor(llama: Llama) {
@@ -48,7 +48,8 @@ export class GrammarCache {
     });
   }
 
-  private cached(key: string, make: () => Promise<LlamaGrammar>): Promise<LlamaGrammar> {
+  /** Any grammar, made once per key. */
+  cached(key: string, make: () => Promise<LlamaGrammar>): Promise<LlamaGrammar> {
     let grammar = this.grammars.get(key);
     if (!grammar) {
       grammar = make();

@@ -8,6 +8,7 @@
  */
 import { availableParallelism } from "node:os";
 import {
+  type ChatWrapperGeneratedContextState,
   getLlama,
   JinjaTemplateChatWrapper,
   type Llama,
@@ -23,8 +24,9 @@ import {
 import { LLAMACPP } from "../../src/contracts/engines.ts";
 import type { ChatMessage, FinishReason, SamplingParams } from "../../src/contracts/job.ts";
 import { PlatformError } from "../../src/errors.ts";
-import { type Engine, type GenerationHooks, plainChatPrompt, type TextOutput, type TextRequest, usage } from "./engine.ts";
-import { decode } from "./llamacpp-decode.ts";
+import { type ChatTools, type Engine, type GenerationHooks, plainChatPrompt, type TextOutput, type TextRequest, usage } from "./engine.ts";
+import { type Decoded, decode } from "./llamacpp-decode.ts";
+import { type CallSyntax, callSyntaxOf, callsGrammar, functionsOf, nativeHistory, parseNativeCalls } from "./llamacpp-native-tools.ts";
 import { enforceable, GrammarCache } from "./llamacpp-grammar.ts";
 import { readToolAnswer, refuseFormatWithTools, toolAnswerSchema, toolPromptMessages } from "./tool-format.ts";
 
@@ -86,6 +88,8 @@ class LlamaCppEngine implements Engine {
   private readonly threads: number;
   private readonly free: LlamaContextSequence[] = [];
   private readonly chatTemplate: JinjaTemplateChatWrapper | undefined;
+  /** The template's own tool-call syntax; without one, tools use the generic format (tool-format.ts). */
+  private readonly callSyntax: CallSyntax | undefined;
   private readonly bos: Token | null;
   private readonly grammars: GrammarCache;
   private readonly vocabularySize: number;
@@ -102,6 +106,7 @@ class LlamaCppEngine implements Engine {
     for (let i = 0; i < parallel; i++) this.free.push(context.getSequence());
     const template = model.fileInfo.metadata.tokenizer?.chat_template;
     this.chatTemplate = typeof template === "string" && template.length > 0 ? new JinjaTemplateChatWrapper({ template }) : undefined;
+    this.callSyntax = callSyntaxOf(this.chatTemplate);
     // Mirrors LlamaCompletion, which prepends this token itself: counted here so usage is exact.
     const wantsBos = model.vocabularyType === "wpm" || model.tokens.shouldPrependBosToken;
     this.bos = wantsBos && model.vocabularyType !== "rwkv" && model.vocabularyType !== "ugm" ? model.tokens.bos : null;
@@ -112,31 +117,79 @@ class LlamaCppEngine implements Engine {
   }
 
   async generate(request: TextRequest, hooks: GenerationHooks): Promise<TextOutput> {
-    const p = request.params;
     const tools = request.kind === "chat" ? request.tools : undefined;
-    if (tools) refuseFormatWithTools(p);
+    if (tools) refuseFormatWithTools(request.params);
+    if (request.kind === "chat" && tools && this.callSyntax) return this.generateNativeCalls(request.messages, tools, this.callSyntax, request.params, hooks);
     const grammar = await this.grammarFor(request);
     const { tokens, stopTriggers } = this.render(request);
+    // A tool answer in the generic format is JSON to read back first: it is sent whole at the end.
+    const { out } = await this.run(tokens, { stopStrings: stopTriggers, grammar, onText: tools ? undefined : hooks.onText }, request.params, hooks.signal);
+    return tools ? readToolAnswer(out) : out;
+  }
+
+  /**
+   * Tools in the template's own syntax (llamacpp-native-tools.ts). `auto`: the model writes freely
+   * until it starts a call, then the rest of the answer is held to the calls' grammar.
+   */
+  private async generateNativeCalls(messages: ChatMessage[], tools: ChatTools, syntax: CallSyntax, params: SamplingParams, hooks: GenerationHooks): Promise<TextOutput> {
+    const template = this.chatTemplate as JinjaTemplateChatWrapper;
+    const state = template.generateContextState({ chatHistory: [...nativeHistory(messages), { type: "model", response: [] }], availableFunctions: functionsOf(tools), documentFunctionParams: true });
+    const { tokens, stopTriggers } = this.tokensOf(state);
+    const choice = tools.tool_choice ?? "auto";
+    const selected = typeof choice === "object" ? tools.tools.filter((t) => t.function.name === choice.function.name) : tools.tools;
+    const names = selected.map((t) => t.function.name);
+    const parallel = tools.parallel_tool_calls === true;
+    const grammar = (afterPrefix: boolean) =>
+      this.grammars.cached(JSON.stringify(["calls", syntax, selected, parallel, afterPrefix]), () => callsGrammar(this.grammars.llama, syntax, selected, parallel, afterPrefix));
+    const withCalls = (out: TextOutput, text: string, afterPrefix: boolean, content: string): TextOutput => {
+      const calls = out.finish_reason === "stop" ? parseNativeCalls(text, syntax, names, afterPrefix) : undefined;
+      return calls ? { ...out, text: content, tool_calls: calls, finish_reason: "tool_calls" } : out;
+    };
+    if (choice !== "auto") {
+      const { out, decoded } = await this.run(tokens, { stopStrings: stopTriggers, grammar: await grammar(false) }, params, hooks.signal);
+      return withCalls(out, decoded.text, false, "");
+    }
+    const first = await this.run(tokens, { stopStrings: [...stopTriggers, syntax.prefix], onText: hooks.onText }, params, hooks.signal);
+    if (first.decoded.stoppedBy !== syntax.prefix) return first.out;
+    // The prefix as the model wrote it (its special tokens as such), then the call under the grammar.
+    const written = this.model.tokenize(first.decoded.text + syntax.prefix, true);
+    const left = (params.max_tokens ?? this.context.contextSize - first.out.usage.prompt_tokens) - first.decoded.completionTokens;
+    if (left < 1) return { ...first.out, finish_reason: "length" };
+    const second = await this.run([...tokens, ...written], { stopStrings: stopTriggers, grammar: await grammar(true), maxTokens: left }, params, hooks.signal);
+    const out: TextOutput = {
+      ...second.out,
+      usage: usage(first.out.usage.prompt_tokens, first.decoded.completionTokens + second.decoded.completionTokens),
+      ...(first.out.logprobs ? { logprobs: [...first.out.logprobs, ...(second.out.logprobs ?? [])] } : {}),
+    };
+    return withCalls(out, second.decoded.text, true, first.decoded.text.trim());
+  }
+
+  /** One generation on a free sequence of this replica's context. */
+  private async run(
+    tokens: Token[],
+    how: { stopStrings: string[]; grammar?: LlamaGrammar; onText?: GenerationHooks["onText"]; maxTokens?: number },
+    p: SamplingParams,
+    signal: AbortSignal | undefined,
+  ): Promise<{ out: TextOutput; decoded: Decoded }> {
     const promptTokens = tokens.length + (this.bos === null ? 0 : 1);
-    const maxTokens = this.checkedMaxTokens(promptTokens, p);
+    const maxTokens = how.maxTokens ?? this.checkedMaxTokens(promptTokens, p);
     const tokenBias = p.logit_bias && this.tokenBias(p.logit_bias);
     const sequence = this.free.pop();
     if (!sequence) throw new PlatformError(503, "engine_busy", "all sequences of this replica are busy");
     try {
       const decoded = await decode(this.model, sequence, this.bos === null ? tokens : [this.bos, ...tokens], {
         maxTokens,
-        stopStrings: [...stopTriggers, ...(p.stop ?? [])],
-        grammar,
+        stopStrings: [...how.stopStrings, ...(p.stop ?? [])],
+        grammar: how.grammar,
         topLogprobs: p.logprobs ? (p.top_logprobs ?? 0) : undefined,
         sampling: { temperature: p.temperature ?? 1, topP: p.top_p, topK: p.top_k, minP: p.min_p, seed: p.seed, tokenBias },
         penalties: p.frequency_penalty || p.presence_penalty ? { frequencyPenalty: p.frequency_penalty, presencePenalty: p.presence_penalty } : undefined,
-        signal: hooks.signal,
-        // A tool answer is JSON to read back first: it is sent whole at the end.
-        onText: tools ? undefined : hooks.onText,
+        signal,
+        onText: how.onText,
       });
-      const finish_reason: FinishReason = decoded.stop === "aborted" || hooks.signal?.aborted ? "cancelled" : decoded.stop === "length" ? "length" : "stop";
+      const finish_reason: FinishReason = decoded.stop === "aborted" || signal?.aborted ? "cancelled" : decoded.stop === "length" ? "length" : "stop";
       const out: TextOutput = { text: decoded.text, finish_reason, usage: usage(promptTokens, decoded.completionTokens), ...(decoded.logprobs ? { logprobs: decoded.logprobs } : {}) };
-      return tools ? readToolAnswer(out) : out;
+      return { out, decoded };
     } finally {
       this.free.push(sequence);
     }
@@ -191,13 +244,20 @@ class LlamaCppEngine implements Engine {
   private render(request: TextRequest): { tokens: Token[]; stopTriggers: string[] } {
     const tokenizeOptions = this.bos === null ? undefined : ("trimLeadingSpace" as const);
     if (request.kind === "prompt") return { tokens: this.model.tokenize(request.prompt, false, tokenizeOptions), stopTriggers: [] };
+    // Earlier calls and results: in the template's own syntax where it has one, in the generic format otherwise.
+    if (this.chatTemplate && this.callSyntax) return this.tokensOf(this.chatTemplate.generateContextState({ chatHistory: [...nativeHistory(request.messages), { type: "model", response: [] }] }));
     const messages = toolPromptMessages(request.messages, request.tools);
     if (!this.chatTemplate) {
       return { tokens: this.model.tokenize(plainChatPrompt(messages), false, tokenizeOptions), stopTriggers: [] };
     }
-    const state = this.chatTemplate.generateContextState({ chatHistory: [...messages.map(toHistoryItem), { type: "model", response: [] }] });
+    return this.tokensOf(this.chatTemplate.generateContextState({ chatHistory: [...messages.map(toHistoryItem), { type: "model", response: [] }] }));
+  }
+
+  /** A rendered chat as tokens, and the template's stop texts. */
+  private tokensOf(state: ChatWrapperGeneratedContextState): { tokens: Token[]; stopTriggers: string[] } {
+    const tokenizeOptions = this.bos === null ? undefined : ("trimLeadingSpace" as const);
     let tokens = state.contextText.tokenize(this.model.tokenizer, tokenizeOptions);
-    // Templates usually render the BOS token themselves; LlamaCompletion adds one too.
+    // Templates usually render the BOS token themselves; decode() prepends one too.
     if (this.bos !== null && tokens[0] === this.bos) tokens = tokens.slice(1);
     const stopTriggers = state.stopGenerationTriggers.map((t) => t.toString()).filter((t) => t.length > 0);
     return { tokens, stopTriggers };

@@ -107,7 +107,8 @@ export function refuseFormatWithTools(params: { response_format?: unknown }): vo
   }
 }
 
-function parseOr(text: string): unknown {
+/** A call's arguments as a value (they are JSON text), or as the text itself when they do not parse. */
+export function parseOr(text: string): unknown {
   try {
     return JSON.parse(text);
   } catch {
