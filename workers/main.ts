@@ -8,12 +8,13 @@ import { mkdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { z } from "zod";
-import type { ModelVersionRecord } from "../src/contracts/records.ts";
+import type { EndpointRecord, ModelVersionRecord } from "../src/contracts/records.ts";
 import { getEndpoint } from "../src/control/endpoints.ts";
-import { connectControl } from "../src/control/redis.ts";
+import { type Control, connectControl } from "../src/control/redis.ts";
+import { quantizedModel } from "../src/registry/quantize/cache.ts";
 import { resolveModelVersion } from "../src/registry/versions.ts";
 import { loadSettings, type Settings } from "../src/settings/index.ts";
-import { openStore } from "../src/storage/index.ts";
+import { type ObjectStore, openStore } from "../src/storage/index.ts";
 import { configureLogging, logger } from "../src/telemetry/log.ts";
 import { startTracing, stopTracing } from "../src/telemetry/tracing.ts";
 import { loadEngine } from "./engines/index.ts";
@@ -78,7 +79,7 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
     replicaId,
     healthPort: options.healthPort,
     heartbeatMs: settings.heartbeats.intervalMs,
-    loadEngine: async () => loadEngine(endpoint, await localArtifact(settings, model), settings.vllm),
+    loadEngine: async () => loadEngine(endpoint, await modelFile(settings, ctl, endpoint, model, replicaId), settings.vllm),
   });
 
   let stopping = false;
@@ -125,14 +126,34 @@ async function readAssignment(): Promise<StandbyAssignment | undefined> {
 }
 
 /** node-llama-cpp needs a file: use the store's own when local, else a cached download. */
-async function localArtifact(settings: Settings, model: ModelVersionRecord): Promise<string> {
-  const store = openStore(settings.artifactsUrl, settings.storage.s3);
+async function localArtifact(store: ObjectStore, cacheDir: string, model: ModelVersionRecord): Promise<string> {
   const local = store.localPath(model.artifact);
   if (local) return local;
-  const dir = join(settings.dataDir, "cache", "models");
-  await mkdir(dir, { recursive: true });
-  const path = join(dir, `${model.sha256}.gguf`);
+  await mkdir(cacheDir, { recursive: true });
+  const path = join(cacheDir, `${model.sha256}.gguf`);
   const existing = await stat(path).catch(() => undefined);
   if (existing?.size !== model.size_bytes) await store.download(model.artifact, path);
   return path;
+}
+
+/**
+ * The file this replica loads: the artifact, or for a llama.cpp endpoint with `runtime.quantization`
+ * its quantized copy, made here at replica start (not at deploy time) so that the gateway never
+ * spends minutes of CPU on a large model while it serves, the work lands on nodes sized for loading
+ * models, and a failure shows in `status` as the replica's. The copy is cached in the artifact store,
+ * so only the first replica of a (model bytes, type) pays for it (src/registry/quantize/cache.ts).
+ */
+async function modelFile(settings: Settings, ctl: Control, endpoint: EndpointRecord, model: ModelVersionRecord, replicaId: string): Promise<string> {
+  const store = openStore(settings.artifactsUrl, settings.storage.s3);
+  const cacheDir = join(settings.dataDir, "cache", "models");
+  const source = await localArtifact(store, cacheDir, model);
+  const quantization = endpoint.framework === "llamacpp" ? endpoint.config.runtime.quantization : undefined;
+  if (quantization === undefined) return source;
+  const started = Date.now();
+  const q = await quantizedModel({ ctl, store, holder: replicaId, cacheDir }, { path: source, sha256: model.sha256 }, quantization);
+  logger("worker").info(
+    { replica: replicaId, quantization, outcome: q.outcome, key: q.key, ms: Date.now() - started },
+    `replica ${replicaId}: ${quantization} model (${q.outcome}${q.detail ? `: ${q.detail}` : ""})`,
+  );
+  return q.path;
 }

@@ -175,6 +175,19 @@ describe.each(models)("on $name", ({ name, path }) => {
       streamed.forEach((e, i) => expect(e.logprob).toBeCloseTo(content[i]?.logprob ?? 0, 3));
     });
 
+    it("logprobs are the model's own, whatever the temperature; top_p limits the alternatives to what it keeps", async () => {
+      const first = async (temperature: number, top_p?: number) =>
+        (await client.completions.create({ model: name, prompt: "Once upon a time", max_tokens: 1, temperature, top_p, seed: 1, logprobs: 3 })).choices[0]?.logprobs?.top_logprobs?.[0] ?? {};
+      const greedy = await first(0);
+      for (const t of [0.5, 1.7]) {
+        const tempered = await first(t);
+        expect(Object.keys(tempered)).toEqual(Object.keys(greedy));
+        for (const [token, lp] of Object.entries(greedy)) expect(tempered[token]).toBeCloseTo(lp, 3);
+      }
+      const cut = await first(1, 0.01);
+      expect(Object.keys(cut)).toEqual([Object.keys(greedy)[0]]);
+    });
+
     it("completions: the legacy logprobs shape", async () => {
       const res = await client.completions.create({ model: name, prompt: "Once upon a time", max_tokens: 5, temperature: 0, logprobs: 2 });
       const lp = res.choices[0]?.logprobs;

@@ -9,6 +9,7 @@ import { getLlama, JinjaTemplateChatWrapper, LlamaLogLevel } from "node-llama-cp
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { FunctionTool } from "../../src/contracts/job.ts";
 import { decode } from "../../workers/engines/llamacpp-decode.ts";
+import { jsonSchemaGrammarText } from "../../workers/engines/llamacpp-grammar.ts";
 import { type CallSyntax, callSyntaxOf, callsGrammar, nativeHistory, parseNativeCalls, renameRules } from "../../workers/engines/llamacpp-native-tools.ts";
 import { HERMES_STYLE_TEMPLATE } from "../fixtures/chat-templates.ts";
 import { tinyModelPath } from "../helpers/models.ts";
@@ -34,7 +35,7 @@ describe("the template's call syntax", () => {
       ["get_weather", { city: "a}\n</tool_call>b", days: 2 }],
       ["get_time", { zone: "utc" }],
     ]);
-    expect(parseNativeCalls('get_time", "arguments": {"zone": "local"}}\n</tool_call>', syntax, ["get_time"], true)?.[0]?.function.arguments).toBe('{"zone":"local"}');
+    expect(parseNativeCalls('get_time", "arguments": {"zone": "local"}}\n</tool_call>', syntax, ["get_time"], true)?.[0]?.function.arguments).toBe('{"zone": "local"}');
     expect(parseNativeCalls('<tool_call>\n{"name": "get_time", "arguments": {"zone": "lo', syntax, ["get_time"], false)).toBeUndefined();
     expect(parseNativeCalls('<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>', syntax, ["get_time"], false)).toBeUndefined();
   });
@@ -60,6 +61,14 @@ describe("the template's call syntax", () => {
 });
 
 describe("the calls' grammar on the real engine", () => {
+  it("numbers in node-llama-cpp's JSON grammar are bounded so every client reads them exactly", async () => {
+    const llama = await llamaPromise;
+    const made = await jsonSchemaGrammarText(llama, { type: "object", properties: { a: { type: "integer" }, b: { type: "number" } } }, "p");
+    expect(made.grammar).toMatch(/^integer-number-rule ::= "-"\? \("0" \| \[1-9\] \[0-9\]\{0,14\}\)$/m);
+    expect(made.grammar).toMatch(/^fractional-number-rule ::= .*\[eE\] \[-\+\]\? \("0" \| \[1-9\] \[0-9\]\?\)/m);
+    expect(made.grammar).not.toMatch(/\[eE\][^\n]*\{0,15\}/);
+  });
+
   const llamaPromise = getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
   let model: Awaited<ReturnType<Awaited<typeof llamaPromise>["loadModel"]>>;
   let context: Awaited<ReturnType<typeof model.createContext>>;

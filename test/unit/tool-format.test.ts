@@ -65,6 +65,15 @@ describe("the answer read back", () => {
     expect(readToolAnswer(out('{"response":"It is sunny."}'))).toMatchObject({ text: "It is sunny.", finish_reason: "stop" });
   });
 
+  it("keeps each call's arguments as written: a number beyond a double's range does not become null", () => {
+    const text = '{"tool_calls": [{"name": "a", "arguments": {"n": -1e999, "s": "x\\"}, \\"arguments\\": 1"}}, {"name": "arguments", "arguments": [1, {"k": []}]}]}';
+    const calls = readToolAnswer(out(text)).tool_calls ?? [];
+    expect(calls.map((c) => [c.function.name, c.function.arguments])).toEqual([
+      ["a", '{"n": -1e999, "s": "x\\"}, \\"arguments\\": 1"}'],
+      ["arguments", '[1, {"k": []}]'],
+    ]);
+  });
+
   it("an answer cut short stays as it is, said to be cut", () => {
     expect(readToolAnswer(out('{"tool_calls":[{"name":"get_w', "length"))).toMatchObject({ text: '{"tool_calls":[{"name":"get_w', finish_reason: "length" });
   });

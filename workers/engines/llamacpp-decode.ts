@@ -83,7 +83,8 @@ export async function decode(model: LlamaModel, sequence: LlamaContextSequence, 
     if (wantLogprobs) {
       // As the text is decoded: the answer's first token without a preceding one.
       const before = generated.length > 1 ? (generated[generated.length - 2] as Token) : undefined;
-      const entry = logprobOf(model, out.token, before, (out as { probabilities?: Map<Token, number> }).probabilities, options.topLogprobs ?? 0);
+      const probabilities = untempered((out as { probabilities?: Map<Token, number> }).probabilities, options.sampling.temperature ?? 0);
+      const entry = logprobOf(model, out.token, before, probabilities, options.topLogprobs ?? 0);
       pendingLogprobs.push(entry);
       allLogprobs.push(entry);
     }
@@ -150,6 +151,20 @@ function heldSuffixLength(text: string, stops: string[]): number {
     }
   }
   return longest;
+}
+
+/**
+ * The distribution before temperature, from the one node-llama-cpp reports (after it): p_T ∝ p^(1/T),
+ * so p ∝ p_T^T. Exact over the tokens it lists: all of them unless top_k/top_p/min_p cut some.
+ */
+function untempered(probabilities: Map<Token, number> | undefined, temperature: number): Map<Token, number> | undefined {
+  if (!probabilities || temperature <= 0 || temperature === 1) return probabilities;
+  const scaled = [...probabilities].map(([t, p]) => [t, p > 0 ? temperature * Math.log(p) : Number.NEGATIVE_INFINITY] as const);
+  // A loop, not Math.max(...): a real vocabulary has more entries than a call takes arguments.
+  let max = Number.NEGATIVE_INFINITY;
+  for (const [, x] of scaled) if (x > max) max = x;
+  const total = scaled.reduce((sum, [, x]) => sum + Math.exp(x - max), 0);
+  return new Map(scaled.map(([t, x]) => [t, Math.exp(x - max) / total]));
 }
 
 /** `before`: the token preceding it, so a word's leading space survives detokenizing it alone. */

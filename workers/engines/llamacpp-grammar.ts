@@ -40,11 +40,8 @@ export class GrammarCache {
   schema(schema: JsonSchema, param: string): Promise<LlamaGrammar> {
     const prepared = enforceable(schema, param, "");
     return this.cached(JSON.stringify(prepared), async () => {
-      try {
-        return await this.llama.createGrammarForJsonSchema(prepared as never);
-      } catch (e) {
-        throw new PlatformError(400, "invalid_request", `${param}: this JSON schema cannot be enforced (${(e as Error).message})`, param);
-      }
+      const made = await jsonSchemaGrammarText(this.llama, prepared, param);
+      return new Grammar(this.llama, { grammar: made.grammar, stopGenerationTriggers: made.stopGenerationTriggers, trimWhitespaceSuffix: made.trimWhitespaceSuffix });
     });
   }
 
@@ -59,6 +56,29 @@ export class GrammarCache {
     }
     return grammar;
   }
+}
+
+/**
+ * node-llama-cpp's GBNF for a (checked) schema, with numbers every JSON client reads exactly: its
+ * number rules allow 16 digits and an exponent of 16 more, so 1e999 (Infinity, printed back as
+ * null) and integers beyond 2^53 (which zod's `.int()` refuses) were possible. Integers get at
+ * most 15 digits and no exponent; other numbers an exponent of at most 2 digits. `boundedNumbers`
+ * is checked against the library's output by the tests, so a change in how it writes numbers is
+ * noticed.
+ */
+export async function jsonSchemaGrammarText(llama: Llama, schema: unknown, param: string): Promise<{ grammar: string; stopGenerationTriggers: LlamaGrammar["stopGenerationTriggers"]; trimWhitespaceSuffix: boolean }> {
+  try {
+    const made = await llama.createGrammarForJsonSchema(schema as never);
+    return { grammar: boundedNumbers(made.grammar), stopGenerationTriggers: made.stopGenerationTriggers, trimWhitespaceSuffix: made.trimWhitespaceSuffix };
+  } catch (e) {
+    throw new PlatformError(400, "invalid_request", `${param}: this JSON schema cannot be enforced (${(e as Error).message})`, param);
+  }
+}
+
+export function boundedNumbers(grammar: string): string {
+  return grammar
+    .replace(/^integer-number-rule ::= .*$/m, 'integer-number-rule ::= "-"? ("0" | [1-9] [0-9]{0,14})')
+    .replaceAll('[eE] [-+]? ("0" | [1-9] [0-9]{0,15})', '[eE] [-+]? ("0" | [1-9] [0-9]?)');
 }
 
 /** The schema with annotations dropped and `anyOf` as `oneOf`; throws on what a grammar cannot hold. */

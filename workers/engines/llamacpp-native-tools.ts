@@ -7,13 +7,12 @@
  * JSON-schema grammar. With `tool_choice: "auto"` the model writes freely until it starts a call
  * (the syntax's prefix), and only the call itself is constrained — llama-server's lazy grammar.
  */
-import { randomBytes } from "node:crypto";
 import type { ChatHistoryItem, ChatModelFunctions, JinjaTemplateChatWrapper, Llama, LlamaGrammar } from "node-llama-cpp";
 import { LlamaGrammar as Grammar } from "node-llama-cpp";
 import type { ChatMessage, FunctionTool, ToolCall } from "../../src/contracts/job.ts";
 import type { ChatTools } from "./engine.ts";
-import { enforceable } from "./llamacpp-grammar.ts";
-import { MAX_PARALLEL_CALLS, parseOr } from "./tool-format.ts";
+import { enforceable, jsonSchemaGrammarText } from "./llamacpp-grammar.ts";
+import { MAX_PARALLEL_CALLS, parseOr, toolCall } from "./tool-format.ts";
 
 export type CallSyntax = { prefix: string; paramsPrefix: string; suffix: string; betweenCalls: string };
 
@@ -62,7 +61,7 @@ export async function callsGrammar(llama: Llama, syntax: CallSyntax, tools: Func
   const alternatives: string[] = [];
   for (const [i, tool] of tools.entries()) {
     const schema = enforceable(tool.function.parameters ?? { type: "object" }, `tools[${i}].function.parameters`, "");
-    const params = await llama.createGrammarForJsonSchema(schema as never);
+    const params = await jsonSchemaGrammarText(llama, schema, `tools[${i}].function.parameters`);
     // node-llama-cpp ends a JSON grammar with forced newlines, its way of stopping; here the call's suffix follows.
     rules.push(renameRules(params.grammar, `f${i}-`).replace(/^(f\d+-root ::= .*?)\s*"\\n\\n\\n\\n" \[\\n\]\*\s*$/m, "$1"));
     alternatives.push(`${literal(tool.function.name)} ${literal(syntax.paramsPrefix)} f${i}-root`);
@@ -83,7 +82,7 @@ export function parseNativeCalls(text: string, syntax: CallSyntax, names: string
     rest = rest.slice(name.length + syntax.paramsPrefix.length);
     const end = paramsEnd(rest, syntax.suffix);
     if (end === undefined) return undefined;
-    calls.push({ id: `call_${randomBytes(12).toString("hex")}`, type: "function", function: { name, arguments: JSON.stringify(JSON.parse(rest.slice(0, end))) } });
+    calls.push(toolCall(name, rest.slice(0, end).trim()));
     rest = rest.slice(end + syntax.suffix.length);
     const next = syntax.betweenCalls + syntax.prefix;
     rest = rest.trim() === "" ? undefined : rest.startsWith(next) ? rest.slice(next.length) : undefined;

@@ -182,7 +182,8 @@ class LlamaCppEngine implements Engine {
         stopStrings: [...how.stopStrings, ...(p.stop ?? [])],
         grammar: how.grammar,
         topLogprobs: p.logprobs ? (p.top_logprobs ?? 0) : undefined,
-        sampling: { temperature: p.temperature ?? 1, topP: p.top_p, topK: p.top_k, minP: p.min_p, seed: p.seed, tokenBias },
+        // OpenAI's and vLLM's defaults (no top-k, top-p 1), not node-llama-cpp's (40, 0.95); top_k -1 is vLLM's "off".
+        sampling: { temperature: p.temperature ?? 1, topP: p.top_p ?? 1, topK: p.top_k !== undefined && p.top_k > 0 ? p.top_k : 0, minP: p.min_p ?? 0, seed: p.seed, tokenBias },
         penalties: p.frequency_penalty || p.presence_penalty ? { frequencyPenalty: p.frequency_penalty, presencePenalty: p.presence_penalty } : undefined,
         signal,
         onText: how.onText,

@@ -81,15 +81,48 @@ export function parseToolAnswer(text: string): { tool_calls: ToolCall[] } | { co
   if (typeof value !== "object" || value === null) return undefined;
   const answer = value as { tool_calls?: { name: string; arguments: unknown }[]; response?: string };
   if (Array.isArray(answer.tool_calls)) {
-    return {
-      tool_calls: answer.tool_calls.map((call) => ({
-        id: `call_${randomBytes(12).toString("hex")}`,
-        type: "function",
-        function: { name: call.name, arguments: JSON.stringify(call.arguments ?? {}) },
-      })),
-    };
+    const raw = rawArguments(text);
+    return { tool_calls: answer.tool_calls.map((call, i) => toolCall(call.name, raw[i] ?? JSON.stringify(call.arguments ?? {}))) };
   }
   return typeof answer.response === "string" ? { content: answer.response } : undefined;
+}
+
+export function toolCall(name: string, args: string): ToolCall {
+  return { id: `call_${randomBytes(12).toString("hex")}`, type: "function", function: { name, arguments: args } };
+}
+
+/**
+ * Each call's arguments exactly as the model wrote them. Parsed and printed again, a number beyond
+ * a double's range would come back as `null`, which the schema does not allow.
+ */
+function rawArguments(text: string): string[] {
+  const found: string[] = [];
+  const key = /"arguments"\s*:\s*/g;
+  for (let match = key.exec(text); match; match = key.exec(text)) {
+    const start = match.index + match[0].length;
+    const end = jsonValueEnd(text, start);
+    found.push(text.slice(start, end));
+    key.lastIndex = end;
+  }
+  return found;
+}
+
+/** Where the JSON value starting at `start` ends (the text is known to be valid JSON). */
+function jsonValueEnd(text: string, start: number): number {
+  let depth = 0;
+  for (let i = start; i < text.length; i++) {
+    const c = text[i];
+    if (c === '"') {
+      for (i++; text[i] !== '"'; i++) if (text[i] === "\\") i++;
+      if (depth === 0) return i + 1;
+    } else if (c === "{" || c === "[") depth++;
+    else if (c === "}" || c === "]") {
+      depth--;
+      if (depth === 0) return i + 1;
+      if (depth < 0) return i;
+    } else if (depth === 0 && (c === "," || c === " " || c === "\n" || c === "\t" || c === "\r")) return i;
+  }
+  return text.length;
 }
 
 /** A generation in the generic format as the client sees it: its tool calls, or its text response. */
