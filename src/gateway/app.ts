@@ -33,6 +33,9 @@ import { rateLimit } from "./ratelimit.ts";
 import { usageRoutes } from "./usage.ts";
 import { Router, type Target } from "./routing.ts";
 
+/** Longer than any load balancer's idle timeout (AWS ALB: 60 s), as their docs ask of backends. */
+const KEEP_ALIVE_TIMEOUT_MS = 65_000;
+
 export type GatewayOptions = { ctl: Control; settings: Settings; host: string; port: number };
 export type RunningGateway = { url: string; close: () => Promise<void> };
 
@@ -113,6 +116,11 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     const s = serve({ fetch: app.fetch, hostname: options.host, port: options.port }, () => resolve(s));
     s.once("error", reject);
   });
+  // Idle keep-alive connections are closed by the client, never under it: Node's 5 s default races
+  // clients (undici reuses a socket up to 4 s idle) and load balancers (60 s idle) into ECONNRESET.
+  const http = server as import("node:http").Server;
+  http.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
+  http.headersTimeout = KEEP_ALIVE_TIMEOUT_MS + 1_000;
   const address = server.address();
   const port = typeof address === "object" && address ? address.port : options.port;
   baseUrl = `http://${options.host.includes(":") ? `[${options.host}]` : options.host}:${port}`;
@@ -120,7 +128,6 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   return {
     url: baseUrl,
     close: async () => {
-      const http = server as import("node:http").Server;
       const closed = new Promise<void>((resolve) => http.close(() => resolve()));
       http.closeIdleConnections();
       // Streams still open after a grace period are cut rather than waited for.
