@@ -1,9 +1,12 @@
 /**
  * What the benchmarks share: a lean keep-alive HTTP client (node:http, as a production caller
  * would use; fetch/undici adds a client-side cost that is not the platform's, see
- * docs/performance.md) and the order statistics every figure is read with.
+ * docs/performance.md) and the order statistics every figure is read with (kept in src/ because
+ * `platform inference benchmark` reads its samples with the same ones).
  */
 import { Agent, request as httpRequest } from "node:http";
+
+export { median, percentile } from "../src/cli/benchmark-stats.ts";
 
 const agent = new Agent({ keepAlive: true, maxSockets: 64 });
 
@@ -21,10 +24,3 @@ export function postJson<T>(url: string, body: unknown, headers: Record<string, 
     req.end(payload);
   });
 }
-
-/** The p-th percentile of an ascending list (nearest rank). */
-export function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
-}
-
-export const median = (xs: number[]) => percentile([...xs].sort((a, b) => a - b), 50);

@@ -1,4 +1,4 @@
-/** `platform inference deploy|status`: endpoints (and their autoscale, abtest and batch subcommands). */
+/** `platform inference deploy|status`: endpoints (and their autoscale, abtest, batch and benchmark subcommands). */
 import { readFile } from "node:fs/promises";
 import type { Command } from "commander";
 import { parse as parseYaml } from "yaml";
@@ -9,6 +9,7 @@ import type { EndpointStatus } from "../control/status.ts";
 import { registerAbtest } from "./abtest.ts";
 import { registerAutoscale } from "./autoscale.ts";
 import { registerBatch } from "./batch.ts";
+import { registerBenchmark } from "./benchmark.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
 import { printJson, printTable } from "./output.ts";
@@ -30,6 +31,7 @@ export function registerInference(program: Command): void {
   registerAutoscale(inference);
   registerAbtest(inference);
   registerBatch(inference);
+  registerBenchmark(inference);
 
   inference
     .command("deploy")
@@ -39,7 +41,7 @@ export function registerInference(program: Command): void {
     .option("--version <version>", "model version or latest", undefined)
     .option("--replicas <n>", "initial replica count")
     .option("--gpu-type <type>", "GPU/instance type")
-    .option("--quantization <int8|int4>", "quantization")
+    .option("--quantization <int8|int4>", "llama.cpp: Q8_0 / Q4_0 made by the platform; vLLM: fp8 / bitsandbytes")
     .option("--speculative-model <name>", "draft model for speculative decoding")
     .option("--num-speculative-tokens <n>", "tokens proposed per speculative step")
     .option("--json", "print the endpoint record as JSON")

@@ -1,0 +1,235 @@
+/**
+ * `platform inference benchmark` end to end: the real command against `platform up` on the tiny
+ * model, at sizes that take seconds. What is checked is the report's shape and that its figures
+ * are coherent (counts, tokens, ordered percentiles), the temporary endpoints of --configs (made,
+ * measured, reported with what their engine did not apply, removed, on Ctrl-C too) and the exit
+ * codes. No timing thresholds: the figures depend on the machine.
+ */
+import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DeploymentConfig } from "../../src/contracts/deployment.ts";
+import { notApplied } from "../../src/contracts/engines.ts";
+import { tinyModelPath } from "../helpers/models.ts";
+import { BIN, runCli, type Stack, sleep, startStack } from "../helpers/stack.ts";
+
+type Summary = { count: number; mean: number; p50: number; p90: number; p99: number };
+type Level = {
+  concurrency: number;
+  requests: number;
+  completed: number;
+  errors: number;
+  duration_s: number;
+  requests_per_s: number;
+  output_tokens_per_s: number;
+  output_tokens: number;
+  prompt_tokens: number;
+  tokens_exact: boolean;
+  ttft_ms: Summary | null;
+  itl_ms: Summary | null;
+  e2e_ms: Summary | null;
+  tpot_ms: Summary | null;
+};
+type Configuration = {
+  name: string;
+  fields: Record<string, string>;
+  endpoint: string;
+  temporary: boolean;
+  version: string | null;
+  framework: string | null;
+  not_applied: string[];
+  varied_not_applied: string[];
+  queue_shared_with: string[];
+  levels: Level[];
+  error?: string;
+};
+type Report = {
+  object: string;
+  model: string;
+  settings: { api: string; concurrency: number[]; requests_per_level: number | null; duration_s: number | null; max_tokens: number };
+  configurations: Configuration[];
+  files: { json: string; html: string };
+};
+
+let stack: Stack;
+let work: string;
+
+beforeAll(async () => {
+  stack = await startStack({ model: await tinyModelPath(), args: ["--name", "tiny"] });
+  work = await mkdtemp(join(tmpdir(), "platform-benchmark-"));
+});
+
+afterAll(async () => {
+  await stack?.stop();
+  if (work) await rm(work, { recursive: true, force: true });
+});
+
+const endpointNames = async () => (await stack.admin<{ data: { endpoint: string }[] }>("GET", "/admin/v1/endpoints")).body.data.map((e) => e.endpoint);
+
+function expectOrdered(s: Summary | null, count?: number): void {
+  expect(s).not.toBeNull();
+  const m = s as Summary;
+  if (count !== undefined) expect(m.count).toBe(count);
+  expect(m.p50).toBeGreaterThanOrEqual(0);
+  expect(m.p50).toBeLessThanOrEqual(m.p90);
+  expect(m.p90).toBeLessThanOrEqual(m.p99);
+}
+
+/** A level where every request of the plan succeeded, with figures that hang together. */
+function expectSaneLevel(l: Level, concurrency: number, requests: number, maxTokens: number): void {
+  expect(l).toMatchObject({ concurrency, requests, completed: requests, errors: 0, tokens_exact: true });
+  expect(l.output_tokens).toBeGreaterThan(0);
+  expect(l.output_tokens).toBeLessThanOrEqual(requests * maxTokens);
+  expect(l.prompt_tokens).toBeGreaterThan(0);
+  expect(l.duration_s).toBeGreaterThan(0);
+  // Rates are over the level's wall time (the JSON rounds each figure, hence "near").
+  expect(Math.abs(l.requests_per_s - l.completed / l.duration_s) / l.requests_per_s).toBeLessThan(0.02);
+  expect(Math.abs(l.output_tokens_per_s - l.output_tokens / l.duration_s) / l.output_tokens_per_s).toBeLessThan(0.02);
+  expectOrdered(l.ttft_ms, requests);
+  expectOrdered(l.e2e_ms, requests);
+  expectOrdered(l.itl_ms);
+  // Each request's first token comes before its end, so every order statistic keeps that order.
+  expect((l.ttft_ms as Summary).p50).toBeLessThanOrEqual((l.e2e_ms as Summary).p50);
+  expect((l.ttft_ms as Summary).p99).toBeLessThanOrEqual((l.e2e_ms as Summary).p99);
+}
+
+async function expectFiles(report: Report, dir: string): Promise<void> {
+  expect(report.files).toEqual({ json: join(dir, "benchmark.json"), html: join(dir, "benchmark.html") });
+  expect(JSON.parse(await readFile(report.files.json, "utf8"))).toEqual(report);
+  const html = await readFile(report.files.html, "utf8");
+  expect(html).toMatch(/^<!doctype html>/);
+  expect(html).toContain("<svg");
+  for (const c of report.configurations) expect(html).toContain(c.name);
+  // Self-contained: nothing runs, nothing is fetched.
+  expect(html).not.toMatch(/<script|<link|@import|\bsrc=|url\(/i);
+}
+
+describe("platform inference benchmark", () => {
+  it("measures the endpoint at each concurrency level and writes the JSON and the HTML report", async () => {
+    const out = join(work, "plain");
+    const r = await runCli(["inference", "benchmark", "tiny", "--concurrency", "1,2", "--requests", "4", "--max-tokens", "8", "--out", out, "--json"], stack.env);
+    expect(r.code, r.stderr).toBe(0);
+    const report = JSON.parse(r.stdout) as Report;
+    expect(report).toMatchObject({ object: "benchmark", model: "tiny", settings: { api: "chat", concurrency: [1, 2], requests_per_level: 4, duration_s: null, max_tokens: 8 } });
+    expect(report.configurations).toHaveLength(1);
+    const [config] = report.configurations as [Configuration];
+    expect(config).toMatchObject({ name: "as deployed", endpoint: "tiny", temporary: false, version: "v1", framework: "llamacpp", not_applied: [], varied_not_applied: [], queue_shared_with: [] });
+    expect(config.levels.map((l) => l.concurrency)).toEqual([1, 2]);
+    for (const l of config.levels) expectSaneLevel(l, l.concurrency, 4, 8);
+    await expectFiles(report, out);
+    // Progress went to stderr, and so did the paths (stdout is the JSON alone).
+    expect(r.stderr).toMatch(/concurrency 1: 4 ok, 0 failed/);
+    expect(r.stderr).toContain(`HTML: ${report.files.html}`);
+  });
+
+  it("prints a table and both paths; --duration and the completions API", async () => {
+    const out = join(work, "table");
+    const r = await runCli(["inference", "benchmark", "tiny", "--concurrency", "2", "--duration", "1s", "--max-tokens", "4", "--api", "completions", "--prompt", "Once upon a time", "--out", out], stack.env);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/CONFIG.*CONC.*OK\/ERR.*REQ\/S.*OUT TOK\/S.*TTFT MS p50\/p90\/p99.*ITL MS.*E2E MS/);
+    expect(r.stdout).toMatch(/as deployed\s*│ 2\s*│/);
+    expect(r.stdout).toContain(`JSON: ${join(out, "benchmark.json")}`);
+    expect(r.stdout).toContain(`HTML: ${join(out, "benchmark.html")}`);
+    const report = JSON.parse(await readFile(join(out, "benchmark.json"), "utf8")) as Report;
+    expect(report.settings).toMatchObject({ api: "completions", duration_s: 1, requests_per_level: null, max_tokens: 4 });
+    const level = report.configurations[0]?.levels[0] as Level;
+    // Requests keep being sent for the duration: at least one round of 2, all of them finished.
+    expect(level.requests).toBeGreaterThanOrEqual(2);
+    expectSaneLevel(level, 2, level.requests, 4);
+    await expectFiles(report, out);
+  });
+
+  it("--configs: measures each value on a temporary endpoint, reports what its engine did not apply, and removes it", async () => {
+    const out = join(work, "configs");
+    const r = await runCli(
+      ["inference", "benchmark", "tiny", "--concurrency", "1,2", "--requests", "4", "--max-tokens", "8", "--configs", "quantization=none,int8", "--out", out, "--json"],
+      stack.env,
+    );
+    expect(r.code, r.stderr).toBe(0);
+    const report = JSON.parse(r.stdout) as Report;
+    expect(report.configurations.map((c) => [c.name, c.endpoint, c.temporary])).toEqual([
+      ["quantization=none", "tiny", false],
+      ["quantization=int8", "tiny--bench-int8", true],
+    ]);
+    const [none, int8] = report.configurations as [Configuration, Configuration];
+    expect(none.fields).toEqual({ quantization: "none" });
+    expect(int8).toMatchObject({ fields: { quantization: "int8" }, version: "v1", framework: "llamacpp" });
+    expect(int8.error).toBeUndefined();
+    for (const c of [none, int8]) for (const l of c.levels) expectSaneLevel(l, l.concurrency, 4, 8);
+    // What the engine leaves unapplied comes from the engine's own table, whichever way it answers for quantization.
+    const expected = notApplied("llamacpp", DeploymentConfig.parse({ model: { name: "tiny" }, runtime: { quantization: "int8" } }));
+    expect(int8.not_applied).toEqual(expected);
+    expect(int8.varied_not_applied).toEqual(expected.filter((f) => f === "runtime.quantization"));
+    if (int8.varied_not_applied.length > 0) expect(r.stderr).toMatch(/not applied by llamacpp: runtime\.quantization/);
+    // One queue per model version: the temporary endpoint's requests are shared with tiny's replicas, and the report says so.
+    expect(int8.queue_shared_with).toEqual(["tiny"]);
+    expect(none.queue_shared_with).toEqual([]);
+    expect(r.stderr).toContain("deployed tiny--bench-int8");
+    expect(r.stderr).toContain("removed tiny--bench-int8");
+    expect((await stack.admin("GET", "/admin/v1/endpoints/tiny--bench-int8")).status).toBe(404);
+    expect(await endpointNames()).toEqual(["tiny"]);
+    await expectFiles(report, out);
+  });
+
+  it("Ctrl-C removes the temporary endpoint and exits 130 without writing a report", async () => {
+    const out = join(work, "interrupted");
+    const child = spawn(process.execPath, [BIN, "inference", "benchmark", "tiny", "--concurrency", "1", "--duration", "60s", "--max-tokens", "8", "--configs", "quantization=int4", "--out", out], {
+      env: stack.env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stderr = "";
+    child.stderr.on("data", (d) => (stderr += d));
+    const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+    const t0 = Date.now();
+    while (!stderr.includes("deployed tiny--bench-int4")) {
+      if (child.exitCode !== null || Date.now() - t0 > 60_000) throw new Error(`the benchmark did not deploy its endpoint:\n${stderr}`);
+      await sleep(100);
+    }
+    // Once it serves, the temporary endpoint is being measured; interrupt then.
+    await stack.waitFor(async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/tiny--bench-int4")).body.state === "available", "tiny--bench-int4 available");
+    child.kill("SIGINT");
+    expect(await exited, stderr).toBe(130);
+    expect(stderr).toContain("removed tiny--bench-int4");
+    expect((await stack.admin("GET", "/admin/v1/endpoints/tiny--bench-int4")).status).toBe(404);
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it("a user key measures the endpoint as deployed (without its deployment details); --configs takes an admin key", async () => {
+    const key = (await stack.admin<{ key: string }>("POST", "/admin/v1/keys", { name: "bench-user", role: "user" })).body.key;
+    const env = { ...stack.env, PLATFORM_API_KEY: key };
+    const out = join(work, "user");
+    const r = await runCli(["inference", "benchmark", "tiny", "--concurrency", "1", "--requests", "2", "--max-tokens", "4", "--out", out, "--json"], env);
+    expect(r.code, r.stderr).toBe(0);
+    const report = JSON.parse(r.stdout) as Report;
+    expect(report.configurations[0]).toMatchObject({ name: "as deployed", endpoint: "tiny", temporary: false, version: null, framework: null });
+    expectSaneLevel(report.configurations[0]?.levels[0] as Level, 1, 2, 4);
+    const configs = await runCli(["inference", "benchmark", "tiny", "--configs", "quantization=int8", "--out", join(work, "never")], env);
+    expect(configs.code).toBe(1);
+    expect(configs.stderr).toMatch(/--configs deploys temporary endpoints, which takes an admin key: .*\(permission_denied\)/);
+  });
+
+  it("bad input exits 2 naming the flag and the form; an unknown model exits 1 with the server's message", async () => {
+    const bad: [string[], RegExp][] = [
+      [["--concurrency", "1,x"], /--concurrency: expected comma-separated integers/],
+      [["--requests", "0"], /--requests: expected a positive integer, got "0"/],
+      [["--requests", "4", "--duration", "5s"], /--requests and --duration: give one of them/],
+      [["--duration", "5"], /--duration: expected "<n>s"/],
+      [["--configs", "quantization=fp8"], /--configs "quantization=fp8": quantization takes none, int8, int4, got "fp8"/],
+      [["--configs", "dtype=float16"], /--configs "dtype=float16": expected <field>=<value>/],
+      [["--configs", "speculative=off,on"], /--speculative-model: required with --configs speculative=on/],
+    ];
+    for (const [args, message] of bad) {
+      const r = await runCli(["inference", "benchmark", "tiny", "--out", join(work, "never"), ...args], stack.env);
+      expect(r.code, `${args.join(" ")}: ${r.stderr}`).toBe(2);
+      expect(r.stderr).toMatch(message);
+    }
+    const unknown = await runCli(["inference", "benchmark", "nope", "--out", join(work, "never")], stack.env);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/no endpoint named "nope"/);
+    expect(existsSync(join(work, "never"))).toBe(false);
+    expect(await endpointNames()).toEqual(["tiny"]);
+  });
+});
