@@ -27,7 +27,11 @@ export type EngineDescriptor = {
   readonly defaultContextCap?: number;
 };
 
-/** node-llama-cpp (workers/engines/llamacpp.ts): the GGUF fixes precision and quantization; GPU sizing and speculation have no counterpart there. */
+/**
+ * node-llama-cpp (workers/engines/llamacpp.ts): the GGUF fixes precision, except that `runtime.quantization` has
+ * the replica load the platform's own Q8_0/Q4_0 copy of it (src/registry/quantize/); GPU sizing and speculation
+ * have no counterpart there.
+ */
 export const LLAMACPP: EngineDescriptor = {
   framework: "llamacpp",
   fields: {
@@ -37,10 +41,12 @@ export const LLAMACPP: EngineDescriptor = {
     "runtime.tensor_parallel_size": (c) => c.runtime.tensor_parallel_size === 1,
     // The GGUF's own precision is used; "auto" asks for nothing more.
     "runtime.dtype": (c) => c.runtime.dtype === "auto",
-    "runtime.quantization": false,
+    "runtime.quantization": true,
     "runtime.speculative_model": false,
     "runtime.num_speculative_tokens": false,
-    "resources.gpu": (c) => c.resources.gpu === 0,
+    // gpu > 0 asks node-llama-cpp for GPU offload (CUDA, Vulkan or Metal, whichever the node has); a replica on a
+    // node without one runs on the CPU and logs that it does (workers/engines/llamacpp.ts).
+    "resources.gpu": true,
     "resources.gpu_type": false,
     "resources.memory": false,
     "resources.cpu": true,

@@ -55,6 +55,7 @@ export function controlKeys(prefix: string) {
     batchResults: (id: string) => `${plain}:batch:{${id}}:results`, // hash line number -> record outcome, for batches not yet written
     batchReplies: (id: string) => `${plain}:batch:{${id}}:replies`, // stream: workers' events for this job's records
     files: `${cp}:files`, // hash file id -> record JSON (OpenAI-style /v1/files; bytes in the artifact store)
+    quantizeLock: (artifact: string) => `${plain}:quantize-lock:${artifact}`, // string with TTL: the replica quantizing "<sha256>:<type>" (src/registry/quantize/cache.ts)
     // One API key's rate-limit state: `<this>:<scope>:<part>` (src/control/ratelimits.ts). In one slot, the key id
     // being the tag, since one script touches it all; different keys spread over the nodes.
     rateLimit: (keyId: string) => `${plain}:ratelimit:{${keyId}}`,

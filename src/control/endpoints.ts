@@ -1,6 +1,7 @@
 /** Endpoint records: what is deployed, at which version, with how many replicas wanted. */
 import type { DeploymentConfig } from "../contracts/deployment.ts";
 import { EndpointRecord } from "../contracts/records.ts";
+import { deployRefusal } from "../registry/quantize/plan.ts";
 import { resolveModelVersion } from "../registry/versions.ts";
 import { PlatformError } from "../errors.ts";
 import { type InvalidRecord, parseStored } from "./invalid-records.ts";
@@ -82,6 +83,9 @@ export async function deployEndpoint(ctl: Control, config: DeploymentConfig): Pr
   if (framework !== model.framework) {
     throw new PlatformError(400, "invalid_config", `model.framework: "${framework}" cannot serve ${model.name}@${model.version}, which is registered for "${model.framework}"`, "model.framework");
   }
+  // llama.cpp replicas quantize the GGUF themselves (src/registry/quantize/): a model that cannot be is refused now, not at replica start.
+  const refusal = framework === "llamacpp" && config.runtime.quantization ? deployRefusal(model.gguf?.quantization, config.runtime.quantization) : undefined;
+  if (refusal) throw new PlatformError(400, "invalid_config", refusal, "runtime.quantization");
   const name = config.endpoint ?? config.model.name;
   // An invalid stored record is replaced by this deployment.
   const existing = await findEndpoint(ctl, name).catch((e) => {

@@ -119,7 +119,9 @@ describe("platform CLI", () => {
     const status = await runCli(["inference", "status", "tiny"], stack.env);
     expect(status.stdout).toMatch(/tiny\s*│\s*available/);
     expect(status.stdout).toMatch(/1\/1/);
-    expect(status.stdout).toMatch(/not applied.*runtime\.gpu_memory_utilization.*runtime\.dtype.*resources\.gpu\b/);
+    expect(status.stdout).toMatch(/not applied.*runtime\.gpu_memory_utilization.*runtime\.dtype.*resources\.gpu_type/);
+    // resources.gpu is applied on llama.cpp (GPU offload where the node has one, the CPU and a warning where not).
+    expect(status.stdout).not.toMatch(/resources\.gpu\b/);
     const json = JSON.parse((await runCli(["inference", "status", "tiny", "--json"], stack.env)).stdout);
     expect(json).toMatchObject({ state: "available", version: "prod-1", requested_version: "latest", replicas: { ready: 1, desired: 1 } });
     // max_model_len 256 is applied: 300 tokens no longer fit.

@@ -35,7 +35,7 @@ describe("deployment config", () => {
 
   it("reports what each engine cannot apply", () => {
     const c = DeploymentConfig.parse({ model: { name: "m" }, runtime: { dtype: "float16", max_model_len: 128 }, resources: { gpu: 1, cpu: 2 } });
-    expect(notApplied("llamacpp", c)).toEqual(["runtime.dtype", "resources.gpu"]);
+    expect(notApplied("llamacpp", c)).toEqual(["runtime.dtype"]);
     expect(notApplied("vllm", c)).toEqual(["resources.cpu"]);
   });
 });

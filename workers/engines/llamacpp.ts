@@ -24,6 +24,7 @@ import {
 import { LLAMACPP } from "../../src/contracts/engines.ts";
 import type { ChatMessage, FinishReason, SamplingParams } from "../../src/contracts/job.ts";
 import { PlatformError } from "../../src/errors.ts";
+import { logger } from "../../src/telemetry/log.ts";
 import { type ChatTools, type Engine, type GenerationHooks, plainChatPrompt, type TextOutput, type TextRequest, usage } from "./engine.ts";
 import { type Decoded, decode } from "./llamacpp-decode.ts";
 import { type CallSyntax, callSyntaxOf, callsGrammar, functionsOf, nativeHistory, parseNativeCalls } from "./llamacpp-native-tools.ts";
@@ -39,6 +40,8 @@ export type LlamaCppOptions = {
   contextSize?: number;
   gpu?: boolean;
 };
+
+const log = logger("llamacpp");
 
 /** Context per sequence when the deployment does not set `runtime.max_model_len`; the gateway's prompt bound reads the same. */
 const DEFAULT_CONTEXT_CAP = LLAMACPP.defaultContextCap ?? Number.POSITIVE_INFINITY;
@@ -65,6 +68,8 @@ export async function prepareLlamaCpp(): Promise<void> {
 
 export async function loadLlamaCpp(options: LlamaCppOptions): Promise<Engine> {
   const llama = await llamaFor(options.gpu ?? false);
+  if (options.gpu && llama.gpu === false) log.warn("resources.gpu asks for a GPU, but node-llama-cpp found none on this node (no CUDA, Vulkan or Metal): running on the CPU");
+  else if (options.gpu) log.info({ gpu: llama.gpu, devices: await llama.getGpuDeviceNames() }, `GPU offload: ${llama.gpu}`);
   const model = await llama.loadModel({ modelPath: options.modelPath });
   const contextSize = options.contextSize ?? Math.min(model.trainContextSize, DEFAULT_CONTEXT_CAP);
   if (contextSize > model.trainContextSize) {

@@ -1,0 +1,95 @@
+/**
+ * `platform inference deploy --quantization` on a `platform up` stack: the replica quantizes the
+ * registered F32 model with the platform's own quantizer, caches the copy in the artifact store,
+ * becomes available and answers; `status` no longer lists quantization as not applied; a model
+ * that is already quantized to another type is refused at deploy time.
+ */
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readGgufInfo } from "../../src/registry/gguf/read.ts";
+import { quantizeGguf } from "../../src/registry/quantize/file.ts";
+import { tinyModelPath } from "../helpers/models.ts";
+import { runCli, type Stack, startStack } from "../helpers/stack.ts";
+
+let stack: Stack;
+let work: string;
+let sha256: string;
+
+beforeAll(async () => {
+  stack = await startStack();
+  work = await mkdtemp(join(tmpdir(), "platform-quantize-e2e-"));
+  const submit = await runCli(["training", "submit", "--name", "tiny", "--framework", "llamacpp", "--source", await tinyModelPath(), "--json"], stack.env);
+  expect(submit.code, submit.stderr).toBe(0);
+  sha256 = JSON.parse(submit.stdout).sha256;
+});
+
+afterAll(async () => {
+  await stack?.stop();
+  if (work) await rm(work, { recursive: true, force: true });
+});
+
+type Status = { state: string; not_applied: string[]; errors: string[] };
+
+async function completion(model: string): Promise<{ status: number; text: string; tokens: number }> {
+  const res = await fetch(`${stack.baseUrl}/v1/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" },
+    body: JSON.stringify({ model, prompt: "Once upon a time", max_tokens: 8, temperature: 0 }),
+  });
+  const body = (await res.json()) as { choices: { text: string }[]; usage: { completion_tokens: number } };
+  return { status: res.status, text: body.choices?.[0]?.text ?? "", tokens: body.usage?.completion_tokens ?? 0 };
+}
+
+describe("deploy --quantization on llama.cpp", () => {
+  it("int8: the endpoint becomes available on a Q8_0 copy and answers; quantization counts as applied", async () => {
+    const deploy = await runCli(["inference", "deploy", "--model", "tiny", "--quantization", "int8", "--json"], stack.env);
+    expect(deploy.code, deploy.stderr).toBe(0);
+    expect(JSON.parse(deploy.stdout).config.runtime.quantization).toBe("int8");
+    await stack.waitFor(async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.state === "available", "tiny (int8) available");
+
+    const answer = await completion("tiny");
+    expect(answer.status).toBe(200);
+    expect(answer.tokens).toBe(8);
+    expect(answer.text.trim().length).toBeGreaterThan(0);
+
+    const status = JSON.parse((await runCli(["inference", "status", "tiny", "--json"], stack.env)).stdout) as Status;
+    expect(status.not_applied).not.toContain("runtime.quantization");
+    const table = await runCli(["inference", "status", "tiny"], stack.env);
+    expect(table.stdout).not.toMatch(/not applied/);
+
+    // Made once, kept in the artifact store under the source's sha256.
+    const cached = join(stack.dataDir, "artifacts", "quantized", sha256);
+    expect(await readdir(cached)).toEqual(["Q8_0.gguf"]);
+    const info = await readGgufInfo(join(cached, "Q8_0.gguf"));
+    expect(info.metadata.get("general.file_type")).toEqual({ type: "uint32", value: 7 });
+    // The replica says what it did, in its own log.
+    const log = /replica tiny-\S+ starting .*log (\S+\.log)\)/.exec(stack.output())?.[1];
+    expect(log, stack.output()).toBeDefined();
+    expect(await readFile(log!, "utf8")).toMatch(/int8 model \(produced: \d+ of \d+ tensors to Q8_0/);
+  });
+
+  it("int4 from a YAML file on a second endpoint of the same model", async () => {
+    const yaml = join(work, "q4.yaml");
+    await writeFile(yaml, ["endpoint: tiny-q4", "model:", "  name: tiny", "runtime:", "  quantization: int4", "resources:", "  replicas: 1", ""].join("\n"));
+    const deploy = await runCli(["inference", "deploy", "--config", yaml], stack.env);
+    expect(deploy.code, deploy.stderr).toBe(0);
+    await stack.waitFor(async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny-q4")).body.state === "available", "tiny-q4 available");
+    expect((await completion("tiny-q4")).tokens).toBe(8);
+    expect((await readdir(join(stack.dataDir, "artifacts", "quantized", sha256))).sort()).toEqual(["Q4_0.gguf", "Q8_0.gguf"]);
+  });
+
+  it("refuses at deploy time a model already quantized to another type", async () => {
+    const q8 = join(work, "tiny-q8.gguf");
+    await quantizeGguf(await tinyModelPath(), q8, "int8");
+    const submit = await runCli(["training", "submit", "--name", "tiny-q8", "--source", q8, "--json"], stack.env);
+    expect(submit.code, submit.stderr).toBe(0);
+    expect(JSON.parse(submit.stdout).gguf.quantization).toBe("Q8_0");
+    const refused = await runCli(["inference", "deploy", "--model", "tiny-q8", "--quantization", "int4", "--replicas", "0"], stack.env);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/runtime\.quantization: the model is already quantized \(Q8_0\)/);
+    const same = await runCli(["inference", "deploy", "--model", "tiny-q8", "--quantization", "int8", "--replicas", "0"], stack.env);
+    expect(same.code, same.stderr).toBe(0);
+  });
+});
