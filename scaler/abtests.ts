@@ -19,6 +19,8 @@ import { deleteEndpoint, listEndpoints, saveEndpoint } from "../src/control/endp
 import { listReplicas } from "../src/control/replicas.ts";
 import { readQueueDepth } from "../src/control/status.ts";
 import type { QueueBase } from "../src/queue/base.ts";
+import { endpointQueueName } from "../src/contracts/engines.ts";
+import type { DeploymentConfig } from "../src/contracts/deployment.ts";
 
 export async function advanceAbTests(queues: QueueBase, log: (line: string) => void): Promise<void> {
   const ctl = queues.ctl;
@@ -26,8 +28,9 @@ export async function advanceAbTests(queues: QueueBase, log: (line: string) => v
   let endpoints = await listEndpoints(ctl);
   const byName = () => new Map(endpoints.map((e) => [e.name, e]));
   const ready = async (e: EndpointRecord | undefined) => e !== undefined && (await listReplicas(ctl, e.name)).some((r) => r.state === "ready" && r.version === e.version);
-  const drained = async (model: string, version: string) => {
-    const depth = await readQueueDepth(queues.queue(model, version));
+  // A test's versions run with the endpoint's settings, so with its queue variant.
+  const drained = async (config: DeploymentConfig, version: string) => {
+    const depth = await readQueueDepth(queues.queueNamed(endpointQueueName({ config, version })));
     return depth.waiting + depth.active === 0;
   };
 
@@ -53,10 +56,10 @@ export async function advanceAbTests(queues: QueueBase, log: (line: string) => v
   for (const variant of endpoints.filter((e) => e.retiring)) {
     const model = variant.config.model.name;
     const servedElsewhere = await (async () => {
-      for (const e of endpoints) if (e !== variant && !e.retiring && e.config.model.name === model && e.version === variant.version && (await ready(e))) return true;
+      for (const e of endpoints) if (e !== variant && !e.retiring && endpointQueueName(e) === endpointQueueName(variant) && (await ready(e))) return true;
       return false;
     })();
-    if (servedElsewhere || (await drained(model, variant.version))) {
+    if (servedElsewhere || (await drained(variant.config, variant.version))) {
       await deleteEndpoint(ctl, variant.name);
       await clearAutoscaling(ctl, variant.name);
       log(`[abtest] ${variant.name}: retired (${variant.variant_of} no longer routes to ${variant.version})`);
@@ -70,14 +73,14 @@ async function finishStop(
   test: AbTestRecord,
   primary: EndpointRecord,
   endpoints: EndpointRecord[],
-  drained: (model: string, version: string) => Promise<boolean>,
+  drained: (config: DeploymentConfig, version: string) => Promise<boolean>,
   log: (line: string) => void,
 ): Promise<EndpointRecord[]> {
   const ctl = queues.ctl;
   const keep = test.keep ?? primary.version;
   const model = primary.config.model.name;
   const others = new Set([primary.version, ...test.split.map((v) => v.version)].filter((v) => v !== keep));
-  for (const version of others) if (!(await drained(model, version))) return endpoints;
+  for (const version of others) if (!(await drained(primary.config, version))) return endpoints;
   const variants = endpoints.filter((e) => e.variant_of === test.endpoint);
   const now = Date.now();
   if (keep !== primary.version) {

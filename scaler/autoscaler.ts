@@ -27,6 +27,7 @@ import { coalesced } from "./coalesce.ts";
 import { advanceAbTests } from "./abtests.ts";
 import { reapSilentReplicas } from "./reaper.ts";
 import { logLine } from "../src/telemetry/log.ts";
+import { endpointQueueName } from "../src/contracts/engines.ts";
 
 export const DEFAULT_SCALER_INTERVAL_MS = 1000;
 
@@ -88,7 +89,7 @@ export async function startAutoscaler(ctl: Control, options: AutoscalerOptions =
       const config = settings.get(endpoint.name);
       if (!config || stopped) continue;
       try {
-        const d = await scaleEndpoint(ctl, queues.queue(endpoint.config.model.name, endpoint.version), endpoint, config, holderId, Date.now());
+        const d = await scaleEndpoint(ctl, queues.queueNamed(endpointQueueName(endpoint)), endpoint, config, holderId, Date.now());
         if (d.action !== "hold") log(`[scaler] ${endpoint.name}: ${d.reason}`);
       } catch (e) {
         log(`[scaler] ${endpoint.name}: ${(e as Error).message}`);

@@ -6,6 +6,7 @@
 import { createServer, type Server, type ServerResponse } from "node:http";
 import { hostname } from "node:os";
 import { type Job, UnrecoverableError, WaitingError, type Worker } from "bullmq";
+import { endpointQueueName } from "../src/contracts/engines.ts";
 import { describeIssues } from "../src/contracts/issues.ts";
 import { BATCH_PRIORITY, JobError, type JobEvent, JobPayload, type JobReceipt, type JobResult, receiptOf, type TokenLogprob } from "../src/contracts/job.ts";
 import type { EndpointRecord, ReplicaState } from "../src/contracts/records.ts";
@@ -104,6 +105,7 @@ export function startWorker(options: WorkerOptions): RunningWorker {
       parallel: engine?.parallel ?? endpoint.config.resources.parallel,
       error,
       queue_worker: bull?.id,
+      queue: endpointQueueName(endpoint),
       heartbeat_ms: heartbeatMs,
       health_port: healthPort,
     }, heartbeatMs).catch(() => undefined); // Redis may blip; the next beat retries.
@@ -265,7 +267,7 @@ export function startWorker(options: WorkerOptions): RunningWorker {
       if (cancelledHere.size > 10_000) cancelledHere.clear();
     });
     slots = new Slots(engine.parallel);
-    bull = new QueueBase(ctl).worker(endpoint.config.model.name, endpoint.version, handle, {
+    bull = new QueueBase(ctl).workerNamed(endpointQueueName(endpoint), handle, {
       // Jobs beyond the engine's sequences wait in `slots` (workers/slots.ts).
       concurrency: engine.parallel * PREFETCH_FACTOR,
       // A dead replica's jobs are taken back as soon as its supervisor or the scaler learns of the

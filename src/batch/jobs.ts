@@ -77,7 +77,7 @@ export class BatchJobs {
   async create(
     body: CreateBatchRequestInput,
     viewer?: Viewer,
-    options: { openai?: OpenAiSpec; internal?: { input: Located; output: Located } } = {},
+    options: { openai?: OpenAiSpec; internal?: { input: Located; output: Located }; queue?: string } = {},
   ): Promise<BatchJobRecord> {
     const parsed = CreateBatchRequest.safeParse(body);
     if (!parsed.success) {
@@ -107,6 +107,7 @@ export class BatchJobs {
       sampling: dropUndefined(sampling),
       created_by: viewer?.id ?? null,
       created: Date.now(),
+      ...(options.queue ? { queue: options.queue } : {}),
       ...(options.openai ? { openai: options.openai } : {}),
     });
     try {

@@ -46,6 +46,8 @@ export type RecordJobsOptions = {
   batchId: string;
   model: string;
   version: string;
+  /** The queue to use; absent: the model version's default. */
+  queue?: string;
   /** Lines before this one are written: late answers for them are not kept. */
   writtenBefore: () => number;
 };
@@ -68,7 +70,7 @@ export class RecordJobs extends QueueBase {
   private constructor(options: RecordJobsOptions) {
     super(options.ctl);
     this.options = options;
-    this.modelQueue = this.queue(options.model, options.version);
+    this.modelQueue = options.queue ? this.queueNamed(options.queue) : this.queue(options.model, options.version);
     this.resultsKey = this.ctl.keys.batchResults(options.batchId);
     this.replies = this.reader(this.ctl.keys.batchReplies(options.batchId));
     // A bad entry is skipped, never retried: reading it again would fail the same way forever.

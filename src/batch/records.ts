@@ -41,6 +41,8 @@ export type BatchSpec = {
   sampling: BatchSampling;
   created_by: string | null;
   created: number;
+  /** The model queue its records go to (engines.ts `endpointQueueName`); absent on older jobs: the version's default. */
+  queue?: string;
   openai?: OpenAiSpec;
   /** Where the input really is (symlinks resolved); absent on jobs older than storage confinement: `input`. */
   input_uri?: string;

@@ -14,6 +14,9 @@
  * assembly and the clean-up (a client can write in its output directory too).
  */
 import { BatchCheckpoint } from "../contracts/batch.ts";
+import { endpointQueueName } from "../contracts/engines.ts";
+import { queueName } from "../contracts/naming.ts";
+import { listEndpoints } from "../control/endpoints.ts";
 import type { Control } from "../control/redis.ts";
 import { PlatformError } from "../errors.ts";
 import { isStorageError } from "../storage/index.ts";
@@ -110,7 +113,8 @@ class BatchRun {
       this.out = await openOutput(outputUri(this.spec), this.spec.id, (out) => this.checkParts(out), this.storage.s3);
       if (!(await this.loadCheckpoint(this.input))) return await this.afterStop();
       if (this.checkpoint.assembled) return await this.finish("completed");
-      this.jobs = await RecordJobs.open({ ctl: this.ctl, batchId: this.spec.id, model: this.spec.model, version, writtenBefore: () => this.checkpoint.next_line });
+      const queue = this.spec.queue ?? (await queueServing(this.ctl, this.spec.model, version));
+      this.jobs = await RecordJobs.open({ ctl: this.ctl, batchId: this.spec.id, model: this.spec.model, version, queue, writtenBefore: () => this.checkpoint.next_line });
       await this.pump(this.input);
       if (this.stopReason) return await this.afterStop();
       return await this.finish("completed");
@@ -578,4 +582,15 @@ function asFailure(e: unknown): BatchFailure | undefined {
   if (e instanceof BatchFailure) return e;
   if (isStorageError(e)) return new BatchFailure("storage_error", e.message);
   return undefined;
+}
+
+/**
+ * The queue a batch of `model`@`version` goes to when its request named no endpoint: the version's
+ * default queue when an endpoint with default engine settings serves it (or none serves it yet),
+ * else the first serving endpoint's (engines.ts `endpointQueueName`).
+ */
+async function queueServing(ctl: Control, model: string, version: string): Promise<string> {
+  const serving = (await listEndpoints(ctl)).filter((e) => e.config.model.name === model && e.version === version).map(endpointQueueName);
+  const byDefault = queueName(model, version);
+  return serving.includes(byDefault) ? byDefault : (serving[0] ?? byDefault);
 }

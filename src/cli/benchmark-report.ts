@@ -24,8 +24,9 @@ export type ConfigurationResult = {
    */
   varied_not_applied: string[];
   /**
-   * Other endpoints serving the same model and version: the platform keeps one queue per model
-   * version, so their replicas take this configuration's requests too and its numbers mix theirs.
+   * Other endpoints on the same queue (the same model version with the same answer-changing engine
+   * settings, engines.ts `endpointQueueName`): their replicas take this configuration's requests
+   * too, so its numbers mix theirs.
    */
   queue_shared_with: string[];
   levels: LevelResult[];
@@ -111,7 +112,7 @@ export function notes(report: BenchmarkReport): string[] {
   for (const [others, configs] of sharing) {
     const version = configs[0]?.version ?? "?";
     out.push(
-      `${configs.map((c) => c.name).join("; ")}: the platform keeps one queue per model version, and ${others} serve${others.includes(",") ? "" : "s"} ${version} too: ` +
+      `${configs.map((c) => c.name).join("; ")}: ${others} serve${others.includes(",") ? "" : "s"} ${version} with the same engine settings, on the same queue: ` +
         `${others.includes(",") ? "their" : "its"} replicas took some of these requests, so these numbers mix in ${others.includes(",") ? "those deployments" : `${others}'s deployment`}`,
     );
   }

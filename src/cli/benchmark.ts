@@ -9,6 +9,7 @@ import { join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Command } from "commander";
 import { parseDuration } from "../contracts/duration.ts";
+import { endpointQueueName } from "../contracts/engines.ts";
 import type { DeploymentConfig } from "../contracts/deployment.ts";
 import { NAME_PATTERN } from "../contracts/deployment.ts";
 import type { EndpointStatus } from "../control/status.ts";
@@ -467,8 +468,12 @@ async function remove(api: ApiClient, name: string, deployed: Set<string>, progr
   }
 }
 
-/** The other endpoints on this endpoint's queue (one per model version): their replicas serve its requests too. */
+/**
+ * The other endpoints on this endpoint's queue (a model version's, and the engine settings that change
+ * answers: engines.ts `endpointQueueName`): their replicas serve its requests too.
+ */
 async function queueSharers(api: ApiClient, status: Status): Promise<string[]> {
   const all = await api.request<{ data: Status[] }>("GET", "/admin/v1/endpoints");
-  return all.data.filter((e) => e.endpoint !== status.endpoint && e.model === status.model && e.version === status.version && e.replicas.desired > 0).map((e) => e.endpoint);
+  const queueOf = (s: Status) => endpointQueueName({ config: s.config, version: s.version });
+  return all.data.filter((e) => e.endpoint !== status.endpoint && queueOf(e) === queueOf(status) && e.replicas.desired > 0).map((e) => e.endpoint);
 }

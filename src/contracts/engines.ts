@@ -5,6 +5,7 @@
  * beside the drivers, so the gateway never loads an engine (node-llama-cpp) to know this.
  */
 import type { DeploymentConfig, Framework, Resources, Runtime } from "./deployment.ts";
+import { queueName } from "./naming.ts";
 
 /**
  * The deployment fields an engine is given. replicas, the queue limits and autoscaling are the
@@ -98,4 +99,26 @@ function fieldValue(config: DeploymentConfig, field: EngineField): unknown {
   const dot = field.indexOf(".");
   const section = field.slice(0, dot) as "runtime" | "resources";
   return (config[section] as Record<string, unknown>)[field.slice(dot + 1)];
+}
+
+/**
+ * What sets an endpoint's replicas apart from other endpoints of the same model version in how they
+ * answer: the weights they load (`runtime.quantization`), their precision (`runtime.dtype`) and the
+ * longest request they take (`runtime.max_model_len`). Endpoints that differ in it get queues of
+ * their own (naming.ts `queueName`), so one endpoint's requests are never answered by another's
+ * replicas; "" (the default queue of the version) when none is set.
+ */
+export function servingVariant(config: DeploymentConfig): string {
+  const r = config.runtime;
+  const parts = [
+    r.quantization !== undefined ? r.quantization : "",
+    r.dtype !== undefined && r.dtype !== "auto" ? r.dtype : "",
+    r.max_model_len !== undefined ? `ctx${r.max_model_len}` : "",
+  ];
+  return parts.filter((p) => p !== "").join("-");
+}
+
+/** The queue an endpoint's replicas serve and its requests go to. */
+export function endpointQueueName(endpoint: { config: DeploymentConfig; version: string }): string {
+  return queueName(endpoint.config.model.name, endpoint.version, servingVariant(endpoint.config));
 }

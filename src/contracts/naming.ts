@@ -14,9 +14,13 @@
  * are just part of the names.
  */
 
-/** BullMQ forbids ":" in queue names, hence "@"; the braces are the queue's hash tag. */
-export function queueName(model: string, version: string): string {
-  return `{${model}@${version}}`;
+/**
+ * BullMQ forbids ":" in queue names, hence "@"; the braces are the queue's hash tag. `variant`:
+ * engine settings that change answers (servingVariant in engines.ts); none for the default queue
+ * that producers address (README, "Queue contract for producers").
+ */
+export function queueName(model: string, version: string, variant = ""): string {
+  return variant === "" ? `{${model}@${version}}` : `{${model}@${version}~${variant}}`;
 }
 
 /** The batch coordinators' BullMQ queue (another one, e.g. a test's, needs a hash tag of its own on a Cluster). */

@@ -74,6 +74,8 @@ export const ReplicaRecord = z.object({
   error: z.string().optional(),
   /** The replica's BullMQ worker id: its jobs' locks start with it (src/queue/reclaim.ts). */
   queue_worker: z.string().optional(),
+  /** The queue it serves (its endpoint's, engines.ts `endpointQueueName`); absent from older releases: the version's default. */
+  queue: z.string().optional(),
   /** How often this replica beats: a record older than a few beats is a replica gone silent. */
   heartbeat_ms: z.number().int().positive().optional(),
   /** Where it serves /livez, /readyz and /metrics on `host`, when it does (`--health-port`). */

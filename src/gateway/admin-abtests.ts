@@ -15,6 +15,7 @@ import { PlatformError } from "../errors.ts";
 import type { AdminDeps } from "./admin.ts";
 import type { GatewayEnv } from "./env.ts";
 import { parseBody, pathParam } from "./errors.ts";
+import { endpointQueueName } from "../contracts/engines.ts";
 
 /** `split`: "v1=70,v2=30" or [{version, weight}]; `sticky`: "key", "header:<name>", or null/absent for none. */
 const AbTestBody = z.object({
@@ -70,7 +71,7 @@ async function describe(deps: AdminDeps, name: string) {
   const variants = await Promise.all(
     versions.map(async (version) => {
       const deployment = version === primary.version ? primary : await findEndpoint(ctl, variantName(name, version));
-      const status = deployment ? await endpointStatus(ctl, deployment, await readQueueDepth(deps.dispatcher.queue(deployment.config.model.name, version))) : undefined;
+      const status = deployment ? await endpointStatus(ctl, deployment, await readQueueDepth(deps.dispatcher.queueNamed(endpointQueueName(deployment)))) : undefined;
       return {
         version,
         weight: test.split.find((v) => v.version === version)?.weight ?? 0,

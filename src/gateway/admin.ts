@@ -27,6 +27,7 @@ import { scrapeTargetRoutes } from "./scrape-targets.ts";
 import type { GatewayEnv } from "./env.ts";
 import { asPlatformError, envelope, parseBody, pathParam } from "./errors.ts";
 import { limitStream } from "./limits.ts";
+import { endpointQueueName } from "../contracts/engines.ts";
 
 const log = logger("gateway");
 
@@ -47,7 +48,7 @@ export type AdminDeps = { ctl: Control; dispatcher: Dispatcher; imports: ImportD
 
 export async function statusOf(deps: AdminDeps, name: string): Promise<EndpointStatus & { base_url: string; config: EndpointRecord["config"] }> {
   const endpoint = await getEndpoint(deps.ctl, name);
-  const depth = await readQueueDepth(deps.dispatcher.queue(endpoint.config.model.name, endpoint.version));
+  const depth = await readQueueDepth(deps.dispatcher.queueNamed(endpointQueueName(endpoint)));
   const status = await endpointStatus(deps.ctl, endpoint, depth);
   // The stored deployment rides along so a client changing one field (the dashboard's replica count)
   // can PUT the rest back unchanged instead of resetting it to defaults.
@@ -207,7 +208,7 @@ export function adminRoutes(deps: AdminDeps) {
 
   app.get("/endpoints/:name/autoscaling", async (c) => {
     const endpoint = await getEndpoint(ctl, pathParam(c, "name", ModelName));
-    const depth = await readQueueDepth(deps.dispatcher.queue(endpoint.config.model.name, endpoint.version));
+    const depth = await readQueueDepth(deps.dispatcher.queueNamed(endpointQueueName(endpoint)));
     return c.json(await autoscalingStatus(ctl, endpoint, depth));
   });
 
@@ -222,7 +223,7 @@ export function adminRoutes(deps: AdminDeps) {
     const settings = parseAutoscalingBody(body, name);
     const endpoint = await getEndpoint(ctl, name);
     await setAutoscaling(ctl, name, settings);
-    const depth = await readQueueDepth(deps.dispatcher.queue(endpoint.config.model.name, endpoint.version));
+    const depth = await readQueueDepth(deps.dispatcher.queueNamed(endpointQueueName(endpoint)));
     return c.json(await autoscalingStatus(ctl, endpoint, depth));
   });
 

@@ -22,6 +22,7 @@ import { isBlank, readLines } from "../batch/input.ts";
 import { BatchJobs, type Viewer } from "../batch/jobs.ts";
 import type { OpenAiSpec } from "../batch/records.ts";
 import type { BatchJobRecord } from "../contracts/batch.ts";
+import { endpointQueueName } from "../contracts/engines.ts";
 import { getEndpoint } from "../control/endpoints.ts";
 import type { Control } from "../control/redis.ts";
 import { PlatformError } from "../errors.ts";
@@ -101,6 +102,7 @@ export function openAiBatchRoutes(deps: OpenAiBatchDeps) {
     // Both locations are the platform's own (the file store), not client-named: shown by file id and "files/".
     const output = files.outputPrefix;
     const record = await jobs.create({ model: endpoint.config.model.name, version: endpoint.version, input, output }, who, {
+      queue: endpointQueueName(endpoint),
       openai,
       internal: {
         input: { uri: input, given: body.input_file_id, shown: body.input_file_id, confined: false },

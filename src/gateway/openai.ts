@@ -1,5 +1,6 @@
 /** The OpenAI-compatible routes and the seed's generate route, all under /v1. */
 import { type Context, Hono } from "hono";
+import { endpointQueueName } from "../contracts/engines.ts";
 import type { EmbeddingResult, TokenLogprob } from "../contracts/job.ts";
 import { PlatformError, publicJobError } from "../errors.ts";
 import type { GatewayEnv } from "./env.ts";
@@ -183,7 +184,7 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
     const meter = meterOf(c);
     await meter?.admit({ model: t.name, version: t.version }, reservationOf(submission));
     const limits = ctx.admit ? await ctx.admit(t.endpoint) : undefined;
-    const handle = await ctx.submit(submission, { queueWaitMs: limits?.maxQueueWaitMs });
+    const handle = await ctx.submit(submission, { queueWaitMs: limits?.maxQueueWaitMs, queue: endpointQueueName(t.endpoint) });
     c.req.raw.signal.addEventListener("abort", () => void handle.cancel(), { once: true });
     let result: EmbeddingResult | undefined;
     for await (const event of handle.events) {

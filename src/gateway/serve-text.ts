@@ -12,6 +12,8 @@ import { randomBytes } from "node:crypto";
 import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
 import type { FinishReason, JobEvent, TextResult, TokenLogprob, ToolCall, Usage } from "../contracts/job.ts";
+import { endpointQueueName } from "../contracts/engines.ts";
+import { queueName } from "../contracts/naming.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
 import type { VariantOutcome } from "../control/abtests.ts";
 import { PlatformError, publicJobError } from "../errors.ts";
@@ -47,7 +49,8 @@ export type TextFormat = {
 export type Base = { id: string; created: number; model: string; version: string };
 
 export type TextRequestContext = {
-  submit: (submission: Submission, options?: { queueWaitMs?: number }) => Promise<JobHandle>;
+  /** `queue`: the endpoint's (engines.ts `endpointQueueName`). */
+  submit: (submission: Submission, options: { queueWaitMs?: number; queue: string }) => Promise<JobHandle>;
   metrics: GatewayMetrics;
   /** Admission control (src/queue/admission.ts): throws the 429/503 to answer instead of queueing. */
   admit?: (endpoint: EndpointRecord) => Promise<AdmissionLimits>;
@@ -82,7 +85,8 @@ export async function serveText(
   const meter = meterOf(c);
   await meter?.admit({ model: target?.name ?? options.label, version: target?.version ?? submission.version }, forChoices(reservationOf(submission), n));
   const limits = target && ctx.admit ? await ctx.admit(target.endpoint) : undefined;
-  const handles = await submitChoices(ctx, { ...submission, stream: options.stream }, n, limits?.maxQueueWaitMs);
+  const queue = target ? endpointQueueName(target.endpoint) : queueName(submission.model, submission.version);
+  const handles = await submitChoices(ctx, { ...submission, stream: options.stream }, n, { queueWaitMs: limits?.maxQueueWaitMs, queue });
   const cancelAll = () => Promise.all(handles.map((h) => h.cancel()));
   // A client that goes away cancels its generations on the workers.
   c.req.raw.signal.addEventListener("abort", () => void cancelAll(), { once: true });
@@ -177,12 +181,12 @@ export async function serveText(
 }
 
 /** One job per choice; with a seed, choice i samples with seed + i so the choices differ and each is reproducible. */
-async function submitChoices(ctx: TextRequestContext, submission: Submission, n: number, queueWaitMs: number | undefined): Promise<JobHandle[]> {
+async function submitChoices(ctx: TextRequestContext, submission: Submission, n: number, options: { queueWaitMs?: number; queue: string }): Promise<JobHandle[]> {
   const seeded = (i: number): Submission => {
     if (i === 0 || submission.kind === "embedding" || submission.params?.seed === undefined) return submission;
     return { ...submission, params: { ...submission.params, seed: submission.params.seed + i } };
   };
-  const settled = await Promise.allSettled(Array.from({ length: n }, (_, i) => ctx.submit(seeded(i), { queueWaitMs })));
+  const settled = await Promise.allSettled(Array.from({ length: n }, (_, i) => ctx.submit(seeded(i), options)));
   const handles = settled.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
   const failure = settled.find((s) => s.status === "rejected");
   if (failure) {

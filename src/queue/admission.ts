@@ -17,7 +17,7 @@
  */
 import { parseDuration } from "../contracts/duration.ts";
 import { RETRY_AFTER_S } from "../contracts/job.ts";
-import { queueName } from "../contracts/naming.ts";
+import { endpointQueueName } from "../contracts/engines.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
 import { getAutoscaling } from "../control/autoscaling.ts";
 import type { Control } from "../control/redis.ts";
@@ -90,14 +90,14 @@ export class Admission {
   async admit(endpoint: EndpointRecord): Promise<AdmissionLimits> {
     const limits = limitsFor(endpoint, this.defaults);
     const model = endpoint.config.model.name;
-    const queue = queueName(model, endpoint.version);
+    const queue = endpointQueueName(endpoint);
     let capacity: Capacity;
     let waitingEntry: { value: number };
     try {
       [{ value: capacity }, waitingEntry] = await withinRedisWait(
         Promise.all([
           this.capacity.get(`${endpoint.name}\n${endpoint.version}`, () => this.readCapacity(endpoint)),
-          this.depth.get(queue, () => this.readWaiting(model, endpoint.version)),
+          this.depth.get(queue, () => this.readWaiting(queue)),
         ]),
         this.ctl.redis,
       );
@@ -134,9 +134,9 @@ export class Admission {
     return limits;
   }
 
-  private async readWaiting(model: string, version: string): Promise<number> {
+  private async readWaiting(queue: string): Promise<number> {
     // Online requests only: batch records are prioritized below them, so they never delay one.
-    const counts = await this.queues.queue(model, version).getJobCounts("waiting");
+    const counts = await this.queues.queueNamed(queue).getJobCounts("waiting");
     return counts.waiting ?? 0;
   }
 

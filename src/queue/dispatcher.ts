@@ -34,6 +34,8 @@ export type SubmitOptions = {
    * waiting is withdrawn and the events end with a 503 `queue_timeout`.
    */
   queueWaitMs?: number;
+  /** The endpoint's queue (engines.ts `endpointQueueName`); absent: the model version's default queue. */
+  queue?: string;
 };
 
 export type JobHandle = {
@@ -97,7 +99,7 @@ export class Dispatcher extends QueueBase {
     // The request's trace context (undefined while tracing is off), so the replica's spans join its trace.
     const traceparent = currentTraceparent();
     const payload = { ...submission, v: JOB_SCHEMA_VERSION, reply: { stream: this.replyStream }, deadline, queue_deadline: queueDeadline, ...(traceparent && { traceparent }) };
-    const queue = this.queue(submission.model, submission.version);
+    const queue = options.queue ? this.queueNamed(options.queue) : this.queue(submission.model, submission.version);
     try {
       // No priority: online work goes before batch records (BATCH_PRIORITY). The answer travels on
       // the reply stream (and the queue's event stream), never read from the job afterwards: a

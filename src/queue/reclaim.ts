@@ -32,7 +32,7 @@ export type Reclaimed = { requeued: string[]; failed: string[] };
 export async function reclaimJobs(base: QueueBase, replica: ReplicaRecord): Promise<Reclaimed> {
   const done: Reclaimed = { requeued: [], failed: [] };
   if (!replica.queue_worker) return done; // a replica of an older release: the lock lapses as before
-  const queue = base.queue(replica.model, replica.version);
+  const queue = replica.queue ? base.queueNamed(replica.queue) : base.queue(replica.model, replica.version);
   const redis = base.ctl.redis;
   const active = await redis.lrange(queue.keys.active as string, 0, -1);
   if (active.length === 0) return done;

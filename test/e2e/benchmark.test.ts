@@ -164,8 +164,8 @@ describe("platform inference benchmark", () => {
     expect(int8.not_applied).toEqual(expected);
     expect(int8.varied_not_applied).toEqual(expected.filter((f) => f === "runtime.quantization"));
     if (int8.varied_not_applied.length > 0) expect(r.stderr).toMatch(/not applied by llamacpp: runtime\.quantization/);
-    // One queue per model version: the temporary endpoint's requests are shared with tiny's replicas, and the report says so.
-    expect(int8.queue_shared_with).toEqual(["tiny"]);
+    // Quantized, the temporary endpoint has a queue of its own ({tiny@v1~int8}): no other replica answers its requests.
+    expect(int8.queue_shared_with).toEqual([]);
     expect(none.queue_shared_with).toEqual([]);
     expect(r.stderr).toContain("deployed tiny--bench-int8");
     expect(r.stderr).toContain("removed tiny--bench-int8");

@@ -7,6 +7,7 @@
 import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readGgufInfo } from "../../src/registry/gguf/read.ts";
 import { quantizeGguf } from "../../src/registry/quantize/file.ts";
@@ -78,6 +79,17 @@ describe("deploy --quantization on llama.cpp", () => {
     await stack.waitFor(async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny-q4")).body.state === "available", "tiny-q4 available");
     expect((await completion("tiny-q4")).tokens).toBe(8);
     expect((await readdir(join(stack.dataDir, "artifacts", "quantized", sha256))).sort()).toEqual(["Q4_0.gguf", "Q8_0.gguf"]);
+  });
+
+  it("each quantization has a queue of its own, so one endpoint's replicas never answer the other's requests", async () => {
+    const redis = new Redis(stack.redisUrl, { lazyConnect: true });
+    try {
+      const queues = new Set((await redis.keys("platform:{tiny@v1*")).map((k) => /^platform:(\{[^}]*\})/.exec(k)?.[1]));
+      // Both endpoints serve tiny@v1; their requests and replicas met only on their own queues.
+      expect([...queues].sort()).toEqual(["{tiny@v1~int4}", "{tiny@v1~int8}"]);
+    } finally {
+      redis.disconnect();
+    }
   });
 
   it("refuses at deploy time a model already quantized to another type", async () => {

@@ -2,7 +2,7 @@
 import { QueueKeys } from "bullmq";
 import { describe, expect, it } from "vitest";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import { notApplied } from "../../src/contracts/engines.ts";
+import { endpointQueueName, notApplied } from "../../src/contracts/engines.ts";
 import { describeIssues } from "../../src/contracts/issues.ts";
 import { JobPayload } from "../../src/contracts/job.ts";
 import { COORDINATOR_QUEUE, controlKeys, queueName } from "../../src/contracts/naming.ts";
@@ -31,6 +31,14 @@ describe("deployment config", () => {
     expect(errorsOf({ model: { name: "bad name!" } })).toMatch(/^model\.name: expected letters, digits/);
     expect(errorsOf({ model: { name: "m" }, extra: 1 })).toBe('unknown field(s) "extra"');
     expect(errorsOf({})).toMatch(/^model: /);
+  });
+
+  it("gives endpoints whose engine settings change answers a queue of their own", () => {
+    const queueOf = (runtime: object) => endpointQueueName({ config: DeploymentConfig.parse({ model: { name: "m" }, runtime }), version: "v1" });
+    expect(queueOf({})).toBe("{m@v1}");
+    expect(queueOf({ dtype: "auto", speculative_model: "d" })).toBe("{m@v1}");
+    expect(queueOf({ quantization: "int4" })).toBe("{m@v1~int4}");
+    expect(queueOf({ quantization: "int8", dtype: "float16", max_model_len: 2048 })).toBe("{m@v1~int8-float16-ctx2048}");
   });
 
   it("reports what each engine cannot apply", () => {
