@@ -12,7 +12,7 @@ import type { EndpointRecord, ModelVersionRecord } from "../src/contracts/record
 import { getEndpoint } from "../src/control/endpoints.ts";
 import { type Control, connectControl } from "../src/control/redis.ts";
 import { quantizedModel } from "../src/registry/quantize/cache.ts";
-import { resolveModelVersion } from "../src/registry/versions.ts";
+import { resolveDraftModel, resolveModelVersion } from "../src/registry/versions.ts";
 import { loadSettings, type Settings } from "../src/settings/index.ts";
 import { type ObjectStore, openStore } from "../src/storage/index.ts";
 import { configureLogging, logger } from "../src/telemetry/log.ts";
@@ -79,7 +79,7 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
     replicaId,
     healthPort: options.healthPort,
     heartbeatMs: settings.heartbeats.intervalMs,
-    loadEngine: async () => loadEngine(endpoint, await modelFile(settings, ctl, endpoint, model, replicaId), settings.vllm),
+    loadEngine: async () => loadEngine(endpoint, await modelFile(settings, ctl, endpoint, model, replicaId), { vllm: settings.vllm, draftModelPath: await draftFile(settings, ctl, endpoint) }),
   });
 
   let stopping = false;
@@ -156,4 +156,12 @@ async function modelFile(settings: Settings, ctl: Control, endpoint: EndpointRec
     `replica ${replicaId}: ${quantization} model (${q.outcome}${q.detail ? `: ${q.detail}` : ""})`,
   );
   return q.path;
+}
+
+/** A llama.cpp endpoint's draft model for speculative decoding (`runtime.speculative_model`), as a local file. */
+async function draftFile(settings: Settings, ctl: Control, endpoint: EndpointRecord): Promise<string | undefined> {
+  const spec = endpoint.framework === "llamacpp" ? endpoint.config.runtime.speculative_model : undefined;
+  if (spec === undefined) return undefined;
+  const draft = await resolveDraftModel(ctl, spec);
+  return localArtifact(openStore(settings.artifactsUrl, settings.storage.s3), join(settings.dataDir, "cache", "models"), draft);
 }

@@ -4,6 +4,7 @@
  * and so do the drivers in workers/engines/, which build on their own entry. It lives here, not
  * beside the drivers, so the gateway never loads an engine (node-llama-cpp) to know this.
  */
+import { createHash } from "node:crypto";
 import type { DeploymentConfig, Framework, Resources, Runtime } from "./deployment.ts";
 import { queueName } from "./naming.ts";
 
@@ -30,8 +31,8 @@ export type EngineDescriptor = {
 
 /**
  * node-llama-cpp (workers/engines/llamacpp.ts): the GGUF fixes precision, except that `runtime.quantization` has
- * the replica load the platform's own Q8_0/Q4_0 copy of it (src/registry/quantize/); GPU sizing and speculation
- * have no counterpart there.
+ * the replica load the platform's own Q8_0/Q4_0 copy of it (src/registry/quantize/); GPU memory sizing has no
+ * counterpart there.
  */
 export const LLAMACPP: EngineDescriptor = {
   framework: "llamacpp",
@@ -43,8 +44,9 @@ export const LLAMACPP: EngineDescriptor = {
     // The GGUF's own precision is used; "auto" asks for nothing more.
     "runtime.dtype": (c) => c.runtime.dtype === "auto",
     "runtime.quantization": true,
-    "runtime.speculative_model": false,
-    "runtime.num_speculative_tokens": false,
+    // A registered draft model with the model's vocabulary (node-llama-cpp's DraftSequenceTokenPredictor).
+    "runtime.speculative_model": true,
+    "runtime.num_speculative_tokens": (c) => c.runtime.speculative_model !== undefined,
     // gpu > 0 asks node-llama-cpp for GPU offload (CUDA, Vulkan or Metal, whichever the node has); a replica on a
     // node without one runs on the CPU and logs that it does (workers/engines/llamacpp.ts).
     "resources.gpu": true,
@@ -103,17 +105,21 @@ function fieldValue(config: DeploymentConfig, field: EngineField): unknown {
 
 /**
  * What sets an endpoint's replicas apart from other endpoints of the same model version in how they
- * answer: the weights they load (`runtime.quantization`), their precision (`runtime.dtype`) and the
- * longest request they take (`runtime.max_model_len`). Endpoints that differ in it get queues of
- * their own (naming.ts `queueName`), so one endpoint's requests are never answered by another's
- * replicas; "" (the default queue of the version) when none is set.
+ * answer: the weights they load (`runtime.quantization`), their precision (`runtime.dtype`), the
+ * longest request they take (`runtime.max_model_len`) and how they decode (a draft model for
+ * speculative decoding). Endpoints that differ in it get queues of their own (naming.ts
+ * `queueName`), so one endpoint's requests are never answered by another's replicas; "" (the
+ * default queue of the version) when none is set.
  */
 export function servingVariant(config: DeploymentConfig): string {
   const r = config.runtime;
+  // The draft is a name, a path or a Hugging Face id: hashed, so no character of it reaches a Redis key.
+  const draft = r.speculative_model === undefined ? "" : `draft${createHash("sha256").update(`${r.speculative_model}\n${r.num_speculative_tokens ?? ""}`).digest("hex").slice(0, 8)}`;
   const parts = [
     r.quantization !== undefined ? r.quantization : "",
     r.dtype !== undefined && r.dtype !== "auto" ? r.dtype : "",
     r.max_model_len !== undefined ? `ctx${r.max_model_len}` : "",
+    draft,
   ];
   return parts.filter((p) => p !== "").join("-");
 }

@@ -2,7 +2,7 @@
 import type { DeploymentConfig } from "../contracts/deployment.ts";
 import { EndpointRecord } from "../contracts/records.ts";
 import { deployRefusal } from "../registry/quantize/plan.ts";
-import { resolveModelVersion } from "../registry/versions.ts";
+import { resolveDraftModel, resolveModelVersion } from "../registry/versions.ts";
 import { PlatformError } from "../errors.ts";
 import { type InvalidRecord, parseStored } from "./invalid-records.ts";
 import type { Control } from "./redis.ts";
@@ -86,6 +86,8 @@ export async function deployEndpoint(ctl: Control, config: DeploymentConfig): Pr
   // llama.cpp replicas quantize the GGUF themselves (src/registry/quantize/): a model that cannot be is refused now, not at replica start.
   const refusal = framework === "llamacpp" && config.runtime.quantization ? deployRefusal(model.gguf?.quantization, config.runtime.quantization) : undefined;
   if (refusal) throw new PlatformError(400, "invalid_config", refusal, "runtime.quantization");
+  // The draft must be registered now; that it shares the model's vocabulary is checked where both are loaded.
+  if (framework === "llamacpp" && config.runtime.speculative_model) await resolveDraftModel(ctl, config.runtime.speculative_model);
   const name = config.endpoint ?? config.model.name;
   // An invalid stored record is replaced by this deployment.
   const existing = await findEndpoint(ctl, name).catch((e) => {

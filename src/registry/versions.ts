@@ -73,3 +73,22 @@ export async function resolveModelVersion(ctl: Control, name: string, version: s
     "version",
   );
 }
+
+/**
+ * A llama.cpp deployment's draft model for speculative decoding (`runtime.speculative_model`): a
+ * registered model, `<name>` (its newest version) or `<name>@<version>`. A 400 naming the field
+ * when it is not registered, so the deployment is refused rather than its replicas failing.
+ */
+export async function resolveDraftModel(ctl: Control, spec: string): Promise<ModelVersionRecord> {
+  const [name = "", version = "latest"] = spec.split("@");
+  try {
+    const draft = await resolveModelVersion(ctl, name, version);
+    if (draft.framework !== "llamacpp") throw new PlatformError(400, "invalid_config", `runtime.speculative_model: ${draft.name}@${draft.version} is registered for ${draft.framework}; a llama.cpp endpoint drafts with a llama.cpp (GGUF) model`, "runtime.speculative_model");
+    return draft;
+  } catch (e) {
+    if (e instanceof PlatformError && e.code === "model_not_found") {
+      throw new PlatformError(400, "invalid_config", `runtime.speculative_model: ${e.message}; on llama.cpp the draft is a registered model, "<name>" or "<name>@<version>"`, "runtime.speculative_model");
+    }
+    throw e;
+  }
+}

@@ -36,7 +36,8 @@ describe("deployment config", () => {
   it("gives endpoints whose engine settings change answers a queue of their own", () => {
     const queueOf = (runtime: object) => endpointQueueName({ config: DeploymentConfig.parse({ model: { name: "m" }, runtime }), version: "v1" });
     expect(queueOf({})).toBe("{m@v1}");
-    expect(queueOf({ dtype: "auto", speculative_model: "d" })).toBe("{m@v1}");
+    expect(queueOf({ dtype: "auto", gpu_memory_utilization: 0.8 })).toBe("{m@v1}");
+    expect(queueOf({ speculative_model: "d:}{x", num_speculative_tokens: 3 })).toMatch(/^\{m@v1~draft[0-9a-f]{8}\}$/);
     expect(queueOf({ quantization: "int4" })).toBe("{m@v1~int4}");
     expect(queueOf({ quantization: "int8", dtype: "float16", max_model_len: 2048 })).toBe("{m@v1~int8-float16-ctx2048}");
   });

@@ -24,6 +24,8 @@ export interface Engine {
   warmup(): Promise<void>;
   generate(request: TextRequest, hooks: GenerationHooks): Promise<TextOutput>;
   embed(inputs: string[]): Promise<{ embeddings: number[][]; usage: Usage }>;
+  /** With speculative decoding: the draft tokens the model accepted (validated) and rejected (refuted) so far. */
+  speculation?(): { validated: number; refuted: number } | undefined;
   dispose(): Promise<void>;
 }
 

@@ -4,8 +4,9 @@ import type { VllmSettings } from "../../src/settings/index.ts";
 import type { Engine } from "./engine.ts";
 import { loadLlamaCpp } from "./llamacpp.ts";
 
-/** `vllm`: the worker's settings.vllm (executable, start timeout); llama.cpp needs none. */
-export async function loadEngine(endpoint: EndpointRecord, modelPath: string, vllm?: VllmSettings): Promise<Engine> {
+/** `vllm`: the worker's settings.vllm (executable, start timeout); `draftModelPath`: llama.cpp's draft model, when speculating. */
+export async function loadEngine(endpoint: EndpointRecord, modelPath: string, extra: { vllm?: VllmSettings; draftModelPath?: string } = {}): Promise<Engine> {
+  const vllm = extra.vllm;
   const { runtime, resources } = endpoint.config;
   if (endpoint.framework === "vllm") {
     const { loadVllm } = await import("./vllm.ts");
@@ -17,5 +18,6 @@ export async function loadEngine(endpoint: EndpointRecord, modelPath: string, vl
     threads: resources.cpu,
     contextSize: runtime.max_model_len,
     gpu: (resources.gpu ?? 0) > 0,
+    draft: extra.draftModelPath === undefined ? undefined : { modelPath: extra.draftModelPath, tokens: runtime.num_speculative_tokens },
   });
 }

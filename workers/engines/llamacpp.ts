@@ -9,6 +9,7 @@
 import { availableParallelism } from "node:os";
 import {
   type ChatWrapperGeneratedContextState,
+  DraftSequenceTokenPredictor,
   getLlama,
   JinjaTemplateChatWrapper,
   type Llama,
@@ -39,7 +40,15 @@ export type LlamaCppOptions = {
   /** Tokens per sequence (prompt + completion); `runtime.max_model_len`. */
   contextSize?: number;
   gpu?: boolean;
+  /**
+   * Speculative decoding: a smaller model with the same vocabulary drafts up to `tokens` (default
+   * 4) tokens per step, which the model checks in one batch; the output is the model's own.
+   */
+  draft?: { modelPath: string; tokens?: number };
 };
+
+/** Draft tokens per step when `runtime.num_speculative_tokens` is unset (vLLM's usual choice too). */
+const DEFAULT_DRAFT_TOKENS = 4;
 
 const log = logger("llamacpp");
 
@@ -82,7 +91,30 @@ export async function loadLlamaCpp(options: LlamaCppOptions): Promise<Engine> {
   }
   const threads = options.threads ?? defaultThreads();
   const context = await model.createContext({ sequences: options.parallel, contextSize, threads });
-  return new LlamaCppEngine(model, context, options.parallel, threads, new GrammarCache(llama));
+  const draft = options.draft && (await loadDraft(llama, model, options.draft.modelPath, options.parallel, contextSize, threads));
+  const tokens = options.draft?.tokens ?? DEFAULT_DRAFT_TOKENS;
+  if (draft) log.info({ draft_tokens: tokens }, `speculative decoding: a draft model proposes ${tokens} tokens per step`);
+  const sequences = Array.from({ length: options.parallel }, () =>
+    // minTokens: wait for the draft's tokens; with none (the library's default) a fast model outruns its draft and never speculates.
+    context.getSequence(draft ? { tokenPredictor: new DraftSequenceTokenPredictor(draft.context.getSequence(), { minTokens: tokens, maxTokens: tokens }) } : {}),
+  );
+  return new LlamaCppEngine(model, context, sequences, threads, new GrammarCache(llama), draft);
+}
+
+type Draft = { model: LlamaModel; context: LlamaContext };
+
+/** The draft model, refused (400) unless its vocabulary is the model's: its tokens are checked as the model's own. */
+async function loadDraft(llama: Llama, model: LlamaModel, modelPath: string, parallel: number, contextSize: number, threads: number): Promise<Draft> {
+  const draftModel = await llama.loadModel({ modelPath });
+  const vocabulary = (m: LlamaModel) => m.fileInfo.metadata.tokenizer?.ggml?.tokens;
+  const mine = vocabulary(model);
+  const its = vocabulary(draftModel);
+  if (!Array.isArray(mine) || !Array.isArray(its) || mine.length !== its.length || mine.some((t, i) => t !== its[i])) {
+    await draftModel.dispose();
+    throw new PlatformError(400, "invalid_config", "runtime.speculative_model: the draft model's vocabulary differs from the model's; speculative decoding needs a draft with the same tokenizer (usually a smaller model of the same family)", "runtime.speculative_model");
+  }
+  const context = await draftModel.createContext({ sequences: parallel, contextSize: Math.min(contextSize, draftModel.trainContextSize), threads });
+  return { model: draftModel, context };
 }
 
 class LlamaCppEngine implements Engine {
@@ -97,18 +129,22 @@ class LlamaCppEngine implements Engine {
   private readonly callSyntax: CallSyntax | undefined;
   private readonly bos: Token | null;
   private readonly grammars: GrammarCache;
+  private readonly draft: Draft | undefined;
+  private readonly sequences: LlamaContextSequence[];
   private readonly vocabularySize: number;
   private embeddingContext: Promise<LlamaEmbeddingContext> | undefined;
 
-  constructor(model: LlamaModel, context: LlamaContext, parallel: number, threads: number, grammars: GrammarCache) {
+  constructor(model: LlamaModel, context: LlamaContext, sequences: LlamaContextSequence[], threads: number, grammars: GrammarCache, draft?: Draft) {
     this.model = model;
+    this.draft = draft;
+    this.sequences = sequences;
     this.grammars = grammars;
     const vocabulary = model.fileInfo.metadata.tokenizer?.ggml?.tokens;
     this.vocabularySize = Array.isArray(vocabulary) ? vocabulary.length : 0;
     this.context = context;
-    this.parallel = parallel;
+    this.parallel = sequences.length;
     this.threads = threads;
-    for (let i = 0; i < parallel; i++) this.free.push(context.getSequence());
+    this.free.push(...sequences);
     const template = model.fileInfo.metadata.tokenizer?.chat_template;
     this.chatTemplate = typeof template === "string" && template.length > 0 ? new JinjaTemplateChatWrapper({ template }) : undefined;
     this.callSyntax = callSyntaxOf(this.chatTemplate);
@@ -241,10 +277,18 @@ class LlamaCppEngine implements Engine {
     return { embeddings, usage: usage(promptTokens, 0) };
   }
 
+  /** Speculative decoding's draft tokens so far, accepted by the model or not (undefined without a draft). */
+  speculation(): { validated: number; refuted: number } | undefined {
+    if (!this.draft) return undefined;
+    return this.sequences.reduce((sum, s) => ({ validated: sum.validated + s.tokenPredictions.validated, refuted: sum.refuted + s.tokenPredictions.refuted }), { validated: 0, refuted: 0 });
+  }
+
   async dispose(): Promise<void> {
     if (this.embeddingContext) await (await this.embeddingContext).dispose();
     await this.context.dispose();
     await this.model.dispose();
+    await this.draft?.context.dispose();
+    await this.draft?.model.dispose();
   }
 
   private render(request: TextRequest): { tokens: Token[]; stopTriggers: string[] } {
