@@ -13,46 +13,16 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { notApplied } from "../../src/contracts/engines.ts";
+import type { LevelResult } from "../../src/cli/benchmark-measure.ts";
+import type { BenchmarkReport, ConfigurationResult } from "../../src/cli/benchmark-report.ts";
+import type { Summary } from "../../src/cli/benchmark-stats.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { BIN, runCli, type Stack, sleep, startStack } from "../helpers/stack.ts";
 
-type Summary = { count: number; mean: number; p50: number; p90: number; p99: number };
-type Level = {
-  concurrency: number;
-  requests: number;
-  completed: number;
-  errors: number;
-  duration_s: number;
-  requests_per_s: number;
-  output_tokens_per_s: number;
-  output_tokens: number;
-  prompt_tokens: number;
-  tokens_exact: boolean;
-  ttft_ms: Summary | null;
-  itl_ms: Summary | null;
-  e2e_ms: Summary | null;
-  tpot_ms: Summary | null;
-};
-type Configuration = {
-  name: string;
-  fields: Record<string, string>;
-  endpoint: string;
-  temporary: boolean;
-  version: string | null;
-  framework: string | null;
-  not_applied: string[];
-  varied_not_applied: string[];
-  queue_shared_with: string[];
-  levels: Level[];
-  error?: string;
-};
-type Report = {
-  object: string;
-  model: string;
-  settings: { api: string; concurrency: number[]; requests_per_level: number | null; duration_s: number | null; max_tokens: number };
-  configurations: Configuration[];
-  files: { json: string; html: string };
-};
+// The report's own types: the test checks the values the command writes, not a second copy of its shape.
+type Level = LevelResult;
+type Configuration = ConfigurationResult;
+type Report = BenchmarkReport;
 
 let stack: Stack;
 let work: string;
