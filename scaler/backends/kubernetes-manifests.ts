@@ -53,7 +53,10 @@ export interface WorkerDeploymentOptions {
   namespace: string;
   /** The platform image; its ENTRYPOINT is `node /app/bin/platform.js`. */
   image: string;
-  /** A different image per engine, e.g. one with vLLM installed for GPU nodes. */
+  /**
+   * A different image per engine: `vllm` is deploy/vllm-worker.Dockerfile's image
+   * (PLATFORM_VLLM_WORKER_IMAGE), which has vLLM and the same ENTRYPOINT as `image`.
+   */
   imageByFramework?: Partial<Record<Framework, string>>;
   imagePullPolicy?: "Always" | "IfNotPresent" | "Never";
   imagePullSecrets?: string[];
@@ -125,6 +128,49 @@ function httpProbe(path: string, periodSeconds: number, failureThreshold: number
   };
 }
 
+export const GPU_RESOURCE = "nvidia.com/gpu";
+
+/**
+ * GPUs a replica asks the scheduler for. llama.cpp: `resources.gpu` (none when unset: it runs
+ * on the CPU). vLLM's image runs on CUDA only, so an unset `resources.gpu` means the GPUs
+ * `vllm serve` will use: `runtime.tensor_parallel_size`, else one. An explicit 0 is kept.
+ */
+export function workerGpus(endpoint: EndpointRecord): number {
+  const { resources: r, runtime } = endpoint.config;
+  if (endpoint.framework === "vllm") return r.gpu ?? runtime.tensor_parallel_size ?? 1;
+  return r.gpu ?? 0;
+}
+
+/**
+ * The processes `vllm serve` runs GPUs with, one per tensor-parallel rank: what
+ * workers/engines/vllm-flags.ts passes as --tensor-parallel-size (the field, else every GPU).
+ */
+function vllmRanks(endpoint: EndpointRecord): number {
+  return Math.max(1, endpoint.config.runtime.tensor_parallel_size ?? workerGpus(endpoint));
+}
+
+const MI_PER_GI = 1024;
+
+function toMi(quantity: string): number {
+  const n = Number.parseFloat(quantity);
+  return quantity.endsWith("Gi") ? n * MI_PER_GI : n;
+}
+
+/**
+ * /dev/shm for a vLLM replica: 1Gi, plus 1Gi per tensor-parallel rank, so one GPU gets the 2Gi
+ * of vLLM's own Kubernetes example. vLLM's ranks are separate processes: the engine broadcasts
+ * each step to them through a shared-memory ring buffer, PyTorch passes tensors between
+ * processes there, and NCCL falls back to its shared-memory transport between GPUs without
+ * peer-to-peer access, its buffers growing with the number of peers. A container's default is
+ * 64Mi, where that fails with a bus error. The pages count against the pod's memory limit, so
+ * never more than `resources.memory`.
+ */
+export function vllmShmSizeLimit(endpoint: EndpointRecord): string {
+  const wanted = `${1 + vllmRanks(endpoint)}Gi`;
+  const memory = endpoint.config.resources.memory;
+  return memory !== undefined && toMi(memory) < toMi(wanted) ? memory : wanted;
+}
+
 function containerResources(endpoint: EndpointRecord) {
   const r = endpoint.config.resources;
   const requests: Record<string, string> = {};
@@ -133,7 +179,13 @@ function containerResources(endpoint: EndpointRecord) {
   // so the quota has to match it or generation gets throttled.
   if (r.cpu !== undefined) requests.cpu = limits.cpu = String(r.cpu);
   if (r.memory !== undefined) requests.memory = limits.memory = r.memory;
-  if (r.gpu !== undefined && r.gpu > 0) limits["nvidia.com/gpu"] = String(r.gpu);
+  const gpus = workerGpus(endpoint);
+  if (gpus > 0) {
+    limits[GPU_RESOURCE] = String(gpus);
+    // Kubernetes fills in an extended resource's request from its limit; vLLM's manifests say it
+    // outright. llama.cpp's stay as they were, so their spec hash (and running pods) do not change.
+    if (endpoint.framework === "vllm") requests[GPU_RESOURCE] = limits[GPU_RESOURCE];
+  }
   return {
     ...(Object.keys(requests).length > 0 ? { requests } : {}),
     ...(Object.keys(limits).length > 0 ? { limits } : {}),
@@ -142,7 +194,7 @@ function containerResources(endpoint: EndpointRecord) {
 
 function gpuPlacement(endpoint: EndpointRecord, options: WorkerDeploymentOptions) {
   const r = endpoint.config.resources;
-  const gpus = r.gpu ?? 0;
+  const gpus = workerGpus(endpoint);
   const out: { nodeSelector?: Record<string, string>; tolerations?: V1Toleration[] } = {};
   if (r.gpu_type !== undefined) {
     if (r.gpu_type.length > DNS_LABEL_MAX || !LABEL_VALUE.test(r.gpu_type)) {
@@ -153,7 +205,7 @@ function gpuPlacement(endpoint: EndpointRecord, options: WorkerDeploymentOptions
     out.nodeSelector = { [options.gpuTypeLabel ?? DEFAULT_GPU_TYPE_LABEL]: r.gpu_type };
   }
   // GPU node pools are commonly tainted so that only GPU workloads land there.
-  if (gpus > 0) out.tolerations = [{ key: "nvidia.com/gpu", operator: "Exists", effect: "NoSchedule" }];
+  if (gpus > 0) out.tolerations = [{ key: GPU_RESOURCE, operator: "Exists", effect: "NoSchedule" }];
   return out;
 }
 
@@ -166,8 +218,12 @@ function volumes(endpoint: EndpointRecord): { volumes: V1Volume[]; mounts: V1Vol
     { name: "data", mountPath: "/data" },
     { name: "tmp", mountPath: "/tmp" },
   ];
-  // vLLM's tensor-parallel workers exchange tensors through /dev/shm, which is 64 MiB by default.
-  if ((endpoint.config.resources.gpu ?? 0) > 0) {
+  // vLLM's tensor-parallel processes exchange data through /dev/shm, 64Mi by default (vllmShmSizeLimit).
+  // llama.cpp GPU replicas keep the unsized mount they always had, so their Deployments do not roll.
+  if (endpoint.framework === "vllm") {
+    vols.push({ name: "dshm", emptyDir: { medium: "Memory", sizeLimit: vllmShmSizeLimit(endpoint) } });
+    mounts.push({ name: "dshm", mountPath: "/dev/shm" });
+  } else if ((endpoint.config.resources.gpu ?? 0) > 0) {
     vols.push({ name: "dshm", emptyDir: { medium: "Memory" } });
     mounts.push({ name: "dshm", mountPath: "/dev/shm" });
   }

@@ -445,3 +445,83 @@ describe("docker-compose.yml and the Dockerfile", () => {
     expect(JSON.parse(last("CMD") ?? "null")).toEqual(["gateway"]);
   });
 });
+
+/** The ARG defaults declared before a Dockerfile's first FROM: the only ones a FROM line may use. */
+function dockerGlobalArgs(text: string): Record<string, string> {
+  const args: Record<string, string> = {};
+  for (const line of text.replace(/\\\n/g, " ").split("\n")) {
+    if (/^\s*FROM\s/i.test(line)) break;
+    const m = /^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)=(\S+)\s*$/i.exec(line);
+    if (m) args[m[1]!] = m[2]!;
+  }
+  return args;
+}
+
+describe("deploy/vllm-worker.Dockerfile", () => {
+  const text = readFileSync(join(ROOT, "deploy", "vllm-worker.Dockerfile"), "utf8");
+  const stages = dockerStages(text);
+  const globals = dockerGlobalArgs(text);
+  const expand = (value: string) => value.replace(/\$\{(\w+)\}|\$(\w+)/g, (_, a: string | undefined, b: string | undefined) => globals[(a ?? b)!] ?? "");
+  /** A stage's base image (ARGs expanded) and its `AS` name. */
+  const from = (stage: { instruction: string; args: string }[]) => {
+    const [image, as, name] = stage[0]!.args.split(/\s+/);
+    return { image: expand(image!), name: as?.toUpperCase() === "AS" ? name : undefined };
+  };
+  const final = stages.at(-1)!;
+  const all = (instruction: string) => final.filter((i) => i.instruction === instruction).map((i) => i.args);
+  const last = (instruction: string) => all(instruction).at(-1);
+  const rootFinal = dockerStages(readFileSync(join(ROOT, "Dockerfile"), "utf8")).at(-1)!;
+  const rootLast = (instruction: string) => rootFinal.filter((i) => i.instruction === instruction).at(-1)?.args;
+  const env = Object.fromEntries(all("ENV").flatMap((args) => [...args.matchAll(/([A-Za-z_][A-Za-z0-9_]*)=(\S+)/g)].map((m) => [m[1]!, m[2]!])));
+
+  it("is vLLM's official OpenAI-server image at a pinned release", () => {
+    const base = from(final).image;
+    expect(base).toMatch(/^vllm\/vllm-openai:v\d+\.\d+\.\d+(\.post\d+)?$/);
+    // The docs name the release the image is built on.
+    expect(readFileSync(join(ROOT, "deploy", "README.md"), "utf8").includes(base), `deploy/README.md names ${base}`).toBe(true);
+  });
+
+  it("adds the platform image's code, production node_modules and Node 24, not a second build of them", () => {
+    const platform = stages.find((s) => from(s).name === "platform");
+    expect(platform, 'a stage named "platform"').toBeDefined();
+    expect(platform!.length, "the platform stage only names the image").toBe(1);
+    expect(platform![0]!.args).toMatch(/^\$\{PLATFORM_IMAGE\}\s/);
+    expect(globals.PLATFORM_IMAGE).toBeDefined();
+    expect(all("COPY")).toEqual(expect.arrayContaining(["--from=platform /usr/local/bin/node /usr/local/bin/node", "--from=platform /app /app"]));
+    // Nothing from the build context and no npm: everything comes from the root Dockerfile's image.
+    expect(all("COPY").every((args) => args.startsWith("--from=platform "))).toBe(true);
+    expect(all("RUN").some((args) => /\bnpm\b/.test(args))).toBe(false);
+    // ...whose final stage is the official Node 24 image with the platform under /app.
+    expect(rootFinal[0]!.args).toMatch(/^node:24[-.\w]*$/);
+    expect(rootFinal.filter((i) => i.instruction === "WORKDIR").map((i) => i.args)).toContain("/app");
+    // The build fails, not the first replica, when Node cannot run on vLLM's base.
+    expect(all("RUN").some((args) => args.includes("node /app/bin/platform.js worker --help"))).toBe(true);
+  });
+
+  it("runs `platform worker` through the platform's own ENTRYPOINT, so the scaler's worker args fit either image", () => {
+    expect(JSON.parse(last("ENTRYPOINT")!)).toEqual(JSON.parse(rootLast("ENTRYPOINT")!));
+    expect(JSON.parse(last("ENTRYPOINT")!)).toEqual(["node", "/app/bin/platform.js"]);
+    expect(JSON.parse(last("CMD")!)).toEqual(["worker"]);
+    const container = buildWorkerDeployment({ ...sampleEndpoint(), framework: "vllm" }, 1, { namespace: "ns", image: "x" }).spec!.template.spec!.containers[0]!;
+    expect(container.command).toBeUndefined();
+    expect(container.args![0]).toBe(JSON.parse(last("CMD")!)[0]);
+    expect(last("EXPOSE")).toBe(String(WORKER_HEALTH_PORT));
+  });
+
+  it("points VLLM_BIN at the image's vllm, checked at build time", () => {
+    const arg = final.find((i) => i.instruction === "ARG" && i.args.startsWith("VLLM_BIN="))?.args.split("=")[1];
+    expect(arg).toMatch(/^\/\S+\/vllm$/);
+    expect(env.VLLM_BIN).toBe("${VLLM_BIN}");
+    expect(all("RUN").some((args) => args.includes('-x "$VLLM_BIN"'))).toBe(true);
+    expect(env.VLLM_NO_USAGE_STATS).toBe("1");
+  });
+
+  it("runs as the non-root user the worker pods run as, with a writable HOME for vLLM's caches", () => {
+    const pod = buildWorkerDeployment({ ...sampleEndpoint(), framework: "vllm" }, 1, { namespace: "ns", image: "x" }).spec!.template.spec!;
+    expect(last("USER")).toBe(`${pod.securityContext!.runAsUser}:${pod.securityContext!.runAsGroup}`);
+    expect(env.HOME).toMatch(/^\/\S+$/);
+    const setup = all("RUN").find((args) => args.includes("useradd"))!;
+    expect(setup).toContain(`chown 1000:1000 ${env.HOME}`);
+    expect(final.findIndex((i) => i.instruction === "USER")).toBeGreaterThan(final.findIndex((i) => i.args === setup));
+  });
+});

@@ -10,7 +10,9 @@ import {
   LABELS,
   buildWorkerDeployment,
   labelValue,
+  vllmShmSizeLimit,
   workerDeploymentName,
+  workerGpus,
   type WorkerDeploymentOptions,
 } from "../../scaler/backends/kubernetes-manifests.ts";
 import { KubernetesApiError, KubernetesBackend } from "../../scaler/backends/kubernetes.ts";
@@ -34,6 +36,15 @@ function endpoint(name: string, version: string, config: Partial<DeploymentConfi
     updated: 1,
   });
 }
+
+/** A `framework: vllm` endpoint, as `inference deploy` records it. */
+function vllmEndpoint(name: string, version: string, config: Partial<DeploymentConfigInput> = {}): EndpointRecord {
+  const record = endpoint(name, version, { ...config, model: { name: "stories", version, framework: "vllm" } });
+  return EndpointRecord.parse({ ...record, framework: "vllm" });
+}
+
+const VLLM_IMAGE = "registry.example.com/platform-vllm:1.2.3";
+const WORKER_ARGS = (name: string) => ["worker", "--endpoint", name, "--health-port", "8081", "--replica-id", "$(POD_NAME)"];
 
 const options: WorkerDeploymentOptions = {
   namespace: NAMESPACE,
@@ -103,7 +114,9 @@ describe("worker Deployment manifest", () => {
     expect(pod.containers[0]!.resources!.limits).toMatchObject({ "nvidia.com/gpu": "2" });
     expect(pod.nodeSelector).toEqual({ [DEFAULT_GPU_TYPE_LABEL]: "NVIDIA-A100-SXM4-80GB" });
     expect(pod.tolerations).toEqual([{ key: "nvidia.com/gpu", operator: "Exists", effect: "NoSchedule" }]);
-    expect(pod.volumes!.some((v) => v.name === "dshm" && v.emptyDir?.medium === "Memory")).toBe(true);
+    // A llama.cpp replica as before this backend knew vLLM: the GPU as a limit only, an unsized /dev/shm.
+    expect(pod.containers[0]!.resources!.requests).not.toHaveProperty("nvidia.com/gpu");
+    expect(pod.volumes!.find((v) => v.name === "dshm")!.emptyDir).toEqual({ medium: "Memory" });
   });
 
   it("uses the configured node label for gpu_type, and a GPU count without a type", () => {
@@ -154,6 +167,92 @@ describe("worker Deployment manifest", () => {
     const record = { ...endpoint("g", "v1"), framework: "vllm" as const };
     const d = buildWorkerDeployment(record, 1, { ...options, imageByFramework: { vllm: "example.com/platform-vllm:1" } });
     expect(d.spec!.template.spec!.containers[0]!.image).toBe("example.com/platform-vllm:1");
+  });
+});
+
+describe("vLLM worker Deployment manifest", () => {
+  const vllmOptions: WorkerDeploymentOptions = { ...options, imageByFramework: { vllm: VLLM_IMAGE } };
+
+  it("runs the vLLM image's worker with GPUs requested and limited, on gpu_type nodes, tolerating the GPU taint, with a sized /dev/shm", () => {
+    const d = buildWorkerDeployment(
+      vllmEndpoint("big", "v7", { runtime: { tensor_parallel_size: 2 }, resources: { gpu: 2, gpu_type: "NVIDIA-H100-80GB-HBM3", cpu: 8, memory: "64Gi" } }),
+      1,
+      vllmOptions,
+    );
+    expectValidDeployment(d);
+    const pod = d.spec!.template.spec!;
+    const container = pod.containers[0]!;
+    expect(container.image).toBe(VLLM_IMAGE);
+    // The image's ENTRYPOINT is the platform's (deploy/vllm-worker.Dockerfile): `worker` starts `vllm serve` itself.
+    expect(container.command).toBeUndefined();
+    expect(container.args).toEqual(WORKER_ARGS("big"));
+    expect(container.resources).toEqual({
+      requests: { cpu: "8", memory: "64Gi", "nvidia.com/gpu": "2" },
+      limits: { cpu: "8", memory: "64Gi", "nvidia.com/gpu": "2" },
+    });
+    expect(pod.nodeSelector).toEqual({ [DEFAULT_GPU_TYPE_LABEL]: "NVIDIA-H100-80GB-HBM3" });
+    expect(pod.tolerations).toEqual([{ key: "nvidia.com/gpu", operator: "Exists", effect: "NoSchedule" }]);
+    // 1Gi + 1Gi per tensor-parallel rank, memory-backed: NCCL and vLLM's ranks share tensors there.
+    expect(pod.volumes).toContainEqual({ name: "dshm", emptyDir: { medium: "Memory", sizeLimit: "3Gi" } });
+    expect(container.volumeMounts).toContainEqual({ name: "dshm", mountPath: "/dev/shm" });
+    // The same pod contract as every worker: non-root, probes on the health port, nothing privileged.
+    expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 1000 });
+    expect(container.securityContext).toEqual({ allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] } });
+    expect(container.startupProbe?.httpGet).toEqual({ path: "/readyz", port: 8081 });
+  });
+
+  it("sizes GPUs and /dev/shm from the tensor-parallel size, bounded by resources.memory", () => {
+    const cases: { config: Partial<DeploymentConfigInput>; gpus: number; shm: string }[] = [
+      // vLLM's image needs CUDA: no resources.gpu still means one GPU, as `vllm serve` will use.
+      { config: {}, gpus: 1, shm: "2Gi" },
+      { config: { runtime: { tensor_parallel_size: 4 } }, gpus: 4, shm: "5Gi" },
+      // Every GPU of the replica is a rank when tensor_parallel_size is unset (workers/engines/vllm-flags.ts).
+      { config: { resources: { gpu: 8 } }, gpus: 8, shm: "9Gi" },
+      { config: { runtime: { tensor_parallel_size: 4 }, resources: { memory: "3Gi" } }, gpus: 4, shm: "3Gi" },
+      { config: { resources: { gpu: 2, memory: "2560Mi" } }, gpus: 2, shm: "2560Mi" },
+      { config: { resources: { memory: "16Gi" } }, gpus: 1, shm: "2Gi" },
+    ];
+    for (const { config, gpus, shm } of cases) {
+      const record = vllmEndpoint("g", "v1", config);
+      expect(workerGpus(record), JSON.stringify(config)).toBe(gpus);
+      expect(vllmShmSizeLimit(record), JSON.stringify(config)).toBe(shm);
+      const d = buildWorkerDeployment(record, 1, vllmOptions);
+      expectValidDeployment(d);
+      const pod = d.spec!.template.spec!;
+      expect(pod.containers[0]!.resources!.limits!["nvidia.com/gpu"]).toBe(String(gpus));
+      expect(pod.containers[0]!.resources!.requests!["nvidia.com/gpu"]).toBe(String(gpus));
+      expect(pod.tolerations).toHaveLength(1);
+      expect(pod.volumes!.find((v) => v.name === "dshm")!.emptyDir).toEqual({ medium: "Memory", sizeLimit: shm });
+      expect(pod.nodeSelector).toBeUndefined();
+    }
+    // An explicit 0 is the operator's to make: no GPU, no GPU toleration.
+    const none = buildWorkerDeployment(vllmEndpoint("g", "v1", { resources: { gpu: 0 } }), 1, vllmOptions).spec!.template.spec!;
+    expect(none.containers[0]!.resources).toBeUndefined();
+    expect(none.tolerations).toBeUndefined();
+  });
+
+  it("leaves a llama.cpp endpoint without any of it, with the vLLM image configured", () => {
+    const d = buildWorkerDeployment(endpoint("chat", "v1", { resources: { cpu: 2, memory: "4Gi" } }), 1, vllmOptions);
+    expectValidDeployment(d);
+    const pod = d.spec!.template.spec!;
+    const container = pod.containers[0]!;
+    expect(container.image).toBe(IMAGE);
+    expect(container.command).toBeUndefined();
+    expect(container.args).toEqual(WORKER_ARGS("chat"));
+    expect(container.resources).toEqual({ requests: { cpu: "2", memory: "4Gi" }, limits: { cpu: "2", memory: "4Gi" } });
+    expect(pod.nodeSelector).toBeUndefined();
+    expect(pod.tolerations).toBeUndefined();
+    expect(pod.volumes!.map((v) => v.name)).toEqual(["data", "tmp"]);
+    expect(container.volumeMounts!.map((m) => m.mountPath)).toEqual(["/data", "/tmp"]);
+    // Only the framework differs, yet the Deployments differ, so a framework change rolls the pods.
+    const asVllm = buildWorkerDeployment(vllmEndpoint("chat", "v1", { resources: { cpu: 2, memory: "4Gi" } }), 1, vllmOptions);
+    expect(asVllm.metadata!.annotations![ANNOTATIONS.specHash]).not.toBe(d.metadata!.annotations![ANNOTATIONS.specHash]);
+  });
+
+  it("falls back to the worker image when no vLLM image is configured", () => {
+    const d = buildWorkerDeployment(vllmEndpoint("g", "v1"), 1, options);
+    expectValidDeployment(d);
+    expect(d.spec!.template.spec!.containers[0]!.image).toBe(IMAGE);
   });
 });
 
@@ -244,6 +343,26 @@ describe("KubernetesBackend against an API server", () => {
     expect(await k8s.observe("chat")).toEqual({ requested: 0, ready: 0 });
     await k8s.remove("chat");
     await k8s.close();
+  });
+
+  it("creates a vLLM endpoint's Deployment on the vLLM image (PLATFORM_VLLM_WORKER_IMAGE), as built", async () => {
+    const k8s = new KubernetesBackend({
+      kubeConfig,
+      ...loadSettings({ PLATFORM_WORKER_IMAGE: IMAGE, PLATFORM_VLLM_WORKER_IMAGE: VLLM_IMAGE }).kubernetes,
+    });
+    const record = vllmEndpoint("chat", "v1", { resources: { gpu: 1, gpu_type: "NVIDIA-L4" } });
+    await k8s.scale(record, 1);
+    const created = api.requests.find((r) => r.method === "POST")!;
+    expect(created.body).toEqual(
+      JSON.parse(JSON.stringify(buildWorkerDeployment(record, 1, { ...options, namespace: NAMESPACE, imageByFramework: { vllm: VLLM_IMAGE } }))),
+    );
+    expectValidDeployment(created.body);
+    const stored = api.deployment(NAMESPACE, workerDeploymentName("chat", "v1"))!;
+    expect(stored.spec.template.spec.containers[0].image).toBe(VLLM_IMAGE);
+    expect(stored.spec.template.spec.containers[0].resources.requests["nvidia.com/gpu"]).toBe("1");
+    expect(stored.spec.template.spec.nodeSelector).toEqual({ [DEFAULT_GPU_TYPE_LABEL]: "NVIDIA-L4" });
+    await k8s.scale(endpoint("cpu", "v1"), 1);
+    expect(api.deployment(NAMESPACE, workerDeploymentName("cpu", "v1"))!.spec.template.spec.containers[0].image).toBe(IMAGE);
   });
 
   it("scaling to zero keeps the Deployment and drops older versions at once", async () => {
@@ -338,6 +457,8 @@ describe("KubernetesBackend against an API server", () => {
       gpuTypeLabel: "x/y",
       terminationGracePeriodSeconds: 120,
     });
+    expect(kubernetes({ PLATFORM_WORKER_IMAGE: IMAGE, PLATFORM_VLLM_WORKER_IMAGE: VLLM_IMAGE }).imageByFramework).toEqual({ vllm: VLLM_IMAGE });
+    expect(kubernetes({ PLATFORM_WORKER_IMAGE: IMAGE }).imageByFramework).toBeUndefined();
     expect(kubernetes({ PLATFORM_WORKER_IMAGE: IMAGE, PLATFORM_WORKER_REDIS_SECRET: "" }).redisPasswordSecret).toBeUndefined();
     expect(kubernetes({ POD_NAME: "scaler-0", POD_NAMESPACE: "ml" })).toMatchObject({ podName: "scaler-0", podNamespace: "ml" });
     expect(() => kubernetes({ PLATFORM_WORKER_REDIS_SECRET: "no-key" })).toThrow(/PLATFORM_WORKER_REDIS_SECRET/);
