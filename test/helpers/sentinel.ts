@@ -22,7 +22,8 @@ export type SentinelGroup = {
   primaryPort: number;
   replicaPort: number;
   /** SIGKILLs the current primary; resolves once a sentinel names the new one. */
-  killPrimary: () => Promise<{ killedAt: number; promotedAt: number; newPrimaryPort: number }>;
+  /** `onKilled` runs right after the SIGKILL, before the (seconds long) promotion is waited for. */
+  killPrimary: (onKilled?: () => void) => Promise<{ killedAt: number; promotedAt: number; newPrimaryPort: number }>;
   stop: () => Promise<void>;
 };
 
@@ -86,10 +87,11 @@ export async function startSentinelGroup(options: { downAfterMs?: number } = {})
     password,
     primaryPort,
     replicaPort,
-    killPrimary: async () => {
+    killPrimary: async (onKilled) => {
       const current = await primaryNow();
       children.get(current)?.kill("SIGKILL");
       const killedAt = Date.now();
+      onKilled?.();
       await waitUntil("a new primary", async () => (await primaryNow()) !== current, 60_000);
       return { killedAt, promotedAt: Date.now(), newPrimaryPort: await primaryNow() };
     },
