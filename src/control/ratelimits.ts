@@ -15,9 +15,11 @@
  *
  * Every check is one Lua script over one key's keys (one hash tag, see contracts/naming.ts), so
  * it is atomic across gateways and runs on a Redis Cluster. The clock is Redis's (TIME), so
- * gateways with skewed clocks still agree.
+ * gateways with skewed clocks still agree. A request's end (release and settle) is one script
+ * too, which the gateway sends in a pipeline with the request's usage (finishInto).
  */
 import { createHash } from "node:crypto";
+import type { ChainableCommander } from "ioredis";
 import type { KeyLimits, ScopeLimits } from "../contracts/limits.ts";
 import { hasScopeLimits } from "../contracts/limits.ts";
 import { causeFields, logger } from "../telemetry/log.ts";
@@ -62,37 +64,63 @@ export function scopesFor(limits: KeyLimits | undefined, model?: string): Scope[
  * KEYS: per scope its `w` (log), `t` (tokens) and `s` (slots).
  * ARGV: mode ("admit" or "peek"), member, tokens, window ms, lease ms, then per scope rpm, tpm, max concurrency (0: none).
  * Returns {admitted, retry after ms, never, "i:kind,..." exceeded, then per scope requests, tokens, in flight, reset ms}.
+ *
+ * It runs before every limited request is queued, and Redis runs it while the request waits, so
+ * its admission reads and writes as little as it can (9 commands for a scope with all three
+ * limits, where a plain form takes 13): it reads only what a scope limits (a peek reads all);
+ * the running sum comes with the tokens of the entries leaving the window in one HMGET and is
+ * written once, with the new reservation; live leases are counted, not first swept (a crashed
+ * gateway's expired ones go when the expiries are re-armed); and the log's and tokens'
+ * expiries are re-armed only every tenth of a window, to a window and a tenth (`armed` in `t`
+ * says when), so each still outlives its last admission by a window. The slots set is emptied
+ * and so deleted by most request ends, so its lease-long expiry is set on every admission.
  */
 const CHECK = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Numbers passed to redis.call are formatted each time: the ones used more than once go as strings.
+local nowText = string.format('%d', now)
 local mode, member, need = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local window, lease = tonumber(ARGV[4]), tonumber(ARGV[5])
+local admit = mode == 'admit'
+local horizon = now - window
+local rearm = math.floor(window / 10)
 local n = #KEYS / 3
-local counts = {}
+local state = {}
 local wait, never, exceeded = 0, 0, {}
 for i = 0, n - 1 do
   local w, tk, s = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
   local rpm, tpm, conc = tonumber(ARGV[6 + 3 * i]), tonumber(ARGV[7 + 3 * i]), tonumber(ARGV[8 + 3 * i])
-  local horizon = now - window
+  local log = rpm > 0 or tpm > 0
   local old = redis.call('ZRANGEBYSCORE', w, '-inf', horizon)
-  if #old > 0 then
-    local freed = 0
-    for j = 1, #old do
-      local a = redis.call('HGET', tk, old[j])
-      if a then
-        freed = freed + tonumber(a)
-        redis.call('HDEL', tk, old[j])
+  local sum, armed, freed = 0, 0, 0
+  if log or #old > 0 or not admit then
+    -- The sum and when the expiries were armed, with the tokens of (the first) entries leaving the window.
+    local first = math.min(#old, 1000)
+    local got = redis.call('HMGET', tk, 'sum', 'armed', unpack(old, 1, first))
+    sum, armed = tonumber(got[1] or '0'), tonumber(got[2] or '0')
+    for k = 3, #got do if got[k] then freed = freed + tonumber(got[k]) end end
+    if #old > 0 then
+      redis.call('HDEL', tk, unpack(old, 1, first))
+      for j = first + 1, #old, 1000 do
+        local last = math.min(j + 999, #old)
+        local more = redis.call('HMGET', tk, unpack(old, j, last))
+        for k = 1, #more do if more[k] then freed = freed + tonumber(more[k]) end end
+        redis.call('HDEL', tk, unpack(old, j, last))
       end
+      redis.call('ZREMRANGEBYSCORE', w, '-inf', horizon)
     end
-    if freed ~= 0 then redis.call('HINCRBY', tk, 'sum', -freed) end
-    redis.call('ZREMRANGEBYSCORE', w, '-inf', horizon)
   end
-  redis.call('ZREMRANGEBYSCORE', s, '-inf', now)
-  local count = redis.call('ZCARD', w)
-  local sum = tonumber(redis.call('HGET', tk, 'sum') or '0')
-  local inflight = redis.call('ZCARD', s)
-  if mode == 'admit' then
+  sum = sum - freed
+  local count = 0
+  if rpm > 0 or not admit then count = redis.call('ZCARD', w) end
+  local inflight = 0
+  if conc > 0 or not admit then
+    -- Without a log there is no re-arming to sweep expired leases: this admission does.
+    if not log then redis.call('ZREMRANGEBYSCORE', s, '-inf', nowText) end
+    inflight = redis.call('ZCOUNT', s, '(' .. nowText, '+inf')
+  end
+  if admit then
     if rpm > 0 and count + 1 > rpm then
       local e = redis.call('ZRANGE', w, count - rpm, count - rpm, 'WITHSCORES')
       wait = math.max(wait, tonumber(e[2]) + window - now)
@@ -105,10 +133,10 @@ for i = 0, n - 1 do
       else
         local excess = sum + need - tpm
         local entries = redis.call('ZRANGE', w, 0, -1, 'WITHSCORES')
-        local freed = 0
+        local gone = 0
         for j = 1, #entries, 2 do
-          freed = freed + tonumber(redis.call('HGET', tk, entries[j]) or '0')
-          if freed >= excess then
+          gone = gone + tonumber(redis.call('HGET', tk, entries[j]) or '0')
+          if gone >= excess then
             wait = math.max(wait, tonumber(entries[j + 1]) + window - now)
             break
           end
@@ -121,40 +149,66 @@ for i = 0, n - 1 do
       wait = math.max(wait, 1000)
     end
   end
-  counts[i + 1] = {count, sum, inflight}
+  -- {requests, tokens, in flight, sum to write, expiries armed at}
+  state[i + 1] = {count, sum, inflight, freed ~= 0, armed}
 end
 local admitted = 0
-if mode == 'admit' and #exceeded == 0 then
+if admit and #exceeded == 0 then
   admitted = 1
   for i = 0, n - 1 do
     local w, tk, s = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
     local rpm, tpm, conc = tonumber(ARGV[6 + 3 * i]), tonumber(ARGV[7 + 3 * i]), tonumber(ARGV[8 + 3 * i])
+    local st = state[i + 1]
     if rpm > 0 or tpm > 0 then
-      redis.call('ZADD', w, now, member)
-      redis.call('PEXPIRE', w, window)
-      counts[i + 1][1] = counts[i + 1][1] + 1
-    end
-    if tpm > 0 then
-      redis.call('HSET', tk, member, need)
-      redis.call('HINCRBY', tk, 'sum', need)
-      redis.call('PEXPIRE', tk, window)
-      counts[i + 1][2] = counts[i + 1][2] + need
+      redis.call('ZADD', w, nowText, member)
+      st[1] = st[1] + 1
+      local fields = {}
+      if tpm > 0 then
+        st[2] = st[2] + need
+        fields = {member, ARGV[3]}
+        st[4] = true
+      end
+      -- Fresh: armed less than a tenth of a window ago, so both keys outlive this admission by a window.
+      local stale = now - st[5] >= rearm
+      if stale then
+        fields[#fields + 1] = 'armed'
+        fields[#fields + 1] = nowText
+      end
+      if st[4] then
+        fields[#fields + 1] = 'sum'
+        fields[#fields + 1] = st[2]
+        st[4] = false
+      end
+      if #fields > 0 then redis.call('HSET', tk, unpack(fields)) end
+      if stale then
+        redis.call('PEXPIRE', w, window + rearm)
+        redis.call('PEXPIRE', tk, window + rearm)
+        redis.call('ZREMRANGEBYSCORE', s, '-inf', nowText)
+      end
     end
     if conc > 0 then
       redis.call('ZADD', s, now + lease, member)
-      redis.call('PEXPIRE', s, lease)
-      counts[i + 1][3] = counts[i + 1][3] + 1
+      redis.call('PEXPIRE', s, ARGV[5])
+      st[3] = st[3] + 1
     end
   end
 end
 local out = {admitted, wait, never, table.concat(exceeded, ',')}
 for i = 0, n - 1 do
-  local newest = redis.call('ZRANGE', KEYS[3 * i + 1], -1, -1, 'WITHSCORES')
+  local st = state[i + 1]
+  -- A sum changed by entries leaving the window and not written with a reservation.
+  if st[4] then redis.call('HSET', KEYS[3 * i + 2], 'sum', st[2]) end
   local reset = 0
-  if #newest > 0 then reset = math.max(0, tonumber(newest[2]) + window - now) end
-  out[#out + 1] = counts[i + 1][1]
-  out[#out + 1] = counts[i + 1][2]
-  out[#out + 1] = counts[i + 1][3]
+  if admitted == 1 and (tonumber(ARGV[6 + 3 * i]) > 0 or tonumber(ARGV[7 + 3 * i]) > 0) then
+    -- Its newest entry is the one just added.
+    reset = window
+  else
+    local newest = redis.call('ZRANGE', KEYS[3 * i + 1], -1, -1, 'WITHSCORES')
+    if #newest > 0 then reset = math.max(0, tonumber(newest[2]) + window - now) end
+  end
+  out[#out + 1] = st[1]
+  out[#out + 1] = st[2]
+  out[#out + 1] = st[3]
   out[#out + 1] = reset
 end
 return out
@@ -169,11 +223,10 @@ for i = 0, #KEYS / 3 - 1 do
   local tk, s = KEYS[3 * i + 2], KEYS[3 * i + 3]
   if ARGV[3] == '1' then redis.call('ZREM', s, ARGV[1]) end
   if ARGV[2] ~= '' then
-    local reserved = redis.call('HGET', tk, ARGV[1])
-    if reserved then
+    local got = redis.call('HMGET', tk, ARGV[1], 'sum')
+    if got[1] then
       local actual = tonumber(ARGV[2])
-      redis.call('HSET', tk, ARGV[1], actual)
-      redis.call('HINCRBY', tk, 'sum', actual - tonumber(reserved))
+      redis.call('HSET', tk, ARGV[1], actual, 'sum', tonumber(got[2] or '0') + actual - tonumber(got[1]))
     end
   end
 end
@@ -210,10 +263,18 @@ class Script {
     try {
       return await redis.evalsha(this.sha, keys.length, ...keys, ...args);
     } catch (e) {
-      if (!(e instanceof Error) || !e.message.startsWith("NOSCRIPT")) throw e;
+      if (!isNoScript(e)) throw e;
       return redis.eval(this.lua, keys.length, ...keys, ...args);
     }
   }
+  /** By its SHA-1 only: a pipeline's caller re-runs it with `run` if Redis answers NOSCRIPT. */
+  queue(pipeline: ChainableCommander, keys: string[], args: (string | number)[]): void {
+    pipeline.evalsha(this.sha, keys.length, ...keys, ...args);
+  }
+}
+
+export function isNoScript(e: unknown): boolean {
+  return e instanceof Error && e.message.startsWith("NOSCRIPT");
 }
 
 const check = new Script(CHECK);
@@ -231,6 +292,12 @@ export type RateLimiterOptions = {
 };
 
 type Held = { keyId: string; slots: string[]; since: number };
+
+/**
+ * A request's end in the limiter: its slots released (`release`) and its tokens settled to
+ * `actual` (undefined: the reservation stands, the real count being unknown).
+ */
+export type Finish = { keyId: string; scopes: Scope[]; member: string; actual: number | undefined; release: boolean };
 
 export class RateLimiter {
   private readonly ctl: Control;
@@ -274,13 +341,32 @@ export class RateLimiter {
    * (`undefined` keeps the reservation, when the real count is unknown).
    */
   async finish(keyId: string, scopes: Scope[], member: string, actual: number | undefined): Promise<void> {
-    this.held.delete(member);
-    await finish.run(this.ctl.redis, this.keysOf(keyId, scopes), [member, actual === undefined ? "" : Math.max(0, Math.round(actual)), "1"]);
+    await this.end({ keyId, scopes, member, actual, release: true });
   }
 
   /** A real count that arrived after the request ended (a client that left before the worker's report). */
   async settle(keyId: string, scopes: Scope[], member: string, actual: number): Promise<void> {
-    await finish.run(this.ctl.redis, this.keysOf(keyId, scopes), [member, Math.max(0, Math.round(actual)), "0"]);
+    await this.end({ keyId, scopes, member, actual, release: false });
+  }
+
+  /** A request's end, on its own. */
+  async end(f: Finish): Promise<void> {
+    if (f.release) this.held.delete(f.member);
+    await finish.run(this.ctl.redis, this.keysOf(f.keyId, f.scopes), this.finishArgs(f));
+  }
+
+  /**
+   * A request's end appended to `pipeline` (all its keys in the API key's slot). Its slots stop
+   * being renewed now. If the pipeline's answer for it is a NOSCRIPT error (a Redis that lost its
+   * scripts), send it again with `end`.
+   */
+  finishInto(pipeline: ChainableCommander, f: Finish): void {
+    if (f.release) this.held.delete(f.member);
+    finish.queue(pipeline, this.keysOf(f.keyId, f.scopes), this.finishArgs(f));
+  }
+
+  private finishArgs(f: Finish): (string | number)[] {
+    return [f.member, f.actual === undefined ? "" : Math.max(0, Math.round(f.actual)), f.release ? "1" : "0"];
   }
 
   /** Requests this process holds slots for (tests and metrics). */

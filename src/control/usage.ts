@@ -5,11 +5,18 @@
  * hour's hash; a query reads the buckets its span covers, at most 59 minute hashes plus one
  * hash per hour. docs/traffic.md ("Usage") documents the layout and retention.
  */
+import type { ChainableCommander } from "ioredis";
 import { HOUR_RETENTION_MS, MINUTE_RETENTION_MS, USAGE_METRICS, type UsageCounts, type UsageDimension, type UsageMetric } from "../contracts/usage.ts";
 import type { Control } from "./redis.ts";
 
 const MINUTE = 60_000;
 const HOUR = 3_600_000;
+
+/** Resolution letter, bucket size, how long a bucket is kept past its start. */
+const BUCKETS: ["m" | "h", number, number][] = [
+  ["m", MINUTE, MINUTE + MINUTE_RETENTION_MS],
+  ["h", HOUR, HOUR + HOUR_RETENTION_MS],
+];
 
 /** Field names carry one letter per metric: the hashes hold a field per key, model, version and metric. */
 const LETTER: Record<UsageMetric, string> = { requests: "r", prompt_tokens: "p", completion_tokens: "c", errors: "e", rate_limited: "l" };
@@ -20,13 +27,22 @@ export type UsageDelta = UsageLabels & Partial<UsageCounts>;
 
 /** Adds a request's counts to its minute and hour (by `at`, the gateway's clock). Zero counts cost nothing. */
 export async function recordUsage(ctl: Control, delta: UsageDelta, at = Date.now()): Promise<void> {
-  const base = `${delta.key}\t${delta.model}\t${delta.version}\t`;
   const pipeline = ctl.redis.pipeline();
-  const buckets: ["m" | "h", number, number][] = [
-    ["m", Math.floor(at / MINUTE) * MINUTE, MINUTE + MINUTE_RETENTION_MS],
-    ["h", Math.floor(at / HOUR) * HOUR, HOUR + HOUR_RETENTION_MS],
-  ];
-  for (const [resolution, start, keep] of buckets) {
+  addUsage(pipeline, ctl, delta, at);
+  const results = await pipeline.exec();
+  const failed = results?.find(([err]) => err);
+  if (failed) throw failed[0];
+}
+
+/**
+ * recordUsage's commands, appended to a pipeline that carries other writes too (the gateway
+ * sends the usage of the requests that ended together with their rate-limit settlements,
+ * src/gateway/ratelimit.ts). All in the `{usage}` slot.
+ */
+export function addUsage(pipeline: ChainableCommander, ctl: Control, delta: UsageDelta, at = Date.now()): void {
+  const base = `${delta.key}\t${delta.model}\t${delta.version}\t`;
+  for (const [resolution, size, keep] of BUCKETS) {
+    const start = Math.floor(at / size) * size;
     const key = ctl.keys.usage(`${resolution}:${start / 1000}`);
     for (const metric of USAGE_METRICS) {
       const n = delta[metric];
@@ -35,9 +51,6 @@ export async function recordUsage(ctl: Control, delta: UsageDelta, at = Date.now
     // Idempotent: every write names the same moment, so the bucket goes once its retention is over.
     pipeline.pexpireat(key, start + keep);
   }
-  const results = await pipeline.exec();
-  const failed = results?.find(([err]) => err);
-  if (failed) throw failed[0];
 }
 
 export type UsageQueryOptions = {

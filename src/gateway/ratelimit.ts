@@ -5,19 +5,21 @@
  * reports the worker's usage when it arrives, and the middleware ends it when the response has
  * been sent, failed or abandoned: slots released, tokens settled, usage counted.
  *
- * A key without limits costs no Redis round trip here: its meter only counts usage, with one
- * pipelined write when the request ends. A limited key costs one script at admission and one at
- * the end; its other responses (listings, errors before admission) carry the `x-ratelimit-*`
- * headers from one read-only check. docs/traffic.md has the details.
+ * A key without limits costs no Redis round trip here: its meter only counts usage. A limited
+ * key costs one script at admission, the only write a request waits for. Its end (release and
+ * settle) and every request's usage are written after the response has gone out, in one pipeline
+ * for all the requests that ended in that turn of the event loop (Settlements). A limited key's
+ * other responses (listings, errors before admission) carry the `x-ratelimit-*` headers from one
+ * read-only check. docs/traffic.md has the details.
  */
 import { randomUUID } from "node:crypto";
 import type { Context, MiddlewareHandler } from "hono";
 import type { Usage } from "../contracts/job.ts";
 import { hasLimits } from "../contracts/limits.ts";
 import type { ApiKeyRecord } from "../contracts/records.ts";
-import { type LimitKind, type RateLimiter, type Scope, type ScopeState, scopesFor, type Verdict } from "../control/ratelimits.ts";
+import { type Finish, isNoScript, type LimitKind, type RateLimiter, type Scope, type ScopeState, scopesFor, type Verdict } from "../control/ratelimits.ts";
 import type { Control } from "../control/redis.ts";
-import { type UsageDelta, recordUsage } from "../control/usage.ts";
+import { addUsage, type UsageDelta } from "../control/usage.ts";
 import { PlatformError, withDetail } from "../errors.ts";
 import { withinRedisWait } from "../queue/admission.ts";
 import type { Submission } from "../queue/dispatcher.ts";
@@ -66,8 +68,9 @@ export function meterOf(c: Context): RequestMeter | undefined {
 }
 
 export function rateLimit(options: RateLimitOptions): MiddlewareHandler<GatewayEnv> {
+  const settlements = new Settlements(options.ctl, options.limiter);
   return async (c, next) => {
-    const meter = new RequestMeter(options, c, c.get("apiKey"));
+    const meter = new RequestMeter(options, settlements, c, c.get("apiKey"));
     c.set("meter", meter);
     try {
       await next();
@@ -91,10 +94,11 @@ export function rateLimit(options: RateLimitOptions): MiddlewareHandler<GatewayE
 /** One request's admission, usage and end. Every method but `admit` is cheap and never throws. */
 export class RequestMeter {
   private readonly options: RateLimitOptions;
+  private readonly settlements: Settlements;
   private readonly c: Context<GatewayEnv>;
   private readonly key: ApiKeyRecord;
-  /** The request's entry in the limiter: never the caller's x-request-id, which a client could repeat. */
-  private readonly member = randomUUID();
+  /** The request's entry in the limiter (set when limits apply): never the caller's x-request-id, which a client could repeat. */
+  private member = "";
   private target: { model: string; version: string } | undefined;
   private scopes: Scope[] = [];
   private reported = false;
@@ -102,8 +106,9 @@ export class RequestMeter {
   private failed = false;
   private ended = false;
 
-  constructor(options: RateLimitOptions, c: Context<GatewayEnv>, key: ApiKeyRecord) {
+  constructor(options: RateLimitOptions, settlements: Settlements, c: Context<GatewayEnv>, key: ApiKeyRecord) {
     this.options = options;
+    this.settlements = settlements;
     this.c = c;
     this.key = key;
   }
@@ -124,12 +129,13 @@ export class RequestMeter {
   async admit(target: { model: string; version: string }, reservation: Reservation): Promise<void> {
     const scopes = scopesFor(this.key.limits, target.model);
     if (scopes.length > 0) {
+      this.member = randomUUID();
       const verdict = await this.check(() => this.options.limiter.admit(this.key.id, scopes, this.member, this.tokensFor(scopes, reservation)));
       this.setHeaders(verdict, (name, value) => this.c.header(name, value));
       if (!verdict.admitted) {
         const first = verdict.exceeded[0];
         this.options.onReject?.(target, first?.kind ?? "requests");
-        void this.record({ key: this.key.id, ...target, rate_limited: 1 });
+        this.settlements.add(undefined, { key: this.key.id, ...target, rate_limited: 1 });
         throw refusal(this.key, verdict, this.tokensFor(scopes, reservation), this.options.limiter.windowMs);
       }
       this.scopes = scopes;
@@ -145,8 +151,8 @@ export class RequestMeter {
     // Arrived after the client left: the reservation kept then is corrected now.
     if (this.ended && this.target) {
       const total = usage.prompt_tokens + usage.completion_tokens;
-      if (this.scopes.some((s) => s.limits.tpm !== undefined)) void this.options.limiter.settle(this.key.id, this.scopes, this.member, total).catch(logged("settling tokens"));
-      void this.record({ key: this.key.id, ...this.target, prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens });
+      const settle = this.scopes.some((s) => s.limits.tpm !== undefined) ? { keyId: this.key.id, scopes: this.scopes, member: this.member, actual: total, release: false } : undefined;
+      this.settlements.add(settle, { key: this.key.id, ...this.target, prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens });
     }
   }
 
@@ -157,18 +163,20 @@ export class RequestMeter {
 
   /**
    * The request is over: released, settled (to the worker's count; to 0 for an error answered
-   * before any output; otherwise the reservation stands), and counted. Once only.
+   * before any output; otherwise the reservation stands), and counted. Once only. The writes go
+   * out once the response has (Settlements).
    */
   end(how: { status?: number; streamed?: boolean; disconnected?: boolean }): void {
     if (this.ended) return;
     this.ended = true;
     if (!this.target) return;
     const errored = this.failed || (!how.disconnected && !how.streamed && (how.status ?? 200) >= 400);
+    let finish: Finish | undefined;
     if (this.scopes.length > 0) {
       const actual = this.usage ? this.usage.prompt_tokens + this.usage.completion_tokens : errored && !how.streamed ? 0 : undefined;
-      void this.options.limiter.finish(this.key.id, this.scopes, this.member, actual).catch(logged("releasing a rate-limit slot"));
+      finish = { keyId: this.key.id, scopes: this.scopes, member: this.member, actual, release: true };
     }
-    void this.record({
+    this.settlements.add(finish, {
       key: this.key.id,
       ...this.target,
       requests: 1,
@@ -213,9 +221,82 @@ export class RequestMeter {
     this.reported = true;
     for (const [name, value] of rateLimitHeaders(verdict)) set(name, value);
   }
+}
 
-  private record(delta: UsageDelta): Promise<void> {
-    return recordUsage(this.options.ctl, delta).catch(logged("recording usage"));
+/**
+ * The writes of requests that have ended: each one's limiter finish (release, settle) and usage.
+ * They are sent on the next check phase of the event loop, once the responses of this turn have
+ * been written, so no response waits for them; and in one pipeline for every request that ended
+ * in the turn (on a Redis Cluster, whose pipelines cannot span slots, the usage in one and each
+ * finish on its own). Nothing waits for their answers either: a failure is logged, and a finish
+ * that met NOSCRIPT (a Redis that lost its scripts) is sent again on its own.
+ *
+ * Order still holds where it matters: on the gateway's one connection a request's release is
+ * written before any request this gateway reads afterwards, so a client that sends its next
+ * request once the last is answered never finds its own slot still taken.
+ */
+export class Settlements {
+  private readonly ctl: Control;
+  private readonly limiter: RateLimiter;
+  private pending: { finish: Finish | undefined; usage: UsageDelta; at: number }[] = [];
+  private readonly writing = new Set<Promise<void>>();
+
+  constructor(ctl: Control, limiter: RateLimiter) {
+    this.ctl = ctl;
+    this.limiter = limiter;
+  }
+
+  /** Queues a request's finish (if limited) and usage, counted in the minute of now. */
+  add(finish: Finish | undefined, usage: UsageDelta): void {
+    this.pending.push({ finish, usage, at: Date.now() });
+    if (this.pending.length === 1) setImmediate(() => this.flush());
+  }
+
+  /** Resolves once everything added so far has been written, or has failed and been logged (tests). */
+  async drain(): Promise<void> {
+    if (this.pending.length > 0) this.flush();
+    await Promise.all(this.writing);
+  }
+
+  private flush(): void {
+    const batch = this.pending;
+    if (batch.length === 0) return;
+    this.pending = [];
+    const redis = this.ctl.redis;
+    const finishes = batch.flatMap((e) => (e.finish ? [e.finish] : []));
+    const works: Promise<void>[] = [];
+    const usage = redis.pipeline();
+    if (redis.isCluster) {
+      for (const f of finishes) works.push(this.limiter.end(f).catch(logged("releasing and settling a rate limit")));
+    } else {
+      for (const f of finishes) this.limiter.finishInto(usage, f);
+    }
+    for (const e of batch) addUsage(usage, this.ctl, e.usage, e.at);
+    const queued = redis.isCluster ? [] : finishes;
+    works.push(
+      usage.exec().then(
+        (results) => this.checked(results ?? [], queued),
+        (e: unknown) => logged("recording usage and settling rate limits")(e),
+      ),
+    );
+    const written = Promise.all(works).then(() => undefined);
+    this.writing.add(written);
+    void written.finally(() => this.writing.delete(written));
+  }
+
+  /** The pipeline's answers: its first `finishes.length` are the finishes', the rest usage's. */
+  private async checked(results: [Error | null, unknown][], finishes: Finish[]): Promise<void> {
+    const again: Promise<void>[] = [];
+    let usageFailed: Error | undefined;
+    results.forEach(([err], i) => {
+      if (!err) return;
+      const f = finishes[i];
+      if (f === undefined) usageFailed ??= err;
+      else if (isNoScript(err)) again.push(this.limiter.end(f).catch(logged("releasing and settling a rate limit")));
+      else logged("releasing and settling a rate limit")(err);
+    });
+    if (usageFailed) logged("recording usage")(usageFailed);
+    await Promise.all(again);
   }
 }
 

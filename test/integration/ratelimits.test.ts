@@ -1,6 +1,7 @@
 /**
  * Rate limits and usage against a real Redis: the limiter's scripts on their own (sliding window,
- * token reservation and settlement, leases a crashed gateway leaves), and an in-process gateway
+ * token reservation and settlement, leases a crashed gateway leaves, expiries), the requests'
+ * ends written after their turn (Settlements), and an in-process gateway
  * with a deployed endpoint but no replica, so admitted requests wait in the queue for as long as
  * a test holds them: the 429s, the headers, slots freed when a client leaves, the key routes and
  * who may read which usage.
@@ -11,6 +12,7 @@ import { RateLimiter, type Scope, stateKey } from "../../src/control/ratelimits.
 import { type Control, connectControl } from "../../src/control/redis.ts";
 import { queryUsage, recordUsage } from "../../src/control/usage.ts";
 import type { RunningGateway } from "../../src/gateway/app.ts";
+import { Settlements } from "../../src/gateway/ratelimit.ts";
 import { startRedisCluster } from "../helpers/cluster.ts";
 import { type TinyGateway, startTinyGateway } from "../helpers/gateway.ts";
 import { waitUntil } from "../helpers/redis.ts";
@@ -109,6 +111,99 @@ describe("the limiter's scripts", () => {
     limiter.close();
   });
 
+  it("drops the tokens of entries leaving the window with them, a thousand and more at once", async () => {
+    const limiter = new RateLimiter(ctl);
+    const id = "key_ffffffffffff";
+    const scopes = [scope("key", { rpm: 5000, tpm: 3000 })];
+    const log = stateKey(ctl, id, scopes[0] as Scope, "w");
+    const tokens = stateKey(ctl, id, scopes[0] as Scope, "t");
+    const first = await Promise.all(Array.from({ length: 1200 }, (_, i) => limiter.admit(id, scopes, `old${i}`, 2)));
+    expect(first.every((v) => v.admitted)).toBe(true);
+    await limiter.finish(id, scopes, "old0", 1);
+    expect((await limiter.peek(id, scopes)).scopes[0]).toMatchObject({ requests: 1200, tokens: 2399 });
+    expect((await limiter.admit(id, scopes, "big", 700)).admitted).toBe(false);
+    // Aged by hand: all 1200 leave the window at the next check, and their 2399 tokens with them.
+    const members = await ctl.redis.zrange(log, 0, -1);
+    await Promise.all(members.map((m) => ctl.redis.zadd(log, "XX", 1, m)));
+    const big = await limiter.admit(id, scopes, "big", 700);
+    expect(big).toMatchObject({ admitted: true, scopes: [{ requests: 1, tokens: 700 }] });
+    expect(await ctl.redis.hlen(tokens)).toBe(3); // big, sum and armed
+    expect(await ctl.redis.hget(tokens, "sum")).toBe("700");
+    // Aged again with nothing admitted after: a peek drops it and writes the sum down.
+    await ctl.redis.zadd(log, "XX", 1, "big");
+    expect((await limiter.peek(id, scopes)).scopes[0]).toMatchObject({ requests: 0, tokens: 0 });
+    expect(await ctl.redis.hget(tokens, "sum")).toBe("0");
+    limiter.close();
+  });
+
+  it("re-arms expiries at most every tenth of a window: each key still outlives its last admission by a window", async () => {
+    const windowMs = 10_000;
+    const limiter = new RateLimiter(ctl, { windowMs, leaseMs: 5_000 });
+    const id = "key_gggggggggggg";
+    const scopes = [scope("key", { rpm: 100, tpm: 1000, max_concurrency: 10 })];
+    const [w, t, s] = (["w", "t", "s"] as const).map((part) => stateKey(ctl, id, scopes[0] as Scope, part)) as [string, string, string];
+    await limiter.admit(id, scopes, "a1", 1);
+    for (const key of [w, t]) expect(await ctl.redis.pttl(key)).toBeGreaterThan(windowMs);
+    expect(await ctl.redis.pttl(s)).toBeGreaterThan(4_000);
+    // Armed a moment ago (made to look recent, so no clock decides the test): not re-armed.
+    await ctl.redis.hset(t, "armed", String(Date.now() + 60_000));
+    const before = await ctl.redis.pttl(w);
+    await new Promise((r) => setTimeout(r, 20));
+    await limiter.admit(id, scopes, "a2", 1);
+    expect(await ctl.redis.pttl(w)).toBeLessThan(before);
+    // Armed more than a tenth of a window ago: re-armed to a window and a tenth, and a crashed
+    // gateway's lease, long expired, is swept with it.
+    await ctl.redis.hset(t, "armed", "1");
+    await ctl.redis.zadd(s, 1, "crashed");
+    const aged = await ctl.redis.pttl(w);
+    await new Promise((r) => setTimeout(r, 20));
+    await limiter.admit(id, scopes, "a3", 1);
+    for (const key of [w, t]) expect(await ctl.redis.pttl(key)).toBeGreaterThan(aged);
+    expect(await ctl.redis.zscore(s, "crashed")).toBeNull();
+    expect((await limiter.peek(id, scopes)).scopes[0]).toMatchObject({ requests: 3, tokens: 3, in_flight: 3 });
+    // A key with only a concurrency limit keeps no log and no tokens.
+    const slotsOnly = [scope("key", { max_concurrency: 2 })];
+    await limiter.admit("key_hhhhhhhhhhhh", slotsOnly, "c1", 0);
+    expect(await ctl.redis.exists(stateKey(ctl, "key_hhhhhhhhhhhh", slotsOnly[0] as Scope, "w"), stateKey(ctl, "key_hhhhhhhhhhhh", slotsOnly[0] as Scope, "t"))).toBe(0);
+    limiter.close();
+  });
+
+  it("writes the ends of requests after their turn, all in one pipeline: released, settled and counted, none lost", async () => {
+    const limiter = new RateLimiter(ctl);
+    const settlements = new Settlements(ctl, limiter);
+    const id = "key_iiiiiiiiiiii";
+    const scopes = [scope("key", { tpm: 10_000, max_concurrency: 50 })];
+    const slots = stateKey(ctl, id, scopes[0] as Scope, "s");
+    const members = Array.from({ length: 20 }, (_, i) => `e${i}`);
+    for (const m of members) expect((await limiter.admit(id, scopes, m, 100)).admitted).toBe(true);
+    expect(limiter.holding).toBe(20);
+    const labels = { key: id, model: "tiny", version: "v9" };
+    for (const [i, m] of members.entries()) {
+      // Every third one's count is not known: its reservation stands.
+      const actual = i % 3 === 0 ? undefined : 10;
+      settlements.add({ keyId: id, scopes, member: m, actual, release: true }, { ...labels, requests: 1, prompt_tokens: actual === undefined ? undefined : 4, completion_tokens: actual === undefined ? undefined : 6 });
+    }
+    // Nothing is written before the turn ends.
+    expect(await ctl.redis.zcard(slots)).toBe(20);
+    await settlements.drain();
+    expect(limiter.holding).toBe(0);
+    expect(await ctl.redis.zcard(slots)).toBe(0);
+    const known = members.filter((_, i) => i % 3 !== 0).length;
+    expect((await limiter.peek(id, scopes)).scopes[0]?.tokens).toBe(known * 10 + (20 - known) * 100);
+    const usage = await queryUsage(ctl, { sinceMs: 60_000, key: id, by: ["version"] });
+    expect(usage.rows).toEqual([{ version: "v9", requests: 20, prompt_tokens: known * 4, completion_tokens: known * 6, errors: 0, rate_limited: 0 }]);
+
+    // A Redis that lost its scripts answers the pipeline's copy with NOSCRIPT: it is sent again, whole.
+    expect((await limiter.admit(id, scopes, "after-flush", 100)).admitted).toBe(true);
+    await ctl.redis.script("FLUSH");
+    settlements.add({ keyId: id, scopes, member: "after-flush", actual: 1, release: true }, { ...labels, requests: 1 });
+    await settlements.drain();
+    expect(await ctl.redis.zcard(slots)).toBe(0);
+    expect((await limiter.peek(id, scopes)).scopes[0]?.tokens).toBe(known * 10 + (20 - known) * 100 + 1);
+    expect((await queryUsage(ctl, { sinceMs: 60_000, key: id, by: ["key"] })).rows[0]?.requests).toBe(21);
+    limiter.close();
+  });
+
   it("holds concurrency slots by lease: renewed while held, released at the end, lapsed when their gateway is gone", async () => {
     const limiter = new RateLimiter(ctl, { leaseMs: 600 });
     const id = "key_dddddddddddd";
@@ -191,10 +286,20 @@ describe("on a Redis Cluster", () => {
       }
       await recordUsage(one, { key: "key_aaaaaaaaaaa1", model: "tiny", version: "v1", requests: 2, prompt_tokens: 5 });
       await recordUsage(two, { key: "key_bbbbbbbbbbb2", model: "tiny", version: "v1", requests: 1, errors: 1 });
+      // Requests' ends: the finishes per key (each on its node), the usage in one pipeline.
+      const settlements = new Settlements(one, a);
+      const held = ["key_ddddddddddd4", "key_eeeeeeeeeee5", "key_fffffffffff6"].map((id, i) => ({ id, member: `h${i}` }));
+      for (const h of held) expect((await a.admit(h.id, scopes, h.member, 10)).admitted).toBe(true);
+      for (const h of held) settlements.add({ keyId: h.id, scopes, member: h.member, actual: 1, release: true }, { key: h.id, model: "tiny", version: "v1", requests: 1 });
+      await settlements.drain();
+      for (const h of held) expect((await b.peek(h.id, scopes)).scopes[0]).toMatchObject({ requests: 1, tokens: 1, in_flight: 0 });
       const report = await queryUsage(one, { sinceMs: 3_600_000, by: ["key"] });
       expect(report.rows.map((r) => [r.key, r.requests, r.prompt_tokens, r.errors])).toEqual([
         ["key_aaaaaaaaaaa1", 2, 5, 0],
         ["key_bbbbbbbbbbb2", 1, 0, 1],
+        ["key_ddddddddddd4", 1, 0, 0],
+        ["key_eeeeeeeeeee5", 1, 0, 0],
+        ["key_fffffffffff6", 1, 0, 0],
       ]);
       a.close();
       b.close();
