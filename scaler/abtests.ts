@@ -54,7 +54,6 @@ export async function advanceAbTests(queues: QueueBase, log: (line: string) => v
   }
 
   for (const variant of endpoints.filter((e) => e.retiring)) {
-    const model = variant.config.model.name;
     const servedElsewhere = await (async () => {
       for (const e of endpoints) if (e !== variant && !e.retiring && endpointQueueName(e) === endpointQueueName(variant) && (await ready(e))) return true;
       return false;
@@ -78,7 +77,6 @@ async function finishStop(
 ): Promise<EndpointRecord[]> {
   const ctl = queues.ctl;
   const keep = test.keep ?? primary.version;
-  const model = primary.config.model.name;
   const others = new Set([primary.version, ...test.split.map((v) => v.version)].filter((v) => v !== keep));
   for (const version of others) if (!(await drained(primary.config, version))) return endpoints;
   const variants = endpoints.filter((e) => e.variant_of === test.endpoint);

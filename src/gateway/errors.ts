@@ -2,8 +2,7 @@
 import type { Context } from "hono";
 import { z } from "zod";
 import { describeIssues } from "../contracts/issues.ts";
-import type { JobError } from "../contracts/job.ts";
-import { detailOf, PlatformError, withDetail } from "../errors.ts";
+import { detailOf, PlatformError } from "../errors.ts";
 import { causeFields, logger } from "../telemetry/log.ts";
 
 const log = logger("gateway");

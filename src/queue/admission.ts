@@ -89,7 +89,6 @@ export class Admission {
   /** Throws the 429/503 PlatformError when the request must not be queued; else returns its limits. */
   async admit(endpoint: EndpointRecord): Promise<AdmissionLimits> {
     const limits = limitsFor(endpoint, this.defaults);
-    const model = endpoint.config.model.name;
     const queue = endpointQueueName(endpoint);
     let capacity: Capacity;
     let waitingEntry: { value: number };

@@ -5,7 +5,7 @@
  * error messages free of server details. In process against a private Redis,
  * with no workers: nothing here needs a model to run.
  */
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { captureLogs } from "../helpers/logs.ts";
 import { createApiKey } from "../../src/control/apikeys.ts";
 import type { Control } from "../../src/control/redis.ts";
