@@ -19,6 +19,7 @@ import type { Queue } from "bullmq";
 import { z } from "zod";
 import { BATCH_PRIORITY, JOB_SCHEMA_VERSION, type JobError, type JobPayloadInput, type SamplingParams, TextResult } from "../contracts/job.ts";
 import type { Control } from "../control/redis.ts";
+import { recordUsage } from "../control/usage.ts";
 import { detailOf, publicJobError } from "../errors.ts";
 import { QueueBase } from "../queue/base.ts";
 import { cancelJobs } from "../queue/cancel.ts";
@@ -48,6 +49,11 @@ export type RecordJobsOptions = {
   version: string;
   /** The queue to use; absent: the model version's default. */
   queue?: string;
+  /**
+   * Whose usage (`/v1/usage`) every record counts in, and under which model name (the endpoint a
+   * client named, as online requests count): the key that created the job. Absent: not counted.
+   */
+  usage?: { key: string; model: string };
   /** Lines before this one are written: late answers for them are not kept. */
   writtenBefore: () => number;
 };
@@ -64,6 +70,8 @@ export class RecordJobs extends QueueBase {
   private running = true;
   private cancelled = false;
   private checking: Promise<void> = Promise.resolve();
+  /** Records answered since the last write to the usage counters (written every CHECK_EVERY_MS and at close). */
+  private unrecorded = { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0 };
   /** Keeps the final answers among a read's entries; the reader moves past them only then. */
   private readonly keep: EntryHandler;
 
@@ -166,7 +174,19 @@ export class RecordJobs extends QueueBase {
     // The reader first: no answer is kept once closing has begun.
     await this.replies.close();
     await this.checking;
+    await this.recordUsage();
     await super.close();
+  }
+
+  /** The key's usage, as online requests count theirs: a record is a request. Never fails the job. */
+  private async recordUsage(): Promise<void> {
+    const counts = this.unrecorded;
+    const labels = this.options.usage;
+    if (!labels || counts.requests === 0) return;
+    this.unrecorded = { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0 };
+    await recordUsage(this.ctl, { ...labels, version: this.options.version, ...counts }).catch((e: unknown) => {
+      console.error(`[batch ${this.options.batchId}] usage not recorded: ${(e as Error).message}`);
+    });
   }
 
   /**
@@ -227,6 +247,11 @@ export class RecordJobs extends QueueBase {
   /** A record's final answer for the metrics; `since`: when its last attempt was sent, if in this run. */
   private report(answer: Answer, since: number | undefined): void {
     const served = { model_name: this.options.model, version: this.options.version };
+    this.unrecorded.requests += 1;
+    if (answer.ok) {
+      this.unrecorded.prompt_tokens += answer.prompt_tokens ?? 0;
+      this.unrecorded.completion_tokens += answer.completion_tokens ?? 0;
+    } else if (answer.code !== "cancelled") this.unrecorded.errors += 1;
     if (!answer.ok) {
       // A record stopped by the job's cancellation has no status: 499, as a client that left.
       reportBatchRecord({ served, ok: false, failure: { code: answer.code, status: answer.status ?? (answer.code === "cancelled" ? 499 : 500) } });
@@ -280,6 +305,7 @@ export class RecordJobs extends QueueBase {
   private async checkAwaited(): Promise<void> {
     while (this.running) {
       await new Promise((r) => setTimeout(r, CHECK_EVERY_MS));
+      await this.recordUsage();
       if (!this.running || this.cancelled) continue;
       const due = [...this.waiters.entries()].filter(([, w]) => Date.now() - w.since >= CHECK_EVERY_MS).map(([id]) => id);
       if (due.length === 0) continue;

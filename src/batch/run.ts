@@ -114,7 +114,15 @@ class BatchRun {
       if (!(await this.loadCheckpoint(this.input))) return await this.afterStop();
       if (this.checkpoint.assembled) return await this.finish("completed");
       const queue = this.spec.queue ?? (await queueServing(this.ctl, this.spec.model, version));
-      this.jobs = await RecordJobs.open({ ctl: this.ctl, batchId: this.spec.id, model: this.spec.model, version, queue, writtenBefore: () => this.checkpoint.next_line });
+      this.jobs = await RecordJobs.open({
+        ctl: this.ctl,
+        batchId: this.spec.id,
+        model: this.spec.model,
+        version,
+        queue,
+        usage: this.spec.created_by ? { key: this.spec.created_by, model: this.spec.openai?.served_model ?? this.spec.model } : undefined,
+        writtenBefore: () => this.checkpoint.next_line,
+      });
       await this.pump(this.input);
       if (this.stopReason) return await this.afterStop();
       return await this.finish("completed");

@@ -223,6 +223,25 @@ describe("HTTP routes", () => {
     return { status: res.status, body: (await res.json()) as Record<string, unknown> & { error?: { code: string; param: string | null; message: string } } };
   };
 
+  it("counts every record in the usage of the key that created the job, as online requests count", async () => {
+    const made = await stack.admin<{ id: string; key: string }>("POST", "/admin/v1/keys", { name: "batch-usage", role: "admin" });
+    const input = join(scratch, "usage.jsonl");
+    await writeFile(input, `${Array.from({ length: 5 }, (_, i) => JSON.stringify({ id: `u${i}`, prompt: "Once upon a time", max_tokens: 3 })).join("\n")}\n`);
+    const created = await call("POST", "/v1/batch-jobs", { model: MODEL, input, output: `file://${scratch}/out-usage/` }, made.body.key);
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    expect(await waitForJob(jobs, created.body.id as string)).toMatchObject({ state: "completed", counts: { succeeded: 5 } });
+    type Row = { key: string; model: string; version: string; requests: number; prompt_tokens: number; completion_tokens: number; errors: number };
+    let rows: Row[] = [];
+    await stack.waitFor(async () => {
+      const res = await fetch(`${stack.baseUrl}/v1/usage?since=1h`, { headers: { authorization: `Bearer ${made.body.key}` } });
+      rows = ((await res.json()) as { data: Row[] }).data.filter((r) => r.key === made.body.id);
+      return rows[0]?.requests === 5;
+    }, "the batch's usage");
+    // The tiny model never stops early: 3 tokens a record.
+    expect(rows).toEqual([expect.objectContaining({ model: MODEL, version: "v1", requests: 5, completion_tokens: 15, errors: 0 })]);
+    expect(rows[0]?.prompt_tokens).toBeGreaterThanOrEqual(5 * 5);
+  });
+
   it("create, get, list and cancel, with OpenAI-style errors", async () => {
     const input = join(scratch, "one.jsonl");
     const created = await call("POST", "/v1/batch-jobs", { model: MODEL, input, output: `file://${scratch}/out-http/`, concurrency: 2 });
