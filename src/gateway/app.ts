@@ -134,6 +134,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       const cut = setTimeout(() => http.closeAllConnections(), 3_000);
       await closed;
       clearTimeout(cut);
+      await meter.drain();
       limiter.close();
       stopCountingBatch();
       await router.close();

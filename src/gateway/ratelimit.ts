@@ -67,9 +67,13 @@ export function meterOf(c: Context): RequestMeter | undefined {
   return c.get("meter") as RequestMeter | undefined;
 }
 
-export function rateLimit(options: RateLimitOptions): MiddlewareHandler<GatewayEnv> {
+/**
+ * The middleware, and `drain`: resolves once the writes of every request that has ended are done
+ * (the gateway awaits it when it closes, so no release, settlement or usage is lost at shutdown).
+ */
+export function rateLimit(options: RateLimitOptions): MiddlewareHandler<GatewayEnv> & { drain: () => Promise<void> } {
   const settlements = new Settlements(options.ctl, options.limiter);
-  return async (c, next) => {
+  const middleware: MiddlewareHandler<GatewayEnv> = async (c, next) => {
     const meter = new RequestMeter(options, settlements, c, c.get("apiKey"));
     c.set("meter", meter);
     try {
@@ -89,6 +93,7 @@ export function rateLimit(options: RateLimitOptions): MiddlewareHandler<GatewayE
       );
     } else meter.end({ status: res.status });
   };
+  return Object.assign(middleware, { drain: () => settlements.drain() });
 }
 
 /** One request's admission, usage and end. Every method but `admit` is cheap and never throws. */
