@@ -13,7 +13,6 @@ import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
 import type { FinishReason, JobEvent, TextResult, TokenLogprob, ToolCall, Usage } from "../contracts/job.ts";
 import { endpointQueueName } from "../contracts/engines.ts";
-import { queueName } from "../contracts/naming.ts";
 import type { EndpointRecord } from "../contracts/records.ts";
 import type { VariantOutcome } from "../control/abtests.ts";
 import { PlatformError, publicJobError } from "../errors.ts";
@@ -63,17 +62,17 @@ export async function serveText(
   ctx: TextRequestContext,
   format: TextFormat,
   submission: Submission,
-  options: { stream: boolean; includeUsage: boolean; label: string; target?: Target; n?: number },
+  options: { stream: boolean; includeUsage: boolean; label: string; target: Target; n?: number },
 ): Promise<Response> {
   const startedAt = performance.now();
   const target = options.target;
   // Which version answered, whichever way it was chosen (default, A/B variant, or pinned).
   c.header("x-model-version", submission.version);
   const outcome = (ok: boolean, usage?: Usage) => {
-    if (target?.abtest) ctx.onOutcome?.(target, { ok, latencyMs: performance.now() - startedAt, promptTokens: usage?.prompt_tokens, completionTokens: usage?.completion_tokens });
+    if (target.abtest) ctx.onOutcome?.(target, { ok, latencyMs: performance.now() - startedAt, promptTokens: usage?.prompt_tokens, completionTokens: usage?.completion_tokens });
   };
   // As the route recorded it for errors, which the gateway's error handler counts (openai.ts).
-  const served: Served = { model_name: target?.name ?? options.label, version: submission.version };
+  const served: Served = { model_name: target.name, version: submission.version };
   const base: Base = {
     id: `${format.idPrefix}${randomBytes(12).toString("hex")}`,
     created: Math.floor(Date.now() / 1000),
@@ -83,9 +82,9 @@ export async function serveText(
   // The key's rate limits (src/gateway/ratelimit.ts), for the version routing chose, before the queue's own admission.
   const n = options.n ?? 1;
   const meter = meterOf(c);
-  await meter?.admit({ model: target?.name ?? options.label, version: target?.version ?? submission.version }, forChoices(reservationOf(submission), n));
-  const limits = target && ctx.admit ? await ctx.admit(target.endpoint) : undefined;
-  const queue = target ? endpointQueueName(target.endpoint) : queueName(submission.model, submission.version);
+  await meter?.admit({ model: target.name, version: target.version }, forChoices(reservationOf(submission), n));
+  const limits = ctx.admit ? await ctx.admit(target.endpoint) : undefined;
+  const queue = endpointQueueName(target.endpoint);
   const handles = await submitChoices(ctx, { ...submission, stream: options.stream }, n, { queueWaitMs: limits?.maxQueueWaitMs, queue });
   const cancelAll = () => Promise.all(handles.map((h) => h.cancel()));
   // A client that goes away cancels its generations on the workers.
