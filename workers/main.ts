@@ -4,17 +4,19 @@
  * endpoint on stdin: `up` keeps one such process ready, so a scale-up or a replacement
  * skips the process start (docs/fleet.md, "Standby worker").
  */
-import { mkdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { z } from "zod";
 import type { EndpointRecord, ModelVersionRecord } from "../src/contracts/records.ts";
 import { getEndpoint } from "../src/control/endpoints.ts";
 import { type Control, connectControl } from "../src/control/redis.ts";
+import { convertedModel } from "../src/registry/converted.ts";
+import type { DerivedDeps, DerivedFile } from "../src/registry/derived.ts";
+import { localArtifact } from "../src/registry/materialize.ts";
 import { quantizedModel } from "../src/registry/quantize/cache.ts";
 import { resolveDraftModel, resolveModelVersion } from "../src/registry/versions.ts";
 import { loadSettings, type Settings } from "../src/settings/index.ts";
-import { type ObjectStore, openStore } from "../src/storage/index.ts";
+import { openStore } from "../src/storage/index.ts";
 import { configureLogging, logger } from "../src/telemetry/log.ts";
 import { startTracing, stopTracing } from "../src/telemetry/tracing.ts";
 import { loadEngine } from "./engines/index.ts";
@@ -79,7 +81,8 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
     replicaId,
     healthPort: options.healthPort,
     heartbeatMs: settings.heartbeats.intervalMs,
-    loadEngine: async () => loadEngine(endpoint, await modelFile(settings, ctl, endpoint, model, replicaId), { vllm: settings.vllm, draftModelPath: await draftFile(settings, ctl, endpoint) }),
+    loadEngine: async (describeWeights) =>
+      loadEngine(endpoint, await modelFile(settings, ctl, endpoint, model, replicaId, describeWeights), { vllm: settings.vllm, draftModelPath: await draftFile(settings, ctl, endpoint, replicaId) }),
   });
 
   let stopping = false;
@@ -125,43 +128,71 @@ async function readAssignment(): Promise<StandbyAssignment | undefined> {
   return undefined;
 }
 
-/** node-llama-cpp needs a file: use the store's own when local, else a cached download. */
-async function localArtifact(store: ObjectStore, cacheDir: string, model: ModelVersionRecord): Promise<string> {
-  const local = store.localPath(model.artifact);
-  if (local) return local;
-  await mkdir(cacheDir, { recursive: true });
-  const path = join(cacheDir, `${model.sha256}.gguf`);
-  const existing = await stat(path).catch(() => undefined);
-  if (existing?.size !== model.size_bytes) await store.download(model.artifact, path);
+/**
+ * The file or directory this replica loads: the artifact (src/registry/materialize.ts: a vLLM replica of a
+ * checkpoint gets its directory), for llama.cpp a checkpoint's GGUF conversion, and for a llama.cpp endpoint
+ * with `runtime.quantization` its quantized copy. Conversion and quantization happen here at replica start
+ * (not at registration or deploy time) so that the gateway never spends minutes of CPU on a large model
+ * while it serves, the work lands on nodes sized for loading models, and a failure shows in `status` as the
+ * replica's. Both are cached in the artifact store, so only the first replica of a (model, type) pays for
+ * them (src/registry/derived.ts).
+ */
+async function modelFile(
+  settings: Settings,
+  ctl: Control,
+  endpoint: EndpointRecord,
+  model: ModelVersionRecord,
+  replicaId: string,
+  describeWeights: (weights: string) => void,
+): Promise<string> {
+  const deps = derivedDeps(settings, ctl, replicaId);
+  if (endpoint.framework !== "llamacpp") return localArtifact(deps.store, deps.cacheDir, model);
+  const notes: string[] = [];
+  let path = await llamaCppFile(deps, model, notes);
+  const quantization = endpoint.config.runtime.quantization;
+  if (quantization !== undefined) {
+    const q = await logged(deps, `${quantization} model`, () => quantizedModel(deps, { path, sha256: model.sha256 }, quantization));
+    notes.push(q.outcome === "as-is" ? `${quantization}: the model as it is${q.detail ? ` (${q.detail})` : ""}` : `${quantization} copy (${WEIGHTS_OUTCOME[q.outcome]})`);
+    path = q.path;
+  }
+  if (notes.length > 0) describeWeights(notes.join("; "));
   return path;
 }
 
-/**
- * The file this replica loads: the artifact, or for a llama.cpp endpoint with `runtime.quantization`
- * its quantized copy, made here at replica start (not at deploy time) so that the gateway never
- * spends minutes of CPU on a large model while it serves, the work lands on nodes sized for loading
- * models, and a failure shows in `status` as the replica's. The copy is cached in the artifact store,
- * so only the first replica of a (model bytes, type) pays for it (src/registry/quantize/cache.ts).
- */
-async function modelFile(settings: Settings, ctl: Control, endpoint: EndpointRecord, model: ModelVersionRecord, replicaId: string): Promise<string> {
-  const store = openStore(settings.artifactsUrl, settings.storage.s3);
-  const cacheDir = join(settings.dataDir, "cache", "models");
-  const source = await localArtifact(store, cacheDir, model);
-  const quantization = endpoint.framework === "llamacpp" ? endpoint.config.runtime.quantization : undefined;
-  if (quantization === undefined) return source;
+/** Where a replica finds artifacts and keeps derived files (conversions, quantized copies), and who it is to their locks. */
+function derivedDeps(settings: Settings, ctl: Control, replicaId: string): DerivedDeps {
+  return { ctl, store: openStore(settings.artifactsUrl, settings.storage.s3), holder: replicaId, cacheDir: join(settings.dataDir, "cache", "models") };
+}
+
+/** How `status` words a derived file's outcome (src/registry/derived.ts). */
+const WEIGHTS_OUTCOME = { produced: "made by this replica", cached: "from the artifact store", waited: "made by another replica", "as-is": "as it is" } as const;
+
+/** Makes (or finds) a derived file, logging what it took. */
+async function logged<T extends DerivedFile & { key?: string }>(deps: DerivedDeps, what: string, make: () => Promise<T>): Promise<T> {
   const started = Date.now();
-  const q = await quantizedModel({ ctl, store, holder: replicaId, cacheDir }, { path: source, sha256: model.sha256 }, quantization);
+  const made = await make();
   logger("worker").info(
-    { replica: replicaId, quantization, outcome: q.outcome, key: q.key, ms: Date.now() - started },
-    `replica ${replicaId}: ${quantization} model (${q.outcome}${q.detail ? `: ${q.detail}` : ""})`,
+    { replica: deps.holder, outcome: made.outcome, key: made.key, ms: Date.now() - started },
+    `replica ${deps.holder}: ${what} (${made.outcome}${made.detail ? `: ${made.detail}` : ""})`,
   );
-  return q.path;
+  return made;
+}
+
+/**
+ * A GGUF file llama.cpp loads for `model`: the artifact itself, or a checkpoint's conversion (made once per
+ * manifest digest); `notes` gets a line for `status` when it is a conversion.
+ */
+async function llamaCppFile(deps: DerivedDeps, model: ModelVersionRecord, notes?: string[]): Promise<string> {
+  const source = await localArtifact(deps.store, deps.cacheDir, model);
+  if (model.kind !== "hf") return source;
+  const c = await logged(deps, `${model.name}@${model.version} converted to GGUF`, () => convertedModel(deps, { dir: source, digest: model.sha256 }));
+  notes?.push(`GGUF converted from the checkpoint (${WEIGHTS_OUTCOME[c.outcome]})`);
+  return c.path;
 }
 
 /** A llama.cpp endpoint's draft model for speculative decoding (`runtime.speculative_model`), as a local file. */
-async function draftFile(settings: Settings, ctl: Control, endpoint: EndpointRecord): Promise<string | undefined> {
+async function draftFile(settings: Settings, ctl: Control, endpoint: EndpointRecord, replicaId: string): Promise<string | undefined> {
   const spec = endpoint.framework === "llamacpp" ? endpoint.config.runtime.speculative_model : undefined;
   if (spec === undefined) return undefined;
-  const draft = await resolveDraftModel(ctl, spec);
-  return localArtifact(openStore(settings.artifactsUrl, settings.storage.s3), join(settings.dataDir, "cache", "models"), draft);
+  return llamaCppFile(derivedDeps(settings, ctl, replicaId), await resolveDraftModel(ctl, spec));
 }

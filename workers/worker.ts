@@ -21,6 +21,7 @@ import { DEFAULT_HEARTBEAT_MS } from "../src/settings/queue.ts";
 import { causeFields, logger } from "../src/telemetry/log.ts";
 import { type JobTrace, traceFieldsOf, traceJob } from "../src/telemetry/tracing.ts";
 import type { Source } from "../src/telemetry/vllm-metrics.ts";
+import { relabelExposition } from "../src/telemetry/engine-metrics.ts";
 import type { WorkerMetrics } from "../src/telemetry/worker-metrics.ts";
 import type { Engine, GenerationHooks } from "./engines/engine.ts";
 import { Slots } from "./slots.ts";
@@ -29,11 +30,19 @@ export type WorkerOptions = {
   ctl: Control;
   endpoint: EndpointRecord;
   replicaId: string;
-  loadEngine: () => Promise<Engine>;
+  /** `describeWeights`: what the replica loads when it is not the artifact as registered (a conversion, a quantized copy). */
+  loadEngine: (describeWeights: (weights: string) => void) => Promise<Engine>;
   /** Serve /livez, /readyz (Kubernetes probes) and /metrics (Prometheus) here; undefined: no HTTP server. */
   healthPort?: number;
   /** How often the replica record is rewritten (settings.heartbeats.intervalMs). */
   heartbeatMs?: number;
+  /**
+   * The engine's own process ended (Engine.lost). The replica is then dead: by default the process
+   * exits at once with code 1, and its jobs are handed to other replicas the way a killed replica's
+   * are (src/queue/reclaim.ts: by its supervisor at once, else when their locks lapse), each job
+   * counting the loss, so that a request that crashes the engine every time ends as `replica_lost`.
+   */
+  onEngineLost?: (why: string) => void;
 };
 
 export type RunningWorker = {
@@ -55,6 +64,8 @@ const log = logger("worker");
  * jobs from idle replicas.
  */
 const PREFETCH_FACTOR = 2;
+/** A job's error and its engine process's exit arrive in either order; this long apart they are one event. */
+const ENGINE_EXIT_GRACE_MS = 1_000;
 /** After the drain deadline, how long aborted jobs get to be handed back before the drain moves on. */
 const RELEASE_GRACE_MS = 3_000;
 /** The clean-up after a drain waits this long at most: RedisClient may be gone. */
@@ -73,7 +84,10 @@ export function startWorker(options: WorkerOptions): RunningWorker {
   const cancelledHere = new Set<string>();
   let state: ReplicaState = "starting";
   let error: string | undefined;
+  let weights: string | undefined;
   let engine: Engine | undefined;
+  /** Why the engine's process ended, once it has (Engine.lost). */
+  let engineLost: string | undefined;
   let slots: Slots;
   let bull: Worker | undefined;
   let subscriber: RedisClient | undefined;
@@ -108,13 +122,14 @@ export function startWorker(options: WorkerOptions): RunningWorker {
       queue: endpointQueueName(endpoint),
       heartbeat_ms: heartbeatMs,
       health_port: healthPort,
+      weights,
     }, heartbeatMs).catch(() => undefined); // Redis may blip; the next beat retries.
   const heartbeat = setInterval(beat, heartbeatMs);
   void beat();
 
   if (options.healthPort !== undefined) {
     health = createServer((req, res) => {
-      if (req.url === "/metrics" && metricsLoaded) return void serveMetrics(metricsLoaded, res);
+      if (req.url === "/metrics" && metricsLoaded) return void serveMetrics(metricsLoaded, engine, res);
       const ok = req.url === "/livez" ? state !== "failed" : req.url === "/readyz" ? state === "ready" : false;
       res.writeHead(req.url === "/livez" || req.url === "/readyz" ? (ok ? 200 : 503) : 404, { "content-type": "application/json" });
       res.end(JSON.stringify({ state, replica: replicaId }));
@@ -210,6 +225,9 @@ export function startWorker(options: WorkerOptions): RunningWorker {
     } catch (e) {
       if (e instanceof WaitingError) throw e;
       if (releasing.has(jobId)) return await release(job, token);
+      // The engine's process died under the job (its connection broke first): not the request's
+      // failure. The replica goes down and the job is reclaimed with it, so it is left as it is.
+      if (await diedWithEngine(e)) return await new Promise<never>(() => undefined);
       span?.end({ error: toJobError(e) });
       throw fail(payload, jobId, e, source);
     } finally {
@@ -240,6 +258,14 @@ export function startWorker(options: WorkerOptions): RunningWorker {
     return { type: "text", ...out, replica: replicaId };
   };
 
+  /** Whether `e` came from the engine's process dying: it ends within ENGINE_EXIT_GRACE_MS of the error. */
+  const diedWithEngine = async (e: unknown): Promise<boolean> => {
+    if (engineLost !== undefined) return true;
+    if (!engine?.lost || (e instanceof PlatformError && e.status < 500)) return false;
+    const lost = await Promise.race([engine.lost, new Promise<undefined>((r) => setTimeout(() => r(undefined), ENGINE_EXIT_GRACE_MS).unref())]);
+    return lost !== undefined;
+  };
+
   /** Report the failure to the waiting client and make BullMQ fail the job without retrying it. */
   const fail = (payload: JobPayload, jobId: string, e: unknown, source: Source): UnrecoverableError => {
     const err = toJobError(e);
@@ -252,7 +278,9 @@ export function startWorker(options: WorkerOptions): RunningWorker {
 
   const ready = (async () => {
     try {
-      engine = await options.loadEngine();
+      engine = await options.loadEngine((w) => {
+        weights = w;
+      });
       await engine.warmup();
     } catch (e) {
       state = "failed";
@@ -282,6 +310,15 @@ export function startWorker(options: WorkerOptions): RunningWorker {
     });
     state = "ready";
     await beat();
+    void engine.lost?.then(async (why) => {
+      if (draining) return;
+      engineLost = why;
+      state = "failed";
+      error = `the engine stopped: ${why}`;
+      log.error({ replica: replicaId }, `replica ${replicaId}: ${error}`);
+      await beat(); // so that status says why before the process goes
+      (options.onEngineLost ?? (() => process.exit(1)))(why);
+    });
     void bull.run().catch((e: Error) => log.error({ replica: replicaId, err: e }, "the queue worker stopped"));
     await ctl.redis.set(ctl.keys.servedOnce(endpoint.name), String(Date.now()));
   })();
@@ -322,12 +359,15 @@ export function startWorker(options: WorkerOptions): RunningWorker {
   return { ready, drain };
 }
 
-function serveMetrics(loaded: Promise<WorkerMetrics>, res: ServerResponse): void {
+/** The replica's metrics, then its engine's own (vLLM's) with the replica's labels; an engine that cannot answer only loses its part. */
+function serveMetrics(loaded: Promise<WorkerMetrics>, engine: Engine | undefined, res: ServerResponse): void {
   loaded
     .then(async (m) => {
-      const text = await m.registry.metrics();
+      const own = await m.registry.metrics();
+      const names = new Set(m.registry.getMetricsAsArray().map((metric) => metric.name));
+      const engineText = engine?.metrics ? await engine.metrics().then((text) => relabelExposition(text, m.labels, names)).catch(() => "") : "";
       res.writeHead(200, { "content-type": m.registry.contentType });
-      res.end(text);
+      res.end(engineText ? `${own}\n${engineText}` : own);
     })
     .catch((e: unknown) => {
       res.writeHead(500, { "content-type": "text/plain" });

@@ -172,9 +172,12 @@ export class BatchJobs {
       );
     }
     if (!(await reopenFailed(this.ctl, id))) return this.get(id, viewer);
-    // The coordinator job of the failed run (kept by BullMQ) would make a new one with its id a no-op.
-    await (await this.queue.getJob(id))?.remove().catch(() => undefined);
-    await this.enqueue(id);
+    // Each run has a coordinator job of its own. The failed run's job may still be active for a
+    // moment after the record says failed (it ends once the run has returned), so it could be
+    // neither removed nor replaced: a new job under its id would not be added, and the resumed
+    // job would wait as "queued" for ever. BullMQ drops the old one with its retention.
+    const run = await this.ctl.redis.hincrby(this.ctl.keys.batch(id), "runs", 1);
+    await this.enqueue(id, `${id}.r${run}`);
     return this.get(id, viewer);
   }
 
@@ -228,12 +231,13 @@ export class BatchJobs {
     );
   }
 
-  private async enqueue(id: string): Promise<void> {
+  /** `jobId`: the coordinator job's id, the batch's own for its first run. */
+  private async enqueue(id: string, jobId = id): Promise<void> {
     await this.queue.add(
       COORDINATOR_JOB,
       { batch_id: id },
       {
-        jobId: id,
+        jobId,
         // Unexpected failures (Redis or storage outages) are retried from the checkpoint.
         attempts: 3,
         backoff: { type: "exponential", delay: 5000 },

@@ -10,6 +10,7 @@
 import { constants } from "node:fs";
 import { type FileHandle, open, readlink, stat } from "node:fs/promises";
 import type { BatchCheckpoint } from "../contracts/batch.ts";
+import { type ModelVersionRecord, taskOf } from "../contracts/records.ts";
 import { listEndpoints } from "../control/endpoints.ts";
 import type { Control } from "../control/redis.ts";
 import { PlatformError } from "../errors.ts";
@@ -31,12 +32,21 @@ export class BatchFailure extends Error {
 
 /** The concrete version to send records to ("latest" is resolved once and kept, so it cannot move under a running job). */
 export async function resolveVersion(ctl: Control, spec: BatchSpec): Promise<string> {
+  let record: ModelVersionRecord;
   try {
-    return (await resolveModelVersion(ctl, spec.model, spec.version)).version;
+    record = await resolveModelVersion(ctl, spec.model, spec.version);
   } catch (e) {
     if (e instanceof PlatformError && e.status === 404) throw new BatchFailure("model_not_found", e.message);
     throw e;
   }
+  // Batch records are generations: an embedding model would fail every one of them.
+  if (taskOf(record) === "embed") {
+    throw new BatchFailure(
+      "model_not_generative",
+      `${spec.model}@${record.version} is an embedding model (registered with task embed): batch jobs generate text; use a generative model, or register it with --task generate`,
+    );
+  }
+  return record.version;
 }
 
 /** Records sent to a version no endpoint serves would wait forever: fail instead. */

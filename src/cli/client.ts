@@ -17,12 +17,13 @@ export class ApiClient {
     return this.creds.base_url;
   }
 
-  async request<T>(method: string, path: string, body?: unknown, upload?: Readable): Promise<T> {
+  /** `uploadType`: the upload's content type (default application/octet-stream). */
+  async request<T>(method: string, path: string, body?: unknown, upload?: Readable, uploadType = "application/octet-stream"): Promise<T> {
     const url = `${this.creds.base_url}${path}`;
     const headers: Record<string, string> = { authorization: `Bearer ${this.creds.api_key}` };
     let payload: RequestInit["body"];
     if (upload) {
-      headers["content-type"] = "application/octet-stream";
+      headers["content-type"] = uploadType;
       payload = upload as unknown as RequestInit["body"];
     } else if (body !== undefined) {
       headers["content-type"] = "application/json";

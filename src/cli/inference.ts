@@ -72,6 +72,7 @@ export function registerInference(program: Command): void {
         console.log(`replicas starting ${s.replicas.starting}, draining ${s.replicas.draining}, failed ${s.replicas.failed}`);
       }
       if (s.not_applied.length > 0) console.log(`stored but not applied by ${s.framework} here: ${s.not_applied.join(", ")}`);
+      for (const w of s.weights ?? []) console.log(`weights: ${w}`);
       for (const e of s.errors) console.log(`error: ${e}`);
     });
 }

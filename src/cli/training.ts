@@ -1,14 +1,16 @@
 /** `platform training submit|list`: the model registry. */
-import { createReadStream, existsSync, statSync } from "node:fs";
-import { resolve } from "node:path";
+import { createReadStream, existsSync, readdirSync, statSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { Transform } from "node:stream";
 import type { Command } from "commander";
-import type { ModelVersionRecord } from "../contracts/records.ts";
+import { ModelTask, type ModelVersionRecord, taskOf } from "../contracts/records.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
 import { formatBytes, formatCount, printJson, printTable } from "./output.ts";
 import { progressReporter } from "./progress.ts";
 import { SOURCE_SCHEMES } from "../registry/sources.ts";
+import { isCheckpointFile, isModuleDirectory } from "../registry/checkpoint.ts";
+import { writeTar } from "../registry/tar.ts";
 
 export function registerTraining(program: Command): void {
   const training = program.command("training").description("register models and list the registry");
@@ -18,35 +20,42 @@ export function registerTraining(program: Command): void {
     .description("register a new version of a model from a source location")
     .requiredOption("--name <name>", "model name")
     .option("--framework <framework>", "serving framework: llamacpp or vllm", "llamacpp")
-    .requiredOption("--source <source>", "local path, file://, https://, hf://org/repo/file.gguf or s3://bucket/key")
+    .requiredOption("--source <source>", "a GGUF file or a Hugging Face-style directory: local path, file://, https://, hf://org/repo[@rev][/file.gguf], s3://bucket/key or s3://bucket/prefix/")
     .option("--version <version>", "explicit version (default: the next v1, v2, ...)")
+    .option("--task <task>", "what it serves: embed (/v1/embeddings) or generate (chat, completions); default: embed for encoder models (BERT family), generate otherwise")
     .option("--json", "print the record as JSON")
-    .action(async (opts: { name: string; framework: string; source: string; version?: string; json?: boolean }) => {
+    .action(async (opts: { name: string; framework: string; source: string; version?: string; task?: string; json?: boolean }) => {
+      const task = taskFlag(opts.task);
       const api = await ApiClient.fromCredentials();
       const local = localFile(opts.source);
       let record: ModelVersionRecord;
       if (local) {
-        // Uploading makes a local file work against a remote gateway too.
-        const size = statSync(local).size;
+        // Uploading makes a local file work against a remote gateway too; a directory goes as a tar stream of its checkpoint files.
+        const files = statSync(local).isDirectory() ? checkpointFiles(local) : undefined;
+        // A tar stream: each file's 512-byte header and its data padded to 512-byte blocks, then two zero blocks.
+        const size = files ? files.reduce((n, f) => n + 512 + Math.ceil(f.size / 512) * 512, 1024) : statSync(local).size;
         const progress = progressReporter("uploading");
         let sent = 0;
         const counter = new Transform({
           transform(chunk: Buffer, _enc, done) {
             sent += chunk.length;
-            progress.update(sent, size);
+            progress.update(Math.min(sent, size), size);
             done(null, chunk);
           },
         });
-        const query = new URLSearchParams({ framework: opts.framework, source: opts.source, ...(opts.version ? { version: opts.version } : {}) });
+        const query = new URLSearchParams({ framework: opts.framework, source: opts.source, ...(opts.version ? { version: opts.version } : {}), ...(task ? { task } : {}) });
         try {
-          record = await api.request("POST", `/admin/v1/models/${encodeURIComponent(opts.name)}/upload?${query}`, undefined, createReadStream(local).pipe(counter));
+          const path = `/admin/v1/models/${encodeURIComponent(opts.name)}/upload?${query}`;
+          record = files
+            ? await api.request("POST", path, undefined, tarOf(local, files, counter), "application/x-tar")
+            : await api.request("POST", path, undefined, createReadStream(local).pipe(counter));
         } finally {
           progress.done();
         }
       } else {
         // The server downloads a remote source; it streams its progress back.
         const progress = progressReporter("downloading");
-        const body = { name: opts.name, framework: opts.framework, source: opts.source, version: opts.version };
+        const body = { name: opts.name, framework: opts.framework, source: opts.source, version: opts.version, task };
         try {
           record = await api.requestWithProgress("POST", "/admin/v1/models?progress=ndjson", body, (p) => progress.update(p.received, p.total));
         } finally {
@@ -54,10 +63,16 @@ export function registerTraining(program: Command): void {
         }
       }
       if (opts.json) return printJson(record);
-      console.log(`registered ${record.name}@${record.version} (${formatBytes(record.size_bytes)}, sha256 ${record.sha256.slice(0, 12)}…)`);
+      console.log(`registered ${record.name}@${record.version} (${formatBytes(record.size_bytes)}, sha256 ${record.sha256.slice(0, 12)}…, task ${taskOf(record)})`);
       if (record.gguf) {
         const g = record.gguf;
-        console.log(`  ${g.architecture ?? "?"} · ${formatCount(g.parameters)} parameters · context ${g.context_length ?? "?"} · ${g.quantization ?? "?"}${g.chat_template ? " · chat template" : ""}`);
+        console.log(`  ${g.architecture ?? "?"} · ${formatCount(g.parameters)} parameters · context ${g.context_length ?? "?"} · ${g.quantization ?? "?"}${g.tokenizer ? ` · ${g.tokenizer} tokenizer` : ""}${g.chat_template ? " · chat template" : ""}`);
+      }
+      if (record.checkpoint) {
+        const k = record.checkpoint;
+        console.log(
+          `  ${k.architecture ?? "?"} · ${formatCount(k.parameters)} parameters · context ${k.context_length ?? "?"} · ${k.quantization ?? k.dtype ?? "?"} · ${k.tokenizer ?? "?"}${k.chat_template ? " · chat template" : ""} · ${record.manifest?.length ?? 0} files`,
+        );
       }
     });
 
@@ -71,20 +86,28 @@ export function registerTraining(program: Command): void {
       if (opts.json) return printJson(data);
       if (data.length === 0) return console.log("no models registered yet: `platform training submit --name <name> --source <path>`");
       printTable(
-        ["NAME", "VERSION", "FRAMEWORK", "ARCH", "PARAMS", "CONTEXT", "QUANT", "SIZE", "CREATED"],
+        ["NAME", "VERSION", "FRAMEWORK", "TASK", "ARCH", "PARAMS", "CONTEXT", "QUANT", "SIZE", "CREATED"],
         data.map((m) => [
           m.name,
           m.version,
           m.framework,
-          m.gguf?.architecture ?? "-",
-          formatCount(m.gguf?.parameters ?? null),
-          m.gguf?.context_length ?? "-",
-          m.gguf?.quantization ?? "-",
+          taskOf(m),
+          m.gguf?.architecture ?? m.checkpoint?.architecture ?? "-",
+          formatCount(m.gguf?.parameters ?? m.checkpoint?.parameters ?? null),
+          m.gguf?.context_length ?? m.checkpoint?.context_length ?? "-",
+          m.gguf?.quantization ?? m.checkpoint?.quantization ?? m.checkpoint?.dtype ?? "-",
           formatBytes(m.size_bytes),
           new Date(m.created).toISOString().replace("T", " ").slice(0, 19),
         ]),
       );
     });
+}
+
+/** The directory's files as a tar stream through `counter`; a file that cannot be read (gone, changed size) fails the upload, naming it. */
+function tarOf(dir: string, files: { name: string }[], counter: Transform): Transform {
+  const pack = writeTar(dir, files.map((f) => f.name));
+  pack.on("error", (e: unknown) => counter.destroy(new CliError(`--source ${dir}: ${e instanceof Error ? e.message : String(e)}`, 1)));
+  return pack.pipe(counter);
 }
 
 /** A source that names a file on this machine (plain path or file://), resolved; else undefined. */
@@ -95,4 +118,29 @@ function localFile(source: string): string | undefined {
   const path = source.startsWith("file://") ? new URL(source).pathname : resolve(source);
   if (!existsSync(path)) throw new CliError(`--source ${source}: no such file`, 2);
   return path;
+}
+
+/**
+ * A local checkpoint directory's files, as the registry takes them (config, tokenizer, safetensors, sentence-transformers
+ * modules' `<n>_<Name>/config.json`; the rest, such as README.md or .git, stays behind). Links are followed: the directory
+ * is the user's own (a Hugging Face cache snapshot is all links).
+ */
+function checkpointFiles(dir: string): { name: string; size: number }[] {
+  const files: { name: string; size: number }[] = [];
+  for (const entry of readdirSync(dir).sort()) {
+    const name = isModuleDirectory(entry) ? `${entry}/config.json` : entry;
+    if (!isCheckpointFile(name)) continue;
+    const info = statSync(join(dir, name), { throwIfNoEntry: false });
+    if (info?.isFile()) files.push({ name, size: info.size });
+  }
+  if (!files.some((f) => f.name === "config.json")) throw new CliError(`--source ${dir}: a directory must be a Hugging Face-style checkpoint (config.json, tokenizer.json or tokenizer.model, *.safetensors); it has no config.json`, 2);
+  return files;
+}
+
+/** `--task` (of `training submit` and `up`) as a task; anything else is bad input (exit 2). */
+export function taskFlag(value: string | undefined): ModelTask | undefined {
+  if (value === undefined) return undefined;
+  const task = ModelTask.safeParse(value).data;
+  if (task === undefined) throw new CliError(`--task ${value}: use embed or generate`, 2);
+  return task;
 }

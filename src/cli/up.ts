@@ -4,7 +4,7 @@
  * its reconciler and autoscaler, and workers as child processes. Ctrl-C stops all of it.
  */
 import { createHash } from "node:crypto";
-import { createReadStream, existsSync } from "node:fs";
+import { createReadStream, existsSync, statSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { basename, join, resolve } from "node:path";
 import { pipeline } from "node:stream/promises";
@@ -15,6 +15,7 @@ import { LocalBackend } from "../../scaler/backends/local.ts";
 import { startScaler } from "../../scaler/run.ts";
 import { startBatchCoordinator } from "../batch/index.ts";
 import { DeploymentConfig, NAME_PATTERN } from "../contracts/deployment.ts";
+import { taskOf } from "../contracts/records.ts";
 import { countApiKeys, createApiKey, verifyApiKey } from "../control/apikeys.ts";
 import { ensurePrivateDir, startEmbeddedRedis } from "../control/embedded-redis.ts";
 import { deployEndpoint, findEndpoint, getEndpoint } from "../control/endpoints.ts";
@@ -32,8 +33,9 @@ import { CliError } from "./errors.ts";
 import { readCredentials, writeCredentials } from "./credentials.ts";
 import { bootstrapAtStart } from "./keys.ts";
 import { progressReporter } from "./progress.ts";
+import { taskFlag } from "./training.ts";
 
-type UpFlags = { model?: string; name?: string; replicas: string; parallel?: string; host: string; port: string; dataDir?: string; storageRoot: string[] };
+type UpFlags = { model?: string; name?: string; task?: string; replicas: string; parallel?: string; host: string; port: string; dataDir?: string; storageRoot: string[] };
 
 const BIN = fileURLToPath(new URL("../../bin/platform.js", import.meta.url));
 
@@ -41,8 +43,9 @@ export function registerUp(program: Command): void {
   program
     .command("up")
     .description("run the whole platform on this machine (Redis, gateway, replica supervisor, workers)")
-    .option("--model <source>", "register and deploy this model: a path, file://, https:// or hf://org/repo/file.gguf")
+    .option("--model <source>", "register and deploy this model: a GGUF file or a Hugging Face-style checkpoint directory (converted to GGUF), as a path, file://, https://, hf://org/repo/file.gguf or hf://org/repo")
     .option("--name <endpoint>", "endpoint name for --model (default: the file name without .gguf)")
+    .option("--task <task>", "what --model serves: embed (/v1/embeddings) or generate; default: embed for encoder models (BERT family), generate otherwise")
     .option("--replicas <n>", "replicas for --model", "1")
     .option("--parallel <n>", "sequences each replica serves at once")
     .option("--host <host>", "gateway address", "127.0.0.1")
@@ -58,6 +61,7 @@ export function registerUp(program: Command): void {
 }
 
 async function up(flags: UpFlags): Promise<void> {
+  taskFlag(flags.task); // a bad one is refused before anything starts
   // --data-dir is PLATFORM_DATA_DIR given on the command line: the same setting, so everything derived from it follows.
   const loaded = loadSettings(flags.dataDir ? { ...process.env, PLATFORM_DATA_DIR: resolve(flags.dataDir) } : process.env);
   // One machine, one operator: its data dir's batch/ (where relative names go), the directory it was
@@ -97,7 +101,8 @@ async function up(flags: UpFlags): Promise<void> {
   const coordinator = await startBatchCoordinator(ctl, { ...settings, redisUrl });
 
   let stopping = false;
-  const shutdown = async (signal: string) => {
+  /** `code`: 0 for a stop asked for (a signal), 1 when `up` could not do what it was told. */
+  const shutdown = async (signal: string, code = 0) => {
     if (stopping) {
       // Forced, but still complete: nothing this process started may outlive it.
       log("second signal: killing the replicas and stopping Redis now");
@@ -116,7 +121,7 @@ async function up(flags: UpFlags): Promise<void> {
     await bounded(ctl.redis.quit(), 2_000);
     await redis?.stop();
     log("stopped.");
-    process.exit(0);
+    process.exit(code);
   };
   process.on("SIGINT", () => void shutdown("SIGINT"));
   process.on("SIGTERM", () => void shutdown("SIGTERM"));
@@ -128,7 +133,7 @@ async function up(flags: UpFlags): Promise<void> {
     if (flags.model) endpointName = await registerAndDeploy(ctl, settings, flags);
   } catch (e) {
     log(`error: ${(e as Error).message}`);
-    await shutdown("error");
+    await shutdown("error", 1);
     return;
   }
   // A refused bootstrap key is no credential: the file keeps what it had.
@@ -188,20 +193,24 @@ async function registerAndDeploy(ctl: Control, settings: Settings, flags: UpFlag
   if (!isRemote && !existsSync(path)) throw new CliError(`--model ${source}: no such file`);
   const name = flags.name ?? endpointNameFor(source);
   if (!NAME_PATTERN.test(name)) throw new CliError(`--name "${name}": use letters, digits, ".", "_" or "-" (1-63 characters)`);
+  const task = taskFlag(flags.task);
 
-  // The same artifact registered before is reused rather than copied again.
-  const digest = isRemote ? undefined : await sha256(path);
+  // The same artifact registered before is reused rather than copied again. A checkpoint directory
+  // (registered for llama.cpp, so converted to GGUF at replica start) is recognised by its path.
+  const directory = !isRemote && statSync(path).isDirectory();
+  const digest = isRemote || directory ? undefined : await sha256(path);
   const versions = await listModelVersions(ctl, name);
-  let version = versions.find((v) => (digest ? v.sha256 === digest : v.source === source))?.version;
+  // A version registered for another task than --task asks for is not the same registration.
+  let version = versions.find((v) => (digest ? v.sha256 === digest : v.source === (isRemote ? source : path)) && (task === undefined || taskOf(v) === task))?.version;
   if (!version) {
     // A remote download can take minutes: say how far it got.
     const progress = isRemote ? progressReporter(`downloading ${name}`, process.stdout) : undefined;
     const record = await importModel(
       { ctl, artifacts: openStore(settings.artifactsUrl, settings.storage.s3), scratchDir: join(settings.dataDir, "tmp"), sources: settings.sources, s3: settings.storage.s3 },
-      { name, framework: "llamacpp", source: isRemote ? source : path, onProgress: progress && ((p) => progress.update(p.received, p.total)) },
+      { name, framework: "llamacpp", source: isRemote ? source : path, task, onProgress: progress && ((p) => progress.update(p.received, p.total)) },
     ).finally(() => progress?.done());
     version = record.version;
-    console.log(`registered ${name}@${version} from ${source}`);
+    console.log(`registered ${name}@${version} from ${source} (task ${taskOf(record)})`);
   }
   const existing = await findEndpoint(ctl, name);
   const replicas = Number(flags.replicas);

@@ -145,10 +145,21 @@ export const CompletionJob = z.object({
   params: SamplingParams.default({}),
 });
 
+/** The largest token id a job may name (int32, what llama.cpp's and vLLM's token ids are). */
+export const MAX_TOKEN_ID = 2 ** 31 - 1;
+
+/** One input to embed: a text, or a text already tokenized (token ids, as OpenAI's API takes them). */
+export const EmbeddingItem = z.union([z.string(), z.array(z.number().int().min(0).max(MAX_TOKEN_ID)).min(1)]);
+export type EmbeddingItem = z.infer<typeof EmbeddingItem>;
+
+/** At most this many inputs per embeddings request (OpenAI's limit). */
+export const MAX_EMBEDDING_INPUTS = 2048;
+
 export const EmbeddingJob = z.object({
   ...common,
   kind: z.literal("embedding"),
-  input: z.array(z.string()).min(1).max(2048),
+  /** One embedding per item, in order; each item on its own must fit the model's context. */
+  input: z.array(EmbeddingItem).min(1).max(MAX_EMBEDDING_INPUTS),
 });
 
 /** One record of a batch job; processed like a completion, at batch priority. */

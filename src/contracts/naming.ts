@@ -60,6 +60,7 @@ export function controlKeys(prefix: string) {
     batchReplies: (id: string) => `${plain}:batch:{${id}}:replies`, // stream: workers' events for this job's records
     files: `${cp}:files`, // hash file id -> record JSON (OpenAI-style /v1/files; bytes in the artifact store)
     quantizeLock: (artifact: string) => `${plain}:quantize-lock:${artifact}`, // string with TTL: the replica quantizing "<sha256>:<type>" (src/registry/quantize/cache.ts)
+    convertLock: (digest: string) => `${plain}:convert-lock:${digest}`, // string with TTL: the replica converting the checkpoint with this manifest digest to GGUF (src/registry/converted.ts)
     // One API key's rate-limit state: `<this>:<scope>:<part>` (src/control/ratelimits.ts). In one slot, the key id
     // being the tag, since one script touches it all; different keys spread over the nodes.
     rateLimit: (keyId: string) => `${plain}:ratelimit:{${keyId}}`,

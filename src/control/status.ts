@@ -26,6 +26,8 @@ export type EndpointStatus = {
   /** Fields of the deployment this engine cannot honour here: stored, reported, not applied. */
   not_applied: string[];
   errors: string[];
+  /** What the replicas load when it is not the registered artifact as is (a checkpoint's GGUF conversion, a quantized copy). */
+  weights: string[];
   replica_list: ReplicaRecord[];
   /** Set on the deployment of an A/B test's extra version: the endpoint it serves. */
   variant_of?: string;
@@ -48,6 +50,7 @@ export async function endpointStatus(ctl: Control, endpoint: EndpointRecord, que
     queue,
     not_applied: notApplied(endpoint.framework, endpoint.config),
     errors: [...new Set(replicas.flatMap((r) => (r.error ? [r.error] : [])))],
+    weights: [...new Set(replicas.flatMap((r) => (r.weights ? [r.weights] : [])))],
     replica_list: replicas,
     ...(endpoint.variant_of ? { variant_of: endpoint.variant_of } : {}),
   };

@@ -2,12 +2,14 @@
  * Management routes under /admin/v1 (admin keys only): the CLI and any
  * dashboard use these to register models, deploy endpoints and manage keys.
  */
+import { stat } from "node:fs/promises";
 import { pipeline, Readable } from "node:stream";
+import { fileURLToPath } from "node:url";
 import { type Context, Hono } from "hono";
 import { z } from "zod";
 import { DeploymentConfig, Framework, ModelName, ModelVersion } from "../contracts/deployment.ts";
 import { type AutoscalingSettings, parseAutoscalingConfig } from "../contracts/autoscaling.ts";
-import type { EndpointRecord, ModelVersionRecord } from "../contracts/records.ts";
+import { type EndpointRecord, ModelTask, type ModelVersionRecord } from "../contracts/records.ts";
 import { autoscalingStatus, clearAutoscaling, setAutoscaling } from "../control/autoscaling.ts";
 import { assertDeployable, forgetAbTest } from "../control/abtests.ts";
 import { deleteEndpoint, deployEndpoint, findEndpoint, getEndpoint, readEndpoints } from "../control/endpoints.ts";
@@ -16,10 +18,10 @@ import { endpointStatus, type EndpointStatus, readQueueDepth } from "../control/
 import { PlatformError } from "../errors.ts";
 import { causeFields, logger } from "../telemetry/log.ts";
 import type { Dispatcher } from "../queue/dispatcher.ts";
-import { type ImportDeps, importModel } from "../registry/import.ts";
+import { type ImportDeps, importModel, type ImportRequest } from "../registry/import.ts";
 import type { SourceProgress } from "../registry/sources.ts";
 import { listModelVersions } from "../registry/versions.ts";
-import { openObject, StorageError } from "../storage/index.ts";
+import { openObject, openStore, StorageError } from "../storage/index.ts";
 import { StoragePolicy, type StorageViewer } from "../storage/policy.ts";
 import { abTestRoutes } from "./admin-abtests.ts";
 import { adminKeyRoutes } from "./admin-keys.ts";
@@ -36,12 +38,15 @@ const RegisterBody = z.object({
   framework: Framework.default("llamacpp"),
   source: z.string().min(1),
   version: ModelVersion.refine((v) => v !== "latest", '"latest" is reserved; pick another version name').optional(),
+  /** "embed" or "generate"; absent: the architecture's default (docs/embeddings.md). */
+  task: ModelTask.optional(),
 });
 
 const UploadQuery = z.object({
   framework: Framework.default("llamacpp"),
   source: z.string().min(1),
   version: RegisterBody.shape.version,
+  task: RegisterBody.shape.task,
 });
 
 export type AdminDeps = { ctl: Control; dispatcher: Dispatcher; imports: ImportDeps; baseUrl: () => string; maxModelBytes?: number; storage?: StoragePolicy };
@@ -113,17 +118,25 @@ async function importWithProgress(c: Context<GatewayEnv>, run: (onProgress: (p: 
 }
 
 /**
- * A source that names storage (a path, file:// or s3://), confined and opened;
+ * A source that names storage (a path, file:// or s3://), confined and opened: one file's bytes,
+ * or a checkpoint directory (a local directory, or an s3:// URI ending in "/", read as a prefix);
  * undefined for remote sources (https://, hf://), which registry/import.ts checks.
  */
-async function openConfinedSource(storage: StoragePolicy, source: string, viewer: StorageViewer): Promise<Readable | undefined> {
+async function openConfinedSource(storage: StoragePolicy, source: string, viewer: StorageViewer): Promise<Pick<ImportRequest, "body" | "directory"> | undefined> {
   if (/^(https?|hf):/i.test(source)) return undefined;
   const confined = await storage.confine(source, viewer, "source");
   try {
+    if (confined.uri.startsWith("s3://") && confined.uri.endsWith("/")) {
+      return { directory: { store: openStore(confined.uri.replace(/\/+$/, ""), storage.s3), prefix: "" } };
+    }
+    if (confined.uri.startsWith("file:")) {
+      const path = fileURLToPath(confined.uri);
+      if ((await stat(path).catch(() => undefined))?.isDirectory()) return { directory: { path } };
+    }
     const { store, key } = openObject(confined.uri, storage.s3);
     const stream = await store.get(key);
     stream.once("close", () => store.close());
-    return stream;
+    return { body: stream };
   } catch (e) {
     if (e instanceof StorageError) {
       const missing = e.code === "not_found" || e.code === "no_such_bucket";
@@ -143,13 +156,14 @@ export function adminRoutes(deps: AdminDeps) {
     const body = await parseBody(c, RegisterBody);
     // A server-local path or s3:// source must lie inside the admin's storage roots (src/storage/policy.ts).
     const local = await openConfinedSource(deps.storage ?? new StoragePolicy(), body.source, { id: c.get("apiKey").id, role: c.get("apiKey").role });
-    if (local) return c.json(await importModel(deps.imports, { ...body, body: local }), 201);
-    if (c.req.query("progress") === "ndjson") return importWithProgress(c, (onProgress) => importModel(deps.imports, { ...body, onProgress }));
-    const record = await importModel(deps.imports, body);
+    if (local?.body) return c.json(await importModel(deps.imports, { ...body, ...local }), 201);
+    if (c.req.query("progress") === "ndjson") return importWithProgress(c, (onProgress) => importModel(deps.imports, { ...body, ...local, onProgress }));
+    const record = await importModel(deps.imports, { ...body, ...local });
     return c.json(record, 201);
   });
 
-  // The CLI streams local files here, so registering works against a remote gateway too.
+  // The CLI streams local files here, so registering works against a remote gateway too: one file's
+  // bytes (application/octet-stream), or a checkpoint directory as a tar stream (application/x-tar).
   app.post("/models/:name/upload", async (c) => {
     const name = pathParam(c, "name", ModelName);
     const query = UploadQuery.parse(c.req.query());
@@ -157,7 +171,8 @@ export function adminRoutes(deps: AdminDeps) {
     // Counted as it streams: a model may be far larger than memory, so it is never buffered to be measured.
     const limiter = limitStream(c.req.header("content-length"), deps.maxModelBytes ?? Number.POSITIVE_INFINITY, "PLATFORM_MAX_MODEL_BYTES");
     const body = pipeline(Readable.fromWeb(c.req.raw.body as import("node:stream/web").ReadableStream), limiter, () => undefined);
-    const record = await importModel(deps.imports, { name, ...query, body });
+    const tar = /^application\/(x-)?tar\b/i.test(c.req.header("content-type") ?? "");
+    const record = await importModel(deps.imports, { name, ...query, ...(tar ? { tar: body } : { body }) });
     return c.json(record, 201);
   });
 

@@ -9,6 +9,7 @@ import type { MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { GgufSummary } from "../contracts/records.ts";
 import type { Framework } from "../contracts/deployment.ts";
+import type { EmbeddingItem } from "../contracts/job.ts";
 import { ENGINES } from "../contracts/engines.ts";
 import { PlatformError } from "../errors.ts";
 import type { Settings } from "../settings/index.ts";
@@ -77,13 +78,14 @@ export const FALLBACK_TOKEN_BYTES = 256;
 export type PromptBound = { window: number; maxTokenBytes: number };
 
 /** The window a replica of this endpoint will have, and the bytes its longest token decodes to at most. */
-export function promptBound(framework: Framework, maxModelLen: number | undefined, gguf: GgufSummary | null | undefined): PromptBound | undefined {
-  const trained = gguf?.context_length ?? undefined;
+/** `summary`: the version's GGUF summary, or a checkpoint's (which knows its context but not its longest token). */
+export function promptBound(framework: Framework, maxModelLen: number | undefined, summary: Pick<GgufSummary, "context_length" | "max_token_bytes"> | null | undefined): PromptBound | undefined {
+  const trained = summary?.context_length ?? undefined;
   // The window a replica gets when the deployment sets none, as the engine's driver computes it.
   const cap = ENGINES[framework].defaultContextCap;
   const window = maxModelLen ?? (trained === undefined || cap === undefined ? trained : Math.min(trained, cap));
   if (window === undefined) return undefined;
-  return { window, maxTokenBytes: gguf?.max_token_bytes ?? FALLBACK_TOKEN_BYTES };
+  return { window, maxTokenBytes: summary?.max_token_bytes ?? FALLBACK_TOKEN_BYTES };
 }
 
 /**
@@ -109,13 +111,23 @@ export function checkPromptBound(bound: PromptBound | undefined, texts: string[]
   }
 }
 
-/** Embeddings: each input on its own must fit the window. */
-export function checkEmbeddingBound(bound: PromptBound | undefined, inputs: string[]): void {
+/**
+ * Embeddings: each input on its own must fit the window. A text is bounded as a prompt is (at
+ * least ceil(bytes / maxTokenBytes) tokens); token ids are counted exactly. The 400 names the
+ * input, its token count and the limit; the worker's exact count answers inputs under the bound.
+ */
+export function checkEmbeddingBound(bound: PromptBound | undefined, inputs: EmbeddingItem[]): void {
   if (!bound) return;
   inputs.forEach((input, i) => {
-    const atLeast = Math.ceil(Buffer.byteLength(input, "utf8") / bound.maxTokenBytes);
-    if (atLeast > bound.window) {
-      throw new PlatformError(400, "context_length_exceeded", `input ${i} has at least ${atLeast} tokens; this model embeds at most ${bound.window}`, "input");
+    const text = typeof input === "string";
+    const tokens = text ? Math.ceil(Buffer.byteLength(input, "utf8") / bound.maxTokenBytes) : input.length;
+    if (tokens > bound.window) {
+      throw new PlatformError(
+        400,
+        "context_length_exceeded",
+        `input[${i}] has ${text ? "at least " : ""}${tokens} tokens; this model embeds at most ${bound.window} tokens per input. Shorten or split input[${i}].`,
+        "input",
+      );
     }
   });
 }

@@ -7,9 +7,10 @@ import type { GatewayEnv } from "./env.ts";
 import { parseBody } from "./errors.ts";
 import { checkEmbeddingBound, checkPromptBound } from "./limits.ts";
 import { meterOf, reservationOf } from "./ratelimit.ts";
-import type { Caller, Router } from "./routing.ts";
-import { ChatCompletionRequest, CompletionRequest, EmbeddingRequest, GenerateRequest, toMessages, toParams } from "./schemas.ts";
+import { type Caller, type Router, requireTask } from "./routing.ts";
+import { ChatCompletionRequest, CompletionRequest, EmbeddingRequest, embeddingItems, GenerateRequest, toMessages, toParams } from "./schemas.ts";
 import { publicFinishReason, serveText, type TextFormat, type TextRequestContext } from "./serve-text.ts";
+import { onClientGone } from "./client-gone.ts";
 
 const chatFormat: TextFormat = {
   idPrefix: "chatcmpl-",
@@ -123,6 +124,7 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
   app.post("/chat/completions", async (c) => {
     const body = await parseBody(c, ChatCompletionRequest);
     const t = await route(c, body.model);
+    requireTask(t, "generate");
     const messages = toMessages(body.messages);
     const params = toParams(body);
     checkPromptBound(t.bound, messages.map((m) => m.content), params.max_tokens, "messages");
@@ -146,6 +148,7 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
   app.post("/completions", async (c) => {
     const body = await parseBody(c, CompletionRequest);
     const t = await route(c, body.model);
+    requireTask(t, "generate");
     const prompt = typeof body.prompt === "string" ? body.prompt : (body.prompt[0] as string);
     const params = toParams(body);
     checkPromptBound(t.bound, [prompt], params.max_tokens, "prompt");
@@ -162,6 +165,7 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
     const body = await parseBody(c, GenerateRequest);
     const name = c.req.param("model");
     const t = await route(c, name);
+    requireTask(t, "generate");
     const params = toParams(body);
     checkPromptBound(t.bound, [body.prompt], params.max_tokens, "prompt");
     return serveText(
@@ -177,7 +181,8 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
     const startedAt = performance.now();
     const body = await parseBody(c, EmbeddingRequest);
     const t = await route(c, body.model);
-    const input = typeof body.input === "string" ? [body.input] : body.input;
+    requireTask(t, "embed");
+    const input = embeddingItems(body.input);
     checkEmbeddingBound(t.bound, input);
     c.header("x-model-version", t.version);
     const submission = { kind: "embedding" as const, request_id: c.get("requestId"), model: t.model, version: t.version, input };
@@ -185,7 +190,7 @@ export function openAiRoutes(router: Router, ctx: TextRequestContext) {
     await meter?.admit({ model: t.name, version: t.version }, reservationOf(submission));
     const limits = ctx.admit ? await ctx.admit(t.endpoint) : undefined;
     const handle = await ctx.submit(submission, { queueWaitMs: limits?.maxQueueWaitMs, queue: endpointQueueName(t.endpoint) });
-    c.req.raw.signal.addEventListener("abort", () => void handle.cancel(), { once: true });
+    onClientGone(c, () => void handle.cancel());
     let result: EmbeddingResult | undefined;
     for await (const event of handle.events) {
       if (event.type === "error") throw publicJobError(event.error);

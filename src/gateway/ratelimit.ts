@@ -25,6 +25,7 @@ import { withinRedisWait } from "../queue/admission.ts";
 import type { Submission } from "../queue/dispatcher.ts";
 import { causeFields, logger } from "../telemetry/log.ts";
 import type { GatewayEnv } from "./env.ts";
+import { onClientGone } from "./client-gone.ts";
 
 /** Completion tokens reserved for a request that sets no max_tokens (never more than its tpm allows); settled to the real count. */
 export const DEFAULT_COMPLETION_RESERVATION = 256;
@@ -57,8 +58,12 @@ export function reservationOf(submission: Submission): Reservation {
     case "generate":
     case "batch_record":
       return { promptTokens: estimateTokens([submission.prompt]), maxTokens: submission.params?.max_tokens };
-    case "embedding":
-      return { promptTokens: estimateTokens(submission.input), maxTokens: 0 };
+    case "embedding": {
+      // Token-id inputs are counted exactly; texts are estimated.
+      const texts = submission.input.filter((i): i is string => typeof i === "string");
+      const ids = submission.input.reduce((n, i) => n + (typeof i === "string" ? 0 : i.length), 0);
+      return { promptTokens: estimateTokens(texts) + ids, maxTokens: 0 };
+    }
   }
 }
 
@@ -145,7 +150,7 @@ export class RequestMeter {
       }
       this.scopes = scopes;
       // A client that leaves frees its slot at once, not when the abandoned work ends.
-      this.c.req.raw.signal.addEventListener("abort", () => this.end({ disconnected: true }), { once: true });
+      onClientGone(this.c, () => this.end({ disconnected: true }));
     }
     this.target = target;
   }

@@ -8,7 +8,7 @@
 import type { RedisClient } from "../control/redis.ts";
 import { type AbTestRecord, pickVariant } from "../contracts/abtest.ts";
 import { NAME_PATTERN, VERSION_PATTERN } from "../contracts/deployment.ts";
-import type { EndpointRecord } from "../contracts/records.ts";
+import { type EndpointRecord, type ModelTask, taskOf } from "../contracts/records.ts";
 import { readAbTests } from "../control/abtests.ts";
 import { readEndpoints } from "../control/endpoints.ts";
 import type { InvalidRecord } from "../control/invalid-records.ts";
@@ -22,9 +22,13 @@ import { type PromptBound, promptBound } from "./limits.ts";
  * `name`: the endpoint the client named; `endpoint`: the deployment that serves this request
  * (the endpoint itself or one of its A/B variants); `model`/`version`: what it runs; `abtest`:
  * the endpoint has a test, so the outcome is counted per variant; `bound`: what the gateway
- * checks a prompt against before enqueueing (src/gateway/limits.ts).
+ * checks a prompt against before enqueueing (src/gateway/limits.ts); `task`: what the version serves
+ * (undefined when its record cannot be read: the worker's engine then has the last word).
  */
-export type Target = { name: string; endpoint: EndpointRecord; model: string; version: string; abtest: boolean; bound: PromptBound | undefined };
+export type Target = { name: string; endpoint: EndpointRecord; model: string; version: string; abtest: boolean; bound: PromptBound | undefined; task: ModelTask | undefined };
+
+/** What the gateway knows of a deployed version without a Redis round trip: its prompt bound and its task. */
+type VersionFacts = { bound: PromptBound | undefined; task: ModelTask | undefined };
 
 /** Who is asking, for sticky A/B tests: the API key's id and the request's headers. */
 export type Caller = { keyId?: string; header: (name: string) => string | undefined };
@@ -39,7 +43,7 @@ export class Router {
   private tests = new Map<string, AbTestRecord>();
   private skipped: InvalidRecord[] = [];
   /** Per model@version, which never changes once registered. */
-  private readonly bounds = new Map<string, PromptBound | undefined>();
+  private readonly facts = new Map<string, VersionFacts>();
   private loadedAt = 0;
   private loading: Promise<void> | undefined;
   private subscriber: RedisClient | undefined;
@@ -96,18 +100,20 @@ export class Router {
     } else if (test?.state === "stopping" && test.keep !== undefined) {
       endpoint = versions.get(test.keep) ?? own;
     }
-    return { name, endpoint, model: endpoint.config.model.name, version: endpoint.version, abtest: test !== undefined, bound: await this.bound(endpoint) };
+    const { bound, task } = await this.factsOf(endpoint);
+    return { name, endpoint, model: endpoint.config.model.name, version: endpoint.version, abtest: test !== undefined, bound, task };
   }
 
-  private async bound(endpoint: EndpointRecord): Promise<PromptBound | undefined> {
+  private async factsOf(endpoint: EndpointRecord): Promise<VersionFacts> {
     const key = `${endpoint.config.model.name}@${endpoint.version}\n${endpoint.config.runtime.max_model_len ?? ""}\n${endpoint.framework}`;
-    if (this.bounds.has(key)) return this.bounds.get(key);
-    // Without the model's record there is no bound here; the worker still checks exactly.
+    const known = this.facts.get(key);
+    if (known) return known;
+    // Without the model's record there is no bound or task here; the worker still checks exactly.
     const model = await resolveModelVersion(this.ctl, endpoint.config.model.name, endpoint.version).catch(() => undefined);
-    const bound = promptBound(endpoint.framework, endpoint.config.runtime.max_model_len, model?.gguf);
-    if (this.bounds.size > 1000) this.bounds.clear();
-    if (model) this.bounds.set(key, bound);
-    return bound;
+    const facts: VersionFacts = { bound: promptBound(endpoint.framework, endpoint.config.runtime.max_model_len, model?.gguf ?? model?.checkpoint), task: model ? taskOf(model) : undefined };
+    if (this.facts.size > 1000) this.facts.clear();
+    if (model) this.facts.set(key, facts);
+    return facts;
   }
 
   private refresh(): Promise<void> {
@@ -157,4 +163,27 @@ function stickyValue(test: AbTestRecord, caller: Caller | undefined): string | u
   if (!test.sticky || !caller) return undefined;
   if (test.sticky === "key") return caller.keyId;
   return caller.header(test.sticky.slice("header:".length));
+}
+
+/**
+ * Refuses a route the target's model does not serve (an embedding model asked for text, or a
+ * generative one for embeddings), saying which route fits and how to register it for the other.
+ * The task came with the target, so the check costs nothing per request.
+ */
+export function requireTask(t: Target, needed: ModelTask): void {
+  if (t.task === undefined || t.task === needed) return;
+  if (needed === "embed") {
+    throw new PlatformError(
+      400,
+      "model_not_embedding",
+      `The model \`${t.name}\` serves text generation, not embeddings: use /v1/chat/completions or /v1/completions with it, or register the model with \`--task embed\` (platform training submit) and deploy that version to embed with it.`,
+      "model",
+    );
+  }
+  throw new PlatformError(
+    400,
+    "model_not_generative",
+    `The model \`${t.name}\` is an embedding model: use /v1/embeddings with it. A decoder model registered with \`--task embed\` generates only as a version registered with \`--task generate\`.`,
+    "model",
+  );
 }

@@ -22,6 +22,7 @@ import { type GatewayMetrics, nonStreamingTtft, type Served } from "../telemetry
 import { clientError, envelope } from "./errors.ts";
 import { meterOf, type Reservation, reservationOf } from "./ratelimit.ts";
 import type { Target } from "./routing.ts";
+import { onClientGone } from "./client-gone.ts";
 
 /** What one choice adds to a streamed chunk. */
 export type Delta = {
@@ -88,7 +89,7 @@ export async function serveText(
   const handles = await submitChoices(ctx, { ...submission, stream: options.stream }, n, { queueWaitMs: limits?.maxQueueWaitMs, queue });
   const cancelAll = () => Promise.all(handles.map((h) => h.cancel()));
   // A client that goes away cancels its generations on the workers.
-  c.req.raw.signal.addEventListener("abort", () => void cancelAll(), { once: true });
+  onClientGone(c, () => void cancelAll());
 
   let firsts: JobEvent[];
   try {

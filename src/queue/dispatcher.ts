@@ -85,14 +85,22 @@ export class Dispatcher extends QueueBase {
     });
   }
 
+  /** Jobs whose answer has not arrived yet (their reply waiters). */
+  get awaiting(): number {
+    return this.waiters.size;
+  }
+
   async submit(submission: Submission, options: SubmitOptions): Promise<JobHandle> {
     const id = randomUUID();
     const deadline = Date.now() + options.timeoutMs;
     const buffer: JobEvent[] = [];
     let wake: (() => void) | undefined;
-    // Registered before the job exists, so not even the first event can be missed.
+    // Registered before the job exists, so not even the first event can be missed. Removed with
+    // the job's last event: a caller that stops reading once it has its answer (and so never
+    // resumes the generator into its `finally`) must not leave it here for the gateway's lifetime.
     this.waiters.set(id, (event) => {
       buffer.push(event);
+      if (event.type === "done" || event.type === "error") this.waiters.delete(id);
       wake?.();
     });
     const queueDeadline = options.queueWaitMs === undefined ? undefined : Date.now() + options.queueWaitMs;

@@ -6,7 +6,7 @@
  * check and the connect cannot slip through). Size and time are bounded.
  */
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
-import { request as httpRequest, type IncomingMessage, type RequestOptions } from "node:http";
+import { type IncomingHttpHeaders, request as httpRequest, type IncomingMessage, type RequestOptions } from "node:http";
 import { request as httpsRequest } from "node:https";
 import type { LookupFunction } from "node:net";
 import { Transform } from "node:stream";
@@ -115,22 +115,51 @@ export async function openRemoteSource(
   onProgress?: (p: SourceProgress) => void,
 ): Promise<Transform> {
   const hf = /^hf:\/\//i.test(source);
-  const start = hf ? huggingFaceUrl(source, policy.hfEndpoint) : source;
+  return (await openRemote(hf ? huggingFaceUrl(source, policy.hfEndpoint) : source, policy, { hub: hf, onProgress })).body;
+}
+
+export type RemoteOptions = {
+  /** The URL is on the Hub (HF_ENDPOINT): HF_TOKEN goes with requests to its origin. */
+  hub?: boolean;
+  /** Ask for the bytes from here on (HTTP Range); a server that ignores it answers 200 with all of them. */
+  start?: number;
+  onProgress?: (p: SourceProgress) => void;
+  /** Bounds this response instead of policy.maxBytes (a directory's files share the budget). */
+  maxBytes?: number;
+  /** When the whole download must be done (epoch ms), for one that spans several requests; default: PLATFORM_SOURCES_TIMEOUT_MS from now. */
+  deadline?: number;
+};
+
+export type RemoteResponse = {
+  body: Transform;
+  /** 206 when a range was asked for and given, else 200. */
+  status: number;
+  /** The response's Content-Length, when it said. */
+  length: number | null;
+  headers: IncomingHttpHeaders;
+};
+
+/** GET `start` (redirects followed and re-checked); the response's headers and its body, bounded as it streams. */
+export async function openRemote(start: string, policy: SourcePolicy, options: RemoteOptions = {}): Promise<RemoteResponse> {
   let url: URL;
   try {
     url = new URL(start);
   } catch {
     throw new PlatformError(400, "invalid_source", "source: not a valid URL", "source");
   }
-  const hubOrigin = hf ? new URL(policy.hfEndpoint).origin : undefined;
-  const deadline = Date.now() + policy.totalTimeoutMs;
+  // Errors name the host the user (or HF_ENDPOINT) named, never an address it resolved to or redirected to.
+  const named = url.host;
+  const hubOrigin = options.hub ? new URL(policy.hfEndpoint).origin : undefined;
+  const deadline = options.deadline ?? Date.now() + policy.totalTimeoutMs;
   let previous: URL | undefined;
   for (let hop = 0; ; hop++) {
     checkHop(url, policy, previous);
+    if (Date.now() >= deadline) throw totalTimeout(policy);
     const headers: Record<string, string> = { "user-agent": "platform-model-import" };
     // The Hugging Face token goes to the Hub (HF_ENDPOINT's origin) only, never to the CDN it redirects to.
     if (hubOrigin !== undefined && policy.hfToken && url.origin === hubOrigin) headers.authorization = `Bearer ${policy.hfToken}`;
-    const res = await get(url, headers, policy, deadline, previous ? "a redirect goes to" : "the host resolves to");
+    if (options.start !== undefined && options.start > 0) headers.range = `bytes=${options.start}-`;
+    const res = await get(url, headers, policy, deadline, previous ? "a redirect goes to" : "the host resolves to", named);
     const status = res.statusCode ?? 0;
     if (status >= 300 && status < 400 && res.headers.location) {
       res.destroy();
@@ -145,14 +174,17 @@ export async function openRemoteSource(
     }
     if (status < 200 || status >= 300) {
       res.destroy();
-      throw new PlatformError(status === 404 ? 404 : 502, "source_unreachable", `source: the server answered HTTP ${status}`, "source");
+      throw new PlatformError(status === 404 ? 404 : 502, "source_unreachable", `source: ${named} answered HTTP ${status}`, "source");
     }
-    return counted(res, policy, deadline, onProgress);
+    const declared = Number(res.headers["content-length"]);
+    const length = Number.isFinite(declared) && declared >= 0 && res.headers["content-length"] !== undefined ? declared : null;
+    const base = status === 206 ? (options.start ?? 0) : 0;
+    return { body: counted(res, policy, deadline, named, base, options.maxBytes ?? policy.maxBytes, options.onProgress), status, length, headers: res.headers };
   }
 }
 
-function tooLarge(policy: SourcePolicy): PlatformError {
-  return new PlatformError(413, "source_too_large", `source: the artifact is larger than ${policy.maxBytes} bytes (PLATFORM_MAX_MODEL_BYTES)`, "source");
+function tooLarge(maxBytes: number): PlatformError {
+  return new PlatformError(413, "source_too_large", `source: the artifact is larger than ${maxBytes} bytes (PLATFORM_MAX_MODEL_BYTES)`, "source");
 }
 
 function totalTimeout(policy: SourcePolicy): PlatformError {
@@ -164,7 +196,7 @@ function idleTimeout(policy: SourcePolicy): PlatformError {
 }
 
 /** One request, no redirect following; the socket's lookup is the guarded one. */
-function get(url: URL, headers: Record<string, string>, policy: SourcePolicy, deadline: number, hop: string): Promise<IncomingMessage> {
+function get(url: URL, headers: Record<string, string>, policy: SourcePolicy, deadline: number, hop: string, named: string): Promise<IncomingMessage> {
   return new Promise((resolve, reject) => {
     const options: RequestOptions = { method: "GET", headers, agent: false, lookup: guardedLookup(policy, hop) };
     const send = url.protocol === "https:" ? httpsRequest : httpRequest;
@@ -173,7 +205,7 @@ function get(url: URL, headers: Record<string, string>, policy: SourcePolicy, de
     req.setTimeout(policy.idleTimeoutMs, () => req.destroy(idleTimeout(policy)));
     req.on("error", (e) => {
       clearTimeout(timer);
-      reject(e instanceof PlatformError ? e : unreachable(e));
+      reject(e instanceof PlatformError ? e : unreachable(e, named));
     });
     req.on("response", (res) => {
       clearTimeout(timer);
@@ -183,37 +215,60 @@ function get(url: URL, headers: Record<string, string>, policy: SourcePolicy, de
   });
 }
 
-/** Only the error code reaches the client: a message could name an internal address. */
-function unreachable(e: unknown): PlatformError {
+/** Errors raised when a connection broke off mid-body: a download may resume these with a Range request. */
+const brokenOff = new WeakSet<PlatformError>();
+
+export function isBrokenOff(e: unknown): boolean {
+  return e instanceof PlatformError && brokenOff.has(e);
+}
+
+function errorCode(e: unknown): string | undefined {
   const code = (e as { code?: unknown }).code;
-  return new PlatformError(502, "source_unreachable", `source: could not fetch it${typeof code === "string" && /^[A-Z_]+$/.test(code) ? ` (${code})` : ""}`, "source");
+  return typeof code === "string" && /^[A-Z_]+$/.test(code) ? code : undefined;
+}
+
+/**
+ * Only the host as named and the error code reach the client: the error's own message could name
+ * an internal address. A name that does not resolve is the usual sign of a machine offline.
+ */
+function unreachable(e: unknown, host: string): PlatformError {
+  const code = errorCode(e);
+  const hint = code === "ENOTFOUND" || code === "EAI_AGAIN" ? "; is this machine offline, or is the name wrong?" : "; check the network (and HF_ENDPOINT, for hf:// sources)";
+  return new PlatformError(502, "source_unreachable", `source: could not reach ${host}${code ? ` (${code})` : ""}${hint}`, "source");
 }
 
 /** The body, with the size limit, the deadline and the idle timeout enforced while it streams. */
-function counted(res: IncomingMessage, policy: SourcePolicy, deadline: number, onProgress?: (p: SourceProgress) => void): Transform {
+function counted(res: IncomingMessage, policy: SourcePolicy, deadline: number, host: string, base: number, maxBytes: number, onProgress?: (p: SourceProgress) => void): Transform {
   const declared = Number(res.headers["content-length"]);
-  const total = Number.isFinite(declared) && declared >= 0 && res.headers["content-length"] !== undefined ? declared : null;
-  if (total !== null && total > policy.maxBytes) {
+  const length = Number.isFinite(declared) && declared >= 0 && res.headers["content-length"] !== undefined ? declared : null;
+  const total = length === null ? null : base + length;
+  if (total !== null && total > maxBytes) {
     res.destroy();
-    throw tooLarge(policy);
+    throw tooLarge(maxBytes);
   }
-  let received = 0;
+  let received = base;
   const out = new Transform({
     transform(chunk: Buffer, _enc, done) {
       received += chunk.length;
-      if (received > policy.maxBytes) return done(tooLarge(policy));
+      if (received > maxBytes) return done(tooLarge(maxBytes));
       onProgress?.({ received, total });
       done(null, chunk);
     },
   });
   const timer = setTimeout(() => out.destroy(totalTimeout(policy)), Math.max(0, deadline - Date.now()));
   res.setTimeout(policy.idleTimeoutMs, () => out.destroy(idleTimeout(policy)));
-  res.on("error", (e) => out.destroy(e instanceof PlatformError ? e : unreachable(e)));
+  res.on("error", (e) => {
+    if (e instanceof PlatformError) return out.destroy(e);
+    const code = errorCode(e);
+    const broken = new PlatformError(502, "source_unreachable", `source: the connection to ${host} broke off after ${received} bytes${code ? ` (${code})` : ""}`, "source");
+    brokenOff.add(broken);
+    out.destroy(broken);
+  });
   out.on("close", () => {
     clearTimeout(timer);
     res.destroy();
   });
   res.pipe(out);
-  onProgress?.({ received: 0, total });
+  onProgress?.({ received, total });
   return out;
 }

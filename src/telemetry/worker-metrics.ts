@@ -32,8 +32,12 @@ export class WorkerMetrics {
   });
 
   /** `load`: jobs generating now, and jobs this replica holds waiting for a free sequence (its prefetch). */
+  /** The labels every series of this replica carries (its engine's own too: src/telemetry/engine-metrics.ts). */
+  readonly labels: Readonly<Record<string, string>>;
+
   constructor(endpoint: EndpointRecord, replica: string, load: () => { running: number; waiting: number }) {
-    this.registry.setDefaultLabels({ ...servedOf(endpoint), replica });
+    this.labels = { ...servedOf(endpoint), replica };
+    this.registry.setDefaultLabels(this.labels);
     new Gauge({
       name: VLLM.running,
       help: "Requests generating on this replica",

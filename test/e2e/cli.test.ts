@@ -36,7 +36,7 @@ describe("platform CLI", () => {
     const rec = JSON.parse(first.stdout);
     expect(rec).toMatchObject({ name: "tiny", version: "v1", framework: "llamacpp" });
     expect(rec.sha256).toMatch(/^[0-9a-f]{64}$/);
-    expect(rec.gguf).toMatchObject({ architecture: "llama", quantization: "F32", chat_template: false });
+    expect(rec.gguf).toMatchObject({ architecture: "llama", quantization: "F32", chat_template: false, tokenizer: "llama" });
     expect(rec.gguf.parameters).toBeGreaterThan(10_000);
     expect(rec.gguf.context_length).toBe(512);
 

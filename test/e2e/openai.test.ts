@@ -6,17 +6,18 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { queueName } from "../../src/contracts/naming.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { type Stack, sleep, startStack } from "../helpers/stack.ts";
+import { runCli, type Stack, sleep, startStack } from "../helpers/stack.ts";
 import { QueueObserver } from "../helpers/queue-observer.ts";
 
 let stack: Stack;
 let client: OpenAI;
+let tinyPath: string;
 const MODEL = "tiny";
 
 beforeAll(async () => {
   // A long context so the cancellation test can ask for far more tokens than it will wait for.
-  const model = await tinyModelPath({ contextLength: 4096 });
-  stack = await startStack({ model, args: ["--name", MODEL] });
+  tinyPath = await tinyModelPath({ contextLength: 4096 });
+  stack = await startStack({ model: tinyPath, args: ["--name", MODEL] });
   client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
 });
 
@@ -128,12 +129,20 @@ describe("completions, generate, models", () => {
     expect(one).toMatchObject({ id: MODEL, object: "model", owned_by: "platform" });
   });
 
-  it("serves embeddings (float and the client's default base64)", async () => {
-    const res = await client.embeddings.create({ model: MODEL, input: ["hello", "a story"] });
+  it("serves embeddings (float and the client's default base64) from the model registered with the embed task", async () => {
+    // A model serves one task: the same file registered for embeddings is an endpoint of its own.
+    const submit = await runCli(["training", "submit", "--name", "tiny-embed", "--source", tinyPath, "--task", "embed"], stack.env);
+    expect(submit.code, submit.stderr).toBe(0);
+    expect((await stack.admin("PUT", "/admin/v1/endpoints/tiny-embed", { model: { name: "tiny-embed", version: "v1" }, resources: { replicas: 1, parallel: 1 } })).status).toBe(200);
+    await stack.waitFor(async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/tiny-embed")).body.state === "available", "tiny-embed available");
+    const refused = await client.embeddings.create({ model: MODEL, input: "hello" }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((refused as InstanceType<typeof OpenAI.BadRequestError>).code).toBe("model_not_embedding");
+    const res = await client.embeddings.create({ model: "tiny-embed", input: ["hello", "a story"] });
     expect(res.data).toHaveLength(2);
     expect(res.data[0]?.embedding).toHaveLength(64);
     expect(res.data[0]?.embedding.every((x) => Number.isFinite(x))).toBe(true);
-    const floats = await client.embeddings.create({ model: MODEL, input: "hello", encoding_format: "float" });
+    const floats = await client.embeddings.create({ model: "tiny-embed", input: "hello", encoding_format: "float" });
     expect(floats.data[0]?.embedding[0]).toBeCloseTo(res.data[0]?.embedding[0] as number, 5);
   });
 });
@@ -173,9 +182,26 @@ describe("errors come out as the client's error classes", () => {
   });
 });
 
+/** The receipt of the cancelled job the observer sees completing (online jobs are deleted once finished: it comes from the queue's event stream). */
+async function cancelledJob(observer: QueueObserver): Promise<{ finish_reason: string; usage: { completion_tokens: number } }> {
+  let cancelled: { finish_reason: string; usage: { completion_tokens: number } } | undefined;
+  try {
+    await stack.waitFor(async () => {
+      cancelled = observer
+        .events()
+        .filter((e) => e.event === "completed" && e.returnvalue !== undefined)
+        .map((e) => JSON.parse(e.returnvalue as string) as { finish_reason: string; usage: { completion_tokens: number } })
+        .find((r) => r.finish_reason === "cancelled");
+      return cancelled !== undefined;
+    }, "a cancelled job", 30_000);
+  } finally {
+    await observer.stop();
+  }
+  return cancelled!;
+}
+
 describe("cancellation", () => {
   it("a client that disconnects mid-stream stops the generation on the worker", async () => {
-    // Online jobs are deleted once finished: the cancelled job's result is read from the queue's event stream.
     const observer = await QueueObserver.start(stack.redisUrl, "platform", queueName(MODEL, "v1"), { keepLog: true });
     const controller = new AbortController();
     const stream = await client.chat.completions.create(
@@ -188,18 +214,20 @@ describe("cancellation", () => {
         if (++chunks === 5) controller.abort();
       }
     })().catch(() => undefined);
-    // The worker completes the cancelled job with its partial result; find it.
-    let cancelled: { finish_reason: string; usage: { completion_tokens: number } } | undefined;
-    await stack.waitFor(async () => {
-      cancelled = observer
-        .events()
-        .filter((e) => e.event === "completed" && e.returnvalue !== undefined)
-        .map((e) => JSON.parse(e.returnvalue as string) as { finish_reason: string; usage: { completion_tokens: number } })
-        .find((r) => r.finish_reason === "cancelled");
-      return cancelled !== undefined;
-    }, "a cancelled job", 30_000);
-    await observer.stop();
-    expect(cancelled?.usage.completion_tokens).toBeLessThan(4000);
+    expect((await cancelledJob(observer)).usage.completion_tokens).toBeLessThan(4000);
+  });
+
+  it("a client that leaves while waiting for a whole (non-streamed) answer stops the generation too", async () => {
+    const observer = await QueueObserver.start(stack.redisUrl, "platform", queueName(MODEL, "v1"), { keepLog: true });
+    const controller = new AbortController();
+    const request = client.chat.completions
+      .create({ model: MODEL, messages: [{ role: "user", content: "Once upon a time, far away" }], max_tokens: 4000, temperature: 0 }, { signal: controller.signal })
+      .catch((e: unknown) => e);
+    // Gone as soon as a replica has the job, long before 4000 tokens.
+    await stack.waitFor(async () => observer.events().some((e) => e.event === "active"), "the job to start", 30_000);
+    controller.abort();
+    expect(await request).toBeInstanceOf(Error);
+    expect((await cancelledJob(observer)).usage.completion_tokens).toBeLessThan(4000);
   });
 });
 

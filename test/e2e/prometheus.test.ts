@@ -98,7 +98,8 @@ describe.skipIf(!binary)("Prometheus scraping a running stack", () => {
     expect(await chat("tiny@v1", 3)).toBe(200);
     expect(await chat("tiny@v1", 5)).toBe(200);
     expect(await send("/v1/completions", { model: "tiny@v1", prompt: "The little dog", max_tokens: 4, stream: true })).toBe(200);
-    expect(await send("/v1/embeddings", { model: "tiny@v1", input: "Once upon a time" })).toBe(200);
+    // tiny is registered for generation: embeddings are refused (model_not_embedding), a client error counted under it.
+    expect(await send("/v1/embeddings", { model: "tiny@v1", input: "Once upon a time" })).toBe(400);
     expect(await send("/v1/completions", { model: "tiny@v2", prompt: "Once", max_tokens: 2 })).toBe(200);
     expect(await send("/v1/completions", { model: "tiny@v2", prompt: "Once", max_tokens: 6 })).toBe(200);
     expect(await chat("tiny@v1", 100_000)).toBe(400); // context_length_exceeded: a client error
@@ -106,21 +107,22 @@ describe.skipIf(!binary)("Prometheus scraping a running stack", () => {
 
     const gw = 'replica=""';
     await eventually(`sum by (model_name, version) (platform_requests_total{${gw}})`, ["model_name", "version"], { "tiny/v1": 5, "tiny/v2": 2, "broken/v1": 1 });
-    await eventually(`sum by (model_name, version) (vllm:request_success_total{${gw}})`, ["model_name", "version"], { "tiny/v1": 4, "tiny/v2": 2 });
+    await eventually(`sum by (model_name, version) (vllm:request_success_total{${gw}})`, ["model_name", "version"], { "tiny/v1": 3, "tiny/v2": 2 });
     await eventually(`sum by (model_name, version) (vllm:generation_tokens_total{${gw}})`, ["model_name", "version"], { "tiny/v1": 3 + 5 + 4, "tiny/v2": 2 + 6 });
     await eventually(`sum by (model_name, version) (vllm:time_to_first_token_seconds_count{${gw}})`, ["model_name", "version"], { "tiny/v1": 3, "tiny/v2": 2 });
-    await eventually(`sum by (model_name, version) (vllm:e2e_request_latency_seconds_count{${gw}})`, ["model_name", "version"], { "tiny/v1": 4, "tiny/v2": 2 });
+    await eventually(`sum by (model_name, version) (vllm:e2e_request_latency_seconds_count{${gw}})`, ["model_name", "version"], { "tiny/v1": 3, "tiny/v2": 2 });
     await eventually(`sum by (model_name, version, code, status) (platform_request_errors_total{${gw}})`, ["model_name", "version", "code", "status"], {
       "tiny/v1/context_length_exceeded/400": 1,
+      "tiny/v1/model_not_embedding/400": 1,
       "broken/v1/no_capacity/503": 1,
     });
     await eventually("sum by (model_name, version, reason) (platform_rate_limit_rejections_total)", ["model_name", "version", "reason"], { "broken/v1/no_capacity": 1 });
     await eventually(`max by (model_name, version) (platform_replicas_ready{${gw}})`, ["model_name", "version"], { "tiny/v1": 1, "tiny/v2": 1, "broken/v1": 0 });
     await eventually(`max by (model_name, version) (platform_replicas_desired{${gw}})`, ["model_name", "version"], { "tiny/v1": 0, "tiny/v2": 1, "broken/v1": 0 });
     // The worker's own /metrics: everything v1 answered, under its replica id.
-    await eventually('sum by (model_name, version, replica) (vllm:request_success_total{replica!=""})', ["model_name", "version", "replica"], { [`tiny/v1/${WORKER}`]: 4 });
+    await eventually('sum by (model_name, version, replica) (vllm:request_success_total{replica!=""})', ["model_name", "version", "replica"], { [`tiny/v1/${WORKER}`]: 3 });
     await eventually('sum by (replica) (vllm:generation_tokens_total{replica!=""})', ["replica"], { [WORKER]: 12 });
-    await eventually('sum by (replica, kind) (platform_requests_total{replica!=""})', ["replica", "kind"], { [`${WORKER}/chat`]: 2, [`${WORKER}/completion`]: 1, [`${WORKER}/embedding`]: 1 });
+    await eventually('sum by (replica, kind) (platform_requests_total{replica!=""})', ["replica", "kind"], { [`${WORKER}/chat`]: 2, [`${WORKER}/completion`]: 1 });
     const sums = byLabels(await prometheus.query(`sum by (model_name, version) (vllm:e2e_request_latency_seconds_sum{${gw}})`), ["model_name", "version"]);
     expect(sums["tiny/v1"]).toBeGreaterThan(0);
     expect(sums["tiny/v2"]).toBeGreaterThan(0);

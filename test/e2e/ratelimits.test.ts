@@ -17,7 +17,13 @@ let redis: Redis;
 
 beforeAll(async () => {
   // A long context, so a stream can be asked for far more tokens than the test waits for.
-  stack = await startStack({ model: await tinyModelPath({ contextLength: 4096 }), args: ["--name", "tiny"] });
+  const tiny = await tinyModelPath({ contextLength: 4096 });
+  stack = await startStack({ model: tiny, args: ["--name", "tiny"] });
+  // The same model registered for embeddings, on an endpoint of its own: a model serves one task.
+  const embed = await runCli(["training", "submit", "--name", "tiny-embed", "--source", tiny, "--task", "embed"], stack.env);
+  expect(embed.code, embed.stderr).toBe(0);
+  expect((await stack.admin("PUT", "/admin/v1/endpoints/tiny-embed", { model: { name: "tiny-embed", version: "v1" }, resources: { replicas: 1, parallel: 1 } })).status).toBe(200);
+  await stack.waitFor(async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/tiny-embed")).body.state === "available", "tiny-embed available");
   second = await new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [BIN, "gateway", "--host", "127.0.0.1", "--port", "0"], {
       env: { ...stack.env, REDIS_URL: stack.redisUrl, PLATFORM_BOOTSTRAP_ADMIN_KEY: undefined },
@@ -223,9 +229,9 @@ describe("usage", () => {
       const events = (await res.text()).split("\n\n").filter((e) => e.includes('"usage":{'));
       add((JSON.parse((events.pop() as string).slice("data: ".length)) as { usage: { prompt_tokens: number; completion_tokens: number } }).usage);
     }
-    const embedding = await post(stack.baseUrl, key, "/v1/embeddings", { model: "tiny", input: ["hello", "a story"] });
+    const embedding = await post(stack.baseUrl, key, "/v1/embeddings", { model: "tiny-embed", input: ["hello", "a story"] });
     expect(embedding.status).toBe(200);
-    add(embedding.body.usage as { prompt_tokens: number });
+    const embedded = (embedding.body.usage as { prompt_tokens: number }).prompt_tokens;
     // An error after admission: the worker's exact count finds prompt + max_tokens over the window.
     const digits = Array.from({ length: 100 }, (_, i) => i % 10).join(" ");
     const probe = await post(stack.baseUrl, key, "/v1/completions", { model: "tiny", prompt: digits, max_tokens: 1 });
@@ -235,30 +241,36 @@ describe("usage", () => {
     expect(failed.status).toBe(400);
     expect((failed.body.error as { code: string }).code).toBe("context_length_exceeded");
     totals.requests += 1;
-    expect(totals.requests).toBe(8);
+    expect(totals.requests).toBe(7);
 
-    const expected = { key: id, key_name: "metered", model: "tiny", version: "v1", requests: 8, prompt_tokens: totals.prompt, completion_tokens: totals.completion, total_tokens: totals.prompt + totals.completion, errors: 1, rate_limited: 0 };
-    expect(await usageOnce(key, "since=1h", (rows) => rows[0]?.requests === 8)).toEqual([expected]);
+    const expected = { key: id, key_name: "metered", model: "tiny", version: "v1", requests: 7, prompt_tokens: totals.prompt, completion_tokens: totals.completion, total_tokens: totals.prompt + totals.completion, errors: 1, rate_limited: 0 };
+    const expectedEmbed = { key: id, key_name: "metered", model: "tiny-embed", version: "v1", requests: 1, prompt_tokens: embedded, completion_tokens: 0, total_tokens: embedded, errors: 0, rate_limited: 0 };
+    const byModel = (rows: UsageRow[]) => [...rows].sort((a, b) => String(a.model).localeCompare(String(b.model)));
+    expect(byModel(await usageOnce(key, "since=1h", (rows) => rows.reduce((n, r) => n + r.requests, 0) === 8))).toEqual([expected, expectedEmbed]);
 
     // The CLI, with this user key's own credentials: JSON, then the table.
     const env = { ...stack.env, PLATFORM_API_KEY: key };
     const json = await runCli(["usage", "--since", "1h", "--json"], env);
     expect(json.code, json.stderr).toBe(0);
     const report = JSON.parse(json.stdout) as { since: string; by: string[]; data: UsageRow[] };
-    expect(report).toMatchObject({ since: "1h", by: ["key", "model", "version"], data: [expected] });
+    expect(report).toMatchObject({ since: "1h", by: ["key", "model", "version"] });
+    expect(byModel(report.data)).toEqual([expected, expectedEmbed]);
     const table = await runCli(["usage", "--since", "1h", "--by", "model,version"], env);
     expect(table.code, table.stderr).toBe(0);
     const lines = table.stdout.split("\n");
     const head = lines.find((l) => l.includes("REQUESTS")) as string;
     expect(head.split("│").map((c) => c.trim()).filter(Boolean)).toEqual(["MODEL", "VERSION", "REQUESTS", "PROMPT TOKENS", "COMPLETION TOKENS", "TOTAL TOKENS", "ERRORS", "RATE LIMITED"]);
     const row = lines.find((l) => l.includes(" tiny ")) as string;
-    expect(row.split("│").map((c) => c.trim()).filter(Boolean)).toEqual(["tiny", "v1", "8", String(totals.prompt), String(totals.completion), String(totals.prompt + totals.completion), "1", "0"]);
+    expect(row.split("│").map((c) => c.trim()).filter(Boolean)).toEqual(["tiny", "v1", "7", String(totals.prompt), String(totals.completion), String(totals.prompt + totals.completion), "1", "0"]);
+    const embedRow = lines.find((l) => l.includes(" tiny-embed ")) as string;
+    expect(embedRow.split("│").map((c) => c.trim()).filter(Boolean)).toEqual(["tiny-embed", "v1", "1", String(embedded), "0", String(embedded), "0", "0"]);
     // A user key reads only its own usage; an admin names any key.
     const forbidden = await runCli(["usage", "--key", "key_000000000000"], env);
     expect(forbidden.code).toBe(1);
     expect(forbidden.stderr).toContain("permission_denied");
     const asAdmin = await runCli(["usage", "--key", id, "--by", "key", "--json"], stack.env);
-    expect((JSON.parse(asAdmin.stdout) as { data: UsageRow[] }).data).toEqual([{ key: id, key_name: "metered", requests: 8, prompt_tokens: totals.prompt, completion_tokens: totals.completion, total_tokens: totals.prompt + totals.completion, errors: 1, rate_limited: 0 }]);
+    const all = { prompt: totals.prompt + embedded, total: totals.prompt + totals.completion + embedded };
+    expect((JSON.parse(asAdmin.stdout) as { data: UsageRow[] }).data).toEqual([{ key: id, key_name: "metered", requests: 8, prompt_tokens: all.prompt, completion_tokens: totals.completion, total_tokens: all.total, errors: 1, rate_limited: 0 }]);
   });
 });
 

@@ -69,6 +69,10 @@ export function main(): void {
       res.writeHead(ok ? 200 : 503).end();
       return;
     }
+    if (req.url === "/metrics") {
+      res.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }).end(metricsText(served));
+      return;
+    }
     const route = req.url === "/v1/completions" || req.url === "/v1/chat/completions" || req.url === "/v1/embeddings";
     if (!route || req.method !== "POST") return sendError(res, 404, "NotFoundError", "Not Found");
     if (typeof body !== "object" || body === null) return sendError(res, 400, "BadRequestError", "invalid JSON");
@@ -151,6 +155,36 @@ function withLast(pieces: string[]): [string, boolean][] {
 function* endless(maxTokens: number): Generator<[string, boolean]> {
   for (let i = 0; i < maxTokens; i++) yield [STORY[i % STORY.length] as string, i === maxTokens - 1];
 }
+
+/**
+ * A few of vLLM's own metrics as its /metrics writes them (prometheus_client's text format,
+ * `_created` series included): engine gauges the platform cannot measure itself, and a request
+ * histogram and counter under names the replica also exports.
+ */
+export function metricsText(served: string): string {
+  const l = `engine="0",model_name="${served}"`;
+  return [
+    "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
+    "# TYPE vllm:kv_cache_usage_perc gauge",
+    `vllm:kv_cache_usage_perc{${l}} ${KV_CACHE_USAGE}`,
+    "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
+    "# TYPE vllm:num_preemptions_total counter",
+    `vllm:num_preemptions_total{${l}} 3.0`,
+    `vllm:num_preemptions_created{${l}} 1.7e+09`,
+    "# HELP vllm:e2e_request_latency_seconds Histogram of e2e request latency in seconds.",
+    "# TYPE vllm:e2e_request_latency_seconds histogram",
+    `vllm:e2e_request_latency_seconds_bucket{${l},le="1.0"} 9.0`,
+    `vllm:e2e_request_latency_seconds_bucket{${l},le="+Inf"} 9.0`,
+    `vllm:e2e_request_latency_seconds_count{${l}} 9.0`,
+    `vllm:e2e_request_latency_seconds_sum{${l}} 0.5`,
+    "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.",
+    "# TYPE vllm:prompt_tokens_total counter",
+    `vllm:prompt_tokens_total{${l}} 99.0`,
+    `vllm:prompt_tokens_created{${l}} 1.7e+09`,
+    "",
+  ].join("\n");
+}
+export const KV_CACHE_USAGE = 0.25;
 
 function embeddings(res: ServerResponse, b: Record<string, unknown>): void {
   const inputs = typeof b.input === "string" ? [b.input] : (b.input as string[]);

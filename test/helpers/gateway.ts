@@ -28,8 +28,11 @@ export type TinyGateway = {
   stop: () => Promise<void>;
 };
 
-/** `env`: settings variables beside PLATFORM_DATA_DIR; `settings`: overrides of the parsed settings; `contextLength`: the tiny model's window. */
-export async function startTinyGateway(options: { env?: Record<string, string>; settings?: Partial<Settings>; contextLength?: number } = {}): Promise<TinyGateway> {
+/**
+ * `env`: settings variables beside PLATFORM_DATA_DIR; `settings`: overrides of the parsed settings; `contextLength`: the tiny
+ * model's window; `embed`: also register and deploy the same model as "tiny-embed" with the embed task (a model serves one task).
+ */
+export async function startTinyGateway(options: { env?: Record<string, string>; settings?: Partial<Settings>; contextLength?: number; embed?: boolean } = {}): Promise<TinyGateway> {
   const redis = await privateRedis();
   const dataDir = await mkdtemp(join(tmpdir(), "platform-gw-"));
   const settings: Settings = { ...loadSettings({ PLATFORM_DATA_DIR: dataDir, ...options.env }), redisUrl: redis.url, ...options.settings };
@@ -37,6 +40,10 @@ export async function startTinyGateway(options: { env?: Record<string, string>; 
   const source = await tinyModelPath(options.contextLength === undefined ? {} : { contextLength: options.contextLength });
   const model = await importModel({ ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") }, { name: "tiny", framework: "llamacpp", source });
   await deployEndpoint(ctl, DeploymentConfig.parse({ model: { name: "tiny" } }));
+  if (options.embed) {
+    await importModel({ ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") }, { name: "tiny-embed", framework: "llamacpp", source, task: "embed" });
+    await deployEndpoint(ctl, DeploymentConfig.parse({ model: { name: "tiny-embed" } }));
+  }
   const gateway = await startGateway({ ctl, settings, host: "127.0.0.1", port: 0 });
   return {
     redis,

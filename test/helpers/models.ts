@@ -60,3 +60,15 @@ async function buildCached(key: string, options: TinyLlamaOptions): Promise<stri
   }
   return path;
 }
+
+/**
+ * The Python with the reference stack (torch, transformers, tokenizers, gguf, safetensors), for the
+ * tests that check the platform against transformers: PLATFORM_TEST_PYTHON_REF, else the checkout's
+ * `.venv-ref` (made by scripts/reference/setup.sh, which .ci/run calls); undefined where neither exists.
+ */
+export function referencePython(): string | undefined {
+  const fromEnv = process.env.PLATFORM_TEST_PYTHON_REF;
+  if (fromEnv !== undefined && fromEnv !== "") return existsSync(fromEnv) ? fromEnv : undefined;
+  const venv = join(repoRoot, ".venv-ref", "bin", "python");
+  return existsSync(venv) ? venv : undefined;
+}

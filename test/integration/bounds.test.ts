@@ -35,6 +35,7 @@ beforeAll(async () => {
     env: { PLATFORM_MAX_REQUEST_BYTES: String(REQUEST_LIMIT), PLATFORM_MAX_FILE_BYTES: String(FILE_LIMIT), PLATFORM_MAX_MODEL_BYTES: String(MODEL_LIMIT) },
     settings: { requestTimeoutMs: 1500 },
     contextLength: 512,
+    embed: true,
   });
   ({ redis, ctl, gateway } = tiny);
   queues = new QueueBase(ctl);
@@ -155,7 +156,7 @@ describe("prompt bound at the gateway", () => {
       { path: "/v1/chat/completions", body: { model: "tiny", messages: [{ role: "user", content: text }] }, param: "messages" },
       { path: "/v1/completions", body: { model: "tiny", prompt: text, max_tokens: 10 }, param: "prompt" },
       { path: "/v1/inference/tiny/generate", body: { prompt: text }, param: "prompt" },
-      { path: "/v1/embeddings", body: { model: "tiny", input: ["short", text] }, param: "input" },
+      { path: "/v1/embeddings", body: { model: "tiny-embed", input: ["short", text] }, param: "input" },
     ];
     for (const c of cases) {
       const res = await call(c.path, { body: JSON.stringify(c.body) });
@@ -200,7 +201,7 @@ describe("names in path parameters", () => {
     const mismatch = await call("/admin/v1/endpoints/tiny", { method: "PUT", key: admin, body: JSON.stringify({ endpoint: "other", model: { name: "tiny" } }) });
     expect(mismatch.status).toBe(400);
     const names = Object.keys(await ctl.redis.hgetall(ctl.keys.endpoints));
-    expect(names).toEqual(["tiny"]);
+    expect(names.sort()).toEqual(["tiny", "tiny-embed"]);
   });
 
   it("an impossible model name is an unknown model (404, OpenAI's convention), not echoed back", async () => {
@@ -226,14 +227,14 @@ describe("records that do not parse", () => {
 
     const models = await call("/v1/models", { method: "GET" });
     expect(models.status).toBe(200);
-    expect(((await models.json()) as { data: { id: string }[] }).data.map((m) => m.id)).toEqual(["tiny"]);
+    expect(((await models.json()) as { data: { id: string }[] }).data.map((m) => m.id).sort()).toEqual(["tiny", "tiny-embed"]);
     const routed = await call("/v1/models/tiny", { method: "GET" });
     expect(routed.status).toBe(200);
 
     const endpoints = await call("/admin/v1/endpoints", { method: "GET", key: admin });
     expect(endpoints.status).toBe(200);
     const listed = (await endpoints.json()) as { data: { endpoint: string }[]; invalid: { name: string; error: string }[] };
-    expect(listed.data.map((e) => e.endpoint)).toEqual(["tiny"]);
+    expect(listed.data.map((e) => e.endpoint).sort()).toEqual(["tiny", "tiny-embed"]);
     expect(listed.invalid).toEqual(
       expect.arrayContaining([
         { name: "garbage", error: "not valid JSON" },
@@ -246,7 +247,7 @@ describe("records that do not parse", () => {
 
     const versions = await call("/admin/v1/models", { method: "GET", key: admin });
     expect(versions.status).toBe(200);
-    expect(((await versions.json()) as { data: { version: string }[] }).data.map((v) => v.version)).toEqual(["v1"]);
+    expect(((await versions.json()) as { data: { name: string; version: string }[] }).data.map((v) => `${v.name}@${v.version}`).sort()).toEqual(["tiny-embed@v1", "tiny@v1"]);
     const keys = await call("/admin/v1/keys", { method: "GET", key: admin });
     expect(keys.status).toBe(200);
     expect(((await keys.json()) as { data: unknown[] }).data).toHaveLength(2);

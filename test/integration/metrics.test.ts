@@ -29,11 +29,17 @@ const REPLICA = "tiny-metrics-1";
 const TINY = { model_name: "tiny", version: "v1", replica: "" };
 /** The worker's own series. */
 const ON_WORKER = { model_name: "tiny", version: "v1", replica: REPLICA };
+/** The same tiny model registered with the embed task, on a worker of its own: a model serves one task. */
+const EMBED_REPLICA = "tiny-embed-metrics-1";
+const TINY_EMBED = { model_name: "tiny-embed", version: "v1", replica: "" };
+const ON_EMBED_WORKER = { model_name: "tiny-embed", version: "v1", replica: EMBED_REPLICA };
 
 let redis: Awaited<ReturnType<typeof privateRedis>>;
 let ctl: Control;
 let gateway: RunningGateway;
 let worker: RunningWorker;
+let embedWorker: RunningWorker;
+let embedWorkerMetricsUrl: string;
 let coordinator: BatchCoordinator;
 let key: string;
 let dataDir: string;
@@ -55,6 +61,12 @@ beforeAll(async () => {
   workerMetricsUrl = `http://127.0.0.1:${healthPort}/metrics`;
   worker = startWorker({ ctl, endpoint: await getEndpoint(ctl, "tiny"), replicaId: REPLICA, healthPort, loadEngine: () => loadLlamaCpp({ modelPath, parallel: 2, threads: 1 }) });
   await worker.ready;
+  await importModel({ ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") }, { name: "tiny-embed", framework: "llamacpp", source: modelPath, task: "embed" });
+  await deployEndpoint(ctl, DeploymentConfig.parse({ model: { name: "tiny-embed" }, resources: { parallel: 1 } }));
+  const embedHealthPort = await freePort();
+  embedWorkerMetricsUrl = `http://127.0.0.1:${embedHealthPort}/metrics`;
+  embedWorker = startWorker({ ctl, endpoint: await getEndpoint(ctl, "tiny-embed"), replicaId: EMBED_REPLICA, healthPort: embedHealthPort, loadEngine: () => loadLlamaCpp({ modelPath, parallel: 1, threads: 1 }) });
+  await embedWorker.ready;
   gateway = await startGateway({ ctl, settings, host: "127.0.0.1", port: 0 });
   coordinator = await startBatchCoordinator(ctl, settings);
 }, 120_000);
@@ -63,6 +75,7 @@ afterAll(async () => {
   await coordinator?.stop();
   await gateway?.close();
   await worker?.drain({ deadlineMs: 0 });
+  await embedWorker?.drain({ deadlineMs: 0 });
   await ctl?.redis.quit();
   await redis?.stop();
   if (dataDir) await rm(dataDir, { recursive: true, force: true });
@@ -172,12 +185,13 @@ describe("request metrics", () => {
   });
 
   it("embeddings are counted: prompt tokens, latency, success, on the gateway and the replica", async () => {
-    const before = await snapshot();
-    const res = await ok<{ usage: { prompt_tokens: number }; data: unknown[] }>(await post("/v1/embeddings", { model: "tiny", input: ["Once upon a time", "The little dog"] }));
-    const after = await snapshot();
+    const embedSnapshot = async (): Promise<Snapshot> => ({ gateway: await scrape(`${gateway.url}/metrics`), worker: await scrape(embedWorkerMetricsUrl) });
+    const before = await embedSnapshot();
+    const res = await ok<{ usage: { prompt_tokens: number }; data: unknown[] }>(await post("/v1/embeddings", { model: "tiny-embed", input: ["Once upon a time", "The little dog"] }));
+    const after = await embedSnapshot();
     expect(res.data).toHaveLength(2);
-    const g = (name: string, match: Record<string, string> = {}) => moved(before.gateway, after.gateway, name, { ...TINY, source: "online", ...match });
-    const w = (name: string, match: Record<string, string> = {}) => moved(before.worker, after.worker, name, { ...ON_WORKER, source: "online", ...match });
+    const g = (name: string, match: Record<string, string> = {}) => moved(before.gateway, after.gateway, name, { ...TINY_EMBED, source: "online", ...match });
+    const w = (name: string, match: Record<string, string> = {}) => moved(before.worker, after.worker, name, { ...ON_EMBED_WORKER, source: "online", ...match });
     for (const count of [g, w]) {
       expect(count("platform_requests_total", { kind: "embedding" })).toBe(1);
       expect(count("vllm:request_success_total", { finished_reason: "stop" })).toBe(1);

@@ -6,6 +6,7 @@ import { endpointQueueName, notApplied } from "../../src/contracts/engines.ts";
 import { describeIssues } from "../../src/contracts/issues.ts";
 import { JobPayload } from "../../src/contracts/job.ts";
 import { COORDINATOR_QUEUE, controlKeys, queueName } from "../../src/contracts/naming.ts";
+import { ModelVersionRecord } from "../../src/contracts/records.ts";
 import { endpointNameFor } from "../../src/cli/up.ts";
 import { deriveState } from "../../src/control/status.ts";
 import { toMessages, toParams } from "../../src/gateway/schemas.ts";
@@ -126,5 +127,16 @@ describe("helpers", () => {
     expect(huggingFaceUrl("hf://org/repo/sub/file.gguf")).toBe("https://huggingface.co/org/repo/resolve/main/sub/file.gguf");
     expect(huggingFaceUrl("hf://org/repo@abc123/file.gguf")).toBe("https://huggingface.co/org/repo/resolve/abc123/file.gguf");
     expect(() => huggingFaceUrl("hf://org")).toThrow(/expected hf:\/\//);
+  });
+});
+
+describe("model version records", () => {
+  const record = { name: "m", version: "v1", framework: "llamacpp", source: "m.gguf", artifact: "models/m/v1/m.gguf", sha256: "a".repeat(64), size_bytes: 1, gguf: null, created: 1 };
+
+  it("take a version's digest only as a lowercase hex SHA-256: it names cache files and store keys", () => {
+    expect(ModelVersionRecord.safeParse(record).success).toBe(true);
+    for (const sha256 of ["../../etc", "A".repeat(64), "a".repeat(63)]) expect(ModelVersionRecord.safeParse({ ...record, sha256 }).success).toBe(false);
+    const manifest = [{ path: "config.json", size: 1, sha256: "x/../y" }];
+    expect(ModelVersionRecord.safeParse({ ...record, kind: "hf", manifest }).success).toBe(false);
   });
 });

@@ -1,5 +1,5 @@
 /** The one interface every inference engine implements (llama.cpp, vLLM, the benchmark's echo). */
-import type { ChatMessage, FinishReason, FunctionTool, SamplingParams, TokenLogprob, ToolCall, ToolChoice, Usage } from "../../src/contracts/job.ts";
+import type { ChatMessage, EmbeddingItem, FinishReason, FunctionTool, SamplingParams, TokenLogprob, ToolCall, ToolChoice, Usage } from "../../src/contracts/job.ts";
 
 export type ChatTools = { tools: FunctionTool[]; tool_choice?: ToolChoice; parallel_tool_calls?: boolean };
 
@@ -23,9 +23,17 @@ export interface Engine {
   /** A real inference, so readiness means the engine can answer. */
   warmup(): Promise<void>;
   generate(request: TextRequest, hooks: GenerationHooks): Promise<TextOutput>;
-  embed(inputs: string[]): Promise<{ embeddings: number[][]; usage: Usage }>;
+  /** One embedding per item, in order; an item that does not fit the context is a 400 naming it (`input[i]`). */
+  embed(inputs: EmbeddingItem[]): Promise<{ embeddings: number[][]; usage: Usage }>;
   /** With speculative decoding: the draft tokens the model accepted (validated) and rejected (refuted) so far. */
   speculation?(): { validated: number; refuted: number } | undefined;
+  /**
+   * Engines that run in a process of their own (vLLM): resolves, with why, if that process ends
+   * without `dispose`. The replica is then dead as if it had been killed (workers/worker.ts).
+   */
+  readonly lost?: Promise<string>;
+  /** The engine's own Prometheus metrics in the text format (vLLM's /metrics), served with the replica's. */
+  metrics?(): Promise<string>;
   dispose(): Promise<void>;
 }
 

@@ -23,7 +23,7 @@ import {
   TokenBias,
 } from "node-llama-cpp";
 import { LLAMACPP } from "../../src/contracts/engines.ts";
-import type { ChatMessage, FinishReason, SamplingParams } from "../../src/contracts/job.ts";
+import type { ChatMessage, EmbeddingItem, FinishReason, SamplingParams } from "../../src/contracts/job.ts";
 import { PlatformError } from "../../src/errors.ts";
 import { logger } from "../../src/telemetry/log.ts";
 import { type ChatTools, type Engine, type GenerationHooks, plainChatPrompt, type TextOutput, type TextRequest, usage } from "./engine.ts";
@@ -133,12 +133,20 @@ class LlamaCppEngine implements Engine {
   private readonly sequences: LlamaContextSequence[];
   private readonly vocabularySize: number;
   private embeddingContext: Promise<LlamaEmbeddingContext> | undefined;
+  /** An encoder (BERT and kin: non-causal attention) embeds and cannot generate. */
+  private readonly encoderOnly: boolean;
+  /** The converter recorded a sentence-transformers Normalize module (src/registry/convert/bert.ts). */
+  private readonly normalizeEmbeddings: boolean;
 
   constructor(model: LlamaModel, context: LlamaContext, sequences: LlamaContextSequence[], threads: number, grammars: GrammarCache, draft?: Draft) {
     this.model = model;
     this.draft = draft;
     this.sequences = sequences;
     this.grammars = grammars;
+    const metadata = model.fileInfo.metadata as unknown as Record<string, Record<string, unknown> | undefined>;
+    const architecture = String(model.fileInfo.metadata.general?.architecture ?? "");
+    this.encoderOnly = (metadata[architecture]?.attention as { causal?: unknown } | undefined)?.causal === false;
+    this.normalizeEmbeddings = (metadata.platform?.embedding as { normalize?: unknown } | undefined)?.normalize === true;
     const vocabulary = model.fileInfo.metadata.tokenizer?.ggml?.tokens;
     this.vocabularySize = Array.isArray(vocabulary) ? vocabulary.length : 0;
     this.context = context;
@@ -154,10 +162,16 @@ class LlamaCppEngine implements Engine {
   }
 
   async warmup(): Promise<void> {
+    if (this.encoderOnly) {
+      await this.embed(["Hello"]);
+      return;
+    }
     await this.generate({ kind: "prompt", prompt: "Hello", params: { max_tokens: 2, temperature: 0 } }, {});
   }
 
   async generate(request: TextRequest, hooks: GenerationHooks): Promise<TextOutput> {
+    // The gateway refuses these already (model_not_generative); a producer enqueueing directly meets this.
+    if (this.encoderOnly) throw new PlatformError(400, "model_not_generative", "this model is an embedding model (an encoder): it serves /v1/embeddings only", "model");
     const tools = request.kind === "chat" ? request.tools : undefined;
     if (tools) refuseFormatWithTools(request.params);
     if (request.kind === "chat" && tools && this.callSyntax) return this.generateNativeCalls(request.messages, tools, this.callSyntax, request.params, hooks);
@@ -261,20 +275,36 @@ class LlamaCppEngine implements Engine {
     return result;
   }
 
-  async embed(inputs: string[]): Promise<{ embeddings: number[][]; usage: ReturnType<typeof usage> }> {
-    this.embeddingContext ??= this.model.createEmbeddingContext({ threads: this.threads, contextSize: this.context.contextSize });
+  async embed(inputs: EmbeddingItem[]): Promise<{ embeddings: number[][]; usage: ReturnType<typeof usage> }> {
+    // One batch holds a whole input: an encoder attends over all of it at once, so llama.cpp cannot split it (its default batch is 512 tokens).
+    this.embeddingContext ??= this.model.createEmbeddingContext({ threads: this.threads, contextSize: this.context.contextSize, batchSize: this.context.contextSize });
     const ctx = await this.embeddingContext;
-    const embeddings: number[][] = [];
-    let promptTokens = 0;
-    for (const input of inputs) {
-      const tokens = this.model.tokenize(input);
-      if (tokens.length > this.context.contextSize) {
-        throw new PlatformError(400, "context_length_exceeded", `an input has ${tokens.length} tokens; this model embeds at most ${this.context.contextSize}`, "input");
+    // node-llama-cpp refuses an input as long as the context, so the longest one is a token shorter.
+    const limit = this.context.contextSize - 1;
+    const sequences = inputs.map((input, i) => {
+      const tokens = typeof input === "string" ? this.model.tokenize(input) : this.checkedTokenIds(input, i);
+      // The library answers an empty vector for no tokens; whitespace alone may tokenize to none.
+      if (tokens.length === 0) throw new PlatformError(400, "invalid_request", `input[${i}] has no tokens (is it only whitespace?); send some text`, "input");
+      // What is evaluated: the library adds the model's own start and end tokens ([CLS]/[SEP] for BERT).
+      const evaluated = ctx.calculateInputLength([...tokens]);
+      if (evaluated > limit) {
+        throw new PlatformError(400, "context_length_exceeded", `input[${i}] has ${evaluated} tokens; this model embeds at most ${limit} tokens per input. Shorten or split input[${i}].`, "input");
       }
-      promptTokens += tokens.length;
-      embeddings.push([...(await ctx.getEmbeddingFor(tokens)).vector]);
+      return { tokens, evaluated };
+    });
+    const embeddings: number[][] = [];
+    for (const { tokens } of sequences) {
+      const vector = [...(await ctx.getEmbeddingFor([...tokens])).vector];
+      embeddings.push(this.normalizeEmbeddings ? l2Normalized(vector) : vector);
     }
-    return { embeddings, usage: usage(promptTokens, 0) };
+    return { embeddings, usage: usage(sequences.reduce((n, s) => n + s.evaluated, 0), 0) };
+  }
+
+  /** Token ids from a client: one outside the vocabulary would make llama.cpp read past its tables. */
+  private checkedTokenIds(ids: number[], i: number): Token[] {
+    const bad = ids.findIndex((id) => id >= this.vocabularySize);
+    if (bad >= 0) throw new PlatformError(400, "invalid_request", `input[${i}][${bad}]: token ${ids[bad]} is not in this model's vocabulary (${this.vocabularySize} tokens)`, "input");
+    return ids as Token[];
   }
 
   /** Speculative decoding's draft tokens so far, accepted by the model or not (undefined without a draft). */
@@ -292,8 +322,11 @@ class LlamaCppEngine implements Engine {
   }
 
   private render(request: TextRequest): { tokens: Token[]; stopTriggers: string[] } {
+    // A raw prompt is tokenized as llama.cpp's server and the checkpoint's own (transformers) tokenizer do: a
+    // SentencePiece vocabulary that prefixes a space ("▁Once") keeps it, so a converted checkpoint continues
+    // a prompt exactly as transformers does (test/e2e/model-directories.test.ts).
+    if (request.kind === "prompt") return { tokens: this.model.tokenize(request.prompt, false), stopTriggers: [] };
     const tokenizeOptions = this.bos === null ? undefined : ("trimLeadingSpace" as const);
-    if (request.kind === "prompt") return { tokens: this.model.tokenize(request.prompt, false, tokenizeOptions), stopTriggers: [] };
     // Earlier calls and results: in the template's own syntax where it has one, in the generic format otherwise.
     if (this.chatTemplate && this.callSyntax) return this.tokensOf(this.chatTemplate.generateContextState({ chatHistory: [...nativeHistory(request.messages), { type: "model", response: [] }] }));
     const messages = toolPromptMessages(request.messages, request.tools);
@@ -328,6 +361,12 @@ class LlamaCppEngine implements Engine {
   }
 }
 
+
+/** The vector scaled to length 1 (a zero vector stays as it is). */
+function l2Normalized(vector: number[]): number[] {
+  const norm = Math.sqrt(vector.reduce((s, v) => s + v * v, 0));
+  return norm > 0 ? vector.map((v) => v / norm) : vector;
+}
 
 function toHistoryItem(m: ChatMessage) {
   if (m.role === "system") return { type: "system" as const, text: m.content };

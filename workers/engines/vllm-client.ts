@@ -8,9 +8,12 @@
  */
 import { randomUUID } from "node:crypto";
 import { z } from "zod";
-import type { ChatMessage, FinishReason, ResponseFormat, SamplingParams, TokenLogprob, ToolCall, Usage } from "../../src/contracts/job.ts";
+import type { ChatMessage, EmbeddingItem, FinishReason, ResponseFormat, SamplingParams, TokenLogprob, ToolCall, Usage } from "../../src/contracts/job.ts";
 import { PlatformError } from "../../src/errors.ts";
 import { type ChatTools, type GenerationHooks, type TextOutput, type TextRequest, usage } from "./engine.ts";
+
+/** A scrape of the worker waits for vLLM's metrics this long at most (Prometheus's default timeout is 10 s). */
+const METRICS_TIMEOUT_MS = 3_000;
 
 export class VllmClient {
   private readonly baseUrl: string;
@@ -39,13 +42,20 @@ export class VllmClient {
     }
   }
 
-  async embed(inputs: string[]): Promise<{ embeddings: number[][]; usage: Usage }> {
+  async embed(inputs: EmbeddingItem[]): Promise<{ embeddings: number[][]; usage: Usage }> {
     const res = await this.post("/v1/embeddings", { model: this.servedName, input: inputs, encoding_format: "float" });
     if (!res.ok) throw await httpError(res, "embeddings");
     const parsed = EmbeddingResponse.safeParse(await res.json().catch(() => undefined));
     if (!parsed.success) throw new PlatformError(502, "engine_error", "vLLM answered /v1/embeddings with an unexpected body");
     const embeddings = [...parsed.data.data].sort((a, b) => a.index - b.index).map((d) => d.embedding);
     return { embeddings, usage: usage(parsed.data.usage.prompt_tokens, 0) };
+  }
+
+  /** vLLM's own Prometheus metrics (its /metrics), as text; bounded in time, since a scrape waits on it. */
+  async metrics(): Promise<string> {
+    const res = await fetch(this.baseUrl + "/metrics", { signal: AbortSignal.timeout(METRICS_TIMEOUT_MS) });
+    if (!res.ok) throw new Error(`vLLM answered /metrics with ${res.status}`);
+    return res.text();
   }
 
   private async post(path: string, body: unknown, signal?: AbortSignal): Promise<Response> {

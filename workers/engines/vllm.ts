@@ -7,7 +7,7 @@
  * and the HTTP client (vllm-client.ts); docs/engines.md ("vLLM") describes them.
  */
 import { VLLM } from "../../src/contracts/engines.ts";
-import type { Usage } from "../../src/contracts/job.ts";
+import type { EmbeddingItem, Usage } from "../../src/contracts/job.ts";
 import { PlatformError } from "../../src/errors.ts";
 import { freePort } from "../../src/net.ts";
 import { VLLM_DEFAULTS } from "../../src/settings/vllm.ts";
@@ -64,11 +64,16 @@ export class VllmEngine implements Engine {
   /** Set once vLLM says the model has no chat template; chats are then sent as plain prompts. */
   private noChatTemplate = false;
 
+  readonly lost: Promise<string>;
+  private disposing = false;
+
   constructor(server: VllmProcess, client: VllmClient, parallel: number, stopGraceMs: number) {
     this.server = server;
     this.client = client;
     this.parallel = parallel;
     this.stopGraceMs = stopGraceMs;
+    // Settles only for an exit nobody asked for: a crash, the OOM killer, someone's SIGKILL.
+    this.lost = server.exited.then(() => (this.disposing ? new Promise<string>(() => undefined) : server.describeExit()));
   }
 
   /** The id of the process group holding `vllm serve`, its watchdog and all vLLM starts. */
@@ -109,11 +114,16 @@ export class VllmEngine implements Engine {
     }
   }
 
-  embed(inputs: string[]): Promise<{ embeddings: number[][]; usage: Usage }> {
+  embed(inputs: EmbeddingItem[]): Promise<{ embeddings: number[][]; usage: Usage }> {
     return this.client.embed(inputs);
   }
 
+  metrics(): Promise<string> {
+    return this.client.metrics();
+  }
+
   async dispose(): Promise<void> {
+    this.disposing = true;
     await this.server.stop(this.stopGraceMs);
   }
 }
