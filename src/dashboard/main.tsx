@@ -76,7 +76,10 @@ function Login(props: { message: string | null; onLogin: (key: string) => void }
 
 function Dashboard(props: { onLogout: (why: string | null) => void }) {
   const [data, setData] = useState<Data | null>(null);
+  // An action's error stays until the next action; a failed refresh clears itself on the next
+  // good one. One state for both let every 2 s refresh wipe an action's error before it was read.
   const [error, setError] = useState<string | null>(null);
+  const [loadError, setLoadError] = useState<string | null>(null);
   const [notice, setNotice] = useState<string | null>(null);
   const history = useRef(new Map<string, Point[]>());
   const totals = useRef(new Map<string, number>());
@@ -86,7 +89,7 @@ function Dashboard(props: { onLogout: (why: string | null) => void }) {
   const fail = useCallback(
     (err: unknown) => {
       if (err instanceof ApiError && (err.status === 401 || err.status === 403)) props.onLogout(`Signed out: ${err.message}`);
-      else setError((err as Error).message);
+      else setLoadError((err as Error).message);
     },
     [props.onLogout],
   );
@@ -129,7 +132,7 @@ function Dashboard(props: { onLogout: (why: string | null) => void }) {
         models: models.data,
         keys: keys.data,
       });
-      setError(null);
+      setLoadError(null);
       setTick((t) => t + 1);
     } catch (err) {
       fail(err);
@@ -146,10 +149,10 @@ function Dashboard(props: { onLogout: (why: string | null) => void }) {
   const act = useCallback(
     async (what: string, action: () => Promise<unknown>) => {
       setNotice(null);
+      setError(null);
       try {
         await action();
         setNotice(`${what}: done`);
-        setError(null);
       } catch (err) {
         if (err instanceof ApiError && err.status === 401) return fail(err);
         setError(`${what}: ${(err as Error).message}`);
@@ -171,6 +174,11 @@ function Dashboard(props: { onLogout: (why: string | null) => void }) {
       {error && (
         <p class="error" role="alert" data-testid="error">
           {error}
+        </p>
+      )}
+      {loadError && (
+        <p class="error" role="alert" data-testid="load-error">
+          Could not refresh: {loadError}
         </p>
       )}
       {notice && (

@@ -156,6 +156,9 @@ describe.skipIf(!haveChromium)("the web dashboard", () => {
     await deploy.getByRole("button", { name: "Deploy" }).click();
     // A version change under a running A/B test is refused, and the page says why.
     await expect.poll(() => page.getByTestId("error").textContent()).toMatch(/deploy dash@v2 as dash: .*A\/B test/i);
+    // It outlives the page's next refresh (every 2 s), so a user has time to read it.
+    await page.waitForTimeout(2_500);
+    expect(await page.getByTestId("error").textContent()).toMatch(/deploy dash@v2 as dash: .*A\/B test/i);
     await deploy.locator("select[name=version]").selectOption("v1");
     await deploy.getByRole("button", { name: "Deploy" }).click();
     await expect.poll(() => page.getByTestId("notice").textContent()).toMatch(/deploy dash@v1 as dash: done/);
