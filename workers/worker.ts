@@ -15,6 +15,7 @@ import { removeReplica, writeReplica } from "../src/control/replicas.ts";
 import { PlatformError } from "../src/errors.ts";
 import { QueueBase } from "../src/queue/base.ts";
 import { isCancelled, listenForCancels } from "../src/queue/cancel.ts";
+import { keepAnswer } from "../src/queue/kept-answers.ts";
 import { MAX_REPLICA_LOSSES } from "../src/queue/reclaim.ts";
 import { appendReply } from "../src/queue/replies.ts";
 import { DEFAULT_HEARTBEAT_MS } from "../src/settings/queue.ts";
@@ -219,9 +220,9 @@ export function startWorker(options: WorkerOptions): RunningWorker {
       metrics?.answered(source, payload.kind, { taken, started, firstText, ended }, result);
       span?.end({ usage: result.usage, finishReason: result.type === "text" ? result.finish_reason : undefined });
       if (log.isEnabled("debug")) log.debug({ request_id: payload.request_id, job_id: jobId, ...traceFieldsOf(payload.traceparent), replica: replicaId, queued_ms: queuedMs, usage: result.usage }, "job done");
-      await emit(payload, jobId, { type: "done", result });
-      // A batch record's answer is read back from its job until checkpointed (src/batch/record-jobs.ts).
-      return payload.reply && payload.kind !== "batch_record" ? receiptOf(result) : result;
+      // A batch record's answer is also kept on its job, for a coordinator that resumes (src/queue/kept-answers.ts).
+      await Promise.all([emit(payload, jobId, { type: "done", result }), payload.reply && source === "batch" ? keepAnswer(ctl.redis, job, result) : undefined]);
+      return payload.reply ? receiptOf(result) : result;
     } catch (e) {
       if (e instanceof WaitingError) throw e;
       if (releasing.has(jobId)) return await release(job, token);

@@ -24,6 +24,7 @@ import { detailOf, publicJobError } from "../errors.ts";
 import { QueueBase } from "../queue/base.ts";
 import { cancelJobs } from "../queue/cancel.ts";
 import { jobErrorFromFailure } from "../queue/failures.ts";
+import { ANSWER_FIELD } from "../queue/kept-answers.ts";
 import { replyHandler } from "../queue/replies.ts";
 import type { EntryHandler, StreamReader } from "../queue/stream-reader.ts";
 import { reportBatchRecord } from "../telemetry/batch-metrics.ts";
@@ -275,30 +276,32 @@ export class RecordJobs extends QueueBase {
   /** Each job's answer if it has finished, "pending" while queued or running, "missing" if it does not exist. */
   private async lookup(ids: readonly string[]): Promise<Map<string, Answer | "pending" | "missing">> {
     const pipeline = this.ctl.redis.pipeline();
-    for (const id of ids) pipeline.hmget(this.modelQueue.toKey(id), "timestamp", "finishedOn", "returnvalue", "failedReason");
+    for (const id of ids) pipeline.hmget(this.modelQueue.toKey(id), "timestamp", "finishedOn", ANSWER_FIELD, "returnvalue", "failedReason");
     const replies = (await pipeline.exec()) ?? [];
     const out = new Map<string, Answer | "pending" | "missing">();
     ids.forEach((id, i) => {
       const [err, fields] = replies[i] ?? [null, null];
       if (err) throw err;
-      const [timestamp, finishedOn, returnvalue, failedReason] = (fields ?? []) as (string | null)[];
+      const [timestamp, finishedOn, answer, returnvalue, failedReason] = (fields ?? []) as (string | null)[];
+      // The answer the worker kept; a return value is one only from a worker that returned the whole result.
+      const value = answer ?? returnvalue;
       if (!timestamp) out.set(id, "missing");
       else if (!finishedOn) out.set(id, "pending");
-      else if (returnvalue !== null && returnvalue !== undefined) out.set(id, this.readReturnValue(id, returnvalue));
+      else if (value !== null && value !== undefined) out.set(id, this.readAnswer(id, value));
       else out.set(id, fromError(jobErrorFromFailure(failedReason ?? "the job failed"), this.options.batchId));
     });
     return out;
   }
 
   /**
-   * A finished model job's return value. Garbage there must not throw out of a lookup: every
+   * A finished model job's kept answer. Garbage there must not throw out of a lookup: every
    * periodic check would fail on it and the records waiting with it would never settle.
    */
-  private readReturnValue(id: string, returnvalue: string): Answer {
-    const value = parseJson(returnvalue);
+  private readAnswer(id: string, kept: string): Answer {
+    const value = parseJson(kept);
     if (value !== undefined) return fromResult(value);
     const line = this.parseJobId(id)?.line;
-    console.error(`[batch ${this.options.batchId}] ${line !== undefined ? `line ${line}` : id}: model job ${id} has a return value that is not JSON; the record is failed with invalid_result`);
+    console.error(`[batch ${this.options.batchId}] ${line !== undefined ? `line ${line}` : id}: model job ${id} has a kept answer that is not JSON; the record is failed with invalid_result`);
     return { ...unreadable(), retryable: false };
   }
 

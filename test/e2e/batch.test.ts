@@ -115,6 +115,15 @@ describe("10,000 records through the real engine", () => {
     });
     // Parts are assembled and removed; nothing else is left beside the result.
     expect(await readdir(outDir)).toEqual([`${job.id}.jsonl`]);
+    // BullMQ copies return values into the queue's event stream, kept long after the batch: the
+    // records' completions there are receipts, their answers nowhere but the output.
+    const events = await ctl.redis.xrevrange(`platform:${queueName(MODEL, "v1")}:events`, "+", "-", "COUNT", 5000);
+    const returned = events.flatMap(([, f]) => {
+      const field = (name: string) => f[f.indexOf(name) + 1] as string;
+      return field("event") === "completed" && field("jobId").startsWith(`${job.id}-`) ? [JSON.parse(field("returnvalue")) as Record<string, unknown>] : [];
+    });
+    expect(returned.length).toBeGreaterThan(100);
+    for (const r of returned) expect(Object.keys(r).sort()).toEqual(["finish_reason", "replica", "type", "usage"]);
   }, LONG);
 
   it("on S3: the same output, assembled by multipart upload, parts removed", async () => {

@@ -28,6 +28,7 @@ import { deployEndpoint } from "../../src/control/endpoints.ts";
 import { type Control, connectControl } from "../../src/control/redis.ts";
 import { PlatformError } from "../../src/errors.ts";
 import { QueueBase } from "../../src/queue/base.ts";
+import { ANSWER_FIELD } from "../../src/queue/kept-answers.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
 import { importModel } from "../../src/registry/import.ts";
 import { loadSettings, type Settings } from "../../src/settings/index.ts";
@@ -385,6 +386,16 @@ describe("stored data that does not parse", () => {
       await ctl.redis.hset(ctl.keys.batchResults(batchId), "3", "{garbage");
       expect(await within(jobs.run(3, "r3", work, { max_tokens: 3 }))).toMatchObject({ ok: false, code: "invalid_result" });
 
+      // A resumed run takes a finished record's answer from its job: the field the worker keeps it in
+      // (its return value is a receipt, as BullMQ copies it into the event stream)...
+      const usage = { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 };
+      const receipt = JSON.stringify({ type: "text", finish_reason: "length", usage, replica: "r" });
+      const result = { type: "text", text: " kept", finish_reason: "length", usage, replica: "r" };
+      await ctl.redis.hset(queue.toKey(`${batchId}-6`), { timestamp: Date.now(), finishedOn: Date.now(), [ANSWER_FIELD]: JSON.stringify(result), returnvalue: receipt });
+      expect(await within(jobs.run(6, "r6", work, { max_tokens: 3 }))).toMatchObject({ ok: true, text: " kept", tokens: 3 });
+      // ... and garbage there, or in the return value of a worker that returned the whole result, fails the record.
+      await ctl.redis.hset(queue.toKey(`${batchId}-7`), { timestamp: Date.now(), finishedOn: Date.now(), [ANSWER_FIELD]: "{garbage", returnvalue: receipt });
+      expect(await within(jobs.run(7, "r7", work, { max_tokens: 3 }))).toMatchObject({ ok: false, code: "invalid_result" });
       await ctl.redis.hset(queue.toKey(`${batchId}-4`), { timestamp: Date.now(), finishedOn: Date.now(), returnvalue: "{garbage" });
       expect(await within(jobs.run(4, "r4", work, { max_tokens: 3 }))).toMatchObject({ ok: false, code: "invalid_result" });
 
