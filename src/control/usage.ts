@@ -53,6 +53,39 @@ export function addUsage(pipeline: ChainableCommander, ctl: Control, delta: Usag
   }
 }
 
+/**
+ * Usage summed per minute and labels in the gateway's memory, written in one pipeline every
+ * USAGE_FLUSH_MS (src/gateway/ratelimit.ts, Settlements): under load a second's requests of
+ * one key, model and version cost one set of HINCRBYs instead of one each.
+ */
+export class UsageTally {
+  private readonly sums = new Map<string, { minute: number; delta: UsageDelta }>();
+
+  get size(): number {
+    return this.sums.size;
+  }
+
+  add(delta: UsageDelta, at: number): void {
+    const minute = Math.floor(at / MINUTE) * MINUTE;
+    const id = `${minute}\t${delta.key}\t${delta.model}\t${delta.version}`;
+    const sum = this.sums.get(id);
+    if (!sum) {
+      this.sums.set(id, { minute, delta: { ...delta } });
+      return;
+    }
+    for (const metric of USAGE_METRICS) {
+      const n = delta[metric];
+      if (n) sum.delta[metric] = (sum.delta[metric] ?? 0) + n;
+    }
+  }
+
+  /** Appends every sum to the pipeline, each in its own minute and hour, and forgets them. */
+  drainInto(pipeline: ChainableCommander, ctl: Control): void {
+    for (const { minute, delta } of this.sums.values()) addUsage(pipeline, ctl, delta, minute);
+    this.sums.clear();
+  }
+}
+
 export type UsageQueryOptions = {
   sinceMs: number;
   key?: string;

@@ -7,8 +7,9 @@
  *
  * A key without limits costs no Redis round trip here: its meter only counts usage. A limited
  * key costs one script at admission, the only write a request waits for. Its end (release and
- * settle) and every request's usage are written after the response has gone out, in one pipeline
- * for all the requests that ended in that turn of the event loop (Settlements). A limited key's
+ * settle) is written after the response has gone out, in one pipeline for all the requests that
+ * ended in that turn of the event loop; every request's usage is summed and written once a
+ * second (Settlements). A limited key's
  * other responses (listings, errors before admission) carry the `x-ratelimit-*` headers from one
  * read-only check. docs/traffic.md has the details.
  */
@@ -19,13 +20,16 @@ import { hasLimits } from "../contracts/limits.ts";
 import type { ApiKeyRecord } from "../contracts/records.ts";
 import { type Finish, isNoScript, type LimitKind, type RateLimiter, type Scope, type ScopeState, scopesFor, type Verdict } from "../control/ratelimits.ts";
 import type { Control } from "../control/redis.ts";
-import { addUsage, type UsageDelta } from "../control/usage.ts";
+import { type UsageDelta, UsageTally } from "../control/usage.ts";
 import { PlatformError, withDetail } from "../errors.ts";
 import { withinRedisWait } from "../queue/admission.ts";
 import type { Submission } from "../queue/dispatcher.ts";
 import { causeFields, logger } from "../telemetry/log.ts";
 import type { GatewayEnv } from "./env.ts";
 import { onClientGone } from "./client-gone.ts";
+
+/** How often a gateway writes the usage it has summed (Settlements): what it loses at most if it dies. */
+export const USAGE_FLUSH_MS = 1_000;
 
 /** Completion tokens reserved for a request that sets no max_tokens (never more than its tpm allows); settled to the real count. */
 export const DEFAULT_COMPLETION_RESERVATION = 256;
@@ -235,11 +239,14 @@ export class RequestMeter {
 
 /**
  * The writes of requests that have ended: each one's limiter finish (release, settle) and usage.
- * They are sent on the next check phase of the event loop, once the responses of this turn have
- * been written, so no response waits for them; and in one pipeline for every request that ended
- * in the turn (on a Redis Cluster, whose pipelines cannot span slots, the usage in one and each
- * finish on its own). Nothing waits for their answers either: a failure is logged, and a finish
- * that met NOSCRIPT (a Redis that lost its scripts) is sent again on its own.
+ * Finishes are sent on the next check phase of the event loop, once the responses of this turn
+ * have been written, so no response waits for them, in one pipeline for every request that ended
+ * in the turn (on a Redis Cluster, whose pipelines cannot span slots, each finish on its own).
+ * Usage is summed in memory and written every USAGE_FLUSH_MS in one pipeline (with the finishes
+ * of that turn): a gateway that dies loses at most that long of counts, never a limit, which
+ * the finishes and the admission script keep in Redis. Nothing waits for the answers either: a
+ * failure is logged, and a finish that met NOSCRIPT (a Redis that lost its scripts) is sent
+ * again on its own.
  *
  * Order still holds where it matters: on the gateway's one connection a request's release is
  * written before any request this gateway reads afterwards, so a client that sends its next
@@ -248,7 +255,9 @@ export class RequestMeter {
 export class Settlements {
   private readonly ctl: Control;
   private readonly limiter: RateLimiter;
-  private pending: { finish: Finish | undefined; usage: UsageDelta; at: number }[] = [];
+  private finishes: Finish[] = [];
+  private readonly usage = new UsageTally();
+  private usageDue: NodeJS.Timeout | undefined;
   private readonly writing = new Set<Promise<void>>();
 
   constructor(ctl: Control, limiter: RateLimiter) {
@@ -256,39 +265,50 @@ export class Settlements {
     this.limiter = limiter;
   }
 
-  /** Queues a request's finish (if limited) and usage, counted in the minute of now. */
+  /** Queues a request's finish (if limited) and adds its usage, counted in the minute of now. */
   add(finish: Finish | undefined, usage: UsageDelta): void {
-    this.pending.push({ finish, usage, at: Date.now() });
-    if (this.pending.length === 1) setImmediate(() => this.flush());
+    this.usage.add(usage, Date.now());
+    if (!this.usageDue) {
+      this.usageDue = setTimeout(() => this.flush(true), USAGE_FLUSH_MS);
+      this.usageDue.unref();
+    }
+    if (!finish) return;
+    this.finishes.push(finish);
+    if (this.finishes.length === 1) setImmediate(() => this.flush(false));
   }
 
-  /** Resolves once everything added so far has been written, or has failed and been logged (tests). */
+  /** Writes everything added so far and resolves once it has been written, or has failed and been logged (close, tests). */
   async drain(): Promise<void> {
-    if (this.pending.length > 0) this.flush();
+    this.flush(true);
     await Promise.all(this.writing);
   }
 
-  private flush(): void {
-    const batch = this.pending;
-    if (batch.length === 0) return;
-    this.pending = [];
+  private flush(withUsage: boolean): void {
+    if (withUsage) {
+      clearTimeout(this.usageDue);
+      this.usageDue = undefined;
+    }
+    const finishes = this.finishes;
+    if (finishes.length === 0 && !(withUsage && this.usage.size > 0)) return;
+    this.finishes = [];
     const redis = this.ctl.redis;
-    const finishes = batch.flatMap((e) => (e.finish ? [e.finish] : []));
     const works: Promise<void>[] = [];
-    const usage = redis.pipeline();
+    const pipeline = redis.pipeline();
     if (redis.isCluster) {
       for (const f of finishes) works.push(this.limiter.end(f).catch(logged("releasing and settling a rate limit")));
     } else {
-      for (const f of finishes) this.limiter.finishInto(usage, f);
+      for (const f of finishes) this.limiter.finishInto(pipeline, f);
     }
-    for (const e of batch) addUsage(usage, this.ctl, e.usage, e.at);
+    if (withUsage) this.usage.drainInto(pipeline, this.ctl);
     const queued = redis.isCluster ? [] : finishes;
-    works.push(
-      usage.exec().then(
-        (results) => this.checked(results ?? [], queued),
-        (e: unknown) => logged("recording usage and settling rate limits")(e),
-      ),
-    );
+    if (pipeline.length > 0) {
+      works.push(
+        pipeline.exec().then(
+          (results) => this.checked(results ?? [], queued),
+          (e: unknown) => logged("recording usage and settling rate limits")(e),
+        ),
+      );
+    }
     const written = Promise.all(works).then(() => undefined);
     this.writing.add(written);
     void written.finally(() => this.writing.delete(written));

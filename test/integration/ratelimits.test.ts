@@ -266,6 +266,24 @@ describe("usage counters", () => {
     const ttl = await ctl.redis.pttl(ctl.keys.usage(`m:${Math.floor((now - 5 * min) / min) * 60}`));
     expect(ttl).toBeGreaterThan(0);
   });
+
+  it("a gateway sums its requests' usage and writes it within a second, one HINCRBY per counter and bucket", async () => {
+    const settlements = new Settlements(ctl, new RateLimiter(ctl));
+    const labels = { key: "key_333333333333", model: "m3", version: "v1" };
+    const hincrbys = async () => Number(((await ctl.redis.info("commandstats")).match(/^cmdstat_hincrby:calls=(\d+)/m) ?? [])[1] ?? 0);
+    const before = await hincrbys();
+    for (let i = 0; i < 50; i++) settlements.add(undefined, { ...labels, requests: 1, prompt_tokens: 3, completion_tokens: 2, errors: i % 10 === 0 ? 1 : 0 });
+    const read = async () => (await queryUsage(ctl, { sinceMs: 60_000, key: labels.key, by: ["model"] })).rows;
+    // Not before the turn ends...
+    expect(await read()).toEqual([]);
+    // ...and without a drain: the gateway's own timer writes it.
+    let rows: Awaited<ReturnType<typeof read>> = [];
+    for (const until = Date.now() + 10_000; rows.length === 0 && Date.now() < until; await new Promise((r) => setTimeout(r, 50))) rows = await read();
+    expect(rows).toEqual([{ model: "m3", requests: 50, prompt_tokens: 150, completion_tokens: 100, errors: 5, rate_limited: 0 }]);
+    // Four counters in its minute's hash and its hour's (one each per request would be 310).
+    expect((await hincrbys()) - before).toBeLessThanOrEqual(16);
+    await settlements.drain();
+  });
 });
 
 describe("on a Redis Cluster", () => {
