@@ -39,7 +39,8 @@ const PARALLEL = 4;
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
 /** Requests per series per round at c=1; the concurrent series send more. */
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 200);
-const STEADY_REQUESTS = Number(process.env.BENCH_STEADY_REQUESTS ?? 2000);
+const STEADY_REQUESTS = Number(process.env.BENCH_STEADY_REQUESTS ?? 5000);
+const STEADY_BLOCKS = Number(process.env.BENCH_STEADY_BLOCKS ?? 3);
 const ONE_TOKEN_REQUESTS = Number(process.env.BENCH_ONE_TOKEN_REQUESTS ?? 40);
 const TOKENS = 400;
 /** Samples per side per round for tokens/s: one generation lasts a fifth of a second with stories260K, too short to be stable alone. */
@@ -127,7 +128,8 @@ async function redisSnapshot(r: Redis): Promise<{ usedMemory: number; dataset: n
     cursor = nextCursor;
     keys += batch.length;
     const types = await Promise.all(batch.map((k) => r.type(k)));
-    hashes += types.filter((t) => t === "hash").length;
+    // Job hashes: a model queue's keys (`<prefix>:{<model>@<version>}:<job id>`) but its meta; not the usage counters' hashes.
+    hashes += batch.filter((k, i) => types[i] === "hash" && /^[^{]*\{[^}]*@[^}]*\}:/.test(k) && !k.endsWith(":meta")).length;
     for (const [i, k] of batch.entries()) {
       if (types[i] === "stream") streams[k] = await r.xlen(k);
       sizes[k] = Number(await r.call("MEMORY", "USAGE", k, "SAMPLES", "0"));
@@ -223,10 +225,24 @@ const luaPerRequest = seen.filter((s) => s.source === "lua").length / PROBE_REQU
 const commandsPerRequest = (clientCommands.length - (idleCommands * probeMs) / idleMs) / PROBE_REQUESTS;
 monitor.disconnect();
 
-// What Redis keeps per served request: memory and keys before and after a steady run. A first
-// run of the same size brings the capped and trimmed streams to their steady state, so the
-// second measures what accumulates, not what earlier rounds left to be trimmed.
-await timeEach(STEADY_REQUESTS, 8, echo);
+// What Redis keeps per served request: memory and keys before and after steady runs. The queue's
+// event stream is capped (BullMQ: ~10,000 entries, trimmed a node of ~100 at a time) and fills up
+// with the first requests, each entry the size of its event: until every entry is one of this
+// traffic's, it grows at a constant length (the c=1 rounds above left small `drained` events).
+// So the warm-up runs this traffic until more entries than the cap have been added, and the
+// figure is over STEADY_BLOCKS runs in a row: the trim's node-sized steps (±15-60 KB between two
+// snapshots, whatever the requests in between) are noise that a longer run divides away, not
+// something kept per request; each block's figure is printed to show it.
+const eventStreams = async () => (await redisProbe.keys(`${settings.prefix}:*:events`)).filter((k) => !k.includes(":cp:"));
+const entriesAdded = async (k: string) => {
+  const info = (await redisProbe.call("XINFO", "STREAM", k)) as unknown[];
+  return Number(info[info.indexOf("entries-added") + 1]);
+};
+const streamKey = (await eventStreams())[0] as string;
+// BullMQ keeps the cap in the queue's meta hash (Queue option streams.events.maxLen).
+const cap = Number(await redisProbe.hget(streamKey.replace(/:events$/, ":meta"), "opts.maxLenEvents")) || 10_000;
+const addedAtStart = await entriesAdded(streamKey);
+while ((await entriesAdded(streamKey)) - addedAtStart < cap * 1.2) await timeEach(1000, 8, echo);
 /** The gateway trims reply entries it has routed at most every 5 s, on its next request: snapshots are taken just after such a trim. */
 async function settledSnapshot() {
   await sleep(5500);
@@ -234,25 +250,36 @@ async function settledSnapshot() {
   await sleep(500);
   return redisSnapshot(redisProbe);
 }
-const before = await settledSnapshot();
-const steady = await timeEach(STEADY_REQUESTS, 8, echo);
-const after = await settledSnapshot();
+const snapshots = [await settledSnapshot()];
+const steadyRuns: Timed[] = [];
+for (let b = 0; b < STEADY_BLOCKS; b++) {
+  steadyRuns.push(await timeEach(STEADY_REQUESTS, 8, echo));
+  snapshots.push(await settledSnapshot());
+}
+const before = snapshots[0] as Awaited<ReturnType<typeof redisSnapshot>>;
+const after = snapshots.at(-1) as Awaited<ReturnType<typeof redisSnapshot>>;
+const blockRetained = snapshots.slice(1).map((s, i) => (s.usedMemory - (snapshots[i] as typeof s).usedMemory) / STEADY_REQUESTS);
 const redisFigures = {
   commands_per_request_monitor: commandsPerRequest,
   commands_by_name_per_request: commandCounts,
   lua_commands_per_request: luaPerRequest,
   idle_commands_per_s: (idleCommands / idleMs) * 1000,
   steady_requests: STEADY_REQUESTS,
-  steady_requests_per_s: steady.perSecond,
-  steady_commands_per_request: (after.commands - before.commands) / STEADY_REQUESTS,
+  steady_blocks: STEADY_BLOCKS,
+  steady_requests_per_s: median(steadyRuns.map((r) => r.perSecond)),
+  steady_commands_per_request: (after.commands - before.commands) / (STEADY_REQUESTS * STEADY_BLOCKS),
   used_memory_before: before.usedMemory,
   used_memory_after: after.usedMemory,
-  retained_bytes_per_request: (after.usedMemory - before.usedMemory) / STEADY_REQUESTS,
+  // (used_memory after − before) ÷ requests over all the blocks; and each block's, to show the noise.
+  retained_bytes_per_request: (after.usedMemory - before.usedMemory) / (STEADY_REQUESTS * STEADY_BLOCKS),
+  retained_bytes_per_request_by_block: blockRetained,
   // used_memory less Redis's own overhead (client buffers, AOF buffer, scripts): the keys alone.
-  retained_dataset_bytes_per_request: (after.dataset - before.dataset) / STEADY_REQUESTS,
+  retained_dataset_bytes_per_request: (after.dataset - before.dataset) / (STEADY_REQUESTS * STEADY_BLOCKS),
+  // The bounded part: the queue's event stream at its cap, whatever the traffic.
+  event_stream_bytes: after.sizes[streamKey] ?? 0,
+  event_stream_entries: after.streams[streamKey] ?? 0,
   keys_left: after.keys - before.keys,
   job_hashes_left: after.hashes - before.hashes,
-  // Capped streams (replies, queue events) grow with traffic up to their MAXLEN: that is where retained memory goes.
   // Where the dataset's growth went, key by key (MEMORY USAGE), the largest first.
   keys_grown_bytes: Object.fromEntries(
     Object.keys({ ...before.sizes, ...after.sizes })
@@ -437,7 +464,9 @@ console.log(`model ${results.model}, ${THREADS} thread(s), ${PARALLEL} sequences
 console.log("fabric overhead (echo engine; direct call p50 %s ms; HTTP floor p50 %s ms):", f(directP50, 3), f(results.http_floor.p50_ms));
 for (const o of overhead) console.log(`  c=${o.concurrency}: p50 ${f(o.p50_ms)} ms (+${f(o.added_p50_ms)}), p99 ${f(o.p99_ms)} ms (+${f(o.added_p99_ms)}), ${f(o.requests_per_s, 0)} req/s`);
 console.log(`redis per echo request: ${f(commandsPerRequest, 1)} commands from clients (+${f(luaPerRequest, 1)} inside scripts); ${f(redisFigures.steady_commands_per_request, 1)} at steady load`);
-console.log(`redis after ${STEADY_REQUESTS} steady requests: ${f(redisFigures.retained_bytes_per_request, 1)} B retained per request (dataset ${f(redisFigures.retained_dataset_bytes_per_request, 1)} B), ${redisFigures.keys_left} key(s) and ${redisFigures.job_hashes_left} job hash(es) left; stream entries added: ${JSON.stringify(redisFigures.stream_entries_added)}`);
+console.log(
+  `redis after ${STEADY_BLOCKS} × ${STEADY_REQUESTS} steady requests: ${f(redisFigures.retained_bytes_per_request, 1)} B retained per request (by block: ${redisFigures.retained_bytes_per_request_by_block.map((x) => f(x, 1)).join(", ")}; dataset ${f(redisFigures.retained_dataset_bytes_per_request, 1)} B), ${redisFigures.keys_left} key(s) and ${redisFigures.job_hashes_left} job hash(es) left; the queue's event stream at its cap: ${redisFigures.event_stream_entries} entries, ${f(redisFigures.event_stream_bytes / 1024, 0)} KiB; stream entries added: ${JSON.stringify(redisFigures.stream_entries_added)}`,
+);
 console.log("tokens/s, platform vs direct:");
 for (const t of throughput) console.log(`  ${t.streams} stream(s): ${f(t.platform_tokens_per_s, 0)} vs ${f(t.direct_tokens_per_s, 0)} → ratio ${f(t.ratio, 3)} ±${f(t.ratio_spread, 3)}`);
 console.log("");
