@@ -9,9 +9,8 @@
  * key costs one script at admission, the only write a request waits for. Its end (release and
  * settle) is written after the response has gone out, in one pipeline for all the requests that
  * ended in that turn of the event loop; every request's usage is summed and written once a
- * second (Settlements). A limited key's
- * other responses (listings, errors before admission) carry the `x-ratelimit-*` headers from one
- * read-only check. docs/traffic.md has the details.
+ * second (Settlements). A limited key's other responses (listings, errors before admission)
+ * carry the `x-ratelimit-*` headers from one read-only check. docs/traffic.md has the details.
  */
 import { randomUUID } from "node:crypto";
 import type { Context, MiddlewareHandler } from "hono";
