@@ -96,7 +96,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const meter = rateLimit({ ctl, limiter, onReject: (t, kind) => metrics.rateLimited.inc({ model_name: t.model, version: t.version, reason: `key_${kind}` }) });
   app.use("/v1/*", requireApiKey(ctl), meter, limits);
   app.route("/v1", openAiRoutes(router, textContext));
-  app.route("/v1/usage", usageRoutes(ctl));
+  app.route("/v1/usage", usageRoutes(ctl, { flush: () => meter.drain() }));
   const batchJobs = new BatchJobs(ctl, { storage, files: new BatchFiles(ctl, admin.imports.artifacts) });
   app.route("/v1/storage", storageRoutes(storage));
   app.route("/v1/batch-jobs", batchRoutes({ jobs: batchJobs }));

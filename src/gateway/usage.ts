@@ -1,6 +1,8 @@
 /**
  * `GET /v1/usage`: the usage counters (src/control/usage.ts) for any key holder. An admin key
  * sees every key's usage; a user key only its own, so it may leave `key` out or name itself.
+ * This gateway's own requests show at once; other gateways' within a second (they write theirs
+ * once a second).
  */
 import { Hono } from "hono";
 import { listApiKeys } from "../control/apikeys.ts";
@@ -10,11 +12,17 @@ import { UsageQuery, type UsageReport, type UsageRow } from "../contracts/usage.
 import { PlatformError } from "../errors.ts";
 import type { GatewayEnv } from "./env.ts";
 
-export function usageRoutes(ctl: Control) {
+export type UsageRoutesOptions = {
+  /** Writes the counts this gateway has summed but not yet written (ratelimit.ts), so a caller reads its own requests at once. */
+  flush?: () => Promise<void>;
+};
+
+export function usageRoutes(ctl: Control, options: UsageRoutesOptions = {}) {
   const app = new Hono<GatewayEnv>();
 
   app.get("/", async (c) => {
     const q = UsageQuery.parse(c.req.query());
+    await options.flush?.();
     const me = c.get("apiKey");
     if (me.role !== "admin" && q.key !== undefined && q.key !== me.id) {
       throw new PlatformError(403, "permission_denied", "a user key sees only its own usage; leave `key` out or name this key's id", "key");

@@ -442,6 +442,16 @@ describe("through the gateway", () => {
     expect((await call("/v1/models", k.key, { method: "GET" })).headers.get("x-ratelimit-remaining-tokens")).toBe("66");
   });
 
+  it("counts a request in /v1/usage as soon as it is answered, on the gateway that served it", async () => {
+    const k = await keyWith({ tpm: 10 });
+    // Refused at once (it could never fit the key's tokens per minute): counted as rate_limited.
+    const refused = await call("/v1/completions", k.key, { body: { model: "tiny", prompt: "Once upon a time", max_tokens: 100 } });
+    expect(refused.status).toBe(429);
+    // No wait: the gateway writes what it has summed before it reads (it otherwise writes once a second).
+    const report = (await (await call("/v1/usage?since=1h", k.key, { method: "GET" })).json()) as { data: { requests: number; rate_limited: number }[] };
+    expect(report.data).toEqual([expect.objectContaining({ requests: 0, rate_limited: 1 })]);
+  });
+
   it("lets a user key read only its own usage, an admin every key's", async () => {
     const mine = await keyWith(undefined);
     const theirs = await keyWith(undefined);
