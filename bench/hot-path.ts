@@ -94,6 +94,10 @@ const sides = {
   on: { ...baseEnv, OTEL_TRACES_EXPORTER: "otlp", OTEL_EXPORTER_OTLP_ENDPOINT: sinkUrl, OTEL_TRACES_SAMPLER: "always_on" },
 };
 const children: ChildProcess[] = [];
+// A bench that fails midway (a refused request throws) must not leave its gateways and workers running.
+process.once("exit", () => {
+  for (const child of [...children, sink]) if (child.exitCode === null) child.kill("SIGKILL");
+});
 const urls: Record<keyof typeof sides, string> = { off: "", on: "" };
 const pids: Record<keyof typeof sides, number[]> = { off: [], on: [] };
 for (const [side, extra] of Object.entries(sides) as [keyof typeof sides, NodeJS.ProcessEnv][]) {
