@@ -48,7 +48,12 @@ export type Verdict = {
   /** The request's tokens alone exceed a tpm limit: it can never be admitted as it is. */
   never: boolean;
   scopes: ScopeState[];
+  /** What came with an admission that asked for a grant (members as CHECK names them); absent when none. */
+  granted?: { members: string[]; slots: string[] };
 };
+
+/** A grant asked for with an admission: at most `requests` more, each reserving `share` tokens, at most `slots` slots, usable for `lifetimeMs`. */
+export type GrantRequest = { requests: number; share: number; slots: number; lifetimeMs: number };
 
 /** The scopes that apply to a request for `model` (only the key's own without a model); scopes without limits are left out. */
 export function scopesFor(limits: KeyLimits | undefined, model?: string): Scope[] {
@@ -60,10 +65,24 @@ export function scopesFor(limits: KeyLimits | undefined, model?: string): Scope[
   return scopes;
 }
 
+/** Whether any of the scopes limits requests in flight (and so holds slots). */
+export function limitsConcurrency(scopes: Scope[]): boolean {
+  return scopes.some((s) => s.limits.max_concurrency !== undefined);
+}
+
+/** A grant takes at most this fraction (1/n) of what is left of any budget... */
+export const GRANT_FRACTION = 16;
+/** ...and is not made for fewer requests than this: near its end a budget is spent one checked request at a time. */
+export const GRANT_MIN = 4;
+
 /**
  * KEYS: per scope its `w` (log), `t` (tokens) and `s` (slots).
- * ARGV: mode ("admit" or "peek"), member, tokens, window ms, lease ms, then per scope rpm, tpm, max concurrency (0: none).
- * Returns {admitted, retry after ms, never, "i:kind,..." exceeded, then per scope requests, tokens, in flight, reset ms}.
+ * ARGV: mode ("admit" or "peek"), member, tokens, window ms, lease ms, then the grant asked for
+ * with an admission (most requests, tokens each, most slots, lifetime ms; 0 requests: none),
+ * then per scope rpm, tpm, max concurrency (0: none).
+ * Returns {admitted, retry after ms, never, "i:kind,..." exceeded, then per scope requests, tokens,
+ * in flight, reset ms, then the requests and slots granted}. Granted requests are the members
+ * `<member>:1..n`, granted slots `<member>:s1..n`.
  *
  * It runs before every limited request is queued, and Redis runs it while the request waits, so
  * its admission reads and writes as little as it can (9 commands for a scope with all three
@@ -82,6 +101,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nowText = string.format('%d', now)
 local mode, member, need = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local window, lease = tonumber(ARGV[4]), tonumber(ARGV[5])
+local grantMax, share, slotsMax, life = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local admit = mode == 'admit'
 local horizon = now - window
 local rearm = math.floor(window / 10)
@@ -90,7 +110,7 @@ local state = {}
 local wait, never, exceeded = 0, 0, {}
 for i = 0, n - 1 do
   local w, tk, s = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
-  local rpm, tpm, conc = tonumber(ARGV[6 + 3 * i]), tonumber(ARGV[7 + 3 * i]), tonumber(ARGV[8 + 3 * i])
+  local rpm, tpm, conc = tonumber(ARGV[10 + 3 * i]), tonumber(ARGV[11 + 3 * i]), tonumber(ARGV[12 + 3 * i])
   local log = rpm > 0 or tpm > 0
   local old = redis.call('ZRANGEBYSCORE', w, '-inf', horizon)
   local sum, armed, freed = 0, 0, 0
@@ -152,24 +172,58 @@ for i = 0, n - 1 do
   -- {requests, tokens, in flight, sum to write, expiries armed at}
   state[i + 1] = {count, sum, inflight, freed ~= 0, armed}
 end
+-- A grant (gateway/allowances.ts): as many more requests as fit in every scope's remaining
+-- budget divided by GRANT_FRACTION (tokens: a share each), and concurrency slots alike; none
+-- below GRANT_MIN, so a budget near its end is spent one checked request at a time.
+local granted, slotted = 0, 0
+if admit and #exceeded == 0 and grantMax > 0 then
+  local b, c, needsSlots = grantMax, slotsMax, false
+  for i = 0, n - 1 do
+    local rpm, tpm, conc = tonumber(ARGV[10 + 3 * i]), tonumber(ARGV[11 + 3 * i]), tonumber(ARGV[12 + 3 * i])
+    local st = state[i + 1]
+    if rpm > 0 then b = math.min(b, math.floor((rpm - st[1] - 1) / GRANT_FRACTION)) end
+    if tpm > 0 then b = math.min(b, math.floor((tpm - st[2] - need) / (GRANT_FRACTION * math.max(share, 1)))) end
+    if conc > 0 then
+      needsSlots = true
+      c = math.min(c, math.floor((conc - st[3] - 1) / GRANT_FRACTION))
+    end
+  end
+  if b >= GRANT_MIN and (not needsSlots or c >= 1) then
+    granted = b
+    if needsSlots then slotted = c end
+  end
+end
+-- Granted requests may be spent until now + life: they (and the request with them) are logged
+-- as admitted then, so none leaves the window before a window has passed since its use.
+local score = nowText
+if granted > 0 then score = string.format('%d', now + life) end
 local admitted = 0
 if admit and #exceeded == 0 then
   admitted = 1
   for i = 0, n - 1 do
     local w, tk, s = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
-    local rpm, tpm, conc = tonumber(ARGV[6 + 3 * i]), tonumber(ARGV[7 + 3 * i]), tonumber(ARGV[8 + 3 * i])
+    local rpm, tpm, conc = tonumber(ARGV[10 + 3 * i]), tonumber(ARGV[11 + 3 * i]), tonumber(ARGV[12 + 3 * i])
     local st = state[i + 1]
     if rpm > 0 or tpm > 0 then
-      redis.call('ZADD', w, nowText, member)
-      st[1] = st[1] + 1
-      local fields = {}
+      local entries, fields = {score, member}, {}
+      for k = 1, granted do
+        entries[#entries + 1] = score
+        entries[#entries + 1] = member .. ':' .. k
+      end
+      redis.call('ZADD', w, unpack(entries))
+      st[1] = st[1] + 1 + granted
       if tpm > 0 then
-        st[2] = st[2] + need
+        st[2] = st[2] + need + granted * share
         fields = {member, ARGV[3]}
+        for k = 1, granted do
+          fields[#fields + 1] = member .. ':' .. k
+          fields[#fields + 1] = ARGV[7]
+        end
         st[4] = true
       end
-      -- Fresh: armed less than a tenth of a window ago, so both keys outlive this admission by a window.
-      local stale = now - st[5] >= rearm
+      -- Fresh: armed less than a tenth of a window ago, so both keys outlive this admission by a
+      -- window. A grant always re-arms them.
+      local stale = granted > 0 or now - st[5] >= rearm
       if stale then
         fields[#fields + 1] = 'armed'
         fields[#fields + 1] = nowText
@@ -181,15 +235,24 @@ if admit and #exceeded == 0 then
       end
       if #fields > 0 then redis.call('HSET', tk, unpack(fields)) end
       if stale then
-        redis.call('PEXPIRE', w, window + rearm)
-        redis.call('PEXPIRE', tk, window + rearm)
+        -- A grant's entries are scored life ahead: the keys outlive them by a window too.
+        local keep = window + rearm
+        if granted > 0 then keep = keep + life end
+        redis.call('PEXPIRE', w, keep)
+        redis.call('PEXPIRE', tk, keep)
         redis.call('ZREMRANGEBYSCORE', s, '-inf', nowText)
       end
     end
     if conc > 0 then
-      redis.call('ZADD', s, now + lease, member)
+      local until_ = now + lease
+      local slots = {until_, member}
+      for k = 1, slotted do
+        slots[#slots + 1] = until_
+        slots[#slots + 1] = member .. ':s' .. k
+      end
+      redis.call('ZADD', s, unpack(slots))
       redis.call('PEXPIRE', s, ARGV[5])
-      st[3] = st[3] + 1
+      st[3] = st[3] + 1 + slotted
     end
   end
 end
@@ -199,9 +262,9 @@ for i = 0, n - 1 do
   -- A sum changed by entries leaving the window and not written with a reservation.
   if st[4] then redis.call('HSET', KEYS[3 * i + 2], 'sum', st[2]) end
   local reset = 0
-  if admitted == 1 and (tonumber(ARGV[6 + 3 * i]) > 0 or tonumber(ARGV[7 + 3 * i]) > 0) then
+  if admitted == 1 and (tonumber(ARGV[10 + 3 * i]) > 0 or tonumber(ARGV[11 + 3 * i]) > 0) then
     -- Its newest entry is the one just added.
-    reset = window
+    reset = tonumber(score) - now + window
   else
     local newest = redis.call('ZRANGE', KEYS[3 * i + 1], -1, -1, 'WITHSCORES')
     if #newest > 0 then reset = math.max(0, tonumber(newest[2]) + window - now) end
@@ -211,17 +274,21 @@ for i = 0, n - 1 do
   out[#out + 1] = st[3]
   out[#out + 1] = reset
 end
+out[#out + 1] = granted
+out[#out + 1] = slotted
 return out
-`;
+`.replaceAll("GRANT_FRACTION", String(GRANT_FRACTION)).replaceAll("GRANT_MIN", String(GRANT_MIN));
 
 /**
- * KEYS: per scope its `w`, `t` and `s`. ARGV: member, actual tokens ("" keeps the reservation), "1" to release the slot.
+ * KEYS: per scope its `w`, `t` and `s`. ARGV: member, actual tokens ("" keeps the reservation),
+ * "1" to release a slot, and the slot (the member's own when absent).
  * Settling only changes an entry still in the window: one that has left it counts no more anyway.
  */
 const FINISH = `
+local slot = ARGV[4] or ARGV[1]
 for i = 0, #KEYS / 3 - 1 do
   local tk, s = KEYS[3 * i + 2], KEYS[3 * i + 3]
-  if ARGV[3] == '1' then redis.call('ZREM', s, ARGV[1]) end
+  if ARGV[3] == '1' then redis.call('ZREM', s, slot) end
   if ARGV[2] ~= '' then
     local got = redis.call('HMGET', tk, ARGV[1], 'sum')
     if got[1] then
@@ -229,6 +296,30 @@ for i = 0, #KEYS / 3 - 1 do
       redis.call('HSET', tk, ARGV[1], actual, 'sum', tonumber(got[2] or '0') + actual - tonumber(got[1]))
     end
   end
+end
+return 1
+`;
+
+/**
+ * What a grant did not use, given back. KEYS: per scope its `w`, `t` and `s`. ARGV: the number n
+ * of requests, those n members, then slots. Each request leaves the log and its tokens the sum.
+ * Nothing is written to a key that has expired meanwhile (it would live forever).
+ */
+const GIVE_BACK = `
+local n = tonumber(ARGV[1])
+for i = 0, #KEYS / 3 - 1 do
+  local w, tk, s = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
+  if n > 0 then
+    redis.call('ZREM', w, unpack(ARGV, 2, n + 1))
+    local got = redis.call('HMGET', tk, 'sum', unpack(ARGV, 2, n + 1))
+    if got[1] then
+      local freed = 0
+      for k = 2, #got do if got[k] then freed = freed + tonumber(got[k]) end end
+      redis.call('HDEL', tk, unpack(ARGV, 2, n + 1))
+      redis.call('HSET', tk, 'sum', tonumber(got[1]) - freed)
+    end
+  end
+  if #ARGV > n + 1 then redis.call('ZREM', s, unpack(ARGV, n + 2, #ARGV)) end
 end
 return 1
 `;
@@ -280,6 +371,7 @@ export function isNoScript(e: unknown): boolean {
 const check = new Script(CHECK);
 const finish = new Script(FINISH);
 const renew = new Script(RENEW);
+const giveBack = new Script(GIVE_BACK);
 
 export type RateLimiterOptions = {
   windowMs?: number;
@@ -294,10 +386,11 @@ export type RateLimiterOptions = {
 type Held = { keyId: string; slots: string[]; since: number };
 
 /**
- * A request's end in the limiter: its slots released (`release`) and its tokens settled to
- * `actual` (undefined: the reservation stands, the real count being unknown).
+ * A request's end in the limiter: its slots released (`release`: its own, or `slot`, one a grant
+ * gave) and its tokens settled to `actual` (undefined: the reservation stands, the real count
+ * being unknown).
  */
-export type Finish = { keyId: string; scopes: Scope[]; member: string; actual: number | undefined; release: boolean };
+export type Finish = { keyId: string; scopes: Scope[]; member: string; actual: number | undefined; release: boolean; slot?: string };
 
 export class RateLimiter {
   private readonly ctl: Control;
@@ -320,15 +413,28 @@ export class RateLimiter {
     return scopes.flatMap((s) => [stateKey(this.ctl, keyId, s, "w"), stateKey(this.ctl, keyId, s, "t"), stateKey(this.ctl, keyId, s, "s")]);
   }
 
-  /** Admits a request of `tokens` (or refuses it) against every scope at once: all or nothing. */
-  async admit(keyId: string, scopes: Scope[], member: string, tokens: number): Promise<Verdict> {
-    const verdict = await this.run("admit", keyId, scopes, member, tokens);
-    if (verdict.admitted && scopes.some((s) => s.limits.max_concurrency !== undefined)) {
+  /**
+   * Admits a request of `tokens` (or refuses it) against every scope at once: all or nothing.
+   * With `grant`, the same script may also pre-admit more requests and slots for this process to
+   * hand out itself (gateway/allowances.ts); it holds and renews the granted slots until each is
+   * released by `end` or given back.
+   */
+  async admit(keyId: string, scopes: Scope[], member: string, tokens: number, grant?: GrantRequest): Promise<Verdict> {
+    const verdict = await this.run("admit", keyId, scopes, member, tokens, grant);
+    if (verdict.admitted && limitsConcurrency(scopes)) {
       const slots = scopes.filter((s) => s.limits.max_concurrency !== undefined).map((s) => stateKey(this.ctl, keyId, s, "s"));
-      this.held.set(member, { keyId, slots, since: Date.now() });
+      const since = Date.now();
+      for (const m of [member, ...(verdict.granted?.slots ?? [])]) this.held.set(m, { keyId, slots, since });
       this.timer ??= setInterval(() => void this.renewAll(), Math.max(1, Math.floor(this.leaseMs / 3))).unref();
     }
     return verdict;
+  }
+
+  /** Gives back what a grant did not use: requests (their log entries and tokens) and free slots. */
+  async giveBack(keyId: string, scopes: Scope[], members: string[], slots: string[]): Promise<void> {
+    if (members.length + slots.length === 0) return;
+    for (const slot of slots) this.held.delete(slot);
+    await giveBack.run(this.ctl.redis, this.keysOf(keyId, scopes), [members.length, ...members, ...slots]);
   }
 
   /** The scopes' state, admitting nothing (the headers of a limited key's other responses). */
@@ -351,7 +457,7 @@ export class RateLimiter {
 
   /** A request's end, on its own. */
   async end(f: Finish): Promise<void> {
-    if (f.release) this.held.delete(f.member);
+    if (f.release) this.held.delete(f.slot ?? f.member);
     await finish.run(this.ctl.redis, this.keysOf(f.keyId, f.scopes), this.finishArgs(f));
   }
 
@@ -361,12 +467,13 @@ export class RateLimiter {
    * scripts), send it again with `end`.
    */
   finishInto(pipeline: ChainableCommander, f: Finish): void {
-    if (f.release) this.held.delete(f.member);
+    if (f.release) this.held.delete(f.slot ?? f.member);
     finish.queue(pipeline, this.keysOf(f.keyId, f.scopes), this.finishArgs(f));
   }
 
   private finishArgs(f: Finish): (string | number)[] {
-    return [f.member, f.actual === undefined ? "" : Math.max(0, Math.round(f.actual)), f.release ? "1" : "0"];
+    const args = [f.member, f.actual === undefined ? "" : Math.max(0, Math.round(f.actual)), f.release ? "1" : "0"];
+    return f.slot === undefined ? args : [...args, f.slot];
   }
 
   /** Requests this process holds slots for (tests and metrics). */
@@ -379,8 +486,9 @@ export class RateLimiter {
     this.timer = undefined;
   }
 
-  private async run(mode: "admit" | "peek", keyId: string, scopes: Scope[], member: string, tokens: number): Promise<Verdict> {
+  private async run(mode: "admit" | "peek", keyId: string, scopes: Scope[], member: string, tokens: number, grant?: GrantRequest): Promise<Verdict> {
     const args: (string | number)[] = [mode, member, Math.max(0, Math.round(tokens)), this.windowMs, this.leaseMs];
+    args.push(grant?.requests ?? 0, Math.max(0, Math.round(grant?.share ?? 0)), grant?.slots ?? 0, grant?.lifetimeMs ?? 0);
     for (const s of scopes) args.push(s.limits.rpm ?? 0, s.limits.tpm ?? 0, s.limits.max_concurrency ?? 0);
     const raw = (await check.run(this.ctl.redis, this.keysOf(keyId, scopes), args)) as (number | string)[];
     const states: ScopeState[] = scopes.map((scope, i) => ({
@@ -397,7 +505,13 @@ export class RateLimiter {
         const [i, kind] = e.split(":");
         return { scope: scopes[Number(i)] as Scope, kind: kind as LimitKind };
       });
-    return { admitted: Number(raw[0]) === 1, retry_after_ms: Number(raw[1]), never: Number(raw[2]) === 1, exceeded, scopes: states };
+    const verdict: Verdict = { admitted: Number(raw[0]) === 1, retry_after_ms: Number(raw[1]), never: Number(raw[2]) === 1, exceeded, scopes: states };
+    const requests = Number(raw[4 + 4 * scopes.length]);
+    if (requests > 0) {
+      const slots = Number(raw[5 + 4 * scopes.length]);
+      verdict.granted = { members: Array.from({ length: requests }, (_, k) => `${member}:${k + 1}`), slots: Array.from({ length: slots }, (_, k) => `${member}:s${k + 1}`) };
+    }
+    return verdict;
   }
 
   /** Moves the leases of every request still held here forward; one script per slots set. */

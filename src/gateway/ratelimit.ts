@@ -6,13 +6,13 @@
  * been sent, failed or abandoned: slots released, tokens settled, usage counted.
  *
  * A key without limits costs no Redis round trip here: its meter only counts usage. A limited
- * key costs one script at admission, the only write a request waits for. Its end (release and
+ * key costs one script at admission, the only write a request waits for, unless its limits are
+ * large enough for the gateway to hold part of them ahead (allowances.ts). Its end (release and
  * settle) is written after the response has gone out, in one pipeline for all the requests that
  * ended in that turn of the event loop; every request's usage is summed and written once a
  * second (Settlements). A limited key's other responses (listings, errors before admission)
  * carry the `x-ratelimit-*` headers from one read-only check. docs/traffic.md has the details.
  */
-import { randomUUID } from "node:crypto";
 import type { Context, MiddlewareHandler } from "hono";
 import type { Usage } from "../contracts/job.ts";
 import { hasLimits } from "../contracts/limits.ts";
@@ -24,6 +24,7 @@ import { PlatformError, withDetail } from "../errors.ts";
 import { withinRedisWait } from "../queue/admission.ts";
 import type { Submission } from "../queue/dispatcher.ts";
 import { causeFields, logger } from "../telemetry/log.ts";
+import { type Admission, Allowances } from "./allowances.ts";
 import type { GatewayEnv } from "./env.ts";
 import { onClientGone } from "./client-gone.ts";
 
@@ -76,13 +77,15 @@ export function meterOf(c: Context): RequestMeter | undefined {
 }
 
 /**
- * The middleware, and `drain`: resolves once the writes of every request that has ended are done
- * (the gateway awaits it when it closes, so no release, settlement or usage is lost at shutdown).
+ * The middleware; `drain`: resolves once the writes of every request that has ended are done;
+ * `close`: gives back the budget this gateway holds ahead, then drains (the gateway awaits it
+ * when it closes, so no release, settlement or usage is lost at shutdown).
  */
-export function rateLimit(options: RateLimitOptions): MiddlewareHandler<GatewayEnv> & { drain: () => Promise<void> } {
+export function rateLimit(options: RateLimitOptions): MiddlewareHandler<GatewayEnv> & { drain: () => Promise<void>; close: () => Promise<void> } {
   const settlements = new Settlements(options.ctl, options.limiter);
+  const allowances = new Allowances(options.limiter);
   const middleware: MiddlewareHandler<GatewayEnv> = async (c, next) => {
-    const meter = new RequestMeter(options, settlements, c, c.get("apiKey"));
+    const meter = new RequestMeter(options, { settlements, allowances }, c, c.get("apiKey"));
     c.set("meter", meter);
     try {
       await next();
@@ -101,17 +104,22 @@ export function rateLimit(options: RateLimitOptions): MiddlewareHandler<GatewayE
       );
     } else meter.end({ status: res.status });
   };
-  return Object.assign(middleware, { drain: () => settlements.drain() });
+  const close = async () => {
+    await allowances.close();
+    await settlements.drain();
+  };
+  return Object.assign(middleware, { drain: () => settlements.drain(), close });
 }
 
 /** One request's admission, usage and end. Every method but `admit` is cheap and never throws. */
 export class RequestMeter {
   private readonly options: RateLimitOptions;
   private readonly settlements: Settlements;
+  private readonly allowances: Allowances;
   private readonly c: Context<GatewayEnv>;
   private readonly key: ApiKeyRecord;
-  /** The request's entry in the limiter (set when limits apply): never the caller's x-request-id, which a client could repeat. */
-  private member = "";
+  /** The request's entry in the limiter (when limits apply), minted by the gateway: never the caller's x-request-id, which a client could repeat. */
+  private admission: Admission | undefined;
   private target: { model: string; version: string } | undefined;
   private scopes: Scope[] = [];
   private reported = false;
@@ -119,9 +127,10 @@ export class RequestMeter {
   private failed = false;
   private ended = false;
 
-  constructor(options: RateLimitOptions, settlements: Settlements, c: Context<GatewayEnv>, key: ApiKeyRecord) {
+  constructor(options: RateLimitOptions, shared: { settlements: Settlements; allowances: Allowances }, c: Context<GatewayEnv>, key: ApiKeyRecord) {
     this.options = options;
-    this.settlements = settlements;
+    this.settlements = shared.settlements;
+    this.allowances = shared.allowances;
     this.c = c;
     this.key = key;
   }
@@ -142,8 +151,8 @@ export class RequestMeter {
   async admit(target: { model: string; version: string }, reservation: Reservation): Promise<void> {
     const scopes = scopesFor(this.key.limits, target.model);
     if (scopes.length > 0) {
-      this.member = randomUUID();
-      const verdict = await this.check(() => this.options.limiter.admit(this.key.id, scopes, this.member, this.tokensFor(scopes, reservation)));
+      const admission = await this.check(() => this.allowances.admit(this.key.id, scopes, this.tokensFor(scopes, reservation)));
+      const verdict = admission.verdict;
       this.setHeaders(verdict, (name, value) => this.c.header(name, value));
       if (!verdict.admitted) {
         const first = verdict.exceeded[0];
@@ -152,6 +161,7 @@ export class RequestMeter {
         throw refusal(this.key, verdict, this.tokensFor(scopes, reservation), this.options.limiter.windowMs);
       }
       this.scopes = scopes;
+      this.admission = admission;
       // A client that leaves frees its slot at once, not when the abandoned work ends.
       onClientGone(this.c, () => this.end({ disconnected: true }));
     }
@@ -164,7 +174,8 @@ export class RequestMeter {
     // Arrived after the client left: the reservation kept then is corrected now.
     if (this.ended && this.target) {
       const total = usage.prompt_tokens + usage.completion_tokens;
-      const settle = this.scopes.some((s) => s.limits.tpm !== undefined) ? { keyId: this.key.id, scopes: this.scopes, member: this.member, actual: total, release: false } : undefined;
+      const member = this.admission?.member;
+      const settle = member !== undefined && this.scopes.some((s) => s.limits.tpm !== undefined) ? { keyId: this.key.id, scopes: this.scopes, member, actual: total, release: false } : undefined;
       this.settlements.add(settle, { key: this.key.id, ...this.target, prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens });
     }
   }
@@ -185,9 +196,9 @@ export class RequestMeter {
     if (!this.target) return;
     const errored = this.failed || (!how.disconnected && !how.streamed && (how.status ?? 200) >= 400);
     let finish: Finish | undefined;
-    if (this.scopes.length > 0) {
+    if (this.admission) {
       const actual = this.usage ? this.usage.prompt_tokens + this.usage.completion_tokens : errored && !how.streamed ? 0 : undefined;
-      finish = { keyId: this.key.id, scopes: this.scopes, member: this.member, actual, release: true };
+      finish = { keyId: this.key.id, scopes: this.scopes, ...this.allowances.finishOf(this.admission, actual) };
     }
     this.settlements.add(finish, {
       key: this.key.id,
@@ -221,7 +232,7 @@ export class RequestMeter {
     return Math.max(r.promptTokens, Math.min(r.promptTokens + DEFAULT_COMPLETION_RESERVATION, tpm));
   }
 
-  private async check(run: () => Promise<Verdict>): Promise<Verdict> {
+  private async check<T>(run: () => Promise<T>): Promise<T> {
     try {
       return await withinRedisWait(run(), this.options.ctl.redis);
     } catch (e) {

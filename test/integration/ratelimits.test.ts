@@ -12,6 +12,7 @@ import { RateLimiter, type Scope, stateKey } from "../../src/control/ratelimits.
 import { type Control, connectControl } from "../../src/control/redis.ts";
 import { queryUsage, recordUsage } from "../../src/control/usage.ts";
 import type { RunningGateway } from "../../src/gateway/app.ts";
+import { Allowances } from "../../src/gateway/allowances.ts";
 import { Settlements } from "../../src/gateway/ratelimit.ts";
 import { startRedisCluster } from "../helpers/cluster.ts";
 import { type TinyGateway, startTinyGateway } from "../helpers/gateway.ts";
@@ -319,6 +320,15 @@ describe("on a Redis Cluster", () => {
         ["key_eeeeeeeeeee5", 1, 0, 0],
         ["key_fffffffffff6", 1, 0, 0],
       ]);
+      // Grants (gateway/allowances.ts): taken, spent, settled and given back within the key's slot.
+      const large = [scope("key", { rpm: 100_000, tpm: 10_000_000, max_concurrency: 1000 })];
+      const allowances = new Allowances(a);
+      const spent = [];
+      for (let i = 0; i < 10; i++) spent.push(await allowances.admit("key_ggggggggggg7", large, 5));
+      expect(spent.filter((x) => x.grant).length).toBeGreaterThan(0);
+      for (const x of spent) await a.end({ keyId: "key_ggggggggggg7", scopes: large, ...allowances.finishOf(x, 2) });
+      await allowances.close();
+      expect((await b.peek("key_ggggggggggg7", large)).scopes[0]).toMatchObject({ requests: 10, tokens: 20, in_flight: 0 });
       a.close();
       b.close();
     } finally {
