@@ -23,6 +23,7 @@ import { requireConvertible } from "./convert/index.ts";
 import { isCheckpointFile, isModuleDirectory, manifestDigest, MAX_CHECKPOINT_FILES, sortManifest, summarizeCheckpoint, uploadedEntryName } from "./checkpoint.ts";
 import { downloadFile, listHubRepo, parseHubRepo } from "./download.ts";
 import { checkSourceScheme, huggingFaceUrl, isRemoteSource, type SourcePolicy, type SourceProgress } from "./sources.ts";
+import { GGML_TYPES, GGUF_MAGIC, type GgufInfo, type GgufTensorInfo, LLAMA_FTYPE_NAMES, readGgufInfo } from "./gguf/index.ts";
 import { readTar } from "./tar.ts";
 import { nextVersion, saveModelVersion, versionExists } from "./versions.ts";
 
@@ -333,7 +334,6 @@ async function copyHashing(input: Readable, dest: string): Promise<{ sha256: str
   return { sha256: hash.digest("hex"), size };
 }
 
-const GGUF_MAGIC = Buffer.from("GGUF");
 
 /** Whether the file starts with the GGUF magic; its bytes are never quoted back (they are the client's data). */
 async function hasGgufMagic(path: string): Promise<boolean> {
@@ -341,7 +341,7 @@ async function hasGgufMagic(path: string): Promise<boolean> {
   try {
     const head = Buffer.alloc(GGUF_MAGIC.length);
     const { bytesRead } = await file.read(head, 0, head.length, 0);
-    return bytesRead === head.length && head.equals(GGUF_MAGIC);
+    return bytesRead === head.length && head.toString("latin1") === GGUF_MAGIC;
   } finally {
     await file.close();
   }
@@ -353,28 +353,28 @@ async function summarizeGguf(path: string, req: ImportRequest): Promise<GgufSumm
     if (req.framework !== "llamacpp") return null;
     throw new PlatformError(400, "invalid_artifact", `${req.source}: not a GGUF file (no GGUF magic), which framework "llamacpp" needs`, "source");
   }
-  // node-llama-cpp (~45 MiB resident) loads only when a model is imported: a gateway rarely does.
-  const { GgmlType, GgufFileType, readGgufFileInfo } = await import("node-llama-cpp");
-  let info: Awaited<ReturnType<typeof readGgufFileInfo>>;
+  // The platform's own header reader: node-llama-cpp (~45 MiB resident) never loads outside workers.
+  let info: GgufInfo;
   try {
-    info = await readGgufFileInfo(path, { readTensorInfo: true });
+    info = await readGgufInfo(path);
   } catch (e) {
     if (req.framework !== "llamacpp") return null;
-    // The parser's text may quote the scratch path or the file's bytes: the gateway logs it with the request id.
+    // The reader's text may quote the file's bytes: the gateway logs it with the request id.
     throw withDetail(new PlatformError(400, "invalid_artifact", `${req.source}: a GGUF file whose header cannot be read (truncated or corrupt), which framework "llamacpp" needs`, "source"), e);
   }
-  const meta = info.metadata as Record<string, Record<string, unknown> | undefined>;
-  const architecture = typeof meta.general?.architecture === "string" ? meta.general.architecture : null;
-  const archMeta = architecture ? meta[architecture] : undefined;
-  const parameters = (info.fullTensorInfo ?? info.tensorInfo ?? []).reduce((sum, t) => sum + t.dimensions.reduce<number>((a, d) => a * Number(d), 1), 0);
+  const value = (key: string) => info.metadata.get(key)?.value;
+  const declared = value("general.architecture");
+  const architecture = typeof declared === "string" ? declared : null;
+  const contextLength = architecture === null ? undefined : value(`${architecture}.context_length`);
+  const parameters = info.tensors.reduce((sum, t) => sum + t.dims.reduce((a, d) => a * d, 1), 0);
   return {
     architecture,
     parameters: parameters > 0 ? parameters : null,
-    context_length: typeof archMeta?.context_length === "number" ? archMeta.context_length : null,
-    quantization: quantizationName(meta.general?.file_type, info.tensorInfo ?? [], GgufFileType, GgmlType),
-    chat_template: typeof meta.tokenizer?.chat_template === "string",
-    tokenizer: tokenizerModel((meta.tokenizer as { ggml?: { model?: unknown } } | undefined)?.ggml?.model),
-    max_token_bytes: longestToken((meta.tokenizer as { ggml?: { tokens?: unknown } } | undefined)?.ggml?.tokens),
+    context_length: typeof contextLength === "number" ? contextLength : null,
+    quantization: quantizationName(value("general.file_type"), info.tensors),
+    chat_template: typeof value("tokenizer.chat_template") === "string",
+    tokenizer: tokenizerModel(value("tokenizer.ggml.model")),
+    max_token_bytes: longestToken(value("tokenizer.ggml.tokens")),
   };
 }
 
@@ -391,12 +391,13 @@ function longestToken(tokens: unknown): number | null {
   return longest > 0 ? longest : null;
 }
 
-function quantizationName(fileType: unknown, tensors: { ggmlType: number }[], GgufFileType: Record<number, string>, GgmlType: Record<number, string>): string | null {
-  if (typeof fileType === "number" && GgufFileType[fileType]) return GgufFileType[fileType].replace(/^(MOSTLY|ALL)_/, "");
+/** The file's declared type, else the type most of its tensors have. */
+function quantizationName(fileType: unknown, tensors: GgufTensorInfo[]): string | null {
+  if (typeof fileType === "number" && LLAMA_FTYPE_NAMES[fileType]) return LLAMA_FTYPE_NAMES[fileType];
   const counts = new Map<number, number>();
-  for (const t of tensors) counts.set(t.ggmlType, (counts.get(t.ggmlType) ?? 0) + 1);
+  for (const t of tensors) counts.set(t.type, (counts.get(t.type) ?? 0) + 1);
   const top = [...counts.entries()].sort((a, b) => b[1] - a[1])[0];
-  return top ? (GgmlType[top[0]] ?? null) : null;
+  return top ? (GGML_TYPES[top[0]]?.name ?? null) : null;
 }
 
 function fileName(source: string): string {

@@ -143,13 +143,22 @@ describe("one bad record never breaks everyone", () => {
 describe("error messages", () => {
   it("a model that cannot load: /v1 answers carry the request id, no server path; admins see why; the gateway log has the detail", { timeout: 180_000 }, async () => {
     const whole = await readFile(await tinyModelPath({ contextLength: 512 }));
-    // The header and metadata are intact (registration reads them), the tensor data is cut short.
-    const truncated = whole.subarray(0, Math.floor(whole.length * 0.6));
-    const up = await fetch(`${stack.baseUrl}/admin/v1/models/broken/upload?source=broken.gguf`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/octet-stream" },
-      body: truncated,
-    });
+    const upload = (body: Buffer) =>
+      fetch(`${stack.baseUrl}/admin/v1/models/broken/upload?source=broken.gguf`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/octet-stream" },
+        body,
+      });
+    // Tensor data cut short: refused at registration, where the header says more than the file holds.
+    const truncated = await upload(whole.subarray(0, Math.floor(whole.length * 0.6)));
+    expect(truncated.status).toBe(400);
+    expect(((await truncated.json()) as ErrorBody).error).toMatchObject({ code: "invalid_artifact", param: "source" });
+    // A consistent file that llama.cpp cannot load: one layer more declared than its tensors hold.
+    const broken = Buffer.from(whole);
+    const key = broken.indexOf("llama.block_count");
+    const value = key + "llama.block_count".length + 4; // the key, then its uint32 type id, then the value
+    broken.writeUInt32LE(broken.readUInt32LE(value) + 1, value);
+    const up = await upload(broken);
     expect(up.status, await up.clone().text()).toBe(201);
     expect((await stack.admin("PUT", "/admin/v1/endpoints/broken", { model: { name: "broken" }, resources: { replicas: 1 } })).status).toBe(200);
     await stack.waitFor(async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/broken")).body.state === "failed", "broken to fail", 120_000);
