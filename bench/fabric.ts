@@ -26,6 +26,7 @@ import { startEmbeddedRedis } from "../src/control/embedded-redis.ts";
 import { deployEndpoint } from "../src/control/endpoints.ts";
 import { connectControl } from "../src/control/redis.ts";
 import { startGateway } from "../src/gateway/app.ts";
+import { IDLE_CHECK_MS } from "../src/idle-memory.ts";
 import { importModel } from "../src/registry/import.ts";
 import { loadSettings } from "../src/settings/index.ts";
 import { openStore } from "../src/storage/index.ts";
@@ -400,8 +401,9 @@ for (let round = 0; round < ROUNDS; round++) {
   cliRounds.push({ node, version, status });
 }
 
-// Resident memory, idle with the model loaded.
-await sleep(3000);
+// Resident memory, idle with the model loaded: after two of the idle checks at which each
+// process gives back what its busy spell grew (src/idle-memory.ts).
+await sleep(2 * IDLE_CHECK_MS + 1000);
 const upPid = stack.process.pid as number;
 const workers = childPids(upPid).filter((c) => / worker\b/.test(c.cmdline));
 if (workers.length === 0) throw new Error(`no worker process found under platform up (pid ${upPid})`);

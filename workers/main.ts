@@ -10,6 +10,7 @@ import { z } from "zod";
 import type { EndpointRecord, ModelVersionRecord } from "../src/contracts/records.ts";
 import { getEndpoint } from "../src/control/endpoints.ts";
 import { type Control, connectControl } from "../src/control/redis.ts";
+import { trimMemoryWhenIdle } from "../src/idle-memory.ts";
 import { convertedModel } from "../src/registry/converted.ts";
 import type { DerivedDeps, DerivedFile } from "../src/registry/derived.ts";
 import { localArtifact } from "../src/registry/materialize.ts";
@@ -63,6 +64,9 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
       else if (Date.now() - lastReady > settings.redisGraceMs) lost(`Redis unreachable for ${settings.redisGraceMs} ms`);
     }, WATCH_EVERY_MS).unref();
   }
+  // A standby worker gives back what loading llama.cpp used while it waits; a serving one, when it has no job.
+  let inFlight = () => 0;
+  trimMemoryWhenIdle({ busy: () => inFlight() > 0 });
   let assigned: { endpoint: string; replicaId?: string };
   if (options.endpoint === undefined) {
     await prepareLlamaCpp();
@@ -84,6 +88,7 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
     loadEngine: async (describeWeights) =>
       loadEngine(endpoint, await modelFile(settings, ctl, endpoint, model, replicaId, describeWeights), { vllm: settings.vllm, draftModelPath: await draftFile(settings, ctl, endpoint, replicaId) }),
   });
+  inFlight = worker.inFlight;
 
   let stopping = false;
   /** `deadlineMs`: how long in-flight generations may run on before they are aborted and requeued. */

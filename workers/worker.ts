@@ -54,6 +54,8 @@ export type RunningWorker = {
    * give their jobs back to the queue, for another replica. Then release everything.
    */
   drain: (options?: { deadlineMs?: number }) => Promise<void>;
+  /** Jobs taken and not yet answered (running or waiting for a sequence). */
+  inFlight: () => number;
 };
 
 const CANCEL_LOOKUP_AFTER_MS = 1000;
@@ -357,7 +359,7 @@ export function startWorker(options: WorkerOptions): RunningWorker {
     ]);
   };
 
-  return { ready, drain };
+  return { ready, drain, inFlight: () => inFlight.size };
 }
 
 /** The replica's metrics, then its engine's own (vLLM's) with the replica's labels; an engine that cannot answer only loses its part. */

@@ -4,6 +4,7 @@
  * and every replica would pay for them in memory (see docs/performance.md).
  */
 import type { Command } from "commander";
+import { trimMemoryWhenIdle } from "../idle-memory.ts";
 import { loadSettings } from "../settings/index.ts";
 import { CliError } from "./errors.ts";
 
@@ -32,6 +33,7 @@ export function registerRoles(program: Command): void {
       // Every gateway also coordinates batch jobs: any of them can pick up (or resume) a job.
       const coordinator = await startBatchCoordinator(ctl, settings);
       logger("gateway").info({ url: gateway.url }, `gateway listening on ${gateway.url}`);
+      trimMemoryWhenIdle({ busy: () => gateway.awaiting() > 0 });
       const stop = async () => {
         await coordinator.stop();
         await gateway.close();
@@ -69,6 +71,7 @@ export function registerRoles(program: Command): void {
       const leaseTtlMs = opts.leaseTtlMs === undefined ? undefined : positive("--lease-ttl-ms", opts.leaseTtlMs);
       if (!loadSettings().redisUrl) throw new CliError("REDIS_URL is not set; the scaler needs the platform's Redis", 2);
       const { runScalerProcess } = await import("../../scaler/main.ts");
+      trimMemoryWhenIdle();
       await runScalerProcess({ backend: opts.backend, intervalMs, leaseTtlMs, holderId: opts.holderId });
     });
 }

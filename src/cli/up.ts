@@ -21,6 +21,7 @@ import { ensurePrivateDir, startEmbeddedRedis } from "../control/embedded-redis.
 import { deployEndpoint, findEndpoint, getEndpoint } from "../control/endpoints.ts";
 import { type Control, connectControl, maskRedisUrl } from "../control/redis.ts";
 import { endpointStatus } from "../control/status.ts";
+import { trimMemoryWhenIdle } from "../idle-memory.ts";
 import { startGateway } from "../gateway/app.ts";
 import { importModel } from "../registry/import.ts";
 import { listModelVersions } from "../registry/versions.ts";
@@ -99,6 +100,7 @@ async function up(flags: UpFlags): Promise<void> {
   // The autoscaler and the reconciler; they act only while this process holds the scaler lease.
   const scaler = await startScaler(ctl, backend, { log: event });
   const coordinator = await startBatchCoordinator(ctl, { ...settings, redisUrl });
+  trimMemoryWhenIdle({ busy: () => gateway.awaiting() > 0 });
 
   let stopping = false;
   /** `code`: 0 for a stop asked for (a signal), 1 when `up` could not do what it was told. */

@@ -37,7 +37,8 @@ import { Router, type Target } from "./routing.ts";
 const KEEP_ALIVE_TIMEOUT_MS = 65_000;
 
 export type GatewayOptions = { ctl: Control; settings: Settings; host: string; port: number };
-export type RunningGateway = { url: string; close: () => Promise<void> };
+/** `awaiting`: requests waiting for their answer from the queue. */
+export type RunningGateway = { url: string; awaiting: () => number; close: () => Promise<void> };
 
 export async function startGateway(options: GatewayOptions): Promise<RunningGateway> {
   const { ctl, settings } = options;
@@ -127,6 +128,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
 
   return {
     url: baseUrl,
+    awaiting: () => dispatcher.awaiting,
     close: async () => {
       const closed = new Promise<void>((resolve) => http.close(() => resolve()));
       http.closeIdleConnections();
@@ -134,7 +136,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       const cut = setTimeout(() => http.closeAllConnections(), 3_000);
       await closed;
       clearTimeout(cut);
-      await meter.drain();
+      await meter.close();
       limiter.close();
       stopCountingBatch();
       await router.close();
