@@ -15,10 +15,10 @@ import { importModel } from "../../src/registry/import.ts";
 import { loadSettings, type Settings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { tinyModelPath } from "./models.ts";
-import { privateRedis } from "./redis.ts";
+import { type PrivateRedis, privateRedis } from "./redis.ts";
 
 export type TinyGateway = {
-  redis: Awaited<ReturnType<typeof privateRedis>>;
+  redis: PrivateRedis;
   ctl: Control;
   settings: Settings;
   gateway: RunningGateway;

@@ -6,7 +6,12 @@ import { join } from "node:path";
 import type { Redis } from "ioredis";
 import { startEmbeddedRedis } from "../../src/control/embedded-redis.ts";
 
-export async function privateRedis(): Promise<{ url: string; stop: () => Promise<void> }> {
+export interface PrivateRedis {
+  url: string;
+  stop: () => Promise<void>;
+}
+
+export async function privateRedis(): Promise<PrivateRedis> {
   const dir = await mkdtemp(join(tmpdir(), "platform-redis-"));
   const redis = await startEmbeddedRedis(dir);
   return {

@@ -15,21 +15,23 @@ import { detailOf, PlatformError } from "../../src/errors.ts";
 import { Admission, limitsFor } from "../../src/queue/admission.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { Dispatcher } from "../../src/queue/dispatcher.ts";
+import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
 const PREFIX = `test-admission-${randomUUID().slice(0, 8)}`;
 let ctl: Control;
 let dispatcher: Dispatcher;
+let server: PrivateRedis;
 
-beforeAll(() => {
-  ctl = connectControl("redis://127.0.0.1:6379", PREFIX);
+beforeAll(async () => {
+  server = await privateRedis();
+  ctl = connectControl(server.url, PREFIX);
   dispatcher = new Dispatcher(ctl, "gw-test");
 });
 
 afterAll(async () => {
   await dispatcher.close();
-  const keys = await ctl.redis.keys(`${PREFIX}:*`);
-  if (keys.length > 0) await ctl.redis.del(...keys);
   ctl.redis.disconnect();
+  await server.stop();
 });
 
 function endpoint(name: string, desired: number, resources: Record<string, unknown> = {}): EndpointRecord {

@@ -21,9 +21,11 @@ import { type Control, connectControl } from "../../src/control/redis.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import { workerDeploymentName } from "../../scaler/backends/kubernetes-manifests.ts";
 import { FakeKubernetesApi } from "../helpers/fake-kubernetes-api.ts";
+import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 import { BIN, sleep } from "../helpers/stack.ts";
 
-const REDIS_URL = "redis://127.0.0.1:6379";
+let server: PrivateRedis;
+let REDIS_URL: string;
 const PREFIX = `test-autoscaler-${randomUUID().slice(0, 8)}`;
 const controls: Control[] = [];
 const scalers: Autoscaler[] = [];
@@ -44,7 +46,9 @@ function producer(c: Control): QueueBase {
 }
 
 let ctl: Control;
-beforeAll(() => {
+beforeAll(async () => {
+  server = await privateRedis();
+  REDIS_URL = server.url;
   ctl = control();
 });
 
@@ -52,9 +56,8 @@ afterAll(async () => {
   for (const child of children) if (child.exitCode === null) child.kill("SIGKILL");
   for (const s of scalers) await s.stop().catch(() => undefined);
   for (const b of bases) await b.close();
-  const keys = await ctl.redis.keys(`${PREFIX}:*`);
-  if (keys.length > 0) await ctl.redis.del(...keys);
   for (const c of controls) c.redis.disconnect();
+  await server.stop();
 });
 
 async function deploy(name: string, desired: number): Promise<EndpointRecord> {

@@ -34,12 +34,12 @@ import { importModel } from "../../src/registry/import.ts";
 import { loadSettings, type Settings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { privateRedis } from "../helpers/redis.ts";
+import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 import { sleep } from "../helpers/stack.ts";
 
 const BATCH_CLI = fileURLToPath(new URL("../helpers/batch-cli.ts", import.meta.url));
 
-let redis: Awaited<ReturnType<typeof privateRedis>>;
+let redis: PrivateRedis;
 let ctl: Control;
 /** The stand-in worker and the queues tests add to or read directly. */
 let queues: QueueBase;

@@ -14,13 +14,13 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiKey, verifyApiKey, weakKeyReason } from "../../src/control/apikeys.ts";
 import { type Control, connectControl } from "../../src/control/redis.ts";
 import { credentialsPath, writeCredentials } from "../../src/cli/credentials.ts";
-import { privateRedis } from "../helpers/redis.ts";
+import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
 const BIN = join(import.meta.dirname, "..", "..", "bin", "platform.js");
 const run = promisify(execFile);
 const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
 
-let redis: Awaited<ReturnType<typeof privateRedis>>;
+let redis: PrivateRedis;
 let ctl: Control;
 const children: ChildProcess[] = [];
 

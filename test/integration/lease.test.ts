@@ -2,23 +2,24 @@ import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ScalerLease } from "../../scaler/lease.ts";
+import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
-// The shared Redis: everything this file writes lives under its own prefix.
 const PREFIX = `test-lease-${randomUUID()}`;
+let server: PrivateRedis;
 let redis: Redis;
 let other: Redis;
 
-beforeAll(() => {
-  redis = new Redis({ host: "127.0.0.1", port: 6379 });
+beforeAll(async () => {
+  server = await privateRedis();
+  redis = new Redis(server.url);
   // The second scaler has its own connection, as a separate process would.
-  other = new Redis({ host: "127.0.0.1", port: 6379 });
+  other = new Redis(server.url);
 });
 
 afterAll(async () => {
-  const keys = await redis.keys(`${PREFIX}:*`);
-  if (keys.length > 0) await redis.del(...keys);
   redis.disconnect();
   other.disconnect();
+  await server.stop();
 });
 
 const keyFor = (name: string) => `${PREFIX}:${name}`;

@@ -22,7 +22,7 @@ import { loadLlamaCpp } from "../../workers/engines/llamacpp.ts";
 import { type RunningWorker, startWorker } from "../../workers/worker.ts";
 import { moved, type Sample, scrape, total } from "../helpers/metrics-text.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { freePort, privateRedis } from "../helpers/redis.ts";
+import { freePort, type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
 const REPLICA = "tiny-metrics-1";
 /** The gateway's series for what the client named and the version that served it. */
@@ -34,7 +34,7 @@ const EMBED_REPLICA = "tiny-embed-metrics-1";
 const TINY_EMBED = { model_name: "tiny-embed", version: "v1", replica: "" };
 const ON_EMBED_WORKER = { model_name: "tiny-embed", version: "v1", replica: EMBED_REPLICA };
 
-let redis: Awaited<ReturnType<typeof privateRedis>>;
+let redis: PrivateRedis;
 let ctl: Control;
 let gateway: RunningGateway;
 let worker: RunningWorker;

@@ -29,11 +29,11 @@ import { startS3, type S3Server } from "../helpers/batch-env.ts";
 import { writeTinyBert } from "../fixtures/tiny-bert.ts";
 import { CHECKPOINT_PARAMETERS, expectedManifest, TEST_ARCHITECTURE, writeCheckpoint } from "../helpers/checkpoints.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { freePort, privateRedis } from "../helpers/redis.ts";
+import { freePort, type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
 const BUCKET = "platform-models";
 
-let redis: Awaited<ReturnType<typeof privateRedis>>;
+let redis: PrivateRedis;
 let ctl: Control;
 let admin: string;
 let s3: S3Server;

@@ -17,14 +17,14 @@ import { parseCidr } from "../../src/registry/addresses.ts";
 import type { SourcePolicy } from "../../src/registry/sources.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { privateRedis } from "../helpers/redis.ts";
+import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
 const BIN = join(import.meta.dirname, "..", "..", "bin", "platform.js");
 
 /** What the Hub (a local stand-in) must receive, and nobody else. */
 const HF_TOKEN = "hf_test_token_for_the_hub_only";
 
-let redis: Awaited<ReturnType<typeof privateRedis>>;
+let redis: PrivateRedis;
 let ctl: Control;
 let admin: string;
 let model: Buffer;

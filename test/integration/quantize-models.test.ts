@@ -18,7 +18,7 @@ import type { Quantization } from "../../src/registry/quantize/plan.ts";
 import { FileStore, type ObjectStore } from "../../src/storage/index.ts";
 import { sharedModelPath, tinyModelPath } from "../helpers/models.ts";
 import { greedy, openModel, positionalAgreement, scoreContinuation } from "../helpers/quality.ts";
-import { privateRedis } from "../helpers/redis.ts";
+import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
 const PROMPTS = ["Once upon a time", "The little dog", "She was happy because"];
 
@@ -87,7 +87,7 @@ describe("quantized models in llama.cpp", () => {
 });
 
 describe("the quantized artifact cache", () => {
-  let redis: Awaited<ReturnType<typeof privateRedis>>;
+  let redis: PrivateRedis;
   let ctl: Control;
   let store: FileStore;
   let source: string;

@@ -15,21 +15,23 @@ import { QueueBase } from "../../src/queue/base.ts";
 import { reclaimJobs } from "../../src/queue/reclaim.ts";
 import { decodeReplyEntry } from "../../src/queue/replies.ts";
 import { reapSilentReplicas } from "../../scaler/reaper.ts";
+import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
 const PREFIX = `test-reclaim-${randomUUID().slice(0, 8)}`;
 let ctl: Control;
 let base: QueueBase;
+let server: PrivateRedis;
 
-beforeAll(() => {
-  ctl = connectControl("redis://127.0.0.1:6379", PREFIX);
+beforeAll(async () => {
+  server = await privateRedis();
+  ctl = connectControl(server.url, PREFIX);
   base = new QueueBase(ctl);
 });
 
 afterAll(async () => {
   await base.close();
-  const keys = await ctl.redis.keys(`${PREFIX}*`);
-  if (keys.length > 0) await ctl.redis.del(...keys);
   ctl.redis.disconnect();
+  await server.stop();
 });
 
 /** A worker that takes one job and never finishes it; returns it once the job is active in its hands. */
