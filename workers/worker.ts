@@ -3,7 +3,7 @@
  * moment it starts, takes jobs from its model queue only after a real warm-up
  * inference, streams events back to whoever asked, and drains on shutdown.
  */
-import { createServer, type Server, type ServerResponse } from "node:http";
+import type { Server, ServerResponse } from "node:http";
 import { hostname } from "node:os";
 import { type Job, UnrecoverableError, WaitingError, type Worker } from "bullmq";
 import { endpointQueueName } from "../src/contracts/engines.ts";
@@ -13,6 +13,7 @@ import type { EndpointRecord, ReplicaState } from "../src/contracts/records.ts";
 import type { Control, RedisClient } from "../src/control/redis.ts";
 import { removeReplica, writeReplica } from "../src/control/replicas.ts";
 import { PlatformError } from "../src/errors.ts";
+import { http } from "../src/node-http.ts";
 import { QueueBase } from "../src/queue/base.ts";
 import { isCancelled, listenForCancels } from "../src/queue/cancel.ts";
 import { keepAnswer } from "../src/queue/kept-answers.ts";
@@ -131,7 +132,7 @@ export function startWorker(options: WorkerOptions): RunningWorker {
   void beat();
 
   if (options.healthPort !== undefined) {
-    health = createServer((req, res) => {
+    health = http.createServer((req, res) => {
       if (req.url === "/metrics" && metricsLoaded) return void serveMetrics(metricsLoaded, engine, res);
       const ok = req.url === "/livez" ? state !== "failed" : req.url === "/readyz" ? state === "ready" : false;
       res.writeHead(req.url === "/livez" || req.url === "/readyz" ? (ok ? 200 : 503) : 404, { "content-type": "application/json" });

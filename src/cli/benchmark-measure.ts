@@ -3,8 +3,9 @@
  * timed per chunk, sent by a fixed number of closed-loop clients (one concurrency level), and
  * what a level adds up to. It knows nothing of endpoints or configurations.
  */
-import { Agent as HttpAgent, type ClientRequest, type IncomingMessage, request as httpRequest } from "node:http";
+import type { ClientRequest, IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
+import { http } from "../node-http.ts";
 import { type Summary, summarize } from "./benchmark-stats.ts";
 
 export type Api = "chat" | "completions";
@@ -57,7 +58,7 @@ export type LevelResult = {
 
 // One keep-alive pool for the whole run: a new TCP (or TLS) connection per request would be
 // counted in every TTFT, which no long-running client pays.
-const httpAgent = new HttpAgent({ keepAlive: true, maxSockets: Number.POSITIVE_INFINITY });
+const httpAgent = new http.Agent({ keepAlive: true, maxSockets: Number.POSITIVE_INFINITY });
 const httpsAgent = new HttpsAgent({ keepAlive: true, maxSockets: Number.POSITIVE_INFINITY });
 
 export function closeConnections(): void {
@@ -155,7 +156,7 @@ export function sendStreamed(spec: RequestSpec, signal: AbortSignal): Promise<Re
       res.on("error", (e) => finish(e.message));
     };
     const headers = { authorization: `Bearer ${spec.apiKey}`, "content-type": "application/json", "content-length": Buffer.byteLength(body), accept: "text/event-stream" };
-    req = (https ? httpsRequest : httpRequest)(url, { method: "POST", agent: https ? httpsAgent : httpAgent, headers }, onResponse);
+    req = (https ? httpsRequest : http.request)(url, { method: "POST", agent: https ? httpsAgent : httpAgent, headers }, onResponse);
     req.on("error", (e) => finish(`cannot reach the gateway (${(e as NodeJS.ErrnoException).code ?? e.message})`));
     if (signal.aborted) return onAbort();
     signal.addEventListener("abort", onAbort, { once: true });

@@ -6,11 +6,12 @@
  * check and the connect cannot slip through). Size and time are bounded.
  */
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
-import { type IncomingHttpHeaders, request as httpRequest, type IncomingMessage, type RequestOptions } from "node:http";
+import type { IncomingHttpHeaders, IncomingMessage, RequestOptions } from "node:http";
 import { request as httpsRequest } from "node:https";
 import type { LookupFunction } from "node:net";
 import { Transform } from "node:stream";
 import { PlatformError } from "../errors.ts";
+import { http } from "../node-http.ts";
 import { type Cidr, refusedKind } from "./addresses.ts";
 
 export type SourcePolicy = {
@@ -199,7 +200,7 @@ function idleTimeout(policy: SourcePolicy): PlatformError {
 function get(url: URL, headers: Record<string, string>, policy: SourcePolicy, deadline: number, hop: string, named: string): Promise<IncomingMessage> {
   return new Promise((resolve, reject) => {
     const options: RequestOptions = { method: "GET", headers, agent: false, lookup: guardedLookup(policy, hop) };
-    const send = url.protocol === "https:" ? httpsRequest : httpRequest;
+    const send = url.protocol === "https:" ? httpsRequest : http.request;
     const req = send(url, options);
     const timer = setTimeout(() => req.destroy(totalTimeout(policy)), Math.max(0, deadline - Date.now()));
     req.setTimeout(policy.idleTimeoutMs, () => req.destroy(idleTimeout(policy)));
