@@ -4,7 +4,8 @@
  * the machines this runs on are small and shared. What each figure means and
  * the latest numbers: docs/performance.md. Writes bench/results/fabric.json.
  *   1. Echo engine (a worker process of its own): latency and requests/s vs the
- *      HTTP floor, the Redis commands one request costs, what Redis keeps after a steady run.
+ *      HTTP floor and vs the queue floor (bench/queue-floor.ts), the Redis commands one
+ *      request costs, what Redis keeps after a steady run.
  *   2. Real engine under `platform up`: 1-token latency and tokens/s vs
  *      node-llama-cpp called directly with the same model, threads and sequences;
  *      CLI start-up vs `node -e 0`; resident memory of a worker and of `up`.
@@ -34,6 +35,7 @@ import { sharedModelPath, tinyModelPath } from "../test/helpers/models.ts";
 import { BIN, startStack } from "../test/helpers/stack.ts";
 import { echoEngine } from "./echo-worker.ts";
 import { median, percentile, postJson } from "./measure.ts";
+import { startQueueFloor } from "./queue-floor.ts";
 
 const THREADS = 1;
 const PARALLEL = 4;
@@ -167,24 +169,32 @@ const floorApp = new Hono().post("/", async (c) => c.json({ echo: await c.req.js
 const floorServer = serve({ fetch: floorApp.fetch, hostname: "127.0.0.1", port: 0 });
 await new Promise((r) => floorServer.once("listening", r));
 const floorUrl = `http://127.0.0.1:${(floorServer.address() as { port: number }).port}/`;
+// The least a hand-off to a second process through Redis and back costs, the same client in front.
+const queueFloor = await startQueueFloor(redis.url, settings.prefix);
 
 const echoRequest = { model: "echo", prompt: "hi", max_tokens: 1 };
 const echo = () => post(echoRequest);
 const floor = () => postJson(floorUrl, echoRequest);
+const queued = () => postJson(queueFloor.url, echoRequest);
 const direct = () => echoEngine.generate({ kind: "prompt", prompt: "hi", params: {} }, {});
 await timeEach(100, 1, echo); // warm connections and caches
 await timeEach(100, 1, floor);
 await timeEach(200, 32, echo);
 await timeEach(200, 32, floor);
+await timeEach(100, 1, queued);
+await timeEach(200, 32, queued);
 
-const echoRounds: { direct: Timed; floor1: Timed; echo1: Timed; echo8: Timed; floor32: Timed; echo32: Timed }[] = [];
+const echoRounds: { direct: Timed; floor1: Timed; queued1: Timed; echo1: Timed; echo8: Timed; floor32: Timed; queued32: Timed; echo32: Timed }[] = [];
 for (let round = 0; round < ROUNDS; round++) {
   const d = await timeEach(REQUESTS, 1, direct);
   const [floor1, echo1] = await pair(round, () => timeEach(REQUESTS, 1, floor), () => timeEach(REQUESTS, 1, echo));
+  const queued1 = await timeEach(REQUESTS, 1, queued);
   const echo8 = await timeEach(REQUESTS * 2, 8, echo);
   const [floor32, echo32] = await pair(round, () => timeEach(REQUESTS * 4, 32, floor), () => timeEach(REQUESTS * 4, 32, echo));
-  echoRounds.push({ direct: d, floor1, echo1, echo8, floor32, echo32 });
+  const queued32 = await timeEach(REQUESTS * 4, 32, queued);
+  echoRounds.push({ direct: d, floor1, queued1, echo1, echo8, floor32, queued32, echo32 });
 }
+await queueFloor.close(); // before the command count and the memory snapshots below
 const directP50 = median(echoRounds.map((r) => r.direct.p50));
 const directP99 = median(echoRounds.map((r) => r.direct.p99));
 const overhead = ([[1, "echo1"], [8, "echo8"], [32, "echo32"]] as const).map(([concurrency, k]) => {
@@ -418,6 +428,15 @@ type Figure = { figure: string; measured: number; baseline: number | null; unit:
 const perRound = <T>(rounds: T[], m: (r: T) => number, b: (r: T) => number) => median(rounds.map((r) => m(r) / b(r)));
 const echoLatencyRatio = perRound(echoRounds, (r) => r.echo1.p50, (r) => r.floor1.p50);
 const echoThroughputRatio = perRound(echoRounds, (r) => r.echo32.perSecond, (r) => r.floor32.perSecond);
+// Not targets: where the queue floor sits between the HTTP floor and the platform.
+const queueFloorFigures = {
+  c1_p50_ms: median(echoRounds.map((r) => r.queued1.p50)),
+  c32_requests_per_s: median(echoRounds.map((r) => r.queued32.perSecond)),
+  c1_p50_vs_http_floor: perRound(echoRounds, (r) => r.queued1.p50, (r) => r.floor1.p50),
+  c32_requests_per_s_vs_http_floor: perRound(echoRounds, (r) => r.queued32.perSecond, (r) => r.floor32.perSecond),
+  echo_c1_p50_vs_queue_floor: perRound(echoRounds, (r) => r.echo1.p50, (r) => r.queued1.p50),
+  echo_c32_requests_per_s_vs_queue_floor: perRound(echoRounds, (r) => r.echo32.perSecond, (r) => r.queued32.perSecond),
+};
 const oneTokenRatio = perRound(realRounds, (r) => r.chat.p50, (r) => r.direct.p50);
 const versionRatio = perRound(cliRounds, (r) => r.version, (r) => r.node);
 const statusRatio = perRound(cliRounds, (r) => r.status, (r) => r.node);
@@ -448,6 +467,7 @@ const results = {
   figures,
   direct_engine_call: { p50_ms: directP50, p99_ms: directP99 },
   http_floor: { p50_ms: median(echoRounds.map((r) => r.floor1.p50)), p99_ms: median(echoRounds.map((r) => r.floor1.p99)), c32_requests_per_s: median(echoRounds.map((r) => r.floor32.perSecond)) },
+  queue_floor: queueFloorFigures,
   overhead,
   redis: redisFigures,
   one_token: { platform_chat_p50_ms: figures[2]?.measured, direct_p50_ms: figures[2]?.baseline, platform_chat_p99_ms: median(realRounds.map((r) => r.chat.p99)), direct_p99_ms: median(realRounds.map((r) => r.direct.p99)) },
@@ -465,6 +485,9 @@ const withUnit = (n: number | null, unit: string) => (n === null ? "-" : `${f(n,
 console.log(`model ${results.model}, ${THREADS} thread(s), ${PARALLEL} sequences, ${ROUNDS} rounds; load average ${loadAtStart.map((l) => l.toFixed(2)).join(" ")} at start, ${results.load_average.at_end.map((l) => l.toFixed(2)).join(" ")} at end`);
 console.log("fabric overhead (echo engine; direct call p50 %s ms; HTTP floor p50 %s ms):", f(directP50, 3), f(results.http_floor.p50_ms));
 for (const o of overhead) console.log(`  c=${o.concurrency}: p50 ${f(o.p50_ms)} ms (+${f(o.added_p50_ms)}), p99 ${f(o.p99_ms)} ms (+${f(o.added_p99_ms)}), ${f(o.requests_per_s, 0)} req/s`);
+console.log(
+  `queue floor (a list and the reply stream, no job queue): c=1 p50 ${f(queueFloorFigures.c1_p50_ms)} ms = ${f(queueFloorFigures.c1_p50_vs_http_floor)}× the HTTP floor, c=32 ${f(queueFloorFigures.c32_requests_per_s, 0)} req/s = ${f(queueFloorFigures.c32_requests_per_s_vs_http_floor)}× the HTTP floor; echo = ${f(queueFloorFigures.echo_c1_p50_vs_queue_floor)}× its p50 and ${f(queueFloorFigures.echo_c32_requests_per_s_vs_queue_floor)}× its req/s`,
+);
 console.log(`redis per echo request: ${f(commandsPerRequest, 1)} commands from clients (+${f(luaPerRequest, 1)} inside scripts); ${f(redisFigures.steady_commands_per_request, 1)} at steady load`);
 console.log(
   `redis after ${STEADY_BLOCKS} × ${STEADY_REQUESTS} steady requests: ${f(redisFigures.retained_bytes_per_request, 1)} B retained per request (by block: ${redisFigures.retained_bytes_per_request_by_block.map((x) => f(x, 1)).join(", ")}; dataset ${f(redisFigures.retained_dataset_bytes_per_request, 1)} B), ${redisFigures.keys_left} key(s) and ${redisFigures.job_hashes_left} job hash(es) left; the queue's event stream at its cap: ${redisFigures.event_stream_entries} entries, ${f(redisFigures.event_stream_bytes / 1024, 0)} KiB; stream entries added: ${JSON.stringify(redisFigures.stream_entries_added)}`,

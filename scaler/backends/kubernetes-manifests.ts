@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import type { V1Deployment, V1EnvVar, V1EnvFromSource, V1Probe, V1Toleration, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
 import type { Framework } from "../../src/contracts/deployment.ts";
 import type { EndpointRecord } from "../../src/contracts/records.ts";
-import { WORKER_HEALTH_PORT, WORKER_NODE_FLAGS } from "../backend.ts";
+import { WORKER_ALLOCATOR_ENV, WORKER_HEALTH_PORT, WORKER_NODE_FLAGS } from "../backend.ts";
 
 export const WORKER_APP_NAME = "platform-worker";
 export const MANAGED_BY = "platform-scaler";
@@ -243,7 +243,8 @@ function environment(options: WorkerDeploymentOptions): { env: V1EnvVar[]; envFr
     ...(options.redisPasswordSecret
       ? [{ name: "REDIS_PASSWORD", valueFrom: { secretKeyRef: { name: options.redisPasswordSecret.name, key: options.redisPasswordSecret.key, optional: true } } }]
       : []),
-    ...Object.entries(options.env ?? {})
+    // The allocator's defaults, unless the options set those variables themselves (one name, one entry).
+    ...Object.entries({ ...WORKER_ALLOCATOR_ENV, ...options.env })
       .sort(([a], [b]) => a.localeCompare(b))
       .map(([name, value]) => ({ name, value })),
   ];

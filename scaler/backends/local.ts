@@ -15,7 +15,7 @@ import type { Control } from "../../src/control/redis.ts";
 import { readReplica, removeReplica } from "../../src/control/replicas.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import { reclaimJobs } from "../../src/queue/reclaim.ts";
-import type { BackendReplicas, ReplicaBackend } from "../backend.ts";
+import { type BackendReplicas, type ReplicaBackend, withWorkerAllocator } from "../backend.ts";
 
 export type LocalBackendOptions = {
   ctl: Control;
@@ -154,7 +154,7 @@ export class LocalBackend implements ReplicaBackend {
     const [command, ...base] = this.options.workerCommand;
     const metrics = this.options.workerMetrics ? ["--health-port", "0"] : [];
     return spawn(command, [...base, ...args, ...metrics], {
-      env: { ...this.options.env, PLATFORM_EXIT_WITH_PARENT: "1" },
+      env: { ...withWorkerAllocator(this.options.env), PLATFORM_EXIT_WITH_PARENT: "1" },
       stdio: [args.includes("--standby") ? "pipe" : "ignore", "pipe", "pipe"],
       // Own process group: a terminal's Ctrl-C reaches `up`, which drains replicas in order.
       detached: true,

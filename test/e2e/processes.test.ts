@@ -19,6 +19,7 @@ import { BIN, type Stack, sleep, startStack } from "../helpers/stack.ts";
 import { startEmbeddedRedis } from "../../src/control/embedded-redis.ts";
 import { connectControl } from "../../src/control/redis.ts";
 import { QueueBase } from "../../src/queue/base.ts";
+import { WORKER_ALLOCATOR_ENV } from "../../scaler/backend.ts";
 
 type Status = { state: string; replica_list: { id: string; pid: number }[]; queue: { active: number } };
 
@@ -107,6 +108,20 @@ describe("one stack, attacked from inside", () => {
     const res = await client.completions.create({ model: "tiny", prompt: "hi", max_tokens: 4 });
     expect(res.usage?.completion_tokens).toBe(4);
     expect(stack.output()).not.toMatch(/SyntaxError/);
+  });
+
+  it("starts its workers, and only them, with the allocator settings made for a worker (scaler/backend.ts)", async () => {
+    const environOf = async (pid: number) => (await readFile(`/proc/${pid}/environ`, "utf8")).split("\0");
+    const workers: number[] = [];
+    for (const entry of await readdir("/proc")) {
+      if (!/^\d+$/.test(entry)) continue;
+      const status = await readFile(`/proc/${entry}/status`, "utf8").catch(() => "");
+      const cmdline = await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "");
+      if (new RegExp(`^PPid:\\s+${stack.process.pid}$`, "m").test(status) && cmdline.split("\0").includes("worker")) workers.push(Number(entry));
+    }
+    expect(workers.length).toBeGreaterThan(0);
+    for (const pid of workers) expect(await environOf(pid)).toEqual(expect.arrayContaining(Object.entries(WORKER_ALLOCATOR_ENV).map(([name, value]) => `${name}=${value}`)));
+    expect((await environOf(stack.process.pid as number)).filter((v) => v.startsWith("MALLOC_"))).toEqual([]);
   });
 
   it("a worker past its drain deadline aborts its generation and hands the job back", async () => {

@@ -5,7 +5,7 @@
  * launcher that test/integration/vllm-engine.test.ts writes into a temp dir and runs `main`.
  *
  * Environment:
- *   FAKE_VLLM_RECORD        file receiving {argv, pid} at start; requests are appended to `<file>.requests.jsonl`
+ *   FAKE_VLLM_RECORD        file receiving {argv, pid, malloc: its MALLOC_* variables} at start; requests are appended to `<file>.requests.jsonl`
  *   FAKE_VLLM_EXIT          print this as a Python error on stderr and exit 1 before listening
  *   FAKE_VLLM_NEVER_HEALTHY /health always answers 503
  *   FAKE_VLLM_IGNORE_TERM   survive SIGTERM (only SIGKILL stops it)
@@ -46,7 +46,7 @@ function flag(argv: string[], name: string): string | undefined {
 export function main(): void {
   const argv = process.argv.slice(2);
   const record = process.env.FAKE_VLLM_RECORD;
-  if (record) writeFileSync(record, JSON.stringify({ argv, pid: process.pid }));
+  if (record) writeFileSync(record, JSON.stringify({ argv, pid: process.pid, malloc: Object.fromEntries(Object.entries(process.env).filter(([name]) => name.startsWith("MALLOC_"))) }));
   const log = (entry: unknown) => {
     if (record) appendFileSync(`${record}.requests.jsonl`, JSON.stringify(entry) + "\n");
   };

@@ -17,7 +17,7 @@ import {
 } from "../../scaler/backends/kubernetes-manifests.ts";
 import { KubernetesApiError, KubernetesBackend } from "../../scaler/backends/kubernetes.ts";
 import { loadSettings } from "../../src/settings/index.ts";
-import type { ReplicaBackend } from "../../scaler/backend.ts";
+import { type ReplicaBackend, WORKER_ALLOCATOR_ENV } from "../../scaler/backend.ts";
 import { FakeKubernetesApi } from "../helpers/fake-kubernetes-api.ts";
 
 const DNS_1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
@@ -92,6 +92,8 @@ describe("worker Deployment manifest", () => {
     // The Redis password by reference only: the spec (and the API server's copy of it) never holds it.
     expect(container.env).toContainEqual({ name: "REDIS_PASSWORD", valueFrom: { secretKeyRef: { name: "platform-redis", key: "password", optional: true } } });
     expect(container.env!.every((e) => e.value === undefined || !/password/i.test(e.name))).toBe(true);
+    // The worker's allocator settings (scaler/backend.ts), as the local backend gives them too.
+    for (const [name, value] of Object.entries(WORKER_ALLOCATOR_ENV)) expect(container.env).toContainEqual({ name, value });
     expect(container.resources).toEqual({ requests: { cpu: "2", memory: "4Gi" }, limits: { cpu: "2", memory: "4Gi" } });
     expect(container.startupProbe?.httpGet).toEqual({ path: "/readyz", port: 8081 });
     expect(container.readinessProbe?.httpGet).toEqual({ path: "/readyz", port: 8081 });
@@ -101,6 +103,13 @@ describe("worker Deployment manifest", () => {
     expect(pod.securityContext?.runAsNonRoot).toBe(true);
     expect(pod.nodeSelector).toBeUndefined();
     expect(pod.tolerations).toBeUndefined();
+  });
+
+  it("lets the scaler's worker env override an allocator default, with one entry per name", () => {
+    const d = buildWorkerDeployment(endpoint("chat", "v1"), 1, { ...options, env: { MALLOC_ARENA_MAX: "4" } });
+    const arenas = d.spec!.template.spec!.containers[0]!.env!.filter((e) => e.name === "MALLOC_ARENA_MAX");
+    expect(arenas).toEqual([{ name: "MALLOC_ARENA_MAX", value: "4" }]);
+    expectValidDeployment(d);
   });
 
   it("asks for GPUs, tolerates the GPU taint and selects nodes by gpu_type", () => {

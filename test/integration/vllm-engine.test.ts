@@ -9,6 +9,7 @@ import { delimiter, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { alive } from "../helpers/processes.ts";
+import { WORKER_ALLOCATOR_ENV } from "../../scaler/backend.ts";
 import { DeploymentConfig, Resources, Runtime } from "../../src/contracts/deployment.ts";
 import { PlatformError } from "../../src/errors.ts";
 import {
@@ -132,7 +133,7 @@ describe("checkpointQuantization", () => {
   });
 });
 
-type Started = { argv: string[]; pid: number };
+type Started = { argv: string[]; pid: number; malloc: Record<string, string> };
 type Logged = { method?: string; path?: string; body?: Record<string, unknown>; event?: string };
 
 /** Options for one fake server, with its own record file. */
@@ -188,12 +189,25 @@ describe("a running vLLM engine", () => {
   let opts: ReturnType<typeof options>;
 
   beforeAll(async () => {
-    opts = options();
-    engine = await loadVllm(opts);
+    // The worker's environment as the local backend starts it (one allocator variable the platform's
+    // default, one the user's own), and the endpoint's env setting one of the platform's values itself.
+    process.env.MALLOC_ARENA_MAX = WORKER_ALLOCATOR_ENV.MALLOC_ARENA_MAX;
+    process.env.MALLOC_TRIM_THRESHOLD_ = "4096";
+    opts = options({ MALLOC_MMAP_THRESHOLD_: WORKER_ALLOCATOR_ENV.MALLOC_MMAP_THRESHOLD_ as string });
+    try {
+      engine = await loadVllm(opts);
+    } finally {
+      delete process.env.MALLOC_ARENA_MAX;
+      delete process.env.MALLOC_TRIM_THRESHOLD_;
+    }
   });
 
   afterAll(async () => {
     await engine?.dispose();
+  });
+
+  it("keeps the worker's allocator defaults from vllm serve, but not the user's own or the endpoint's settings", async () => {
+    expect((await started(opts.record)).malloc).toEqual({ MALLOC_TRIM_THRESHOLD_: "4096", MALLOC_MMAP_THRESHOLD_: WORKER_ALLOCATOR_ENV.MALLOC_MMAP_THRESHOLD_ });
   });
 
   it("starts vllm serve with the mapped flags and becomes ready only once /health answers 200", async () => {

@@ -6,6 +6,7 @@
  * parts together: the flags (vllm-flags.ts), the child process (vllm-process.ts)
  * and the HTTP client (vllm-client.ts); docs/engines.md ("vLLM") describes them.
  */
+import { withoutWorkerAllocator } from "../../scaler/backend.ts";
 import { VLLM } from "../../src/contracts/engines.ts";
 import type { EmbeddingItem, Usage } from "../../src/contracts/job.ts";
 import { PlatformError } from "../../src/errors.ts";
@@ -40,8 +41,9 @@ export async function loadVllm(options: VllmOptions): Promise<VllmEngine> {
   const args = vllmArgs({ ...options, port, checkpointQuantization: await checkpointQuantization(options.modelPath) });
   const bin = options.bin ?? VLLM_DEFAULTS.bin;
   const log = options.log ?? ((line: string) => process.stderr.write(`[vllm] ${line}\n`));
-  // The worker's whole environment passes through (CUDA_*, HF_*, proxies): vLLM reads its own variables.
-  const child = new VllmProcess(bin, args, { VLLM_NO_USAGE_STATS: "1", PYTHONUNBUFFERED: "1", ...process.env, ...options.env }, log);
+  // The worker's whole environment passes through (CUDA_*, HF_*, proxies): vLLM reads its own
+  // variables. Not the allocator settings a worker is started with, made for a Node worker's threads.
+  const child = new VllmProcess(bin, args, { VLLM_NO_USAGE_STATS: "1", PYTHONUNBUFFERED: "1", ...withoutWorkerAllocator(process.env), ...options.env }, log);
   const baseUrl = `http://127.0.0.1:${port}`;
   const startTimeoutMs = options.startTimeoutMs ?? VLLM_DEFAULTS.startTimeoutMs;
   const stopGraceMs = options.stopGraceMs ?? DEFAULT_STOP_GRACE_MS;
