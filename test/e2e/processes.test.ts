@@ -112,13 +112,7 @@ describe("one stack, attacked from inside", () => {
 
   it("starts its workers, and only them, with the allocator settings made for a worker (scaler/backend.ts)", async () => {
     const environOf = async (pid: number) => (await readFile(`/proc/${pid}/environ`, "utf8")).split("\0");
-    const workers: number[] = [];
-    for (const entry of await readdir("/proc")) {
-      if (!/^\d+$/.test(entry)) continue;
-      const status = await readFile(`/proc/${entry}/status`, "utf8").catch(() => "");
-      const cmdline = await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "");
-      if (new RegExp(`^PPid:\\s+${stack.process.pid}$`, "m").test(status) && cmdline.split("\0").includes("worker")) workers.push(Number(entry));
-    }
+    const workers = (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.replica_list.map((r) => r.pid);
     expect(workers.length).toBeGreaterThan(0);
     for (const pid of workers) expect(await environOf(pid)).toEqual(expect.arrayContaining(Object.entries(WORKER_ALLOCATOR_ENV).map(([name, value]) => `${name}=${value}`)));
     expect((await environOf(stack.process.pid as number)).filter((v) => v.startsWith("MALLOC_"))).toEqual([]);
