@@ -1,5 +1,5 @@
 /** The gateway: one Hono app, stateless, any number of replicas against one Redis. */
-import { randomBytes, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { join } from "node:path";
 import { serve } from "@hono/node-server";
 import { Hono } from "hono";
@@ -30,6 +30,7 @@ import { asPlatformError, errorResponse } from "./errors.ts";
 import { bodyLimits } from "./limits.ts";
 import { openAiRoutes } from "./openai.ts";
 import { rateLimit } from "./ratelimit.ts";
+import { randomHex } from "./random-id.ts";
 import { usageRoutes } from "./usage.ts";
 import { Router, type Target } from "./routing.ts";
 
@@ -76,7 +77,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
 
   const app = new Hono<GatewayEnv>();
   app.use(async (c, next) => {
-    const id = c.req.header("x-request-id") ?? `req_${randomBytes(12).toString("hex")}`;
+    const id = c.req.header("x-request-id") ?? `req_${randomHex(12)}`;
     c.set("requestId", id);
     c.header("x-request-id", id);
     await next();

@@ -97,7 +97,8 @@ export function rateLimit(options: RateLimitOptions): MiddlewareHandler<GatewayE
     if (meter.needsHeaders) await meter.peekHeaders();
     const res = c.res;
     // A stream ends when its last byte is sent or the client leaves, long after the handler returned.
-    if (meter.admitted && res.body && res.headers.get("content-type")?.startsWith("text/event-stream")) {
+    // The content type first: reading `res.body` turns @hono/node-server's lightweight response into a full one.
+    if (meter.admitted && res.headers.get("content-type")?.startsWith("text/event-stream") && res.body) {
       c.res = new Response(
         untilClosed(res.body, () => meter.end({ streamed: true })),
         res,

@@ -8,7 +8,6 @@
  * error becomes one `data: {"error": ...}` event and the stream ends without
  * `[DONE]` (documented in the README).
  */
-import { randomBytes } from "node:crypto";
 import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
 import type { FinishReason, JobEvent, TextResult, TokenLogprob, ToolCall, Usage } from "../contracts/job.ts";
@@ -21,6 +20,7 @@ import type { JobHandle, Submission } from "../queue/dispatcher.ts";
 import { type GatewayMetrics, nonStreamingTtft, type Served } from "../telemetry/metrics.ts";
 import { clientError, envelope } from "./errors.ts";
 import { meterOf, type Reservation, reservationOf } from "./ratelimit.ts";
+import { randomHex } from "./random-id.ts";
 import type { Target } from "./routing.ts";
 import { onClientGone } from "./client-gone.ts";
 
@@ -75,7 +75,7 @@ export async function serveText(
   // As the route recorded it for errors, which the gateway's error handler counts (openai.ts).
   const served: Served = { model_name: target.name, version: submission.version };
   const base: Base = {
-    id: `${format.idPrefix}${randomBytes(12).toString("hex")}`,
+    id: `${format.idPrefix}${randomHex(12)}`,
     created: Math.floor(Date.now() / 1000),
     model: options.label,
     version: submission.version,

@@ -66,15 +66,16 @@ const oversized = (path: string, init: Omit<OversizedInit, "url"> & { key?: stri
 type ErrorBody = { error: { message: string; type: string; param: string | null; code: string | null } };
 const errorOf = async (res: Response) => ((await res.json()) as ErrorBody).error;
 
-/** A body sent in chunks with no Content-Length (Transfer-Encoding: chunked). */
-function chunked(total: number, chunk = 16 * 1024): ReadableStream<Uint8Array> {
+/** A body sent in chunks with no Content-Length (Transfer-Encoding: chunked): `text`'s bytes, else spaces. */
+function chunked(total: number, chunk = 16 * 1024, text?: string): ReadableStream<Uint8Array> {
+  const bytes = text === undefined ? undefined : new TextEncoder().encode(text);
   let sent = 0;
   return new ReadableStream({
     pull(controller) {
       if (sent >= total) return controller.close();
       const n = Math.min(chunk, total - sent);
+      controller.enqueue(bytes ? bytes.slice(sent, sent + n) : new Uint8Array(n).fill(0x20));
       sent += n;
-      controller.enqueue(new Uint8Array(n).fill(0x20));
     },
   });
 }
@@ -99,6 +100,16 @@ describe("body limits per route", () => {
 
     const adminJson = await oversized("/admin/v1/endpoints/tiny", { method: "PUT", key: admin, body: chunked(REQUEST_LIMIT + 1) });
     expect(adminJson.status).toBe(413);
+  });
+
+  it("reads a body within the limit whole, with and without Content-Length", async () => {
+    // Padded to several chunks; the model is unknown, so the 404 says the JSON was read and parsed.
+    const text = JSON.stringify({ model: "no-such-model", messages: [{ role: "user", content: "hi" }] }) + " ".repeat(REQUEST_LIMIT / 2);
+    for (const body of [text, chunked(text.length, 16 * 1024, text)]) {
+      const res = await call("/v1/chat/completions", { body });
+      expect(res.status).toBe(404);
+      expect((await errorOf(res)).code).toBe("model_not_found");
+    }
   });
 
   it("defaults: 2 MiB for JSON, 512 MiB for files, 64 GiB for models; the old PLATFORM_MAX_BODY_BYTES still sets the JSON limit", () => {
