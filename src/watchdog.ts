@@ -29,7 +29,9 @@ export type Watched = {
  * The script. fd 3 keeps the pipe: a background job of a non-interactive shell otherwise reads
  * /dev/null. The watcher reads until end of file (the parent is gone: grace, then SIGTERM) or a
  * `stop` line (at once). The shell catches SIGTERM, SIGINT and SIGHUP rather than dying, so a
- * signal to the whole group stops the command while the shell stays to report how it ended.
+ * signal to the whole group stops the command while the shell stays to report how it ended. It
+ * catches them before the command starts, and passes one that came that early on as SIGTERM: a
+ * signal in that window would end the shell with nobody left to wait for the command.
  * Once the command has ended, whatever is left in the group (the watcher, anything the command
  * started and left behind) gets SIGTERM, and the shell exits with the command's status or dies
  * of its signal. The shell itself writes nowhere: with its parent gone, a write to the parent's
@@ -39,6 +41,7 @@ export type Watched = {
 const SCRIPT = [
   'grace="$1"; killafter="$2"; shift 2',
   'command -v "$1" >/dev/null 2>&1 || { echo "$1: not found" >&2; exit 127; }',
+  "trap 'interrupted=1' TERM INT HUP",
   "exec 3<&0",
   '"$@" </dev/null 3<&- &',
   "pid=$!",
@@ -51,7 +54,7 @@ const SCRIPT = [
   '  sleep "$killafter"; kill -KILL 0',
   ") <&3 3<&- >/dev/null 2>&1 &",
   "exec 3<&- </dev/null >/dev/null 2>&1",
-  "trap 'interrupted=1' TERM INT HUP",
+  '[ -z "$interrupted" ] || kill -TERM "$pid" 2>/dev/null',
   "while :; do",
   '  interrupted=; wait "$pid"; code=$?',
   '  [ -n "$interrupted" ] || break',
