@@ -104,6 +104,12 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   app.route("/v1/batch-jobs", batchRoutes({ jobs: batchJobs }));
   app.route("/v1", openAiBatchRoutes({ ctl, jobs: batchJobs, artifacts: admin.imports.artifacts }));
   app.use("/admin/v1/*", requireApiKey(ctl), requireAdmin, limits);
+  // Read your own writes: a deploy or A/B change made here routes this gateway's next request,
+  // without waiting for its change notice to come back through Redis (other gateways wait for it).
+  app.use("/admin/v1/*", async (c, next) => {
+    await next();
+    if (c.req.method !== "GET") router.changed();
+  });
   app.route("/admin/v1", adminRoutes(admin));
   // The web dashboard's static files (README "Dashboard"): no key for the files, the page asks for one.
   app.route("/dashboard", dashboardRoutes());

@@ -3,7 +3,8 @@
  * endpoint's own version, or to a variant its A/B test picks; `"name@v3"`
  * pins a deployed version. Endpoint records and A/B tests are cached in the
  * gateway and refreshed on every change notice, so routing costs no Redis
- * round trip on the hot path.
+ * round trip on the hot path. A change made through this gateway is seen by
+ * its next request, without waiting for the notice to come back from Redis.
  */
 import type { RedisClient } from "../control/redis.ts";
 import { type AbTestRecord, pickVariant } from "../contracts/abtest.ts";
@@ -45,7 +46,10 @@ export class Router {
   /** Per model@version, which never changes once registered. */
   private readonly facts = new Map<string, VersionFacts>();
   private loadedAt = 0;
-  private loading: Promise<void> | undefined;
+  /** Counts change notices: a load that began before the latest one may hold what it changed. */
+  private changes = 0;
+  private loadedChanges = -1;
+  private loading: { changes: number; done: Promise<void> } | undefined;
   private subscriber: RedisClient | undefined;
 
   constructor(ctl: Control) {
@@ -55,20 +59,23 @@ export class Router {
   async start(): Promise<void> {
     this.subscriber = duplicate(this.ctl);
     await this.subscriber.subscribe(this.ctl.keys.endpointEvents);
-    this.subscriber.on("message", () => {
-      this.loadedAt = 0;
-    });
-    await this.refresh();
+    this.subscriber.on("message", () => this.changed());
+    await this.current();
+  }
+
+  /** An endpoint or A/B test changed: the next request reads them again. */
+  changed(): void {
+    this.changes++;
   }
 
   async endpoints(): Promise<EndpointRecord[]> {
-    if (Date.now() - this.loadedAt > MAX_STALENESS_MS) await this.refresh();
+    await this.current();
     return [...this.cache.values()];
   }
 
   /** Endpoint records skipped at the last refresh because they do not parse. */
   async invalid(): Promise<InvalidRecord[]> {
-    if (Date.now() - this.loadedAt > MAX_STALENESS_MS) await this.refresh();
+    await this.current();
     return this.skipped;
   }
 
@@ -80,7 +87,7 @@ export class Router {
       // Unknown, as OpenAI answers; the name itself is not echoed back, it may be anything.
       throw new PlatformError(404, "model_not_found", "The model does not exist: model names are 1-63 letters, digits, \".\", \"_\" or \"-\", starting with a letter or digit, optionally followed by @<version>. GET /v1/models lists the models served here.", "model");
     }
-    if (Date.now() - this.loadedAt > MAX_STALENESS_MS) await this.refresh();
+    await this.current();
     const own = this.cache.get(name);
     if (!own || own.variant_of) {
       throw new PlatformError(404, "model_not_found", `The model \`${name}\` does not exist or you do not have access to it. GET /v1/models lists the models served here.`, "model");
@@ -116,41 +123,50 @@ export class Router {
     return facts;
   }
 
-  private refresh(): Promise<void> {
-    this.loading ??= (async () => {
+  /** Loads the records unless the cache holds every change noticed so far and is under MAX_STALENESS_MS old. */
+  private async current(): Promise<void> {
+    if (this.loadedChanges === this.changes && Date.now() - this.loadedAt <= MAX_STALENESS_MS) return;
+    // A load begun before the latest change may have read the old records: it does not count.
+    if (this.loading && this.loading.changes !== this.changes) await this.loading.done.catch(() => undefined);
+    this.loading ??= { changes: this.changes, done: this.load(this.changes) };
+    return this.loading.done;
+  }
+
+  private async load(changes: number): Promise<void> {
+    try {
+      let read: Awaited<ReturnType<typeof readEndpoints>>;
+      let tests: Map<string, AbTestRecord>;
       try {
-        let read: Awaited<ReturnType<typeof readEndpoints>>;
-        let tests: Map<string, AbTestRecord>;
-        try {
-          [read, tests] = await withinRedisWait(Promise.all([readEndpoints(this.ctl), readAbTests(this.ctl)]), this.ctl.redis);
-        } catch (e) {
-          // Redis away: route on what is known (admission answers 503 next); knowing nothing, answer it here.
-          if (this.loadedAt > 0) {
-            this.loadedAt = Date.now(); // tried again after MAX_STALENESS_MS, not by every request meanwhile
-            return;
-          }
-          throw withDetail(new PlatformError(503, "queue_unavailable", "the endpoint registry is unavailable, retry shortly", null, 1), e);
+        [read, tests] = await withinRedisWait(Promise.all([readEndpoints(this.ctl), readAbTests(this.ctl)]), this.ctl.redis);
+      } catch (e) {
+        // Redis away: route on what is known (admission answers 503 next); knowing nothing, answer it here.
+        if (this.loadedAt > 0) {
+          // Tried again after MAX_STALENESS_MS, not by every request meanwhile.
+          this.loadedAt = Date.now();
+          this.loadedChanges = changes;
+          return;
         }
-        const { endpoints, invalid } = read;
-        this.tests = tests;
-        this.cache = new Map(endpoints.map((e) => [e.name, e]));
-        const deployments = new Map<string, Map<string, EndpointRecord>>();
-        for (const e of endpoints) {
-          if (e.retiring) continue;
-          const owner = e.variant_of ?? e.name;
-          const versions = deployments.get(owner) ?? new Map<string, EndpointRecord>();
-          // The endpoint's own deployment wins if a variant ever shares its version.
-          if (!e.variant_of || !versions.has(e.version)) versions.set(e.version, e);
-          deployments.set(owner, versions);
-        }
-        this.deployments = deployments;
-        this.skipped = invalid;
-        this.loadedAt = Date.now();
-      } finally {
-        this.loading = undefined;
+        throw withDetail(new PlatformError(503, "queue_unavailable", "the endpoint registry is unavailable, retry shortly", null, 1), e);
       }
-    })();
-    return this.loading;
+      const { endpoints, invalid } = read;
+      this.tests = tests;
+      this.cache = new Map(endpoints.map((e) => [e.name, e]));
+      const deployments = new Map<string, Map<string, EndpointRecord>>();
+      for (const e of endpoints) {
+        if (e.retiring) continue;
+        const owner = e.variant_of ?? e.name;
+        const versions = deployments.get(owner) ?? new Map<string, EndpointRecord>();
+        // The endpoint's own deployment wins if a variant ever shares its version.
+        if (!e.variant_of || !versions.has(e.version)) versions.set(e.version, e);
+        deployments.set(owner, versions);
+      }
+      this.deployments = deployments;
+      this.skipped = invalid;
+      this.loadedAt = Date.now();
+      this.loadedChanges = changes;
+    } finally {
+      this.loading = undefined;
+    }
   }
 
   async close(): Promise<void> {

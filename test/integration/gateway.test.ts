@@ -95,6 +95,17 @@ describe("gateway edges", () => {
     expect(body.queue.waiting).toBe(0);
   });
 
+  it("routes the next request by an endpoint just deployed or deleted through the admin API", async () => {
+    for (let i = 0; i < 10; i++) {
+      const name = `just-deployed-${i}`;
+      const put = await call(`/admin/v1/endpoints/${name}`, { method: "PUT", key: admin, body: JSON.stringify({ model: { name: "tiny" }, resources: { replicas: 0 } }) });
+      expect(put.status).toBe(200);
+      expect((await call(`/v1/models/${name}`, { method: "GET" })).status).toBe(200);
+      expect((await call(`/admin/v1/endpoints/${name}`, { method: "DELETE", key: admin })).status).toBe(200);
+      expect((await call(`/v1/models/${name}`, { method: "GET" })).status).toBe(404);
+    }
+  });
+
   it("serves Prometheus metrics under the vLLM names", async () => {
     const res = await fetch(`${gateway.url}/metrics`);
     const text = await res.text();
