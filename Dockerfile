@@ -34,6 +34,8 @@ COPY bin ./bin
 COPY src ./src
 COPY workers ./workers
 COPY scaler ./scaler
+# The gateway serves .platformrc.json's JSON Schema from here (GET /schemas/platformrc.schema.json).
+COPY schemas ./schemas
 COPY --from=dashboard /app/dist/dashboard ./dist/dashboard
 # The image's `node` user, by number so Kubernetes can verify runAsNonRoot.
 RUN mkdir -p /data /models /work && chown 1000:1000 /data /models /work

@@ -5,8 +5,8 @@
  * without the model's time hiding it.
  */
 import { fileURLToPath } from "node:url";
-import { getEndpoint } from "../src/control/endpoints.ts";
-import { connectControl } from "../src/control/redis.ts";
+import { getEndpoint } from "../src/endpoints/store.ts";
+import { connectControl } from "../src/redis/connection.ts";
 import { loadSettings } from "../src/settings/index.ts";
 import { startTracing, stopTracing } from "../src/telemetry/tracing.ts";
 import type { Engine } from "../workers/engines/engine.ts";

@@ -22,10 +22,10 @@ import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { DeploymentConfig } from "../src/contracts/deployment.ts";
-import { createApiKey } from "../src/control/apikeys.ts";
-import { startEmbeddedRedis } from "../src/control/embedded-redis.ts";
-import { deployEndpoint } from "../src/control/endpoints.ts";
-import { connectControl } from "../src/control/redis.ts";
+import { createApiKey } from "../src/keys/store.ts";
+import { startEmbeddedRedis } from "../src/redis/embedded.ts";
+import { deployEndpoint } from "../src/endpoints/store.ts";
+import { connectControl } from "../src/redis/connection.ts";
 import { importModel } from "../src/registry/import.ts";
 import { loadSettings } from "../src/settings/index.ts";
 import { openStore } from "../src/storage/index.ts";
@@ -81,17 +81,28 @@ const settings = { ...loadSettings({ PLATFORM_DATA_DIR: dir }), redisUrl: redis.
 const ctl = connectControl(redis.url, settings.prefix);
 const key = (await createApiKey(ctl, "bench", "user")).key;
 // Limits far above what the bench sends: every request pays the checks, none is refused.
-const limitedKey = (await createApiKey(ctl, "bench-limited", "user", { rpm: 1_000_000_000, tpm: 1_000_000_000, max_concurrency: 1000 })).key;
+const limitedKey = (
+  await createApiKey(ctl, "bench-limited", "user", { rpm: 1_000_000_000, tpm: 1_000_000_000, max_concurrency: 1000 })
+).key;
 const modelPath = await tinyModelPath();
 const imports = { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dir, "tmp") };
-const sink = spawn(process.execPath, [fileURLToPath(new URL("./otlp-sink.ts", import.meta.url))], { stdio: ["ignore", "pipe", "pipe"] });
+const sink = spawn(process.execPath, [fileURLToPath(new URL("./otlp-sink.ts", import.meta.url))], {
+  stdio: ["ignore", "pipe", "pipe"],
+});
 const sinkUrl = await waitForOutput(sink, /listening (\S+)/, "the OTLP sink");
 
 /** Everything of this environment but OTEL_* (a developer's own collector settings must not leak into the "off" side). */
-const baseEnv: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("OTEL_")));
+const baseEnv: NodeJS.ProcessEnv = Object.fromEntries(
+  Object.entries(process.env).filter(([k]) => !k.startsWith("OTEL_")),
+);
 const sides = {
   off: { ...baseEnv, OTEL_TRACES_EXPORTER: "none" },
-  on: { ...baseEnv, OTEL_TRACES_EXPORTER: "otlp", OTEL_EXPORTER_OTLP_ENDPOINT: sinkUrl, OTEL_TRACES_SAMPLER: "always_on" },
+  on: {
+    ...baseEnv,
+    OTEL_TRACES_EXPORTER: "otlp",
+    OTEL_EXPORTER_OTLP_ENDPOINT: sinkUrl,
+    OTEL_TRACES_SAMPLER: "always_on",
+  },
 };
 const children: ChildProcess[] = [];
 // A bench that fails midway (a refused request throws) must not leave its gateways and workers running.
@@ -105,9 +116,21 @@ for (const [side, extra] of Object.entries(sides) as [keyof typeof sides, NodeJS
   // One model each, so each side's worker has a queue of its own.
   await importModel(imports, { name, framework: "llamacpp", source: modelPath });
   const endpoint = await deployEndpoint(ctl, DeploymentConfig.parse({ model: { name } }));
-  const env = { ...extra, REDIS_URL: redis.url, PLATFORM_PREFIX: settings.prefix, PLATFORM_DATA_DIR: dir, PLATFORM_LOG_FORMAT: "json" };
-  const worker = spawn(process.execPath, [fileURLToPath(new URL("./echo-worker.ts", import.meta.url)), endpoint.name], { env, stdio: ["ignore", "pipe", "pipe"] });
-  const gateway = spawn(process.execPath, [BIN, "gateway", "--host", "127.0.0.1", "--port", "0"], { env, stdio: ["ignore", "pipe", "pipe"] });
+  const env = {
+    ...extra,
+    REDIS_URL: redis.url,
+    PLATFORM_PREFIX: settings.prefix,
+    PLATFORM_DATA_DIR: dir,
+    PLATFORM_LOG_FORMAT: "json",
+  };
+  const worker = spawn(process.execPath, [fileURLToPath(new URL("./echo-worker.ts", import.meta.url)), endpoint.name], {
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const gateway = spawn(process.execPath, [BIN, "gateway", "--host", "127.0.0.1", "--port", "0"], {
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   children.push(worker, gateway);
   pids[side] = [worker.pid as number, gateway.pid as number];
   await waitForOutput(worker, /ready/, `the ${side} echo worker`);
@@ -121,7 +144,11 @@ for (const [side, extra] of Object.entries(sides) as [keyof typeof sides, NodeJS
 type Series = "off" | "on" | "limited" | "on-limited";
 const sideOf = (series: Series): keyof typeof sides => (series === "off" || series === "limited" ? "off" : "on");
 const request = (series: Series) => () =>
-  postJson(`${urls[sideOf(series)]}/v1/completions`, { model: `echo-${sideOf(series)}`, prompt: "hi", max_tokens: 1 }, { authorization: `Bearer ${series === "limited" || series === "on-limited" ? limitedKey : key}` });
+  postJson(
+    `${urls[sideOf(series)]}/v1/completions`,
+    { model: `echo-${sideOf(series)}`, prompt: "hi", max_tokens: 1 },
+    { authorization: `Bearer ${series === "limited" || series === "on-limited" ? limitedKey : key}` },
+  );
 // Warm connections, caches and the JIT on every series.
 for (const series of ["off", "on", "limited", "on-limited"] as const) await timeEach(200, request(series));
 
@@ -133,7 +160,10 @@ const cpuOf = (side: keyof typeof sides) => pids[side].reduce((sum, pid) => sum 
 const rounds: Record<Series, { p50: number; p99: number }>[] = [];
 // The stacks alternate request by request, each alternating its keys; the two orders (taken in
 // turn) give `off` and `on` mirror-image predecessors: off after on-limited or on, on after limited or off.
-const ORDERS: Series[][] = [["off", "on", "limited", "on-limited"], ["off", "on-limited", "limited", "on"]];
+const ORDERS: Series[][] = [
+  ["off", "on", "limited", "on-limited"],
+  ["off", "on-limited", "limited", "on"],
+];
 for (let round = 0; round < ROUNDS; round++) {
   // The series take turns request by request, so a burst of other work on this shared machine
   // lands on all alike rather than on one series' whole round.
@@ -147,12 +177,18 @@ for (let round = 0; round < ROUNDS; round++) {
     }
   }
   // Each stack serves two series (its unlimited and limited keys): its CPU is shared over both.
-  for (const side of ["off", "on"] as const) cpuPerRequest[side] += (cpuOf(side) - cpuBefore[side]) / (REQUESTS * ROUNDS * 2);
+  for (const side of ["off", "on"] as const)
+    cpuPerRequest[side] += (cpuOf(side) - cpuBefore[side]) / (REQUESTS * ROUNDS * 2);
   const stats = (xs: number[]) => {
     const sorted = [...xs].sort((a, b) => a - b);
     return { p50: percentile(sorted, 50), p99: percentile(sorted, 99) };
   };
-  rounds.push({ off: stats(latencies.off), on: stats(latencies.on), limited: stats(latencies.limited), "on-limited": stats(latencies["on-limited"]) });
+  rounds.push({
+    off: stats(latencies.off),
+    on: stats(latencies.on),
+    limited: stats(latencies.limited),
+    "on-limited": stats(latencies["on-limited"]),
+  });
 }
 // The spans still buffered leave when the "on" processes stop (they flush on SIGTERM); then the sink reports.
 for (const child of children) child.kill("SIGTERM");
@@ -169,7 +205,10 @@ const limited = { p50_ms: median(rounds.map((r) => r.limited.p50)), p99_ms: medi
 const limitRatios = rounds.map((r) => r.limited.p50 / r.off.p50);
 const limitRatio = median(limitRatios);
 // The same cost measured on the traced stack: not the target's figure, a second reading of it.
-const onLimited = { p50_ms: median(rounds.map((r) => r["on-limited"].p50)), p99_ms: median(rounds.map((r) => r["on-limited"].p99)) };
+const onLimited = {
+  p50_ms: median(rounds.map((r) => r["on-limited"].p50)),
+  p99_ms: median(rounds.map((r) => r["on-limited"].p99)),
+};
 const onLimitRatio = median(rounds.map((r) => r["on-limited"].p50 / r.on.p50));
 const results = {
   when: new Date().toISOString(),
@@ -201,13 +240,25 @@ await mkdir(out, { recursive: true });
 await writeFile(new URL("hot-path.json", out), `${JSON.stringify(results, null, 2)}\n`);
 
 const f = (n: number, digits = 3) => n.toFixed(digits);
-console.log(`tracing overhead, echo engine, c=1, ${ROUNDS} rounds × ${REQUESTS} requests; load average ${loadAtStart.map((l) => l.toFixed(2)).join(" ")} at start`);
+console.log(
+  `tracing overhead, echo engine, c=1, ${ROUNDS} rounds × ${REQUESTS} requests; load average ${loadAtStart.map((l) => l.toFixed(2)).join(" ")} at start`,
+);
 console.log(`  off: p50 ${f(off.p50_ms)} ms, p99 ${f(off.p99_ms)} ms`);
-console.log(`  on:  p50 ${f(on.p50_ms)} ms, p99 ${f(on.p99_ms)} ms (every span exported: ${exportRequests} OTLP requests, ${exportBytes} bytes)`);
-console.log(`  CPU per request, gateway + worker: off ${f(cpuPerRequest.off)} ms, on ${f(cpuPerRequest.on)} ms (each over its requests with and without limits; spans exported as they fill a batch, so included)`);
-console.log(`  p50 ratio on/off ${f(ratio)} (rounds ${ratios.map((r) => f(r)).join(" ")}), target ≤ ${TARGET}: ${ratio <= TARGET ? "met" : "NOT met"}`);
-console.log(`rate limiting, same stack, c=1: key without limits p50 ${f(off.p50_ms)} ms, key with rpm, tpm and max-concurrency p50 ${f(limited.p50_ms)} ms`);
-console.log(`  p50 ratio limited/unlimited ${f(limitRatio)} (rounds ${limitRatios.map((r) => f(r)).join(" ")}), target ≤ ${TARGET}: ${limitRatio <= TARGET ? "met" : "NOT met"}`);
+console.log(
+  `  on:  p50 ${f(on.p50_ms)} ms, p99 ${f(on.p99_ms)} ms (every span exported: ${exportRequests} OTLP requests, ${exportBytes} bytes)`,
+);
+console.log(
+  `  CPU per request, gateway + worker: off ${f(cpuPerRequest.off)} ms, on ${f(cpuPerRequest.on)} ms (each over its requests with and without limits; spans exported as they fill a batch, so included)`,
+);
+console.log(
+  `  p50 ratio on/off ${f(ratio)} (rounds ${ratios.map((r) => f(r)).join(" ")}), target ≤ ${TARGET}: ${ratio <= TARGET ? "met" : "NOT met"}`,
+);
+console.log(
+  `rate limiting, same stack, c=1: key without limits p50 ${f(off.p50_ms)} ms, key with rpm, tpm and max-concurrency p50 ${f(limited.p50_ms)} ms`,
+);
+console.log(
+  `  p50 ratio limited/unlimited ${f(limitRatio)} (rounds ${limitRatios.map((r) => f(r)).join(" ")}), target ≤ ${TARGET}: ${limitRatio <= TARGET ? "met" : "NOT met"}`,
+);
 console.log(`  on the traced stack: p50 ${f(on.p50_ms)} → ${f(onLimited.p50_ms)} ms, ratio ${f(onLimitRatio)}`);
 console.log(`written to ${new URL("hot-path.json", out).pathname}`);
 

@@ -10,16 +10,31 @@ export { median, percentile } from "../src/cli/benchmark-stats.ts";
 
 const agent = new Agent({ keepAlive: true, maxSockets: 64 });
 
-/** POSTs JSON and resolves with the parsed answer; a status of 300 or more rejects with the body. */
+/**
+ * POSTs JSON and resolves with the parsed answer; a status of 300 or more rejects with the body.
+ * A string body is sent as it is (JSON already written, so a load's requests cost its sender nothing).
+ */
 export function postJson<T>(url: string, body: unknown, headers: Record<string, string> = {}): Promise<T> {
-  const payload = JSON.stringify(body);
+  const payload = typeof body === "string" ? body : JSON.stringify(body);
   return new Promise((resolve, reject) => {
-    const req = httpRequest(url, { method: "POST", agent, headers: { ...headers, "content-type": "application/json", "content-length": Buffer.byteLength(payload) } }, (res) => {
-      let text = "";
-      res.setEncoding("utf8");
-      res.on("data", (chunk: string) => (text += chunk));
-      res.on("end", () => ((res.statusCode ?? 500) < 300 ? resolve(JSON.parse(text) as T) : reject(new Error(`HTTP ${res.statusCode}: ${text}`))));
-    });
+    const req = httpRequest(
+      url,
+      {
+        method: "POST",
+        agent,
+        headers: { ...headers, "content-type": "application/json", "content-length": Buffer.byteLength(payload) },
+      },
+      (res) => {
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (chunk: string) => (text += chunk));
+        res.on("end", () =>
+          (res.statusCode ?? 500) < 300
+            ? resolve(JSON.parse(text) as T)
+            : reject(new Error(`HTTP ${res.statusCode}: ${text}`)),
+        );
+      },
+    );
     req.on("error", reject);
     req.end(payload);
   });

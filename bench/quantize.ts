@@ -15,7 +15,15 @@ import { basename, join } from "node:path";
 import type { Token } from "node-llama-cpp";
 import { quantizeGguf } from "../src/registry/quantize/file.ts";
 import { sharedModelPath, tinyModelPath } from "../test/helpers/models.ts";
-import { commonPrefix, greedy, type OpenModel, openModel, perplexity, positionalAgreement, scoreContinuation } from "../test/helpers/quality.ts";
+import {
+  commonPrefix,
+  greedy,
+  type OpenModel,
+  openModel,
+  perplexity,
+  positionalAgreement,
+  scoreContinuation,
+} from "../test/helpers/quality.ts";
 
 const THREADS = Number(process.env.BENCH_THREADS ?? 1);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -34,7 +42,7 @@ const PROMPTS = [
 const TEXT =
   "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. " +
   "One day, she saw a big red ball under a tree. She wanted to play with it, so she ran to get it. " +
-  "But the ball was stuck. Lily asked her mom for help. Her mom smiled and said, \"Let's try together.\" " +
+  'But the ball was stuck. Lily asked her mom for help. Her mom smiled and said, "Let\'s try together." ' +
   "They pulled and pulled, and the ball came out. Lily was very happy. She said thank you to her mom and played with the ball all day.";
 
 const VARIANTS = ["none", "int8", "int4"] as const;
@@ -125,8 +133,23 @@ try {
     await writeFile(new URL("quantize.json", out), `${JSON.stringify(results, null, 2)}\n`);
 
     const f = (x: number, d = 2) => x.toFixed(d);
-    console.log(`model ${results.model}; ${THREADS} thread(s); ${PROMPTS.length} prompts × ${TOKENS} tokens at temperature 0; tokens/s: median of ${ROUNDS} rounds; load ${f(loadAtStart[0]!)} → ${f(results.load_average.end!)}`);
-    const header = ["variant", "type", "size", "× none", "quantize", "tokens/s", "× none", "same token", "same prefix", "top-1 forced", "perplexity", "× none"];
+    console.log(
+      `model ${results.model}; ${THREADS} thread(s); ${PROMPTS.length} prompts × ${TOKENS} tokens at temperature 0; tokens/s: median of ${ROUNDS} rounds; load ${f(loadAtStart[0]!)} → ${f(results.load_average.end!)}`,
+    );
+    const header = [
+      "variant",
+      "type",
+      "size",
+      "× none",
+      "quantize",
+      "tokens/s",
+      "× none",
+      "same token",
+      "same prefix",
+      "top-1 forced",
+      "perplexity",
+      "× none",
+    ];
     const lines = results.variants.map((r) => [
       r.variant,
       r.type,

@@ -16,7 +16,7 @@ import { fileURLToPath } from "node:url";
 import { serve } from "@hono/node-server";
 import { Hono } from "hono";
 import type { JobEvent } from "../src/contracts/job.ts";
-import { connectControl, duplicate } from "../src/control/redis.ts";
+import { connectControl, duplicate } from "../src/redis/connection.ts";
 import { QueueBase } from "../src/queue/base.ts";
 import { appendReply, replyHandler } from "../src/queue/replies.ts";
 
@@ -24,14 +24,20 @@ type FloorJob = { id: string; reply: string };
 const TAKE = 64;
 
 /** The bench's side: a Hono route on 127.0.0.1 whose every request goes through the list and back. */
-export async function startQueueFloor(redisUrl: string, prefix: string): Promise<{ url: string; close: () => Promise<void> }> {
+export async function startQueueFloor(
+  redisUrl: string,
+  prefix: string,
+): Promise<{ url: string; close: () => Promise<void> }> {
   const ctl = connectControl(redisUrl, prefix);
   const base = new QueueBase(ctl);
   const list = `${prefix}:bench:queue-floor`;
   const replyStream = `${prefix}:bench:queue-floor:replies`;
   const waiters = new Map<string, (event: JobEvent) => void>();
   base.reader(replyStream).start(replyHandler("queue floor", (id, event) => waiters.get(id)?.(event)));
-  const taker = spawn(process.execPath, [fileURLToPath(import.meta.url), list], { env: { ...process.env, REDIS_URL: redisUrl }, stdio: ["ignore", "pipe", "inherit"] });
+  const taker = spawn(process.execPath, [fileURLToPath(import.meta.url), list], {
+    env: { ...process.env, REDIS_URL: redisUrl },
+    stdio: ["ignore", "pipe", "inherit"],
+  });
   await new Promise<void>((resolve, reject) => {
     taker.stdout.on("data", (d: Buffer) => d.toString().includes("ready") && resolve());
     taker.once("exit", (code) => reject(new Error(`queue floor process exited with ${code}`)));
@@ -67,9 +73,20 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   console.log("ready");
   for (;;) {
     const taken = (await taker.blmpop(0, 1, list, "RIGHT", "COUNT", TAKE)) as [string, string[]] | null;
-    await Promise.all((taken?.[1] ?? []).map((raw) => {
-      const job = JSON.parse(raw) as FloorJob;
-      return appendReply(ctl.redis, job.reply, job.id, { type: "done", result: { type: "text", text: "ok", finish_reason: "stop", usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 }, replica: "queue-floor" } });
-    }));
+    await Promise.all(
+      (taken?.[1] ?? []).map((raw) => {
+        const job = JSON.parse(raw) as FloorJob;
+        return appendReply(ctl.redis, job.reply, job.id, {
+          type: "done",
+          result: {
+            type: "text",
+            text: "ok",
+            finish_reason: "stop",
+            usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+            replica: "queue-floor",
+          },
+        });
+      }),
+    );
   }
 }

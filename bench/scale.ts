@@ -13,8 +13,8 @@
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { randomUUID } from "node:crypto";
-import { connectControl } from "../src/control/redis.ts";
-import { listReplicas } from "../src/control/replicas.ts";
+import { connectControl } from "../src/redis/connection.ts";
+import { listReplicas } from "../src/replicas/heartbeats.ts";
 import { QueueBase } from "../src/queue/base.ts";
 import { replyHandler } from "../src/queue/replies.ts";
 import { tinyModelPath } from "../test/helpers/models.ts";
@@ -49,7 +49,14 @@ const post = (body: unknown) =>
 try {
   // 1. Scale-up reaction. One replica serving one sequence; target 1 per replica; no cooldown.
   const put = await stack.admin("PUT", "/admin/v1/endpoints/tiny/autoscaling", {
-    autoscaling: { min_replicas: 1, max_replicas: 2, target_queue_depth: 1, scale_up_cooldown: "0s", scale_down_cooldown: "0s", scale_down_delay: "3s" },
+    autoscaling: {
+      min_replicas: 1,
+      max_replicas: 2,
+      target_queue_depth: 1,
+      scale_up_cooldown: "0s",
+      scale_down_cooldown: "0s",
+      scale_down_delay: "3s",
+    },
   });
   if (put.status !== 200) throw new Error(`autoscaling PUT: ${JSON.stringify(put.body)}`);
   const reaction: { decision_ms: number; ready_ms: number }[] = [];
@@ -59,7 +66,9 @@ try {
     const step = performance.now();
     const stepWall = Date.now();
     // Enough work to keep the queue above target until the new replica is ready, even on a busy machine.
-    const load = Array.from({ length: 8 }, () => post({ model: "tiny", prompt: "Once upon a time", max_tokens: 1500, temperature: 0 }));
+    const load = Array.from({ length: 8 }, () =>
+      post({ model: "tiny", prompt: "Once upon a time", max_tokens: 1500, temperature: 0 }),
+    );
     let decidedAt = 0;
     await until(async () => {
       const head = await ctl.redis.lindex(ctl.keys.scalingDecisions("tiny"), 0);
@@ -73,15 +82,28 @@ try {
   }
 
   // 2. Failover. A second endpoint with two replicas and no autoscaling.
-  const deploy = await stack.admin("PUT", "/admin/v1/endpoints/fo", { model: { name: "tiny" }, resources: { replicas: 2, parallel: 1 } });
+  const deploy = await stack.admin("PUT", "/admin/v1/endpoints/fo", {
+    model: { name: "tiny" },
+    resources: { replicas: 2, parallel: 1 },
+  });
   if (deploy.status !== 200) throw new Error(`deploy: ${JSON.stringify(deploy.body)}`);
   // Same queue as "tiny" (same model and version): keep tiny at one replica so `fo` replicas take the jobs.
-  await stack.admin("PUT", "/admin/v1/endpoints/tiny/autoscaling", { autoscaling: { min_replicas: 1, max_replicas: 1 } });
+  await stack.admin("PUT", "/admin/v1/endpoints/tiny/autoscaling", {
+    autoscaling: { min_replicas: 1, max_replicas: 1 },
+  });
   const base = new QueueBase(ctl);
   const queue = base.queue("tiny", "v1");
   const events = base.events(queue.name);
   await events.waitUntilReady();
-  const job = (maxTokens: number) => ({ v: 1, kind: "completion", request_id: randomUUID(), model: "tiny", version: "v1", prompt: "Once upon a time", params: { max_tokens: maxTokens, temperature: 0 } });
+  const job = (maxTokens: number) => ({
+    v: 1,
+    kind: "completion",
+    request_id: randomUUID(),
+    model: "tiny",
+    version: "v1",
+    prompt: "Once upon a time",
+    params: { max_tokens: maxTokens, temperature: 0 },
+  });
   const seen = new Map<string, { event: string; at: number }[]>();
   for (const name of ["active", "stalled", "waiting", "completed", "failed"] as const) {
     events.on(name, ({ jobId, prev }: { jobId: string; prev?: string }) => {
@@ -114,7 +136,9 @@ try {
     let victim: { pid: number } | undefined;
     await until(async () => {
       const started = startedBy.get(victimJob.id as string)?.[0];
-      victim = started ? (await replicas("fo")).concat(await replicas("tiny")).find((r) => r.id === started) : undefined;
+      victim = started
+        ? (await replicas("fo")).concat(await replicas("tiny")).find((r) => r.id === started)
+        : undefined;
       return victim !== undefined;
     }, "the replica running the job");
     const killedAt = performance.now();
@@ -124,7 +148,11 @@ try {
     const log = seen.get(victimJob.id as string) ?? [];
     const requeued = log.find((e) => e.event === "requeued" || e.event === "stalled")?.at ?? Number.NaN;
     const pickedUp = log.filter((e) => e.event === "active")[1]?.at ?? Number.NaN;
-    failovers.push({ requeued_ms: requeued - killedAt, picked_up_ms: pickedUp - killedAt, answered_ms: answeredAt - killedAt });
+    failovers.push({
+      requeued_ms: requeued - killedAt,
+      picked_up_ms: pickedUp - killedAt,
+      answered_ms: answeredAt - killedAt,
+    });
   }
   await base.close();
 
@@ -142,7 +170,11 @@ try {
     failover: {
       job_tokens: TOKENS,
       baseline_job_ms: Math.round(median(baselines)),
-      runs: failovers.map((f) => ({ requeued_ms: Math.round(f.requeued_ms), picked_up_ms: Math.round(f.picked_up_ms), answered_ms: Math.round(f.answered_ms) })),
+      runs: failovers.map((f) => ({
+        requeued_ms: Math.round(f.requeued_ms),
+        picked_up_ms: Math.round(f.picked_up_ms),
+        answered_ms: Math.round(f.answered_ms),
+      })),
       median_picked_up_ms: Math.round(median(failovers.map((f) => f.picked_up_ms))),
       median_answered_ms: Math.round(median(failovers.map((f) => f.answered_ms))),
     },
@@ -159,12 +191,28 @@ try {
   const readyRatio = result.scale_up.median_ready_ms / result.cold_start_ms;
   const rows = [
     ["figure", "measured", "baseline", "ratio", "target", "met"],
-    ["load step → second replica ready ÷ cold start", `${result.scale_up.median_ready_ms} ms`, `${result.cold_start_ms} ms`, `${readyRatio.toFixed(2)}×`, "≤ 0.4×", readyRatio <= 0.4 ? "yes" : "no"],
-    ["worker SIGKILLed → job taken by another replica", `${result.failover.median_picked_up_ms} ms`, "-", "-", "≤ 2000 ms", result.failover.median_picked_up_ms <= 2000 ? "yes" : "no"],
+    [
+      "load step → second replica ready ÷ cold start",
+      `${result.scale_up.median_ready_ms} ms`,
+      `${result.cold_start_ms} ms`,
+      `${readyRatio.toFixed(2)}×`,
+      "≤ 0.4×",
+      readyRatio <= 0.4 ? "yes" : "no",
+    ],
+    [
+      "worker SIGKILLed → job taken by another replica",
+      `${result.failover.median_picked_up_ms} ms`,
+      "-",
+      "-",
+      "≤ 2000 ms",
+      result.failover.median_picked_up_ms <= 2000 ? "yes" : "no",
+    ],
   ];
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   const line = (r: string[]) => `| ${r.map((cell, i) => cell.padEnd(widths[i]!)).join(" | ")} |`;
-  console.log(["", line(rows[0]!), `|${widths.map((w) => "-".repeat(w + 2)).join("|")}|`, ...rows.slice(1).map(line)].join("\n"));
+  console.log(
+    ["", line(rows[0]!), `|${widths.map((w) => "-".repeat(w + 2)).join("|")}|`, ...rows.slice(1).map(line)].join("\n"),
+  );
   await mkdir(new URL("./results/", import.meta.url), { recursive: true });
   await writeFile(new URL("./results/scale.json", import.meta.url), `${JSON.stringify(result, null, 2)}\n`);
 } finally {

@@ -28,7 +28,11 @@ const model = shared ?? (await tinyModelPath({ contextLength: 2048 }));
 const configs: Config[] = [
   { name: "no draft" },
   { name: "draft: the model itself", draft: model },
-  ...(shared ? [] : [{ name: "draft: other weights, same vocabulary", draft: await tinyModelPath({ seed: 2, contextLength: 2048 }) }]),
+  ...(shared
+    ? []
+    : [
+        { name: "draft: other weights, same vocabulary", draft: await tinyModelPath({ seed: 2, contextLength: 2048 }) },
+      ]),
 ];
 
 const rates = new Map<string, number[]>(configs.map((c) => [c.name, []]));
@@ -36,7 +40,13 @@ const answers = new Map<string, string[]>();
 const acceptance = new Map<string, { validated: number; refuted: number }>();
 for (let round = 0; round < ROUNDS; round++) {
   for (const config of configs) {
-    const options: LlamaCppOptions = { modelPath: model, parallel: 1, threads: THREADS, contextSize: 1024, ...(config.draft ? { draft: { modelPath: config.draft, tokens: DRAFT_TOKENS } } : {}) };
+    const options: LlamaCppOptions = {
+      modelPath: model,
+      parallel: 1,
+      threads: THREADS,
+      contextSize: 1024,
+      ...(config.draft ? { draft: { modelPath: config.draft, tokens: DRAFT_TOKENS } } : {}),
+    };
     const engine = await loadLlamaCpp(options);
     let tokens = 0;
     const texts: string[] = [];
@@ -63,16 +73,26 @@ const rows: Row[] = configs.map((c) => {
     name: c.name,
     tokens_per_s: Math.round(rate),
     ratio: Number((rate / baseline).toFixed(2)),
-    accepted: stats && stats.validated + stats.refuted > 0 ? Number((stats.validated / (stats.validated + stats.refuted)).toFixed(3)) : null,
+    accepted:
+      stats && stats.validated + stats.refuted > 0
+        ? Number((stats.validated / (stats.validated + stats.refuted)).toFixed(3))
+        : null,
     identical: (answers.get(c.name) ?? []).every((t, i) => t === reference[i]),
   };
 });
 
-console.log(`model ${shared ? "stories260K" : "the suite's tiny model"}, ${THREADS} thread(s), ${PROMPTS.length} prompts × ${TOKENS} tokens, ${DRAFT_TOKENS} draft tokens, median of ${ROUNDS} rounds, load ${loadavg()[0]?.toFixed(1)}`);
+console.log(
+  `model ${shared ? "stories260K" : "the suite's tiny model"}, ${THREADS} thread(s), ${PROMPTS.length} prompts × ${TOKENS} tokens, ${DRAFT_TOKENS} draft tokens, median of ${ROUNDS} rounds, load ${loadavg()[0]?.toFixed(1)}`,
+);
 console.log("configuration                           tokens/s   × no draft   draft accepted   same answers");
 for (const r of rows) {
-  console.log(`${r.name.padEnd(40)}${String(r.tokens_per_s).padStart(8)}   ${r.ratio.toFixed(2).padStart(10)}   ${(r.accepted === null ? "–" : `${(r.accepted * 100).toFixed(1)} %`).padStart(14)}   ${r.identical ? "yes" : "NO"}`);
+  console.log(
+    `${r.name.padEnd(40)}${String(r.tokens_per_s).padStart(8)}   ${r.ratio.toFixed(2).padStart(10)}   ${(r.accepted === null ? "–" : `${(r.accepted * 100).toFixed(1)} %`).padStart(14)}   ${r.identical ? "yes" : "NO"}`,
+  );
 }
 await mkdir(new URL("./results/", import.meta.url), { recursive: true });
-await writeFile(new URL("./results/speculative.json", import.meta.url), `${JSON.stringify({ model: shared ? "stories260K" : "tiny", threads: THREADS, rounds: ROUNDS, tokens: TOKENS, draft_tokens: DRAFT_TOKENS, load: loadavg()[0], rows }, null, 2)}\n`);
+await writeFile(
+  new URL("./results/speculative.json", import.meta.url),
+  `${JSON.stringify({ model: shared ? "stories260K" : "tiny", threads: THREADS, rounds: ROUNDS, tokens: TOKENS, draft_tokens: DRAFT_TOKENS, load: loadavg()[0], rows }, null, 2)}\n`,
+);
 console.log("wrote bench/results/speculative.json");

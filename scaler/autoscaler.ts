@@ -12,22 +12,28 @@
  */
 import { hostname } from "node:os";
 import type { Queue } from "bullmq";
-import type { RedisClient } from "../src/control/redis.ts";
-import type { AutoscalingSettings } from "../src/contracts/autoscaling.ts";
-import type { EndpointRecord } from "../src/contracts/records.ts";
-import { getAutoscalingMany, getScalingHistory, recordDecision, type ScalingDecisionRecord } from "../src/control/autoscaling.ts";
-import { listEndpoints, setDesiredReplicas } from "../src/control/endpoints.ts";
-import { type Control, duplicate } from "../src/control/redis.ts";
-import { listReplicas } from "../src/control/replicas.ts";
-import { readQueueDepth } from "../src/control/status.ts";
+import type { RedisClient } from "../src/redis/connection.ts";
+import type { AutoscalingSettings } from "../src/autoscaling/config.ts";
+import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import {
+  getAutoscalingMany,
+  getScalingHistory,
+  recordDecision,
+  type RecordedDecision,
+} from "../src/autoscaling/store.ts";
+import { listEndpoints, setDesiredReplicas } from "../src/endpoints/store.ts";
+import { type Control, duplicate } from "../src/redis/connection.ts";
+import { listReplicas } from "../src/replicas/heartbeats.ts";
+import { readQueueDepth } from "../src/endpoints/status.ts";
 import { QueueBase } from "../src/queue/base.ts";
-import { ScalerLease } from "./lease.ts";
-import { decide } from "./policy.ts";
+import { Lease } from "../src/redis/lease.ts";
+import { decide } from "../src/autoscaling/policy.ts";
 import { coalesced } from "./coalesce.ts";
-import { advanceAbTests } from "./abtests.ts";
+import { advanceAbTests } from "../src/abtests/lifecycle.ts";
 import { reapSilentReplicas } from "./reaper.ts";
 import { logLine } from "../src/telemetry/log.ts";
-import { endpointQueueName } from "../src/contracts/engines.ts";
+import { advanceRollouts } from "../src/endpoints/rollout-step.ts";
+import { servesTraffic, servingQueue } from "../src/endpoints/rollout.ts";
 
 export const DEFAULT_SCALER_INTERVAL_MS = 1000;
 
@@ -55,7 +61,12 @@ export type Autoscaler = {
 export async function startAutoscaler(ctl: Control, options: AutoscalerOptions = {}): Promise<Autoscaler> {
   const intervalMs = options.intervalMs ?? DEFAULT_SCALER_INTERVAL_MS;
   const holderId = options.holderId ?? `${hostname()}-${process.pid}`;
-  const lease = new ScalerLease(ctl.redis, ctl.keys.scalerLease, holderId, options.leaseTtlMs ?? Math.max(5000, intervalMs * 3));
+  const lease = new Lease(
+    ctl.redis,
+    ctl.keys.scalerLease,
+    holderId,
+    options.leaseTtlMs ?? Math.max(5000, intervalMs * 3),
+  );
   const log = options.log ?? ((line: string) => logLine(line));
   const queues = new QueueBase(ctl);
   let leader = false;
@@ -65,7 +76,12 @@ export async function startAutoscaler(ctl: Control, options: AutoscalerOptions =
     if (value === leader) return;
     leader = value;
     if (value) log(`[scaler] ${holderId} holds the scaler lease: acting`);
-    else log(stopped ? `[scaler] ${holderId} stopped and gave up the scaler lease` : `[scaler] ${holderId} lost the scaler lease: standing by`);
+    else
+      log(
+        stopped
+          ? `[scaler] ${holderId} stopped and gave up the scaler lease`
+          : `[scaler] ${holderId} lost the scaler lease: standing by`,
+      );
     options.onLeadership?.(value);
   };
 
@@ -84,12 +100,26 @@ export async function startAutoscaler(ctl: Control, options: AutoscalerOptions =
     const endpoints = await listEndpoints(ctl);
     await reapSilentReplicas(queues, endpoints, log).catch((e: Error) => log(`[scaler] heartbeat watch: ${e.message}`));
     await advanceAbTests(queues, log).catch((e: Error) => log(`[scaler] A/B tests: ${e.message}`));
-    const settings = await getAutoscalingMany(ctl, endpoints.map((e) => e.name));
+    await advanceRollouts(ctl, (queue) => readQueueDepth(queues.queueNamed(queue)), log).catch((e: Error) =>
+      log(`[scaler] rollouts: ${e.message}`),
+    );
+    const settings = await getAutoscalingMany(
+      ctl,
+      endpoints.map((e) => e.name),
+    );
     for (const endpoint of endpoints) {
       const config = settings.get(endpoint.name);
-      if (!config || stopped) continue;
+      // While an update rolls out, both deployments keep their replica count: the policy waits.
+      if (!config || stopped || endpoint.rollout) continue;
       try {
-        const d = await scaleEndpoint(ctl, queues.queueNamed(endpointQueueName(endpoint)), endpoint, config, holderId, Date.now());
+        const d = await scaleEndpoint(
+          ctl,
+          queues.queueNamed(servingQueue(endpoint)),
+          endpoint,
+          config,
+          holderId,
+          Date.now(),
+        );
         if (d.action !== "hold") log(`[scaler] ${endpoint.name}: ${d.reason}`);
       } catch (e) {
         log(`[scaler] ${endpoint.name}: ${(e as Error).message}`);
@@ -137,17 +167,21 @@ export async function startAutoscaler(ctl: Control, options: AutoscalerOptions =
 export async function scaleEndpoint(
   ctl: Control,
   queue: Queue,
-  endpoint: EndpointRecord,
+  endpoint: Endpoint,
   config: AutoscalingSettings,
   holder: string,
   now: number,
-): Promise<ScalingDecisionRecord> {
-  const [depth, replicas, history] = await Promise.all([readQueueDepth(queue), listReplicas(ctl, endpoint.name), getScalingHistory(ctl, endpoint.name)]);
-  const ready = replicas.filter((r) => r.version === endpoint.version && r.state === "ready").length;
+): Promise<RecordedDecision> {
+  const [depth, replicas, history] = await Promise.all([
+    readQueueDepth(queue),
+    listReplicas(ctl, endpoint.name),
+    getScalingHistory(ctl, endpoint.name),
+  ]);
+  const ready = replicas.filter((r) => r.state === "ready" && servesTraffic(r, endpoint)).length;
   const current = endpoint.desired_replicas;
   const decision = decide({ now, waiting: depth.waiting, active: depth.active, current, ready }, config, history);
   if (decision.desired !== current) await setDesiredReplicas(ctl, endpoint.name, decision.desired);
-  const record: ScalingDecisionRecord = {
+  const record: RecordedDecision = {
     at: now,
     since: now,
     repeats: 1,

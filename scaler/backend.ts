@@ -3,9 +3,9 @@
  * replicas an endpoint should have; a backend makes that true.
  *
  * Readiness is not the backend's business: every worker heartbeats into Redis
- * (see src/control/replicas.ts), whatever runs it.
+ * (see src/replicas/heartbeats.ts), whatever runs it.
  */
-import type { EndpointRecord } from "../src/contracts/records.ts";
+import type { Endpoint } from "../src/endpoints/endpoint.ts";
 
 export interface BackendReplicas {
   /** Replicas the backend has asked for (running or starting). */
@@ -17,7 +17,7 @@ export interface BackendReplicas {
 export interface ReplicaBackend {
   readonly kind: "local" | "kubernetes";
   /** Make `replicas` replicas of the endpoint exist, creating or updating what is needed. */
-  scale(endpoint: EndpointRecord, replicas: number): Promise<void>;
+  scale(endpoint: Endpoint, replicas: number): Promise<void>;
   /** What the backend runs for an endpoint now. */
   observe(endpointName: string): Promise<BackendReplicas>;
   /** Stop and delete everything belonging to the endpoint. */
@@ -26,38 +26,4 @@ export interface ReplicaBackend {
   endpoints(): string[];
   /** Stop managing; the local backend stops its children, Kubernetes leaves the cluster as is. */
   close(): Promise<void>;
-}
-
-/** How a worker is started, whatever the backend: `platform worker --endpoint <name>`. */
-export const WORKER_HEALTH_PORT = 8081;
-/**
- * Node flags for worker processes. V8 grows the young generation to 16 MiB semi-spaces under the
- * allocation of token streaming and keeps it: ~100 MiB of heap for ~35 MiB of live objects.
- * 4 MiB semi-spaces keep a replica ~35 MiB smaller for more, cheap, scavenges (docs/performance.md).
- */
-export const WORKER_NODE_FLAGS = ["--max-semi-space-size=4"] as const;
-/**
- * glibc malloc settings for worker processes. By default glibc gives each thread that contends
- * for the allocator an arena of its own (V8's compiler and GC threads, libuv's pool, llama.cpp's
- * threads: 6–8 in a worker), keeps what is freed inside each, and raises its mmap and trim
- * thresholds after large frees, so what they free stays resident (a worker after a busy spell:
- * ~39 MiB in 7 arenas). One arena and fixed 128 KiB thresholds keep a replica ~12 MiB smaller
- * (docs/performance.md, "RSS"); llama.cpp allocates its buffers up front, so its threads do not
- * contend for the one arena while generating (tokens/s unchanged). A variable already set in the
- * environment wins; the vLLM server a worker starts does not inherit these (workers/engines/vllm.ts).
- */
-export const WORKER_ALLOCATOR_ENV: Readonly<Record<string, string>> = {
-  MALLOC_ARENA_MAX: "1",
-  MALLOC_MMAP_THRESHOLD_: "131072",
-  MALLOC_TRIM_THRESHOLD_: "131072",
-};
-
-/** `env` with WORKER_ALLOCATOR_ENV's variables added where it does not set them. */
-export function withWorkerAllocator(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
-  return { ...WORKER_ALLOCATOR_ENV, ...env };
-}
-
-/** `env` without the variables WORKER_ALLOCATOR_ENV put there (those with its values), for a process of another kind. */
-export function withoutWorkerAllocator(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
-  return Object.fromEntries(Object.entries(env).filter(([name, value]) => WORKER_ALLOCATOR_ENV[name] !== value));
 }

@@ -5,10 +5,11 @@
  */
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { connectControl } from "../src/control/redis.ts";
+import { connectControl } from "../src/redis/connection.ts";
 import { loadSettings } from "../src/settings/index.ts";
 import { configureLogging, logLine } from "../src/telemetry/log.ts";
-import { type ReplicaBackend, WORKER_NODE_FLAGS } from "./backend.ts";
+import type { ReplicaBackend } from "./backend.ts";
+import { WORKER_NODE_FLAGS } from "../src/process/worker-env.ts";
 import { LocalBackend } from "./backends/local.ts";
 import { startScaler } from "./run.ts";
 
@@ -40,15 +41,27 @@ export async function runScalerProcess(options: ScalerProcessOptions): Promise<v
       ctl,
       workerCommand: [process.execPath, ...WORKER_NODE_FLAGS, BIN, "worker"],
       // Workers inherit this environment (and so its settings), with the Redis and storage this scaler resolved.
-      env: { ...process.env, REDIS_URL: settings.redisUrl, PLATFORM_DATA_DIR: settings.dataDir, PLATFORM_ARTIFACTS_URL: settings.artifactsUrl },
+      env: {
+        ...process.env,
+        REDIS_URL: settings.redisUrl,
+        PLATFORM_DATA_DIR: settings.dataDir,
+        PLATFORM_ARTIFACTS_URL: settings.artifactsUrl,
+      },
       logDir: join(settings.dataDir, "logs"),
       standby: settings.worker.standby,
       workerMetrics: settings.worker.metrics,
       onEvent: (m) => log(`[replicas] ${m}`),
     });
   }
-  const scaler = await startScaler(ctl, backend, { intervalMs: options.intervalMs, leaseTtlMs: options.leaseTtlMs, holderId: options.holderId, log });
-  log(`[scaler] ${scaler.autoscaler.holderId} running with the ${backend.kind} backend${scaler.autoscaler.isLeader() ? "" : " (standing by: another scaler holds the lease)"}`);
+  const scaler = await startScaler(ctl, backend, {
+    intervalMs: options.intervalMs,
+    leaseTtlMs: options.leaseTtlMs,
+    holderId: options.holderId,
+    log,
+  });
+  log(
+    `[scaler] ${scaler.autoscaler.holderId} running with the ${backend.kind} backend${scaler.autoscaler.isLeader() ? "" : " (standing by: another scaler holds the lease)"}`,
+  );
 
   let stopping = false;
   const stop = async () => {

@@ -7,22 +7,33 @@
  * record's TTL (HEARTBEAT_TTL_BEATS) is longer than a scaler tick, so a tick
  * sees the silent record before it expires.
  */
-import type { EndpointRecord } from "../src/contracts/records.ts";
-import { listReplicas } from "../src/control/replicas.ts";
+import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import { listReplicas } from "../src/replicas/heartbeats.ts";
 import type { QueueBase } from "../src/queue/base.ts";
 import { reclaimJobs } from "../src/queue/reclaim.ts";
 import { DEFAULT_HEARTBEAT_MS } from "../src/settings/queue.ts";
 
 export const SILENT_BEATS = 2.5;
 
-export async function reapSilentReplicas(queues: QueueBase, endpoints: readonly EndpointRecord[], log: (line: string) => void, now = Date.now()): Promise<void> {
+export async function reapSilentReplicas(
+  queues: QueueBase,
+  endpoints: readonly Endpoint[],
+  log: (line: string) => void,
+  now = Date.now(),
+): Promise<void> {
   for (const endpoint of endpoints) {
     const replicas = await listReplicas(queues.ctl, endpoint.name);
     for (const replica of replicas) {
-      if (replica.state === "failed" || now - replica.heartbeat <= SILENT_BEATS * (replica.heartbeat_ms ?? DEFAULT_HEARTBEAT_MS)) continue;
+      if (
+        replica.state === "failed" ||
+        now - replica.heartbeat <= SILENT_BEATS * (replica.heartbeat_ms ?? DEFAULT_HEARTBEAT_MS)
+      )
+        continue;
       const { requeued, failed } = await reclaimJobs(queues, replica);
       if (requeued.length + failed.length > 0) {
-        log(`[scaler] replica ${replica.id} of ${endpoint.name} is silent for ${now - replica.heartbeat} ms: ${requeued.length} job(s) back in the queue, ${failed.length} failed after losing too many replicas`);
+        log(
+          `[scaler] replica ${replica.id} of ${endpoint.name} is silent for ${now - replica.heartbeat} ms: ${requeued.length} job(s) back in the queue, ${failed.length} failed after losing too many replicas`,
+        );
       }
     }
   }

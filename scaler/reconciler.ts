@@ -2,9 +2,9 @@
  * Makes each backend run what the endpoint records ask for. Autoscaling only
  * changes `desired_replicas` on the records; this loop is what acts on them.
  */
-import type { RedisClient } from "../src/control/redis.ts";
-import { readEndpoints } from "../src/control/endpoints.ts";
-import { type Control, duplicate } from "../src/control/redis.ts";
+import type { RedisClient } from "../src/redis/connection.ts";
+import { readEndpoints } from "../src/endpoints/store.ts";
+import { type Control, duplicate } from "../src/redis/connection.ts";
 import type { ReplicaBackend } from "./backend.ts";
 import { coalesced } from "./coalesce.ts";
 import { logger } from "../src/telemetry/log.ts";
@@ -18,7 +18,12 @@ export type ReconcilerOptions = {
   active?: () => boolean;
 };
 
-export async function startReconciler(ctl: Control, backend: ReplicaBackend, intervalMs = 1000, options: ReconcilerOptions = {}): Promise<Reconciler> {
+export async function startReconciler(
+  ctl: Control,
+  backend: ReplicaBackend,
+  intervalMs = 1000,
+  options: ReconcilerOptions = {},
+): Promise<Reconciler> {
   const reconcile = coalesced(async () => {
     if (options.active && !options.active()) return;
     try {
@@ -28,7 +33,9 @@ export async function startReconciler(ctl: Control, backend: ReplicaBackend, int
       const wanted = new Set([...endpoints.map((e) => e.name), ...invalid.map((r) => r.key)]);
       for (const e of endpoints) {
         // One endpoint the backend cannot scale must not stall the others.
-        await backend.scale(e, e.desired_replicas).catch((err: Error) => log.error({ endpoint: e.name }, `${e.name}: ${err.message}`));
+        await backend
+          .scale(e, e.desired_replicas)
+          .catch((err: Error) => log.error({ endpoint: e.name }, `${e.name}: ${err.message}`));
       }
       for (const name of backend.endpoints()) if (!wanted.has(name)) await backend.remove(name);
     } catch (e) {

@@ -3,14 +3,18 @@
  * (which holds the lease) and the reconciler (which acts through a backend
  * only while this scaler holds the lease).
  */
-import type { Control } from "../src/control/redis.ts";
+import type { Control } from "../src/redis/connection.ts";
 import { type Autoscaler, type AutoscalerOptions, startAutoscaler } from "./autoscaler.ts";
 import type { ReplicaBackend } from "./backend.ts";
 import { type Reconciler, startReconciler } from "./reconciler.ts";
 
 export type RunningScaler = { autoscaler: Autoscaler; reconciler: Reconciler; stop: () => Promise<void> };
 
-export async function startScaler(ctl: Control, backend: ReplicaBackend, options: AutoscalerOptions & { reconcileIntervalMs?: number } = {}): Promise<RunningScaler> {
+export async function startScaler(
+  ctl: Control,
+  backend: ReplicaBackend,
+  options: AutoscalerOptions & { reconcileIntervalMs?: number } = {},
+): Promise<RunningScaler> {
   let reconciler: Reconciler | undefined;
   const autoscaler = await startAutoscaler(ctl, {
     ...options,
@@ -24,7 +28,9 @@ export async function startScaler(ctl: Control, backend: ReplicaBackend, options
       }
     },
   });
-  reconciler = await startReconciler(ctl, backend, options.reconcileIntervalMs, { active: () => autoscaler.isLeader() });
+  reconciler = await startReconciler(ctl, backend, options.reconcileIntervalMs, {
+    active: () => autoscaler.isLeader(),
+  });
   const started = reconciler;
   return {
     autoscaler,

@@ -18,7 +18,9 @@ try {
   esbuild = await import("esbuild");
 } catch {
   if (optional) {
-    console.log("build-dashboard: esbuild is not installed (production install); /dashboard will answer 503 until `npm run build:dashboard`");
+    console.log(
+      "build-dashboard: esbuild is not installed (production install); /dashboard will answer 503 until `npm run build:dashboard`",
+    );
     process.exit(0);
   }
   throw new Error("esbuild is not installed: run `npm ci` first");

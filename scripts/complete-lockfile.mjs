@@ -20,7 +20,7 @@ function platformOf(name) {
   const cpu = parts.find((p) => ["x64", "arm64", "arm", "riscv64"].includes(p));
   if (!osPart || !cpu) return undefined;
   // Apple Silicon and Windows-on-ARM builds also run under x64 emulation hosts.
-  const cpus = (name.endsWith("mac-arm64-metal") || name.endsWith("win-arm64")) ? ["arm64", "x64"] : [cpu];
+  const cpus = name.endsWith("mac-arm64-metal") || name.endsWith("win-arm64") ? ["arm64", "x64"] : [cpu];
   return { os: [osOf[osPart]], cpu: cpus };
 }
 
@@ -36,6 +36,8 @@ for (const [path, entry] of Object.entries(packages)) {
     added++;
   }
 }
-lock.packages = Object.fromEntries(Object.entries(packages).sort(([a], [b]) => (a === "" ? -1 : b === "" ? 1 : a.localeCompare(b))));
+lock.packages = Object.fromEntries(
+  Object.entries(packages).sort(([a], [b]) => (a === "" ? -1 : b === "" ? 1 : a.localeCompare(b))),
+);
 writeFileSync(lockPath, `${JSON.stringify(lock, null, 2)}\n`);
 console.log(`complete-lockfile: added ${added} platform entries`);

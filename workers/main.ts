@@ -4,24 +4,20 @@
  * endpoint on stdin: `up` keeps one such process ready, so a scale-up or a replacement
  * skips the process start (docs/fleet.md, "Standby worker").
  */
-import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { z } from "zod";
-import type { EndpointRecord, ModelVersionRecord } from "../src/contracts/records.ts";
-import { getEndpoint } from "../src/control/endpoints.ts";
-import { type Control, connectControl } from "../src/control/redis.ts";
-import { trimMemoryWhenIdle } from "../src/idle-memory.ts";
-import { convertedModel } from "../src/registry/converted.ts";
-import type { DerivedDeps, DerivedFile } from "../src/registry/derived.ts";
-import { localArtifact } from "../src/registry/materialize.ts";
-import { quantizedModel } from "../src/registry/quantize/cache.ts";
-import { resolveDraftModel, resolveModelVersion } from "../src/registry/versions.ts";
-import { loadSettings, type Settings } from "../src/settings/index.ts";
-import { openStore } from "../src/storage/index.ts";
+import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import { findRevision, revisionId } from "../src/endpoints/rollout.ts";
+import { getEndpoint } from "../src/endpoints/store.ts";
+import { connectControl } from "../src/redis/connection.ts";
+import { trimMemoryWhenIdle } from "../src/process/idle-memory.ts";
+import { resolveModelVersion } from "../src/registry/versions.ts";
+import { loadSettings } from "../src/settings/index.ts";
 import { configureLogging, logger } from "../src/telemetry/log.ts";
 import { startTracing, stopTracing } from "../src/telemetry/tracing.ts";
 import { loadEngine } from "./engines/index.ts";
 import { prepareLlamaCpp } from "./engines/llamacpp.ts";
+import { draftFile, modelFile } from "./weights.ts";
 import { startWorker } from "./worker.ts";
 
 /**
@@ -34,11 +30,18 @@ const WATCH_EVERY_MS = 100;
 /** After the drain deadline, the drain gets this long to hand jobs back and clean up. */
 const HARD_EXIT_AFTER_DRAIN_MS = 5_000;
 
-/** `endpoint` undefined: a standby worker, told its endpoint and replica id on stdin. */
-export type WorkerProcessOptions = { endpoint?: string; replicaId?: string; healthPort?: number };
+/**
+ * `endpoint` undefined: a standby worker, told its endpoint and replica id on stdin. `revision`:
+ * which of the endpoint's revisions to run (src/endpoints/rollout.ts); absent: its own.
+ */
+export type WorkerProcessOptions = { endpoint?: string; replicaId?: string; revision?: string; healthPort?: number };
 
 /** What `up` writes to a standby worker's stdin, one JSON line. */
-export const StandbyAssignment = z.object({ endpoint: z.string().min(1), replicaId: z.string().min(1) });
+export const StandbyAssignment = z.object({
+  endpoint: z.string().min(1),
+  replicaId: z.string().min(1),
+  revision: z.string().min(1).optional(),
+});
 export type StandbyAssignment = z.infer<typeof StandbyAssignment>;
 
 export async function runWorkerProcess(options: WorkerProcessOptions): Promise<void> {
@@ -61,22 +64,23 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
     setInterval(() => {
       if (process.ppid !== parent) return lost("the process that started this worker is gone");
       if (ctl.redis.status === "ready") lastReady = Date.now();
-      else if (Date.now() - lastReady > settings.redisGraceMs) lost(`Redis unreachable for ${settings.redisGraceMs} ms`);
+      else if (Date.now() - lastReady > settings.redisGraceMs)
+        lost(`Redis unreachable for ${settings.redisGraceMs} ms`);
     }, WATCH_EVERY_MS).unref();
   }
   // A standby worker gives back what loading llama.cpp used while it waits; a serving one, when it has no job.
   let inFlight = () => 0;
   trimMemoryWhenIdle({ busy: () => inFlight() > 0 });
-  let assigned: { endpoint: string; replicaId?: string };
+  let assigned: { endpoint: string; replicaId?: string; revision?: string };
   if (options.endpoint === undefined) {
     await prepareLlamaCpp();
     const assignment = await readAssignment();
     if (!assignment) return lost("standby worker: stdin closed before an endpoint was assigned");
     assigned = assignment;
   } else {
-    assigned = { endpoint: options.endpoint, replicaId: options.replicaId };
+    assigned = { endpoint: options.endpoint, replicaId: options.replicaId, revision: options.revision };
   }
-  const endpoint = await getEndpoint(ctl, assigned.endpoint);
+  const endpoint = await revisionToRun(await getEndpoint(ctl, assigned.endpoint), assigned.revision);
   const model = await resolveModelVersion(ctl, endpoint.config.model.name, endpoint.version);
   const replicaId = assigned.replicaId ?? `${endpoint.name}-${randomBytes(4).toString("hex")}`;
   const worker = startWorker({
@@ -85,8 +89,13 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
     replicaId,
     healthPort: options.healthPort,
     heartbeatMs: settings.heartbeats.intervalMs,
+    schemaLimits: settings.structured.limits,
     loadEngine: async (describeWeights) =>
-      loadEngine(endpoint, await modelFile(settings, ctl, endpoint, model, replicaId, describeWeights), { vllm: settings.vllm, draftModelPath: await draftFile(settings, ctl, endpoint, replicaId) }),
+      loadEngine(endpoint, await modelFile(settings, ctl, endpoint, model, replicaId, describeWeights), {
+        vllm: settings.vllm,
+        draftModelPath: await draftFile(settings, ctl, endpoint, replicaId),
+        grammarTimeoutMs: settings.structured.grammarTimeoutMs,
+      }),
   });
   inFlight = worker.inFlight;
 
@@ -111,11 +120,22 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
   lost = (why) => void stop(0, 0, why);
   try {
     await worker.ready;
-    log.info({ replica: replicaId, endpoint: endpoint.name, model: model.name, version: model.version }, `replica ${replicaId} ready: ${endpoint.name} (${model.name}@${model.version})`);
+    log.info(
+      { replica: replicaId, endpoint: endpoint.name, model: model.name, version: model.version },
+      `replica ${replicaId} ready: ${endpoint.name} (${model.name}@${model.version})`,
+    );
   } catch (e) {
     log.error({ replica: replicaId, err: e }, `replica ${replicaId} failed to start: ${(e as Error).message}`);
     await stop(1, 0);
   }
+}
+
+/** The endpoint as the asked-for revision runs it: an update rolling out runs beside the one it replaces. */
+async function revisionToRun(endpoint: Endpoint, revision: string | undefined): Promise<Endpoint> {
+  if (revision === undefined) return endpoint;
+  const view = findRevision(endpoint, revision);
+  if (view) return view;
+  throw new Error(`endpoint ${endpoint.name} no longer runs revision ${revision} (it runs ${revisionId(endpoint)})`);
 }
 
 /** The first line on stdin, or undefined if stdin ends first. A malformed line is a bug in `up`: it throws. */
@@ -131,73 +151,4 @@ async function readAssignment(): Promise<StandbyAssignment | undefined> {
     if (buffered.length > 4096) throw new Error("standby worker: the assignment line is too long");
   }
   return undefined;
-}
-
-/**
- * The file or directory this replica loads: the artifact (src/registry/materialize.ts: a vLLM replica of a
- * checkpoint gets its directory), for llama.cpp a checkpoint's GGUF conversion, and for a llama.cpp endpoint
- * with `runtime.quantization` its quantized copy. Conversion and quantization happen here at replica start
- * (not at registration or deploy time) so that the gateway never spends minutes of CPU on a large model
- * while it serves, the work lands on nodes sized for loading models, and a failure shows in `status` as the
- * replica's. Both are cached in the artifact store, so only the first replica of a (model, type) pays for
- * them (src/registry/derived.ts).
- */
-async function modelFile(
-  settings: Settings,
-  ctl: Control,
-  endpoint: EndpointRecord,
-  model: ModelVersionRecord,
-  replicaId: string,
-  describeWeights: (weights: string) => void,
-): Promise<string> {
-  const deps = derivedDeps(settings, ctl, replicaId);
-  if (endpoint.framework !== "llamacpp") return localArtifact(deps.store, deps.cacheDir, model);
-  const notes: string[] = [];
-  let path = await llamaCppFile(deps, model, notes);
-  const quantization = endpoint.config.runtime.quantization;
-  if (quantization !== undefined) {
-    const q = await logged(deps, `${quantization} model`, () => quantizedModel(deps, { path, sha256: model.sha256 }, quantization));
-    notes.push(q.outcome === "as-is" ? `${quantization}: the model as it is${q.detail ? ` (${q.detail})` : ""}` : `${quantization} copy (${WEIGHTS_OUTCOME[q.outcome]})`);
-    path = q.path;
-  }
-  if (notes.length > 0) describeWeights(notes.join("; "));
-  return path;
-}
-
-/** Where a replica finds artifacts and keeps derived files (conversions, quantized copies), and who it is to their locks. */
-function derivedDeps(settings: Settings, ctl: Control, replicaId: string): DerivedDeps {
-  return { ctl, store: openStore(settings.artifactsUrl, settings.storage.s3), holder: replicaId, cacheDir: join(settings.dataDir, "cache", "models") };
-}
-
-/** How `status` words a derived file's outcome (src/registry/derived.ts). */
-const WEIGHTS_OUTCOME = { produced: "made by this replica", cached: "from the artifact store", waited: "made by another replica", "as-is": "as it is" } as const;
-
-/** Makes (or finds) a derived file, logging what it took. */
-async function logged<T extends DerivedFile & { key?: string }>(deps: DerivedDeps, what: string, make: () => Promise<T>): Promise<T> {
-  const started = Date.now();
-  const made = await make();
-  logger("worker").info(
-    { replica: deps.holder, outcome: made.outcome, key: made.key, ms: Date.now() - started },
-    `replica ${deps.holder}: ${what} (${made.outcome}${made.detail ? `: ${made.detail}` : ""})`,
-  );
-  return made;
-}
-
-/**
- * A GGUF file llama.cpp loads for `model`: the artifact itself, or a checkpoint's conversion (made once per
- * manifest digest); `notes` gets a line for `status` when it is a conversion.
- */
-async function llamaCppFile(deps: DerivedDeps, model: ModelVersionRecord, notes?: string[]): Promise<string> {
-  const source = await localArtifact(deps.store, deps.cacheDir, model);
-  if (model.kind !== "hf") return source;
-  const c = await logged(deps, `${model.name}@${model.version} converted to GGUF`, () => convertedModel(deps, { dir: source, digest: model.sha256 }));
-  notes?.push(`GGUF converted from the checkpoint (${WEIGHTS_OUTCOME[c.outcome]})`);
-  return c.path;
-}
-
-/** A llama.cpp endpoint's draft model for speculative decoding (`runtime.speculative_model`), as a local file. */
-async function draftFile(settings: Settings, ctl: Control, endpoint: EndpointRecord, replicaId: string): Promise<string | undefined> {
-  const spec = endpoint.framework === "llamacpp" ? endpoint.config.runtime.speculative_model : undefined;
-  if (spec === undefined) return undefined;
-  return llamaCppFile(derivedDeps(settings, ctl, replicaId), await resolveDraftModel(ctl, spec));
 }

@@ -7,7 +7,7 @@
  * `queue_timeout` when its queue deadline passes: held here, a request is
  * still waiting for capacity, and admission control's bound must hold.
  */
-import { PlatformError } from "../src/errors.ts";
+import { PlatformError } from "../src/contracts/errors.ts";
 import { RETRY_AFTER_S } from "../src/contracts/job.ts";
 
 export class Slots {
@@ -42,7 +42,16 @@ export class Slots {
         startBy === undefined
           ? undefined
           : setTimeout(
-              () => leave(new PlatformError(503, "queue_timeout", "no sequence of the replica came free before the request's max queue wait; the endpoint is overloaded or still scaling up, retry later", null, RETRY_AFTER_S.queue_timeout)),
+              () =>
+                leave(
+                  new PlatformError(
+                    503,
+                    "queue_timeout",
+                    "no sequence of the replica came free before the request's max queue wait; the endpoint is overloaded or still scaling up, retry later",
+                    null,
+                    RETRY_AFTER_S.queue_timeout,
+                  ),
+                ),
               Math.max(0, startBy - Date.now()),
             );
       signal.addEventListener("abort", onAbort, { once: true });

@@ -4,10 +4,19 @@
  * every manifest the backend can send is unit-testable and schema-validated.
  */
 import { createHash } from "node:crypto";
-import type { V1Deployment, V1EnvVar, V1EnvFromSource, V1Probe, V1Toleration, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
+import type {
+  V1Deployment,
+  V1EnvVar,
+  V1EnvFromSource,
+  V1Probe,
+  V1Toleration,
+  V1Volume,
+  V1VolumeMount,
+} from "@kubernetes/client-node";
 import type { Framework } from "../../src/contracts/deployment.ts";
-import type { EndpointRecord } from "../../src/contracts/records.ts";
-import { WORKER_ALLOCATOR_ENV, WORKER_HEALTH_PORT, WORKER_NODE_FLAGS } from "../backend.ts";
+import type { Endpoint } from "../../src/endpoints/endpoint.ts";
+import { revisionId } from "../../src/endpoints/rollout.ts";
+import { WORKER_ALLOCATOR_ENV, WORKER_HEALTH_PORT, WORKER_NODE_FLAGS } from "../../src/process/worker-env.ts";
 
 export const WORKER_APP_NAME = "platform-worker";
 export const MANAGED_BY = "platform-scaler";
@@ -20,6 +29,7 @@ export const LABELS = {
   endpoint: "platform/endpoint",
   model: "platform/model",
   version: "platform/version",
+  revision: "platform/revision",
 } as const;
 
 /**
@@ -30,6 +40,7 @@ export const ANNOTATIONS = {
   endpoint: "platform/endpoint",
   model: "platform/model",
   version: "platform/version",
+  revision: "platform/revision",
   specHash: "platform/spec-hash",
   /**
    * Set to "external" on a live Deployment (`kubectl annotate`) when another
@@ -97,13 +108,13 @@ function dnsLabelPart(text: string, maxLength: number): string {
 }
 
 /**
- * `platform-worker-<endpoint>-<version>-<hash>`: always suffixed, because
- * sanitising is lossy ("a.b" and "a-b") and the dash is ambiguous (endpoint
- * "a" version "b-v1" vs endpoint "a-b" version "v1").
+ * `platform-worker-<endpoint>-<version>-<hash>`, one per revision of the endpoint (what its
+ * replicas load, src/endpoints/rollout.ts): always suffixed, because sanitising is lossy ("a.b"
+ * and "a-b") and the dash is ambiguous (endpoint "a" version "b-v1" vs endpoint "a-b" version "v1").
  */
-export function workerDeploymentName(endpoint: string, version: string): string {
+export function workerDeploymentName(endpoint: string, version: string, revision: string): string {
   const readable = dnsLabelPart(`${WORKER_APP_NAME}-${endpoint}-${version}`, DNS_LABEL_MAX - HASH_LENGTH - 1);
-  return `${readable}-${shortHash(`${endpoint}\n${version}`)}`;
+  return `${readable}-${shortHash(`${endpoint}\n${version}\n${revision}`)}`;
 }
 
 /** The value itself when Kubernetes accepts it as a label value, else a sanitised form with a hash. */
@@ -135,7 +146,7 @@ export const GPU_RESOURCE = "nvidia.com/gpu";
  * on the CPU). vLLM's image runs on CUDA only, so an unset `resources.gpu` means the GPUs
  * `vllm serve` will use: `runtime.tensor_parallel_size`, else one. An explicit 0 is kept.
  */
-export function workerGpus(endpoint: EndpointRecord): number {
+export function workerGpus(endpoint: Endpoint): number {
   const { resources: r, runtime } = endpoint.config;
   if (endpoint.framework === "vllm") return r.gpu ?? runtime.tensor_parallel_size ?? 1;
   return r.gpu ?? 0;
@@ -145,7 +156,7 @@ export function workerGpus(endpoint: EndpointRecord): number {
  * The processes `vllm serve` runs GPUs with, one per tensor-parallel rank: what
  * workers/engines/vllm-flags.ts passes as --tensor-parallel-size (the field, else every GPU).
  */
-function vllmRanks(endpoint: EndpointRecord): number {
+function vllmRanks(endpoint: Endpoint): number {
   return Math.max(1, endpoint.config.runtime.tensor_parallel_size ?? workerGpus(endpoint));
 }
 
@@ -165,13 +176,13 @@ function toMi(quantity: string): number {
  * 64Mi, where that fails with a bus error. The pages count against the pod's memory limit, so
  * never more than `resources.memory`.
  */
-export function vllmShmSizeLimit(endpoint: EndpointRecord): string {
+export function vllmShmSizeLimit(endpoint: Endpoint): string {
   const wanted = `${1 + vllmRanks(endpoint)}Gi`;
   const memory = endpoint.config.resources.memory;
   return memory !== undefined && toMi(memory) < toMi(wanted) ? memory : wanted;
 }
 
-function containerResources(endpoint: EndpointRecord) {
+function containerResources(endpoint: Endpoint) {
   const r = endpoint.config.resources;
   const requests: Record<string, string> = {};
   const limits: Record<string, string> = {};
@@ -192,7 +203,7 @@ function containerResources(endpoint: EndpointRecord) {
   };
 }
 
-function gpuPlacement(endpoint: EndpointRecord, options: WorkerDeploymentOptions) {
+function gpuPlacement(endpoint: Endpoint, options: WorkerDeploymentOptions) {
   const r = endpoint.config.resources;
   const gpus = workerGpus(endpoint);
   const out: { nodeSelector?: Record<string, string>; tolerations?: V1Toleration[] } = {};
@@ -209,7 +220,7 @@ function gpuPlacement(endpoint: EndpointRecord, options: WorkerDeploymentOptions
   return out;
 }
 
-function volumes(endpoint: EndpointRecord): { volumes: V1Volume[]; mounts: V1VolumeMount[] } {
+function volumes(endpoint: Endpoint): { volumes: V1Volume[]; mounts: V1VolumeMount[] } {
   const vols: V1Volume[] = [
     { name: "data", emptyDir: {} },
     { name: "tmp", emptyDir: {} },
@@ -241,7 +252,18 @@ function environment(options: WorkerDeploymentOptions): { env: V1EnvVar[]; envFr
     { name: "NODE_OPTIONS", value: WORKER_NODE_FLAGS.join(" ") },
     // Optional like the other Secret: an external Redis may carry its password in REDIS_URL instead.
     ...(options.redisPasswordSecret
-      ? [{ name: "REDIS_PASSWORD", valueFrom: { secretKeyRef: { name: options.redisPasswordSecret.name, key: options.redisPasswordSecret.key, optional: true } } }]
+      ? [
+          {
+            name: "REDIS_PASSWORD",
+            valueFrom: {
+              secretKeyRef: {
+                name: options.redisPasswordSecret.name,
+                key: options.redisPasswordSecret.key,
+                optional: true,
+              },
+            },
+          },
+        ]
       : []),
     // The allocator's defaults, unless the options set those variables themselves (one name, one entry).
     ...Object.entries({ ...WORKER_ALLOCATOR_ENV, ...options.env })
@@ -262,13 +284,20 @@ export function workerSpecHash(deployment: V1Deployment): string {
   return shortHash(JSON.stringify({ labels: deployment.metadata?.labels, annotations, spec }));
 }
 
-export function buildWorkerDeployment(endpoint: EndpointRecord, replicas: number, options: WorkerDeploymentOptions): V1Deployment {
-  if (!Number.isInteger(replicas) || replicas < 0) throw new Error(`replicas: expected a non-negative integer, got ${replicas}`);
-  const name = workerDeploymentName(endpoint.name, endpoint.version);
+export function buildWorkerDeployment(
+  endpoint: Endpoint,
+  replicas: number,
+  options: WorkerDeploymentOptions,
+): V1Deployment {
+  if (!Number.isInteger(replicas) || replicas < 0)
+    throw new Error(`replicas: expected a non-negative integer, got ${replicas}`);
+  const revision = revisionId(endpoint);
+  const name = workerDeploymentName(endpoint.name, endpoint.version, revision);
   const selector = {
     [LABELS.name]: WORKER_APP_NAME,
     [LABELS.endpoint]: labelValue(endpoint.name),
     [LABELS.version]: labelValue(endpoint.version),
+    [LABELS.revision]: revision,
   };
   const labels = {
     ...options.labels,
@@ -281,6 +310,7 @@ export function buildWorkerDeployment(endpoint: EndpointRecord, replicas: number
     [ANNOTATIONS.endpoint]: endpoint.name,
     [ANNOTATIONS.model]: endpoint.config.model.name,
     [ANNOTATIONS.version]: endpoint.version,
+    [ANNOTATIONS.revision]: revision,
   };
   const grace = options.terminationGracePeriodSeconds ?? 60;
   const startupTimeout = options.startupTimeoutSeconds ?? 900;
@@ -300,14 +330,24 @@ export function buildWorkerDeployment(endpoint: EndpointRecord, replicas: number
       strategy: { type: "RollingUpdate", rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } },
       template: {
         // The prometheus.io annotations serve annotation-based scrape configs; deploy/prometheus/ selects by label and port.
-        metadata: { labels, annotations: { ...annotations, "prometheus.io/scrape": "true", "prometheus.io/port": String(WORKER_HEALTH_PORT), "prometheus.io/path": "/metrics" } },
+        metadata: {
+          labels,
+          annotations: {
+            ...annotations,
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": String(WORKER_HEALTH_PORT),
+            "prometheus.io/path": "/metrics",
+          },
+        },
         spec: {
           ...(options.serviceAccountName ? { serviceAccountName: options.serviceAccountName } : {}),
           // Workers talk to Redis and the artifact store, never to the Kubernetes API.
           automountServiceAccountToken: false,
           enableServiceLinks: false,
           terminationGracePeriodSeconds: grace,
-          ...(options.imagePullSecrets?.length ? { imagePullSecrets: options.imagePullSecrets.map((n) => ({ name: n })) } : {}),
+          ...(options.imagePullSecrets?.length
+            ? { imagePullSecrets: options.imagePullSecrets.map((n) => ({ name: n })) }
+            : {}),
           securityContext: {
             runAsNonRoot: true,
             runAsUser: 1000,
@@ -322,13 +362,27 @@ export function buildWorkerDeployment(endpoint: EndpointRecord, replicas: number
               image: options.imageByFramework?.[endpoint.framework] ?? options.image,
               ...(options.imagePullPolicy ? { imagePullPolicy: options.imagePullPolicy } : {}),
               // $(POD_NAME) is expanded by the kubelet: heartbeats in Redis then name the pod.
-              args: ["worker", "--endpoint", endpoint.name, "--health-port", String(WORKER_HEALTH_PORT), "--replica-id", "$(POD_NAME)"],
+              args: [
+                "worker",
+                "--endpoint",
+                endpoint.name,
+                "--revision",
+                revision,
+                "--health-port",
+                String(WORKER_HEALTH_PORT),
+                "--replica-id",
+                "$(POD_NAME)",
+              ],
               ports: [{ name: "health", containerPort: WORKER_HEALTH_PORT, protocol: "TCP" }],
               env,
               ...(envFrom.length > 0 ? { envFrom } : {}),
               ...(Object.keys(resources).length > 0 ? { resources } : {}),
               // Gates the other probes until the model is loaded and a warm-up inference ran.
-              startupProbe: httpProbe("/readyz", STARTUP_PERIOD_SECONDS, Math.ceil(startupTimeout / STARTUP_PERIOD_SECONDS)),
+              startupProbe: httpProbe(
+                "/readyz",
+                STARTUP_PERIOD_SECONDS,
+                Math.ceil(startupTimeout / STARTUP_PERIOD_SECONDS),
+              ),
               readinessProbe: httpProbe("/readyz", 5, 2),
               livenessProbe: httpProbe("/livez", 10, 3),
               volumeMounts: mounts,

@@ -7,7 +7,8 @@ import { readFileSync } from "node:fs";
 import { ApiException, AppsV1Api, CoreV1Api, KubeConfig, setHeaderOptions } from "@kubernetes/client-node";
 import type { V1Deployment } from "@kubernetes/client-node";
 import { z } from "zod";
-import type { EndpointRecord } from "../../src/contracts/records.ts";
+import type { Endpoint } from "../../src/endpoints/endpoint.ts";
+import { runningRevisions } from "../../src/endpoints/rollout.ts";
 import type { BackendReplicas, ReplicaBackend } from "../backend.ts";
 import {
   ANNOTATIONS,
@@ -51,7 +52,10 @@ const StatusBody = z.object({ reason: z.string().optional(), message: z.string()
 function toApiError(operation: string, error: unknown): unknown {
   // Connection and TLS failures: say which call and where, keep the cause.
   if (!(error instanceof ApiException)) {
-    const detail = error instanceof Error ? `${error.message}${error.cause instanceof Error ? ` (${error.cause.message})` : ""}` : String(error);
+    const detail =
+      error instanceof Error
+        ? `${error.message}${error.cause instanceof Error ? ` (${error.cause.message})` : ""}`
+        : String(error);
     return new Error(`Kubernetes API: ${operation} failed: ${detail}`, { cause: error });
   }
   const raw: unknown = error.body;
@@ -113,22 +117,45 @@ export class KubernetesBackend implements ReplicaBackend {
     this.core = kubeConfig.makeApiClient(CoreV1Api);
   }
 
-  async scale(endpoint: EndpointRecord, replicas: number): Promise<void> {
-    const desired = buildWorkerDeployment(endpoint, replicas, {
-      ...this.options,
-      namespace: this.namespace,
-      image: await this.workerImage(),
-    });
-    const name = desired.metadata!.name!;
+  /**
+   * One Deployment per revision the record runs (src/endpoints/rollout.ts): an update rolling out
+   * beside the one serving, drained ones finishing their queue. Which run, and for how long, is
+   * the record's to say (the scaler's rollout step); a Deployment of no such revision goes.
+   */
+  async scale(endpoint: Endpoint, replicas: number): Promise<void> {
+    const image = await this.workerImage();
     const existing = await this.endpointDeployments(endpoint.name);
-    const current = existing.find((d) => d.metadata?.name === name);
+    const wanted = new Set<string>();
+    for (const rev of runningRevisions(endpoint, replicas)) {
+      const desired = buildWorkerDeployment(rev.view, rev.replicas, {
+        ...this.options,
+        namespace: this.namespace,
+        image,
+      });
+      const name = desired.metadata!.name!;
+      wanted.add(name);
+      await this.apply(
+        desired,
+        existing.find((d) => d.metadata?.name === name),
+      );
+    }
+    this.known.add(endpoint.name);
+    for (const stale of existing) {
+      if (!wanted.has(stale.metadata!.name!)) await this.deleteDeployment(stale.metadata!.name!);
+    }
+  }
 
+  /** Creates `desired`, or changes `current` to it: the whole spec when it changed, else the replica count. */
+  private async apply(desired: V1Deployment, current: V1Deployment | undefined): Promise<void> {
+    const name = desired.metadata!.name!;
+    const replicas = desired.spec!.replicas;
     if (!current) {
       await call(`create deployment ${this.namespace}/${name}`, () =>
         this.apps.createNamespacedDeployment({ namespace: this.namespace, body: desired }),
       );
-      this.known.add(endpoint.name);
-    } else if (current.metadata?.annotations?.[ANNOTATIONS.specHash] !== desired.metadata!.annotations![ANNOTATIONS.specHash]) {
+    } else if (
+      current.metadata?.annotations?.[ANNOTATIONS.specHash] !== desired.metadata!.annotations![ANNOTATIONS.specHash]
+    ) {
       desired.metadata!.resourceVersion = current.metadata?.resourceVersion;
       if (replicasAreExternal(current)) {
         desired.metadata!.annotations![ANNOTATIONS.replicas] = EXTERNAL_REPLICAS;
@@ -144,16 +171,6 @@ export class KubernetesBackend implements ReplicaBackend {
           setHeaderOptions("Content-Type", "application/merge-patch+json"),
         ),
       );
-    }
-
-    // Older versions keep serving (and draining their own queue) until the new
-    // version has a ready replica; the scaler calls scale() again on its next tick.
-    const newVersionReady = (current?.status?.readyReplicas ?? 0) > 0;
-    for (const stale of existing) {
-      if (stale === current) continue;
-      if (replicas === 0 || newVersionReady || (stale.spec?.replicas ?? 0) === 0) {
-        await this.deleteDeployment(stale.metadata!.name!);
-      }
     }
   }
 
@@ -201,7 +218,9 @@ export class KubernetesBackend implements ReplicaBackend {
 
   private async endpointDeployments(endpointName: string): Promise<V1Deployment[]> {
     // Label values can be sanitised, so the exact name is compared from the annotation.
-    return (await this.workerDeployments()).filter((d) => d.metadata!.annotations![ANNOTATIONS.endpoint] === endpointName);
+    return (await this.workerDeployments()).filter(
+      (d) => d.metadata!.annotations![ANNOTATIONS.endpoint] === endpointName,
+    );
   }
 
   private async deleteDeployment(name: string): Promise<void> {
@@ -218,13 +237,18 @@ export class KubernetesBackend implements ReplicaBackend {
     if (this.image) return this.image;
     const podName = this.options.podName;
     if (!podName) {
-      throw new Error("Kubernetes backend: no worker image; set PLATFORM_WORKER_IMAGE or run the scaler in a pod with POD_NAME set");
+      throw new Error(
+        "Kubernetes backend: no worker image; set PLATFORM_WORKER_IMAGE or run the scaler in a pod with POD_NAME set",
+      );
     }
     const pod = await call(`read pod ${this.namespace}/${podName}`, () =>
       this.core.readNamespacedPod({ name: podName, namespace: this.namespace }),
     );
     const image = pod.spec?.containers[0]?.image;
-    if (!image) throw new Error(`Kubernetes backend: pod ${this.namespace}/${podName} has no container image to reuse for workers`);
+    if (!image)
+      throw new Error(
+        `Kubernetes backend: pod ${this.namespace}/${podName} has no container image to reuse for workers`,
+      );
     this.image = image;
     return image;
   }

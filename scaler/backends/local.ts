@@ -10,12 +10,14 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { createWriteStream, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import type { EndpointRecord } from "../../src/contracts/records.ts";
-import type { Control } from "../../src/control/redis.ts";
-import { readReplica, removeReplica } from "../../src/control/replicas.ts";
+import type { Endpoint } from "../../src/endpoints/endpoint.ts";
+import type { Control } from "../../src/redis/connection.ts";
+import { readReplica, removeReplica } from "../../src/replicas/heartbeats.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import { reclaimJobs } from "../../src/queue/reclaim.ts";
-import { type BackendReplicas, type ReplicaBackend, withWorkerAllocator } from "../backend.ts";
+import type { BackendReplicas, ReplicaBackend } from "../backend.ts";
+import { withWorkerAllocator } from "../../src/process/worker-env.ts";
+import { runningRevisions } from "../../src/endpoints/rollout.ts";
 
 export type LocalBackendOptions = {
   ctl: Control;
@@ -32,9 +34,19 @@ export type LocalBackendOptions = {
   onEvent?: (message: string) => void;
 };
 
-type Replica = { id: string; version: string; child: ChildProcess; startedAt: number; stopping: boolean; exited: Promise<void> };
+type Replica = {
+  id: string;
+  /** The endpoint's revision it runs (src/endpoints/rollout.ts). */
+  revision: string;
+  child: ChildProcess;
+  startedAt: number;
+  stopping: boolean;
+  exited: Promise<void>;
+};
 type Spare = { child: ChildProcess; startedAt: number };
-type Pool = { endpoint: EndpointRecord; wanted: number; replicas: Replica[]; failures: number; restartTimer?: NodeJS.Timeout };
+/** Replicas that keep failing back off per revision: an update that cannot start never holds up the one serving. */
+type Backoff = { failures: number; timer?: NodeJS.Timeout };
+type Pool = { endpoint: Endpoint; wanted: number; replicas: Replica[]; backoff: Map<string, Backoff> };
 
 const MAX_BACKOFF_MS = 30_000;
 /** A replica that lived this long resets the failure count. */
@@ -62,23 +74,30 @@ export class LocalBackend implements ReplicaBackend {
     mkdirSync(options.logDir, { recursive: true });
   }
 
-  async scale(endpoint: EndpointRecord, replicas: number): Promise<void> {
+  async scale(endpoint: Endpoint, replicas: number): Promise<void> {
     let pool = this.pools.get(endpoint.name);
     if (!pool) {
-      pool = { endpoint, wanted: replicas, replicas: [], failures: 0 };
+      pool = { endpoint, wanted: replicas, replicas: [], backoff: new Map() };
       this.pools.set(endpoint.name, pool);
     }
     pool.endpoint = endpoint;
     pool.wanted = replicas;
-    // A new version replaces the old replicas: start the new ones first, then drain the old.
-    const current = pool.replicas.filter((r) => !r.stopping && r.version === endpoint.version);
-    const stale = pool.replicas.filter((r) => !r.stopping && r.version !== endpoint.version);
-    if (pool.restartTimer === undefined) {
-      for (let i = current.length; i < replicas; i++) this.start(pool);
+    // Every revision the record runs (an update rolling out runs beside the one serving, drained
+    // ones finish their queue): which replicas of which revision run is the record's to say.
+    const revisions = runningRevisions(endpoint, replicas);
+    const live = pool.replicas.filter((r) => !r.stopping);
+    for (const r of live) if (!revisions.some((rev) => rev.id === r.revision)) void this.stop(pool, r);
+    for (const rev of revisions) {
+      const mine = live.filter((r) => r.revision === rev.id);
+      if (pool.backoff.get(rev.id)?.timer === undefined) {
+        for (let i = mine.length; i < rev.replicas; i++) this.start(pool, rev.id);
+      }
+      // Scale down newest first: older replicas have warm caches.
+      for (const r of mine.slice(rev.replicas).reverse()) void this.stop(pool, r);
     }
-    for (const r of stale) void this.stop(pool, r);
-    // Scale down newest first: older replicas have warm caches.
-    for (const r of current.slice(replicas).reverse()) void this.stop(pool, r);
+    for (const id of pool.backoff.keys()) {
+      if (!revisions.some((rev) => rev.id === id)) this.clearBackoff(pool, id);
+    }
   }
 
   async observe(endpointName: string): Promise<BackendReplicas> {
@@ -90,7 +109,7 @@ export class LocalBackend implements ReplicaBackend {
     const pool = this.pools.get(endpointName);
     if (!pool) return;
     pool.wanted = 0;
-    clearTimeout(pool.restartTimer);
+    for (const id of pool.backoff.keys()) this.clearBackoff(pool, id);
     await Promise.all(pool.replicas.map((r) => this.stop(pool, r)));
     this.pools.delete(endpointName);
   }
@@ -116,7 +135,7 @@ export class LocalBackend implements ReplicaBackend {
     this.closed = true;
     this.dropSpare();
     const all = [...this.pools.values()].flatMap((pool) => {
-      clearTimeout(pool.restartTimer);
+      for (const id of pool.backoff.keys()) this.clearBackoff(pool, id);
       return pool.replicas;
     });
     for (const r of all) {
@@ -126,7 +145,12 @@ export class LocalBackend implements ReplicaBackend {
     await Promise.all(all.map((r) => r.exited));
   }
 
-  private start(pool: Pool): void {
+  private clearBackoff(pool: Pool, revision: string): void {
+    clearTimeout(pool.backoff.get(revision)?.timer);
+    pool.backoff.delete(revision);
+  }
+
+  private start(pool: Pool, revision: string): void {
     const id = `${pool.endpoint.name}-${randomBytes(4).toString("hex")}`;
     const logPath = join(this.options.logDir, `${id}.log`);
     const log = createWriteStream(logPath, { flags: "a" });
@@ -134,9 +158,9 @@ export class LocalBackend implements ReplicaBackend {
     let child: ChildProcess;
     if (spare) {
       child = spare;
-      child.stdin?.end(`${JSON.stringify({ endpoint: pool.endpoint.name, replicaId: id })}\n`);
+      child.stdin?.end(`${JSON.stringify({ endpoint: pool.endpoint.name, replicaId: id, revision })}\n`);
     } else {
-      child = this.spawnWorker(["--endpoint", pool.endpoint.name, "--replica-id", id]);
+      child = this.spawnWorker(["--endpoint", pool.endpoint.name, "--replica-id", id, "--revision", revision]);
     }
     child.stdout?.pipe(log);
     child.stderr?.pipe(log);
@@ -144,9 +168,18 @@ export class LocalBackend implements ReplicaBackend {
       if (child.exitCode !== null || child.signalCode !== null) resolve();
       else child.once("exit", () => resolve());
     });
-    const replica: Replica = { id, version: pool.endpoint.version, child, startedAt: Date.now(), stopping: false, exited };
+    const replica: Replica = {
+      id,
+      revision,
+      child,
+      startedAt: Date.now(),
+      stopping: false,
+      exited,
+    };
     pool.replicas.push(replica);
-    this.options.onEvent?.(`replica ${id} starting (pid ${child.pid}${spare ? ", from the standby worker" : ""}, log ${logPath})`);
+    this.options.onEvent?.(
+      `replica ${id} starting (pid ${child.pid}${spare ? ", from the standby worker" : ""}, log ${logPath})`,
+    );
     child.once("exit", (code, signal) => void this.onExit(pool, replica, code, signal));
   }
 
@@ -187,7 +220,9 @@ export class LocalBackend implements ReplicaBackend {
       if (this.closed) return;
       this.spareFailures = Date.now() - spare.startedAt > HEALTHY_UPTIME_MS ? 1 : this.spareFailures + 1;
       const delay = Math.min(MAX_BACKOFF_MS, 500 * 2 ** (this.spareFailures - 1));
-      this.options.onEvent?.(`standby worker exited (${signal ?? `code ${code}`}, log ${join(this.options.logDir, "standby.log")}); another in ${delay} ms`);
+      this.options.onEvent?.(
+        `standby worker exited (${signal ?? `code ${code}`}, log ${join(this.options.logDir, "standby.log")}); another in ${delay} ms`,
+      );
       this.scheduleSpare(delay);
     });
   }
@@ -209,12 +244,14 @@ export class LocalBackend implements ReplicaBackend {
     pool.replicas = pool.replicas.filter((r) => r !== replica);
     if (replica.stopping || this.closed) return;
     const lived = Date.now() - replica.startedAt;
-    pool.failures = lived > HEALTHY_UPTIME_MS ? 1 : pool.failures + 1;
-    const delay = Math.min(MAX_BACKOFF_MS, 500 * 2 ** (pool.failures - 1));
+    const backoff = pool.backoff.get(replica.revision) ?? { failures: 0 };
+    pool.backoff.set(replica.revision, backoff);
+    backoff.failures = lived > HEALTHY_UPTIME_MS ? 1 : backoff.failures + 1;
+    const delay = Math.min(MAX_BACKOFF_MS, 500 * 2 ** (backoff.failures - 1));
     this.options.onEvent?.(`replica ${replica.id} exited (${signal ?? `code ${code}`}); replacing it in ${delay} ms`);
-    clearTimeout(pool.restartTimer);
-    pool.restartTimer = setTimeout(() => {
-      pool.restartTimer = undefined;
+    clearTimeout(backoff.timer);
+    backoff.timer = setTimeout(() => {
+      backoff.timer = undefined;
       if (!this.closed && this.pools.get(pool.endpoint.name) === pool) void this.scale(pool.endpoint, pool.wanted);
     }, delay);
     // Died on its own: its jobs go back to the queue now, not when their locks lapse, and its
@@ -231,11 +268,15 @@ export class LocalBackend implements ReplicaBackend {
       if (!record) return;
       const { requeued, failed } = await reclaimJobs(this.queues, record);
       if (requeued.length + failed.length > 0) {
-        this.options.onEvent?.(`replica ${replicaId}: ${requeued.length} job(s) back in the queue, ${failed.length} failed after losing too many replicas`);
+        this.options.onEvent?.(
+          `replica ${replicaId}: ${requeued.length} job(s) back in the queue, ${failed.length} failed after losing too many replicas`,
+        );
       }
     } catch (e) {
       // Redis away: the jobs' locks lapse and BullMQ's stalled check requeues them instead.
-      this.options.onEvent?.(`replica ${replicaId}: could not take its jobs back (${(e as Error).message}); they return when their locks lapse`);
+      this.options.onEvent?.(
+        `replica ${replicaId}: could not take its jobs back (${(e as Error).message}); they return when their locks lapse`,
+      );
     }
   }
 

@@ -7,12 +7,12 @@
  * (or the same one after a restart) resumes it from its checkpoint.
  */
 import { type Job, WaitingError } from "bullmq";
-import type { Control } from "../control/redis.ts";
+import type { Control } from "../redis/connection.ts";
 import { QueueBase } from "../queue/base.ts";
 import type { Settings } from "../settings/index.ts";
 import { StoragePolicy } from "../storage/policy.ts";
 import { COORDINATOR_QUEUE, type CoordinatorJobData } from "./jobs.ts";
-import { hiddenFailure, keptPartial, readSpec, updateIfActive } from "./records.ts";
+import { hiddenFailure, keptPartial, readSpec, updateIfActive } from "./store.ts";
 import { runBatch } from "./run.ts";
 
 export type CoordinatorOptions = {
@@ -35,7 +35,11 @@ export type BatchCoordinator = {
 // of the job; this only stops a job that kills every process that runs it.
 const MAX_STALLS = 100;
 
-export async function startBatchCoordinator(ctl: Control, settings: Settings, options: CoordinatorOptions = {}): Promise<BatchCoordinator> {
+export async function startBatchCoordinator(
+  ctl: Control,
+  settings: Settings,
+  options: CoordinatorOptions = {},
+): Promise<BatchCoordinator> {
   // The roots and the S3 settings both come from the settings, and travel together.
   const storage = StoragePolicy.fromSettings(settings);
   const running = new Map<string, AbortController>();
@@ -46,7 +50,7 @@ export async function startBatchCoordinator(ctl: Control, settings: Settings, op
     const id = job.id as string;
     running.set(id, handoff);
     try {
-      const end = await runBatch(ctl, job.data.batch_id, handoff.signal, storage);
+      const end = await runBatch(ctl, job.data.batch_id, handoff.signal, storage, settings.structured.limits);
       if (end === "handed_off" && token !== undefined && !lost.has(id)) {
         await job.moveToWait(token);
         throw new WaitingError();
@@ -59,12 +63,16 @@ export async function startBatchCoordinator(ctl: Control, settings: Settings, op
   };
 
   // On a connection of its own, which worker.close() releases.
-  const worker = new QueueBase(ctl).workerNamed<CoordinatorJobData, string>(options.queue ?? COORDINATOR_QUEUE, processor, {
-    concurrency: options.jobsPerProcess ?? 4,
-    lockDuration: options.lockDurationMs ?? 30_000,
-    stalledInterval: options.stalledIntervalMs ?? 10_000,
-    maxStalledCount: MAX_STALLS,
-  });
+  const worker = new QueueBase(ctl).workerNamed<CoordinatorJobData, string>(
+    options.queue ?? COORDINATOR_QUEUE,
+    processor,
+    {
+      concurrency: options.jobsPerProcess ?? 4,
+      lockDuration: options.lockDurationMs ?? 30_000,
+      stalledInterval: options.stalledIntervalMs ?? 10_000,
+      maxStalledCount: MAX_STALLS,
+    },
+  );
   // Redis was out of reach longer than the lock: the job may be someone else's now. Stop
   // quietly; whoever takes it next resumes from the checkpoint.
   worker.on("lockRenewalFailed", (ids: string[]) => {
@@ -84,7 +92,12 @@ export async function startBatchCoordinator(ctl: Control, settings: Settings, op
       const kept = spec ? await keptPartial(ctl, spec, undefined, storage.s3).catch(() => ({})) : {};
       await updateIfActive(ctl, id, {
         state: "failed",
-        error: hiddenFailure(id, "coordinator_error", "the batch job failed unexpectedly and was retried without success; resume it once the cause is fixed", error),
+        error: hiddenFailure(
+          id,
+          "coordinator_error",
+          "the batch job failed unexpectedly and was retried without success; resume it once the cause is fixed",
+          error,
+        ),
         in_flight: 0,
         resumable: true,
         finished: Date.now(),

@@ -6,8 +6,9 @@
 import { createHash, randomBytes } from "node:crypto";
 import type { Readable } from "node:stream";
 import { z } from "zod";
-import type { Control } from "../control/redis.ts";
-import { PlatformError } from "../errors.ts";
+import type { Control } from "../redis/connection.ts";
+import { PlatformError } from "../contracts/errors.ts";
+import { canSee, DEFAULT_ORG } from "../contracts/orgs.ts";
 import type { Body, ObjectStore } from "../storage/index.ts";
 import type { Viewer } from "./jobs.ts";
 
@@ -22,13 +23,17 @@ export const FileObject = z.object({
 });
 export type FileObject = z.infer<typeof FileObject>;
 
-const StoredFile = FileObject.extend({ key: z.string(), owner: z.string().nullable() });
+/** `org`: the owner's organization; absent on files older than organizations: the install's own. */
+const StoredFile = FileObject.extend({ key: z.string(), owner: z.string().nullable(), org: z.string().optional() });
 type StoredFile = z.infer<typeof StoredFile>;
 
 export const FILES_PREFIX = "files";
 
 /** The files an OpenAI-shape batch shows once it has ended: null where there is none (nothing answered, nothing failed). */
-export const BatchResultFiles = z.object({ output_file_id: z.string().nullable(), error_file_id: z.string().nullable() });
+export const BatchResultFiles = z.object({
+  output_file_id: z.string().nullable(),
+  error_file_id: z.string().nullable(),
+});
 export type BatchResultFiles = z.infer<typeof BatchResultFiles>;
 
 /** A result object of a batch job, by its key under `files/` (the job's output location) and size. */
@@ -42,13 +47,16 @@ export type ResultObject = { key: string; bytes: number };
  */
 export async function registerResultFiles(
   ctl: Control,
-  job: { id: string; owner: string | null; finished: number },
+  job: { id: string; owner: string | null; org?: string | undefined; finished: number },
   results: { output: ResultObject | null; errors: ResultObject | null },
 ): Promise<BatchResultFiles> {
   const hex = job.id.replace(/^batch_/, "");
   // The output file keeps the id batches had before error files existed; the error file's is another
   // file-<24 hex> (hashed, so it cannot be told from the job id or collide with an upload's random one).
-  const ids = { output: `file-${hex}`, errors: `file-${createHash("sha256").update(`${job.id}:errors`).digest("hex").slice(0, 24)}` };
+  const ids = {
+    output: `file-${hex}`,
+    errors: `file-${createHash("sha256").update(`${job.id}:errors`).digest("hex").slice(0, 24)}`,
+  };
   const record = async (id: string, result: ResultObject, suffix: string) => {
     const file: StoredFile = {
       id,
@@ -60,6 +68,7 @@ export async function registerResultFiles(
       status: "processed",
       key: `${FILES_PREFIX}/${result.key}`,
       owner: job.owner,
+      ...(job.org ? { org: job.org } : {}),
     };
     await ctl.redis.hsetnx(ctl.keys.files, id, JSON.stringify(file));
     return id;
@@ -88,7 +97,18 @@ export class BatchFiles {
     const id = `file-${randomBytes(12).toString("hex")}`;
     const key = `${FILES_PREFIX}/${id}.jsonl`;
     const { size } = await this.store.put(key, body);
-    const file: StoredFile = { id, object: "file", bytes: size, created_at: Math.floor(Date.now() / 1000), filename, purpose, status: "processed", key, owner: viewer?.id ?? null };
+    const file: StoredFile = {
+      id,
+      object: "file",
+      bytes: size,
+      created_at: Math.floor(Date.now() / 1000),
+      filename,
+      purpose,
+      status: "processed",
+      key,
+      owner: viewer?.id ?? null,
+      ...(viewer ? { org: viewer.org } : {}),
+    };
     await this.ctl.redis.hset(this.ctl.keys.files, id, JSON.stringify(file));
     return publicFile(file);
   }
@@ -99,7 +119,12 @@ export class BatchFiles {
    * later calls return the same file). Newer batches are recorded by their
    * coordinator (registerResultFiles).
    */
-  async registerOutput(jobId: string, key: string, owner: string | null, finished: number): Promise<string> {
+  async registerOutput(
+    jobId: string,
+    key: string,
+    owner: { id: string | null; org: string },
+    finished: number,
+  ): Promise<string> {
     const id = `file-${jobId.replace(/^batch_/, "")}`;
     if (await this.ctl.redis.hexists(this.ctl.keys.files, id)) return id;
     const head = await this.store.head(key);
@@ -112,7 +137,8 @@ export class BatchFiles {
       purpose: "batch_output",
       status: "processed",
       key,
-      owner,
+      owner: owner.id,
+      org: owner.org,
     };
     await this.ctl.redis.hsetnx(this.ctl.keys.files, id, JSON.stringify(file));
     return id;
@@ -129,7 +155,10 @@ export class BatchFiles {
 
   async list(viewer?: Viewer): Promise<FileObject[]> {
     const all = (await this.ctl.redis.hvals(this.ctl.keys.files)).map((raw) => StoredFile.parse(JSON.parse(raw)));
-    return all.filter((f) => visible(f, viewer)).sort((a, b) => b.created_at - a.created_at).map(publicFile);
+    return all
+      .filter((f) => visible(f, viewer))
+      .sort((a, b) => b.created_at - a.created_at)
+      .map(publicFile);
   }
 
   async content(id: string, viewer?: Viewer): Promise<Readable> {
@@ -151,10 +180,10 @@ export class BatchFiles {
 }
 
 function visible(file: StoredFile, viewer: Viewer | undefined): boolean {
-  return viewer === undefined || viewer.role === "admin" || file.owner === viewer.id;
+  return viewer === undefined || canSee(viewer, { id: file.owner, org: file.org ?? DEFAULT_ORG });
 }
 
 function publicFile(file: StoredFile): FileObject {
-  const { key: _key, owner: _owner, ...rest } = file;
+  const { key: _key, owner: _owner, org: _org, ...rest } = file;
   return rest;
 }

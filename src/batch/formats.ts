@@ -2,13 +2,14 @@
  * How a job's lines read and write: the platform's own JSONL (docs/batch.md)
  * or OpenAI batch requests and responses (jobs made through /v1/batches).
  */
-import { type InputLine, type ParsedRecord, parseRecord } from "./input.ts";
+import type { SchemaLimits } from "../contracts/schema-limits.ts";
+import { type InputLine, type ParsedEntry, parseRecord } from "./input.ts";
 import { openAiFormat } from "./openai-lines.ts";
 import { type Outcome, outputLine } from "./output.ts";
-import type { BatchSpec } from "./records.ts";
+import type { BatchSpec } from "./store.ts";
 
 export type LineFormat = {
-  parse(line: InputLine): ParsedRecord;
+  parse(line: InputLine): ParsedEntry;
   /** One output line (without its newline); must depend only on its arguments, so a redone batch writes the same part. */
   render(record: { line: number; id: string }, outcome: Outcome): string;
   /**
@@ -26,6 +27,7 @@ const platformFormat: LineFormat = {
   render: (record, outcome) => outputLine(record.id, outcome),
 };
 
-export function formatFor(spec: BatchSpec): LineFormat {
-  return spec.openai ? openAiFormat(spec, spec.openai) : platformFormat;
+/** `schemaLimits`: what an OpenAI line's JSON schemas are held to (the platform's own lines carry none). */
+export function formatFor(spec: BatchSpec, schemaLimits: SchemaLimits): LineFormat {
+  return spec.openai ? openAiFormat(spec, spec.openai, schemaLimits) : platformFormat;
 }

@@ -6,9 +6,9 @@
  * Memory grows with the longest line up to `maxLineBytes`; a longer line is
  * skipped (reported as a record error), never buffered.
  */
-import { z } from "zod";
-import { BatchInputLine, lineId } from "../contracts/batch.ts";
-import type { ChatMessage, SamplingParams } from "../contracts/job.ts";
+import type { z } from "zod";
+import { BatchInputLine, lineId } from "./schema.ts";
+import type { ChatMessage, Prompt, SamplingParams } from "../contracts/job.ts";
 import { describeIssues } from "../contracts/issues.ts";
 
 export const DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024;
@@ -68,7 +68,8 @@ export async function* readLines(
   };
 
   for await (const chunk of source) {
-    const data = typeof chunk === "string" ? Buffer.from(chunk) : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    const data =
+      typeof chunk === "string" ? Buffer.from(chunk) : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
     let from = 0;
     for (let nl = data.indexOf(NEWLINE); nl !== -1; nl = data.indexOf(NEWLINE, from)) {
       keep(data.subarray(from, nl));
@@ -88,14 +89,18 @@ export function isBlank(line: InputLine): boolean {
 }
 
 /** What one record asks the model for. */
-export type Work = { kind: "prompt"; prompt: string } | { kind: "chat"; messages: ChatMessage[] };
+export type Work = { kind: "prompt"; prompt: Prompt } | { kind: "chat"; messages: ChatMessage[] };
 
-export type ParsedRecord =
+export type ParsedEntry =
   | { ok: true; line: number; id: string; work: Work; params: SamplingParams }
   | { ok: false; line: number; id: string; code: string; message: string };
 
 /** A line as a JSON object, or the error line it becomes. */
-export function jsonObject(line: InputLine, expected: string, maxLineBytes = DEFAULT_MAX_LINE_BYTES): { value: Record<string, unknown> } | { failure: ParsedRecord } {
+export function jsonObject(
+  line: InputLine,
+  expected: string,
+  maxLineBytes = DEFAULT_MAX_LINE_BYTES,
+): { value: Record<string, unknown> } | { failure: ParsedEntry } {
   const n = line.lineNumber;
   const fail = (code: string, message: string) => ({ failure: failure(n, lineId(n), code, message) });
   if (line.text === null) return fail("line_too_long", `longer than ${maxLineBytes} bytes`);
@@ -106,11 +111,12 @@ export function jsonObject(line: InputLine, expected: string, maxLineBytes = DEF
     // The parser's message quotes the line; the output file may be read by others than the input's owner.
     return fail("invalid_json", `not valid JSON (byte offset ${line.start})`);
   }
-  if (typeof value !== "object" || value === null || Array.isArray(value)) return fail("invalid_record", `expected a JSON object ${expected}`);
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    return fail("invalid_record", `expected a JSON object ${expected}`);
   return { value: value as Record<string, unknown> };
 }
 
-export function failure(line: number, id: string, code: string, message: string): ParsedRecord {
+export function failure(line: number, id: string, code: string, message: string): ParsedEntry {
   return { ok: false, line, id, code, message: `line ${line}: ${message}` };
 }
 
@@ -120,7 +126,7 @@ export function idOf(value: unknown, line: number): string {
 }
 
 /** Turns one non-blank line into a record to send, or into its error line's contents. */
-export function parseRecord(line: InputLine, maxLineBytes = DEFAULT_MAX_LINE_BYTES): ParsedRecord {
+export function parseRecord(line: InputLine, maxLineBytes = DEFAULT_MAX_LINE_BYTES): ParsedEntry {
   const n = line.lineNumber;
   const object = jsonObject(line, '{"id", "prompt", "max_tokens"}', maxLineBytes);
   if ("failure" in object) return object.failure;

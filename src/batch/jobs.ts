@@ -8,14 +8,22 @@ import { randomBytes } from "node:crypto";
 import { isAbsolute } from "node:path";
 import { Readable } from "node:stream";
 import type { Queue } from "bullmq";
-import { BatchCheckpoint, type BatchJobList, type BatchJobRecord, BatchSampling, CreateBatchRequest, type CreateBatchRequestInput, KEPT_OUTPUT } from "../contracts/batch.ts";
+import {
+  BatchCheckpoint,
+  type BatchJobList,
+  type BatchJob,
+  BatchSampling,
+  CreateBatchRequest,
+  type CreateBatchRequestInput,
+  KEPT_OUTPUT,
+} from "./schema.ts";
 import { describeIssues } from "../contracts/issues.ts";
 import { COORDINATOR_QUEUE } from "../contracts/naming.ts";
-import type { ApiKeyRole } from "../contracts/records.ts";
-import type { Control } from "../control/redis.ts";
-import { PlatformError, withDetail } from "../errors.ts";
+import { canSee, type Principal } from "../contracts/orgs.ts";
+import type { Control } from "../redis/connection.ts";
+import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { QueueBase } from "../queue/base.ts";
-import { openObject, parseStorageUri, type S3Settings, StorageError } from "../storage/index.ts";
+import { openObject, parseStorageUri, type S3Settings, StorageError, type StorageLocation } from "../storage/index.ts";
 import { sameFile, StoragePolicy } from "../storage/policy.ts";
 import { readParts } from "../storage/shared.ts";
 import type { BatchFiles, BatchResultFiles } from "./files.ts";
@@ -34,17 +42,21 @@ import {
   readSpec,
   reopenFailed,
   requestCancel,
+  scopeViewer,
   showPaths,
   updateIfActive,
-} from "./records.ts";
+} from "./store.ts";
 
 /** The BullMQ queue (under the platform prefix) whose jobs are batch jobs to coordinate; named in naming.ts. */
 export { COORDINATOR_QUEUE };
 export const COORDINATOR_JOB = "coordinate";
 export type CoordinatorJobData = { batch_id: string };
 
-/** Who is asking: keys without the admin role only see the jobs they created. Absent: no restriction. */
-export type Viewer = { id: string; role: ApiKeyRole };
+/**
+ * Who is asking (src/contracts/orgs.ts `canSee`): a user sees the jobs it created, an organization's
+ * admin its organization's, an operator all. Absent: a trusted caller inside the platform, no restriction.
+ */
+export type Viewer = Principal;
 
 const MAX_LIST = 100;
 
@@ -78,19 +90,29 @@ export class BatchJobs {
     body: CreateBatchRequestInput,
     viewer?: Viewer,
     options: { openai?: OpenAiSpec; internal?: { input: Located; output: Located }; queue?: string } = {},
-  ): Promise<BatchJobRecord> {
+  ): Promise<BatchJob> {
     const parsed = CreateBatchRequest.safeParse(body);
     if (!parsed.success) {
-      throw new PlatformError(400, "invalid_request", describeIssues(parsed.error), parsed.error.issues[0]?.path.join(".") || null);
+      throw new PlatformError(
+        400,
+        "invalid_request",
+        describeIssues(parsed.error),
+        parsed.error.issues[0]?.path.join(".") || null,
+      );
     }
     const request = parsed.data;
     const { input, output } = options.internal ?? (await this.locate(request, viewer));
     const id = `batch_${randomBytes(12).toString("hex")}`;
     await checkOutput(input, output, request.overwrite, this.storage.s3);
     const { model, version, concurrency, batch_size, overwrite } = request;
-    const sampling = BatchSampling.parse({ temperature: request.temperature, top_p: request.top_p, seed: request.seed });
+    const sampling = BatchSampling.parse({
+      temperature: request.temperature,
+      top_p: request.top_p,
+      seed: request.seed,
+    });
     const shown: [string, string][] = [];
-    for (const [real, name] of [...pairs(input, false), ...pairs(output, true)]) if (real !== name) shown.push([real, name]);
+    for (const [real, name] of [...pairs(input, false), ...pairs(output, true)])
+      if (real !== name) shown.push([real, name]);
     await createRecord(this.ctl, {
       id,
       model,
@@ -100,12 +122,23 @@ export class BatchJobs {
       input_uri: input.uri,
       output_uri: output.uri,
       overwrite,
-      ...(viewer && !options.internal ? { scope: { key_id: viewer.id, role: viewer.role, input: input.confined, output: output.confined } } : {}),
+      ...(viewer && !options.internal
+        ? {
+            scope: {
+              key_id: viewer.id,
+              role: viewer.role,
+              org: viewer.org,
+              input: input.confined,
+              output: output.confined,
+            },
+          }
+        : {}),
       ...(shown.length > 0 ? { shown } : {}),
       concurrency,
       batch_size,
       sampling: dropUndefined(sampling),
       created_by: viewer?.id ?? null,
+      ...(viewer ? { org: viewer.org } : {}),
       created: Date.now(),
       ...(options.queue ? { queue: options.queue } : {}),
       ...(options.openai ? { openai: options.openai } : {}),
@@ -114,24 +147,55 @@ export class BatchJobs {
       await this.enqueue(id);
     } catch (e) {
       // ioredis' message names the Redis address: it stays in the log.
-      const error = hiddenFailure(id, "queue_unavailable", "the batch job could not be queued: the queue was unavailable; submit it again", e);
+      const error = hiddenFailure(
+        id,
+        "queue_unavailable",
+        "the batch job could not be queued: the queue was unavailable; submit it again",
+        e,
+      );
       await updateIfActive(this.ctl, id, { state: "failed", error, finished: Date.now() }).catch(() => undefined);
-      throw withDetail(new PlatformError(503, "queue_unavailable", `could not queue batch job ${id}: the queue is unavailable, retry shortly`, null, 1), e);
+      throw withDetail(
+        new PlatformError(
+          503,
+          "queue_unavailable",
+          `could not queue batch job ${id}: the queue is unavailable, retry shortly`,
+          null,
+          1,
+        ),
+        e,
+      );
     }
     return this.get(id, viewer);
   }
 
   /** The request's input and output as real locations, confined to the viewer's areas when there is a viewer. */
-  private async locate(request: CreateBatchRequest, viewer: Viewer | undefined): Promise<{ input: Located; output: Located }> {
+  private async locate(
+    request: CreateBatchRequest,
+    viewer: Viewer | undefined,
+  ): Promise<{ input: Located; output: Located }> {
     let input: Located;
     if (request.input_file_id !== undefined) {
-      if (!this.files) throw new PlatformError(400, "invalid_request", "input_file_id: uploaded files are not available here; give input instead", "input_file_id");
+      if (!this.files)
+        throw new PlatformError(
+          400,
+          "invalid_request",
+          "input_file_id: uploaded files are not available here; give input instead",
+          "input_file_id",
+        );
       const uri = await this.files.uri(request.input_file_id, viewer);
       input = { uri, given: request.input_file_id, shown: request.input_file_id, confined: false };
     } else {
       const given = request.input as string;
-      if (given.endsWith("/")) throw new PlatformError(400, "invalid_uri", `input: "${given}" names a directory or prefix; give the JSONL object itself`, "input");
-      input = viewer ? { ...(await this.storage.confine(given, viewer, "input")), given, confined: true } : trusted(given, "input");
+      if (given.endsWith("/"))
+        throw new PlatformError(
+          400,
+          "invalid_uri",
+          `input: "${given}" names a directory or prefix; give the JSONL object itself`,
+          "input",
+        );
+      input = viewer
+        ? { ...(await this.storage.confine(given, viewer, "input")), given, confined: true }
+        : trusted(given, "input");
     }
     const output: Located =
       request.output === undefined
@@ -148,8 +212,19 @@ export class BatchJobs {
    * does, where no client-named URI can reach it.
    */
   private keptOutput(): Located {
-    if (!this.files) throw new PlatformError(400, "invalid_request", "output: required here (this server keeps no results); name where the result goes", "output");
-    return { uri: `${this.files.store.uri(KEPT_OUTPUT.slice(0, -1))}/`, given: KEPT_OUTPUT, shown: KEPT_OUTPUT, confined: false };
+    if (!this.files)
+      throw new PlatformError(
+        400,
+        "invalid_request",
+        "output: required here (this server keeps no results); name where the result goes",
+        "output",
+      );
+    return {
+      uri: `${this.files.store.uri(KEPT_OUTPUT.slice(0, -1))}/`,
+      given: KEPT_OUTPUT,
+      shown: KEPT_OUTPUT,
+      confined: false,
+    };
   }
 
   /**
@@ -157,10 +232,15 @@ export class BatchJobs {
    * writable, storage) goes back to the queue and continues from its
    * checkpoint: records already written are not sent again.
    */
-  async resume(id: string, viewer?: Viewer): Promise<BatchJobRecord> {
+  async resume(id: string, viewer?: Viewer): Promise<BatchJob> {
     const record = await this.get(id, viewer);
     if (record.state !== "failed") {
-      throw new PlatformError(409, "batch_not_failed", `batch job ${id} is ${record.state}; only a failed job can be resumed`, "id");
+      throw new PlatformError(
+        409,
+        "batch_not_failed",
+        `batch job ${id} is ${record.state}; only a failed job can be resumed`,
+        "id",
+      );
     }
     const why = record.error ? NOT_RESUMABLE[record.error.code] : undefined;
     if (why !== undefined || !record.resumable) {
@@ -190,13 +270,18 @@ export class BatchJobs {
     const spec = (await readSpec(this.ctl, id)) as BatchSpec;
     // Judged again, as the coordinator does before every run: the owner may have replaced a
     // directory on the way with a link (to another tenant's area) since the job wrote there.
-    if (spec.scope?.output) await this.storage.confine(outputUri(spec), { id: spec.scope.key_id, role: spec.scope.role }, "output");
+    if (spec.scope?.output) await this.storage.confine(outputUri(spec), scopeViewer(spec.scope), "output");
     const raw = await this.ctl.redis.get(this.ctl.keys.batchCheckpoint(id));
     const checkpoint = raw ? BatchCheckpoint.parse(JSON.parse(raw)) : undefined;
     const out = outputLocation(outputUri(spec), id, this.storage.s3);
     const shown = (e: unknown) => {
       out.store.close();
-      if (e instanceof StorageError) return new PlatformError(e.code === "not_found" ? 404 : 503, e.code === "not_found" ? "output_not_found" : "storage_error", showPaths(spec, e.message));
+      if (e instanceof StorageError)
+        return new PlatformError(
+          e.code === "not_found" ? 404 : 503,
+          e.code === "not_found" ? "output_not_found" : "storage_error",
+          showPaths(spec, e.message),
+        );
       return e;
     };
     if (record.output_file !== null || checkpoint?.assembled) {
@@ -247,10 +332,15 @@ export class BatchJobs {
     );
   }
 
-  async get(id: string, viewer?: Viewer): Promise<BatchJobRecord> {
+  async get(id: string, viewer?: Viewer): Promise<BatchJob> {
     const record = await readRecord(this.ctl, id);
     if (!record || !visible(record, viewer)) {
-      throw new PlatformError(404, "batch_not_found", `no batch job "${id}"; \`platform inference batch list\` or GET /v1/batch-jobs lists them`, "id");
+      throw new PlatformError(
+        404,
+        "batch_not_found",
+        `no batch job "${id}"; \`platform inference batch list\` or GET /v1/batch-jobs lists them`,
+        "id",
+      );
     }
     return record;
   }
@@ -260,7 +350,10 @@ export class BatchJobs {
    * other jobs), and the output and error files it ended with (undefined
    * until it ends, and for batches that ended before error files existed).
    */
-  async getWithOpenAi(id: string, viewer?: Viewer): Promise<{ record: BatchJobRecord; openai: OpenAiSpec | undefined; files: BatchResultFiles | undefined }> {
+  async getWithOpenAi(
+    id: string,
+    viewer?: Viewer,
+  ): Promise<{ record: BatchJob; openai: OpenAiSpec | undefined; files: BatchResultFiles | undefined }> {
     const record = await this.get(id, viewer);
     const openai = (await readSpec(this.ctl, id))?.openai;
     return { record, openai, files: openai ? await readResultFiles(this.ctl, id) : undefined };
@@ -268,7 +361,7 @@ export class BatchJobs {
 
   async list(options: { limit?: number; after?: string }, viewer?: Viewer): Promise<BatchJobList> {
     const limit = Math.min(Math.max(options.limit ?? 20, 1), MAX_LIST);
-    const data: BatchJobRecord[] = [];
+    const data: BatchJob[] = [];
     let after = options.after;
     // Other users' jobs are skipped, so a page may take several reads.
     for (;;) {
@@ -287,11 +380,16 @@ export class BatchJobs {
    * A queued job is cancelled at once; a running one is marked `cancelling`
    * and its coordinator stops it (and its in-flight records) within a second.
    */
-  async cancel(id: string, viewer?: Viewer): Promise<BatchJobRecord> {
+  async cancel(id: string, viewer?: Viewer): Promise<BatchJob> {
     const record = await this.get(id, viewer);
     if (record.state === "cancelled") return record;
     if (isFinal(record.state)) {
-      throw new PlatformError(409, "batch_finished", `batch job ${id} already ${record.state}; only queued or running jobs can be cancelled`, "id");
+      throw new PlatformError(
+        409,
+        "batch_finished",
+        `batch job ${id} already ${record.state}; only queued or running jobs can be cancelled`,
+        "id",
+      );
     }
     await requestCancel(this.ctl, id);
     // remove() refuses a job a coordinator holds (it is locked): that one stops itself.
@@ -311,8 +409,8 @@ export class BatchJobs {
   }
 }
 
-function visible(record: BatchJobRecord, viewer: Viewer | undefined): boolean {
-  return viewer === undefined || viewer.role === "admin" || record.created_by === viewer.id;
+function visible(record: BatchJob, viewer: Viewer | undefined): boolean {
+  return viewer === undefined || canSee(viewer, { id: record.created_by, org: record.org });
 }
 
 /** A job's input or output: its real location, as the client gave it, and as messages show it. */
@@ -324,7 +422,7 @@ export type Located = { uri: string; given: string; shown: string; confined: boo
  * there: only absolute ones are accepted.
  */
 function trusted(uri: string, field: "input" | "output"): Located {
-  let location;
+  let location: StorageLocation;
   try {
     location = parseStorageUri(uri);
   } catch (e) {
@@ -332,7 +430,12 @@ function trusted(uri: string, field: "input" | "output"): Located {
     throw e;
   }
   if (!/^[a-z][a-z0-9+.-]+:/i.test(uri) && !isAbsolute(uri)) {
-    throw new PlatformError(400, "invalid_uri", `${field}: "${uri}" is a relative path; send an absolute path, a file:// URL or s3://bucket/key`, field);
+    throw new PlatformError(
+      400,
+      "invalid_uri",
+      `${field}: "${uri}" is a relative path; send an absolute path, a file:// URL or s3://bucket/key`,
+      field,
+    );
   }
   const canonical = `${location.url}${uri.endsWith("/") && !location.url.endsWith("/") ? "/" : ""}`;
   return { uri: canonical, given: uri, shown: canonical, confined: false };
@@ -350,7 +453,12 @@ function pairs(located: Located, output: boolean): [string, string][] {
 async function checkOutput(input: Located, output: Located, overwrite: boolean, s3: S3Settings): Promise<void> {
   if (!/\.jsonl$/i.test(output.uri)) return; // a prefix receives <job id>.jsonl, a name no object has yet
   if (await sameFile(input.uri, output.uri)) {
-    throw new PlatformError(400, "output_is_input", `output: "${output.given}" is the input itself; writing it would destroy the input. Choose another output`, "output");
+    throw new PlatformError(
+      400,
+      "output_is_input",
+      `output: "${output.given}" is the input itself; writing it would destroy the input. Choose another output`,
+      "output",
+    );
   }
   let exists = false;
   try {
@@ -364,7 +472,12 @@ async function checkOutput(input: Located, output: Located, overwrite: boolean, 
     // Cannot tell now (storage down, a directory in the way): the coordinator checks again before writing.
   }
   if (exists && !overwrite) {
-    throw new PlatformError(409, "output_exists", `output: "${output.given}" already exists; send "overwrite": true (CLI: --overwrite) to replace it, or choose another output`, "output");
+    throw new PlatformError(
+      409,
+      "output_exists",
+      `output: "${output.given}" already exists; send "overwrite": true (CLI: --overwrite) to replace it, or choose another output`,
+      "output",
+    );
   }
 }
 

@@ -11,12 +11,34 @@
 import { createHash } from "node:crypto";
 import { z } from "zod";
 import { describeIssues } from "../contracts/issues.ts";
-import { errorTypeFor } from "../errors.ts";
-import { ChatCompletionRequest, CompletionRequest, toMessages, toParams } from "../gateway/schemas.ts";
+import { type ErrorEnvelope, errorEnvelope, PlatformError } from "../contracts/errors.ts";
+import { type SchemaLimits, schemaLimitError } from "../contracts/schema-limits.ts";
+import {
+  ChatCompletionRequest,
+  type ChatCompletion,
+  chatFormat,
+  CompletionRequest,
+  completionFormat,
+  promptsOf,
+  type TextCompletion,
+  toMessages,
+  toParams,
+} from "../contracts/openai.ts";
+import type { Prompt } from "../contracts/job.ts";
 import type { LineFormat } from "./formats.ts";
-import { failure, idOf, type InputLine, jsonObject, type ParsedRecord } from "./input.ts";
+import { failure, idOf, type InputLine, jsonObject, type ParsedEntry } from "./input.ts";
 import type { Outcome } from "./output.ts";
-import type { BatchSpec, OpenAiSpec } from "./records.ts";
+import type { BatchSpec, OpenAiSpec } from "./store.ts";
+
+type ResponseBody = ChatCompletion | TextCompletion | ErrorEnvelope;
+
+/** A line of either file: an answer or an HTTP error (`response`), or a request that could not be sent (`error`). */
+type OutputLine = {
+  id: string;
+  custom_id: string;
+  response: { status_code: number; request_id: string; body: ResponseBody } | null;
+  error: { code: string; message: string } | null;
+};
 
 /** What the split needs of a line already written (our own, read back from storage). */
 const WrittenLine = z.object({
@@ -24,19 +46,21 @@ const WrittenLine = z.object({
   error: z.unknown(),
 });
 
-const RequestLine = z.object({
+export const RequestLine = z.object({
   custom_id: z.string().min(1).max(512),
   method: z.literal("POST", { message: 'only "POST" is supported' }),
   url: z.string(),
 });
 
-export function openAiFormat(spec: BatchSpec, openai: OpenAiSpec): LineFormat {
+export function openAiFormat(spec: BatchSpec, openai: OpenAiSpec, schemaLimits: SchemaLimits): LineFormat {
   const created = Math.floor(spec.created / 1000);
   // Stable per job and line, so a batch redone after a crash writes the same bytes.
-  const token = (line: number, kind: string) => createHash("sha256").update(`${spec.id}:${line}:${kind}`).digest("hex").slice(0, 24);
+  const token = (line: number, kind: string) =>
+    createHash("sha256").update(`${spec.id}:${line}:${kind}`).digest("hex").slice(0, 24);
   const chat = openai.endpoint === "/v1/chat/completions";
+  const format = chat ? chatFormat : completionFormat;
 
-  const parse = (line: InputLine): ParsedRecord => {
+  const parse = (line: InputLine): ParsedEntry => {
     const n = line.lineNumber;
     const object = jsonObject(line, '{"custom_id", "method", "url", "body"}');
     if ("failure" in object) return object.failure;
@@ -45,23 +69,56 @@ export function openAiFormat(spec: BatchSpec, openai: OpenAiSpec): LineFormat {
     const head = RequestLine.safeParse(value);
     if (!head.success) return failure(n, id, "invalid_request", describeIssues(head.error));
     // The expected values, never the line's own: error lines must not copy input into the output.
-    if (head.data.url !== openai.endpoint) return failure(n, id, "invalid_request", `url: expected "${openai.endpoint}", the batch's endpoint`);
+    if (head.data.url !== openai.endpoint)
+      return failure(n, id, "invalid_request", `url: expected "${openai.endpoint}", the batch's endpoint`);
     const body = (chat ? ChatCompletionRequest : CompletionRequest).safeParse(value.body);
-    if (!body.success) return failure(n, id, "invalid_request", describeIssues(body.error).replace(/^|; /g, (m) => `${m}body.`));
-    if (body.data.model !== openai.served_model) {
-      return failure(n, id, "invalid_request", `body.model: expected "${openai.served_model}", the model of the batch's first request (one model per batch)`);
+    if (!body.success) {
+      // Named as fields of the line: `body.messages[0].role`.
+      const inLine = new z.ZodError(body.error.issues.map((issue) => ({ ...issue, path: ["body", ...issue.path] })));
+      return failure(n, id, "invalid_request", describeIssues(inLine));
     }
-    if (body.data.stream) return failure(n, id, "invalid_request", "body.stream: streaming is not available in a batch");
+    if (body.data.model !== openai.served_model) {
+      return failure(
+        n,
+        id,
+        "invalid_request",
+        `body.model: expected "${openai.served_model}", the model of the batch's first request (one model per batch)`,
+      );
+    }
+    if (body.data.stream)
+      return failure(n, id, "invalid_request", "body.stream: streaming is not available in a batch");
     // A record's answer is one text: what needs more than that is refused, never dropped.
-    const fields = body.data as { tools?: unknown[] | null; logprobs?: unknown; n?: number | null };
-    const unavailable = fields.tools?.length ? "tools" : fields.logprobs != null && fields.logprobs !== false ? "logprobs" : (fields.n ?? 1) > 1 ? "n" : undefined;
-    if (unavailable) return failure(n, id, "invalid_request", `body.${unavailable}: not available in a batch (one text answer per line); send the request online`);
-    const params = toParams(body.data);
+    const request = body.data;
+    const tools = "tools" in request && request.tools?.length;
+    const prompts = "prompt" in request ? promptsOf(request.prompt) : [];
+    const unavailable = tools
+      ? "tools"
+      : request.logprobs != null && request.logprobs !== false
+        ? "logprobs"
+        : (request.n ?? 1) > 1
+          ? "n"
+          : undefined;
+    if (unavailable)
+      return failure(
+        n,
+        id,
+        "invalid_request",
+        `body.${unavailable}: not available in a batch (one text answer per line); send the request online`,
+      );
+    if (prompts.length > 1)
+      return failure(
+        n,
+        id,
+        "invalid_request",
+        `body.prompt: ${prompts.length} prompts; a batch line answers one (one text answer per line): put each prompt on a line of its own`,
+      );
+    const overLimit = schemaLimitError(request, schemaLimits);
+    if (overLimit) return failure(n, id, overLimit.code, `body.${overLimit.message}`);
     const work =
-      "messages" in body.data
-        ? { kind: "chat" as const, messages: toMessages(body.data.messages) }
-        : { kind: "prompt" as const, prompt: typeof body.data.prompt === "string" ? body.data.prompt : (body.data.prompt[0] ?? "") };
-    return { ok: true, line: n, id, work, params: Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined)) };
+      "messages" in request
+        ? { kind: "chat" as const, messages: toMessages(request.messages) }
+        : { kind: "prompt" as const, prompt: (prompts[0] as { prompt: Prompt }).prompt };
+    return { ok: true, line: n, id, work, params: toParams(request) };
   };
 
   const render = (record: { line: number; id: string }, outcome: Outcome): string => {
@@ -69,22 +126,43 @@ export function openAiFormat(spec: BatchSpec, openai: OpenAiSpec): LineFormat {
     const requestId = `req_${token(record.line, "request")}`;
     // A failure without an HTTP error status is not an HTTP response: it must not read as an answer in the split.
     if (!outcome.ok && (outcome.status === undefined || outcome.status < 400)) {
-      return JSON.stringify({ id, custom_id: record.id, response: null, error: { code: outcome.code, message: outcome.message } });
+      return JSON.stringify({
+        id,
+        custom_id: record.id,
+        response: null,
+        error: { code: outcome.code, message: outcome.message },
+      } satisfies OutputLine);
     }
-    let body: unknown;
+    let body: ResponseBody;
     if (outcome.ok) {
-      const finish = outcome.finish_reason === "length" ? "length" : "stop";
-      const usage = { prompt_tokens: outcome.prompt_tokens ?? 0, completion_tokens: outcome.completion_tokens ?? 0, total_tokens: outcome.tokens };
-      const responseId = `${chat ? "chatcmpl-" : "cmpl-"}${token(record.line, "response")}`;
-      body = chat
-        ? { id: responseId, object: "chat.completion", created, model: openai.served_model, choices: [{ index: 0, message: { role: "assistant", content: outcome.text }, logprobs: null, finish_reason: finish }], usage }
-        : { id: responseId, object: "text_completion", created, model: openai.served_model, choices: [{ index: 0, text: outcome.text, logprobs: null, finish_reason: finish }], usage };
+      const usage = {
+        prompt_tokens: outcome.prompt_tokens ?? 0,
+        completion_tokens: outcome.completion_tokens ?? 0,
+        total_tokens: outcome.tokens,
+      };
+      const base = {
+        id: `${format.idPrefix}${token(record.line, "response")}`,
+        created,
+        model: openai.served_model,
+        version: spec.version,
+      };
+      body = format.response(
+        base,
+        [{ text: outcome.text, finish_reason: outcome.finish_reason === "length" ? "length" : "stop" }],
+        usage,
+      );
     } else {
-      const status = outcome.status as number;
-      body = { error: { message: outcome.message, type: errorTypeFor(status), param: outcome.param ?? null, code: outcome.code } };
+      body = errorEnvelope(
+        new PlatformError(outcome.status as number, outcome.code, outcome.message, outcome.param ?? null),
+      );
     }
     const status = outcome.ok ? 200 : (outcome.status as number);
-    return JSON.stringify({ id, custom_id: record.id, response: { status_code: status, request_id: requestId, body }, error: null });
+    return JSON.stringify({
+      id,
+      custom_id: record.id,
+      response: { status_code: status, request_id: requestId, body },
+      error: null,
+    } satisfies OutputLine);
   };
 
   // Whatever is not a 2xx answer is a failure: a line that does not read back (storage damage) stays

@@ -12,10 +12,19 @@
  * reads or the clean-up's deletes outside the key's storage.
  */
 import { basename, dirname } from "node:path";
-import type { BatchOutputLine } from "../contracts/batch.ts";
+import type { BatchOutputLine } from "./schema.ts";
 import type { FinishReason } from "../contracts/job.ts";
-import { PlatformError } from "../errors.ts";
-import { FileStore, isStorageError, type ObjectStore, openObject, openStore, parseStorageUri, type S3Settings, StorageError } from "../storage/index.ts";
+import { PlatformError } from "../contracts/errors.ts";
+import {
+  FileStore,
+  isStorageError,
+  type ObjectStore,
+  openObject,
+  openStore,
+  parseStorageUri,
+  type S3Settings,
+  StorageError,
+} from "../storage/index.ts";
 
 export type OutputLocation = {
   store: ObjectStore;
@@ -44,7 +53,9 @@ export type OutputLocation = {
 
 export function outputLocation(outputUri: string, jobId: string, s3: S3Settings = {}): OutputLocation {
   const named = /\.jsonl$/i.test(outputUri);
-  const { store, key } = named ? outputObject(outputUri, s3) : { store: outputStore(outputUri, s3), key: `${jobId}.jsonl` };
+  const { store, key } = named
+    ? outputObject(outputUri, s3)
+    : { store: outputStore(outputUri, s3), key: `${jobId}.jsonl` };
   const partsPrefix = `${jobId}.parts/`;
   const partsUri = `${store.uri(partsPrefix.slice(0, -1))}/`;
   const local = store instanceof FileStore ? store : undefined;
@@ -52,10 +63,19 @@ export function outputLocation(outputUri: string, jobId: string, s3: S3Settings 
     if (!local) return;
     const state = await local.directoryState(partsPrefix);
     if (state === "link") {
-      throw new PlatformError(403, "storage_forbidden", `output: ${partsUri} (where the job keeps its parts) is a symbolic link, which is never followed; remove it, then resume the job`, "output");
+      throw new PlatformError(
+        403,
+        "storage_forbidden",
+        `output: ${partsUri} (where the job keeps its parts) is a symbolic link, which is never followed; remove it, then resume the job`,
+        "output",
+      );
     }
     if (state === "moved") {
-      throw new StorageError("unwritable", partsUri, `${partsUri}: cannot write (the parts directory was moved or replaced while the job ran; put it back, then resume the job)`);
+      throw new StorageError(
+        "unwritable",
+        partsUri,
+        `${partsUri}: cannot write (the parts directory was moved or replaced while the job ran; put it back, then resume the job)`,
+      );
     }
   };
   return {
@@ -107,7 +127,14 @@ export async function probeWritable(out: OutputLocation): Promise<void> {
  * total; the details are there for output formats that show them.
  */
 export type Outcome =
-  | { ok: true; text: string; tokens: number; prompt_tokens?: number; completion_tokens?: number; finish_reason?: FinishReason }
+  | {
+      ok: true;
+      text: string;
+      tokens: number;
+      prompt_tokens?: number;
+      completion_tokens?: number;
+      finish_reason?: FinishReason;
+    }
   | { ok: false; code: string; message: string; status?: number; param?: string | null };
 
 export function outputLine(id: string, outcome: Outcome): string {
@@ -122,7 +149,12 @@ export function outputLine(id: string, outcome: Outcome): string {
  * newline); `skipped` counts the others. A part is read whole: it was held in
  * memory whole when written, and a line is never cut at a chunk boundary.
  */
-export async function* selectLines(store: ObjectStore, partKeys: readonly string[], keep: (line: string) => boolean, skipped: { count: number }): AsyncGenerator<string> {
+export async function* selectLines(
+  store: ObjectStore,
+  partKeys: readonly string[],
+  keep: (line: string) => boolean,
+  skipped: { count: number },
+): AsyncGenerator<string> {
   for (const key of partKeys) {
     const chunks: Buffer[] = [];
     for await (const chunk of await store.get(key)) chunks.push(chunk as Buffer);

@@ -9,17 +9,17 @@
  */
 import { constants } from "node:fs";
 import { type FileHandle, open, readlink, stat } from "node:fs/promises";
-import type { BatchCheckpoint } from "../contracts/batch.ts";
-import { type ModelVersionRecord, taskOf } from "../contracts/records.ts";
-import { listEndpoints } from "../control/endpoints.ts";
-import type { Control } from "../control/redis.ts";
-import { PlatformError } from "../errors.ts";
+import type { BatchCheckpoint } from "./schema.ts";
+import { type RegisteredVersion, taskOf } from "../registry/version.ts";
+import { listEndpoints } from "../endpoints/store.ts";
+import type { Control } from "../redis/connection.ts";
+import { PlatformError } from "../contracts/errors.ts";
 import { resolveModelVersion } from "../registry/versions.ts";
 import { fromFsError } from "../storage/errors.ts";
 import { isStorageError, type ObjectStore, openObject, parseStorageUri, type S3Settings } from "../storage/index.ts";
 import { isBlank, readLines } from "./input.ts";
 import { type OutputLocation, outputLocation, probeWritable } from "./output.ts";
-import type { BatchSpec } from "./records.ts";
+import type { BatchSpec } from "./store.ts";
 
 /** The job itself cannot proceed; `code` says why (input_not_found, model_not_found, ...). */
 export class BatchFailure extends Error {
@@ -32,7 +32,7 @@ export class BatchFailure extends Error {
 
 /** The concrete version to send records to ("latest" is resolved once and kept, so it cannot move under a running job). */
 export async function resolveVersion(ctl: Control, spec: BatchSpec): Promise<string> {
-  let record: ModelVersionRecord;
+  let record: RegisteredVersion;
   try {
     record = await resolveModelVersion(ctl, spec.model, spec.version);
   } catch (e) {
@@ -55,7 +55,10 @@ export async function checkDeployed(ctl: Control, spec: BatchSpec, version: stri
   if (serving.some((e) => e.version === version)) return;
   const others = [...new Set(serving.map((e) => e.version))];
   const latest = spec.version === "latest" ? " (the latest version)" : "";
-  const hint = others.length > 0 ? `; endpoints serve ${others.join(", ")}: pass --version ${others[0]}, or deploy ${version}` : "";
+  const hint =
+    others.length > 0
+      ? `; endpoints serve ${others.join(", ")}: pass --version ${others[0]}, or deploy ${version}`
+      : "";
   throw new BatchFailure(
     "model_not_deployed",
     `no endpoint serves ${spec.model}@${version}${latest}${hint} (\`platform inference deploy --model ${spec.model} --version ${version}\`)`,
@@ -85,13 +88,23 @@ export async function openInput(uri: string, identity?: string, name = uri, s3: 
     if (!head) throw new BatchFailure("input_not_found", `${uri}: no such object`);
     return { store, key, size: head.size };
   } catch (e) {
-    if (isStorageError(e)) throw new BatchFailure(e.code === "not_found" || e.code === "no_such_bucket" ? "input_not_found" : "input_unreadable", e.message);
+    if (isStorageError(e))
+      throw new BatchFailure(
+        e.code === "not_found" || e.code === "no_such_bucket" ? "input_not_found" : "input_unreadable",
+        e.message,
+      );
     throw e;
   }
 }
 
-async function holdInput(uri: string, path: string, identity: string | undefined, name: string): Promise<Pick<Input, "size" | "held">> {
-  const changed = (why: string) => new BatchFailure("input_changed", `${name} changed after it was checked (${why}); submit a new job`);
+async function holdInput(
+  uri: string,
+  path: string,
+  identity: string | undefined,
+  name: string,
+): Promise<Pick<Input, "size" | "held">> {
+  const changed = (why: string) =>
+    new BatchFailure("input_changed", `${name} changed after it was checked (${why}); submit a new job`);
   let handle: FileHandle;
   try {
     // O_NONBLOCK: a FIFO put there must not hang the job; it is refused below as not a file.
@@ -130,12 +143,21 @@ export async function closeInput(input: Input): Promise<void> {
 export async function checkInput(input: Input, name: string): Promise<void> {
   const held = input.held;
   if (!held) return;
-  const [now, info] = await Promise.all([stat(held.path, { bigint: true }).catch(() => undefined), held.handle.stat({ bigint: true })]);
+  const [now, info] = await Promise.all([
+    stat(held.path, { bigint: true }).catch(() => undefined),
+    held.handle.stat({ bigint: true }),
+  ]);
   if (now !== undefined && `${now.dev}:${now.ino}` !== held.identity) {
-    throw new BatchFailure("input_changed", `${name} changed while the job ran (it names another object now); submit a new job`);
+    throw new BatchFailure(
+      "input_changed",
+      `${name} changed while the job ran (it names another object now); submit a new job`,
+    );
   }
   if (Number(info.size) !== input.size) {
-    throw new BatchFailure("input_changed", `${name} changed while the job ran (${input.size} bytes at the start, ${info.size} now); submit a new job`);
+    throw new BatchFailure(
+      "input_changed",
+      `${name} changed while the job ran (${input.size} bytes at the start, ${info.size} now); submit a new job`,
+    );
   }
 }
 
@@ -143,7 +165,12 @@ export async function checkInput(input: Input, name: string): Promise<void> {
  * `check` judges the parts directory (throwing a BatchFailure): before it is
  * created and held, and again once held, so the directory held is the one judged.
  */
-export async function openOutput(uri: string, jobId: string, check: (out: OutputLocation) => Promise<void> = async () => undefined, s3: S3Settings = {}): Promise<OutputLocation> {
+export async function openOutput(
+  uri: string,
+  jobId: string,
+  check: (out: OutputLocation) => Promise<void> = async () => undefined,
+  s3: S3Settings = {},
+): Promise<OutputLocation> {
   let out: OutputLocation | undefined;
   try {
     out = outputLocation(uri, jobId, s3);
@@ -201,7 +228,10 @@ export async function* readInput(input: Input, start: number, retries = 5): Asyn
       if (++failures > retries) {
         // The cause's text may name internal addresses: only its code is shown, the rest logged.
         console.error(`[batch] reading ${input.store.uri(input.key)} failed at byte ${offset}:`, e);
-        throw new BatchFailure("input_unreadable", `${input.store.uri(input.key)}: reading failed ${failures} times in a row at byte ${offset} (${(e as NodeJS.ErrnoException).code ?? "error"})`);
+        throw new BatchFailure(
+          "input_unreadable",
+          `${input.store.uri(input.key)}: reading failed ${failures} times in a row at byte ${offset} (${(e as NodeJS.ErrnoException).code ?? "error"})`,
+        );
       }
       await new Promise((r) => setTimeout(r, 250 * 2 ** failures));
     }

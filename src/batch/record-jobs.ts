@@ -17,18 +17,25 @@
  */
 import type { Queue } from "bullmq";
 import { z } from "zod";
-import { BATCH_PRIORITY, JOB_SCHEMA_VERSION, type JobError, type JobPayloadInput, type SamplingParams, TextResult } from "../contracts/job.ts";
-import type { Control } from "../control/redis.ts";
-import { recordUsage } from "../control/usage.ts";
-import { detailOf, publicJobError } from "../errors.ts";
+import {
+  BATCH_PRIORITY,
+  JOB_SCHEMA_VERSION,
+  type JobError,
+  type JobPayloadInput,
+  type SamplingParams,
+  TextResult,
+} from "../contracts/job.ts";
+import type { Control } from "../redis/connection.ts";
+import { recordUsage } from "../usage/counters.ts";
+import { detailOf, publicJobError } from "../contracts/errors.ts";
 import { QueueBase } from "../queue/base.ts";
 import { cancelJobs } from "../queue/cancel.ts";
 import { jobErrorFromFailure } from "../queue/failures.ts";
 import { ANSWER_FIELD } from "../queue/kept-answers.ts";
 import { replyHandler } from "../queue/replies.ts";
 import type { EntryHandler, StreamReader } from "../queue/stream-reader.ts";
-import { reportBatchRecord } from "../telemetry/batch-metrics.ts";
-import { nonStreamingTtft } from "../telemetry/metrics.ts";
+import { reportBatchRecord } from "./metrics.ts";
+import { nonStreamingTtft } from "../telemetry/request-metrics.ts";
 import type { Work } from "./input.ts";
 import type { Outcome } from "./output.ts";
 
@@ -36,7 +43,10 @@ import type { Outcome } from "./output.ts";
  * An answer, with whether asking again could help (engine errors, busy or not-ready replicas),
  * and the worker's timings for metrics (neither is kept with the record).
  */
-type Answer = Outcome & { retryable?: boolean; timing?: Pick<TextResult, "queued_ms" | "first_token_ms" | "generation_ms"> };
+type Answer = Outcome & {
+  retryable?: boolean;
+  timing?: Pick<TextResult, "queued_ms" | "first_token_ms" | "generation_ms">;
+};
 
 const MAX_ATTEMPTS = 3;
 const CHECK_EVERY_MS = 1000;
@@ -64,7 +74,10 @@ export class RecordJobs extends QueueBase {
   private readonly modelQueue: Queue;
   private readonly resultsKey: string;
   private readonly replies: StreamReader;
-  private readonly waiters = new Map<string, { resolve: (a: Answer) => void; since: number; add: () => Promise<unknown> }>();
+  private readonly waiters = new Map<
+    string,
+    { resolve: (a: Answer) => void; since: number; add: () => Promise<unknown> }
+  >();
   /** Highest attempt used per line, so the jobs can be removed once the line is written. */
   private readonly attempts = new Map<number, number>();
   private pastEarlierRuns = false;
@@ -125,12 +138,26 @@ export class RecordJobs extends QueueBase {
     for (let attempt = 0; ; attempt++) {
       this.attempts.set(line, Math.max(this.attempts.get(line) ?? 0, attempt));
       const id = this.jobId(line, attempt);
-      const common = { v: JOB_SCHEMA_VERSION, request_id: id, model: this.options.model, version: this.options.version, stream: false, reply: { stream: this.replies.key }, params };
+      const common = {
+        v: JOB_SCHEMA_VERSION,
+        request_id: id,
+        model: this.options.model,
+        version: this.options.version,
+        stream: false,
+        reply: { stream: this.replies.key },
+        params,
+      };
       // Chat records (OpenAI batch files) go as chat jobs: batch_record carries a prompt only.
       const payload: JobPayloadInput =
         work.kind === "chat"
           ? { ...common, kind: "chat", messages: work.messages }
-          : { ...common, kind: "batch_record", batch_id: this.options.batchId, record_id: recordId, prompt: work.prompt };
+          : {
+              ...common,
+              kind: "batch_record",
+              batch_id: this.options.batchId,
+              record_id: recordId,
+              prompt: work.prompt,
+            };
       const add = () =>
         this.modelQueue.add(payload.kind, payload, {
           jobId: id,
@@ -147,7 +174,8 @@ export class RecordJobs extends QueueBase {
   async cancelInFlight(): Promise<void> {
     this.cancelled = true;
     const ids = [...this.waiters.keys()];
-    for (const { resolve } of this.waiters.values()) resolve({ ok: false, code: "cancelled", message: "the batch job was cancelled" });
+    for (const { resolve } of this.waiters.values())
+      resolve({ ok: false, code: "cancelled", message: "the batch job was cancelled" });
     this.waiters.clear();
     await cancelJobs(this.ctl, this.modelQueue, ids);
   }
@@ -197,7 +225,9 @@ export class RecordJobs extends QueueBase {
   private readKept(line: number, kept: string): Outcome {
     const parsed = KeptOutcome.safeParse(parseJson(kept));
     if (parsed.success) return parsed.data;
-    console.error(`[batch ${this.options.batchId}] line ${line}: the kept answer does not parse; the record is failed with invalid_result`);
+    console.error(
+      `[batch ${this.options.batchId}] line ${line}: the kept answer does not parse; the record is failed with invalid_result`,
+    );
     return unreadable();
   }
 
@@ -230,7 +260,6 @@ export class RecordJobs extends QueueBase {
     return answer;
   }
 
-
   /** `earlier`: the answer is an earlier run's, found by a lookup (it took no time in this run). */
   private async resolve(id: string, answer: Answer, { earlier = false } = {}): Promise<void> {
     const at = this.parseJobId(id);
@@ -255,11 +284,19 @@ export class RecordJobs extends QueueBase {
     } else if (answer.code !== "cancelled") this.unrecorded.errors += 1;
     if (!answer.ok) {
       // A record stopped by the job's cancellation has no status: 499, as a client that left.
-      reportBatchRecord({ served, ok: false, failure: { code: answer.code, status: answer.status ?? (answer.code === "cancelled" ? 499 : 500) } });
+      reportBatchRecord({
+        served,
+        ok: false,
+        failure: { code: answer.code, status: answer.status ?? (answer.code === "cancelled" ? 499 : 500) },
+      });
       return;
     }
     const e2eSeconds = since === undefined ? undefined : (Date.now() - since) / 1000;
-    const usage = { prompt_tokens: answer.prompt_tokens ?? 0, completion_tokens: answer.completion_tokens ?? 0, total_tokens: answer.tokens };
+    const usage = {
+      prompt_tokens: answer.prompt_tokens ?? 0,
+      completion_tokens: answer.completion_tokens ?? 0,
+      total_tokens: answer.tokens,
+    };
     reportBatchRecord({
       served,
       ok: true,
@@ -267,7 +304,8 @@ export class RecordJobs extends QueueBase {
         usage,
         finish_reason: answer.finish_reason ?? "stop",
         e2eSeconds,
-        ttftSeconds: e2eSeconds === undefined || !answer.timing ? undefined : nonStreamingTtft(e2eSeconds, answer.timing),
+        ttftSeconds:
+          e2eSeconds === undefined || !answer.timing ? undefined : nonStreamingTtft(e2eSeconds, answer.timing),
         queuedMs: answer.timing?.queued_ms,
       },
     });
@@ -276,7 +314,8 @@ export class RecordJobs extends QueueBase {
   /** Each job's answer if it has finished, "pending" while queued or running, "missing" if it does not exist. */
   private async lookup(ids: readonly string[]): Promise<Map<string, Answer | "pending" | "missing">> {
     const pipeline = this.ctl.redis.pipeline();
-    for (const id of ids) pipeline.hmget(this.modelQueue.toKey(id), "timestamp", "finishedOn", ANSWER_FIELD, "returnvalue", "failedReason");
+    for (const id of ids)
+      pipeline.hmget(this.modelQueue.toKey(id), "timestamp", "finishedOn", ANSWER_FIELD, "returnvalue", "failedReason");
     const replies = (await pipeline.exec()) ?? [];
     const out = new Map<string, Answer | "pending" | "missing">();
     ids.forEach((id, i) => {
@@ -301,7 +340,9 @@ export class RecordJobs extends QueueBase {
     const value = parseJson(kept);
     if (value !== undefined) return fromResult(value);
     const line = this.parseJobId(id)?.line;
-    console.error(`[batch ${this.options.batchId}] ${line !== undefined ? `line ${line}` : id}: model job ${id} has a kept answer that is not JSON; the record is failed with invalid_result`);
+    console.error(
+      `[batch ${this.options.batchId}] ${line !== undefined ? `line ${line}` : id}: model job ${id} has a kept answer that is not JSON; the record is failed with invalid_result`,
+    );
     return { ...unreadable(), retryable: false };
   }
 
@@ -310,7 +351,9 @@ export class RecordJobs extends QueueBase {
       await new Promise((r) => setTimeout(r, CHECK_EVERY_MS));
       await this.recordUsage();
       if (!this.running || this.cancelled) continue;
-      const due = [...this.waiters.entries()].filter(([, w]) => Date.now() - w.since >= CHECK_EVERY_MS).map(([id]) => id);
+      const due = [...this.waiters.entries()]
+        .filter(([, w]) => Date.now() - w.since >= CHECK_EVERY_MS)
+        .map(([id]) => id);
       if (due.length === 0) continue;
       try {
         const states = await this.lookup(due);
@@ -338,7 +381,13 @@ const KeptOutcome: z.ZodType<Outcome> = z.union([
     completion_tokens: z.number().optional(),
     finish_reason: TextResult.shape.finish_reason.optional(),
   }),
-  z.object({ ok: z.literal(false), code: z.string(), message: z.string(), status: z.number().optional(), param: z.string().nullable().optional() }),
+  z.object({
+    ok: z.literal(false),
+    code: z.string(),
+    message: z.string(),
+    status: z.number().optional(),
+    param: z.string().nullable().optional(),
+  }),
 ]);
 
 function parseJson(text: string): unknown {
@@ -350,14 +399,33 @@ function parseJson(text: string): unknown {
 }
 
 function unreadable(): Outcome {
-  return { ok: false, code: "invalid_result", message: "the answer stored for this record could not be read; submit the record again in a new job" };
+  return {
+    ok: false,
+    code: "invalid_result",
+    message: "the answer stored for this record could not be read; submit the record again in a new job",
+  };
 }
 
 function fromResult(value: unknown): Answer {
   const parsed = TextResult.safeParse(value);
-  if (!parsed.success) return { ok: false, code: "engine_error", message: "the worker returned an unexpected result", status: 500, retryable: true };
+  if (!parsed.success)
+    return {
+      ok: false,
+      code: "engine_error",
+      message: "the worker returned an unexpected result",
+      status: 500,
+      retryable: true,
+    };
   const { text, usage, finish_reason, queued_ms, first_token_ms, generation_ms } = parsed.data;
-  return { ok: true, text, tokens: usage.total_tokens, prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens, finish_reason, timing: { queued_ms, first_token_ms, generation_ms } };
+  return {
+    ok: true,
+    text,
+    tokens: usage.total_tokens,
+    prompt_tokens: usage.prompt_tokens,
+    completion_tokens: usage.completion_tokens,
+    finish_reason,
+    timing: { queued_ms, first_token_ms, generation_ms },
+  };
 }
 
 /**
@@ -371,7 +439,14 @@ function fromError(error: JobError, batchId: string): Answer {
   if (hidden) console.error(`[batch ${batchId}] ${error.code}: ${String(hidden.detail)}`);
   const message = hidden ? `${shown.message}; job id ${batchId}, the gateway log has the details` : shown.message;
   // replica_lost (502): BullMQ gave up on the job after its replicas died; a new attempt is a new job.
-  return { ok: false, code: error.code, message, status: error.status, param: error.param, retryable: error.status === 500 || error.status === 503 || error.code === "replica_lost" };
+  return {
+    ok: false,
+    code: error.code,
+    message,
+    status: error.status,
+    param: error.param,
+    retryable: error.status === 500 || error.status === 503 || error.code === "replica_lost",
+  };
 }
 
 function strip(answer: Answer): Outcome {

@@ -13,15 +13,18 @@
  * directory is held open and judged again before every part written, the
  * assembly and the clean-up (a client can write in its output directory too).
  */
-import { BatchCheckpoint } from "../contracts/batch.ts";
+import { BatchCheckpoint } from "./schema.ts";
 import { endpointQueueName } from "../contracts/engines.ts";
+import { serving } from "../endpoints/rollout.ts";
 import { queueName } from "../contracts/naming.ts";
-import { listEndpoints } from "../control/endpoints.ts";
-import type { Control } from "../control/redis.ts";
-import { PlatformError } from "../errors.ts";
+import { listEndpoints } from "../endpoints/store.ts";
+import type { Control } from "../redis/connection.ts";
+import { LuaScript } from "../redis/scripts.ts";
+import { PlatformError } from "../contracts/errors.ts";
 import { isStorageError } from "../storage/index.ts";
 import type { ConfinedUri, StoragePolicy } from "../storage/policy.ts";
 import type { SamplingParams } from "../contracts/job.ts";
+import type { SchemaLimits } from "../contracts/schema-limits.ts";
 import { formatFor, type LineFormat } from "./formats.ts";
 import { isBlank, readLines, type Work } from "./input.ts";
 import { type BatchResultFiles, registerResultFiles, type ResultObject } from "./files.ts";
@@ -39,31 +42,57 @@ import {
   readInput,
   resolveVersion,
 } from "./prepare.ts";
-import { Changes, Meter } from "./progress.ts";
+import { Changes, Meter } from "./throughput.ts";
 import { RecordJobs } from "./record-jobs.ts";
-import { type BatchSpec, cancelRequested, inputUri, isFinal, keptPartial, NOT_RESUMABLE, outputUri, readRecord, readSpec, updateIfActive } from "./records.ts";
+import {
+  type BatchSpec,
+  cancelRequested,
+  inputUri,
+  isFinal,
+  keptPartial,
+  NOT_RESUMABLE,
+  outputUri,
+  readRecord,
+  readSpec,
+  scopeViewer,
+  updateIfActive,
+} from "./store.ts";
 
 /** handed_off: stopped for a process shutdown, to be resumed; superseded: another coordinator owns the job now. */
 export type RunEnd = "completed" | "failed" | "cancelled" | "handed_off" | "superseded";
 type StopReason = "cancel" | "handoff" | "superseded" | "fatal";
 
 type Slot = { line: number; id: string; sent: boolean; outcome?: Outcome };
-type Batch = { index: number; slots: Slot[]; pending: number; closed: boolean; lastLine: number; end: number; succeeded: number; failed: number };
+type Batch = {
+  index: number;
+  slots: Slot[];
+  pending: number;
+  closed: boolean;
+  lastLine: number;
+  end: number;
+  succeeded: number;
+  failed: number;
+};
 
 const TICK_MS = 500;
 
 // Monotonic: a coordinator that lost its job (and lags) can never move the checkpoint back.
-const ADVANCE = `
-local cur = redis.call('GET', KEYS[1])
-if cur and cjson.decode(cur).parts >= tonumber(ARGV[2]) then return 0 end
-redis.call('SET', KEYS[1], ARGV[1])
-return 1`;
+const advanceCheckpoint = new LuaScript(import.meta.url, "advance-checkpoint");
 
-/** `storage`: the roots as configured now, against which a job's client-named URIs are checked again. */
-export async function runBatch(ctl: Control, batchId: string, handoff: AbortSignal, storage: StoragePolicy): Promise<RunEnd> {
+/**
+ * `storage`: the roots as configured now, against which a job's client-named URIs are checked again;
+ * `schemaLimits`: the bounds on a line's JSON schemas, checked as each line is read.
+ */
+export async function runBatch(
+  ctl: Control,
+  batchId: string,
+  handoff: AbortSignal,
+  storage: StoragePolicy,
+  schemaLimits: SchemaLimits,
+): Promise<RunEnd> {
   const spec = await readSpec(ctl, batchId);
   if (!spec) return "failed";
-  return new BatchRun(ctl, spec, handoff, storage).execute();
+  return new BatchRun(ctl, spec, handoff, storage, schemaLimits).execute();
 }
 
 class BatchRun {
@@ -74,7 +103,14 @@ class BatchRun {
   private readonly changes = new Changes();
   private readonly meter = new Meter();
   private readonly open: Batch[] = [];
-  private checkpoint: BatchCheckpoint = { next_line: 1, next_byte: 0, parts: 0, succeeded: 0, failed: 0, input_size: 0 };
+  private checkpoint: BatchCheckpoint = {
+    next_line: 1,
+    next_byte: 0,
+    parts: 0,
+    succeeded: 0,
+    failed: 0,
+    input_size: 0,
+  };
   private input: Input | undefined;
   private out: OutputLocation | undefined;
   private jobs: RecordJobs | undefined;
@@ -86,11 +122,11 @@ class BatchRun {
   private stopReason: StopReason | undefined;
   private fatalError: unknown;
 
-  constructor(ctl: Control, spec: BatchSpec, handoff: AbortSignal, storage: StoragePolicy) {
+  constructor(ctl: Control, spec: BatchSpec, handoff: AbortSignal, storage: StoragePolicy, schemaLimits: SchemaLimits) {
     this.ctl = ctl;
     this.spec = spec;
     this.storage = storage;
-    this.format = formatFor(spec);
+    this.format = formatFor(spec, schemaLimits);
     const onAbort = () => this.stop(handoff.reason === "superseded" ? "superseded" : "handoff");
     if (handoff.aborted) onAbort();
     handoff.addEventListener("abort", onAbort, { once: true });
@@ -99,7 +135,8 @@ class BatchRun {
   async execute(): Promise<RunEnd> {
     const record = await readRecord(this.ctl, this.spec.id);
     if (!record) return "failed";
-    if (isFinal(record.state)) return record.state === "cancelled" ? "cancelled" : record.state === "failed" ? "failed" : "completed";
+    if (isFinal(record.state))
+      return record.state === "cancelled" ? "cancelled" : record.state === "failed" ? "failed" : "completed";
     if (await cancelRequested(this.ctl, this.spec.id)) return this.cancelBeforeStart();
     await updateIfActive(this.ctl, this.spec.id, { state: "running", started: record.started ?? Date.now() });
     const ticker = this.startTicker();
@@ -109,7 +146,12 @@ class BatchRun {
       await updateIfActive(this.ctl, this.spec.id, { resolved_version: version });
       await checkDeployed(this.ctl, this.spec, version);
       // The object judged, by its identity: a name swapped since is input_changed.
-      this.input = await openInput(input?.uri ?? inputUri(this.spec), input?.identity, this.spec.input, this.storage.s3);
+      this.input = await openInput(
+        input?.uri ?? inputUri(this.spec),
+        input?.identity,
+        this.spec.input,
+        this.storage.s3,
+      );
       this.out = await openOutput(outputUri(this.spec), this.spec.id, (out) => this.checkParts(out), this.storage.s3);
       if (!(await this.loadCheckpoint(this.input))) return await this.afterStop();
       if (this.checkpoint.assembled) return await this.finish("completed");
@@ -120,7 +162,9 @@ class BatchRun {
         model: this.spec.model,
         version,
         queue,
-        usage: this.spec.created_by ? { key: this.spec.created_by, model: this.spec.openai?.served_model ?? this.spec.model } : undefined,
+        usage: this.spec.created_by
+          ? { key: this.spec.created_by, model: this.spec.openai?.served_model ?? this.spec.model }
+          : undefined,
         writtenBefore: () => this.checkpoint.next_line,
       });
       await this.pump(this.input);
@@ -152,13 +196,14 @@ class BatchRun {
   private async checkStorage(): Promise<ConfinedUri | undefined> {
     const scope = this.spec.scope;
     if (!scope) return undefined;
-    const viewer = { id: scope.key_id, role: scope.role };
+    const viewer = scopeViewer(scope);
     try {
       const input = scope.input ? await this.storage.confine(inputUri(this.spec), viewer, "input") : undefined;
       if (scope.output) await this.storage.confine(outputUri(this.spec), viewer, "output");
       return input;
     } catch (e) {
-      if (e instanceof PlatformError) throw new BatchFailure(e.code === "storage_forbidden" ? "storage_forbidden" : "storage_error", e.message);
+      if (e instanceof PlatformError)
+        throw new BatchFailure(e.code === "storage_forbidden" ? "storage_forbidden" : "storage_error", e.message);
       throw e;
     }
   }
@@ -172,10 +217,11 @@ class BatchRun {
     try {
       await out.checkParts();
       const scope = this.spec.scope;
-      if (scope?.output) await this.storage.confine(out.partsUri, { id: scope.key_id, role: scope.role }, "output");
+      if (scope?.output) await this.storage.confine(out.partsUri, scopeViewer(scope), "output");
     } catch (e) {
       if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
-      if (e instanceof PlatformError) throw new BatchFailure(e.code === "storage_forbidden" ? "storage_forbidden" : "storage_error", e.message);
+      if (e instanceof PlatformError)
+        throw new BatchFailure(e.code === "storage_forbidden" ? "storage_forbidden" : "storage_error", e.message);
       throw e;
     }
   }
@@ -196,7 +242,10 @@ class BatchRun {
     if (raw) {
       this.checkpoint = BatchCheckpoint.parse(JSON.parse(raw));
       if (this.checkpoint.input_size !== input.size) {
-        throw new BatchFailure("input_changed", `${this.spec.input} changed while the job ran (${this.checkpoint.input_size} bytes at the start, ${input.size} now); submit a new job`);
+        throw new BatchFailure(
+          "input_changed",
+          `${this.spec.input} changed while the job ran (${this.checkpoint.input_size} bytes at the start, ${input.size} now); submit a new job`,
+        );
       }
       return true;
     }
@@ -213,13 +262,25 @@ class BatchRun {
     const { concurrency, batch_size } = this.spec;
     const maxOpen = Math.max(2, Math.ceil(concurrency / batch_size) + 1);
     let current: Batch | undefined;
-    for await (const line of readLines(readInput(input, this.checkpoint.next_byte), { line: this.checkpoint.next_line, byte: this.checkpoint.next_byte })) {
+    for await (const line of readLines(readInput(input, this.checkpoint.next_byte), {
+      line: this.checkpoint.next_line,
+      byte: this.checkpoint.next_byte,
+    })) {
       if (this.stopReason) break;
       if (isBlank(line)) continue;
       if (!current) {
         await this.until(() => this.open.length < maxOpen);
         if (this.stopReason) break;
-        current = { index: this.checkpoint.parts + this.open.length, slots: [], pending: 0, closed: false, lastLine: 0, end: 0, succeeded: 0, failed: 0 };
+        current = {
+          index: this.checkpoint.parts + this.open.length,
+          slots: [],
+          pending: 0,
+          closed: false,
+          lastLine: 0,
+          end: 0,
+          succeeded: 0,
+          failed: 0,
+        };
         this.open.push(current);
       }
       const record = this.format.parse(line);
@@ -298,7 +359,7 @@ class BatchRun {
       try {
         do {
           this.flushAgain = false;
-          for (let b = this.open[0]; b && b.closed && b.pending === 0 && !this.stopReason; b = this.open[0]) {
+          for (let b = this.open[0]; b?.closed && b.pending === 0 && !this.stopReason; b = this.open[0]) {
             await this.writeBatch(b);
             this.open.shift();
             this.changes.notify();
@@ -332,7 +393,8 @@ class BatchRun {
       succeeded: this.checkpoint.succeeded + batch.succeeded,
       failed: this.checkpoint.failed + batch.failed,
     };
-    const advanced = await this.ctl.redis.eval(ADVANCE, 1, this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(next), String(next.parts));
+    const key = this.ctl.keys.batchCheckpoint(this.spec.id);
+    const advanced = await advanceCheckpoint.run(this.ctl.redis, [key], [JSON.stringify(next), String(next.parts)]);
     if (advanced !== 1) {
       this.stop("superseded");
       return;
@@ -448,7 +510,10 @@ class BatchRun {
         await withStorageRetries(() => out.store.concat(parts, out.resultKey, { overwrite: false }));
       } catch (e) {
         if (isStorageError(e, "exists")) {
-          throw new BatchFailure("output_exists", `${out.store.uri(out.resultKey)}: an object already exists there and the job may not replace it (submit with "overwrite": true to allow that); the completed records are kept`);
+          throw new BatchFailure(
+            "output_exists",
+            `${out.store.uri(out.resultKey)}: an object already exists there and the job may not replace it (submit with "overwrite": true to allow that); the completed records are kept`,
+          );
         }
         if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
         throw e;
@@ -479,9 +544,15 @@ class BatchRun {
       let failures = { count: 0 };
       await withStorageRetries(() => {
         failures = { count: 0 };
-        return out.store.put(out.resultKey, selectLines(out.store, parts, (line) => !failed(line), failures));
+        return out.store.put(
+          out.resultKey,
+          selectLines(out.store, parts, (line) => !failed(line), failures),
+        );
       });
-      if (failures.count > 0) await withStorageRetries(() => out.store.put(out.errorKey, selectLines(out.store, parts, failed, { count: 0 })));
+      if (failures.count > 0)
+        await withStorageRetries(() =>
+          out.store.put(out.errorKey, selectLines(out.store, parts, failed, { count: 0 })),
+        );
     } catch (e) {
       if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
       throw e;
@@ -503,7 +574,7 @@ class BatchRun {
     };
     return registerResultFiles(
       this.ctl,
-      { id: this.spec.id, owner: this.spec.created_by, finished: Date.now() },
+      { id: this.spec.id, owner: this.spec.created_by, org: this.spec.org, finished: Date.now() },
       { output: await sized(out.resultKey), errors: await sized(out.errorKey) },
     );
   }
@@ -545,7 +616,13 @@ class BatchRun {
   private async removeParts(parts: string[]): Promise<void> {
     const out = this.out;
     if (!out) return;
-    if (!(await this.checkParts(out).then(() => true, () => false))) return;
+    if (
+      !(await this.checkParts(out).then(
+        () => true,
+        () => false,
+      ))
+    )
+      return;
     // Local: everything in the directory (the parts, and the temp file of a part whose writer was
     // killed mid-write) goes through the held handle, then the directory itself.
     await out.clearParts().catch(() => undefined);
@@ -555,7 +632,9 @@ class BatchRun {
   }
 
   private async dropWorkingKeys(): Promise<void> {
-    await this.ctl.redis.del(this.ctl.keys.batchResults(this.spec.id), this.ctl.keys.batchReplies(this.spec.id)).catch(() => undefined);
+    await this.ctl.redis
+      .del(this.ctl.keys.batchResults(this.spec.id), this.ctl.keys.batchReplies(this.spec.id))
+      .catch(() => undefined);
   }
 
   private async progress(): Promise<boolean> {
@@ -598,7 +677,10 @@ function asFailure(e: unknown): BatchFailure | undefined {
  * else the first serving endpoint's (engines.ts `endpointQueueName`).
  */
 async function queueServing(ctl: Control, model: string, version: string): Promise<string> {
-  const serving = (await listEndpoints(ctl)).filter((e) => e.config.model.name === model && e.version === version).map(endpointQueueName);
+  const queues = (await listEndpoints(ctl))
+    .map(serving)
+    .filter((e) => e.config.model.name === model && e.version === version)
+    .map(endpointQueueName);
   const byDefault = queueName(model, version);
-  return serving.includes(byDefault) ? byDefault : (serving[0] ?? byDefault);
+  return queues.includes(byDefault) ? byDefault : (queues[0] ?? byDefault);
 }

@@ -1,11 +1,11 @@
 /**
  * `platform inference abtest create|status|update|stop`: an endpoint's A/B
- * test through the management API (src/gateway/admin-abtests.ts).
+ * test through the management API (src/gateway/routes/admin-abtests.ts).
  */
 import type { Command } from "commander";
-import { type AbTestRecord, formatSplit, parseSplit, SplitError, Sticky } from "../contracts/abtest.ts";
-import type { VariantStats } from "../control/abtests.ts";
-import type { EndpointStatus } from "../control/status.ts";
+import { type AbTest, formatSplit, parseSplit, SplitError, Sticky } from "../abtests/schema.ts";
+import type { VariantStats } from "../abtests/store.ts";
+import type { EndpointStatus } from "../endpoints/status.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
 import { formatCount, printJson, printTable } from "./output.ts";
@@ -19,45 +19,77 @@ type Variant = {
   queue: EndpointStatus["queue"] | null;
   stats: VariantStats;
 };
-type Described = { endpoint: string; abtest: AbTestRecord | null; variants: Variant[] };
+type Described = { endpoint: string; abtest: AbTest | null; variants: Variant[] };
 
 export function registerAbtest(inference: Command): void {
-  const abtest = inference.command("abtest").description("split an endpoint's traffic between versions of its model (A/B tests)");
+  const abtest = inference
+    .command("abtest")
+    .description("split an endpoint's traffic between versions of its model (A/B tests)");
 
   abtest
     .command("create <endpoint>")
     .description("start a test: deploys each version of the split not yet running, then splits once all are ready")
     .requiredOption("--split <weights>", "versions and relative weights, e.g. v1=70,v2=30")
-    .option("--sticky <rule>", "keep each caller on one variant: key (per API key) or header:<name> (per value of that header)")
+    .option(
+      "--sticky <rule>",
+      "keep each caller on one variant: key (per API key) or header:<name> (per value of that header)",
+    )
     .option("--json", "print JSON")
     .action(async (endpoint: string, flags: { split: string; sticky?: string; json?: boolean }) => {
       const body = { split: formatSplit(split(flags.split)), sticky: sticky(flags.sticky) ?? null };
       const api = await ApiClient.fromCredentials();
       const before = await api.request<Described>("GET", path(endpoint));
-      if (before.abtest) throw new CliError(`"${endpoint}" already runs an A/B test (${formatSplit(before.abtest.split)}); change it with \`platform inference abtest update ${endpoint} --split ...\``, 2);
+      if (before.abtest)
+        throw new CliError(
+          `"${endpoint}" already runs an A/B test (${formatSplit(before.abtest.split)}); change it with \`platform inference abtest update ${endpoint} --split ...\``,
+          2,
+        );
       const out = await api.request<Described>("PUT", path(endpoint), body);
       if (flags.json) return printJson(out);
-      console.log(`A/B test on ${endpoint}: ${formatSplit(out.abtest?.split ?? [])}${out.abtest?.sticky ? `, sticky by ${out.abtest.sticky}` : ""}`);
-      console.log(out.abtest?.state === "running" ? "splitting traffic now" : "starting: traffic is split once every version is ready");
+      console.log(
+        `A/B test on ${endpoint}: ${formatSplit(out.abtest?.split ?? [])}${out.abtest?.sticky ? `, sticky by ${out.abtest.sticky}` : ""}`,
+      );
+      console.log(
+        out.abtest?.state === "running"
+          ? "splitting traffic now"
+          : "starting: traffic is split once every version is ready",
+      );
       console.log(`watch it with \`platform inference abtest status ${endpoint}\``);
     });
 
   abtest
     .command("status <endpoint>")
-    .description("weights, and per version: replicas, requests, errors, latency p50/p99 and tokens since the test started")
+    .description(
+      "weights, and per version: replicas, requests, errors, latency p50/p99 and tokens since the test started",
+    )
     .option("--json", "print JSON")
     .action(async (endpoint: string, flags: { json?: boolean }) => {
       const api = await ApiClient.fromCredentials();
       const out = await api.request<Described>("GET", path(endpoint));
       if (flags.json) return printJson(out);
       if (!out.abtest) {
-        console.log(`${endpoint} has no A/B test; start one with \`platform inference abtest create ${endpoint} --split v1=70,v2=30\``);
+        console.log(
+          `${endpoint} has no A/B test; start one with \`platform inference abtest create ${endpoint} --split v1=70,v2=30\``,
+        );
         return;
       }
       const t = out.abtest;
-      console.log(`${endpoint}: ${t.state}${t.state === "stopping" ? ` (keeping ${t.keep})` : ""}, split ${formatSplit(t.split)}${t.sticky ? `, sticky by ${t.sticky}` : ""}`);
+      console.log(
+        `${endpoint}: ${t.state}${t.state === "stopping" ? ` (keeping ${t.keep})` : ""}, split ${formatSplit(t.split)}${t.sticky ? `, sticky by ${t.sticky}` : ""}`,
+      );
       printTable(
-        ["VERSION", "WEIGHT", "STATE", "READY/DESIRED", "REQUESTS", "ERRORS", "P50 MS", "P99 MS", "PROMPT TOK", "COMPLETION TOK"],
+        [
+          "VERSION",
+          "WEIGHT",
+          "STATE",
+          "READY/DESIRED",
+          "REQUESTS",
+          "ERRORS",
+          "P50 MS",
+          "P99 MS",
+          "PROMPT TOK",
+          "COMPLETION TOK",
+        ],
         out.variants.map((v) => [
           v.version,
           v.weight,
@@ -83,7 +115,11 @@ export function registerAbtest(inference: Command): void {
     .action(async (endpoint: string, flags: { split: string; sticky?: string; json?: boolean }) => {
       const api = await ApiClient.fromCredentials();
       const before = await api.request<Described>("GET", path(endpoint));
-      if (!before.abtest) throw new CliError(`"${endpoint}" has no A/B test; start one with \`platform inference abtest create ${endpoint} --split ...\``, 2);
+      if (!before.abtest)
+        throw new CliError(
+          `"${endpoint}" has no A/B test; start one with \`platform inference abtest create ${endpoint} --split ...\``,
+          2,
+        );
       const body: Record<string, unknown> = { split: formatSplit(split(flags.split)) };
       if (flags.sticky !== undefined) body.sticky = flags.sticky === "none" ? null : sticky(flags.sticky);
       const out = await api.request<Described>("PUT", path(endpoint), body);
@@ -93,7 +129,9 @@ export function registerAbtest(inference: Command): void {
 
   abtest
     .command("stop <endpoint>")
-    .description("send all traffic to one version (default: the endpoint's own) and end the test once the others have drained")
+    .description(
+      "send all traffic to one version (default: the endpoint's own) and end the test once the others have drained",
+    )
     .option("--keep <version>", "the version that takes all traffic")
     .option("--json", "print JSON")
     .action(async (endpoint: string, flags: { keep?: string; json?: boolean }) => {
@@ -101,7 +139,9 @@ export function registerAbtest(inference: Command): void {
       const query = flags.keep === undefined ? "" : `?keep=${encodeURIComponent(flags.keep)}`;
       const out = await api.request<Described>("DELETE", `${path(endpoint)}${query}`);
       if (flags.json) return printJson(out);
-      console.log(`A/B test on ${endpoint} stopping: all traffic on ${out.abtest?.keep}; the other versions are removed once their queued requests are served`);
+      console.log(
+        `A/B test on ${endpoint} stopping: all traffic on ${out.abtest?.keep}; the other versions are removed once their queued requests are served`,
+      );
     });
 }
 

@@ -7,8 +7,8 @@
 import { readFile } from "node:fs/promises";
 import type { Command } from "commander";
 import { parse as parseYaml } from "yaml";
-import { describeAutoscaling, formatDuration, parseAutoscalingConfig } from "../contracts/autoscaling.ts";
-import type { AutoscalingStatus } from "../control/autoscaling.ts";
+import { describeAutoscaling, formatDuration, parseAutoscalingConfig } from "../autoscaling/config.ts";
+import type { AutoscalingStatus } from "../autoscaling/store.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
 import { printJson, printTable } from "./output.ts";
@@ -20,17 +20,28 @@ export function registerAutoscale(inference: Command): void {
     .command("autoscale <model> [model]")
     .usage("<model> --config <file> | status <model> [--json]")
     .description("apply an autoscaling file to an endpoint, or show its scaling status (`autoscale status <model>`)")
-    .option("--config <file>", "autoscaling YAML: endpoint, autoscaling.{enabled, min_replicas, max_replicas, target_queue_depth, scale_up_cooldown, scale_down_cooldown, scale_down_delay}")
+    .option(
+      "--config <file>",
+      "autoscaling YAML: endpoint, autoscaling.{enabled, min_replicas, max_replicas, target_queue_depth, scale_up_cooldown, scale_down_cooldown, scale_down_delay}",
+    )
     .option("--json", "print JSON")
     .action(async (first: string, second: string | undefined, flags: Flags) => {
       // `autoscale status <model>` unless a file is given: then "status" is an endpoint's name.
       if (first === "status" && flags.config === undefined) {
-        if (second === undefined) throw new CliError("which endpoint? `platform inference autoscale status <model>`", 2);
+        if (second === undefined)
+          throw new CliError("which endpoint? `platform inference autoscale status <model>`", 2);
         return showStatus(second, flags);
       }
-      if (second !== undefined) throw new CliError(`unexpected argument "${second}"; usage: platform inference autoscale <model> --config <file>`, 2);
+      if (second !== undefined)
+        throw new CliError(
+          `unexpected argument "${second}"; usage: platform inference autoscale <model> --config <file>`,
+          2,
+        );
       if (flags.config === undefined) {
-        throw new CliError(`give the autoscaling file: platform inference autoscale ${first} --config <file> (or \`autoscale status ${first}\` to see the current state)`, 2);
+        throw new CliError(
+          `give the autoscaling file: platform inference autoscale ${first} --config <file> (or \`autoscale status ${first}\` to see the current state)`,
+          2,
+        );
       }
       return apply(first, flags.config, flags);
     });
@@ -41,13 +52,22 @@ async function apply(model: string, file: string, flags: Flags): Promise<void> {
   const parsed = parseAutoscalingConfig(document);
   if (!parsed.ok) throw new CliError(`${file}: ${parsed.error}`, 2);
   if (parsed.value.endpoint !== undefined && parsed.value.endpoint !== model) {
-    throw new CliError(`${file}: endpoint: "${parsed.value.endpoint}" does not match the endpoint on the command line, "${model}"`, 2);
+    throw new CliError(
+      `${file}: endpoint: "${parsed.value.endpoint}" does not match the endpoint on the command line, "${model}"`,
+      2,
+    );
   }
   const api = await ApiClient.fromCredentials();
-  const status = await api.request<AutoscalingStatus>("PUT", `/admin/v1/endpoints/${encodeURIComponent(model)}/autoscaling`, document);
+  const status = await api.request<AutoscalingStatus>(
+    "PUT",
+    `/admin/v1/endpoints/${encodeURIComponent(model)}/autoscaling`,
+    document,
+  );
   if (flags.json) return printJson(status);
   console.log(`autoscaling for ${model}: ${describeAutoscaling(parsed.value.autoscaling)}`);
-  console.log(`replicas ${status.replicas.ready} ready of ${status.replicas.desired} wanted; watch it with \`platform inference autoscale status ${model}\``);
+  console.log(
+    `replicas ${status.replicas.ready} ready of ${status.replicas.desired} wanted; watch it with \`platform inference autoscale status ${model}\``,
+  );
 }
 
 async function showStatus(model: string, flags: Flags): Promise<void> {
@@ -56,19 +76,46 @@ async function showStatus(model: string, flags: Flags): Promise<void> {
   if (flags.json) return printJson(s);
   const c = s.config;
   printTable(
-    ["ENDPOINT", "AUTOSCALING", "MIN-MAX", "TARGET/REPLICA", "REPLICAS (ready/current/desired)", "QUEUE (waiting/active)"],
-    [[s.endpoint, !s.configured ? "not configured" : s.enabled ? "on" : "off", c ? `${c.min_replicas}-${c.max_replicas}` : "-", c ? String(c.target_queue_depth) : "-", `${s.replicas.ready}/${s.replicas.current}/${s.replicas.desired}`, `${s.queue.waiting}/${s.queue.active}`]],
+    [
+      "ENDPOINT",
+      "AUTOSCALING",
+      "MIN-MAX",
+      "TARGET/REPLICA",
+      "REPLICAS (ready/current/desired)",
+      "QUEUE (waiting/active)",
+    ],
+    [
+      [
+        s.endpoint,
+        !s.configured ? "not configured" : s.enabled ? "on" : "off",
+        c ? `${c.min_replicas}-${c.max_replicas}` : "-",
+        c ? String(c.target_queue_depth) : "-",
+        `${s.replicas.ready}/${s.replicas.current}/${s.replicas.desired}`,
+        `${s.queue.waiting}/${s.queue.active}`,
+      ],
+    ],
   );
   if (!s.configured || !c) {
-    console.log(`no autoscaling configured; apply a file with \`platform inference autoscale ${s.endpoint} --config <file>\``);
+    console.log(
+      `no autoscaling configured; apply a file with \`platform inference autoscale ${s.endpoint} --config <file>\``,
+    );
   } else {
-    console.log(`cooldowns: scale-up ${c.scale_up_cooldown}, scale-down ${c.scale_down_cooldown}; scale-down delay ${c.scale_down_delay}`);
+    console.log(
+      `cooldowns: scale-up ${c.scale_up_cooldown}, scale-down ${c.scale_down_cooldown}; scale-down delay ${c.scale_down_delay}`,
+    );
   }
   if (s.waits) {
-    const delay = s.waits.scale_down_delay_ms === null ? "not running (demand is not low)" : `${left(s.waits.scale_down_delay_ms)} left`;
-    console.log(`time left: scale-up cooldown ${left(s.waits.scale_up_cooldown_ms)}, scale-down cooldown ${left(s.waits.scale_down_cooldown_ms)}, scale-down delay ${delay}`);
+    const delay =
+      s.waits.scale_down_delay_ms === null
+        ? "not running (demand is not low)"
+        : `${left(s.waits.scale_down_delay_ms)} left`;
+    console.log(
+      `time left: scale-up cooldown ${left(s.waits.scale_up_cooldown_ms)}, scale-down cooldown ${left(s.waits.scale_down_cooldown_ms)}, scale-down delay ${delay}`,
+    );
   }
-  console.log(`scaler: ${s.scaler.holder ? `${s.scaler.holder} (holds the lease)` : "none running: nothing will scale until `platform up` or `platform scaler` runs"}`);
+  console.log(
+    `scaler: ${s.scaler.holder ? `${s.scaler.holder} (holds the lease)` : "none running: nothing will scale until `platform up` or `platform scaler` runs"}`,
+  );
   if (s.decisions.length === 0) {
     if (s.configured) console.log("no decisions yet");
     return;
@@ -90,7 +137,10 @@ async function readYaml(file: string): Promise<unknown> {
   try {
     text = await readFile(file, "utf8");
   } catch (e) {
-    throw new CliError(`--config ${file}: ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (e as Error).message}`, 2);
+    throw new CliError(
+      `--config ${file}: ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (e as Error).message}`,
+      2,
+    );
   }
   try {
     return parseYaml(text) ?? {};

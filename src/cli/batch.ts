@@ -9,15 +9,14 @@ import { Readable } from "node:stream";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import type { Command } from "commander";
-import type { BatchJobList, BatchJobRecord, CreateBatchRequestInput } from "../contracts/batch.ts";
-import { FINAL_BATCH_STATES, KEPT_OUTPUT } from "../contracts/batch.ts";
+import type { BatchJobList, BatchJob, CreateBatchRequestInput } from "../batch/schema.ts";
+import { FINAL_BATCH_STATES, KEPT_OUTPUT } from "../batch/schema.ts";
 import { isStorageError } from "../storage/errors.ts";
 import { writeFileAtomically } from "../storage/shared.ts";
 import { loadCliSettings } from "../settings/cli.ts";
 import { fileUrl } from "../storage/uri.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
-import { type Credentials, resolveCredentials } from "./credentials.ts";
 import { printJson, printTable } from "./output.ts";
 
 type SubmitFlags = {
@@ -46,7 +45,9 @@ const REMOTE_OUTPUT_PREFIX = "cli-outputs/";
 const POLL_MS = 1000;
 
 export function registerBatch(inference: Command): void {
-  const batch = inference.command("batch").description("batch inference: JSONL in object storage (path, file:// or s3://) through a deployed model");
+  const batch = inference
+    .command("batch")
+    .description("batch inference: JSONL in object storage (path, file:// or s3://) through a deployed model");
 
   batch
     .command("submit", { isDefault: true })
@@ -54,12 +55,21 @@ export function registerBatch(inference: Command): void {
     .requiredOption("--model <name>", "registered model name (an endpoint must serve the version)")
     .option("--version <version>", "model version or latest", "latest")
     .requiredOption("--input <uri>", 'JSONL input object; each line {"id", "prompt", "max_tokens"}')
-    .requiredOption("--output <uri>", "a prefix or directory (receives <job id>.jsonl) or an object URI ending in .jsonl")
+    .requiredOption(
+      "--output <uri>",
+      "a prefix or directory (receives <job id>.jsonl) or an object URI ending in .jsonl",
+    )
     .option("--concurrency <n>", "records of this job in flight at once", "8")
     .option("--batch-size <n>", "records per checkpoint", "100")
     .option("--temperature <t>", "sampling temperature for every record (0: deterministic)")
-    .option("--overwrite", "replace an existing output object, or local file when the result is downloaded (without it the job, or the download, is refused)")
-    .option("--upload <mode>", "auto (default; env PLATFORM_CLI_UPLOAD): upload a local --input and fetch a local --output when the gateway cannot reach them; always; never")
+    .option(
+      "--overwrite",
+      "replace an existing output object, or local file when the result is downloaded (without it the job, or the download, is refused)",
+    )
+    .option(
+      "--upload <mode>",
+      "auto (default; env PLATFORM_CLI_UPLOAD): upload a local --input and fetch a local --output when the gateway cannot reach them; always; never",
+    )
     .option("--watch", "follow the job with a progress bar until it ends")
     .option("--json", "print the job record as JSON")
     .action(async (flags: SubmitFlags) => {
@@ -68,19 +78,28 @@ export function registerBatch(inference: Command): void {
       const temperature = flags.temperature !== undefined ? number("--temperature", flags.temperature) : undefined;
       const cli = loadCliSettings();
       const mode = uploadMode(flags.upload ?? cli.upload);
-      const creds = await resolveCredentials(cli);
-      const api = new ApiClient(creds);
+      const api = await ApiClient.fromCredentials();
       const localInput = localPath(flags.input);
       const localOutput = localPath(flags.output);
-      const remote = (localInput !== undefined || localOutput !== undefined) && (await notShared(api, mode, [localInput, localOutput]));
+      const remote =
+        (localInput !== undefined || localOutput !== undefined) &&
+        (await notShared(api, mode, [localInput, localOutput]));
       // A local result is written only when the job has ended: refuse now rather than after the work.
       const download = remote && localOutput !== undefined ? localOutput : undefined;
       if (download && /\.jsonl$/i.test(download) && existsSync(download) && !flags.overwrite) {
-        throw new CliError(`--output ${flags.output}: the file exists; pass --overwrite to replace it, or choose another name`, 2);
+        throw new CliError(
+          `--output ${flags.output}: the file exists; pass --overwrite to replace it, or choose another name`,
+          2,
+        );
       }
-      const uploaded = remote && localInput !== undefined ? await uploadInput(creds, localInput, flags.json === true) : undefined;
+      const uploaded =
+        remote && localInput !== undefined ? await uploadInput(api, localInput, flags.json === true) : undefined;
       // An uploaded input's result is kept by the server (no storage root needed), and fetched from there.
-      const output = download ? (uploaded !== undefined ? {} : { output: REMOTE_OUTPUT_PREFIX }) : { output: absoluteUri(flags.output) };
+      const output = download
+        ? uploaded !== undefined
+          ? {}
+          : { output: REMOTE_OUTPUT_PREFIX }
+        : { output: absoluteUri(flags.output) };
       const body: CreateBatchRequestInput = {
         model: flags.model,
         version: flags.version,
@@ -91,19 +110,22 @@ export function registerBatch(inference: Command): void {
         ...(flags.overwrite ? { overwrite: true } : {}),
         ...(temperature !== undefined ? { temperature } : {}),
       };
-      const job = await api.request<BatchJobRecord>("POST", "/v1/batch-jobs", body);
+      const job = await api.request<BatchJob>("POST", "/v1/batch-jobs", body);
       if (flags.watch) {
         const ended = await watch(api, job, flags.json === true, download === undefined);
         if (download && ended.state === "completed") {
           const to = /\.jsonl$/i.test(download) ? download : join(download, `${job.id}.jsonl`);
-          await downloadOutput(creds, job.id, to, flags.overwrite === true);
+          await downloadOutput(api, job.id, to, flags.overwrite === true);
           if (!flags.json) console.log(`output: ${to}`);
         }
         return finishWatch(ended);
       }
       if (flags.json) return printJson(job);
       console.log(job.id);
-      if (download) console.error(`the gateway keeps the result; fetch it when the job ends with \`platform inference batch download ${job.id} --to ${download}\``);
+      if (download)
+        console.error(
+          `the gateway keeps the result; fetch it when the job ends with \`platform inference batch download ${job.id} --to ${download}\``,
+        );
       else if (process.stdout.isTTY) console.error(`follow it with \`platform inference batch status ${job.id}\``);
     });
 
@@ -114,7 +136,7 @@ export function registerBatch(inference: Command): void {
     .option("--watch", "follow the job with a progress bar until it ends")
     .action(async (id: string, opts: { json?: boolean; watch?: boolean }) => {
       const api = await ApiClient.fromCredentials();
-      const job = await api.request<BatchJobRecord>("GET", `/v1/batch-jobs/${encodeURIComponent(id)}`);
+      const job = await api.request<BatchJob>("GET", `/v1/batch-jobs/${encodeURIComponent(id)}`);
       if (opts.watch) return finishWatch(await watch(api, job, opts.json === true));
       if (opts.json) return printJson(job);
       printStatus(job);
@@ -122,12 +144,14 @@ export function registerBatch(inference: Command): void {
 
   batch
     .command("resume <job_id>")
-    .description("continue a failed job from its checkpoint once its cause is fixed (completed records are not sent again)")
+    .description(
+      "continue a failed job from its checkpoint once its cause is fixed (completed records are not sent again)",
+    )
     .option("--watch", "follow the job until it ends")
     .option("--json", "print JSON")
     .action(async (id: string, opts: { json?: boolean; watch?: boolean }) => {
       const api = await ApiClient.fromCredentials();
-      const job = await api.request<BatchJobRecord>("POST", `/v1/batch-jobs/${encodeURIComponent(id)}/resume`);
+      const job = await api.request<BatchJob>("POST", `/v1/batch-jobs/${encodeURIComponent(id)}/resume`);
       if (opts.watch) return finishWatch(await watch(api, job, opts.json === true));
       if (opts.json) return printJson(job);
       console.log(`${job.id}: ${job.state}`);
@@ -139,9 +163,9 @@ export function registerBatch(inference: Command): void {
     .option("--to <path>", "the file to write (default ./<job id>.jsonl)")
     .option("--overwrite", "replace the file if it exists (without it an existing file is refused)")
     .action(async (id: string, opts: { to?: string; overwrite?: boolean }) => {
-      const creds = await resolveCredentials();
+      const api = await ApiClient.fromCredentials();
       const to = resolve(opts.to ?? `${id}.jsonl`);
-      await downloadOutput(creds, id, to, opts.overwrite === true);
+      await downloadOutput(api, id, to, opts.overwrite === true);
       console.log(to);
     });
 
@@ -151,7 +175,7 @@ export function registerBatch(inference: Command): void {
     .option("--json", "print JSON")
     .action(async (id: string, opts: { json?: boolean }) => {
       const api = await ApiClient.fromCredentials();
-      const job = await api.request<BatchJobRecord>("POST", `/v1/batch-jobs/${encodeURIComponent(id)}/cancel`);
+      const job = await api.request<BatchJob>("POST", `/v1/batch-jobs/${encodeURIComponent(id)}/cancel`);
       if (opts.json) return printJson(job);
       console.log(`${job.id}: ${job.state}`);
     });
@@ -167,7 +191,14 @@ export function registerBatch(inference: Command): void {
       if (opts.json) return printJson(list);
       printTable(
         ["JOB", "STATE", "MODEL", "DONE/TOTAL", "FAILED", "CREATED"],
-        list.data.map((j) => [j.id, j.state, `${j.model}@${j.resolved_version ?? j.version}`, `${done(j)}/${j.counts.total}`, j.counts.failed, new Date(j.created).toISOString()]),
+        list.data.map((j) => [
+          j.id,
+          j.state,
+          `${j.model}@${j.resolved_version ?? j.version}`,
+          `${done(j)}/${j.counts.total}`,
+          j.counts.failed,
+          new Date(j.created).toISOString(),
+        ]),
       );
     });
 }
@@ -196,7 +227,11 @@ async function notShared(api: ApiClient, mode: UploadMode, paths: (string | unde
   const storage = await api.request<{ roots: string[] }>("GET", "/v1/storage").catch(() => undefined);
   if (!storage) return false; // an older gateway: the same-machine flow as before
   const roots = storage.roots.filter((r) => r.startsWith("file:")).map((r) => real(fileURLToPath(r)));
-  return paths.some((p) => p !== undefined && !roots.some((root) => real(p) === root || real(p).startsWith(root.endsWith(sep) ? root : `${root}${sep}`)));
+  return paths.some(
+    (p) =>
+      p !== undefined &&
+      !roots.some((root) => real(p) === root || real(p).startsWith(root.endsWith(sep) ? root : `${root}${sep}`)),
+  );
 }
 
 /** The real path of `path`, or of its nearest existing ancestor with the rest appended. */
@@ -209,13 +244,13 @@ function real(path: string): string {
   }
 }
 
-async function uploadInput(creds: Credentials, path: string, quiet: boolean): Promise<string> {
+async function uploadInput(api: ApiClient, path: string, quiet: boolean): Promise<string> {
   if (!existsSync(path)) throw new CliError(`--input ${path}: no such file`, 2);
   if (!quiet) process.stderr.write(`uploading ${path} (the gateway does not share this machine's files)...\n`);
   const form = new FormData();
   form.set("purpose", "batch");
   form.set("file", await openAsBlob(path), basename(path));
-  const res = await send(creds, "POST", "/v1/files", { body: form });
+  const res = await send(api, "POST", "/v1/files", { body: form });
   return ((await res.json()) as { id: string }).id;
 }
 
@@ -226,12 +261,17 @@ async function uploadInput(creds: Credentials, path: string, quiet: boolean): Pr
  * `overwrite` an existing file is never replaced, even one that appeared
  * while the job ran or the bytes arrived.
  */
-async function downloadOutput(creds: Credentials, id: string, to: string, overwrite: boolean): Promise<void> {
-  const exists = () => new CliError(`${to}: the file exists; pass --overwrite to replace it, or fetch the result elsewhere with \`platform inference batch download ${id} --to <path>\``);
+async function downloadOutput(api: ApiClient, id: string, to: string, overwrite: boolean): Promise<void> {
+  const exists = () =>
+    new CliError(
+      `${to}: the file exists; pass --overwrite to replace it, or fetch the result elsewhere with \`platform inference batch download ${id} --to <path>\``,
+    );
   if (!overwrite && existsSync(to)) throw exists();
-  const res = await send(creds, "GET", `/v1/batch-jobs/${encodeURIComponent(id)}/output`, {});
+  const res = await send(api, "GET", `/v1/batch-jobs/${encodeURIComponent(id)}/output`, {});
   try {
-    await writeFileAtomically(to, Readable.fromWeb(res.body as WebReadableStream<Uint8Array>), fileUrl(to), { replace: overwrite });
+    await writeFileAtomically(to, Readable.fromWeb(res.body as WebReadableStream<Uint8Array>), fileUrl(to), {
+      replace: overwrite,
+    });
   } catch (e) {
     if (isStorageError(e, "exists")) throw exists();
     throw new CliError(`${to}: cannot write (${(e as Error).message})`);
@@ -239,14 +279,8 @@ async function downloadOutput(creds: Credentials, id: string, to: string, overwr
 }
 
 /** A request whose body is not JSON (uploads, downloads); errors as ApiClient reports them. */
-async function send(creds: Credentials, method: string, path: string, init: { body?: FormData }): Promise<Response> {
-  let res: Response;
-  try {
-    res = await fetch(`${creds.base_url}${path}`, { method, headers: { authorization: `Bearer ${creds.api_key}` }, ...init });
-  } catch (e) {
-    const cause = (e as { cause?: { code?: string } }).cause?.code ?? (e as Error).message;
-    throw new CliError(`cannot reach the platform at ${creds.base_url} (${cause}). Is \`platform up\` running?`);
-  }
+async function send(api: ApiClient, method: string, path: string, init: { body?: FormData }): Promise<Response> {
+  const res = await api.send(method, path, init);
   if (!res.ok || !res.body) {
     const err = ((await res.json().catch(() => ({}))) as { error?: { message?: string; code?: string } }).error;
     throw new CliError(`${err?.message ?? `HTTP ${res.status}`}${err?.code ? ` (${err.code})` : ""}`);
@@ -261,40 +295,59 @@ function absoluteUri(uri: string): string {
   return uri.endsWith("/") && !url.endsWith("/") ? `${url}/` : url;
 }
 
-function done(job: BatchJobRecord): number {
+function done(job: BatchJob): number {
   return job.counts.succeeded + job.counts.failed;
 }
 
-function printStatus(job: BatchJobRecord): void {
+function printStatus(job: BatchJob): void {
   const rows: [string, string][] = [
     ["job", job.id],
     ["state", job.state],
-    ["model", `${job.model}@${job.resolved_version ?? job.version}${job.resolved_version && job.version !== job.resolved_version ? ` (${job.version})` : ""}`],
-    ["records", `${done(job)}/${job.counts.total} done: ${job.counts.succeeded} succeeded, ${job.counts.failed} failed, ${job.counts.in_flight} in flight`],
+    [
+      "model",
+      `${job.model}@${job.resolved_version ?? job.version}${job.resolved_version && job.version !== job.resolved_version ? ` (${job.version})` : ""}`,
+    ],
+    [
+      "records",
+      `${done(job)}/${job.counts.total} done: ${job.counts.succeeded} succeeded, ${job.counts.failed} failed, ${job.counts.in_flight} in flight`,
+    ],
   ];
   if (job.throughput) {
-    rows.push(["throughput", `${job.throughput.records_per_second} records/s, ${job.throughput.tokens_per_second} tokens/s${eta(job) ? `, ETA ${eta(job)}` : ""}`]);
+    rows.push([
+      "throughput",
+      `${job.throughput.records_per_second} records/s, ${job.throughput.tokens_per_second} tokens/s${eta(job) ? `, ETA ${eta(job)}` : ""}`,
+    ]);
   }
-  const kept = job.output === KEPT_OUTPUT ? `; kept by the server: \`platform inference batch download ${job.id}\` fetches it` : "";
-  rows.push(["input", job.input], ["output", `${job.output_file ?? `${job.output} (written when the job completes)`}${kept}`]);
+  const kept =
+    job.output === KEPT_OUTPUT
+      ? `; kept by the server: \`platform inference batch download ${job.id}\` fetches it`
+      : "";
+  rows.push(
+    ["input", job.input],
+    ["output", `${job.output_file ?? `${job.output} (written when the job completes)`}${kept}`],
+  );
   rows.push(["concurrency", `${job.concurrency} records in flight, checkpoint every ${job.batch_size} records`]);
   if (job.error) rows.push(["error", `${job.error.message} (${job.error.code})`]);
   if (job.partial) rows.push(["kept", keptLine(job)]);
   rows.push(["created", new Date(job.created).toISOString()]);
   if (job.started) rows.push(["started", new Date(job.started).toISOString()]);
-  if (job.finished) rows.push(["finished", `${new Date(job.finished).toISOString()} (${formatSeconds((job.finished - (job.started ?? job.created)) / 1000)})`]);
+  if (job.finished)
+    rows.push([
+      "finished",
+      `${new Date(job.finished).toISOString()} (${formatSeconds((job.finished - (job.started ?? job.created)) / 1000)})`,
+    ]);
   const width = Math.max(...rows.map(([k]) => k.length));
   for (const [k, v] of rows) console.log(`${k.padEnd(width)}  ${v}`);
 }
 
-function keptLine(job: BatchJobRecord): string {
-  const partial = job.partial as NonNullable<BatchJobRecord["partial"]>;
+function keptLine(job: BatchJob): string {
+  const partial = job.partial as NonNullable<BatchJob["partial"]>;
   const download = `download with \`platform inference batch download ${job.id} [--to <path>]\``;
   const resume = job.resumable ? `resume with \`platform inference batch resume ${job.id}\`, ` : "";
   return `${partial.records} records completed and kept (${partial.parts_uri}); ${resume}${download}`;
 }
 
-function eta(job: BatchJobRecord): string | undefined {
+function eta(job: BatchJob): string | undefined {
   const rate = job.throughput?.records_per_second ?? 0;
   if (rate <= 0 || job.counts.total === 0) return undefined;
   return formatSeconds((job.counts.total - done(job)) / rate);
@@ -306,7 +359,7 @@ function formatSeconds(s: number): string {
   return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
 }
 
-function progressLine(job: BatchJobRecord, bar: boolean): string {
+function progressLine(job: BatchJob, bar: boolean): string {
   const total = job.counts.total;
   const finished = done(job);
   const parts: string[] = [];
@@ -324,7 +377,7 @@ function progressLine(job: BatchJobRecord, bar: boolean): string {
 }
 
 /** Follows the job until it ends and returns it; finishWatch then exits non-zero unless it completed. */
-async function watch(api: ApiClient, first: BatchJobRecord, json: boolean, showOutput = true): Promise<BatchJobRecord> {
+async function watch(api: ApiClient, first: BatchJob, json: boolean, showOutput = true): Promise<BatchJob> {
   const tty = process.stderr.isTTY === true && !json;
   let job = first;
   let lastPrinted = 0;
@@ -339,7 +392,7 @@ async function watch(api: ApiClient, first: BatchJobRecord, json: boolean, showO
     }
     if (FINAL_BATCH_STATES.includes(job.state)) break;
     await new Promise((r) => setTimeout(r, POLL_MS));
-    job = await api.request<BatchJobRecord>("GET", `/v1/batch-jobs/${encodeURIComponent(job.id)}`);
+    job = await api.request<BatchJob>("GET", `/v1/batch-jobs/${encodeURIComponent(job.id)}`);
   }
   if (tty) process.stderr.write("\n");
   if (json) printJson(job);
@@ -347,10 +400,12 @@ async function watch(api: ApiClient, first: BatchJobRecord, json: boolean, showO
   return job;
 }
 
-function finishWatch(job: BatchJobRecord): void {
+function finishWatch(job: BatchJob): void {
   if (job.state !== "completed") {
     const kept = job.partial ? `\n${keptLine(job)}` : "";
-    throw new CliError(`batch job ${job.id} ${job.state}${job.error ? `: ${job.error.message} (${job.error.code})` : ""}${kept}`);
+    throw new CliError(
+      `batch job ${job.id} ${job.state}${job.error ? `: ${job.error.message} (${job.error.code})` : ""}${kept}`,
+    );
   }
 }
 

@@ -5,7 +5,8 @@
  */
 import type { ClientRequest, IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
-import { http } from "../node-http.ts";
+import { createParser } from "eventsource-parser";
+import { http } from "../process/node-http.ts";
 import { type Summary, summarize } from "./benchmark-stats.ts";
 
 export type Api = "chat" | "completions";
@@ -73,8 +74,18 @@ export function closeConnections(): void {
  */
 export function sendStreamed(spec: RequestSpec, signal: AbortSignal): Promise<RequestSample> {
   const url = new URL(`${spec.baseUrl}/v1/${spec.api === "chat" ? "chat/completions" : "completions"}`);
-  const common = { model: spec.model, max_tokens: spec.maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } };
-  const body = JSON.stringify(spec.api === "chat" ? { ...common, messages: [{ role: "user", content: spec.prompt }] } : { ...common, prompt: spec.prompt });
+  const common = {
+    model: spec.model,
+    max_tokens: spec.maxTokens,
+    temperature: 0,
+    stream: true,
+    stream_options: { include_usage: true },
+  };
+  const body = JSON.stringify(
+    spec.api === "chat"
+      ? { ...common, messages: [{ role: "user", content: spec.prompt }] }
+      : { ...common, prompt: spec.prompt },
+  );
   const https = url.protocol === "https:";
   return new Promise((resolve, reject) => {
     const started = performance.now();
@@ -135,28 +146,23 @@ export function sendStreamed(spec: RequestSpec, signal: AbortSignal): Promise<Re
         res.on("error", (e) => finish(e.message));
         return;
       }
-      let buffered = "";
-      res.on("data", (chunk: string) => {
-        buffered += chunk;
-        // SSE: events end with a blank line; a chunk may hold several, or part of one.
-        let end = buffered.indexOf("\n\n");
-        while (end >= 0) {
-          const block = buffered.slice(0, end);
-          buffered = buffered.slice(end + 2);
-          const data = block
-            .split("\n")
-            .filter((line) => line.startsWith("data:"))
-            .map((line) => line.slice(line.startsWith("data: ") ? 6 : 5))
-            .join("\n");
-          if (data !== "") onEvent(data);
-          end = buffered.indexOf("\n\n");
-        }
-      });
+      // A chunk may hold several events, or part of one.
+      const parser = createParser({ onEvent: (event) => onEvent(event.data) });
+      res.on("data", (chunk: string) => parser.feed(chunk));
       res.on("end", () => finish());
       res.on("error", (e) => finish(e.message));
     };
-    const headers = { authorization: `Bearer ${spec.apiKey}`, "content-type": "application/json", "content-length": Buffer.byteLength(body), accept: "text/event-stream" };
-    req = (https ? httpsRequest : http.request)(url, { method: "POST", agent: https ? httpsAgent : httpAgent, headers }, onResponse);
+    const headers = {
+      authorization: `Bearer ${spec.apiKey}`,
+      "content-type": "application/json",
+      "content-length": Buffer.byteLength(body),
+      accept: "text/event-stream",
+    };
+    req = (https ? httpsRequest : http.request)(
+      url,
+      { method: "POST", agent: https ? httpsAgent : httpAgent, headers },
+      onResponse,
+    );
     req.on("error", (e) => finish(`cannot reach the gateway (${(e as NodeJS.ErrnoException).code ?? e.message})`));
     if (signal.aborted) return onAbort();
     signal.addEventListener("abort", onAbort, { once: true });
@@ -199,12 +205,17 @@ export type LevelProgress = { started: number; finished: number; errors: number;
  * last one ended (closed loop, as `vllm bench serve --max-concurrency` does), so the level's
  * rates are what the endpoint sustains with that many requests in flight.
  */
-export async function runLevel(plan: LevelPlan, send: () => Promise<RequestSample>, onProgress: (p: LevelProgress) => void): Promise<LevelResult> {
+export async function runLevel(
+  plan: LevelPlan,
+  send: () => Promise<RequestSample>,
+  onProgress: (p: LevelProgress) => void,
+): Promise<LevelResult> {
   const samples: RequestSample[] = [];
   const t0 = performance.now();
   let started = 0;
   let errors = 0;
-  const more = () => (plan.requests !== undefined ? started < plan.requests : performance.now() - t0 < (plan.durationMs ?? 0));
+  const more = () =>
+    plan.requests !== undefined ? started < plan.requests : performance.now() - t0 < (plan.durationMs ?? 0);
   const report = () => onProgress({ started, finished: samples.length, errors, elapsedMs: performance.now() - t0 });
   const client = async () => {
     while (more()) {
@@ -226,13 +237,18 @@ export async function runLevel(plan: LevelPlan, send: () => Promise<RequestSampl
 
 /** Microseconds are below what a client on another host can tell apart; more digits only clutter the JSON. */
 const round3 = (v: number) => Math.round(v * 1000) / 1000;
-const rounded = (s: Summary | null): Summary | null => (s === null ? null : { count: s.count, mean: round3(s.mean), p50: round3(s.p50), p90: round3(s.p90), p99: round3(s.p99) });
+const rounded = (s: Summary | null): Summary | null =>
+  s === null
+    ? null
+    : { count: s.count, mean: round3(s.mean), p50: round3(s.p50), p90: round3(s.p90), p99: round3(s.p99) };
 
 /** What a level's samples add up to; rates over the whole level, latencies over the requests that succeeded. */
 export function levelResult(concurrency: number, samples: RequestSample[], durationS: number): LevelResult {
   const ok = samples.filter((s) => s.ok);
   const outputTokens = ok.reduce((sum, s) => sum + s.output_tokens, 0);
-  const tpot = ok.flatMap((s) => (s.ttft_ms !== undefined && s.output_tokens > 1 ? [(s.e2e_ms - s.ttft_ms) / (s.output_tokens - 1)] : []));
+  const tpot = ok.flatMap((s) =>
+    s.ttft_ms !== undefined && s.output_tokens > 1 ? [(s.e2e_ms - s.ttft_ms) / (s.output_tokens - 1)] : [],
+  );
   return {
     concurrency,
     requests: samples.length,

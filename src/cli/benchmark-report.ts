@@ -72,18 +72,37 @@ export function formatRate(v: number): string {
   return v.toFixed(0);
 }
 
-const triple = (s: Summary | null) => (s === null ? "-" : `${formatMs(s.p50)} / ${formatMs(s.p90)} / ${formatMs(s.p99)}`);
+const triple = (s: Summary | null) =>
+  s === null ? "-" : `${formatMs(s.p50)} / ${formatMs(s.p90)} / ${formatMs(s.p99)}`;
 
 // ---- terminal ----
 
 export function tableHead(): string[] {
-  return ["CONFIG", "CONC", "OK/ERR", "REQ/S", "OUT TOK/S", "TTFT MS p50/p90/p99", "ITL MS p50/p90/p99", "E2E MS p50/p90/p99"];
+  return [
+    "CONFIG",
+    "CONC",
+    "OK/ERR",
+    "REQ/S",
+    "OUT TOK/S",
+    "TTFT MS p50/p90/p99",
+    "ITL MS p50/p90/p99",
+    "E2E MS p50/p90/p99",
+  ];
 }
 
 export function tableRows(report: BenchmarkReport): (string | number)[][] {
   return report.configurations.flatMap((c) => {
     if (c.levels.length === 0) return [[c.name, "-", "-", "-", "-", "-", "-", `failed: ${c.error ?? "not measured"}`]];
-    return c.levels.map((l) => [c.name, l.concurrency, `${l.completed}/${l.errors}`, formatRate(l.requests_per_s), formatRate(l.output_tokens_per_s), triple(l.ttft_ms), triple(l.itl_ms), triple(l.e2e_ms)]);
+    return c.levels.map((l) => [
+      c.name,
+      l.concurrency,
+      `${l.completed}/${l.errors}`,
+      formatRate(l.requests_per_s),
+      formatRate(l.output_tokens_per_s),
+      triple(l.ttft_ms),
+      triple(l.itl_ms),
+      triple(l.e2e_ms),
+    ]);
   });
 }
 
@@ -94,13 +113,18 @@ export function notes(report: BenchmarkReport): string[] {
     const where = `${c.name} (${c.endpoint}${c.temporary ? ", temporary" : ""})`;
     if (c.varied_not_applied.length > 0) {
       const them = c.varied_not_applied.length === 1 ? "it" : "them";
-      out.push(`${where}: ${c.varied_not_applied.join(", ")} not applied by ${c.framework ?? "its engine"}: these are the numbers of the deployment without ${them}, not ${c.varied_not_applied.length === 1 ? "its" : "their"} effect`);
+      out.push(
+        `${where}: ${c.varied_not_applied.join(", ")} not applied by ${c.framework ?? "its engine"}: these are the numbers of the deployment without ${them}, not ${c.varied_not_applied.length === 1 ? "its" : "their"} effect`,
+      );
     }
     const others = c.not_applied.filter((f) => !c.varied_not_applied.includes(f));
     if (others.length > 0) out.push(`${where}: also stored but not applied: ${others.join(", ")}`);
-    for (const l of c.levels) if (l.errors > 0) out.push(`${c.name}, concurrency ${l.concurrency}: ${l.errors} failed: ${l.error_samples.join("; ")}`);
+    for (const l of c.levels)
+      if (l.errors > 0)
+        out.push(`${c.name}, concurrency ${l.concurrency}: ${l.errors} failed: ${l.error_samples.join("; ")}`);
     if (c.error) out.push(`${where}: ${c.error}`);
-    if (c.levels.some((l) => !l.tokens_exact)) out.push(`${c.name}: some answers carried no usage: their tokens were counted as text chunks`);
+    if (c.levels.some((l) => !l.tokens_exact))
+      out.push(`${c.name}: some answers carried no usage: their tokens were counted as text chunks`);
   }
   // One line for every configuration that shares the same endpoints' queue, not one each.
   const sharing = new Map<string, ConfigurationResult[]>();
@@ -148,27 +172,39 @@ export function lineChart(title: string, unit: string, xs: number[], series: Ser
   const plotH = H - top - bottom;
   const lo = Math.min(...xs);
   const hi = Math.max(...xs);
-  const x = (c: number) => (hi === lo ? left + plotW / 2 : left + ((Math.log(c) - Math.log(lo)) / (Math.log(hi) - Math.log(lo))) * plotW);
+  const x = (c: number) =>
+    hi === lo ? left + plotW / 2 : left + ((Math.log(c) - Math.log(lo)) / (Math.log(hi) - Math.log(lo))) * plotW;
   const ys = series.flatMap((s) => s.points.flatMap((p) => (p.y === null ? [] : [p.y])));
   const maxY = Math.max(0, ...ys);
   const step = maxY > 0 ? niceStep(maxY / 4) : 1;
   const topY = maxY > 0 ? Math.ceil(maxY / step) * step : 4;
   const y = (v: number) => top + plotH - (v / topY) * plotH;
   const parts: string[] = [];
-  parts.push(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="${esc(title)}">`);
+  parts.push(
+    `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="${esc(title)}">`,
+  );
   parts.push(`<text x="${left}" y="20" class="title">${esc(title)}</text>`);
   for (let v = 0; v <= topY + step / 2; v += step) {
     parts.push(`<line x1="${left}" x2="${W - right}" y1="${y(v).toFixed(1)}" y2="${y(v).toFixed(1)}" class="grid"/>`);
     parts.push(`<text x="${left - 6}" y="${(y(v) + 4).toFixed(1)}" class="tick" text-anchor="end">${tick(v)}</text>`);
   }
   for (const c of xs) {
-    parts.push(`<line x1="${x(c).toFixed(1)}" x2="${x(c).toFixed(1)}" y1="${top + plotH}" y2="${top + plotH + 5}" class="axis"/>`);
+    parts.push(
+      `<line x1="${x(c).toFixed(1)}" x2="${x(c).toFixed(1)}" y1="${top + plotH}" y2="${top + plotH + 5}" class="axis"/>`,
+    );
     parts.push(`<text x="${x(c).toFixed(1)}" y="${top + plotH + 18}" class="tick" text-anchor="middle">${c}</text>`);
   }
   parts.push(`<line x1="${left}" x2="${W - right}" y1="${top + plotH}" y2="${top + plotH}" class="axis"/>`);
-  parts.push(`<text x="${left + plotW / 2}" y="${H - 8}" class="label" text-anchor="middle">concurrency (requests in flight)</text>`);
-  parts.push(`<text transform="translate(14 ${top + plotH / 2}) rotate(-90)" class="label" text-anchor="middle">${esc(unit)}</text>`);
-  if (ys.length === 0) parts.push(`<text x="${left + plotW / 2}" y="${top + plotH / 2}" class="label" text-anchor="middle">no successful requests</text>`);
+  parts.push(
+    `<text x="${left + plotW / 2}" y="${H - 8}" class="label" text-anchor="middle">concurrency (requests in flight)</text>`,
+  );
+  parts.push(
+    `<text transform="translate(14 ${top + plotH / 2}) rotate(-90)" class="label" text-anchor="middle">${esc(unit)}</text>`,
+  );
+  if (ys.length === 0)
+    parts.push(
+      `<text x="${left + plotW / 2}" y="${top + plotH / 2}" class="label" text-anchor="middle">no successful requests</text>`,
+    );
   for (const s of series) {
     // A level without a value (every request failed) breaks the line rather than drawing it to 0.
     let path = "";
@@ -181,10 +217,15 @@ export function lineChart(title: string, unit: string, xs: number[], series: Ser
       path += `${pen ? "L" : "M"}${x(p.x).toFixed(1)},${y(p.y).toFixed(1)}`;
       pen = true;
     }
-    if (path) parts.push(`<path d="${path}" fill="none" stroke="${s.color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="6 4"' : ""}/>`);
+    if (path)
+      parts.push(
+        `<path d="${path}" fill="none" stroke="${s.color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="6 4"' : ""}/>`,
+      );
     for (const p of s.points) {
       if (p.y === null) continue;
-      parts.push(`<circle cx="${x(p.x).toFixed(1)}" cy="${y(p.y).toFixed(1)}" r="3.5" fill="${s.dashed ? "#fff" : s.color}" stroke="${s.color}" stroke-width="1.5"><title>${esc(`${s.name}, concurrency ${p.x}: ${formatMs(p.y)} ${unit}`)}</title></circle>`);
+      parts.push(
+        `<circle cx="${x(p.x).toFixed(1)}" cy="${y(p.y).toFixed(1)}" r="3.5" fill="${s.dashed ? "#fff" : s.color}" stroke="${s.color}" stroke-width="1.5"><title>${esc(`${s.name}, concurrency ${p.x}: ${formatMs(p.y)} ${unit}`)}</title></circle>`,
+      );
     }
   }
   parts.push("</svg>");
@@ -195,34 +236,89 @@ export function renderHtml(report: BenchmarkReport): string {
   const configs = report.configurations;
   const xs = [...new Set(configs.flatMap((c) => c.levels.map((l) => l.concurrency)))].sort((a, b) => a - b);
   const color = (i: number) => PALETTE[i % PALETTE.length] as string;
-  const rate = (pick: (l: LevelResult) => number) => configs.map((c, i): Series => ({ name: c.name, color: color(i), points: c.levels.map((l) => ({ x: l.concurrency, y: l.completed > 0 ? pick(l) : null })) }));
+  const rate = (pick: (l: LevelResult) => number) =>
+    configs.map(
+      (c, i): Series => ({
+        name: c.name,
+        color: color(i),
+        points: c.levels.map((l) => ({ x: l.concurrency, y: l.completed > 0 ? pick(l) : null })),
+      }),
+    );
   const latency = (pick: (l: LevelResult) => Summary | null) =>
     configs.flatMap((c, i): Series[] => [
-      { name: `${c.name} p50`, color: color(i), points: c.levels.map((l) => ({ x: l.concurrency, y: pick(l)?.p50 ?? null })) },
-      { name: `${c.name} p99`, color: color(i), dashed: true, points: c.levels.map((l) => ({ x: l.concurrency, y: pick(l)?.p99 ?? null })) },
+      {
+        name: `${c.name} p50`,
+        color: color(i),
+        points: c.levels.map((l) => ({ x: l.concurrency, y: pick(l)?.p50 ?? null })),
+      },
+      {
+        name: `${c.name} p99`,
+        color: color(i),
+        dashed: true,
+        points: c.levels.map((l) => ({ x: l.concurrency, y: pick(l)?.p99 ?? null })),
+      },
     ]);
   const charts =
     xs.length === 0
       ? ["<p>No configuration was measured.</p>"]
       : [
-          lineChart("Output tokens per second", "tokens/s", xs, rate((l) => l.output_tokens_per_s)),
-          lineChart("Requests per second", "requests/s", xs, rate((l) => l.requests_per_s)),
-          lineChart("Time to first token", "ms", xs, latency((l) => l.ttft_ms)),
-          lineChart("Inter-token latency", "ms", xs, latency((l) => l.itl_ms)),
-          lineChart("End-to-end latency", "ms", xs, latency((l) => l.e2e_ms)),
+          lineChart(
+            "Output tokens per second",
+            "tokens/s",
+            xs,
+            rate((l) => l.output_tokens_per_s),
+          ),
+          lineChart(
+            "Requests per second",
+            "requests/s",
+            xs,
+            rate((l) => l.requests_per_s),
+          ),
+          lineChart(
+            "Time to first token",
+            "ms",
+            xs,
+            latency((l) => l.ttft_ms),
+          ),
+          lineChart(
+            "Inter-token latency",
+            "ms",
+            xs,
+            latency((l) => l.itl_ms),
+          ),
+          lineChart(
+            "End-to-end latency",
+            "ms",
+            xs,
+            latency((l) => l.e2e_ms),
+          ),
         ];
   // The caveat rides with the name wherever a reader looks first.
   const legend = configs
-    .map((c, i) => `<span class="key"><span class="swatch" style="background:${color(i)}"></span>${esc(c.name)}${c.varied_not_applied.length > 0 ? ` <span class="bad">(${esc(c.varied_not_applied.join(", "))} not applied)</span>` : ""}</span>`)
+    .map(
+      (c, i) =>
+        `<span class="key"><span class="swatch" style="background:${color(i)}"></span>${esc(c.name)}${c.varied_not_applied.length > 0 ? ` <span class="bad">(${esc(c.varied_not_applied.join(", "))} not applied)</span>` : ""}</span>`,
+    )
     .join("");
   const s = report.settings;
-  const load = s.duration_s !== null ? `${s.duration_s} s per level` : s.requests_per_level !== null ? `${s.requests_per_level} requests per level` : "4 × concurrency requests per level (at least 16)";
+  const load =
+    s.duration_s !== null
+      ? `${s.duration_s} s per level`
+      : s.requests_per_level !== null
+        ? `${s.requests_per_level} requests per level`
+        : "4 × concurrency requests per level (at least 16)";
   const warnings = notes(report);
   const row = (c: ConfigurationResult, l: LevelResult) =>
     `<tr><td>${esc(c.name)}</td><td>${l.concurrency}</td><td>${l.completed}</td><td>${l.errors}</td><td>${formatRate(l.requests_per_s)}</td><td>${formatRate(l.output_tokens_per_s)}</td>` +
-    [l.ttft_ms, l.itl_ms, l.e2e_ms, l.tpot_ms].map((m) => `<td>${formatMs(m?.p50)}</td><td>${formatMs(m?.p90)}</td><td>${formatMs(m?.p99)}</td>`).join("") +
+    [l.ttft_ms, l.itl_ms, l.e2e_ms, l.tpot_ms]
+      .map((m) => `<td>${formatMs(m?.p50)}</td><td>${formatMs(m?.p90)}</td><td>${formatMs(m?.p99)}</td>`)
+      .join("") +
     "</tr>";
-  const rows = configs.flatMap((c) => (c.levels.length === 0 ? [`<tr><td>${esc(c.name)}</td><td colspan="17">failed: ${esc(c.error ?? "not measured")}</td></tr>`] : c.levels.map((l) => row(c, l))));
+  const rows = configs.flatMap((c) =>
+    c.levels.length === 0
+      ? [`<tr><td>${esc(c.name)}</td><td colspan="17">failed: ${esc(c.error ?? "not measured")}</td></tr>`]
+      : c.levels.map((l) => row(c, l)),
+  );
   const configRows = configs.map(
     (c, i) =>
       `<tr><td><span class="swatch" style="background:${color(i)}"></span>${esc(c.name)}</td><td>${esc(c.endpoint)}${c.temporary ? " (temporary, removed)" : ""}</td><td>${esc(c.version ?? "-")}</td><td>${esc(c.framework ?? "-")}</td>` +

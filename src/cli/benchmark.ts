@@ -12,11 +12,10 @@ import { parseDuration } from "../contracts/duration.ts";
 import { endpointQueueName } from "../contracts/engines.ts";
 import type { DeploymentConfig } from "../contracts/deployment.ts";
 import { NAME_PATTERN } from "../contracts/deployment.ts";
-import type { EndpointStatus } from "../control/status.ts";
+import type { EndpointStatus } from "../endpoints/status.ts";
 import type { Api, RequestSpec } from "./benchmark-measure.ts";
 import type { BenchmarkReport, ConfigurationResult } from "./benchmark-report.ts";
 import { ApiClient } from "./client.ts";
-import { resolveCredentials } from "./credentials.ts";
 import { CliError } from "./errors.ts";
 import { printJson, printTable } from "./output.ts";
 
@@ -37,7 +36,8 @@ type Flags = {
 
 type Status = EndpointStatus & { base_url: string; config: DeploymentConfig };
 
-const DEFAULT_PROMPT = "Once upon a time, in a small village at the edge of a great forest, there lived a curious girl who";
+const DEFAULT_PROMPT =
+  "Once upon a time, in a small village at the edge of a great forest, there lived a curious girl who";
 /** Long enough for a vLLM replica to load a large model and capture its graphs. */
 const READY_TIMEOUT_MS = 20 * 60_000;
 const MAX_CONCURRENCY = 1024;
@@ -79,22 +79,32 @@ const AXES: Record<string, Axis> = {
       if (flags.speculativeModel !== undefined) runtime.speculative_model = flags.speculativeModel;
       if (flags.numSpeculativeTokens !== undefined) runtime.num_speculative_tokens = Number(flags.numSpeculativeTokens);
       if (runtime.speculative_model === undefined) {
-        throw new CliError("--speculative-model: required with --configs speculative=on (the endpoint has no draft model to speculate with)", 2);
+        throw new CliError(
+          "--speculative-model: required with --configs speculative=on (the endpoint has no draft model to speculate with)",
+          2,
+        );
       }
     },
     slug: (value) => `spec-${value}`,
   },
 };
 
-const CONFIGS_FORM = `expected <field>=<value>,<value>... with field ${Object.entries(AXES).map(([k, a]) => `${k} (${a.values.join(", ")})`).join(" or ")}`;
+const CONFIGS_FORM = `expected <field>=<value>,<value>... with field ${Object.entries(AXES)
+  .map(([k, a]) => `${k} (${a.values.join(", ")})`)
+  .join(" or ")}`;
 
 export function registerBenchmark(inference: Command): void {
   inference
     .command("benchmark <model>")
-    .description("measure an endpoint through the gateway: TTFT, inter-token and end-to-end latency, requests/s and tokens/s per concurrency level; --configs compares deployments")
+    .description(
+      "measure an endpoint through the gateway: TTFT, inter-token and end-to-end latency, requests/s and tokens/s per concurrency level; --configs compares deployments",
+    )
     .option("--concurrency <list>", "concurrency levels: requests in flight at once, comma-separated", "1,4,16")
     .option("--requests <n>", "requests per level (default: 4 × the level, at least 16)")
-    .option("--duration <time>", "instead of --requests: send requests for this long per level, e.g. 30s (those in flight at the end still count)")
+    .option(
+      "--duration <time>",
+      "instead of --requests: send requests for this long per level, e.g. 30s (those in flight at the end still count)",
+    )
     .option("--prompt <text>", "the prompt of every request")
     .option("--prompt-file <file>", "the prompt of every request, read from a file (all of it)")
     .option("--max-tokens <n>", "output tokens per request, at most", "128")
@@ -125,31 +135,46 @@ type Plan = {
 
 /** Every flag checked before anything is sent: bad input exits 2 naming the flag and the form. */
 export async function parseFlags(model: string, flags: Flags, now = new Date()): Promise<Plan> {
-  if (!NAME_PATTERN.test(model)) throw new CliError(`<model> "${model}": expected an endpoint name (letters, digits, ".", "_", "-")`, 2);
+  if (!NAME_PATTERN.test(model))
+    throw new CliError(`<model> "${model}": expected an endpoint name (letters, digits, ".", "_", "-")`, 2);
   const concurrency = flags.concurrency.split(",").map((s) => s.trim());
   const levels = concurrency.map((s) => Number(s));
   if (concurrency.some((s) => !/^\d+$/.test(s)) || levels.some((n) => n < 1 || n > MAX_CONCURRENCY)) {
-    throw new CliError(`--concurrency: expected comma-separated integers from 1 to ${MAX_CONCURRENCY}, e.g. 1,4,16, got "${flags.concurrency}"`, 2);
+    throw new CliError(
+      `--concurrency: expected comma-separated integers from 1 to ${MAX_CONCURRENCY}, e.g. 1,4,16, got "${flags.concurrency}"`,
+      2,
+    );
   }
-  if (flags.requests !== undefined && flags.duration !== undefined) throw new CliError("--requests and --duration: give one of them (requests per level, or a time per level)", 2);
+  if (flags.requests !== undefined && flags.duration !== undefined)
+    throw new CliError("--requests and --duration: give one of them (requests per level, or a time per level)", 2);
   const requests = flags.requests === undefined ? undefined : positive("--requests", flags.requests);
   let durationMs: number | undefined;
   if (flags.duration !== undefined) {
     durationMs = parseDuration(flags.duration);
-    if (durationMs === undefined || durationMs <= 0) throw new CliError(`--duration: expected "<n>s" (also <n>ms, <n>m), got "${flags.duration}"`, 2);
+    if (durationMs === undefined || durationMs <= 0)
+      throw new CliError(`--duration: expected "<n>s" (also <n>ms, <n>m), got "${flags.duration}"`, 2);
   }
-  if (flags.prompt !== undefined && flags.promptFile !== undefined) throw new CliError("--prompt and --prompt-file: give one of them", 2);
+  if (flags.prompt !== undefined && flags.promptFile !== undefined)
+    throw new CliError("--prompt and --prompt-file: give one of them", 2);
   let prompt = flags.prompt ?? DEFAULT_PROMPT;
   if (flags.promptFile !== undefined) {
     try {
       prompt = await readFile(flags.promptFile, "utf8");
     } catch (e) {
-      throw new CliError(`--prompt-file ${flags.promptFile}: ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (e as Error).message}`, 2);
+      throw new CliError(
+        `--prompt-file ${flags.promptFile}: ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (e as Error).message}`,
+        2,
+      );
     }
   }
-  if (prompt.trim() === "") throw new CliError(`${flags.promptFile !== undefined ? "--prompt-file" : "--prompt"}: expected some text, got none`, 2);
+  if (prompt.trim() === "")
+    throw new CliError(
+      `${flags.promptFile !== undefined ? "--prompt-file" : "--prompt"}: expected some text, got none`,
+      2,
+    );
   const maxTokens = positive("--max-tokens", flags.maxTokens);
-  if (flags.api !== "chat" && flags.api !== "completions") throw new CliError(`--api: expected chat or completions, got "${flags.api}"`, 2);
+  if (flags.api !== "chat" && flags.api !== "completions")
+    throw new CliError(`--api: expected chat or completions, got "${flags.api}"`, 2);
   if (flags.numSpeculativeTokens !== undefined) positive("--num-speculative-tokens", flags.numSpeculativeTokens);
   const axes: Plan["axes"] = [];
   for (const spec of flags.configs) {
@@ -159,15 +184,30 @@ export async function parseFlags(model: string, flags: Flags, now = new Date()):
     const name = m[1] as string;
     const values = (m[2] as string).split(",").map((v) => v.trim());
     const wrong = values.find((v) => !axis.values.includes(v));
-    if (wrong !== undefined) throw new CliError(`--configs "${spec}": ${name} takes ${axis.values.join(", ")}, got "${wrong}"`, 2);
+    if (wrong !== undefined)
+      throw new CliError(`--configs "${spec}": ${name} takes ${axis.values.join(", ")}, got "${wrong}"`, 2);
     if (new Set(values).size !== values.length) throw new CliError(`--configs "${spec}": a value is named twice`, 2);
-    if (axes.some((a) => a.name === name)) throw new CliError(`--configs: ${name} is given twice; list its values once, e.g. ${name}=${axis.values.join(",")}`, 2);
+    if (axes.some((a) => a.name === name))
+      throw new CliError(
+        `--configs: ${name} is given twice; list its values once, e.g. ${name}=${axis.values.join(",")}`,
+        2,
+      );
     axes.push({ name, axis, values });
   }
-  if ((flags.speculativeModel !== undefined || flags.numSpeculativeTokens !== undefined) && !axes.some((a) => a.name === "speculative" && a.values.includes("on"))) {
-    throw new CliError("--speculative-model and --num-speculative-tokens: they set up speculative=on; add --configs speculative=off,on", 2);
+  if (
+    (flags.speculativeModel !== undefined || flags.numSpeculativeTokens !== undefined) &&
+    !axes.some((a) => a.name === "speculative" && a.values.includes("on"))
+  ) {
+    throw new CliError(
+      "--speculative-model and --num-speculative-tokens: they set up speculative=on; add --configs speculative=off,on",
+      2,
+    );
   }
-  const stamp = now.toISOString().replace(/[-:]/g, "").replace(/\.\d+Z$/, "Z").replace("T", "-");
+  const stamp = now
+    .toISOString()
+    .replace(/[-:]/g, "")
+    .replace(/\.\d+Z$/, "Z")
+    .replace("T", "-");
   return {
     concurrency: [...new Set(levels)],
     requests,
@@ -182,16 +222,25 @@ export async function parseFlags(model: string, flags: Flags, now = new Date()):
 
 function positive(flag: string, value: string): number {
   const n = Number(value);
-  if (!/^\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < 1) throw new CliError(`${flag}: expected a positive integer, got "${value}"`, 2);
+  if (!/^\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < 1)
+    throw new CliError(`${flag}: expected a positive integer, got "${value}"`, 2);
   return n;
 }
 
 /** One configuration to measure: the measured endpoint itself, or a temporary one with `runtime`. */
-type Candidate = { name: string; fields: Record<string, string>; endpoint: string; temporary: boolean; runtime: Record<string, unknown>; varied: string[] };
+type Candidate = {
+  name: string;
+  fields: Record<string, string>;
+  endpoint: string;
+  temporary: boolean;
+  runtime: Record<string, unknown>;
+  varied: string[];
+};
 
 /** Every combination of the --configs values; a combination the endpoint already runs is measured on it. */
 function candidates(model: string, base: Status | undefined, plan: Plan, flags: Flags): Candidate[] {
-  if (plan.axes.length === 0) return [{ name: "as deployed", fields: {}, endpoint: model, temporary: false, runtime: {}, varied: [] }];
+  if (plan.axes.length === 0)
+    return [{ name: "as deployed", fields: {}, endpoint: model, temporary: false, runtime: {}, varied: [] }];
   if (!base) throw new CliError("--configs deploys temporary endpoints, which takes an admin key");
   let combos: Record<string, string>[] = [{}];
   for (const { name, values } of plan.axes) combos = combos.flatMap((c) => values.map((v) => ({ ...c, [name]: v })));
@@ -199,9 +248,13 @@ function candidates(model: string, base: Status | undefined, plan: Plan, flags: 
     const runtime: Record<string, unknown> = structuredClone(base.config.runtime ?? {});
     for (const [name, value] of Object.entries(fields)) (AXES[name] as Axis).apply(runtime, value, flags);
     const same = JSON.stringify(sortKeys(runtime)) === JSON.stringify(sortKeys(base.config.runtime ?? {}));
-    const slug = Object.entries(fields).map(([name, value]) => (AXES[name] as Axis).slug(value)).join("-");
+    const slug = Object.entries(fields)
+      .map(([name, value]) => (AXES[name] as Axis).slug(value))
+      .join("-");
     return {
-      name: Object.entries(fields).map(([k, v]) => `${k}=${v}`).join(", "),
+      name: Object.entries(fields)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(", "),
       fields,
       endpoint: same ? model : temporaryName(model, slug),
       temporary: !same,
@@ -211,7 +264,8 @@ function candidates(model: string, base: Status | undefined, plan: Plan, flags: 
   });
 }
 
-const sortKeys = (o: Record<string, unknown>) => Object.fromEntries(Object.entries(o).sort(([a], [b]) => a.localeCompare(b)));
+const sortKeys = (o: Record<string, unknown>) =>
+  Object.fromEntries(Object.entries(o).sort(([a], [b]) => a.localeCompare(b)));
 
 /** `<model>--bench-<slug>`, the model's part shortened to fit the 63 characters a name may have. */
 function temporaryName(model: string, slug: string): string {
@@ -258,8 +312,9 @@ async function benchmark(model: string, flags: Flags): Promise<void> {
   // Loaded here, not with the module: `inference status` and the rest of the group load this file too.
   const { closeConnections, runLevel, sendStreamed } = await import("./benchmark-measure.ts");
   const { formatRate, notes, renderHtml, tableHead, tableRows } = await import("./benchmark-report.ts");
-  const creds = await resolveCredentials();
-  const api = new ApiClient(creds);
+  const api = await ApiClient.fromCredentials();
+  // One bearer for the whole run: a CLI token lives for hours, a benchmark minutes.
+  const bearer = await api.bearer();
   const progress = new Progress();
   const base = await baseStatus(api, model, plan);
   const planned = candidates(model, base, plan, flags);
@@ -267,7 +322,10 @@ async function benchmark(model: string, flags: Flags): Promise<void> {
   try {
     await mkdir(plan.out, { recursive: true });
   } catch (e) {
-    throw new CliError(`--out ${plan.out}: cannot create it (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`, 2);
+    throw new CliError(
+      `--out ${plan.out}: cannot create it (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`,
+      2,
+    );
   }
   // The measured endpoint first, before any temporary one shares its queue; then one temporary at a time.
   const order = [...planned.filter((c) => !c.temporary), ...planned.filter((c) => c.temporary)];
@@ -277,11 +335,15 @@ async function benchmark(model: string, flags: Flags): Promise<void> {
   let interrupted = false;
   const onSignal = (signal: NodeJS.Signals) => {
     if (interrupted) {
-      progress.line(`${signal} again: exiting without removing ${deployed.size > 0 ? [...deployed].join(", ") : "anything"}`);
+      progress.line(
+        `${signal} again: exiting without removing ${deployed.size > 0 ? [...deployed].join(", ") : "anything"}`,
+      );
       process.exit(130);
     }
     interrupted = true;
-    progress.line(`${signal}: stopping${deployed.size > 0 ? `, removing ${[...deployed].join(", ")}` : ""} (again to exit at once)`);
+    progress.line(
+      `${signal}: stopping${deployed.size > 0 ? `, removing ${[...deployed].join(", ")}` : ""} (again to exit at once)`,
+    );
     controller.abort(new CliError("interrupted: nothing written", 130));
   };
   process.on("SIGINT", onSignal);
@@ -289,10 +351,20 @@ async function benchmark(model: string, flags: Flags): Promise<void> {
 
   const started = new Date();
   const results = new Map<Candidate, ConfigurationResult>();
-  const spec = (endpoint: string): RequestSpec => ({ baseUrl: creds.base_url, apiKey: creds.api_key, api: plan.api, model: endpoint, prompt: plan.prompt, maxTokens: plan.maxTokens });
+  const spec = (endpoint: string): RequestSpec => ({
+    baseUrl: api.baseUrl,
+    apiKey: bearer,
+    api: plan.api,
+    model: endpoint,
+    prompt: plan.prompt,
+    maxTokens: plan.maxTokens,
+  });
   try {
     for (const [i, candidate] of order.entries()) {
-      const tag = order.length > 1 ? `[${i + 1}/${order.length} ${candidate.name}]` : `[${candidate.temporary ? candidate.name : model}]`;
+      const tag =
+        order.length > 1
+          ? `[${i + 1}/${order.length} ${candidate.name}]`
+          : `[${candidate.temporary ? candidate.name : model}]`;
       const result: ConfigurationResult = {
         name: candidate.name,
         fields: candidate.fields,
@@ -319,7 +391,10 @@ async function benchmark(model: string, flags: Flags): Promise<void> {
           result.not_applied = status.not_applied;
           result.varied_not_applied = status.not_applied.filter((f) => candidate.varied.includes(f));
           result.queue_shared_with = await queueSharers(api, status);
-          if (result.varied_not_applied.length > 0) progress.line(`${tag} not applied by ${status.framework}: ${result.varied_not_applied.join(", ")} (its numbers are not that setting's effect)`);
+          if (result.varied_not_applied.length > 0)
+            progress.line(
+              `${tag} not applied by ${status.framework}: ${result.varied_not_applied.join(", ")} (its numbers are not that setting's effect)`,
+            );
         }
         progress.status(`${tag} warm-up request`);
         const warm = await sendStreamed(spec(candidate.endpoint), controller.signal);
@@ -330,12 +405,19 @@ async function benchmark(model: string, flags: Flags): Promise<void> {
             { concurrency: c, requests: total, durationMs: plan.durationMs },
             () => sendStreamed(spec(candidate.endpoint), controller.signal),
             (p) => {
-              const of = total !== undefined ? `${p.finished}/${total} requests` : `${p.finished} requests, ${Math.min(100, Math.floor((p.elapsedMs / (plan.durationMs as number)) * 100))}% of ${(plan.durationMs as number) / 1000} s`;
-              progress.status(`${tag} concurrency ${c}: ${of}, ${p.errors} failed, ${(p.elapsedMs / 1000).toFixed(1)} s`);
+              const of =
+                total !== undefined
+                  ? `${p.finished}/${total} requests`
+                  : `${p.finished} requests, ${Math.min(100, Math.floor((p.elapsedMs / (plan.durationMs as number)) * 100))}% of ${(plan.durationMs as number) / 1000} s`;
+              progress.status(
+                `${tag} concurrency ${c}: ${of}, ${p.errors} failed, ${(p.elapsedMs / 1000).toFixed(1)} s`,
+              );
             },
           );
           result.levels.push(level);
-          progress.line(`${tag} concurrency ${c}: ${level.completed} ok, ${level.errors} failed, ${formatRate(level.requests_per_s)} req/s, ${formatRate(level.output_tokens_per_s)} output tok/s in ${level.duration_s.toFixed(1)} s`);
+          progress.line(
+            `${tag} concurrency ${c}: ${level.completed} ok, ${level.errors} failed, ${formatRate(level.requests_per_s)} req/s, ${formatRate(level.output_tokens_per_s)} output tok/s in ${level.duration_s.toFixed(1)} s`,
+          );
         }
       } catch (e) {
         if (controller.signal.aborted) throw controller.signal.reason;
@@ -362,7 +444,7 @@ async function benchmark(model: string, flags: Flags): Promise<void> {
   const report: BenchmarkReport = {
     object: "benchmark",
     model,
-    base_url: `${creds.base_url}/v1`,
+    base_url: `${api.baseUrl}/v1`,
     started: started.toISOString(),
     finished: new Date().toISOString(),
     settings: {
@@ -391,7 +473,10 @@ async function benchmark(model: string, flags: Flags): Promise<void> {
     console.log(`HTML: ${report.files.html}`);
   }
   const failed = report.configurations.filter((c) => c.error !== undefined);
-  if (failed.length > 0) throw new CliError(`${failed.length} of ${report.configurations.length} configurations could not be measured: ${failed.map((c) => `${c.name}: ${c.error}`).join("; ")}`);
+  if (failed.length > 0)
+    throw new CliError(
+      `${failed.length} of ${report.configurations.length} configurations could not be measured: ${failed.map((c) => `${c.name}: ${c.error}`).join("; ")}`,
+    );
 }
 
 /**
@@ -403,14 +488,23 @@ async function baseStatus(api: ApiClient, model: string, plan: Plan): Promise<St
     return await api.request<Status>("GET", `/admin/v1/endpoints/${encodeURIComponent(model)}`);
   } catch (e) {
     if (!(e instanceof CliError) || !/\(permission_denied\)$/.test(e.message)) throw e;
-    if (plan.axes.length > 0) throw new CliError(`--configs deploys temporary endpoints, which takes an admin key: ${e.message}`);
+    if (plan.axes.length > 0)
+      throw new CliError(`--configs deploys temporary endpoints, which takes an admin key: ${e.message}`);
   }
   await api.request("GET", `/v1/models/${encodeURIComponent(model)}`);
   return undefined;
 }
 
 /** Deploys the candidate beside the measured endpoint and waits until it serves. */
-async function deployTemporary(api: ApiClient, base: Status, candidate: Candidate, deployed: Set<string>, progress: Progress, tag: string, signal: AbortSignal): Promise<Status> {
+async function deployTemporary(
+  api: ApiClient,
+  base: Status,
+  candidate: Candidate,
+  deployed: Set<string>,
+  progress: Progress,
+  tag: string,
+  signal: AbortSignal,
+): Promise<Status> {
   const path = `/admin/v1/endpoints/${encodeURIComponent(candidate.endpoint)}`;
   const existing = await api.request<Status>("GET", path).then(
     (s) => s,
@@ -433,25 +527,43 @@ async function deployTemporary(api: ApiClient, base: Status, candidate: Candidat
   };
   deployed.add(candidate.endpoint);
   await api.request("PUT", path, body);
-  progress.line(`${tag} deployed ${candidate.endpoint} (${base.model}@${base.version}, ${body.resources.replicas} replica(s))`);
+  progress.line(
+    `${tag} deployed ${candidate.endpoint} (${base.model}@${base.version}, ${body.resources.replicas} replica(s))`,
+  );
   return waitAvailable(api, candidate.endpoint, progress, tag, signal);
 }
 
 /** Polls until a replica serves: measuring a starting endpoint would time its start-up. */
-async function waitAvailable(api: ApiClient, name: string, progress: Progress, tag: string, signal: AbortSignal): Promise<Status> {
+async function waitAvailable(
+  api: ApiClient,
+  name: string,
+  progress: Progress,
+  tag: string,
+  signal: AbortSignal,
+): Promise<Status> {
   const path = `/admin/v1/endpoints/${encodeURIComponent(name)}`;
   const t0 = Date.now();
   for (;;) {
     const status = await api.request<Status>("GET", path);
     if (status.state === "available") return status;
-    if (status.state === "failed") throw new CliError(`${name} failed to start: ${status.errors.join("; ") || "no replica became ready"}`);
-    if (Date.now() - t0 > READY_TIMEOUT_MS) throw new CliError(`${name} was not available after ${READY_TIMEOUT_MS / 60_000} minutes (${status.state})`);
-    progress.status(`${tag} waiting for ${name}: ${status.state}, ${status.replicas.ready}/${status.replicas.desired} ready, ${Math.round((Date.now() - t0) / 1000)} s`);
+    if (status.state === "failed")
+      throw new CliError(`${name} failed to start: ${status.errors.join("; ") || "no replica became ready"}`);
+    if (Date.now() - t0 > READY_TIMEOUT_MS)
+      throw new CliError(`${name} was not available after ${READY_TIMEOUT_MS / 60_000} minutes (${status.state})`);
+    progress.status(
+      `${tag} waiting for ${name}: ${status.state}, ${status.replicas.ready}/${status.replicas.desired} ready, ${Math.round((Date.now() - t0) / 1000)} s`,
+    );
     await sleep(1_000, undefined, { signal });
   }
 }
 
-async function remove(api: ApiClient, name: string, deployed: Set<string>, progress: Progress, tag: string): Promise<void> {
+async function remove(
+  api: ApiClient,
+  name: string,
+  deployed: Set<string>,
+  progress: Progress,
+  tag: string,
+): Promise<void> {
   if (!deployed.has(name)) return;
   try {
     await api.request("DELETE", `/admin/v1/endpoints/${encodeURIComponent(name)}`);
@@ -475,5 +587,7 @@ async function remove(api: ApiClient, name: string, deployed: Set<string>, progr
 async function queueSharers(api: ApiClient, status: Status): Promise<string[]> {
   const all = await api.request<{ data: Status[] }>("GET", "/admin/v1/endpoints");
   const queueOf = (s: Status) => endpointQueueName({ config: s.config, version: s.version });
-  return all.data.filter((e) => e.endpoint !== status.endpoint && queueOf(e) === queueOf(status) && e.replicas.desired > 0).map((e) => e.endpoint);
+  return all.data
+    .filter((e) => e.endpoint !== status.endpoint && queueOf(e) === queueOf(status) && e.replicas.desired > 0)
+    .map((e) => e.endpoint);
 }

@@ -4,8 +4,8 @@ import type { Command } from "commander";
 import { parse as parseYaml } from "yaml";
 import { DeploymentConfig, type DeploymentConfigInput } from "../contracts/deployment.ts";
 import { describeIssues } from "../contracts/issues.ts";
-import type { EndpointRecord } from "../contracts/records.ts";
-import type { EndpointStatus } from "../control/status.ts";
+import type { Endpoint } from "../endpoints/endpoint.ts";
+import type { EndpointStatus } from "../endpoints/status.ts";
 import { registerAbtest } from "./abtest.ts";
 import { registerAutoscale } from "./autoscale.ts";
 import { registerBatch } from "./batch.ts";
@@ -49,9 +49,16 @@ export function registerInference(program: Command): void {
       const config = await buildConfig(flags);
       const api = await ApiClient.fromCredentials();
       const name = config.endpoint ?? config.model.name;
-      const record = await api.request<EndpointRecord>("PUT", `/admin/v1/endpoints/${encodeURIComponent(name)}`, config);
+      const record = await api.request<Endpoint>("PUT", `/admin/v1/endpoints/${encodeURIComponent(name)}`, config);
       if (flags.json) return printJson(record);
-      console.log(`deployed ${record.name}: ${record.config.model.name}@${record.version}, ${record.desired_replicas} replica(s) wanted`);
+      console.log(
+        `deployed ${record.name}: ${record.config.model.name}@${record.version}, ${record.desired_replicas} replica(s) wanted`,
+      );
+      if (record.rollout) {
+        console.log(
+          `rolling out: its replicas start beside those of ${record.config.model.name}@${record.rollout.from.version}, which serve until they are ready`,
+        );
+      }
       console.log(`watch it come up with \`platform inference status ${record.name}\``);
     });
 
@@ -61,19 +68,53 @@ export function registerInference(program: Command): void {
     .option("--json", "print JSON")
     .action(async (model: string, opts: { json?: boolean }) => {
       const api = await ApiClient.fromCredentials();
-      const s = await api.request<EndpointStatus & { base_url: string }>("GET", `/admin/v1/endpoints/${encodeURIComponent(model)}`);
+      const s = await api.request<EndpointStatus & { base_url: string }>(
+        "GET",
+        `/admin/v1/endpoints/${encodeURIComponent(model)}`,
+      );
       if (opts.json) return printJson(s);
       printTable(
         ["ENDPOINT", "STATE", "MODEL", "VERSION", "READY/DESIRED", "QUEUE (waiting/active)"],
-        [[s.endpoint, s.state, s.model, s.version === s.requested_version ? s.version : `${s.version} (${s.requested_version})`, `${s.replicas.ready}/${s.replicas.desired}`, `${s.queue.waiting}/${s.queue.active}`]],
+        [
+          [
+            s.endpoint,
+            s.state,
+            s.model,
+            s.version === s.requested_version ? s.version : `${s.version} (${s.requested_version})`,
+            `${s.replicas.ready}/${s.replicas.desired}`,
+            `${s.queue.waiting}/${s.queue.active}`,
+          ],
+        ],
       );
       console.log(`base URL: ${s.base_url}`);
       if (s.replicas.starting + s.replicas.draining + s.replicas.failed > 0) {
-        console.log(`replicas starting ${s.replicas.starting}, draining ${s.replicas.draining}, failed ${s.replicas.failed}`);
+        console.log(
+          `replicas starting ${s.replicas.starting}, draining ${s.replicas.draining}, failed ${s.replicas.failed}`,
+        );
       }
-      if (s.not_applied.length > 0) console.log(`stored but not applied by ${s.framework} here: ${s.not_applied.join(", ")}`);
+      if (s.not_applied.length > 0)
+        console.log(`stored but not applied by ${s.framework} here: ${s.not_applied.join(", ")}`);
       for (const w of s.weights ?? []) console.log(`weights: ${w}`);
       for (const e of s.errors) console.log(`error: ${e}`);
+      const r = s.rollout;
+      if (r) {
+        const from = `${s.model}@${r.from.version} (revision ${r.from.revision})`;
+        console.log(
+          `updating: ${from} → ${s.model}@${r.to.version} (revision ${r.to.revision}), ${r.ready}/${s.replicas.desired} ready; ${from} serves meanwhile`,
+        );
+        if (r.failed)
+          console.log(
+            `update failed: ${r.failed}\n  the previous deployment keeps serving; deploy again with a fix, or with its settings to undo the update`,
+          );
+      }
+      for (const d of s.draining_revisions ?? [])
+        console.log(`draining: revision ${d.revision} (${s.model}@${d.version}) finishes what ${d.queue} holds`);
+      if (s.replica_list.length > 0) {
+        printTable(
+          ["REPLICA", "STATE", "VERSION", "REVISION", "QUEUE", "IN FLIGHT"],
+          s.replica_list.map((x) => [x.id, x.state, x.version, x.revision ?? "-", x.queue ?? "-", String(x.in_flight)]),
+        );
+      }
     });
 }
 
@@ -84,14 +125,18 @@ async function buildConfig(flags: DeployFlags): Promise<DeploymentConfig> {
     try {
       text = await readFile(flags.config, "utf8");
     } catch (e) {
-      throw new CliError(`--config ${flags.config}: ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (e as Error).message}`, 2);
+      throw new CliError(
+        `--config ${flags.config}: ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (e as Error).message}`,
+        2,
+      );
     }
     try {
       doc = (parseYaml(text) ?? {}) as Record<string, unknown>;
     } catch (e) {
       throw new CliError(`${flags.config}: invalid YAML: ${(e as Error).message}`, 2);
     }
-    if (typeof doc !== "object" || Array.isArray(doc)) throw new CliError(`${flags.config}: expected a YAML mapping with endpoint, model, runtime, resources`, 2);
+    if (typeof doc !== "object" || Array.isArray(doc))
+      throw new CliError(`${flags.config}: expected a YAML mapping with endpoint, model, runtime, resources`, 2);
   } else if (!flags.model) {
     throw new CliError("give --model <name> (and optionally --version), or --config <file.yaml>", 2);
   }
@@ -105,7 +150,8 @@ async function buildConfig(flags: DeployFlags): Promise<DeploymentConfig> {
   if (flags.gpuType) resources.gpu_type = flags.gpuType;
   if (flags.quantization) runtime.quantization = flags.quantization;
   if (flags.speculativeModel) runtime.speculative_model = flags.speculativeModel;
-  if (flags.numSpeculativeTokens !== undefined) runtime.num_speculative_tokens = integer("--num-speculative-tokens", flags.numSpeculativeTokens);
+  if (flags.numSpeculativeTokens !== undefined)
+    runtime.num_speculative_tokens = integer("--num-speculative-tokens", flags.numSpeculativeTokens);
   const parsed = DeploymentConfig.safeParse({ ...input, model, runtime, resources });
   if (!parsed.success) throw new CliError(`${flags.config ?? "deployment"}: ${describeIssues(parsed.error)}`, 2);
   return parsed.data;

@@ -1,20 +1,19 @@
-/** `platform keys create|update|list|revoke|bootstrap` and `platform auth login`. */
+/** `platform keys create|update|list|revoke|bootstrap`. */
 import { readFile } from "node:fs/promises";
 import type { Command } from "commander";
 import { NAME_PATTERN } from "../contracts/deployment.ts";
-import { describeLimits, type KeyLimitsChange, type LimitField } from "../contracts/limits.ts";
-import type { ApiKeyRecord } from "../contracts/records.ts";
-import { bootstrapAdminKey, type BootstrapOutcome, generateApiKey, weakKeyReason } from "../control/apikeys.ts";
-import { type Control, connectControl, maskRedisUrl } from "../control/redis.ts";
-import { PlatformError } from "../errors.ts";
-import { loadCliSettings } from "../settings/cli.ts";
+import { describeLimits, type KeyLimitsChange, type LimitField } from "../ratelimit/limits.ts";
+import type { ApiKey } from "../keys/key.ts";
+import { bootstrapAdminKey, type BootstrapOutcome, generateApiKey, weakKeyReason } from "../keys/store.ts";
+import { type Control, connectControl, maskRedisUrl } from "../redis/connection.ts";
+import { PlatformError } from "../contracts/errors.ts";
 import { loadSettings } from "../settings/index.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
-import { writeCredentials } from "./credentials.ts";
+import { orgFlag } from "./orgs.ts";
 import { printJson, printTable } from "./output.ts";
 
-type PublicKey = Omit<ApiKeyRecord, "hash">;
+type PublicKey = Omit<ApiKey, "hash">;
 
 export function registerKeys(program: Command): void {
   const keys = program.command("keys").description("manage API keys (admin)");
@@ -22,28 +21,48 @@ export function registerKeys(program: Command): void {
     keys
       .command("create <name>")
       .description("create an API key, optionally with rate limits (shown once)")
-      .option("--role <role>", "admin or user", "user"),
+      .option("--role <role>", "admin or user", "user")
+      .option("--org <id>", "the organization it belongs to (default: your own; another one needs an operator)"),
   )
     .option("--json", "print JSON")
-    .action(async (name: string, opts: LimitFlags & { role: string; json?: boolean }) => {
-      if (opts.role !== "admin" && opts.role !== "user") throw new CliError(`--role: expected admin or user, got "${opts.role}"`, 2);
+    .action(async (name: string, opts: LimitFlags & { role: string; org?: string; json?: boolean }) => {
+      if (opts.role !== "admin" && opts.role !== "user")
+        throw new CliError(`--role: expected admin or user, got "${opts.role}"`, 2);
+      const org = orgFlag(opts.org);
       const limits = limitsFromFlags(opts, false);
       const api = await ApiClient.fromCredentials();
-      const created = await api.request<PublicKey & { key: string }>("POST", "/admin/v1/keys", { name, role: opts.role, ...(limits ? { limits } : {}) });
+      const created = await api.request<PublicKey & { key: string }>("POST", "/admin/v1/keys", {
+        name,
+        role: opts.role,
+        ...(org ? { org } : {}),
+        ...(limits ? { limits } : {}),
+      });
       if (opts.json) return printJson(created);
-      console.log(`created ${created.role} key ${created.id} (${created.name}), limits: ${describeLimits(created.limits)}. It is shown only now:\n${created.key}`);
+      console.log(
+        `created ${created.role} key ${created.id} (${created.name}) in organization ${created.org}, limits: ${describeLimits(created.limits)}. It is shown only now:\n${created.key}`,
+      );
     });
   limitOptions(
     keys
       .command("update <id>")
-      .description("change a key's rate limits: a number sets one, none removes it, a flag left out keeps it (gateways apply it within 5 s)"),
+      .description(
+        "change a key's rate limits: a number sets one, none removes it, a flag left out keeps it (gateways apply it within 5 s)",
+      ),
     true,
   )
     .option("--json", "print JSON")
     .action(async (id: string, opts: LimitFlags & { json?: boolean }) => {
-      if (!KEY_ID.test(id)) throw new CliError(`<id> "${id}": expected a key id such as key_0123456789ab (\`platform keys list\` shows them)`, 2);
+      if (!KEY_ID.test(id))
+        throw new CliError(
+          `<id> "${id}": expected a key id such as key_0123456789ab (\`platform keys list\` shows them)`,
+          2,
+        );
       const limits = limitsFromFlags(opts, true);
-      if (!limits) throw new CliError("nothing to change: give --rpm, --tpm, --max-concurrency or --model-limit (a number, or none to remove the limit)", 2);
+      if (!limits)
+        throw new CliError(
+          "nothing to change: give --rpm, --tpm, --max-concurrency or --model-limit (a number, or none to remove the limit)",
+          2,
+        );
       const api = await ApiClient.fromCredentials();
       const updated = await api.request<PublicKey>("PATCH", `/admin/v1/keys/${encodeURIComponent(id)}`, { limits });
       if (opts.json) return printJson(updated);
@@ -51,65 +70,84 @@ export function registerKeys(program: Command): void {
     });
   keys
     .command("list")
+    .description("your organization's keys (an operator's: every organization's, or --org's)")
+    .option("--org <id>", "only this organization's keys (operators)")
     .option("--json", "print JSON")
-    .action(async (opts: { json?: boolean }) => {
+    .action(async (opts: { org?: string; json?: boolean }) => {
+      const org = orgFlag(opts.org);
       const api = await ApiClient.fromCredentials();
-      const { data } = await api.request<{ data: PublicKey[] }>("GET", "/admin/v1/keys");
+      const { data } = await api.request<{ data: PublicKey[] }>(
+        "GET",
+        `/admin/v1/keys${org ? `?org=${encodeURIComponent(org)}` : ""}`,
+      );
       if (opts.json) return printJson(data);
       printTable(
-        ["ID", "NAME", "ROLE", "PREFIX", "LIMITS", "CREATED"],
-        data.map((k) => [k.id, k.name, k.role, `${k.prefix}…`, describeLimits(k.limits), new Date(k.created * 1000).toISOString()]),
+        ["ID", "NAME", "ORG", "ROLE", "PREFIX", "LIMITS", "CREATED"],
+        data.map((k) => [
+          k.id,
+          k.name,
+          k.org,
+          k.role,
+          `${k.prefix}…`,
+          describeLimits(k.limits),
+          new Date(k.created * 1000).toISOString(),
+        ]),
       );
     });
   keys
     .command("bootstrap")
-    .description("register the first admin key from PLATFORM_BOOTSTRAP_ADMIN_KEY or --from-file, straight into Redis (REDIS_URL); idempotent")
-    .option("--from-file <path>", "read the key from this file (a mounted Secret) instead of PLATFORM_BOOTSTRAP_ADMIN_KEY")
+    .description(
+      "register the first admin key from PLATFORM_BOOTSTRAP_ADMIN_KEY or --from-file, straight into Redis (REDIS_URL); idempotent",
+    )
+    .option(
+      "--from-file <path>",
+      "read the key from this file (a mounted Secret) instead of PLATFORM_BOOTSTRAP_ADMIN_KEY",
+    )
     .option("--generate", "print a fresh strong key to put in the Secret, and store nothing")
     .option("--json", "print JSON")
     .action(async (opts: { fromFile?: string; generate?: boolean; json?: boolean }) => {
       if (opts.generate) {
-        if (opts.fromFile) throw new CliError("--generate and --from-file do not go together: generate a key, store it in the Secret, then bootstrap from it", 2);
+        if (opts.fromFile)
+          throw new CliError(
+            "--generate and --from-file do not go together: generate a key, store it in the Secret, then bootstrap from it",
+            2,
+          );
         return console.log(opts.json ? JSON.stringify({ key: generateApiKey() }) : generateApiKey());
       }
       const settings = loadSettings();
       const key = opts.fromFile ? await readKeyFile(opts.fromFile) : settings.bootstrapAdminKey;
-      if (!key) throw new CliError("no key: set PLATFORM_BOOTSTRAP_ADMIN_KEY or give --from-file <path> (`platform keys bootstrap --generate` makes one)", 2);
+      if (!key)
+        throw new CliError(
+          "no key: set PLATFORM_BOOTSTRAP_ADMIN_KEY or give --from-file <path> (`platform keys bootstrap --generate` makes one)",
+          2,
+        );
       const weak = weakKeyReason(key);
       if (weak) throw new CliError(`the bootstrap admin key is too weak: ${weak}`, 2);
-      if (!settings.redisUrl) throw new CliError("REDIS_URL is not set; `keys bootstrap` writes to the platform's Redis directly, since no admin key exists yet", 2);
+      if (!settings.redisUrl)
+        throw new CliError(
+          "REDIS_URL is not set; `keys bootstrap` writes to the platform's Redis directly, since no admin key exists yet",
+          2,
+        );
       const ctl = connectControl(settings.redisUrl, settings.prefix);
       try {
         const done = await runBootstrap(ctl, key, maskRedisUrl(settings.redisUrl));
-        if (opts.json) return printJson({ outcome: done.outcome, id: done.record.id, name: done.record.name, role: done.record.role });
+        if (opts.json)
+          return printJson({
+            outcome: done.outcome,
+            id: done.record.id,
+            name: done.record.name,
+            role: done.record.role,
+          });
         console.log(describeBootstrap(done));
       } finally {
         ctl.redis.disconnect();
       }
     });
-  keys
-    .command("revoke <id>")
-    .action(async (id: string) => {
-      const api = await ApiClient.fromCredentials();
-      await api.request("DELETE", `/admin/v1/keys/${encodeURIComponent(id)}`);
-      console.log(`revoked ${id}`);
-    });
-
-  program
-    .command("auth")
-    .description("authenticate the CLI")
-    .command("login")
-    .description("store a platform URL and API key in the credentials file (checked against the gateway first)")
-    .requiredOption("--base-url <url>", "gateway URL, e.g. http://127.0.0.1:8000")
-    .option("--api-key <key>", "API key (default: read from PLATFORM_API_KEY)")
-    .action(async (opts: { baseUrl: string; apiKey?: string }) => {
-      const cli = loadCliSettings();
-      const apiKey = opts.apiKey ?? cli.apiKey;
-      if (!apiKey) throw new CliError("give --api-key <key> or set PLATFORM_API_KEY", 2);
-      const creds = { base_url: opts.baseUrl.replace(/\/+$/, ""), api_key: apiKey };
-      await new ApiClient(creds).request("GET", "/v1/models");
-      console.log(`logged in to ${creds.base_url}; credentials saved to ${await writeCredentials(creds, cli)}`);
-    });
+  keys.command("revoke <id>").action(async (id: string) => {
+    const api = await ApiClient.fromCredentials();
+    await api.request("DELETE", `/admin/v1/keys/${encodeURIComponent(id)}`);
+    console.log(`revoked ${id}`);
+  });
 }
 
 const KEY_ID = /^key_[0-9a-f]{12}$/;
@@ -132,12 +170,17 @@ function limitOptions(command: Command, update = false): Command {
 }
 
 /**
- * The flags as the management API's `limits` (src/contracts/limits.ts), checked here so bad input
+ * The flags as the management API's `limits` (src/ratelimit/limits.ts), checked here so bad input
  * exits 2 naming the flag before anything is sent. Undefined when no limit flag was given.
  */
 export function limitsFromFlags(flags: LimitFlags, update: boolean): KeyLimitsChange | undefined {
   const out: KeyLimitsChange = {};
-  const scope = (target: Partial<Record<LimitField, number | null>>, field: LimitField, text: string | undefined, flag: string) => {
+  const scope = (
+    target: Partial<Record<LimitField, number | null>>,
+    field: LimitField,
+    text: string | undefined,
+    flag: string,
+  ) => {
     if (text === undefined) return;
     if (update && text === "none") {
       target[field] = null;
@@ -145,7 +188,10 @@ export function limitsFromFlags(flags: LimitFlags, update: boolean): KeyLimitsCh
     }
     const n = Number(text);
     if (!/^\d+$/.test(text) || !Number.isSafeInteger(n) || n < 1 || n > 1_000_000_000) {
-      throw new CliError(`${flag}: expected a whole number from 1 to 1000000000${update ? " or none" : ""}, got "${text}"`, 2);
+      throw new CliError(
+        `${flag}: expected a whole number from 1 to 1000000000${update ? " or none" : ""}, got "${text}"`,
+        2,
+      );
     }
     target[field] = n;
   };
@@ -159,15 +205,25 @@ export function limitsFromFlags(flags: LimitFlags, update: boolean): KeyLimitsCh
     const [, model, rest] = m as unknown as [string, string, string];
     out.models ??= {};
     if (rest === "none") {
-      if (!update) throw new CliError(`--model-limit "${spec}": none removes limits, so it belongs to \`keys update\`; ${form}`, 2);
+      if (!update)
+        throw new CliError(
+          `--model-limit "${spec}": none removes limits, so it belongs to \`keys update\`; ${form}`,
+          2,
+        );
       out.models[model] = null;
       continue;
     }
     const limits: Partial<Record<LimitField, number | null>> = { ...out.models[model] };
     for (const part of rest.split(",")) {
       const [name, text] = part.split("=");
-      const field = ({ rpm: "rpm", tpm: "tpm", "max-concurrency": "max_concurrency", max_concurrency: "max_concurrency" } as Record<string, LimitField>)[name?.trim() ?? ""];
-      if (!field || text === undefined) throw new CliError(`--model-limit "${spec}": "${part}" is not a limit; ${form}`, 2);
+      const field = (
+        { rpm: "rpm", tpm: "tpm", "max-concurrency": "max_concurrency", max_concurrency: "max_concurrency" } as Record<
+          string,
+          LimitField
+        >
+      )[name?.trim() ?? ""];
+      if (!field || text === undefined)
+        throw new CliError(`--model-limit "${spec}": "${part}" is not a limit; ${form}`, 2);
       scope(limits, field, text.trim(), `--model-limit "${spec}"`);
     }
     out.models[model] = limits;
@@ -216,9 +272,16 @@ export async function bootstrapAtStart(ctl: Control, key: string, where: string)
 export async function runBootstrap(ctl: Control, key: string, where: string): Promise<BootstrapOutcome> {
   const deadline = Date.now() + 60_000;
   for (;;) {
-    const ok = await Promise.race([ctl.redis.ping().then(() => true, () => false), new Promise<boolean>((r) => setTimeout(() => r(false), 5_000).unref())]);
+    const ok = await Promise.race([
+      ctl.redis.ping().then(
+        () => true,
+        () => false,
+      ),
+      new Promise<boolean>((r) => setTimeout(() => r(false), 5_000).unref()),
+    ]);
     if (ok) break;
-    if (Date.now() > deadline) throw new CliError(`cannot reach Redis at ${where} (REDIS_URL); is it running, and is the password right?`);
+    if (Date.now() > deadline)
+      throw new CliError(`cannot reach Redis at ${where} (REDIS_URL); is it running, and is the password right?`);
     await new Promise((r) => setTimeout(r, 1_000));
   }
   try {

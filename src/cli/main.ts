@@ -4,31 +4,33 @@
  * Kubernetes client, node-llama-cpp); `platform --version` or
  * `inference status` need none of that.
  */
-import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
+import { PLATFORM_VERSION } from "../contracts/version.ts";
 import { CliError } from "./errors.ts";
 
 type Register = (program: Command) => void;
 
-/** Top-level command → the module that registers it (`auth` lives with `keys`, the roles together). */
+/** Top-level command → the module that registers it (the roles together). */
 const GROUPS: Record<string, () => Promise<Register>> = {
   up: async () => (await import("./up.ts")).registerUp,
   training: async () => (await import("./training.ts")).registerTraining,
   inference: async () => (await import("./inference.ts")).registerInference,
   keys: async () => (await import("./keys.ts")).registerKeys,
-  auth: async () => (await import("./keys.ts")).registerKeys,
+  auth: async () => (await import("./auth.ts")).registerAuth,
+  orgs: async () => (await import("./orgs.ts")).registerOrgs,
+  proto: async () => (await import("./protos.ts")).registerProtos,
   usage: async () => (await import("./usage.ts")).registerUsage,
+  init: async () => (await import("./init.ts")).registerInit,
+  doctor: async () => (await import("./doctor/index.ts")).registerDoctor,
   gateway: async () => (await import("./roles.ts")).registerRoles,
   worker: async () => (await import("./roles.ts")).registerRoles,
   scaler: async () => (await import("./roles.ts")).registerRoles,
 };
 
-const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
-
 const program = new Command()
   .name("platform")
   .description("self-hosted model platform: register models, serve them behind an OpenAI-compatible API")
-  .version(pkg.version, "-v, --version")
+  .version(PLATFORM_VERSION, "-v, --version")
   .enablePositionalOptions()
   .showHelpAfterError()
   .exitOverride();
@@ -58,7 +60,7 @@ try {
 } catch (e) {
   if (e instanceof CommanderError) process.exit(e.exitCode === 0 ? 0 : 2);
   if (e instanceof CliError) {
-    console.error(`error: ${e.message}`);
+    console.error(e.plain ? e.message : `error: ${e.message}`);
     process.exit(e.exitCode);
   }
   console.error(`error: ${e instanceof Error ? e.message : String(e)}`);

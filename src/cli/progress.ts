@@ -2,7 +2,7 @@
  * Transfer progress on stderr (stdout stays clean for `--json`): a bar redrawn
  * in place on a terminal, a line per 10% when stderr is a file or a pipe.
  */
-import { formatBytes } from "./output.ts";
+import { formatBytes } from "../contracts/bytes.ts";
 
 export type ProgressReporter = { update: (received: number, total: number | null) => void; done: () => void };
 

@@ -4,7 +4,7 @@
  * and every replica would pay for them in memory (see docs/performance.md).
  */
 import type { Command } from "commander";
-import { trimMemoryWhenIdle } from "../idle-memory.ts";
+import { trimMemoryWhenIdle } from "../process/idle-memory.ts";
 import { loadSettings } from "../settings/index.ts";
 import { CliError } from "./errors.ts";
 
@@ -17,32 +17,18 @@ export function registerRoles(program: Command): void {
     .action(async (opts: { host: string; port: string }) => {
       const settings = loadSettings();
       if (!settings.redisUrl) throw new CliError("REDIS_URL is not set; the gateway needs the platform's Redis", 2);
-      const [{ connectControl, maskRedisUrl }, { startBatchCoordinator }, { startGateway }, { bootstrapAtStart }, { configureLogging, logger }, { startTracing, stopTracing }] = await Promise.all([
-        import("../control/redis.ts"),
-        import("../batch/index.ts"),
-        import("../gateway/app.ts"),
+      const bootstrapKey = settings.bootstrapAdminKey;
+      const where = settings.redisUrl;
+      const [{ runGatewayProcess }, { bootstrapAtStart }, { maskRedisUrl }] = await Promise.all([
+        import("../gateway/main.ts"),
         import("./keys.ts"),
-        import("../telemetry/log.ts"),
-        import("../telemetry/tracing.ts"),
+        import("../redis/connection.ts"),
       ]);
-      configureLogging(settings.logging, { role: "gateway", defaultFormat: "json" });
-      await startTracing(settings.tracing, "gateway");
-      const ctl = connectControl(settings.redisUrl, settings.prefix);
-      if (settings.bootstrapAdminKey) await bootstrapAtStart(ctl, settings.bootstrapAdminKey, maskRedisUrl(settings.redisUrl));
-      const gateway = await startGateway({ ctl, settings, host: opts.host, port: Number(opts.port) });
-      // Every gateway also coordinates batch jobs: any of them can pick up (or resume) a job.
-      const coordinator = await startBatchCoordinator(ctl, settings);
-      logger("gateway").info({ url: gateway.url }, `gateway listening on ${gateway.url}`);
-      trimMemoryWhenIdle({ busy: () => gateway.awaiting() > 0 });
-      const stop = async () => {
-        await coordinator.stop();
-        await gateway.close();
-        await stopTracing();
-        await ctl.redis.quit();
-        process.exit(0);
-      };
-      process.once("SIGTERM", () => void stop());
-      process.once("SIGINT", () => void stop());
+      await runGatewayProcess({
+        host: opts.host,
+        port: Number(opts.port),
+        beforeListen: bootstrapKey ? (ctl) => bootstrapAtStart(ctl, bootstrapKey, maskRedisUrl(where)) : undefined,
+      });
     });
 
   program
@@ -50,13 +36,34 @@ export function registerRoles(program: Command): void {
     .description("run one replica of an endpoint (started for you by `platform up` or the scaler)")
     .option("--endpoint <name>", "endpoint to serve")
     .option("--replica-id <id>", "replica id (default: generated)")
-    .option("--health-port <port>", "serve /livez, /readyz and /metrics on this port (0: any free port, published in the replica record)")
-    .option("--standby", "load, then wait for the endpoint as a JSON line on stdin (how `platform up` keeps a spare worker)")
-    .action(async (opts: { endpoint?: string; replicaId?: string; healthPort?: string; standby?: boolean }) => {
-      if ((opts.endpoint === undefined) === !opts.standby) throw new CliError("give --endpoint <name> (or, as `platform up` does, --standby)", 2);
-      const { runWorkerProcess } = await import("../../workers/main.ts");
-      await runWorkerProcess({ endpoint: opts.endpoint, replicaId: opts.replicaId, healthPort: opts.healthPort ? Number(opts.healthPort) : undefined });
-    });
+    .option("--revision <id>", "which of the endpoint's revisions to run while an update rolls out (default: its own)")
+    .option(
+      "--health-port <port>",
+      "serve /livez, /readyz and /metrics on this port (0: any free port, published in the replica record)",
+    )
+    .option(
+      "--standby",
+      "load, then wait for the endpoint as a JSON line on stdin (how `platform up` keeps a spare worker)",
+    )
+    .action(
+      async (opts: {
+        endpoint?: string;
+        replicaId?: string;
+        revision?: string;
+        healthPort?: string;
+        standby?: boolean;
+      }) => {
+        if ((opts.endpoint === undefined) === !opts.standby)
+          throw new CliError("give --endpoint <name> (or, as `platform up` does, --standby)", 2);
+        const { runWorkerProcess } = await import("../../workers/main.ts");
+        await runWorkerProcess({
+          endpoint: opts.endpoint,
+          replicaId: opts.replicaId,
+          revision: opts.revision,
+          healthPort: opts.healthPort ? Number(opts.healthPort) : undefined,
+        });
+      },
+    );
 
   program
     .command("scaler")
@@ -66,10 +73,12 @@ export function registerRoles(program: Command): void {
     .option("--lease-ttl-ms <ms>", "how soon a standby scaler takes over from a dead one (default: max(5000, 3 ticks))")
     .option("--holder-id <id>", "name shown as the lease holder (default: <hostname>-<pid>)")
     .action(async (opts: { backend: string; intervalMs: string; leaseTtlMs?: string; holderId?: string }) => {
-      if (opts.backend !== "local" && opts.backend !== "kubernetes") throw new CliError(`--backend: expected local or kubernetes, got "${opts.backend}"`, 2);
+      if (opts.backend !== "local" && opts.backend !== "kubernetes")
+        throw new CliError(`--backend: expected local or kubernetes, got "${opts.backend}"`, 2);
       const intervalMs = positive("--interval-ms", opts.intervalMs);
       const leaseTtlMs = opts.leaseTtlMs === undefined ? undefined : positive("--lease-ttl-ms", opts.leaseTtlMs);
-      if (!loadSettings().redisUrl) throw new CliError("REDIS_URL is not set; the scaler needs the platform's Redis", 2);
+      if (!loadSettings().redisUrl)
+        throw new CliError("REDIS_URL is not set; the scaler needs the platform's Redis", 2);
       const { runScalerProcess } = await import("../../scaler/main.ts");
       trimMemoryWhenIdle();
       await runScalerProcess({ backend: opts.backend, intervalMs, leaseTtlMs, holderId: opts.holderId });
@@ -78,6 +87,7 @@ export function registerRoles(program: Command): void {
 
 function positive(flag: string, value: string): number {
   const n = Number(value);
-  if (!Number.isInteger(n) || n <= 0) throw new CliError(`${flag}: expected a positive whole number of milliseconds, got "${value}"`, 2);
+  if (!Number.isInteger(n) || n <= 0)
+    throw new CliError(`${flag}: expected a positive whole number of milliseconds, got "${value}"`, 2);
   return n;
 }

@@ -3,10 +3,11 @@ import { createReadStream, existsSync, readdirSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { Transform } from "node:stream";
 import type { Command } from "commander";
-import { ModelTask, type ModelVersionRecord, taskOf } from "../contracts/records.ts";
+import { ModelTask, type RegisteredVersion, taskOf } from "../registry/version.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
-import { formatBytes, formatCount, printJson, printTable } from "./output.ts";
+import { formatBytes } from "../contracts/bytes.ts";
+import { formatCount, printJson, printTable } from "./output.ts";
 import { progressReporter } from "./progress.ts";
 import { SOURCE_SCHEMES } from "../registry/sources.ts";
 import { isCheckpointFile, isModuleDirectory } from "../registry/checkpoint.ts";
@@ -20,61 +21,89 @@ export function registerTraining(program: Command): void {
     .description("register a new version of a model from a source location")
     .requiredOption("--name <name>", "model name")
     .option("--framework <framework>", "serving framework: llamacpp or vllm", "llamacpp")
-    .requiredOption("--source <source>", "a GGUF file or a Hugging Face-style directory: local path, file://, https://, hf://org/repo[@rev][/file.gguf], s3://bucket/key or s3://bucket/prefix/")
+    .requiredOption(
+      "--source <source>",
+      "a GGUF file or a Hugging Face-style directory: local path, file://, https://, hf://org/repo[@rev][/file.gguf], s3://bucket/key or s3://bucket/prefix/",
+    )
     .option("--version <version>", "explicit version (default: the next v1, v2, ...)")
-    .option("--task <task>", "what it serves: embed (/v1/embeddings) or generate (chat, completions); default: embed for encoder models (BERT family), generate otherwise")
+    .option(
+      "--task <task>",
+      "what it serves: embed (/v1/embeddings) or generate (chat, completions); default: embed for encoder models (BERT family), generate otherwise",
+    )
     .option("--json", "print the record as JSON")
-    .action(async (opts: { name: string; framework: string; source: string; version?: string; task?: string; json?: boolean }) => {
-      const task = taskFlag(opts.task);
-      const api = await ApiClient.fromCredentials();
-      const local = localFile(opts.source);
-      let record: ModelVersionRecord;
-      if (local) {
-        // Uploading makes a local file work against a remote gateway too; a directory goes as a tar stream of its checkpoint files.
-        const files = statSync(local).isDirectory() ? checkpointFiles(local) : undefined;
-        // A tar stream: each file's 512-byte header and its data padded to 512-byte blocks, then two zero blocks.
-        const size = files ? files.reduce((n, f) => n + 512 + Math.ceil(f.size / 512) * 512, 1024) : statSync(local).size;
-        const progress = progressReporter("uploading");
-        let sent = 0;
-        const counter = new Transform({
-          transform(chunk: Buffer, _enc, done) {
-            sent += chunk.length;
-            progress.update(Math.min(sent, size), size);
-            done(null, chunk);
-          },
-        });
-        const query = new URLSearchParams({ framework: opts.framework, source: opts.source, ...(opts.version ? { version: opts.version } : {}), ...(task ? { task } : {}) });
-        try {
-          const path = `/admin/v1/models/${encodeURIComponent(opts.name)}/upload?${query}`;
-          record = files
-            ? await api.request("POST", path, undefined, tarOf(local, files, counter), "application/x-tar")
-            : await api.request("POST", path, undefined, createReadStream(local).pipe(counter));
-        } finally {
-          progress.done();
+    .action(
+      async (opts: {
+        name: string;
+        framework: string;
+        source: string;
+        version?: string;
+        task?: string;
+        json?: boolean;
+      }) => {
+        const task = taskFlag(opts.task);
+        const api = await ApiClient.fromCredentials();
+        const local = localFile(opts.source);
+        let record: RegisteredVersion;
+        if (local) {
+          // Uploading makes a local file work against a remote gateway too; a directory goes as a tar stream of its checkpoint files.
+          const files = statSync(local).isDirectory() ? checkpointFiles(local) : undefined;
+          // A tar stream: each file's 512-byte header and its data padded to 512-byte blocks, then two zero blocks.
+          const size = files
+            ? files.reduce((n, f) => n + 512 + Math.ceil(f.size / 512) * 512, 1024)
+            : statSync(local).size;
+          const progress = progressReporter("uploading");
+          let sent = 0;
+          const counter = new Transform({
+            transform(chunk: Buffer, _enc, done) {
+              sent += chunk.length;
+              progress.update(Math.min(sent, size), size);
+              done(null, chunk);
+            },
+          });
+          const query = new URLSearchParams({
+            framework: opts.framework,
+            source: opts.source,
+            ...(opts.version ? { version: opts.version } : {}),
+            ...(task ? { task } : {}),
+          });
+          try {
+            const path = `/admin/v1/models/${encodeURIComponent(opts.name)}/upload?${query}`;
+            record = files
+              ? await api.request("POST", path, undefined, tarOf(local, files, counter), "application/x-tar")
+              : await api.request("POST", path, undefined, createReadStream(local).pipe(counter));
+          } finally {
+            progress.done();
+          }
+        } else {
+          // The server downloads a remote source; it streams its progress back.
+          const progress = progressReporter("downloading");
+          const body = { name: opts.name, framework: opts.framework, source: opts.source, version: opts.version, task };
+          try {
+            record = await api.requestWithProgress("POST", "/admin/v1/models?progress=ndjson", body, (p) =>
+              progress.update(p.received, p.total),
+            );
+          } finally {
+            progress.done();
+          }
         }
-      } else {
-        // The server downloads a remote source; it streams its progress back.
-        const progress = progressReporter("downloading");
-        const body = { name: opts.name, framework: opts.framework, source: opts.source, version: opts.version, task };
-        try {
-          record = await api.requestWithProgress("POST", "/admin/v1/models?progress=ndjson", body, (p) => progress.update(p.received, p.total));
-        } finally {
-          progress.done();
-        }
-      }
-      if (opts.json) return printJson(record);
-      console.log(`registered ${record.name}@${record.version} (${formatBytes(record.size_bytes)}, sha256 ${record.sha256.slice(0, 12)}…, task ${taskOf(record)})`);
-      if (record.gguf) {
-        const g = record.gguf;
-        console.log(`  ${g.architecture ?? "?"} · ${formatCount(g.parameters)} parameters · context ${g.context_length ?? "?"} · ${g.quantization ?? "?"}${g.tokenizer ? ` · ${g.tokenizer} tokenizer` : ""}${g.chat_template ? " · chat template" : ""}`);
-      }
-      if (record.checkpoint) {
-        const k = record.checkpoint;
+        if (opts.json) return printJson(record);
         console.log(
-          `  ${k.architecture ?? "?"} · ${formatCount(k.parameters)} parameters · context ${k.context_length ?? "?"} · ${k.quantization ?? k.dtype ?? "?"} · ${k.tokenizer ?? "?"}${k.chat_template ? " · chat template" : ""} · ${record.manifest?.length ?? 0} files`,
+          `registered ${record.name}@${record.version} (${formatBytes(record.size_bytes)}, sha256 ${record.sha256.slice(0, 12)}…, task ${taskOf(record)})`,
         );
-      }
-    });
+        if (record.gguf) {
+          const g = record.gguf;
+          console.log(
+            `  ${g.architecture ?? "?"} · ${formatCount(g.parameters)} parameters · context ${g.context_length ?? "?"} · ${g.quantization ?? "?"}${g.tokenizer ? ` · ${g.tokenizer} tokenizer` : ""}${g.chat_template ? " · chat template" : ""}`,
+          );
+        }
+        if (record.checkpoint) {
+          const k = record.checkpoint;
+          console.log(
+            `  ${k.architecture ?? "?"} · ${formatCount(k.parameters)} parameters · context ${k.context_length ?? "?"} · ${k.quantization ?? k.dtype ?? "?"} · ${k.tokenizer ?? "?"}${k.chat_template ? " · chat template" : ""} · ${record.manifest?.length ?? 0} files`,
+          );
+        }
+      },
+    );
 
   training
     .command("list")
@@ -82,9 +111,10 @@ export function registerTraining(program: Command): void {
     .option("--json", "print JSON")
     .action(async (opts: { json?: boolean }) => {
       const api = await ApiClient.fromCredentials();
-      const { data } = await api.request<{ data: ModelVersionRecord[] }>("GET", "/admin/v1/models");
+      const { data } = await api.request<{ data: RegisteredVersion[] }>("GET", "/admin/v1/models");
       if (opts.json) return printJson(data);
-      if (data.length === 0) return console.log("no models registered yet: `platform training submit --name <name> --source <path>`");
+      if (data.length === 0)
+        return console.log("no models registered yet: `platform training submit --name <name> --source <path>`");
       printTable(
         ["NAME", "VERSION", "FRAMEWORK", "TASK", "ARCH", "PARAMS", "CONTEXT", "QUANT", "SIZE", "CREATED"],
         data.map((m) => [
@@ -105,8 +135,13 @@ export function registerTraining(program: Command): void {
 
 /** The directory's files as a tar stream through `counter`; a file that cannot be read (gone, changed size) fails the upload, naming it. */
 function tarOf(dir: string, files: { name: string }[], counter: Transform): Transform {
-  const pack = writeTar(dir, files.map((f) => f.name));
-  pack.on("error", (e: unknown) => counter.destroy(new CliError(`--source ${dir}: ${e instanceof Error ? e.message : String(e)}`, 1)));
+  const pack = writeTar(
+    dir,
+    files.map((f) => f.name),
+  );
+  pack.on("error", (e: unknown) =>
+    counter.destroy(new CliError(`--source ${dir}: ${e instanceof Error ? e.message : String(e)}`, 1)),
+  );
   return pack.pipe(counter);
 }
 
@@ -114,7 +149,8 @@ function tarOf(dir: string, files: { name: string }[], counter: Transform): Tran
 function localFile(source: string): string | undefined {
   if (/^(https?|hf|s3):\/\//i.test(source)) return undefined;
   const scheme = /^([a-z][a-z0-9+.-]+):/i.exec(source)?.[1]?.toLowerCase();
-  if (scheme !== undefined && scheme !== "file") throw new CliError(`--source ${source}: the "${scheme}:" scheme is not supported; use ${SOURCE_SCHEMES}`, 2);
+  if (scheme !== undefined && scheme !== "file")
+    throw new CliError(`--source ${source}: the "${scheme}:" scheme is not supported; use ${SOURCE_SCHEMES}`, 2);
   const path = source.startsWith("file://") ? new URL(source).pathname : resolve(source);
   if (!existsSync(path)) throw new CliError(`--source ${source}: no such file`, 2);
   return path;
@@ -133,7 +169,11 @@ function checkpointFiles(dir: string): { name: string; size: number }[] {
     const info = statSync(join(dir, name), { throwIfNoEntry: false });
     if (info?.isFile()) files.push({ name, size: info.size });
   }
-  if (!files.some((f) => f.name === "config.json")) throw new CliError(`--source ${dir}: a directory must be a Hugging Face-style checkpoint (config.json, tokenizer.json or tokenizer.model, *.safetensors); it has no config.json`, 2);
+  if (!files.some((f) => f.name === "config.json"))
+    throw new CliError(
+      `--source ${dir}: a directory must be a Hugging Face-style checkpoint (config.json, tokenizer.json or tokenizer.model, *.safetensors); it has no config.json`,
+      2,
+    );
   return files;
 }
 

@@ -12,9 +12,7 @@ export const VERSION_PATTERN = /^[a-z0-9][a-z0-9._-]{0,62}$/i;
 export const ModelName = z
   .string()
   .regex(NAME_PATTERN, 'expected letters, digits, ".", "_" or "-" (1-63 characters, starting with a letter or digit)');
-export const ModelVersion = z
-  .string()
-  .regex(VERSION_PATTERN, 'expected a version such as "v1", or "latest"');
+export const ModelVersion = z.string().regex(VERSION_PATTERN, 'expected a version such as "v1", or "latest"');
 
 export const Framework = z.enum(["llamacpp", "vllm"]);
 export type Framework = z.infer<typeof Framework>;
@@ -49,7 +47,10 @@ export const Resources = z
      * Admission control: how long a request may wait for a replica to take it before a 503
      * (docs/fleet.md). Kept as written, not parsed to ms, so a stored record re-parses.
      */
-    max_queue_wait: z.string().refine((text) => parseDuration(text) !== undefined, DURATION_ERROR).optional(),
+    max_queue_wait: z
+      .string()
+      .refine((text) => parseDuration(text) !== undefined, DURATION_ERROR)
+      .optional(),
   })
   .strict();
 export type Resources = z.infer<typeof Resources>;
@@ -72,4 +73,3 @@ export const DeploymentConfig = z
   .strict();
 export type DeploymentConfig = z.infer<typeof DeploymentConfig>;
 export type DeploymentConfigInput = z.input<typeof DeploymentConfig>;
-

@@ -12,7 +12,9 @@ import { queueName } from "./naming.ts";
  * The deployment fields an engine is given. replicas, the queue limits and autoscaling are the
  * platform's own and always apply, whichever engine serves.
  */
-export type EngineField = `runtime.${keyof Runtime & string}` | `resources.${keyof Pick<Resources, "gpu" | "gpu_type" | "memory" | "cpu" | "parallel"> & string}`;
+export type EngineField =
+  | `runtime.${keyof Runtime & string}`
+  | `resources.${keyof Pick<Resources, "gpu" | "gpu_type" | "memory" | "cpu" | "parallel"> & string}`;
 
 /** true: applied; false: stored but not applied; a function: whether this config's value is applied. */
 export type Applies = boolean | ((config: DeploymentConfig) => boolean);
@@ -114,7 +116,13 @@ function fieldValue(config: DeploymentConfig, field: EngineField): unknown {
 export function servingVariant(config: DeploymentConfig): string {
   const r = config.runtime;
   // The draft is a name, a path or a Hugging Face id: hashed, so no character of it reaches a Redis key.
-  const draft = r.speculative_model === undefined ? "" : `draft${createHash("sha256").update(`${r.speculative_model}\n${r.num_speculative_tokens ?? ""}`).digest("hex").slice(0, 8)}`;
+  const draft =
+    r.speculative_model === undefined
+      ? ""
+      : `draft${createHash("sha256")
+          .update(`${r.speculative_model}\n${r.num_speculative_tokens ?? ""}`)
+          .digest("hex")
+          .slice(0, 8)}`;
   const parts = [
     r.quantization !== undefined ? r.quantization : "",
     r.dtype !== undefined && r.dtype !== "auto" ? r.dtype : "",

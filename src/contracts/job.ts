@@ -15,7 +15,8 @@ export type JobKind = z.infer<typeof JobKind>;
 
 /**
  * A call the model made to one of the request's tools. `arguments` is a JSON text (as OpenAI
- * sends it), valid against the function's parameter schema when the engine constrained it.
+ * sends it), valid against the function's parameter schema when the engine constrained it; in a
+ * call cut short (finish_reason "length"), the beginning of that text, as far as it was generated.
  */
 export const ToolCall = z.object({
   id: z.string().min(1).max(128),
@@ -24,11 +25,14 @@ export const ToolCall = z.object({
 });
 export type ToolCall = z.infer<typeof ToolCall>;
 
+/** At most this many tools per request, and tool calls per answer. */
+export const MAX_TOOLS = 128;
+
 export const ChatMessage = z.object({
   role: z.enum(["system", "user", "assistant", "tool"]),
   content: z.string(),
   /** An assistant turn that called tools (its content may then be empty). */
-  tool_calls: z.array(ToolCall).max(128).optional(),
+  tool_calls: z.array(ToolCall).max(MAX_TOOLS).optional(),
   /** A `tool` turn: which call this is the result of. */
   tool_call_id: z.string().max(128).optional(),
 });
@@ -71,6 +75,7 @@ export const ResponseFormat = z.discriminatedUnion("type", [
 ]);
 export type ResponseFormat = z.infer<typeof ResponseFormat>;
 
+/** The sampling bounds, here once: the OpenAI routes take the same ones (contracts/openai.ts). */
 export const SamplingParams = z.object({
   /** Absent: generate until the end of the context window. */
   max_tokens: z.number().int().positive().optional(),
@@ -86,7 +91,9 @@ export const SamplingParams = z.object({
   frequency_penalty: z.number().min(-2).max(2).optional(),
   presence_penalty: z.number().min(-2).max(2).optional(),
   /** Token id (as a decimal string) → bias added to its logit; -100 bans it, 100 all but forces it. */
-  logit_bias: z.record(z.string().regex(/^\d{1,9}$/), z.number().min(-100).max(100)).optional(),
+  logit_bias: z
+    .record(z.string().regex(/^\d{1,9}$/, "logit_bias keys are token ids"), z.number().min(-100).max(100))
+    .optional(),
   /** Report each generated token's log probability, with the `top_logprobs` most likely alternatives. */
   logprobs: z.boolean().optional(),
   top_logprobs: z.number().int().min(0).max(20).optional(),
@@ -132,24 +139,35 @@ export const ChatJob = z.object({
   messages: z.array(ChatMessage).min(1),
   params: SamplingParams.default({}),
   /** Functions the model may call; how it is asked to and held to their schemas is the engine's (docs/chat.md). */
-  tools: z.array(FunctionTool).min(1).max(128).optional(),
+  tools: z.array(FunctionTool).min(1).max(MAX_TOOLS).optional(),
   tool_choice: ToolChoice.optional(),
   /** false: at most one tool call per answer. */
   parallel_tool_calls: z.boolean().optional(),
 });
 
-export const CompletionJob = z.object({
-  ...common,
-  kind: z.enum(["completion", "generate"]),
-  prompt: z.string(),
-  params: SamplingParams.default({}),
-});
-
 /** The largest token id a job may name (int32, what llama.cpp's and vLLM's token ids are). */
 export const MAX_TOKEN_ID = 2 ** 31 - 1;
 
+/** A text already tokenized: token ids, as OpenAI's API takes them. Which ids the model knows is the engine's to check. */
+export const TokenIds = z.array(z.number().int().min(0).max(MAX_TOKEN_ID)).min(1);
+
+/**
+ * A prompt to continue: a text, which the engine tokenizes (adding the model's BOS token where its
+ * tokenizer does), or token ids, evaluated exactly as given (no BOS added), as vLLM and llama.cpp's
+ * server take them.
+ */
+export const Prompt = z.union([z.string(), TokenIds]);
+export type Prompt = z.infer<typeof Prompt>;
+
+export const CompletionJob = z.object({
+  ...common,
+  kind: z.enum(["completion", "generate"]),
+  prompt: Prompt,
+  params: SamplingParams.default({}),
+});
+
 /** One input to embed: a text, or a text already tokenized (token ids, as OpenAI's API takes them). */
-export const EmbeddingItem = z.union([z.string(), z.array(z.number().int().min(0).max(MAX_TOKEN_ID)).min(1)]);
+export const EmbeddingItem = z.union([z.string(), TokenIds]);
 export type EmbeddingItem = z.infer<typeof EmbeddingItem>;
 
 /** At most this many inputs per embeddings request (OpenAI's limit). */
@@ -168,7 +186,7 @@ export const BatchRecordJob = z.object({
   kind: z.literal("batch_record"),
   batch_id: z.string().min(1),
   record_id: z.string(),
-  prompt: z.string(),
+  prompt: Prompt,
   params: SamplingParams.default({}),
 });
 
@@ -203,7 +221,10 @@ export const TextResult = z.object({
   type: z.literal("text"),
   text: z.string(),
   finish_reason: FinishReason,
-  /** When the model called tools (finish_reason "tool_calls"); `text` is then any content beside them. */
+  /**
+   * When the model called tools (finish_reason "tool_calls", or "length" for calls cut short);
+   * `text` is then any content beside them.
+   */
   tool_calls: z.array(ToolCall).optional(),
   /** When asked for (`params.logprobs`): one entry per generated token, in order. */
   logprobs: z.array(TokenLogprob).optional(),
@@ -215,7 +236,7 @@ export const TextResult = z.object({
   /**
    * On the replica's clock, from the start of generation: when the first token was produced, and
    * when generation ended. Their difference is what a non-streaming client waited after its first
-   * token, so the gateway's TTFT needs no clock shared with the worker (src/telemetry/metrics.ts).
+   * token, so the gateway's TTFT needs no clock shared with the worker (src/gateway/metrics.ts).
    * `first_token_ms` is absent when no text was produced.
    */
   first_token_ms: z.number().nonnegative().optional(),

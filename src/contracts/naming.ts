@@ -7,7 +7,8 @@
  * makes only the tag count. Keys used together share a tag: a queue's keys its
  * name `{<model>@<version>}` (BullMQ's scripts), the control-plane records
  * `{cp}` (a record and its index change together), a batch job's working keys
- * its id, an API key's rate-limit state its id, the usage counters `{usage}`.
+ * its id, an API key's rate-limit state its id, the usage counters `{usage}`,
+ * the sign-in flows and codes `{signin}`.
  * Keys always used alone (reply streams, cancel marks) have none: hashed
  * whole, they spread over the nodes, as different queues and batches do.
  * Every key still starts with `<prefix>:`; on one Redis or Sentinel the braces
@@ -30,6 +31,7 @@ export const COORDINATOR_QUEUE = "{batches}";
 export function controlKeys(prefix: string) {
   const cp = `${prefix}:{cp}`;
   const plain = `${prefix}:cp`;
+  const signin = `${prefix}:{signin}`;
   return {
     models: `${cp}:models`, // set of model names
     modelVersions: (name: string) => `${cp}:model:${name}:versions`, // hash version -> record JSON
@@ -42,6 +44,24 @@ export function controlKeys(prefix: string) {
     apiKeys: `${cp}:apikeys`, // hash id -> record JSON
     apiKeyByHash: `${cp}:apikey-hashes`, // hash sha256 -> id
     bootstrapKey: `${cp}:bootstrap-admin`, // string: sha256 of the operator's bootstrap admin key (`platform keys bootstrap`)
+    orgs: `${cp}:orgs`, // hash organization id -> record JSON (`default` is never stored: src/orgs/store.ts)
+    users: `${cp}:users`, // hash user id -> record JSON (people signed in through an identity provider, src/users/)
+    userByIdentity: `${cp}:user-identities`, // hash "<issuer>\n<subject>" -> user id
+    // CLI tokens (src/tokens/store.ts): every key expires with what it describes, so nothing grows.
+    token: (id: string) => `${cp}:token:${id}`, // hash: one session (its access and refresh token hashes), TTL: its end
+    tokenAccess: (sha256: string) => `${cp}:token-access:${sha256}`, // string -> session id, TTL: the access token's expiry
+    tokenRefresh: (sha256: string) => `${cp}:token-refresh:${sha256}`, // string -> session id, or "used:<id>" once rotated; TTL: the session's end
+    tokensOfOrg: (org: string) => `${cp}:tokens-org:${org}`, // zset session id -> end ms; trimmed on write, expires with its last
+    tokensOfSubject: (subject: string) => `${cp}:tokens-subject:${subject}`, // zset as above, per "<key|user>:<id>"
+    // The proto registry (src/protos/): per organization, so another's packages are not even addressable.
+    protoPackages: (org: string) => `${cp}:proto-packages:${org}`, // hash package -> summary JSON (latest, count, times)
+    protoVersions: (orgPackage: string) => `${cp}:proto-versions:${orgPackage}`, // "<org>/<package>": hash version -> record JSON; objects under protos/<org>/<package>/<version>/
+    // Sign-in (src/signin/): every key lives minutes at most; secrets (flow cookies, codes) are named by their SHA-256.
+    signinFlow: (sha256: string) => `${signin}:flow:${sha256}`, // hash: one browser's sign-in in progress, TTL 10 min
+    signinOpen: `${signin}:open`, // zset "<kind>:<sha256>" -> expiry ms: caps the flows and device codes open at once
+    authCode: (sha256: string) => `${signin}:code:${sha256}`, // hash: what an authorization code is bound to, TTL 60 s
+    deviceCode: (sha256: string) => `${signin}:device:${sha256}`, // hash: a device authorization (RFC 8628), TTL its life + 1 min
+    userCode: (sha256: string) => `${signin}:user-code:${sha256}`, // string -> its device code's SHA-256, until approved or denied
     cancelChannel: `${plain}:cancel`, // pub/sub
     cancelled: (jobId: string) => `${plain}:cancelled:${jobId}`, // string with TTL
     replyStream: (gatewayId: string) => `${plain}:replies:${gatewayId}`, // stream: workers' events for this gateway's jobs
@@ -54,18 +74,18 @@ export function controlKeys(prefix: string) {
     abTests: `${cp}:abtests`, // hash endpoint -> A/B test record JSON
     abStats: (endpoint: string) => `${cp}:abstats:${endpoint}`, // hash "<version>\t<counter>" -> count, since the test started
     batches: `${cp}:batches`, // zset batch job id -> created ms
-    batch: (id: string) => `${cp}:batch:${id}`, // hash: the batch job record, one field per part (see src/batch/records.ts)
+    batch: (id: string) => `${cp}:batch:${id}`, // hash: the batch job record, one field per part (see src/batch/store.ts)
     batchCheckpoint: (id: string) => `${plain}:batch:{${id}}:checkpoint`, // string JSON: where the next batch starts
     batchResults: (id: string) => `${plain}:batch:{${id}}:results`, // hash line number -> record outcome, for batches not yet written
     batchReplies: (id: string) => `${plain}:batch:{${id}}:replies`, // stream: workers' events for this job's records
     files: `${cp}:files`, // hash file id -> record JSON (OpenAI-style /v1/files; bytes in the artifact store)
     quantizeLock: (artifact: string) => `${plain}:quantize-lock:${artifact}`, // string with TTL: the replica quantizing "<sha256>:<type>" (src/registry/quantize/cache.ts)
     convertLock: (digest: string) => `${plain}:convert-lock:${digest}`, // string with TTL: the replica converting the checkpoint with this manifest digest to GGUF (src/registry/converted.ts)
-    // One API key's rate-limit state: `<this>:<scope>:<part>` (src/control/ratelimits.ts). In one slot, the key id
+    // One API key's rate-limit state: `<this>:<scope>:<part>` (src/ratelimit/limiter.ts). In one slot, the key id
     // being the tag, since one script touches it all; different keys spread over the nodes.
     rateLimit: (keyId: string) => `${plain}:ratelimit:{${keyId}}`,
     // Usage counters: `usage("m:<epoch s>")` / `usage("h:<epoch s>")`, one hash per minute or hour bucket
-    // (src/control/usage.ts). One slot, so a request's counters are one pipeline and a query one more.
+    // (src/usage/counters.ts). One slot, so a request's counters are one pipeline and a query one more.
     usage: (bucket: string) => `${plain}:{usage}:${bucket}`,
   };
 }

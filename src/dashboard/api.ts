@@ -26,7 +26,10 @@ export async function api<T>(method: string, path: string, body?: unknown): Prom
   const key = session.get();
   const res = await fetch(path, {
     method,
-    headers: { ...(key ? { authorization: `Bearer ${key}` } : {}), ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    headers: {
+      ...(key ? { authorization: `Bearer ${key}` } : {}),
+      ...(body === undefined ? {} : { "content-type": "application/json" }),
+    },
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   const text = await res.text();
@@ -38,7 +41,11 @@ export async function api<T>(method: string, path: string, body?: unknown): Prom
   }
   if (!res.ok) {
     const error = (parsed as { error?: { message?: string; code?: string } } | undefined)?.error;
-    throw new ApiError(res.status, error?.code ?? String(res.status), error?.message ?? (text.slice(0, 300) || res.statusText));
+    throw new ApiError(
+      res.status,
+      error?.code ?? String(res.status),
+      error?.message ?? (text.slice(0, 300) || res.statusText),
+    );
   }
   return parsed as T;
 }
@@ -50,16 +57,21 @@ export async function scrapeMetrics(): Promise<string> {
   return res.text();
 }
 
-/** Checks a key before keeping it: the management API lists endpoints only for admin keys. */
+/** Checks a key before keeping it: the management API lists endpoints only for operators' keys. */
 export async function checkAdminKey(key: string): Promise<void> {
   const res = await fetch("/admin/v1/endpoints", { headers: { authorization: `Bearer ${key}` } });
   if (res.ok) return;
   if (res.status === 401) throw new ApiError(401, "invalid_api_key", "That API key is not valid (unknown or revoked).");
-  if (res.status === 403) throw new ApiError(403, "permission_denied", "That key is valid but is not an admin key: the dashboard needs an admin key (platform keys create <name> --role admin).");
+  if (res.status === 403)
+    throw new ApiError(
+      403,
+      "permission_denied",
+      "That key is valid but is not an admin key of the install's own organization: the dashboard needs an operator's key (the one platform up prints, or platform keys create <name> --role admin by an operator).",
+    );
   throw new ApiError(res.status, String(res.status), `The gateway answered ${res.status}; try again.`);
 }
 
-// The API's shapes, as far as the dashboard reads them (src/control/status.ts, src/contracts/*).
+// The API's shapes, as far as the dashboard reads them (src/endpoints/status.ts, src/contracts/*).
 export type EndpointStatus = {
   endpoint: string;
   state: string;
@@ -70,10 +82,25 @@ export type EndpointStatus = {
   queue: { waiting: number; active: number };
   errors: string[];
   variant_of?: string;
-  config: { model: { name: string; version: string; framework?: string }; runtime: Record<string, unknown>; resources: Record<string, unknown> & { replicas: number } };
+  config: {
+    model: { name: string; version: string; framework?: string };
+    runtime: Record<string, unknown>;
+    resources: Record<string, unknown> & { replicas: number };
+  };
 };
-export type Variant = { version: string; weight: number; deployment: string | null; state: string; replicas: { ready: number; desired: number } | null; stats?: { requests: number; errors: number } };
-export type AbTest = { endpoint: string; abtest: { state: string; split: { version: string; weight: number }[]; sticky?: string; keep?: string } | null; variants: Variant[] };
+export type Variant = {
+  version: string;
+  weight: number;
+  deployment: string | null;
+  state: string;
+  replicas: { ready: number; desired: number } | null;
+  stats?: { requests: number; errors: number };
+};
+export type AbTest = {
+  endpoint: string;
+  abtest: { state: string; split: { version: string; weight: number }[]; sticky?: string; keep?: string } | null;
+  variants: Variant[];
+};
 export type Decision = { at: number; action: string; from: number; to: number; reason: string };
 export type Autoscaling = {
   endpoint: string;
@@ -83,7 +110,31 @@ export type Autoscaling = {
   decisions: Decision[];
 };
 export type ModelVersion = { name: string; version: string; framework: string; created: number };
-export type Limits = { rpm?: number; tpm?: number; max_concurrency?: number; models?: Record<string, { rpm?: number; tpm?: number; max_concurrency?: number }> };
+export type Limits = {
+  rpm?: number;
+  tpm?: number;
+  max_concurrency?: number;
+  models?: Record<string, { rpm?: number; tpm?: number; max_concurrency?: number }>;
+};
 /** `created`: seconds since the epoch. */
 export type ApiKey = { id: string; name: string; role: string; prefix: string; created: number; limits?: Limits };
-export type BatchJob = { id: string; model: string; version: string; state: string; counts: { total: number; succeeded: number; failed: number; in_flight: number }; created: number; error: { message: string } | null };
+/** A CLI session (src/tokens/token.ts); times are epoch milliseconds. */
+export type CliToken = {
+  id: string;
+  subject: { kind: "key" | "user"; id: string };
+  name: string;
+  org: string;
+  role: string;
+  created: number;
+  expires: number;
+  refresh_expires: number;
+};
+export type BatchJob = {
+  id: string;
+  model: string;
+  version: string;
+  state: string;
+  counts: { total: number; succeeded: number; failed: number; in_flight: number };
+  created: number;
+  error: { message: string } | null;
+};

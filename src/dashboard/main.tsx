@@ -1,14 +1,28 @@
 /**
  * The web dashboard (README "Dashboard"): endpoints, A/B tests, live traffic charts, batch jobs,
- * scaling decisions and API keys, and the actions to change them. It holds no state on the
- * server: it polls the management API and /metrics every 2 s with the admin key the user gave,
- * and every action is one call to the same API the CLI uses.
+ * scaling decisions, API keys, CLI tokens and proto packages (protos.tsx), and the actions to change
+ * them. It holds no state on the server: it polls the management API and /metrics every 2 s with the
+ * admin key the user gave, and every action is one call to the same API the CLI uses.
  */
 import { render } from "preact";
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
-import { ApiError, type AbTest, type ApiKey, type Autoscaling, type BatchJob, type EndpointStatus, type ModelVersion, api, checkAdminKey, scrapeMetrics, session } from "./api.ts";
+import {
+  ApiError,
+  type AbTest,
+  type ApiKey,
+  type Autoscaling,
+  type BatchJob,
+  type CliToken,
+  type EndpointStatus,
+  type ModelVersion,
+  api,
+  checkAdminKey,
+  scrapeMetrics,
+  session,
+} from "./api.ts";
 import { Chart, format } from "./chart.tsx";
 import { type Point, type Scrape, parseMetrics, pointBetween, sumFor } from "./metrics.ts";
+import { Protos } from "./protos.tsx";
 
 const POLL_MS = 2_000;
 /** Points kept per endpoint: 3 minutes at one every 2 s. */
@@ -21,6 +35,7 @@ type Data = {
   batches: BatchJob[];
   models: ModelVersion[];
   keys: ApiKey[];
+  tokens: CliToken[];
 };
 
 function App() {
@@ -31,7 +46,17 @@ function App() {
     setKey(null);
     setMessage(why);
   }, []);
-  if (!key) return <Login message={message} onLogin={(k) => (session.set(k), setMessage(null), setKey(k))} />;
+  if (!key)
+    return (
+      <Login
+        message={message}
+        onLogin={(k) => {
+          session.set(k);
+          setMessage(null);
+          setKey(k);
+        }}
+      />
+    );
   return <Dashboard onLogout={logout} />;
 }
 
@@ -63,7 +88,9 @@ function Login(props: { message: string | null; onLogin: (key: string) => void }
         <button type="submit" disabled={busy}>
           Sign in
         </button>
-        <p class="hint">Kept in this tab only (sessionStorage) and sent as a Bearer token to this gateway's management API.</p>
+        <p class="hint">
+          Kept in this tab only (sessionStorage) and sent as a Bearer token to this gateway's management API.
+        </p>
         {error && (
           <p class="error" role="alert" data-testid="login-error">
             {error}
@@ -88,7 +115,8 @@ function Dashboard(props: { onLogout: (why: string | null) => void }) {
 
   const fail = useCallback(
     (err: unknown) => {
-      if (err instanceof ApiError && (err.status === 401 || err.status === 403)) props.onLogout(`Signed out: ${err.message}`);
+      if (err instanceof ApiError && (err.status === 401 || err.status === 403))
+        props.onLogout(`Signed out: ${err.message}`);
       else setLoadError((err as Error).message);
     },
     [props.onLogout],
@@ -96,12 +124,13 @@ function Dashboard(props: { onLogout: (why: string | null) => void }) {
 
   const refresh = useCallback(async () => {
     try {
-      const [endpoints, metrics, batches, models, keys] = await Promise.all([
+      const [endpoints, metrics, batches, models, keys, tokens] = await Promise.all([
         api<{ data: EndpointStatus[] }>("GET", "/admin/v1/endpoints"),
         scrapeMetrics(),
         api<{ data: BatchJob[] }>("GET", "/v1/batch-jobs?limit=20"),
         api<{ data: ModelVersion[] }>("GET", "/admin/v1/models"),
         api<{ data: ApiKey[] }>("GET", "/admin/v1/keys"),
+        api<{ data: CliToken[] }>("GET", "/admin/v1/tokens"),
       ]);
       const primaries = endpoints.data.filter((e) => !e.variant_of);
       const perEndpoint = await Promise.all(
@@ -120,7 +149,9 @@ function Dashboard(props: { onLogout: (why: string | null) => void }) {
       for (const e of primaries) {
         totals.current.set(e.endpoint, sumFor(scrape, "platform_requests_total", e.endpoint));
         if (!previous) continue;
-        const points = [...(history.current.get(e.endpoint) ?? []), pointBetween(previous, scrape, e.endpoint)].slice(-HISTORY);
+        const points = [...(history.current.get(e.endpoint) ?? []), pointBetween(previous, scrape, e.endpoint)].slice(
+          -HISTORY,
+        );
         history.current.set(e.endpoint, points);
       }
       lastScrape.current = scrape;
@@ -131,6 +162,7 @@ function Dashboard(props: { onLogout: (why: string | null) => void }) {
         batches: batches.data,
         models: models.data,
         keys: keys.data,
+        tokens: tokens.data,
       });
       setLoadError(null);
       setTick((t) => t + 1);
@@ -167,7 +199,7 @@ function Dashboard(props: { onLogout: (why: string | null) => void }) {
       <header>
         <h1>platform</h1>
         <span class="hint">updates every 2 s</span>
-        <button class="link" onClick={() => props.onLogout(null)}>
+        <button type="button" class="link" onClick={() => props.onLogout(null)}>
           Sign out
         </button>
       </header>
@@ -192,7 +224,9 @@ function Dashboard(props: { onLogout: (why: string | null) => void }) {
         <>
           <section>
             <h2>Endpoints</h2>
-            {data.endpoints.filter((e) => !e.variant_of).length === 0 && <p class="hint">No endpoint yet: deploy a registered model below.</p>}
+            {data.endpoints.filter((e) => !e.variant_of).length === 0 && (
+              <p class="hint">No endpoint yet: deploy a registered model below.</p>
+            )}
             {data.endpoints
               .filter((e) => !e.variant_of)
               .map((e) => (
@@ -211,6 +245,8 @@ function Dashboard(props: { onLogout: (why: string | null) => void }) {
           <Deploy models={data.models} endpoints={data.endpoints} act={act} />
           <Batches jobs={data.batches} />
           <Keys keys={data.keys} act={act} />
+          <Protos />
+          <Tokens tokens={data.tokens} act={act} />
         </>
       )}
     </main>
@@ -221,9 +257,18 @@ type Act = (what: string, action: () => Promise<unknown>) => Promise<void>;
 const formOf = (e: Event) => new FormData(e.currentTarget as HTMLFormElement);
 const text = (f: FormData, name: string) => String(f.get(name) ?? "").trim();
 /** An optional positive integer field: empty means "not set". */
-const optionalInt = (f: FormData, name: string): number | undefined => (text(f, name) === "" ? undefined : Number(text(f, name)));
+const optionalInt = (f: FormData, name: string): number | undefined =>
+  text(f, name) === "" ? undefined : Number(text(f, name));
 
-function EndpointCard(props: { endpoint: EndpointStatus; abtest?: AbTest; scaling?: Autoscaling; versions: string[]; points: Point[]; total: number; act: Act }) {
+function EndpointCard(props: {
+  endpoint: EndpointStatus;
+  abtest?: AbTest;
+  scaling?: Autoscaling;
+  versions: string[];
+  points: Point[];
+  total: number;
+  act: Act;
+}) {
   const e = props.endpoint;
   const path = `/admin/v1/endpoints/${encodeURIComponent(e.endpoint)}`;
   const test = props.abtest?.abtest ?? null;
@@ -235,24 +280,36 @@ function EndpointCard(props: { endpoint: EndpointStatus; abtest?: AbTest; scalin
     ev.preventDefault();
     const replicas = Number(text(formOf(ev), "replicas"));
     // The rest of the stored deployment goes back unchanged: PUT replaces the whole config.
-    void props.act(`replicas of ${e.endpoint}`, () => api("PUT", path, { ...e.config, resources: { ...e.config.resources, replicas } }));
+    void props.act(`replicas of ${e.endpoint}`, () =>
+      api("PUT", path, { ...e.config, resources: { ...e.config.resources, replicas } }),
+    );
   };
   const setScaling = (ev: Event) => {
     ev.preventDefault();
     const f = formOf(ev);
     const current = props.scaling?.config ?? {};
-    const autoscaling = { ...current, enabled: f.get("enabled") === "on", min_replicas: Number(text(f, "min")), max_replicas: Number(text(f, "max")), target_queue_depth: Number(text(f, "target")) };
+    const autoscaling = {
+      ...current,
+      enabled: f.get("enabled") === "on",
+      min_replicas: Number(text(f, "min")),
+      max_replicas: Number(text(f, "max")),
+      target_queue_depth: Number(text(f, "target")),
+    };
     void props.act(`autoscaling of ${e.endpoint}`, () => api("PUT", `${path}/autoscaling`, { autoscaling }));
   };
   const setSplit = (ev: Event) => {
     ev.preventDefault();
     const split = text(formOf(ev), "split");
-    void props.act(`${test ? "update" : "start"} A/B test on ${e.endpoint}`, () => api("PUT", `${path}/abtest`, { split }));
+    void props.act(`${test ? "update" : "start"} A/B test on ${e.endpoint}`, () =>
+      api("PUT", `${path}/abtest`, { split }),
+    );
   };
   const stop = (ev: Event) => {
     ev.preventDefault();
     const keep = text(formOf(ev), "keep");
-    void props.act(`stop A/B test on ${e.endpoint}`, () => api("DELETE", `${path}/abtest${keep ? `?keep=${encodeURIComponent(keep)}` : ""}`));
+    void props.act(`stop A/B test on ${e.endpoint}`, () =>
+      api("DELETE", `${path}/abtest${keep ? `?keep=${encodeURIComponent(keep)}` : ""}`),
+    );
   };
 
   return (
@@ -308,7 +365,13 @@ function EndpointCard(props: { endpoint: EndpointStatus; abtest?: AbTest; scalin
         </table>
       )}
       <div class="charts">
-        <Chart testId="chart-rps" title="requests/s" unit="" slots={HISTORY} series={[{ label: "now", className: "a", values: props.points.map((p) => p.requestsPerSecond) }]} />
+        <Chart
+          testId="chart-rps"
+          title="requests/s"
+          unit=""
+          slots={HISTORY}
+          series={[{ label: "now", className: "a", values: props.points.map((p) => p.requestsPerSecond) }]}
+        />
         <Chart
           testId="chart-latency"
           title="latency"
@@ -319,13 +382,26 @@ function EndpointCard(props: { endpoint: EndpointStatus; abtest?: AbTest; scalin
             { label: "p99", className: "b", values: props.points.map((p) => ms(p.p99)) },
           ]}
         />
-        <Chart testId="chart-tokens" title="tokens/s" unit="" slots={HISTORY} series={[{ label: "now", className: "a", values: props.points.map((p) => p.tokensPerSecond) }]} />
-        <Chart testId="chart-queue" title="queue depth" unit="" slots={HISTORY} series={[{ label: "now", className: "a", values: props.points.map((p) => p.queue) }]} />
+        <Chart
+          testId="chart-tokens"
+          title="tokens/s"
+          unit=""
+          slots={HISTORY}
+          series={[{ label: "now", className: "a", values: props.points.map((p) => p.tokensPerSecond) }]}
+        />
+        <Chart
+          testId="chart-queue"
+          title="queue depth"
+          unit=""
+          slots={HISTORY}
+          series={[{ label: "now", className: "a", values: props.points.map((p) => p.queue) }]}
+        />
       </div>
       <div class="actions">
         <form onSubmit={setReplicas} data-testid="replicas-form">
           <label>
-            replicas <input name="replicas" type="number" min="0" max="64" defaultValue={String(e.replicas.desired)} required />
+            replicas{" "}
+            <input name="replicas" type="number" min="0" max="64" defaultValue={String(e.replicas.desired)} required />
           </label>
           <button type="submit">Set replicas</button>
         </form>
@@ -334,19 +410,48 @@ function EndpointCard(props: { endpoint: EndpointStatus; abtest?: AbTest; scalin
             <input name="enabled" type="checkbox" defaultChecked={props.scaling?.enabled ?? false} /> autoscale
           </label>
           <label>
-            min <input name="min" type="number" min="0" max="64" defaultValue={String(props.scaling?.config?.min_replicas ?? 1)} required />
+            min{" "}
+            <input
+              name="min"
+              type="number"
+              min="0"
+              max="64"
+              defaultValue={String(props.scaling?.config?.min_replicas ?? 1)}
+              required
+            />
           </label>
           <label>
-            max <input name="max" type="number" min="1" max="64" defaultValue={String(props.scaling?.config?.max_replicas ?? 4)} required />
+            max{" "}
+            <input
+              name="max"
+              type="number"
+              min="1"
+              max="64"
+              defaultValue={String(props.scaling?.config?.max_replicas ?? 4)}
+              required
+            />
           </label>
           <label>
-            target queue/replica <input name="target" type="number" min="1" defaultValue={String(props.scaling?.config?.target_queue_depth ?? 4)} required />
+            target queue/replica{" "}
+            <input
+              name="target"
+              type="number"
+              min="1"
+              defaultValue={String(props.scaling?.config?.target_queue_depth ?? 4)}
+              required
+            />
           </label>
           <button type="submit">Set autoscaling</button>
         </form>
         <form onSubmit={setSplit} data-testid="abtest-form">
           <label>
-            A/B split <input name="split" placeholder={`${e.version}=50,${props.versions.find((v) => v !== e.version) ?? "v2"}=50`} defaultValue={splitText} required />
+            A/B split{" "}
+            <input
+              name="split"
+              placeholder={`${e.version}=50,${props.versions.find((v) => v !== e.version) ?? "v2"}=50`}
+              defaultValue={splitText}
+              required
+            />
           </label>
           <button type="submit">{test ? "Update A/B test" : "Start A/B test"}</button>
         </form>
@@ -369,7 +474,9 @@ function EndpointCard(props: { endpoint: EndpointStatus; abtest?: AbTest; scalin
       <details>
         <summary>Recent scaling decisions</summary>
         <ul class="decisions" data-testid="decisions">
-          {(props.scaling?.decisions ?? []).length === 0 && <li class="hint">none recorded (autoscaling off, or no scaler tick yet)</li>}
+          {(props.scaling?.decisions ?? []).length === 0 && (
+            <li class="hint">none recorded (autoscaling off, or no scaler tick yet)</li>
+          )}
           {(props.scaling?.decisions ?? []).map((d) => (
             <li>
               {new Date(d.at).toLocaleTimeString()} <b>{d.action}</b> {d.from}→{d.to}: {d.reason}
@@ -394,9 +501,15 @@ function Deploy(props: { models: ModelVersion[]; endpoints: EndpointStatus[]; ac
     const existing = props.endpoints.find((e) => e.endpoint === endpoint);
     // Redeploying an endpoint keeps its other settings; a new one starts from the defaults.
     const body = existing
-      ? { ...existing.config, model: { ...existing.config.model, name: model, version }, resources: { ...existing.config.resources, replicas } }
+      ? {
+          ...existing.config,
+          model: { ...existing.config.model, name: model, version },
+          resources: { ...existing.config.resources, replicas },
+        }
       : { model: { name: model, version }, resources: { replicas } };
-    void props.act(`deploy ${model}@${version} as ${endpoint}`, () => api("PUT", `/admin/v1/endpoints/${encodeURIComponent(endpoint)}`, body));
+    void props.act(`deploy ${model}@${version} as ${endpoint}`, () =>
+      api("PUT", `/admin/v1/endpoints/${encodeURIComponent(endpoint)}`, body),
+    );
   };
   return (
     <section>
@@ -489,7 +602,11 @@ function Keys(props: { keys: ApiKey[]; act: Act }) {
         return v === undefined ? [] : [[k, v]];
       }),
     );
-    const body = { name: text(f, "name"), role: text(f, "role"), ...(Object.keys(limits).length > 0 ? { limits } : {}) };
+    const body = {
+      name: text(f, "name"),
+      role: text(f, "role"),
+      ...(Object.keys(limits).length > 0 ? { limits } : {}),
+    };
     void props.act(`create key ${body.name}`, async () => {
       const res = await api<{ key: string }>("POST", "/admin/v1/keys", body);
       setCreated(res.key);
@@ -499,8 +616,15 @@ function Keys(props: { keys: ApiKey[]; act: Act }) {
   const limitsText = (k: ApiKey) => {
     const l = k.limits;
     if (!l) return "none";
-    const own = (["rpm", "tpm", "max_concurrency"] as const).flatMap((f) => (l[f] === undefined ? [] : [`${f}=${l[f]}`]));
-    const models = Object.entries(l.models ?? {}).map(([m, s]) => `${m}: ${Object.entries(s).map(([f, v]) => `${f}=${v}`).join(",")}`);
+    const own = (["rpm", "tpm", "max_concurrency"] as const).flatMap((f) =>
+      l[f] === undefined ? [] : [`${f}=${l[f]}`],
+    );
+    const models = Object.entries(l.models ?? {}).map(
+      ([m, s]) =>
+        `${m}: ${Object.entries(s)
+          .map(([f, v]) => `${f}=${v}`)
+          .join(",")}`,
+    );
     return [...own, ...models].join("; ") || "none";
   };
   return (
@@ -531,7 +655,7 @@ function Keys(props: { keys: ApiKey[]; act: Act }) {
       {created && (
         <p class="notice" data-testid="created-key">
           New key (shown once, copy it now): <code>{created}</code>{" "}
-          <button class="link" onClick={() => setCreated(null)}>
+          <button type="button" class="link" onClick={() => setCreated(null)}>
             hide
           </button>
         </p>
@@ -560,9 +684,67 @@ function Keys(props: { keys: ApiKey[]; act: Act }) {
               <td>{new Date(k.created * 1000).toLocaleString()}</td>
               <td>
                 <button
+                  type="button"
                   class="danger"
                   onClick={() => {
-                    if (confirm(`Revoke key "${k.name}" (${k.id})? Clients using it get 401 within seconds.`)) void props.act(`revoke key ${k.name}`, () => api("DELETE", `/admin/v1/keys/${encodeURIComponent(k.id)}`));
+                    if (confirm(`Revoke key "${k.name}" (${k.id})? Clients using it get 401 within seconds.`))
+                      void props.act(`revoke key ${k.name}`, () =>
+                        api("DELETE", `/admin/v1/keys/${encodeURIComponent(k.id)}`),
+                      );
+                  }}
+                >
+                  Revoke
+                </button>
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </section>
+  );
+}
+
+/** CLI sessions (`platform auth login`): every organization's for an operator, each revocable. */
+function Tokens(props: { tokens: CliToken[]; act: Act }) {
+  const when = (ms: number) => new Date(ms).toLocaleString();
+  return (
+    <section>
+      <h2>CLI tokens</h2>
+      {props.tokens.length === 0 && <p class="hint">No CLI session: platform auth login starts one.</p>}
+      <table data-testid="tokens">
+        <thead>
+          <tr>
+            <th>name</th>
+            <th>id</th>
+            <th>subject</th>
+            <th>organization</th>
+            <th>role</th>
+            <th>expires</th>
+            <th>session ends</th>
+            <th />
+          </tr>
+        </thead>
+        <tbody>
+          {props.tokens.map((t) => (
+            <tr data-testid={`token-${t.id}`}>
+              <td>{t.name}</td>
+              <td class="mono">{t.id}</td>
+              <td class="mono">
+                {t.subject.kind} {t.subject.id}
+              </td>
+              <td>{t.org}</td>
+              <td>{t.role}</td>
+              <td>{when(t.expires)}</td>
+              <td>{when(t.refresh_expires)}</td>
+              <td>
+                <button
+                  type="button"
+                  class="danger"
+                  onClick={() => {
+                    if (confirm(`Revoke the CLI token ${t.id} of ${t.name}? It stops working within seconds.`))
+                      void props.act(`revoke token ${t.id}`, () =>
+                        api("DELETE", `/admin/v1/tokens/${encodeURIComponent(t.id)}`),
+                      );
                   }}
                 >
                   Revoke

@@ -19,7 +19,8 @@ export function parseMetrics(text: string, at: number): Scrape {
     const m = LINE.exec(line);
     if (!m) continue;
     const labels: Record<string, string> = {};
-    for (const l of (m[2] ?? "").matchAll(LABEL)) labels[l[1] as string] = (l[2] as string).replace(/\\(.)/g, (_, c: string) => (c === "n" ? "\n" : c));
+    for (const l of (m[2] ?? "").matchAll(LABEL))
+      labels[l[1] as string] = (l[2] as string).replace(/\\(.)/g, (_, c: string) => (c === "n" ? "\n" : c));
     if (labels.replica) continue;
     const value = m[3] === "+Inf" ? Infinity : m[3] === "-Inf" ? -Infinity : Number(m[3]);
     samples.push({ name: m[1] as string, labels, value });
@@ -28,17 +29,16 @@ export function parseMetrics(text: string, at: number): Scrape {
 }
 
 /** Sum of one metric's samples for one endpoint (`model_name`), over every version and source. */
-export function sumFor(scrape: Scrape, name: string, endpoint: string, extra?: (labels: Record<string, string>) => boolean): number {
+export function sumFor(
+  scrape: Scrape,
+  name: string,
+  endpoint: string,
+  extra?: (labels: Record<string, string>) => boolean,
+): number {
   let total = 0;
-  for (const s of scrape.samples) if (s.name === name && s.labels.model_name === endpoint && (!extra || extra(s.labels))) total += s.value;
+  for (const s of scrape.samples)
+    if (s.name === name && s.labels.model_name === endpoint && (!extra || extra(s.labels))) total += s.value;
   return total;
-}
-
-/** Endpoints that appear in the scrape (series with a non-empty model_name). */
-export function endpointsIn(scrape: Scrape): string[] {
-  const names = new Set<string>();
-  for (const s of scrape.samples) if (s.labels.model_name) names.add(s.labels.model_name);
-  return [...names].sort();
 }
 
 /** Per second between two scrapes; a counter that went down (a gateway restart) counts from zero. */
@@ -62,7 +62,13 @@ function buckets(scrape: Scrape, histogram: string, endpoint: string): Map<numbe
  * The q-quantile of the observations made between two scrapes, interpolated linearly inside
  * the bucket that holds it (histogram_quantile's method); null when nothing was observed.
  */
-export function quantileBetween(prev: Scrape, next: Scrape, histogram: string, endpoint: string, q: number): number | null {
+export function quantileBetween(
+  prev: Scrape,
+  next: Scrape,
+  histogram: string,
+  endpoint: string,
+  q: number,
+): number | null {
   const before = buckets(prev, histogram, endpoint);
   const after = buckets(next, histogram, endpoint);
   const bounds = [...after.keys()].sort((a, b) => a - b);

@@ -1,38 +1,56 @@
 /** The gateway: one Hono app, stateless, any number of replicas against one Redis. */
 import { randomUUID } from "node:crypto";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { serve } from "@hono/node-server";
 import { Hono } from "hono";
-import { recordVariantOutcome, type VariantOutcome } from "../control/abtests.ts";
-import { RateLimiter } from "../control/ratelimits.ts";
-import type { Control } from "../control/redis.ts";
-import { PlatformError } from "../errors.ts";
-import type { EndpointRecord } from "../contracts/records.ts";
+import { requestId } from "hono/request-id";
+import { recordVariantOutcome, type VariantOutcome } from "../abtests/store.ts";
+import { RateLimiter } from "../ratelimit/limiter.ts";
+import type { Control } from "../redis/connection.ts";
+import { PlatformError } from "../contracts/errors.ts";
+import type { Endpoint } from "../endpoints/endpoint.ts";
+import { PLATFORM_VERSION } from "../contracts/version.ts";
 import { Admission } from "../queue/admission.ts";
 import { Dispatcher } from "../queue/dispatcher.ts";
 import type { Settings } from "../settings/index.ts";
 import { openStore } from "../storage/index.ts";
-import { countBatchRecords, registerBatchMetrics } from "../telemetry/batch-metrics.ts";
-import { GatewayMetrics, servedOf } from "../telemetry/metrics.ts";
-import { registerScalingMetrics } from "../telemetry/scaling-metrics.ts";
+import { countBatchRecords, registerBatchMetrics } from "../batch/metrics.ts";
+import { GatewayMetrics } from "./metrics.ts";
+import { servedOf } from "../telemetry/request-metrics.ts";
+import { registerScalingMetrics } from "../autoscaling/metrics.ts";
 import { requestTelemetry } from "../telemetry/tracing.ts";
 import { BatchJobs } from "../batch/index.ts";
 import { BatchFiles } from "../batch/files.ts";
 import { StoragePolicy } from "../storage/policy.ts";
-import { storageRoutes } from "./storage.ts";
-import { adminRoutes, statusOf } from "./admin.ts";
-import { batchRoutes } from "./batches.ts";
-import { dashboardRoutes } from "./dashboard.ts";
-import { openAiBatchRoutes } from "./openai-batches.ts";
-import { requireAdmin, requireApiKey } from "./auth.ts";
+import { storageRoutes } from "./routes/storage.ts";
+import { adminRoutes, statusOf } from "./routes/admin.ts";
+import { batchRoutes } from "./routes/batch-jobs.ts";
+import { dashboardRoutes } from "./routes/dashboard.ts";
+import { openAiBatchRoutes } from "./routes/openai-batches.ts";
+import { requireAdmin, requireCaller, requireOperator } from "./auth.ts";
 import type { GatewayEnv } from "./env.ts";
 import { asPlatformError, errorResponse } from "./errors.ts";
-import { bodyLimits } from "./limits.ts";
-import { openAiRoutes } from "./openai.ts";
+import { bodyLimits } from "./input-bounds.ts";
+import { openAiRoutes } from "./routes/openai.ts";
+import { oauthRoutes } from "./routes/oauth.ts";
+import { orgRoutes } from "./routes/orgs.ts";
+import { protoRoutes } from "./routes/protos.ts";
+import { signinRoutes } from "./routes/signin.ts";
+import { OidcProvider } from "../signin/oidc.ts";
+import { tokenRefreshRoutes, tokenRoutes } from "./routes/tokens.ts";
 import { rateLimit } from "./ratelimit.ts";
 import { randomHex } from "./random-id.ts";
-import { usageRoutes } from "./usage.ts";
+import { usageRoutes } from "./routes/usage.ts";
 import { Router, type Target } from "./routing.ts";
+
+/**
+ * What the install shares across organizations (docs/security.md, "Organizations"): managing them
+ * needs an operator, reading them too, as their records name the operator's storage and replicas.
+ */
+const SHARED = ["/admin/v1/models", "/admin/v1/endpoints", "/admin/v1/scrape-targets"];
+
+const PLATFORMRC_SCHEMA = new URL("../../schemas/platformrc.schema.json", import.meta.url);
 
 /** Longer than any load balancer's idle timeout (AWS ALB: 60 s), as their docs ask of backends. */
 const KEEP_ALIVE_TIMEOUT_MS = 65_000;
@@ -49,19 +67,42 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   let baseUrl = "";
 
   const storage = StoragePolicy.fromSettings(settings);
-  const admin = { ctl, dispatcher, baseUrl: () => baseUrl, maxModelBytes: settings.maxModelBytes, storage, imports: { ctl, artifacts: openStore(settings.artifactsUrl, settings.storage.s3), scratchDir: join(settings.dataDir, "tmp"), sources: settings.sources, s3: settings.storage.s3 } };
+  const admin = {
+    ctl,
+    dispatcher,
+    baseUrl: () => baseUrl,
+    maxModelBytes: settings.maxModelBytes,
+    storage,
+    imports: {
+      ctl,
+      artifacts: openStore(settings.artifactsUrl, settings.storage.s3),
+      scratchDir: join(settings.dataDir, "tmp"),
+      sources: settings.sources,
+      s3: settings.storage.s3,
+    },
+  };
   const metrics = new GatewayMetrics(async () =>
     Promise.all(
       (await router.endpoints()).map(async (e) => {
         // One endpoint that cannot be read (deleted meanwhile, say) drops out of this scrape alone.
         const s = await statusOf(admin, e.name).catch(() => undefined);
-        return s ? [{ ...servedOf(e), waiting: s.queue.waiting, running: s.queue.active, replicas_ready: s.replicas.ready, replicas_desired: s.replicas.desired }] : [];
+        return s
+          ? [
+              {
+                ...servedOf(e),
+                waiting: s.queue.waiting,
+                running: s.queue.active,
+                replicas_ready: s.replicas.ready,
+                replicas_desired: s.replicas.desired,
+              },
+            ]
+          : [];
       }),
     ).then((all) => all.flat()),
   );
   registerScalingMetrics(metrics.registry, ctl, () => router.endpoints());
   registerBatchMetrics(metrics.registry, ctl);
-  // The batch coordinator running in this process reports its records here (src/telemetry/batch-metrics.ts).
+  // The batch coordinator running in this process reports its records here (src/batch/metrics.ts).
   const stopCountingBatch = countBatchRecords((r) => metrics.batchRecord(r));
   const admission = new Admission(dispatcher, {
     defaults: settings.admission,
@@ -71,39 +112,68 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     metrics,
     submit: (submission: Parameters<Dispatcher["submit"]>[0], options: { queueWaitMs?: number; queue: string }) =>
       dispatcher.submit(submission, { timeoutMs: settings.requestTimeoutMs, ...options }),
-    admit: (endpoint: EndpointRecord) => admission.admit(endpoint),
-    onOutcome: (target: Target, outcome: VariantOutcome) => void recordVariantOutcome(ctl, target.name, target.version, outcome).catch(() => undefined),
+    admit: (endpoint: Endpoint) => admission.admit(endpoint),
+    onOutcome: (target: Target, outcome: VariantOutcome) =>
+      void recordVariantOutcome(ctl, target.name, target.version, outcome).catch(() => undefined),
   };
 
   const app = new Hono<GatewayEnv>();
-  app.use(async (c, next) => {
-    const id = c.req.header("x-request-id") ?? `req_${randomHex(12)}`;
-    c.set("requestId", id);
-    c.header("x-request-id", id);
-    await next();
-  });
+  // A caller's x-request-id is echoed when it is up to 255 of [A-Za-z0-9_=-] (hono's check: no
+  // spaces or line breaks to forge log lines with); otherwise, or without one, the gateway mints one.
+  app.use(requestId({ headerName: "x-request-id", generator: () => `req_${randomHex(12)}` }));
   // Tracing's server span (when on; docs/tracing.md) and, at debug level, a log line per request.
   app.use(requestTelemetry());
-  app.get("/healthz", (c) => c.json({ status: "ok" }));
+  // The version tells `platform init` and `platform doctor` that a URL is a platform gateway, and which.
+  app.get("/healthz", (c) => c.json({ status: "ok", version: PLATFORM_VERSION }));
+  // The JSON Schema of `.platformrc.json` (shipped in schemas/), which `platform init` names in the
+  // file's `$schema`: every editor that can reach the platform completes and checks its keys.
+  app.get("/schemas/platformrc.schema.json", async (c) =>
+    c.body(await readFile(PLATFORMRC_SCHEMA, "utf8"), 200, { "content-type": "application/schema+json" }),
+  );
   app.get("/readyz", async (c) => {
-    const ok = await ctl.redis.ping().then(() => true, () => false);
+    const ok = await ctl.redis.ping().then(
+      () => true,
+      () => false,
+    );
     return c.json({ status: ok ? "ready" : "redis unreachable" }, ok ? 200 : 503);
   });
-  app.get("/metrics", async (c) => c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }));
+  app.get("/metrics", async (c) =>
+    c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }),
+  );
 
   // After authentication: only a key holder can make the gateway read a body at all.
   const limits = bodyLimits(settings);
-  // Rate limits and usage (src/gateway/ratelimit.ts): every /v1 response of a limited key carries its x-ratelimit-* headers.
+  // Rate limits and usage (ratelimit.ts): every /v1 response of a limited key carries its x-ratelimit-* headers.
   const limiter = new RateLimiter(ctl, { maxLifetimeMs: settings.requestTimeoutMs + 60_000 });
-  const meter = rateLimit({ ctl, limiter, onReject: (t, kind) => metrics.rateLimited.inc({ model_name: t.model, version: t.version, reason: `key_${kind}` }) });
-  app.use("/v1/*", requireApiKey(ctl), meter, limits);
-  app.route("/v1", openAiRoutes(router, textContext));
+  const meter = rateLimit({
+    ctl,
+    limiter,
+    onReject: (t, kind) => metrics.rateLimited.inc({ model_name: t.model, version: t.version, reason: `key_${kind}` }),
+  });
+  const caller = requireCaller(ctl);
+  app.use("/v1/*", caller, meter, limits);
+  app.route("/v1", openAiRoutes(router, textContext, settings.structured.limits));
   app.route("/v1/usage", usageRoutes(ctl, { flush: () => meter.drain() }));
   const batchJobs = new BatchJobs(ctl, { storage, files: new BatchFiles(ctl, admin.imports.artifacts) });
   app.route("/v1/storage", storageRoutes(storage));
   app.route("/v1/batch-jobs", batchRoutes({ jobs: batchJobs }));
   app.route("/v1", openAiBatchRoutes({ ctl, jobs: batchJobs, artifacts: admin.imports.artifacts }));
-  app.use("/admin/v1/*", requireApiKey(ctl), requireAdmin, limits);
+  // The refresh token is this route's credential, so it comes before authentication; Hono runs
+  // handlers in the order they were added, and a route that answers ends the chain.
+  const tokens = { ctl, lifetimes: settings.tokens };
+  app.use("/admin/v1/tokens/refresh", limits);
+  app.route("/admin/v1/tokens/refresh", tokenRefreshRoutes(tokens));
+  app.use("/admin/v1/*", caller, limits);
+  // Any caller: who it is, its tokens, its organization.
+  app.route("/admin/v1", tokenRoutes(tokens));
+  app.route("/admin/v1/orgs", orgRoutes(ctl));
+  // Any caller of an organization, on its own organization's packages (routes/protos.ts says why).
+  app.route("/admin/v1/protos", protoRoutes({ ctl, artifacts: admin.imports.artifacts, limits: settings.protos }));
+  // The rest needs an admin of the caller's organization, and what the install shares an operator.
+  app.use("/admin/v1/*", requireAdmin());
+  // (`<path>/*` matches `<path>` itself too.)
+  const operator = requireOperator();
+  for (const path of SHARED) app.use(`${path}/*`, operator);
   // Read your own writes: a deploy or A/B change made here routes this gateway's next request,
   // without waiting for its change notice to come back through Redis (other gateways wait for it).
   app.use("/admin/v1/*", async (c, next) => {
@@ -111,10 +181,30 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     if (c.req.method !== "GET") router.changed();
   });
   app.route("/admin/v1", adminRoutes(admin));
+  // Sign-in for the CLI (docs/signin.md): the pages a browser is sent to and the token endpoints;
+  // no bearer, the sign-in is the credential.
+  const signin = {
+    ctl,
+    lifetimes: settings.tokens,
+    publicUrl: settings.signin.publicUrl,
+    oidc: settings.signin.oidc && new OidcProvider(settings.signin.oidc),
+  };
+  app.use("/auth/*", limits);
+  app.route("/auth", oauthRoutes(signin));
+  app.route("/auth", signinRoutes(signin));
   // The web dashboard's static files (README "Dashboard"): no key for the files, the page asks for one.
   app.route("/dashboard", dashboardRoutes());
 
-  app.notFound((c) => errorResponse(c, new PlatformError(404, "unknown_route", `no route ${c.req.method} ${c.req.path}; the API lives under /v1 (OpenAI-compatible) and /admin/v1 (management)`)));
+  app.notFound((c) =>
+    errorResponse(
+      c,
+      new PlatformError(
+        404,
+        "unknown_route",
+        `no route ${c.req.method} ${c.req.path}; the API lives under /v1 (OpenAI-compatible) and /admin/v1 (management)`,
+      ),
+    ),
+  );
   app.onError((e, c) => {
     metrics.errorAnswered(c.req.raw, c.req.method, c.req.path, asPlatformError(e));
     return errorResponse(c, e);

@@ -1,45 +1,118 @@
-/** Bearer-token authentication and the admin check for management routes. */
-import type { MiddlewareHandler } from "hono";
-import type { ApiKeyRecord } from "../contracts/records.ts";
-import { verifyApiKey } from "../control/apikeys.ts";
-import type { Control } from "../control/redis.ts";
-import { PlatformError } from "../errors.ts";
-import type { GatewayEnv } from "./env.ts";
+/**
+ * Who the bearer is: an API key (`sk-plat-…`) or a CLI token (`pt_…`, src/tokens/), one caller
+ * either way (env.ts); and the checks management routes make of it: an organization's admin, an
+ * operator.
+ */
+import type { Context, MiddlewareHandler } from "hono";
+import { PlatformError } from "../contracts/errors.ts";
+import { isOperator } from "../contracts/orgs.ts";
+import { verifyApiKey } from "../keys/store.ts";
+import type { Control } from "../redis/connection.ts";
+import { isCliToken } from "../tokens/token.ts";
+import { verifyToken } from "../tokens/store.ts";
+import type { Caller, GatewayEnv } from "./env.ts";
 
 /**
- * Verified keys are remembered briefly so the hot path skips two Redis round
- * trips; a revoked key therefore stops working within KEY_CACHE_MS.
+ * Verified callers are remembered briefly so the hot path skips its Redis round trips; a revoked
+ * key or token therefore stops working within CALLER_CACHE_MS (a token also at its expiry).
  */
-const KEY_CACHE_MS = 5000;
+const CALLER_CACHE_MS = 5000;
 
-export function requireApiKey(ctl: Control): MiddlewareHandler<GatewayEnv> {
-  const cache = new Map<string, { record: ApiKeyRecord; until: number }>();
-  const verify = async (token: string) => {
-    const hit = cache.get(token);
-    if (hit && hit.until > Date.now()) return hit.record;
-    const record = await verifyApiKey(ctl, token);
-    if (record) {
+/** The message an expired or revoked CLI token gets; the CLI shows it as it is. */
+export function sessionExpired(c: Context): PlatformError {
+  return new PlatformError(
+    401,
+    "token_expired",
+    `session expired for ${new URL(c.req.url).origin}: run platform auth login`,
+  );
+}
+
+async function verifyBearer(ctl: Control, bearer: string): Promise<Caller | undefined> {
+  if (isCliToken(bearer)) {
+    const verified = await verifyToken(ctl, bearer);
+    if (!verified) return undefined;
+    const { principal, record } = verified;
+    return {
+      kind: "token",
+      ...principal,
+      operator: isOperator(principal),
+      token: { id: record.id, expires: record.expires },
+    };
+  }
+  const key = await verifyApiKey(ctl, bearer);
+  if (!key) return undefined;
+  return {
+    kind: "key",
+    id: key.id,
+    name: key.name,
+    org: key.org,
+    role: key.role,
+    operator: isOperator(key),
+    ...(key.limits ? { limits: key.limits } : {}),
+  };
+}
+
+export function requireCaller(ctl: Control): MiddlewareHandler<GatewayEnv> {
+  const cache = new Map<string, { caller: Caller; until: number }>();
+  const verify = async (bearer: string) => {
+    const hit = cache.get(bearer);
+    if (hit && hit.until > Date.now()) return hit.caller;
+    const caller = await verifyBearer(ctl, bearer);
+    if (caller) {
       if (cache.size > 10_000) cache.clear();
-      cache.set(token, { record, until: Date.now() + KEY_CACHE_MS });
-    } else cache.delete(token);
-    return record;
+      cache.set(bearer, { caller, until: Math.min(Date.now() + CALLER_CACHE_MS, caller.token?.expires ?? Infinity) });
+    } else cache.delete(bearer);
+    return caller;
   };
   return async (c, next) => {
     const header = c.req.header("authorization");
     const match = header?.match(/^Bearer\s+(.+)$/i);
     if (!match?.[1]) {
-      throw new PlatformError(401, "invalid_api_key", "You didn't provide an API key. Send it as `Authorization: Bearer <key>`; `platform keys create` makes one.");
+      throw new PlatformError(
+        401,
+        "invalid_api_key",
+        "You didn't provide an API key. Send it as `Authorization: Bearer <key>`; `platform keys create` makes one.",
+      );
     }
-    const record = await verify(match[1].trim());
-    if (!record) throw new PlatformError(401, "invalid_api_key", "Incorrect API key provided. `platform keys list` shows the keys that exist.");
-    c.set("apiKey", record);
+    const bearer = match[1].trim();
+    const caller = await verify(bearer);
+    if (!caller) {
+      // Unknown, expired and revoked tokens read the same: nothing tells a guesser which.
+      if (isCliToken(bearer)) throw sessionExpired(c);
+      throw new PlatformError(
+        401,
+        "invalid_api_key",
+        "Incorrect API key provided. `platform keys list` shows the keys that exist.",
+      );
+    }
+    c.set("caller", caller);
     await next();
   };
 }
 
-export const requireAdmin: MiddlewareHandler<GatewayEnv> = async (c, next) => {
-  if (c.get("apiKey").role !== "admin") {
-    throw new PlatformError(403, "permission_denied", "this operation needs an admin API key");
-  }
-  await next();
-};
+/** An admin of its organization: manages that organization's keys, tokens, jobs and files. */
+export function requireAdmin(): MiddlewareHandler<GatewayEnv> {
+  return async (c, next) => {
+    if (c.get("caller").role !== "admin") {
+      throw new PlatformError(403, "permission_denied", "this operation needs an admin API key");
+    }
+    await next();
+  };
+}
+
+/**
+ * An operator (an admin of the install's own organization): what the install shares — models,
+ * endpoints, autoscaling, A/B tests, scrape targets — and organizations themselves.
+ */
+export function requireOperator(): MiddlewareHandler<GatewayEnv> {
+  return async (c, next) => {
+    if (!c.get("caller").operator) {
+      throw new PlatformError(
+        403,
+        "permission_denied",
+        "this operation needs an operator: an admin key of the install's own organization (`default`)",
+      );
+    }
+    await next();
+  };
+}

@@ -1,17 +1,11 @@
-/** The OpenAI error envelope, used for every error the gateway returns (see WIRE.md). */
+/** Every error the gateway returns, in the OpenAI error envelope (contracts/errors.ts; README, "HTTP API"). */
 import type { Context } from "hono";
 import { z } from "zod";
 import { describeIssues } from "../contracts/issues.ts";
-import { detailOf, PlatformError } from "../errors.ts";
+import { detailOf, errorEnvelope, PlatformError } from "../contracts/errors.ts";
 import { causeFields, logger } from "../telemetry/log.ts";
 
 const log = logger("gateway");
-
-export type ErrorEnvelope = { error: { message: string; type: string; param: string | null; code: string | null } };
-
-export function envelope(err: PlatformError): ErrorEnvelope {
-  return { error: { message: err.message, type: err.type, param: err.param, code: err.code } };
-}
 
 /** Any thrown value as the PlatformError the client should see. */
 export function asPlatformError(e: unknown): PlatformError {
@@ -20,7 +14,8 @@ export function asPlatformError(e: unknown): PlatformError {
     const first = e.issues[0];
     return new PlatformError(400, "invalid_request", describeIssues(e), first ? first.path.join(".") || null : null);
   }
-  if (e instanceof SyntaxError) return new PlatformError(400, "invalid_json", `request body is not valid JSON: ${e.message}`);
+  if (e instanceof SyntaxError)
+    return new PlatformError(400, "invalid_json", `request body is not valid JSON: ${e.message}`);
   return new PlatformError(500, "internal_error", "internal error; the gateway log has the details");
 }
 
@@ -31,15 +26,31 @@ export function clientError(c: Context, e: unknown): PlatformError {
   if (!hidden) return err;
   const detail = hidden.detail;
   const requestId = (c.get("requestId") as string | undefined) ?? "(none)";
-  log.error({ request_id: requestId, method: c.req.method, path: c.req.path, code: err.code, status: err.status, ...causeFields(detail) }, `${c.req.method} ${c.req.path}: ${err.code}`);
+  log.error(
+    {
+      request_id: requestId,
+      method: c.req.method,
+      path: c.req.path,
+      code: err.code,
+      status: err.status,
+      ...causeFields(detail),
+    },
+    `${c.req.method} ${c.req.path}: ${err.code}`,
+  );
   const base = e instanceof PlatformError ? err.message : "internal error";
-  return new PlatformError(err.status, err.code, `${base}; request id ${requestId}, the gateway log has the details`, err.param, err.retryAfter);
+  return new PlatformError(
+    err.status,
+    err.code,
+    `${base}; request id ${requestId}, the gateway log has the details`,
+    err.param,
+    err.retryAfter,
+  );
 }
 
 export function errorResponse(c: Context, e: unknown): Response {
   const err = clientError(c, e);
   if (err.retryAfter !== undefined) c.header("Retry-After", String(err.retryAfter));
-  return c.json(envelope(err), err.status as 400);
+  return c.json(errorEnvelope(err), err.status as 400);
 }
 
 /** Parse a JSON body with a zod schema; errors name the field. */
@@ -48,7 +59,11 @@ export async function parseBody<T extends z.ZodType>(c: Context, schema: T): Pro
   try {
     body = await c.req.json();
   } catch (e) {
-    throw new PlatformError(400, "invalid_json", `request body is not valid JSON (${(e as Error).message}); send Content-Type: application/json with a JSON object`);
+    throw new PlatformError(
+      400,
+      "invalid_json",
+      `request body is not valid JSON (${(e as Error).message}); send Content-Type: application/json with a JSON object`,
+    );
   }
   return schema.parse(body);
 }
@@ -59,6 +74,12 @@ export async function parseBody<T extends z.ZodType>(c: Context, schema: T): Pro
  */
 export function pathParam<T extends z.ZodType>(c: Context, name: string, schema: T): z.infer<T> {
   const parsed = schema.safeParse(c.req.param(name));
-  if (!parsed.success) throw new PlatformError(400, "invalid_request", `path parameter ${name}: ${parsed.error.issues[0]?.message ?? "invalid"}`, name);
+  if (!parsed.success)
+    throw new PlatformError(
+      400,
+      "invalid_request",
+      `path parameter ${name}: ${parsed.error.issues[0]?.message ?? "invalid"}`,
+      name,
+    );
   return parsed.data;
 }

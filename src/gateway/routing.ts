@@ -6,27 +6,37 @@
  * round trip on the hot path. A change made through this gateway is seen by
  * its next request, without waiting for the notice to come back from Redis.
  */
-import type { RedisClient } from "../control/redis.ts";
-import { type AbTestRecord, pickVariant } from "../contracts/abtest.ts";
+import type { RedisClient } from "../redis/connection.ts";
+import { type AbTest, pickVariant } from "../abtests/schema.ts";
 import { NAME_PATTERN, VERSION_PATTERN } from "../contracts/deployment.ts";
-import { type EndpointRecord, type ModelTask, taskOf } from "../contracts/records.ts";
-import { readAbTests } from "../control/abtests.ts";
-import { readEndpoints } from "../control/endpoints.ts";
-import type { InvalidRecord } from "../control/invalid-records.ts";
-import { type Control, duplicate } from "../control/redis.ts";
-import { PlatformError, withDetail } from "../errors.ts";
-import { withinRedisWait } from "../queue/admission.ts";
+import type { Endpoint } from "../endpoints/endpoint.ts";
+import { type ModelTask, taskOf } from "../registry/version.ts";
+import { readAbTests } from "../abtests/store.ts";
+import { serving } from "../endpoints/rollout.ts";
+import { readEndpoints } from "../endpoints/store.ts";
+import type { InvalidEntry } from "../redis/stored.ts";
+import { type Control, duplicate } from "../redis/connection.ts";
+import { PlatformError, withDetail } from "../contracts/errors.ts";
+import { withinRedisWait } from "../redis/wait.ts";
 import { resolveModelVersion } from "../registry/versions.ts";
-import { type PromptBound, promptBound } from "./limits.ts";
+import { type PromptBound, promptBound } from "./input-bounds.ts";
 
 /**
  * `name`: the endpoint the client named; `endpoint`: the deployment that serves this request
  * (the endpoint itself or one of its A/B variants); `model`/`version`: what it runs; `abtest`:
  * the endpoint has a test, so the outcome is counted per variant; `bound`: what the gateway
- * checks a prompt against before enqueueing (src/gateway/limits.ts); `task`: what the version serves
+ * checks a prompt against before enqueueing (src/gateway/input-bounds.ts); `task`: what the version serves
  * (undefined when its record cannot be read: the worker's engine then has the last word).
  */
-export type Target = { name: string; endpoint: EndpointRecord; model: string; version: string; abtest: boolean; bound: PromptBound | undefined; task: ModelTask | undefined };
+export type Target = {
+  name: string;
+  endpoint: Endpoint;
+  model: string;
+  version: string;
+  abtest: boolean;
+  bound: PromptBound | undefined;
+  task: ModelTask | undefined;
+};
 
 /** What the gateway knows of a deployed version without a Redis round trip: its prompt bound and its task. */
 type VersionFacts = { bound: PromptBound | undefined; task: ModelTask | undefined };
@@ -38,11 +48,11 @@ const MAX_STALENESS_MS = 2000;
 
 export class Router {
   private readonly ctl: Control;
-  private cache = new Map<string, EndpointRecord>();
+  private cache = new Map<string, Endpoint>();
   /** Each endpoint's deployments by version: its own and its variants (retiring ones left out). */
-  private deployments = new Map<string, Map<string, EndpointRecord>>();
-  private tests = new Map<string, AbTestRecord>();
-  private skipped: InvalidRecord[] = [];
+  private deployments = new Map<string, Map<string, Endpoint>>();
+  private tests = new Map<string, AbTest>();
+  private skipped: InvalidEntry[] = [];
   /** Per model@version, which never changes once registered. */
   private readonly facts = new Map<string, VersionFacts>();
   private loadedAt = 0;
@@ -68,13 +78,13 @@ export class Router {
     this.changes++;
   }
 
-  async endpoints(): Promise<EndpointRecord[]> {
+  async endpoints(): Promise<Endpoint[]> {
     await this.current();
     return [...this.cache.values()];
   }
 
   /** Endpoint records skipped at the last refresh because they do not parse. */
-  async invalid(): Promise<InvalidRecord[]> {
+  async invalid(): Promise<InvalidEntry[]> {
     await this.current();
     return this.skipped;
   }
@@ -85,12 +95,22 @@ export class Router {
     const pinned = at < 0 ? undefined : model.slice(at + 1);
     if (!NAME_PATTERN.test(name) || (pinned !== undefined && !VERSION_PATTERN.test(pinned))) {
       // Unknown, as OpenAI answers; the name itself is not echoed back, it may be anything.
-      throw new PlatformError(404, "model_not_found", "The model does not exist: model names are 1-63 letters, digits, \".\", \"_\" or \"-\", starting with a letter or digit, optionally followed by @<version>. GET /v1/models lists the models served here.", "model");
+      throw new PlatformError(
+        404,
+        "model_not_found",
+        'The model does not exist: model names are 1-63 letters, digits, ".", "_" or "-", starting with a letter or digit, optionally followed by @<version>. GET /v1/models lists the models served here.',
+        "model",
+      );
     }
     await this.current();
     const own = this.cache.get(name);
     if (!own || own.variant_of) {
-      throw new PlatformError(404, "model_not_found", `The model \`${name}\` does not exist or you do not have access to it. GET /v1/models lists the models served here.`, "model");
+      throw new PlatformError(
+        404,
+        "model_not_found",
+        `The model \`${name}\` does not exist or you do not have access to it. GET /v1/models lists the models served here.`,
+        "model",
+      );
     }
     const versions = this.deployments.get(name) ?? new Map([[own.version, own]]);
     const test = this.tests.get(name);
@@ -98,26 +118,47 @@ export class Router {
     if (pinned !== undefined) {
       const deployment = versions.get(pinned);
       if (!deployment) {
-        throw new PlatformError(404, "model_not_found", `Version \`${pinned}\` of \`${name}\` is not deployed; deployed: ${[...versions.keys()].join(", ")}. Name the model alone for its default routing.`, "model");
+        throw new PlatformError(
+          404,
+          "model_not_found",
+          `Version \`${pinned}\` of \`${name}\` is not deployed; deployed: ${[...versions.keys()].join(", ")}. Name the model alone for its default routing.`,
+          "model",
+        );
       }
       endpoint = deployment;
     } else if (test?.state === "running" || test?.serving) {
-      const variant = pickVariant(test.state === "running" ? test.split : (test.serving as AbTestRecord["split"]), stickyValue(test, caller));
+      const variant = pickVariant(
+        test.state === "running" ? test.split : (test.serving as AbTest["split"]),
+        stickyValue(test, caller),
+      );
       endpoint = versions.get(variant.version) ?? own;
     } else if (test?.state === "stopping" && test.keep !== undefined) {
       endpoint = versions.get(test.keep) ?? own;
     }
     const { bound, task } = await this.factsOf(endpoint);
-    return { name, endpoint, model: endpoint.config.model.name, version: endpoint.version, abtest: test !== undefined, bound, task };
+    return {
+      name,
+      endpoint,
+      model: endpoint.config.model.name,
+      version: endpoint.version,
+      abtest: test !== undefined,
+      bound,
+      task,
+    };
   }
 
-  private async factsOf(endpoint: EndpointRecord): Promise<VersionFacts> {
+  private async factsOf(endpoint: Endpoint): Promise<VersionFacts> {
     const key = `${endpoint.config.model.name}@${endpoint.version}\n${endpoint.config.runtime.max_model_len ?? ""}\n${endpoint.framework}`;
     const known = this.facts.get(key);
     if (known) return known;
     // Without the model's record there is no bound or task here; the worker still checks exactly.
-    const model = await resolveModelVersion(this.ctl, endpoint.config.model.name, endpoint.version).catch(() => undefined);
-    const facts: VersionFacts = { bound: promptBound(endpoint.framework, endpoint.config.runtime.max_model_len, model?.gguf ?? model?.checkpoint), task: model ? taskOf(model) : undefined };
+    const model = await resolveModelVersion(this.ctl, endpoint.config.model.name, endpoint.version).catch(
+      () => undefined,
+    );
+    const facts: VersionFacts = {
+      bound: promptBound(endpoint.framework, endpoint.config.runtime.max_model_len, model?.gguf ?? model?.checkpoint),
+      task: model ? taskOf(model) : undefined,
+    };
     if (this.facts.size > 1000) this.facts.clear();
     if (model) this.facts.set(key, facts);
     return facts;
@@ -135,9 +176,12 @@ export class Router {
   private async load(changes: number): Promise<void> {
     try {
       let read: Awaited<ReturnType<typeof readEndpoints>>;
-      let tests: Map<string, AbTestRecord>;
+      let tests: Map<string, AbTest>;
       try {
-        [read, tests] = await withinRedisWait(Promise.all([readEndpoints(this.ctl), readAbTests(this.ctl)]), this.ctl.redis);
+        [read, tests] = await withinRedisWait(
+          Promise.all([readEndpoints(this.ctl), readAbTests(this.ctl)]),
+          this.ctl.redis,
+        );
       } catch (e) {
         // Redis away: route on what is known (admission answers 503 next); knowing nothing, answer it here.
         if (this.loadedAt > 0) {
@@ -146,22 +190,26 @@ export class Router {
           this.loadedChanges = changes;
           return;
         }
-        throw withDetail(new PlatformError(503, "queue_unavailable", "the endpoint registry is unavailable, retry shortly", null, 1), e);
+        throw withDetail(
+          new PlatformError(503, "queue_unavailable", "the endpoint registry is unavailable, retry shortly", null, 1),
+          e,
+        );
       }
-      const { endpoints, invalid } = read;
+      // While an update rolls out, its endpoint's traffic goes where the previous deployment serves.
+      const endpoints = read.endpoints.map(serving);
       this.tests = tests;
       this.cache = new Map(endpoints.map((e) => [e.name, e]));
-      const deployments = new Map<string, Map<string, EndpointRecord>>();
+      const deployments = new Map<string, Map<string, Endpoint>>();
       for (const e of endpoints) {
         if (e.retiring) continue;
         const owner = e.variant_of ?? e.name;
-        const versions = deployments.get(owner) ?? new Map<string, EndpointRecord>();
+        const versions = deployments.get(owner) ?? new Map<string, Endpoint>();
         // The endpoint's own deployment wins if a variant ever shares its version.
         if (!e.variant_of || !versions.has(e.version)) versions.set(e.version, e);
         deployments.set(owner, versions);
       }
       this.deployments = deployments;
-      this.skipped = invalid;
+      this.skipped = read.invalid;
       this.loadedAt = Date.now();
       this.loadedChanges = changes;
     } finally {
@@ -175,7 +223,7 @@ export class Router {
 }
 
 /** The value a sticky test keys its variant on; undefined (a fresh draw) when it is not sticky or the caller has none. */
-function stickyValue(test: AbTestRecord, caller: Caller | undefined): string | undefined {
+function stickyValue(test: AbTest, caller: Caller | undefined): string | undefined {
   if (!test.sticky || !caller) return undefined;
   if (test.sticky === "key") return caller.keyId;
   return caller.header(test.sticky.slice("header:".length));

@@ -18,45 +18,37 @@
 import { parseDuration } from "../contracts/duration.ts";
 import { RETRY_AFTER_S } from "../contracts/job.ts";
 import { endpointQueueName } from "../contracts/engines.ts";
-import type { EndpointRecord } from "../contracts/records.ts";
-import { getAutoscaling } from "../control/autoscaling.ts";
-import type { Control } from "../control/redis.ts";
-import { listReplicas } from "../control/replicas.ts";
-import { PlatformError, withDetail } from "../errors.ts";
+import type { Endpoint } from "../endpoints/endpoint.ts";
+import { getAutoscaling } from "../autoscaling/store.ts";
+import type { Control } from "../redis/connection.ts";
+import { withinRedisWait } from "../redis/wait.ts";
+import { listReplicas } from "../replicas/heartbeats.ts";
+import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { ADMISSION_DEFAULTS } from "../settings/queue.ts";
 import type { QueueBase } from "./base.ts";
 
 export type AdmissionLimits = { maxQueueDepth: number; maxQueueWaitMs: number };
 
-/**
- * How long the gateway waits for Redis on a request's path. The connection queues commands
- * while it reconnects and never fails them (BullMQ needs that), so without a bound a request
- * would hang for as long as Redis is away instead of answering 503 `queue_unavailable`.
- */
-export const REDIS_WAIT_MS = 5_000;
-
-export async function withinRedisWait<T>(work: Promise<T>, redis: { status: string }): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`Redis did not answer within ${REDIS_WAIT_MS} ms (connection ${redis.status})`)), REDIS_WAIT_MS);
-  });
-  try {
-    return await Promise.race([work, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
 export type RejectReason = "queue_full" | "no_capacity";
 
-export function limitsFor(endpoint: EndpointRecord, defaults: AdmissionLimits): AdmissionLimits {
+export function limitsFor(endpoint: Endpoint, defaults: AdmissionLimits): AdmissionLimits {
   const r = endpoint.config.resources;
   const wait = r.max_queue_wait === undefined ? undefined : parseDuration(r.max_queue_wait);
-  return { maxQueueDepth: r.max_queue_depth ?? defaults.maxQueueDepth, maxQueueWaitMs: wait ?? defaults.maxQueueWaitMs };
+  return {
+    maxQueueDepth: r.max_queue_depth ?? defaults.maxQueueDepth,
+    maxQueueWaitMs: wait ?? defaults.maxQueueWaitMs,
+  };
 }
 
 /** `scalesUp`: autoscaling may still add a replica (enabled, below max_replicas). */
-type Capacity = { ready: number; starting: number; failed: number; error: string | undefined; scalesFromZero: boolean; scalesUp: boolean };
+type Capacity = {
+  ready: number;
+  starting: number;
+  failed: number;
+  error: string | undefined;
+  scalesFromZero: boolean;
+  scalesUp: boolean;
+};
 
 export type AdmissionOptions = {
   /** Gateway-wide limits (settings.admission); an endpoint's `resources.max_queue_depth` / `max_queue_wait` override them. */
@@ -65,7 +57,7 @@ export type AdmissionOptions = {
   depthCacheMs?: number;
   /** Default 500 ms. */
   capacityCacheMs?: number;
-  onReject?: (endpoint: EndpointRecord, reason: RejectReason) => void;
+  onReject?: (endpoint: Endpoint, reason: RejectReason) => void;
 };
 
 export class Admission {
@@ -87,7 +79,7 @@ export class Admission {
   }
 
   /** Throws the 429/503 PlatformError when the request must not be queued; else returns its limits. */
-  async admit(endpoint: EndpointRecord): Promise<AdmissionLimits> {
+  async admit(endpoint: Endpoint): Promise<AdmissionLimits> {
     const limits = limitsFor(endpoint, this.defaults);
     const queue = endpointQueueName(endpoint);
     let capacity: Capacity;
@@ -95,14 +87,17 @@ export class Admission {
     try {
       [{ value: capacity }, waitingEntry] = await withinRedisWait(
         Promise.all([
-          this.capacity.get(`${endpoint.name}\n${endpoint.version}`, () => this.readCapacity(endpoint)),
+          this.capacity.get(`${endpoint.name}\n${queue}`, () => this.readCapacity(endpoint, queue)),
           this.depth.get(queue, () => this.readWaiting(queue)),
         ]),
         this.ctl.redis,
       );
     } catch (e) {
       // ioredis' message names the Redis address: it stays in the gateway log.
-      throw withDetail(new PlatformError(503, "queue_unavailable", "the queue is unavailable, retry shortly", null, 1), e);
+      throw withDetail(
+        new PlatformError(503, "queue_unavailable", "the queue is unavailable, retry shortly", null, 1),
+        e,
+      );
     }
 
     if (capacity.ready === 0) {
@@ -139,17 +134,21 @@ export class Admission {
     return counts.waiting ?? 0;
   }
 
-  private async readCapacity(endpoint: EndpointRecord): Promise<Capacity> {
-    const [replicas, autoscaling] = await Promise.all([listReplicas(this.ctl, endpoint.name), getAutoscaling(this.ctl, endpoint.name)]);
-    const mine = replicas.filter((r) => r.version === endpoint.version);
+  /** The replicas that serve `queue` (an endpoint's traffic goes to one queue: during an update, the previous deployment's). */
+  private async readCapacity(endpoint: Endpoint, queue: string): Promise<Capacity> {
+    const [replicas, autoscaling] = await Promise.all([
+      listReplicas(this.ctl, endpoint.name),
+      getAutoscaling(this.ctl, endpoint.name),
+    ]);
+    const mine = replicas.filter((r) => (r.queue === undefined ? r.version === endpoint.version : r.queue === queue));
     const count = (state: string) => mine.filter((r) => r.state === state).length;
     return {
       ready: count("ready"),
       starting: count("starting"),
       failed: count("failed"),
       error: mine.find((r) => r.error)?.error,
-      scalesFromZero: autoscaling !== undefined && autoscaling.enabled && autoscaling.max_replicas >= 1,
-      scalesUp: autoscaling !== undefined && autoscaling.enabled && endpoint.desired_replicas < autoscaling.max_replicas,
+      scalesFromZero: autoscaling?.enabled === true && autoscaling.max_replicas >= 1,
+      scalesUp: autoscaling?.enabled === true && endpoint.desired_replicas < autoscaling.max_replicas,
     };
   }
 
@@ -192,7 +191,7 @@ class Fresh<T> {
 }
 
 /** Why no replica can come for this request, or undefined when one is ready or on its way. */
-function noCapacity(endpoint: EndpointRecord, c: Capacity): string | undefined {
+function noCapacity(endpoint: Endpoint, c: Capacity): string | undefined {
   if (endpoint.desired_replicas === 0) {
     if (c.scalesFromZero) return undefined;
     return `"${endpoint.name}" is scaled to zero and autoscaling is off, so no replica will come; deploy it with --replicas 1 or enable autoscaling (platform inference autoscale ${endpoint.name} --config <file>)`;

@@ -9,7 +9,7 @@
  */
 import { type Processor, Queue, QueueEvents, Worker, type WorkerOptions } from "bullmq";
 import { queueName } from "../contracts/naming.ts";
-import { type Control, duplicate, type RedisClient } from "../control/redis.ts";
+import { type Control, duplicate, type RedisClient } from "../redis/connection.ts";
 import { StreamReader, type StreamReaderOptions } from "./stream-reader.ts";
 
 /** Covers the start-up of an event reader and any clock skew between this host and Redis (stream ids are Redis time). */
@@ -58,12 +58,21 @@ export class QueueBase {
   }
 
   /** A worker on the queue `<model>@<version>`, on a connection of its own; the caller closes it. */
-  worker<T, R>(model: string, version: string, processor: Processor<T, R>, options: Omit<WorkerOptions, "connection" | "prefix">): Worker<T, R> {
+  worker<T, R>(
+    model: string,
+    version: string,
+    processor: Processor<T, R>,
+    options: Omit<WorkerOptions, "connection" | "prefix">,
+  ): Worker<T, R> {
     return this.workerNamed(queueName(model, version), processor, options);
   }
 
   /** A worker on any queue under the prefix by its full name, on a connection of its own; the caller closes it (and with it the connection). */
-  workerNamed<T, R>(name: string, processor: Processor<T, R>, options: Omit<WorkerOptions, "connection" | "prefix">): Worker<T, R> {
+  workerNamed<T, R>(
+    name: string,
+    processor: Processor<T, R>,
+    options: Omit<WorkerOptions, "connection" | "prefix">,
+  ): Worker<T, R> {
     const worker = new OwnWorker<T, R>(name, processor, { ...options, prefix: this.ctl.prefix }, duplicate(this.ctl));
     worker.on("error", () => undefined); // connection errors are retried by BullMQ itself
     return worker;

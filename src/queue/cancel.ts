@@ -6,7 +6,7 @@
  */
 import type { Queue } from "bullmq";
 import { CANCEL_MARK_TTL_MS } from "../contracts/job.ts";
-import { type Control, duplicate, type RedisClient } from "../control/redis.ts";
+import { type Control, duplicate, type RedisClient } from "../redis/connection.ts";
 
 /** Marks and announces the jobs, then drops those still queued (a running job is locked and stays). */
 export async function cancelJobs(ctl: Control, queue: Queue, ids: readonly string[]): Promise<void> {

@@ -14,10 +14,10 @@
  */
 import { randomUUID } from "node:crypto";
 import { JOB_SCHEMA_VERSION, type JobEvent, type JobPayloadInput, RETRY_AFTER_S } from "../contracts/job.ts";
-import type { Control } from "../control/redis.ts";
+import type { Control } from "../redis/connection.ts";
+import { withinRedisWait } from "../redis/wait.ts";
 import { currentTraceparent } from "../telemetry/tracing.ts";
-import { PlatformError, withDetail } from "../errors.ts";
-import { withinRedisWait } from "./admission.ts";
+import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { QueueBase } from "./base.ts";
 import { cancelJobs } from "./cancel.ts";
 import { replyHandler } from "./replies.ts";
@@ -106,17 +106,36 @@ export class Dispatcher extends QueueBase {
     const queueDeadline = options.queueWaitMs === undefined ? undefined : Date.now() + options.queueWaitMs;
     // The request's trace context (undefined while tracing is off), so the replica's spans join its trace.
     const traceparent = currentTraceparent();
-    const payload = { ...submission, v: JOB_SCHEMA_VERSION, reply: { stream: this.replyStream }, deadline, queue_deadline: queueDeadline, ...(traceparent && { traceparent }) };
+    const payload = {
+      ...submission,
+      v: JOB_SCHEMA_VERSION,
+      reply: { stream: this.replyStream },
+      deadline,
+      queue_deadline: queueDeadline,
+      ...(traceparent && { traceparent }),
+    };
     const queue = options.queue ? this.queueNamed(options.queue) : this.queue(submission.model, submission.version);
     try {
       // No priority: online work goes before batch records (BATCH_PRIORITY). The answer travels on
       // the reply stream (and the queue's event stream), never read from the job afterwards: a
       // finished online job is deleted at once, so no prompt outlives its request.
-      await withinRedisWait(queue.add(submission.kind, payload, { jobId: id, removeOnComplete: true, removeOnFail: true }), this.ctl.redis);
+      await withinRedisWait(
+        queue.add(submission.kind, payload, { jobId: id, removeOnComplete: true, removeOnFail: true }),
+        this.ctl.redis,
+      );
     } catch (e) {
       this.waiters.delete(id);
       // ioredis' message names the Redis address: it stays in the gateway log.
-      throw withDetail(new PlatformError(503, "queue_unavailable", "could not enqueue the request: the queue is unavailable, retry shortly", null, 1), e);
+      throw withDetail(
+        new PlatformError(
+          503,
+          "queue_unavailable",
+          "could not enqueue the request: the queue is unavailable, retry shortly",
+          null,
+          1,
+        ),
+        e,
+      );
     }
 
     const waiters = this.waiters;
@@ -156,13 +175,24 @@ export class Dispatcher extends QueueBase {
             nextCheck = Date.now() + lostJobCheckMs;
             const missing = (await queue.getJobState(id).catch(() => "not known")) === "unknown";
             if (missing && missingBefore && buffer.length === 0) {
-              throw new PlatformError(503, "job_lost", "the request was lost before it finished (a Redis failover, or replicas that stopped with nothing watching them); send it again", null, RETRY_AFTER_S.job_lost);
+              throw new PlatformError(
+                503,
+                "job_lost",
+                "the request was lost before it finished (a Redis failover, or replicas that stopped with nothing watching them); send it again",
+                null,
+                RETRY_AFTER_S.job_lost,
+              );
             }
             missingBefore = missing;
             continue;
           }
           const left = deadline - Date.now();
-          if (left <= 0) throw new PlatformError(504, "timeout", `no answer within ${options.timeoutMs} ms; the request was cancelled`);
+          if (left <= 0)
+            throw new PlatformError(
+              504,
+              "timeout",
+              `no answer within ${options.timeoutMs} ms; the request was cancelled`,
+            );
           const sleep = Math.min(left, waitingUntil - Date.now(), nextCheck - Date.now());
           await new Promise<void>((resolve) => {
             const timer = setTimeout(resolve, sleep);

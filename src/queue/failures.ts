@@ -14,7 +14,12 @@ export function jobErrorFromFailure(failedReason: string): JobError {
     // not JSON: BullMQ's own reason
   }
   if (/stalled/i.test(failedReason)) {
-    return { status: 502, code: "replica_lost", param: null, message: "the replicas serving this request stopped twice while running it; retry the request" };
+    return {
+      status: 502,
+      code: "replica_lost",
+      param: null,
+      message: "the replicas serving this request stopped twice while running it; retry the request",
+    };
   }
   return { status: 500, code: "job_failed", param: null, message: `the request failed: ${failedReason}` };
 }

@@ -10,16 +10,16 @@
  */
 import type { Job } from "bullmq";
 import type { JobResult } from "../contracts/job.ts";
-import type { RedisClient } from "../control/redis.ts";
+import type { RedisClient } from "../redis/connection.ts";
+import { LuaScript } from "../redis/scripts.ts";
 
 /** The job hash's field that holds the answer (beside BullMQ's own `returnvalue`, `finishedOn`, ...). */
 export const ANSWER_FIELD = "answer";
 
-// Only onto a job that still exists: one removed meanwhile (its batch cancelled) must not come
-// back as a stray hash holding an answer.
-const KEEP = "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end";
+// Only onto a job that still exists (lua/keep-answer.lua).
+const keep = new LuaScript(import.meta.url, "keep-answer");
 
 export async function keepAnswer(redis: RedisClient, job: Job, result: JobResult): Promise<void> {
   // BullMQ's job key: `<prefix>:<queue>:<id>`, in the queue's hash slot.
-  await redis.eval(KEEP, 1, `${job.queueQualifiedName}:${job.id}`, ANSWER_FIELD, JSON.stringify(result));
+  await keep.run(redis, [`${job.queueQualifiedName}:${job.id}`], [ANSWER_FIELD, JSON.stringify(result)]);
 }

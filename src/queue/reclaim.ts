@@ -12,7 +12,7 @@
  */
 import { Job } from "bullmq";
 import type { JobEvent } from "../contracts/job.ts";
-import type { ReplicaRecord } from "../contracts/records.ts";
+import type { Replica } from "../replicas/replica.ts";
 import type { QueueBase } from "./base.ts";
 import { jobErrorFromFailure } from "./failures.ts";
 import { appendReply } from "./replies.ts";
@@ -29,7 +29,7 @@ const LOST_TOO_OFTEN = "job stalled more than allowable limit";
 export type Reclaimed = { requeued: string[]; failed: string[] };
 
 /** Hands the replica's active jobs back to its queue (or fails those that lost too many replicas). */
-export async function reclaimJobs(base: QueueBase, replica: ReplicaRecord): Promise<Reclaimed> {
+export async function reclaimJobs(base: QueueBase, replica: Replica): Promise<Reclaimed> {
   const done: Reclaimed = { requeued: [], failed: [] };
   if (!replica.queue_worker) return done; // a replica of an older release: the lock lapses as before
   const queue = replica.queue ? base.queueNamed(replica.queue) : base.queue(replica.model, replica.version);
@@ -47,7 +47,8 @@ export async function reclaimJobs(base: QueueBase, replica: ReplicaRecord): Prom
       if (!job) return;
       // Whoever waits for the job hears what became of it on its reply stream.
       const reply = (job.data as { reply?: { stream?: unknown } } | undefined)?.reply?.stream;
-      const tell = (event: JobEvent) => (typeof reply === "string" ? appendReply(redis, reply, id, event).catch(() => undefined) : undefined);
+      const tell = (event: JobEvent) =>
+        typeof reply === "string" ? appendReply(redis, reply, id, event).catch(() => undefined) : undefined;
       const losses = await redis.hincrby(queue.toKey(id), "stc", 1);
       if (losses > MAX_REPLICA_LOSSES) {
         await job.moveToFailed(new Error(LOST_TOO_OFTEN), token);

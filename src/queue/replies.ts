@@ -4,7 +4,7 @@
  * producers read those entries back by field name. Both sides live here so
  * the format is written and read in one place (README, "Queue contract").
  */
-import type { RedisClient } from "../control/redis.ts";
+import type { RedisClient } from "../redis/connection.ts";
 import { JobEvent, REPLY_STREAM_TTL_MS } from "../contracts/job.ts";
 import { logger } from "../telemetry/log.ts";
 import type { EntryHandler } from "./stream-reader.ts";
@@ -55,7 +55,10 @@ export async function appendReply(redis: RedisClient, stream: string, jobId: str
  * A StreamReader handler for a reply stream: each usable entry goes to `onEvent` (all of one
  * read at once), each malformed one is logged under `label` with its entry id and skipped.
  */
-export function replyHandler(label: string, onEvent: (jobId: string, event: JobEvent) => void | Promise<void>): EntryHandler {
+export function replyHandler(
+  label: string,
+  onEvent: (jobId: string, event: JobEvent) => void | Promise<void>,
+): EntryHandler {
   return async (entries) => {
     await Promise.all(
       entries.map(([entryId, fields]) => {

@@ -5,7 +5,7 @@
  * handler that fails (Redis away while it stores an answer) sees the same
  * entries again instead of losing them.
  */
-import type { RedisClient } from "../control/redis.ts";
+import type { RedisClient } from "../redis/connection.ts";
 
 /** `[entry id, [field, value, field, value, ...]]`, as XREAD returns it. */
 export type StreamEntry = [id: string, fields: string[]];

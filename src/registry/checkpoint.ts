@@ -7,8 +7,8 @@
 import { createHash } from "node:crypto";
 import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
-import type { ArtifactFile, CheckpointSummary } from "../contracts/records.ts";
-import { PlatformError } from "../errors.ts";
+import type { ArtifactFile, CheckpointSummary } from "./version.ts";
+import { PlatformError } from "../contracts/errors.ts";
 import { SafetensorsCheckpoint, SafetensorsError } from "./convert/safetensors.ts";
 
 /** The files a checkpoint is made of, besides the weights (`*.safetensors`): configuration, tokenizer, chat template. */
@@ -71,7 +71,8 @@ export function isCheckpointFile(path: string): boolean {
  */
 export function uploadedEntryName(raw: string): string | undefined {
   const name = raw.replace(/^(\.\/)+/, "");
-  if (name.includes("/") && !name.startsWith("/") && !name.split("/").includes("..") && !isModuleConfig(name)) return undefined;
+  if (name.includes("/") && !name.startsWith("/") && !name.split("/").includes("..") && !isModuleConfig(name))
+    return undefined;
   return checkEntryName(raw);
 }
 
@@ -79,11 +80,16 @@ export function uploadedEntryName(raw: string): string | undefined {
 export function checkEntryName(raw: string): string {
   const name = raw.replace(/^(\.\/)+/, "");
   const shown = JSON.stringify(raw.slice(0, 120));
-  if (name.startsWith("/")) throw invalid(`entry ${shown} is an absolute path; a checkpoint's files are named relative to its directory`);
+  if (name.startsWith("/"))
+    throw invalid(`entry ${shown} is an absolute path; a checkpoint's files are named relative to its directory`);
   if (name.split("/").includes("..")) throw invalid(`entry ${shown} climbs out of the directory ("..")`);
   if (isModuleConfig(name)) return name;
-  if (name.includes("/")) throw invalid(`entry ${shown} is in a subdirectory; a checkpoint's files lie at the top of its directory (or are a sentence-transformers module's <n>_<Name>/config.json)`);
-  if (!SAFE_NAME.test(name)) throw invalid(`entry ${shown} is not a plain file name (letters, digits, "_", "-", ".", not starting with ".")`);
+  if (name.includes("/"))
+    throw invalid(
+      `entry ${shown} is in a subdirectory; a checkpoint's files lie at the top of its directory (or are a sentence-transformers module's <n>_<Name>/config.json)`,
+    );
+  if (!SAFE_NAME.test(name))
+    throw invalid(`entry ${shown} is not a plain file name (letters, digits, "_", "-", ".", not starting with ".")`);
   return name;
 }
 
@@ -112,15 +118,21 @@ function invalid(message: string): PlatformError {
  */
 export async function summarizeCheckpoint(dir: string, names: readonly string[]): Promise<CheckpointSummary> {
   const have = new Set(names);
-  if (!have.has("config.json")) throw invalid("the directory has no config.json (a Hugging Face-style checkpoint needs one)");
+  if (!have.has("config.json"))
+    throw invalid("the directory has no config.json (a Hugging Face-style checkpoint needs one)");
   // vocab.txt: a WordPiece (BERT) vocabulary, which the BERT converter reads when there is no tokenizer.json.
-  if (!have.has("tokenizer.json") && !have.has("tokenizer.model") && !have.has("vocab.txt")) throw invalid("the directory has no tokenizer.json, tokenizer.model or vocab.txt");
+  if (!have.has("tokenizer.json") && !have.has("tokenizer.model") && !have.has("vocab.txt"))
+    throw invalid("the directory has no tokenizer.json, tokenizer.model or vocab.txt");
   if (!have.has("model.safetensors") && !have.has("model.safetensors.index.json")) {
-    throw invalid("the directory has no model.safetensors or model.safetensors.index.json (weights must be safetensors, single or sharded)");
+    throw invalid(
+      "the directory has no model.safetensors or model.safetensors.index.json (weights must be safetensors, single or sharded)",
+    );
   }
   const config = await readJsonObject(dir, "config.json");
   if (!config) throw invalid("config.json is not a JSON object");
-  const tokenizerConfig = have.has("tokenizer_config.json") ? await readJsonObject(dir, "tokenizer_config.json") : undefined;
+  const tokenizerConfig = have.has("tokenizer_config.json")
+    ? await readJsonObject(dir, "tokenizer_config.json")
+    : undefined;
   let parameters: number | null = null;
   let checkpoint: SafetensorsCheckpoint | undefined;
   try {
@@ -140,28 +152,44 @@ export async function summarizeCheckpoint(dir: string, names: readonly string[])
     return v === undefined ? null : (v as number);
   };
   // Multimodal configs keep the language model's fields under text_config.
-  const textConfig = typeof config.text_config === "object" && config.text_config !== null ? (config.text_config as Record<string, unknown>) : {};
+  const textConfig =
+    typeof config.text_config === "object" && config.text_config !== null
+      ? (config.text_config as Record<string, unknown>)
+      : {};
   const quantization = config.quantization_config as { quant_method?: unknown } | undefined;
   const architectures = config.architectures;
   return {
     architecture: Array.isArray(architectures) ? text(architectures[0]) : null,
     model_type: text(config.model_type),
     parameters: parameters === null || parameters === 0 ? null : parameters,
-    context_length: int(config.max_position_embeddings, textConfig.max_position_embeddings, config.n_positions, config.max_seq_len, config.seq_length),
+    context_length: int(
+      config.max_position_embeddings,
+      textConfig.max_position_embeddings,
+      config.n_positions,
+      config.max_seq_len,
+      config.seq_length,
+    ),
     dtype: text(config.torch_dtype) ?? text(config.dtype) ?? text(textConfig.torch_dtype),
-    quantization: quantization && typeof quantization === "object" ? (text(quantization.quant_method) ?? "unknown") : null,
-    tokenizer: text(tokenizerConfig?.tokenizer_class) ?? (["tokenizer.json", "tokenizer.model", "vocab.txt"].find((f) => have.has(f)) ?? null),
-    chat_template: tokenizerConfig?.chat_template !== undefined || have.has("chat_template.jinja") || have.has("chat_template.json"),
+    quantization:
+      quantization && typeof quantization === "object" ? (text(quantization.quant_method) ?? "unknown") : null,
+    tokenizer:
+      text(tokenizerConfig?.tokenizer_class) ??
+      ["tokenizer.json", "tokenizer.model", "vocab.txt"].find((f) => have.has(f)) ??
+      null,
+    chat_template:
+      tokenizerConfig?.chat_template !== undefined || have.has("chat_template.jinja") || have.has("chat_template.json"),
   };
 }
 
 async function readJsonObject(dir: string, name: string): Promise<Record<string, unknown> | undefined> {
   const path = join(dir, name);
   // Configuration files are small; a huge one is not a configuration file.
-  if (((await stat(path)).size) > 64 * 1024 * 1024) throw invalid(`${name} is larger than 64 MiB`);
+  if ((await stat(path)).size > 64 * 1024 * 1024) throw invalid(`${name} is larger than 64 MiB`);
   try {
     const parsed: unknown = JSON.parse(await readFile(path, "utf8"));
-    return typeof parsed === "object" && parsed !== null && !Array.isArray(parsed) ? (parsed as Record<string, unknown>) : undefined;
+    return typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)
+      ? (parsed as Record<string, unknown>)
+      : undefined;
   } catch {
     throw invalid(`${name} is not valid JSON`);
   }

@@ -14,7 +14,10 @@ export function convertedKey(digest: string): string {
 }
 
 /** The local path of `source`'s GGUF conversion (`dir`: the materialised checkpoint, `digest`: its manifest digest). */
-export async function convertedModel(deps: DerivedDeps, source: { dir: string; digest: string }): Promise<DerivedFile & { key: string }> {
+export async function convertedModel(
+  deps: DerivedDeps,
+  source: { dir: string; digest: string },
+): Promise<DerivedFile & { key: string }> {
   const key = convertedKey(source.digest);
   const made = await derivedFile(deps, key, deps.ctl.keys.convertLock(source.digest), async (temp) => {
     const result = await convertCheckpoint(source.dir, temp);

@@ -10,8 +10,8 @@ import { randomUUID } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { mkdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
-import { ScalerLease } from "../../scaler/lease.ts";
-import type { Control } from "../control/redis.ts";
+import { Lease } from "../redis/lease.ts";
+import type { Control } from "../redis/connection.ts";
 import type { ObjectStore } from "../storage/store.ts";
 
 /** Long enough to outlive a GC pause or a slow store call, short enough that a dead holder's waiters take over soon. */
@@ -43,10 +43,15 @@ export type Produced = { kind: "made"; detail?: string } | { kind: "as-is"; path
  * The local path of the derived file at store key `key`, producing it under the lease `lockKey`
  * (a Redis key) when nobody has. `produce` writes the file at the temp path it is given.
  */
-export async function derivedFile(deps: DerivedDeps, key: string, lockKey: string, produce: (temp: string) => Promise<Produced>): Promise<DerivedFile> {
+export async function derivedFile(
+  deps: DerivedDeps,
+  key: string,
+  lockKey: string,
+  produce: (temp: string) => Promise<Produced>,
+): Promise<DerivedFile> {
   const cached = await localCopy(deps, key);
   if (cached) return { path: cached, outcome: "cached" };
-  const lease = new ScalerLease(deps.ctl.redis, lockKey, deps.holder, LEASE_MS);
+  const lease = new Lease(deps.ctl.redis, lockKey, deps.holder, LEASE_MS);
   for (;;) {
     if (await lease.tryAcquire()) {
       try {
@@ -64,7 +69,12 @@ export async function derivedFile(deps: DerivedDeps, key: string, lockKey: strin
   }
 }
 
-async function make(deps: DerivedDeps, lease: ScalerLease, key: string, produce: (temp: string) => Promise<Produced>): Promise<DerivedFile> {
+async function make(
+  deps: DerivedDeps,
+  lease: Lease,
+  key: string,
+  produce: (temp: string) => Promise<Produced>,
+): Promise<DerivedFile> {
   await mkdir(deps.cacheDir, { recursive: true });
   const temp = join(deps.cacheDir, `derive-${randomUUID()}.tmp`);
   const renew = setInterval(() => void lease.renew().catch(() => undefined), RENEW_EVERY_MS);

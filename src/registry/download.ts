@@ -8,8 +8,9 @@
 import { createHash } from "node:crypto";
 import { open } from "node:fs/promises";
 import { z } from "zod";
-import { PlatformError } from "../errors.ts";
-import { isBrokenOff, openRemote, type SourcePolicy } from "./sources.ts";
+import { PlatformError } from "../contracts/errors.ts";
+import type { SourcePolicy } from "../settings/sources.ts";
+import { isBrokenOff, openRemote } from "./sources.ts";
 
 /** Resumes after a broken connection, then the download fails with the last error. */
 export const MAX_RESUMES = 5;
@@ -28,7 +29,12 @@ export type DownloadOptions = {
 };
 
 /** Downloads `url` into `dest` (created or truncated); its size and SHA-256. */
-export async function downloadFile(url: string, dest: string, policy: SourcePolicy, options: DownloadOptions = {}): Promise<{ size: number; sha256: string; resumes: number }> {
+export async function downloadFile(
+  url: string,
+  dest: string,
+  policy: SourcePolicy,
+  options: DownloadOptions = {},
+): Promise<{ size: number; sha256: string; resumes: number }> {
   const deadline = options.deadline ?? Date.now() + policy.totalTimeoutMs;
   const file = await open(dest, "w");
   try {
@@ -68,7 +74,12 @@ export async function downloadFile(url: string, dest: string, policy: SourcePoli
     const sha256 = hash.digest("hex");
     const expected = options.sha256 ?? etag;
     if (expected !== undefined && expected !== sha256) {
-      throw new PlatformError(502, "source_corrupt", `source: the downloaded bytes do not match the SHA-256 the server gave (${expected.slice(0, 12)}…); try again`, "source");
+      throw new PlatformError(
+        502,
+        "source_corrupt",
+        `source: the downloaded bytes do not match the SHA-256 the server gave (${expected.slice(0, 12)}…); try again`,
+        "source",
+      );
     }
     return { size, sha256, resumes };
   } finally {
@@ -89,7 +100,9 @@ function linkedSha256(headers: Record<string, string | string[] | undefined>): s
 const HubSibling = z.object({
   rfilename: z.string(),
   size: z.number().int().nonnegative().optional(),
-  lfs: z.object({ sha256: z.string().regex(/^[0-9a-f]{64}$/), size: z.number().int().nonnegative().optional() }).optional(),
+  lfs: z
+    .object({ sha256: z.string().regex(/^[0-9a-f]{64}$/), size: z.number().int().nonnegative().optional() })
+    .optional(),
 });
 const HubModel = z.object({ sha: z.string().optional(), siblings: z.array(HubSibling) });
 export type HubFile = { path: string; size: number | null; sha256?: string };
@@ -107,21 +120,35 @@ export function parseHubRepo(source: string): { org: string; repo: string; revis
 }
 
 /** The repository's files at `revision` (GET {HF_ENDPOINT}/api/models/{org}/{repo}/revision/{revision}?blobs=true). */
-export async function listHubRepo(repo: { org: string; repo: string; revision: string }, policy: SourcePolicy, deadline?: number): Promise<{ commit?: string; files: HubFile[] }> {
+export async function listHubRepo(
+  repo: { org: string; repo: string; revision: string },
+  policy: SourcePolicy,
+  deadline?: number,
+): Promise<{ commit?: string; files: HubFile[] }> {
   const e = encodeURIComponent;
   const url = `${policy.hfEndpoint.replace(/\/+$/, "")}/api/models/${e(repo.org)}/${e(repo.repo)}/revision/${e(repo.revision)}?blobs=true`;
   const res = await openRemote(url, policy, { hub: true, maxBytes: MAX_LISTING_BYTES, deadline });
   const chunks: Buffer[] = [];
   for await (const chunk of res.body as AsyncIterable<Buffer>) chunks.push(chunk);
-  let parsed;
+  let parsed: ReturnType<typeof HubModel.safeParse> | undefined;
   try {
     parsed = HubModel.safeParse(JSON.parse(Buffer.concat(chunks).toString("utf8")));
   } catch {
     parsed = undefined;
   }
-  if (!parsed?.success) throw new PlatformError(502, "source_unreachable", `source: the Hub's listing of ${repo.org}/${repo.repo} is not what the Hub API answers (no "siblings" list)`, "source");
+  if (!parsed?.success)
+    throw new PlatformError(
+      502,
+      "source_unreachable",
+      `source: the Hub's listing of ${repo.org}/${repo.repo} is not what the Hub API answers (no "siblings" list)`,
+      "source",
+    );
   return {
     commit: parsed.data.sha,
-    files: parsed.data.siblings.map((s) => ({ path: s.rfilename, size: s.lfs?.size ?? s.size ?? null, ...(s.lfs ? { sha256: s.lfs.sha256 } : {}) })),
+    files: parsed.data.siblings.map((s) => ({
+      path: s.rfilename,
+      size: s.lfs?.size ?? s.size ?? null,
+      ...(s.lfs ? { sha256: s.lfs.sha256 } : {}),
+    })),
   };
 }

@@ -10,20 +10,43 @@ import { createHash, randomUUID } from "node:crypto";
 import { constants, createReadStream, createWriteStream } from "node:fs";
 import { lstat, mkdir, open, readdir, rm, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { Readable, Transform } from "node:stream";
+import { type Readable, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { Framework } from "../contracts/deployment.ts";
-import { type ArtifactFile, defaultCheckpointTask, defaultTask, type GgufSummary, type ModelTask, type ModelVersionRecord } from "../contracts/records.ts";
-import type { Control } from "../control/redis.ts";
-import { PlatformError, withDetail } from "../errors.ts";
+import {
+  type ArtifactFile,
+  defaultCheckpointTask,
+  defaultTask,
+  type GgufSummary,
+  type ModelTask,
+  type RegisteredVersion,
+} from "./version.ts";
+import type { Control } from "../redis/connection.ts";
+import { PlatformError, withDetail } from "../contracts/errors.ts";
 import type { ObjectStore } from "../storage/store.ts";
 import { openObject, openStore, type S3Settings, StorageError } from "../storage/index.ts";
 import { loadSettings } from "../settings/index.ts";
 import { requireConvertible } from "./convert/index.ts";
-import { isCheckpointFile, isModuleDirectory, manifestDigest, MAX_CHECKPOINT_FILES, sortManifest, summarizeCheckpoint, uploadedEntryName } from "./checkpoint.ts";
+import {
+  isCheckpointFile,
+  isModuleDirectory,
+  manifestDigest,
+  MAX_CHECKPOINT_FILES,
+  sortManifest,
+  summarizeCheckpoint,
+  uploadedEntryName,
+} from "./checkpoint.ts";
 import { downloadFile, listHubRepo, parseHubRepo } from "./download.ts";
-import { checkSourceScheme, huggingFaceUrl, isRemoteSource, type SourcePolicy, type SourceProgress } from "./sources.ts";
-import { GGML_TYPES, GGUF_MAGIC, type GgufInfo, type GgufTensorInfo, LLAMA_FTYPE_NAMES, readGgufInfo } from "./gguf/index.ts";
+import type { SourcePolicy } from "../settings/sources.ts";
+import { checkSourceScheme, huggingFaceUrl, isRemoteSource, type SourceProgress } from "./sources.ts";
+import {
+  GGML_TYPES,
+  GGUF_MAGIC,
+  type GgufInfo,
+  type GgufTensorInfo,
+  LLAMA_FTYPE_NAMES,
+  readGgufInfo,
+} from "./gguf/index.ts";
 import { readTar } from "./tar.ts";
 import { nextVersion, saveModelVersion, versionExists } from "./versions.ts";
 
@@ -54,16 +77,30 @@ export type ImportRequest = {
  * `sources`: what remote sources may reach (settings.sources; default: the strict policy of an empty
  * environment). `s3`: how s3:// sources are reached (settings.storage.s3).
  */
-export type ImportDeps = { ctl: Control; artifacts: ObjectStore; scratchDir: string; sources?: SourcePolicy; s3?: S3Settings };
+export type ImportDeps = {
+  ctl: Control;
+  artifacts: ObjectStore;
+  scratchDir: string;
+  sources?: SourcePolicy;
+  s3?: S3Settings;
+};
 
-export async function importModel(deps: ImportDeps, req: ImportRequest): Promise<ModelVersionRecord> {
+export async function importModel(deps: ImportDeps, req: ImportRequest): Promise<RegisteredVersion> {
   if (req.version !== undefined && (await versionExists(deps.ctl, req.name, req.version))) {
-    throw new PlatformError(409, "version_exists", `model "${req.name}" already has a version "${req.version}"; choose another --version or omit it`, "version");
+    throw new PlatformError(
+      409,
+      "version_exists",
+      `model "${req.name}" already has a version "${req.version}"; choose another --version or omit it`,
+      "version",
+    );
   }
   await mkdir(deps.scratchDir, { recursive: true });
   const scratch = join(deps.scratchDir, `import-${randomUUID()}`);
   const policy = deps.sources ?? loadSettings({}).sources;
-  if (req.body === undefined && (req.tar !== undefined || req.directory !== undefined || (await namesDirectory(req.source)))) {
+  if (
+    req.body === undefined &&
+    (req.tar !== undefined || req.directory !== undefined || (await namesDirectory(req.source)))
+  ) {
     try {
       return await importCheckpoint(deps, req, scratch, policy);
     } finally {
@@ -81,7 +118,15 @@ export async function importModel(deps: ImportDeps, req: ImportRequest): Promise
     const version = req.version ?? (await nextVersion(deps.ctl, req.name));
     const artifact = `models/${req.name}/${version}/${fileName(req.source)}`;
     await deps.artifacts.put(artifact, createReadStream(scratch));
-    return await saveRecord(deps.ctl, req, { version, artifact, sha256, size_bytes: size, gguf, task: req.task ?? defaultTask(gguf), kind: gguf ? "gguf" : undefined });
+    return await saveRecord(deps.ctl, req, {
+      version,
+      artifact,
+      sha256,
+      size_bytes: size,
+      gguf,
+      task: req.task ?? defaultTask(gguf),
+      kind: gguf ? "gguf" : undefined,
+    });
   } finally {
     await rm(scratch, { force: true });
   }
@@ -95,17 +140,25 @@ async function openSource(source: string, s3: S3Settings | undefined): Promise<R
 }
 
 /** A remote single file (https://, hf://org/repo/file), resumed after a broken connection. */
-async function download(source: string, dest: string, policy: SourcePolicy, onProgress?: (p: SourceProgress) => void): Promise<{ sha256: string; size: number }> {
+async function download(
+  source: string,
+  dest: string,
+  policy: SourcePolicy,
+  onProgress?: (p: SourceProgress) => void,
+): Promise<{ sha256: string; size: number }> {
   checkSourceScheme(source);
   const hub = /^hf:\/\//i.test(source);
-  return downloadFile(hub ? huggingFaceUrl(source, policy.hfEndpoint) : source, dest, policy, { hub, onBytes: (received, total) => onProgress?.({ received, total }) });
+  return downloadFile(hub ? huggingFaceUrl(source, policy.hfEndpoint) : source, dest, policy, {
+    hub,
+    onBytes: (received, total) => onProgress?.({ received, total }),
+  });
 }
 
 /** Whether `source` (not uploaded, not opened by the caller) names a checkpoint directory rather than one file. */
 async function namesDirectory(source: string): Promise<boolean> {
   if (parseHubRepo(source)) return true;
   if (/^s3:\/\//i.test(source)) return source.endsWith("/");
-  if (isRemoteSource(source) || /^[a-z][a-z0-9+.-]+:/i.test(source) && !/^file:/i.test(source)) return false;
+  if (isRemoteSource(source) || (/^[a-z][a-z0-9+.-]+:/i.test(source) && !/^file:/i.test(source))) return false;
   const path = /^file:/i.test(source) ? new URL(source).pathname : source;
   return (await stat(path).catch(() => undefined))?.isDirectory() ?? false;
 }
@@ -113,11 +166,21 @@ async function namesDirectory(source: string): Promise<boolean> {
 type Scratch = { dir: string; files: Map<string, { size: number; sha256: string }>; left: number };
 
 function checkpointTooLarge(policy: SourcePolicy): PlatformError {
-  return new PlatformError(413, "source_too_large", `source: the checkpoint is larger than ${policy.maxBytes} bytes (PLATFORM_MAX_MODEL_BYTES)`, "source");
+  return new PlatformError(
+    413,
+    "source_too_large",
+    `source: the checkpoint is larger than ${policy.maxBytes} bytes (PLATFORM_MAX_MODEL_BYTES)`,
+    "source",
+  );
 }
 
 function tooManyFiles(): PlatformError {
-  return new PlatformError(400, "invalid_artifact", `source: the checkpoint has more than ${MAX_CHECKPOINT_FILES} files`, "source");
+  return new PlatformError(
+    400,
+    "invalid_artifact",
+    `source: the checkpoint has more than ${MAX_CHECKPOINT_FILES} files`,
+    "source",
+  );
 }
 
 /** A checked checkpoint path's place in the scratch directory, its module subdirectory (`1_Pooling/`) created. */
@@ -128,8 +191,14 @@ async function scratchPath(scratch: Scratch, name: string): Promise<string> {
 }
 
 /** Writes one checkpoint file into the scratch directory, hashing it and counting it against the import's budget. */
-async function addFile(scratch: Scratch, name: string, chunks: AsyncIterable<Buffer | Uint8Array>, policy: SourcePolicy): Promise<void> {
-  if (scratch.files.has(name)) throw new PlatformError(400, "invalid_artifact", `source: the file ${name} appears twice`, "source");
+async function addFile(
+  scratch: Scratch,
+  name: string,
+  chunks: AsyncIterable<Buffer | Uint8Array>,
+  policy: SourcePolicy,
+): Promise<void> {
+  if (scratch.files.has(name))
+    throw new PlatformError(400, "invalid_artifact", `source: the file ${name} appears twice`, "source");
   if (scratch.files.size >= MAX_CHECKPOINT_FILES) throw tooManyFiles();
   const path = await scratchPath(scratch, name);
   const hash = createHash("sha256");
@@ -150,7 +219,12 @@ async function addFile(scratch: Scratch, name: string, chunks: AsyncIterable<Buf
 }
 
 /** Fills the scratch directory from the request's source, then checks, summarises, stores and records the checkpoint. */
-async function importCheckpoint(deps: ImportDeps, req: ImportRequest, dir: string, policy: SourcePolicy): Promise<ModelVersionRecord> {
+async function importCheckpoint(
+  deps: ImportDeps,
+  req: ImportRequest,
+  dir: string,
+  policy: SourcePolicy,
+): Promise<RegisteredVersion> {
   await mkdir(dir);
   const scratch: Scratch = { dir, files: new Map(), left: policy.maxBytes };
   const hub = req.tar || req.directory ? undefined : parseHubRepo(req.source);
@@ -204,14 +278,27 @@ async function importCheckpoint(deps: ImportDeps, req: ImportRequest, dir: strin
 }
 
 /** Records the version: what every version takes from its request, and what its kind adds. */
-async function saveRecord(ctl: Control, req: ImportRequest, fields: Omit<ModelVersionRecord, "name" | "framework" | "source" | "created">): Promise<ModelVersionRecord> {
-  const record: ModelVersionRecord = { name: req.name, framework: req.framework, source: req.source, created: Date.now(), ...fields };
+async function saveRecord(
+  ctl: Control,
+  req: ImportRequest,
+  fields: Omit<RegisteredVersion, "name" | "framework" | "source" | "created">,
+): Promise<RegisteredVersion> {
+  const record: RegisteredVersion = {
+    name: req.name,
+    framework: req.framework,
+    source: req.source,
+    created: Date.now(),
+    ...fields,
+  };
   await saveModelVersion(ctl, record);
   return record;
 }
 
 /** A directory `source` names (a path, file:// or an s3:// prefix), for callers that confined nothing (the operator's own `up`). */
-function openDirectory(source: string, s3: S3Settings | undefined): { path: string } | { store: ObjectStore; prefix: string } {
+function openDirectory(
+  source: string,
+  s3: S3Settings | undefined,
+): { path: string } | { store: ObjectStore; prefix: string } {
   checkSourceScheme(source);
   if (/^s3:\/\//i.test(source)) return { store: openStore(source.replace(/\/+$/, ""), s3), prefix: "" };
   return { path: /^file:/i.test(source) ? new URL(source).pathname : source };
@@ -223,12 +310,27 @@ function openDirectory(source: string, s3: S3Settings | undefined): { path: stri
  * than followed, so a link planted in an allowed directory cannot lead the import anywhere else
  * (the CLI, on the user's own machine, follows links and uploads the files).
  */
-async function fromLocalDirectory(scratch: Scratch, path: string, req: ImportRequest, policy: SourcePolicy): Promise<void> {
+async function fromLocalDirectory(
+  scratch: Scratch,
+  path: string,
+  req: ImportRequest,
+  policy: SourcePolicy,
+): Promise<void> {
   const entries = await readdir(path, { withFileTypes: true }).catch((e: NodeJS.ErrnoException) => {
-    throw new PlatformError(e.code === "ENOENT" ? 404 : 400, "source_not_found", `source: "${req.source}": ${e.code === "ENOENT" ? "no such directory" : `cannot list it (${e.code ?? "error"})`}`, "source");
+    throw new PlatformError(
+      e.code === "ENOENT" ? 404 : 400,
+      "source_not_found",
+      `source: "${req.source}": ${e.code === "ENOENT" ? "no such directory" : `cannot list it (${e.code ?? "error"})`}`,
+      "source",
+    );
   });
   const linked = (name: string) =>
-    new PlatformError(400, "invalid_artifact", `source: ${name} is a symbolic link, which is not followed in a directory read on the server; copy the file there, or upload the directory with \`platform training submit\``, "source");
+    new PlatformError(
+      400,
+      "invalid_artifact",
+      `source: ${name} is a symbolic link, which is not followed in a directory read on the server; copy the file there, or upload the directory with \`platform training submit\``,
+      "source",
+    );
   const files: { name: string; size: number }[] = [];
   for (const entry of entries) {
     if (isCheckpointFile(entry.name)) {
@@ -253,7 +355,13 @@ async function fromLocalDirectory(scratch: Scratch, path: string, req: ImportReq
 }
 
 /** The checkpoint files under `prefix` of a store (an s3:// prefix): top-level ones and modules' `<n>_<Name>/config.json`. */
-async function fromStore(scratch: Scratch, store: ObjectStore, prefix: string, req: ImportRequest, policy: SourcePolicy): Promise<void> {
+async function fromStore(
+  scratch: Scratch,
+  store: ObjectStore,
+  prefix: string,
+  req: ImportRequest,
+  policy: SourcePolicy,
+): Promise<void> {
   const base = prefix === "" || prefix.endsWith("/") ? prefix : `${prefix}/`;
   const files: { key: string; name: string; size: number }[] = [];
   try {
@@ -269,19 +377,34 @@ async function fromStore(scratch: Scratch, store: ObjectStore, prefix: string, r
   } catch (e) {
     if (e instanceof StorageError) {
       const missing = e.code === "not_found" || e.code === "no_such_bucket";
-      throw new PlatformError(missing ? 404 : 502, missing ? "source_not_found" : "source_unreadable", `source: "${req.source}": ${missing ? "no such bucket or prefix" : `cannot read it (${e.code})`}`, "source");
+      throw new PlatformError(
+        missing ? 404 : 502,
+        missing ? "source_not_found" : "source_unreadable",
+        `source: "${req.source}": ${missing ? "no such bucket or prefix" : `cannot read it (${e.code})`}`,
+        "source",
+      );
     }
     throw e;
   }
 }
 
 /** hf://org/repo[@revision]: the repository's checkpoint files, listed by the Hub API and each downloaded with resume and its SHA-256 checked. */
-async function fromHub(scratch: Scratch, hub: { org: string; repo: string; revision: string }, req: ImportRequest, policy: SourcePolicy): Promise<void> {
+async function fromHub(
+  scratch: Scratch,
+  hub: { org: string; repo: string; revision: string },
+  req: ImportRequest,
+  policy: SourcePolicy,
+): Promise<void> {
   // PLATFORM_SOURCES_TIMEOUT_MS bounds the whole repository, not each of its files.
   const deadline = Date.now() + policy.totalTimeoutMs;
   const listing = await listHubRepo(hub, policy, deadline).catch((e: unknown) => {
     if (e instanceof PlatformError && e.status === 404) {
-      throw new PlatformError(404, "source_not_found", `source: the Hub has no repository ${hub.org}/${hub.repo} at revision "${hub.revision}" (or it is gated or private: set HF_TOKEN)`, "source");
+      throw new PlatformError(
+        404,
+        "source_not_found",
+        `source: the Hub has no repository ${hub.org}/${hub.repo} at revision "${hub.revision}" (or it is gated or private: set HF_TOKEN)`,
+        "source",
+      );
     }
     throw e;
   });
@@ -303,7 +426,12 @@ async function fromHub(scratch: Scratch, hub: { org: string; repo: string; revis
       onBytes: (received) => req.onProgress?.({ received: done + received, total: known }),
     });
     if (f.size !== null && got.size !== f.size) {
-      throw new PlatformError(502, "source_corrupt", `source: ${f.path} came as ${got.size} bytes where the Hub lists ${f.size}; try again`, "source");
+      throw new PlatformError(
+        502,
+        "source_corrupt",
+        `source: ${f.path} came as ${got.size} bytes where the Hub lists ${f.size}; try again`,
+        "source",
+      );
     }
     done += got.size;
     scratch.left -= got.size;
@@ -312,7 +440,11 @@ async function fromHub(scratch: Scratch, hub: { org: string; repo: string; revis
 }
 
 /** The stream's chunks, reporting the directory's progress as they pass. */
-async function* progressed(stream: Readable, total: { done: number; known: number }, req: ImportRequest): AsyncGenerator<Buffer> {
+async function* progressed(
+  stream: Readable,
+  total: { done: number; known: number },
+  req: ImportRequest,
+): AsyncGenerator<Buffer> {
   for await (const chunk of stream as AsyncIterable<Buffer>) {
     total.done += chunk.length;
     req.onProgress?.({ received: total.done, total: total.known });
@@ -334,7 +466,6 @@ async function copyHashing(input: Readable, dest: string): Promise<{ sha256: str
   return { sha256: hash.digest("hex"), size };
 }
 
-
 /** Whether the file starts with the GGUF magic; its bytes are never quoted back (they are the client's data). */
 async function hasGgufMagic(path: string): Promise<boolean> {
   const file = await open(path, "r");
@@ -351,7 +482,12 @@ async function summarizeGguf(path: string, req: ImportRequest): Promise<GgufSumm
   // vLLM serves Hugging Face-style checkpoints too: only llama.cpp needs GGUF.
   if (!(await hasGgufMagic(path))) {
     if (req.framework !== "llamacpp") return null;
-    throw new PlatformError(400, "invalid_artifact", `${req.source}: not a GGUF file (no GGUF magic), which framework "llamacpp" needs`, "source");
+    throw new PlatformError(
+      400,
+      "invalid_artifact",
+      `${req.source}: not a GGUF file (no GGUF magic), which framework "llamacpp" needs`,
+      "source",
+    );
   }
   // The platform's own header reader: node-llama-cpp (~45 MiB resident) never loads outside workers.
   let info: GgufInfo;
@@ -360,7 +496,15 @@ async function summarizeGguf(path: string, req: ImportRequest): Promise<GgufSumm
   } catch (e) {
     if (req.framework !== "llamacpp") return null;
     // The reader's text may quote the file's bytes: the gateway logs it with the request id.
-    throw withDetail(new PlatformError(400, "invalid_artifact", `${req.source}: a GGUF file whose header cannot be read (truncated or corrupt), which framework "llamacpp" needs`, "source"), e);
+    throw withDetail(
+      new PlatformError(
+        400,
+        "invalid_artifact",
+        `${req.source}: a GGUF file whose header cannot be read (truncated or corrupt), which framework "llamacpp" needs`,
+        "source",
+      ),
+      e,
+    );
   }
   const value = (key: string) => info.metadata.get(key)?.value;
   const declared = value("general.architecture");

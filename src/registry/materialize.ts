@@ -10,12 +10,12 @@ import { createHash, randomUUID } from "node:crypto";
 import { constants } from "node:fs";
 import { mkdir, open, rename, rm, stat } from "node:fs/promises";
 import { dirname, extname, join } from "node:path";
-import type { ArtifactFile, ModelVersionRecord } from "../contracts/records.ts";
+import type { ArtifactFile, RegisteredVersion } from "./version.ts";
 import type { ObjectStore } from "../storage/store.ts";
 import { checkEntryName } from "./checkpoint.ts";
 
 /** The path an engine loads `model` from: a file, or for a checkpoint ("hf") a directory (named by its digest, records.ts `Sha256`). */
-export async function localArtifact(store: ObjectStore, cacheDir: string, model: ModelVersionRecord): Promise<string> {
+export async function localArtifact(store: ObjectStore, cacheDir: string, model: RegisteredVersion): Promise<string> {
   if (model.kind === "hf") return localCheckpoint(store, cacheDir, model);
   const local = store.localPath(model.artifact);
   if (local) return local;
@@ -27,9 +27,10 @@ export async function localArtifact(store: ObjectStore, cacheDir: string, model:
   return path;
 }
 
-async function localCheckpoint(store: ObjectStore, cacheDir: string, model: ModelVersionRecord): Promise<string> {
+async function localCheckpoint(store: ObjectStore, cacheDir: string, model: RegisteredVersion): Promise<string> {
   const manifest = model.manifest;
-  if (!manifest || manifest.length === 0) throw new Error(`model ${model.name}@${model.version}: a checkpoint record without a manifest; register it again`);
+  if (!manifest || manifest.length === 0)
+    throw new Error(`model ${model.name}@${model.version}: a checkpoint record without a manifest; register it again`);
   for (const f of manifest) checkEntryName(f.path);
   const local = store.localPath(model.artifact);
   if (local) return local;
@@ -69,7 +70,13 @@ async function complete(dir: string, manifest: readonly ArtifactFile[]): Promise
   return true;
 }
 
-async function fetchChecked(store: ObjectStore, key: string, dest: string, f: ArtifactFile, model: ModelVersionRecord): Promise<void> {
+async function fetchChecked(
+  store: ObjectStore,
+  key: string,
+  dest: string,
+  f: ArtifactFile,
+  model: RegisteredVersion,
+): Promise<void> {
   const hash = createHash("sha256");
   let size = 0;
   const file = await open(dest, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW);
@@ -84,6 +91,8 @@ async function fetchChecked(store: ObjectStore, key: string, dest: string, f: Ar
   }
   const sha256 = hash.digest("hex");
   if (size !== f.size || sha256 !== f.sha256) {
-    throw new Error(`model ${model.name}@${model.version}: ${f.path} in the artifact store does not match the version's manifest (${size} bytes, sha256 ${sha256.slice(0, 12)}…; expected ${f.size} bytes, ${f.sha256.slice(0, 12)}…)`);
+    throw new Error(
+      `model ${model.name}@${model.version}: ${f.path} in the artifact store does not match the version's manifest (${size} bytes, sha256 ${sha256.slice(0, 12)}…; expected ${f.size} bytes, ${f.sha256.slice(0, 12)}…)`,
+    );
   }
 }

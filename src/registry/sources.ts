@@ -10,30 +10,16 @@ import type { IncomingHttpHeaders, IncomingMessage, RequestOptions } from "node:
 import { request as httpsRequest } from "node:https";
 import type { LookupFunction } from "node:net";
 import { Transform } from "node:stream";
-import { PlatformError } from "../errors.ts";
-import { http } from "../node-http.ts";
-import { type Cidr, refusedKind } from "./addresses.ts";
-
-export type SourcePolicy = {
-  allowHttp: boolean;
-  allowPrivate: boolean;
-  allowedCidrs: Cidr[];
-  maxBytes: number;
-  /** The whole download, connect to last byte. */
-  totalTimeoutMs: number;
-  /** No byte (or no answer) for this long fails the download. */
-  idleTimeoutMs: number;
-  maxRedirects: number;
-  /** The Hugging Face Hub or a mirror that hf:// names resolve against (HF_ENDPOINT); the token goes to its origin only. */
-  hfEndpoint: string;
-  /** HF_TOKEN: for gated and private repositories. */
-  hfToken?: string;
-};
+import { PlatformError } from "../contracts/errors.ts";
+import { http } from "../process/node-http.ts";
+import { DEFAULT_HF_ENDPOINT, type SourcePolicy } from "../settings/sources.ts";
+import { refusedKind } from "./addresses.ts";
 
 export type SourceProgress = { received: number; total: number | null };
 
 /** Schemes `--source` accepts, for error messages. */
-export const SOURCE_SCHEMES = "https://, hf://, s3://, file:// or a path (http:// only with PLATFORM_SOURCES_ALLOW_HTTP=true)";
+export const SOURCE_SCHEMES =
+  "https://, hf://, s3://, file:// or a path (http:// only with PLATFORM_SOURCES_ALLOW_HTTP=true)";
 
 /** True for the sources this module fetches; the storage module handles file://, s3:// and paths. */
 export function isRemoteSource(source: string): boolean {
@@ -47,11 +33,13 @@ export function isRemoteSource(source: string): boolean {
 export function checkSourceScheme(source: string): void {
   const scheme = /^([a-z][a-z0-9+.-]+):/i.exec(source)?.[1]?.toLowerCase();
   if (scheme === undefined || ["https", "http", "hf", "s3", "file"].includes(scheme)) return;
-  throw new PlatformError(400, "invalid_source", `source: the "${scheme}:" scheme is not supported; use ${SOURCE_SCHEMES}`, "source");
+  throw new PlatformError(
+    400,
+    "invalid_source",
+    `source: the "${scheme}:" scheme is not supported; use ${SOURCE_SCHEMES}`,
+    "source",
+  );
 }
-
-/** huggingface_hub's default for HF_ENDPOINT. */
-export const DEFAULT_HF_ENDPOINT = "https://huggingface.co";
 
 /**
  * `hf://org/repo/path/file.gguf` (optionally `hf://org/repo@revision/...`) as a
@@ -83,12 +71,23 @@ function checkHop(url: URL, policy: SourcePolicy, previous: URL | undefined): vo
   const hop = previous ? "a redirect goes to" : "the host is";
   if (url.protocol === "http:" && !policy.allowHttp) {
     const why = previous ? "a redirect goes to http://" : "http:// is refused";
-    throw new PlatformError(400, "invalid_source", `source: ${why}; model sources must use https:// unless the operator sets PLATFORM_SOURCES_ALLOW_HTTP=true`, "source");
+    throw new PlatformError(
+      400,
+      "invalid_source",
+      `source: ${why}; model sources must use https:// unless the operator sets PLATFORM_SOURCES_ALLOW_HTTP=true`,
+      "source",
+    );
   }
   if (url.protocol !== "https:" && url.protocol !== "http:") {
-    throw new PlatformError(400, "invalid_source", `source: ${previous ? `a redirect goes to a "${url.protocol}" URL, which is refused` : `the "${url.protocol}" scheme is not supported`}; sources are fetched over https:// only`, "source");
+    throw new PlatformError(
+      400,
+      "invalid_source",
+      `source: ${previous ? `a redirect goes to a "${url.protocol}" URL, which is refused` : `the "${url.protocol}" scheme is not supported`}; sources are fetched over https:// only`,
+      "source",
+    );
   }
-  if (url.username || url.password) throw new PlatformError(400, "invalid_source", "source: credentials in the URL are not accepted", "source");
+  if (url.username || url.password)
+    throw new PlatformError(400, "invalid_source", "source: credentials in the URL are not accepted", "source");
   const host = url.hostname.replace(/^\[|\]$/g, "");
   // Node connects to a literal address without any lookup, so it is checked here.
   const kind = /^[\d.]+$|:/.test(host) ? refusedKind(host, policy) : undefined;
@@ -107,16 +106,6 @@ function guardedLookup(policy: SourcePolicy, hop: string): LookupFunction {
       callback(null, allowed[0]!.address, allowed[0]!.family);
     });
   }) as LookupFunction;
-}
-
-/** Open a remote source as a byte stream; rejects before any byte with a clear error. */
-export async function openRemoteSource(
-  source: string,
-  policy: SourcePolicy,
-  onProgress?: (p: SourceProgress) => void,
-): Promise<Transform> {
-  const hf = /^hf:\/\//i.test(source);
-  return (await openRemote(hf ? huggingFaceUrl(source, policy.hfEndpoint) : source, policy, { hub: hf, onProgress })).body;
 }
 
 export type RemoteOptions = {
@@ -141,7 +130,11 @@ export type RemoteResponse = {
 };
 
 /** GET `start` (redirects followed and re-checked); the response's headers and its body, bounded as it streams. */
-export async function openRemote(start: string, policy: SourcePolicy, options: RemoteOptions = {}): Promise<RemoteResponse> {
+export async function openRemote(
+  start: string,
+  policy: SourcePolicy,
+  options: RemoteOptions = {},
+): Promise<RemoteResponse> {
   let url: URL;
   try {
     url = new URL(start);
@@ -158,13 +151,27 @@ export async function openRemote(start: string, policy: SourcePolicy, options: R
     if (Date.now() >= deadline) throw totalTimeout(policy);
     const headers: Record<string, string> = { "user-agent": "platform-model-import" };
     // The Hugging Face token goes to the Hub (HF_ENDPOINT's origin) only, never to the CDN it redirects to.
-    if (hubOrigin !== undefined && policy.hfToken && url.origin === hubOrigin) headers.authorization = `Bearer ${policy.hfToken}`;
+    if (hubOrigin !== undefined && policy.hfToken && url.origin === hubOrigin)
+      headers.authorization = `Bearer ${policy.hfToken}`;
     if (options.start !== undefined && options.start > 0) headers.range = `bytes=${options.start}-`;
-    const res = await get(url, headers, policy, deadline, previous ? "a redirect goes to" : "the host resolves to", named);
+    const res = await get(
+      url,
+      headers,
+      policy,
+      deadline,
+      previous ? "a redirect goes to" : "the host resolves to",
+      named,
+    );
     const status = res.statusCode ?? 0;
     if (status >= 300 && status < 400 && res.headers.location) {
       res.destroy();
-      if (hop >= policy.maxRedirects) throw new PlatformError(502, "source_unreachable", `source: more than ${policy.maxRedirects} redirects`, "source");
+      if (hop >= policy.maxRedirects)
+        throw new PlatformError(
+          502,
+          "source_unreachable",
+          `source: more than ${policy.maxRedirects} redirects`,
+          "source",
+        );
       previous = url;
       try {
         url = new URL(res.headers.location, url);
@@ -175,29 +182,62 @@ export async function openRemote(start: string, policy: SourcePolicy, options: R
     }
     if (status < 200 || status >= 300) {
       res.destroy();
-      throw new PlatformError(status === 404 ? 404 : 502, "source_unreachable", `source: ${named} answered HTTP ${status}`, "source");
+      throw new PlatformError(
+        status === 404 ? 404 : 502,
+        "source_unreachable",
+        `source: ${named} answered HTTP ${status}`,
+        "source",
+      );
     }
     const declared = Number(res.headers["content-length"]);
-    const length = Number.isFinite(declared) && declared >= 0 && res.headers["content-length"] !== undefined ? declared : null;
+    const length =
+      Number.isFinite(declared) && declared >= 0 && res.headers["content-length"] !== undefined ? declared : null;
     const base = status === 206 ? (options.start ?? 0) : 0;
-    return { body: counted(res, policy, deadline, named, base, options.maxBytes ?? policy.maxBytes, options.onProgress), status, length, headers: res.headers };
+    return {
+      body: counted(res, policy, deadline, named, base, options.maxBytes ?? policy.maxBytes, options.onProgress),
+      status,
+      length,
+      headers: res.headers,
+    };
   }
 }
 
 function tooLarge(maxBytes: number): PlatformError {
-  return new PlatformError(413, "source_too_large", `source: the artifact is larger than ${maxBytes} bytes (PLATFORM_MAX_MODEL_BYTES)`, "source");
+  return new PlatformError(
+    413,
+    "source_too_large",
+    `source: the artifact is larger than ${maxBytes} bytes (PLATFORM_MAX_MODEL_BYTES)`,
+    "source",
+  );
 }
 
 function totalTimeout(policy: SourcePolicy): PlatformError {
-  return new PlatformError(504, "source_timeout", `source: the download did not finish within ${policy.totalTimeoutMs} ms (PLATFORM_SOURCES_TIMEOUT_MS)`, "source");
+  return new PlatformError(
+    504,
+    "source_timeout",
+    `source: the download did not finish within ${policy.totalTimeoutMs} ms (PLATFORM_SOURCES_TIMEOUT_MS)`,
+    "source",
+  );
 }
 
 function idleTimeout(policy: SourcePolicy): PlatformError {
-  return new PlatformError(504, "source_timeout", `source: the server sent nothing for ${policy.idleTimeoutMs} ms (PLATFORM_SOURCES_IDLE_TIMEOUT_MS)`, "source");
+  return new PlatformError(
+    504,
+    "source_timeout",
+    `source: the server sent nothing for ${policy.idleTimeoutMs} ms (PLATFORM_SOURCES_IDLE_TIMEOUT_MS)`,
+    "source",
+  );
 }
 
 /** One request, no redirect following; the socket's lookup is the guarded one. */
-function get(url: URL, headers: Record<string, string>, policy: SourcePolicy, deadline: number, hop: string, named: string): Promise<IncomingMessage> {
+function get(
+  url: URL,
+  headers: Record<string, string>,
+  policy: SourcePolicy,
+  deadline: number,
+  hop: string,
+  named: string,
+): Promise<IncomingMessage> {
   return new Promise((resolve, reject) => {
     const options: RequestOptions = { method: "GET", headers, agent: false, lookup: guardedLookup(policy, hop) };
     const send = url.protocol === "https:" ? httpsRequest : http.request;
@@ -234,14 +274,31 @@ function errorCode(e: unknown): string | undefined {
  */
 function unreachable(e: unknown, host: string): PlatformError {
   const code = errorCode(e);
-  const hint = code === "ENOTFOUND" || code === "EAI_AGAIN" ? "; is this machine offline, or is the name wrong?" : "; check the network (and HF_ENDPOINT, for hf:// sources)";
-  return new PlatformError(502, "source_unreachable", `source: could not reach ${host}${code ? ` (${code})` : ""}${hint}`, "source");
+  const hint =
+    code === "ENOTFOUND" || code === "EAI_AGAIN"
+      ? "; is this machine offline, or is the name wrong?"
+      : "; check the network (and HF_ENDPOINT, for hf:// sources)";
+  return new PlatformError(
+    502,
+    "source_unreachable",
+    `source: could not reach ${host}${code ? ` (${code})` : ""}${hint}`,
+    "source",
+  );
 }
 
 /** The body, with the size limit, the deadline and the idle timeout enforced while it streams. */
-function counted(res: IncomingMessage, policy: SourcePolicy, deadline: number, host: string, base: number, maxBytes: number, onProgress?: (p: SourceProgress) => void): Transform {
+function counted(
+  res: IncomingMessage,
+  policy: SourcePolicy,
+  deadline: number,
+  host: string,
+  base: number,
+  maxBytes: number,
+  onProgress?: (p: SourceProgress) => void,
+): Transform {
   const declared = Number(res.headers["content-length"]);
-  const length = Number.isFinite(declared) && declared >= 0 && res.headers["content-length"] !== undefined ? declared : null;
+  const length =
+    Number.isFinite(declared) && declared >= 0 && res.headers["content-length"] !== undefined ? declared : null;
   const total = length === null ? null : base + length;
   if (total !== null && total > maxBytes) {
     res.destroy();
@@ -261,7 +318,12 @@ function counted(res: IncomingMessage, policy: SourcePolicy, deadline: number, h
   res.on("error", (e) => {
     if (e instanceof PlatformError) return out.destroy(e);
     const code = errorCode(e);
-    const broken = new PlatformError(502, "source_unreachable", `source: the connection to ${host} broke off after ${received} bytes${code ? ` (${code})` : ""}`, "source");
+    const broken = new PlatformError(
+      502,
+      "source_unreachable",
+      `source: the connection to ${host} broke off after ${received} bytes${code ? ` (${code})` : ""}`,
+      "source",
+    );
     brokenOff.add(broken);
     out.destroy(broken);
   });

@@ -7,7 +7,7 @@
  */
 import type { Readable } from "node:stream";
 import { create, type Pack, Parser, type ReadEntry } from "tar";
-import { PlatformError } from "../errors.ts";
+import { PlatformError } from "../contracts/errors.ts";
 
 export type TarEntry = { name: string; body: AsyncIterable<Buffer> };
 
@@ -18,15 +18,22 @@ const MAX_EXTENSION_BYTES = 64 * 1024;
 const REGULAR = new Set(["File", "OldFile", "ContiguousFile"]);
 
 function invalid(message: string): PlatformError {
-  return new PlatformError(400, "invalid_artifact", `upload: ${message}; send the checkpoint directory as a tar stream of its files (tar -cf - -C <dir> .)`, "source");
+  return new PlatformError(
+    400,
+    "invalid_artifact",
+    `upload: ${message}; send the checkpoint directory as a tar stream of its files (tar -cf - -C <dir> .)`,
+    "source",
+  );
 }
 
 /** node-tar's error as the client's fault, in words that quote no bytes of the stream. */
 function streamError(e: unknown): PlatformError {
   const code = (e as { tarCode?: unknown; code?: unknown }).tarCode ?? (e as { code?: unknown }).code;
-  if (code === "TAR_ENTRY_INVALID") return invalid("a header is not valid tar (checksum or fields; not a tar stream, or a corrupt one)");
+  if (code === "TAR_ENTRY_INVALID")
+    return invalid("a header is not valid tar (checksum or fields; not a tar stream, or a corrupt one)");
   if (code === "TAR_BAD_ARCHIVE") return invalid("the stream is truncated or is not a tar archive");
-  if (code === "TAR_ABORT") return invalid("the stream could not be read as tar (corrupt, or compressed data that does not decompress)");
+  if (code === "TAR_ABORT")
+    return invalid("the stream could not be read as tar (corrupt, or compressed data that does not decompress)");
   return invalid("the stream could not be read as tar");
 }
 
@@ -87,7 +94,10 @@ export async function* readTar(input: Readable): AsyncGenerator<TarEntry> {
         entry.resume();
         continue;
       }
-      if (entry.type === "Link" || entry.type === "SymbolicLink") throw invalid(`entry ${shown} is a ${entry.type === "Link" ? "hard" : "symbolic"} link; only regular files are accepted`);
+      if (entry.type === "Link" || entry.type === "SymbolicLink")
+        throw invalid(
+          `entry ${shown} is a ${entry.type === "Link" ? "hard" : "symbolic"} link; only regular files are accepted`,
+        );
       if (!REGULAR.has(entry.type)) throw invalid(`entry ${shown} is a ${entry.type}; only regular files are accepted`);
       let consumed = false;
       const body = async function* (): AsyncGenerator<Buffer> {

@@ -1,23 +1,27 @@
 /** The model registry: named models with numbered or explicit versions, metadata in Redis. */
 import { ModelName } from "../contracts/deployment.ts";
-import { ModelVersionRecord } from "../contracts/records.ts";
-import { parseStored, reportInvalid } from "../control/invalid-records.ts";
-import type { Control } from "../control/redis.ts";
-import { PlatformError } from "../errors.ts";
+import { RegisteredVersion } from "./version.ts";
+import { parseStored, reportInvalid } from "../redis/stored.ts";
+import type { Control } from "../redis/connection.ts";
+import { PlatformError } from "../contracts/errors.ts";
 
-export async function listModelVersions(ctl: Control, name?: string): Promise<ModelVersionRecord[]> {
+export async function listModelVersions(ctl: Control, name?: string): Promise<RegisteredVersion[]> {
   const names = name ? [name] : (await ctl.redis.smembers(ctl.keys.models)).sort();
-  const out: ModelVersionRecord[] = [];
+  const out: RegisteredVersion[] = [];
   for (const n of names) {
     if (!ModelName.safeParse(n).success) {
-      reportInvalid({ kind: "model", key: ctl.keys.models, error: `member "${n.slice(0, 80)}" is not a valid model name` });
+      reportInvalid({
+        kind: "model",
+        key: ctl.keys.models,
+        error: `member "${n.slice(0, 80)}" is not a valid model name`,
+      });
       continue;
     }
     const all = await ctl.redis.hgetall(ctl.keys.modelVersions(n));
-    const versions: ModelVersionRecord[] = [];
+    const versions: RegisteredVersion[] = [];
     for (const [field, raw] of Object.entries(all)) {
       // One unreadable version hides itself, not the whole registry.
-      const parsed = parseStored(ModelVersionRecord, raw, "model_version", `${ctl.keys.modelVersions(n)} ${field}`);
+      const parsed = parseStored(RegisteredVersion, raw, "model_version", `${ctl.keys.modelVersions(n)} ${field}`);
       if (parsed.ok) versions.push(parsed.value);
     }
     out.push(...versions.sort((a, b) => a.created - b.created));
@@ -38,20 +42,31 @@ export async function versionExists(ctl: Control, name: string, version: string)
   return (await ctl.redis.hexists(ctl.keys.modelVersions(name), version)) === 1;
 }
 
-export async function saveModelVersion(ctl: Control, record: ModelVersionRecord): Promise<void> {
+export async function saveModelVersion(ctl: Control, record: RegisteredVersion): Promise<void> {
   const created = await ctl.redis.hsetnx(ctl.keys.modelVersions(record.name), record.version, JSON.stringify(record));
   if (created === 0) {
-    throw new PlatformError(409, "version_exists", `model "${record.name}" already has a version "${record.version}"; choose another --version or omit it to get the next number`, "version");
+    throw new PlatformError(
+      409,
+      "version_exists",
+      `model "${record.name}" already has a version "${record.version}"; choose another --version or omit it to get the next number`,
+      "version",
+    );
   }
   await ctl.redis.sadd(ctl.keys.models, record.name);
 }
 
 /** A version by name, or the newest one for "latest". */
-export async function resolveModelVersion(ctl: Control, name: string, version: string): Promise<ModelVersionRecord> {
+export async function resolveModelVersion(ctl: Control, name: string, version: string): Promise<RegisteredVersion> {
   if (version === "latest") {
     const all = await listModelVersions(ctl, name);
     const newest = all.at(-1);
-    if (!newest) throw new PlatformError(404, "model_not_found", `model "${name}" is not registered; register it with \`platform training submit --name ${name} --source <path>\``, "model");
+    if (!newest)
+      throw new PlatformError(
+        404,
+        "model_not_found",
+        `model "${name}" is not registered; register it with \`platform training submit --name ${name} --source <path>\``,
+        "model",
+      );
     return newest;
   }
   const raw = await ctl.redis.hget(ctl.keys.modelVersions(name), version);
@@ -60,11 +75,13 @@ export async function resolveModelVersion(ctl: Control, name: string, version: s
     throw new PlatformError(
       404,
       "model_not_found",
-      exists ? `model "${name}" has no version "${version}"; \`platform training list\` shows its versions` : `model "${name}" is not registered`,
+      exists
+        ? `model "${name}" has no version "${version}"; \`platform training list\` shows its versions`
+        : `model "${name}" is not registered`,
       "version",
     );
   }
-  const parsed = parseStored(ModelVersionRecord, raw, "model_version", `${ctl.keys.modelVersions(name)} ${version}`);
+  const parsed = parseStored(RegisteredVersion, raw, "model_version", `${ctl.keys.modelVersions(name)} ${version}`);
   if (parsed.ok) return parsed.value;
   throw new PlatformError(
     500,
@@ -79,15 +96,26 @@ export async function resolveModelVersion(ctl: Control, name: string, version: s
  * registered model, `<name>` (its newest version) or `<name>@<version>`. A 400 naming the field
  * when it is not registered, so the deployment is refused rather than its replicas failing.
  */
-export async function resolveDraftModel(ctl: Control, spec: string): Promise<ModelVersionRecord> {
+export async function resolveDraftModel(ctl: Control, spec: string): Promise<RegisteredVersion> {
   const [name = "", version = "latest"] = spec.split("@");
   try {
     const draft = await resolveModelVersion(ctl, name, version);
-    if (draft.framework !== "llamacpp") throw new PlatformError(400, "invalid_config", `runtime.speculative_model: ${draft.name}@${draft.version} is registered for ${draft.framework}; a llama.cpp endpoint drafts with a llama.cpp (GGUF) model`, "runtime.speculative_model");
+    if (draft.framework !== "llamacpp")
+      throw new PlatformError(
+        400,
+        "invalid_config",
+        `runtime.speculative_model: ${draft.name}@${draft.version} is registered for ${draft.framework}; a llama.cpp endpoint drafts with a llama.cpp (GGUF) model`,
+        "runtime.speculative_model",
+      );
     return draft;
   } catch (e) {
     if (e instanceof PlatformError && e.code === "model_not_found") {
-      throw new PlatformError(400, "invalid_config", `runtime.speculative_model: ${e.message}; on llama.cpp the draft is a registered model, "<name>" or "<name>@<version>"`, "runtime.speculative_model");
+      throw new PlatformError(
+        400,
+        "invalid_config",
+        `runtime.speculative_model: ${e.message}; on llama.cpp the draft is a registered model, "<name>" or "<name>@<version>"`,
+        "runtime.speculative_model",
+      );
     }
     throw e;
   }

@@ -2,7 +2,7 @@
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
-import { redisOptionsFromUrl } from "../control/redis.ts";
+import { redisOptionsFromUrl } from "../redis/connection.ts";
 import { parseStorageRoots, type StorageRoot } from "../storage/policy.ts";
 import { optional } from "./parse.ts";
 
@@ -21,7 +21,10 @@ export const coreShape = {
   /** Kept apart from REDIS_URL so a Kubernetes secretKeyRef can supply it without the URL being a secret. */
   REDIS_PASSWORD: z.string().min(1).optional(),
   PLATFORM_BOOTSTRAP_ADMIN_KEY: z.string().min(1).optional(),
-  PLATFORM_PREFIX: z.string().regex(/^[a-z0-9_-]+$/i, "expected letters, digits, _ or - (e.g. platform)").default("platform"),
+  PLATFORM_PREFIX: z
+    .string()
+    .regex(/^[a-z0-9_-]+$/i, "expected letters, digits, _ or - (e.g. platform)")
+    .default("platform"),
   PLATFORM_DATA_DIR: z.string().optional(),
   /** Only for the default data directory, as the XDG base-directory spec says. */
   XDG_DATA_HOME: optional(z.string()),
@@ -34,8 +37,16 @@ export const coreShape = {
   PLATFORM_MAX_REQUEST_BYTES: z.coerce.number().int().positive().optional(),
   /** The old name of PLATFORM_MAX_REQUEST_BYTES, still honoured when the new one is unset. */
   PLATFORM_MAX_BODY_BYTES: z.coerce.number().int().positive().optional(),
-  PLATFORM_MAX_FILE_BYTES: z.coerce.number().int().positive().default(512 * 1024 * 1024),
-  PLATFORM_MAX_MODEL_BYTES: z.coerce.number().int().positive().default(64 * 1024 ** 3),
+  PLATFORM_MAX_FILE_BYTES: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(512 * 1024 * 1024),
+  PLATFORM_MAX_MODEL_BYTES: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(64 * 1024 ** 3),
 };
 
 type CoreEnv = z.infer<z.ZodObject<typeof coreShape>>;
@@ -49,7 +60,7 @@ export type CoreSettings = {
   artifactsUrl: string;
   /** Where client-named batch URIs may point (PLATFORM_STORAGE_ROOTS); a user key gets `<root>/<key id>/` of each. */
   storageRoots: StorageRoot[];
-  /** Further roots for admin keys only (PLATFORM_ADMIN_STORAGE_ROOTS). */
+  /** Further roots for operators only (admins of the install's own organization; PLATFORM_ADMIN_STORAGE_ROOTS). */
   adminStorageRoots: StorageRoot[];
   requestTimeoutMs: number;
   /** How long a stopping worker may finish its generations before they are aborted and requeued. */

@@ -4,19 +4,47 @@
  * expected form; modules get the typed values passed down and never read the environment.
  */
 import { z } from "zod";
-import type { SourcePolicy } from "../registry/sources.ts";
 import { type CliSettings, cliSettings, cliShape } from "./cli.ts";
 import { parse } from "./parse.ts";
 import { type CoreSettings, coreSettings, coreShape } from "./core.ts";
 import { type KubernetesSettings, kubernetesSettings, kubernetesShape } from "./kubernetes.ts";
-import { type LoggingSettings, loggingSettings, loggingShape } from "./logging.ts";
-import { type AdmissionSettings, type HeartbeatSettings, type QueueSettings, queueSections, queueShape, type WorkerSettings } from "./queue.ts";
-import { sourcesSettings, sourcesShape } from "./sources.ts";
+import type { LoggingSettings } from "../telemetry/log.ts";
+import { loggingSettings, loggingShape } from "./logging.ts";
+import {
+  type AdmissionSettings,
+  type HeartbeatSettings,
+  type QueueSettings,
+  queueSections,
+  queueShape,
+  type WorkerSettings,
+} from "./queue.ts";
+import { type SourcePolicy, sourcesSettings, sourcesShape } from "./sources.ts";
+import { checkSignin, type SigninSettings, signinSettings, signinShape } from "./signin.ts";
 import { checkStorage, type StorageSettings, storageSettings, storageShape } from "./storage.ts";
-import { type TracingSettings, tracingSettings, tracingShape } from "./tracing.ts";
+import { type StructuredSettings, structuredSettings, structuredShape } from "./structured.ts";
+import { checkTokens, type TokenSettings, tokenSettings, tokensShape } from "./tokens.ts";
+import { type ProtoSettings, protoSettings, protosShape } from "./protos.ts";
+import type { TracingSettings } from "../telemetry/tracing.ts";
+import { tracingSettings, tracingShape } from "./tracing.ts";
 import { type VllmSettings, vllmSettings, vllmShape } from "./vllm.ts";
 
-export type { AdmissionSettings, CliSettings, CoreSettings, HeartbeatSettings, KubernetesSettings, LoggingSettings, QueueSettings, StorageSettings, TracingSettings, VllmSettings, WorkerSettings };
+export type {
+  AdmissionSettings,
+  CliSettings,
+  CoreSettings,
+  HeartbeatSettings,
+  KubernetesSettings,
+  LoggingSettings,
+  ProtoSettings,
+  QueueSettings,
+  SigninSettings,
+  StorageSettings,
+  StructuredSettings,
+  TokenSettings,
+  TracingSettings,
+  VllmSettings,
+  WorkerSettings,
+};
 
 export type Settings = CoreSettings & {
   /** What remote model sources may reach, how big and how slow they may be (PLATFORM_SOURCES_*, HF_*). */
@@ -29,13 +57,21 @@ export type Settings = CoreSettings & {
   heartbeats: HeartbeatSettings;
   /** PLATFORM_EXIT_WITH_PARENT. */
   worker: WorkerSettings;
+  /** PLATFORM_MAX_SCHEMA_*, PLATFORM_MAX_TOOLS, PLATFORM_GRAMMAR_TIMEOUT_MS. */
+  structured: StructuredSettings;
   /** VLLM_BIN, PLATFORM_VLLM_START_TIMEOUT_MS. */
   vllm: VllmSettings;
   /** PLATFORM_WORKER_*, PLATFORM_K8S_NAMESPACE, PLATFORM_GPU_TYPE_LABEL, POD_NAME, POD_NAMESPACE. */
   kubernetes: KubernetesSettings;
   /** AWS_*, PLATFORM_S3_FORCE_PATH_STYLE. */
   storage: StorageSettings;
-  /** PLATFORM_CONFIG_DIR, PLATFORM_BASE_URL, PLATFORM_API_KEY, PLATFORM_CLI_UPLOAD. */
+  /** PLATFORM_TOKEN_TTL_MS, PLATFORM_REFRESH_TOKEN_TTL_MS. */
+  tokens: TokenSettings;
+  /** PLATFORM_MAX_PROTO_BYTES, PLATFORM_MAX_PROTO_PACKAGES, PLATFORM_MAX_PROTO_VERSIONS. */
+  protos: ProtoSettings;
+  /** PLATFORM_PUBLIC_URL, PLATFORM_OIDC_*. */
+  signin: SigninSettings;
+  /** PLATFORM_CONFIG_DIR, PLATFORM_BASE_URL, PLATFORM_API_KEY, PLATFORM_CLI_UPLOAD, BROWSER. */
   cli: CliSettings;
   /** OTEL_SDK_DISABLED, OTEL_TRACES_EXPORTER, OTEL_TRACES_SAMPLER[_ARG], OTEL_BSP_*, OTEL_SERVICE_NAME, OTEL_EXPORTER_OTLP_*. */
   tracing: TracingSettings;
@@ -45,9 +81,26 @@ export type Settings = CoreSettings & {
 
 /** One object, so one parse reports every bad variable at once rather than the first of each section. */
 const Env = z
-  .object({ ...coreShape, ...sourcesShape, ...queueShape, ...vllmShape, ...kubernetesShape, ...storageShape, ...cliShape, ...tracingShape, ...loggingShape })
-  .superRefine((e, ctx) => checkStorage(e, ctx));
-
+  .object({
+    ...coreShape,
+    ...sourcesShape,
+    ...queueShape,
+    ...structuredShape,
+    ...vllmShape,
+    ...kubernetesShape,
+    ...storageShape,
+    ...tokensShape,
+    ...protosShape,
+    ...signinShape,
+    ...cliShape,
+    ...tracingShape,
+    ...loggingShape,
+  })
+  .superRefine((e, ctx) => {
+    checkStorage(e, ctx);
+    checkTokens(e, ctx);
+    checkSignin(e, ctx);
+  });
 
 export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
   const e = parse(Env, env);
@@ -56,12 +109,15 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     ...core,
     sources: sourcesSettings(e, core.maxModelBytes),
     ...queueSections(e),
+    structured: structuredSettings(e),
     vllm: vllmSettings(e),
     kubernetes: kubernetesSettings(e),
     storage: storageSettings(e),
+    tokens: tokenSettings(e),
+    protos: protoSettings(e),
+    signin: signinSettings(e),
     cli: cliSettings(e),
     tracing: tracingSettings(e),
     logging: loggingSettings(e),
   };
 }
-

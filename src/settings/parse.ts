@@ -11,10 +11,12 @@ export const flag = (fallback: boolean) =>
 export const Flag = flag(false);
 
 /** An empty variable counts as unset: compose files and Helm values often write `VAR=` for "none". */
-export const optional = <T extends z.ZodType>(schema: T) => z.preprocess((value) => (value === "" ? undefined : value), schema.optional());
+export const optional = <T extends z.ZodType>(schema: T) =>
+  z.preprocess((value) => (value === "" ? undefined : value), schema.optional());
 
 /** A whole number of milliseconds above zero, with the variable's default. */
-export const positiveMs = (fallback: number) => z.coerce.number({ message: "expected a whole number of milliseconds" }).int().positive().default(fallback);
+export const positiveMs = (fallback: number) =>
+  z.coerce.number({ message: "expected a whole number of milliseconds" }).int().positive().default(fallback);
 
 /** The environment through one section's (or all sections') schema; every bad variable named at once. */
 export function parse<T extends z.ZodType>(schema: T, env: NodeJS.ProcessEnv): z.infer<T> {

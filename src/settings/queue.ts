@@ -12,8 +12,15 @@ export const DEFAULT_HEARTBEAT_MS = 1000;
 
 export const queueShape = {
   /** The redis-server `up` runs when REDIS_URL is unset (a path, or a name on PATH). */
-  PLATFORM_REDIS_SERVER: z.string().min(1, "expected a redis-server executable (a path or a name on PATH)").default("redis-server"),
-  PLATFORM_MAX_QUEUE_DEPTH: z.coerce.number({ message: "expected a whole number of requests" }).int().min(1).default(ADMISSION_DEFAULTS.maxQueueDepth),
+  PLATFORM_REDIS_SERVER: z
+    .string()
+    .min(1, "expected a redis-server executable (a path or a name on PATH)")
+    .default("redis-server"),
+  PLATFORM_MAX_QUEUE_DEPTH: z.coerce
+    .number({ message: "expected a whole number of requests" })
+    .int()
+    .min(1)
+    .default(ADMISSION_DEFAULTS.maxQueueDepth),
   PLATFORM_MAX_QUEUE_WAIT_MS: positiveMs(ADMISSION_DEFAULTS.maxQueueWaitMs),
   PLATFORM_HEARTBEAT_MS: positiveMs(DEFAULT_HEARTBEAT_MS),
   /** Set by `up` (through the local backend) in its workers' environment, never by hand. */
@@ -37,11 +44,20 @@ export type HeartbeatSettings = { intervalMs: number };
  */
 export type WorkerSettings = { exitWithParent: boolean; standby: boolean; metrics: boolean };
 
-export function queueSections(e: QueueEnv): { queue: QueueSettings; admission: AdmissionSettings; heartbeats: HeartbeatSettings; worker: WorkerSettings } {
+export function queueSections(e: QueueEnv): {
+  queue: QueueSettings;
+  admission: AdmissionSettings;
+  heartbeats: HeartbeatSettings;
+  worker: WorkerSettings;
+} {
   return {
     queue: { redisServer: e.PLATFORM_REDIS_SERVER },
     admission: { maxQueueDepth: e.PLATFORM_MAX_QUEUE_DEPTH, maxQueueWaitMs: e.PLATFORM_MAX_QUEUE_WAIT_MS },
     heartbeats: { intervalMs: e.PLATFORM_HEARTBEAT_MS },
-    worker: { exitWithParent: e.PLATFORM_EXIT_WITH_PARENT, standby: e.PLATFORM_STANDBY_WORKER, metrics: e.PLATFORM_WORKER_METRICS },
+    worker: {
+      exitWithParent: e.PLATFORM_EXIT_WITH_PARENT,
+      standby: e.PLATFORM_STANDBY_WORKER,
+      metrics: e.PLATFORM_WORKER_METRICS,
+    },
   };
 }

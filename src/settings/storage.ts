@@ -24,12 +24,19 @@ export type StorageSettings = { s3: S3Settings };
 /** A key id without its secret (or the reverse) is a half-configured credential, not "use the SDK's chain". */
 export function checkStorage(e: StorageEnv, ctx: z.RefinementCtx): void {
   if ((e.AWS_ACCESS_KEY_ID === undefined) !== (e.AWS_SECRET_ACCESS_KEY === undefined)) {
-    ctx.addIssue({ code: "custom", message: "set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or neither", path: ["AWS_SECRET_ACCESS_KEY"] });
+    ctx.addIssue({
+      code: "custom",
+      message: "set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or neither",
+      path: ["AWS_SECRET_ACCESS_KEY"],
+    });
   }
 }
 
 export function storageSettings(e: StorageEnv): StorageSettings {
-  const s3: S3Settings = { region: e.AWS_REGION ?? e.AWS_DEFAULT_REGION ?? "us-east-1", forcePathStyle: e.PLATFORM_S3_FORCE_PATH_STYLE };
+  const s3: S3Settings = {
+    region: e.AWS_REGION ?? e.AWS_DEFAULT_REGION ?? "us-east-1",
+    forcePathStyle: e.PLATFORM_S3_FORCE_PATH_STYLE,
+  };
   const endpoint = e.AWS_ENDPOINT_URL_S3 ?? e.AWS_ENDPOINT_URL;
   if (endpoint !== undefined) s3.endpoint = endpoint;
   if (e.AWS_ACCESS_KEY_ID !== undefined && e.AWS_SECRET_ACCESS_KEY !== undefined) {

@@ -7,7 +7,10 @@ export const VLLM_DEFAULTS = { bin: "vllm", startTimeoutMs: 15 * 60_000 } as con
 
 export const vllmShape = {
   /** Empty counts as unset, as it always has. */
-  VLLM_BIN: z.string().default("").transform((bin) => bin || VLLM_DEFAULTS.bin),
+  VLLM_BIN: z
+    .string()
+    .default("")
+    .transform((bin) => bin || VLLM_DEFAULTS.bin),
   PLATFORM_VLLM_START_TIMEOUT_MS: positiveMs(VLLM_DEFAULTS.startTimeoutMs),
 };
 

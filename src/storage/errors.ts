@@ -5,7 +5,7 @@
  * the backend's own text (Node's messages quote server paths, the SDK's name
  * endpoints), which is logged instead.
  */
-import { PlatformError } from "../errors.ts";
+import { PlatformError } from "../contracts/errors.ts";
 import { logger } from "../telemetry/log.ts";
 
 const log = logger("storage");
@@ -123,10 +123,20 @@ export function fromS3Error(error: unknown, uri: string, bucket: string, endpoin
     return new StorageError("not_found", uri, `${uri}: no such object`, error);
   }
   if (name !== undefined && BAD_CREDENTIALS.has(name)) {
-    return new StorageError("access_denied", uri, `${uri}: access denied (${name}: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)`, error);
+    return new StorageError(
+      "access_denied",
+      uri,
+      `${uri}: access denied (${name}: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)`,
+      error,
+    );
   }
   if (name === "CredentialsProviderError") {
-    return new StorageError("access_denied", uri, `${uri}: no S3 credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)`, error);
+    return new StorageError(
+      "access_denied",
+      uri,
+      `${uri}: no S3 credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)`,
+      error,
+    );
   }
   if (name === "AccessDenied" || name === "Forbidden" || status === 403) {
     return new StorageError(
@@ -138,7 +148,11 @@ export function fromS3Error(error: unknown, uri: string, bucket: string, endpoin
     );
   }
   // The endpoint is the operator's address and the SDK's text may quote it: both go to the log only.
-  if ((code !== undefined && NETWORK_CODES.has(code)) || name === "TimeoutError" || (status !== undefined && status >= 500)) {
+  if (
+    (code !== undefined && NETWORK_CODES.has(code)) ||
+    name === "TimeoutError" ||
+    (status !== undefined && status >= 500)
+  ) {
     const detail = code ?? name ?? (status !== undefined ? `HTTP ${status}` : "error");
     log.error({ uri }, `${uri}: unavailable at ${where} (${detail}): ${describe(error)}`);
     return new StorageError("unavailable", uri, `${uri}: storage unavailable (${detail})`, error);

@@ -156,11 +156,19 @@ export class FileStore implements ObjectStore {
     }
   }
 
-  async concat(partKeys: readonly string[], destKey: string, options: { overwrite?: boolean } = {}): Promise<{ size: number }> {
+  async concat(
+    partKeys: readonly string[],
+    destKey: string,
+    options: { overwrite?: boolean } = {},
+  ): Promise<{ size: number }> {
     for (const key of partKeys) checkKey(key, this.url);
     const dest = this.pathOf(destKey);
     await this.refuseLinks(destKey);
-    return { size: await writeFileAtomically(this.ioPath(destKey), readParts(this, partKeys), fileUrl(dest), { replace: options.overwrite ?? true }) };
+    return {
+      size: await writeFileAtomically(this.ioPath(destKey), readParts(this, partKeys), fileUrl(dest), {
+        replace: options.overwrite ?? true,
+      }),
+    };
   }
 
   async download(key: string, destPath: string): Promise<void> {

@@ -13,8 +13,6 @@ import { parseStorageUri, s3Url } from "./uri.ts";
 export { StorageError, isStorageError } from "./errors.ts";
 export type { StorageErrorCode } from "./errors.ts";
 export { FileStore } from "./file-store.ts";
-export { readJsonlLines } from "./lines.ts";
-export type { JsonlLine, ReadLinesOptions } from "./lines.ts";
 export type { S3Settings } from "./s3-settings.ts";
 export { S3Store } from "./s3-store.ts";
 export type { Body, ObjectInfo, ObjectStore } from "./store.ts";

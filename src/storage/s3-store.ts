@@ -127,7 +127,11 @@ export class S3Store implements ObjectStore {
    * UploadPartCopy would avoid the round trip but needs every part but the last
    * to be at least 5 MiB, which batch output parts rarely are.
    */
-  async concat(partKeys: readonly string[], destKey: string, options: { overwrite?: boolean } = {}): Promise<{ size: number }> {
+  async concat(
+    partKeys: readonly string[],
+    destKey: string,
+    options: { overwrite?: boolean } = {},
+  ): Promise<{ size: number }> {
     for (const key of partKeys) checkKey(key, this.url);
     // S3 has no portable create-only write (If-None-Match is recent and not everywhere): HEAD first.
     if (options.overwrite === false && (await this.head(destKey)) !== null) {
@@ -145,7 +149,10 @@ export class S3Store implements ObjectStore {
 
   close(): void {
     this.closed = true;
-    void this.connection?.then(({ client }) => client.destroy(), () => undefined);
+    void this.connection?.then(
+      ({ client }) => client.destroy(),
+      () => undefined,
+    );
   }
 
   /** lib-storage sends one PutObject below its 5 MiB part size, a multipart upload above. */
@@ -188,7 +195,10 @@ export class S3Store implements ObjectStore {
 type Sdk = typeof import("@aws-sdk/client-s3") & Pick<typeof import("@aws-sdk/lib-storage"), "Upload">;
 let sdk: Promise<Sdk> | undefined;
 function loadSdk(): Promise<Sdk> {
-  sdk ??= Promise.all([import("@aws-sdk/client-s3"), import("@aws-sdk/lib-storage")]).then(([s3, storage]) => ({ ...s3, Upload: storage.Upload }));
+  sdk ??= Promise.all([import("@aws-sdk/client-s3"), import("@aws-sdk/lib-storage")]).then(([s3, storage]) => ({
+    ...s3,
+    Upload: storage.Upload,
+  }));
   return sdk;
 }
 

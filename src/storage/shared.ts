@@ -19,14 +19,18 @@ export class Tap {
 
   async *wrap(body: Body): AsyncGenerator<Buffer> {
     if (typeof body === "string" || body instanceof Uint8Array) {
-      const data = typeof body === "string" ? Buffer.from(body) : Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+      const data =
+        typeof body === "string" ? Buffer.from(body) : Buffer.from(body.buffer, body.byteOffset, body.byteLength);
       this.size += data.length;
       yield data;
       return;
     }
     try {
       for await (const chunk of body) {
-        const data = typeof chunk === "string" ? Buffer.from(chunk) : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+        const data =
+          typeof chunk === "string"
+            ? Buffer.from(chunk)
+            : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
         this.size += data.length;
         yield data;
       }
@@ -65,7 +69,12 @@ export function isTempName(name: string): boolean {
  * file is hard-linked into place instead, which fails (StorageError "exists")
  * if anything is at `path`, even an object that appeared during the write.
  */
-export async function writeFileAtomically(path: string, body: Body, uri: string, options: { replace?: boolean } = {}): Promise<number> {
+export async function writeFileAtomically(
+  path: string,
+  body: Body,
+  uri: string,
+  options: { replace?: boolean } = {},
+): Promise<number> {
   const dir = dirname(path);
   try {
     await mkdir(dir, { recursive: true });
@@ -108,7 +117,8 @@ async function syncDirectory(dir: string): Promise<void> {
 /** Validates an optional range; returns the first byte wanted. */
 export function rangeStart(range: { start: number } | undefined): number {
   const start = range?.start ?? 0;
-  if (!Number.isSafeInteger(start) || start < 0) throw new RangeError(`range.start must be a non-negative integer, got ${start}`);
+  if (!Number.isSafeInteger(start) || start < 0)
+    throw new RangeError(`range.start must be a non-negative integer, got ${start}`);
   return start;
 }
 

@@ -30,6 +30,7 @@ const SCHEME = /^([a-z][a-z0-9+.-]+):/i;
 // The rules AWS enforces for new buckets; MinIO, Ceph and R2 follow them too.
 const BUCKET = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
 const MAX_KEY_BYTES = 1024;
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it finds
 const CONTROL = /[\u0000-\u001f\u007f]/;
 
 export function parseStorageUri(uri: string, cwd: string = process.cwd()): StorageLocation {
@@ -41,11 +42,7 @@ export function parseStorageUri(uri: string, cwd: string = process.cwd()): Stora
   }
   if (scheme === "file") return parseFileUrl(uri);
   if (scheme === "s3") return parseS3Uri(uri);
-  throw new StorageError(
-    "invalid_uri",
-    uri,
-    `unsupported storage URI "${uri}": expected a path, file:// or s3://`,
-  );
+  throw new StorageError("invalid_uri", uri, `unsupported storage URI "${uri}": expected a path, file:// or s3://`);
 }
 
 function parseFileUrl(uri: string): FileLocation {

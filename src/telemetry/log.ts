@@ -12,15 +12,26 @@
 import { createRequire } from "node:module";
 import { hostname } from "node:os";
 import type { Logger, pino as Pino } from "pino";
-import type { LoggingSettings, LogLevel } from "../settings/logging.ts";
 
+export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
 export type LogFormat = "json" | "text";
+/** How a role logs (src/settings/logging.ts reads it); `format` undefined: the role's default. */
+export type LoggingSettings = { format: LogFormat | undefined; level: LogLevel };
 export type Fields = Record<string, unknown>;
 type Level = "debug" | "info" | "warn" | "error";
 type Method = (fieldsOrMessage: Fields | string, message?: string) => void;
 export type Log = { debug: Method; info: Method; warn: Method; error: Method; isEnabled: (level: LogLevel) => boolean };
 
-const RANK: Record<LogLevel, number> = { trace: 10, debug: 20, info: 30, warn: 40, error: 50, fatal: 60, silent: Infinity };
+const RANK: Record<LogLevel, number> = {
+  trace: 10,
+  debug: 20,
+  info: 30,
+  warn: 40,
+  error: 50,
+  fatal: 60,
+  silent: Infinity,
+};
 
 /** Until a role configures it: text at info, as console.log/console.error wrote. */
 let format: LogFormat = "text";
@@ -31,7 +42,10 @@ let generation = 0;
 let traceFields: (() => Fields | undefined) | undefined;
 
 /** Configure this process's logs from its settings; `defaultFormat` is the role's (json, or text for `up`). */
-export function configureLogging(settings: LoggingSettings, options: { role: string; defaultFormat: LogFormat }): LogFormat {
+export function configureLogging(
+  settings: LoggingSettings,
+  options: { role: string; defaultFormat: LogFormat },
+): LogFormat {
   format = settings.format ?? options.defaultFormat;
   threshold = RANK[settings.level];
   root = format === "json" ? jsonLogger(settings.level, options.role) : undefined;
@@ -59,7 +73,13 @@ export function logger(component: string): Log {
       if (root) json(root)[level](fields ?? {}, msg);
       else writeText(level, { component, ...fields, msg });
     };
-  return { debug: method("debug"), info: method("info"), warn: method("warn"), error: method("error"), isEnabled: (level) => RANK[level] >= threshold };
+  return {
+    debug: method("debug"),
+    info: method("info"),
+    warn: method("warn"),
+    error: method("error"),
+    isEnabled: (level) => RANK[level] >= threshold,
+  };
 }
 
 /**
@@ -121,9 +141,16 @@ const tolerated = new WeakSet<NodeJS.WriteStream>();
 
 /** `[component] request-id message: detail: error`, the shape the platform's lines always had. */
 export function formatText(o: Fields): string {
-  const parts = [o.component ? `[${String(o.component)}] ` : "", o.request_id ? `${String(o.request_id)} ` : "", String(o.msg ?? "")];
+  const parts = [
+    o.component ? `[${String(o.component)}] ` : "",
+    o.request_id ? `${String(o.request_id)} ` : "",
+    String(o.msg ?? ""),
+  ];
   if (o.detail !== undefined) parts.push(`: ${typeof o.detail === "string" ? o.detail : JSON.stringify(o.detail)}`);
   const err = o.err as { stack?: string; message?: string } | undefined;
-  if (err !== undefined) parts.push(`: ${err instanceof Error ? (err.stack ?? err.message) : typeof err === "object" && err ? (err.stack ?? err.message ?? JSON.stringify(err)) : String(err)}`);
+  if (err !== undefined)
+    parts.push(
+      `: ${err instanceof Error ? (err.stack ?? err.message) : typeof err === "object" && err ? (err.stack ?? err.message ?? JSON.stringify(err)) : String(err)}`,
+    );
   return parts.join("");
 }

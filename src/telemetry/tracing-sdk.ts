@@ -48,11 +48,16 @@ import {
   TracerProvider,
 } from "@opentelemetry/sdk-trace";
 import { routePath } from "hono/route";
-import type { TracingSettings } from "../settings/tracing.ts";
+import type { TracingSettings } from "./tracing.ts";
 import { logger, setTraceFields } from "./log.ts";
 import type { JobOutcome, JobTraceInfo, TracingImpl, TracingRole } from "./tracing.ts";
 
-const SERVICE_NAMES: Record<TracingRole, string> = { gateway: "platform-gateway", up: "platform-gateway", worker: "platform-worker", scaler: "platform-scaler" };
+const SERVICE_NAMES: Record<TracingRole, string> = {
+  gateway: "platform-gateway",
+  up: "platform-gateway",
+  worker: "platform-worker",
+  scaler: "platform-scaler",
+};
 
 const headerGetter: TextMapGetter<Headers> = {
   keys: (headers) => [...headers.keys()],
@@ -68,9 +73,17 @@ export async function createTracing(settings: TracingSettings, role: TracingRole
     { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true },
   );
   const resource = detectResources({ detectors: [resourceAttributesEnvDetector] }).merge(
-    resourceFromAttributes({ "service.name": settings.serviceName ?? SERVICE_NAMES[role], "platform.role": role, "process.pid": process.pid }),
+    resourceFromAttributes({
+      "service.name": settings.serviceName ?? SERVICE_NAMES[role],
+      "platform.role": role,
+      "process.pid": process.pid,
+    }),
   );
-  const provider = new TracerProvider({ resource, sampler: samplerOf(settings.sampler), spanProcessors: await Promise.all(settings.exporters.map((name) => processorOf(name, settings))) });
+  const provider = new TracerProvider({
+    resource,
+    sampler: samplerOf(settings.sampler),
+    spanProcessors: await Promise.all(settings.exporters.map((name) => processorOf(name, settings))),
+  });
   context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
   propagation.setGlobalPropagator(new W3CTraceContextPropagator());
   trace.setGlobalTracerProvider(provider);
@@ -87,8 +100,14 @@ export async function createTracing(settings: TracingSettings, role: TracingRole
       const method = c.req.method;
       const headers = c.req.raw.headers;
       // Most requests carry no trace context: only one that does goes through the propagator (tracestate and all).
-      const parent = headers.has("traceparent") ? propagation.extract(ROOT_CONTEXT, headers, headerGetter) : ROOT_CONTEXT;
-      const attributes: Attributes = { "http.request.method": method, "url.path": c.req.path, "platform.request_id": c.get("requestId") };
+      const parent = headers.has("traceparent")
+        ? propagation.extract(ROOT_CONTEXT, headers, headerGetter)
+        : ROOT_CONTEXT;
+      const attributes: Attributes = {
+        "http.request.method": method,
+        "url.path": c.req.path,
+        "platform.request_id": c.get("requestId"),
+      };
       const agent = headers.get("user-agent");
       if (agent !== null) attributes["user_agent.original"] = agent;
       const span = tracer.startSpan(method, { kind: SpanKind.SERVER, attributes }, parent);
@@ -132,7 +151,15 @@ export async function createTracing(settings: TracingSettings, role: TracingRole
       // Every attribute costs on each request (bench/hot-path.ts): the queue wait carries only what
       // finds it; the inference span the rest.
       tracer
-        .startSpan("queue wait", { kind: SpanKind.INTERNAL, startTime: Math.min(info.enqueuedAt, now), attributes: { "messaging.destination.name": info.queue, "platform.request_id": info.requestId } }, parent)
+        .startSpan(
+          "queue wait",
+          {
+            kind: SpanKind.INTERNAL,
+            startTime: Math.min(info.enqueuedAt, now),
+            attributes: { "messaging.destination.name": info.queue, "platform.request_id": info.requestId },
+          },
+          parent,
+        )
         .end(now);
       const operation = info.kind === "chat" ? "chat" : info.kind === "embedding" ? "embeddings" : "text_completion";
       const attributes: Attributes = {
@@ -149,13 +176,21 @@ export async function createTracing(settings: TracingSettings, role: TracingRole
       // Only what is not the usual: a batch record, a retried job.
       if (info.kind === "batch_record") attributes["platform.job.kind"] = info.kind;
       if (info.attempt > 1) attributes["platform.job.attempt"] = info.attempt;
-      const span: Span = tracer.startSpan(`${operation} ${info.model}`, { kind: SpanKind.CONSUMER, startTime: now, attributes }, parent);
+      const span: Span = tracer.startSpan(
+        `${operation} ${info.model}`,
+        { kind: SpanKind.CONSUMER, startTime: now, attributes },
+        parent,
+      );
       let ended = false;
       return {
         end: (outcome: JobOutcome) => {
           if (ended) return;
           ended = true;
-          if (outcome.usage) span.setAttributes({ "gen_ai.usage.input_tokens": outcome.usage.prompt_tokens, "gen_ai.usage.output_tokens": outcome.usage.completion_tokens });
+          if (outcome.usage)
+            span.setAttributes({
+              "gen_ai.usage.input_tokens": outcome.usage.prompt_tokens,
+              "gen_ai.usage.output_tokens": outcome.usage.completion_tokens,
+            });
           if (outcome.finishReason) span.setAttribute("gen_ai.response.finish_reasons", [outcome.finishReason]);
           if (outcome.released) span.setAttribute("platform.job.released", true);
           if (outcome.error) {
@@ -190,7 +225,12 @@ const TRACEPARENT = /^([\da-f]{2})-([\da-f]{32})-([\da-f]{16})-([\da-f]{2})(-.*)
 export function parentOf(traceparent: string | undefined): Context {
   const m = traceparent === undefined ? null : TRACEPARENT.exec(traceparent.trim());
   if (!m || m[1] === "ff" || (m[1] === "00" && m[5] !== undefined)) return ROOT_CONTEXT;
-  const sc: SpanContext = { traceId: m[2] as string, spanId: m[3] as string, traceFlags: Number.parseInt(m[4] as string, 16), isRemote: true };
+  const sc: SpanContext = {
+    traceId: m[2] as string,
+    spanId: m[3] as string,
+    traceFlags: Number.parseInt(m[4] as string, 16),
+    isRemote: true,
+  };
   return isSpanContextValid(sc) ? trace.setSpanContext(ROOT_CONTEXT, sc) : ROOT_CONTEXT;
 }
 
@@ -245,15 +285,25 @@ function readable(message: string): string {
 }
 
 function samplerOf({ name, ratio }: TracingSettings["sampler"]): Sampler {
-  const root = name.endsWith("always_on") ? new AlwaysOnSampler() : name.endsWith("always_off") ? new AlwaysOffSampler() : new TraceIdRatioBasedSampler(ratio);
+  const root = name.endsWith("always_on")
+    ? new AlwaysOnSampler()
+    : name.endsWith("always_off")
+      ? new AlwaysOffSampler()
+      : new TraceIdRatioBasedSampler(ratio);
   return name.startsWith("parentbased_") ? new ParentBasedSampler({ root }) : root;
 }
 
-async function processorOf(name: TracingSettings["exporters"][number], settings: TracingSettings): Promise<SpanProcessor> {
+async function processorOf(
+  name: TracingSettings["exporters"][number],
+  settings: TracingSettings,
+): Promise<SpanProcessor> {
   if (name === "console") return new SimpleSpanProcessor({ exporter: new ConsoleSpanExporter() });
   // Only the protocol's package is loaded. The exporter reads OTEL_EXPORTER_OTLP_[TRACES_]HEADERS,
   // _TIMEOUT, _COMPRESSION and the certificate variables itself; the URL is the settings'.
-  const { OTLPTraceExporter } = settings.protocol === "http/json" ? await import("@opentelemetry/exporter-trace-otlp-http") : await import("@opentelemetry/exporter-trace-otlp-proto");
+  const { OTLPTraceExporter } =
+    settings.protocol === "http/json"
+      ? await import("@opentelemetry/exporter-trace-otlp-http")
+      : await import("@opentelemetry/exporter-trace-otlp-proto");
   const exporter: SpanExporter = new OTLPTraceExporter(settings.url === undefined ? {} : { url: settings.url });
   return new ExportAfterTurn(new BatchSpanProcessor({ exporter, ...settings.batch }));
 }

@@ -9,9 +9,50 @@
  */
 import type { MiddlewareHandler } from "hono";
 import type { Usage } from "../contracts/job.ts";
-import type { GatewayEnv } from "../gateway/env.ts";
-import type { TracingSettings } from "../settings/tracing.ts";
 import { type Fields, logger } from "./log.ts";
+
+export const TRACE_EXPORTERS = ["otlp", "console"] as const;
+export type TraceExporter = (typeof TRACE_EXPORTERS)[number];
+export const OTLP_PROTOCOLS = ["http/protobuf", "http/json"] as const;
+export type OtlpProtocol = (typeof OTLP_PROTOCOLS)[number];
+export const SAMPLERS = [
+  "always_on",
+  "always_off",
+  "traceidratio",
+  "parentbased_always_on",
+  "parentbased_always_off",
+  "parentbased_traceidratio",
+] as const;
+export type SamplerName = (typeof SAMPLERS)[number];
+
+/** What tracing does in this process (src/settings/tracing.ts reads it from the `OTEL_*` variables). */
+export type TracingSettings = {
+  /** Off (the default): the OpenTelemetry SDK is never loaded and no request does any span work. */
+  enabled: boolean;
+  exporters: TraceExporter[];
+  /** OTLP encoding: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL, else the spec's http/protobuf. */
+  protocol: OtlpProtocol;
+  /**
+   * Where spans go: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given, else OTEL_EXPORTER_OTLP_ENDPOINT
+   * with `/v1/traces` appended (the spec's rule); undefined: the exporter's default, http://localhost:4318/v1/traces.
+   */
+  url: string | undefined;
+  /** OTEL_SERVICE_NAME; undefined: each role names itself. */
+  serviceName: string | undefined;
+  /** Default parentbased_always_on: a caller's sampled flag is obeyed, every root trace is sampled. */
+  sampler: { name: SamplerName; ratio: number };
+  batch: {
+    scheduledDelayMillis: number;
+    exportTimeoutMillis: number;
+    maxQueueSize: number;
+    maxExportBatchSize: number;
+  };
+  /** An OTLP endpoint is set although no exporter is: worth a note at start, since nothing will be sent. */
+  endpointWithoutExporter: boolean;
+};
+
+/** What the request middleware reads of a request: the id the request-id middleware gave it. */
+export type RequestIdEnv = { Variables: { requestId: string } };
 
 export type TracingRole = "gateway" | "worker" | "scaler" | "up";
 
@@ -30,13 +71,18 @@ export type JobTraceInfo = {
   attempt: number;
   maxTokens: number | undefined;
 };
-export type JobOutcome = { usage?: Usage; finishReason?: string; error?: { code: string; message: string }; released?: boolean };
+export type JobOutcome = {
+  usage?: Usage;
+  finishReason?: string;
+  error?: { code: string; message: string };
+  released?: boolean;
+};
 export type JobTrace = { end: (outcome: JobOutcome) => void };
 
 /** The SDK side (tracing-sdk.ts). */
 export type TracingImpl = {
   /** Runs the rest of the request inside its SERVER span; the span ends when the response has been sent. */
-  serve: (c: Parameters<MiddlewareHandler<GatewayEnv>>[0], next: () => Promise<void>) => Promise<void>;
+  serve: (c: Parameters<MiddlewareHandler<RequestIdEnv>>[0], next: () => Promise<void>) => Promise<void>;
   /** The active span's context as a W3C traceparent, for the job payload. */
   traceparent: () => string | undefined;
   /** Records the job's queue wait and starts its inference span. */
@@ -54,11 +100,16 @@ const UNTRACED = new Set(["/healthz", "/readyz", "/metrics"]);
 
 /** Switches tracing on for this process when its settings say so; otherwise loads nothing. */
 export function startTracing(settings: TracingSettings, role: TracingRole): Promise<void> {
-  if (settings.endpointWithoutExporter) log.info("an OTLP endpoint is set but OTEL_TRACES_EXPORTER is not: tracing stays off (set OTEL_TRACES_EXPORTER=otlp to export)");
+  if (settings.endpointWithoutExporter)
+    log.info(
+      "an OTLP endpoint is set but OTEL_TRACES_EXPORTER is not: tracing stays off (set OTEL_TRACES_EXPORTER=otlp to export)",
+    );
   if (!settings.enabled) return Promise.resolve();
   starting ??= import("./tracing-sdk.ts").then(async ({ createTracing }) => {
     active = await createTracing(settings, role);
-    log.info(`tracing on: ${settings.exporters.join(", ")} exporter${settings.exporters.includes("otlp") ? ` (${settings.protocol})` : ""}, sampler ${settings.sampler.name}`);
+    log.info(
+      `tracing on: ${settings.exporters.join(", ")} exporter${settings.exporters.includes("otlp") ? ` (${settings.protocol})` : ""}, sampler ${settings.sampler.name}`,
+    );
   });
   return starting;
 }
@@ -80,7 +131,7 @@ export async function stopTracing(timeoutMs = 2_000): Promise<void> {
  * The gateway's per-request telemetry: the SERVER span while tracing is on, and with
  * PLATFORM_LOG_LEVEL=debug one log line per request. After the request-id middleware.
  */
-export function requestTelemetry(): MiddlewareHandler<GatewayEnv> {
+export function requestTelemetry(): MiddlewareHandler<RequestIdEnv> {
   return async (c, next) => {
     const t = active;
     if (!t) {
@@ -99,8 +150,17 @@ export function requestTelemetry(): MiddlewareHandler<GatewayEnv> {
   };
 }
 
-function logRequest(c: Parameters<MiddlewareHandler<GatewayEnv>>[0], started: number): void {
-  requests.debug({ request_id: c.get("requestId"), method: c.req.method, path: c.req.path, status: c.res.status, duration_ms: Math.round((performance.now() - started) * 100) / 100 }, "request");
+function logRequest(c: Parameters<MiddlewareHandler<RequestIdEnv>>[0], started: number): void {
+  requests.debug(
+    {
+      request_id: c.get("requestId"),
+      method: c.req.method,
+      path: c.req.path,
+      status: c.res.status,
+      duration_ms: Math.round((performance.now() - started) * 100) / 100,
+    },
+    "request",
+  );
 }
 
 /** The traceparent for a job enqueued now (undefined while tracing is off, or outside any span). */

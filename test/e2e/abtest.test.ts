@@ -10,8 +10,18 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
 import { runCli, type Stack, startStack } from "../helpers/stack.ts";
 
-type Variant = { version: string; weight: number; deployment: string | null; state: string; stats: { requests: number; errors: number; completion_tokens: number; latency_p50_ms: number | null } };
-type Described = { endpoint: string; abtest: { state: string; keep?: string; split: { version: string; weight: number }[]; sticky?: string } | null; variants: Variant[] };
+type Variant = {
+  version: string;
+  weight: number;
+  deployment: string | null;
+  state: string;
+  stats: { requests: number; errors: number; completion_tokens: number; latency_p50_ms: number | null };
+};
+type Described = {
+  endpoint: string;
+  abtest: { state: string; keep?: string; split: { version: string; weight: number }[]; sticky?: string } | null;
+  variants: Variant[];
+};
 type EndpointStatus = { version: string; variant_of?: string };
 
 let stack: Stack;
@@ -20,19 +30,34 @@ beforeAll(async () => {
   const modelPath = await tinyModelPath();
   stack = await startStack({ args: ["--storage-root", dirname(modelPath)] });
   for (const version of ["v1", "v2", "v3"]) {
-    const reg = await stack.admin("POST", "/admin/v1/models", { name: "ab", framework: "llamacpp", source: modelPath, version });
+    const reg = await stack.admin("POST", "/admin/v1/models", {
+      name: "ab",
+      framework: "llamacpp",
+      source: modelPath,
+      version,
+    });
     expect(reg.status, JSON.stringify(reg.body)).toBe(201);
   }
-  const res = await stack.admin("PUT", "/admin/v1/endpoints/ab", { model: { name: "ab", version: "v1" }, resources: { replicas: 1, parallel: 4 } });
+  const res = await stack.admin("PUT", "/admin/v1/endpoints/ab", {
+    model: { name: "ab", version: "v1" },
+    resources: { replicas: 1, parallel: 4 },
+  });
   expect(res.status, JSON.stringify(res.body)).toBe(200);
-  await stack.waitFor(async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/ab")).body.state === "available", "ab available");
+  await stack.waitFor(
+    async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/ab")).body.state === "available",
+    "ab available",
+  );
 }, 120_000);
 
 afterAll(async () => {
   await stack?.stop();
 });
 
-async function complete(model: string, headers: Record<string, string> = {}, apiKey = stack.apiKey): Promise<{ status: number; version: string | null; body: unknown }> {
+async function complete(
+  model: string,
+  headers: Record<string, string> = {},
+  apiKey = stack.apiKey,
+): Promise<{ status: number; version: string | null; body: unknown }> {
   const res = await fetch(`${stack.baseUrl}/v1/completions`, {
     method: "POST",
     headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", ...headers },
@@ -42,7 +67,11 @@ async function complete(model: string, headers: Record<string, string> = {}, api
 }
 
 /** Sends `n` requests, `concurrency` at a time; returns the version of each answer (null for a failure). */
-async function many(n: number, concurrency: number, send: (i: number) => Promise<{ status: number; version: string | null }>): Promise<{ status: number; version: string | null }[]> {
+async function many(
+  n: number,
+  concurrency: number,
+  send: (i: number) => Promise<{ status: number; version: string | null }>,
+): Promise<{ status: number; version: string | null }[]> {
   const out: { status: number; version: string | null }[] = new Array(n);
   let next = 0;
   await Promise.all(
@@ -54,7 +83,8 @@ async function many(n: number, concurrency: number, send: (i: number) => Promise
 }
 
 const abtest = async () => (await stack.admin<Described>("GET", "/admin/v1/endpoints/ab/abtest")).body;
-const share = (results: { version: string | null }[], version: string) => results.filter((r) => r.version === version).length / results.length;
+const share = (results: { version: string | null }[], version: string) =>
+  results.filter((r) => r.version === version).length / results.length;
 
 describe("versions", () => {
   it("names the version in x-model-version, pins a deployed version with name@version, and 404s any other naming what is deployed", async () => {
@@ -69,16 +99,24 @@ describe("versions", () => {
 });
 
 describe("an A/B test", () => {
-  it("deploys the new version, splits 70/30 over 2,000 requests within ±3 points, and pins either version meanwhile", { timeout: 240_000 }, async () => {
+  it("deploys the new version, splits 70/30 over 2,000 requests within ±3 points, and pins either version meanwhile", {
+    timeout: 240_000,
+  }, async () => {
     const created = await runCli(["inference", "abtest", "create", "ab", "--split", "v1=70,v2=30"], stack.env);
     expect(created.code, created.stderr).toBe(0);
     expect(created.stdout).toMatch(/A\/B test on ab: v1=70,v2=30/);
     // Until v2 is ready, v1 takes everything; then the split starts.
-    await stack.waitFor(async () => (await abtest()).abtest?.state === "running", "the test to start splitting", 120_000);
+    await stack.waitFor(
+      async () => (await abtest()).abtest?.state === "running",
+      "the test to start splitting",
+      120_000,
+    );
     const variant = await stack.admin<EndpointStatus>("GET", "/admin/v1/endpoints/ab--v2");
     expect(variant.body).toMatchObject({ version: "v2", variant_of: "ab" });
     // Variants are versions of `ab`, not models of their own.
-    const models = await fetch(`${stack.baseUrl}/v1/models`, { headers: { authorization: `Bearer ${stack.apiKey}` } }).then((r) => r.json() as Promise<{ data: { id: string }[] }>);
+    const models = await fetch(`${stack.baseUrl}/v1/models`, {
+      headers: { authorization: `Bearer ${stack.apiKey}` },
+    }).then((r) => r.json() as Promise<{ data: { id: string }[] }>);
     expect(models.data.map((m) => m.id)).toContain("ab");
     expect(models.data.map((m) => m.id)).not.toContain("ab--v2");
     expect((await complete("ab--v2")).status).toBe(404);
@@ -101,7 +139,10 @@ describe("an A/B test", () => {
   });
 
   it("keeps sticky callers on one variant, per API key and per header", async () => {
-    const update = await runCli(["inference", "abtest", "update", "ab", "--split", "v1=50,v2=50", "--sticky", "header:x-user"], stack.env);
+    const update = await runCli(
+      ["inference", "abtest", "update", "ab", "--split", "v1=50,v2=50", "--sticky", "header:x-user"],
+      stack.env,
+    );
     expect(update.code, update.stderr).toBe(0);
     await stack.waitFor(async () => (await abtest()).abtest?.sticky === "header:x-user", "the sticky rule");
     const byUser = new Map<string, Set<string | null>>();
@@ -119,13 +160,22 @@ describe("an A/B test", () => {
     await runCli(["inference", "abtest", "update", "ab", "--split", "v1=50,v2=50", "--sticky", "key"], stack.env);
     await stack.waitFor(async () => (await abtest()).abtest?.sticky === "key", "sticky by key");
     const keys = await Promise.all(
-      Array.from({ length: 8 }, async (_, i) => (await stack.admin<{ key: string }>("POST", "/admin/v1/keys", { name: `caller-${i}`, role: "user" })).body.key),
+      Array.from(
+        { length: 8 },
+        async (_, i) =>
+          (await stack.admin<{ key: string }>("POST", "/admin/v1/keys", { name: `caller-${i}`, role: "user" })).body
+            .key,
+      ),
     );
-    const seen = await Promise.all(keys.map(async (key) => new Set((await many(15, 3, () => complete("ab", {}, key))).map((r) => r.version))));
+    const seen = await Promise.all(
+      keys.map(async (key) => new Set((await many(15, 3, () => complete("ab", {}, key))).map((r) => r.version))),
+    );
     for (const versions of seen) expect(versions.size).toBe(1);
   });
 
-  it("changes weights and stops the test with requests in flight, losing none; the kept version becomes the endpoint's", { timeout: 240_000 }, async () => {
+  it("changes weights and stops the test with requests in flight, losing none; the kept version becomes the endpoint's", {
+    timeout: 240_000,
+  }, async () => {
     let stop = false;
     const background: Promise<{ status: number; version: string | null }>[] = [];
     const load = (async () => {
@@ -149,8 +199,15 @@ describe("an A/B test", () => {
 
     // The stop completes once v1 has drained: the endpoint itself now runs v2, the variant retires.
     await stack.waitFor(async () => (await abtest()).abtest === null, "the test to end", 120_000);
-    await stack.waitFor(async () => (await stack.admin<EndpointStatus>("GET", "/admin/v1/endpoints/ab")).body.version === "v2", "ab to run v2");
-    await stack.waitFor(async () => (await stack.admin("GET", "/admin/v1/endpoints/ab--v2")).status === 404, "the variant to retire", 120_000);
+    await stack.waitFor(
+      async () => (await stack.admin<EndpointStatus>("GET", "/admin/v1/endpoints/ab")).body.version === "v2",
+      "ab to run v2",
+    );
+    await stack.waitFor(
+      async () => (await stack.admin("GET", "/admin/v1/endpoints/ab--v2")).status === 404,
+      "the variant to retire",
+      120_000,
+    );
     const after = await many(40, 4, () => complete("ab"));
     expect(after.every((r) => r.status === 200 && r.version === "v2")).toBe(true);
     expect(stack.output()).toMatch(/\[abtest\] ab: test stopped, all traffic on v2/);
@@ -167,12 +224,16 @@ describe("an A/B test", () => {
       expect(r.code, args.join(" ")).toBe(2);
       expect(r.stderr).toMatch(message);
     }
-    const unknown = await stack.admin<{ error: { code: string } }>("PUT", "/admin/v1/endpoints/ab/abtest", { split: "v2=50,v9=50" });
+    const unknown = await stack.admin<{ error: { code: string } }>("PUT", "/admin/v1/endpoints/ab/abtest", {
+      split: "v2=50,v9=50",
+    });
     expect(unknown.status).toBe(404);
     expect((await abtest()).abtest).toBeNull();
     const started = await stack.admin("PUT", "/admin/v1/endpoints/ab/abtest", { split: "v2=80,v3=20" });
     expect(started.status, JSON.stringify(started.body)).toBe(201);
-    const redeploy = await stack.admin<{ error: { code: string; message: string } }>("PUT", "/admin/v1/endpoints/ab", { model: { name: "ab", version: "v1" } });
+    const redeploy = await stack.admin<{ error: { code: string; message: string } }>("PUT", "/admin/v1/endpoints/ab", {
+      model: { name: "ab", version: "v1" },
+    });
     expect(redeploy.status).toBe(409);
     expect(redeploy.body.error.message).toMatch(/runs an A\/B test over v2, v3/);
     const variantDelete = await stack.admin("DELETE", "/admin/v1/endpoints/ab--v3");

@@ -37,7 +37,8 @@ afterAll(async () => {
   if (work) await rm(work, { recursive: true, force: true });
 });
 
-const endpointNames = async () => (await stack.admin<{ data: { endpoint: string }[] }>("GET", "/admin/v1/endpoints")).body.data.map((e) => e.endpoint);
+const endpointNames = async () =>
+  (await stack.admin<{ data: { endpoint: string }[] }>("GET", "/admin/v1/endpoints")).body.data.map((e) => e.endpoint);
 
 function expectOrdered(s: Summary | null, count?: number): void {
   expect(s).not.toBeNull();
@@ -85,13 +86,42 @@ async function expectFiles(report: Report, dir: string): Promise<void> {
 describe("platform inference benchmark", () => {
   it("measures the endpoint at each concurrency level and writes the JSON and the HTML report", async () => {
     const out = join(work, "plain");
-    const r = await runCli(["inference", "benchmark", "tiny", "--concurrency", "1,2", "--requests", "4", "--max-tokens", "8", "--out", out, "--json"], stack.env);
+    const r = await runCli(
+      [
+        "inference",
+        "benchmark",
+        "tiny",
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "4",
+        "--max-tokens",
+        "8",
+        "--out",
+        out,
+        "--json",
+      ],
+      stack.env,
+    );
     expect(r.code, r.stderr).toBe(0);
     const report = JSON.parse(r.stdout) as Report;
-    expect(report).toMatchObject({ object: "benchmark", model: "tiny", settings: { api: "chat", concurrency: [1, 2], requests_per_level: 4, duration_s: null, max_tokens: 8 } });
+    expect(report).toMatchObject({
+      object: "benchmark",
+      model: "tiny",
+      settings: { api: "chat", concurrency: [1, 2], requests_per_level: 4, duration_s: null, max_tokens: 8 },
+    });
     expect(report.configurations).toHaveLength(1);
     const [config] = report.configurations as [Configuration];
-    expect(config).toMatchObject({ name: "as deployed", endpoint: "tiny", temporary: false, version: "v1", framework: "llamacpp", not_applied: [], varied_not_applied: [], queue_shared_with: [] });
+    expect(config).toMatchObject({
+      name: "as deployed",
+      endpoint: "tiny",
+      temporary: false,
+      version: "v1",
+      framework: "llamacpp",
+      not_applied: [],
+      varied_not_applied: [],
+      queue_shared_with: [],
+    });
     expect(config.levels.map((l) => l.concurrency)).toEqual([1, 2]);
     for (const l of config.levels) expectSaneLevel(l, l.concurrency, 4, 8);
     await expectFiles(report, out);
@@ -102,14 +132,38 @@ describe("platform inference benchmark", () => {
 
   it("prints a table and both paths; --duration and the completions API", async () => {
     const out = join(work, "table");
-    const r = await runCli(["inference", "benchmark", "tiny", "--concurrency", "2", "--duration", "1s", "--max-tokens", "4", "--api", "completions", "--prompt", "Once upon a time", "--out", out], stack.env);
+    const r = await runCli(
+      [
+        "inference",
+        "benchmark",
+        "tiny",
+        "--concurrency",
+        "2",
+        "--duration",
+        "1s",
+        "--max-tokens",
+        "4",
+        "--api",
+        "completions",
+        "--prompt",
+        "Once upon a time",
+        "--out",
+        out,
+      ],
+      stack.env,
+    );
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/CONFIG.*CONC.*OK\/ERR.*REQ\/S.*OUT TOK\/S.*TTFT MS p50\/p90\/p99.*ITL MS.*E2E MS/);
     expect(r.stdout).toMatch(/as deployed\s*│ 2\s*│/);
     expect(r.stdout).toContain(`JSON: ${join(out, "benchmark.json")}`);
     expect(r.stdout).toContain(`HTML: ${join(out, "benchmark.html")}`);
     const report = JSON.parse(await readFile(join(out, "benchmark.json"), "utf8")) as Report;
-    expect(report.settings).toMatchObject({ api: "completions", duration_s: 1, requests_per_level: null, max_tokens: 4 });
+    expect(report.settings).toMatchObject({
+      api: "completions",
+      duration_s: 1,
+      requests_per_level: null,
+      max_tokens: 4,
+    });
     const level = report.configurations[0]?.levels[0] as Level;
     // Requests keep being sent for the duration: at least one round of 2, all of them finished.
     expect(level.requests).toBeGreaterThanOrEqual(2);
@@ -120,7 +174,22 @@ describe("platform inference benchmark", () => {
   it("--configs: measures each value on a temporary endpoint, reports what its engine did not apply, and removes it", async () => {
     const out = join(work, "configs");
     const r = await runCli(
-      ["inference", "benchmark", "tiny", "--concurrency", "1,2", "--requests", "4", "--max-tokens", "8", "--configs", "quantization=none,int8", "--out", out, "--json"],
+      [
+        "inference",
+        "benchmark",
+        "tiny",
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "4",
+        "--max-tokens",
+        "8",
+        "--configs",
+        "quantization=none,int8",
+        "--out",
+        out,
+        "--json",
+      ],
       stack.env,
     );
     expect(r.code, r.stderr).toBe(0);
@@ -135,7 +204,10 @@ describe("platform inference benchmark", () => {
     expect(int8.error).toBeUndefined();
     for (const c of [none, int8]) for (const l of c.levels) expectSaneLevel(l, l.concurrency, 4, 8);
     // What the engine leaves unapplied comes from the engine's own table, whichever way it answers for quantization.
-    const expected = notApplied("llamacpp", DeploymentConfig.parse({ model: { name: "tiny" }, runtime: { quantization: "int8" } }));
+    const expected = notApplied(
+      "llamacpp",
+      DeploymentConfig.parse({ model: { name: "tiny" }, runtime: { quantization: "int8" } }),
+    );
     expect(int8.not_applied).toEqual(expected);
     expect(int8.varied_not_applied).toEqual(expected.filter((f) => f === "runtime.quantization"));
     if (int8.varied_not_applied.length > 0) expect(r.stderr).toMatch(/not applied by llamacpp: runtime\.quantization/);
@@ -151,20 +223,45 @@ describe("platform inference benchmark", () => {
 
   it("Ctrl-C removes the temporary endpoint and exits 130 without writing a report", async () => {
     const out = join(work, "interrupted");
-    const child = spawn(process.execPath, [BIN, "inference", "benchmark", "tiny", "--concurrency", "1", "--duration", "60s", "--max-tokens", "8", "--configs", "quantization=int4", "--out", out], {
-      env: stack.env,
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    const child = spawn(
+      process.execPath,
+      [
+        BIN,
+        "inference",
+        "benchmark",
+        "tiny",
+        "--concurrency",
+        "1",
+        "--duration",
+        "60s",
+        "--max-tokens",
+        "8",
+        "--configs",
+        "quantization=int4",
+        "--out",
+        out,
+      ],
+      {
+        env: stack.env,
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
     let stderr = "";
     child.stderr.on("data", (d) => (stderr += d));
     const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
     const t0 = Date.now();
     while (!stderr.includes("deployed tiny--bench-int4")) {
-      if (child.exitCode !== null || Date.now() - t0 > 60_000) throw new Error(`the benchmark did not deploy its endpoint:\n${stderr}`);
+      if (child.exitCode !== null || Date.now() - t0 > 60_000)
+        throw new Error(`the benchmark did not deploy its endpoint:\n${stderr}`);
       await sleep(100);
     }
     // Once it serves, the temporary endpoint is being measured; interrupt then.
-    await stack.waitFor(async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/tiny--bench-int4")).body.state === "available", "tiny--bench-int4 available");
+    await stack.waitFor(
+      async () =>
+        (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/tiny--bench-int4")).body.state ===
+        "available",
+      "tiny--bench-int4 available",
+    );
     child.kill("SIGINT");
     expect(await exited, stderr).toBe(130);
     expect(stderr).toContain("removed tiny--bench-int4");
@@ -173,17 +270,45 @@ describe("platform inference benchmark", () => {
   });
 
   it("a user key measures the endpoint as deployed (without its deployment details); --configs takes an admin key", async () => {
-    const key = (await stack.admin<{ key: string }>("POST", "/admin/v1/keys", { name: "bench-user", role: "user" })).body.key;
+    const key = (await stack.admin<{ key: string }>("POST", "/admin/v1/keys", { name: "bench-user", role: "user" }))
+      .body.key;
     const env = { ...stack.env, PLATFORM_API_KEY: key };
     const out = join(work, "user");
-    const r = await runCli(["inference", "benchmark", "tiny", "--concurrency", "1", "--requests", "2", "--max-tokens", "4", "--out", out, "--json"], env);
+    const r = await runCli(
+      [
+        "inference",
+        "benchmark",
+        "tiny",
+        "--concurrency",
+        "1",
+        "--requests",
+        "2",
+        "--max-tokens",
+        "4",
+        "--out",
+        out,
+        "--json",
+      ],
+      env,
+    );
     expect(r.code, r.stderr).toBe(0);
     const report = JSON.parse(r.stdout) as Report;
-    expect(report.configurations[0]).toMatchObject({ name: "as deployed", endpoint: "tiny", temporary: false, version: null, framework: null });
+    expect(report.configurations[0]).toMatchObject({
+      name: "as deployed",
+      endpoint: "tiny",
+      temporary: false,
+      version: null,
+      framework: null,
+    });
     expectSaneLevel(report.configurations[0]?.levels[0] as Level, 1, 2, 4);
-    const configs = await runCli(["inference", "benchmark", "tiny", "--configs", "quantization=int8", "--out", join(work, "never")], env);
+    const configs = await runCli(
+      ["inference", "benchmark", "tiny", "--configs", "quantization=int8", "--out", join(work, "never")],
+      env,
+    );
     expect(configs.code).toBe(1);
-    expect(configs.stderr).toMatch(/--configs deploys temporary endpoints, which takes an admin key: .*\(permission_denied\)/);
+    expect(configs.stderr).toMatch(
+      /--configs deploys temporary endpoints, which takes an admin key: .*\(permission_denied\)/,
+    );
   });
 
   it("bad input exits 2 naming the flag and the form; an unknown model exits 1 with the server's message", async () => {
@@ -192,7 +317,10 @@ describe("platform inference benchmark", () => {
       [["--requests", "0"], /--requests: expected a positive integer, got "0"/],
       [["--requests", "4", "--duration", "5s"], /--requests and --duration: give one of them/],
       [["--duration", "5"], /--duration: expected "<n>s"/],
-      [["--configs", "quantization=fp8"], /--configs "quantization=fp8": quantization takes none, int8, int4, got "fp8"/],
+      [
+        ["--configs", "quantization=fp8"],
+        /--configs "quantization=fp8": quantization takes none, int8, int4, got "fp8"/,
+      ],
       [["--configs", "dtype=float16"], /--configs "dtype=float16": expected <field>=<value>/],
       [["--configs", "speculative=off,on"], /--speculative-model: required with --configs speculative=on/],
     ];

@@ -6,7 +6,7 @@
  */
 import { readFile } from "node:fs/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Control, connectControl } from "../../src/control/redis.ts";
+import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import { sendOnOwnConnection } from "../helpers/http.ts";
 import { tinyModelPath } from "../helpers/models.ts";
@@ -19,7 +19,10 @@ let ctl: Control;
 let queues: QueueBase;
 
 beforeAll(async () => {
-  stack = await startStack({ model: await tinyModelPath({ contextLength: 512 }), args: ["--name", "tiny", "--parallel", "2"] });
+  stack = await startStack({
+    model: await tinyModelPath({ contextLength: 512 }),
+    args: ["--name", "tiny", "--parallel", "2"],
+  });
   ctl = connectControl(stack.redisUrl, "platform");
   queues = new QueueBase(ctl);
 });
@@ -44,20 +47,32 @@ async function keysHolding(marker: string): Promise<string[]> {
   const found: string[] = [];
   for (const key of await ctl.redis.keys("*")) {
     const type = await ctl.redis.type(key);
-    const values = type === "hash" ? Object.values(await ctl.redis.hgetall(key)) : type === "string" ? [(await ctl.redis.get(key)) ?? ""] : [];
+    const values =
+      type === "hash"
+        ? Object.values(await ctl.redis.hgetall(key))
+        : type === "string"
+          ? [(await ctl.redis.get(key)) ?? ""]
+          : [];
     if (values.some((v) => v.includes(marker))) found.push(key);
   }
   return found;
 }
 
 async function chatOk(model = "tiny"): Promise<void> {
-  const res = await post("/v1/chat/completions", { model, messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 8, temperature: 0 });
+  const res = await post("/v1/chat/completions", {
+    model,
+    messages: [{ role: "user", content: "Once upon a time" }],
+    max_tokens: 8,
+    temperature: 0,
+  });
   expect(res.status, await res.clone().text()).toBe(200);
   expect(((await res.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens).toBe(8);
 }
 
 describe("bounded Redis contents", () => {
-  it("200 oversized requests leave Redis memory bounded, no prompt in any key, and the platform serving", { timeout: 300_000 }, async () => {
+  it("200 oversized requests leave Redis memory bounded, no prompt in any key, and the platform serving", {
+    timeout: 300_000,
+  }, async () => {
     await chatOk();
     const before = await usedMemory();
     const limit = 2 * 1024 * 1024; // the default PLATFORM_MAX_REQUEST_BYTES
@@ -67,15 +82,20 @@ describe("bounded Redis contents", () => {
     const count = (key: string) => statuses.set(key, (statuses.get(key) ?? 0) + 1);
 
     // 180 bodies just under the request limit, prompts far over the 512-token window.
-    const huge = (marker + " once upon a time ").repeat(Math.floor((limit - 1024) / (marker.length + 18)));
+    const huge = `${marker} once upon a time `.repeat(Math.floor((limit - 1024) / (marker.length + 18)));
     for (let round = 0; round < 9; round++) {
       await Promise.all(
         Array.from({ length: 20 }, async (_, i) => {
-          const body = round % 3 === 0 ? { model: "tiny", prompt: huge, max_tokens: 4 } : { model: "tiny", messages: [{ role: "user", content: huge }], max_tokens: 4 };
+          const body =
+            round % 3 === 0
+              ? { model: "tiny", prompt: huge, max_tokens: 4 }
+              : { model: "tiny", messages: [{ role: "user", content: huge }], max_tokens: 4 };
           const text = JSON.stringify(body);
           expect(text.length).toBeLessThan(limit);
           sent += text.length;
-          const res = await post(round % 3 === 0 ? "/v1/completions" : "/v1/chat/completions", text, { "x-request-id": `flood-${round}-${i}` });
+          const res = await post(round % 3 === 0 ? "/v1/completions" : "/v1/chat/completions", text, {
+            "x-request-id": `flood-${round}-${i}`,
+          });
           count(`${res.status} ${((await res.json()) as ErrorBody).error?.code}`);
         }),
       );
@@ -85,13 +105,19 @@ describe("bounded Redis contents", () => {
       Array.from({ length: 10 }, async () => {
         const text = JSON.stringify({ model: "tiny", prompt: huge + "x".repeat(4096), max_tokens: 4 });
         sent += text.length;
-        const res = await sendOnOwnConnection({ url: `${stack.baseUrl}/v1/completions`, body: text, headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" } });
+        const res = await sendOnOwnConnection({
+          url: `${stack.baseUrl}/v1/completions`,
+          body: text,
+          headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" },
+        });
         count(`${res.status} ${((await res.json()) as ErrorBody).error?.code}`);
       }),
     );
     // 10 under the gateway's bound but over the window: the worker's exact check refuses them,
     // and their failed jobs must not keep the prompt.
-    const sneaky = Array.from({ length: 600 }, (_, i) => `${marker}${i % 10}`).join(" ").slice(0, 3000);
+    const sneaky = Array.from({ length: 600 }, (_, i) => `${marker}${i % 10}`)
+      .join(" ")
+      .slice(0, 3000);
     await Promise.all(
       Array.from({ length: 10 }, async () => {
         const res = await post("/v1/completions", { model: "tiny", prompt: sneaky, max_tokens: 4 });
@@ -108,23 +134,32 @@ describe("bounded Redis contents", () => {
     const grown = (await usedMemory()) - before;
     expect(grown).toBeLessThan(8 * 1024 * 1024);
     // A replica sends its refusal before BullMQ removes the failed job: give the removal a moment.
-    await stack.waitFor(async () => (await keysHolding(marker)).length === 0, "the refused jobs to be removed", 10_000).catch(() => undefined);
+    await stack
+      .waitFor(async () => (await keysHolding(marker)).length === 0, "the refused jobs to be removed", 10_000)
+      .catch(() => undefined);
     expect(await keysHolding(marker)).toEqual([]);
-    const counts = await queues.queue("tiny", "v1").getJobCounts("waiting", "active", "completed", "failed", "delayed", "prioritized");
+    const counts = await queues
+      .queue("tiny", "v1")
+      .getJobCounts("waiting", "active", "completed", "failed", "delayed", "prioritized");
     expect(counts).toMatchObject({ waiting: 0, active: 0, completed: 0, failed: 0 });
     await chatOk();
   });
 });
 
 describe("one bad record never breaks everyone", () => {
-  it("a garbage endpoint record next to a good one: chat, /v1/models, /metrics and the endpoint list still answer, and report it", { timeout: 120_000 }, async () => {
-    await ctl.redis.hset(ctl.keys.endpoints, "garbage", "{\"name\": 42");
+  it("a garbage endpoint record next to a good one: chat, /v1/models, /metrics and the endpoint list still answer, and report it", {
+    timeout: 120_000,
+  }, async () => {
+    await ctl.redis.hset(ctl.keys.endpoints, "garbage", '{"name": 42');
     await ctl.redis.publish(ctl.keys.endpointEvents, "garbage");
     await chatOk();
     const models = await fetch(`${stack.baseUrl}/v1/models`, { headers: { authorization: `Bearer ${stack.apiKey}` } });
     expect(models.status).toBe(200);
     expect(((await models.json()) as { data: { id: string }[] }).data.map((m) => m.id)).toEqual(["tiny"]);
-    const listed = await stack.admin<{ data: { endpoint: string }[]; invalid: { name: string; error: string }[] }>("GET", "/admin/v1/endpoints");
+    const listed = await stack.admin<{ data: { endpoint: string }[]; invalid: { name: string; error: string }[] }>(
+      "GET",
+      "/admin/v1/endpoints",
+    );
     expect(listed.status).toBe(200);
     expect(listed.body.data.map((e) => e.endpoint)).toEqual(["tiny"]);
     expect(listed.body.invalid).toEqual([{ name: "garbage", error: "not valid JSON" }]);
@@ -135,13 +170,17 @@ describe("one bad record never breaks everyone", () => {
     expect(stack.output()).toMatch(/skipping invalid endpoint record garbage: not valid JSON/);
     expect(stack.output()).not.toContain('{"name": 42');
     // The scaler's reconciler kept going: the good endpoint still has its replica.
-    expect((await stack.admin<{ replicas: { ready: number } }>("GET", "/admin/v1/endpoints/tiny")).body.replicas.ready).toBe(1);
+    expect(
+      (await stack.admin<{ replicas: { ready: number } }>("GET", "/admin/v1/endpoints/tiny")).body.replicas.ready,
+    ).toBe(1);
     await ctl.redis.hdel(ctl.keys.endpoints, "garbage");
   });
 });
 
 describe("error messages", () => {
-  it("a model that cannot load: /v1 answers carry the request id, no server path; admins see why; the gateway log has the detail", { timeout: 180_000 }, async () => {
+  it("a model that cannot load: /v1 answers carry the request id, no server path; admins see why; the gateway log has the detail", {
+    timeout: 180_000,
+  }, async () => {
     const whole = await readFile(await tinyModelPath({ contextLength: 512 }));
     const upload = (body: Buffer) =>
       fetch(`${stack.baseUrl}/admin/v1/models/broken/upload?source=broken.gguf`, {
@@ -160,12 +199,27 @@ describe("error messages", () => {
     broken.writeUInt32LE(broken.readUInt32LE(value) + 1, value);
     const up = await upload(broken);
     expect(up.status, await up.clone().text()).toBe(201);
-    expect((await stack.admin("PUT", "/admin/v1/endpoints/broken", { model: { name: "broken" }, resources: { replicas: 1 } })).status).toBe(200);
-    await stack.waitFor(async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/broken")).body.state === "failed", "broken to fail", 120_000);
+    expect(
+      (
+        await stack.admin("PUT", "/admin/v1/endpoints/broken", {
+          model: { name: "broken" },
+          resources: { replicas: 1 },
+        })
+      ).status,
+    ).toBe(200);
+    await stack.waitFor(
+      async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/broken")).body.state === "failed",
+      "broken to fail",
+      120_000,
+    );
     const status = await stack.admin<{ errors: string[] }>("GET", "/admin/v1/endpoints/broken");
     expect(status.body.errors.length).toBeGreaterThan(0); // admins see the engine's reason
 
-    const res = await post("/v1/completions", { model: "broken", prompt: "hi", max_tokens: 3 }, { "x-request-id": "req_broken_probe" });
+    const res = await post(
+      "/v1/completions",
+      { model: "broken", prompt: "hi", max_tokens: 3 },
+      { "x-request-id": "req_broken_probe" },
+    );
     expect(res.status).toBe(503);
     const err = ((await res.json()) as ErrorBody).error;
     expect(err.code).toBe("no_capacity");

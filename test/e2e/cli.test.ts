@@ -31,21 +31,35 @@ describe("platform CLI", () => {
   });
 
   it("registers versions v1, v2 and an explicit one, and lists them", async () => {
-    const first = await runCli(["training", "submit", "--name", "tiny", "--framework", "llamacpp", "--source", model, "--json"], stack.env);
+    const first = await runCli(
+      ["training", "submit", "--name", "tiny", "--framework", "llamacpp", "--source", model, "--json"],
+      stack.env,
+    );
     expect(first.code, first.stderr).toBe(0);
     const rec = JSON.parse(first.stdout);
     expect(rec).toMatchObject({ name: "tiny", version: "v1", framework: "llamacpp" });
     expect(rec.sha256).toMatch(/^[0-9a-f]{64}$/);
-    expect(rec.gguf).toMatchObject({ architecture: "llama", quantization: "F32", chat_template: false, tokenizer: "llama" });
+    expect(rec.gguf).toMatchObject({
+      architecture: "llama",
+      quantization: "F32",
+      chat_template: false,
+      tokenizer: "llama",
+    });
     expect(rec.gguf.parameters).toBeGreaterThan(10_000);
     expect(rec.gguf.context_length).toBe(512);
 
     const second = await runCli(["training", "submit", "--name", "tiny", "--source", `file://${model}`], stack.env);
     expect(second.code, second.stderr).toBe(0);
     expect(second.stdout).toMatch(/registered tiny@v2/);
-    const named = await runCli(["training", "submit", "--name", "tiny", "--source", model, "--version", "prod-1"], stack.env);
+    const named = await runCli(
+      ["training", "submit", "--name", "tiny", "--source", model, "--version", "prod-1"],
+      stack.env,
+    );
     expect(named.code).toBe(0);
-    const dup = await runCli(["training", "submit", "--name", "tiny", "--source", model, "--version", "prod-1"], stack.env);
+    const dup = await runCli(
+      ["training", "submit", "--name", "tiny", "--source", model, "--version", "prod-1"],
+      stack.env,
+    );
     expect(dup.code).toBe(1);
     expect(dup.stderr).toMatch(/already has a version "prod-1"/);
 
@@ -66,10 +80,21 @@ describe("platform CLI", () => {
     await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
     const port = (server.address() as { port: number }).port;
     try {
-      const ok = await runCli(["training", "submit", "--name", "remote", "--source", `http://127.0.0.1:${port}/models/tiny.gguf`, "--json"], stack.env);
+      const ok = await runCli(
+        ["training", "submit", "--name", "remote", "--source", `http://127.0.0.1:${port}/models/tiny.gguf`, "--json"],
+        stack.env,
+      );
       expect(ok.code, ok.stderr).toBe(0);
-      expect(JSON.parse(ok.stdout)).toMatchObject({ name: "remote", version: "v1", size_bytes: bytes.length, source: `http://127.0.0.1:${port}/models/tiny.gguf` });
-      const missing = await runCli(["training", "submit", "--name", "remote", "--source", `http://127.0.0.1:${port}/nope.gguf`], stack.env);
+      expect(JSON.parse(ok.stdout)).toMatchObject({
+        name: "remote",
+        version: "v1",
+        size_bytes: bytes.length,
+        source: `http://127.0.0.1:${port}/models/tiny.gguf`,
+      });
+      const missing = await runCli(
+        ["training", "submit", "--name", "remote", "--source", `http://127.0.0.1:${port}/nope.gguf`],
+        stack.env,
+      );
       expect(missing.code).toBe(1);
       expect(missing.stderr).toMatch(/answered HTTP 404/);
     } finally {
@@ -115,7 +140,10 @@ describe("platform CLI", () => {
     const deploy = await runCli(["inference", "deploy", "--config", yaml], stack.env);
     expect(deploy.code, deploy.stderr).toBe(0);
     expect(deploy.stdout).toMatch(/deployed tiny: tiny@prod-1/);
-    await stack.waitFor(async () => (await runCli(["inference", "status", "tiny", "--json"], stack.env)).stdout.includes('"available"'), "tiny available");
+    await stack.waitFor(
+      async () => (await runCli(["inference", "status", "tiny", "--json"], stack.env)).stdout.includes('"available"'),
+      "tiny available",
+    );
     const status = await runCli(["inference", "status", "tiny"], stack.env);
     expect(status.stdout).toMatch(/tiny\s*│\s*available/);
     expect(status.stdout).toMatch(/1\/1/);
@@ -123,7 +151,12 @@ describe("platform CLI", () => {
     // resources.gpu is applied on llama.cpp (GPU offload where the node has one, the CPU and a warning where not).
     expect(status.stdout).not.toMatch(/resources\.gpu\b/);
     const json = JSON.parse((await runCli(["inference", "status", "tiny", "--json"], stack.env)).stdout);
-    expect(json).toMatchObject({ state: "available", version: "prod-1", requested_version: "latest", replicas: { ready: 1, desired: 1 } });
+    expect(json).toMatchObject({
+      state: "available",
+      version: "prod-1",
+      requested_version: "latest",
+      replicas: { ready: 1, desired: 1 },
+    });
     // max_model_len 256 is applied: 300 tokens no longer fit.
     const res = await fetch(`${stack.baseUrl}/v1/completions`, {
       method: "POST",
@@ -161,7 +194,10 @@ describe("platform CLI", () => {
   });
 
   it("deploys with flags and manages API keys", async () => {
-    const d = await runCli(["inference", "deploy", "--model", "tiny", "--version", "v1", "--replicas", "0", "--json"], stack.env);
+    const d = await runCli(
+      ["inference", "deploy", "--model", "tiny", "--version", "v1", "--replicas", "0", "--json"],
+      stack.env,
+    );
     expect(d.code, d.stderr).toBe(0);
     expect(JSON.parse(d.stdout)).toMatchObject({ name: "tiny", version: "v1", desired_replicas: 0 });
     const created = await runCli(["keys", "create", "ci", "--json"], stack.env);
@@ -178,11 +214,21 @@ describe("platform CLI", () => {
     expect(list.stdout).not.toContain(key.key);
     expect((await runCli(["keys", "revoke", key.id], stack.env)).code).toBe(0);
     // Gateways remember verified keys for a few seconds (docs/design.md): revocation lands within that.
-    await stack.waitFor(async () => (await fetch(`${stack.baseUrl}/v1/models`, { headers: { authorization: `Bearer ${key.key}` } })).status === 401, "the revoked key to be refused", 15_000);
+    await stack.waitFor(
+      async () =>
+        (await fetch(`${stack.baseUrl}/v1/models`, { headers: { authorization: `Bearer ${key.key}` } })).status === 401,
+      "the revoked key to be refused",
+      15_000,
+    );
   });
 
   it("says how to log in when there are no credentials", async () => {
-    const r = await runCli(["training", "list"], { ...stack.env, PLATFORM_BASE_URL: undefined, PLATFORM_API_KEY: undefined, PLATFORM_CONFIG_DIR: work });
+    const r = await runCli(["training", "list"], {
+      ...stack.env,
+      PLATFORM_BASE_URL: undefined,
+      PLATFORM_API_KEY: undefined,
+      PLATFORM_CONFIG_DIR: work,
+    });
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/not logged in/);
   });

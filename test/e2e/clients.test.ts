@@ -46,7 +46,9 @@ type Exchange = { request: string; status?: number; response?: string };
 const exchanges: Exchange[] = [];
 
 const recordingFetch: typeof fetch = async (input, init) => {
-  const exchange: Exchange = { request: `${init?.method ?? "GET"} ${String(input instanceof Request ? input.url : input)}\n${typeof init?.body === "string" ? init.body : ""}` };
+  const exchange: Exchange = {
+    request: `${init?.method ?? "GET"} ${String(input instanceof Request ? input.url : input)}\n${typeof init?.body === "string" ? init.body : ""}`,
+  };
   exchanges.push(exchange);
   const res = await fetch(input, init);
   exchange.status = res.status;
@@ -67,17 +69,39 @@ beforeAll(async () => {
   // A long context: the tool-calling prompt spells out the tools' schemas, and the tiny model's
   // vocabulary spells most JSON one character a token.
   const tiny = await tinyModelPath({ contextLength: 4096 });
-  stack = await startStack({ model: tiny, args: ["--name", TINY, ...(shared ? ["--storage-root", dirname(shared)] : [])] });
+  stack = await startStack({
+    model: tiny,
+    args: ["--name", TINY, ...(shared ? ["--storage-root", dirname(shared)] : [])],
+  });
   if (shared) {
-    const reg = await stack.admin("POST", "/admin/v1/models", { name: STORIES, framework: "llamacpp", source: shared, version: "v1" });
+    const reg = await stack.admin("POST", "/admin/v1/models", {
+      name: STORIES,
+      framework: "llamacpp",
+      source: shared,
+      version: "v1",
+    });
     expect(reg.status, JSON.stringify(reg.body)).toBe(201);
-    const res = await stack.admin("PUT", `/admin/v1/endpoints/${STORIES}`, { model: { name: STORIES, version: "v1" }, resources: { replicas: 1, parallel: 2 } });
+    const res = await stack.admin("PUT", `/admin/v1/endpoints/${STORIES}`, {
+      model: { name: STORIES, version: "v1" },
+      resources: { replicas: 1, parallel: 2 },
+    });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    await stack.waitFor(async () => (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${STORIES}`)).body.state === "available", `${STORIES} available`);
+    await stack.waitFor(
+      async () =>
+        (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${STORIES}`)).body.state === "available",
+      `${STORIES} available`,
+    );
   }
   openai = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0, fetch: recordingFetch });
   // supportsStructuredOutputs: without it the provider sends only json_object and drops the schema.
-  provider = createOpenAICompatible({ name: "platform", baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, supportsStructuredOutputs: true, includeUsage: true, fetch: recordingFetch });
+  provider = createOpenAICompatible({
+    name: "platform",
+    baseURL: `${stack.baseUrl}/v1`,
+    apiKey: stack.apiKey,
+    supportsStructuredOutputs: true,
+    includeUsage: true,
+    fetch: recordingFetch,
+  });
 }, 180_000);
 
 afterAll(async () => {
@@ -88,14 +112,18 @@ afterAll(async () => {
 beforeEach(({ onTestFailed }) => {
   exchanges.length = 0;
   onTestFailed(() => {
-    for (const e of exchanges) console.error(`--- ${e.request}\n=== ${e.status ?? "no response"}\n${e.response ?? "(body not read)"}`);
+    for (const e of exchanges)
+      console.error(`--- ${e.request}\n=== ${e.status ?? "no response"}\n${e.response ?? "(body not read)"}`);
   });
 });
 
 function lastRequestBody(): Record<string, unknown> {
   const last = exchanges.at(-1);
   expect(last, "no request was recorded").toBeDefined();
-  return JSON.parse((last as Exchange).request.slice((last as Exchange).request.indexOf("\n") + 1)) as Record<string, unknown>;
+  return JSON.parse((last as Exchange).request.slice((last as Exchange).request.indexOf("\n") + 1)) as Record<
+    string,
+    unknown
+  >;
 }
 
 function expectPet(value: unknown): void {
@@ -114,7 +142,11 @@ function expectWeather(value: unknown): void {
 
 const models = [
   { title: "the suite's tiny model", name: TINY, skip: false },
-  { title: shared ? "stories260K" : "stories260K (skipped: ../shared/models/stories260K is absent in this checkout)", name: STORIES, skip: !shared },
+  {
+    title: shared ? "stories260K" : "stories260K (skipped: ../shared/models/stories260K is absent in this checkout)",
+    name: STORIES,
+    skip: !shared,
+  },
 ];
 
 for (const { title, name, skip } of models) {
@@ -130,12 +162,22 @@ for (const { title, name, skip } of models) {
           temperature: 0,
           maxRetries: 0,
         });
-        expect(lastRequestBody().response_format).toMatchObject({ type: "json_schema", json_schema: { name: "pet", strict: true } });
+        expect(lastRequestBody().response_format).toMatchObject({
+          type: "json_schema",
+          json_schema: { name: "pet", strict: true },
+        });
         expect(finishReason).toBe("stop");
         expectPet(object);
 
         // The SDK's non-deprecated route to the same request.
-        const viaText = await generateText({ model: provider.chatModel(name), output: Output.object({ schema: Pet }), prompt: "Describe a pet.", maxOutputTokens: 200, temperature: 0, maxRetries: 0 });
+        const viaText = await generateText({
+          model: provider.chatModel(name),
+          output: Output.object({ schema: Pet }),
+          prompt: "Describe a pet.",
+          maxOutputTokens: 200,
+          temperature: 0,
+          maxRetries: 0,
+        });
         expect(lastRequestBody().response_format).toMatchObject({ type: "json_schema" });
         expectPet(viaText.output);
       });
@@ -233,10 +275,24 @@ for (const { title, name, skip } of models) {
 
       it("tool_choice required answers tool_calls, and the history with the tool's result gets a text answer", async () => {
         const tools: ChatCompletionTool[] = [
-          { type: "function", function: { name: "get_weather", description: "The weather forecast for a city", parameters: z.toJSONSchema(Weather) as Record<string, unknown> } },
+          {
+            type: "function",
+            function: {
+              name: "get_weather",
+              description: "The weather forecast for a city",
+              parameters: z.toJSONSchema(Weather) as Record<string, unknown>,
+            },
+          },
         ];
         const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "What is the weather in Paris?" }];
-        const first = await openai.chat.completions.create({ model: name, messages, tools, tool_choice: "required", max_tokens: 200, temperature: 0 });
+        const first = await openai.chat.completions.create({
+          model: name,
+          messages,
+          tools,
+          tool_choice: "required",
+          max_tokens: 200,
+          temperature: 0,
+        });
         const choice = first.choices[0];
         expect(choice?.finish_reason).toBe("tool_calls");
         const calls = choice?.message.tool_calls ?? [];
@@ -251,8 +307,20 @@ for (const { title, name, skip } of models) {
 
         // As applications do: the assistant message goes back as it came, then one result per call.
         messages.push(choice?.message as ChatCompletionMessageParam);
-        for (const call of calls) messages.push({ role: "tool", tool_call_id: call.id, content: JSON.stringify({ forecast: "sunny", high: 21 }) });
-        const second = await openai.chat.completions.create({ model: name, messages, tools, tool_choice: "none", max_tokens: 32, temperature: 0 });
+        for (const call of calls)
+          messages.push({
+            role: "tool",
+            tool_call_id: call.id,
+            content: JSON.stringify({ forecast: "sunny", high: 21 }),
+          });
+        const second = await openai.chat.completions.create({
+          model: name,
+          messages,
+          tools,
+          tool_choice: "none",
+          max_tokens: 32,
+          temperature: 0,
+        });
         const answer = second.choices[0];
         expect(["stop", "length"]).toContain(answer?.finish_reason);
         expect(answer?.message.tool_calls ?? []).toEqual([]);
@@ -263,7 +331,12 @@ for (const { title, name, skip } of models) {
         const stream = await openai.chat.completions.create({
           model: name,
           messages: [{ role: "user", content: "What is the weather in Paris?" }],
-          tools: [{ type: "function", function: { name: "get_weather", parameters: z.toJSONSchema(Weather) as Record<string, unknown> } }],
+          tools: [
+            {
+              type: "function",
+              function: { name: "get_weather", parameters: z.toJSONSchema(Weather) as Record<string, unknown> },
+            },
+          ],
           tool_choice: "required",
           max_tokens: 200,
           temperature: 0,
@@ -290,7 +363,9 @@ for (const { title, name, skip } of models) {
         const completion = await openai.chat.completions.parse({
           model: name,
           messages: [{ role: "user", content: "What is the weather in Paris?" }],
-          tools: [zodFunction({ name: "get_weather", parameters: Weather, description: "The weather forecast for a city" })],
+          tools: [
+            zodFunction({ name: "get_weather", parameters: Weather, description: "The weather forecast for a city" }),
+          ],
           tool_choice: { type: "function", function: { name: "get_weather" } },
           max_tokens: 200,
           temperature: 0,
@@ -329,12 +404,21 @@ describe("what real clients see of a schema the engine cannot enforce", () => {
     }).catch((e: unknown) => e);
     expect(APICallError.isInstance(sdk)).toBe(true);
     expect((sdk as APICallError).statusCode).toBe(400);
-    expect((sdk as APICallError).message).toMatch(/tools\[0\]\.function\.parameters: the keyword "exclusiveMinimum" at \/properties\/rain\/exclusiveMinimum/);
+    expect((sdk as APICallError).message).toMatch(
+      /tools\[0\]\.function\.parameters: the keyword "exclusiveMinimum" at \/properties\/rain\/exclusiveMinimum/,
+    );
 
     const direct = await openai.chat.completions
-      .parse({ model: TINY, messages: [{ role: "user", content: "Describe a pet." }], response_format: zodResponseFormat(BoundedWeather, "weather"), max_tokens: 200 })
+      .parse({
+        model: TINY,
+        messages: [{ role: "user", content: "Describe a pet." }],
+        response_format: zodResponseFormat(BoundedWeather, "weather"),
+        max_tokens: 200,
+      })
       .catch((e: unknown) => e);
     expect(direct).toBeInstanceOf(OpenAI.BadRequestError);
-    expect((direct as InstanceType<typeof OpenAI.BadRequestError>).message).toMatch(/"exclusiveMinimum" at \/properties\/rain\/exclusiveMinimum/);
+    expect((direct as InstanceType<typeof OpenAI.BadRequestError>).message).toMatch(
+      /"exclusiveMinimum" at \/properties\/rain\/exclusiveMinimum/,
+    );
   });
 });

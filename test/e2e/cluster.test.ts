@@ -13,7 +13,7 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { controlKeys, queueName } from "../../src/contracts/naming.ts";
-import { connectControl } from "../../src/control/redis.ts";
+import { connectControl } from "../../src/redis/connection.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import { cancelJobs, isCancelled, listenForCancels } from "../../src/queue/cancel.ts";
 import { type RedisCluster, startRedisCluster } from "../helpers/cluster.ts";
@@ -44,7 +44,9 @@ afterAll(async () => {
   if (scratch) await rm(scratch, { recursive: true, force: true });
 });
 
-it("serves requests, a producer and a batch through a Redis Cluster, with each queue in one slot and keys on several nodes", { timeout: 180_000 }, async () => {
+it("serves requests, a producer and a batch through a Redis Cluster, with each queue in one slot and keys on several nodes", {
+  timeout: 180_000,
+}, async () => {
   const client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey });
   const messages = [{ role: "user" as const, content: PROMPT }];
   const t0 = Date.now();
@@ -55,7 +57,13 @@ it("serves requests, a producer and a batch through a Redis Cluster, with each q
 
   let streamed = "";
   let chunks = 0;
-  for await (const chunk of await client.chat.completions.create({ model: MODEL, messages, max_tokens: 8, temperature: 0, stream: true })) {
+  for await (const chunk of await client.chat.completions.create({
+    model: MODEL,
+    messages,
+    max_tokens: 8,
+    temperature: 0,
+    stream: true,
+  })) {
     streamed += chunk.choices[0]?.delta.content ?? "";
     chunks++;
   }
@@ -63,7 +71,11 @@ it("serves requests, a producer and a batch through a Redis Cluster, with each q
   expect(chunks).toBeGreaterThan(2);
 
   // A producer outside the platform, by the queue contract, on a cluster connection of its own.
-  const producer = spawn(process.execPath, [new URL("../helpers/producer.ts", import.meta.url).pathname, cluster.url, MODEL, "v1", PROMPT, "5"], { stdio: ["ignore", "pipe", "pipe"] });
+  const producer = spawn(
+    process.execPath,
+    [new URL("../helpers/producer.ts", import.meta.url).pathname, cluster.url, MODEL, "v1", PROMPT, "5"],
+    { stdio: ["ignore", "pipe", "pipe"] },
+  );
   let out = "";
   let err = "";
   producer.stdout.on("data", (d) => (out += d));
@@ -72,14 +84,27 @@ it("serves requests, a producer and a batch through a Redis Cluster, with each q
   expect(JSON.parse(out).result).toMatchObject({ type: "text", usage: { completion_tokens: 5 } });
 
   const burst = Date.now();
-  const many = await Promise.all(Array.from({ length: 50 }, () => client.chat.completions.create({ model: MODEL, messages, max_tokens: 8, temperature: 0 })));
+  const many = await Promise.all(
+    Array.from({ length: 50 }, () =>
+      client.chat.completions.create({ model: MODEL, messages, max_tokens: 8, temperature: 0 }),
+    ),
+  );
   const burstMs = Date.now() - burst;
   for (const r of many) expect(r.choices[0]?.message.content).toBe(text);
 
   const input = join(scratch, "in.jsonl");
-  await writeFile(input, `${Array.from({ length: RECORDS }, (_, i) => JSON.stringify({ id: `r${i}`, prompt: PROMPT, max_tokens: 4 })).join("\n")}\n`);
+  await writeFile(
+    input,
+    `${Array.from({ length: RECORDS }, (_, i) => JSON.stringify({ id: `r${i}`, prompt: PROMPT, max_tokens: 4 })).join("\n")}\n`,
+  );
   const batchStart = Date.now();
-  const created = await stack.admin<{ id: string }>("POST", "/v1/batch-jobs", { model: MODEL, input, output: join(scratch, "out.jsonl"), batch_size: 5, concurrency: 4 });
+  const created = await stack.admin<{ id: string }>("POST", "/v1/batch-jobs", {
+    model: MODEL,
+    input,
+    output: join(scratch, "out.jsonl"),
+    batch_size: 5,
+    concurrency: 4,
+  });
   expect(created.status).toBe(201);
   const batchId = created.body.id;
   type Job = { state: string; counts: { total: number; succeeded: number; failed: number } };
@@ -92,7 +117,10 @@ it("serves requests, a producer and a batch through a Redis Cluster, with each q
   }
   const batchMs = Date.now() - batchStart;
   expect(job).toMatchObject({ state: "completed", counts: { total: RECORDS, succeeded: RECORDS, failed: 0 } });
-  const lines = (await readFile(join(scratch, "out.jsonl"), "utf8")).trimEnd().split("\n").map((l) => JSON.parse(l) as { id: string; status: string });
+  const lines = (await readFile(join(scratch, "out.jsonl"), "utf8"))
+    .trimEnd()
+    .split("\n")
+    .map((l) => JSON.parse(l) as { id: string; status: string });
   expect(lines.map((l) => l.id)).toEqual(Array.from({ length: RECORDS }, (_, i) => `r${i}`));
   expect(lines.every((l) => l.status === "success")).toBe(true);
 
@@ -133,8 +161,11 @@ it("serves requests, a producer and a batch through a Redis Cluster, with each q
   );
   expect(slots.size).toBeGreaterThanOrEqual(3);
   // Errors the platform survives are logged, not thrown: a key in the wrong slot would show here.
-  const logs = await Promise.all((await readdir(join(stack.dataDir, "logs"))).map((f) => readFile(join(stack.dataDir, "logs", f), "utf8")));
-  for (const log of [stack.output(), ...logs]) expect(log).not.toMatch(/CROSSSLOT|\bMOVED\b|\bASK\b|ClusterAllFailed|Cluster redirections/);
+  const logs = await Promise.all(
+    (await readdir(join(stack.dataDir, "logs"))).map((f) => readFile(join(stack.dataDir, "logs", f), "utf8")),
+  );
+  for (const log of [stack.output(), ...logs])
+    expect(log).not.toMatch(/CROSSSLOT|\bMOVED\b|\bASK\b|ClusterAllFailed|Cluster redirections/);
 });
 
 it("cancels several jobs at once (marks in different slots) and announces each over the cluster", async () => {
@@ -146,7 +177,9 @@ it("cancels several jobs at once (marks in different slots) and announces each o
     const ids = ["job-a", "job-b", "job-c", "job-d"];
     await cancelJobs(ctl, base.queue("nobody", "v1"), ids);
     for (const id of ids) expect(await isCancelled(ctl, id)).toBe(true);
-    const slots = new Set(await Promise.all(ids.map((id) => cluster.nodes[0]!.call("CLUSTER", "KEYSLOT", ctl.keys.cancelled(id)))));
+    const slots = new Set(
+      await Promise.all(ids.map((id) => cluster.nodes[0]!.call("CLUSTER", "KEYSLOT", ctl.keys.cancelled(id)))),
+    );
     expect(slots.size).toBeGreaterThan(1);
     for (let t0 = Date.now(); heard.length < ids.length && Date.now() - t0 < 5000; ) await sleep(20);
     expect(heard.sort()).toEqual(ids);

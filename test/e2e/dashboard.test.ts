@@ -20,7 +20,8 @@ const CHROMIUM = "/usr/bin/chromium";
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const ARTIFACTS = `${ROOT}test/artifacts`;
 const haveChromium = existsSync(CHROMIUM);
-if (!haveChromium) console.warn(`dashboard test skipped: ${CHROMIUM} not found (apt-get install chromium; .ci/run installs it)`);
+if (!haveChromium)
+  console.warn(`dashboard test skipped: ${CHROMIUM} not found (apt-get install chromium; .ci/run installs it)`);
 
 let stack: Stack;
 let browser: Browser;
@@ -29,16 +30,28 @@ let page: Page;
 describe.skipIf(!haveChromium)("the web dashboard", () => {
   beforeAll(async () => {
     // The bundle is a build output (npm ci's prepare builds it); build it here if this checkout lacks it.
-    if (!existsSync(`${ROOT}dist/dashboard/app.js`)) execFileSync(process.execPath, [`${ROOT}scripts/build-dashboard.mjs`], { stdio: "inherit" });
+    if (!existsSync(`${ROOT}dist/dashboard/app.js`))
+      execFileSync(process.execPath, [`${ROOT}scripts/build-dashboard.mjs`], { stdio: "inherit" });
     const modelPath = await tinyModelPath();
     stack = await startStack({ args: ["--storage-root", dirname(modelPath)] });
     for (const version of ["v1", "v2"]) {
-      const reg = await stack.admin("POST", "/admin/v1/models", { name: "dash", framework: "llamacpp", source: modelPath, version });
+      const reg = await stack.admin("POST", "/admin/v1/models", {
+        name: "dash",
+        framework: "llamacpp",
+        source: modelPath,
+        version,
+      });
       expect(reg.status, JSON.stringify(reg.body)).toBe(201);
     }
-    const res = await stack.admin("PUT", "/admin/v1/endpoints/dash", { model: { name: "dash", version: "v1" }, resources: { replicas: 1, parallel: 4 } });
+    const res = await stack.admin("PUT", "/admin/v1/endpoints/dash", {
+      model: { name: "dash", version: "v1" },
+      resources: { replicas: 1, parallel: 4 },
+    });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    await stack.waitFor(async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/dash")).body.state === "available", "dash available");
+    await stack.waitFor(
+      async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/dash")).body.state === "available",
+      "dash available",
+    );
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-dev-shm-usage"] });
     page = await browser.newPage({ viewport: { width: 1280, height: 1400 } });
   }, 180_000);
@@ -100,12 +113,26 @@ describe.skipIf(!haveChromium)("the web dashboard", () => {
     await form.getByRole("button", { name: "Start A/B test" }).click();
     await expect.poll(() => page.getByTestId("notice").textContent()).toMatch(/start A\/B test on dash: done/);
     // v2's replica has to load and warm up before the test splits traffic.
-    await expect.poll(() => card().getByTestId("split").textContent(), { timeout: 150_000, interval: 1_000 }).toBe("v1=50,v2=50 (running)");
-    const cells = await card().getByTestId("variants").locator("tbody tr").evaluateAll((rows) => rows.map((r) => [...r.querySelectorAll("td")].slice(0, 2).map((td) => td.textContent).join("=")));
+    await expect
+      .poll(() => card().getByTestId("split").textContent(), { timeout: 150_000, interval: 1_000 })
+      .toBe("v1=50,v2=50 (running)");
+    const cells = await card()
+      .getByTestId("variants")
+      .locator("tbody tr")
+      .evaluateAll((rows) =>
+        rows.map((r) =>
+          [...r.querySelectorAll("td")]
+            .slice(0, 2)
+            .map((td) => td.textContent)
+            .join("="),
+        ),
+      );
     expect(cells.sort()).toEqual(["v1=50", "v2=50"]);
   });
 
-  it("shows traffic sent to the endpoint in its numbers and charts, per version in the split", { timeout: 120_000 }, async () => {
+  it("shows traffic sent to the endpoint in its numbers and charts, per version in the split", {
+    timeout: 120_000,
+  }, async () => {
     const versions = new Set<string | null>();
     // Traffic keeps flowing while the page polls, so at least one 2 s interval sees it.
     let sending = true;
@@ -117,15 +144,38 @@ describe.skipIf(!haveChromium)("the web dashboard", () => {
       }
     })();
     try {
-      await expect.poll(async () => Number(await card().getByTestId("requests-total").textContent()), { timeout: 60_000, interval: 500 }).toBeGreaterThan(0);
-      await expect.poll(async () => Number(await card().getByTestId("requests-rate").textContent()), { timeout: 60_000, interval: 500 }).toBeGreaterThan(0);
+      await expect
+        .poll(async () => Number(await card().getByTestId("requests-total").textContent()), {
+          timeout: 60_000,
+          interval: 500,
+        })
+        .toBeGreaterThan(0);
+      await expect
+        .poll(async () => Number(await card().getByTestId("requests-rate").textContent()), {
+          timeout: 60_000,
+          interval: 500,
+        })
+        .toBeGreaterThan(0);
       // The charts' legends carry the latest values: a latency was observed, tokens were generated.
-      await expect.poll(async () => await card().getByTestId("chart-latency").locator("figcaption").textContent(), { timeout: 60_000, interval: 500 }).toMatch(/p50 \d/);
-      await expect.poll(async () => await card().getByTestId("chart-tokens").locator("figcaption").textContent(), { timeout: 60_000, interval: 500 }).toMatch(/now \d/);
+      await expect
+        .poll(async () => await card().getByTestId("chart-latency").locator("figcaption").textContent(), {
+          timeout: 60_000,
+          interval: 500,
+        })
+        .toMatch(/p50 \d/);
+      await expect
+        .poll(async () => await card().getByTestId("chart-tokens").locator("figcaption").textContent(), {
+          timeout: 60_000,
+          interval: 500,
+        })
+        .toMatch(/now \d/);
       // The variant table counts requests per version once both have answered some.
       await expect.poll(() => versions.size, { timeout: 60_000 }).toBe(2);
-      const column = (n: number) => card().getByTestId("variants").locator(`tbody tr td:nth-child(${n})`).allTextContents();
-      await expect.poll(async () => (await column(5)).map(Number), { timeout: 30_000 }).toSatisfy((counts: number[]) => counts.length === 2 && counts.every((c) => c > 0));
+      const column = (n: number) =>
+        card().getByTestId("variants").locator(`tbody tr td:nth-child(${n})`).allTextContents();
+      await expect
+        .poll(async () => (await column(5)).map(Number), { timeout: 30_000 })
+        .toSatisfy((counts: number[]) => counts.length === 2 && counts.every((c) => c > 0));
       expect(await card().locator("svg path.line").count()).toBeGreaterThanOrEqual(5);
     } finally {
       sending = false;
@@ -142,7 +192,10 @@ describe.skipIf(!haveChromium)("the web dashboard", () => {
     await scaling.locator("input[name=max]").fill("3");
     await scaling.getByRole("button", { name: "Set autoscaling" }).click();
     await expect.poll(() => page.getByTestId("notice").textContent()).toMatch(/autoscaling of dash: done/);
-    const applied = await stack.admin<{ config: { min_replicas: number; max_replicas: number } }>("GET", "/admin/v1/endpoints/dash/autoscaling");
+    const applied = await stack.admin<{ config: { min_replicas: number; max_replicas: number } }>(
+      "GET",
+      "/admin/v1/endpoints/dash/autoscaling",
+    );
     expect(applied.body.config).toMatchObject({ min_replicas: 1, max_replicas: 3 });
 
     // Replicas and deploys PUT the endpoint's stored deployment back with one field changed: its parallel stays 4.
@@ -162,7 +215,10 @@ describe.skipIf(!haveChromium)("the web dashboard", () => {
     await deploy.locator("select[name=version]").selectOption("v1");
     await deploy.getByRole("button", { name: "Deploy" }).click();
     await expect.poll(() => page.getByTestId("notice").textContent()).toMatch(/deploy dash@v1 as dash: done/);
-    const endpoint = await stack.admin<{ config: { resources: { replicas: number; parallel: number } } }>("GET", "/admin/v1/endpoints/dash");
+    const endpoint = await stack.admin<{ config: { resources: { replicas: number; parallel: number } } }>(
+      "GET",
+      "/admin/v1/endpoints/dash",
+    );
     expect(endpoint.body.config.resources).toMatchObject({ replicas: 1, parallel: 4 });
 
     const keys = page.getByTestId("key-form");

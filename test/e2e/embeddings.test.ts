@@ -16,7 +16,12 @@ import { bertEmbedding, bertInput, cosine } from "../helpers/bert-reference.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { runCli, type Stack, startStack } from "../helpers/stack.ts";
 
-const TEXTS = ["The quick brown fox jumped over the lazy dog.", "hello, world!", "Once upon a time, a small cat sat on the mat", "xyz"];
+const TEXTS = [
+  "The quick brown fox jumped over the lazy dog.",
+  "hello, world!",
+  "Once upon a time, a small cat sat on the mat",
+  "xyz",
+];
 
 let dir: string;
 let stack: Stack;
@@ -43,21 +48,38 @@ afterAll(async () => {
 });
 
 const post = (path: string, body: unknown) =>
-  fetch(`${stack.baseUrl}${path}`, { method: "POST", headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" }, body: JSON.stringify(body) });
-const errorOf = async (res: Response) => ({ status: res.status, ...((await res.json()) as { error: { code: string; message: string; param: string | null; type: string } }).error });
+  fetch(`${stack.baseUrl}${path}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+const errorOf = async (res: Response) => ({
+  status: res.status,
+  ...((await res.json()) as { error: { code: string; message: string; param: string | null; type: string } }).error,
+});
 
-const expectReference = (embeddings: number[][], texts: string[], fixture: typeof mean, pooling: "mean" | "cls", normalize: boolean) => {
+const expectReference = (
+  embeddings: number[][],
+  texts: string[],
+  fixture: typeof mean,
+  pooling: "mean" | "cls",
+  normalize: boolean,
+) => {
   expect(embeddings).toHaveLength(texts.length);
   texts.forEach((text, i) => {
     const reference = bertEmbedding(bertInput(text, fixture.vocab), fixture.weights, TINY_BERT, pooling, normalize);
     expect(cosine(embeddings[i] as number[], reference), text).toBeGreaterThanOrEqual(0.999);
   });
 };
-const tokensOf = (texts: string[], fixture: typeof mean) => texts.reduce((n, t) => n + bertInput(t, fixture.vocab).length, 0);
+const tokensOf = (texts: string[], fixture: typeof mean) =>
+  texts.reduce((n, t) => n + bertInput(t, fixture.vocab).length, 0);
 
 describe("a converted BERT embedding model", () => {
   it("is registered with the embed task, detected from its architecture", async () => {
-    const { body } = await stack.admin<{ data: { name: string; task?: string; gguf: { architecture: string } }[] }>("GET", "/admin/v1/models");
+    const { body } = await stack.admin<{ data: { name: string; task?: string; gguf: { architecture: string } }[] }>(
+      "GET",
+      "/admin/v1/models",
+    );
     const record = body.data.find((m) => m.name === "bert");
     expect(record?.gguf.architecture).toBe("bert");
     expect(record?.task).toBe("embed");
@@ -79,30 +101,68 @@ describe("a converted BERT embedding model", () => {
     expect(res.usage).toEqual({ prompt_tokens: tokensOf(TEXTS, mean), total_tokens: tokensOf(TEXTS, mean) });
 
     const floats = await client.embeddings.create({ model: "bert", input: TEXTS, encoding_format: "float" });
-    expectReference(floats.data.map((d) => d.embedding), TEXTS, mean, "mean", true);
-    floats.data.forEach((d, i) => d.embedding.forEach((x, j) => expect(x).toBeCloseTo(vectors[i]?.[j] as number, 6)));
+    expectReference(
+      floats.data.map((d) => d.embedding),
+      TEXTS,
+      mean,
+      "mean",
+      true,
+    );
+    for (const [i, d] of floats.data.entries())
+      for (const [j, x] of d.embedding.entries()) expect(x).toBeCloseTo(vectors[i]?.[j] as number, 6);
   });
 
   it("takes token ids: one list, or a list per input", async () => {
     const ids = TEXTS.map((t) => bertInput(t, mean.vocab));
     const many = await client.embeddings.create({ model: "bert", input: ids, encoding_format: "float" });
-    expectReference(many.data.map((d) => d.embedding), TEXTS, mean, "mean", true);
+    expectReference(
+      many.data.map((d) => d.embedding),
+      TEXTS,
+      mean,
+      "mean",
+      true,
+    );
     expect(many.usage.prompt_tokens).toBe(tokensOf(TEXTS, mean));
     const one = await client.embeddings.create({ model: "bert", input: ids[1] as number[] });
-    expectReference(one.data.map((d) => [...d.embedding]), [TEXTS[1] as string], mean, "mean", true);
+    expectReference(
+      one.data.map((d) => [...d.embedding]),
+      [TEXTS[1] as string],
+      mean,
+      "mean",
+      true,
+    );
   });
 
   it("refuses, naming the input: an empty one, too many, one past the context (by the gateway or the worker)", async () => {
-    expect(await errorOf(await post("/v1/embeddings", { model: "bert", input: ["hello", ""] }))).toMatchObject({ status: 400, type: "invalid_request_error", param: "input", message: "input[1] is an empty string; every input needs at least one character" });
-    expect(await errorOf(await post("/v1/embeddings", { model: "bert", input: "" }))).toMatchObject({ status: 400, param: "input" });
-    expect(await errorOf(await post("/v1/embeddings", { model: "bert", input: Array.from({ length: 2049 }, () => "a") }))).toMatchObject({ status: 400, message: "input has 2049 items; at most 2048 per request (split it into several requests)" });
-    expect(await errorOf(await post("/v1/embeddings", { model: "bert", input: [[5, 6], Array.from({ length: 100 }, () => 7)] }))).toMatchObject({
+    expect(await errorOf(await post("/v1/embeddings", { model: "bert", input: ["hello", ""] }))).toMatchObject({
+      status: 400,
+      type: "invalid_request_error",
+      param: "input",
+      message: "input[1] is an empty string; every input needs at least one character",
+    });
+    expect(await errorOf(await post("/v1/embeddings", { model: "bert", input: "" }))).toMatchObject({
+      status: 400,
+      param: "input",
+    });
+    expect(
+      await errorOf(await post("/v1/embeddings", { model: "bert", input: Array.from({ length: 2049 }, () => "a") })),
+    ).toMatchObject({
+      status: 400,
+      message: "input has 2049 items; at most 2048 per request (split it into several requests)",
+    });
+    expect(
+      await errorOf(
+        await post("/v1/embeddings", { model: "bert", input: [[5, 6], Array.from({ length: 100 }, () => 7)] }),
+      ),
+    ).toMatchObject({
       status: 400,
       code: "context_length_exceeded",
       message: `input[1] has 100 tokens; this model embeds at most ${TINY_BERT.maxPositions} tokens per input. Shorten or split input[1].`,
     });
     // Under the gateway's byte bound, so the worker's exact count refuses it.
-    expect(await errorOf(await post("/v1/embeddings", { model: "bert", input: ["hello", "a ".repeat(70)] }))).toMatchObject({
+    expect(
+      await errorOf(await post("/v1/embeddings", { model: "bert", input: ["hello", "a ".repeat(70)] })),
+    ).toMatchObject({
       status: 400,
       code: "context_length_exceeded",
       param: "input",
@@ -111,12 +171,21 @@ describe("a converted BERT embedding model", () => {
   });
 
   it("refuses text generation with a 400 saying to use /v1/embeddings", async () => {
-    const err = await client.chat.completions.create({ model: "bert", messages: [{ role: "user", content: "hello" }] }).catch((e: unknown) => e);
+    const err = await client.chat.completions
+      .create({ model: "bert", messages: [{ role: "user", content: "hello" }] })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.BadRequestError);
     expect((err as InstanceType<typeof OpenAI.BadRequestError>).code).toBe("model_not_generative");
     expect((err as Error).message).toContain("use /v1/embeddings");
-    for (const [path, body] of [["/v1/completions", { model: "bert", prompt: "hello" }], ["/v1/inference/bert/generate", { prompt: "hello" }]] as const) {
-      expect(await errorOf(await post(path, body))).toMatchObject({ status: 400, code: "model_not_generative", param: "model" });
+    for (const [path, body] of [
+      ["/v1/completions", { model: "bert", prompt: "hello" }],
+      ["/v1/inference/bert/generate", { prompt: "hello" }],
+    ] as const) {
+      expect(await errorOf(await post(path, body))).toMatchObject({
+        status: 400,
+        code: "model_not_generative",
+        param: "model",
+      });
     }
   });
 });
@@ -126,39 +195,76 @@ describe("tasks chosen at registration", () => {
     const submit = await runCli(["training", "submit", "--name", "bert-cls", "--source", clsModel], stack.env);
     expect(submit.code, submit.stderr).toBe(0);
     expect(submit.stdout).toContain("task embed");
-    const deploy = await stack.admin("PUT", "/admin/v1/endpoints/bert-cls", { model: { name: "bert-cls", version: "v1" }, resources: { replicas: 1, parallel: 1 } });
+    const deploy = await stack.admin("PUT", "/admin/v1/endpoints/bert-cls", {
+      model: { name: "bert-cls", version: "v1" },
+      resources: { replicas: 1, parallel: 1 },
+    });
     expect(deploy.status, JSON.stringify(deploy.body)).toBe(200);
-    await stack.waitFor(async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/bert-cls")).body.state === "available", "bert-cls available");
+    await stack.waitFor(
+      async () =>
+        (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/bert-cls")).body.state === "available",
+      "bert-cls available",
+    );
     const res = await client.embeddings.create({ model: "bert-cls", input: TEXTS });
-    expectReference(res.data.map((d) => [...d.embedding]), TEXTS, cls, "cls", false);
+    expectReference(
+      res.data.map((d) => [...d.embedding]),
+      TEXTS,
+      cls,
+      "cls",
+      false,
+    );
   });
 
   it("a decoder model generates by default and embeds only as a version registered with --task embed", async () => {
     const tiny = await tinyModelPath();
-    const generate = await runCli(["training", "submit", "--name", "tiny", "--source", tiny, "--version", "v1"], stack.env);
+    const generate = await runCli(
+      ["training", "submit", "--name", "tiny", "--source", tiny, "--version", "v1"],
+      stack.env,
+    );
     expect(generate.code, generate.stderr).toBe(0);
     expect(generate.stdout).toContain("task generate");
     // No replica is needed: the gateway refuses before anything is queued.
-    const deploy = (version: string) => stack.admin("PUT", "/admin/v1/endpoints/tiny", { model: { name: "tiny", version }, resources: { replicas: 0 } });
+    const deploy = (version: string) =>
+      stack.admin("PUT", "/admin/v1/endpoints/tiny", { model: { name: "tiny", version }, resources: { replicas: 0 } });
     expect((await deploy("v1")).status).toBe(200);
     const refused = await errorOf(await post("/v1/embeddings", { model: "tiny", input: "hello" }));
-    expect(refused).toMatchObject({ status: 400, type: "invalid_request_error", code: "model_not_embedding", param: "model" });
+    expect(refused).toMatchObject({
+      status: 400,
+      type: "invalid_request_error",
+      code: "model_not_embedding",
+      param: "model",
+    });
     expect(refused.message).toContain("--task embed");
 
     const bad = await runCli(["training", "submit", "--name", "tiny", "--source", tiny, "--task", "rerank"], stack.env);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain("--task rerank: use embed or generate");
-    const embed = await runCli(["training", "submit", "--name", "tiny", "--source", tiny, "--version", "v2", "--task", "embed", "--json"], stack.env);
+    const embed = await runCli(
+      ["training", "submit", "--name", "tiny", "--source", tiny, "--version", "v2", "--task", "embed", "--json"],
+      stack.env,
+    );
     expect(embed.code, embed.stderr).toBe(0);
     expect((JSON.parse(embed.stdout) as { task: string }).task).toBe("embed");
     expect((await deploy("v2")).status).toBe(200);
-    await stack.waitFor(async () => (await errorOf(await post("/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "hi" }] }))).code === "model_not_generative", "the gateway to route tiny to v2");
+    await stack.waitFor(
+      async () =>
+        (
+          await errorOf(
+            await post("/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "hi" }] }),
+          )
+        ).code === "model_not_generative",
+      "the gateway to route tiny to v2",
+    );
   });
 });
 
 describe("platform up --task", () => {
   it("registers --model with the task given, and refuses an unknown one", async () => {
-    const other = await startStack({ model: await tinyModelPath(), args: ["--name", "tiny-up", "--task", "embed", "--replicas", "0"], waitAvailable: false });
+    const other = await startStack({
+      model: await tinyModelPath(),
+      args: ["--name", "tiny-up", "--task", "embed", "--replicas", "0"],
+      waitAvailable: false,
+    });
     try {
       expect(other.output()).toMatch(/registered tiny-up@v1 from .* \(task embed\)/);
       const { body } = await other.admin<{ data: { name: string; task: string }[] }>("GET", "/admin/v1/models");
@@ -166,6 +272,8 @@ describe("platform up --task", () => {
     } finally {
       expect(await other.stop()).toBe(0);
     }
-    await expect(startStack({ model: await tinyModelPath(), args: ["--task", "rerank"] })).rejects.toThrow(/--task rerank: use embed or generate/);
+    await expect(startStack({ model: await tinyModelPath(), args: ["--task", "rerank"] })).rejects.toThrow(
+      /--task rerank: use embed or generate/,
+    );
   });
 });

@@ -9,7 +9,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sharedModelPath, tinyModelPath } from "../helpers/models.ts";
 import { type Stack, startStack } from "../helpers/stack.ts";
 
-type Status = { state: string; replicas: { ready: number; desired: number }; replica_list: { pid: number; id: string }[] };
+type Status = {
+  state: string;
+  replicas: { ready: number; desired: number };
+  replica_list: { pid: number; id: string }[];
+};
 
 describe("with the tiny model", () => {
   let stack: Stack;
@@ -21,10 +25,23 @@ describe("with the tiny model", () => {
     await stack?.stop();
   });
 
-  it("serves a producer in a separate process that enqueues by the documented contract", { timeout: 150_000 }, async () => {
-    const child = spawn(process.execPath, [new URL("../helpers/producer.ts", import.meta.url).pathname, stack.redisUrl, "tiny", "v1", "Once upon a time", "7"], {
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+  it("serves a producer in a separate process that enqueues by the documented contract", {
+    timeout: 150_000,
+  }, async () => {
+    const child = spawn(
+      process.execPath,
+      [
+        new URL("../helpers/producer.ts", import.meta.url).pathname,
+        stack.redisUrl,
+        "tiny",
+        "v1",
+        "Once upon a time",
+        "7",
+      ],
+      {
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
     let out = "";
     let err = "";
     child.stdout.on("data", (d) => (out += d));
@@ -38,7 +55,12 @@ describe("with the tiny model", () => {
     expect(types.at(-1)).toBe("done");
     // The same text as through the HTTP API.
     const client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey });
-    const viaHttp = await client.completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 7, temperature: 0 });
+    const viaHttp = await client.completions.create({
+      model: "tiny",
+      prompt: "Once upon a time",
+      max_tokens: 7,
+      temperature: 0,
+    });
     expect(viaHttp.choices[0]?.text).toBe(result.text);
   });
 
@@ -65,8 +87,17 @@ describe("with the tiny model", () => {
     const client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
     const s = (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body;
     const pid = s.replica_list[0]?.pid as number;
-    const long = client.completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 4000, temperature: 0 });
-    await stack.waitFor(async () => (await stack.admin<{ queue: { active: number } }>("GET", "/admin/v1/endpoints/tiny")).body.queue.active === 1, "the request to be in flight");
+    const long = client.completions.create({
+      model: "tiny",
+      prompt: "Once upon a time",
+      max_tokens: 4000,
+      temperature: 0,
+    });
+    await stack.waitFor(
+      async () =>
+        (await stack.admin<{ queue: { active: number } }>("GET", "/admin/v1/endpoints/tiny")).body.queue.active === 1,
+      "the request to be in flight",
+    );
     process.kill(pid, "SIGTERM");
     const res = await long;
     expect(res.usage?.completion_tokens).toBe(4000);
@@ -78,7 +109,10 @@ describe("with the tiny model", () => {
         return true;
       }
     }, "the drained worker to exit");
-    await stack.waitFor(async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.state === "available", "a replacement");
+    await stack.waitFor(
+      async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.state === "available",
+      "a replacement",
+    );
   });
 
   it("stops every child on SIGINT, leaving no orphans", async () => {
@@ -106,12 +140,21 @@ describe.skipIf(!real)("with the real stories260K model", () => {
     const model = await llama.loadModel({ modelPath: real as string });
     const context = await model.createContext({ threads: 1, contextSize: 512 });
     const completion = new LlamaCompletion({ contextSequence: context.getSequence() });
-    const direct = await completion.generateCompletion("Once upon a time", { maxTokens: 30, temperature: 0, repeatPenalty: false });
+    const direct = await completion.generateCompletion("Once upon a time", {
+      maxTokens: 30,
+      temperature: 0,
+      repeatPenalty: false,
+    });
     await context.dispose();
     await model.dispose();
 
     const client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey });
-    const chat = await client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 30, temperature: 0 });
+    const chat = await client.chat.completions.create({
+      model: "stories260K",
+      messages: [{ role: "user", content: "Once upon a time" }],
+      max_tokens: 30,
+      temperature: 0,
+    });
     expect(chat.choices[0]?.message.content).toBe(direct);
     expect(direct).toMatch(/^, there was a little girl named Lily/);
     const gen = await fetch(`${stack.baseUrl}/v1/inference/stories260K/generate`, {
@@ -124,7 +167,13 @@ describe.skipIf(!real)("with the real stories260K model", () => {
 
   it("stops at a stop sequence with finish_reason stop", async () => {
     const client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey });
-    const res = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 100, temperature: 0, stop: ["."] });
+    const res = await client.completions.create({
+      model: "stories260K",
+      prompt: "Once upon a time",
+      max_tokens: 100,
+      temperature: 0,
+      stop: ["."],
+    });
     expect(res.choices[0]?.finish_reason).toBe("stop");
     expect(res.choices[0]?.text).toBe(", there was a little girl named Lily");
   });

@@ -8,13 +8,18 @@ import { writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { queueName } from "../../src/contracts/naming.ts";
-import type { AutoscalingStatus, ScalingDecisionRecord } from "../../src/control/autoscaling.ts";
+import type { AutoscalingStatus, RecordedDecision } from "../../src/autoscaling/store.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { QueueObserver } from "../helpers/queue-observer.ts";
 import { runCli, type Stack, sleep, startStack } from "../helpers/stack.ts";
 
 type Replica = { id: string; pid: number; state: string; in_flight: number };
-type Status = { state: string; replicas: { ready: number; desired: number }; replica_list: Replica[]; queue: { waiting: number; active: number } };
+type Status = {
+  state: string;
+  replicas: { ready: number; desired: number };
+  replica_list: Replica[];
+  queue: { waiting: number; active: number };
+};
 type ErrorBody = { error: { message: string; type: string; param: string | null; code: string | null } };
 
 let stack: Stack;
@@ -30,18 +35,27 @@ afterAll(async () => {
   await stack?.stop();
 });
 
-async function endpoint(name: string, resources: Record<string, unknown>, autoscaling?: Record<string, unknown>): Promise<void> {
+async function endpoint(
+  name: string,
+  resources: Record<string, unknown>,
+  autoscaling?: Record<string, unknown>,
+): Promise<void> {
   const models = await stack.admin<{ data: { name: string }[] }>("GET", "/admin/v1/models");
   if (!models.body.data.some((m) => m.name === name)) {
     const reg = await stack.admin("POST", "/admin/v1/models", { name, framework: "llamacpp", source: modelPath });
     expect(reg.status, JSON.stringify(reg.body)).toBe(201);
   }
-  const res = await stack.admin("PUT", `/admin/v1/endpoints/${name}`, { model: { name }, resources, ...(autoscaling ? { autoscaling } : {}) });
+  const res = await stack.admin("PUT", `/admin/v1/endpoints/${name}`, {
+    model: { name },
+    resources,
+    ...(autoscaling ? { autoscaling } : {}),
+  });
   expect(res.status, JSON.stringify(res.body)).toBe(200);
 }
 
 const status = async (name: string) => (await stack.admin<Status>("GET", `/admin/v1/endpoints/${name}`)).body;
-const scaling = async (name: string) => (await stack.admin<AutoscalingStatus>("GET", `/admin/v1/endpoints/${name}/autoscaling`)).body;
+const scaling = async (name: string) =>
+  (await stack.admin<AutoscalingStatus>("GET", `/admin/v1/endpoints/${name}/autoscaling`)).body;
 const remove = (name: string) => stack.admin("DELETE", `/admin/v1/endpoints/${name}`);
 const running = (s: Status) => s.replica_list.filter((r) => r.state === "ready" || r.state === "starting");
 
@@ -74,13 +88,18 @@ describe("admission control", () => {
     await remove("cold");
   });
 
-  it("answers 429 queue_full with Retry-After past max_queue_depth, and serves the rest", { timeout: 120_000 }, async () => {
+  it("answers 429 queue_full with Retry-After past max_queue_depth, and serves the rest", {
+    timeout: 120_000,
+  }, async () => {
     await endpoint("adm", { replicas: 1, parallel: 1, max_queue_depth: 2 });
     await stack.waitFor(async () => (await status("adm")).state === "available", "adm available");
     const responses = await Promise.all(Array.from({ length: 12 }, () => complete("adm", "Once upon a time", 600)));
     const codes = responses.map((r) => r.status);
     const rejected = responses.filter((r) => r.status === 429);
-    expect(codes.every((c) => c === 200 || c === 429), codes.join()).toBe(true);
+    expect(
+      codes.every((c) => c === 200 || c === 429),
+      codes.join(),
+    ).toBe(true);
     expect(rejected.length).toBeGreaterThanOrEqual(1);
     expect(codes.filter((c) => c === 200).length).toBeGreaterThanOrEqual(1);
     for (const r of rejected) {
@@ -93,10 +112,14 @@ describe("admission control", () => {
       expect(((await r.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens).toBe(600);
     }
     const metrics = await (await fetch(`${stack.baseUrl}/metrics`)).text();
-    expect(metrics).toContain(`platform_rate_limit_rejections_total{model_name="adm",version="v1",reason="queue_full"} ${rejected.length}`);
+    expect(metrics).toContain(
+      `platform_rate_limit_rejections_total{model_name="adm",version="v1",reason="queue_full"} ${rejected.length}`,
+    );
   });
 
-  it("answers 503 queue_timeout when a request waits past max_queue_wait, and withdraws it", { timeout: 120_000 }, async () => {
+  it("answers 503 queue_timeout when a request waits past max_queue_wait, and withdraws it", {
+    timeout: 120_000,
+  }, async () => {
     // The limit drops to 500 ms first (gateways see endpoint changes within 2 s at most); then a long
     // request takes the only replica at once, and the next one waits behind it for seconds, past the limit.
     // (Lowering the limit while the long request ran made the test race the long request's end.)
@@ -117,14 +140,21 @@ describe("admission control", () => {
 
 describe("inference autoscale CLI", () => {
   // Fourteen CLI processes: generous on a loaded machine.
-  it("applies a file, shows status as a table and JSON, and rejects bad files naming the field", { timeout: 180_000 }, async () => {
+  it("applies a file, shows status as a table and JSON, and rejects bad files naming the field", {
+    timeout: 180_000,
+  }, async () => {
     await endpoint("cli", { replicas: 1 });
     const dir = stack.dataDir;
     const good = join(dir, "autoscale.yaml");
-    await writeFile(good, "endpoint: cli\nautoscaling:\n  enabled: true\n  min_replicas: 1\n  max_replicas: 2\n  target_queue_depth: 3\n  scale_up_cooldown: 30s\n  scale_down_cooldown: 1m\n  scale_down_delay: 90s\n");
+    await writeFile(
+      good,
+      "endpoint: cli\nautoscaling:\n  enabled: true\n  min_replicas: 1\n  max_replicas: 2\n  target_queue_depth: 3\n  scale_up_cooldown: 30s\n  scale_down_cooldown: 1m\n  scale_down_delay: 90s\n",
+    );
     const applied = await runCli(["inference", "autoscale", "cli", "--config", good], stack.env);
     expect(applied.code, applied.stderr).toBe(0);
-    expect(applied.stdout).toContain("autoscaling for cli: on, 1-2 replicas, target 3/replica, up 30s, down 1m, delay 90s");
+    expect(applied.stdout).toContain(
+      "autoscaling for cli: on, 1-2 replicas, target 3/replica, up 30s, down 1m, delay 90s",
+    );
 
     await stack.waitFor(async () => (await scaling("cli")).decisions.length > 0, "a first decision");
     const table = await runCli(["inference", "autoscale", "status", "cli"], stack.env);
@@ -135,15 +165,34 @@ describe("inference autoscale CLI", () => {
     expect(table.stdout).toMatch(/recent decisions/);
     expect(table.stdout).toMatch(/hold.*within target 3 × 1 replicas: keep 1/);
 
-    const json = JSON.parse((await runCli(["inference", "autoscale", "status", "cli", "--json"], stack.env)).stdout) as AutoscalingStatus;
-    expect(json).toMatchObject({ endpoint: "cli", configured: true, enabled: true, replicas: { desired: 1 }, queue: { waiting: 0, active: 0 } });
-    expect(json.config).toEqual({ enabled: true, min_replicas: 1, max_replicas: 2, target_queue_depth: 3, scale_up_cooldown: "30s", scale_down_cooldown: "1m", scale_down_delay: "90s" });
+    const json = JSON.parse(
+      (await runCli(["inference", "autoscale", "status", "cli", "--json"], stack.env)).stdout,
+    ) as AutoscalingStatus;
+    expect(json).toMatchObject({
+      endpoint: "cli",
+      configured: true,
+      enabled: true,
+      replicas: { desired: 1 },
+      queue: { waiting: 0, active: 0 },
+    });
+    expect(json.config).toEqual({
+      enabled: true,
+      min_replicas: 1,
+      max_replicas: 2,
+      target_queue_depth: 3,
+      scale_up_cooldown: "30s",
+      scale_down_cooldown: "1m",
+      scale_down_delay: "90s",
+    });
     expect(json.waits).toMatchObject({ scale_up_cooldown_ms: 0, scale_down_delay_ms: null });
     expect(json.scaler.holder).toBeTruthy();
     expect(json.decisions[0]).toMatchObject({ action: "hold", from: 1, to: 1, inputs: { waiting: 0, active: 0 } });
 
     const bad = join(dir, "bad.yaml");
-    await writeFile(bad, "endpoint: cli\nautoscaling:\n  min_replicas: 3\n  max_replicas: 2\n  scale_up_cooldown: 30\n  colour: blue\n");
+    await writeFile(
+      bad,
+      "endpoint: cli\nautoscaling:\n  min_replicas: 3\n  max_replicas: 2\n  scale_up_cooldown: 30\n  colour: blue\n",
+    );
     const rejected = await runCli(["inference", "autoscale", "cli", "--config", bad], stack.env);
     expect(rejected.code).toBe(2);
     expect(rejected.stderr).toContain('autoscaling.scale_up_cooldown: expected "<n>s"');
@@ -163,7 +212,10 @@ describe("inference autoscale CLI", () => {
     expect(noFile.stderr).toMatch(/--config <file>/);
     const noName = await runCli(["inference", "autoscale", "status"], stack.env);
     expect(noName.code).toBe(2);
-    const unknown = await runCli(["inference", "autoscale", "ghost", "--config", good.replace("autoscale.yaml", "ghost.yaml")], stack.env);
+    const unknown = await runCli(
+      ["inference", "autoscale", "ghost", "--config", good.replace("autoscale.yaml", "ghost.yaml")],
+      stack.env,
+    );
     expect(unknown.code).toBe(2);
     await writeFile(join(dir, "ghost.yaml"), "autoscaling:\n  max_replicas: 2\n");
     const ghost = await runCli(["inference", "autoscale", "ghost", "--config", join(dir, "ghost.yaml")], stack.env);
@@ -172,7 +224,10 @@ describe("inference autoscale CLI", () => {
 
     // The same block inside a deployment file is applied at deploy time, and checked the same way.
     const deployFile = join(dir, "deploy.yaml");
-    await writeFile(deployFile, "endpoint: cli\nmodel:\n  name: cli\nresources:\n  replicas: 1\nautoscaling:\n  min_replicas: 1\n  max_replicas: 3\n  scale_down_delay: 2m\n");
+    await writeFile(
+      deployFile,
+      "endpoint: cli\nmodel:\n  name: cli\nresources:\n  replicas: 1\nautoscaling:\n  min_replicas: 1\n  max_replicas: 3\n  scale_down_delay: 2m\n",
+    );
     const deployed = await runCli(["inference", "deploy", "--config", deployFile], stack.env);
     expect(deployed.code, deployed.stderr).toBe(0);
     expect((await scaling("cli")).config).toMatchObject({ max_replicas: 3, scale_down_delay: "2m" });
@@ -185,17 +240,23 @@ describe("inference autoscale CLI", () => {
 });
 
 describe("autoscaling with real replicas", () => {
-  it("rises one step per cooldown to max under load, never past it, then falls after the delay to min", { timeout: 180_000 }, async () => {
+  it("rises one step per cooldown to max under load, never past it, then falls after the delay to min", {
+    timeout: 180_000,
+  }, async () => {
     const UP_MS = 1500;
     const DELAY_MS = 3000;
-    await endpoint("scale", { replicas: 1, parallel: 1 }, {
-      min_replicas: 1,
-      max_replicas: 3,
-      target_queue_depth: 1,
-      scale_up_cooldown: `${UP_MS}ms`,
-      scale_down_cooldown: "1s",
-      scale_down_delay: `${DELAY_MS}ms`,
-    });
+    await endpoint(
+      "scale",
+      { replicas: 1, parallel: 1 },
+      {
+        min_replicas: 1,
+        max_replicas: 3,
+        target_queue_depth: 1,
+        scale_up_cooldown: `${UP_MS}ms`,
+        scale_down_cooldown: "1s",
+        scale_down_delay: `${DELAY_MS}ms`,
+      },
+    );
     await stack.waitFor(async () => (await status("scale")).state === "available", "scale available");
 
     // Eight clients, each sending its next request as soon as the last one is answered:
@@ -205,7 +266,7 @@ describe("autoscaling with real replicas", () => {
     let maxRunning = 0;
     // The endpoint keeps its last 50 decisions; on a loaded machine the climb can take more ticks
     // than that, so the test collects them as they are made (a repeated hold is updated in place).
-    const seen = new Map<string, ScalingDecisionRecord>();
+    const seen = new Map<string, RecordedDecision>();
     const collect = async () => {
       for (const d of (await scaling("scale")).decisions) seen.set(`${d.action}:${d.from}:${d.since}`, d);
     };
@@ -230,40 +291,63 @@ describe("autoscaling with real replicas", () => {
     expect(maxDesired).toBe(3);
     expect(maxRunning).toBeLessThanOrEqual(3);
 
-    await stack.waitFor(async () => {
-      await collect();
-      const s = await status("scale");
-      return s.replicas.desired === 1 && running(s).length === 1;
-    }, "back to 1 replica", 60_000);
+    await stack.waitFor(
+      async () => {
+        await collect();
+        const s = await status("scale");
+        return s.replicas.desired === 1 && running(s).length === 1;
+      },
+      "back to 1 replica",
+      60_000,
+    );
     await collect();
     const decisions = [...seen.values()].sort((a, b) => a.since - b.since);
     const ups = decisions.filter((d) => d.action === "scale_up");
-    expect(ups.map((d) => [d.from, d.to])).toEqual([[1, 2], [2, 3]]);
-    expect((ups[1] as ScalingDecisionRecord).at - (ups[0] as ScalingDecisionRecord).at).toBeGreaterThanOrEqual(UP_MS);
+    expect(ups.map((d) => [d.from, d.to])).toEqual([
+      [1, 2],
+      [2, 3],
+    ]);
+    expect((ups[1] as RecordedDecision).at - (ups[0] as RecordedDecision).at).toBeGreaterThanOrEqual(UP_MS);
     expect(Math.max(...decisions.map((d) => d.to))).toBe(3);
     const downs = decisions.filter((d) => d.action === "scale_down");
-    expect(downs.map((d) => [d.from, d.to])).toEqual([[3, 2], [2, 1]]);
-    const firstDown = downs[0] as ScalingDecisionRecord;
+    expect(downs.map((d) => [d.from, d.to])).toEqual([
+      [3, 2],
+      [2, 1],
+    ]);
+    const firstDown = downs[0] as RecordedDecision;
     const lastBusy = Math.max(...decisions.filter((d) => d.at < firstDown.at && d.needed >= 3).map((d) => d.at));
     expect(firstDown.at - lastBusy).toBeGreaterThanOrEqual(DELAY_MS);
     expect(firstDown.reason).toMatch(/scale_down_delay/);
     await remove("scale");
   });
 
-  it("scales from zero for the first request, serves it, and returns to zero after the delay", { timeout: 120_000 }, async () => {
-    await endpoint("zero", { replicas: 0, parallel: 1 }, { min_replicas: 0, max_replicas: 1, scale_up_cooldown: "1s", scale_down_cooldown: "1s", scale_down_delay: "2s" });
+  it("scales from zero for the first request, serves it, and returns to zero after the delay", {
+    timeout: 120_000,
+  }, async () => {
+    await endpoint(
+      "zero",
+      { replicas: 0, parallel: 1 },
+      { min_replicas: 0, max_replicas: 1, scale_up_cooldown: "1s", scale_down_cooldown: "1s", scale_down_delay: "2s" },
+    );
     expect((await status("zero")).state).toBe("scaled_to_zero");
     const res = await complete("zero", "Once upon a time", 12);
     expect(res.status).toBe(200);
-    const body = (await res.json()) as { choices: { text: string; finish_reason: string }[]; usage: { completion_tokens: number } };
+    const body = (await res.json()) as {
+      choices: { text: string; finish_reason: string }[];
+      usage: { completion_tokens: number };
+    };
     expect(body.usage.completion_tokens).toBe(12);
     await endpoint("ref", { replicas: 1 });
     expect(body.choices[0]?.text).toBe(await text("ref", "Once upon a time", 12));
     await remove("ref");
-    await stack.waitFor(async () => {
-      const s = await status("zero");
-      return s.replicas.desired === 0 && s.replica_list.length === 0;
-    }, "back to zero replicas", 60_000);
+    await stack.waitFor(
+      async () => {
+        const s = await status("zero");
+        return s.replicas.desired === 0 && s.replica_list.length === 0;
+      },
+      "back to zero replicas",
+      60_000,
+    );
     const decisions = chronological(await scaling("zero"));
     expect(decisions.filter((d) => d.action !== "hold").map((d) => [d.action, d.from, d.to])).toEqual([
       ["scale_up", 0, 1],
@@ -275,7 +359,9 @@ describe("autoscaling with real replicas", () => {
 });
 
 describe("failover", () => {
-  it("answers 100 concurrent requests correctly when one of two replicas is SIGKILLed mid-way: none lost, none duplicated", { timeout: 180_000 }, async () => {
+  it("answers 100 concurrent requests correctly when one of two replicas is SIGKILLed mid-way: none lost, none duplicated", {
+    timeout: 180_000,
+  }, async () => {
     await endpoint("fo", { replicas: 2, parallel: 4 });
     await stack.waitFor(async () => (await status("fo")).replicas.ready === 2, "2 ready replicas");
     const prompts = ["Once upon a time", "The little dog", "Lily and Tom went"];
@@ -293,7 +379,10 @@ describe("failover", () => {
     const requests = Array.from({ length: 100 }, async (_, i) => {
       const prompt = prompts[i % prompts.length] as string;
       const res = await complete("fo", prompt, tokensFor(i));
-      const body = (await res.json()) as { choices: { text: string }[]; usage: { completion_tokens: number } } & Partial<ErrorBody>;
+      const body = (await res.json()) as {
+        choices: { text: string }[];
+        usage: { completion_tokens: number };
+      } & Partial<ErrorBody>;
       answered++;
       return { i, prompt, status: res.status, body };
     });
@@ -330,9 +419,13 @@ describe("failover", () => {
     expect(completed).toHaveLength(100);
     // Each completion is one request's: the 100 token counts asked for, each once. What BullMQ keeps
     // of it on the queue's event stream has no text: the answer went to its client alone (JobReceipt).
-    const receipts = completed.map((e) => JSON.parse(e.returnvalue as string) as { text?: string; usage: { completion_tokens: number } });
+    const receipts = completed.map(
+      (e) => JSON.parse(e.returnvalue as string) as { text?: string; usage: { completion_tokens: number } },
+    );
     const byNumber = (a: number, b: number) => a - b;
-    expect(receipts.map((r) => r.usage.completion_tokens).sort(byNumber)).toEqual(results.map((r) => tokensFor(r.i)).sort(byNumber));
+    expect(receipts.map((r) => r.usage.completion_tokens).sort(byNumber)).toEqual(
+      results.map((r) => tokensFor(r.i)).sort(byNumber),
+    );
     expect(receipts.filter((r) => "text" in r)).toEqual([]);
     // A job is taken again only when its replica died holding it: every extra `active` is matched by a
     // `requeued` (up's supervisor taking the dead replica's jobs back as it exits), so no live replica ran
@@ -351,7 +444,9 @@ describe("failover", () => {
     await remove("fo");
   });
 
-  it("ends a stream that already sent tokens with one replica_lost error event when its replica dies", { timeout: 120_000 }, async () => {
+  it("ends a stream that already sent tokens with one replica_lost error event when its replica dies", {
+    timeout: 120_000,
+  }, async () => {
     await endpoint("st", { replicas: 2, parallel: 1 });
     await stack.waitFor(async () => (await status("st")).replicas.ready === 2, "2 ready replicas");
     const res = await complete("st", "Once upon a time", 3000, { stream: true });
@@ -373,7 +468,10 @@ describe("failover", () => {
       if (done) break;
       raw += decoder.decode(value);
     }
-    const data = raw.split("\n\n").filter((e) => e.startsWith("data: ")).map((e) => e.slice(6));
+    const data = raw
+      .split("\n\n")
+      .filter((e) => e.startsWith("data: "))
+      .map((e) => e.slice(6));
     expect(data).not.toContain("[DONE]");
     const errors = data.filter((d) => d.includes('"error"'));
     expect(errors).toHaveLength(1);
@@ -383,10 +481,16 @@ describe("failover", () => {
     expect(tokens.length).toBeGreaterThan(1);
   });
 
-  it("answers 502 replica_lost, not a hang, when a job's replicas die twice (BullMQ fails it)", { timeout: 120_000 }, async () => {
+  it("answers 502 replica_lost, not a hang, when a job's replicas die twice (BullMQ fails it)", {
+    timeout: 120_000,
+  }, async () => {
     await stack.waitFor(async () => {
       const s = await status("st");
-      return s.replicas.ready === 2 && s.replica_list.every((r) => r.in_flight === 0) && s.queue.waiting + s.queue.active === 0;
+      return (
+        s.replicas.ready === 2 &&
+        s.replica_list.every((r) => r.in_flight === 0) &&
+        s.queue.waiting + s.queue.active === 0
+      );
     }, "2 idle ready replicas");
     const pending = complete("st", "Once upon a time", 3000);
     const killed = new Set<number>();

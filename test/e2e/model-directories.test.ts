@@ -18,7 +18,7 @@ import { existsSync } from "node:fs";
 import OpenAI from "openai";
 import type { Token } from "node-llama-cpp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { ModelVersionRecord } from "../../src/contracts/records.ts";
+import type { RegisteredVersion } from "../../src/registry/version.ts";
 import { supportedArchitectures } from "../../src/registry/convert/index.ts";
 import { startS3, type S3Server } from "../helpers/batch-env.ts";
 import { expectedManifest, TEST_ARCHITECTURE, writeCheckpoint } from "../helpers/checkpoints.ts";
@@ -74,10 +74,13 @@ afterAll(async () => {
 
 const status = async (name: string) => (await stack.admin<Status>("GET", `/admin/v1/endpoints/${name}`)).body;
 
-async function submit(name: string, framework: string, source: string): Promise<ModelVersionRecord> {
-  const r = await runCli(["training", "submit", "--name", name, "--framework", framework, "--source", source, "--json"], stack.env);
+async function submit(name: string, framework: string, source: string): Promise<RegisteredVersion> {
+  const r = await runCli(
+    ["training", "submit", "--name", name, "--framework", framework, "--source", source, "--json"],
+    stack.env,
+  );
   expect(r.code, r.stderr).toBe(0);
-  return JSON.parse(r.stdout) as ModelVersionRecord;
+  return JSON.parse(r.stdout) as RegisteredVersion;
 }
 
 async function deploy(name: string, runtime: Record<string, unknown> = {}): Promise<void> {
@@ -96,13 +99,16 @@ function flag(argv: string[], name: string): string | undefined {
 
 describe("checkpoint directories on a running platform", () => {
   it("`training submit --source <dir>` uploads the directory: one version with its manifest and metadata, shown in `training list`", async () => {
-    const human = await runCli(["training", "submit", "--name", "ckpt", "--framework", "vllm", "--source", plain], stack.env);
+    const human = await runCli(
+      ["training", "submit", "--name", "ckpt", "--framework", "vllm", "--source", plain],
+      stack.env,
+    );
     expect(human.code, human.stderr).toBe(0);
     expect(human.stdout).toMatch(/registered ckpt@v1/);
     expect(human.stdout).toContain(`${TEST_ARCHITECTURE} · `);
     expect(human.stdout).toMatch(/context 2048 · float32 · LlamaTokenizerFast · chat template · 7 files/);
     expect(human.stderr).toMatch(/uploading .*100%/);
-    const models = await stack.admin<{ data: ModelVersionRecord[] }>("GET", "/admin/v1/models");
+    const models = await stack.admin<{ data: RegisteredVersion[] }>("GET", "/admin/v1/models");
     const rec = models.body.data.find((m) => m.name === "ckpt");
     expect(rec).toMatchObject({ kind: "hf", framework: "vllm", manifest: await expectedManifest(plain, plainNames) });
     const list = await runCli(["training", "list"], stack.env);
@@ -110,7 +116,9 @@ describe("checkpoint directories on a running platform", () => {
   });
 
   it("a vLLM deployment gets the directory materialised from S3 into the node's cache, and --quantization for a full-precision checkpoint", async () => {
-    const rec = (await stack.admin<{ data: ModelVersionRecord[] }>("GET", "/admin/v1/models")).body.data.find((m) => m.name === "ckpt")!;
+    const rec = (await stack.admin<{ data: RegisteredVersion[] }>("GET", "/admin/v1/models")).body.data.find(
+      (m) => m.name === "ckpt",
+    )!;
     await deploy("ckpt", { quantization: "int8" });
     await stack.waitFor(async () => (await status("ckpt")).state === "available", "ckpt to be available", 90_000);
     const argv = await started();
@@ -124,7 +132,9 @@ describe("checkpoint directories on a running platform", () => {
       body: JSON.stringify({ model: "ckpt", messages: [{ role: "user", content: "Hi" }] }),
     });
     expect(res.status).toBe(200);
-    expect(((await res.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content).toBe(CHAT_REPLY.join(""));
+    expect(((await res.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content).toBe(
+      CHAT_REPLY.join(""),
+    );
     expect((await stack.admin("DELETE", "/admin/v1/endpoints/ckpt")).status).toBe(200);
   });
 
@@ -140,76 +150,127 @@ describe("checkpoint directories on a running platform", () => {
   });
 
   it("refuses to register a checkpoint for llama.cpp whose architecture has no converter, naming those there are", async () => {
-    const refused = await runCli(["training", "submit", "--name", "ckpt-llama", "--framework", "llamacpp", "--source", plain], stack.env);
+    const refused = await runCli(
+      ["training", "submit", "--name", "ckpt-llama", "--framework", "llamacpp", "--source", plain],
+      stack.env,
+    );
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toContain(`the architecture "${TEST_ARCHITECTURE}" cannot be converted to GGUF for llama.cpp; supported: BertForMaskedLM, BertModel, LlamaForCausalLM`);
+    expect(refused.stderr).toContain(
+      `the architecture "${TEST_ARCHITECTURE}" cannot be converted to GGUF for llama.cpp; supported: BertForMaskedLM, BertModel, LlamaForCausalLM`,
+    );
     expect(refused.stderr).toContain("register it with --framework vllm");
-    const models = (await stack.admin<{ data: ModelVersionRecord[] }>("GET", "/admin/v1/models")).body.data;
+    const models = (await stack.admin<{ data: RegisteredVersion[] }>("GET", "/admin/v1/models")).body.data;
     expect(models.some((m) => m.name === "ckpt-llama")).toBe(false);
   });
 
   it("`platform up --model <dir>` refuses a directory llama.cpp cannot serve before starting anything", async () => {
-    await expect(startStack({ model: plain, waitAvailable: false })).rejects.toThrow(/platform up exited early \(1\)[\s\S]*cannot be converted to GGUF for llama\.cpp/);
+    await expect(startStack({ model: plain, waitAvailable: false })).rejects.toThrow(
+      /platform up exited early \(1\)[\s\S]*cannot be converted to GGUF for llama\.cpp/,
+    );
   });
 
-  const convertible = supportedArchitectures().includes("LlamaForCausalLM") && existsSync(join(LLAMA_FIXTURE, "config.json"));
-  it.skipIf(!convertible)("a Llama checkpoint uploaded with `training submit` is converted once, stored, and generates at temperature 0 what transformers generates", async () => {
-    const reference = JSON.parse(await readFile(join(LLAMA_FIXTURE, "reference.json"), "utf8")) as { prompt: string; output_ids: number[] };
-    const submitted = await runCli(["training", "submit", "--name", "tiny-hf", "--source", LLAMA_FIXTURE], stack.env);
-    expect(submitted.code, submitted.stderr).toBe(0);
-    expect(submitted.stdout).toMatch(/registered tiny-hf@v1 .*task generate/);
-    expect(submitted.stdout).toContain("LlamaForCausalLM · ");
-    const list = await runCli(["training", "list"], stack.env);
-    expect(list.stdout).toMatch(/tiny-hf[\s│]+v1[\s│]+llamacpp[\s│]+generate[\s│]+LlamaForCausalLM/);
-    const rec = (await stack.admin<{ data: ModelVersionRecord[] }>("GET", "/admin/v1/models")).body.data.find((m) => m.name === "tiny-hf")!;
-    expect(rec.manifest!.map((f) => f.path)).not.toContain("reference.json");
+  const convertible =
+    supportedArchitectures().includes("LlamaForCausalLM") && existsSync(join(LLAMA_FIXTURE, "config.json"));
+  it.skipIf(!convertible)(
+    "a Llama checkpoint uploaded with `training submit` is converted once, stored, and generates at temperature 0 what transformers generates",
+    async () => {
+      const reference = JSON.parse(await readFile(join(LLAMA_FIXTURE, "reference.json"), "utf8")) as {
+        prompt: string;
+        output_ids: number[];
+      };
+      const submitted = await runCli(["training", "submit", "--name", "tiny-hf", "--source", LLAMA_FIXTURE], stack.env);
+      expect(submitted.code, submitted.stderr).toBe(0);
+      expect(submitted.stdout).toMatch(/registered tiny-hf@v1 .*task generate/);
+      expect(submitted.stdout).toContain("LlamaForCausalLM · ");
+      const list = await runCli(["training", "list"], stack.env);
+      expect(list.stdout).toMatch(/tiny-hf[\s│]+v1[\s│]+llamacpp[\s│]+generate[\s│]+LlamaForCausalLM/);
+      const rec = (await stack.admin<{ data: RegisteredVersion[] }>("GET", "/admin/v1/models")).body.data.find(
+        (m) => m.name === "tiny-hf",
+      )!;
+      expect(rec.manifest!.map((f) => f.path)).not.toContain("reference.json");
 
-    await deploy("tiny-hf");
-    await stack.waitFor(async () => (await status("tiny-hf")).state === "available", "tiny-hf to be available", 120_000);
-    // The conversion is in the artifact store and the node's cache, under the checkpoint's manifest digest, and status says the replica loads it.
-    const gguf = join(stack.dataDir, "cache", "models", `${rec.sha256}.model.gguf`);
-    expect(existsSync(gguf)).toBe(true);
-    expect((await status("tiny-hf")).weights).toEqual(["GGUF converted from the checkpoint (made by this replica)"]);
-    const shown = await runCli(["inference", "status", "tiny-hf"], stack.env);
-    expect(shown.stdout).toContain("weights: GGUF converted from the checkpoint (made by this replica)");
-    const client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
-    const completion = await client.completions.create({ model: "tiny-hf", prompt: reference.prompt, max_tokens: reference.output_ids.length, temperature: 0 });
-    expect(completion.usage?.completion_tokens).toBe(reference.output_ids.length);
-    // transformers' ids, as text through the converted model's own tokenizer.
-    const m = await openModel(gguf);
-    let expected: string;
-    try {
-      expected = m.model.detokenize(reference.output_ids as Token[]);
-    } finally {
-      await m.dispose();
-    }
-    expect(completion.choices[0]!.text).toBe(expected);
-    expect(expected.length).toBeGreaterThan(0);
-    // The checkpoint's chat template came through the conversion: chat works too.
-    const chat = await client.chat.completions.create({ model: "tiny-hf", messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 8, temperature: 0 });
-    expect(chat.usage?.completion_tokens).toBeGreaterThan(0);
-    expect(typeof chat.choices[0]!.message.content).toBe("string");
-    expect((await stack.admin("DELETE", "/admin/v1/endpoints/tiny-hf")).status).toBe(200);
-  });
+      await deploy("tiny-hf");
+      await stack.waitFor(
+        async () => (await status("tiny-hf")).state === "available",
+        "tiny-hf to be available",
+        120_000,
+      );
+      // The conversion is in the artifact store and the node's cache, under the checkpoint's manifest digest, and status says the replica loads it.
+      const gguf = join(stack.dataDir, "cache", "models", `${rec.sha256}.model.gguf`);
+      expect(existsSync(gguf)).toBe(true);
+      expect((await status("tiny-hf")).weights).toEqual(["GGUF converted from the checkpoint (made by this replica)"]);
+      const shown = await runCli(["inference", "status", "tiny-hf"], stack.env);
+      expect(shown.stdout).toContain("weights: GGUF converted from the checkpoint (made by this replica)");
+      const client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
+      const completion = await client.completions.create({
+        model: "tiny-hf",
+        prompt: reference.prompt,
+        max_tokens: reference.output_ids.length,
+        temperature: 0,
+      });
+      expect(completion.usage?.completion_tokens).toBe(reference.output_ids.length);
+      // transformers' ids, as text through the converted model's own tokenizer.
+      const m = await openModel(gguf);
+      let expected: string;
+      try {
+        expected = m.model.detokenize(reference.output_ids as Token[]);
+      } finally {
+        await m.dispose();
+      }
+      expect(completion.choices[0]!.text).toBe(expected);
+      expect(expected.length).toBeGreaterThan(0);
+      // The checkpoint's chat template came through the conversion: chat works too.
+      const chat = await client.chat.completions.create({
+        model: "tiny-hf",
+        messages: [{ role: "user", content: "Once upon a time" }],
+        max_tokens: 8,
+        temperature: 0,
+      });
+      expect(chat.usage?.completion_tokens).toBeGreaterThan(0);
+      expect(typeof chat.choices[0]!.message.content).toBe("string");
+      expect((await stack.admin("DELETE", "/admin/v1/endpoints/tiny-hf")).status).toBe(200);
+    },
+  );
 
   it("a sentence-transformers BERT directory keeps its 1_Pooling/config.json: registered as embed, served with CLS pooling through the openai client", async () => {
     const dir = join(work, "st-bert");
     const fixture = await writeTinyBert(dir, { pooling: "cls", normalize: true, seed: 23 });
     // What sentence-transformers' save() writes besides: its settings, and an empty Normalize module directory.
-    await writeFile(join(dir, "sentence_bert_config.json"), JSON.stringify({ max_seq_length: TINY_BERT.maxPositions, do_lower_case: false }));
-    await writeFile(join(dir, "config_sentence_transformers.json"), JSON.stringify({ __version__: { sentence_transformers: "3.0.1" }, prompts: {}, similarity_fn_name: "cosine" }));
+    await writeFile(
+      join(dir, "sentence_bert_config.json"),
+      JSON.stringify({ max_seq_length: TINY_BERT.maxPositions, do_lower_case: false }),
+    );
+    await writeFile(
+      join(dir, "config_sentence_transformers.json"),
+      JSON.stringify({ __version__: { sentence_transformers: "3.0.1" }, prompts: {}, similarity_fn_name: "cosine" }),
+    );
     await mkdir(join(dir, "2_Normalize"));
     const submitted = await runCli(["training", "submit", "--name", "st-bert", "--source", dir], stack.env);
     expect(submitted.code, submitted.stderr).toBe(0);
     expect(submitted.stdout).toContain("task embed");
-    const rec = (await stack.admin<{ data: ModelVersionRecord[] }>("GET", "/admin/v1/models")).body.data.find((m) => m.name === "st-bert")!;
+    const rec = (await stack.admin<{ data: RegisteredVersion[] }>("GET", "/admin/v1/models")).body.data.find(
+      (m) => m.name === "st-bert",
+    )!;
     expect(rec.manifest!.map((f) => f.path)).toEqual(
-      expect.arrayContaining(["1_Pooling/config.json", "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "config.json"]),
+      expect.arrayContaining([
+        "1_Pooling/config.json",
+        "modules.json",
+        "sentence_bert_config.json",
+        "config_sentence_transformers.json",
+        "config.json",
+      ]),
     );
 
-    const deployed = await stack.admin("PUT", "/admin/v1/endpoints/st-bert", { model: { name: "st-bert" }, resources: { replicas: 1, parallel: 1 } });
+    const deployed = await stack.admin("PUT", "/admin/v1/endpoints/st-bert", {
+      model: { name: "st-bert" },
+      resources: { replicas: 1, parallel: 1 },
+    });
     expect(deployed.status, JSON.stringify(deployed.body)).toBe(200);
-    await stack.waitFor(async () => (await status("st-bert")).state === "available", "st-bert to be available", 120_000);
+    await stack.waitFor(
+      async () => (await status("st-bert")).state === "available",
+      "st-bert to be available",
+      120_000,
+    );
     expect((await status("st-bert")).weights).toEqual(["GGUF converted from the checkpoint (made by this replica)"]);
     // Materialised from S3 with its module subdirectory.
     expect(existsSync(join(stack.dataDir, "cache", "models", rec.sha256, "1_Pooling", "config.json"))).toBe(true);
@@ -220,7 +281,9 @@ describe("checkpoint directories on a running platform", () => {
     texts.forEach((text, i) => {
       const ids = bertInput(text, fixture.vocab);
       const got = res.data[i]!.embedding;
-      expect(cosine(got, bertEmbedding(ids, fixture.weights, TINY_BERT, "cls", true)), text).toBeGreaterThanOrEqual(0.999);
+      expect(cosine(got, bertEmbedding(ids, fixture.weights, TINY_BERT, "cls", true)), text).toBeGreaterThanOrEqual(
+        0.999,
+      );
       // Mean pooling (what a dropped 1_Pooling/config.json would give) is told apart.
       expect(cosine(got, bertEmbedding(ids, fixture.weights, TINY_BERT, "mean", true)), text).toBeLessThan(0.999);
     });

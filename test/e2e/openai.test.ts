@@ -28,7 +28,12 @@ afterAll(async () => {
 
 describe("chat completions", () => {
   it("answers in the chat.completion shape with exact usage", async () => {
-    const res = await client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 12, temperature: 0 });
+    const res = await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: "user", content: "Once upon a time" }],
+      max_tokens: 12,
+      temperature: 0,
+    });
     expect(res.object).toBe("chat.completion");
     expect(res.id).toMatch(/^chatcmpl-/);
     expect(res.model).toBe(MODEL);
@@ -50,17 +55,28 @@ describe("chat completions", () => {
     const full = await client.chat.completions.create({ model: MODEL, messages, max_tokens: room, temperature: 0 });
     expect(full.usage?.completion_tokens).toBe(room);
     expect(full.usage?.total_tokens).toBe(4096);
-    const over = await client.chat.completions.create({ model: MODEL, messages, max_tokens: room + 1 }).catch((e: unknown) => e);
+    const over = await client.chat.completions
+      .create({ model: MODEL, messages, max_tokens: room + 1 })
+      .catch((e: unknown) => e);
     expect(over).toBeInstanceOf(OpenAI.BadRequestError);
   });
 
   it("is deterministic at temperature 0 and streams the same text, ending with a usage chunk", async () => {
-    const request = { model: MODEL, messages: [{ role: "user" as const, content: "The little dog" }], max_tokens: 20, temperature: 0 };
+    const request = {
+      model: MODEL,
+      messages: [{ role: "user" as const, content: "The little dog" }],
+      max_tokens: 20,
+      temperature: 0,
+    };
     const whole = await client.chat.completions.create(request);
     const again = await client.chat.completions.create(request);
     expect(again.choices[0]?.message.content).toBe(whole.choices[0]?.message.content);
 
-    const stream = await client.chat.completions.create({ ...request, stream: true, stream_options: { include_usage: true } });
+    const stream = await client.chat.completions.create({
+      ...request,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     const chunks = [];
     for await (const chunk of stream) chunks.push(chunk);
     const text = chunks.map((c) => c.choices[0]?.delta.content ?? "").join("");
@@ -78,17 +94,34 @@ describe("chat completions", () => {
   });
 
   it("honours stop sequences with finish_reason stop", async () => {
-    const base = await client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 20, temperature: 0 });
+    const base = await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: "user", content: "Once upon a time" }],
+      max_tokens: 20,
+      temperature: 0,
+    });
     const words = (base.choices[0]?.message.content ?? "").trim().split(/\s+/);
     const stopWord = words[3] as string;
-    const res = await client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 20, temperature: 0, stop: [stopWord] });
+    const res = await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: "user", content: "Once upon a time" }],
+      max_tokens: 20,
+      temperature: 0,
+      stop: [stopWord],
+    });
     expect(res.choices[0]?.finish_reason).toBe("stop");
     expect(res.choices[0]?.message.content).not.toContain(stopWord);
     expect(base.choices[0]?.message.content?.startsWith(res.choices[0]?.message.content ?? "?")).toBe(true);
   });
 
   it("gives the same sample for the same seed", async () => {
-    const request = { model: MODEL, messages: [{ role: "user" as const, content: "Once upon a time" }], max_tokens: 15, temperature: 1, seed: 42 };
+    const request = {
+      model: MODEL,
+      messages: [{ role: "user" as const, content: "Once upon a time" }],
+      max_tokens: 15,
+      temperature: 1,
+      seed: 42,
+    };
     const a = await client.chat.completions.create(request);
     const b = await client.chat.completions.create(request);
     expect(a.choices[0]?.message.content).toBe(b.choices[0]?.message.content);
@@ -97,11 +130,22 @@ describe("chat completions", () => {
 
 describe("completions, generate, models", () => {
   it("serves legacy completions, streaming too", async () => {
-    const res = await client.completions.create({ model: MODEL, prompt: "Once upon a time", max_tokens: 8, temperature: 0 });
+    const res = await client.completions.create({
+      model: MODEL,
+      prompt: "Once upon a time",
+      max_tokens: 8,
+      temperature: 0,
+    });
     expect(res.object).toBe("text_completion");
     expect(res.choices[0]?.logprobs).toBeNull();
     expect(res.usage?.completion_tokens).toBe(8);
-    const stream = await client.completions.create({ model: MODEL, prompt: "Once upon a time", max_tokens: 8, temperature: 0, stream: true });
+    const stream = await client.completions.create({
+      model: MODEL,
+      prompt: "Once upon a time",
+      max_tokens: 8,
+      temperature: 0,
+      stream: true,
+    });
     let text = "";
     for await (const chunk of stream) text += chunk.choices[0]?.text ?? "";
     expect(text).toBe(res.choices[0]?.text);
@@ -117,7 +161,12 @@ describe("completions, generate, models", () => {
     expect(res.headers.get("x-request-id")).toMatch(/^req_/);
     const body = (await res.json()) as Record<string, unknown>;
     expect(body).toMatchObject({ object: "generation", model: MODEL, version: "v1", finish_reason: "length" });
-    const completion = await client.completions.create({ model: MODEL, prompt: "Once upon a time", max_tokens: 6, temperature: 0 });
+    const completion = await client.completions.create({
+      model: MODEL,
+      prompt: "Once upon a time",
+      max_tokens: 6,
+      temperature: 0,
+    });
     expect(body.output).toBe(completion.choices[0]?.text);
     expect(body.usage).toEqual(completion.usage);
   });
@@ -131,10 +180,24 @@ describe("completions, generate, models", () => {
 
   it("serves embeddings (float and the client's default base64) from the model registered with the embed task", async () => {
     // A model serves one task: the same file registered for embeddings is an endpoint of its own.
-    const submit = await runCli(["training", "submit", "--name", "tiny-embed", "--source", tinyPath, "--task", "embed"], stack.env);
+    const submit = await runCli(
+      ["training", "submit", "--name", "tiny-embed", "--source", tinyPath, "--task", "embed"],
+      stack.env,
+    );
     expect(submit.code, submit.stderr).toBe(0);
-    expect((await stack.admin("PUT", "/admin/v1/endpoints/tiny-embed", { model: { name: "tiny-embed", version: "v1" }, resources: { replicas: 1, parallel: 1 } })).status).toBe(200);
-    await stack.waitFor(async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/tiny-embed")).body.state === "available", "tiny-embed available");
+    expect(
+      (
+        await stack.admin("PUT", "/admin/v1/endpoints/tiny-embed", {
+          model: { name: "tiny-embed", version: "v1" },
+          resources: { replicas: 1, parallel: 1 },
+        })
+      ).status,
+    ).toBe(200);
+    await stack.waitFor(
+      async () =>
+        (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/tiny-embed")).body.state === "available",
+      "tiny-embed available",
+    );
     const refused = await client.embeddings.create({ model: MODEL, input: "hello" }).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
     expect((refused as InstanceType<typeof OpenAI.BadRequestError>).code).toBe("model_not_embedding");
@@ -156,13 +219,19 @@ describe("errors come out as the client's error classes", () => {
   });
 
   it("404 model_not_found", async () => {
-    const err = await client.chat.completions.create({ model: "nope", messages: [{ role: "user", content: "hi" }] }).catch((e: unknown) => e);
+    const err = await client.chat.completions
+      .create({ model: "nope", messages: [{ role: "user", content: "hi" }] })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.NotFoundError);
     expect((err as InstanceType<typeof OpenAI.NotFoundError>).code).toBe("model_not_found");
   });
 
   it("400 context_length_exceeded, streaming or not", async () => {
-    const request = { model: MODEL, messages: [{ role: "user" as const, content: "Once upon a time" }], max_tokens: 100_000 };
+    const request = {
+      model: MODEL,
+      messages: [{ role: "user" as const, content: "Once upon a time" }],
+      max_tokens: 100_000,
+    };
     const err = await client.chat.completions.create(request).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.BadRequestError);
     expect((err as InstanceType<typeof OpenAI.BadRequestError>).code).toBe("context_length_exceeded");
@@ -173,7 +242,10 @@ describe("errors come out as the client's error classes", () => {
 
   it("400 for bad messages, naming the field", async () => {
     const err = await client.chat.completions
-      .create({ model: MODEL, messages: [{ role: "wizard", content: "hi" }] } as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming)
+      .create({
+        model: MODEL,
+        messages: [{ role: "wizard", content: "hi" }],
+      } as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming)
       .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.BadRequestError);
     expect((err as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("messages.0.role");
@@ -183,17 +255,26 @@ describe("errors come out as the client's error classes", () => {
 });
 
 /** The receipt of the cancelled job the observer sees completing (online jobs are deleted once finished: it comes from the queue's event stream). */
-async function cancelledJob(observer: QueueObserver): Promise<{ finish_reason: string; usage: { completion_tokens: number } }> {
+async function cancelledJob(
+  observer: QueueObserver,
+): Promise<{ finish_reason: string; usage: { completion_tokens: number } }> {
   let cancelled: { finish_reason: string; usage: { completion_tokens: number } } | undefined;
   try {
-    await stack.waitFor(async () => {
-      cancelled = observer
-        .events()
-        .filter((e) => e.event === "completed" && e.returnvalue !== undefined)
-        .map((e) => JSON.parse(e.returnvalue as string) as { finish_reason: string; usage: { completion_tokens: number } })
-        .find((r) => r.finish_reason === "cancelled");
-      return cancelled !== undefined;
-    }, "a cancelled job", 30_000);
+    await stack.waitFor(
+      async () => {
+        cancelled = observer
+          .events()
+          .filter((e) => e.event === "completed" && e.returnvalue !== undefined)
+          .map(
+            (e) =>
+              JSON.parse(e.returnvalue as string) as { finish_reason: string; usage: { completion_tokens: number } },
+          )
+          .find((r) => r.finish_reason === "cancelled");
+        return cancelled !== undefined;
+      },
+      "a cancelled job",
+      30_000,
+    );
   } finally {
     await observer.stop();
   }
@@ -205,7 +286,13 @@ describe("cancellation", () => {
     const observer = await QueueObserver.start(stack.redisUrl, "platform", queueName(MODEL, "v1"), { keepLog: true });
     const controller = new AbortController();
     const stream = await client.chat.completions.create(
-      { model: MODEL, messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 4000, temperature: 0, stream: true },
+      {
+        model: MODEL,
+        messages: [{ role: "user", content: "Once upon a time" }],
+        max_tokens: 4000,
+        temperature: 0,
+        stream: true,
+      },
       { signal: controller.signal },
     );
     let chunks = 0;
@@ -221,7 +308,15 @@ describe("cancellation", () => {
     const observer = await QueueObserver.start(stack.redisUrl, "platform", queueName(MODEL, "v1"), { keepLog: true });
     const controller = new AbortController();
     const request = client.chat.completions
-      .create({ model: MODEL, messages: [{ role: "user", content: "Once upon a time, far away" }], max_tokens: 4000, temperature: 0 }, { signal: controller.signal })
+      .create(
+        {
+          model: MODEL,
+          messages: [{ role: "user", content: "Once upon a time, far away" }],
+          max_tokens: 4000,
+          temperature: 0,
+        },
+        { signal: controller.signal },
+      )
       .catch((e: unknown) => e);
     // Gone as soon as a replica has the job, long before 4000 tokens.
     await stack.waitFor(async () => observer.events().some((e) => e.event === "active"), "the job to start", 30_000);
@@ -234,7 +329,11 @@ describe("cancellation", () => {
 describe("status after the traffic", () => {
   it("reports the endpoint available with its replica and an empty queue", async () => {
     await sleep(100);
-    const { body } = await stack.admin<{ state: string; replicas: { ready: number; desired: number }; queue: { waiting: number } }>("GET", `/admin/v1/endpoints/${MODEL}`);
+    const { body } = await stack.admin<{
+      state: string;
+      replicas: { ready: number; desired: number };
+      queue: { waiting: number };
+    }>("GET", `/admin/v1/endpoints/${MODEL}`);
     expect(body.state).toBe("available");
     expect(body.replicas).toMatchObject({ ready: 1, desired: 1 });
     expect(body.queue.waiting).toBe(0);

@@ -16,10 +16,10 @@ import { alive } from "../helpers/processes.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { QueueObserver } from "../helpers/queue-observer.ts";
 import { BIN, type Stack, sleep, startStack } from "../helpers/stack.ts";
-import { startEmbeddedRedis } from "../../src/control/embedded-redis.ts";
-import { connectControl } from "../../src/control/redis.ts";
+import { startEmbeddedRedis } from "../../src/redis/embedded.ts";
+import { connectControl } from "../../src/redis/connection.ts";
 import { QueueBase } from "../../src/queue/base.ts";
-import { WORKER_ALLOCATOR_ENV } from "../../scaler/backend.ts";
+import { WORKER_ALLOCATOR_ENV } from "../../src/process/worker-env.ts";
 
 type Status = { state: string; replica_list: { id: string; pid: number }[]; queue: { active: number } };
 
@@ -30,7 +30,8 @@ async function processesOf(dataDir: string): Promise<string[]> {
     if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
     const environ = await readFile(`/proc/${entry}/environ`, "utf8").catch(() => "");
     const cmdline = await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "");
-    if (environ.split("\0").includes(`PLATFORM_DATA_DIR=${dataDir}`) || cmdline.includes(dataDir)) found.push(`${entry}: ${cmdline.replace(/\0/g, " ")}`);
+    if (environ.split("\0").includes(`PLATFORM_DATA_DIR=${dataDir}`) || cmdline.includes(dataDir))
+      found.push(`${entry}: ${cmdline.replace(/\0/g, " ")}`);
   }
   return found;
 }
@@ -47,7 +48,8 @@ async function survivorsAfter(dataDir: string, pids: number[], ms: number): Prom
 
 function exitOf(stack: Stack): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
   const child = stack.process;
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
+  if (child.exitCode !== null || child.signalCode !== null)
+    return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
   return new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
 }
 
@@ -92,7 +94,9 @@ describe("one stack, attacked from inside", () => {
   });
 
   it("skips garbage on the gateway's reply stream and keeps answering", async () => {
-    expect((await client.completions.create({ model: "tiny", prompt: "hi", max_tokens: 3 })).usage?.completion_tokens).toBe(3);
+    expect(
+      (await client.completions.create({ model: "tiny", prompt: "hi", max_tokens: 3 })).usage?.completion_tokens,
+    ).toBe(3);
     const redis = new Redis(stack.redisUrl);
     try {
       const [, keys] = await redis.scan("0", "MATCH", "platform:*replies:*", "COUNT", 1000);
@@ -114,19 +118,30 @@ describe("one stack, attacked from inside", () => {
     const environOf = async (pid: number) => (await readFile(`/proc/${pid}/environ`, "utf8")).split("\0");
     const workers = (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.replica_list.map((r) => r.pid);
     expect(workers.length).toBeGreaterThan(0);
-    for (const pid of workers) expect(await environOf(pid)).toEqual(expect.arrayContaining(Object.entries(WORKER_ALLOCATOR_ENV).map(([name, value]) => `${name}=${value}`)));
+    for (const pid of workers)
+      expect(await environOf(pid)).toEqual(
+        expect.arrayContaining(Object.entries(WORKER_ALLOCATOR_ENV).map(([name, value]) => `${name}=${value}`)),
+      );
     expect((await environOf(stack.process.pid as number)).filter((v) => v.startsWith("MALLOC_"))).toEqual([]);
   });
 
   it("a worker past its drain deadline aborts its generation and hands the job back", async () => {
-    const before = (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.replica_list[0] as { id: string; pid: number };
+    const before = (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.replica_list[0] as {
+      id: string;
+      pid: number;
+    };
     const victim = before.pid;
     const observer = await QueueObserver.start(stack.redisUrl, "platform", queueName("tiny", "v1"));
     let answered = false;
-    const long = client.completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 4000, temperature: 0 }).finally(() => {
-      answered = true;
-    });
-    await stack.waitFor(async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.queue.active === 1, "the request to be in flight");
+    const long = client.completions
+      .create({ model: "tiny", prompt: "Once upon a time", max_tokens: 4000, temperature: 0 })
+      .finally(() => {
+        answered = true;
+      });
+    await stack.waitFor(
+      async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.queue.active === 1,
+      "the request to be in flight",
+    );
     process.kill(victim, "SIGTERM");
     await stack.waitFor(async () => !alive(victim), "the worker to exit", 30_000);
     // It did not wait for the generation to finish: the request is still open, and is then
@@ -143,7 +158,10 @@ describe("one stack, attacked from inside", () => {
     expect(observer.count(jobId as string, "active")).toBe(2);
     expect(observer.count(jobId as string, "stalled")).toBe(0);
     expect(observer.count(jobId as string, "failed")).toBe(0);
-    await stack.waitFor(async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.state === "available", "a replacement");
+    await stack.waitFor(
+      async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.state === "available",
+      "a replacement",
+    );
   });
 
   it("killed outright (SIGKILL) mid-request, `up` leaves no worker and no Redis behind (within 10 s), and the job is handed back", async () => {
@@ -153,7 +171,12 @@ describe("one stack, attacked from inside", () => {
     expect((await processesOf(stack.dataDir)).length).toBeGreaterThanOrEqual(3); // up, a worker, Redis (and its watchdog)
     // Streamed, so that the kill comes as soon as the first token does: the tiny model writes 4000
     // tokens in about a second, and a kill after polling for the job could come after its end.
-    const stream = await client.completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 4000, stream: true });
+    const stream = await client.completions.create({
+      model: "tiny",
+      prompt: "Once upon a time",
+      max_tokens: 4000,
+      stream: true,
+    });
     const tokens = stream[Symbol.asyncIterator]();
     await tokens.next();
     stack.process.kill("SIGKILL");
@@ -188,14 +211,17 @@ describe("one stack, attacked from inside", () => {
     try {
       const t0 = Date.now();
       while (!/Press Ctrl-C to stop/.test(out)) {
-        if (child.exitCode !== null || Date.now() - t0 > 60_000) throw new Error(`the second \`up\` did not start:\n${out}`);
+        if (child.exitCode !== null || Date.now() - t0 > 60_000)
+          throw new Error(`the second \`up\` did not start:\n${out}`);
         await sleep(50);
       }
       // The key the first `up` minted (MULTI/EXEC) came back with the AOF: nothing re-minted.
       expect(out).not.toMatch(/not valid here|a new admin key replaces it/);
       expect((out.match(/API key\s+(\S+)/) ?? [])[1]).toBe(stack.apiKey);
       const baseUrl = (out.match(/base URL\s+(\S+)\/v1/) ?? [])[1] as string;
-      const res = await fetch(`${baseUrl}/admin/v1/endpoints/tiny`, { headers: { authorization: `Bearer ${stack.apiKey}` } });
+      const res = await fetch(`${baseUrl}/admin/v1/endpoints/tiny`, {
+        headers: { authorization: `Bearer ${stack.apiKey}` },
+      });
       expect(res.status).toBe(200);
     } finally {
       if (child.exitCode === null) child.kill("SIGINT");
@@ -226,8 +252,13 @@ describe("signals", () => {
       const { workers, redis } = await pidsOf(stack);
       const client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
       // A long generation keeps the first, graceful stop busy draining.
-      const long = client.completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 4000 }).catch(() => undefined);
-      await stack.waitFor(async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.queue.active === 1, "the request to be in flight");
+      const long = client.completions
+        .create({ model: "tiny", prompt: "Once upon a time", max_tokens: 4000 })
+        .catch(() => undefined);
+      await stack.waitFor(
+        async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.queue.active === 1,
+        "the request to be in flight",
+      );
       stack.process.kill("SIGINT");
       await stack.waitFor(async () => /SIGINT: stopping/.test(stack.output()), "the first stop to begin");
       stack.process.kill("SIGINT");

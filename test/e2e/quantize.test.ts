@@ -21,7 +21,10 @@ let sha256: string;
 beforeAll(async () => {
   stack = await startStack();
   work = await mkdtemp(join(tmpdir(), "platform-quantize-e2e-"));
-  const submit = await runCli(["training", "submit", "--name", "tiny", "--framework", "llamacpp", "--source", await tinyModelPath(), "--json"], stack.env);
+  const submit = await runCli(
+    ["training", "submit", "--name", "tiny", "--framework", "llamacpp", "--source", await tinyModelPath(), "--json"],
+    stack.env,
+  );
   expect(submit.code, submit.stderr).toBe(0);
   sha256 = JSON.parse(submit.stdout).sha256;
 });
@@ -45,10 +48,16 @@ async function completion(model: string): Promise<{ status: number; text: string
 
 describe("deploy --quantization on llama.cpp", () => {
   it("int8: the endpoint becomes available on a Q8_0 copy and answers; quantization counts as applied", async () => {
-    const deploy = await runCli(["inference", "deploy", "--model", "tiny", "--quantization", "int8", "--json"], stack.env);
+    const deploy = await runCli(
+      ["inference", "deploy", "--model", "tiny", "--quantization", "int8", "--json"],
+      stack.env,
+    );
     expect(deploy.code, deploy.stderr).toBe(0);
     expect(JSON.parse(deploy.stdout).config.runtime.quantization).toBe("int8");
-    await stack.waitFor(async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.state === "available", "tiny (int8) available");
+    await stack.waitFor(
+      async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.state === "available",
+      "tiny (int8) available",
+    );
 
     const answer = await completion("tiny");
     expect(answer.status).toBe(200);
@@ -73,12 +82,30 @@ describe("deploy --quantization on llama.cpp", () => {
 
   it("int4 from a YAML file on a second endpoint of the same model", async () => {
     const yaml = join(work, "q4.yaml");
-    await writeFile(yaml, ["endpoint: tiny-q4", "model:", "  name: tiny", "runtime:", "  quantization: int4", "resources:", "  replicas: 1", ""].join("\n"));
+    await writeFile(
+      yaml,
+      [
+        "endpoint: tiny-q4",
+        "model:",
+        "  name: tiny",
+        "runtime:",
+        "  quantization: int4",
+        "resources:",
+        "  replicas: 1",
+        "",
+      ].join("\n"),
+    );
     const deploy = await runCli(["inference", "deploy", "--config", yaml], stack.env);
     expect(deploy.code, deploy.stderr).toBe(0);
-    await stack.waitFor(async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny-q4")).body.state === "available", "tiny-q4 available");
+    await stack.waitFor(
+      async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny-q4")).body.state === "available",
+      "tiny-q4 available",
+    );
     expect((await completion("tiny-q4")).tokens).toBe(8);
-    expect((await readdir(join(stack.dataDir, "artifacts", "quantized", sha256))).sort()).toEqual(["Q4_0.gguf", "Q8_0.gguf"]);
+    expect((await readdir(join(stack.dataDir, "artifacts", "quantized", sha256))).sort()).toEqual([
+      "Q4_0.gguf",
+      "Q8_0.gguf",
+    ]);
   });
 
   it("each quantization has a queue of its own, so one endpoint's replicas never answer the other's requests", async () => {
@@ -98,10 +125,16 @@ describe("deploy --quantization on llama.cpp", () => {
     const submit = await runCli(["training", "submit", "--name", "tiny-q8", "--source", q8, "--json"], stack.env);
     expect(submit.code, submit.stderr).toBe(0);
     expect(JSON.parse(submit.stdout).gguf.quantization).toBe("Q8_0");
-    const refused = await runCli(["inference", "deploy", "--model", "tiny-q8", "--quantization", "int4", "--replicas", "0"], stack.env);
+    const refused = await runCli(
+      ["inference", "deploy", "--model", "tiny-q8", "--quantization", "int4", "--replicas", "0"],
+      stack.env,
+    );
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/runtime\.quantization: the model is already quantized \(Q8_0\)/);
-    const same = await runCli(["inference", "deploy", "--model", "tiny-q8", "--quantization", "int8", "--replicas", "0"], stack.env);
+    const same = await runCli(
+      ["inference", "deploy", "--model", "tiny-q8", "--quantization", "int8", "--replicas", "0"],
+      stack.env,
+    );
     expect(same.code, same.stderr).toBe(0);
   });
 });

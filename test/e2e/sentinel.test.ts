@@ -48,23 +48,43 @@ async function chat(): Promise<Chat> {
   const res = await fetch(`${stack.baseUrl}/v1/chat/completions`, {
     method: "POST",
     headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" },
-    body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: PROMPT }], max_tokens: 8, temperature: 0 }),
+    body: JSON.stringify({
+      model: MODEL,
+      messages: [{ role: "user", content: PROMPT }],
+      max_tokens: 8,
+      temperature: 0,
+    }),
   });
   const body = (await res.json()) as { choices?: { message: { content: string } }[]; error?: { code: string } };
-  return { status: res.status, retryAfter: res.headers.get("retry-after"), text: body.choices?.[0]?.message.content, code: body.error?.code, ms: Date.now() - t0 };
+  return {
+    status: res.status,
+    retryAfter: res.headers.get("retry-after"),
+    text: body.choices?.[0]?.message.content,
+    code: body.error?.code,
+    ms: Date.now() - t0,
+  };
 }
 
-async function batchJob(id: string): Promise<{ state: string; counts: { total: number; succeeded: number; failed: number } }> {
-  const res = await fetch(`${stack.baseUrl}/v1/batch-jobs/${id}`, { headers: { authorization: `Bearer ${stack.apiKey}` } });
+async function batchJob(
+  id: string,
+): Promise<{ state: string; counts: { total: number; succeeded: number; failed: number } }> {
+  const res = await fetch(`${stack.baseUrl}/v1/batch-jobs/${id}`, {
+    headers: { authorization: `Bearer ${stack.apiKey}` },
+  });
   return (await res.json()) as { state: string; counts: { total: number; succeeded: number; failed: number } };
 }
 
-it("survives the primary's death: requests answered or refused fast, the batch exact, service back within 15 s", { timeout: 300_000 }, async () => {
+it("survives the primary's death: requests answered or refused fast, the batch exact, service back within 15 s", {
+  timeout: 300_000,
+}, async () => {
   const reference = await chat();
   expect(reference.status).toBe(200);
 
   const input = join(scratch, "in.jsonl");
-  await writeFile(input, `${Array.from({ length: RECORDS }, (_, i) => JSON.stringify({ id: `r${i}`, prompt: PROMPT, max_tokens: 4 })).join("\n")}\n`);
+  await writeFile(
+    input,
+    `${Array.from({ length: RECORDS }, (_, i) => JSON.stringify({ id: `r${i}`, prompt: PROMPT, max_tokens: 4 })).join("\n")}\n`,
+  );
   const created = await fetch(`${stack.baseUrl}/v1/batch-jobs`, {
     method: "POST",
     headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" },
@@ -125,7 +145,10 @@ it("survives the primary's death: requests answered or refused fast, the batch e
     if (Date.now() - t0 > 180_000) throw new Error(`the batch did not finish: ${JSON.stringify(job)}`);
     await sleep(250);
   }
-  const lines = (await readFile(join(scratch, "out.jsonl"), "utf8")).trimEnd().split("\n").map((l) => JSON.parse(l) as { id: string; status: string });
+  const lines = (await readFile(join(scratch, "out.jsonl"), "utf8"))
+    .trimEnd()
+    .split("\n")
+    .map((l) => JSON.parse(l) as { id: string; status: string });
   expect(lines.map((l) => l.id)).toEqual(Array.from({ length: RECORDS }, (_, i) => `r${i}`));
   expect(lines.every((l) => l.status === "success")).toBe(true);
 });

@@ -28,8 +28,18 @@ afterAll(async () => {
   await stack?.stop();
 });
 
-const deploy = (name: string, runtime: object) => stack.admin("PUT", `/admin/v1/endpoints/${name}`, { model: { name: "tiny" }, runtime, resources: { replicas: 1, parallel: 2 } });
-const available = (name: string) => stack.waitFor(async () => (await stack.admin<Status>("GET", `/admin/v1/endpoints/${name}`)).body.state === "available", `${name} available`, 120_000);
+const deploy = (name: string, runtime: object) =>
+  stack.admin("PUT", `/admin/v1/endpoints/${name}`, {
+    model: { name: "tiny" },
+    runtime,
+    resources: { replicas: 1, parallel: 2 },
+  });
+const available = (name: string) =>
+  stack.waitFor(
+    async () => (await stack.admin<Status>("GET", `/admin/v1/endpoints/${name}`)).body.state === "available",
+    `${name} available`,
+    120_000,
+  );
 const complete = async (model: string, prompt: string) => {
   const res = await fetch(`${stack.baseUrl}/v1/completions`, {
     method: "POST",
@@ -41,7 +51,9 @@ const complete = async (model: string, prompt: string) => {
 };
 
 describe("speculative decoding on llama.cpp", () => {
-  it("answers exactly as without it, with the draft applied and the fields reported as applied", { timeout: 180_000 }, async () => {
+  it("answers exactly as without it, with the draft applied and the fields reported as applied", {
+    timeout: 180_000,
+  }, async () => {
     expect((await deploy("plain", {})).status).toBe(200);
     expect((await deploy("spec", { speculative_model: "tiny-draft", num_speculative_tokens: 3 })).status).toBe(200);
     expect((await deploy("self", { speculative_model: "tiny@v1" })).status).toBe(200);
@@ -55,9 +67,11 @@ describe("speculative decoding on llama.cpp", () => {
     expect(status.not_applied).not.toContain("runtime.speculative_model");
     expect(status.not_applied).not.toContain("runtime.num_speculative_tokens");
     // The replica loaded the draft and speculates, as its own log says.
-    const log = new RegExp("replica spec-\\S+ starting .*log (\\S+\\.log)\\)").exec(stack.output())?.[1];
+    const log = /replica spec-\S+ starting .*log (\S+\.log)\)/.exec(stack.output())?.[1];
     expect(log, stack.output()).toBeDefined();
-    expect(await readFile(log as string, "utf8")).toMatch(/speculative decoding: a draft model proposes 3 tokens per step/);
+    expect(await readFile(log as string, "utf8")).toMatch(
+      /speculative decoding: a draft model proposes 3 tokens per step/,
+    );
   });
 
   it("refuses a draft that is not registered, naming the field", async () => {
@@ -66,11 +80,25 @@ describe("speculative decoding on llama.cpp", () => {
     expect(JSON.stringify(res.body)).toMatch(/runtime\.speculative_model: model \\"nope\\" is not registered/);
   });
 
-  it.skipIf(!sharedModelPath())("a draft with another vocabulary fails the replica, and status says why", { timeout: 120_000 }, async () => {
-    const r = await runCli(["training", "submit", "--name", "stories", "--source", sharedModelPath() as string], stack.env);
-    expect(r.code, r.stderr).toBe(0);
-    expect((await deploy("mismatch", { speculative_model: "stories" })).status).toBe(200);
-    await stack.waitFor(async () => JSON.stringify((await stack.admin<Status>("GET", "/admin/v1/endpoints/mismatch")).body).includes("vocabulary differs"), "mismatch to report the vocabulary", 60_000);
-    expect((await stack.admin("DELETE", "/admin/v1/endpoints/mismatch")).status).toBeLessThan(300);
-  });
+  it.skipIf(!sharedModelPath())(
+    "a draft with another vocabulary fails the replica, and status says why",
+    { timeout: 120_000 },
+    async () => {
+      const r = await runCli(
+        ["training", "submit", "--name", "stories", "--source", sharedModelPath() as string],
+        stack.env,
+      );
+      expect(r.code, r.stderr).toBe(0);
+      expect((await deploy("mismatch", { speculative_model: "stories" })).status).toBe(200);
+      await stack.waitFor(
+        async () =>
+          JSON.stringify((await stack.admin<Status>("GET", "/admin/v1/endpoints/mismatch")).body).includes(
+            "vocabulary differs",
+          ),
+        "mismatch to report the vocabulary",
+        60_000,
+      );
+      expect((await stack.admin("DELETE", "/admin/v1/endpoints/mismatch")).status).toBeLessThan(300);
+    },
+  );
 });

@@ -13,9 +13,9 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BatchJobs, startBatchCoordinator } from "../../src/batch/index.ts";
-import type { BatchJobRecord } from "../../src/contracts/batch.ts";
-import { createApiKey } from "../../src/control/apikeys.ts";
-import { type Control, connectControl } from "../../src/control/redis.ts";
+import type { BatchJob } from "../../src/batch/schema.ts";
+import { createApiKey } from "../../src/keys/store.ts";
+import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { StoragePolicy } from "../../src/storage/policy.ts";
@@ -37,7 +37,10 @@ let batchRoot: string;
 const users: { a: { id: string; key: string }; b: { id: string; key: string } } = {} as never;
 let jobs: BatchJobs;
 
-type Answer = { status: number; body: Record<string, unknown> & { error?: { code: string; message: string; param: string | null } } };
+type Answer = {
+  status: number;
+  body: Record<string, unknown> & { error?: { code: string; message: string; param: string | null } };
+};
 
 async function call(method: string, path: string, body?: unknown, key = stack.apiKey): Promise<Answer> {
   const res = await fetch(`${stack.baseUrl}${path}`, {
@@ -48,11 +51,11 @@ async function call(method: string, path: string, body?: unknown, key = stack.ap
   return { status: res.status, body: (await res.json()) as Answer["body"] };
 }
 
-async function job(id: string, key = stack.apiKey): Promise<BatchJobRecord> {
-  return (await call("GET", `/v1/batch-jobs/${id}`, undefined, key)).body as unknown as BatchJobRecord;
+async function job(id: string, key = stack.apiKey): Promise<BatchJob> {
+  return (await call("GET", `/v1/batch-jobs/${id}`, undefined, key)).body as unknown as BatchJob;
 }
 
-async function until(id: string, done: (j: BatchJobRecord) => boolean, key = stack.apiKey): Promise<BatchJobRecord> {
+async function until(id: string, done: (j: BatchJob) => boolean, key = stack.apiKey): Promise<BatchJob> {
   const t0 = Date.now();
   for (;;) {
     const j = await job(id, key);
@@ -62,7 +65,7 @@ async function until(id: string, done: (j: BatchJobRecord) => boolean, key = sta
   }
 }
 
-const ended = (j: BatchJobRecord) => ["completed", "failed", "cancelled"].includes(j.state);
+const ended = (j: BatchJob) => ["completed", "failed", "cancelled"].includes(j.state);
 
 function records(n: number, prefix = "r", maxTokens = 3): string {
   return `${Array.from({ length: n }, (_, i) => JSON.stringify({ id: `${prefix}${i}`, prompt: "Once upon a time", max_tokens: maxTokens })).join("\n")}\n`;
@@ -77,7 +80,18 @@ beforeAll(async () => {
   s3 = await startS3(join(scratch, "s3"), BUCKET);
   stack = await startStack({
     model: await tinyModelPath(),
-    args: ["--name", MODEL, "--replicas", "1", "--parallel", "2", "--storage-root", root, "--storage-root", `s3://${BUCKET}/allowed`],
+    args: [
+      "--name",
+      MODEL,
+      "--replicas",
+      "1",
+      "--parallel",
+      "2",
+      "--storage-root",
+      root,
+      "--storage-root",
+      `s3://${BUCKET}/allowed`,
+    ],
     env: s3.env,
   });
   batchRoot = join(stack.dataDir, "batch");
@@ -115,13 +129,23 @@ describe("every URI a user key names is confined", () => {
     await mkdir(join(root, id), { recursive: true });
     await writeFile(join(root, id, "in.jsonl"), records(2));
     const target = join(outside, "stolen");
-    const res = await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(root, id, "in.jsonl"), output: `${target}/` }, key);
+    const res = await call(
+      "POST",
+      "/v1/batch-jobs",
+      { model: MODEL, input: join(root, id, "in.jsonl"), output: `${target}/` },
+      key,
+    );
     expect(res).toMatchObject({ status: 403, body: { error: { code: "storage_forbidden", param: "output" } } });
     await sleep(500);
     expect(existsSync(target)).toBe(false);
     // An existing .jsonl outside is not replaced either (the old route replaced any file the server could write).
     await writeFile(join(outside, "victim.jsonl"), "precious\n");
-    const replace = await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(root, id, "in.jsonl"), output: join(outside, "victim.jsonl"), overwrite: true }, key);
+    const replace = await call(
+      "POST",
+      "/v1/batch-jobs",
+      { model: MODEL, input: join(root, id, "in.jsonl"), output: join(outside, "victim.jsonl"), overwrite: true },
+      key,
+    );
     expect(replace.status).toBe(403);
     expect(await readFile(join(outside, "victim.jsonl"), "utf8")).toBe("precious\n");
   });
@@ -138,7 +162,7 @@ describe("every URI a user key names is confined", () => {
       ["../../outside/secret.jsonl", "out/"],
       [join(area, "link.jsonl"), "out/"],
       [join(area, "linkdir", "secret.jsonl"), "out/"],
-      ["in.jsonl", join(area, "linkdir") + "/"],
+      ["in.jsonl", `${join(area, "linkdir")}/`],
       ["in.jsonl", join(area, "dangling.jsonl")],
     ];
     for (const [input, output] of attempts) {
@@ -151,7 +175,13 @@ describe("every URI a user key names is confined", () => {
 
   it("refuses buckets and prefixes that are not allowed (segment-wise, no prefix-other confusion)", async () => {
     const { id, key } = users.a;
-    for (const uri of [`s3://other-bucket/in.jsonl`, `s3://${BUCKET}/in.jsonl`, `s3://${BUCKET}/allowed-other/${id}/in.jsonl`, `s3://${BUCKET}/allowed/${users.b.id}/in.jsonl`, `s3://${BUCKET}/allowed/${id}x/in.jsonl`]) {
+    for (const uri of [
+      `s3://other-bucket/in.jsonl`,
+      `s3://${BUCKET}/in.jsonl`,
+      `s3://${BUCKET}/allowed-other/${id}/in.jsonl`,
+      `s3://${BUCKET}/allowed/${users.b.id}/in.jsonl`,
+      `s3://${BUCKET}/allowed/${id}x/in.jsonl`,
+    ]) {
       const res = await call("POST", "/v1/batch-jobs", { model: MODEL, input: uri, output: "out/" }, key);
       expect(res.status, uri).toBe(403);
       expect(res.body.error?.code).toBe("storage_forbidden");
@@ -160,20 +190,50 @@ describe("every URI a user key names is confined", () => {
     const store = openStore(`s3://${BUCKET}/allowed/${id}`, s3.settings);
     await store.put("in.jsonl", records(2, "s"));
     store.close();
-    const ok = await call("POST", "/v1/batch-jobs", { model: MODEL, input: `s3://${BUCKET}/allowed/${id}/in.jsonl`, output: `s3://${BUCKET}/allowed/${id}/out/` }, key);
+    const ok = await call(
+      "POST",
+      "/v1/batch-jobs",
+      { model: MODEL, input: `s3://${BUCKET}/allowed/${id}/in.jsonl`, output: `s3://${BUCKET}/allowed/${id}/out/` },
+      key,
+    );
     expect(ok.status, JSON.stringify(ok.body)).toBe(201);
-    expect(await until(ok.body.id as string, ended, key)).toMatchObject({ state: "completed", counts: { succeeded: 2 } });
+    expect(await until(ok.body.id as string, ended, key)).toMatchObject({
+      state: "completed",
+      counts: { succeeded: 2 },
+    });
   });
 
   it("one tenant cannot read another's input by absolute path", async () => {
     const b = users.b;
     await mkdir(join(root, b.id), { recursive: true });
     await writeFile(join(root, b.id, "in.jsonl"), records(1, "b-private"));
-    const res = await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(root, b.id, "in.jsonl"), output: "out/" }, users.a.key);
+    const res = await call(
+      "POST",
+      "/v1/batch-jobs",
+      { model: MODEL, input: join(root, b.id, "in.jsonl"), output: "out/" },
+      users.a.key,
+    );
     expect(res).toMatchObject({ status: 403, body: { error: { code: "storage_forbidden" } } });
     // The owner can; an admin key reaches the whole root.
-    expect((await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(root, b.id, "in.jsonl"), output: "out/" }, b.key)).status).toBe(201);
-    expect((await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(root, b.id, "in.jsonl"), output: `${root}/admin-out/` })).status).toBe(201);
+    expect(
+      (
+        await call(
+          "POST",
+          "/v1/batch-jobs",
+          { model: MODEL, input: join(root, b.id, "in.jsonl"), output: "out/" },
+          b.key,
+        )
+      ).status,
+    ).toBe(201);
+    expect(
+      (
+        await call("POST", "/v1/batch-jobs", {
+          model: MODEL,
+          input: join(root, b.id, "in.jsonl"),
+          output: `${root}/admin-out/`,
+        })
+      ).status,
+    ).toBe(201);
   });
 
   it("GET /v1/storage lists the key's areas", async () => {
@@ -181,7 +241,12 @@ describe("every URI a user key names is confined", () => {
     const res = await call("GET", "/v1/storage", undefined, key);
     expect(res.body).toMatchObject({
       object: "storage",
-      roots: [`file://${batchRoot}/${id}/`, `file://${process.cwd()}/${id}/`, `file://${root}/${id}/`, `s3://${BUCKET}/allowed/${id}/`],
+      roots: [
+        `file://${batchRoot}/${id}/`,
+        `file://${process.cwd()}/${id}/`,
+        `file://${root}/${id}/`,
+        `s3://${BUCKET}/allowed/${id}/`,
+      ],
       relative_to: `file://${batchRoot}/${id}/`,
     });
   });
@@ -190,15 +255,37 @@ describe("every URI a user key names is confined", () => {
     const form = new FormData();
     form.set("purpose", "batch");
     form.set("file", new Blob([records(1)]), "a.jsonl");
-    const up = await fetch(`${stack.baseUrl}/v1/files`, { method: "POST", headers: { authorization: `Bearer ${users.a.key}` }, body: form });
+    const up = await fetch(`${stack.baseUrl}/v1/files`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${users.a.key}` },
+      body: form,
+    });
     const file = (await up.json()) as { id: string };
-    const stolen = await call("POST", "/v1/batch-jobs", { model: MODEL, input_file_id: file.id, output: "out/" }, users.b.key);
+    const stolen = await call(
+      "POST",
+      "/v1/batch-jobs",
+      { model: MODEL, input_file_id: file.id, output: "out/" },
+      users.b.key,
+    );
     expect(stolen).toMatchObject({ status: 404, body: { error: { code: "file_not_found" } } });
-    const viaOpenAi = await call("POST", "/v1/batches", { input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h" }, users.b.key);
+    const viaOpenAi = await call(
+      "POST",
+      "/v1/batches",
+      { input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h" },
+      users.b.key,
+    );
     expect(viaOpenAi.status).toBe(404);
-    const own = await call("POST", "/v1/batch-jobs", { model: MODEL, input_file_id: file.id, output: "from-file/" }, users.a.key);
+    const own = await call(
+      "POST",
+      "/v1/batch-jobs",
+      { model: MODEL, input_file_id: file.id, output: "from-file/" },
+      users.a.key,
+    );
     expect(own.status, JSON.stringify(own.body)).toBe(201);
-    expect(await until(own.body.id as string, ended, users.a.key)).toMatchObject({ state: "completed", input: file.id });
+    expect(await until(own.body.id as string, ended, users.a.key)).toMatchObject({
+      state: "completed",
+      input: file.id,
+    });
   });
 
   it("re-checks when the job runs: a symlink planted after creation fails the job with storage_forbidden", async () => {
@@ -208,14 +295,20 @@ describe("every URI a user key names is confined", () => {
     const idle = new BatchJobs(ctl, { queue, storage: policy });
     const input = join(root, id, "later.jsonl");
     await writeFile(input, records(1));
-    const created = await idle.create({ model: MODEL, input: "later.jsonl", output: "later-out/" }, { id, role: "user" }).catch((e: unknown) => e);
+    const created = await idle
+      .create({ model: MODEL, input: "later.jsonl", output: "later-out/" }, { id, role: "user", org: "default" })
+      .catch((e: unknown) => e);
     // Relative names resolve under the first file root's area: here <root>/<key id>/.
     expect(created).toMatchObject({ input: "later.jsonl", state: "queued" });
     await rm(input);
     await symlink(join(outside, "secret.jsonl"), input);
-    const coordinator = await startBatchCoordinator(ctl, { ...loadSettings(), storageRoots: [{ scheme: "file", path: root }] }, { queue });
+    const coordinator = await startBatchCoordinator(
+      ctl,
+      { ...loadSettings(), storageRoots: [{ scheme: "file", path: root }] },
+      { queue },
+    );
     try {
-      const failed = await waitForJob(idle, (created as BatchJobRecord).id);
+      const failed = await waitForJob(idle, (created as BatchJob).id);
       expect(failed).toMatchObject({ state: "failed", error: { code: "storage_forbidden" } });
       expect(failed.error?.message).not.toContain(outside);
     } finally {
@@ -230,11 +323,17 @@ describe("results are the owner's only", () => {
     const a = users.a;
     await mkdir(join(root, a.id), { recursive: true });
     await writeFile(join(root, a.id, "mine.jsonl"), records(2, "a-private"));
-    const created = await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(root, a.id, "mine.jsonl"), output: "mine-out/" }, a.key);
+    const created = await call(
+      "POST",
+      "/v1/batch-jobs",
+      { model: MODEL, input: join(root, a.id, "mine.jsonl"), output: "mine-out/" },
+      a.key,
+    );
     expect(created.status, JSON.stringify(created.body)).toBe(201);
     const id = created.body.id as string;
     expect(await until(id, ended, a.key)).toMatchObject({ state: "completed" });
-    const get = (path: string, key: string) => fetch(`${stack.baseUrl}${path}`, { headers: { authorization: `Bearer ${key}` } });
+    const get = (path: string, key: string) =>
+      fetch(`${stack.baseUrl}${path}`, { headers: { authorization: `Bearer ${key}` } });
     expect((await get(`/v1/batch-jobs/${id}/output`, a.key)).status).toBe(200);
     for (const path of [`/v1/batch-jobs/${id}/output`, `/v1/batch-jobs/${id}`]) {
       const res = await get(path, users.b.key);
@@ -244,7 +343,13 @@ describe("results are the owner's only", () => {
     const form = new FormData();
     form.set("purpose", "batch");
     form.set("file", new Blob([records(1, "a-upload")]), "a.jsonl");
-    const file = (await (await fetch(`${stack.baseUrl}/v1/files`, { method: "POST", headers: { authorization: `Bearer ${a.key}` }, body: form })).json()) as { id: string };
+    const file = (await (
+      await fetch(`${stack.baseUrl}/v1/files`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${a.key}` },
+        body: form,
+      })
+    ).json()) as { id: string };
     for (const path of [`/v1/files/${file.id}`, `/v1/files/${file.id}/content`]) {
       const res = await get(path, users.b.key);
       expect(res.status, path).toBe(404);
@@ -256,7 +361,12 @@ describe("results are the owner's only", () => {
     const { a, b } = users;
     await mkdir(join(root, a.id), { recursive: true });
     await writeFile(join(root, a.id, "swap.jsonl"), records(2, "a-own"));
-    const created = await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(root, a.id, "swap.jsonl"), output: `${root}/${a.id}/swap-out/` }, a.key);
+    const created = await call(
+      "POST",
+      "/v1/batch-jobs",
+      { model: MODEL, input: join(root, a.id, "swap.jsonl"), output: `${root}/${a.id}/swap-out/` },
+      a.key,
+    );
     expect(created.status, JSON.stringify(created.body)).toBe(201);
     const id = created.body.id as string;
     expect(await until(id, ended, a.key)).toMatchObject({ state: "completed" });
@@ -265,7 +375,9 @@ describe("results are the owner's only", () => {
     await writeFile(join(root, b.id, "swap-out", `${id}.jsonl`), '{"id":"b-secret"}\n');
     await rename(join(root, a.id, "swap-out"), join(root, a.id, "swap-out.moved"));
     await symlink(join(root, b.id, "swap-out"), join(root, a.id, "swap-out"));
-    const res = await fetch(`${stack.baseUrl}/v1/batch-jobs/${id}/output`, { headers: { authorization: `Bearer ${a.key}` } });
+    const res = await fetch(`${stack.baseUrl}/v1/batch-jobs/${id}/output`, {
+      headers: { authorization: `Bearer ${a.key}` },
+    });
     const text = await res.text();
     expect(res.status, text).toBe(403);
     expect(JSON.parse(text)).toMatchObject({ error: { code: "storage_forbidden" } });
@@ -285,10 +397,17 @@ describe("links planted or swapped while a job runs", () => {
     const victim = join(outside, "victim-parts");
     await mkdir(victim, { recursive: true });
     await writeFile(join(victim, "part-000000.jsonl"), "precious\n");
-    const created = (await idle.create({ model: MODEL, input: "planted/in.jsonl", output: "planted/res/" }, { id, role: "user" })) as BatchJobRecord;
+    const created = (await idle.create(
+      { model: MODEL, input: "planted/in.jsonl", output: "planted/res/" },
+      { id, role: "user", org: "default" },
+    )) as BatchJob;
     // The job id is known before any coordinator sees the job: the link is in place first.
     await symlink(victim, join(area, "res", `${created.id}.parts`));
-    const coordinator = await startBatchCoordinator(ctl, { ...loadSettings(), storageRoots: [{ scheme: "file", path: root }] }, { queue });
+    const coordinator = await startBatchCoordinator(
+      ctl,
+      { ...loadSettings(), storageRoots: [{ scheme: "file", path: root }] },
+      { queue },
+    );
     try {
       const failed = await waitForJob(idle, created.id);
       expect(failed).toMatchObject({ state: "failed", error: { code: "storage_forbidden" } });
@@ -311,7 +430,12 @@ describe("links planted or swapped while a job runs", () => {
     const victim = join(outside, "victim-swap");
     await mkdir(victim, { recursive: true });
     await writeFile(join(victim, "part-000001.jsonl"), "precious\n");
-    const res = await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(area, "in.jsonl"), output: `${area}/res/`, batch_size: 4, concurrency: 2 }, key);
+    const res = await call(
+      "POST",
+      "/v1/batch-jobs",
+      { model: MODEL, input: join(area, "in.jsonl"), output: `${area}/res/`, batch_size: 4, concurrency: 2 },
+      key,
+    );
     expect(res.status, JSON.stringify(res.body)).toBe(201);
     const jobId = res.body.id as string;
     await until(jobId, (j) => j.counts.succeeded >= 4, key);
@@ -329,7 +453,9 @@ describe("links planted or swapped while a job runs", () => {
     // What it completed is kept where the job wrote it, never replaced by what the link leads to.
     const kept = (await readdir(`${parts}.aside`)).filter((f) => f.startsWith("part-"));
     expect(kept.length).toBeGreaterThanOrEqual(1);
-    const output = await fetch(`${stack.baseUrl}/v1/batch-jobs/${jobId}/output`, { headers: { authorization: `Bearer ${key}` } });
+    const output = await fetch(`${stack.baseUrl}/v1/batch-jobs/${jobId}/output`, {
+      headers: { authorization: `Bearer ${key}` },
+    });
     expect(await output.text()).not.toContain("precious");
   });
 
@@ -342,7 +468,12 @@ describe("links planted or swapped while a job runs", () => {
     const theirs = join(root, users.b.id, "theirs.jsonl");
     await mkdir(join(root, users.b.id), { recursive: true });
     await writeFile(theirs, records(200, "stolen", 2));
-    const res = await call("POST", "/v1/batch-jobs", { model: MODEL, input, output: `${area}/res/`, batch_size: 4, concurrency: 2 }, key);
+    const res = await call(
+      "POST",
+      "/v1/batch-jobs",
+      { model: MODEL, input, output: `${area}/res/`, batch_size: 4, concurrency: 2 },
+      key,
+    );
     expect(res.status, JSON.stringify(res.body)).toBe(201);
     const jobId = res.body.id as string;
     // Counted: the job has checked the input and read it once; the swap comes now.
@@ -350,9 +481,16 @@ describe("links planted or swapped while a job runs", () => {
     await rm(input);
     await symlink(theirs, input);
     const failed = await until(jobId, ended, key);
-    expect(failed).toMatchObject({ state: "failed", error: { code: "input_changed" }, resumable: false, counts: { total: 200 } });
+    expect(failed).toMatchObject({
+      state: "failed",
+      error: { code: "input_changed" },
+      resumable: false,
+      counts: { total: 200 },
+    });
     expect(failed.counts.succeeded).toBeLessThan(200);
-    const output = await fetch(`${stack.baseUrl}/v1/batch-jobs/${jobId}/output`, { headers: { authorization: `Bearer ${key}` } });
+    const output = await fetch(`${stack.baseUrl}/v1/batch-jobs/${jobId}/output`, {
+      headers: { authorization: `Bearer ${key}` },
+    });
     const body = output.status === 200 ? await output.text() : "";
     expect(body).not.toContain("stolen");
     for (const name of await readdir(join(area, "res"), { recursive: true })) {
@@ -365,24 +503,47 @@ describe("links planted or swapped while a job runs", () => {
 describe("what comes back never holds input bytes or server paths", () => {
   it("an unparseable line's error is exactly `line N: not valid JSON (byte offset K)`", async () => {
     const { id, key } = users.a;
-    const lines = [JSON.stringify({ id: "ok", prompt: "Once upon a time", max_tokens: 2 }), SECRET, "", `{"id": "x", "prompt": "${SECRET}`];
+    const lines = [
+      JSON.stringify({ id: "ok", prompt: "Once upon a time", max_tokens: 2 }),
+      SECRET,
+      "",
+      `{"id": "x", "prompt": "${SECRET}`,
+    ];
     const text = `${lines.join("\n")}\n`;
     await mkdir(join(batchRoot, id), { recursive: true });
     await writeFile(join(batchRoot, id, "mixed.jsonl"), text);
     const res = await call("POST", "/v1/batch-jobs", { model: MODEL, input: "mixed.jsonl", output: "results/" }, key);
     expect(res.status, JSON.stringify(res.body)).toBe(201);
     const done = await until(res.body.id as string, ended, key);
-    expect(done).toMatchObject({ state: "completed", input: "mixed.jsonl", output: "results/", output_file: `results/${done.id}.jsonl` });
+    expect(done).toMatchObject({
+      state: "completed",
+      input: "mixed.jsonl",
+      output: "results/",
+      output_file: `results/${done.id}.jsonl`,
+    });
     expect(JSON.stringify(done)).not.toContain(stack.dataDir);
-    const out = await fetch(`${stack.baseUrl}/v1/batch-jobs/${done.id}/output`, { headers: { authorization: `Bearer ${key}` } });
+    const out = await fetch(`${stack.baseUrl}/v1/batch-jobs/${done.id}/output`, {
+      headers: { authorization: `Bearer ${key}` },
+    });
     const body = await out.text();
     expect(body).not.toContain("SECRET");
-    const parsed = body.trimEnd().split("\n").map((l) => JSON.parse(l) as { id: string; error?: { code: string; message: string } });
+    const parsed = body
+      .trimEnd()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { id: string; error?: { code: string; message: string } });
     const offset2 = Buffer.byteLength(`${lines[0]}\n`);
     const offset4 = Buffer.byteLength(`${lines[0]}\n${lines[1]}\n\n`);
     expect(parsed.slice(1)).toEqual([
-      { id: "line-2", status: "error", error: { code: "invalid_json", message: `line 2: not valid JSON (byte offset ${offset2})` } },
-      { id: "line-4", status: "error", error: { code: "invalid_json", message: `line 4: not valid JSON (byte offset ${offset4})` } },
+      {
+        id: "line-2",
+        status: "error",
+        error: { code: "invalid_json", message: `line 2: not valid JSON (byte offset ${offset2})` },
+      },
+      {
+        id: "line-4",
+        status: "error",
+        error: { code: "invalid_json", message: `line 4: not valid JSON (byte offset ${offset4})` },
+      },
     ]);
     // The result is where the relative name said: the key's own area of the first root.
     expect(existsSync(join(batchRoot, id, "results", `${done.id}.jsonl`))).toBe(true);
@@ -403,14 +564,28 @@ describe("outputs are never silently replaced", () => {
     await mkdir(dir, { recursive: true });
     await writeFile(join(dir, "in.jsonl"), records(2));
     await writeFile(join(dir, "result.jsonl"), "old\n");
-    const refused = await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(dir, "in.jsonl"), output: join(dir, "result.jsonl") });
+    const refused = await call("POST", "/v1/batch-jobs", {
+      model: MODEL,
+      input: join(dir, "in.jsonl"),
+      output: join(dir, "result.jsonl"),
+    });
     expect(refused).toMatchObject({ status: 409, body: { error: { code: "output_exists", param: "output" } } });
     expect(await readFile(join(dir, "result.jsonl"), "utf8")).toBe("old\n");
-    const replaced = await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(dir, "in.jsonl"), output: join(dir, "result.jsonl"), overwrite: true });
+    const replaced = await call("POST", "/v1/batch-jobs", {
+      model: MODEL,
+      input: join(dir, "in.jsonl"),
+      output: join(dir, "result.jsonl"),
+      overwrite: true,
+    });
     expect(replaced.status).toBe(201);
     expect(await until(replaced.body.id as string, ended)).toMatchObject({ state: "completed", overwrite: true });
     expect((await readFile(join(dir, "result.jsonl"), "utf8")).trimEnd().split("\n")).toHaveLength(2);
-    const same = await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(dir, "in.jsonl"), output: `file://${dir}/in.jsonl`, overwrite: true });
+    const same = await call("POST", "/v1/batch-jobs", {
+      model: MODEL,
+      input: join(dir, "in.jsonl"),
+      output: `file://${dir}/in.jsonl`,
+      overwrite: true,
+    });
     expect(same).toMatchObject({ status: 400, body: { error: { code: "output_is_input" } } });
   });
 
@@ -418,11 +593,22 @@ describe("outputs are never silently replaced", () => {
     const dir = join(root, "late");
     await mkdir(dir, { recursive: true });
     await writeFile(join(dir, "in.jsonl"), records(40));
-    const res = await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(dir, "in.jsonl"), output: join(dir, "result.jsonl"), batch_size: 5, concurrency: 2 });
+    const res = await call("POST", "/v1/batch-jobs", {
+      model: MODEL,
+      input: join(dir, "in.jsonl"),
+      output: join(dir, "result.jsonl"),
+      batch_size: 5,
+      concurrency: 2,
+    });
     expect(res.status).toBe(201);
     await writeFile(join(dir, "result.jsonl"), "appeared meanwhile\n");
     const failed = await until(res.body.id as string, ended);
-    expect(failed).toMatchObject({ state: "failed", error: { code: "output_exists" }, resumable: false, partial: { records: 40 } });
+    expect(failed).toMatchObject({
+      state: "failed",
+      error: { code: "output_exists" },
+      resumable: false,
+      partial: { records: 40 },
+    });
     expect(await readFile(join(dir, "result.jsonl"), "utf8")).toBe("appeared meanwhile\n");
     const resume = await call("POST", `/v1/batch-jobs/${failed.id}/resume`);
     expect(resume).toMatchObject({ status: 409, body: { error: { code: "not_resumable" } } });
@@ -435,8 +621,22 @@ describe("a failed job keeps its completed parts and resumes", () => {
     await mkdir(dir, { recursive: true });
     // Long enough answers that the job is still running when its parts directory is swapped out.
     await writeFile(join(dir, "in.jsonl"), records(200, "r", 64));
-    const reference = await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(dir, "in.jsonl"), output: join(dir, "reference.jsonl"), batch_size: 5, concurrency: 2, temperature: 0 });
-    const res = await call("POST", "/v1/batch-jobs", { model: MODEL, input: join(dir, "in.jsonl"), output: join(dir, "result.jsonl"), batch_size: 5, concurrency: 2, temperature: 0 });
+    const reference = await call("POST", "/v1/batch-jobs", {
+      model: MODEL,
+      input: join(dir, "in.jsonl"),
+      output: join(dir, "reference.jsonl"),
+      batch_size: 5,
+      concurrency: 2,
+      temperature: 0,
+    });
+    const res = await call("POST", "/v1/batch-jobs", {
+      model: MODEL,
+      input: join(dir, "in.jsonl"),
+      output: join(dir, "result.jsonl"),
+      batch_size: 5,
+      concurrency: 2,
+      temperature: 0,
+    });
     const id = res.body.id as string;
     await until(id, (j) => j.counts.succeeded >= 20);
     // The parts directory turns into a file: the next part cannot be written (root ignores chmod).
@@ -456,14 +656,22 @@ describe("a failed job keeps its completed parts and resumes", () => {
     // The fix, then resume: it continues from its checkpoint.
     await rm(parts);
     await rename(`${parts}.aside`, parts);
-    const kept = await fetch(`${stack.baseUrl}/v1/batch-jobs/${id}/output`, { headers: { authorization: `Bearer ${stack.apiKey}` } });
+    const kept = await fetch(`${stack.baseUrl}/v1/batch-jobs/${id}/output`, {
+      headers: { authorization: `Bearer ${stack.apiKey}` },
+    });
     expect((await kept.text()).trimEnd().split("\n")).toHaveLength(failed.partial?.records as number);
     const resumed = await runCli(["inference", "batch", "resume", id, "--watch"], stack.env);
     expect(resumed.code, resumed.stderr).toBe(0);
     const done = await until(id, ended);
-    expect(done).toMatchObject({ state: "completed", counts: { total: 200, succeeded: 200, failed: 0 }, partial: null });
+    expect(done).toMatchObject({
+      state: "completed",
+      counts: { total: 200, succeeded: 200, failed: 0 },
+      partial: null,
+    });
     await until(reference.body.id as string, ended);
-    expect(await readFile(join(dir, "result.jsonl"), "utf8")).toBe(await readFile(join(dir, "reference.jsonl"), "utf8"));
+    expect(await readFile(join(dir, "result.jsonl"), "utf8")).toBe(
+      await readFile(join(dir, "reference.jsonl"), "utf8"),
+    );
   });
 });
 
@@ -473,14 +681,47 @@ describe("the CLI where it does not share the gateway's files", () => {
     await mkdir(local, { recursive: true });
     await writeFile(join(local, "prompts.jsonl"), records(6, "cli"));
     const env = { ...stack.env, PLATFORM_API_KEY: users.b.key, PLATFORM_CLI_UPLOAD: "always" };
-    const run = await runCli(["inference", "batch", "--model", MODEL, "--input", join(local, "prompts.jsonl"), "--output", join(local, "got.jsonl"), "--watch", "--batch-size", "2"], env);
+    const run = await runCli(
+      [
+        "inference",
+        "batch",
+        "--model",
+        MODEL,
+        "--input",
+        join(local, "prompts.jsonl"),
+        "--output",
+        join(local, "got.jsonl"),
+        "--watch",
+        "--batch-size",
+        "2",
+      ],
+      env,
+    );
     expect(run.code, run.stderr).toBe(0);
-    const got = (await readFile(join(local, "got.jsonl"), "utf8")).trimEnd().split("\n").map((l) => (JSON.parse(l) as { id: string }).id);
+    const got = (await readFile(join(local, "got.jsonl"), "utf8"))
+      .trimEnd()
+      .split("\n")
+      .map((l) => (JSON.parse(l) as { id: string }).id);
     expect(got).toEqual(Array.from({ length: 6 }, (_, i) => `cli${i}`));
     const id = run.stdout.split("\n")[0] as string;
-    expect(await job(id, users.b.key)).toMatchObject({ input: expect.stringMatching(/^file-/), output: "batch-outputs/" });
+    expect(await job(id, users.b.key)).toMatchObject({
+      input: expect.stringMatching(/^file-/),
+      output: "batch-outputs/",
+    });
     // Refused before any work when the local result exists.
-    const again = await runCli(["inference", "batch", "--model", MODEL, "--input", join(local, "prompts.jsonl"), "--output", join(local, "got.jsonl")], env);
+    const again = await runCli(
+      [
+        "inference",
+        "batch",
+        "--model",
+        MODEL,
+        "--input",
+        join(local, "prompts.jsonl"),
+        "--output",
+        join(local, "got.jsonl"),
+      ],
+      env,
+    );
     expect(again.code).toBe(2);
     expect(again.stderr).toMatch(/--overwrite/);
   });

@@ -35,7 +35,12 @@ function completeLines(text: string): string[] {
   return lines;
 }
 
-async function post(stack: Stack, path: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
+async function post(
+  stack: Stack,
+  path: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<Response> {
   return fetch(`${stack.baseUrl}${path}`, {
     method: "POST",
     headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json", ...headers },
@@ -75,24 +80,40 @@ describe("tracing on: OTLP export to a local receiver", () => {
   });
 
   /** The spans of one request (by its id) once the gateway's and the worker's have all arrived. */
-  async function spansOf(requestId: string): Promise<{ server: ReceivedSpan; wait: ReceivedSpan; inference: ReceivedSpan }> {
+  async function spansOf(
+    requestId: string,
+  ): Promise<{ server: ReceivedSpan; wait: ReceivedSpan; inference: ReceivedSpan }> {
     const find = () => {
       const mine = receiver.spans.filter((s) => s.attributes["platform.request_id"] === requestId);
-      return { server: mine.find((s) => s.kind === SERVER), wait: mine.find((s) => s.name === "queue wait"), inference: mine.find((s) => s.kind === CONSUMER) };
+      return {
+        server: mine.find((s) => s.kind === SERVER),
+        wait: mine.find((s) => s.name === "queue wait"),
+        inference: mine.find((s) => s.kind === CONSUMER),
+      };
     };
     await stack.waitFor(async () => Object.values(find()).every(Boolean), `the spans of ${requestId}`, 15_000);
     return find() as { server: ReceivedSpan; wait: ReceivedSpan; inference: ReceivedSpan };
   }
 
   it("one request is one trace: the gateway's server span, then the queue wait and the inference in the worker", async () => {
-    const res = await post(stack, "/v1/completions", { model: "tiny", prompt: "Once upon a time", max_tokens: 4 }, { "x-request-id": "req_trace_plain" });
+    const res = await post(
+      stack,
+      "/v1/completions",
+      { model: "tiny", prompt: "Once upon a time", max_tokens: 4 },
+      { "x-request-id": "req_trace_plain" },
+    );
     expect(res.status).toBe(200);
     const { server, wait, inference } = await spansOf("req_trace_plain");
 
     expect(server.name).toBe("POST /v1/completions");
     expect(server.service).toBe("platform-gateway");
     expect(server.parentSpanId).toBe(""); // no traceparent came in: a root
-    expect(server.attributes).toMatchObject({ "http.request.method": "POST", "http.route": "/v1/completions", "http.response.status_code": 200, "platform.model.version": "v1" });
+    expect(server.attributes).toMatchObject({
+      "http.request.method": "POST",
+      "http.route": "/v1/completions",
+      "http.response.status_code": 200,
+      "platform.model.version": "v1",
+    });
 
     for (const span of [wait, inference]) {
       expect(span.service).toBe("platform-worker");
@@ -100,7 +121,13 @@ describe("tracing on: OTLP export to a local receiver", () => {
       expect(span.parentSpanId).toBe(server.spanId);
     }
     expect(inference.name).toBe("text_completion tiny");
-    expect(inference.attributes).toMatchObject({ "gen_ai.request.model": "tiny", "gen_ai.usage.output_tokens": 4, "gen_ai.request.max_tokens": 4, "platform.model.version": "v1", "messaging.system": "bullmq" });
+    expect(inference.attributes).toMatchObject({
+      "gen_ai.request.model": "tiny",
+      "gen_ai.usage.output_tokens": 4,
+      "gen_ai.request.max_tokens": 4,
+      "platform.model.version": "v1",
+      "messaging.system": "bullmq",
+    });
     // In order, inside the request: waited, then ran, then answered. (Two processes, two clocks
     // read a few ms apart: a little slack across them; none within the worker.)
     expect(wait.startMs).toBeGreaterThanOrEqual(server.startMs - 20);
@@ -111,10 +138,15 @@ describe("tracing on: OTLP export to a local receiver", () => {
   it("honours an incoming W3C traceparent: the request joins the caller's trace", async () => {
     const traceId = "4bf92f3577b34da6a3ce929d0e0e4736";
     const callerSpan = "00f067aa0ba902b7";
-    const res = await post(stack, "/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 3 }, {
-      "x-request-id": "req_trace_joined",
-      traceparent: `00-${traceId}-${callerSpan}-01`,
-    });
+    const res = await post(
+      stack,
+      "/v1/chat/completions",
+      { model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 3 },
+      {
+        "x-request-id": "req_trace_joined",
+        traceparent: `00-${traceId}-${callerSpan}-01`,
+      },
+    );
     expect(res.status).toBe(200);
     const { server, wait, inference } = await spansOf("req_trace_joined");
     expect(server.traceId).toBe(traceId);
@@ -126,7 +158,12 @@ describe("tracing on: OTLP export to a local receiver", () => {
   });
 
   it("a streamed answer's server span lasts until the stream ends", async () => {
-    const res = await post(stack, "/v1/completions", { model: "tiny", prompt: "The little dog", max_tokens: 64, stream: true }, { "x-request-id": "req_trace_stream" });
+    const res = await post(
+      stack,
+      "/v1/completions",
+      { model: "tiny", prompt: "The little dog", max_tokens: 64, stream: true },
+      { "x-request-id": "req_trace_stream" },
+    );
     expect(res.status).toBe(200);
     expect(await res.text()).toContain("[DONE]");
     const { server, inference } = await spansOf("req_trace_stream");
@@ -138,20 +175,42 @@ describe("tracing on: OTLP export to a local receiver", () => {
 
   it("a caller's unsampled trace is not recorded anywhere, and no trace is made for it", async () => {
     const before = receiver.spans.length;
-    const res = await post(stack, "/v1/completions", { model: "tiny", prompt: "hi", max_tokens: 2 }, { "x-request-id": "req_trace_unsampled", traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00" });
+    const res = await post(
+      stack,
+      "/v1/completions",
+      { model: "tiny", prompt: "hi", max_tokens: 2 },
+      { "x-request-id": "req_trace_unsampled", traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00" },
+    );
     expect(res.status).toBe(200);
     await sleep(1_000);
-    expect(receiver.spans.slice(before).filter((s) => s.attributes["platform.request_id"] === "req_trace_unsampled")).toEqual([]);
+    expect(
+      receiver.spans.slice(before).filter((s) => s.attributes["platform.request_id"] === "req_trace_unsampled"),
+    ).toEqual([]);
   });
 
   it("logs are JSON lines with the request id and the trace id, in the gateway and in the worker", async () => {
-    const res = await post(stack, "/v1/completions", { model: "tiny", prompt: "Once", max_tokens: 2 }, { "x-request-id": "req_trace_logs" });
+    const res = await post(
+      stack,
+      "/v1/completions",
+      { model: "tiny", prompt: "Once", max_tokens: 2 },
+      { "x-request-id": "req_trace_logs" },
+    );
     expect(res.status).toBe(200);
     const { server } = await spansOf("req_trace_logs");
     const gatewayLine = async () => completeLines(stack.output()).find((l) => l.includes('"req_trace_logs"'));
     await stack.waitFor(async () => (await gatewayLine()) !== undefined, "the gateway's request line");
     const gateway = JSON.parse((await gatewayLine()) as string) as Record<string, unknown>;
-    expect(gateway).toMatchObject({ level: "debug", role: "up", component: "gateway", msg: "request", request_id: "req_trace_logs", trace_id: server.traceId, method: "POST", path: "/v1/completions", status: 200 });
+    expect(gateway).toMatchObject({
+      level: "debug",
+      role: "up",
+      component: "gateway",
+      msg: "request",
+      request_id: "req_trace_logs",
+      trace_id: server.traceId,
+      method: "POST",
+      path: "/v1/completions",
+      status: 200,
+    });
     expect(typeof gateway.time).toBe("string");
 
     // The worker writes to its replica's log file under the data directory.
@@ -170,9 +229,14 @@ describe("tracing on: OTLP export to a local receiver", () => {
 
   it("both the gateway and the worker loaded the SDK (the module log sees it)", async () => {
     const byProcess = await modulesByProcess(modules);
-    const exporting = [...byProcess].filter(([, mods]) => mods.includes("@opentelemetry/sdk-trace") && mods.includes("@opentelemetry/exporter-trace-otlp-http"));
+    const exporting = [...byProcess].filter(
+      ([, mods]) =>
+        mods.includes("@opentelemetry/sdk-trace") && mods.includes("@opentelemetry/exporter-trace-otlp-http"),
+    );
     // `up` and the replica (a standby worker started meanwhile may still be loading).
-    expect(exporting.map(([command]) => command).join("\n")).toMatch(/platform\.js up[^]*platform\.js worker|platform\.js worker[^]*platform\.js up/);
+    expect(exporting.map(([command]) => command).join("\n")).toMatch(
+      /platform\.js up[\s\S]*platform\.js worker|platform\.js worker[\s\S]*platform\.js up/,
+    );
     // Only the protocol's exporter: http/json here, so not the protobuf one.
     for (const [, mods] of byProcess) expect(mods).not.toContain("@opentelemetry/exporter-trace-otlp-proto");
   });
@@ -184,7 +248,16 @@ describe("tracing off (the default)", () => {
 
   beforeAll(async () => {
     modules = await mkdtemp(join(tmpdir(), "platform-modules-"));
-    stack = await startStack({ model: await tinyModelPath(), args: ["--name", "tiny"], env: { NODE_OPTIONS: `--import ${MODULE_LOG}`, MODULE_LOG_DIR: modules, OTEL_TRACES_EXPORTER: undefined, OTEL_SDK_DISABLED: undefined } });
+    stack = await startStack({
+      model: await tinyModelPath(),
+      args: ["--name", "tiny"],
+      env: {
+        NODE_OPTIONS: `--import ${MODULE_LOG}`,
+        MODULE_LOG_DIR: modules,
+        OTEL_TRACES_EXPORTER: undefined,
+        OTEL_SDK_DISABLED: undefined,
+      },
+    });
   });
 
   afterAll(async () => {
@@ -193,7 +266,12 @@ describe("tracing off (the default)", () => {
   });
 
   it("serves requests without loading any part of the OpenTelemetry SDK in any process", async () => {
-    const res = await post(stack, "/v1/completions", { model: "tiny", prompt: "Once upon a time", max_tokens: 4 }, { traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" });
+    const res = await post(
+      stack,
+      "/v1/completions",
+      { model: "tiny", prompt: "Once upon a time", max_tokens: 4 },
+      { traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" },
+    );
     expect(res.status).toBe(200);
     const byProcess = await modulesByProcess(modules);
     const commands = [...byProcess.keys()].join("\n");
@@ -201,9 +279,16 @@ describe("tracing off (the default)", () => {
     expect(commands).toMatch(/platform\.js worker/);
     // At most @opentelemetry/api, the no-op API (prom-client requires it for exemplars): no SDK,
     // no exporter, no context manager.
-    for (const [command, mods] of byProcess) expect(mods.filter((m) => m !== "@opentelemetry/api"), command).toEqual([]);
+    for (const [command, mods] of byProcess)
+      expect(
+        mods.filter((m) => m !== "@opentelemetry/api"),
+        command,
+      ).toEqual([]);
     // The text logs of `up` stay as they were: no JSON.
-    await stack.waitFor(async () => /\[endpoint\] tiny: available/.test(stack.output()), "up's text line for the endpoint");
+    await stack.waitFor(
+      async () => /\[endpoint\] tiny: available/.test(stack.output()),
+      "up's text line for the endpoint",
+    );
     expect(stack.output()).not.toMatch(/^\{"level"/m);
   });
 });

@@ -21,9 +21,12 @@ afterAll(async () => {
   if (dataDir) await rm(dataDir, { recursive: true, force: true });
 });
 
-const whoAmI = async (baseUrl: string, key: string) => (await fetch(`${baseUrl}/admin/v1/keys`, { headers: { authorization: `Bearer ${key}` } })).status;
+const whoAmI = async (baseUrl: string, key: string) =>
+  (await fetch(`${baseUrl}/admin/v1/keys`, { headers: { authorization: `Bearer ${key}` } })).status;
 
-it("registers the operator's key without printing it, and a changed key later is refused while the platform serves on", { timeout: 120_000 }, async () => {
+it("registers the operator's key without printing it, and a changed key later is refused while the platform serves on", {
+  timeout: 120_000,
+}, async () => {
   const first = randomBytes(32).toString("hex");
   const second = randomBytes(32).toString("hex");
   const one = await startStack({ env: { PLATFORM_DATA_DIR: dataDir, PLATFORM_BOOTSTRAP_ADMIN_KEY: first } });

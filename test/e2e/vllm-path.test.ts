@@ -15,7 +15,10 @@ import { alive } from "../helpers/processes.ts";
 import { type Stack, startStack } from "../helpers/stack.ts";
 
 const fakeSource = fileURLToPath(new URL("../helpers/fake-vllm.ts", import.meta.url));
-type Status = { state: string; replica_list: { id: string; pid: number; state: string; error?: string; health_port?: number }[] };
+type Status = {
+  state: string;
+  replica_list: { id: string; pid: number; state: string; error?: string; health_port?: number }[];
+};
 
 let dir: string;
 /** Each start of the fake writes {argv, pid} here; requests go to `<record>.requests.jsonl`. */
@@ -32,10 +35,16 @@ beforeAll(async () => {
   // vLLM reads a checkpoint directory or a file; the fake only needs a path that exists.
   const model = join(dir, "model.safetensors");
   await writeFile(model, "weights");
-  stack = await startStack({ args: ["--storage-root", dir], env: { VLLM_BIN: bin, FAKE_VLLM_RECORD: record, PLATFORM_WORKER_METRICS: "true" } });
+  stack = await startStack({
+    args: ["--storage-root", dir],
+    env: { VLLM_BIN: bin, FAKE_VLLM_RECORD: record, PLATFORM_WORKER_METRICS: "true" },
+  });
   const reg = await stack.admin("POST", "/admin/v1/models", { name: "vl", framework: "vllm", source: model });
   expect(reg.status, JSON.stringify(reg.body)).toBe(201);
-  const dep = await stack.admin("PUT", "/admin/v1/endpoints/vl", { model: { name: "vl" }, resources: { replicas: 1, parallel: 4 } });
+  const dep = await stack.admin("PUT", "/admin/v1/endpoints/vl", {
+    model: { name: "vl" },
+    resources: { replicas: 1, parallel: 4 },
+  });
   expect(dep.status, JSON.stringify(dep.body)).toBe(200);
   await stack.waitFor(async () => (await status()).state === "available", "vl available");
   client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
@@ -50,7 +59,10 @@ const status = async () => (await stack.admin<Status>("GET", "/admin/v1/endpoint
 const started = async () => JSON.parse(await readFile(record, "utf8")) as { argv: string[]; pid: number };
 async function logged(): Promise<{ path?: string; event?: string; body?: Record<string, unknown> }[]> {
   const text = await readFile(`${record}.requests.jsonl`, "utf8").catch(() => "");
-  return text.split("\n").filter(Boolean).map((l) => JSON.parse(l) as { path?: string; event?: string });
+  return text
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as { path?: string; event?: string });
 }
 
 describe("a vLLM endpoint through the platform", () => {
@@ -63,7 +75,9 @@ describe("a vLLM endpoint through the platform", () => {
   });
 
   it("answers a chat with what vLLM generated, naming the version", async () => {
-    const { data, response } = await client.chat.completions.create({ model: "vl", messages: [{ role: "user", content: "hi" }], max_tokens: 50 }).withResponse();
+    const { data, response } = await client.chat.completions
+      .create({ model: "vl", messages: [{ role: "user", content: "hi" }], max_tokens: 50 })
+      .withResponse();
     expect(response.headers.get("x-model-version")).toBe("v1");
     expect(data.choices[0]?.message.content).toBe(CHAT_REPLY.join(""));
     expect(data.choices[0]?.finish_reason).toBe("stop");
@@ -73,7 +87,11 @@ describe("a vLLM endpoint through the platform", () => {
   });
 
   it("streams a chat and a completion chunk by chunk", async () => {
-    const chat = await client.chat.completions.create({ model: "vl", messages: [{ role: "user", content: "hi" }], stream: true });
+    const chat = await client.chat.completions.create({
+      model: "vl",
+      messages: [{ role: "user", content: "hi" }],
+      stream: true,
+    });
     let text = "";
     for await (const chunk of chat) text += chunk.choices[0]?.delta.content ?? "";
     expect(text).toBe(CHAT_REPLY.join(""));
@@ -109,12 +127,20 @@ describe("a vLLM endpoint through the platform", () => {
     expect(text).not.toContain(`engine="0",model_name="vl"} 99`);
   });
 
-  it("fails over when `vllm serve` dies: the request in flight is answered by a new replica", { timeout: 120_000 }, async () => {
+  it("fails over when `vllm serve` dies: the request in flight is answered by a new replica", {
+    timeout: 120_000,
+  }, async () => {
     const first = await started();
     const oldReplica = (await status()).replica_list.find((r) => r.state === "ready");
     expect(oldReplica).toBeDefined();
     const inFlight = client.completions.create({ model: "vl", prompt: "SLOW", max_tokens: 150 });
-    await expect.poll(async () => (await logged()).some((r) => r.path === "/v1/completions" && r.body?.prompt === "SLOW" && r.body?.max_tokens === 150)).toBe(true);
+    await expect
+      .poll(async () =>
+        (await logged()).some(
+          (r) => r.path === "/v1/completions" && r.body?.prompt === "SLOW" && r.body?.max_tokens === 150,
+        ),
+      )
+      .toBe(true);
     process.kill(first.pid, "SIGKILL");
 
     const answer = await inFlight;

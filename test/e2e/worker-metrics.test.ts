@@ -14,7 +14,11 @@ type Status = { replica_list: { id: string; health_port?: number }[] };
 let withMetrics: Stack;
 
 beforeAll(async () => {
-  withMetrics = await startStack({ model: await tinyModelPath(), args: ["--name", "tiny"], env: { PLATFORM_WORKER_METRICS: "true" } });
+  withMetrics = await startStack({
+    model: await tinyModelPath(),
+    args: ["--name", "tiny"],
+    env: { PLATFORM_WORKER_METRICS: "true" },
+  });
 }, 120_000);
 
 afterAll(async () => {
@@ -30,7 +34,13 @@ const complete = (stack: Stack) =>
 
 describe("worker metrics under platform up", () => {
   it("lists the gateway and each worker as scrape targets, and the worker's /metrics counts what it served", async () => {
-    await withMetrics.waitFor(async () => (await withMetrics.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.replica_list.some((r) => r.health_port !== undefined), "a worker with a health port");
+    await withMetrics.waitFor(
+      async () =>
+        (await withMetrics.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.replica_list.some(
+          (r) => r.health_port !== undefined,
+        ),
+      "a worker with a health port",
+    );
     const targets = (await withMetrics.admin<TargetGroup[]>("GET", "/admin/v1/scrape-targets")).body;
     expect(targets[0]).toEqual({ targets: [new URL(withMetrics.baseUrl).host], labels: { platform_role: "gateway" } });
     const workers = targets.filter((t) => t.labels.platform_role === "worker");
@@ -40,10 +50,19 @@ describe("worker metrics under platform up", () => {
     const before = await scrape(url);
     for (let i = 0; i < 3; i++) expect((await complete(withMetrics)).status).toBe(200);
     const after = await scrape(url);
-    expect(moved(before, after, "platform_requests_total", { model_name: "tiny", version: "v1", replica: worker.labels.platform_replica as string })).toBe(3);
+    expect(
+      moved(before, after, "platform_requests_total", {
+        model_name: "tiny",
+        version: "v1",
+        replica: worker.labels.platform_replica as string,
+      }),
+    ).toBe(3);
     // A user key may not list targets.
-    const user = (await withMetrics.admin<{ key: string }>("POST", "/admin/v1/keys", { name: "u", role: "user" })).body.key;
-    const refused = await fetch(`${withMetrics.baseUrl.replace(/\/v1$/, "")}/admin/v1/scrape-targets`, { headers: { authorization: `Bearer ${user}` } });
+    const user = (await withMetrics.admin<{ key: string }>("POST", "/admin/v1/keys", { name: "u", role: "user" })).body
+      .key;
+    const refused = await fetch(`${withMetrics.baseUrl.replace(/\/v1$/, "")}/admin/v1/scrape-targets`, {
+      headers: { authorization: `Bearer ${user}` },
+    });
     expect(refused.status).toBe(403);
   });
 });

@@ -7,30 +7,53 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 import type { BatchJobs } from "../../src/batch/index.ts";
-import type { BatchJobRecord } from "../../src/contracts/batch.ts";
+import type { BatchJob } from "../../src/batch/schema.ts";
 import type { S3Settings } from "../../src/storage/index.ts";
 import { sleep } from "./stack.ts";
 
 type S3rverInstance = { run(): Promise<{ port: number }>; close(): Promise<void> };
-type S3rverOptions = { address: string; port: number; silent: boolean; directory: string; configureBuckets: { name: string; configs: string[] }[] };
+type S3rverOptions = {
+  address: string;
+  port: number;
+  silent: boolean;
+  directory: string;
+  configureBuckets: { name: string; configs: string[] }[];
+};
 const S3rver = createRequire(import.meta.url)("s3rver") as new (options: S3rverOptions) => S3rverInstance;
 
 export type S3Server = { settings: S3Settings; env: NodeJS.ProcessEnv; close: () => Promise<void> };
 
 export async function startS3(directory: string, bucket: string): Promise<S3Server> {
-  const server = new S3rver({ address: "127.0.0.1", port: 0, silent: true, directory, configureBuckets: [{ name: bucket, configs: [] }] });
+  const server = new S3rver({
+    address: "127.0.0.1",
+    port: 0,
+    silent: true,
+    directory,
+    configureBuckets: [{ name: bucket, configs: [] }],
+  });
   const { port } = await server.run();
   const endpoint = `http://127.0.0.1:${port}`;
   return {
     settings: { region: "us-east-1", endpoint, forcePathStyle: true, accessKeyId: "S3RVER", secretAccessKey: "S3RVER" },
-    env: { AWS_ENDPOINT_URL_S3: endpoint, AWS_REGION: "us-east-1", AWS_ACCESS_KEY_ID: "S3RVER", AWS_SECRET_ACCESS_KEY: "S3RVER", PLATFORM_S3_FORCE_PATH_STYLE: "true" },
+    env: {
+      AWS_ENDPOINT_URL_S3: endpoint,
+      AWS_REGION: "us-east-1",
+      AWS_ACCESS_KEY_ID: "S3RVER",
+      AWS_SECRET_ACCESS_KEY: "S3RVER",
+      PLATFORM_S3_FORCE_PATH_STYLE: "true",
+    },
     close: () => server.close(),
   };
 }
 
 const COORDINATOR = fileURLToPath(new URL("./coordinator-process.ts", import.meta.url));
 
-export type CoordinatorProcess = { process: ChildProcess; output: () => string; kill: () => Promise<void>; stop: () => Promise<void> };
+export type CoordinatorProcess = {
+  process: ChildProcess;
+  output: () => string;
+  kill: () => Promise<void>;
+  stop: () => Promise<void>;
+};
 
 export async function spawnCoordinator(env: NodeJS.ProcessEnv): Promise<CoordinatorProcess> {
   const child = spawn(process.execPath, [COORDINATOR], { env, stdio: ["ignore", "pipe", "pipe"] });
@@ -61,14 +84,15 @@ export async function spawnCoordinator(env: NodeJS.ProcessEnv): Promise<Coordina
 export async function waitForJob(
   jobs: BatchJobs,
   id: string,
-  until: (job: BatchJobRecord) => boolean = (job) => ["completed", "failed", "cancelled"].includes(job.state),
+  until: (job: BatchJob) => boolean = (job) => ["completed", "failed", "cancelled"].includes(job.state),
   timeoutMs = 120_000,
-): Promise<BatchJobRecord> {
+): Promise<BatchJob> {
   const t0 = Date.now();
   for (;;) {
     const job = await jobs.get(id);
     if (until(job)) return job;
-    if (Date.now() - t0 > timeoutMs) throw new Error(`batch job ${id} did not get there in ${timeoutMs} ms: ${JSON.stringify(job)}`);
+    if (Date.now() - t0 > timeoutMs)
+      throw new Error(`batch job ${id} did not get there in ${timeoutMs} ms: ${JSON.stringify(job)}`);
     await sleep(100);
   }
 }

@@ -14,7 +14,10 @@ export function wordPiece(text: string, vocab: readonly string[]): number[] {
   const ids = new Map(vocab.map((t, i) => [t, i]));
   const unk = ids.get("[UNK]") as number;
   const words: string[] = [];
-  const cleaned = text.toLowerCase().normalize("NFD").replace(/\p{Mn}/gu, "");
+  const cleaned = text
+    .toLowerCase()
+    .normalize("NFD")
+    .replace(/\p{Mn}/gu, "");
   for (const chunk of cleaned.split(/\s+/).filter((w) => w.length > 0)) {
     let current = "";
     for (const ch of chunk) {
@@ -69,7 +72,9 @@ function erf(x: number): number {
   const sign = x < 0 ? -1 : 1;
   const a = Math.abs(x);
   const t = 1 / (1 + 0.3275911 * a);
-  const y = 1 - ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * Math.exp(-a * a);
+  const y =
+    1 -
+    ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * Math.exp(-a * a);
   return sign * y;
 }
 
@@ -95,7 +100,13 @@ function linear(x: number[], w: Float32Array, b: Float32Array): number[] {
 }
 
 /** The sentence embedding of `ids` (already [CLS] … [SEP]). */
-export function bertEmbedding(ids: number[], weights: ReferenceWeights, config: ReferenceConfig, pooling: "mean" | "cls", normalize: boolean): number[] {
+export function bertEmbedding(
+  ids: number[],
+  weights: ReferenceWeights,
+  config: ReferenceConfig,
+  pooling: "mean" | "cls",
+  normalize: boolean,
+): number[] {
   const w = (name: string) => {
     const t = weights.get(name);
     if (!t) throw new Error(`no weight ${name}`);
@@ -107,7 +118,12 @@ export function bertEmbedding(ids: number[], weights: ReferenceWeights, config: 
     const word = row(w("embeddings.word_embeddings.weight"), id);
     const position = row(w("embeddings.position_embeddings.weight"), pos);
     const type = row(w("embeddings.token_type_embeddings.weight"), 0);
-    return layerNorm(word.map((v, i) => v + (position[i] as number) + (type[i] as number)), w("embeddings.LayerNorm.weight"), w("embeddings.LayerNorm.bias"), config.layerNormEps);
+    return layerNorm(
+      word.map((v, i) => v + (position[i] as number) + (type[i] as number)),
+      w("embeddings.LayerNorm.weight"),
+      w("embeddings.LayerNorm.bias"),
+      config.layerNormEps,
+    );
   });
   const d = h / config.heads;
   for (let l = 0; l < config.layers; l++) {
@@ -129,20 +145,38 @@ export function bertEmbedding(ids: number[], weights: ReferenceWeights, config: 
         const exps = scores.map((s) => Math.exp(s - max));
         const total = exps.reduce((a, b) => a + b, 0);
         exps.forEach((e, j) => {
-          for (let c = 0; c < d; c++) out[off + c] = (out[off + c] as number) + (e / total) * (v[j]?.[off + c] as number);
+          for (let c = 0; c < d; c++)
+            out[off + c] = (out[off + c] as number) + (e / total) * (v[j]?.[off + c] as number);
         });
       }
       return out;
     });
     xs = xs.map((x, i) => {
-      const attn = linear(context[i] as number[], w(`${p}attention.output.dense.weight`), w(`${p}attention.output.dense.bias`));
-      const a = layerNorm(x.map((val, c) => val + (attn[c] as number)), w(`${p}attention.output.LayerNorm.weight`), w(`${p}attention.output.LayerNorm.bias`), config.layerNormEps);
+      const attn = linear(
+        context[i] as number[],
+        w(`${p}attention.output.dense.weight`),
+        w(`${p}attention.output.dense.bias`),
+      );
+      const a = layerNorm(
+        x.map((val, c) => val + (attn[c] as number)),
+        w(`${p}attention.output.LayerNorm.weight`),
+        w(`${p}attention.output.LayerNorm.bias`),
+        config.layerNormEps,
+      );
       const up = linear(a, w(`${p}intermediate.dense.weight`), w(`${p}intermediate.dense.bias`)).map(gelu);
       const down = linear(up, w(`${p}output.dense.weight`), w(`${p}output.dense.bias`));
-      return layerNorm(a.map((val, c) => val + (down[c] as number)), w(`${p}output.LayerNorm.weight`), w(`${p}output.LayerNorm.bias`), config.layerNormEps);
+      return layerNorm(
+        a.map((val, c) => val + (down[c] as number)),
+        w(`${p}output.LayerNorm.weight`),
+        w(`${p}output.LayerNorm.bias`),
+        config.layerNormEps,
+      );
     });
   }
-  const pooled = pooling === "cls" ? (xs[0] as number[]) : xs[0]!.map((_, c) => xs.reduce((s, x) => s + (x[c] as number), 0) / xs.length);
+  const pooled =
+    pooling === "cls"
+      ? (xs[0] as number[])
+      : xs[0]!.map((_, c) => xs.reduce((s, x) => s + (x[c] as number), 0) / xs.length);
   if (!normalize) return pooled;
   const norm = Math.sqrt(pooled.reduce((s, v) => s + v * v, 0));
   return pooled.map((v) => v / norm);

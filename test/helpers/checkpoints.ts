@@ -59,16 +59,26 @@ export async function writeCheckpoint(dir: string, options: CheckpointOptions = 
   const files: Record<string, string | Buffer> = {
     "config.json": JSON.stringify(config, null, 2),
     "generation_config.json": JSON.stringify({ bos_token_id: 1, eos_token_id: 2 }),
-    "tokenizer_config.json": JSON.stringify({ tokenizer_class: "LlamaTokenizerFast", chat_template: "{% for m in messages %}{{ m.content }}{% endfor %}" }),
+    "tokenizer_config.json": JSON.stringify({
+      tokenizer_class: "LlamaTokenizerFast",
+      chat_template: "{% for m in messages %}{{ m.content }}{% endfor %}",
+    }),
     "README.md": "# not part of the checkpoint\n",
   };
-  if (!options.noTokenizer) files["tokenizer.json"] = JSON.stringify({ version: "1.0", model: { type: "BPE", vocab: { a: 0, b: 1 }, merges: [] } });
+  if (!options.noTokenizer)
+    files["tokenizer.json"] = JSON.stringify({
+      version: "1.0",
+      model: { type: "BPE", vocab: { a: 0, b: 1 }, merges: [] },
+    });
   if (options.sharded) {
     const first = TENSORS.slice(0, 2);
     const second = TENSORS.slice(2);
     files["model-00001-of-00002.safetensors"] = safetensors(first, 1);
     files["model-00002-of-00002.safetensors"] = safetensors(second, 2);
-    const weight_map = Object.fromEntries([...first.map((t) => [t.name, "model-00001-of-00002.safetensors"]), ...second.map((t) => [t.name, "model-00002-of-00002.safetensors"])]);
+    const weight_map = Object.fromEntries([
+      ...first.map((t) => [t.name, "model-00001-of-00002.safetensors"]),
+      ...second.map((t) => [t.name, "model-00002-of-00002.safetensors"]),
+    ]);
     files["model.safetensors.index.json"] = JSON.stringify({ metadata: { total_size: 0 }, weight_map });
   } else {
     files["model.safetensors"] = safetensors(TENSORS);
@@ -81,7 +91,11 @@ export async function writeCheckpoint(dir: string, options: CheckpointOptions = 
     ]);
     files["sentence_bert_config.json"] = JSON.stringify({ max_seq_length: 128, do_lower_case: false });
     files["config_sentence_transformers.json"] = JSON.stringify({ __version__: { sentence_transformers: "3.0.1" } });
-    files["1_Pooling/config.json"] = JSON.stringify({ word_embedding_dimension: 8, pooling_mode_cls_token: true, pooling_mode_mean_tokens: false });
+    files["1_Pooling/config.json"] = JSON.stringify({
+      word_embedding_dimension: 8,
+      pooling_mode_cls_token: true,
+      pooling_mode_mean_tokens: false,
+    });
     await mkdir(join(dir, "2_Normalize"), { recursive: true });
     // Not a module's config.json: left behind.
     files["1_Pooling/notes.txt"] = "not part of the checkpoint\n";
@@ -94,7 +108,10 @@ export async function writeCheckpoint(dir: string, options: CheckpointOptions = 
 }
 
 /** The manifest the registry should record for the checkpoint files of `dir` (README.md and other stray files left out), in byte order. */
-export async function expectedManifest(dir: string, names: string[]): Promise<{ path: string; size: number; sha256: string }[]> {
+export async function expectedManifest(
+  dir: string,
+  names: string[],
+): Promise<{ path: string; size: number; sha256: string }[]> {
   const out = [];
   for (const name of names.filter((n) => n !== "README.md" && !n.endsWith(".txt")).sort()) {
     const bytes = await readFile(join(dir, name));

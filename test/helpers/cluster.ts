@@ -55,7 +55,14 @@ async function startOnce(): Promise<RedisCluster> {
       const home = join(dir, String(port));
       await mkdir(home, { recursive: true });
       const args = ["--port", String(port), "--bind", "127.0.0.1", "--dir", home, "--save", "", "--appendonly", "no"];
-      args.push("--cluster-enabled", "yes", "--cluster-config-file", join(home, "nodes.conf"), "--cluster-node-timeout", "5000");
+      args.push(
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        join(home, "nodes.conf"),
+        "--cluster-node-timeout",
+        "5000",
+      );
       args.push("--requirepass", password, "--masterauth", password, "--maxmemory-policy", "noeviction");
       const child = spawn("redis-server", args, { stdio: "ignore" });
       children.push(child);
@@ -71,9 +78,20 @@ async function startOnce(): Promise<RedisCluster> {
       });
       if (exited !== null) throw new Error(`redis-server on port ${port} exited with ${exited}`);
     }
-    await promisify(execFile)("redis-cli", ["-a", password, "--no-auth-warning", "--cluster", "create", ...ports.map((p) => `127.0.0.1:${p}`), "--cluster-replicas", "0", "--cluster-yes"]);
+    await promisify(execFile)("redis-cli", [
+      "-a",
+      password,
+      "--no-auth-warning",
+      "--cluster",
+      "create",
+      ...ports.map((p) => `127.0.0.1:${p}`),
+      "--cluster-replicas",
+      "0",
+      "--cluster-yes",
+    ]);
     await waitUntil("the cluster to agree", async () => {
-      for (const node of nodes) if (!/cluster_state:ok/.test((await node.call("CLUSTER", "INFO")) as string)) return false;
+      for (const node of nodes)
+        if (!/cluster_state:ok/.test((await node.call("CLUSTER", "INFO")) as string)) return false;
       return true;
     });
   } catch (e) {

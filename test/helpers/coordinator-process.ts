@@ -6,7 +6,7 @@
  * recovery fast.
  */
 import { startBatchCoordinator } from "../../src/batch/index.ts";
-import { connectControl } from "../../src/control/redis.ts";
+import { connectControl } from "../../src/redis/connection.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 
 const settings = loadSettings();

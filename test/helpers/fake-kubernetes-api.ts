@@ -1,7 +1,8 @@
 /**
  * A small stand-in for the Kubernetes API server, answering like the real one
  * for the calls the Kubernetes backend makes: apps/v1 Deployments (list, get,
- * create, replace, delete), their `scale` subresource, and reading a Pod.
+ * create, replace, delete), their `scale` subresource, and reading a Pod; and
+ * `/version`, which `platform doctor` asks.
  * It records every request so tests can assert on what went over the wire.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
@@ -23,7 +24,16 @@ const POD = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)$/;
 const MERGE_PATCH_TYPES = ["application/merge-patch+json", "application/strategic-merge-patch+json"];
 
 function status(code: number, reason: string, message: string, details: Json = {}): Json {
-  return { kind: "Status", apiVersion: "v1", metadata: {}, status: code < 400 ? "Success" : "Failure", message, reason, details, code };
+  return {
+    kind: "Status",
+    apiVersion: "v1",
+    metadata: {},
+    status: code < 400 ? "Success" : "Failure",
+    message,
+    reason,
+    details,
+    code,
+  };
 }
 
 function matchesSelector(labels: Record<string, string> | undefined, selector: string | null): boolean {
@@ -60,7 +70,10 @@ export class FakeKubernetesApi {
   }
 
   deploymentNames(namespace: string): string[] {
-    return [...this.deployments.values()].filter((d) => d.metadata.namespace === namespace).map((d) => d.metadata.name).sort();
+    return [...this.deployments.values()]
+      .filter((d) => d.metadata.namespace === namespace)
+      .map((d) => d.metadata.name)
+      .sort();
   }
 
   /** What the Deployment controller would write once pods pass their readiness probes. */
@@ -85,7 +98,7 @@ export class FakeKubernetesApi {
     for await (const chunk of req) chunks.push(chunk as Buffer);
     const text = Buffer.concat(chunks).toString("utf8");
     const url = new URL(req.url ?? "/", "http://fake");
-    let body: unknown = undefined;
+    let body: unknown;
     if (text.length > 0) {
       try {
         body = JSON.parse(text);
@@ -111,16 +124,22 @@ export class FakeKubernetesApi {
   }
 
   private route(method: string, url: URL, contentType: string | undefined, body: Json): [number, Json] {
+    if (url.pathname === "/version" && method === "GET")
+      return [200, { major: "1", minor: "33", gitVersion: "v1.33.0", platform: "linux/amd64" }];
     const pod = POD.exec(url.pathname);
     if (pod && method === "GET") {
       const found = this.pods.get(`${pod[1]}/${pod[2]}`);
-      return found ? [200, found] : [404, status(404, "NotFound", `pods "${pod[2]}" not found`, { name: pod[2], kind: "pods" })];
+      return found
+        ? [200, found]
+        : [404, status(404, "NotFound", `pods "${pod[2]}" not found`, { name: pod[2], kind: "pods" })];
     }
     const m = DEPLOYMENTS.exec(url.pathname);
     if (!m) return [404, status(404, "NotFound", "the server could not find the requested resource")];
     const [, namespace, name, scale] = m as unknown as [string, string, string | undefined, string | undefined];
     if (this.forbiddenNamespaces.has(namespace)) {
-      const verb = { GET: name ? "get" : "list", POST: "create", PUT: "update", PATCH: "patch", DELETE: "delete" }[method] ?? method;
+      const verb =
+        { GET: name ? "get" : "list", POST: "create", PUT: "update", PATCH: "patch", DELETE: "delete" }[method] ??
+        method;
       return [
         403,
         status(
@@ -138,7 +157,11 @@ export class FakeKubernetesApi {
     }
     const key = `${namespace}/${name}`;
     const existing = this.deployments.get(key);
-    const notFound = status(404, "NotFound", `deployments.apps "${name}" not found`, { name, group: "apps", kind: "deployments" });
+    const notFound = status(404, "NotFound", `deployments.apps "${name}" not found`, {
+      name,
+      group: "apps",
+      kind: "deployments",
+    });
     if (!existing) return [404, notFound];
     if (scale) return this.scale(method, contentType, existing, body);
     if (method === "GET") return [200, existing];
@@ -154,7 +177,12 @@ export class FakeKubernetesApi {
     const items = [...this.deployments.values()].filter(
       (d) => d.metadata.namespace === namespace && matchesSelector(d.metadata.labels, selector),
     );
-    return { kind: "DeploymentList", apiVersion: "apps/v1", metadata: { resourceVersion: String(this.resourceVersion) }, items };
+    return {
+      kind: "DeploymentList",
+      apiVersion: "apps/v1",
+      metadata: { resourceVersion: String(this.resourceVersion) },
+      items,
+    };
   }
 
   private invalid(body: Json): Json | undefined {
@@ -165,7 +193,11 @@ export class FakeKubernetesApi {
     const selector: Record<string, string> = body.spec?.selector?.matchLabels ?? {};
     const labels: Record<string, string> = body.spec?.template?.metadata?.labels ?? {};
     if (Object.entries(selector).some(([k, v]) => labels[k] !== v)) {
-      return status(422, "Invalid", `Deployment.apps "${name}" is invalid: spec.template.metadata.labels: Invalid value: \`selector\` does not match template \`labels\``);
+      return status(
+        422,
+        "Invalid",
+        `Deployment.apps "${name}" is invalid: spec.template.metadata.labels: Invalid value: \`selector\` does not match template \`labels\``,
+      );
     }
     return undefined;
   }
@@ -175,7 +207,12 @@ export class FakeKubernetesApi {
     if (invalid) return [422, invalid];
     const key = `${namespace}/${body.metadata.name}`;
     if (this.deployments.has(key)) {
-      return [409, status(409, "AlreadyExists", `deployments.apps "${body.metadata.name}" already exists`, { name: body.metadata.name })];
+      return [
+        409,
+        status(409, "AlreadyExists", `deployments.apps "${body.metadata.name}" already exists`, {
+          name: body.metadata.name,
+        }),
+      ];
     }
     const stored = structuredClone(body);
     stored.metadata = {
@@ -198,7 +235,11 @@ export class FakeKubernetesApi {
     if (sent !== undefined && sent !== existing.metadata.resourceVersion) {
       return [
         409,
-        status(409, "Conflict", `Operation cannot be fulfilled on deployments.apps "${existing.metadata.name}": the object has been modified; please apply your changes to the latest version and try again`),
+        status(
+          409,
+          "Conflict",
+          `Operation cannot be fulfilled on deployments.apps "${existing.metadata.name}": the object has been modified; please apply your changes to the latest version and try again`,
+        ),
       ];
     }
     const stored = structuredClone(body);
@@ -218,11 +259,25 @@ export class FakeKubernetesApi {
   private scale(method: string, contentType: string | undefined, existing: Json, body: Json): [number, Json] {
     if (method === "PATCH") {
       if (!MERGE_PATCH_TYPES.includes(contentType ?? "")) {
-        return [415, status(415, "UnsupportedMediaType", `the body of the request was in an unknown format - accepted media types include: ${MERGE_PATCH_TYPES.join(", ")}`)];
+        return [
+          415,
+          status(
+            415,
+            "UnsupportedMediaType",
+            `the body of the request was in an unknown format - accepted media types include: ${MERGE_PATCH_TYPES.join(", ")}`,
+          ),
+        ];
       }
       const replicas = body?.spec?.replicas;
       if (!Number.isInteger(replicas) || replicas < 0) {
-        return [422, status(422, "Invalid", `Scale.autoscaling "${existing.metadata.name}" is invalid: spec.replicas: Invalid value: ${JSON.stringify(replicas)}`)];
+        return [
+          422,
+          status(
+            422,
+            "Invalid",
+            `Scale.autoscaling "${existing.metadata.name}" is invalid: spec.replicas: Invalid value: ${JSON.stringify(replicas)}`,
+          ),
+        ];
       }
       existing.spec.replicas = replicas;
       existing.metadata.resourceVersion = this.nextVersion();
@@ -234,9 +289,18 @@ export class FakeKubernetesApi {
       {
         kind: "Scale",
         apiVersion: "autoscaling/v1",
-        metadata: { name: existing.metadata.name, namespace: existing.metadata.namespace, resourceVersion: existing.metadata.resourceVersion },
+        metadata: {
+          name: existing.metadata.name,
+          namespace: existing.metadata.namespace,
+          resourceVersion: existing.metadata.resourceVersion,
+        },
         spec: { replicas: existing.spec.replicas },
-        status: { replicas: existing.status?.replicas ?? 0, selector: Object.entries(existing.spec.selector.matchLabels).map(([k, v]) => `${k}=${v}`).join(",") },
+        status: {
+          replicas: existing.status?.replicas ?? 0,
+          selector: Object.entries(existing.spec.selector.matchLabels)
+            .map(([k, v]) => `${k}=${v}`)
+            .join(","),
+        },
       },
     ];
   }

@@ -17,8 +17,27 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 
 /** What every completion says, one token per piece. */
 export const STORY = [
-  "Once", " upon", " a", " time", " there", " was", " a", " little", " fox", " who",
-  " loved", " to", " run", " through", " the", " quiet", " green", " woods", " every", " day", ".",
+  "Once",
+  " upon",
+  " a",
+  " time",
+  " there",
+  " was",
+  " a",
+  " little",
+  " fox",
+  " who",
+  " loved",
+  " to",
+  " run",
+  " through",
+  " the",
+  " quiet",
+  " green",
+  " woods",
+  " every",
+  " day",
+  ".",
 ];
 export const CHAT_REPLY = ["Hello", "!", " How", " can", " I", " help", "?"];
 /** /health answers 503 this many times before 200, as vLLM does while its engine starts. */
@@ -28,14 +47,17 @@ export const TOO_LONG_MESSAGE =
 export const NO_TEMPLATE_MESSAGE =
   "As of transformers v4.44, default chat template is no longer allowed, so you must provide a chat template if the tokenizer does not define one.";
 
-/** Tokens as the fake counts them: whitespace-separated words. */
+/** Token ids from here on are past the fake's vocabulary: vLLM refuses them. */
+export const VOCABULARY_SIZE = 32_000;
+
+/** Tokens as the fake counts them: whitespace-separated words (token ids: one each). */
 export function countTokens(text: string): number {
   return text.split(/\s+/).filter(Boolean).length;
 }
 
 /** The prompt vLLM would build from chat messages; only its token count matters here. */
 export function renderChat(messages: { role: string; content: string }[]): string {
-  return messages.map((m) => `<|${m.role}|> ${m.content}`).join(" ") + " <|assistant|>";
+  return `${messages.map((m) => `<|${m.role}|> ${m.content}`).join(" ")} <|assistant|>`;
 }
 
 function flag(argv: string[], name: string): string | undefined {
@@ -46,12 +68,22 @@ function flag(argv: string[], name: string): string | undefined {
 export function main(): void {
   const argv = process.argv.slice(2);
   const record = process.env.FAKE_VLLM_RECORD;
-  if (record) writeFileSync(record, JSON.stringify({ argv, pid: process.pid, malloc: Object.fromEntries(Object.entries(process.env).filter(([name]) => name.startsWith("MALLOC_"))) }));
+  if (record)
+    writeFileSync(
+      record,
+      JSON.stringify({
+        argv,
+        pid: process.pid,
+        malloc: Object.fromEntries(Object.entries(process.env).filter(([name]) => name.startsWith("MALLOC_"))),
+      }),
+    );
   const log = (entry: unknown) => {
-    if (record) appendFileSync(`${record}.requests.jsonl`, JSON.stringify(entry) + "\n");
+    if (record) appendFileSync(`${record}.requests.jsonl`, `${JSON.stringify(entry)}\n`);
   };
   if (process.env.FAKE_VLLM_EXIT) {
-    process.stderr.write(`Traceback (most recent call last):\n  File "vllm/entrypoints/cli/main.py", line 1\nValueError: ${process.env.FAKE_VLLM_EXIT}\n`);
+    process.stderr.write(
+      `Traceback (most recent call last):\n  File "vllm/entrypoints/cli/main.py", line 1\nValueError: ${process.env.FAKE_VLLM_EXIT}\n`,
+    );
     process.exit(1);
   }
   if (process.env.FAKE_VLLM_IGNORE_TERM) process.on("SIGTERM", () => undefined);
@@ -77,10 +109,13 @@ export function main(): void {
     if (!route || req.method !== "POST") return sendError(res, 404, "NotFoundError", "Not Found");
     if (typeof body !== "object" || body === null) return sendError(res, 400, "BadRequestError", "invalid JSON");
     const b = body as Record<string, unknown>;
-    if (b.model !== served) return sendError(res, 404, "NotFoundError", `The model \`${String(b.model)}\` does not exist.`);
+    if (b.model !== served)
+      return sendError(res, 404, "NotFoundError", `The model \`${String(b.model)}\` does not exist.`);
     const pooling = process.env.FAKE_VLLM_RUNNER === "pooling";
     if (req.url === "/v1/embeddings") {
-      return pooling ? embeddings(res, b) : sendError(res, 501, "NotImplementedError", "The model does not support Embeddings API");
+      return pooling
+        ? embeddings(res, b)
+        : sendError(res, 501, "NotImplementedError", "The model does not support Embeddings API");
     }
     if (pooling) {
       const api = req.url === "/v1/completions" ? "Completions" : "Chat Completions";
@@ -90,7 +125,13 @@ export function main(): void {
       return sendError(res, 400, "BadRequestError", NO_TEMPLATE_MESSAGE);
     }
     const chat = req.url === "/v1/chat/completions";
-    const promptText = chat ? renderChat(b.messages as { role: string; content: string }[]) : String(b.prompt);
+    const ids = Array.isArray(b.prompt) ? (b.prompt as number[]) : undefined;
+    const largest = Math.max(...(ids ?? []));
+    if (largest >= VOCABULARY_SIZE)
+      return sendError(res, 400, "BadRequestError", `Token id ${largest} is out of vocabulary`);
+    const promptText = chat
+      ? renderChat(b.messages as { role: string; content: string }[])
+      : (ids?.join(" ") ?? String(b.prompt));
     if (promptText.includes("TOO_LONG")) return sendError(res, 400, "BadRequestError", TOO_LONG_MESSAGE);
     await generate(res, b, chat, promptText, log);
   });
@@ -98,16 +139,29 @@ export function main(): void {
   setTimeout(() => server.listen(port, "127.0.0.1"), 200);
 }
 
-async function generate(res: ServerResponse, b: Record<string, unknown>, chat: boolean, promptText: string, log: (entry: unknown) => void): Promise<void> {
+async function generate(
+  res: ServerResponse,
+  b: Record<string, unknown>,
+  chat: boolean,
+  promptText: string,
+  log: (entry: unknown) => void,
+): Promise<void> {
   // Like vLLM: an absent max_tokens is 16 on /v1/completions; null means up to the context window.
-  const maxTokens = b.max_tokens === undefined ? (chat ? Infinity : 16) : b.max_tokens === null ? Infinity : Number(b.max_tokens);
+  const maxTokens =
+    b.max_tokens === undefined ? (chat ? Infinity : 16) : b.max_tokens === null ? Infinity : Number(b.max_tokens);
   const options = (b.stream_options ?? {}) as { include_usage?: boolean; continuous_usage_stats?: boolean };
   const promptTokens = countTokens(promptText);
-  const usageAt = (completion: number) => ({ prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion });
+  const usageAt = (completion: number) => ({
+    prompt_tokens: promptTokens,
+    completion_tokens: completion,
+    total_tokens: promptTokens + completion,
+  });
   const object = chat ? "chat.completion.chunk" : "text_completion";
   const base = { id: "cmpl-fake", object, created: Math.floor(Date.now() / 1000), model: b.model };
   const choice = (piece: string, finish: string | null) =>
-    chat ? { index: 0, delta: { content: piece }, logprobs: null, finish_reason: finish } : { index: 0, text: piece, logprobs: null, finish_reason: finish };
+    chat
+      ? { index: 0, delta: { content: piece }, logprobs: null, finish_reason: finish }
+      : { index: 0, text: piece, logprobs: null, finish_reason: finish };
   const send = (obj: unknown) => res.write(`data: ${JSON.stringify(obj)}\n\n`);
 
   let closed = false;
@@ -120,12 +174,18 @@ async function generate(res: ServerResponse, b: Record<string, unknown>, chat: b
   res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
   if (chat) send({ ...base, choices: [{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }] });
 
-  const { pieces, finish } = promptText.includes("SLOW") ? { pieces: endless(maxTokens), finish: "length" } : planned(chat ? CHAT_REPLY : STORY, maxTokens, b.stop);
+  const { pieces, finish } = promptText.includes("SLOW")
+    ? { pieces: endless(maxTokens), finish: "length" }
+    : planned(chat ? CHAT_REPLY : STORY, maxTokens, b.stop);
   let produced = 0;
   for (const [piece, last] of pieces) {
     if (closed) return;
     produced++;
-    send({ ...base, choices: [choice(piece, last ? finish : null)], usage: options.continuous_usage_stats ? usageAt(produced) : null });
+    send({
+      ...base,
+      choices: [choice(piece, last ? finish : null)],
+      usage: options.continuous_usage_stats ? usageAt(produced) : null,
+    });
     if (!last) await new Promise((r) => setTimeout(r, 10));
   }
   if (produced === 0) send({ ...base, choices: [choice("", finish)] });
@@ -188,10 +248,19 @@ export const KV_CACHE_USAGE = 0.25;
 
 function embeddings(res: ServerResponse, b: Record<string, unknown>): void {
   const inputs = typeof b.input === "string" ? [b.input] : (b.input as string[]);
-  const data = inputs.map((input, index) => ({ object: "embedding", index, embedding: [input.length, countTokens(input), 1] }));
+  const data = inputs.map((input, index) => ({
+    object: "embedding",
+    index,
+    embedding: [input.length, countTokens(input), 1],
+  }));
   const tokens = inputs.reduce((n, input) => n + countTokens(input), 0);
   // Out of order on purpose: clients must use `index`.
-  sendJson(res, 200, { object: "list", data: data.reverse(), model: b.model, usage: { prompt_tokens: tokens, total_tokens: tokens } });
+  sendJson(res, 200, {
+    object: "list",
+    data: data.reverse(),
+    model: b.model,
+    usage: { prompt_tokens: tokens, total_tokens: tokens },
+  });
 }
 
 function sendError(res: ServerResponse, status: number, type: string, message: string): void {
@@ -211,4 +280,3 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
     return undefined;
   }
 }
-

@@ -6,7 +6,12 @@
  */
 import { request } from "node:http";
 
-export type OversizedInit = { url: string; method?: string; headers?: Record<string, string>; body: Uint8Array | string | ReadableStream<Uint8Array> };
+export type OversizedInit = {
+  url: string;
+  method?: string;
+  headers?: Record<string, string>;
+  body: Uint8Array | string | ReadableStream<Uint8Array>;
+};
 
 export function sendOnOwnConnection(init: OversizedInit): Promise<Response> {
   return new Promise((resolve, reject) => {
@@ -21,7 +26,8 @@ export function sendOnOwnConnection(init: OversizedInit): Promise<Response> {
       // No Content-Length: node sends it chunked.
       void (async () => {
         try {
-          for await (const c of init.body as ReadableStream<Uint8Array>) if (!req.write(c)) await new Promise((r) => req.once("drain", r));
+          for await (const c of init.body as ReadableStream<Uint8Array>)
+            if (!req.write(c)) await new Promise((r) => req.once("drain", r));
           req.end();
         } catch {
           // the server stopped reading: its answer still comes

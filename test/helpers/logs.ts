@@ -18,5 +18,10 @@ export function captureLogs(): { text: () => string; restore: () => void } {
       keep(args.map((a) => (a instanceof Error ? `${a.name}: ${a.message}` : String(a))).join(" "));
     }),
   ];
-  return { text: () => lines.join("\n"), restore: () => spies.forEach((s) => s.mockRestore()) };
+  return {
+    text: () => lines.join("\n"),
+    restore: () => {
+      for (const s of spies) s.mockRestore();
+    },
+  };
 }

@@ -14,7 +14,8 @@ export function parseMetrics(text: string): Sample[] {
     const m = LINE.exec(line);
     if (!m) throw new Error(`not a Prometheus sample line: ${line}`);
     const labels: Record<string, string> = {};
-    for (const [, key, value] of (m[2] ?? "").matchAll(LABEL)) labels[key as string] = (value as string).replace(/\\(.)/g, (_, c: string) => (c === "n" ? "\n" : c));
+    for (const [, key, value] of (m[2] ?? "").matchAll(LABEL))
+      labels[key as string] = (value as string).replace(/\\(.)/g, (_, c: string) => (c === "n" ? "\n" : c));
     samples.push({ name: m[1] as string, labels, value: Number(m[3]) });
   }
   return samples;

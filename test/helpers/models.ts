@@ -40,7 +40,11 @@ export function tinyModelPath(options: TinyLlamaOptions = {}): Promise<string> {
 
 async function buildCached(key: string, options: TinyLlamaOptions): Promise<string> {
   const hash = createHash("sha256").update(key);
-  for (const source of ["../fixtures/tiny-llama.ts", "../../src/registry/gguf/format.ts", "../../src/registry/gguf/write.ts"]) {
+  for (const source of [
+    "../fixtures/tiny-llama.ts",
+    "../../src/registry/gguf/format.ts",
+    "../../src/registry/gguf/write.ts",
+  ]) {
     hash.update(await readFile(new URL(source, import.meta.url)));
   }
   const dir = join(tmpdir(), "platform-test-models");

@@ -30,18 +30,25 @@ export type OtlpReceiver = {
   close: () => Promise<void>;
 };
 
-type AnyValue = { stringValue?: string; intValue?: string | number; doubleValue?: number; boolValue?: boolean; arrayValue?: { values?: AnyValue[] } };
+type AnyValue = {
+  stringValue?: string;
+  intValue?: string | number;
+  doubleValue?: number;
+  boolValue?: boolean;
+  arrayValue?: { values?: AnyValue[] };
+};
 type KeyValue = { key: string; value: AnyValue };
 
-function valueOf(v: AnyValue): unknown {
+function anyValue(v: AnyValue): unknown {
   if (v.stringValue !== undefined) return v.stringValue;
   if (v.intValue !== undefined) return Number(v.intValue);
   if (v.doubleValue !== undefined) return v.doubleValue;
   if (v.boolValue !== undefined) return v.boolValue;
-  if (v.arrayValue) return (v.arrayValue.values ?? []).map(valueOf);
+  if (v.arrayValue) return (v.arrayValue.values ?? []).map(anyValue);
   return undefined;
 }
-const attributesOf = (kvs: KeyValue[] | undefined) => Object.fromEntries((kvs ?? []).map((kv) => [kv.key, valueOf(kv.value)]));
+const attributesOf = (kvs: KeyValue[] | undefined) =>
+  Object.fromEntries((kvs ?? []).map((kv) => [kv.key, anyValue(kv.value)]));
 const nanosToMs = (n: string | number) => Number(BigInt(n) / 1_000_000n);
 
 export async function startOtlpReceiver(): Promise<OtlpReceiver> {
@@ -54,7 +61,8 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
       receiver.requests++;
       receiver.bytes += body.length;
       const json = String(req.headers["content-type"] ?? "").includes("json");
-      if (req.method === "POST" && req.url === "/v1/traces" && json) collect(receiver.spans, JSON.parse(body.toString("utf8")));
+      if (req.method === "POST" && req.url === "/v1/traces" && json)
+        collect(receiver.spans, JSON.parse(body.toString("utf8")));
       // An empty ExportTraceServiceResponse, in the request's encoding: full success.
       res.writeHead(200, { "content-type": json ? "application/json" : "application/x-protobuf" });
       res.end(json ? "{}" : undefined);
@@ -70,7 +78,19 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
 type ExportRequest = {
   resourceSpans?: {
     resource?: { attributes?: KeyValue[] };
-    scopeSpans?: { spans?: { traceId: string; spanId: string; parentSpanId?: string; name: string; kind: number; startTimeUnixNano: string; endTimeUnixNano: string; status?: { code?: number; message?: string }; attributes?: KeyValue[] }[] }[];
+    scopeSpans?: {
+      spans?: {
+        traceId: string;
+        spanId: string;
+        parentSpanId?: string;
+        name: string;
+        kind: number;
+        startTimeUnixNano: string;
+        endTimeUnixNano: string;
+        status?: { code?: number; message?: string };
+        attributes?: KeyValue[];
+      }[];
+    }[];
   }[];
 };
 

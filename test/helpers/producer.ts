@@ -7,7 +7,7 @@
  * Usage: node test/helpers/producer.ts <redis-url> <model> <version> <prompt> <max_tokens>
  */
 import { randomUUID } from "node:crypto";
-import { connectControl } from "../../src/control/redis.ts";
+import { connectControl } from "../../src/redis/connection.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import { replyHandler } from "../../src/queue/replies.ts";
 
@@ -18,7 +18,15 @@ const queue = base.queue(model, version);
 const events = base.events(queue.name);
 await events.waitUntilReady();
 
-const job = () => ({ v: 1, kind: "completion", request_id: randomUUID(), model, version, prompt, params: { max_tokens: Number(maxTokens), temperature: 0 } });
+const job = () => ({
+  v: 1,
+  kind: "completion",
+  request_id: randomUUID(),
+  model,
+  version,
+  prompt,
+  params: { max_tokens: Number(maxTokens), temperature: 0 },
+});
 
 // 1. Final result only: BullMQ's own completion tracking.
 const plain = await queue.add("completion", job());
@@ -42,7 +50,9 @@ while (!done) {
   // A job BullMQ fails on its own (its replicas died with it twice) puts no event on the
   // stream: while the stream is quiet, ask the queue (README, queue contract).
   if (read === 0 && (await streamed.getState()) === "failed") {
-    console.error(`job ${streamed.id} failed without an event: ${(await queue.getJob(streamed.id as string))?.failedReason}`);
+    console.error(
+      `job ${streamed.id} failed without an event: ${(await queue.getJob(streamed.id as string))?.failedReason}`,
+    );
     process.exit(1);
   }
 }

@@ -32,18 +32,30 @@ export type RunningPrometheus = {
   stop: () => Promise<void>;
 };
 
-export async function startPrometheus(binary: string, options: { jobs: ScrapeJob[]; ruleFiles?: string[] }): Promise<RunningPrometheus> {
+export async function startPrometheus(
+  binary: string,
+  options: { jobs: ScrapeJob[]; ruleFiles?: string[] },
+): Promise<RunningPrometheus> {
   const dir = await mkdtemp(join(tmpdir(), "platform-prometheus-"));
   const config = {
     global: { scrape_interval: "1s", scrape_timeout: "1s", evaluation_interval: "1s" },
     rule_files: options.ruleFiles ?? [],
-    scrape_configs: options.jobs.map((j) => ({ job_name: j.job, metrics_path: "/metrics", static_configs: [{ targets: j.targets }] })),
+    scrape_configs: options.jobs.map((j) => ({
+      job_name: j.job,
+      metrics_path: "/metrics",
+      static_configs: [{ targets: j.targets }],
+    })),
   };
   await writeFile(join(dir, "prometheus.yml"), stringify(config));
   const port = await freePort();
   const child: ChildProcess = spawn(
     binary,
-    [`--config.file=${join(dir, "prometheus.yml")}`, `--storage.tsdb.path=${join(dir, "data")}`, `--web.listen-address=127.0.0.1:${port}`, "--log.level=warn"],
+    [
+      `--config.file=${join(dir, "prometheus.yml")}`,
+      `--storage.tsdb.path=${join(dir, "data")}`,
+      `--web.listen-address=127.0.0.1:${port}`,
+      "--log.level=warn",
+    ],
     { stdio: ["ignore", "pipe", "pipe"] },
   );
   let out = "";
@@ -52,7 +64,12 @@ export async function startPrometheus(binary: string, options: { jobs: ScrapeJob
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   const url = `http://127.0.0.1:${port}`;
   const started = Date.now();
-  while (!(await fetch(`${url}/-/ready`).then((r) => r.ok, () => false))) {
+  while (
+    !(await fetch(`${url}/-/ready`).then(
+      (r) => r.ok,
+      () => false,
+    ))
+  ) {
     if (child.exitCode !== null) throw new Error(`prometheus exited (${child.exitCode}):\n${out}`);
     if (Date.now() - started > 60_000) throw new Error(`prometheus not ready in 60 s:\n${out}`);
     await new Promise((r) => setTimeout(r, 100));
@@ -67,7 +84,10 @@ export async function startPrometheus(binary: string, options: { jobs: ScrapeJob
   return {
     url,
     query: async (expr) => {
-      const data = await api<{ resultType: string; result: { metric: Record<string, string>; value: [number, string] }[] }>(`/api/v1/query?query=${encodeURIComponent(expr)}`);
+      const data = await api<{
+        resultType: string;
+        result: { metric: Record<string, string>; value: [number, string] }[];
+      }>(`/api/v1/query?query=${encodeURIComponent(expr)}`);
       if (data.resultType !== "vector") throw new Error(`${expr}: a ${data.resultType}, not an instant vector`);
       return data.result.map((r) => ({ metric: r.metric, value: Number(r.value[1]) }));
     },

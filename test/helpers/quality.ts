@@ -3,9 +3,22 @@
  * (temperature 0) generations and their tokens/s, token agreement, and perplexity on a fixed text.
  * Shared by the quantizer's tests and `npm run bench:quantize`, so both report the same figures.
  */
-import { getLlama, type Llama, type LlamaContext, type LlamaContextSequence, LlamaLogLevel, type LlamaModel, type Token } from "node-llama-cpp";
+import {
+  getLlama,
+  type Llama,
+  type LlamaContext,
+  type LlamaContextSequence,
+  LlamaLogLevel,
+  type LlamaModel,
+  type Token,
+} from "node-llama-cpp";
 
-export type OpenModel = { model: LlamaModel; context: LlamaContext; sequence: LlamaContextSequence; dispose: () => Promise<void> };
+export type OpenModel = {
+  model: LlamaModel;
+  context: LlamaContext;
+  sequence: LlamaContextSequence;
+  dispose: () => Promise<void>;
+};
 
 let llama: Promise<Llama> | undefined;
 export function cpuLlama(): Promise<Llama> {
@@ -35,7 +48,11 @@ function promptTokens(m: OpenModel, prompt: string): Token[] {
 }
 
 /** `count` greedy tokens after `prompt`, and the decode rate (tokens after the first over the time they took). */
-export async function greedy(m: OpenModel, prompt: string, count: number): Promise<{ tokens: Token[]; tokensPerSecond: number }> {
+export async function greedy(
+  m: OpenModel,
+  prompt: string,
+  count: number,
+): Promise<{ tokens: Token[]; tokensPerSecond: number }> {
   await m.sequence.clearHistory();
   const tokens: Token[] = [];
   let first = 0;
@@ -70,12 +87,18 @@ export function commonPrefix(a: readonly Token[], b: readonly Token[]): number {
  * top-1 agreement: one early difference does not spoil the rest), and the natural log of the
  * probability this model gives each next token (for perplexity).
  */
-export async function scoreContinuation(m: OpenModel, prompt: string, continuation: readonly Token[]): Promise<{ agree: number; logProbs: number[] }> {
+export async function scoreContinuation(
+  m: OpenModel,
+  prompt: string,
+  continuation: readonly Token[],
+): Promise<{ agree: number; logProbs: number[] }> {
   await m.sequence.clearHistory();
   const input = [...promptTokens(m, prompt), ...continuation];
   const firstScored = input.length - continuation.length - 1;
   const out = await m.sequence.controlledEvaluate(
-    input.map((t, i): Token | [Token, { generateNext: { probabilities: true } }] => (i >= firstScored && i < input.length - 1 ? [t, { generateNext: { probabilities: true } }] : t)),
+    input.map((t, i): Token | [Token, { generateNext: { probabilities: true } }] =>
+      i >= firstScored && i < input.length - 1 ? [t, { generateNext: { probabilities: true } }] : t,
+    ),
   );
   let agree = 0;
   const logProbs: number[] = [];

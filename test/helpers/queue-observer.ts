@@ -29,11 +29,19 @@ export class QueueObserver {
     this.log = keepLog ? [] : undefined;
   }
 
-  static async start(redisUrl: string, prefix: string, queue: string, options: { keepLog?: boolean } = {}): Promise<QueueObserver> {
+  static async start(
+    redisUrl: string,
+    prefix: string,
+    queue: string,
+    options: { keepLog?: boolean } = {},
+  ): Promise<QueueObserver> {
     const observer = new QueueObserver(redisUrl, `${prefix}:${queue}:events`, options.keepLog ?? false);
     const info = await observer.info();
     observer.baseAdded = info.added;
-    observer.reader = new StreamReader(new Redis(redisUrl, { maxRetriesPerRequest: null }), observer.key, { from: info.lastId, count: 10_000 });
+    observer.reader = new StreamReader(new Redis(redisUrl, { maxRetriesPerRequest: null }), observer.key, {
+      from: info.lastId,
+      count: 10_000,
+    });
     observer.reader.start((entries) => observer.tally(entries));
     return observer;
   }
@@ -64,7 +72,8 @@ export class QueueObserver {
   async drain(): Promise<{ lost: number }> {
     for (;;) {
       const info = await this.info();
-      if (info.length === 0 || info.lastId === this.reader?.position) return { lost: info.added - this.baseAdded - this.read };
+      if (info.length === 0 || info.lastId === this.reader?.position)
+        return { lost: info.added - this.baseAdded - this.read };
       await new Promise((r) => setTimeout(r, 50));
     }
   }
@@ -80,7 +89,11 @@ export class QueueObserver {
       if (!exists) return { added: 0, length: 0, lastId: "0-0" };
       const raw = (await probe.call("XINFO", "STREAM", this.key)) as unknown[];
       const field = (name: string) => raw[raw.indexOf(name) + 1];
-      return { added: Number(field("entries-added")), length: Number(field("length")), lastId: String(field("last-generated-id")) };
+      return {
+        added: Number(field("entries-added")),
+        length: Number(field("length")),
+        lastId: String(field("last-generated-id")),
+      };
     } finally {
       probe.disconnect();
     }
@@ -95,7 +108,10 @@ export class QueueObserver {
       // An active job handed back to the queue (a dead replica's, src/queue/reclaim.ts) is counted apart.
       const event = raw === "waiting" && field(fields, "prev") === "active" ? "requeued" : raw;
       let perJob = this.counts.get(jobId);
-      if (!perJob) this.counts.set(jobId, (perJob = new Map()));
+      if (!perJob) {
+        perJob = new Map();
+        this.counts.set(jobId, perJob);
+      }
       perJob.set(event, (perJob.get(event) ?? 0) + 1);
       this.log?.push({ event, jobId, returnvalue: field(fields, "returnvalue") });
     }

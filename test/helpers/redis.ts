@@ -4,7 +4,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Redis } from "ioredis";
-import { startEmbeddedRedis } from "../../src/control/embedded-redis.ts";
+import { startEmbeddedRedis } from "../../src/redis/embedded.ts";
 
 export interface PrivateRedis {
   url: string;

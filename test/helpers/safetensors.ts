@@ -5,14 +5,18 @@
  */
 import { writeFile } from "node:fs/promises";
 
-export type SafetensorsInput = { name: string; /** Row-major, outermost first. */ shape: number[]; data: Float32Array };
+export type SafetensorsInput = { name: string /** Row-major, outermost first. */; shape: number[]; data: Float32Array };
 
-export function encodeSafetensors(tensors: SafetensorsInput[], metadata: Record<string, string> = { format: "pt" }): Buffer {
+export function encodeSafetensors(
+  tensors: SafetensorsInput[],
+  metadata: Record<string, string> = { format: "pt" },
+): Buffer {
   const header: Record<string, unknown> = { __metadata__: metadata };
   let offset = 0;
   for (const t of tensors) {
     const elements = t.shape.reduce((a, b) => a * b, 1);
-    if (elements !== t.data.length) throw new Error(`${t.name}: shape [${t.shape}] holds ${elements} values, data has ${t.data.length}`);
+    if (elements !== t.data.length)
+      throw new Error(`${t.name}: shape [${t.shape}] holds ${elements} values, data has ${t.data.length}`);
     header[t.name] = { dtype: "F32", shape: t.shape, data_offsets: [offset, offset + t.data.byteLength] };
     offset += t.data.byteLength;
   }
@@ -20,7 +24,11 @@ export function encodeSafetensors(tensors: SafetensorsInput[], metadata: Record<
   json += " ".repeat((8 - (Buffer.byteLength(json) % 8)) % 8);
   const head = Buffer.alloc(8);
   head.writeBigUInt64LE(BigInt(Buffer.byteLength(json)));
-  return Buffer.concat([head, Buffer.from(json), ...tensors.map((t) => Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength))]);
+  return Buffer.concat([
+    head,
+    Buffer.from(json),
+    ...tensors.map((t) => Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength)),
+  ]);
 }
 
 export async function writeSafetensors(path: string, tensors: SafetensorsInput[]): Promise<void> {

@@ -37,11 +37,20 @@ export async function startSentinelGroup(options: { downAfterMs?: number } = {})
     const home = join(dir, name);
     await mkdir(home, { recursive: true });
     const conf = join(home, "redis.conf");
-    await writeFile(conf, [`port ${port}`, "bind 127.0.0.1", `dir ${home}`, "save \"\"", ...lines, ""].join("\n"));
+    await writeFile(conf, [`port ${port}`, "bind 127.0.0.1", `dir ${home}`, 'save ""', ...lines, ""].join("\n"));
     const child = spawn("redis-server", sentinel ? [conf, "--sentinel"] : [conf], { stdio: "ignore" });
     children.set(port, child);
     await waitUntil(`${name} on ${port}`, async () => {
-      const probe = quiet(new Redis({ port, host: "127.0.0.1", password: sentinel ? undefined : password, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null }));
+      const probe = quiet(
+        new Redis({
+          port,
+          host: "127.0.0.1",
+          password: sentinel ? undefined : password,
+          lazyConnect: true,
+          maxRetriesPerRequest: 0,
+          retryStrategy: () => null,
+        }),
+      );
       try {
         await probe.connect();
         return (await probe.ping()) === "PONG";
@@ -53,21 +62,33 @@ export async function startSentinelGroup(options: { downAfterMs?: number } = {})
 
   const primaryPort = await freePort();
   const replicaPort = await freePort();
-  const data = [`requirepass ${password}`, `masterauth ${password}`, "appendonly yes", "appendfsync everysec", "maxmemory-policy noeviction"];
+  const data = [
+    `requirepass ${password}`,
+    `masterauth ${password}`,
+    "appendonly yes",
+    "appendfsync everysec",
+    "maxmemory-policy noeviction",
+  ];
   await start("primary", primaryPort, data);
   await start("replica", replicaPort, [...data, `replicaof 127.0.0.1 ${primaryPort}`]);
   const sentinelPorts = [await freePort(), await freePort(), await freePort()];
   for (const [i, port] of sentinelPorts.entries()) {
-    await start(`sentinel-${i}`, port, [
-      `sentinel monitor ${SENTINEL_GROUP} 127.0.0.1 ${primaryPort} 2`,
-      `sentinel auth-pass ${SENTINEL_GROUP} ${password}`,
-      `sentinel down-after-milliseconds ${SENTINEL_GROUP} ${downAfterMs}`,
-      `sentinel failover-timeout ${SENTINEL_GROUP} 10000`,
-      `sentinel parallel-syncs ${SENTINEL_GROUP} 1`,
-    ], true);
+    await start(
+      `sentinel-${i}`,
+      port,
+      [
+        `sentinel monitor ${SENTINEL_GROUP} 127.0.0.1 ${primaryPort} 2`,
+        `sentinel auth-pass ${SENTINEL_GROUP} ${password}`,
+        `sentinel down-after-milliseconds ${SENTINEL_GROUP} ${downAfterMs}`,
+        `sentinel failover-timeout ${SENTINEL_GROUP} 10000`,
+        `sentinel parallel-syncs ${SENTINEL_GROUP} 1`,
+      ],
+      true,
+    );
   }
   const sentinel = quiet(new Redis({ port: sentinelPorts[0], host: "127.0.0.1", maxRetriesPerRequest: 1 }));
-  const primaryNow = async () => Number(((await sentinel.call("SENTINEL", "get-master-addr-by-name", SENTINEL_GROUP)) as string[])[1]);
+  const primaryNow = async () =>
+    Number(((await sentinel.call("SENTINEL", "get-master-addr-by-name", SENTINEL_GROUP)) as string[])[1]);
   // The replica has synced and every sentinel knows the others: a failover can be agreed on.
   await waitUntil("the replica to sync", async () => {
     const r = quiet(new Redis({ port: replicaPort, host: "127.0.0.1", password, maxRetriesPerRequest: 1 }));

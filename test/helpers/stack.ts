@@ -37,7 +37,14 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     PLATFORM_API_KEY: undefined,
     ...options.env,
   };
-  const args = [BIN, "up", "--port", "0", ...(options.model ? ["--model", options.model] : []), ...(options.args ?? [])];
+  const args = [
+    BIN,
+    "up",
+    "--port",
+    "0",
+    ...(options.model ? ["--model", options.model] : []),
+    ...(options.args ?? []),
+  ];
   const child = spawn(process.execPath, args, { env, stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
   child.stdout.on("data", (d) => (out += d));
@@ -55,7 +62,9 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   // `up` prints the URL with its password masked and says where the password is kept.
   const shownRedisUrl = (out.match(/redis\s+(rediss?:\/\/\S+)/) ?? [])[1] as string;
   const passwordFile = (out.match(/password in (\S+)\)/) ?? [])[1];
-  const redisUrl = passwordFile ? shownRedisUrl.replace(":***@", `:${encodeURIComponent((await readFile(passwordFile, "utf8")).trim())}@`) : shownRedisUrl;
+  const redisUrl = passwordFile
+    ? shownRedisUrl.replace(":***@", `:${encodeURIComponent((await readFile(passwordFile, "utf8")).trim())}@`)
+    : shownRedisUrl;
 
   const admin = async <T>(method: string, path: string, body?: unknown) => {
     const res = await fetch(`${baseUrl}${path}`, {
@@ -91,7 +100,10 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   };
   if (options.model && options.waitAvailable !== false) {
     const name = (out.match(/endpoint\s+(\S+) \(starting/) ?? [])[1] as string;
-    await waitFor(async () => (await admin<{ state: string }>("GET", `/admin/v1/endpoints/${name}`)).body.state === "available", `endpoint ${name} to be available`);
+    await waitFor(
+      async () => (await admin<{ state: string }>("GET", `/admin/v1/endpoints/${name}`)).body.state === "available",
+      `endpoint ${name} to be available`,
+    );
   }
   return stack;
 }
@@ -102,10 +114,10 @@ export function sleep(ms: number): Promise<void> {
 
 export type CliResult = { code: number | null; stdout: string; stderr: string };
 
-/** Runs the real `platform` binary as a child process. */
-export function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<CliResult> {
+/** Runs the real `platform` binary as a child process; in `cwd`, as a person runs it inside a workspace. */
+export function runCli(args: string[], env: NodeJS.ProcessEnv, cwd?: string): Promise<CliResult> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [BIN, ...args], { env, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [BIN, ...args], { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (d) => (stdout += d));

@@ -5,13 +5,14 @@
  */
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AutoscalingSettings } from "../../src/contracts/autoscaling.ts";
+import { AutoscalingSettings } from "../../src/autoscaling/config.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import type { EndpointRecord, ReplicaState } from "../../src/contracts/records.ts";
-import { setAutoscaling } from "../../src/control/autoscaling.ts";
-import { type Control, connectControl, duplicate, type RedisClient } from "../../src/control/redis.ts";
-import { removeReplica, writeReplica } from "../../src/control/replicas.ts";
-import { detailOf, PlatformError } from "../../src/errors.ts";
+import type { Endpoint } from "../../src/endpoints/endpoint.ts";
+import type { ReplicaState } from "../../src/replicas/replica.ts";
+import { setAutoscaling } from "../../src/autoscaling/store.ts";
+import { type Control, connectControl, duplicate, type RedisClient } from "../../src/redis/connection.ts";
+import { removeReplica, writeReplica } from "../../src/replicas/heartbeats.ts";
+import { detailOf, PlatformError } from "../../src/contracts/errors.ts";
 import { Admission, limitsFor } from "../../src/queue/admission.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { Dispatcher } from "../../src/queue/dispatcher.ts";
@@ -34,7 +35,7 @@ afterAll(async () => {
   await server.stop();
 });
 
-function endpoint(name: string, desired: number, resources: Record<string, unknown> = {}): EndpointRecord {
+function endpoint(name: string, desired: number, resources: Record<string, unknown> = {}): Endpoint {
   return {
     name,
     config: DeploymentConfig.parse({ endpoint: name, model: { name, version: "v1" }, resources }),
@@ -48,14 +49,30 @@ function endpoint(name: string, desired: number, resources: Record<string, unkno
 
 async function replica(name: string, id: string, state: ReplicaState, error?: string): Promise<void> {
   const now = Date.now();
-  await writeReplica(ctl, { id, endpoint: name, model: name, version: "v1", state, pid: 1, host: "h", started: now, heartbeat: now, in_flight: 0, parallel: 1, error });
+  await writeReplica(ctl, {
+    id,
+    endpoint: name,
+    model: name,
+    version: "v1",
+    state,
+    pid: 1,
+    host: "h",
+    started: now,
+    heartbeat: now,
+    in_flight: 0,
+    parallel: 1,
+    error,
+  });
 }
 
 /** No caching, so each call sees what the test just wrote. */
 const fresh = () => new Admission(dispatcher, { depthCacheMs: 0, capacityCacheMs: 0 });
 
 async function refusal(p: Promise<unknown>): Promise<PlatformError> {
-  const e = await p.then(() => undefined, (err: unknown) => err);
+  const e = await p.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
   expect(e).toBeInstanceOf(PlatformError);
   return e as PlatformError;
 }
@@ -66,9 +83,15 @@ describe("admission", () => {
     const env = loadSettings({ PLATFORM_MAX_QUEUE_DEPTH: "50", PLATFORM_MAX_QUEUE_WAIT_MS: "1500" }).admission;
     expect(env).toEqual({ maxQueueDepth: 50, maxQueueWaitMs: 1500 });
     expect(() => loadSettings({ PLATFORM_MAX_QUEUE_DEPTH: "0" })).toThrow(/PLATFORM_MAX_QUEUE_DEPTH/);
-    expect(limitsFor(endpoint("x", 1, { max_queue_depth: 7, max_queue_wait: "2m" }), env)).toEqual({ maxQueueDepth: 7, maxQueueWaitMs: 120_000 });
+    expect(limitsFor(endpoint("x", 1, { max_queue_depth: 7, max_queue_wait: "2m" }), env)).toEqual({
+      maxQueueDepth: 7,
+      maxQueueWaitMs: 120_000,
+    });
     expect(limitsFor(endpoint("x", 1), env)).toEqual(env);
-    expect(DeploymentConfig.safeParse({ model: { name: "x" }, resources: { max_queue_wait: "60" } }).error?.issues[0]?.message).toMatch(/expected "<n>s"/);
+    expect(
+      DeploymentConfig.safeParse({ model: { name: "x" }, resources: { max_queue_wait: "60" } }).error?.issues[0]
+        ?.message,
+    ).toMatch(/expected "<n>s"/);
   });
 
   it("refuses with 503 no_capacity when nothing is ready and nothing is coming", async () => {
@@ -97,7 +120,9 @@ describe("admission", () => {
     await replica("broken", "broken-1", "failed", "model file /srv/models/x.gguf is corrupt");
     e = await refusal(admission.admit(broken));
     expect([e.status, e.code]).toEqual([503, "no_capacity"]);
-    expect(e.message).toMatch(/no replica of "broken" could start; `platform inference status broken` \(admin\) shows why/);
+    expect(e.message).toMatch(
+      /no replica of "broken" could start; `platform inference status broken` \(admin\) shows why/,
+    );
     expect(e.message).not.toContain("/srv/models");
     expect(detailOf(e)?.detail).toMatch(/model file \/srv\/models\/x.gguf is corrupt/);
     // A replica starting again: requests wait for it.
@@ -105,7 +130,19 @@ describe("admission", () => {
     await expect(admission.admit(broken)).resolves.toBeDefined();
     // Replicas of another version do not count.
     await removeReplica(ctl, "broken", "broken-2");
-    await writeReplica(ctl, { id: "broken-old", endpoint: "broken", model: "broken", version: "v0", state: "ready", pid: 1, host: "h", started: 0, heartbeat: Date.now(), in_flight: 0, parallel: 1 });
+    await writeReplica(ctl, {
+      id: "broken-old",
+      endpoint: "broken",
+      model: "broken",
+      version: "v0",
+      state: "ready",
+      pid: 1,
+      host: "h",
+      started: 0,
+      heartbeat: Date.now(),
+      in_flight: 0,
+      parallel: 1,
+    });
     expect((await refusal(admission.admit(broken))).code).toBe("no_capacity");
   });
 
@@ -131,7 +168,10 @@ describe("admission", () => {
   });
 
   it("withdraws a request nobody took within max_queue_wait and answers 503 queue_timeout", async () => {
-    const handle = await dispatcher.submit({ kind: "completion", request_id: "r1", model: "slow", version: "v1", prompt: "hi", params: {} }, { timeoutMs: 30_000, queueWaitMs: 300 });
+    const handle = await dispatcher.submit(
+      { kind: "completion", request_id: "r1", model: "slow", version: "v1", prompt: "hi", params: {} },
+      { timeoutMs: 30_000, queueWaitMs: 300 },
+    );
     const queue = dispatcher.queue("slow", "v1");
     expect(await queue.getJobState(handle.id)).toBe("waiting");
     const e = await refusal(handle.events.next());
@@ -141,12 +181,16 @@ describe("admission", () => {
   });
 
   it("keeps waiting past max_queue_wait once a replica has the job", async () => {
-    const handle = await dispatcher.submit({ kind: "completion", request_id: "r2", model: "taken", version: "v1", prompt: "hi", params: {} }, { timeoutMs: 30_000, queueWaitMs: 200 });
+    const handle = await dispatcher.submit(
+      { kind: "completion", request_id: "r2", model: "taken", version: "v1", prompt: "hi", params: {} },
+      { timeoutMs: 30_000, queueWaitMs: 200 },
+    );
     const queue = dispatcher.queue("taken", "v1");
     // Take the job the way a worker does, without answering yet.
     let finish: (() => void) | undefined;
     const worker = dispatcher.worker("taken", "v1", () => new Promise<void>((resolve) => (finish = resolve)), {});
-    for (let i = 0; i < 100 && (await queue.getJobState(handle.id)) !== "active"; i++) await new Promise((r) => setTimeout(r, 20));
+    for (let i = 0; i < 100 && (await queue.getJobState(handle.id)) !== "active"; i++)
+      await new Promise((r) => setTimeout(r, 20));
     let settled: string | undefined;
     handle.events.next().then(
       () => (settled = "event"),
@@ -161,13 +205,19 @@ describe("admission", () => {
   });
 
   it("hears an answer that arrives while it checks whether a replica has the job", async () => {
-    const handle = await dispatcher.submit({ kind: "completion", request_id: "r3", model: "race", version: "v1", prompt: "hi", params: {} }, { timeoutMs: 60_000, queueWaitMs: 200 });
+    const handle = await dispatcher.submit(
+      { kind: "completion", request_id: "r3", model: "race", version: "v1", prompt: "hi", params: {} },
+      { timeoutMs: 60_000, queueWaitMs: 200 },
+    );
     const queue = dispatcher.queue("race", "v1");
     // The replica that holds the job answers exactly while the dispatcher asks for the job's state,
     // as a worker whose prefetched job reaches its queue deadline does.
     const getJobState = queue.getJobState.bind(queue);
     queue.getJobState = async (jobId: string) => {
-      const reply = JSON.stringify({ type: "error", error: { status: 503, code: "queue_timeout", param: null, message: "no sequence came free", retry_after: 5 } });
+      const reply = JSON.stringify({
+        type: "error",
+        error: { status: 503, code: "queue_timeout", param: null, message: "no sequence came free", retry_after: 5 },
+      });
       await ctl.redis.xadd(dispatcher.replyStream, "*", "job", jobId, "e", reply);
       await new Promise((r) => setTimeout(r, 300)); // the reply is routed meanwhile
       return "active";
@@ -176,7 +226,10 @@ describe("admission", () => {
     const hang = new Promise<"hang">((r) => setTimeout(() => r("hang"), 15_000).unref());
     const next = await Promise.race([handle.events.next(), hang]);
     queue.getJobState = getJobState;
-    expect(next).toEqual({ done: false, value: { type: "error", error: expect.objectContaining({ status: 503, code: "queue_timeout" }) } });
+    expect(next).toEqual({
+      done: false,
+      value: { type: "error", error: expect.objectContaining({ status: 503, code: "queue_timeout" }) },
+    });
   });
 });
 
@@ -184,7 +237,10 @@ describe("jobs lost with a Redis failover", () => {
   it("ends a request whose job vanished with a retryable 503 job_lost, long before its timeout", async () => {
     const quick = new Dispatcher(ctl, "gw-lost", { lostJobCheckMs: 200 });
     try {
-      const handle = await quick.submit({ kind: "completion", request_id: "r4", model: "lost", version: "v1", prompt: "hi", params: {} }, { timeoutMs: 60_000 });
+      const handle = await quick.submit(
+        { kind: "completion", request_id: "r4", model: "lost", version: "v1", prompt: "hi", params: {} },
+        { timeoutMs: 60_000 },
+      );
       // What a promoted replica that never got the write looks like: the job is simply not there.
       await quick.queue("lost", "v1").remove(handle.id);
       const t0 = Date.now();
@@ -199,11 +255,23 @@ describe("jobs lost with a Redis failover", () => {
   it("does not mistake a finished job (deleted at once) for a lost one while its answer is on its way", async () => {
     const quick = new Dispatcher(ctl, "gw-finished", { lostJobCheckMs: 100 });
     try {
-      const handle = await quick.submit({ kind: "completion", request_id: "r5", model: "finished", version: "v1", prompt: "hi", params: {} }, { timeoutMs: 60_000 });
+      const handle = await quick.submit(
+        { kind: "completion", request_id: "r5", model: "finished", version: "v1", prompt: "hi", params: {} },
+        { timeoutMs: 60_000 },
+      );
       await quick.queue("finished", "v1").remove(handle.id);
       // The answer lands between the two checks that would call the job lost.
       await new Promise((r) => setTimeout(r, 150));
-      const done = JSON.stringify({ type: "done", result: { type: "text", text: "ok", finish_reason: "stop", usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 }, replica: "r" } });
+      const done = JSON.stringify({
+        type: "done",
+        result: {
+          type: "text",
+          text: "ok",
+          finish_reason: "stop",
+          usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+          replica: "r",
+        },
+      });
       await ctl.redis.xadd(quick.replyStream, "*", "job", handle.id, "e", done);
       const next = await handle.events.next();
       expect(next).toMatchObject({ done: false, value: { type: "done" } });

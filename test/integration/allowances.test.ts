@@ -1,13 +1,13 @@
 /**
- * Budget held ahead (src/gateway/allowances.ts) against a real Redis: two gateways' grants never
+ * Budget held ahead (src/ratelimit/allowances.ts) against a real Redis: two gateways' grants never
  * spend more than one budget between them, what a grant did not use comes back, tokens settle
  * exactly through grants, granted slots are held and released, and small budgets are never
  * granted (every request checked, as the e2e headers test needs).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { RateLimiter, type Scope, stateKey } from "../../src/control/ratelimits.ts";
-import { type Control, connectControl } from "../../src/control/redis.ts";
-import { type Admission, Allowances, GRANT_REQUESTS, GRANT_SLOTS } from "../../src/gateway/allowances.ts";
+import { RateLimiter, type Scope, stateKey } from "../../src/ratelimit/limiter.ts";
+import { type Control, connectControl } from "../../src/redis/connection.ts";
+import { Allowances, GRANT_REQUESTS, GRANT_SLOTS, type Ticket } from "../../src/ratelimit/allowances.ts";
 import { privateRedis } from "../helpers/redis.ts";
 
 let redis: { url: string; stop: () => Promise<void> };
@@ -56,7 +56,9 @@ describe("grants", () => {
     expect(calls).toBeLessThan(1000 / 8);
 
     // Then 4,000 more, all at once across both: together they get exactly what is left.
-    const verdicts = await Promise.all(Array.from({ length: 4000 }, (_, i) => (i % 2 ? one : two).allowances.admit(id, scopes, 0)));
+    const verdicts = await Promise.all(
+      Array.from({ length: 4000 }, (_, i) => (i % 2 ? one : two).allowances.admit(id, scopes, 0)),
+    );
     const admitted = 1000 + verdicts.filter((v) => v.verdict.admitted).length;
     expect(admitted).toBeLessThanOrEqual(3000);
     // The burst was sent all at once, so what each gateway was granted meanwhile had no later
@@ -102,7 +104,7 @@ describe("grants", () => {
     const id = "key_grant0000003";
     const scopes = scope({ tpm: 50_000_000 });
     const { limiter, allowances } = gateway(a);
-    const admissions: Admission[] = [];
+    const admissions: Ticket[] = [];
     for (let i = 0; i < 100; i++) admissions.push(await allowances.admit(id, scopes, 50));
     // Twice the first request's reservation per granted request: a request of more goes through the script.
     const big = await allowances.admit(id, scopes, 500);
@@ -121,7 +123,7 @@ describe("grants", () => {
     const [one, two] = [gateway(a), gateway(b)];
     const on = (i: number) => (i % 2 ? one : two);
     // Some requests first, so that both gateways hold grants; then 250 at once, none ending.
-    const held: Admission[] = [];
+    const held: Ticket[] = [];
     for (let i = 0; i < 10; i++) held.push(await on(i).allowances.admit(id, scopes, 0));
     held.push(...(await Promise.all(Array.from({ length: 250 }, (_, i) => on(i).allowances.admit(id, scopes, 0)))));
     expect(held.filter((x) => x.grant).length).toBeGreaterThan(0);
@@ -130,7 +132,12 @@ describe("grants", () => {
     expect(running).toBeGreaterThanOrEqual(200 - 2 * GRANT_SLOTS);
     expect(await a.redis.zcard(slots)).toBeLessThanOrEqual(200);
     for (const [i, x] of held.entries()) {
-      if (x.verdict.admitted) await on(i >= 10 ? i - 10 : i).limiter.end({ keyId: id, scopes, ...on(i >= 10 ? i - 10 : i).allowances.finishOf(x, undefined) });
+      if (x.verdict.admitted)
+        await on(i >= 10 ? i - 10 : i).limiter.end({
+          keyId: id,
+          scopes,
+          ...on(i >= 10 ? i - 10 : i).allowances.finishOf(x, undefined),
+        });
     }
     await Promise.all([one.allowances.close(), two.allowances.close()]);
     expect(await a.redis.zcard(slots)).toBe(0);
@@ -149,7 +156,11 @@ describe("grants", () => {
     const second = await allowances.admit(id, scopes, 0);
     expect(second.slot).toBeDefined();
     // Ended while its grant lasts: the slot goes back to the grant, nothing to write.
-    expect(allowances.finishOf(second, undefined)).toEqual({ member: second.member, actual: undefined, release: false });
+    expect(allowances.finishOf(second, undefined)).toEqual({
+      member: second.member,
+      actual: undefined,
+      release: false,
+    });
     const third = await allowances.admit(id, scopes, 0);
     expect(third.slot).toBe(second.slot);
     await new Promise((r) => setTimeout(r, 400));
@@ -165,7 +176,10 @@ describe("grants", () => {
 
   it("grants nothing from small budgets: every request of a 60 rpm or a 10-slot key is checked", async () => {
     const { limiter, allowances } = gateway(a);
-    for (const [id, limits] of [["key_grant0000006", { rpm: 60 }], ["key_grant0000007", { max_concurrency: 10, rpm: 100_000 }]] as const) {
+    for (const [id, limits] of [
+      ["key_grant0000006", { rpm: 60 }],
+      ["key_grant0000007", { max_concurrency: 10, rpm: 100_000 }],
+    ] as const) {
       const scopes = scope(limits);
       for (let i = 0; i < 5; i++) expect((await allowances.admit(id, scopes, 0)).grant).toBeUndefined();
       expect(await a.redis.zcard(stateKey(a, id, scopes[0] as Scope, "w"))).toBe(5);

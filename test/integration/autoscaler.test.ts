@@ -11,15 +11,16 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Autoscaler, startAutoscaler } from "../../scaler/autoscaler.ts";
-import { ScalerLease } from "../../scaler/lease.ts";
-import { AutoscalingSettings } from "../../src/contracts/autoscaling.ts";
+import { Lease } from "../../src/redis/lease.ts";
+import { AutoscalingSettings } from "../../src/autoscaling/config.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import type { EndpointRecord } from "../../src/contracts/records.ts";
-import { listDecisions, type ScalingDecisionRecord, setAutoscaling } from "../../src/control/autoscaling.ts";
-import { findEndpoint, saveEndpoint } from "../../src/control/endpoints.ts";
-import { type Control, connectControl } from "../../src/control/redis.ts";
+import type { Endpoint } from "../../src/endpoints/endpoint.ts";
+import { listDecisions, type RecordedDecision, setAutoscaling } from "../../src/autoscaling/store.ts";
+import { findEndpoint, saveEndpoint } from "../../src/endpoints/store.ts";
+import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import { workerDeploymentName } from "../../scaler/backends/kubernetes-manifests.ts";
+import { revisionId } from "../../src/endpoints/rollout.ts";
 import { FakeKubernetesApi } from "../helpers/fake-kubernetes-api.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 import { BIN, sleep } from "../helpers/stack.ts";
@@ -60,8 +61,8 @@ afterAll(async () => {
   await server.stop();
 });
 
-async function deploy(name: string, desired: number): Promise<EndpointRecord> {
-  const record: EndpointRecord = {
+async function deploy(name: string, desired: number): Promise<Endpoint> {
+  const record: Endpoint = {
     name,
     config: DeploymentConfig.parse({ endpoint: name, model: { name, version: "v1" } }),
     version: "v1",
@@ -81,13 +82,14 @@ async function desired(name: string): Promise<number> {
 async function until(check: () => Promise<boolean>, what: string | (() => string), timeoutMs = 30_000): Promise<void> {
   const start = Date.now();
   while (!(await check())) {
-    if (Date.now() - start > timeoutMs) throw new Error(`timed out waiting for ${typeof what === "string" ? what : what()}`);
+    if (Date.now() - start > timeoutMs)
+      throw new Error(`timed out waiting for ${typeof what === "string" ? what : what()}`);
     await sleep(50);
   }
 }
 
 /** Oldest first: the order they were made in. */
-async function decisions(name: string): Promise<ScalingDecisionRecord[]> {
+async function decisions(name: string): Promise<RecordedDecision[]> {
   return (await listDecisions(ctl, name)).reverse();
 }
 
@@ -97,12 +99,33 @@ describe("autoscaler loop", () => {
   it("scales one step per cooldown up to max, never past it; one of two scalers acts, the other takes over when it dies", async () => {
     await deploy("busy", 0);
     await deploy("manual", 2); // no autoscaling: left alone
-    await setAutoscaling(ctl, "busy", settings({ min_replicas: 0, max_replicas: 3, target_queue_depth: 2, scale_up_cooldown: "1s", scale_down_cooldown: "500ms", scale_down_delay: "1500ms" }));
+    await setAutoscaling(
+      ctl,
+      "busy",
+      settings({
+        min_replicas: 0,
+        max_replicas: 3,
+        target_queue_depth: 2,
+        scale_up_cooldown: "1s",
+        scale_down_cooldown: "500ms",
+        scale_down_delay: "1500ms",
+      }),
+    );
     const queue = producer(ctl).queue("busy", "v1");
 
-    const a = await startAutoscaler(control(), { intervalMs: 100, leaseTtlMs: 1000, holderId: "scaler-a", log: () => undefined });
+    const a = await startAutoscaler(control(), {
+      intervalMs: 100,
+      leaseTtlMs: 1000,
+      holderId: "scaler-a",
+      log: () => undefined,
+    });
     scalers.push(a);
-    const b = await startAutoscaler(control(), { intervalMs: 100, leaseTtlMs: 1000, holderId: "scaler-b", log: () => undefined });
+    const b = await startAutoscaler(control(), {
+      intervalMs: 100,
+      leaseTtlMs: 1000,
+      holderId: "scaler-b",
+      log: () => undefined,
+    });
     scalers.push(b);
     expect(a.isLeader()).toBe(true);
     expect(b.isLeader()).toBe(false);
@@ -119,10 +142,16 @@ describe("autoscaler loop", () => {
 
     const up = await decisions("busy");
     const scaleUps = up.filter((d) => d.action === "scale_up");
-    expect(scaleUps.map((d) => [d.from, d.to])).toEqual([[0, 1], [1, 2], [2, 3]]);
+    expect(scaleUps.map((d) => [d.from, d.to])).toEqual([
+      [0, 1],
+      [1, 2],
+      [2, 3],
+    ]);
     expect(scaleUps[0]?.reason).toMatch(/scale from zero/);
     for (let i = 1; i < scaleUps.length; i++) {
-      expect((scaleUps[i] as ScalingDecisionRecord).at - (scaleUps[i - 1] as ScalingDecisionRecord).at).toBeGreaterThanOrEqual(1000);
+      expect((scaleUps[i] as RecordedDecision).at - (scaleUps[i - 1] as RecordedDecision).at).toBeGreaterThanOrEqual(
+        1000,
+      );
     }
     expect(Math.max(...up.map((d) => d.to))).toBe(3);
     expect(up.at(-1)?.inputs).toEqual({ waiting: 25, active: 0, ready: 0, current: 3 });
@@ -134,29 +163,36 @@ describe("autoscaler loop", () => {
     // a dies without releasing its lease: b takes over once it expires, with a's history.
     await a.stop({ release: false });
     await until(async () => b.isLeader(), "b to take the lease");
-    expect(await ScalerLease.holder(ctl.redis, ctl.keys.scalerLease)).toBe("scaler-b");
+    expect(await Lease.holder(ctl.redis, ctl.keys.scalerLease)).toBe("scaler-b");
 
     // Demand stops: after the delay, one step per down-cooldown, back to min 0.
     await queue.drain();
     const stoppedAt = Date.now();
     // The record follows the new count by a write: wait for both.
-    await until(async () => (await desired("busy")) === 0 && (await listDecisions(ctl, "busy", 1))[0]?.to === 0, "0 replicas");
+    await until(
+      async () => (await desired("busy")) === 0 && (await listDecisions(ctl, "busy", 1))[0]?.to === 0,
+      "0 replicas",
+    );
     const all = await decisions("busy");
     const downs = all.filter((d) => d.action === "scale_down");
-    expect(downs.map((d) => [d.from, d.to])).toEqual([[3, 2], [2, 1], [1, 0]]);
+    expect(downs.map((d) => [d.from, d.to])).toEqual([
+      [3, 2],
+      [2, 1],
+      [1, 0],
+    ]);
     expect(new Set(downs.map((d) => d.holder))).toEqual(new Set(["scaler-b"]));
-    const firstDown = downs[0] as ScalingDecisionRecord;
+    const firstDown = downs[0] as RecordedDecision;
     const lastBusy = Math.max(...all.filter((d) => d.at < firstDown.at && d.needed >= 3).map((d) => d.at));
     expect(firstDown.at - lastBusy).toBeGreaterThanOrEqual(1500);
     expect(firstDown.at).toBeGreaterThanOrEqual(stoppedAt + 1500 - 200);
     for (let i = 1; i < downs.length; i++) {
-      expect((downs[i] as ScalingDecisionRecord).at - (downs[i - 1] as ScalingDecisionRecord).at).toBeGreaterThanOrEqual(500);
+      expect((downs[i] as RecordedDecision).at - (downs[i - 1] as RecordedDecision).at).toBeGreaterThanOrEqual(500);
     }
     expect(Math.min(...all.map((d) => d.to))).toBe(0);
 
     // A clean stop hands the lease back at once.
     await b.stop();
-    expect(await ScalerLease.holder(ctl.redis, ctl.keys.scalerLease)).toBeNull();
+    expect(await Lease.holder(ctl.redis, ctl.keys.scalerLease)).toBeNull();
   });
 
   it("runs as `platform scaler` processes: only the lease holder decides; SIGKILL it and the other takes over", async () => {
@@ -168,10 +204,14 @@ describe("autoscaler loop", () => {
     await setAutoscaling(pctl, name, settings({ min_replicas: 0, max_replicas: 1 }));
     const dataDir = await mkdtemp(join(tmpdir(), "platform-scaler-"));
     const start = (id: string) => {
-      const child = spawn(process.execPath, [BIN, "scaler", "--backend", "local", "--interval-ms", "100", "--lease-ttl-ms", "1000", "--holder-id", id], {
-        env: { ...process.env, REDIS_URL, PLATFORM_PREFIX: prefix, PLATFORM_DATA_DIR: dataDir },
-        stdio: ["ignore", "pipe", "pipe"],
-      });
+      const child = spawn(
+        process.execPath,
+        [BIN, "scaler", "--backend", "local", "--interval-ms", "100", "--lease-ttl-ms", "1000", "--holder-id", id],
+        {
+          env: { ...process.env, REDIS_URL, PLATFORM_PREFIX: prefix, PLATFORM_DATA_DIR: dataDir },
+          stdio: ["ignore", "pipe", "pipe"],
+        },
+      );
       let out = "";
       child.stdout?.on("data", (d) => (out += d));
       child.stderr?.on("data", (d) => (out += d));
@@ -180,8 +220,14 @@ describe("autoscaler loop", () => {
     };
     const p1 = start("proc-1");
     const p2 = start("proc-2");
-    const holder = () => ScalerLease.holder(pctl.redis, pctl.keys.scalerLease);
-    await until(async () => (await listDecisions(pctl, name)).length > 0 && p1.output().includes("running") && p2.output().includes("running"), "both scalers up and a decision");
+    const holder = () => Lease.holder(pctl.redis, pctl.keys.scalerLease);
+    await until(
+      async () =>
+        (await listDecisions(pctl, name)).length > 0 &&
+        p1.output().includes("running") &&
+        p2.output().includes("running"),
+      "both scalers up and a decision",
+    );
     const leader = (await holder()) as string;
     expect(["proc-1", "proc-2"]).toContain(leader);
     const [winner, standby] = leader === "proc-1" ? [p1, p2] : [p2, p1];
@@ -192,7 +238,10 @@ describe("autoscaler loop", () => {
 
     winner.child.kill("SIGKILL");
     await until(async () => (await holder()) === standbyId, "the standby to take the lease");
-    await until(async () => (await listDecisions(pctl, name, 1))[0]?.holder === standbyId, "a decision by the new holder");
+    await until(
+      async () => (await listDecisions(pctl, name, 1))[0]?.holder === standbyId,
+      "a decision by the new holder",
+    );
     expect(standby.output()).toContain(`${standbyId} holds the scaler lease`);
 
     const exited = new Promise<number | null>((resolve) => standby.child.once("exit", resolve));
@@ -217,19 +266,31 @@ describe("autoscaler loop", () => {
       `apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: ${server}\n    insecure-skip-tls-verify: true\nusers:\n- name: scaler\n  user:\n    token: t\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: scaler\n    namespace: ml\ncurrent-context: fake\n`,
     );
     const name = "chat";
-    await saveEndpoint(kctl, endpointRecord(name, 1));
-    await setAutoscaling(kctl, name, settings({ min_replicas: 1, max_replicas: 2, target_queue_depth: 1, scale_up_cooldown: "0s" }));
+    const record = endpointRecord(name, 1);
+    await saveEndpoint(kctl, record);
+    await setAutoscaling(
+      kctl,
+      name,
+      settings({ min_replicas: 1, max_replicas: 2, target_queue_depth: 1, scale_up_cooldown: "0s" }),
+    );
     const queues = producer(kctl);
     const queue = queues.queue("chat", "v1");
     const child = spawn(process.execPath, [BIN, "scaler", "--backend", "kubernetes", "--interval-ms", "100"], {
-      env: { ...process.env, REDIS_URL, PLATFORM_PREFIX: prefix, KUBECONFIG: kubeconfig, PLATFORM_WORKER_IMAGE: "example.com/platform:1", POD_NAMESPACE: "ml" },
+      env: {
+        ...process.env,
+        REDIS_URL,
+        PLATFORM_PREFIX: prefix,
+        KUBECONFIG: kubeconfig,
+        PLATFORM_WORKER_IMAGE: "example.com/platform:1",
+        POD_NAMESPACE: "ml",
+      },
       stdio: ["ignore", "pipe", "pipe"],
     });
     children.push(child);
     let out = "";
     child.stdout?.on("data", (d) => (out += d));
     child.stderr?.on("data", (d) => (out += d));
-    const deployment = workerDeploymentName(name, "v1");
+    const deployment = workerDeploymentName(name, "v1", revisionId(record));
     try {
       const scaledTo = (n: number) => async () => {
         if (child.exitCode !== null) throw new Error(`the scaler exited (${child.exitCode}): ${out}`);
@@ -239,7 +300,10 @@ describe("autoscaler loop", () => {
       // Three waiting at 1 per replica: one step up, to max 2.
       await queue.addBulk(Array.from({ length: 3 }, (_, i) => ({ name: "completion", data: { i } })));
       await until(scaledTo(2), () => `the Deployment scaled to 2 (scaler output: ${out})`);
-      expect(api.writes()).toEqual([`POST /apis/apps/v1/namespaces/ml/deployments`, `PATCH /apis/apps/v1/namespaces/ml/deployments/${deployment}/scale`]);
+      expect(api.writes()).toEqual([
+        `POST /apis/apps/v1/namespaces/ml/deployments`,
+        `PATCH /apis/apps/v1/namespaces/ml/deployments/${deployment}/scale`,
+      ]);
       expect(api.deployment("ml", deployment)?.spec.template.spec.containers[0].image).toBe("example.com/platform:1");
       expect(out).toMatch(/running with the kubernetes backend/);
       const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
@@ -260,5 +324,13 @@ describe("autoscaler loop", () => {
 /** An endpoint record for model `name` at v1, as a deploy would write it. */
 function endpointRecord(name: string, desired: number) {
   const now = Date.now();
-  return { name, config: DeploymentConfig.parse({ endpoint: name, model: { name, version: "v1" } }), version: "v1", framework: "llamacpp" as const, desired_replicas: desired, created: now, updated: now };
+  return {
+    name,
+    config: DeploymentConfig.parse({ endpoint: name, model: { name, version: "v1" } }),
+    version: "v1",
+    framework: "llamacpp" as const,
+    desired_replicas: desired,
+    created: now,
+    updated: now,
+  };
 }

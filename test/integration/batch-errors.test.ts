@@ -20,13 +20,13 @@ import { captureLogs } from "../helpers/logs.ts";
 import { type BatchCoordinator, startBatchCoordinator } from "../../src/batch/index.ts";
 import { COORDINATOR_JOB, COORDINATOR_QUEUE } from "../../src/batch/jobs.ts";
 import { RecordJobs } from "../../src/batch/record-jobs.ts";
-import { type BatchSpec, createRecord } from "../../src/batch/records.ts";
-import type { BatchJobRecord } from "../../src/contracts/batch.ts";
+import { type BatchSpec, createRecord } from "../../src/batch/store.ts";
+import type { BatchJob } from "../../src/batch/schema.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import { createApiKey } from "../../src/control/apikeys.ts";
-import { deployEndpoint } from "../../src/control/endpoints.ts";
-import { type Control, connectControl } from "../../src/control/redis.ts";
-import { PlatformError } from "../../src/errors.ts";
+import { createApiKey } from "../../src/keys/store.ts";
+import { deployEndpoint } from "../../src/endpoints/store.ts";
+import { type Control, connectControl } from "../../src/redis/connection.ts";
+import { PlatformError } from "../../src/contracts/errors.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import { ANSWER_FIELD } from "../../src/queue/kept-answers.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
@@ -73,7 +73,10 @@ beforeAll(async () => {
   admin = await key("admin", "admin");
   userA = await key("a", "user");
   userB = await key("b", "user");
-  await importModel({ ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") }, { name: "tiny", framework: "llamacpp", source: await tinyModelPath() });
+  await importModel(
+    { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") },
+    { name: "tiny", framework: "llamacpp", source: await tinyModelPath() },
+  );
   await deployEndpoint(ctl, DeploymentConfig.parse({ model: { name: "tiny" }, resources: { replicas: 0 } }));
   queues = new QueueBase(ctl);
   worker = queues.worker(
@@ -82,8 +85,21 @@ beforeAll(async () => {
     async (job) => {
       await gate;
       const data = job.data as { prompt?: string; reply: { stream: string } };
-      const result = { type: "text", text: `echo ${data.prompt ?? ""}`, finish_reason: "stop", usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 }, replica: "stand-in" };
-      await ctl.redis.xadd(data.reply.stream, "*", "job", job.id as string, "e", JSON.stringify({ type: "done", result }));
+      const result = {
+        type: "text",
+        text: `echo ${data.prompt ?? ""}`,
+        finish_reason: "stop",
+        usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 },
+        replica: "stand-in",
+      };
+      await ctl.redis.xadd(
+        data.reply.stream,
+        "*",
+        "job",
+        job.id as string,
+        "e",
+        JSON.stringify({ type: "done", result }),
+      );
       return result;
     },
     { concurrency: 8 },
@@ -104,7 +120,13 @@ afterAll(async () => {
 
 type ErrorBody = { error: { message: string; code: string; param: string | null } };
 
-async function api<T = Record<string, unknown>>(method: string, path: string, key: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: T }> {
+async function api<T = Record<string, unknown>>(
+  method: string,
+  path: string,
+  key: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: T }> {
   const res = await fetch(`${gateway.url}${path}`, {
     method,
     headers: { authorization: `Bearer ${key}`, "content-type": "application/json", ...headers },
@@ -117,7 +139,11 @@ async function upload(key: string, text: string): Promise<string> {
   const form = new FormData();
   form.set("purpose", "batch");
   form.set("file", new Blob([text]), "in.jsonl");
-  const res = await fetch(`${gateway.url}/v1/files`, { method: "POST", body: form, headers: { authorization: `Bearer ${key}` } });
+  const res = await fetch(`${gateway.url}/v1/files`, {
+    method: "POST",
+    body: form,
+    headers: { authorization: `Bearer ${key}` },
+  });
   expect(res.status).toBe(200);
   return ((await res.json()) as { id: string }).id;
 }
@@ -126,17 +152,32 @@ function records(n: number, prefix: string): string {
   return `${Array.from({ length: n }, (_, i) => JSON.stringify({ id: `${prefix}${i}`, prompt: `p${i}`, max_tokens: 3 })).join("\n")}\n`;
 }
 
-type Cli = { child: ChildProcess; stdout: () => string; done: Promise<{ code: number | null; stdout: string; stderr: string }> };
+type Cli = {
+  child: ChildProcess;
+  stdout: () => string;
+  done: Promise<{ code: number | null; stdout: string; stderr: string }>;
+};
 
 /** `platform inference batch ...` against the in-process gateway, as `key`, from a machine that shares no files with it. */
 function cli(args: string[], key: string): Cli {
-  const env = { ...process.env, PLATFORM_BASE_URL: gateway.url, PLATFORM_API_KEY: key, PLATFORM_CONFIG_DIR: join(scratch, "config"), PLATFORM_CLI_UPLOAD: undefined };
-  const child = spawn(process.execPath, [BATCH_CLI, "inference", "batch", ...args], { env, stdio: ["ignore", "pipe", "pipe"] });
+  const env = {
+    ...process.env,
+    PLATFORM_BASE_URL: gateway.url,
+    PLATFORM_API_KEY: key,
+    PLATFORM_CONFIG_DIR: join(scratch, "config"),
+    PLATFORM_CLI_UPLOAD: undefined,
+  };
+  const child = spawn(process.execPath, [BATCH_CLI, "inference", "batch", ...args], {
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let stdout = "";
   let stderr = "";
   child.stdout.on("data", (d) => (stdout += d));
   child.stderr.on("data", (d) => (stderr += d));
-  const done = new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => child.once("exit", (code) => resolve({ code, stdout, stderr })));
+  const done = new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) =>
+    child.once("exit", (code) => resolve({ code, stdout, stderr })),
+  );
   return { child, stdout: () => stdout, done };
 }
 
@@ -155,18 +196,42 @@ const logOf = (logs: { text: () => string }) => logs.text();
 describe("the CLI against a gateway with no storage roots", () => {
   it("uploads the input, has the server keep the result, and downloads it at the end", async () => {
     await writeFile(join(local, "prompts.jsonl"), records(5, "d"));
-    const run = await cli(["--model", "tiny", "--version", "v1", "--input", join(local, "prompts.jsonl"), "--output", join(local, "got.jsonl"), "--watch", "--batch-size", "2"], userA.key).done;
+    const run = await cli(
+      [
+        "--model",
+        "tiny",
+        "--version",
+        "v1",
+        "--input",
+        join(local, "prompts.jsonl"),
+        "--output",
+        join(local, "got.jsonl"),
+        "--watch",
+        "--batch-size",
+        "2",
+      ],
+      userA.key,
+    ).done;
     expect(run.code, run.stderr).toBe(0);
-    const got = (await readFile(join(local, "got.jsonl"), "utf8")).trimEnd().split("\n").map((l) => JSON.parse(l) as { id: string; output: string });
+    const got = (await readFile(join(local, "got.jsonl"), "utf8"))
+      .trimEnd()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { id: string; output: string });
     expect(got.map((l) => l.id)).toEqual(["d0", "d1", "d2", "d3", "d4"]);
     expect(got[0]?.output).toBe("echo p0");
 
     const id = run.stdout.split("\n")[0] as string;
-    const job = await api<BatchJobRecord>("GET", `/v1/batch-jobs/${id}`, userA.key);
-    expect(job.body).toMatchObject({ state: "completed", input: expect.stringMatching(/^file-/), output: "batch-outputs/", output_file: `batch-outputs/${id}.jsonl` });
+    const job = await api<BatchJob>("GET", `/v1/batch-jobs/${id}`, userA.key);
+    expect(job.body).toMatchObject({
+      state: "completed",
+      input: expect.stringMatching(/^file-/),
+      output: "batch-outputs/",
+      output_file: `batch-outputs/${id}.jsonl`,
+    });
     expect(JSON.stringify(job.body)).not.toContain(dataDir);
     // Only the key that made it, or an admin, can fetch the result.
-    const output = (key: string) => fetch(`${gateway.url}/v1/batch-jobs/${id}/output`, { headers: { authorization: `Bearer ${key}` } });
+    const output = (key: string) =>
+      fetch(`${gateway.url}/v1/batch-jobs/${id}/output`, { headers: { authorization: `Bearer ${key}` } });
     expect((await output(userB.key)).status).toBe(404);
     const byAdmin = await output(admin.key);
     expect(byAdmin.status).toBe(200);
@@ -177,7 +242,11 @@ describe("the CLI against a gateway with no storage roots", () => {
     const refused = await api<ErrorBody>("POST", "/v1/batch-jobs", userA.key, { model: "tiny", input: "in.jsonl" });
     expect(refused.status).toBe(400);
     expect(refused.body.error).toMatchObject({ code: "invalid_request", param: "output" });
-    const named = await api<ErrorBody>("POST", "/v1/batch-jobs", userA.key, { model: "tiny", input_file_id: await upload(userA.key, records(1, "n")), output: "out/" });
+    const named = await api<ErrorBody>("POST", "/v1/batch-jobs", userA.key, {
+      model: "tiny",
+      input_file_id: await upload(userA.key, records(1, "n")),
+      output: "out/",
+    });
     expect(named.status).toBe(403);
     expect(named.body.error.code).toBe("storage_forbidden");
   });
@@ -190,7 +259,10 @@ describe("a local result never replaces a file silently", () => {
     const target = join(local, "late.jsonl");
     try {
       await writeFile(join(local, "late-in.jsonl"), records(3, "w"));
-      const run = cli(["--model", "tiny", "--version", "v1", "--input", join(local, "late-in.jsonl"), "--output", target, "--watch"], userA.key);
+      const run = cli(
+        ["--model", "tiny", "--version", "v1", "--input", join(local, "late-in.jsonl"), "--output", target, "--watch"],
+        userA.key,
+      );
       const id = await waitFor("the job id", async () => run.stdout().split("\n")[0] || undefined);
       expect(id).toMatch(/^batch_/);
       await writeFile(target, "precious\n");
@@ -208,7 +280,12 @@ describe("a local result never replaces a file silently", () => {
 
       const replaced = await cli(["download", id, "--to", target, "--overwrite"], userA.key).done;
       expect(replaced.code, replaced.stderr).toBe(0);
-      expect((await readFile(target, "utf8")).trimEnd().split("\n").map((l) => (JSON.parse(l) as { id: string }).id)).toEqual(["w0", "w1", "w2"]);
+      expect(
+        (await readFile(target, "utf8"))
+          .trimEnd()
+          .split("\n")
+          .map((l) => (JSON.parse(l) as { id: string }).id),
+      ).toEqual(["w0", "w1", "w2"]);
       // Nothing half-written left beside it.
       expect((await readdir(local)).filter((name) => name.startsWith("."))).toEqual([]);
     } finally {
@@ -222,18 +299,27 @@ describe("what clients see of failures", () => {
   it("queue_unavailable: no Redis address in the answer or the job record; the request id and job id point to the log", async () => {
     const logged = captureLogs();
     const add = Queue.prototype.add;
-    const spy = vi.spyOn(Queue.prototype, "add").mockImplementation(function (this: Queue, ...args: Parameters<Queue["add"]>) {
+    const spy = vi.spyOn(Queue.prototype, "add").mockImplementation(function (
+      this: Queue,
+      ...args: Parameters<Queue["add"]>
+    ) {
       if (this.name === COORDINATOR_QUEUE) return Promise.reject(new Error("connect ECONNREFUSED 10.9.8.7:6379"));
       return add.apply(this, args);
     });
     try {
       const fileId = await upload(userA.key, records(1, "q"));
-      const res = await api<ErrorBody>("POST", "/v1/batch-jobs", userA.key, { model: "tiny", version: "v1", input_file_id: fileId }, { "x-request-id": "req_batch_queue_probe" });
+      const res = await api<ErrorBody>(
+        "POST",
+        "/v1/batch-jobs",
+        userA.key,
+        { model: "tiny", version: "v1", input_file_id: fileId },
+        { "x-request-id": "req_batch_queue_probe" },
+      );
       expect(res.status).toBe(503);
       expect(res.body.error.code).toBe("queue_unavailable");
       expect(res.body.error.message).toContain("req_batch_queue_probe");
       expect(res.body.error.message).not.toMatch(/10\.9\.8\.7|ECONNREFUSED/);
-      const list = await api<{ data: BatchJobRecord[] }>("GET", "/v1/batch-jobs", userA.key);
+      const list = await api<{ data: BatchJob[] }>("GET", "/v1/batch-jobs", userA.key);
       const failed = list.body.data.find((j) => j.error?.code === "queue_unavailable");
       expect(failed?.state).toBe("failed");
       expect(failed?.error?.message).toContain(failed?.id as string);
@@ -254,7 +340,11 @@ describe("what clients see of failures", () => {
     const loop = join(root, "loop.jsonl");
     await symlink(loop, loop);
     const queue = "batches-errors";
-    const withRoots = await startBatchCoordinator(ctl, { ...settings, storageRoots: [{ scheme: "file", path: root }] }, { queue });
+    const withRoots = await startBatchCoordinator(
+      ctl,
+      { ...settings, storageRoots: [{ scheme: "file", path: root }] },
+      { queue },
+    );
     const coordinate = queues.queueNamed(queue);
     try {
       const id = `batch_${randomBytes(12).toString("hex")}`;
@@ -282,18 +372,27 @@ describe("what clients see of failures", () => {
       };
       await createRecord(ctl, spec);
       // An earlier run wrote two parts before whatever broke.
-      await ctl.redis.set(ctl.keys.batchCheckpoint(id), JSON.stringify({ next_line: 154, next_byte: 9000, parts: 2, succeeded: 150, failed: 3, input_size: 10_000 }));
+      await ctl.redis.set(
+        ctl.keys.batchCheckpoint(id),
+        JSON.stringify({ next_line: 154, next_byte: 9000, parts: 2, succeeded: 150, failed: 3, input_size: 10_000 }),
+      );
       await coordinate.add(COORDINATOR_JOB, { batch_id: id }, { jobId: id, attempts: 1 });
       const failed = await waitFor("the job to fail", async () => {
-        const job = await api<BatchJobRecord>("GET", `/v1/batch-jobs/${id}`, admin.key);
+        const job = await api<BatchJob>("GET", `/v1/batch-jobs/${id}`, admin.key);
         return job.body.state === "failed" ? job.body : undefined;
       });
       expect(failed.error?.code).toBe("coordinator_error");
       expect(failed.error?.message).toContain(id);
       expect(failed.error?.message).not.toContain(scratch);
       expect(failed.error?.message).not.toMatch(/ELOOP|symbolic|realpath/);
-      expect(failed).toMatchObject({ resumable: true, partial: { records: 153, parts_uri: `out/${id}.parts/` }, counts: { succeeded: 150, failed: 3 } });
-      expect(logOf(logged)).toMatch(new RegExp(`${id}[^\\n]*coordinator_error[^\\n]*ELOOP[^\\n]*${scratch.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}`));
+      expect(failed).toMatchObject({
+        resumable: true,
+        partial: { records: 153, parts_uri: `out/${id}.parts/` },
+        counts: { succeeded: 150, failed: 3 },
+      });
+      expect(logOf(logged)).toMatch(
+        new RegExp(`${id}[^\\n]*coordinator_error[^\\n]*ELOOP[^\\n]*${scratch.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}`),
+      );
     } finally {
       await withRoots.stop();
       logged.restore();
@@ -303,14 +402,21 @@ describe("what clients see of failures", () => {
   it("a file that is not GGUF is refused without echoing its bytes", async () => {
     const refused = await importModel(
       { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") },
-      { name: "notgguf", framework: "llamacpp", source: "weights.gguf", body: Readable.from([Buffer.from("QZXJ0123456789abcdef")]) },
+      {
+        name: "notgguf",
+        framework: "llamacpp",
+        source: "weights.gguf",
+        body: Readable.from([Buffer.from("QZXJ0123456789abcdef")]),
+      },
     ).then(
       () => undefined,
       (e: unknown) => e,
     );
     expect(refused).toBeInstanceOf(PlatformError);
     expect((refused as PlatformError).code).toBe("invalid_artifact");
-    expect((refused as PlatformError).message).toBe('weights.gguf: not a GGUF file (no GGUF magic), which framework "llamacpp" needs');
+    expect((refused as PlatformError).message).toBe(
+      'weights.gguf: not a GGUF file (no GGUF magic), which framework "llamacpp" needs',
+    );
   });
 });
 
@@ -331,7 +437,10 @@ describe("stored data that does not parse", () => {
   it("a corrupt model version is invalid_record, without the parser's text", async () => {
     await ctl.redis.hset(ctl.keys.modelVersions("tiny"), "v7", "{broken");
     try {
-      const res = await api<ErrorBody>("PUT", "/admin/v1/endpoints/tiny7", admin.key, { model: { name: "tiny", version: "v7" }, resources: { replicas: 0 } });
+      const res = await api<ErrorBody>("PUT", "/admin/v1/endpoints/tiny7", admin.key, {
+        model: { name: "tiny", version: "v7" },
+        resources: { replicas: 0 },
+      });
       expect(res.status).toBe(500);
       expect(res.body.error.code).toBe("invalid_record");
       expect(res.body.error.message).toMatch(/model "tiny" version "v7" is invalid \(not valid JSON\)/);
@@ -353,19 +462,53 @@ describe("stored data that does not parse", () => {
       // As a worker fails a job (a JobError as JSON), and as BullMQ does (plain text).
       // Engine failures are retried: every attempt's job (`-<line>`, `-<line>-r<n>`) failed the same way.
       for (const attempt of ["", "-r1", "-r2"]) {
-        await ctl.redis.hset(queue.toKey(`${batchId}-1${attempt}`), failed(JSON.stringify({ code: "engine_error", status: 500, param: null, message: `failed to load ${secret}: bad magic` })));
-        await ctl.redis.hset(queue.toKey(`${batchId}-2${attempt}`), failed(`ENOENT: no such file or directory, open '${secret}'`));
+        await ctl.redis.hset(
+          queue.toKey(`${batchId}-1${attempt}`),
+          failed(
+            JSON.stringify({
+              code: "engine_error",
+              status: 500,
+              param: null,
+              message: `failed to load ${secret}: bad magic`,
+            }),
+          ),
+        );
+        await ctl.redis.hset(
+          queue.toKey(`${batchId}-2${attempt}`),
+          failed(`ENOENT: no such file or directory, open '${secret}'`),
+        );
       }
       // A 4xx message is about the request and passes as it is.
-      await ctl.redis.hset(queue.toKey(`${batchId}-3`), failed(JSON.stringify({ code: "context_length_exceeded", status: 400, param: "prompt", message: "the prompt is 900 tokens; the window is 512" })));
+      await ctl.redis.hset(
+        queue.toKey(`${batchId}-3`),
+        failed(
+          JSON.stringify({
+            code: "context_length_exceeded",
+            status: 400,
+            param: "prompt",
+            message: "the prompt is 900 tokens; the window is 512",
+          }),
+        ),
+      );
       // BullMQ's plain text reads as online requests read it (src/queue/failures.ts): job_failed.
-      for (const [line, code] of [[1, "engine_error"], [2, "job_failed"]] as const) {
-        const answer = (await jobs.run(line, `r${line}`, work, { max_tokens: 3 })) as { ok: boolean; code: string; message: string };
+      for (const [line, code] of [
+        [1, "engine_error"],
+        [2, "job_failed"],
+      ] as const) {
+        const answer = (await jobs.run(line, `r${line}`, work, { max_tokens: 3 })) as {
+          ok: boolean;
+          code: string;
+          message: string;
+        };
         expect(answer).toMatchObject({ ok: false, code });
         expect(answer.message).not.toContain(secret);
         expect(answer.message).toContain(`job id ${batchId}, the gateway log has the details`);
       }
-      expect(await jobs.run(3, "r3", work, { max_tokens: 3 })).toMatchObject({ ok: false, code: "context_length_exceeded", message: "the prompt is 900 tokens; the window is 512" });
+      expect(await jobs.run(3, "r3", work, { max_tokens: 3 })).toMatchObject({
+        ok: false,
+        code: "context_length_exceeded",
+        message: "the prompt is 900 tokens; the window is 512",
+      });
       expect(logOf(logged)).toContain(secret);
     } finally {
       await jobs.close();
@@ -384,20 +527,47 @@ describe("stored data that does not parse", () => {
     const within = <T>(p: Promise<T>) => Promise.race([p, sleep(8000).then(() => "hung" as const)]);
     try {
       await ctl.redis.hset(ctl.keys.batchResults(batchId), "3", "{garbage");
-      expect(await within(jobs.run(3, "r3", work, { max_tokens: 3 }))).toMatchObject({ ok: false, code: "invalid_result" });
+      expect(await within(jobs.run(3, "r3", work, { max_tokens: 3 }))).toMatchObject({
+        ok: false,
+        code: "invalid_result",
+      });
 
       // A resumed run takes a finished record's answer from its job: the field the worker keeps it in
       // (its return value is a receipt, as BullMQ copies it into the event stream)...
       const usage = { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 };
       const receipt = JSON.stringify({ type: "text", finish_reason: "length", usage, replica: "r" });
       const result = { type: "text", text: " kept", finish_reason: "length", usage, replica: "r" };
-      await ctl.redis.hset(queue.toKey(`${batchId}-6`), { timestamp: Date.now(), finishedOn: Date.now(), [ANSWER_FIELD]: JSON.stringify(result), returnvalue: receipt });
-      expect(await within(jobs.run(6, "r6", work, { max_tokens: 3 }))).toMatchObject({ ok: true, text: " kept", tokens: 3 });
+      await ctl.redis.hset(queue.toKey(`${batchId}-6`), {
+        timestamp: Date.now(),
+        finishedOn: Date.now(),
+        [ANSWER_FIELD]: JSON.stringify(result),
+        returnvalue: receipt,
+      });
+      expect(await within(jobs.run(6, "r6", work, { max_tokens: 3 }))).toMatchObject({
+        ok: true,
+        text: " kept",
+        tokens: 3,
+      });
       // ... and garbage there, or in the return value of a worker that returned the whole result, fails the record.
-      await ctl.redis.hset(queue.toKey(`${batchId}-7`), { timestamp: Date.now(), finishedOn: Date.now(), [ANSWER_FIELD]: "{garbage", returnvalue: receipt });
-      expect(await within(jobs.run(7, "r7", work, { max_tokens: 3 }))).toMatchObject({ ok: false, code: "invalid_result" });
-      await ctl.redis.hset(queue.toKey(`${batchId}-4`), { timestamp: Date.now(), finishedOn: Date.now(), returnvalue: "{garbage" });
-      expect(await within(jobs.run(4, "r4", work, { max_tokens: 3 }))).toMatchObject({ ok: false, code: "invalid_result" });
+      await ctl.redis.hset(queue.toKey(`${batchId}-7`), {
+        timestamp: Date.now(),
+        finishedOn: Date.now(),
+        [ANSWER_FIELD]: "{garbage",
+        returnvalue: receipt,
+      });
+      expect(await within(jobs.run(7, "r7", work, { max_tokens: 3 }))).toMatchObject({
+        ok: false,
+        code: "invalid_result",
+      });
+      await ctl.redis.hset(queue.toKey(`${batchId}-4`), {
+        timestamp: Date.now(),
+        finishedOn: Date.now(),
+        returnvalue: "{garbage",
+      });
+      expect(await within(jobs.run(4, "r4", work, { max_tokens: 3 }))).toMatchObject({
+        ok: false,
+        code: "invalid_result",
+      });
 
       // Sent, then its result turns to garbage: the once-a-second check must still settle it.
       const answer = within(jobs.run(5, "r5", work, { max_tokens: 3 }));

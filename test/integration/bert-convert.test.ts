@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { convertCheckpoint } from "../../src/registry/convert/index.ts";
 import { readGgufInfo } from "../../src/registry/gguf/index.ts";
-import { PlatformError } from "../../src/errors.ts";
+import { PlatformError } from "../../src/contracts/errors.ts";
 import type { Engine } from "../../workers/engines/engine.ts";
 import { loadLlamaCpp } from "../../workers/engines/llamacpp.ts";
 import { TINY_BERT, writeTinyBert } from "../fixtures/tiny-bert.ts";
@@ -47,7 +47,11 @@ describe.each([
     const checkpoint = join(dir, `${pooling}-checkpoint`);
     fixture = await writeTinyBert(checkpoint, { pooling, normalize, seed: pooling === "mean" ? 3 : 4 });
     gguf = join(dir, `${pooling}.gguf`);
-    expect(await convertCheckpoint(checkpoint, gguf)).toEqual({ architecture: "BertModel", ggufArchitecture: "bert", task: "embed" });
+    expect(await convertCheckpoint(checkpoint, gguf)).toEqual({
+      architecture: "BertModel",
+      ggufArchitecture: "bert",
+      task: "embed",
+    });
     engine = await loadLlamaCpp({ modelPath: gguf, parallel: 1, threads: 1 });
     await engine.warmup();
   });
@@ -72,7 +76,10 @@ describe.each([
     const names = info.tensors.map((t) => t.name);
     expect(names).toContain("blk.1.layer_output_norm.bias");
     expect(names.some((n) => n.startsWith("pooler"))).toBe(false);
-    expect(info.tensors.find((t) => t.name === "blk.0.ffn_up.weight")?.dims).toEqual([TINY_BERT.hidden, TINY_BERT.intermediate]);
+    expect(info.tensors.find((t) => t.name === "blk.0.ffn_up.weight")?.dims).toEqual([
+      TINY_BERT.hidden,
+      TINY_BERT.intermediate,
+    ]);
   });
 
   it("embeds each input as the reference forward pass does (cosine ≥ 0.999), counting [CLS] and [SEP]", async () => {
@@ -94,7 +101,8 @@ describe.each([
 
   it("takes token ids as the text's own tokens", async () => {
     const ids = bertInput(TEXTS[0] as string, fixture.vocab);
-    const [fromText, fromIds, inner] = (await engine.embed([TEXTS[0] as string, ids, ids.slice(1, -1)])).embeddings as number[][];
+    const [fromText, fromIds, inner] = (await engine.embed([TEXTS[0] as string, ids, ids.slice(1, -1)]))
+      .embeddings as number[][];
     expect(cosine(fromIds as number[], fromText as number[])).toBeGreaterThan(0.99999);
     // Without [CLS]/[SEP] the engine adds them, as it does for a text.
     expect(cosine(inner as number[], fromText as number[])).toBeGreaterThan(0.99999);
@@ -105,13 +113,17 @@ describe.each([
     const err = await engine.embed(["hello", long]).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(PlatformError);
     expect((err as PlatformError).status).toBe(400);
-    expect((err as PlatformError).message).toBe(`input[1] has ${TINY_BERT.maxPositions + 7} tokens; this model embeds at most ${TINY_BERT.maxPositions - 1} tokens per input. Shorten or split input[1].`);
+    expect((err as PlatformError).message).toBe(
+      `input[1] has ${TINY_BERT.maxPositions + 7} tokens; this model embeds at most ${TINY_BERT.maxPositions - 1} tokens per input. Shorten or split input[1].`,
+    );
     const unknown = await engine.embed([[2, 5, fixture.vocab.length]]).catch((e: unknown) => e);
     expect((unknown as PlatformError).message).toMatch(/^input\[0\]\[2\]: token \d+ is not in this model's vocabulary/);
   });
 
   it("refuses to generate text", async () => {
-    const err = await engine.generate({ kind: "prompt", prompt: "hello", params: { max_tokens: 2 } }, {}).catch((e: unknown) => e);
+    const err = await engine
+      .generate({ kind: "prompt", prompt: "hello", params: { max_tokens: 2 } }, {})
+      .catch((e: unknown) => e);
     expect((err as PlatformError).code).toBe("model_not_generative");
   });
 });
@@ -132,7 +144,9 @@ describe("converting other BERT checkpoints", () => {
     const engine = await loadLlamaCpp({ modelPath: out, parallel: 1, threads: 1 });
     try {
       const [got] = (await engine.embed(["a small dog"])).embeddings as number[][];
-      expect(cosine(got as number[], bertEmbedding(bertInput("a small dog", vocab), weights, TINY_BERT, "mean", false))).toBeGreaterThanOrEqual(0.999);
+      expect(
+        cosine(got as number[], bertEmbedding(bertInput("a small dog", vocab), weights, TINY_BERT, "mean", false)),
+      ).toBeGreaterThanOrEqual(0.999);
     } finally {
       await engine.dispose();
     }
@@ -150,7 +164,9 @@ describe("converting other BERT checkpoints", () => {
       expect(ids.length).toBeGreaterThan(600);
       const result = await engine.embed([text]);
       expect(result.usage.prompt_tokens).toBe(ids.length);
-      expect(cosine(result.embeddings[0] as number[], bertEmbedding(ids, weights, TINY_BERT, "mean", false))).toBeGreaterThanOrEqual(0.999);
+      expect(
+        cosine(result.embeddings[0] as number[], bertEmbedding(ids, weights, TINY_BERT, "mean", false)),
+      ).toBeGreaterThanOrEqual(0.999);
     } finally {
       await engine.dispose();
     }
@@ -167,18 +183,28 @@ describe("converting other BERT checkpoints", () => {
       return (err as PlatformError).message;
     };
     expect(
-      await refusal((c) => writeFile(join(c, "1_Pooling/config.json"), JSON.stringify({ pooling_mode_max_tokens: true }))),
+      await refusal((c) =>
+        writeFile(join(c, "1_Pooling/config.json"), JSON.stringify({ pooling_mode_max_tokens: true })),
+      ),
     ).toBe("1_Pooling/config.json: pooling max_tokens is not supported; one of mean_tokens, cls_token or lasttoken is");
     expect(
       await refusal(async (c) => {
         const modules = JSON.parse(await readFile(join(c, "modules.json"), "utf8")) as unknown[];
-        await writeFile(join(c, "modules.json"), JSON.stringify([...modules, { idx: 2, name: "2", path: "2_Dense", type: "sentence_transformers.models.Dense" }]));
+        await writeFile(
+          join(c, "modules.json"),
+          JSON.stringify([
+            ...modules,
+            { idx: 2, name: "2", path: "2_Dense", type: "sentence_transformers.models.Dense" },
+          ]),
+        );
       }),
     ).toBe('modules.json: the module "Dense" is not supported (Transformer, Pooling and Normalize are)');
     expect(
       await refusal(async (c) => {
         const vocab = 5;
-        await writeSafetensors(join(c, "model.safetensors"), [{ name: "embeddings.word_embeddings.weight", shape: [vocab, 2], data: new Float32Array(vocab * 2) }]);
+        await writeSafetensors(join(c, "model.safetensors"), [
+          { name: "embeddings.word_embeddings.weight", shape: [vocab, 2], data: new Float32Array(vocab * 2) },
+        ]);
       }),
     ).toMatch(/^tensor embeddings\.word_embeddings\.weight has shape \[5, 2\]; config\.json implies \[\d+, 32\]$/);
   });

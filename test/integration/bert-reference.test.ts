@@ -15,7 +15,10 @@ import { referencePython } from "../helpers/models.ts";
 
 const PYTHON = referencePython() ?? "python3";
 const usable = spawnSync(PYTHON, ["-c", "import torch, transformers, tokenizers"], { stdio: "ignore" }).status === 0;
-if (!usable) console.warn(`bert-reference.test: ${PYTHON} cannot import torch, transformers and tokenizers; skipping the check of the reference against transformers`);
+if (!usable)
+  console.warn(
+    `bert-reference.test: ${PYTHON} cannot import torch, transformers and tokenizers; skipping the check of the reference against transformers`,
+  );
 
 const SCRIPT = `
 import json, sys, torch
@@ -33,7 +36,12 @@ for t in texts:
 print(json.dumps(out))
 `;
 
-const TEXTS = ["The quick brown fox jumped over the lazy dog.", "hello, world!", "Café déjà-vu? Embedding models play nicely", "zzz qqq"];
+const TEXTS = [
+  "The quick brown fox jumped over the lazy dog.",
+  "hello, world!",
+  "Café déjà-vu? Embedding models play nicely",
+  "zzz qqq",
+];
 
 let dir: string | undefined;
 afterAll(async () => {
@@ -44,15 +52,23 @@ describe.skipIf(!usable)("the TypeScript BERT reference", () => {
   it("tokenizes and embeds as transformers' BertModel does", async () => {
     dir = await mkdtemp(join(tmpdir(), "bert-reference-"));
     const { weights, vocab } = await writeTinyBert(dir, { pooling: "mean", seed: 21 });
-    const run = spawnSync(PYTHON, ["-c", SCRIPT, dir, JSON.stringify(TEXTS)], { encoding: "utf8", env: { ...process.env, HF_HUB_OFFLINE: "1", TRANSFORMERS_VERBOSITY: "error" } });
+    const run = spawnSync(PYTHON, ["-c", SCRIPT, dir, JSON.stringify(TEXTS)], {
+      encoding: "utf8",
+      env: { ...process.env, HF_HUB_OFFLINE: "1", TRANSFORMERS_VERBOSITY: "error" },
+    });
     expect(run.status, run.stderr).toBe(0);
     const expected = JSON.parse(run.stdout) as { ids: number[]; mean: number[]; cls: number[] }[];
     TEXTS.forEach((text, i) => {
       const ids = bertInput(text, vocab);
       expect(ids, text).toEqual(expected[i]?.ids);
-      expect(cosine(bertEmbedding(ids, weights, TINY_BERT, "mean", false), expected[i]?.mean as number[])).toBeGreaterThan(0.99999);
-      expect(cosine(bertEmbedding(ids, weights, TINY_BERT, "cls", false), expected[i]?.cls as number[])).toBeGreaterThan(0.99999);
-      bertEmbedding(ids, weights, TINY_BERT, "mean", false).forEach((v, j) => expect(v).toBeCloseTo(expected[i]?.mean[j] as number, 4));
+      expect(
+        cosine(bertEmbedding(ids, weights, TINY_BERT, "mean", false), expected[i]?.mean as number[]),
+      ).toBeGreaterThan(0.99999);
+      expect(
+        cosine(bertEmbedding(ids, weights, TINY_BERT, "cls", false), expected[i]?.cls as number[]),
+      ).toBeGreaterThan(0.99999);
+      for (const [j, v] of bertEmbedding(ids, weights, TINY_BERT, "mean", false).entries())
+        expect(v).toBeCloseTo(expected[i]?.mean[j] as number, 4);
     });
   });
 });

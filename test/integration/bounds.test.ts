@@ -7,8 +7,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { captureLogs } from "../helpers/logs.ts";
-import { createApiKey } from "../../src/control/apikeys.ts";
-import type { Control } from "../../src/control/redis.ts";
+import { createApiKey } from "../../src/keys/store.ts";
+import type { Control } from "../../src/redis/connection.ts";
 import type { RunningGateway } from "../../src/gateway/app.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import { loadSettings } from "../../src/settings/index.ts";
@@ -32,7 +32,11 @@ let window: number;
 beforeAll(async () => {
   // Deployed, a replica wanted but none running: whatever is admitted waits in the queue.
   tiny = await startTinyGateway({
-    env: { PLATFORM_MAX_REQUEST_BYTES: String(REQUEST_LIMIT), PLATFORM_MAX_FILE_BYTES: String(FILE_LIMIT), PLATFORM_MAX_MODEL_BYTES: String(MODEL_LIMIT) },
+    env: {
+      PLATFORM_MAX_REQUEST_BYTES: String(REQUEST_LIMIT),
+      PLATFORM_MAX_FILE_BYTES: String(FILE_LIMIT),
+      PLATFORM_MAX_MODEL_BYTES: String(MODEL_LIMIT),
+    },
     settings: { requestTimeoutMs: 1500 },
     contextLength: 512,
     embed: true,
@@ -57,11 +61,19 @@ const call = (path: string, init: RequestInit & { key?: string } = {}) =>
     method: init.method ?? "POST",
     body: init.body,
     duplex: init.body instanceof ReadableStream ? "half" : undefined,
-    headers: { "content-type": "application/json", authorization: `Bearer ${init.key ?? user}`, ...(init.headers as Record<string, string>) },
+    headers: {
+      "content-type": "application/json",
+      authorization: `Bearer ${init.key ?? user}`,
+      ...(init.headers as Record<string, string>),
+    },
   } as RequestInit);
 
 const oversized = (path: string, init: Omit<OversizedInit, "url"> & { key?: string }) =>
-  sendOnOwnConnection({ ...init, url: `${gateway.url}${path}`, headers: { "content-type": "application/json", authorization: `Bearer ${init.key ?? user}`, ...init.headers } });
+  sendOnOwnConnection({
+    ...init,
+    url: `${gateway.url}${path}`,
+    headers: { "content-type": "application/json", authorization: `Bearer ${init.key ?? user}`, ...init.headers },
+  });
 
 type ErrorBody = { error: { message: string; type: string; param: string | null; code: string | null } };
 const errorOf = async (res: Response) => ((await res.json()) as ErrorBody).error;
@@ -81,13 +93,17 @@ function chunked(total: number, chunk = 16 * 1024, text?: string): ReadableStrea
 }
 
 const waitingJobs = async () => {
-  const counts = await queues.queue("tiny", "v1").getJobCounts("waiting", "prioritized", "active", "completed", "failed");
+  const counts = await queues
+    .queue("tiny", "v1")
+    .getJobCounts("waiting", "prioritized", "active", "completed", "failed");
   return Object.values(counts).reduce((a, b) => a + b, 0);
 };
 
 describe("body limits per route", () => {
   it("413 request_too_large naming the limit and the setting, with and without Content-Length", async () => {
-    const declared = await oversized("/v1/chat/completions", { body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "x".repeat(REQUEST_LIMIT) }] }) });
+    const declared = await oversized("/v1/chat/completions", {
+      body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "x".repeat(REQUEST_LIMIT) }] }),
+    });
     expect(declared.status).toBe(413);
     const err = await errorOf(declared);
     expect(err.code).toBe("request_too_large");
@@ -98,13 +114,19 @@ describe("body limits per route", () => {
     expect(streamed.status).toBe(413);
     expect((await errorOf(streamed)).code).toBe("request_too_large");
 
-    const adminJson = await oversized("/admin/v1/endpoints/tiny", { method: "PUT", key: admin, body: chunked(REQUEST_LIMIT + 1) });
+    const adminJson = await oversized("/admin/v1/endpoints/tiny", {
+      method: "PUT",
+      key: admin,
+      body: chunked(REQUEST_LIMIT + 1),
+    });
     expect(adminJson.status).toBe(413);
   });
 
   it("reads a body within the limit whole, with and without Content-Length", async () => {
     // Padded to several chunks; the model is unknown, so the 404 says the JSON was read and parsed.
-    const text = JSON.stringify({ model: "no-such-model", messages: [{ role: "user", content: "hi" }] }) + " ".repeat(REQUEST_LIMIT / 2);
+    const text =
+      JSON.stringify({ model: "no-such-model", messages: [{ role: "user", content: "hi" }] }) +
+      " ".repeat(REQUEST_LIMIT / 2);
     for (const body of [text, chunked(text.length, 16 * 1024, text)]) {
       const res = await call("/v1/chat/completions", { body });
       expect(res.status).toBe(404);
@@ -114,9 +136,15 @@ describe("body limits per route", () => {
 
   it("defaults: 2 MiB for JSON, 512 MiB for files, 64 GiB for models; the old PLATFORM_MAX_BODY_BYTES still sets the JSON limit", () => {
     const d = loadSettings({});
-    expect([d.maxRequestBytes, d.maxFileBytes, d.maxModelBytes]).toEqual([2 * 1024 ** 2, 512 * 1024 ** 2, 64 * 1024 ** 3]);
+    expect([d.maxRequestBytes, d.maxFileBytes, d.maxModelBytes]).toEqual([
+      2 * 1024 ** 2,
+      512 * 1024 ** 2,
+      64 * 1024 ** 3,
+    ]);
     expect(loadSettings({ PLATFORM_MAX_BODY_BYTES: "1234" }).maxRequestBytes).toBe(1234);
-    expect(loadSettings({ PLATFORM_MAX_BODY_BYTES: "1234", PLATFORM_MAX_REQUEST_BYTES: "99" }).maxRequestBytes).toBe(99);
+    expect(loadSettings({ PLATFORM_MAX_BODY_BYTES: "1234", PLATFORM_MAX_REQUEST_BYTES: "99" }).maxRequestBytes).toBe(
+      99,
+    );
     expect(() => loadSettings({ PLATFORM_MAX_REQUEST_BYTES: "lots" })).toThrow(/PLATFORM_MAX_REQUEST_BYTES/);
   });
 
@@ -124,16 +152,30 @@ describe("body limits per route", () => {
     const form = (size: number) => {
       const f = new FormData();
       f.set("purpose", "batch");
-      f.set("file", new Blob([`${JSON.stringify({ custom_id: "a", method: "POST", url: "/v1/completions", body: { model: "tiny", prompt: "x".repeat(size) } })}\n`]), "in.jsonl");
+      f.set(
+        "file",
+        new Blob([
+          `${JSON.stringify({ custom_id: "a", method: "POST", url: "/v1/completions", body: { model: "tiny", prompt: "x".repeat(size) } })}\n`,
+        ]),
+        "in.jsonl",
+      );
       return f;
     };
-    const upload = (size: number) => fetch(`${gateway.url}/v1/files`, { method: "POST", body: form(size), headers: { authorization: `Bearer ${user}` } });
+    const upload = (size: number) =>
+      fetch(`${gateway.url}/v1/files`, {
+        method: "POST",
+        body: form(size),
+        headers: { authorization: `Bearer ${user}` },
+      });
     // Over the JSON limit, under the file limit: not refused for its size.
     const fits = await upload(REQUEST_LIMIT * 2);
     expect(fits.status, await fits.clone().text()).not.toBe(413);
     const f = form(FILE_LIMIT);
     const encoded = new Response(f);
-    const over = await oversized("/v1/files", { body: new Uint8Array(await encoded.arrayBuffer()), headers: { "content-type": encoded.headers.get("content-type") as string } });
+    const over = await oversized("/v1/files", {
+      body: new Uint8Array(await encoded.arrayBuffer()),
+      headers: { "content-type": encoded.headers.get("content-type") as string },
+    });
     expect(over.status).toBe(413);
     expect((await errorOf(over)).message).toContain("PLATFORM_MAX_FILE_BYTES");
   });
@@ -152,7 +194,9 @@ describe("body limits per route", () => {
       headers: { "content-type": "application/octet-stream" },
     });
     expect(declared.status).toBe(413);
-    const models = (await (await call("/admin/v1/models", { method: "GET", key: admin })).json()) as { data: { name: string }[] };
+    const models = (await (await call("/admin/v1/models", { method: "GET", key: admin })).json()) as {
+      data: { name: string }[];
+    };
     expect(models.data.map((m) => m.name)).not.toContain("big");
   });
 });
@@ -164,7 +208,11 @@ describe("prompt bound at the gateway", () => {
     expect(long.length).toBeLessThan(REQUEST_LIMIT + 10_000);
     const text = long.slice(0, REQUEST_LIMIT - 1000);
     const cases = [
-      { path: "/v1/chat/completions", body: { model: "tiny", messages: [{ role: "user", content: text }] }, param: "messages" },
+      {
+        path: "/v1/chat/completions",
+        body: { model: "tiny", messages: [{ role: "user", content: text }] },
+        param: "messages",
+      },
       { path: "/v1/completions", body: { model: "tiny", prompt: text, max_tokens: 10 }, param: "prompt" },
       { path: "/v1/inference/tiny/generate", body: { prompt: text }, param: "prompt" },
       { path: "/v1/embeddings", body: { model: "tiny-embed", input: ["short", text] }, param: "input" },
@@ -176,14 +224,36 @@ describe("prompt bound at the gateway", () => {
       expect(err).toMatchObject({ type: "invalid_request_error", code: "context_length_exceeded", param: c.param });
       expect(err.message).toContain(String(window));
     }
+    // Token ids count exactly: one prompt of a list is over the window by one token with its completion.
+    const ids = await call("/v1/completions", {
+      body: JSON.stringify({ model: "tiny", prompt: [[1, 2], Array(window).fill(5)], max_tokens: 1 }),
+    });
+    expect(await errorOf(ids)).toMatchObject({
+      code: "context_length_exceeded",
+      param: "prompt",
+      message: expect.stringContaining(`you requested ${window + 1} tokens (${window} in the prompt[1], 1 in`),
+    });
+    // Several prompts: bounded by their count too (each is a queued job).
+    const many = await call("/v1/completions", {
+      body: JSON.stringify({ model: "tiny", prompt: Array(40).fill([1]), n: 2, max_tokens: 1 }),
+    });
+    expect(await errorOf(many)).toMatchObject({
+      code: "invalid_request",
+      param: "prompt",
+      message: expect.stringContaining("40 prompts with n = 2 ask for 80 choices; at most 64"),
+    });
     // max_tokens alone past the window: certain too.
-    const greedy = await call("/v1/completions", { body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: window + 1 }) });
+    const greedy = await call("/v1/completions", {
+      body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: window + 1 }),
+    });
     expect((await errorOf(greedy)).code).toBe("context_length_exceeded");
     expect(await waitingJobs()).toBe(before);
   });
 
   it("lets a prompt that may fit through to the queue (the worker checks exactly)", async () => {
-    const res = await call("/v1/completions", { body: JSON.stringify({ model: "tiny", prompt: "Once upon a time", max_tokens: 5 }) });
+    const res = await call("/v1/completions", {
+      body: JSON.stringify({ model: "tiny", prompt: "Once upon a time", max_tokens: 5 }),
+    });
     // No replica runs here: admitted, then nobody answers.
     expect(res.status).toBe(504);
   });
@@ -199,7 +269,11 @@ describe("names in path parameters", () => {
       ["PUT", "/admin/v1/endpoints/-dash/autoscaling"],
       ["POST", "/admin/v1/models/no%2Fslash/upload?source=x.gguf"],
     ] as const) {
-      const res = await call(path, { method, key: admin, body: method === "GET" || method === "DELETE" ? undefined : JSON.stringify({ model: { name: "tiny" } }) });
+      const res = await call(path, {
+        method,
+        key: admin,
+        body: method === "GET" || method === "DELETE" ? undefined : JSON.stringify({ model: { name: "tiny" } }),
+      });
       expect(res.status, `${method} ${path}`).toBe(400);
       const err = await errorOf(res);
       expect(err.param).toBe("name");
@@ -209,7 +283,11 @@ describe("names in path parameters", () => {
     expect(key.status).toBe(400);
     expect(await errorOf(key)).toMatchObject({ param: "id", code: "invalid_request" });
     // PUT with a body naming another endpoint: the URL's name wins only if they agree.
-    const mismatch = await call("/admin/v1/endpoints/tiny", { method: "PUT", key: admin, body: JSON.stringify({ endpoint: "other", model: { name: "tiny" } }) });
+    const mismatch = await call("/admin/v1/endpoints/tiny", {
+      method: "PUT",
+      key: admin,
+      body: JSON.stringify({ endpoint: "other", model: { name: "tiny" } }),
+    });
     expect(mismatch.status).toBe(400);
     const names = Object.keys(await ctl.redis.hgetall(ctl.keys.endpoints));
     expect(names.sort()).toEqual(["tiny", "tiny-embed"]);
@@ -217,7 +295,10 @@ describe("names in path parameters", () => {
 
   it("an impossible model name is an unknown model (404, OpenAI's convention), not echoed back", async () => {
     for (const path of ["/v1/models/..%2Fetc", `/v1/inference/${"%2F".repeat(3)}x/generate`]) {
-      const res = await call(path, { method: path.endsWith("generate") ? "POST" : "GET", body: path.endsWith("generate") ? JSON.stringify({ prompt: "x" }) : undefined });
+      const res = await call(path, {
+        method: path.endsWith("generate") ? "POST" : "GET",
+        body: path.endsWith("generate") ? JSON.stringify({ prompt: "x" }) : undefined,
+      });
       expect(res.status, path).toBe(404);
       const err = await errorOf(res);
       expect(err.code).toBe("model_not_found");
@@ -238,13 +319,19 @@ describe("records that do not parse", () => {
 
     const models = await call("/v1/models", { method: "GET" });
     expect(models.status).toBe(200);
-    expect(((await models.json()) as { data: { id: string }[] }).data.map((m) => m.id).sort()).toEqual(["tiny", "tiny-embed"]);
+    expect(((await models.json()) as { data: { id: string }[] }).data.map((m) => m.id).sort()).toEqual([
+      "tiny",
+      "tiny-embed",
+    ]);
     const routed = await call("/v1/models/tiny", { method: "GET" });
     expect(routed.status).toBe(200);
 
     const endpoints = await call("/admin/v1/endpoints", { method: "GET", key: admin });
     expect(endpoints.status).toBe(200);
-    const listed = (await endpoints.json()) as { data: { endpoint: string }[]; invalid: { name: string; error: string }[] };
+    const listed = (await endpoints.json()) as {
+      data: { endpoint: string }[];
+      invalid: { name: string; error: string }[];
+    };
     expect(listed.data.map((e) => e.endpoint).sort()).toEqual(["tiny", "tiny-embed"]);
     expect(listed.invalid).toEqual(
       expect.arrayContaining([
@@ -254,11 +341,17 @@ describe("records that do not parse", () => {
     );
     const one = await call("/admin/v1/endpoints/garbage", { method: "GET", key: admin });
     expect(one.status).toBe(500);
-    expect((await errorOf(one)).message).toMatch(/stored record of endpoint "garbage" is invalid \(not valid JSON\); deploy it again or delete it/);
+    expect((await errorOf(one)).message).toMatch(
+      /stored record of endpoint "garbage" is invalid \(not valid JSON\); deploy it again or delete it/,
+    );
 
     const versions = await call("/admin/v1/models", { method: "GET", key: admin });
     expect(versions.status).toBe(200);
-    expect(((await versions.json()) as { data: { name: string; version: string }[] }).data.map((v) => `${v.name}@${v.version}`).sort()).toEqual(["tiny-embed@v1", "tiny@v1"]);
+    expect(
+      ((await versions.json()) as { data: { name: string; version: string }[] }).data
+        .map((v) => `${v.name}@${v.version}`)
+        .sort(),
+    ).toEqual(["tiny-embed@v1", "tiny@v1"]);
     const keys = await call("/admin/v1/keys", { method: "GET", key: admin });
     expect(keys.status).toBe(200);
     expect(((await keys.json()) as { data: unknown[] }).data).toHaveLength(2);
@@ -274,7 +367,11 @@ describe("records that do not parse", () => {
     // Deleting the bad record works, and so does deploying over one.
     expect((await call("/admin/v1/endpoints/garbage", { method: "DELETE", key: admin })).status).toBe(200);
     await ctl.redis.hset(ctl.keys.endpoints, "tiny2", "{}");
-    const over = await call("/admin/v1/endpoints/tiny2", { method: "PUT", key: admin, body: JSON.stringify({ model: { name: "tiny" }, resources: { replicas: 0 } }) });
+    const over = await call("/admin/v1/endpoints/tiny2", {
+      method: "PUT",
+      key: admin,
+      body: JSON.stringify({ model: { name: "tiny" }, resources: { replicas: 0 } }),
+    });
     expect(over.status, await over.clone().text()).toBe(200);
     await ctl.redis.hdel(ctl.keys.endpoints, "bad name!", "tiny2");
     await ctl.redis.hdel(ctl.keys.apiKeys, "key_000000000000");
@@ -293,14 +390,23 @@ describe("error messages", () => {
         "v1",
         async (job) => {
           const reply = (job.data as { reply: { stream: string } }).reply.stream;
-          const error = { code: "engine_error", status: 500, param: null, message: "failed to load /srv/data/artifacts/models/tiny/v1/model.gguf: bad magic\n    at load (/app/workers/engines/llamacpp.ts:42:7)" };
+          const error = {
+            code: "engine_error",
+            status: 500,
+            param: null,
+            message:
+              "failed to load /srv/data/artifacts/models/tiny/v1/model.gguf: bad magic\n    at load (/app/workers/engines/llamacpp.ts:42:7)",
+          };
           await ctl.redis.xadd(reply, "*", "job", job.id as string, "e", JSON.stringify({ type: "error", error }));
           throw new Error(JSON.stringify(error));
         },
         {},
       );
       try {
-        const res = await call("/v1/completions", { body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 3 }), headers: { "x-request-id": "req_engine_probe" } });
+        const res = await call("/v1/completions", {
+          body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 3 }),
+          headers: { "x-request-id": "req_engine_probe" },
+        });
         expect(res.status).toBe(500);
         const err = await errorOf(res);
         expect(err.code).toBe("engine_error");
@@ -317,13 +423,18 @@ describe("error messages", () => {
   });
 
   // Last: it stops this suite's Redis.
-  it("queue_unavailable when Redis is gone: no address in the message, the request id instead; the log has the detail", { timeout: 60_000 }, async () => {
+  it("queue_unavailable when Redis is gone: no address in the message, the request id instead; the log has the detail", {
+    timeout: 60_000,
+  }, async () => {
     const logged = captureLogs();
     try {
       // Freshly verified key (the gateway caches it briefly): what fails next is the queue, not auth.
       expect((await call("/v1/models", { method: "GET" })).status).toBe(200);
       await redis.stop();
-      const res = await call("/v1/completions", { body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 3 }), headers: { "x-request-id": "req_redis_probe" } });
+      const res = await call("/v1/completions", {
+        body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 3 }),
+        headers: { "x-request-id": "req_redis_probe" },
+      });
       const err = await errorOf(res);
       expect(res.status).toBe(503);
       expect(err.code).toBe("queue_unavailable");

@@ -18,7 +18,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import type { Token } from "node-llama-cpp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PlatformError } from "../../src/errors.ts";
+import { PlatformError } from "../../src/contracts/errors.ts";
 import { type ConversionResult, convertCheckpoint, supportedArchitectures } from "../../src/registry/convert/index.ts";
 import { readGgufInfo } from "../../src/registry/gguf/read.ts";
 import { referencePython, sharedModelPath } from "../helpers/models.ts";
@@ -28,11 +28,18 @@ import { openModel } from "../helpers/quality.ts";
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 const fixtures = join(repoRoot, "test", "fixtures", "hf");
 
-type Reference = { prompt: string; prompt_ids: number[]; input_ids: number[]; output_ids: number[]; text?: string; pieces?: string[]; scores?: number[] };
+type Reference = {
+  prompt: string;
+  prompt_ids: number[];
+  input_ids: number[];
+  output_ids: number[];
+  text?: string;
+  pieces?: string[];
+  scores?: number[];
+};
 
 /** What stories260K has served since it was added (../shared/docs/ENVIRONMENT.md), from BOS + "Once upon a time". */
 const STORIES_TEXT = ", there was a little girl named Lily. She loved to play outside in the park. One day,";
-
 
 let dir: string;
 beforeAll(async () => {
@@ -47,7 +54,16 @@ async function convertAndGenerate(
   checkpoint: string,
   name: string,
   texts: readonly string[] = [],
-): Promise<{ result: ConversionResult; reference: Reference; tokens: number[]; prompt: number[]; addsBos: boolean; text: string; gguf: string; tokenized: number[][] }> {
+): Promise<{
+  result: ConversionResult;
+  reference: Reference;
+  tokens: number[];
+  prompt: number[];
+  addsBos: boolean;
+  text: string;
+  gguf: string;
+  tokenized: number[][];
+}> {
   const reference = JSON.parse(await readFile(join(checkpoint, "reference.json"), "utf8")) as Reference;
   const gguf = join(dir, `${name}.gguf`);
   const result = await convertCheckpoint(checkpoint, gguf);
@@ -60,7 +76,16 @@ async function convertAndGenerate(
     }
     const addsBos = m.model.tokens.shouldPrependBosToken;
     const tokenized = texts.map((t) => [...m.model.tokenize(t)]);
-    return { result, reference, tokens, prompt: [...m.model.tokenize(reference.prompt)], addsBos, text: m.model.detokenize(tokens as Token[]), gguf, tokenized };
+    return {
+      result,
+      reference,
+      tokens,
+      prompt: [...m.model.tokenize(reference.prompt)],
+      addsBos,
+      text: m.model.detokenize(tokens as Token[]),
+      gguf,
+      tokenized,
+    };
   } finally {
     await m.dispose();
   }
@@ -91,7 +116,8 @@ describe("converted tiny checkpoints generate what transformers generates", () =
       expect(meta("tokenizer.ggml.model")).toBe(c.tokenizer);
       const template = existsSync(join(checkpoint, "chat_template.jinja"))
         ? await readFile(join(checkpoint, "chat_template.jinja"), "utf8")
-        : (JSON.parse(await readFile(join(checkpoint, "tokenizer_config.json"), "utf8")) as { chat_template: string }).chat_template;
+        : (JSON.parse(await readFile(join(checkpoint, "tokenizer_config.json"), "utf8")) as { chat_template: string })
+            .chat_template;
       expect(meta("tokenizer.chat_template")).toBe(template);
       const names = info.tensors.map((t) => t.name);
       if (c.name === "mixtral") {
@@ -128,7 +154,12 @@ describe("converted tiny checkpoints generate what transformers generates", () =
 
 const python = referencePython();
 const stories = sharedModelPath();
-const storiesSkip = python === undefined ? "no reference python (.venv-ref or PLATFORM_TEST_PYTHON_REF; scripts/reference/setup.sh makes it)" : stories === undefined ? "no ../shared/models/stories260K" : undefined;
+const storiesSkip =
+  python === undefined
+    ? "no reference python (.venv-ref or PLATFORM_TEST_PYTHON_REF; scripts/reference/setup.sh makes it)"
+    : stories === undefined
+      ? "no ../shared/models/stories260K"
+      : undefined;
 if (storiesSkip !== undefined) console.log(`skipping the stories260K conversion proof: ${storiesSkip}`);
 
 /** Texts whose tokenization must survive the round trip (tokenizer.json has no SentencePiece scores: docs/conversion.md). */
@@ -140,57 +171,71 @@ const TEXTS = [
   "Lily and Tom's friends' toys",
 ];
 
-describe.skipIf(storiesSkip !== undefined)("stories260K, saved by transformers as LlamaForCausalLM and converted back", () => {
-  let exported: string;
-  let original: number[];
-  let originalTokenized: number[][];
-  beforeAll(async () => {
-    exported = join(dir, "stories");
-    await promisify(execFile)(python!, [join(repoRoot, "scripts", "reference", "make-hf-fixtures.py"), "stories", stories!, exported], { timeout: 300_000 });
-    const reference = JSON.parse(await readFile(join(exported, "f32", "reference.json"), "utf8")) as Reference;
-    // What the platform serves today: the original GGUF in llama.cpp.
-    const m = await openModel(stories!, 1, 256);
-    try {
-      original = [];
-      for await (const t of m.sequence.evaluate(reference.input_ids as Token[], { temperature: 0 })) {
-        original.push(t);
-        if (original.length >= reference.output_ids.length) break;
-      }
-      originalTokenized = TEXTS.map((t) => [...m.model.tokenize(t)]);
-    } finally {
-      await m.dispose();
-    }
-  }, 300_000);
-
-  for (const variant of ["f32", "f32-sharded", "f16", "bf16"]) {
-    it(`${variant}: the converted GGUF generates transformers' tokens and the text stories260K serves, and tokenizes as the original`, async () => {
-      const { reference, tokens, prompt, addsBos, text, tokenized } = await convertAndGenerate(join(exported, variant), `stories-${variant}`, TEXTS);
-      expect(reference.input_ids).toEqual([1, 403, 407, 261, 378]);
-      expect(addsBos).toBe(true);
-      expect(tokens).toEqual(reference.output_ids);
-      expect(prompt).toEqual(reference.prompt_ids);
-      expect(reference.text).toBe(STORIES_TEXT);
-      expect(text).toBe(STORIES_TEXT);
-      expect(tokens).toEqual(original);
-      expect(tokenized).toEqual(originalTokenized);
-    });
-  }
-
-  it("served by the platform's llama.cpp engine, \"Once upon a time\" at temperature 0 completes as the original GGUF does", async () => {
-    const serve = async (modelPath: string) => {
-      const engine = await loadLlamaCpp({ modelPath, parallel: 1, threads: 1 });
+describe.skipIf(storiesSkip !== undefined)(
+  "stories260K, saved by transformers as LlamaForCausalLM and converted back",
+  () => {
+    let exported: string;
+    let original: number[];
+    let originalTokenized: number[][];
+    beforeAll(async () => {
+      exported = join(dir, "stories");
+      await promisify(execFile)(
+        python!,
+        [join(repoRoot, "scripts", "reference", "make-hf-fixtures.py"), "stories", stories!, exported],
+        { timeout: 300_000 },
+      );
+      const reference = JSON.parse(await readFile(join(exported, "f32", "reference.json"), "utf8")) as Reference;
+      // What the platform serves today: the original GGUF in llama.cpp.
+      const m = await openModel(stories!, 1, 256);
       try {
-        return await engine.generate({ kind: "prompt", prompt: "Once upon a time", params: { temperature: 0, max_tokens: 30 } }, {});
+        original = [];
+        for await (const t of m.sequence.evaluate(reference.input_ids as Token[], { temperature: 0 })) {
+          original.push(t);
+          if (original.length >= reference.output_ids.length) break;
+        }
+        originalTokenized = TEXTS.map((t) => [...m.model.tokenize(t)]);
       } finally {
-        await engine.dispose();
+        await m.dispose();
       }
-    };
-    await convertCheckpoint(join(exported, "f32"), join(dir, "stories-served.gguf"));
-    const converted = await serve(join(dir, "stories-served.gguf"));
-    expect(converted.text).toBe(STORIES_TEXT);
-    expect(converted).toEqual(await serve(stories!));
-  });
-});
+    }, 300_000);
+
+    for (const variant of ["f32", "f32-sharded", "f16", "bf16"]) {
+      it(`${variant}: the converted GGUF generates transformers' tokens and the text stories260K serves, and tokenizes as the original`, async () => {
+        const { reference, tokens, prompt, addsBos, text, tokenized } = await convertAndGenerate(
+          join(exported, variant),
+          `stories-${variant}`,
+          TEXTS,
+        );
+        expect(reference.input_ids).toEqual([1, 403, 407, 261, 378]);
+        expect(addsBos).toBe(true);
+        expect(tokens).toEqual(reference.output_ids);
+        expect(prompt).toEqual(reference.prompt_ids);
+        expect(reference.text).toBe(STORIES_TEXT);
+        expect(text).toBe(STORIES_TEXT);
+        expect(tokens).toEqual(original);
+        expect(tokenized).toEqual(originalTokenized);
+      });
+    }
+
+    it('served by the platform\'s llama.cpp engine, "Once upon a time" at temperature 0 completes as the original GGUF does', async () => {
+      const serve = async (modelPath: string) => {
+        const engine = await loadLlamaCpp({ modelPath, parallel: 1, threads: 1 });
+        try {
+          return await engine.generate(
+            { kind: "prompt", prompt: "Once upon a time", params: { temperature: 0, max_tokens: 30 } },
+            {},
+          );
+        } finally {
+          await engine.dispose();
+        }
+      };
+      await convertCheckpoint(join(exported, "f32"), join(dir, "stories-served.gguf"));
+      const converted = await serve(join(dir, "stories-served.gguf"));
+      expect(converted.text).toBe(STORIES_TEXT);
+      expect(converted).toEqual(await serve(stories!));
+    });
+  },
+);
 
 describe("checkpoints the converter refuses", () => {
   it("an unsupported architecture: 400 naming the supported ones", async () => {
@@ -200,7 +245,9 @@ describe("checkpoints the converter refuses", () => {
     const err = await convertCheckpoint(d, join(dir, "gpt2.gguf")).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(PlatformError);
     expect(err).toMatchObject({ status: 400, code: "unsupported_architecture" });
-    expect(supportedArchitectures()).toEqual(expect.arrayContaining(["LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM"]));
+    expect(supportedArchitectures()).toEqual(
+      expect.arrayContaining(["LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM"]),
+    );
     for (const a of supportedArchitectures()) expect((err as Error).message).toContain(a);
     expect((err as Error).message).toContain("GPT2LMHeadModel");
   });
@@ -208,7 +255,10 @@ describe("checkpoints the converter refuses", () => {
   it("a missing tensor: 400 invalid_artifact naming it, no output file, no server path", async () => {
     const d = join(dir, "no-norm");
     await cp(join(fixtures, "llama"), d, { recursive: true });
-    await writeFile(join(d, "model.safetensors"), await dropTensor(join(fixtures, "llama", "model.safetensors"), "model.norm.weight"));
+    await writeFile(
+      join(d, "model.safetensors"),
+      await dropTensor(join(fixtures, "llama", "model.safetensors"), "model.norm.weight"),
+    );
     const out = join(dir, "no-norm.gguf");
     const err = await convertCheckpoint(d, out).catch((e: unknown) => e);
     expect(err).toMatchObject({ status: 400, code: "invalid_artifact" });
@@ -220,7 +270,13 @@ describe("checkpoints the converter refuses", () => {
   it("a shard the index lists but the directory lacks: 400 invalid_artifact naming the shard", async () => {
     const d = join(dir, "no-shard");
     await cp(join(fixtures, "mixtral"), d, { recursive: true });
-    const index = { metadata: {}, weight_map: { "model.embed_tokens.weight": "model-00001-of-00002.safetensors", "lm_head.weight": "model-00002-of-00002.safetensors" } };
+    const index = {
+      metadata: {},
+      weight_map: {
+        "model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+        "lm_head.weight": "model-00002-of-00002.safetensors",
+      },
+    };
     await writeFile(join(d, "model.safetensors.index.json"), JSON.stringify(index));
     await rm(join(d, "model.safetensors"));
     const err = await convertCheckpoint(d, join(dir, "no-shard.gguf")).catch((e: unknown) => e);
@@ -232,10 +288,16 @@ describe("checkpoints the converter refuses", () => {
   it("Mixtral with fused expert tensors (transformers 5's in-memory names) converts to the same file", async () => {
     const d = join(dir, "mixtral-fused");
     await cp(join(fixtures, "mixtral"), d, { recursive: true });
-    await writeFile(join(d, "model.safetensors"), await fuseExperts(join(fixtures, "mixtral", "model.safetensors"), 2, 4));
+    await writeFile(
+      join(d, "model.safetensors"),
+      await fuseExperts(join(fixtures, "mixtral", "model.safetensors"), 2, 4),
+    );
     await convertCheckpoint(join(fixtures, "mixtral"), join(dir, "mixtral-legacy.gguf"));
     await convertCheckpoint(d, join(dir, "mixtral-fused.gguf"));
-    const [legacy, fused] = await Promise.all([readFile(join(dir, "mixtral-legacy.gguf")), readFile(join(dir, "mixtral-fused.gguf"))]);
+    const [legacy, fused] = await Promise.all([
+      readFile(join(dir, "mixtral-legacy.gguf")),
+      readFile(join(dir, "mixtral-fused.gguf")),
+    ]);
     expect(fused.equals(legacy)).toBe(true);
   });
 
@@ -243,9 +305,17 @@ describe("checkpoints the converter refuses", () => {
     const d = join(dir, "no-tokenizer");
     await cp(join(fixtures, "llama"), d, { recursive: true });
     await rm(join(d, "tokenizer.json"));
-    await expect(convertCheckpoint(d, join(dir, "no-tokenizer.gguf"))).rejects.toMatchObject({ status: 400, code: "invalid_artifact", message: expect.stringContaining("tokenizer.model") });
+    await expect(convertCheckpoint(d, join(dir, "no-tokenizer.gguf"))).rejects.toMatchObject({
+      status: 400,
+      code: "invalid_artifact",
+      message: expect.stringContaining("tokenizer.model"),
+    });
     await writeFile(join(d, "tokenizer.model"), Buffer.from([0x0a, 0xff, 0xff, 0xff]));
-    await expect(convertCheckpoint(d, join(dir, "no-tokenizer.gguf"))).rejects.toMatchObject({ status: 400, code: "invalid_artifact", message: expect.stringContaining("tokenizer.model") });
+    await expect(convertCheckpoint(d, join(dir, "no-tokenizer.gguf"))).rejects.toMatchObject({
+      status: 400,
+      code: "invalid_artifact",
+      message: expect.stringContaining("tokenizer.model"),
+    });
     expect(existsSync(join(dir, "no-tokenizer.gguf"))).toBe(false);
   });
 
@@ -254,7 +324,11 @@ describe("checkpoints the converter refuses", () => {
     await cp(join(fixtures, "qwen2"), d, { recursive: true });
     const config = JSON.parse(await readFile(join(d, "config.json"), "utf8")) as Record<string, unknown>;
     await writeFile(join(d, "config.json"), JSON.stringify({ ...config, hidden_act: "gelu" }));
-    await expect(convertCheckpoint(d, join(dir, "gelu.gguf"))).rejects.toMatchObject({ status: 400, code: "invalid_artifact", message: expect.stringContaining("hidden_act") });
+    await expect(convertCheckpoint(d, join(dir, "gelu.gguf"))).rejects.toMatchObject({
+      status: 400,
+      code: "invalid_artifact",
+      message: expect.stringContaining("hidden_act"),
+    });
   });
 });
 
@@ -263,11 +337,15 @@ type RawTensor = { dtype: string; shape: number[]; bytes: Buffer };
 async function readSafetensors(path: string): Promise<Map<string, RawTensor>> {
   const file = await readFile(path);
   const length = Number(file.readBigUInt64LE(0));
-  const header = JSON.parse(file.subarray(8, 8 + length).toString("utf8")) as Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>;
+  const header = JSON.parse(file.subarray(8, 8 + length).toString("utf8")) as Record<
+    string,
+    { dtype: string; shape: number[]; data_offsets: [number, number] }
+  >;
   const data = file.subarray(8 + length);
   const out = new Map<string, RawTensor>();
   for (const [name, e] of Object.entries(header)) {
-    if (name !== "__metadata__") out.set(name, { dtype: e.dtype, shape: e.shape, bytes: data.subarray(e.data_offsets[0], e.data_offsets[1]) });
+    if (name !== "__metadata__")
+      out.set(name, { dtype: e.dtype, shape: e.shape, bytes: data.subarray(e.data_offsets[0], e.data_offsets[1]) });
   }
   return out;
 }
@@ -318,8 +396,16 @@ async function fuseExperts(path: string, layers: number, experts: number): Promi
       down.push(w2.bytes);
     }
     const [ff, hidden] = w1!.shape as [number, number];
-    tensors.set(`model.layers.${i}.mlp.experts.gate_up_proj`, { dtype: w1!.dtype, shape: [experts, 2 * ff, hidden], bytes: Buffer.concat(gateUp) });
-    tensors.set(`model.layers.${i}.mlp.experts.down_proj`, { dtype: w2!.dtype, shape: [experts, hidden, ff], bytes: Buffer.concat(down) });
+    tensors.set(`model.layers.${i}.mlp.experts.gate_up_proj`, {
+      dtype: w1!.dtype,
+      shape: [experts, 2 * ff, hidden],
+      bytes: Buffer.concat(gateUp),
+    });
+    tensors.set(`model.layers.${i}.mlp.experts.down_proj`, {
+      dtype: w2!.dtype,
+      shape: [experts, hidden, ff],
+      bytes: Buffer.concat(down),
+    });
   }
   return encodeSafetensors(tensors);
 }

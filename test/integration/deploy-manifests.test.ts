@@ -14,15 +14,15 @@ import { Secret } from "kubernetes-models/v1/Secret";
 import { Service } from "kubernetes-models/v1/Service";
 import { ServiceAccount } from "kubernetes-models/v1/ServiceAccount";
 import { describe, expect, it } from "vitest";
-import { WORKER_HEALTH_PORT } from "../../scaler/backend.ts";
+import { WORKER_HEALTH_PORT } from "../../src/process/worker-env.ts";
 import { buildWorkerDeployment, WORKER_APP_NAME } from "../../scaler/backends/kubernetes-manifests.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import type { EndpointRecord } from "../../src/contracts/records.ts";
-import type { Control } from "../../src/control/redis.ts";
-import { registerBatchMetrics } from "../../src/telemetry/batch-metrics.ts";
-import { GatewayMetrics } from "../../src/telemetry/metrics.ts";
-import { registerScalingMetrics } from "../../src/telemetry/scaling-metrics.ts";
-import { WorkerMetrics } from "../../src/telemetry/worker-metrics.ts";
+import type { Endpoint } from "../../src/endpoints/endpoint.ts";
+import type { Control } from "../../src/redis/connection.ts";
+import { registerBatchMetrics } from "../../src/batch/metrics.ts";
+import { GatewayMetrics } from "../../src/gateway/metrics.ts";
+import { registerScalingMetrics } from "../../src/autoscaling/metrics.ts";
+import { WorkerMetrics } from "../../workers/metrics.ts";
 import { parse, parseAllDocuments } from "yaml";
 
 type Json = Record<string, any>;
@@ -52,7 +52,8 @@ function findOnPath(name: string): string | undefined {
 }
 
 const kubectl = findOnPath("kubectl");
-if (!kubectl) console.warn("deploy-manifests: kubectl not found on PATH; skipping the kustomize checks (CI installs it)");
+if (!kubectl)
+  console.warn("deploy-manifests: kubectl not found on PATH; skipping the kustomize checks (CI installs it)");
 
 function kustomize(overlay: string): Json[] {
   const out = execFileSync(kubectl!, ["kustomize", join(ROOT, "deploy", "overlays", overlay)], { encoding: "utf8" });
@@ -66,7 +67,9 @@ function validate(object: Json): void {
   const model = MODELS[`${object.apiVersion}/${object.kind}`];
   expect(model, `no schema registered for ${object.apiVersion} ${object.kind}`).toBeDefined();
   expect(() => new model!(object).validate(), `${object.kind}/${object.metadata?.name}`).not.toThrow();
-  expect(object.metadata.name).toMatch(object.kind === "Role" || object.kind === "RoleBinding" ? DNS_1123_SUBDOMAIN : DNS_1123_LABEL);
+  expect(object.metadata.name).toMatch(
+    object.kind === "Role" || object.kind === "RoleBinding" ? DNS_1123_SUBDOMAIN : DNS_1123_LABEL,
+  );
 }
 
 function find(objects: Json[], kind: string, name: string): Json | undefined {
@@ -110,7 +113,10 @@ function checkGatewayAndScaler(objects: Json[], namespace: string): Json {
   expect(g.args).toEqual(["gateway", "--port", "8000"]);
   expect(g.readinessProbe.httpGet.path).toBe("/readyz");
   expect(g.livenessProbe.httpGet.path).toBe("/healthz");
-  expect(gateway.spec.template.metadata.annotations).toMatchObject({ "prometheus.io/scrape": "true", "prometheus.io/port": "8000" });
+  expect(gateway.spec.template.metadata.annotations).toMatchObject({
+    "prometheus.io/scrape": "true",
+    "prometheus.io/port": "8000",
+  });
   expect(find(objects, "Service", "platform-gateway")!.spec.ports[0].port).toBe(8000);
 
   const scaler = find(objects, "Deployment", "platform-scaler")!;
@@ -147,13 +153,16 @@ function checkNoPlaintextSecrets(objects: Json[]): void {
   for (const [, template] of podSpecs(objects)) {
     for (const container of template.spec.containers) {
       for (const e of (container.env as Json[] | undefined) ?? []) {
-        if (/PASSWORD|SECRET_ACCESS|_KEY$|TOKEN/.test(e.name)) expect(e.value, `${container.name} ${e.name}`).toBeUndefined();
+        if (/PASSWORD|SECRET_ACCESS|_KEY$|TOKEN/.test(e.name))
+          expect(e.value, `${container.name} ${e.name}`).toBeUndefined();
       }
-      for (const arg of (container.args as string[] | undefined) ?? []) expect(arg).not.toMatch(/^[^$].*:\/\/[^/]*:[^/]*@/);
+      for (const arg of (container.args as string[] | undefined) ?? [])
+        expect(arg).not.toMatch(/^[^$].*:\/\/[^/]*:[^/]*@/);
     }
   }
   for (const map of objects.filter((o) => o.kind === "ConfigMap")) {
-    for (const value of Object.values(map.data as Record<string, string>)) expect(value).not.toMatch(/:\/\/[^/]*:[^/@]+@/);
+    for (const value of Object.values(map.data as Record<string, string>))
+      expect(value).not.toMatch(/:\/\/[^/]*:[^/@]+@/);
   }
 }
 
@@ -181,8 +190,13 @@ describe.skipIf(!kubectl)("deploy/ kustomize overlays", () => {
     expect(policy).toBeDefined();
     expect(policy.spec.policyTypes).toEqual(["Ingress"]);
     // It selects exactly the Redis pods...
-    for (const [k, v] of Object.entries(policy.spec.podSelector.matchLabels as Record<string, string>)) expect(redis.metadata.labels[k]).toBe(v);
-    const selected = podSpecs(objects).filter(([, t]) => Object.entries(policy.spec.podSelector.matchLabels as Record<string, string>).every(([k, v]) => t.metadata.labels[k] === v));
+    for (const [k, v] of Object.entries(policy.spec.podSelector.matchLabels as Record<string, string>))
+      expect(redis.metadata.labels[k]).toBe(v);
+    const selected = podSpecs(objects).filter(([, t]) =>
+      Object.entries(policy.spec.podSelector.matchLabels as Record<string, string>).every(
+        ([k, v]) => t.metadata.labels[k] === v,
+      ),
+    );
     expect(selected.map(([w]) => w.metadata.name)).toEqual(["platform-redis"]);
     // ...and admits only the gateway, the scaler and the workers it creates, on the Redis port.
     expect(policy.spec.ingress).toHaveLength(1);
@@ -191,7 +205,10 @@ describe.skipIf(!kubectl)("deploy/ kustomize overlays", () => {
     expect(rule.from).toHaveLength(1);
     expect(rule.from[0].namespaceSelector).toBeUndefined();
     const allowed: string[] = rule.from[0].podSelector.matchExpressions[0].values;
-    expect(rule.from[0].podSelector.matchExpressions[0]).toMatchObject({ key: "app.kubernetes.io/name", operator: "In" });
+    expect(rule.from[0].podSelector.matchExpressions[0]).toMatchObject({
+      key: "app.kubernetes.io/name",
+      operator: "In",
+    });
     expect([...allowed].sort()).toEqual(["platform-gateway", "platform-scaler", WORKER_APP_NAME]);
   });
 
@@ -228,7 +245,9 @@ describe.skipIf(!kubectl)("deploy/ kustomize overlays", () => {
     const gateway = checkGatewayAndScaler(objects, "platform");
     expect(gateway.spec.replicas).toBeGreaterThanOrEqual(2);
     expect(gateway.spec.template.spec.containers[0].image).toMatch(/:\d+\.\d+\.\d+$/);
-    expect(find(objects, "PodDisruptionBudget", "platform-gateway")!.spec.minAvailable).toBeLessThan(gateway.spec.replicas);
+    expect(find(objects, "PodDisruptionBudget", "platform-gateway")!.spec.minAvailable).toBeLessThan(
+      gateway.spec.replicas,
+    );
     expect(objects.some((o) => o.kind === "StatefulSet")).toBe(false);
     expect(find(objects, "Service", "platform-redis")).toBeUndefined();
     expect(find(objects, "ConfigMap", "platform-config")!.data.REDIS_URL).not.toContain("platform-redis");
@@ -256,7 +275,8 @@ describe("deploy/ files outside kustomize", () => {
         expect(["redis", "prometheus"]).toContain(trigger.type);
         // KEDA reads every metadata value as a string.
         for (const value of Object.values(trigger.metadata)) expect(typeof value).toBe("string");
-        if (trigger.type === "redis") expect(trigger.metadata.listName).toMatch(/^platform:\{[^:]+@[^:]+\}:(wait|active)$/);
+        if (trigger.type === "redis")
+          expect(trigger.metadata.listName).toMatch(/^platform:\{[^:]+@[^:]+\}:(wait|active)$/);
         if (trigger.type === "prometheus") expect(trigger.metadata.query).toContain("vllm:num_requests_waiting");
       }
     }
@@ -273,7 +293,8 @@ describe("deploy/ files outside kustomize", () => {
     const workers = jobs.find((j) => j.job_name === "platform-workers")!;
     expect(workers.metrics_path).toBe("/metrics");
     expect(workers.relabel_configs.some((r: Json) => r.action === "keep" && r.regex === WORKER_APP_NAME)).toBe(true);
-    const port = buildWorkerDeployment(sampleEndpoint(), 1, { image: "platform:test", namespace: "platform" }).spec!.template.spec!.containers[0]!.ports![0]!;
+    const port = buildWorkerDeployment(sampleEndpoint(), 1, { image: "platform:test", namespace: "platform" }).spec!
+      .template.spec!.containers[0]!.ports![0]!;
     expect(workers.relabel_configs.some((r: Json) => r.action === "keep" && r.regex === port.name)).toBe(true);
     expect(port.containerPort).toBe(WORKER_HEALTH_PORT);
     expect(jobs.find((j) => j.job_name === "platform-compose")!.static_configs[0].targets).toEqual(["platform:8000"]);
@@ -281,10 +302,20 @@ describe("deploy/ files outside kustomize", () => {
   });
 
   it("the PodMonitors select the same pods and ports as the scrape config", () => {
-    const monitors = parseAllDocuments(readFileSync(join(ROOT, "deploy/prometheus/podmonitors.yaml"), "utf8")).map((d) => d.toJSON() as Json);
-    const gateway = parseAllDocuments(readFileSync(join(ROOT, "deploy/base/gateway.yaml"), "utf8")).map((d) => d.toJSON() as Json).find((o) => o.kind === "Deployment")!;
+    const monitors = parseAllDocuments(readFileSync(join(ROOT, "deploy/prometheus/podmonitors.yaml"), "utf8")).map(
+      (d) => d.toJSON() as Json,
+    );
+    const gateway = parseAllDocuments(readFileSync(join(ROOT, "deploy/base/gateway.yaml"), "utf8"))
+      .map((d) => d.toJSON() as Json)
+      .find((o) => o.kind === "Deployment")!;
     const gatewayPort = gateway.spec.template.spec.containers[0].ports[0].name;
-    expect(monitors.map((m) => [m.kind, m.spec.selector.matchLabels["app.kubernetes.io/name"], m.spec.podMetricsEndpoints[0].port])).toEqual([
+    expect(
+      monitors.map((m) => [
+        m.kind,
+        m.spec.selector.matchLabels["app.kubernetes.io/name"],
+        m.spec.podMetricsEndpoints[0].port,
+      ]),
+    ).toEqual([
       ["PodMonitor", "platform-gateway", gatewayPort],
       ["PodMonitor", WORKER_APP_NAME, "health"],
     ]);
@@ -297,13 +328,22 @@ describe("deploy/ files outside kustomize", () => {
     expect(rule.metadata.name).toMatch(DNS_1123_SUBDOMAIN);
     expect(rule.spec.groups).toEqual(plain.groups);
     const alerts = (plain.groups as Json[]).flatMap((g) => g.rules as Json[]).map((r) => r.alert);
-    expect(alerts).toEqual(["PlatformEndpointHighErrorRate", "PlatformEndpointHighLatencyP99", "PlatformEndpointSlowFirstToken", "PlatformEndpointUnavailable"]);
+    expect(alerts).toEqual([
+      "PlatformEndpointHighErrorRate",
+      "PlatformEndpointHighLatencyP99",
+      "PlatformEndpointSlowFirstToken",
+      "PlatformEndpointUnavailable",
+    ]);
     const promtool = findOnPath("promtool");
     if (!promtool) {
-      console.warn("deploy-manifests: promtool not found on PATH; skipping `promtool check rules` (CI installs Debian's prometheus package)");
+      console.warn(
+        "deploy-manifests: promtool not found on PATH; skipping `promtool check rules` (CI installs Debian's prometheus package)",
+      );
       return;
     }
-    const out = execFileSync(promtool, ["check", "rules", join(ROOT, "deploy/prometheus/alerts.yml")], { encoding: "utf8" });
+    const out = execFileSync(promtool, ["check", "rules", join(ROOT, "deploy/prometheus/alerts.yml")], {
+      encoding: "utf8",
+    });
     expect(out).toMatch(/SUCCESS: 4 rules found/);
   });
 
@@ -335,16 +375,22 @@ describe("deploy/ files outside kustomize", () => {
       "platform_batch_jobs",
       "platform_batch_records",
     ]) {
-      expect(exprs.some((e) => e.includes(metric)), metric).toBe(true);
+      expect(
+        exprs.some((e) => e.includes(metric)),
+        metric,
+      ).toBe(true);
     }
-    for (const expr of exprs.filter((e) => e.includes("vllm:"))) expect(expr).toContain('model_name=~"$model_name", version=~"$version"');
+    for (const expr of exprs.filter((e) => e.includes("vllm:")))
+      expect(expr).toContain('model_name=~"$model_name", version=~"$version"');
     // Every series the dashboard reads is one the gateway or a worker registers (not collected: no Redis here).
     const metrics = new GatewayMetrics(async () => []);
     const unused = {} as Control;
     registerScalingMetrics(metrics.registry, unused, async () => []);
     registerBatchMetrics(metrics.registry, unused);
     const worker = new WorkerMetrics(sampleEndpoint(), "r1", () => ({ running: 0, waiting: 0 }));
-    const registered = [...metrics.registry.getMetricsAsArray(), ...worker.registry.getMetricsAsArray()].map((m) => (m as unknown as { name: string }).name);
+    const registered = [...metrics.registry.getMetricsAsArray(), ...worker.registry.getMetricsAsArray()].map(
+      (m) => (m as unknown as { name: string }).name,
+    );
     const used = new Set(exprs.flatMap((e) => e.match(/\b(vllm:[a-z0-9_]+|platform_[a-z0-9_]+)/g) ?? []));
     for (const series of used) {
       const metric = series.replace(/_bucket$/, "");
@@ -352,14 +398,23 @@ describe("deploy/ files outside kustomize", () => {
     }
     for (const panel of panels) {
       expect(panel.gridPos.x + panel.gridPos.w).toBeLessThanOrEqual(24);
-      for (const target of panel.targets as Json[]) expect(`${target.expr}`.split("(").length).toBe(`${target.expr}`.split(")").length);
+      for (const target of panel.targets as Json[])
+        expect(`${target.expr}`.split("(").length).toBe(`${target.expr}`.split(")").length);
     }
   });
 });
 
 /** An endpoint record as the scaler would deploy it. */
-function sampleEndpoint(): EndpointRecord {
-  return { name: "stories", config: DeploymentConfig.parse({ model: { name: "stories" } }), version: "v1", framework: "llamacpp", desired_replicas: 1, created: 0, updated: 0 };
+function sampleEndpoint(): Endpoint {
+  return {
+    name: "stories",
+    config: DeploymentConfig.parse({ model: { name: "stories" } }),
+    version: "v1",
+    framework: "llamacpp",
+    desired_replicas: 1,
+    created: 0,
+    updated: 0,
+  };
 }
 
 /** A compose `environment:` in either form (map or `KEY=value` list) as a map. */
@@ -408,7 +463,8 @@ describe("docker-compose.yml and the Dockerfile", () => {
     }
     // Nowhere in the file does either get a default (`:-`, `-`) or a literal value.
     for (const variable of ["REDIS_PASSWORD", "PLATFORM_BOOTSTRAP_ADMIN_KEY"]) {
-      for (const use of composeText.matchAll(new RegExp(`\\$\\{${variable}([^}]*)\\}`, "g"))) expect(use[1], use[0]).toMatch(/^:\?/);
+      for (const use of composeText.matchAll(new RegExp(`\\$\\{${variable}([^}]*)\\}`, "g")))
+        expect(use[1], use[0]).toMatch(/^:\?/);
     }
     expect(environmentOf(platform).REDIS_URL).not.toMatch(/:[^/@]+@/);
     expect(composeText).not.toMatch(/[0-9a-f]{32,}/i);
@@ -418,7 +474,9 @@ describe("docker-compose.yml and the Dockerfile", () => {
   it("compose: the platform keeps its state on a named volume at /data, the CLI's config included", () => {
     const platform = compose.services.platform as Json;
     const mounts = (platform.volumes as (string | Json)[]).map((v) =>
-      typeof v === "string" ? { source: v.split(":")[0]!, target: v.split(":")[1]! } : { source: v.source as string, target: v.target as string },
+      typeof v === "string"
+        ? { source: v.split(":")[0]!, target: v.split(":")[1]! }
+        : { source: v.source as string, target: v.target as string },
     );
     const data = mounts.find((m) => m.target === "/data");
     expect(data, "a volume mounted at /data").toBeDefined();
@@ -428,7 +486,7 @@ describe("docker-compose.yml and the Dockerfile", () => {
     expect(environmentOf(platform).PLATFORM_CONFIG_DIR).toMatch(/^\/data\/./);
   });
 
-  it("Dockerfile: the final stage runs as a non-root user, through an absolute ENTRYPOINT, with CMD [\"gateway\"]", () => {
+  it('Dockerfile: the final stage runs as a non-root user, through an absolute ENTRYPOINT, with CMD ["gateway"]', () => {
     const stages = dockerStages(readFileSync(join(ROOT, "Dockerfile"), "utf8"));
     expect(stages.length).toBeGreaterThan(0);
     const final = stages.at(-1)!;
@@ -461,7 +519,11 @@ describe("deploy/vllm-worker.Dockerfile", () => {
   const text = readFileSync(join(ROOT, "deploy", "vllm-worker.Dockerfile"), "utf8");
   const stages = dockerStages(text);
   const globals = dockerGlobalArgs(text);
-  const expand = (value: string) => value.replace(/\$\{(\w+)\}|\$(\w+)/g, (_, a: string | undefined, b: string | undefined) => globals[(a ?? b)!] ?? "");
+  const expand = (value: string) =>
+    value.replace(
+      /\$\{(\w+)\}|\$(\w+)/g,
+      (_, a: string | undefined, b: string | undefined) => globals[(a ?? b)!] ?? "",
+    );
   /** A stage's base image (ARGs expanded) and its `AS` name. */
   const from = (stage: { instruction: string; args: string }[]) => {
     const [image, as, name] = stage[0]!.args.split(/\s+/);
@@ -472,13 +534,18 @@ describe("deploy/vllm-worker.Dockerfile", () => {
   const last = (instruction: string) => all(instruction).at(-1);
   const rootFinal = dockerStages(readFileSync(join(ROOT, "Dockerfile"), "utf8")).at(-1)!;
   const rootLast = (instruction: string) => rootFinal.filter((i) => i.instruction === instruction).at(-1)?.args;
-  const env = Object.fromEntries(all("ENV").flatMap((args) => [...args.matchAll(/([A-Za-z_][A-Za-z0-9_]*)=(\S+)/g)].map((m) => [m[1]!, m[2]!])));
+  const env = Object.fromEntries(
+    all("ENV").flatMap((args) => [...args.matchAll(/([A-Za-z_][A-Za-z0-9_]*)=(\S+)/g)].map((m) => [m[1]!, m[2]!])),
+  );
 
   it("is vLLM's official OpenAI-server image at a pinned release", () => {
     const base = from(final).image;
     expect(base).toMatch(/^vllm\/vllm-openai:v\d+\.\d+\.\d+(\.post\d+)?$/);
     // The docs name the release the image is built on.
-    expect(readFileSync(join(ROOT, "deploy", "README.md"), "utf8").includes(base), `deploy/README.md names ${base}`).toBe(true);
+    expect(
+      readFileSync(join(ROOT, "deploy", "README.md"), "utf8").includes(base),
+      `deploy/README.md names ${base}`,
+    ).toBe(true);
   });
 
   it("adds the platform image's code, production node_modules and Node 24, not a second build of them", () => {
@@ -487,7 +554,9 @@ describe("deploy/vllm-worker.Dockerfile", () => {
     expect(platform!.length, "the platform stage only names the image").toBe(1);
     expect(platform![0]!.args).toMatch(/^\$\{PLATFORM_IMAGE\}\s/);
     expect(globals.PLATFORM_IMAGE).toBeDefined();
-    expect(all("COPY")).toEqual(expect.arrayContaining(["--from=platform /usr/local/bin/node /usr/local/bin/node", "--from=platform /app /app"]));
+    expect(all("COPY")).toEqual(
+      expect.arrayContaining(["--from=platform /usr/local/bin/node /usr/local/bin/node", "--from=platform /app /app"]),
+    );
     // Nothing from the build context and no npm: everything comes from the root Dockerfile's image.
     expect(all("COPY").every((args) => args.startsWith("--from=platform "))).toBe(true);
     expect(all("RUN").some((args) => /\bnpm\b/.test(args))).toBe(false);
@@ -502,7 +571,10 @@ describe("deploy/vllm-worker.Dockerfile", () => {
     expect(JSON.parse(last("ENTRYPOINT")!)).toEqual(JSON.parse(rootLast("ENTRYPOINT")!));
     expect(JSON.parse(last("ENTRYPOINT")!)).toEqual(["node", "/app/bin/platform.js"]);
     expect(JSON.parse(last("CMD")!)).toEqual(["worker"]);
-    const container = buildWorkerDeployment({ ...sampleEndpoint(), framework: "vllm" }, 1, { namespace: "ns", image: "x" }).spec!.template.spec!.containers[0]!;
+    const container = buildWorkerDeployment({ ...sampleEndpoint(), framework: "vllm" }, 1, {
+      namespace: "ns",
+      image: "x",
+    }).spec!.template.spec!.containers[0]!;
     expect(container.command).toBeUndefined();
     expect(container.args![0]).toBe(JSON.parse(last("CMD")!)[0]);
     expect(last("EXPOSE")).toBe(String(WORKER_HEALTH_PORT));
@@ -517,7 +589,8 @@ describe("deploy/vllm-worker.Dockerfile", () => {
   });
 
   it("runs as the non-root user the worker pods run as, with a writable HOME for vLLM's caches", () => {
-    const pod = buildWorkerDeployment({ ...sampleEndpoint(), framework: "vllm" }, 1, { namespace: "ns", image: "x" }).spec!.template.spec!;
+    const pod = buildWorkerDeployment({ ...sampleEndpoint(), framework: "vllm" }, 1, { namespace: "ns", image: "x" })
+      .spec!.template.spec!;
     expect(last("USER")).toBe(`${pod.securityContext!.runAsUser}:${pod.securityContext!.runAsGroup}`);
     expect(env.HOME).toMatch(/^\/\S+$/);
     const setup = all("RUN").find((args) => args.includes("useradd"))!;

@@ -6,8 +6,8 @@ import { join } from "node:path";
 import { Redis } from "ioredis";
 import { afterAll, describe, expect, it } from "vitest";
 import { alive } from "../helpers/processes.ts";
-import { type EmbeddedRedis, isOurRedis, startEmbeddedRedis } from "../../src/control/embedded-redis.ts";
-import { connectControl } from "../../src/control/redis.ts";
+import { type EmbeddedRedis, isOurRedis, startEmbeddedRedis } from "../../src/redis/embedded.ts";
+import { connectControl } from "../../src/redis/connection.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 
 const dirs: string[] = [];
@@ -54,9 +54,33 @@ describe("embedded Redis", () => {
     dir = join(await tempDir(), "redis");
     redis = await startEmbeddedRedis(dir);
     const port = Number(new URL(redis.url).port);
-    expect(await refusal(new Redis(port, "127.0.0.1", { maxRetriesPerRequest: 0, retryStrategy: () => null }))).toMatch(/NOAUTH/);
-    expect(await refusal(new Redis({ port, host: "127.0.0.1", username: "platform", password: "guess", maxRetriesPerRequest: 0, retryStrategy: () => null }))).toMatch(/WRONGPASS/);
-    expect(await refusal(new Redis({ port, host: "127.0.0.1", username: "default", password: "", maxRetriesPerRequest: 0, retryStrategy: () => null }))).not.toBe("answered");
+    expect(await refusal(new Redis(port, "127.0.0.1", { maxRetriesPerRequest: 0, retryStrategy: () => null }))).toMatch(
+      /NOAUTH/,
+    );
+    expect(
+      await refusal(
+        new Redis({
+          port,
+          host: "127.0.0.1",
+          username: "platform",
+          password: "guess",
+          maxRetriesPerRequest: 0,
+          retryStrategy: () => null,
+        }),
+      ),
+    ).toMatch(/WRONGPASS/);
+    expect(
+      await refusal(
+        new Redis({
+          port,
+          host: "127.0.0.1",
+          username: "default",
+          password: "",
+          maxRetriesPerRequest: 0,
+          retryStrategy: () => null,
+        }),
+      ),
+    ).not.toBe("answered");
     const ok = new Redis(redis.url);
     expect(await ok.set("kept", "yes")).toBe("OK");
     ok.disconnect();
@@ -90,8 +114,16 @@ describe("embedded Redis", () => {
     // Redis 7 logs as MULTI/EXEC) is what an AOF replay run as a disabled default user drops.
     const writer = connectControl(redis.url, "test");
     const queues = new QueueBase(writer);
-    expect(await writer.redis.multi().set("tx:key", "1").hset("tx:hash", "field", "value").sadd("tx:set", "member").exec()).toHaveLength(3);
-    await writer.redis.eval("redis.call('set', KEYS[1], ARGV[1]); redis.call('rpush', KEYS[2], ARGV[1]); return 1", 2, "lua:key", "lua:list", "x");
+    expect(
+      await writer.redis.multi().set("tx:key", "1").hset("tx:hash", "field", "value").sadd("tx:set", "member").exec(),
+    ).toHaveLength(3);
+    await writer.redis.eval(
+      "redis.call('set', KEYS[1], ARGV[1]); redis.call('rpush', KEYS[2], ARGV[1]); return 1",
+      2,
+      "lua:key",
+      "lua:list",
+      "x",
+    );
     const job = await queues.queueNamed("restart").add("kept", { n: 1 });
     await queues.close();
     writer.redis.disconnect();
@@ -120,8 +152,21 @@ describe("embedded Redis", () => {
     }
     // Still locked after the restart.
     const port = Number(new URL(redis.url).port);
-    expect(await refusal(new Redis(port, "127.0.0.1", { maxRetriesPerRequest: 0, retryStrategy: () => null }))).toMatch(/NOAUTH/);
-    expect(await refusal(new Redis({ port, host: "127.0.0.1", username: "default", password: "guess", maxRetriesPerRequest: 0, retryStrategy: () => null }))).toMatch(/WRONGPASS/);
+    expect(await refusal(new Redis(port, "127.0.0.1", { maxRetriesPerRequest: 0, retryStrategy: () => null }))).toMatch(
+      /NOAUTH/,
+    );
+    expect(
+      await refusal(
+        new Redis({
+          port,
+          host: "127.0.0.1",
+          username: "default",
+          password: "guess",
+          maxRetriesPerRequest: 0,
+          retryStrategy: () => null,
+        }),
+      ),
+    ).toMatch(/WRONGPASS/);
     await redis.stop();
   });
 
@@ -157,7 +202,11 @@ describe("embedded Redis", () => {
     await mkdir(join(root, "redis"), { recursive: true, mode: 0o700 });
     // A process titled redis-server whose command line names elsewhere/redis/redis.conf, which
     // ends with "redis/redis.conf": what a relative data directory "redis" joins to.
-    const foreign = spawn(process.execPath, ["-e", "setInterval(() => undefined, 1000)", join(other, "redis.conf")], { argv0: "redis-server", cwd: other, stdio: "ignore" });
+    const foreign = spawn(process.execPath, ["-e", "setInterval(() => undefined, 1000)", join(other, "redis.conf")], {
+      argv0: "redis-server",
+      cwd: other,
+      stdio: "ignore",
+    });
     children.push(foreign);
     const pid = foreign.pid as number;
     const t0 = Date.now();
@@ -199,12 +248,14 @@ describe("embedded Redis", () => {
 
   it("stops when the process that started it is killed outright (SIGKILL), after a short grace, within 10 s", async () => {
     const d = join(await tempDir(), "redis");
-    const module = new URL("../../src/control/embedded-redis.ts", import.meta.url).href;
+    const module = new URL("../../src/redis/embedded.ts", import.meta.url).href;
     const script = `import { startEmbeddedRedis } from ${JSON.stringify(module)};
       const r = await startEmbeddedRedis(${JSON.stringify(d)});
       console.log("PID " + r.pid);
       setInterval(() => undefined, 1000);`;
-    const parent = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] });
+    const parent = spawn(process.execPath, ["--input-type=module", "-e", script], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
     children.push(parent);
     let out = "";
     parent.stdout?.on("data", (b) => (out += b));

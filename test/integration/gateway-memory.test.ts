@@ -9,8 +9,8 @@ import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { echoEngine } from "../../bench/echo-worker.ts";
-import { createApiKey } from "../../src/control/apikeys.ts";
-import { getEndpoint } from "../../src/control/endpoints.ts";
+import { createApiKey } from "../../src/keys/store.ts";
+import { getEndpoint } from "../../src/endpoints/store.ts";
 import { Dispatcher } from "../../src/queue/dispatcher.ts";
 import { type RunningWorker, startWorker } from "../../workers/worker.ts";
 import { startTinyGateway, type TinyGateway } from "../helpers/gateway.ts";
@@ -24,7 +24,12 @@ let keys: string[];
 
 beforeAll(async () => {
   gw = await startTinyGateway();
-  worker = startWorker({ ctl: gw.ctl, endpoint: await getEndpoint(gw.ctl, "tiny"), replicaId: "echo-memory", loadEngine: async () => echoEngine });
+  worker = startWorker({
+    ctl: gw.ctl,
+    endpoint: await getEndpoint(gw.ctl, "tiny"),
+    replicaId: "echo-memory",
+    loadEngine: async () => echoEngine,
+  });
   await worker.ready;
   keys = [
     (await createApiKey(gw.ctl, "plain", "user")).key,
@@ -47,7 +52,12 @@ async function serve(n: number): Promise<void> {
       const res = await fetch(`${gw.gateway.url}/v1/${chat ? "chat/completions" : "completions"}`, {
         method: "POST",
         headers: { authorization: `Bearer ${keys[i % keys.length]}`, "content-type": "application/json" },
-        body: JSON.stringify({ model: "tiny", max_tokens: 2, stream: i % 3 === 0, ...(chat ? { messages: [{ role: "user", content: `hi ${i}` }] } : { prompt: `hi ${i}` }) }),
+        body: JSON.stringify({
+          model: "tiny",
+          max_tokens: 2,
+          stream: i % 3 === 0,
+          ...(chat ? { messages: [{ role: "user", content: `hi ${i}` }] } : { prompt: `hi ${i}` }),
+        }),
       });
       expect(res.status).toBe(200);
       await res.text();
@@ -75,7 +85,17 @@ describe("gateway memory", () => {
     const dispatcher = new Dispatcher(gw.ctl, "memory-test");
     try {
       for (let i = 0; i < 5; i++) {
-        const handle = await dispatcher.submit({ kind: "completion", request_id: `r${i}`, model: "tiny", version: "v1", prompt: "hi", params: { max_tokens: 2 } }, { timeoutMs: 30_000 });
+        const handle = await dispatcher.submit(
+          {
+            kind: "completion",
+            request_id: `r${i}`,
+            model: "tiny",
+            version: "v1",
+            prompt: "hi",
+            params: { max_tokens: 2 },
+          },
+          { timeoutMs: 30_000 },
+        );
         // As the gateway reads: up to the answer, and not once more.
         let event = await handle.events.next();
         while (!event.done && event.value.type !== "done") event = await handle.events.next();

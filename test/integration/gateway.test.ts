@@ -1,7 +1,7 @@
 /** The gateway's own edges, in process against a private Redis, with no workers. */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createApiKey } from "../../src/control/apikeys.ts";
-import type { Control } from "../../src/control/redis.ts";
+import { createApiKey } from "../../src/keys/store.ts";
+import type { Control } from "../../src/redis/connection.ts";
 import type { RunningGateway } from "../../src/gateway/app.ts";
 import { type TinyGateway, startTinyGateway } from "../helpers/gateway.ts";
 
@@ -27,11 +27,17 @@ const call = (path: string, init: RequestInit & { key?: string | null } = {}) =>
   fetch(`${gateway.url}${path}`, {
     method: init.method ?? "POST",
     body: init.body,
-    headers: { "content-type": "application/json", ...(init.key === null ? {} : { authorization: `Bearer ${init.key ?? user}` }), ...(init.headers as Record<string, string>) },
+    headers: {
+      "content-type": "application/json",
+      ...(init.key === null ? {} : { authorization: `Bearer ${init.key ?? user}` }),
+      ...(init.headers as Record<string, string>),
+    },
   });
 
 async function errorOf(res: Response) {
-  const body = (await res.json()) as { error: { message: string; type: string; param: string | null; code: string | null } };
+  const body = (await res.json()) as {
+    error: { message: string; type: string; param: string | null; code: string | null };
+  };
   expect(Object.keys(body.error).sort()).toEqual(["code", "message", "param", "type"]);
   return body.error;
 }
@@ -47,6 +53,11 @@ describe("gateway edges", () => {
   it("echoes a caller's x-request-id", async () => {
     const res = await call("/v1/models", { method: "GET", headers: { "x-request-id": "trace-123" } });
     expect(res.headers.get("x-request-id")).toBe("trace-123");
+    // One that could forge a log line, or runs past 255 characters, is replaced by a minted one.
+    for (const unsafe of ["a b", "x".repeat(256)]) {
+      const replaced = await call("/v1/models", { method: "GET", headers: { "x-request-id": unsafe } });
+      expect(replaced.headers.get("x-request-id")).toMatch(/^req_[0-9a-f]{24}$/);
+    }
   });
 
   it("403 for management routes with a user key", async () => {
@@ -66,17 +77,26 @@ describe("gateway edges", () => {
     const bad = await call("/v1/chat/completions", { body: "{not json" });
     expect(bad.status).toBe(400);
     expect((await errorOf(bad)).code).toBe("invalid_json");
-    const wrong = await call("/v1/chat/completions", { body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "x" }], max_tokens: "ten" }) });
+    const wrong = await call("/v1/chat/completions", {
+      body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "x" }], max_tokens: "ten" }),
+    });
     expect(wrong.status).toBe(400);
     const err = await errorOf(wrong);
     expect(err.param).toBe("max_tokens");
     expect(err.message).toMatch(/max_tokens/);
-    const n = await call("/v1/chat/completions", { body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "x" }], n: 17 }) });
+    const n = await call("/v1/chat/completions", {
+      body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "x" }], n: 17 }),
+    });
     expect(n.status).toBe(400);
     expect((await errorOf(n)).message).toMatch(/n: n is at most 16/);
-    const unknown = await call("/v1/chat/completions", { body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "x" }], modalities: ["audio"] }) });
+    const unknown = await call("/v1/chat/completions", {
+      body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "x" }], modalities: ["audio"] }),
+    });
     expect(unknown.status).toBe(400);
-    expect(await errorOf(unknown)).toMatchObject({ param: "modalities", message: expect.stringMatching(/modalities: is not supported by this server/) });
+    expect(await errorOf(unknown)).toMatchObject({
+      param: "modalities",
+      message: expect.stringMatching(/modalities: is not supported by this server/),
+    });
   });
 
   it("413 for a body over the limit", async () => {
@@ -86,7 +106,9 @@ describe("gateway edges", () => {
   });
 
   it("504 when nobody answers in time, and the job is withdrawn from the queue", async () => {
-    const res = await call("/v1/completions", { body: JSON.stringify({ model: "tiny", prompt: "hello", max_tokens: 3 }) });
+    const res = await call("/v1/completions", {
+      body: JSON.stringify({ model: "tiny", prompt: "hello", max_tokens: 3 }),
+    });
     expect(res.status).toBe(504);
     expect((await errorOf(res)).code).toBe("timeout");
     const status = await call("/admin/v1/endpoints/tiny", { method: "GET", key: admin });
@@ -98,7 +120,11 @@ describe("gateway edges", () => {
   it("routes the next request by an endpoint just deployed or deleted through the admin API", async () => {
     for (let i = 0; i < 10; i++) {
       const name = `just-deployed-${i}`;
-      const put = await call(`/admin/v1/endpoints/${name}`, { method: "PUT", key: admin, body: JSON.stringify({ model: { name: "tiny" }, resources: { replicas: 0 } }) });
+      const put = await call(`/admin/v1/endpoints/${name}`, {
+        method: "PUT",
+        key: admin,
+        body: JSON.stringify({ model: { name: "tiny" }, resources: { replicas: 0 } }),
+      });
       expect(put.status).toBe(200);
       expect((await call(`/v1/models/${name}`, { method: "GET" })).status).toBe(200);
       expect((await call(`/admin/v1/endpoints/${name}`, { method: "DELETE", key: admin })).status).toBe(200);

@@ -8,7 +8,14 @@ import { mkdtemp, open, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { GGML_TYPE, type GgufValue, gguf, layoutGguf, readGgufInfo, writeGgufFile } from "../../src/registry/gguf/index.ts";
+import {
+  GGML_TYPE,
+  type GgufValue,
+  gguf,
+  layoutGguf,
+  readGgufInfo,
+  writeGgufFile,
+} from "../../src/registry/gguf/index.ts";
 import { fp16ToFp32, fp32ToFp16, quantizeQ4_0, quantizeQ8_0 } from "../../src/registry/quantize/blocks.ts";
 import { quantizeGguf } from "../../src/registry/quantize/file.ts";
 import { deployRefusal, QuantizationError } from "../../src/registry/quantize/plan.ts";
@@ -37,8 +44,12 @@ const f32Bytes = (x: Float32Array) => Buffer.from(x.buffer.slice(x.byteOffset, x
 const f16Bytes = (x: Float32Array) => Buffer.from(Uint16Array.from(x, fp32ToFp16).buffer);
 /** What an F16 file holds: each value rounded to half, widened back. */
 const f16Values = (x: Float32Array) => Float32Array.from(x, (v) => fp16ToFp32(fp32ToFp16(v)));
-const bf16Bytes = (x: Float32Array) => Buffer.from(Uint16Array.from(new Uint32Array(x.buffer, x.byteOffset, x.length), (u) => u >>> 16).buffer);
-const bf16Values = (x: Float32Array) => new Float32Array(Uint32Array.from(new Uint32Array(x.buffer, x.byteOffset, x.length), (u) => (u & 0xffff0000) >>> 0).buffer);
+const bf16Bytes = (x: Float32Array) =>
+  Buffer.from(Uint16Array.from(new Uint32Array(x.buffer, x.byteOffset, x.length), (u) => u >>> 16).buffer);
+const bf16Values = (x: Float32Array) =>
+  new Float32Array(
+    Uint32Array.from(new Uint32Array(x.buffer, x.byteOffset, x.length), (u) => (u & 0xffff0000) >>> 0).buffer,
+  );
 
 async function tensorBytesOf(path: string, name: string): Promise<Buffer> {
   const info = await readGgufInfo(path);
@@ -72,7 +83,17 @@ describe("GGUF reader and writer", () => {
       ["floats", { type: "array", of: "float32", value: [1.5, -2] }],
       ["bools", { type: "array", of: "bool", value: [true, false] }],
       ["big", { type: "array", of: "int64", value: [-1n, 5n] }],
-      ["nested", { type: "array", of: "array", value: [{ type: "array", of: "uint8", value: [1, 2] }, { type: "array", of: "string", value: [] }] }],
+      [
+        "nested",
+        {
+          type: "array",
+          of: "array",
+          value: [
+            { type: "array", of: "uint8", value: [1, 2] },
+            { type: "array", of: "string", value: [] },
+          ],
+        },
+      ],
     ]);
     const path = join(dir, "values.gguf");
     await writeGgufFile(path, metadata, [], () => []);
@@ -141,11 +162,24 @@ describe("quantizing a file", () => {
     expect(result).toMatchObject({ kind: "quantized", tensorsQuantized: 3, tensors: 6 });
     const info = await readGgufInfo(dest);
     const types = Object.fromEntries(info.tensors.map((t) => [t.name, t.type]));
-    expect(types).toEqual({ "a.weight": 8, "b.weight": 8, "norm.weight": 0, "odd.weight": 1, "blk.0.attn_norm.weight": 0, "output.weight": 8 });
+    expect(types).toEqual({
+      "a.weight": 8,
+      "b.weight": 8,
+      "norm.weight": 0,
+      "odd.weight": 1,
+      "blk.0.attn_norm.weight": 0,
+      "output.weight": 8,
+    });
     for (const t of info.tensors) expect(t.offset % 64, t.name).toBe(0);
     expect(info.alignment).toBe(64);
     // Every key kept, in place; file_type replaced in place, quantization_version added.
-    expect([...info.metadata.keys()]).toEqual(["general.architecture", "general.alignment", "general.file_type", "test.after", "general.quantization_version"]);
+    expect([...info.metadata.keys()]).toEqual([
+      "general.architecture",
+      "general.alignment",
+      "general.file_type",
+      "test.after",
+      "general.quantization_version",
+    ]);
     expect(info.metadata.get("general.file_type")).toEqual(gguf.uint32(7));
     expect(info.metadata.get("general.quantization_version")).toEqual(gguf.uint32(2));
 
@@ -164,7 +198,12 @@ describe("quantizing a file", () => {
     const dest = join(dir, "mixed-q4.gguf");
     await quantizeGguf(source, dest, "int4");
     const info = await readGgufInfo(dest);
-    expect(Object.fromEntries(info.tensors.map((t) => [t.name, t.type]))).toMatchObject({ "a.weight": 2, "b.weight": 2, "output.weight": 8, "odd.weight": 1 });
+    expect(Object.fromEntries(info.tensors.map((t) => [t.name, t.type]))).toMatchObject({
+      "a.weight": 2,
+      "b.weight": 2,
+      "output.weight": 8,
+      "odd.weight": 1,
+    });
     expect(info.metadata.get("general.file_type")).toEqual(gguf.uint32(2));
     const q4 = Buffer.alloc((a.length / 32) * 18);
     quantizeQ4_0(f16Values(a), q4);

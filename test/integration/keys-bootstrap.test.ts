@@ -11,8 +11,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createApiKey, verifyApiKey, weakKeyReason } from "../../src/control/apikeys.ts";
-import { type Control, connectControl } from "../../src/control/redis.ts";
+import { createApiKey, verifyApiKey, weakKeyReason } from "../../src/keys/store.ts";
+import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { credentialsPath, writeCredentials } from "../../src/cli/credentials.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
@@ -51,7 +51,12 @@ async function everything(): Promise<string> {
 }
 
 function cli(args: string[], env: Record<string, string | undefined>) {
-  const base = { ...process.env, REDIS_URL: redis.url, PLATFORM_PREFIX: "boot", PLATFORM_BOOTSTRAP_ADMIN_KEY: undefined };
+  const base = {
+    ...process.env,
+    REDIS_URL: redis.url,
+    PLATFORM_PREFIX: "boot",
+    PLATFORM_BOOTSTRAP_ADMIN_KEY: undefined,
+  };
   return run(process.execPath, [BIN, ...args], { env: { ...base, ...env } }).then(
     (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
     (e: { code: number; stdout: string; stderr: string }) => ({ code: e.code, stdout: e.stdout, stderr: e.stderr }),
@@ -100,16 +105,26 @@ describe("platform keys bootstrap", () => {
   });
 
   it("refuses weak keys (exit 2, naming the problem) and a missing key or REDIS_URL", async () => {
-    for (const weak of ["short-key", "a".repeat(64), "abcdabcdabcdabcdabcdabcdabcdabcdabcd", "0123456701234567012345670123456701", "has space in it 0123456789abcdefghij"]) {
+    for (const weak of [
+      "short-key",
+      "a".repeat(64),
+      "abcdabcdabcdabcdabcdabcdabcdabcdabcd",
+      "0123456701234567012345670123456701",
+      "has space in it 0123456789abcdefghij",
+    ]) {
       expect(weakKeyReason(weak), weak).toBeDefined();
     }
-    for (const strong of ["9f86d081884c7d659a2feaa0c55ad015", "sk-plat-3q2-7wEJ_1nN0yVtQ8bS4xZrLk5mHcPaG6dUoYiTf9ue"]) expect(weakKeyReason(strong), strong).toBeUndefined();
+    for (const strong of ["9f86d081884c7d659a2feaa0c55ad015", "sk-plat-3q2-7wEJ_1nN0yVtQ8bS4xZrLk5mHcPaG6dUoYiTf9ue"])
+      expect(weakKeyReason(strong), strong).toBeUndefined();
     const r = await cli(["keys", "bootstrap"], { PLATFORM_BOOTSTRAP_ADMIN_KEY: "short-key" });
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/too weak: it is 9 characters long; use at least 32/);
     expect((await cli(["keys", "bootstrap"], {})).stderr).toContain("PLATFORM_BOOTSTRAP_ADMIN_KEY");
     expect((await cli(["keys", "bootstrap"], {})).code).toBe(2);
-    const noRedis = await cli(["keys", "bootstrap"], { REDIS_URL: undefined, PLATFORM_BOOTSTRAP_ADMIN_KEY: "9f86d081884c7d659a2feaa0c55ad015" });
+    const noRedis = await cli(["keys", "bootstrap"], {
+      REDIS_URL: undefined,
+      PLATFORM_BOOTSTRAP_ADMIN_KEY: "9f86d081884c7d659a2feaa0c55ad015",
+    });
     expect(noRedis.code).toBe(2);
     expect(noRedis.stderr).toContain("REDIS_URL");
     expect(await ctl.redis.exists(ctl.keys.bootstrapKey)).toBe(0);
@@ -125,7 +140,7 @@ describe("platform keys bootstrap", () => {
     const stored = await everything();
     expect(stored).toContain(sha256(key));
     expect(stored).not.toContain(key);
-    expect((await verifyApiKey(ctl, key))).toMatchObject({ id, role: "admin", name: "bootstrap-admin" });
+    expect(await verifyApiKey(ctl, key)).toMatchObject({ id, role: "admin", name: "bootstrap-admin" });
 
     // Again, and again from a mounted Secret file: nothing new is minted or printed.
     const keysBefore = await ctl.redis.hlen(ctl.keys.apiKeys);
@@ -153,7 +168,14 @@ describe("platform keys bootstrap", () => {
     for (const env of [{}, { REDIS_PASSWORD: "a-password-without-a-url", PLATFORM_BOOTSTRAP_ADMIN_KEY: key }]) {
       // A timeout, so a gateway that tried to start anyway (and hung on a Redis it cannot reach) fails the test.
       const r = await run(process.execPath, [BIN, "gateway", "--host", "127.0.0.1", "--port", "0"], {
-        env: { ...process.env, REDIS_URL: undefined, REDIS_PASSWORD: undefined, PLATFORM_PREFIX: "noredis", PLATFORM_BOOTSTRAP_ADMIN_KEY: undefined, ...env },
+        env: {
+          ...process.env,
+          REDIS_URL: undefined,
+          REDIS_PASSWORD: undefined,
+          PLATFORM_PREFIX: "noredis",
+          PLATFORM_BOOTSTRAP_ADMIN_KEY: undefined,
+          ...env,
+        },
         timeout: 20_000,
       }).then(
         (ok) => ({ code: 0 as number | null, signal: null as string | null, stdout: ok.stdout, stderr: ok.stderr }),
@@ -173,7 +195,13 @@ describe("platform keys bootstrap", () => {
     const start = () =>
       new Promise<{ child: ChildProcess; url: string; out: string }>((resolve, reject) => {
         const child = spawn(process.execPath, [BIN, "gateway", "--host", "127.0.0.1", "--port", "0"], {
-          env: { ...process.env, REDIS_URL: redis.url, PLATFORM_PREFIX: prefix, PLATFORM_BOOTSTRAP_ADMIN_KEY: key, PLATFORM_DATA_DIR: join(tmpdir(), `gw-${process.pid}`) },
+          env: {
+            ...process.env,
+            REDIS_URL: redis.url,
+            PLATFORM_PREFIX: prefix,
+            PLATFORM_BOOTSTRAP_ADMIN_KEY: key,
+            PLATFORM_DATA_DIR: join(tmpdir(), `gw-${process.pid}`),
+          },
           stdio: ["ignore", "pipe", "pipe"],
         });
         children.push(child);
@@ -187,7 +215,11 @@ describe("platform keys bootstrap", () => {
         child.stderr!.on("data", (d: Buffer) => (out += d.toString()));
         child.once("exit", (code) => reject(new Error(`gateway exited ${code}: ${out}`)));
       });
-    const stop = (child: ChildProcess) => new Promise<void>((r) => (child.once("exit", () => r()), child.kill("SIGTERM")));
+    const stop = (child: ChildProcess) =>
+      new Promise<void>((r) => {
+        child.once("exit", () => r());
+        child.kill("SIGTERM");
+      });
 
     const one = await start();
     expect(one.out).toContain("bootstrap admin key registered");

@@ -11,9 +11,9 @@ import { pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type BatchCoordinator, startBatchCoordinator } from "../../src/batch/index.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import { createApiKey } from "../../src/control/apikeys.ts";
-import { deployEndpoint, getEndpoint } from "../../src/control/endpoints.ts";
-import { type Control, connectControl } from "../../src/control/redis.ts";
+import { createApiKey } from "../../src/keys/store.ts";
+import { deployEndpoint, getEndpoint } from "../../src/endpoints/store.ts";
+import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
 import { importModel } from "../../src/registry/import.ts";
 import { loadSettings } from "../../src/settings/index.ts";
@@ -51,21 +51,43 @@ beforeAll(async () => {
   dataDir = await mkdtemp(join(tmpdir(), "platform-metrics-"));
   root = join(dataDir, "batch");
   await mkdir(root, { recursive: true });
-  const settings = { ...loadSettings({ PLATFORM_DATA_DIR: dataDir }), redisUrl: redis.url, storageRoots: [{ scheme: "file" as const, path: root }] };
+  const settings = {
+    ...loadSettings({ PLATFORM_DATA_DIR: dataDir }),
+    redisUrl: redis.url,
+    storageRoots: [{ scheme: "file" as const, path: root }],
+  };
   ctl = connectControl(redis.url, settings.prefix);
   key = (await createApiKey(ctl, "admin", "admin")).key;
   const modelPath = await tinyModelPath();
-  await importModel({ ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") }, { name: "tiny", framework: "llamacpp", source: modelPath });
+  await importModel(
+    { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") },
+    { name: "tiny", framework: "llamacpp", source: modelPath },
+  );
   await deployEndpoint(ctl, DeploymentConfig.parse({ model: { name: "tiny" }, resources: { parallel: 2 } }));
   const healthPort = await freePort();
   workerMetricsUrl = `http://127.0.0.1:${healthPort}/metrics`;
-  worker = startWorker({ ctl, endpoint: await getEndpoint(ctl, "tiny"), replicaId: REPLICA, healthPort, loadEngine: () => loadLlamaCpp({ modelPath, parallel: 2, threads: 1 }) });
+  worker = startWorker({
+    ctl,
+    endpoint: await getEndpoint(ctl, "tiny"),
+    replicaId: REPLICA,
+    healthPort,
+    loadEngine: () => loadLlamaCpp({ modelPath, parallel: 2, threads: 1 }),
+  });
   await worker.ready;
-  await importModel({ ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") }, { name: "tiny-embed", framework: "llamacpp", source: modelPath, task: "embed" });
+  await importModel(
+    { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") },
+    { name: "tiny-embed", framework: "llamacpp", source: modelPath, task: "embed" },
+  );
   await deployEndpoint(ctl, DeploymentConfig.parse({ model: { name: "tiny-embed" }, resources: { parallel: 1 } }));
   const embedHealthPort = await freePort();
   embedWorkerMetricsUrl = `http://127.0.0.1:${embedHealthPort}/metrics`;
-  embedWorker = startWorker({ ctl, endpoint: await getEndpoint(ctl, "tiny-embed"), replicaId: EMBED_REPLICA, healthPort: embedHealthPort, loadEngine: () => loadLlamaCpp({ modelPath, parallel: 1, threads: 1 }) });
+  embedWorker = startWorker({
+    ctl,
+    endpoint: await getEndpoint(ctl, "tiny-embed"),
+    replicaId: EMBED_REPLICA,
+    healthPort: embedHealthPort,
+    loadEngine: () => loadLlamaCpp({ modelPath, parallel: 1, threads: 1 }),
+  });
   await embedWorker.ready;
   gateway = await startGateway({ ctl, settings, host: "127.0.0.1", port: 0 });
   coordinator = await startBatchCoordinator(ctl, settings);
@@ -82,7 +104,11 @@ afterAll(async () => {
 });
 
 const post = (path: string, body: unknown) =>
-  fetch(`${gateway.url}${path}`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json" }, body: typeof body === "string" ? body : JSON.stringify(body) });
+  fetch(`${gateway.url}${path}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    body: typeof body === "string" ? body : JSON.stringify(body),
+  });
 
 async function ok<T>(res: Response): Promise<T> {
   expect(res.ok, `${res.status}: ${await res.clone().text()}`).toBe(true);
@@ -91,22 +117,45 @@ async function ok<T>(res: Response): Promise<T> {
 
 type Usage = { prompt_tokens: number; completion_tokens: number };
 type Snapshot = { gateway: Sample[]; worker: Sample[] };
-const snapshot = async (): Promise<Snapshot> => ({ gateway: await scrape(`${gateway.url}/metrics`), worker: await scrape(workerMetricsUrl) });
+const snapshot = async (): Promise<Snapshot> => ({
+  gateway: await scrape(`${gateway.url}/metrics`),
+  worker: await scrape(workerMetricsUrl),
+});
 
 describe("request metrics", () => {
   it("non-streaming chat, completion and generate: every counter and histogram, and TTFT at the first token, not the whole answer", async () => {
     const before = await snapshot();
     const started = performance.now();
-    const chat = await ok<{ usage: Usage }>(await post("/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 5, temperature: 0 }));
-    const pinned = await ok<{ usage: Usage }>(await post("/v1/chat/completions", { model: "tiny@v1", messages: [{ role: "user", content: "The little dog" }], max_tokens: 7, temperature: 0 }));
-    const completion = await ok<{ usage: Usage }>(await post("/v1/completions", { model: "tiny", prompt: "Once upon a time", max_tokens: 6, temperature: 0 }));
-    const generate = await ok<{ usage: Usage; version: string }>(await post("/v1/inference/tiny/generate", { prompt: "The cat", max_tokens: 4 }));
+    const chat = await ok<{ usage: Usage }>(
+      await post("/v1/chat/completions", {
+        model: "tiny",
+        messages: [{ role: "user", content: "Once upon a time" }],
+        max_tokens: 5,
+        temperature: 0,
+      }),
+    );
+    const pinned = await ok<{ usage: Usage }>(
+      await post("/v1/chat/completions", {
+        model: "tiny@v1",
+        messages: [{ role: "user", content: "The little dog" }],
+        max_tokens: 7,
+        temperature: 0,
+      }),
+    );
+    const completion = await ok<{ usage: Usage }>(
+      await post("/v1/completions", { model: "tiny", prompt: "Once upon a time", max_tokens: 6, temperature: 0 }),
+    );
+    const generate = await ok<{ usage: Usage; version: string }>(
+      await post("/v1/inference/tiny/generate", { prompt: "The cat", max_tokens: 4 }),
+    );
     const wall = (performance.now() - started) / 1000;
     const after = await snapshot();
     expect(generate.version).toBe("v1");
     const answers = [chat, pinned, completion, generate];
-    const g = (name: string, match: Record<string, string> = {}) => moved(before.gateway, after.gateway, name, { ...TINY, source: "online", ...match });
-    const w = (name: string, match: Record<string, string> = {}) => moved(before.worker, after.worker, name, { ...ON_WORKER, source: "online", ...match });
+    const g = (name: string, match: Record<string, string> = {}) =>
+      moved(before.gateway, after.gateway, name, { ...TINY, source: "online", ...match });
+    const w = (name: string, match: Record<string, string> = {}) =>
+      moved(before.worker, after.worker, name, { ...ON_WORKER, source: "online", ...match });
 
     for (const count of [g, w]) {
       expect(count("platform_requests_total", { kind: "chat" })).toBe(2);
@@ -118,7 +167,11 @@ describe("request metrics", () => {
       expect(count("vllm:request_success_total")).toBe(4);
       expect(count("vllm:generation_tokens_total")).toBe(5 + 7 + 6 + 4);
       expect(count("vllm:prompt_tokens_total")).toBe(answers.reduce((n, a) => n + a.usage.prompt_tokens, 0));
-      for (const histogram of ["vllm:e2e_request_latency_seconds", "vllm:time_to_first_token_seconds", "vllm:request_queue_time_seconds"]) {
+      for (const histogram of [
+        "vllm:e2e_request_latency_seconds",
+        "vllm:time_to_first_token_seconds",
+        "vllm:request_queue_time_seconds",
+      ]) {
         expect(count(`${histogram}_count`), histogram).toBe(4);
         expect(count(`${histogram}_bucket`, { le: "+Inf" }), histogram).toBe(4);
       }
@@ -160,7 +213,14 @@ describe("request metrics", () => {
 
   it("a stream: TTFT once, one inter-token gap per token after the first, at the gateway and on the replica", async () => {
     const before = await snapshot();
-    const res = await post("/v1/completions", { model: "tiny", prompt: "Once upon a time", max_tokens: 8, temperature: 0, stream: true, stream_options: { include_usage: true } });
+    const res = await post("/v1/completions", {
+      model: "tiny",
+      prompt: "Once upon a time",
+      max_tokens: 8,
+      temperature: 0,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     expect(res.status).toBe(200);
     const chunks = (await res.text())
       .split("\n\n")
@@ -185,13 +245,20 @@ describe("request metrics", () => {
   });
 
   it("embeddings are counted: prompt tokens, latency, success, on the gateway and the replica", async () => {
-    const embedSnapshot = async (): Promise<Snapshot> => ({ gateway: await scrape(`${gateway.url}/metrics`), worker: await scrape(embedWorkerMetricsUrl) });
+    const embedSnapshot = async (): Promise<Snapshot> => ({
+      gateway: await scrape(`${gateway.url}/metrics`),
+      worker: await scrape(embedWorkerMetricsUrl),
+    });
     const before = await embedSnapshot();
-    const res = await ok<{ usage: { prompt_tokens: number }; data: unknown[] }>(await post("/v1/embeddings", { model: "tiny-embed", input: ["Once upon a time", "The little dog"] }));
+    const res = await ok<{ usage: { prompt_tokens: number }; data: unknown[] }>(
+      await post("/v1/embeddings", { model: "tiny-embed", input: ["Once upon a time", "The little dog"] }),
+    );
     const after = await embedSnapshot();
     expect(res.data).toHaveLength(2);
-    const g = (name: string, match: Record<string, string> = {}) => moved(before.gateway, after.gateway, name, { ...TINY_EMBED, source: "online", ...match });
-    const w = (name: string, match: Record<string, string> = {}) => moved(before.worker, after.worker, name, { ...ON_EMBED_WORKER, source: "online", ...match });
+    const g = (name: string, match: Record<string, string> = {}) =>
+      moved(before.gateway, after.gateway, name, { ...TINY_EMBED, source: "online", ...match });
+    const w = (name: string, match: Record<string, string> = {}) =>
+      moved(before.worker, after.worker, name, { ...ON_EMBED_WORKER, source: "online", ...match });
     for (const count of [g, w]) {
       expect(count("platform_requests_total", { kind: "embedding" })).toBe(1);
       expect(count("vllm:request_success_total", { finished_reason: "stop" })).toBe(1);
@@ -206,17 +273,40 @@ describe("request metrics", () => {
 
   it("errors by code and status: routed ones under their endpoint and version, the others with empty labels", async () => {
     const before = await snapshot();
-    const tooLong = await post("/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 100_000 });
+    const tooLong = await post("/v1/chat/completions", {
+      model: "tiny",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 100_000,
+    });
     expect(tooLong.status).toBe(400);
     const unknown = await post("/v1/chat/completions", { model: "nope", messages: [{ role: "user", content: "hi" }] });
     expect(unknown.status).toBe(404);
     const badJson = await post("/v1/completions", "{not json");
     expect(badJson.status).toBe(400);
     const after = await snapshot();
-    const g = (name: string, match: Record<string, string>) => moved(before.gateway, after.gateway, name, { source: "online", ...match });
-    expect(g("platform_request_errors_total", { ...TINY, kind: "chat", code: "context_length_exceeded", status: "400" })).toBe(1);
-    expect(g("platform_request_errors_total", { model_name: "", version: "", kind: "chat", code: "model_not_found", status: "404" })).toBe(1);
-    expect(g("platform_request_errors_total", { model_name: "", version: "", kind: "completion", code: "invalid_json", status: "400" })).toBe(1);
+    const g = (name: string, match: Record<string, string>) =>
+      moved(before.gateway, after.gateway, name, { source: "online", ...match });
+    expect(
+      g("platform_request_errors_total", { ...TINY, kind: "chat", code: "context_length_exceeded", status: "400" }),
+    ).toBe(1);
+    expect(
+      g("platform_request_errors_total", {
+        model_name: "",
+        version: "",
+        kind: "chat",
+        code: "model_not_found",
+        status: "404",
+      }),
+    ).toBe(1);
+    expect(
+      g("platform_request_errors_total", {
+        model_name: "",
+        version: "",
+        kind: "completion",
+        code: "invalid_json",
+        status: "400",
+      }),
+    ).toBe(1);
     expect(g("platform_request_errors_total", {})).toBe(3);
     // Every error is an answered request too (the error ratio's denominator).
     expect(g("platform_requests_total", {})).toBe(3);
@@ -230,19 +320,39 @@ describe("batch metrics", () => {
   it("a batch job's records are counted as batch where they complete, and its progress is reported", async () => {
     const before = await snapshot();
     const input = join(root, "in.jsonl");
-    await writeFile(input, ['{"id":"a","prompt":"Once upon a time","max_tokens":3}', "{not json", '{"id":"b","prompt":"The little dog","max_tokens":4}', ""].join("\n"));
-    const created = await ok<{ id: string }>(await post("/v1/batch-jobs", { model: "tiny", version: "v1", input: pathToFileURL(input).href, output: pathToFileURL(join(root, "out.jsonl")).href, concurrency: 2 }));
+    await writeFile(
+      input,
+      [
+        '{"id":"a","prompt":"Once upon a time","max_tokens":3}',
+        "{not json",
+        '{"id":"b","prompt":"The little dog","max_tokens":4}',
+        "",
+      ].join("\n"),
+    );
+    const created = await ok<{ id: string }>(
+      await post("/v1/batch-jobs", {
+        model: "tiny",
+        version: "v1",
+        input: pathToFileURL(input).href,
+        output: pathToFileURL(join(root, "out.jsonl")).href,
+        concurrency: 2,
+      }),
+    );
     let state = "";
     for (let i = 0; i < 600 && state !== "completed"; i++) {
-      const job = await fetch(`${gateway.url}/v1/batch-jobs/${created.id}`, { headers: { authorization: `Bearer ${key}` } });
+      const job = await fetch(`${gateway.url}/v1/batch-jobs/${created.id}`, {
+        headers: { authorization: `Bearer ${key}` },
+      });
       state = ((await job.json()) as { state: string }).state;
       if (state === "failed" || state === "cancelled") throw new Error(`batch job ${state}`);
       if (state !== "completed") await new Promise((r) => setTimeout(r, 100));
     }
     expect(state).toBe("completed");
     const after = await snapshot();
-    const g = (name: string, match: Record<string, string> = {}) => moved(before.gateway, after.gateway, name, { ...TINY, source: "batch", ...match });
-    const w = (name: string, match: Record<string, string> = {}) => moved(before.worker, after.worker, name, { ...ON_WORKER, source: "batch", ...match });
+    const g = (name: string, match: Record<string, string> = {}) =>
+      moved(before.gateway, after.gateway, name, { ...TINY, source: "batch", ...match });
+    const w = (name: string, match: Record<string, string> = {}) =>
+      moved(before.worker, after.worker, name, { ...ON_WORKER, source: "batch", ...match });
     // The bad line never reaches a model: two records were answered.
     for (const count of [g, w]) {
       expect(count("platform_requests_total", { kind: "batch_record" })).toBe(2);
@@ -258,7 +368,8 @@ describe("batch metrics", () => {
     // Progress, read from the job records at scrape time.
     expect(total(after.gateway, "platform_batch_jobs", { state: "completed" })).toBe(1);
     expect(total(after.gateway, "platform_batch_jobs", { state: "running" })).toBe(0);
-    const records = (outcome: string) => total(after.gateway, "platform_batch_records", { state: "completed", outcome });
+    const records = (outcome: string) =>
+      total(after.gateway, "platform_batch_records", { state: "completed", outcome });
     expect([records("total"), records("succeeded"), records("failed"), records("in_flight")]).toEqual([3, 2, 1, 0]);
   });
 });
@@ -270,7 +381,11 @@ describe("platform gauges", () => {
     expect(total(g, "platform_replicas_desired", TINY)).toBe(1);
     expect(total(g, "vllm:num_requests_waiting", TINY)).toBe(0);
     expect(total(g, "vllm:num_requests_running", TINY)).toBe(0);
-    expect(g.some((s) => s.name === "platform_replicas_ready" && s.labels.model_name === "tiny" && s.labels.version === "v1")).toBe(true);
+    expect(
+      g.some(
+        (s) => s.name === "platform_replicas_ready" && s.labels.model_name === "tiny" && s.labels.version === "v1",
+      ),
+    ).toBe(true);
     expect(w.filter((s) => s.name === "vllm:num_requests_running").map((s) => s.labels)).toEqual([ON_WORKER]);
     expect(total(w, "vllm:num_requests_running", ON_WORKER)).toBe(0);
     expect(total(w, "vllm:num_requests_waiting", ON_WORKER)).toBe(0);

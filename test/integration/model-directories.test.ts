@@ -15,9 +15,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { ModelVersionRecord } from "../../src/contracts/records.ts";
-import { createApiKey } from "../../src/control/apikeys.ts";
-import { type Control, connectControl } from "../../src/control/redis.ts";
+import type { RegisteredVersion } from "../../src/registry/version.ts";
+import { createApiKey } from "../../src/keys/store.ts";
+import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
 import { manifestDigest } from "../../src/registry/checkpoint.ts";
 import { localArtifact } from "../../src/registry/materialize.ts";
@@ -61,7 +61,16 @@ async function gateway(dataDir: string, env: Record<string, string>): Promise<Ru
     ...(s3.env as Record<string, string>),
     ...env,
   });
-  return startGateway({ ctl, settings: { ...settings, redisUrl: redis.url, sources: { ...settings.sources, allowHttp: true, allowPrivate: true } }, host: "127.0.0.1", port: 0 });
+  return startGateway({
+    ctl,
+    settings: {
+      ...settings,
+      redisUrl: redis.url,
+      sources: { ...settings.sources, allowHttp: true, allowPrivate: true },
+    },
+    host: "127.0.0.1",
+    port: 0,
+  });
 }
 
 /** The Hub stand-in's answers: a repository listing (Hub API) and file downloads (resolve/). */
@@ -79,10 +88,14 @@ function startHub(files: Record<string, Buffer>): Promise<Server> {
         rfilename: name,
         size: body.length,
         // As the Hub does: LFS files carry their SHA-256; "badsum" lists a wrong one.
-        ...(name.endsWith(".safetensors") ? { lfs: { sha256: repo === "badsum" ? "f".repeat(64) : sha(body), size: body.length } } : {}),
+        ...(name.endsWith(".safetensors")
+          ? { lfs: { sha256: repo === "badsum" ? "f".repeat(64) : sha(body), size: body.length } }
+          : {}),
       }));
       siblings.push({ rfilename: "original/consolidated.00.pth", size: 10 });
-      return res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: `org/${repo}`, sha: COMMIT, siblings }));
+      return res
+        .writeHead(200, { "content-type": "application/json" })
+        .end(JSON.stringify({ id: `org/${repo}`, sha: COMMIT, siblings }));
     }
     const file = /^\/mirror\/org\/([\w-]+)\/resolve\/([\w]+)\/([\w.-]+(?:\/[\w.-]+)?)$/.exec(url);
     const body = file && file[2] === COMMIT ? files[file[3]!] : undefined;
@@ -91,10 +104,19 @@ function startHub(files: Record<string, Buffer>): Promise<Server> {
     // "norange" ignores Range, as some servers do: it answers 200 with the whole file again.
     if (range && file[1] !== "norange") {
       const start = Number(range[1]);
-      return res.writeHead(206, { "content-length": body.length - start, "content-range": `bytes ${start}-${body.length - 1}/${body.length}` }).end(body.subarray(start));
+      return res
+        .writeHead(206, {
+          "content-length": body.length - start,
+          "content-range": `bytes ${start}-${body.length - 1}/${body.length}`,
+        })
+        .end(body.subarray(start));
     }
     // "flaky": the first download of each safetensors file breaks off halfway, as a dropped connection does.
-    if ((file[1] === "flaky" || file[1] === "norange") && file[3]!.endsWith(".safetensors") && !cut.has(`${file[1]}/${file[3]}`)) {
+    if (
+      (file[1] === "flaky" || file[1] === "norange") &&
+      file[3]!.endsWith(".safetensors") &&
+      !cut.has(`${file[1]}/${file[3]}`)
+    ) {
       cut.add(`${file[1]}/${file[3]}`);
       res.writeHead(200, { "content-length": body.length });
       res.write(body.subarray(0, Math.floor(body.length / 2)), () => setTimeout(() => res.socket?.destroy(), 20));
@@ -158,9 +180,9 @@ async function upload(name: string, tar: Buffer | AsyncIterable<Buffer>) {
   return { status: res.status, text, body: JSON.parse(text) };
 }
 
-async function versions(name: string): Promise<ModelVersionRecord[]> {
+async function versions(name: string): Promise<RegisteredVersion[]> {
   const res = await fetch(`${gw.url}/admin/v1/models`, { headers: { authorization: `Bearer ${admin}` } });
-  return ((await res.json()) as { data: ModelVersionRecord[] }).data.filter((m) => m.name === name);
+  return ((await res.json()) as { data: RegisteredVersion[] }).data.filter((m) => m.name === name);
 }
 
 async function collect(chunks: AsyncIterable<Buffer>): Promise<Buffer> {
@@ -181,7 +203,11 @@ describe("registering a checkpoint directory", () => {
     await writeFile(join(dir, "vocab.txt"), `${vocab.join("\n")}\n`);
     const r = await register(gw, "bert-vocab", dir, "llamacpp");
     expect(r.status, r.text).toBe(201);
-    expect(r.body).toMatchObject({ kind: "hf", task: "embed", checkpoint: { architecture: "BertModel", tokenizer: "vocab.txt" } });
+    expect(r.body).toMatchObject({
+      kind: "hf",
+      task: "embed",
+      checkpoint: { architecture: "BertModel", tokenizer: "vocab.txt" },
+    });
     expect(r.body.manifest.map((f: { path: string }) => f.path)).toContain("vocab.txt");
   });
 
@@ -189,12 +215,23 @@ describe("registering a checkpoint directory", () => {
     const r = await register(gw, "local-dir", single);
     expect(r.status, r.text).toBe(201);
     const manifest = await expectedManifest(single, singleNames);
-    expect(r.body).toMatchObject({ name: "local-dir", version: "v1", framework: "vllm", kind: "hf", gguf: null, artifact: "models/local-dir/v1", manifest });
+    expect(r.body).toMatchObject({
+      name: "local-dir",
+      version: "v1",
+      framework: "vllm",
+      kind: "hf",
+      gguf: null,
+      artifact: "models/local-dir/v1",
+      manifest,
+    });
     expect(r.body.manifest.map((f: { path: string }) => f.path)).not.toContain("README.md");
     expect(r.body.sha256).toBe(manifestDigest(manifest));
     // As docs/registry.md says: the digest is what sha256sum over the files, sorted by name, hashes to.
     const files = manifest.map((f) => f.path).join(" ");
-    const shell = await promisify(execFile)("sh", ["-c", `cd "${single}" && sha256sum ${files} | LC_ALL=C sort -k2 | sha256sum`]);
+    const shell = await promisify(execFile)("sh", [
+      "-c",
+      `cd "${single}" && sha256sum ${files} | LC_ALL=C sort -k2 | sha256sum`,
+    ]);
     expect(shell.stdout.split(" ")[0]).toBe(r.body.sha256);
     expect(r.body.size_bytes).toBe(manifest.reduce((n, f) => n + f.size, 0));
     expect(r.body.checkpoint).toEqual({
@@ -219,7 +256,11 @@ describe("registering a checkpoint directory", () => {
     expect(r.status, r.text).toBe(201);
     expect(r.body.manifest).toEqual(await expectedManifest(sharded, shardedNames));
     expect(r.body.manifest.map((f: { path: string }) => f.path)).toEqual(
-      expect.arrayContaining(["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json"]),
+      expect.arrayContaining([
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+      ]),
     );
     expect(r.body.checkpoint.parameters).toBe(CHECKPOINT_PARAMETERS);
   });
@@ -241,11 +282,20 @@ describe("registering a checkpoint directory", () => {
     seen.length = 0;
     const r = await register(gw, "from-hub", "hf://org/tiny");
     expect(r.status, r.text).toBe(201);
-    expect(r.body).toMatchObject({ kind: "hf", source: "hf://org/tiny", manifest: await expectedManifest(single, singleNames) });
+    expect(r.body).toMatchObject({
+      kind: "hf",
+      source: "hf://org/tiny",
+      manifest: await expectedManifest(single, singleNames),
+    });
     expect(r.body.sha256).toBe((await versions("local-dir"))[0]!.sha256);
     expect(seen[0]).toEqual({ path: "/mirror/api/models/org/tiny/revision/main?blobs=true", range: undefined });
-    const fetched = seen.slice(1).map((s) => s.path).sort();
-    expect(fetched).toEqual((await expectedManifest(single, singleNames)).map((f) => `/mirror/org/tiny/resolve/${COMMIT}/${f.path}`).sort());
+    const fetched = seen
+      .slice(1)
+      .map((s) => s.path)
+      .sort();
+    expect(fetched).toEqual(
+      (await expectedManifest(single, singleNames)).map((f) => `/mirror/org/tiny/resolve/${COMMIT}/${f.path}`).sort(),
+    );
     expect(fetched).toContain(`/mirror/org/tiny/resolve/${COMMIT}/1_Pooling/config.json`);
   });
 
@@ -256,7 +306,10 @@ describe("registering a checkpoint directory", () => {
       body: JSON.stringify({ name: "hub-progress", source: "hf://org/tiny", framework: "vllm" }),
     });
     expect(res.headers.get("content-type")).toContain("application/x-ndjson");
-    const lines = (await res.text()).trim().split("\n").map((l) => JSON.parse(l));
+    const lines = (await res.text())
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
     const manifest = await expectedManifest(single, singleNames);
     const total = manifest.reduce((n, f) => n + f.size, 0);
     expect(lines.filter((l) => l.progress).every((l) => l.progress.total === total)).toBe(true);
@@ -280,7 +333,10 @@ describe("registering a checkpoint directory", () => {
     const again = await register(gw, "resumed", "hf://org/norange");
     expect(again.status, again.text).toBe(201);
     expect(again.body.manifest).toEqual(await expectedManifest(single, singleNames));
-    expect(seen.filter((s) => s.path.endsWith("/model.safetensors")).map((s) => s.range)).toEqual([undefined, `bytes=${Math.floor(size / 2)}-`]);
+    expect(seen.filter((s) => s.path.endsWith("/model.safetensors")).map((s) => s.range)).toEqual([
+      undefined,
+      `bytes=${Math.floor(size / 2)}-`,
+    ]);
   });
 
   it("refuses bytes that do not match the Hub's SHA-256, an unknown repository, and says clearly when the Hub cannot be reached", async () => {
@@ -293,7 +349,9 @@ describe("registering a checkpoint directory", () => {
     const down = await register(offline, "offline", "hf://org/tiny");
     expect(down.status).toBe(502);
     expect(down.body.error.code).toBe("source_unreachable");
-    expect(down.body.error.message).toBe(`source: could not reach ${offlineHost} (ECONNREFUSED); check the network (and HF_ENDPOINT, for hf:// sources)`);
+    expect(down.body.error.message).toBe(
+      `source: could not reach ${offlineHost} (ECONNREFUSED); check the network (and HF_ENDPOINT, for hf:// sources)`,
+    );
     expect(down.text).not.toMatch(/\n\s+at |Error:/);
     for (const name of ["badsum", "missing", "offline"]) expect(await versions(name)).toEqual([]);
   });
@@ -337,7 +395,10 @@ describe("uploading a checkpoint directory as a tar stream", () => {
     await mkdir(join(tree, "original"));
     await writeFile(join(tree, "original", "config.json"), "{}");
     for (const format of ["gnu", "posix"]) {
-      const tar = await promisify(execFile)("tar", [`--format=${format}`, "-cf", "-", "-C", tree, "."], { encoding: "buffer", maxBuffer: 16 * 1024 * 1024 });
+      const tar = await promisify(execFile)("tar", [`--format=${format}`, "-cf", "-", "-C", tree, "."], {
+        encoding: "buffer",
+        maxBuffer: 16 * 1024 * 1024,
+      });
       const r = await upload("system-tar", tar.stdout);
       expect(r.status, `${format}: ${r.text}`).toBe(201);
       expect(r.body.manifest, format).toEqual(await expectedManifest(tree, names));
@@ -345,15 +406,25 @@ describe("uploading a checkpoint directory as a tar stream", () => {
   });
 
   it("refuses names that escape the directory, absolute names and links, writing nothing", async () => {
-    const raw = (header: Buffer, body = Buffer.alloc(0)) => Buffer.concat([header, body, Buffer.alloc((512 - (body.length % 512)) % 512)]);
+    const raw = (header: Buffer, body = Buffer.alloc(0)) =>
+      Buffer.concat([header, body, Buffer.alloc((512 - (body.length % 512)) % 512)]);
     const cases: [string, Buffer, RegExp][] = [
       ["dot-dot", raw(header("../escaped.json", 2), Buffer.from("{}")), /climbs out/],
       ["absolute", raw(header("/tmp/abs.json", 2), Buffer.from("{}")), /absolute path/],
       ["escape through a subdirectory", raw(header("sub/../../escaped.json", 2), Buffer.from("{}")), /climbs out/],
-      ["escape through a module directory", raw(header("1_Pooling/../../escaped.json", 2), Buffer.from("{}")), /climbs out/],
+      [
+        "escape through a module directory",
+        raw(header("1_Pooling/../../escaped.json", 2), Buffer.from("{}")),
+        /climbs out/,
+      ],
       ["link", raw(header("tokenizer.model", 0, "SymbolicLink", "/etc/passwd")), /symbolic link/],
     ];
-    const good = await collect(writeTar(single, singleNames.filter((n) => n !== "README.md")));
+    const good = await collect(
+      writeTar(
+        single,
+        singleNames.filter((n) => n !== "README.md"),
+      ),
+    );
     for (const [what, evil, message] of cases) {
       // The hostile entry first, then a whole checkpoint: refused all the same.
       const r = await upload("escape", Buffer.concat([evil, good]));
@@ -375,12 +446,18 @@ describe("uploading a checkpoint directory as a tar stream", () => {
   });
 
   it("refuses a device entry, a truncated stream and one without the end-of-archive marker, registering nothing", async () => {
-    const good = await collect(writeTar(single, singleNames.filter((n) => n !== "README.md")));
+    const good = await collect(
+      writeTar(
+        single,
+        singleNames.filter((n) => n !== "README.md"),
+      ),
+    );
     const fifo = new Header({ path: "fifo", size: 0, type: "FIFO", mode: 0o644, mtime: new Date() });
     fifo.encode();
     // The end-of-archive marker is the zero blocks after the last entry's data.
     let lastEntryEnd = good.length;
-    while (lastEntryEnd > 0 && good.subarray(lastEntryEnd - 512, lastEntryEnd).every((b) => b === 0)) lastEntryEnd -= 512;
+    while (lastEntryEnd > 0 && good.subarray(lastEntryEnd - 512, lastEntryEnd).every((b) => b === 0))
+      lastEntryEnd -= 512;
     const cases: [string, Buffer, RegExp][] = [
       ["fifo", Buffer.concat([fifo.block!, good]), /entry "fifo" is a FIFO; only regular files/],
       ["cut inside a file", good.subarray(0, Math.floor(good.length / 2)), /truncated/],
@@ -401,11 +478,21 @@ describe("materialising a stored checkpoint on a worker", () => {
     const [record] = await versions("local-dir");
     const store = openStore(artifactsUrl, s3Settings());
     const cacheDir = join(work, "node-1", "cache", "models");
-    const [a, b] = await Promise.all([localArtifact(store, cacheDir, record!), localArtifact(store, cacheDir, record!)]);
+    const [a, b] = await Promise.all([
+      localArtifact(store, cacheDir, record!),
+      localArtifact(store, cacheDir, record!),
+    ]);
     expect(a).toBe(join(cacheDir, record!.sha256));
     expect(b).toBe(a);
-    for (const f of record!.manifest!) expect(createHash("sha256").update(await readFile(join(a, f.path))).digest("hex")).toBe(f.sha256);
-    const onDisk = (await readdir(a, { recursive: true, withFileTypes: true })).filter((e) => e.isFile()).map((e) => join(e.parentPath, e.name).slice(a.length + 1));
+    for (const f of record!.manifest!)
+      expect(
+        createHash("sha256")
+          .update(await readFile(join(a, f.path)))
+          .digest("hex"),
+      ).toBe(f.sha256);
+    const onDisk = (await readdir(a, { recursive: true, withFileTypes: true }))
+      .filter((e) => e.isFile())
+      .map((e) => join(e.parentPath, e.name).slice(a.length + 1));
     expect(onDisk.sort()).toEqual(record!.manifest!.map((f) => f.path).sort());
     expect(record!.manifest!.map((f) => f.path)).toContain("1_Pooling/config.json");
     const inode = (await stat(a)).ino;
@@ -420,7 +507,9 @@ describe("materialising a stored checkpoint on a worker", () => {
     const store = openStore(artifactsUrl, s3Settings());
     await store.put(`${record!.artifact}/config.json`, JSON.stringify({ architectures: ["Tampered"] }));
     const cacheDir = join(work, "node-2", "cache", "models");
-    await expect(localArtifact(store, cacheDir, record!)).rejects.toThrow(/config\.json in the artifact store does not match the version's manifest/);
+    await expect(localArtifact(store, cacheDir, record!)).rejects.toThrow(
+      /config\.json in the artifact store does not match the version's manifest/,
+    );
     expect(await readdir(cacheDir)).toEqual([]);
   });
 
@@ -431,10 +520,12 @@ describe("materialising a stored checkpoint on a worker", () => {
       body: await readFile(await tinyModelPath()),
     });
     expect(res.status).toBe(201);
-    const record = (await res.json()) as ModelVersionRecord;
+    const record = (await res.json()) as RegisteredVersion;
     expect(record.kind).toBe("gguf");
     const cacheDir = join(work, "node-3", "cache", "models");
     await mkdir(cacheDir, { recursive: true });
-    expect(await localArtifact(openStore(artifactsUrl, s3Settings()), cacheDir, record)).toBe(join(cacheDir, `${record.sha256}.gguf`));
+    expect(await localArtifact(openStore(artifactsUrl, s3Settings()), cacheDir, record)).toBe(
+      join(cacheDir, `${record.sha256}.gguf`),
+    );
   });
 });

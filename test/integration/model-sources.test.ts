@@ -10,11 +10,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createApiKey } from "../../src/control/apikeys.ts";
-import { type Control, connectControl } from "../../src/control/redis.ts";
+import { createApiKey } from "../../src/keys/store.ts";
+import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
-import { parseCidr } from "../../src/registry/addresses.ts";
-import type { SourcePolicy } from "../../src/registry/sources.ts";
+import type { SourcePolicy } from "../../src/settings/sources.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
@@ -46,7 +45,12 @@ let base2: string;
 
 async function gateway(dataDir: string, sources: Partial<SourcePolicy>): Promise<RunningGateway> {
   const settings = loadSettings({ PLATFORM_DATA_DIR: dataDir });
-  return startGateway({ ctl, settings: { ...settings, redisUrl: redis.url, sources: { ...settings.sources, ...sources } }, host: "127.0.0.1", port: 0 });
+  return startGateway({
+    ctl,
+    settings: { ...settings, redisUrl: redis.url, sources: { ...settings.sources, ...sources } },
+    host: "127.0.0.1",
+    port: 0,
+  });
 }
 
 beforeAll(async () => {
@@ -58,8 +62,10 @@ beforeAll(async () => {
     const path = req.url ?? "/";
     if (path === "/model.gguf") return res.writeHead(200, { "content-length": model.length }).end(model);
     if (path === "/to-loopback") return res.writeHead(302, { location: `${base1}/model.gguf` }).end();
-    if (path === "/to-localhost") return res.writeHead(302, { location: base1.replace("127.0.0.1", "localhost") + "/model.gguf" }).end();
-    if (path === "/to-metadata") return res.writeHead(301, { location: "http://169.254.169.254/latest/meta-data/" }).end();
+    if (path === "/to-localhost")
+      return res.writeHead(302, { location: `${base1.replace("127.0.0.1", "localhost")}/model.gguf` }).end();
+    if (path === "/to-metadata")
+      return res.writeHead(301, { location: "http://169.254.169.254/latest/meta-data/" }).end();
     if (path === "/to-file") return res.writeHead(302, { location: "file:///etc/passwd" }).end();
     if (path === "/to-self-ok") return res.writeHead(307, { location: "/model.gguf" }).end();
     if (path === "/loop") return res.writeHead(302, { location: "/loop" }).end();
@@ -94,13 +100,16 @@ beforeAll(async () => {
     if (path === "/missing") return res.writeHead(404).end("no");
     res.writeHead(500).end();
   });
-  const record = (name: "hub" | "cdn", headers: IncomingHttpHeaders, path: string) => seen.push({ server: name, path, authorization: headers.authorization });
+  const record = (name: "hub" | "cdn", headers: IncomingHttpHeaders, path: string) =>
+    seen.push({ server: name, path, authorization: headers.authorization });
   hub = createServer((req, res) => {
     const path = req.url ?? "/";
     record("hub", req.headers, path);
-    if (path === "/mirror/org/repo/resolve/main/file.gguf") return res.writeHead(200, { "content-length": model.length }).end(model);
+    if (path === "/mirror/org/repo/resolve/main/file.gguf")
+      return res.writeHead(200, { "content-length": model.length }).end(model);
     // As huggingface.co does for LFS files: a redirect to another origin holding the bytes.
-    if (path === "/mirror/org/repo/resolve/v2/file.gguf") return res.writeHead(302, { location: `${cdnBase}/blobs/file.gguf?signature=abc` }).end();
+    if (path === "/mirror/org/repo/resolve/v2/file.gguf")
+      return res.writeHead(302, { location: `${cdnBase}/blobs/file.gguf?signature=abc` }).end();
     res.writeHead(404).end();
   });
   cdn = createServer((req, res) => {
@@ -117,12 +126,27 @@ beforeAll(async () => {
   base2 = `http://127.0.0.2:${port}`;
   const dir = await mkdtemp(join(tmpdir(), "platform-sources-"));
   gw.strict = await gateway(join(dir, "strict"), {});
-  gw.open = await gateway(join(dir, "open"), { allowHttp: true, allowPrivate: true, maxBytes: 2 * model.length, idleTimeoutMs: 500 });
-  gw.listed = await gateway(join(dir, "listed"), { allowHttp: true, allowedCidrs: [parseCidr("127.0.0.2/32")!] });
+  gw.open = await gateway(join(dir, "open"), {
+    allowHttp: true,
+    allowPrivate: true,
+    maxBytes: 2 * model.length,
+    idleTimeoutMs: 500,
+  });
+  gw.listed = await gateway(join(dir, "listed"), { allowHttp: true, allowedCidrs: ["127.0.0.2/32"] });
   slowDataDir = join(dir, "slow");
-  gw.slow = await gateway(slowDataDir, { allowHttp: true, allowPrivate: true, totalTimeoutMs: 1500, idleTimeoutMs: 1000 });
+  gw.slow = await gateway(slowDataDir, {
+    allowHttp: true,
+    allowPrivate: true,
+    totalTimeoutMs: 1500,
+    idleTimeoutMs: 1000,
+  });
   const hubSettings = loadSettings({ HF_ENDPOINT: hubEndpoint, HF_TOKEN }).sources;
-  gw.hf = await gateway(join(dir, "hf"), { allowHttp: true, allowPrivate: true, hfEndpoint: hubSettings.hfEndpoint, hfToken: hubSettings.hfToken });
+  gw.hf = await gateway(join(dir, "hf"), {
+    allowHttp: true,
+    allowPrivate: true,
+    hfEndpoint: hubSettings.hfEndpoint,
+    hfToken: hubSettings.hfToken,
+  });
 });
 
 afterAll(async () => {
@@ -142,7 +166,12 @@ async function register(on: keyof typeof gw, name: string, source: string, query
     body: JSON.stringify({ name, source }),
   });
   const text = await res.text();
-  return { status: res.status, type: res.headers.get("content-type") ?? "", text, body: text.startsWith("{") && !text.includes("\n{") ? JSON.parse(text) : undefined };
+  return {
+    status: res.status,
+    type: res.headers.get("content-type") ?? "",
+    text,
+    body: text.startsWith("{") && !text.includes("\n{") ? JSON.parse(text) : undefined,
+  };
 }
 
 async function versions(name: string): Promise<unknown[]> {
@@ -159,7 +188,11 @@ describe("remote model sources", () => {
   });
 
   it("a loopback address is refused by default (403 naming the settings) and accepted when allowed", async () => {
-    for (const host of [base1, base1.replace("127.0.0.1", "localhost"), base1.replace("127.0.0.1", "[::ffff:127.0.0.1]")]) {
+    for (const host of [
+      base1,
+      base1.replace("127.0.0.1", "localhost"),
+      base1.replace("127.0.0.1", "[::ffff:127.0.0.1]"),
+    ]) {
       const r = await register("listed", "loop", `${host}/model.gguf`);
       expect(r.status, host).toBe(403);
       expect(r.body.error.code).toBe("source_forbidden");
@@ -213,7 +246,8 @@ describe("remote model sources", () => {
   });
 
   it("a server that trickles steadily is cut off at PLATFORM_SOURCES_TIMEOUT_MS, leaving nothing behind", async () => {
-    const scratch = async () => (await readdir(join(slowDataDir, "tmp")).catch(() => [] as string[])).filter((f) => f.startsWith("import-"));
+    const scratch = async () =>
+      (await readdir(join(slowDataDir, "tmp")).catch(() => [] as string[])).filter((f) => f.startsWith("import-"));
     const started = Date.now();
     const pending = register("slow", "trickled", `${base1}/trickle`);
     // The download really was under way: its scratch file exists while the bytes trickle in.
@@ -241,8 +275,15 @@ describe("remote model sources", () => {
       seen.length = 0;
       const main = await register("hf", "hubbed", "hf://org/repo/file.gguf");
       expect(main.status, main.text).toBe(201);
-      expect(main.body).toMatchObject({ name: "hubbed", version: "v1", source: "hf://org/repo/file.gguf", size_bytes: model.length });
-      expect(seen).toEqual([{ server: "hub", path: "/mirror/org/repo/resolve/main/file.gguf", authorization: `Bearer ${token}` }]);
+      expect(main.body).toMatchObject({
+        name: "hubbed",
+        version: "v1",
+        source: "hf://org/repo/file.gguf",
+        size_bytes: model.length,
+      });
+      expect(seen).toEqual([
+        { server: "hub", path: "/mirror/org/repo/resolve/main/file.gguf", authorization: `Bearer ${token}` },
+      ]);
 
       seen.length = 0;
       const pinned = await register("hf", "hubbed", "hf://org/repo@v2/file.gguf");
@@ -257,7 +298,9 @@ describe("remote model sources", () => {
       seen.length = 0;
       const plain = await register("hf", "hubbed", `${hubEndpoint}/org/repo/resolve/main/file.gguf`);
       expect(plain.status, plain.text).toBe(201);
-      expect(seen).toEqual([{ server: "hub", path: "/mirror/org/repo/resolve/main/file.gguf", authorization: undefined }]);
+      expect(seen).toEqual([
+        { server: "hub", path: "/mirror/org/repo/resolve/main/file.gguf", authorization: undefined },
+      ]);
       expect(await versions("hubbed")).toHaveLength(3);
     }
   });
@@ -266,7 +309,10 @@ describe("remote model sources", () => {
     const r = await register("open", "progress", `${base1}/model.gguf`, "?progress=ndjson");
     expect(r.status).toBe(200);
     expect(r.type).toContain("application/x-ndjson");
-    const lines = r.text.trim().split("\n").map((l) => JSON.parse(l));
+    const lines = r.text
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
     expect(lines.some((l) => l.progress?.total === model.length)).toBe(true);
     expect(lines.at(-1).result).toMatchObject({ name: "progress", size_bytes: model.length });
 
@@ -277,22 +323,41 @@ describe("remote model sources", () => {
   });
 
   it("the CLI shows download and upload progress on stderr and keeps --json output clean", async () => {
-    const env = { ...process.env, PLATFORM_BASE_URL: gw.open.url, PLATFORM_API_KEY: admin, PLATFORM_CONFIG_DIR: await mkdtemp(join(tmpdir(), "cfg-")) };
+    const env = {
+      ...process.env,
+      PLATFORM_BASE_URL: gw.open.url,
+      PLATFORM_API_KEY: admin,
+      PLATFORM_CONFIG_DIR: await mkdtemp(join(tmpdir(), "cfg-")),
+    };
     const run = promisify(execFile);
-    const remote = await run(process.execPath, [BIN, "training", "submit", "--name", "cli", "--source", `${base1}/model.gguf`], { env });
+    const remote = await run(
+      process.execPath,
+      [BIN, "training", "submit", "--name", "cli", "--source", `${base1}/model.gguf`],
+      { env },
+    );
     expect(remote.stderr).toMatch(/downloading .*100%/);
     expect(remote.stdout).toContain("registered cli@v1");
-    const upload = await run(process.execPath, [BIN, "training", "submit", "--name", "cli", "--source", await tinyModelPath(), "--json"], { env });
+    const upload = await run(
+      process.execPath,
+      [BIN, "training", "submit", "--name", "cli", "--source", await tinyModelPath(), "--json"],
+      { env },
+    );
     expect(upload.stderr).toMatch(/uploading .*100%/);
     expect(JSON.parse(upload.stdout)).toMatchObject({ name: "cli", version: "v2" });
-    const refused = await run(process.execPath, [BIN, "training", "submit", "--name", "cli", "--source", `${base1}/model.gguf`], {
-      env: { ...env, PLATFORM_BASE_URL: gw.strict.url },
-    }).catch((e: { code: number; stderr: string }) => e);
+    const refused = await run(
+      process.execPath,
+      [BIN, "training", "submit", "--name", "cli", "--source", `${base1}/model.gguf`],
+      {
+        env: { ...env, PLATFORM_BASE_URL: gw.strict.url },
+      },
+    ).catch((e: { code: number; stderr: string }) => e);
     expect((refused as { code: number }).code).toBe(1);
     expect((refused as { stderr: string }).stderr).toContain("PLATFORM_SOURCES_ALLOW_HTTP");
-    const scheme = await run(process.execPath, [BIN, "training", "submit", "--name", "cli", "--source", "ftp://example.com/m.gguf"], { env }).catch(
-      (e: { code: number; stderr: string }) => e,
-    );
+    const scheme = await run(
+      process.execPath,
+      [BIN, "training", "submit", "--name", "cli", "--source", "ftp://example.com/m.gguf"],
+      { env },
+    ).catch((e: { code: number; stderr: string }) => e);
     expect((scheme as { code: number }).code).toBe(2);
     expect((scheme as { stderr: string }).stderr).toContain("https://");
   });

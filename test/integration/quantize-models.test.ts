@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Token } from "node-llama-cpp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connectControl, type Control } from "../../src/control/redis.ts";
+import { connectControl, type Control } from "../../src/redis/connection.ts";
 import { readGgufInfo } from "../../src/registry/gguf/read.ts";
 import { quantizedModel } from "../../src/registry/quantize/cache.ts";
 import { quantizeGguf } from "../../src/registry/quantize/file.ts";
@@ -61,7 +61,10 @@ async function compare(source: string, name: string, count: number): Promise<Rec
       await m.dispose();
     }
   }
-  console.log(`${name}: token agreement with F32 at temperature 0 (${PROMPTS.length} prompts × ${count} tokens)`, JSON.stringify(out));
+  console.log(
+    `${name}: token agreement with F32 at temperature 0 (${PROMPTS.length} prompts × ${count} tokens)`,
+    JSON.stringify(out),
+  );
   return out;
 }
 
@@ -77,13 +80,16 @@ describe("quantized models in llama.cpp", () => {
     expect(int4.tensors.find((t) => t.name === "blk.0.attn_q.weight")?.type).toBe(2);
   });
 
-  it.skipIf(sharedModelPath() === undefined)("stories260K, as Q8_0 and Q4_0, loads and generates; agreement reported", async () => {
-    const result = await compare(sharedModelPath()!, "stories260K", 32);
-    for (const q of ["int8", "int4"] as const) expect(result[q].generated).toEqual([32, 32, 32]);
-    // Loose floors, far below what is measured (docs/quantization.md): they catch a broken encoding, not a regression of a point.
-    expect(result.int8.teacherForced).toBeGreaterThan(0.8);
-    expect(result.int4.teacherForced).toBeGreaterThan(0.5);
-  });
+  it.skipIf(sharedModelPath() === undefined)(
+    "stories260K, as Q8_0 and Q4_0, loads and generates; agreement reported",
+    async () => {
+      const result = await compare(sharedModelPath()!, "stories260K", 32);
+      for (const q of ["int8", "int4"] as const) expect(result[q].generated).toEqual([32, 32, 32]);
+      // Loose floors, far below what is measured (docs/quantization.md): they catch a broken encoding, not a regression of a point.
+      expect(result.int8.teacherForced).toBeGreaterThan(0.8);
+      expect(result.int4.teacherForced).toBeGreaterThan(0.5);
+    },
+  );
 });
 
 describe("the quantized artifact cache", () => {
@@ -98,7 +104,9 @@ describe("the quantized artifact cache", () => {
     ctl = connectControl(redis.url, "test-quantize");
     store = new FileStore(join(dir, "artifacts"));
     source = await tinyModelPath();
-    sha256 = createHash("sha256").update(await readFile(source)).digest("hex");
+    sha256 = createHash("sha256")
+      .update(await readFile(source))
+      .digest("hex");
   });
   afterAll(async () => {
     await ctl?.redis.quit();
@@ -106,7 +114,8 @@ describe("the quantized artifact cache", () => {
   });
 
   it("quantizes once when replicas start together, then every replica reuses the copy", async () => {
-    const replica = (holder: string) => quantizedModel({ ctl, store, holder, cacheDir: join(dir, `cache-${holder}`) }, { path: source, sha256 }, "int8");
+    const replica = (holder: string) =>
+      quantizedModel({ ctl, store, holder, cacheDir: join(dir, `cache-${holder}`) }, { path: source, sha256 }, "int8");
     const first = await Promise.all([replica("r1"), replica("r2"), replica("r3")]);
     expect(first.filter((r) => r.outcome === "produced")).toHaveLength(1);
     expect(first.every((r) => r.outcome === "produced" || r.outcome === "waited" || r.outcome === "cached")).toBe(true);
@@ -116,7 +125,10 @@ describe("the quantized artifact cache", () => {
     for await (const o of store.list("quantized/")) listed.push(o.key);
     expect(listed).toEqual([key]);
     expect((await replica("r4")).outcome).toBe("cached");
-    expect((await readGgufInfo(first[0]!.path)).metadata.get("general.file_type")).toEqual({ type: "uint32", value: 7 });
+    expect((await readGgufInfo(first[0]!.path)).metadata.get("general.file_type")).toEqual({
+      type: "uint32",
+      value: 7,
+    });
     expect(await ctl.redis.keys("test-quantize:*quantize-lock*")).toEqual([]);
   });
 
@@ -134,18 +146,30 @@ describe("the quantized artifact cache", () => {
       download: (k, d) => store.download(k, d),
       close: () => store.close(),
     };
-    const made = await quantizedModel({ ctl, store: remote, holder: "s1", cacheDir: join(dir, "remote-1") }, { path: source, sha256 }, "int4");
+    const made = await quantizedModel(
+      { ctl, store: remote, holder: "s1", cacheDir: join(dir, "remote-1") },
+      { path: source, sha256 },
+      "int4",
+    );
     expect(made.outcome).toBe("produced");
     expect(made.path).toBe(join(dir, "remote-1", `${sha256}.Q4_0.gguf`));
     expect(await readdir(join(dir, "remote-1"))).toEqual([`${sha256}.Q4_0.gguf`]);
-    const fetched = await quantizedModel({ ctl, store: remote, holder: "s2", cacheDir: join(dir, "remote-2") }, { path: source, sha256 }, "int4");
+    const fetched = await quantizedModel(
+      { ctl, store: remote, holder: "s2", cacheDir: join(dir, "remote-2") },
+      { path: source, sha256 },
+      "int4",
+    );
     expect(fetched).toMatchObject({ outcome: "cached", path: join(dir, "remote-2", `${sha256}.Q4_0.gguf`) });
   });
 
   it("serves a source already in the asked type as it is", async () => {
     const q8 = join(dir, "already-q8.gguf");
     await quantizeGguf(source, q8, "int8");
-    const r = await quantizedModel({ ctl, store, holder: "r5", cacheDir: join(dir, "cache-r5") }, { path: q8, sha256: "0".repeat(64) }, "int8");
+    const r = await quantizedModel(
+      { ctl, store, holder: "r5", cacheDir: join(dir, "cache-r5") },
+      { path: q8, sha256: "0".repeat(64) },
+      "int8",
+    );
     expect(r).toMatchObject({ outcome: "as-is", path: q8 });
   });
 });

@@ -7,13 +7,13 @@
  * who may read which usage.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createApiKey } from "../../src/control/apikeys.ts";
-import { RateLimiter, type Scope, stateKey } from "../../src/control/ratelimits.ts";
-import { type Control, connectControl } from "../../src/control/redis.ts";
-import { queryUsage, recordUsage } from "../../src/control/usage.ts";
+import { createApiKey } from "../../src/keys/store.ts";
+import { RateLimiter, type Scope, stateKey } from "../../src/ratelimit/limiter.ts";
+import { type Control, connectControl } from "../../src/redis/connection.ts";
+import { queryUsage, recordUsage } from "../../src/usage/counters.ts";
 import type { RunningGateway } from "../../src/gateway/app.ts";
-import { Allowances } from "../../src/gateway/allowances.ts";
-import { Settlements } from "../../src/gateway/ratelimit.ts";
+import { Allowances } from "../../src/ratelimit/allowances.ts";
+import { Settlements } from "../../src/ratelimit/settlements.ts";
 import { startRedisCluster } from "../helpers/cluster.ts";
 import { type TinyGateway, startTinyGateway } from "../helpers/gateway.ts";
 import { waitUntil } from "../helpers/redis.ts";
@@ -53,10 +53,14 @@ describe("the limiter's scripts", () => {
     const a = new RateLimiter(ctl);
     const b = new RateLimiter(other);
     const scopes = [scope("key", { rpm: 30 })];
-    const verdicts = await Promise.all(Array.from({ length: 100 }, (_, i) => (i % 2 ? a : b).admit("key_aaaaaaaaaaaa", scopes, `m${i}`, 0)));
+    const verdicts = await Promise.all(
+      Array.from({ length: 100 }, (_, i) => (i % 2 ? a : b).admit("key_aaaaaaaaaaaa", scopes, `m${i}`, 0)),
+    );
     const admitted = verdicts.filter((v) => v.admitted);
     expect(admitted).toHaveLength(30);
-    expect(new Set(admitted.map((v) => v.scopes[0]?.requests))).toEqual(new Set(Array.from({ length: 30 }, (_, i) => i + 1)));
+    expect(new Set(admitted.map((v) => v.scopes[0]?.requests))).toEqual(
+      new Set(Array.from({ length: 30 }, (_, i) => i + 1)),
+    );
     for (const v of verdicts.filter((v) => !v.admitted)) {
       expect(v.exceeded.map((e) => e.kind)).toEqual(["requests"]);
       expect(v.retry_after_ms).toBeGreaterThan(0);
@@ -66,7 +70,9 @@ describe("the limiter's scripts", () => {
     const log = stateKey(ctl, "key_aaaaaaaaaaaa", scopes[0] as Scope, "w");
     const members = await ctl.redis.zrange(log, 0, 9);
     for (const m of members) await ctl.redis.zadd(log, "XX", 1, m);
-    const again = await Promise.all(Array.from({ length: 20 }, (_, i) => a.admit("key_aaaaaaaaaaaa", scopes, `n${i}`, 0)));
+    const again = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => a.admit("key_aaaaaaaaaaaa", scopes, `n${i}`, 0)),
+    );
     expect(again.filter((v) => v.admitted)).toHaveLength(10);
     a.close();
     b.close();
@@ -142,7 +148,11 @@ describe("the limiter's scripts", () => {
     const limiter = new RateLimiter(ctl, { windowMs, leaseMs: 5_000 });
     const id = "key_gggggggggggg";
     const scopes = [scope("key", { rpm: 100, tpm: 1000, max_concurrency: 10 })];
-    const [w, t, s] = (["w", "t", "s"] as const).map((part) => stateKey(ctl, id, scopes[0] as Scope, part)) as [string, string, string];
+    const [w, t, s] = (["w", "t", "s"] as const).map((part) => stateKey(ctl, id, scopes[0] as Scope, part)) as [
+      string,
+      string,
+      string,
+    ];
     await limiter.admit(id, scopes, "a1", 1);
     for (const key of [w, t]) expect(await ctl.redis.pttl(key)).toBeGreaterThan(windowMs);
     expect(await ctl.redis.pttl(s)).toBeGreaterThan(4_000);
@@ -165,7 +175,12 @@ describe("the limiter's scripts", () => {
     // A key with only a concurrency limit keeps no log and no tokens.
     const slotsOnly = [scope("key", { max_concurrency: 2 })];
     await limiter.admit("key_hhhhhhhhhhhh", slotsOnly, "c1", 0);
-    expect(await ctl.redis.exists(stateKey(ctl, "key_hhhhhhhhhhhh", slotsOnly[0] as Scope, "w"), stateKey(ctl, "key_hhhhhhhhhhhh", slotsOnly[0] as Scope, "t"))).toBe(0);
+    expect(
+      await ctl.redis.exists(
+        stateKey(ctl, "key_hhhhhhhhhhhh", slotsOnly[0] as Scope, "w"),
+        stateKey(ctl, "key_hhhhhhhhhhhh", slotsOnly[0] as Scope, "t"),
+      ),
+    ).toBe(0);
     limiter.close();
   });
 
@@ -182,7 +197,15 @@ describe("the limiter's scripts", () => {
     for (const [i, m] of members.entries()) {
       // Every third one's count is not known: its reservation stands.
       const actual = i % 3 === 0 ? undefined : 10;
-      settlements.add({ keyId: id, scopes, member: m, actual, release: true }, { ...labels, requests: 1, prompt_tokens: actual === undefined ? undefined : 4, completion_tokens: actual === undefined ? undefined : 6 });
+      settlements.add(
+        { keyId: id, scopes, member: m, actual, release: true },
+        {
+          ...labels,
+          requests: 1,
+          prompt_tokens: actual === undefined ? undefined : 4,
+          completion_tokens: actual === undefined ? undefined : 6,
+        },
+      );
     }
     // Nothing is written before the turn ends.
     expect(await ctl.redis.zcard(slots)).toBe(20);
@@ -192,7 +215,16 @@ describe("the limiter's scripts", () => {
     const known = members.filter((_, i) => i % 3 !== 0).length;
     expect((await limiter.peek(id, scopes)).scopes[0]?.tokens).toBe(known * 10 + (20 - known) * 100);
     const usage = await queryUsage(ctl, { sinceMs: 60_000, key: id, by: ["version"] });
-    expect(usage.rows).toEqual([{ version: "v9", requests: 20, prompt_tokens: known * 4, completion_tokens: known * 6, errors: 0, rate_limited: 0 }]);
+    expect(usage.rows).toEqual([
+      {
+        version: "v9",
+        requests: 20,
+        prompt_tokens: known * 4,
+        completion_tokens: known * 6,
+        errors: 0,
+        rate_limited: 0,
+      },
+    ]);
 
     // A Redis that lost its scripts answers the pipeline's copy with NOSCRIPT: it is sent again, whole.
     expect((await limiter.admit(id, scopes, "after-flush", 100)).admitted).toBe(true);
@@ -211,7 +243,10 @@ describe("the limiter's scripts", () => {
     const scopes = [scope("key", { max_concurrency: 1 })];
     const slots = stateKey(ctl, id, scopes[0] as Scope, "s");
     expect((await limiter.admit(id, scopes, "c1", 0)).admitted).toBe(true);
-    expect(await limiter.admit(id, scopes, "c2", 0)).toMatchObject({ admitted: false, exceeded: [{ kind: "concurrency" }] });
+    expect(await limiter.admit(id, scopes, "c2", 0)).toMatchObject({
+      admitted: false,
+      exceeded: [{ kind: "concurrency" }],
+    });
     // The holder renews: the lease moves forward while the request lives.
     const leased = Number(await ctl.redis.zscore(slots, "c1"));
     await waitUntil("the lease to be renewed", async () => Number(await ctl.redis.zscore(slots, "c1")) > leased);
@@ -243,18 +278,52 @@ describe("usage counters", () => {
 
     const hour = await queryUsage(ctl, { sinceMs: 60 * min, by: ["key", "model", "version"], now });
     expect(hour.rows).toEqual([
-      { key: a.key, model: "m1", version: "v1", requests: 1, prompt_tokens: 7, completion_tokens: 3, errors: 1, rate_limited: 0 },
-      { key: a.key, model: "m1", version: "v2", requests: 2, prompt_tokens: 4, completion_tokens: 4, errors: 0, rate_limited: 0 },
-      { key: "key_222222222222", model: "m2", version: "v1", requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0, rate_limited: 3 },
+      {
+        key: a.key,
+        model: "m1",
+        version: "v1",
+        requests: 1,
+        prompt_tokens: 7,
+        completion_tokens: 3,
+        errors: 1,
+        rate_limited: 0,
+      },
+      {
+        key: a.key,
+        model: "m1",
+        version: "v2",
+        requests: 2,
+        prompt_tokens: 4,
+        completion_tokens: 4,
+        errors: 0,
+        rate_limited: 0,
+      },
+      {
+        key: "key_222222222222",
+        model: "m2",
+        version: "v1",
+        requests: 0,
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        errors: 0,
+        rate_limited: 3,
+      },
     ]);
     expect(hour.from).toBe(Math.floor((now - 60 * min) / min) * min);
     const twoHours = await queryUsage(ctl, { sinceMs: 120 * min, by: ["model"], key: a.key, now });
-    expect(twoHours.rows).toEqual([{ model: "m1", requests: 4, prompt_tokens: 21, completion_tokens: 12, errors: 1, rate_limited: 0 }]);
+    expect(twoHours.rows).toEqual([
+      { model: "m1", requests: 4, prompt_tokens: 21, completion_tokens: 12, errors: 1, rate_limited: 0 },
+    ]);
     const week = await queryUsage(ctl, { sinceMs: 7 * 86_400_000, by: ["version"], model: "m1", now });
-    expect(week.rows.map((r) => [r.version, r.requests, r.prompt_tokens])).toEqual([["v1", 3, 117], ["v2", 2, 4]]);
+    expect(week.rows.map((r) => [r.version, r.requests, r.prompt_tokens])).toEqual([
+      ["v1", 3, 117],
+      ["v2", 2, 4],
+    ]);
     expect(week.from % 3_600_000).toBe(0); // beyond 48 h a span starts at its hour
     const byMinute = await queryUsage(ctl, { sinceMs: 10 * min, by: ["key"], interval: "minute", now });
-    expect(byMinute.rows.map((r) => [new Date(r.start as number).toISOString(), r.key, r.requests, r.rate_limited])).toEqual([
+    expect(
+      byMinute.rows.map((r) => [new Date(r.start as number).toISOString(), r.key, r.requests, r.rate_limited]),
+    ).toEqual([
       ["2030-01-10T12:25:00.000Z", a.key, 2, 0],
       ["2030-01-10T12:28:00.000Z", "key_222222222222", 0, 3],
     ]);
@@ -271,16 +340,31 @@ describe("usage counters", () => {
   it("a gateway sums its requests' usage and writes it within a second, one HINCRBY per counter and bucket", async () => {
     const settlements = new Settlements(ctl, new RateLimiter(ctl));
     const labels = { key: "key_333333333333", model: "m3", version: "v1" };
-    const hincrbys = async () => Number(((await ctl.redis.info("commandstats")).match(/^cmdstat_hincrby:calls=(\d+)/m) ?? [])[1] ?? 0);
+    const hincrbys = async () =>
+      Number(((await ctl.redis.info("commandstats")).match(/^cmdstat_hincrby:calls=(\d+)/m) ?? [])[1] ?? 0);
     const before = await hincrbys();
-    for (let i = 0; i < 50; i++) settlements.add(undefined, { ...labels, requests: 1, prompt_tokens: 3, completion_tokens: 2, errors: i % 10 === 0 ? 1 : 0 });
+    for (let i = 0; i < 50; i++)
+      settlements.add(undefined, {
+        ...labels,
+        requests: 1,
+        prompt_tokens: 3,
+        completion_tokens: 2,
+        errors: i % 10 === 0 ? 1 : 0,
+      });
     const read = async () => (await queryUsage(ctl, { sinceMs: 60_000, key: labels.key, by: ["model"] })).rows;
     // Not before the turn ends...
     expect(await read()).toEqual([]);
     // ...and without a drain: the gateway's own timer writes it.
     let rows: Awaited<ReturnType<typeof read>> = [];
-    for (const until = Date.now() + 10_000; rows.length === 0 && Date.now() < until; await new Promise((r) => setTimeout(r, 50))) rows = await read();
-    expect(rows).toEqual([{ model: "m3", requests: 50, prompt_tokens: 150, completion_tokens: 100, errors: 5, rate_limited: 0 }]);
+    for (
+      const until = Date.now() + 10_000;
+      rows.length === 0 && Date.now() < until;
+      await new Promise((r) => setTimeout(r, 50))
+    )
+      rows = await read();
+    expect(rows).toEqual([
+      { model: "m3", requests: 50, prompt_tokens: 150, completion_tokens: 100, errors: 5, rate_limited: 0 },
+    ]);
     // Four counters in its minute's hash and its hour's (one each per request would be 310).
     expect((await hincrbys()) - before).toBeLessThanOrEqual(16);
     await settlements.drain();
@@ -297,7 +381,9 @@ describe("on a Redis Cluster", () => {
       const b = new RateLimiter(two);
       const scopes = [scope("key", { rpm: 5, tpm: 100, max_concurrency: 10 }), scope("model:tiny", { rpm: 4 })];
       for (const id of ["key_aaaaaaaaaaa1", "key_bbbbbbbbbbb2", "key_ccccccccccc3"]) {
-        const verdicts = await Promise.all(Array.from({ length: 8 }, (_, i) => (i % 2 ? a : b).admit(id, scopes, `r${i}`, 10)));
+        const verdicts = await Promise.all(
+          Array.from({ length: 8 }, (_, i) => (i % 2 ? a : b).admit(id, scopes, `r${i}`, 10)),
+        );
         const admitted = verdicts.flatMap((v, i) => (v.admitted ? [`r${i}`] : []));
         expect(admitted).toHaveLength(4);
         for (const m of admitted) await a.finish(id, scopes, m, 3);
@@ -307,11 +393,19 @@ describe("on a Redis Cluster", () => {
       await recordUsage(two, { key: "key_bbbbbbbbbbb2", model: "tiny", version: "v1", requests: 1, errors: 1 });
       // Requests' ends: the finishes per key (each on its node), the usage in one pipeline.
       const settlements = new Settlements(one, a);
-      const held = ["key_ddddddddddd4", "key_eeeeeeeeeee5", "key_fffffffffff6"].map((id, i) => ({ id, member: `h${i}` }));
+      const held = ["key_ddddddddddd4", "key_eeeeeeeeeee5", "key_fffffffffff6"].map((id, i) => ({
+        id,
+        member: `h${i}`,
+      }));
       for (const h of held) expect((await a.admit(h.id, scopes, h.member, 10)).admitted).toBe(true);
-      for (const h of held) settlements.add({ keyId: h.id, scopes, member: h.member, actual: 1, release: true }, { key: h.id, model: "tiny", version: "v1", requests: 1 });
+      for (const h of held)
+        settlements.add(
+          { keyId: h.id, scopes, member: h.member, actual: 1, release: true },
+          { key: h.id, model: "tiny", version: "v1", requests: 1 },
+        );
       await settlements.drain();
-      for (const h of held) expect((await b.peek(h.id, scopes)).scopes[0]).toMatchObject({ requests: 1, tokens: 1, in_flight: 0 });
+      for (const h of held)
+        expect((await b.peek(h.id, scopes)).scopes[0]).toMatchObject({ requests: 1, tokens: 1, in_flight: 0 });
       const report = await queryUsage(one, { sinceMs: 3_600_000, by: ["key"] });
       expect(report.rows.map((r) => [r.key, r.requests, r.prompt_tokens, r.errors])).toEqual([
         ["key_aaaaaaaaaaa1", 2, 5, 0],
@@ -328,7 +422,11 @@ describe("on a Redis Cluster", () => {
       expect(spent.filter((x) => x.grant).length).toBeGreaterThan(0);
       for (const x of spent) await a.end({ keyId: "key_ggggggggggg7", scopes: large, ...allowances.finishOf(x, 2) });
       await allowances.close();
-      expect((await b.peek("key_ggggggggggg7", large)).scopes[0]).toMatchObject({ requests: 10, tokens: 20, in_flight: 0 });
+      expect((await b.peek("key_ggggggggggg7", large)).scopes[0]).toMatchObject({
+        requests: 10,
+        tokens: 20,
+        in_flight: 0,
+      });
       a.close();
       b.close();
     } finally {
@@ -341,7 +439,9 @@ describe("on a Redis Cluster", () => {
 
 describe("through the gateway", () => {
   async function keyWith(limits: unknown, role = "user"): Promise<{ id: string; key: string; limits?: unknown }> {
-    const res = await call("/admin/v1/keys", admin, { body: { name: `k-${Math.random().toString(36).slice(2, 8)}`, role, limits } });
+    const res = await call("/admin/v1/keys", admin, {
+      body: { name: `k-${Math.random().toString(36).slice(2, 8)}`, role, limits },
+    });
     expect(res.status, await res.clone().text()).toBe(201);
     return (await res.json()) as { id: string; key: string };
   }
@@ -350,9 +450,14 @@ describe("through the gateway", () => {
     const k = await keyWith({ rpm: 60, models: { tiny: { tpm: 500 } } });
     expect(k.limits).toEqual({ rpm: 60, models: { tiny: { tpm: 500 } } });
     const patch = (body: unknown) => call(`/admin/v1/keys/${k.id}`, admin, { method: "PATCH", body });
-    let res = await patch({ limits: { rpm: null, tpm: 1000, models: { tiny: { rpm: 5 }, other: { max_concurrency: 2 } } } });
+    let res = await patch({
+      limits: { rpm: null, tpm: 1000, models: { tiny: { rpm: 5 }, other: { max_concurrency: 2 } } },
+    });
     expect(res.status).toBe(200);
-    expect(((await res.json()) as { limits: unknown }).limits).toEqual({ tpm: 1000, models: { tiny: { tpm: 500, rpm: 5 }, other: { max_concurrency: 2 } } });
+    expect(((await res.json()) as { limits: unknown }).limits).toEqual({
+      tpm: 1000,
+      models: { tiny: { tpm: 500, rpm: 5 }, other: { max_concurrency: 2 } },
+    });
     res = await patch({ limits: { tpm: null, models: { tiny: null, other: { max_concurrency: null } } } });
     expect((await res.json()) as object).not.toHaveProperty("limits");
     const read = await call(`/admin/v1/keys/${k.id}`, admin, { method: "GET" });
@@ -370,8 +475,12 @@ describe("through the gateway", () => {
       expect(bad.status, JSON.stringify(body)).toBe(400);
       expect(((await bad.json()) as { error: { param: string } }).error.param).toContain(param);
     }
-    expect((await call("/admin/v1/keys/key_000000000000", admin, { method: "PATCH", body: { limits: { rpm: 1 } } })).status).toBe(404);
-    expect((await call("/admin/v1/keys/nope", admin, { method: "PATCH", body: { limits: { rpm: 1 } } })).status).toBe(400);
+    expect(
+      (await call("/admin/v1/keys/key_000000000000", admin, { method: "PATCH", body: { limits: { rpm: 1 } } })).status,
+    ).toBe(404);
+    expect((await call("/admin/v1/keys/nope", admin, { method: "PATCH", body: { limits: { rpm: 1 } } })).status).toBe(
+      400,
+    );
     const created = await call("/admin/v1/keys", admin, { body: { name: "x", limits: { rpm: -1 } } });
     expect(created.status).toBe(400);
   });
@@ -391,13 +500,20 @@ describe("through the gateway", () => {
     const k = await keyWith({ max_concurrency: 1, rpm: 100 });
     const slots = `${ctl.keys.rateLimit(k.id)}:key:s`;
     const first = new AbortController();
-    const pending = call("/v1/completions", k.key, { body: { model: "tiny", prompt: "Once upon a time", max_tokens: 3 }, signal: first.signal }).catch((e: unknown) => e);
+    const pending = call("/v1/completions", k.key, {
+      body: { model: "tiny", prompt: "Once upon a time", max_tokens: 3 },
+      signal: first.signal,
+    }).catch((e: unknown) => e);
     await waitUntil("the first request to hold the slot", async () => (await ctl.redis.zcard(slots)) === 1);
 
-    const second = await call("/v1/completions", k.key, { body: { model: "tiny", prompt: "Once upon a time", max_tokens: 3 } });
+    const second = await call("/v1/completions", k.key, {
+      body: { model: "tiny", prompt: "Once upon a time", max_tokens: 3 },
+    });
     expect(second.status).toBe(429);
     expect(second.headers.get("retry-after")).toBe("1");
-    const body = (await second.json()) as { error: { message: string; type: string; param: string | null; code: string } };
+    const body = (await second.json()) as {
+      error: { message: string; type: string; param: string | null; code: string };
+    };
     expect(body.error).toMatchObject({ type: "rate_limit_error", code: "rate_limit_exceeded", param: null });
     expect(body.error.message).toMatch(/requests in flight: limit 1, used 1/);
     // Its rpm headers count the admitted request only: a refusal spends nothing.
@@ -409,7 +525,10 @@ describe("through the gateway", () => {
     // Only the release removes it: a lease lapses after 30 s, and no admission ran to clear it.
     await waitUntil("the slot to be released", async () => (await ctl.redis.zcard(slots)) === 0);
     const third = new AbortController();
-    const next = call("/v1/completions", k.key, { body: { model: "tiny", prompt: "Once upon a time", max_tokens: 3 }, signal: third.signal }).catch((e: unknown) => e);
+    const next = call("/v1/completions", k.key, {
+      body: { model: "tiny", prompt: "Once upon a time", max_tokens: 3 },
+      signal: third.signal,
+    }).catch((e: unknown) => e);
     await waitUntil("the next request to be admitted", async () => (await ctl.redis.zcard(slots)) === 1);
     third.abort();
     await next;
@@ -430,7 +549,10 @@ describe("through the gateway", () => {
 
     // Reserved: prompt estimate (16 bytes / 4) + max_tokens. Held in the queue, then let go.
     const held = new AbortController();
-    const waiting = call("/v1/completions", k.key, { body: { model: "tiny", prompt: "Once upon a time", max_tokens: 30 }, signal: held.signal }).catch((e: unknown) => e);
+    const waiting = call("/v1/completions", k.key, {
+      body: { model: "tiny", prompt: "Once upon a time", max_tokens: 30 },
+      signal: held.signal,
+    }).catch((e: unknown) => e);
     const w = `${ctl.keys.rateLimit(k.id)}:key:w`;
     await waitUntil("the request to be admitted", async () => (await ctl.redis.zcard(w)) === 1);
     const after = await call("/v1/models", k.key, { method: "GET" });
@@ -438,12 +560,20 @@ describe("through the gateway", () => {
     expect(after.headers.get("x-ratelimit-remaining-tokens")).toBe(String(100 - 34));
     expect(after.headers.get("x-ratelimit-reset-requests")).toMatch(/^(\d+(\.\d+)?s|1m0s)$/);
 
-    const tooLarge = await call("/v1/completions", k.key, { body: { model: "tiny", prompt: "Once upon a time", max_tokens: 500 } });
+    const tooLarge = await call("/v1/completions", k.key, {
+      body: { model: "tiny", prompt: "Once upon a time", max_tokens: 500 },
+    });
     expect(tooLarge.status).toBe(429);
-    expect(((await tooLarge.json()) as { error: { code: string; param: string; message: string } }).error).toMatchObject({ code: "rate_limit_exceeded", param: "max_tokens" });
-    const overTokens = await call("/v1/completions", k.key, { body: { model: "tiny", prompt: "Once upon a time", max_tokens: 80 } });
+    expect(
+      ((await tooLarge.json()) as { error: { code: string; param: string; message: string } }).error,
+    ).toMatchObject({ code: "rate_limit_exceeded", param: "max_tokens" });
+    const overTokens = await call("/v1/completions", k.key, {
+      body: { model: "tiny", prompt: "Once upon a time", max_tokens: 80 },
+    });
     expect(overTokens.status).toBe(429);
-    expect(((await overTokens.json()) as { error: { message: string } }).error.message).toMatch(/tokens per minute: limit 100, used 34, requested 84/);
+    expect(((await overTokens.json()) as { error: { message: string } }).error.message).toMatch(
+      /tokens per minute: limit 100, used 34, requested 84/,
+    );
     expect(Number(overTokens.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
     expect(Number(overTokens.headers.get("retry-after"))).toBeLessThanOrEqual(60);
     held.abort();
@@ -455,25 +585,56 @@ describe("through the gateway", () => {
   it("counts a request in /v1/usage as soon as it is answered, on the gateway that served it", async () => {
     const k = await keyWith({ tpm: 10 });
     // Refused at once (it could never fit the key's tokens per minute): counted as rate_limited.
-    const refused = await call("/v1/completions", k.key, { body: { model: "tiny", prompt: "Once upon a time", max_tokens: 100 } });
+    const refused = await call("/v1/completions", k.key, {
+      body: { model: "tiny", prompt: "Once upon a time", max_tokens: 100 },
+    });
     expect(refused.status).toBe(429);
     // No wait: the gateway writes what it has summed before it reads (it otherwise writes once a second).
-    const report = (await (await call("/v1/usage?since=1h", k.key, { method: "GET" })).json()) as { data: { requests: number; rate_limited: number }[] };
+    const report = (await (await call("/v1/usage?since=1h", k.key, { method: "GET" })).json()) as {
+      data: { requests: number; rate_limited: number }[];
+    };
     expect(report.data).toEqual([expect.objectContaining({ requests: 0, rate_limited: 1 })]);
   });
 
   it("lets a user key read only its own usage, an admin every key's", async () => {
     const mine = await keyWith(undefined);
     const theirs = await keyWith(undefined);
-    await recordUsage(ctl, { key: mine.id, model: "tiny", version: "v1", requests: 2, prompt_tokens: 9, completion_tokens: 4 });
+    await recordUsage(ctl, {
+      key: mine.id,
+      model: "tiny",
+      version: "v1",
+      requests: 2,
+      prompt_tokens: 9,
+      completion_tokens: 4,
+    });
     await recordUsage(ctl, { key: theirs.id, model: "tiny", version: "v1", requests: 1, errors: 1 });
     const own = await call("/v1/usage?since=1h", mine.key, { method: "GET" });
     expect(own.status).toBe(200);
-    const report = (await own.json()) as { data: { key: string; key_name: string; requests: number; total_tokens: number }[] };
-    expect(report.data).toEqual([expect.objectContaining({ key: mine.id, model: "tiny", version: "v1", requests: 2, prompt_tokens: 9, completion_tokens: 4, total_tokens: 13, errors: 0 })]);
+    const report = (await own.json()) as {
+      data: { key: string; key_name: string; requests: number; total_tokens: number }[];
+    };
+    expect(report.data).toEqual([
+      expect.objectContaining({
+        key: mine.id,
+        model: "tiny",
+        version: "v1",
+        requests: 2,
+        prompt_tokens: 9,
+        completion_tokens: 4,
+        total_tokens: 13,
+        errors: 0,
+      }),
+    ]);
     expect((await call(`/v1/usage?key=${theirs.id}`, mine.key, { method: "GET" })).status).toBe(403);
-    const all = (await (await call("/v1/usage?since=1h&by=key", admin, { method: "GET" })).json()) as { data: { key: string; requests: number }[] };
-    expect(all.data.filter((r) => r.key === mine.id || r.key === theirs.id).map((r) => r.requests).sort()).toEqual([1, 2]);
+    const all = (await (await call("/v1/usage?since=1h&by=key", admin, { method: "GET" })).json()) as {
+      data: { key: string; requests: number }[];
+    };
+    expect(
+      all.data
+        .filter((r) => r.key === mine.id || r.key === theirs.id)
+        .map((r) => r.requests)
+        .sort(),
+    ).toEqual([1, 2]);
     const bad = await call("/v1/usage?since=5x", admin, { method: "GET" });
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as { error: { param: string } }).error.param).toBe("since");

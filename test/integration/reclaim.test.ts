@@ -8,9 +8,10 @@ import { randomUUID } from "node:crypto";
 import type { Job, Worker } from "bullmq";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import type { EndpointRecord, ReplicaRecord } from "../../src/contracts/records.ts";
-import { type Control, connectControl } from "../../src/control/redis.ts";
-import { writeReplica } from "../../src/control/replicas.ts";
+import type { Endpoint } from "../../src/endpoints/endpoint.ts";
+import type { Replica } from "../../src/replicas/replica.ts";
+import { type Control, connectControl } from "../../src/redis/connection.ts";
+import { writeReplica } from "../../src/replicas/heartbeats.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import { reclaimJobs } from "../../src/queue/reclaim.ts";
 import { decodeReplyEntry } from "../../src/queue/replies.ts";
@@ -38,16 +39,35 @@ afterAll(async () => {
 async function workerHolding(model: string): Promise<{ worker: Worker; job: Job }> {
   let taken: (job: Job) => void = () => undefined;
   const took = new Promise<Job>((resolve) => (taken = resolve));
-  const worker = base.worker(model, "v1", (job) => {
-    taken(job);
-    return new Promise(() => undefined);
-  }, { autorun: false, lockDuration: 60_000 });
+  const worker = base.worker(
+    model,
+    "v1",
+    (job) => {
+      taken(job);
+      return new Promise(() => undefined);
+    },
+    { autorun: false, lockDuration: 60_000 },
+  );
   void worker.run().catch(() => undefined);
   return { worker, job: await took };
 }
 
-function record(model: string, worker: Worker, heartbeat = Date.now()): ReplicaRecord {
-  return { id: `${model}-r1`, endpoint: model, model, version: "v1", state: "ready", pid: 1, host: "h", started: heartbeat, heartbeat, in_flight: 1, parallel: 1, queue_worker: worker.id, heartbeat_ms: 1000 };
+function record(model: string, worker: Worker, heartbeat = Date.now()): Replica {
+  return {
+    id: `${model}-r1`,
+    endpoint: model,
+    model,
+    version: "v1",
+    state: "ready",
+    pid: 1,
+    host: "h",
+    started: heartbeat,
+    heartbeat,
+    in_flight: 1,
+    parallel: 1,
+    queue_worker: worker.id,
+    heartbeat_ms: 1000,
+  };
 }
 
 async function replies(stream: string): Promise<unknown[]> {
@@ -70,7 +90,9 @@ describe("reclaimJobs", () => {
     expect(await queue.getJobState(job.id as string)).toBe("waiting");
     // Next in line (workers take from the list's right end), ahead of the job already waiting.
     expect(await ctl.redis.lrange(queue.keys.wait as string, 0, -1)).toEqual([other.id, job.id]);
-    expect(await replies(stream)).toEqual([{ jobId: job.id, event: { type: "started", replica: "(requeued after replica m1-r1 stopped)", attempt: 0 } }]);
+    expect(await replies(stream)).toEqual([
+      { jobId: job.id, event: { type: "started", replica: "(requeued after replica m1-r1 stopped)", attempt: 0 } },
+    ]);
   });
 
   it("leaves alone the jobs other workers hold, and fails a job that lost a second replica", async () => {
@@ -80,7 +102,10 @@ describe("reclaimJobs", () => {
     const first = await workerHolding("m2");
     await first.worker.close(true).catch(() => undefined);
     // Someone else's death: nothing of ours moves.
-    expect(await reclaimJobs(base, { ...record("m2", first.worker), queue_worker: "another-worker" })).toEqual({ requeued: [], failed: [] });
+    expect(await reclaimJobs(base, { ...record("m2", first.worker), queue_worker: "another-worker" })).toEqual({
+      requeued: [],
+      failed: [],
+    });
     expect(await queue.getJobState(job.id as string)).toBe("active");
     expect((await reclaimJobs(base, record("m2", first.worker))).requeued).toEqual([job.id]);
 
@@ -91,14 +116,25 @@ describe("reclaimJobs", () => {
     expect(await queue.getJobState(job.id as string)).toBe("failed");
     expect((await queue.getJob(job.id as string))?.failedReason).toMatch(/stalled/);
     // The client hears it at once, as the 502 a request that killed two replicas gets.
-    expect((await replies(stream)).at(-1)).toEqual({ jobId: job.id, event: { type: "error", error: expect.objectContaining({ status: 502, code: "replica_lost" }) } });
+    expect((await replies(stream)).at(-1)).toEqual({
+      jobId: job.id,
+      event: { type: "error", error: expect.objectContaining({ status: 502, code: "replica_lost" }) },
+    });
   });
 });
 
 describe("reapSilentReplicas", () => {
   it("takes back the jobs of a replica whose heartbeat went silent, and only those", async () => {
     const queue = base.queue("m3", "v1");
-    const endpoint: EndpointRecord = { name: "m3", config: DeploymentConfig.parse({ model: { name: "m3", version: "v1" } }), version: "v1", framework: "llamacpp", desired_replicas: 1, created: 0, updated: 0 };
+    const endpoint: Endpoint = {
+      name: "m3",
+      config: DeploymentConfig.parse({ model: { name: "m3", version: "v1" } }),
+      version: "v1",
+      framework: "llamacpp",
+      desired_replicas: 1,
+      created: 0,
+      updated: 0,
+    };
     const job = await queue.add("completion", {});
     const { worker } = await workerHolding("m3");
     await worker.close(true).catch(() => undefined);

@@ -1,7 +1,7 @@
 /** The gateway's routing cache (src/gateway/routing.ts): a change is seen by the next request, however it meets a load in flight. */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import { deleteEndpoint, deployEndpoint, saveEndpoint } from "../../src/control/endpoints.ts";
+import { deleteEndpoint, deployEndpoint, saveEndpoint } from "../../src/endpoints/store.ts";
 import { Router } from "../../src/gateway/routing.ts";
 import { type TinyGateway, startTinyGateway } from "../helpers/gateway.ts";
 

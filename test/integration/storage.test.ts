@@ -9,15 +9,9 @@ import { join, resolve } from "node:path";
 import { Readable } from "node:stream";
 import { pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  openObject,
-  openStore,
-  parseStorageUri,
-  readJsonlLines,
-  StorageError,
-} from "../../src/storage/index.ts";
+import { openObject, openStore, parseStorageUri, StorageError } from "../../src/storage/index.ts";
 import { loadSettings } from "../../src/settings/index.ts";
-import type { JsonlLine, ObjectStore, S3Settings, StorageErrorCode } from "../../src/storage/index.ts";
+import type { ObjectStore, S3Settings, StorageErrorCode } from "../../src/storage/index.ts";
 
 // s3rver ships no types; this is the part of its API the suite uses.
 type S3rverInstance = { run(): Promise<{ port: number }>; close(): Promise<void> };
@@ -251,7 +245,10 @@ describe.each(backends)("$name store", (backend) => {
     );
     await expect(store.put("keep.txt", failing)).rejects.toThrow("upstream went away");
     expect(await text(await store.get("keep.txt"))).toBe("old");
-    await expect(store.put("fresh.txt", Readable.from((async function* () { throw new Error("no data"); })()))).rejects.toThrow("no data");
+    const empty = Readable.from({
+      [Symbol.asyncIterator]: () => ({ next: () => Promise.reject(new Error("no data")) }),
+    });
+    await expect(store.put("fresh.txt", empty)).rejects.toThrow("no data");
     expect(await store.head("fresh.txt")).toBeNull();
   });
 
@@ -267,7 +264,11 @@ describe.each(backends)("$name store", (backend) => {
     expect(await readFile(dest, "utf8")).toBe("new bytes");
     expect(await readdir(destDir)).toEqual(["m.gguf"]);
 
-    await expectStorageError(store.download("models/none.gguf", join(destDir, "none.gguf")), "not_found", store.uri("models/none.gguf"));
+    await expectStorageError(
+      store.download("models/none.gguf", join(destDir, "none.gguf")),
+      "not_found",
+      store.uri("models/none.gguf"),
+    );
     expect(await readdir(destDir)).toEqual(["m.gguf"]);
   });
 
@@ -300,16 +301,12 @@ describe.each(backends)("$name store", (backend) => {
     expect(store.url).toMatch(backend.name === "file" ? /^file:\/\/\// : /^s3:\/\/test-bucket\//);
   });
 
-  it("streams JSONL lines out of a stored object", async () => {
+  it("streams a stored object back byte for byte", async () => {
     const store = backend.fresh();
     await store.put("in.jsonl", '{"id":1}\r\n\r\n{"id":2}');
-    const lines: JsonlLine[] = [];
-    for await (const line of readJsonlLines(await store.get("in.jsonl"))) lines.push(line);
-    expect(lines).toEqual([
-      { lineNumber: 1, text: '{"id":1}' },
-      { lineNumber: 2, text: "" },
-      { lineNumber: 3, text: '{"id":2}' },
-    ]);
+    const chunks: Buffer[] = [];
+    for await (const chunk of await store.get("in.jsonl")) chunks.push(Buffer.from(chunk));
+    expect(Buffer.concat(chunks).toString("utf8")).toBe('{"id":1}\r\n\r\n{"id":2}');
   });
 });
 
@@ -332,12 +329,12 @@ describe("file store", () => {
     expect((await listAll(store)).map((o) => o.key)).toEqual(["a-c", "a/b", "a0", "\uFF5E", "\u{1F600}"]);
   });
 
-  it("closes the file when a line reader stops early", async () => {
+  it("closes the file when a reader stops early", async () => {
     const store = openStore(join(scratch, "files", randomUUID()));
     await store.put("many.jsonl", '{"n":1}\n'.repeat(100_000));
     const stream = await store.get("many.jsonl");
-    for await (const line of readJsonlLines(stream)) {
-      expect(line).toEqual({ lineNumber: 1, text: '{"n":1}' });
+    for await (const chunk of stream) {
+      expect(Buffer.from(chunk).toString("utf8")).toMatch(/^\{"n":1\}\n/);
       break;
     }
     expect(stream.destroyed).toBe(true);
@@ -357,7 +354,11 @@ describe("file store", () => {
     const blocker = join(scratch, `blocker-${randomUUID()}`);
     await writeFile(blocker, "a file, not a directory");
     const store = openStore(join(blocker, "artifacts"));
-    const error = await expectStorageError(store.put("m/x.gguf", "x"), "unwritable", `${pathToFileURL(blocker).href}/artifacts/m/x.gguf: cannot write`);
+    const error = await expectStorageError(
+      store.put("m/x.gguf", "x"),
+      "unwritable",
+      `${pathToFileURL(blocker).href}/artifacts/m/x.gguf: cannot write`,
+    );
     expect(error.message).toContain("ENOTDIR");
     await expectStorageError(store.concat([], "y"), "unwritable", "cannot write");
   });
@@ -379,7 +380,12 @@ describe("file store", () => {
     const script = `import { openStore } from ${JSON.stringify(storage)};
 try { await openStore(${JSON.stringify(dir)}).put("x", "x"); console.log(JSON.stringify({ written: true })); }
 catch (e) { console.log(JSON.stringify({ code: e.code, message: e.message })); }`;
-    const child = spawnSync(process.execPath, ["--input-type=module", "-e", script], { uid: 65534, gid: 65534, encoding: "utf8", cwd: "/" });
+    const child = spawnSync(process.execPath, ["--input-type=module", "-e", script], {
+      uid: 65534,
+      gid: 65534,
+      encoding: "utf8",
+      cwd: "/",
+    });
     await rm(base, { recursive: true, force: true });
     expect(child.status, child.stderr).toBe(0);
     const result = JSON.parse(child.stdout.trim().split("\n").at(-1) as string) as { code?: string; message?: string };
@@ -468,7 +474,12 @@ describe("storage URIs", () => {
       key: "key/prefix",
       url: "s3://bucket/key/prefix",
     });
-    expect(parseStorageUri("s3://my.bucket-1")).toEqual({ scheme: "s3", bucket: "my.bucket-1", key: "", url: "s3://my.bucket-1" });
+    expect(parseStorageUri("s3://my.bucket-1")).toEqual({
+      scheme: "s3",
+      bucket: "my.bucket-1",
+      key: "",
+      url: "s3://my.bucket-1",
+    });
   });
 
   it("rejects anything else with a message that says what is expected", () => {
@@ -540,88 +551,5 @@ describe("S3 settings (settings.storage.s3)", () => {
     expect(() => s3SettingsFromEnv({ PLATFORM_S3_FORCE_PATH_STYLE: "yes" })).toThrow(/PLATFORM_S3_FORCE_PATH_STYLE/);
     expect(() => s3SettingsFromEnv({ AWS_ENDPOINT_URL_S3: "not a url" })).toThrow(/AWS_ENDPOINT_URL_S3/);
     expect(() => s3SettingsFromEnv({ AWS_ACCESS_KEY_ID: "only-id" })).toThrow(/AWS_SECRET_ACCESS_KEY/);
-  });
-});
-
-describe("readJsonlLines", () => {
-  async function collect(source: AsyncIterable<Uint8Array | string>, maxLineLength?: number): Promise<JsonlLine[]> {
-    const out: JsonlLine[] = [];
-    for await (const line of readJsonlLines(source, maxLineLength === undefined ? {} : { maxLineLength })) out.push(line);
-    return out;
-  }
-  const texts = (lines: JsonlLine[]) => lines.map((l) => l.text);
-
-  it("strips CRLF and LF endings and keeps empty lines with their numbers", async () => {
-    const lines = await collect(chunked('{"a":1}\r\n\r\n{"b":2}\n\n{"c":3}\n'));
-    expect(lines).toEqual([
-      { lineNumber: 1, text: '{"a":1}' },
-      { lineNumber: 2, text: "" },
-      { lineNumber: 3, text: '{"b":2}' },
-      { lineNumber: 4, text: "" },
-      { lineNumber: 5, text: '{"c":3}' },
-    ]);
-  });
-
-  it("yields a last line without a trailing newline, and nothing for empty input", async () => {
-    expect(texts(await collect(chunked("one\ntwo")))).toEqual(["one", "two"]);
-    expect(texts(await collect(chunked("one\r\ntwo\r")))).toEqual(["one", "two"]);
-    expect(await collect(chunked())).toEqual([]);
-    expect(texts(await collect(chunked("\n")))).toEqual([""]);
-  });
-
-  it("reassembles lines split across chunks, including a CRLF and a multi-byte character", async () => {
-    const snowman = Buffer.from("☃"); // 3 bytes in UTF-8
-    const source = chunked(
-      '{"text":"a',
-      snowman.subarray(0, 1),
-      snowman.subarray(1),
-      'b"}\r',
-      "\n",
-      '{"n"',
-      ":",
-      "2}\n",
-      "tail",
-    );
-    expect(await collect(source)).toEqual([
-      { lineNumber: 1, text: '{"text":"a☃b"}' },
-      { lineNumber: 2, text: '{"n":2}' },
-      { lineNumber: 3, text: "tail" },
-    ]);
-  });
-
-  it("drops a UTF-8 byte order mark at the start", async () => {
-    expect(texts(await collect(chunked(Buffer.from([0xef, 0xbb, 0xbf]), '{"a":1}\n')))).toEqual(['{"a":1}']);
-  });
-
-  it("yields each line before the rest of the input has arrived", async () => {
-    let releaseRest: () => void = () => {};
-    const rest = new Promise<void>((r) => (releaseRest = r));
-    let restSent = false;
-    const source = (async function* () {
-      yield Buffer.from("first\nsec");
-      await rest;
-      restSent = true;
-      yield Buffer.from("ond\n");
-    })();
-    const lines = readJsonlLines(source);
-    const first = await lines.next();
-    expect(first.value).toEqual({ lineNumber: 1, text: "first" });
-    expect(restSent).toBe(false);
-    releaseRest();
-    expect((await lines.next()).value).toEqual({ lineNumber: 2, text: "second" });
-    expect((await lines.next()).done).toBe(true);
-  });
-
-  it("fails on a line longer than the limit instead of buffering it", async () => {
-    let chunksRead = 0;
-    const endless = (async function* () {
-      yield Buffer.from("ok\nalso ok\n");
-      for (;;) {
-        chunksRead += 1;
-        yield Buffer.alloc(1024, "x");
-      }
-    })();
-    await expect(collect(endless, 10_000)).rejects.toThrow("line 3 is longer than 10000 characters");
-    expect(chunksRead).toBeLessThan(20);
   });
 });

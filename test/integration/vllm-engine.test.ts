@@ -9,9 +9,9 @@ import { delimiter, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { alive } from "../helpers/processes.ts";
-import { WORKER_ALLOCATOR_ENV } from "../../scaler/backend.ts";
+import { WORKER_ALLOCATOR_ENV } from "../../src/process/worker-env.ts";
 import { DeploymentConfig, Resources, Runtime } from "../../src/contracts/deployment.ts";
-import { PlatformError } from "../../src/errors.ts";
+import { PlatformError } from "../../src/contracts/errors.ts";
 import {
   checkpointQuantization,
   loadVllm,
@@ -20,7 +20,15 @@ import {
   type VllmOptions,
   vllmArgs,
 } from "../../workers/engines/vllm.ts";
-import { CHAT_REPLY, STORY, TOO_LONG_MESSAGE, UNHEALTHY_POLLS, countTokens, renderChat } from "../helpers/fake-vllm.ts";
+import {
+  CHAT_REPLY,
+  countTokens,
+  renderChat,
+  STORY,
+  TOO_LONG_MESSAGE,
+  UNHEALTHY_POLLS,
+  VOCABULARY_SIZE,
+} from "../helpers/fake-vllm.ts";
 
 const fakeSource = fileURLToPath(new URL("../helpers/fake-vllm.ts", import.meta.url));
 let dir: string;
@@ -91,7 +99,10 @@ describe("vllmArgs", () => {
     expect(flag(argv, "--tensor-parallel-size")).toBe("2");
     expect(flag(argv, "--dtype")).toBe("bfloat16");
     expect(flag(argv, "--quantization")).toBe("fp8");
-    expect(JSON.parse(flag(argv, "--speculative-config") ?? "null")).toEqual({ model: "/models/draft", num_speculative_tokens: 5 });
+    expect(JSON.parse(flag(argv, "--speculative-config") ?? "null")).toEqual({
+      model: "/models/draft",
+      num_speculative_tokens: 5,
+    });
     expect(flag(argv, "--max-num-seqs")).toBe("16");
     expect(argv).not.toContain("--disable-log-requests"); // removed from current vLLM
   });
@@ -110,11 +121,21 @@ describe("vllmArgs", () => {
 
   it("speculates only with a draft model, leaving the token count to the draft's config when unset", () => {
     expect(args({ num_speculative_tokens: 3 }, {})).not.toContain("--speculative-config");
-    expect(JSON.parse(flag(args({ speculative_model: "d" }, {}), "--speculative-config") ?? "null")).toEqual({ model: "d" });
-    expect(notAppliedByVllm(DeploymentConfig.parse({ model: { name: "m" }, runtime: { num_speculative_tokens: 3 } }))).toEqual([
-      "runtime.num_speculative_tokens",
-    ]);
-    expect(notAppliedByVllm(DeploymentConfig.parse({ model: { name: "m" }, runtime: { speculative_model: "d", num_speculative_tokens: 3 }, resources: { gpu: 2 } }))).toEqual([]);
+    expect(JSON.parse(flag(args({ speculative_model: "d" }, {}), "--speculative-config") ?? "null")).toEqual({
+      model: "d",
+    });
+    expect(
+      notAppliedByVllm(DeploymentConfig.parse({ model: { name: "m" }, runtime: { num_speculative_tokens: 3 } })),
+    ).toEqual(["runtime.num_speculative_tokens"]);
+    expect(
+      notAppliedByVllm(
+        DeploymentConfig.parse({
+          model: { name: "m" },
+          runtime: { speculative_model: "d", num_speculative_tokens: 3 },
+          resources: { gpu: 2 },
+        }),
+      ),
+    ).toEqual([]);
   });
 });
 
@@ -124,7 +145,10 @@ describe("checkpointQuantization", () => {
     const plain = join(dir, "plain");
     await mkdir(quantized);
     await mkdir(plain);
-    await writeFile(join(quantized, "config.json"), JSON.stringify({ model_type: "llama", quantization_config: { quant_method: "awq", bits: 4 } }));
+    await writeFile(
+      join(quantized, "config.json"),
+      JSON.stringify({ model_type: "llama", quantization_config: { quant_method: "awq", bits: 4 } }),
+    );
     await writeFile(join(plain, "config.json"), JSON.stringify({ model_type: "llama" }));
     expect(await checkpointQuantization(quantized)).toBe("awq");
     expect(await checkpointQuantization(plain)).toBeUndefined();
@@ -137,7 +161,10 @@ type Started = { argv: string[]; pid: number; malloc: Record<string, string> };
 type Logged = { method?: string; path?: string; body?: Record<string, unknown>; event?: string };
 
 /** Options for one fake server, with its own record file. */
-function options(env: Record<string, string> = {}, overrides: Partial<VllmOptions> = {}): VllmOptions & { record: string } {
+function options(
+  env: Record<string, string> = {},
+  overrides: Partial<VllmOptions> = {},
+): VllmOptions & { record: string } {
   const record = join(dir, `record-${++records}.json`);
   return {
     record,
@@ -147,7 +174,11 @@ function options(env: Record<string, string> = {}, overrides: Partial<VllmOption
     runtime: Runtime.parse({ max_model_len: 2048 }),
     resources: Resources.parse({ parallel: 3 }),
     // The launcher's `#!/usr/bin/env node` must find this Node (type stripping), not an older one on PATH.
-    env: { FAKE_VLLM_RECORD: record, PATH: `${dirname(process.execPath)}${delimiter}${process.env.PATH ?? ""}`, ...env },
+    env: {
+      FAKE_VLLM_RECORD: record,
+      PATH: `${dirname(process.execPath)}${delimiter}${process.env.PATH ?? ""}`,
+      ...env,
+    },
     log: () => undefined,
     ...overrides,
   };
@@ -207,7 +238,10 @@ describe("a running vLLM engine", () => {
   });
 
   it("keeps the worker's allocator defaults from vllm serve, but not the user's own or the endpoint's settings", async () => {
-    expect((await started(opts.record)).malloc).toEqual({ MALLOC_TRIM_THRESHOLD_: "4096", MALLOC_MMAP_THRESHOLD_: WORKER_ALLOCATOR_ENV.MALLOC_MMAP_THRESHOLD_ });
+    expect((await started(opts.record)).malloc).toEqual({
+      MALLOC_TRIM_THRESHOLD_: "4096",
+      MALLOC_MMAP_THRESHOLD_: WORKER_ALLOCATOR_ENV.MALLOC_MMAP_THRESHOLD_,
+    });
   });
 
   it("starts vllm serve with the mapped flags and becomes ready only once /health answers 200", async () => {
@@ -237,7 +271,14 @@ describe("a running vLLM engine", () => {
       {
         kind: "prompt",
         prompt,
-        params: { max_tokens: 5, temperature: 0.7, top_p: 0.9, seed: 42, frequency_penalty: 0.5, presence_penalty: -0.5 },
+        params: {
+          max_tokens: 5,
+          temperature: 0.7,
+          top_p: 0.9,
+          seed: 42,
+          frequency_penalty: 0.5,
+          presence_penalty: -0.5,
+        },
       },
       { onText: (t) => deltas.push(t) },
     );
@@ -245,7 +286,11 @@ describe("a running vLLM engine", () => {
     expect(deltas.join("")).toBe(out.text);
     expect(deltas.length).toBe(5);
     expect(out.finish_reason).toBe("length");
-    expect(out.usage).toEqual({ prompt_tokens: countTokens(prompt), completion_tokens: 5, total_tokens: countTokens(prompt) + 5 });
+    expect(out.usage).toEqual({
+      prompt_tokens: countTokens(prompt),
+      completion_tokens: 5,
+      total_tokens: countTokens(prompt) + 5,
+    });
     expect(await lastBody(opts.record, "/v1/completions")).toEqual({
       model: "stories",
       prompt,
@@ -280,13 +325,25 @@ describe("a running vLLM engine", () => {
       { role: "user" as const, content: "Hi there" },
     ];
     const deltas: string[] = [];
-    const out = await engine.generate({ kind: "chat", messages, params: { max_tokens: 50 } }, { onText: (t) => deltas.push(t) });
+    const out = await engine.generate(
+      { kind: "chat", messages, params: { max_tokens: 50 } },
+      { onText: (t) => deltas.push(t) },
+    );
     expect(out.text).toBe(CHAT_REPLY.join(""));
     expect(deltas.join("")).toBe(out.text);
     expect(out.finish_reason).toBe("stop");
     const promptTokens = countTokens(renderChat(messages));
-    expect(out.usage).toEqual({ prompt_tokens: promptTokens, completion_tokens: CHAT_REPLY.length, total_tokens: promptTokens + CHAT_REPLY.length });
-    expect(await lastBody(opts.record, "/v1/chat/completions")).toMatchObject({ model: "stories", messages, max_tokens: 50, stream: true });
+    expect(out.usage).toEqual({
+      prompt_tokens: promptTokens,
+      completion_tokens: CHAT_REPLY.length,
+      total_tokens: promptTokens + CHAT_REPLY.length,
+    });
+    expect(await lastBody(opts.record, "/v1/chat/completions")).toMatchObject({
+      model: "stories",
+      messages,
+      max_tokens: 50,
+      stream: true,
+    });
   });
 
   it("stops when aborted, returning what was generated as cancelled, and vLLM sees the client leave", async () => {
@@ -312,7 +369,11 @@ describe("a running vLLM engine", () => {
 
   it("returns cancelled at once for a signal aborted before the request", async () => {
     const out = await engine.generate({ kind: "prompt", prompt: "Once", params: {} }, { signal: AbortSignal.abort() });
-    expect(out).toEqual({ text: "", finish_reason: "cancelled", usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 } });
+    expect(out).toEqual({
+      text: "",
+      finish_reason: "cancelled",
+      usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
+    });
   });
 
   it("turns vLLM's context-length 400 into context_length_exceeded with vLLM's message", async () => {
@@ -322,8 +383,34 @@ describe("a running vLLM engine", () => {
     ]) {
       const e = await rejection(engine.generate(request, {}));
       expect(e).toBeInstanceOf(PlatformError);
-      expect(e).toMatchObject({ status: 400, code: "context_length_exceeded", param: "messages", message: TOO_LONG_MESSAGE, type: "invalid_request_error" });
+      expect(e).toMatchObject({
+        status: 400,
+        code: "context_length_exceeded",
+        param: "messages",
+        message: TOO_LONG_MESSAGE,
+        type: "invalid_request_error",
+      });
     }
+  });
+
+  it("passes a token-id prompt to /v1/completions as ids, never as text", async () => {
+    const ids = [1, 403, 407, 261, 378];
+    const out = await engine.generate({ kind: "prompt", prompt: ids, params: { max_tokens: 2 } }, {});
+    expect(out.text).toBe(STORY.slice(0, 2).join(""));
+    expect(out.usage.prompt_tokens).toBe(ids.length);
+    expect(await lastBody(opts.record, "/v1/completions")).toMatchObject({ prompt: ids });
+  });
+
+  it("names the place of a token id vLLM does not know, as llama.cpp does", async () => {
+    const e = await rejection(
+      engine.generate({ kind: "prompt", prompt: [1, 2, VOCABULARY_SIZE + 5, 3], params: { max_tokens: 2 } }, {}),
+    );
+    expect(e).toMatchObject({
+      status: 400,
+      code: "invalid_request",
+      param: "prompt",
+      message: `prompt[2]: token ${VOCABULARY_SIZE + 5} is not in this model's vocabulary`,
+    });
   });
 
   it("reports embeddings on a generative model as unsupported by the model", async () => {
@@ -348,7 +435,11 @@ describe("a vLLM engine serving an embedding model", () => {
 
   it("warms up with a real embedding, since it has no completions API", async () => {
     await engine.warmup();
-    expect(await lastBody(opts.record, "/v1/embeddings")).toEqual({ model: "stories", input: ["Hello"], encoding_format: "float" });
+    expect(await lastBody(opts.record, "/v1/embeddings")).toEqual({
+      model: "stories",
+      input: ["Hello"],
+      encoding_format: "float",
+    });
   });
 
   it("embeds through /v1/embeddings, in input order", async () => {
@@ -358,7 +449,11 @@ describe("a vLLM engine serving an embedding model", () => {
       [5, 1, 1],
     ]);
     expect(out.usage).toEqual({ prompt_tokens: 4, completion_tokens: 0, total_tokens: 4 });
-    expect(await lastBody(opts.record, "/v1/embeddings")).toEqual({ model: "stories", input: ["a b c", "hello"], encoding_format: "float" });
+    expect(await lastBody(opts.record, "/v1/embeddings")).toEqual({
+      model: "stories",
+      input: ["a b c", "hello"],
+      encoding_format: "float",
+    });
   });
 
   it("reports text generation as unsupported by the model", async () => {
@@ -396,7 +491,10 @@ describe("vLLM engine lifecycle", () => {
       await loadVllm({ ...${JSON.stringify({ modelPath: rest.modelPath, servedName: rest.servedName, bin: rest.bin, env: rest.env })}, runtime, resources, log: () => undefined });
       console.log("READY");
       setInterval(() => undefined, 1000);`;
-    const worker = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"], env: process.env });
+    const worker = spawn(process.execPath, ["--input-type=module", "-e", script], {
+      stdio: ["ignore", "pipe", "inherit"],
+      env: process.env,
+    });
     try {
       let out = "";
       worker.stdout?.on("data", (b) => (out += b));

@@ -1,11 +1,11 @@
-/** The pipe watchdog (src/watchdog.ts) that keeps the embedded Redis and vLLM from outliving their parent. */
+/** The pipe watchdog (src/process/watchdog.ts) that keeps the embedded Redis and vLLM from outliving their parent. */
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { alive } from "../helpers/processes.ts";
-import { spawnWatched } from "../../src/watchdog.ts";
+import { spawnWatched } from "../../src/process/watchdog.ts";
 
 const children: ChildProcess[] = [];
 const dirs: string[] = [];
@@ -24,7 +24,8 @@ async function until(check: () => boolean | Promise<boolean>, ms: number): Promi
 }
 
 function exitOf(child: ChildProcess): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
+  if (child.exitCode !== null || child.signalCode !== null)
+    return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
   return new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
 }
 
@@ -35,24 +36,34 @@ function sleeperArgs(file: string, ignoreTerm = false): string[] {
 
 async function pidIn(file: string): Promise<number> {
   let pid = 0;
-  await until(async () => (pid = Number((await readFile(file, "utf8").catch(() => "")).trim())) > 0, 5_000);
+  await until(async () => {
+    pid = Number((await readFile(file, "utf8").catch(() => "")).trim());
+    return pid > 0;
+  }, 5_000);
   if (!pid) throw new Error(`no pid in ${file}`);
   return pid;
 }
 
 /** A Node parent that starts a watched sleeper and can then be SIGKILLed. */
-async function watchedByParent(options: { graceSeconds?: number; killAfterSeconds?: number; ignoreTerm?: boolean; output?: "pipe" }): Promise<{ parent: ChildProcess; pid: number; group: number }> {
+async function watchedByParent(options: {
+  graceSeconds?: number;
+  killAfterSeconds?: number;
+  ignoreTerm?: boolean;
+  output?: "pipe";
+}): Promise<{ parent: ChildProcess; pid: number; group: number }> {
   const dir = await mkdtemp(join(tmpdir(), "platform-wd-"));
   dirs.push(dir);
   const file = join(dir, "pid");
-  const module = new URL("../../src/watchdog.ts", import.meta.url).href;
+  const module = new URL("../../src/process/watchdog.ts", import.meta.url).href;
   const script = `import { spawnWatched } from ${JSON.stringify(module)};
     const w = spawnWatched("sh", ${JSON.stringify(sleeperArgs(file, options.ignoreTerm))}, ${JSON.stringify({ graceSeconds: options.graceSeconds, killAfterSeconds: options.killAfterSeconds, output: options.output })});
     w.process.stdout?.resume();
     w.process.stderr?.resume();
     console.log("GROUP " + w.process.pid);
     setInterval(() => undefined, 1000);`;
-  const parent = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "ignore"] });
+  const parent = spawn(process.execPath, ["--input-type=module", "-e", script], {
+    stdio: ["ignore", "pipe", "ignore"],
+  });
   children.push(parent);
   let out = "";
   parent.stdout?.on("data", (b) => (out += b));
@@ -110,6 +121,9 @@ describe("spawnWatched", () => {
 
   it("exits with the command's own status, and 127 for a command that does not exist", async () => {
     expect(await exitOf(spawnWatched("sh", ["-c", "exit 3"]).process)).toEqual({ code: 3, signal: null });
-    expect(await exitOf(spawnWatched(join(tmpdir(), "no-such-command-here"), []).process)).toEqual({ code: 127, signal: null });
+    expect(await exitOf(spawnWatched(join(tmpdir(), "no-such-command-here"), []).process)).toEqual({
+      code: 127,
+      signal: null,
+    });
   });
 });

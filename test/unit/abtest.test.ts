@@ -1,10 +1,13 @@
 /** The A/B split's pure parts: parsing `v1=70,v2=30`, and how a variant is picked (weights, stickiness). */
 import { describe, expect, it } from "vitest";
-import { formatSplit, parseSplit, pickVariant, SplitError, variantName } from "../../src/contracts/abtest.ts";
+import { formatSplit, parseSplit, pickVariant, SplitError, variantName } from "../../src/abtests/schema.ts";
 
 describe("parseSplit", () => {
   it("reads versions and relative weights in order", () => {
-    expect(parseSplit("v1=70, v2=30")).toEqual([{ version: "v1", weight: 70 }, { version: "v2", weight: 30 }]);
+    expect(parseSplit("v1=70, v2=30")).toEqual([
+      { version: "v1", weight: 70 },
+      { version: "v2", weight: 30 },
+    ]);
     expect(formatSplit(parseSplit("a=1,b=0,c=2"))).toBe("a=1,b=0,c=2");
   });
 
@@ -28,8 +31,12 @@ describe("parseSplit", () => {
 });
 
 describe("pickVariant", () => {
-  const split = [{ version: "v1", weight: 70 }, { version: "v2", weight: 30 }];
-  const share = (pick: (i: number) => string, n = 20_000) => Array.from({ length: n }, (_, i) => pick(i)).filter((v) => v === "v2").length / n;
+  const split = [
+    { version: "v1", weight: 70 },
+    { version: "v2", weight: 30 },
+  ];
+  const share = (pick: (i: number) => string, n = 20_000) =>
+    Array.from({ length: n }, (_, i) => pick(i)).filter((v) => v === "v2").length / n;
 
   it("follows the weights, drawn or sticky", () => {
     expect(share(() => pickVariant(split, undefined).version)).toBeCloseTo(0.3, 1);
@@ -38,13 +45,28 @@ describe("pickVariant", () => {
 
   it("gives a sticky value the same variant every time, and a zero weight nothing", () => {
     for (let i = 0; i < 200; i++) expect(pickVariant(split, `key_${i}`)).toBe(pickVariant(split, `key_${i}`));
-    const off = [{ version: "v1", weight: 0 }, { version: "v2", weight: 1 }];
-    expect(new Set(Array.from({ length: 500 }, (_, i) => pickVariant(off, String(i)).version))).toEqual(new Set(["v2"]));
+    const off = [
+      { version: "v1", weight: 0 },
+      { version: "v2", weight: 1 },
+    ];
+    expect(new Set(Array.from({ length: 500 }, (_, i) => pickVariant(off, String(i)).version))).toEqual(
+      new Set(["v2"]),
+    );
   });
 
   it("moves sticky callers only toward a variant whose weight grew", () => {
     const before = Array.from({ length: 2000 }, (_, i) => pickVariant(split, `u${i}`).version);
-    const after = Array.from({ length: 2000 }, (_, i) => pickVariant([{ version: "v1", weight: 50 }, { version: "v2", weight: 50 }], `u${i}`).version);
+    const after = Array.from(
+      { length: 2000 },
+      (_, i) =>
+        pickVariant(
+          [
+            { version: "v1", weight: 50 },
+            { version: "v2", weight: 50 },
+          ],
+          `u${i}`,
+        ).version,
+    );
     before.forEach((v, i) => {
       if (v === "v2") expect(after[i]).toBe("v2");
     });

@@ -1,10 +1,12 @@
 /** The address classifier behind model-source fetching: every non-public range, in every spelling. */
 import { describe, expect, it } from "vitest";
-import { nonPublicKind, parseCidr, parseIp, refusedKind } from "../../src/registry/addresses.ts";
+import { nonPublicKind, refusedKind } from "../../src/registry/addresses.ts";
 import { checkSourceScheme, huggingFaceUrl } from "../../src/registry/sources.ts";
 import { loadSettings } from "../../src/settings/index.ts";
+import { parseCidr } from "../../src/settings/sources.ts";
 
-const kind = (address: string) => nonPublicKind(parseIp(address)!);
+const kind = nonPublicKind;
+const strict = { allowPrivate: false, allowedCidrs: [] };
 
 describe("address classifier", () => {
   it.each([
@@ -41,28 +43,47 @@ describe("address classifier", () => {
     expect(kind(address)).toBe(expected);
   });
 
-  it.each(["8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "169.255.0.1", "2606:4700:4700::1111", "::ffff:8.8.8.8", "2a00:1450::1"])("%s is public", (address) => {
+  it.each([
+    "8.8.8.8",
+    "1.1.1.1",
+    "172.32.0.1",
+    "100.128.0.1",
+    "169.255.0.1",
+    "2606:4700:4700::1111",
+    "::ffff:8.8.8.8",
+    "2a00:1450::1",
+  ])("%s is public", (address) => {
     expect(kind(address)).toBeUndefined();
   });
 
   it("parses addresses and CIDRs, and rejects what is neither", () => {
-    expect(parseIp("example.com")).toBeUndefined();
-    expect(parseIp("1.2.3")).toBeUndefined();
-    expect(parseIp("1:2:3:4:5:6:1.2.3.4")?.bytes.slice(12)).toEqual(Uint8Array.from([1, 2, 3, 4]));
-    expect(parseCidr("10.0.0.0/8")?.bits).toBe(8);
-    expect(parseCidr("fd00::/8")?.bits).toBe(8);
-    expect(parseCidr("10.0.0.1")?.bits).toBe(32);
-    for (const bad of ["10.0.0.0/33", "10.0.0.0/x", "fd00::/129", "host.internal", ""]) expect(parseCidr(bad)).toBeUndefined();
+    expect(refusedKind("example.com", strict)).toBe("unparseable");
+    expect(refusedKind("1.2.3", strict)).toBe("unparseable");
+    // A dotted tail is the address's last 32 bits.
+    expect(
+      refusedKind("fd00:2:3:4:5:6:1.2.3.4", { allowPrivate: false, allowedCidrs: ["fd00:2:3:4:5:6:102:304/128"] }),
+    ).toBeUndefined();
+    expect(parseCidr("10.0.0.0/8")).toBe("10.0.0.0/8");
+    expect(parseCidr("fd00::/8")).toBe("fd00::/8");
+    expect(parseCidr("10.0.0.1")).toBe("10.0.0.1/32");
+    expect(parseCidr("[fd00::1]")).toBe("fd00::1/128");
+    for (const bad of ["10.0.0.0/33", "10.0.0.0/x", "fd00::/129", "host.internal", ""])
+      expect(parseCidr(bad)).toBeUndefined();
   });
 
   it("refuses non-public addresses unless allowed, by flag or by CIDR (mapped forms included)", () => {
-    const strict = { allowPrivate: false, allowedCidrs: [] };
     expect(refusedKind("127.0.0.1", strict)).toBe("loopback");
     expect(refusedKind("8.8.8.8", strict)).toBeUndefined();
     expect(refusedKind("127.0.0.1", { allowPrivate: true, allowedCidrs: [] })).toBeUndefined();
-    const listed = { allowPrivate: false, allowedCidrs: [parseCidr("10.20.0.0/16")!] };
+    const listed = { allowPrivate: false, allowedCidrs: ["10.20.0.0/16"] };
     expect(refusedKind("10.20.3.4", listed)).toBeUndefined();
     expect(refusedKind("::ffff:10.20.3.4", listed)).toBeUndefined();
+    expect(refusedKind("64:ff9b::10.20.3.4", listed)).toBeUndefined();
+    expect(refusedKind("2002:a14:304::1", listed)).toBeUndefined();
+    // `::1` is loopback, not the IPv4-compatible form of 0.0.0.1 that an IPv4 range would allow.
+    expect(refusedKind("::1", { allowPrivate: false, allowedCidrs: ["0.0.0.0/0"] })).toBe("loopback");
+    // An IPv6 range allows IPv6 addresses only, though ::/0 spans the IPv4-mapped ones.
+    expect(refusedKind("169.254.169.254", { allowPrivate: false, allowedCidrs: ["::/0"] })).toBe("link-local");
     expect(refusedKind("10.21.0.1", listed)).toBe("private");
     expect(refusedKind("169.254.169.254", listed)).toBe("link-local");
   });
@@ -80,8 +101,10 @@ describe("source settings and schemes", () => {
       PLATFORM_SOURCES_IDLE_TIMEOUT_MS: "500",
     }).sources;
     expect(s).toMatchObject({ allowHttp: true, allowPrivate: false, maxBytes: 1000, idleTimeoutMs: 500 });
-    expect(s.allowedCidrs.map((c) => c.text)).toEqual(["10.0.0.0/8", "fd00::/8"]);
-    expect(() => loadSettings({ PLATFORM_SOURCES_ALLOWED_HOSTS: "10.0.0.0/8,internal.example" })).toThrow(/PLATFORM_SOURCES_ALLOWED_HOSTS.*internal\.example/);
+    expect(s.allowedCidrs).toEqual(["10.0.0.0/8", "fd00::/8"]);
+    expect(() => loadSettings({ PLATFORM_SOURCES_ALLOWED_HOSTS: "10.0.0.0/8,internal.example" })).toThrow(
+      /PLATFORM_SOURCES_ALLOWED_HOSTS.*internal\.example/,
+    );
     expect(() => loadSettings({ PLATFORM_SOURCES_ALLOW_HTTP: "yes" })).toThrow(/PLATFORM_SOURCES_ALLOW_HTTP/);
   });
 
@@ -89,12 +112,26 @@ describe("source settings and schemes", () => {
     expect(loadSettings({}).sources.hfEndpoint).toBe("https://huggingface.co");
     const mirror = loadSettings({ HF_ENDPOINT: "https://hf-mirror.example/hub/" }).sources.hfEndpoint;
     expect(mirror).toBe("https://hf-mirror.example/hub");
-    expect(huggingFaceUrl("hf://org/repo@v1.2/sub/model.gguf", mirror)).toBe("https://hf-mirror.example/hub/org/repo/resolve/v1.2/sub/model.gguf");
-    expect(huggingFaceUrl("hf://org/repo/a b?.gguf", mirror)).toBe("https://hf-mirror.example/hub/org/repo/resolve/main/a%20b%3F.gguf");
-    for (const bad of ["hf://org/repo/../../other/x.gguf", "hf://org/repo@../x.gguf", "hf://org/repo//x.gguf", "hf://org/repo/./x.gguf"]) {
+    expect(huggingFaceUrl("hf://org/repo@v1.2/sub/model.gguf", mirror)).toBe(
+      "https://hf-mirror.example/hub/org/repo/resolve/v1.2/sub/model.gguf",
+    );
+    expect(huggingFaceUrl("hf://org/repo/a b?.gguf", mirror)).toBe(
+      "https://hf-mirror.example/hub/org/repo/resolve/main/a%20b%3F.gguf",
+    );
+    for (const bad of [
+      "hf://org/repo/../../other/x.gguf",
+      "hf://org/repo@../x.gguf",
+      "hf://org/repo//x.gguf",
+      "hf://org/repo/./x.gguf",
+    ]) {
       expect(() => huggingFaceUrl(bad, mirror), bad).toThrow(/expected hf:\/\/<org>\/<repo>\[@<revision>\]\/<file>/);
     }
-    for (const bad of ["huggingface.co", "ftp://hf.example", "https://user:pass@hf.example", "https://hf.example/?x=1"]) {
+    for (const bad of [
+      "huggingface.co",
+      "ftp://hf.example",
+      "https://user:pass@hf.example",
+      "https://hf.example/?x=1",
+    ]) {
       expect(() => loadSettings({ HF_ENDPOINT: bad }), bad).toThrow(/HF_ENDPOINT: expected the http\(s\) base URL/);
     }
   });
@@ -103,7 +140,14 @@ describe("source settings and schemes", () => {
     for (const source of ["ftp://example.com/m.gguf", "gopher://x/", "data:text/plain,hi", "javascript:alert(1)"]) {
       expect(() => checkSourceScheme(source)).toThrow(/scheme is not supported; use https:\/\//);
     }
-    for (const source of ["https://x/m.gguf", "hf://o/r/f.gguf", "s3://b/k", "file:///tmp/m.gguf", "/tmp/m.gguf", "models/m.gguf"]) {
+    for (const source of [
+      "https://x/m.gguf",
+      "hf://o/r/f.gguf",
+      "s3://b/k",
+      "file:///tmp/m.gguf",
+      "/tmp/m.gguf",
+      "models/m.gguf",
+    ]) {
       expect(() => checkSourceScheme(source)).not.toThrow();
     }
   });

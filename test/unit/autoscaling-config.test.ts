@@ -8,7 +8,7 @@ import {
   formatDuration,
   parseAutoscalingConfig,
   parseDuration,
-} from "../../src/contracts/autoscaling.ts";
+} from "../../src/autoscaling/config.ts";
 
 const SEED = `
 endpoint: llama-7b
@@ -79,11 +79,22 @@ describe("autoscaling configuration", () => {
   });
 
   it("round-trips through the document form", () => {
-    const settings = AutoscalingSettings.parse({ scale_up_cooldown: "1500ms", scale_down_cooldown: "90s", scale_down_delay: "10m" });
+    const settings = AutoscalingSettings.parse({
+      scale_up_cooldown: "1500ms",
+      scale_down_cooldown: "90s",
+      scale_down_delay: "10m",
+    });
     const doc = autoscalingDocument(settings);
     expect(doc).toMatchObject({ scale_up_cooldown: "1500ms", scale_down_cooldown: "90s", scale_down_delay: "10m" });
     expect(AutoscalingSettings.parse(JSON.parse(JSON.stringify(doc)))).toEqual(settings);
-    expect([0, 999, 1_000, 60_000, 61_000, 120_000].map(formatDuration)).toEqual(["0s", "999ms", "1s", "1m", "61s", "2m"]);
+    expect([0, 999, 1_000, 60_000, 61_000, 120_000].map(formatDuration)).toEqual([
+      "0s",
+      "999ms",
+      "1s",
+      "1m",
+      "61s",
+      "2m",
+    ]);
   });
 
   it("describes itself on one line", () => {
@@ -101,7 +112,9 @@ describe("autoscaling configuration errors name the field", () => {
       "autoscaling.min_replicas: min_replicas must be <= max_replicas (3 > 2)",
     );
     // Against the default max as well.
-    expect(errorOf(doc({ min_replicas: 5 }))).toBe("autoscaling.min_replicas: min_replicas must be <= max_replicas (5 > 4)");
+    expect(errorOf(doc({ min_replicas: 5 }))).toBe(
+      "autoscaling.min_replicas: min_replicas must be <= max_replicas (5 > 4)",
+    );
   });
 
   it("rejects a duration without a unit or with an unknown one", () => {
@@ -116,8 +129,12 @@ describe("autoscaling configuration errors name the field", () => {
     expect(errorOf(doc({ max_replicas: 0 }))).toBe("autoscaling.max_replicas: expected a whole number from 1 to 64");
     expect(errorOf(doc({ max_replicas: 65 }))).toBe("autoscaling.max_replicas: expected a whole number from 1 to 64");
     expect(errorOf(doc({ max_replicas: 2.5 }))).toBe("autoscaling.max_replicas: expected a whole number from 1 to 64");
-    expect(errorOf(doc({ target_queue_depth: 0 }))).toBe("autoscaling.target_queue_depth: expected a whole number >= 1");
-    expect(errorOf(doc({ target_queue_depth: "4" }))).toBe("autoscaling.target_queue_depth: expected a whole number >= 1");
+    expect(errorOf(doc({ target_queue_depth: 0 }))).toBe(
+      "autoscaling.target_queue_depth: expected a whole number >= 1",
+    );
+    expect(errorOf(doc({ target_queue_depth: "4" }))).toBe(
+      "autoscaling.target_queue_depth: expected a whole number >= 1",
+    );
     expect(errorOf(doc({ enabled: "yes" }))).toBe("autoscaling.enabled: expected true or false");
   });
 

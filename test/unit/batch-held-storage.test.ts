@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { outputLocation } from "../../src/batch/output.ts";
 import { checkInput, closeInput, type Input, openInput, readInput } from "../../src/batch/prepare.ts";
-import { PlatformError } from "../../src/errors.ts";
+import { PlatformError } from "../../src/contracts/errors.ts";
 import { fileUrl } from "../../src/storage/uri.ts";
 
 let dir: string;
@@ -53,7 +53,10 @@ describe("a local input", () => {
       await rm(path);
       await symlink(join(victim, "secret.jsonl"), path);
       expect(await text(input)).toBe("mine\n");
-      await expect(checkInput(input, "in-1.jsonl")).rejects.toMatchObject({ code: "input_changed", message: expect.stringContaining("in-1.jsonl changed while the job ran") });
+      await expect(checkInput(input, "in-1.jsonl")).rejects.toMatchObject({
+        code: "input_changed",
+        message: expect.stringContaining("in-1.jsonl changed while the job ran"),
+      });
     } finally {
       await closeInput(input);
     }
@@ -81,7 +84,10 @@ describe("a local input", () => {
       await appendFile(path, "two\n");
       // Reads stop at the size judged when it was opened.
       expect(await text(input)).toBe("one\n");
-      await expect(checkInput(input, "in-3.jsonl")).rejects.toMatchObject({ code: "input_changed", message: expect.stringContaining("4 bytes at the start, 8 now") });
+      await expect(checkInput(input, "in-3.jsonl")).rejects.toMatchObject({
+        code: "input_changed",
+        message: expect.stringContaining("4 bytes at the start, 8 now"),
+      });
     } finally {
       await closeInput(input);
     }
@@ -148,7 +154,10 @@ describe("a local parts directory", () => {
     try {
       await out.holdParts();
       await rename(join(res, "job.parts"), join(res, "aside"));
-      await expect(out.checkParts()).rejects.toMatchObject({ code: "unwritable", message: expect.stringContaining("moved or replaced") });
+      await expect(out.checkParts()).rejects.toMatchObject({
+        code: "unwritable",
+        message: expect.stringContaining("moved or replaced"),
+      });
       await writeFile(join(res, "job.parts"), "in the way");
       await expect(out.checkParts()).rejects.toMatchObject({ code: "unwritable" });
       await rm(join(res, "job.parts"));

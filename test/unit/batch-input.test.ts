@@ -7,7 +7,11 @@ import { type InputLine, isBlank, parseRecord, readLines } from "../../src/batch
 import { readInput } from "../../src/batch/prepare.ts";
 import type { ObjectStore } from "../../src/storage/index.ts";
 
-async function collect(chunks: (string | Uint8Array)[], from?: { line: number; byte: number }, max?: number): Promise<InputLine[]> {
+async function collect(
+  chunks: (string | Uint8Array)[],
+  from?: { line: number; byte: number },
+  max?: number,
+): Promise<InputLine[]> {
   const out: InputLine[] = [];
   for await (const line of readLines(chunks, from, max)) out.push(line);
   return out;
@@ -34,7 +38,7 @@ describe("readLines", () => {
   });
 
   it("decodes characters split across chunks and drops a leading BOM only at byte 0", async () => {
-    const bytes = Buffer.from("\uFEFF{\"a\":\"日本\"}\n");
+    const bytes = Buffer.from('\uFEFF{"a":"日本"}\n');
     const chunks = [...bytes].map((b) => Uint8Array.of(b));
     const [line] = await collect(chunks);
     expect(line?.text).toBe('{"a":"日本"}');
@@ -77,7 +81,11 @@ describe("parseRecord", () => {
   it("gives lines without a usable id their line number", () => {
     expect(parseRecord(line("{not json"))).toMatchObject({ ok: false, id: "line-7", code: "invalid_json" });
     expect(parseRecord(line("[1,2]"))).toMatchObject({ ok: false, id: "line-7", code: "invalid_record" });
-    expect(parseRecord(line('{"id":42,"prompt":"x","max_tokens":1}'))).toMatchObject({ ok: false, id: "line-7", code: "invalid_record" });
+    expect(parseRecord(line('{"id":42,"prompt":"x","max_tokens":1}'))).toMatchObject({
+      ok: false,
+      id: "line-7",
+      code: "invalid_record",
+    });
     expect(parseRecord(line('{"prompt":"x","max_tokens":1}'))).toMatchObject({ ok: false, id: "line-7" });
     expect(parseRecord(line(null))).toMatchObject({ ok: false, id: "line-7", code: "line_too_long" });
   });

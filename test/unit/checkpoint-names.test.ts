@@ -1,14 +1,43 @@
 /** Which paths of a checkpoint directory the registry takes: top-level files and sentence-transformers modules' config.json, nothing that escapes. */
 import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import { checkEntryName, isCheckpointFile, isModuleDirectory, manifestDigest, uploadedEntryName } from "../../src/registry/checkpoint.ts";
+import {
+  checkEntryName,
+  isCheckpointFile,
+  isModuleDirectory,
+  manifestDigest,
+  uploadedEntryName,
+} from "../../src/registry/checkpoint.ts";
 
 describe("checkpoint file names", () => {
   it("takes top-level checkpoint files, sentence-transformers' files and a module's <n>_<Name>/config.json", () => {
-    for (const p of ["config.json", "model-00001-of-00002.safetensors", "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling/config.json", "2_Normalize/config.json", "10_Dense/config.json"]) {
+    for (const p of [
+      "config.json",
+      "model-00001-of-00002.safetensors",
+      "modules.json",
+      "sentence_bert_config.json",
+      "config_sentence_transformers.json",
+      "1_Pooling/config.json",
+      "2_Normalize/config.json",
+      "10_Dense/config.json",
+    ]) {
       expect(isCheckpointFile(p), p).toBe(true);
     }
-    for (const p of ["README.md", "pytorch_model.bin", "1_Pooling/notes.txt", "original/config.json", "1_Pooling/sub/config.json", "_Pooling/config.json", "1_/config.json", "1234_Pooling/config.json", "1_Pool.ing/config.json", ".1_Pooling/config.json", "1_Pooling/config.json/x", "../config.json", "1_Pooling/../config.json"]) {
+    for (const p of [
+      "README.md",
+      "pytorch_model.bin",
+      "1_Pooling/notes.txt",
+      "original/config.json",
+      "1_Pooling/sub/config.json",
+      "_Pooling/config.json",
+      "1_/config.json",
+      "1234_Pooling/config.json",
+      "1_Pool.ing/config.json",
+      ".1_Pooling/config.json",
+      "1_Pooling/config.json/x",
+      "../config.json",
+      "1_Pooling/../config.json",
+    ]) {
       expect(isCheckpointFile(p), p).toBe(false);
     }
     expect(isModuleDirectory("1_Pooling")).toBe(true);

@@ -6,10 +6,10 @@ import { endpointQueueName, notApplied } from "../../src/contracts/engines.ts";
 import { describeIssues } from "../../src/contracts/issues.ts";
 import { JobPayload } from "../../src/contracts/job.ts";
 import { COORDINATOR_QUEUE, controlKeys, queueName } from "../../src/contracts/naming.ts";
-import { ModelVersionRecord } from "../../src/contracts/records.ts";
+import { RegisteredVersion } from "../../src/registry/version.ts";
 import { endpointNameFor } from "../../src/cli/up.ts";
-import { deriveState } from "../../src/control/status.ts";
-import { toMessages, toParams } from "../../src/gateway/schemas.ts";
+import { deriveState } from "../../src/endpoints/status.ts";
+import { toMessages, toParams } from "../../src/contracts/openai.ts";
 import { huggingFaceUrl } from "../../src/registry/sources.ts";
 import { plainChatPrompt } from "../../workers/engines/engine.ts";
 
@@ -26,8 +26,12 @@ describe("deployment config", () => {
   });
 
   it("names the field and the expected form", () => {
-    expect(errorsOf({ model: { name: "m" }, resources: { memory: "4GB" } })).toBe('resources.memory: expected "<n>Gi" (or "<n>Mi")');
-    expect(errorsOf({ model: { name: "m" }, runtime: { gpu_memory_utilization: 1.5 } })).toMatch(/^runtime\.gpu_memory_utilization: /);
+    expect(errorsOf({ model: { name: "m" }, resources: { memory: "4GB" } })).toBe(
+      'resources.memory: expected "<n>Gi" (or "<n>Mi")',
+    );
+    expect(errorsOf({ model: { name: "m" }, runtime: { gpu_memory_utilization: 1.5 } })).toMatch(
+      /^runtime\.gpu_memory_utilization: /,
+    );
     expect(errorsOf({ model: { name: "m", framework: "tensorrt" } })).toMatch(/^model\.framework: /);
     expect(errorsOf({ model: { name: "bad name!" } })).toMatch(/^model\.name: expected letters, digits/);
     expect(errorsOf({ model: { name: "m" }, extra: 1 })).toBe('unknown field(s) "extra"');
@@ -35,16 +39,23 @@ describe("deployment config", () => {
   });
 
   it("gives endpoints whose engine settings change answers a queue of their own", () => {
-    const queueOf = (runtime: object) => endpointQueueName({ config: DeploymentConfig.parse({ model: { name: "m" }, runtime }), version: "v1" });
+    const queueOf = (runtime: object) =>
+      endpointQueueName({ config: DeploymentConfig.parse({ model: { name: "m" }, runtime }), version: "v1" });
     expect(queueOf({})).toBe("{m@v1}");
     expect(queueOf({ dtype: "auto", gpu_memory_utilization: 0.8 })).toBe("{m@v1}");
     expect(queueOf({ speculative_model: "d:}{x", num_speculative_tokens: 3 })).toMatch(/^\{m@v1~draft[0-9a-f]{8}\}$/);
     expect(queueOf({ quantization: "int4" })).toBe("{m@v1~int4}");
-    expect(queueOf({ quantization: "int8", dtype: "float16", max_model_len: 2048 })).toBe("{m@v1~int8-float16-ctx2048}");
+    expect(queueOf({ quantization: "int8", dtype: "float16", max_model_len: 2048 })).toBe(
+      "{m@v1~int8-float16-ctx2048}",
+    );
   });
 
   it("reports what each engine cannot apply", () => {
-    const c = DeploymentConfig.parse({ model: { name: "m" }, runtime: { dtype: "float16", max_model_len: 128 }, resources: { gpu: 1, cpu: 2 } });
+    const c = DeploymentConfig.parse({
+      model: { name: "m" },
+      runtime: { dtype: "float16", max_model_len: 128 },
+      resources: { gpu: 1, cpu: 2 },
+    });
     expect(notApplied("llamacpp", c)).toEqual(["runtime.dtype"]);
     expect(notApplied("vllm", c)).toEqual(["resources.cpu"]);
   });
@@ -52,11 +63,23 @@ describe("deployment config", () => {
 
 describe("queue contract", () => {
   it("validates a producer's payload and rejects unknown kinds", () => {
-    const ok = JobPayload.safeParse({ v: 1, kind: "completion", request_id: "r", model: "m", version: "v1", prompt: "hi" });
+    const ok = JobPayload.safeParse({
+      v: 1,
+      kind: "completion",
+      request_id: "r",
+      model: "m",
+      version: "v1",
+      prompt: "hi",
+    });
     expect(ok.success).toBe(true);
     expect(ok.success && ok.data.kind === "completion" && ok.data.params).toEqual({});
-    expect(JobPayload.safeParse({ v: 2, kind: "completion", request_id: "r", model: "m", version: "v1", prompt: "hi" }).success).toBe(false);
-    expect(JobPayload.safeParse({ v: 1, kind: "image", request_id: "r", model: "m", version: "v1" }).success).toBe(false);
+    expect(
+      JobPayload.safeParse({ v: 2, kind: "completion", request_id: "r", model: "m", version: "v1", prompt: "hi" })
+        .success,
+    ).toBe(false);
+    expect(JobPayload.safeParse({ v: 1, kind: "image", request_id: "r", model: "m", version: "v1" }).success).toBe(
+      false,
+    );
   });
 });
 
@@ -72,9 +95,13 @@ describe("key layout (Redis Cluster slots)", () => {
 
   it("puts each queue's keys in one slot, and different queues in different ones", () => {
     const bull = new QueueKeys("platform");
-    const tiny = Object.values(bull.getKeys(queueName("tiny", "v1"))).concat(bull.toKey(queueName("tiny", "v1"), "job-1"));
+    const tiny = Object.values(bull.getKeys(queueName("tiny", "v1"))).concat(
+      bull.toKey(queueName("tiny", "v1"), "job-1"),
+    );
     expect(new Set(tiny.map(hashed))).toEqual(new Set(["tiny@v1"]));
-    expect(hashed(bull.toKey(queueName("tiny", "v2"), "wait"))).not.toBe(hashed(bull.toKey(queueName("tiny", "v1"), "wait")));
+    expect(hashed(bull.toKey(queueName("tiny", "v2"), "wait"))).not.toBe(
+      hashed(bull.toKey(queueName("tiny", "v1"), "wait")),
+    );
     expect(new Set(Object.values(bull.getKeys(COORDINATOR_QUEUE)).map(hashed)).size).toBe(1);
   });
 
@@ -82,19 +109,42 @@ describe("key layout (Redis Cluster slots)", () => {
     const together = [
       [keys.replica("r1"), keys.replicas("e"), keys.replica("r2")], // writeReplica, removeReplica, listReplicas' MGET
       [keys.apiKeys, keys.apiKeyByHash, keys.bootstrapKey], // createApiKey, revokeApiKey, the bootstrap script
-      [keys.autoscaling("e"), keys.autoscaling("f"), keys.scalingHistory("e"), keys.scalingDecisions("e"), keys.scalingDecisionCounts], // recordDecision, MGET, DEL
+      [
+        keys.autoscaling("e"),
+        keys.autoscaling("f"),
+        keys.scalingHistory("e"),
+        keys.scalingDecisions("e"),
+        keys.scalingDecisionCounts,
+      ], // recordDecision, MGET, DEL
       [keys.batch("b1"), keys.batches], // createRecord
       [keys.batchResults("b1"), keys.batchReplies("b1"), keys.batchCheckpoint("b1")], // the batch's clean-up DEL
-      [`${keys.rateLimit("key_1")}:key:w`, `${keys.rateLimit("key_1")}:key:s`, `${keys.rateLimit("key_1")}:model:tiny:t`], // one key's rate-limit script
+      [
+        `${keys.rateLimit("key_1")}:key:w`,
+        `${keys.rateLimit("key_1")}:key:s`,
+        `${keys.rateLimit("key_1")}:model:tiny:t`,
+      ], // one key's rate-limit script
       [keys.usage("m:60"), keys.usage("h:3600")], // a request's usage pipeline, a usage query's
     ];
     for (const group of together) expect(new Set(group.map(hashed)).size, group.join(" ")).toBe(1);
   });
 
   it("lets the per-request and per-batch traffic spread, and keeps every key under the prefix", () => {
-    expect(new Set([keys.replyStream("g1"), keys.replyStream("g2"), keys.cancelled("j1"), keys.batchResults("b1"), keys.batchResults("b2"), keys.endpoints].map(hashed)).size).toBe(6);
+    expect(
+      new Set(
+        [
+          keys.replyStream("g1"),
+          keys.replyStream("g2"),
+          keys.cancelled("j1"),
+          keys.batchResults("b1"),
+          keys.batchResults("b2"),
+          keys.endpoints,
+        ].map(hashed),
+      ).size,
+    ).toBe(6);
     // Different API keys' rate limits spread as well.
-    expect(new Set([keys.rateLimit("key_1"), keys.rateLimit("key_2"), keys.usage("m:60"), keys.endpoints].map(hashed)).size).toBe(4);
+    expect(
+      new Set([keys.rateLimit("key_1"), keys.rateLimit("key_2"), keys.usage("m:60"), keys.endpoints].map(hashed)).size,
+    ).toBe(4);
     const all = Object.values(keys).map((k) => (typeof k === "function" ? k("x") : k));
     for (const k of all) expect(k.startsWith("platform:")).toBe(true);
   });
@@ -111,32 +161,66 @@ describe("helpers", () => {
   });
 
   it("maps OpenAI request fields to sampling params", () => {
-    expect(toParams({ max_tokens: 5, stop: "x", temperature: 0 })).toMatchObject({ max_tokens: 5, stop: ["x"], temperature: 0 });
+    expect(toParams({ max_tokens: 5, stop: "x", temperature: 0 })).toMatchObject({
+      max_tokens: 5,
+      stop: ["x"],
+      temperature: 0,
+    });
     expect(toParams({ max_tokens: 5, max_completion_tokens: 7 }).max_tokens).toBe(7);
-    expect(toMessages([{ role: "developer", content: [{ type: "text", text: "a" }, { type: "text", text: "b" }] }])).toEqual([{ role: "system", content: "ab" }]);
+    expect(
+      toMessages([
+        {
+          role: "developer",
+          content: [
+            { type: "text", text: "a" },
+            { type: "text", text: "b" },
+          ],
+        },
+      ]),
+    ).toEqual([{ role: "system", content: "ab" }]);
   });
 
   it("renders the plain chat fallback", () => {
     expect(plainChatPrompt([{ role: "user", content: "Once upon a time" }])).toBe("Once upon a time");
-    expect(plainChatPrompt([{ role: "system", content: "s" }, { role: "user", content: "u" }])).toBe("s\nu");
+    expect(
+      plainChatPrompt([
+        { role: "system", content: "s" },
+        { role: "user", content: "u" },
+      ]),
+    ).toBe("s\nu");
   });
 
   it("names endpoints after files and resolves hf:// sources", () => {
     expect(endpointNameFor("../models/stories260K.gguf")).toBe("stories260K");
     expect(endpointNameFor("https://x.org/My Model (Q4).gguf?dl=1")).toBe("My-Model--Q4-");
-    expect(huggingFaceUrl("hf://org/repo/sub/file.gguf")).toBe("https://huggingface.co/org/repo/resolve/main/sub/file.gguf");
-    expect(huggingFaceUrl("hf://org/repo@abc123/file.gguf")).toBe("https://huggingface.co/org/repo/resolve/abc123/file.gguf");
+    expect(huggingFaceUrl("hf://org/repo/sub/file.gguf")).toBe(
+      "https://huggingface.co/org/repo/resolve/main/sub/file.gguf",
+    );
+    expect(huggingFaceUrl("hf://org/repo@abc123/file.gguf")).toBe(
+      "https://huggingface.co/org/repo/resolve/abc123/file.gguf",
+    );
     expect(() => huggingFaceUrl("hf://org")).toThrow(/expected hf:\/\//);
   });
 });
 
 describe("model version records", () => {
-  const record = { name: "m", version: "v1", framework: "llamacpp", source: "m.gguf", artifact: "models/m/v1/m.gguf", sha256: "a".repeat(64), size_bytes: 1, gguf: null, created: 1 };
+  const record = {
+    name: "m",
+    version: "v1",
+    framework: "llamacpp",
+    source: "m.gguf",
+    artifact: "models/m/v1/m.gguf",
+    sha256: "a".repeat(64),
+    size_bytes: 1,
+    gguf: null,
+    created: 1,
+  };
 
   it("take a version's digest only as a lowercase hex SHA-256: it names cache files and store keys", () => {
-    expect(ModelVersionRecord.safeParse(record).success).toBe(true);
-    for (const sha256 of ["../../etc", "A".repeat(64), "a".repeat(63)]) expect(ModelVersionRecord.safeParse({ ...record, sha256 }).success).toBe(false);
+    expect(RegisteredVersion.safeParse(record).success).toBe(true);
+    for (const sha256 of ["../../etc", "A".repeat(64), "a".repeat(63)])
+      expect(RegisteredVersion.safeParse({ ...record, sha256 }).success).toBe(false);
     const manifest = [{ path: "config.json", size: 1, sha256: "x/../y" }];
-    expect(ModelVersionRecord.safeParse({ ...record, kind: "hf", manifest }).success).toBe(false);
+    expect(RegisteredVersion.safeParse({ ...record, kind: "hf", manifest }).success).toBe(false);
   });
 });

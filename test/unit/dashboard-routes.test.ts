@@ -1,5 +1,5 @@
 /**
- * The gateway's dashboard file route (src/gateway/dashboard.ts) on its own: files from the build
+ * The gateway's dashboard file route (src/gateway/routes/dashboard.ts) on its own: files from the build
  * directory with their types, nothing outside it, and a 503 that says how to build the bundle
  * when it is missing (someone ran the sources without `npm ci`).
  */
@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Hono } from "hono";
 import { afterAll, describe, expect, it } from "vitest";
-import { dashboardRoutes } from "../../src/gateway/dashboard.ts";
+import { dashboardRoutes } from "../../src/gateway/routes/dashboard.ts";
 
 const dirs: string[] = [];
 afterAll(async () => {
@@ -18,7 +18,7 @@ afterAll(async () => {
 async function appWith(files: Record<string, string> | undefined) {
   const base = await mkdtemp(join(tmpdir(), "dashboard-"));
   dirs.push(base);
-  const dir = join(base, "dist", "dashboard") + "/";
+  const dir = `${join(base, "dist", "dashboard")}/`;
   if (files) {
     await mkdir(dir, { recursive: true });
     for (const [name, text] of Object.entries(files)) await writeFile(join(dir, name), text);

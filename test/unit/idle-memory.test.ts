@@ -1,10 +1,10 @@
 /**
- * src/idle-memory.ts: a process that has been busy and falls idle gives its young generation
+ * src/process/idle-memory.ts: a process that has been busy and falls idle gives its young generation
  * back at once, instead of whenever V8's next collection happens to come.
  */
 import { getHeapSpaceStatistics } from "node:v8";
 import { describe, expect, it } from "vitest";
-import { trimMemoryWhenIdle } from "../../src/idle-memory.ts";
+import { trimMemoryWhenIdle } from "../../src/process/idle-memory.ts";
 
 const youngBytes = () => getHeapSpaceStatistics().find((s) => s.space_name === "new_space")?.space_size ?? 0;
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { AutoscalingSettings, type AutoscalingSettingsInput } from "../../src/contracts/autoscaling.ts";
+import { AutoscalingSettings, type AutoscalingSettingsInput } from "../../src/autoscaling/config.ts";
 import {
   decide,
   replicasNeeded,
@@ -7,7 +7,7 @@ import {
   timeLeft,
   type ScalingDecision,
   type ScalingHistory as History,
-} from "../../scaler/policy.ts";
+} from "../../src/autoscaling/policy.ts";
 
 const S = 1_000;
 
@@ -73,7 +73,13 @@ describe("replicasNeeded", () => {
 describe("bounds", () => {
   it("never leaves [min, max] under a random load over a long run", () => {
     const random = prng(42);
-    const c = settings({ min_replicas: 1, max_replicas: 3, scale_down_delay: "10s", scale_down_cooldown: "5s", scale_up_cooldown: "5s" });
+    const c = settings({
+      min_replicas: 1,
+      max_replicas: 3,
+      scale_down_delay: "10s",
+      scale_down_cooldown: "5s",
+      scale_up_cooldown: "5s",
+    });
     // A new random level every 5 minutes, with jitter on every tick.
     const levels = Array.from({ length: 72 }, () => Math.floor(random() * 30));
     const load = (now: number): Load => {
@@ -95,11 +101,20 @@ describe("bounds", () => {
 
   it("keeps every timing rule under a random load over a long run", () => {
     const random = prng(7);
-    const c = settings({ min_replicas: 0, max_replicas: 4, scale_up_cooldown: "30s", scale_down_cooldown: "60s", scale_down_delay: "120s" });
+    const c = settings({
+      min_replicas: 0,
+      max_replicas: 4,
+      scale_up_cooldown: "30s",
+      scale_down_cooldown: "60s",
+      scale_down_delay: "120s",
+    });
     const levels = Array.from({ length: 100 }, () => (random() < 0.3 ? 0 : Math.floor(random() * 24)));
     const load = (now: number): Load => {
       const level = levels[Math.floor(now / (400 * S))]!;
-      return { waiting: level === 0 ? 0 : Math.max(0, level - 4 + Math.floor(random() * 6)), active: Math.min(level, 4) };
+      return {
+        waiting: level === 0 ? 0 : Math.max(0, level - 4 + Math.floor(random() * 6)),
+        active: Math.min(level, 4),
+      };
     };
     const ticks = simulate(c, load, { current: 0, durationMs: 40_000 * S, intervalMs: 5 * S });
     let lastUp = -Infinity;
@@ -249,17 +264,35 @@ describe("scale-down delay and cooldown", () => {
 
 describe("no flapping", () => {
   it("holds a steady load exactly at the threshold for ten hours", () => {
-    const c = settings({ target_queue_depth: 4, scale_down_delay: "0s", scale_down_cooldown: "1s", scale_up_cooldown: "1s" });
+    const c = settings({
+      target_queue_depth: 4,
+      scale_down_delay: "0s",
+      scale_down_cooldown: "1s",
+      scale_up_cooldown: "1s",
+    });
     // 8 pending = 4 × 2: exactly what two replicas are meant to carry.
-    const ticks = simulate(c, () => ({ waiting: 4, active: 4 }), { current: 2, durationMs: 10 * 3600 * S, intervalMs: 5 * S });
+    const ticks = simulate(c, () => ({ waiting: 4, active: 4 }), {
+      current: 2,
+      durationMs: 10 * 3600 * S,
+      intervalMs: 5 * S,
+    });
     expect(actions(ticks)).toEqual([]);
     expect(last(ticks).reason).toBe("queue 8 (4 waiting, 4 active) within target 4 × 2 replicas: keep 2");
   });
 
   it("settles once and stays when the steady load starts off the threshold", () => {
-    const c = settings({ target_queue_depth: 4, scale_down_delay: "0s", scale_down_cooldown: "1s", scale_up_cooldown: "1s" });
+    const c = settings({
+      target_queue_depth: 4,
+      scale_down_delay: "0s",
+      scale_down_cooldown: "1s",
+      scale_up_cooldown: "1s",
+    });
     for (const start of [1, 3, 4]) {
-      const ticks = simulate(c, () => ({ waiting: 4, active: 4 }), { current: start, durationMs: 3600 * S, intervalMs: 5 * S });
+      const ticks = simulate(c, () => ({ waiting: 4, active: 4 }), {
+        current: start,
+        durationMs: 3600 * S,
+        intervalMs: 5 * S,
+      });
       const moves = actions(ticks);
       expect(last(ticks).desired).toBe(2);
       // Monotone: every action goes the same way.
@@ -319,7 +352,10 @@ describe("disabled", () => {
   it("keeps the current count, even outside the bounds, and forgets low demand", () => {
     const off = settings({ enabled: false, min_replicas: 1, max_replicas: 2 });
     for (const current of [0, 1, 5]) {
-      for (const load of [{ waiting: 0, active: 0 }, { waiting: 100, active: 8 }]) {
+      for (const load of [
+        { waiting: 0, active: 0 },
+        { waiting: 100, active: 8 },
+      ]) {
         const d = decide({ now: 1e9, ...load, current, ready: current }, off, { lowSince: 0, lastScaleUpAt: 5 });
         expect(d).toEqual({
           desired: current,

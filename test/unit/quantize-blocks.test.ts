@@ -5,7 +5,14 @@
  * conversion against the platform's Float16Array.
  */
 import { describe, expect, it } from "vitest";
-import { dequantizeQ4_0, dequantizeQ8_0, fp16ToFp32, fp32ToFp16, quantizeQ4_0, quantizeQ8_0 } from "../../src/registry/quantize/blocks.ts";
+import {
+  dequantizeQ4_0,
+  dequantizeQ8_0,
+  fp16ToFp32,
+  fp32ToFp16,
+  quantizeQ4_0,
+  quantizeQ8_0,
+} from "../../src/registry/quantize/blocks.ts";
 
 function block(values: Record<number, number>): Float32Array {
   const x = new Float32Array(32);
@@ -64,7 +71,8 @@ describe("Q8_0 blocks", () => {
     const b = q8(x);
     expect(b.readUInt16LE(0)).not.toBe(b.readUInt16LE(34));
     const back = dequantizeQ8_0(b, 64);
-    for (let i = 0; i < 64; i++) expect(Math.abs(back[i]! - x[i]!)).toBeLessThanOrEqual((i < 32 ? 1 : 100) / 127 / 2 + 1e-3);
+    for (let i = 0; i < 64; i++)
+      expect(Math.abs(back[i]! - x[i]!)).toBeLessThanOrEqual((i < 32 ? 1 : 100) / 127 / 2 + 1e-3);
   });
 
   it("refuses a partial block", () => {
@@ -116,7 +124,8 @@ describe("Q4_0 blocks", () => {
 });
 
 describe("half precision", () => {
-  const Float16 = (globalThis as { Float16Array?: new (n: number) => { [i: number]: number; buffer: ArrayBuffer } }).Float16Array;
+  const Float16 = (globalThis as { Float16Array?: new (n: number) => { [i: number]: number; buffer: ArrayBuffer } })
+    .Float16Array;
 
   it("rounds to nearest even like ggml, subnormals and overflow included", () => {
     expect(fp32ToFp16(1)).toBe(0x3c00);

@@ -9,11 +9,18 @@ describe("a failed job's reason", () => {
   });
 
   it("is replica_lost when BullMQ failed the job at its stall limit", () => {
-    expect(jobErrorFromFailure("job stalled more than allowable limit")).toMatchObject({ status: 502, code: "replica_lost" });
+    expect(jobErrorFromFailure("job stalled more than allowable limit")).toMatchObject({
+      status: 502,
+      code: "replica_lost",
+    });
   });
 
   it("is job_failed for any other text, JSON that is no JobError included", () => {
-    expect(jobErrorFromFailure("Missing lock for job 1")).toMatchObject({ status: 500, code: "job_failed", message: "the request failed: Missing lock for job 1" });
+    expect(jobErrorFromFailure("Missing lock for job 1")).toMatchObject({
+      status: 500,
+      code: "job_failed",
+      message: "the request failed: Missing lock for job 1",
+    });
     expect(jobErrorFromFailure('{"oops":1}')).toMatchObject({ status: 500, code: "job_failed" });
   });
 });

@@ -29,9 +29,11 @@ describe("what each role loads", () => {
   });
 
   it("a gateway: no llama.cpp, no Kubernetes client, no AWS SDK until an S3 store is opened", () => {
-    const { packages } = loadedBy("src/gateway/app.ts");
+    const { packages } = loadedBy("src/gateway/main.ts");
     expect(packages).toContain("hono");
-    expect(packages.filter((p) => p === "node-llama-cpp" || p.startsWith("@kubernetes/") || p.startsWith("@aws-sdk/"))).toEqual([]);
+    expect(
+      packages.filter((p) => p === "node-llama-cpp" || p.startsWith("@kubernetes/") || p.startsWith("@aws-sdk/")),
+    ).toEqual([]);
   });
 
   it("the scaler: no llama.cpp or AWS SDK", () => {

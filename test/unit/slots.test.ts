@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { PlatformError } from "../../src/errors.ts";
+import { PlatformError } from "../../src/contracts/errors.ts";
 import { Slots } from "../../workers/slots.ts";
 
 const never = () => new AbortController().signal;

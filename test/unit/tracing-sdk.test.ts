@@ -10,15 +10,30 @@ import { describe, expect, it } from "vitest";
 import { ExportAfterTurn, formatTraceparent, parentOf } from "../../src/telemetry/tracing-sdk.ts";
 
 const w3c = new W3CTraceContextPropagator();
-const viaPropagator = (traceparent: string) => trace.getSpanContext(w3c.extract(ROOT_CONTEXT, { traceparent }, { get: (c, k) => (c as Record<string, string>)[k], keys: (c) => Object.keys(c as object) }));
+const viaPropagator = (traceparent: string) =>
+  trace.getSpanContext(
+    w3c.extract(
+      ROOT_CONTEXT,
+      { traceparent },
+      { get: (c, k) => (c as Record<string, string>)[k], keys: (c) => Object.keys(c as object) },
+    ),
+  );
 
 describe("the job's traceparent", () => {
   it("is written as the W3C propagator writes it, and nothing for an invalid or absent context", () => {
-    const sc: SpanContext = { traceId: "4bf92f3577b34da6a3ce929d0e0e4736", spanId: "00f067aa0ba902b7", traceFlags: TraceFlags.SAMPLED };
+    const sc: SpanContext = {
+      traceId: "4bf92f3577b34da6a3ce929d0e0e4736",
+      spanId: "00f067aa0ba902b7",
+      traceFlags: TraceFlags.SAMPLED,
+    };
     const carrier: Record<string, string> = {};
-    w3c.inject(trace.setSpanContext(ROOT_CONTEXT, sc), carrier, { set: (c, k, v) => ((c as Record<string, string>)[k] = v) });
+    w3c.inject(trace.setSpanContext(ROOT_CONTEXT, sc), carrier, {
+      set: (c, k, v) => ((c as Record<string, string>)[k] = v),
+    });
     expect(formatTraceparent(sc)).toBe(carrier.traceparent);
-    expect(formatTraceparent({ ...sc, traceFlags: TraceFlags.NONE })).toBe("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00");
+    expect(formatTraceparent({ ...sc, traceFlags: TraceFlags.NONE })).toBe(
+      "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+    );
     expect(formatTraceparent({ ...sc, traceId: "0".repeat(32) })).toBeUndefined();
     expect(formatTraceparent(undefined)).toBeUndefined();
   });

@@ -1,13 +1,31 @@
 /** The one interface every inference engine implements (llama.cpp, vLLM, the benchmark's echo). */
-import type { ChatMessage, EmbeddingItem, FinishReason, FunctionTool, SamplingParams, TokenLogprob, ToolCall, ToolChoice, Usage } from "../../src/contracts/job.ts";
+import type {
+  ChatMessage,
+  EmbeddingItem,
+  FinishReason,
+  FunctionTool,
+  Prompt,
+  SamplingParams,
+  TokenLogprob,
+  ToolCall,
+  ToolChoice,
+  Usage,
+} from "../../src/contracts/job.ts";
 
 export type ChatTools = { tools: FunctionTool[]; tool_choice?: ToolChoice; parallel_tool_calls?: boolean };
 
 export type TextRequest =
-  | { kind: "prompt"; prompt: string; params: SamplingParams }
+  /** Token ids are evaluated as given: the engine adds no BOS token to them (job.ts `Prompt`). */
+  | { kind: "prompt"; prompt: Prompt; params: SamplingParams }
   | { kind: "chat"; messages: ChatMessage[]; params: SamplingParams; tools?: ChatTools };
 
-export type TextOutput = { text: string; finish_reason: FinishReason; usage: Usage; tool_calls?: ToolCall[]; logprobs?: TokenLogprob[] };
+export type TextOutput = {
+  text: string;
+  finish_reason: FinishReason;
+  usage: Usage;
+  tool_calls?: ToolCall[];
+  logprobs?: TokenLogprob[];
+};
 
 export type GenerationHooks = {
   /** Called with each new piece of text, in order, with its tokens' log probabilities when asked for. */

@@ -1,16 +1,30 @@
 /** Picks and loads the engine an endpoint's framework names. */
-import type { EndpointRecord } from "../../src/contracts/records.ts";
+import type { Endpoint } from "../../src/endpoints/endpoint.ts";
 import type { VllmSettings } from "../../src/settings/index.ts";
 import type { Engine } from "./engine.ts";
 import { loadLlamaCpp } from "./llamacpp.ts";
 
-/** `vllm`: the worker's settings.vllm (executable, start timeout); `draftModelPath`: llama.cpp's draft model, when speculating. */
-export async function loadEngine(endpoint: EndpointRecord, modelPath: string, extra: { vllm?: VllmSettings; draftModelPath?: string } = {}): Promise<Engine> {
+/**
+ * `vllm`: the worker's settings.vllm (executable, start timeout); `draftModelPath`: llama.cpp's draft
+ * model, when speculating; `grammarTimeoutMs`: llama.cpp's budget for building one schema's grammar.
+ */
+export async function loadEngine(
+  endpoint: Endpoint,
+  modelPath: string,
+  extra: { vllm?: VllmSettings; draftModelPath?: string; grammarTimeoutMs?: number } = {},
+): Promise<Engine> {
   const vllm = extra.vllm;
   const { runtime, resources } = endpoint.config;
   if (endpoint.framework === "vllm") {
     const { loadVllm } = await import("./vllm.ts");
-    return loadVllm({ modelPath, runtime, resources, servedName: endpoint.name, bin: vllm?.bin, startTimeoutMs: vllm?.startTimeoutMs });
+    return loadVllm({
+      modelPath,
+      runtime,
+      resources,
+      servedName: endpoint.name,
+      bin: vllm?.bin,
+      startTimeoutMs: vllm?.startTimeoutMs,
+    });
   }
   return loadLlamaCpp({
     modelPath,
@@ -18,6 +32,10 @@ export async function loadEngine(endpoint: EndpointRecord, modelPath: string, ex
     threads: resources.cpu,
     contextSize: runtime.max_model_len,
     gpu: (resources.gpu ?? 0) > 0,
-    draft: extra.draftModelPath === undefined ? undefined : { modelPath: extra.draftModelPath, tokens: runtime.num_speculative_tokens },
+    grammarTimeoutMs: extra.grammarTimeoutMs,
+    draft:
+      extra.draftModelPath === undefined
+        ? undefined
+        : { modelPath: extra.draftModelPath, tokens: runtime.num_speculative_tokens },
   });
 }

@@ -7,8 +7,8 @@
  * grammar's own stop triggers and trailing whitespace.
  */
 import type { LlamaContextSequence, LlamaGrammar, LlamaModel, SequenceEvaluateOptions, Token } from "node-llama-cpp";
-import { LlamaGrammarEvaluationState } from "node-llama-cpp";
 import type { TokenLogprob } from "../../src/contracts/job.ts";
+import { evaluationState } from "./llamacpp-grammar.ts";
 
 export type DecodeOptions = {
   maxTokens: number;
@@ -25,13 +25,24 @@ export type DecodeOptions = {
 };
 
 /** `stoppedBy`: the stop string that ended it (stop "stop"). */
-export type Decoded = { text: string; completionTokens: number; stop: "eog" | "stop" | "length" | "aborted"; stoppedBy?: string; logprobs?: TokenLogprob[] };
+export type Decoded = {
+  text: string;
+  completionTokens: number;
+  stop: "eog" | "stop" | "length" | "aborted";
+  stoppedBy?: string;
+  logprobs?: TokenLogprob[];
+};
 
 const PARTIAL_CHARACTER = "\uFFFD";
 /** -Infinity does not survive JSON; vLLM reports impossible tokens with the same value. */
 const IMPOSSIBLE_LOGPROB = -9999;
 
-export async function decode(model: LlamaModel, sequence: LlamaContextSequence, prompt: Token[], options: DecodeOptions): Promise<Decoded> {
+export async function decode(
+  model: LlamaModel,
+  sequence: LlamaContextSequence,
+  prompt: Token[],
+  options: DecodeOptions,
+): Promise<Decoded> {
   const input = await reuseCommonPrefix(sequence, prompt);
   const generated: Token[] = [];
   const stopStrings = [...options.stopStrings, ...grammarStops(options.grammar)];
@@ -61,7 +72,10 @@ export async function decode(model: LlamaModel, sequence: LlamaContextSequence, 
       emit(buffer.slice(0, stopAt.at));
       return true;
     }
-    const keep = Math.max(heldSuffixLength(buffer, stopStrings), trimTrailingSpace ? buffer.length - buffer.trimEnd().length : 0);
+    const keep = Math.max(
+      heldSuffixLength(buffer, stopStrings),
+      trimTrailingSpace ? buffer.length - buffer.trimEnd().length : 0,
+    );
     held = buffer.slice(buffer.length - keep);
     emit(buffer.slice(0, buffer.length - keep));
     return false;
@@ -72,7 +86,7 @@ export async function decode(model: LlamaModel, sequence: LlamaContextSequence, 
     { probabilities: wantLogprobs },
     {
       ...options.sampling,
-      grammarEvaluationState: options.grammar ? new LlamaGrammarEvaluationState({ model, grammar: options.grammar }) : undefined,
+      grammarEvaluationState: options.grammar ? evaluationState(model, options.grammar) : undefined,
       repeatPenalty: options.penalties && { punishTokens: () => generated, penalty: 1, ...options.penalties },
     },
   );
@@ -83,7 +97,10 @@ export async function decode(model: LlamaModel, sequence: LlamaContextSequence, 
     if (wantLogprobs) {
       // As the text is decoded: the answer's first token without a preceding one.
       const before = generated.length > 1 ? (generated[generated.length - 2] as Token) : undefined;
-      const probabilities = untempered((out as { probabilities?: Map<Token, number> }).probabilities, options.sampling.temperature ?? 0);
+      const probabilities = untempered(
+        (out as { probabilities?: Map<Token, number> }).probabilities,
+        options.sampling.temperature ?? 0,
+      );
       const entry = logprobOf(model, out.token, before, probabilities, options.topLogprobs ?? 0);
       pendingLogprobs.push(entry);
       allLogprobs.push(entry);
@@ -110,10 +127,17 @@ export async function decode(model: LlamaModel, sequence: LlamaContextSequence, 
   }
   // Ended without a stop string: what was held back is answer after all (trailing space of a grammar's answer excepted).
   if (stop !== "stop") {
-    if (pendingTokens.length > 0) held += model.detokenize(pendingTokens, false, generated.slice(0, generated.length - pendingTokens.length));
+    if (pendingTokens.length > 0)
+      held += model.detokenize(pendingTokens, false, generated.slice(0, generated.length - pendingTokens.length));
     emit(trimTrailingSpace ? held.trimEnd() : held);
   }
-  return { text: emitted, completionTokens: generated.length, stop, ...(stoppedBy === undefined ? {} : { stoppedBy }), ...(wantLogprobs ? { logprobs: allLogprobs } : {}) };
+  return {
+    text: emitted,
+    completionTokens: generated.length,
+    stop,
+    ...(stoppedBy === undefined ? {} : { stoppedBy }),
+    ...(wantLogprobs ? { logprobs: allLogprobs } : {}),
+  };
 }
 
 /**
@@ -127,7 +151,11 @@ async function reuseCommonPrefix(sequence: LlamaContextSequence, prompt: Token[]
 }
 
 function grammarStops(grammar: LlamaGrammar | undefined): string[] {
-  return (grammar?.stopGenerationTriggers ?? []).map((t) => (typeof t === "string" ? t : Array.isArray(t) ? t.filter((p) => typeof p === "string").join("") : t.toString())).filter((t) => t !== "");
+  return (grammar?.stopGenerationTriggers ?? [])
+    .map((t) =>
+      typeof t === "string" ? t : Array.isArray(t) ? t.filter((p) => typeof p === "string").join("") : t.toString(),
+    )
+    .filter((t) => t !== "");
 }
 
 function firstStop(text: string, stops: string[]): { at: number; stop: string } | undefined {
@@ -157,9 +185,14 @@ function heldSuffixLength(text: string, stops: string[]): number {
  * The distribution before temperature, from the one node-llama-cpp reports (after it): p_T ∝ p^(1/T),
  * so p ∝ p_T^T. Exact over the tokens it lists: all of them unless top_k/top_p/min_p cut some.
  */
-function untempered(probabilities: Map<Token, number> | undefined, temperature: number): Map<Token, number> | undefined {
+function untempered(
+  probabilities: Map<Token, number> | undefined,
+  temperature: number,
+): Map<Token, number> | undefined {
   if (!probabilities || temperature <= 0 || temperature === 1) return probabilities;
-  const scaled = [...probabilities].map(([t, p]) => [t, p > 0 ? temperature * Math.log(p) : Number.NEGATIVE_INFINITY] as const);
+  const scaled = [...probabilities].map(
+    ([t, p]) => [t, p > 0 ? temperature * Math.log(p) : Number.NEGATIVE_INFINITY] as const,
+  );
   // A loop, not Math.max(...): a real vocabulary has more entries than a call takes arguments.
   let max = Number.NEGATIVE_INFINITY;
   for (const [, x] of scaled) if (x > max) max = x;
@@ -168,11 +201,21 @@ function untempered(probabilities: Map<Token, number> | undefined, temperature: 
 }
 
 /** `before`: the token preceding it, so a word's leading space survives detokenizing it alone. */
-function logprobOf(model: LlamaModel, token: Token, before: Token | undefined, probabilities: Map<Token, number> | undefined, top: number): TokenLogprob {
+function logprobOf(
+  model: LlamaModel,
+  token: Token,
+  before: Token | undefined,
+  probabilities: Map<Token, number> | undefined,
+  top: number,
+): TokenLogprob {
   const context = before === undefined ? [] : [before];
   const candidate = (t: Token, p: number | undefined) => {
     const text = model.detokenize([t], false, context);
-    return { token: text, logprob: p && p > 0 ? Math.log(p) : IMPOSSIBLE_LOGPROB, bytes: [...Buffer.from(text, "utf8")] };
+    return {
+      token: text,
+      logprob: p && p > 0 ? Math.log(p) : IMPOSSIBLE_LOGPROB,
+      bytes: [...Buffer.from(text, "utf8")],
+    };
   };
   const alternatives: ReturnType<typeof candidate>[] = [];
   if (probabilities) {

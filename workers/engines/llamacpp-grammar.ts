@@ -1,34 +1,45 @@
 /**
- * JSON schemas as llama.cpp grammars (node-llama-cpp's GBNF JSON-schema support), so every answer
- * parses and validates. A schema is first checked against what the grammar can enforce: a keyword
- * it cannot hold the model to (a numeric range, a regex pattern) is refused with a 400 naming it
- * and where it is, rather than ignored, since the answer might then not validate. Annotations are
- * dropped, `anyOf` is enforced as `oneOf` (any value of one branch satisfies it), the integer
- * bounds zod writes for `.int()` (±2^53) are no bound at all in practice, and an integer range of
- * at most MAX_ENUMERATED_RANGE values becomes the enum of its values, which a grammar can hold.
+ * JSON schemas as llama.cpp grammars, so every answer parses and validates. The schema is checked
+ * and its grammar's text made on worker threads (grammar-pool.ts, json-gbnf.ts, which says what is
+ * enforced and how); what stays on the replica's thread is writing the schema as JSON (the cache's
+ * key) and llama.cpp's parse of the text, once per distinct schema, kept in GrammarCache.
  */
-import type { Llama, LlamaGrammar } from "node-llama-cpp";
-import { LlamaGrammar as Grammar } from "node-llama-cpp";
+import type { Llama, LlamaGrammar, LlamaModel } from "node-llama-cpp";
+import { LlamaGrammar as Grammar, LlamaGrammarEvaluationState, LlamaText } from "node-llama-cpp";
 import type { JsonSchema } from "../../src/contracts/job.ts";
-import { PlatformError } from "../../src/errors.ts";
+import { GrammarPool } from "./grammar-pool.ts";
 
-const ENFORCED = new Set([
-  "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
-  "enum", "const", "oneOf", "anyOf", "$ref", "$defs", "definitions", "minLength", "maxLength", "format", "minProperties", "maxProperties",
-]);
-const ANNOTATIONS = new Set(["$schema", "$id", "$comment", "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "strict"]);
-const SAFE_BOUND = Number.MAX_SAFE_INTEGER;
-const MAX_ENUMERATED_RANGE = 1000;
+export { enforceable } from "./json-gbnf.ts";
 
-/** Grammars are compiled once per schema and kept, a few dozen at most. */
-const CACHE_SIZE = 64;
+/**
+ * Built grammars are kept, the least recently used dropped first past either bound. What one
+ * costs is its GBNF text and llama.cpp's parsed rules (the template its sequences' states are
+ * cloned from): 5–8 bytes per character of GBNF measured, counted as 8. The largest schema the
+ * default limits allow makes ~440 KB of GBNF (~3.5 MiB); most make a few KB.
+ */
+export const GRAMMAR_CACHE = { entries: 64, bytes: 32 * 1024 ** 2, bytesPerCharacter: 8 } as const;
+
+/** What a JSON grammar is besides its rules: node-llama-cpp's (LlamaJsonSchemaGrammar) stop text and trimming. */
+const JSON_STOP = { stopGenerationTriggers: [LlamaText(["\n".repeat(4)])], trimWhitespaceSuffix: true };
+
+/** A JSON schema's grammar text, as made by the pool's threads, with how generation under it ends. */
+export type GrammarText = { grammar: string } & typeof JSON_STOP;
+
+type Cached = { grammar: Promise<LlamaGrammar>; bytes: number };
 
 export class GrammarCache {
   readonly llama: Llama;
-  private readonly grammars = new Map<string, Promise<LlamaGrammar>>();
+  private readonly pool: GrammarPool;
+  private readonly bounds: { entries: number; bytes: number };
+  /** In order of use, the most recent last. */
+  private readonly grammars = new Map<string, Cached>();
+  private bytes = 0;
 
-  constructor(llama: Llama) {
+  /** `timeoutMs`: how long one schema's conversion may take (PLATFORM_GRAMMAR_TIMEOUT_MS); `bounds`: GRAMMAR_CACHE's. */
+  constructor(llama: Llama, options: { timeoutMs: number; bounds?: { entries: number; bytes: number } }) {
     this.llama = llama;
+    this.pool = new GrammarPool({ timeoutMs: options.timeoutMs });
+    this.bounds = options.bounds ?? GRAMMAR_CACHE;
   }
 
   /** Any JSON value of the object kind (`response_format: json_object`). */
@@ -36,87 +47,77 @@ export class GrammarCache {
     return this.cached("json", () => Grammar.getFor(this.llama, "json"));
   }
 
-  /** `param` names the schema's place in the request, for the 400. */
+  /** `param` names the schema's place in the request, for the 400s. */
   schema(schema: JsonSchema, param: string): Promise<LlamaGrammar> {
-    const prepared = enforceable(schema, param, "");
-    return this.cached(JSON.stringify(prepared), async () => {
-      const made = await jsonSchemaGrammarText(this.llama, prepared, param);
-      return new Grammar(this.llama, { grammar: made.grammar, stopGenerationTriggers: made.stopGenerationTriggers, trimWhitespaceSuffix: made.trimWhitespaceSuffix });
-    });
+    const json = JSON.stringify(schema);
+    return this.cached(json, async () => new Grammar(this.llama, await this.textOf(json, param)));
   }
 
-  /** Any grammar, made once per key. */
+  /** A schema's grammar text, made on the pool's threads; a grammar of calls builds on it. */
+  text(schema: unknown, param: string): Promise<GrammarText> {
+    return this.textOf(JSON.stringify(schema), param);
+  }
+
+  private async textOf(json: string, param: string): Promise<GrammarText> {
+    return { grammar: await this.pool.gbnf(json, param), ...JSON_STOP };
+  }
+
+  /** Any grammar, made once per key. llama.cpp parses its text on this thread (~20 ms for 440 KB). */
   cached(key: string, make: () => Promise<LlamaGrammar>): Promise<LlamaGrammar> {
-    let grammar = this.grammars.get(key);
-    if (!grammar) {
-      grammar = make();
-      grammar.catch(() => this.grammars.delete(key));
-      if (this.grammars.size >= CACHE_SIZE) this.grammars.delete(this.grammars.keys().next().value as string);
-      this.grammars.set(key, grammar);
+    const hit = this.grammars.get(key);
+    if (hit) {
+      this.grammars.delete(key);
+      this.grammars.set(key, hit);
+      return hit.grammar;
     }
-    return grammar;
+    const entry: Cached = { grammar: make(), bytes: 0 };
+    this.grammars.set(key, entry);
+    entry.grammar.then(
+      (grammar) => {
+        if (this.grammars.get(key) !== entry) return;
+        entry.bytes = grammar.grammar.length * GRAMMAR_CACHE.bytesPerCharacter;
+        this.bytes += entry.bytes;
+        this.evict();
+      },
+      () => this.drop(key, entry),
+    );
+    this.evict();
+    return entry.grammar;
+  }
+
+  /** Stops the pool's threads. */
+  close(): Promise<void> {
+    return this.pool.close();
+  }
+
+  /** The least recently used go first; the newest stays, whatever its size, for the request that made it. */
+  private evict(): void {
+    for (const [key, entry] of this.grammars) {
+      if (this.grammars.size <= this.bounds.entries && this.bytes <= this.bounds.bytes) return;
+      if (this.grammars.size === 1) return;
+      this.drop(key, entry);
+    }
+  }
+
+  private drop(key: string, entry: Cached): void {
+    if (this.grammars.get(key) !== entry) return;
+    this.grammars.delete(key);
+    this.bytes -= entry.bytes;
   }
 }
 
 /**
- * node-llama-cpp's GBNF for a (checked) schema, with numbers every JSON client reads exactly: its
- * number rules allow 16 digits and an exponent of 16 more, so 1e999 (Infinity, printed back as
- * null) and integers beyond 2^53 (which zod's `.int()` refuses) were possible. Integers get at
- * most 15 digits and no exponent; other numbers an exponent of at most 2 digits. `boundedNumbers`
- * is checked against the library's output by the tests, so a change in how it writes numbers is
- * noticed.
+ * Each grammar's initial state, parsed once; every generation under the grammar starts from a copy.
+ * Parsing the text again for each request (what a new state does) cost up to ~12 ms on this thread
+ * for the largest schema the limits allow; a copy 0.3–2 ms. Kept as long as the grammar is.
  */
-export async function jsonSchemaGrammarText(llama: Llama, schema: unknown, param: string): Promise<{ grammar: string; stopGenerationTriggers: LlamaGrammar["stopGenerationTriggers"]; trimWhitespaceSuffix: boolean }> {
-  try {
-    const made = await llama.createGrammarForJsonSchema(schema as never);
-    return { grammar: boundedNumbers(made.grammar), stopGenerationTriggers: made.stopGenerationTriggers, trimWhitespaceSuffix: made.trimWhitespaceSuffix };
-  } catch (e) {
-    throw new PlatformError(400, "invalid_request", `${param}: this JSON schema cannot be enforced (${(e as Error).message})`, param);
+const initialStates = new WeakMap<LlamaGrammar, LlamaGrammarEvaluationState>();
+
+export function evaluationState(model: LlamaModel, grammar: LlamaGrammar): LlamaGrammarEvaluationState {
+  let initial = initialStates.get(grammar);
+  if (!initial) {
+    initial = new LlamaGrammarEvaluationState({ model, grammar });
+    initialStates.set(grammar, initial);
   }
-}
-
-export function boundedNumbers(grammar: string): string {
-  return grammar
-    .replace(/^integer-number-rule ::= .*$/m, 'integer-number-rule ::= "-"? ("0" | [1-9] [0-9]{0,14})')
-    .replaceAll('[eE] [-+]? ("0" | [1-9] [0-9]{0,15})', '[eE] [-+]? ("0" | [1-9] [0-9]?)');
-}
-
-/** The schema with annotations dropped and `anyOf` as `oneOf`; throws on what a grammar cannot hold. */
-export function enforceable(schema: unknown, param: string, path: string): unknown {
-  if (Array.isArray(schema)) return schema.map((s, i) => enforceable(s, param, `${path}/${i}`));
-  if (typeof schema !== "object" || schema === null) return schema;
-  const range = integerRange(schema as Record<string, unknown>);
-  if (range) return { enum: Array.from({ length: range.max - range.min + 1 }, (_, i) => range.min + i) };
-  const out: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(schema)) {
-    const at = `${path}/${key}`;
-    if (ANNOTATIONS.has(key)) continue;
-    if ((key === "minimum" && typeof value === "number" && value <= -SAFE_BOUND) || (key === "maximum" && typeof value === "number" && value >= SAFE_BOUND)) continue;
-    if (!ENFORCED.has(key)) {
-      throw new PlatformError(
-        400,
-        "invalid_request",
-        `${param}: the keyword "${key}" at ${at} cannot be enforced by constrained decoding on the llama.cpp engine; remove it (enforced: ${[...ENFORCED].join(", ")})`,
-        param,
-      );
-    }
-    if (key === "enum" || key === "const") out[key] = value;
-    else if (key === "properties" || key === "$defs" || key === "definitions") {
-      // Names here are the user's, not keywords: only their schemas are walked.
-      const entries = Object.entries((value ?? {}) as Record<string, unknown>).map(([name, s]) => [name, enforceable(s, param, `${at}/${name}`)]);
-      out[key === "definitions" ? "$defs" : key] = Object.fromEntries(entries);
-    } else if (key === "$ref" && typeof value === "string") out.$ref = value.replace("#/definitions/", "#/$defs/");
-    else out[key === "anyOf" ? "oneOf" : key] = enforceable(value, param, at);
-  }
-  return out;
-}
-
-/** `{type: "integer", minimum, maximum}` (or the exclusive forms) spanning few enough values to list. */
-function integerRange(schema: Record<string, unknown>): { min: number; max: number } | undefined {
-  const { type, minimum, maximum, exclusiveMinimum, exclusiveMaximum, ...rest } = schema;
-  if (type !== "integer" || Object.keys(rest).some((k) => !ANNOTATIONS.has(k))) return undefined;
-  const low = typeof minimum === "number" ? Math.ceil(minimum) : typeof exclusiveMinimum === "number" ? Math.floor(exclusiveMinimum) + 1 : undefined;
-  const high = typeof maximum === "number" ? Math.floor(maximum) : typeof exclusiveMaximum === "number" ? Math.ceil(exclusiveMaximum) - 1 : undefined;
-  if (low === undefined || high === undefined || high < low || high - low >= MAX_ENUMERATED_RANGE) return undefined;
-  return { min: low, max: high };
+  return initial.clone();
 }

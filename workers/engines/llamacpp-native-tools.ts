@@ -7,11 +7,12 @@
  * JSON-schema grammar. With `tool_choice: "auto"` the model writes freely until it starts a call
  * (the syntax's prefix), and only the call itself is constrained — llama-server's lazy grammar.
  */
-import type { ChatHistoryItem, ChatModelFunctions, JinjaTemplateChatWrapper, Llama, LlamaGrammar } from "node-llama-cpp";
+import type { ChatHistoryItem, ChatModelFunctions, JinjaTemplateChatWrapper, LlamaGrammar } from "node-llama-cpp";
 import { LlamaGrammar as Grammar } from "node-llama-cpp";
 import type { ChatMessage, FunctionTool, ToolCall } from "../../src/contracts/job.ts";
 import type { ChatTools } from "./engine.ts";
-import { enforceable, jsonSchemaGrammarText } from "./llamacpp-grammar.ts";
+import { readJsonPrefix } from "./json-prefix.ts";
+import { enforceable, type GrammarCache } from "./llamacpp-grammar.ts";
 import { MAX_PARALLEL_CALLS, parseOr, toolCall } from "./tool-format.ts";
 
 export type CallSyntax = { prefix: string; paramsPrefix: string; suffix: string; betweenCalls: string };
@@ -20,19 +21,36 @@ export type CallSyntax = { prefix: string; paramsPrefix: string; suffix: string;
 export function callSyntaxOf(wrapper: JinjaTemplateChatWrapper | undefined): CallSyntax | undefined {
   if (!wrapper?.usingJinjaFunctionCallTemplate) return undefined;
   const { call, parallelism } = wrapper.settings.functions;
-  return { prefix: String(call.prefix), paramsPrefix: String(call.paramsPrefix), suffix: String(call.suffix), betweenCalls: String(parallelism?.call.betweenCalls ?? "") };
+  return {
+    prefix: String(call.prefix),
+    paramsPrefix: String(call.paramsPrefix),
+    suffix: String(call.suffix),
+    betweenCalls: String(parallelism?.call.betweenCalls ?? ""),
+  };
 }
 
 /** The functions the model may call, as node-llama-cpp hands them to the template. */
 export function functionsOf(request: ChatTools): ChatModelFunctions {
   return Object.fromEntries(
-    request.tools.map((t, i) => [t.function.name, { description: t.function.description, params: enforceable(t.function.parameters ?? { type: "object" }, `tools[${i}].function.parameters`, "") as never }]),
+    request.tools.map((t, i) => [
+      t.function.name,
+      {
+        description: t.function.description,
+        params: enforceable(
+          t.function.parameters ?? { type: "object" },
+          `tools[${i}].function.parameters`,
+          "",
+        ) as never,
+      },
+    ]),
   );
 }
 
 /** The history with assistant tool calls and their results as the template's function-call items. */
 export function nativeHistory(messages: ChatMessage[]): ChatHistoryItem[] {
-  const results = new Map(messages.filter((m) => m.role === "tool" && m.tool_call_id).map((m) => [m.tool_call_id, m.content]));
+  const results = new Map(
+    messages.filter((m) => m.role === "tool" && m.tool_call_id).map((m) => [m.tool_call_id, m.content]),
+  );
   const answered = new Set<string>();
   const items: ChatHistoryItem[] = [];
   for (const m of messages) {
@@ -41,7 +59,12 @@ export function nativeHistory(messages: ChatMessage[]): ChatHistoryItem[] {
     else if (m.role === "assistant") {
       const calls = (m.tool_calls ?? []).map((c) => {
         answered.add(c.id);
-        return { type: "functionCall" as const, name: c.function.name, params: parseOr(c.function.arguments), result: results.get(c.id) ?? "" };
+        return {
+          type: "functionCall" as const,
+          name: c.function.name,
+          params: parseOr(c.function.arguments),
+          result: results.get(c.id) ?? "",
+        };
       });
       items.push({ type: "model", response: [...(m.content ? [m.content] : []), ...calls] });
     } else if (!m.tool_call_id || !answered.has(m.tool_call_id)) {
@@ -56,32 +79,70 @@ export function nativeHistory(messages: ChatMessage[]): ChatHistoryItem[] {
  * The grammar of one or more calls in the template's syntax, each function's params held to its
  * schema. `afterPrefix`: the model already wrote the first call's prefix (tool_choice auto).
  */
-export async function callsGrammar(llama: Llama, syntax: CallSyntax, tools: FunctionTool[], parallel: boolean, afterPrefix: boolean): Promise<LlamaGrammar> {
+export async function callsGrammar(
+  grammars: GrammarCache,
+  syntax: CallSyntax,
+  tools: FunctionTool[],
+  parallel: boolean,
+  afterPrefix: boolean,
+): Promise<LlamaGrammar> {
   const rules: string[] = [];
   const alternatives: string[] = [];
   for (const [i, tool] of tools.entries()) {
     const schema = enforceable(tool.function.parameters ?? { type: "object" }, `tools[${i}].function.parameters`, "");
-    const params = await jsonSchemaGrammarText(llama, schema, `tools[${i}].function.parameters`);
+    const params = await grammars.text(schema, `tools[${i}].function.parameters`);
     // node-llama-cpp ends a JSON grammar with forced newlines, its way of stopping; here the call's suffix follows.
-    rules.push(renameRules(params.grammar, `f${i}-`).replace(/^(f\d+-root ::= .*?)\s*"\\n\\n\\n\\n" \[\\n\]\*\s*$/m, "$1"));
+    rules.push(
+      renameRules(params.grammar, `f${i}-`).replace(/^(f\d+-root ::= .*?)\s*"\\n\\n\\n\\n" \[\\n\]\*\s*$/m, "$1"),
+    );
     alternatives.push(`${literal(tool.function.name)} ${literal(syntax.paramsPrefix)} f${i}-root`);
   }
   const body = `( ${alternatives.join(" | ")} ) ${literal(syntax.suffix)}`;
-  const more = parallel ? ` ( ${literal(syntax.betweenCalls)} ${literal(syntax.prefix)} call-body ){0,${MAX_PARALLEL_CALLS - 1}}` : "";
+  const more = parallel
+    ? ` ( ${literal(syntax.betweenCalls)} ${literal(syntax.prefix)} call-body ){0,${MAX_PARALLEL_CALLS - 1}}`
+    : "";
   const root = `root ::= ${afterPrefix ? "" : literal(syntax.prefix)} call-body${more}`;
-  return new Grammar(llama, { grammar: [root, `call-body ::= ${body}`, ...rules].join("\n") });
+  return new Grammar(grammars.llama, { grammar: [root, `call-body ::= ${body}`, ...rules].join("\n") });
 }
 
-/** The calls in a constrained answer (`afterPrefix` as for the grammar); undefined if it is not complete. */
-export function parseNativeCalls(text: string, syntax: CallSyntax, names: string[], afterPrefix: boolean): ToolCall[] | undefined {
+/**
+ * The calls in a constrained answer (`afterPrefix` as for the grammar); undefined unless every call
+ * is whole. `cut`: the answer was cut short (max_tokens, a stop string) and is read as far as it
+ * goes: the last call once its name is known — written whole, or the only name it can still
+ * become (a named tool_choice at once) — with its params as far as they were generated.
+ */
+export function parseNativeCalls(
+  text: string,
+  syntax: CallSyntax,
+  names: string[],
+  afterPrefix: boolean,
+  cut = false,
+): ToolCall[] | undefined {
   const calls: ToolCall[] = [];
-  let rest = afterPrefix ? text : text.startsWith(syntax.prefix) ? text.slice(syntax.prefix.length) : undefined;
+  let rest = afterPrefix
+    ? text
+    : text.startsWith(syntax.prefix)
+      ? text.slice(syntax.prefix.length)
+      : cut && syntax.prefix.startsWith(text)
+        ? ""
+        : undefined;
   while (rest !== undefined) {
     const name = names.filter((n) => rest?.startsWith(n + syntax.paramsPrefix)).sort((a, b) => b.length - a.length)[0];
-    if (name === undefined) return undefined;
+    if (name === undefined) {
+      if (!cut) return undefined;
+      const open = names.filter((n) => (n + syntax.paramsPrefix).startsWith(rest as string));
+      if (open.length === 1) calls.push(toolCall(open[0] as string, ""));
+      break;
+    }
     rest = rest.slice(name.length + syntax.paramsPrefix.length);
     const end = paramsEnd(rest, syntax.suffix);
-    if (end === undefined) return undefined;
+    if (end === undefined) {
+      if (!cut) return undefined;
+      // Up to where the params' JSON ends, should the suffix have begun after it.
+      const params = readJsonPrefix(rest);
+      calls.push(toolCall(name, params ? rest.slice(params.start, params.end) : ""));
+      break;
+    }
     calls.push(toolCall(name, rest.slice(0, end).trim()));
     rest = rest.slice(end + syntax.suffix.length);
     const next = syntax.betweenCalls + syntax.prefix;

@@ -24,11 +24,27 @@ import {
 } from "node-llama-cpp";
 import { LLAMACPP } from "../../src/contracts/engines.ts";
 import type { ChatMessage, EmbeddingItem, FinishReason, SamplingParams } from "../../src/contracts/job.ts";
-import { PlatformError } from "../../src/errors.ts";
+import { PlatformError } from "../../src/contracts/errors.ts";
+import { DEFAULT_GRAMMAR_TIMEOUT_MS } from "../../src/settings/structured.ts";
 import { logger } from "../../src/telemetry/log.ts";
-import { type ChatTools, type Engine, type GenerationHooks, plainChatPrompt, type TextOutput, type TextRequest, usage } from "./engine.ts";
+import {
+  type ChatTools,
+  type Engine,
+  type GenerationHooks,
+  plainChatPrompt,
+  type TextOutput,
+  type TextRequest,
+  usage,
+} from "./engine.ts";
 import { type Decoded, decode } from "./llamacpp-decode.ts";
-import { type CallSyntax, callSyntaxOf, callsGrammar, functionsOf, nativeHistory, parseNativeCalls } from "./llamacpp-native-tools.ts";
+import {
+  type CallSyntax,
+  callSyntaxOf,
+  callsGrammar,
+  functionsOf,
+  nativeHistory,
+  parseNativeCalls,
+} from "./llamacpp-native-tools.ts";
 import { enforceable, GrammarCache } from "./llamacpp-grammar.ts";
 import { readToolAnswer, refuseFormatWithTools, toolAnswerSchema, toolPromptMessages } from "./tool-format.ts";
 
@@ -45,6 +61,8 @@ export type LlamaCppOptions = {
    * 4) tokens per step, which the model checks in one batch; the output is the model's own.
    */
   draft?: { modelPath: string; tokens?: number };
+  /** How long building one JSON schema's grammar may take (PLATFORM_GRAMMAR_TIMEOUT_MS). */
+  grammarTimeoutMs?: number;
 };
 
 /** Draft tokens per step when `runtime.num_speculative_tokens` is unset (vLLM's usual choice too). */
@@ -77,8 +95,12 @@ export async function prepareLlamaCpp(): Promise<void> {
 
 export async function loadLlamaCpp(options: LlamaCppOptions): Promise<Engine> {
   const llama = await llamaFor(options.gpu ?? false);
-  if (options.gpu && llama.gpu === false) log.warn("resources.gpu asks for a GPU, but node-llama-cpp found none on this node (no CUDA, Vulkan or Metal): running on the CPU");
-  else if (options.gpu) log.info({ gpu: llama.gpu, devices: await llama.getGpuDeviceNames() }, `GPU offload: ${llama.gpu}`);
+  if (options.gpu && llama.gpu === false)
+    log.warn(
+      "resources.gpu asks for a GPU, but node-llama-cpp found none on this node (no CUDA, Vulkan or Metal): running on the CPU",
+    );
+  else if (options.gpu)
+    log.info({ gpu: llama.gpu, devices: await llama.getGpuDeviceNames() }, `GPU offload: ${llama.gpu}`);
   const model = await llama.loadModel({ modelPath: options.modelPath });
   const contextSize = options.contextSize ?? Math.min(model.trainContextSize, DEFAULT_CONTEXT_CAP);
   if (contextSize > model.trainContextSize) {
@@ -91,29 +113,57 @@ export async function loadLlamaCpp(options: LlamaCppOptions): Promise<Engine> {
   }
   const threads = options.threads ?? defaultThreads();
   const context = await model.createContext({ sequences: options.parallel, contextSize, threads });
-  const draft = options.draft && (await loadDraft(llama, model, options.draft.modelPath, options.parallel, contextSize, threads));
+  const draft =
+    options.draft && (await loadDraft(llama, model, options.draft.modelPath, options.parallel, contextSize, threads));
   const tokens = options.draft?.tokens ?? DEFAULT_DRAFT_TOKENS;
-  if (draft) log.info({ draft_tokens: tokens }, `speculative decoding: a draft model proposes ${tokens} tokens per step`);
+  if (draft)
+    log.info({ draft_tokens: tokens }, `speculative decoding: a draft model proposes ${tokens} tokens per step`);
   const sequences = Array.from({ length: options.parallel }, () =>
     // minTokens: wait for the draft's tokens; with none (the library's default) a fast model outruns its draft and never speculates.
-    context.getSequence(draft ? { tokenPredictor: new DraftSequenceTokenPredictor(draft.context.getSequence(), { minTokens: tokens, maxTokens: tokens }) } : {}),
+    context.getSequence(
+      draft
+        ? {
+            tokenPredictor: new DraftSequenceTokenPredictor(draft.context.getSequence(), {
+              minTokens: tokens,
+              maxTokens: tokens,
+            }),
+          }
+        : {},
+    ),
   );
-  return new LlamaCppEngine(model, context, sequences, threads, new GrammarCache(llama), draft);
+  const grammars = new GrammarCache(llama, { timeoutMs: options.grammarTimeoutMs ?? DEFAULT_GRAMMAR_TIMEOUT_MS });
+  return new LlamaCppEngine(model, context, sequences, threads, grammars, draft);
 }
 
 type Draft = { model: LlamaModel; context: LlamaContext };
 
 /** The draft model, refused (400) unless its vocabulary is the model's: its tokens are checked as the model's own. */
-async function loadDraft(llama: Llama, model: LlamaModel, modelPath: string, parallel: number, contextSize: number, threads: number): Promise<Draft> {
+async function loadDraft(
+  llama: Llama,
+  model: LlamaModel,
+  modelPath: string,
+  parallel: number,
+  contextSize: number,
+  threads: number,
+): Promise<Draft> {
   const draftModel = await llama.loadModel({ modelPath });
   const vocabulary = (m: LlamaModel) => m.fileInfo.metadata.tokenizer?.ggml?.tokens;
   const mine = vocabulary(model);
   const its = vocabulary(draftModel);
   if (!Array.isArray(mine) || !Array.isArray(its) || mine.length !== its.length || mine.some((t, i) => t !== its[i])) {
     await draftModel.dispose();
-    throw new PlatformError(400, "invalid_config", "runtime.speculative_model: the draft model's vocabulary differs from the model's; speculative decoding needs a draft with the same tokenizer (usually a smaller model of the same family)", "runtime.speculative_model");
+    throw new PlatformError(
+      400,
+      "invalid_config",
+      "runtime.speculative_model: the draft model's vocabulary differs from the model's; speculative decoding needs a draft with the same tokenizer (usually a smaller model of the same family)",
+      "runtime.speculative_model",
+    );
   }
-  const context = await draftModel.createContext({ sequences: parallel, contextSize: Math.min(contextSize, draftModel.trainContextSize), threads });
+  const context = await draftModel.createContext({
+    sequences: parallel,
+    contextSize: Math.min(contextSize, draftModel.trainContextSize),
+    threads,
+  });
   return { model: draftModel, context };
 }
 
@@ -138,7 +188,14 @@ class LlamaCppEngine implements Engine {
   /** The converter recorded a sentence-transformers Normalize module (src/registry/convert/bert.ts). */
   private readonly normalizeEmbeddings: boolean;
 
-  constructor(model: LlamaModel, context: LlamaContext, sequences: LlamaContextSequence[], threads: number, grammars: GrammarCache, draft?: Draft) {
+  constructor(
+    model: LlamaModel,
+    context: LlamaContext,
+    sequences: LlamaContextSequence[],
+    threads: number,
+    grammars: GrammarCache,
+    draft?: Draft,
+  ) {
     this.model = model;
     this.draft = draft;
     this.sequences = sequences;
@@ -146,7 +203,8 @@ class LlamaCppEngine implements Engine {
     const metadata = model.fileInfo.metadata as unknown as Record<string, Record<string, unknown> | undefined>;
     const architecture = String(model.fileInfo.metadata.general?.architecture ?? "");
     this.encoderOnly = (metadata[architecture]?.attention as { causal?: unknown } | undefined)?.causal === false;
-    this.normalizeEmbeddings = (metadata.platform?.embedding as { normalize?: unknown } | undefined)?.normalize === true;
+    this.normalizeEmbeddings =
+      (metadata.platform?.embedding as { normalize?: unknown } | undefined)?.normalize === true;
     const vocabulary = model.fileInfo.metadata.tokenizer?.ggml?.tokens;
     this.vocabularySize = Array.isArray(vocabulary) ? vocabulary.length : 0;
     this.context = context;
@@ -154,7 +212,8 @@ class LlamaCppEngine implements Engine {
     this.threads = threads;
     this.free.push(...sequences);
     const template = model.fileInfo.metadata.tokenizer?.chat_template;
-    this.chatTemplate = typeof template === "string" && template.length > 0 ? new JinjaTemplateChatWrapper({ template }) : undefined;
+    this.chatTemplate =
+      typeof template === "string" && template.length > 0 ? new JinjaTemplateChatWrapper({ template }) : undefined;
     this.callSyntax = callSyntaxOf(this.chatTemplate);
     // Mirrors LlamaCompletion, which prepends this token itself: counted here so usage is exact.
     const wantsBos = model.vocabularyType === "wpm" || model.tokens.shouldPrependBosToken;
@@ -171,46 +230,90 @@ class LlamaCppEngine implements Engine {
 
   async generate(request: TextRequest, hooks: GenerationHooks): Promise<TextOutput> {
     // The gateway refuses these already (model_not_generative); a producer enqueueing directly meets this.
-    if (this.encoderOnly) throw new PlatformError(400, "model_not_generative", "this model is an embedding model (an encoder): it serves /v1/embeddings only", "model");
+    if (this.encoderOnly)
+      throw new PlatformError(
+        400,
+        "model_not_generative",
+        "this model is an embedding model (an encoder): it serves /v1/embeddings only",
+        "model",
+      );
     const tools = request.kind === "chat" ? request.tools : undefined;
     if (tools) refuseFormatWithTools(request.params);
-    if (request.kind === "chat" && tools && this.callSyntax) return this.generateNativeCalls(request.messages, tools, this.callSyntax, request.params, hooks);
+    if (request.kind === "chat" && tools && this.callSyntax)
+      return this.generateNativeCalls(request.messages, tools, this.callSyntax, request.params, hooks);
     const grammar = await this.grammarFor(request);
-    const { tokens, stopTriggers } = this.render(request);
+    const { tokens, stopTriggers, asGiven } = this.render(request);
     // A tool answer in the generic format is JSON to read back first: it is sent whole at the end.
-    const { out } = await this.run(tokens, { stopStrings: stopTriggers, grammar, onText: tools ? undefined : hooks.onText }, request.params, hooks.signal);
-    return tools ? readToolAnswer(out) : out;
+    const { out } = await this.run(
+      tokens,
+      { stopStrings: stopTriggers, grammar, asGiven, onText: tools ? undefined : hooks.onText },
+      request.params,
+      hooks.signal,
+    );
+    return tools ? readToolAnswer(out, tools) : out;
   }
 
   /**
    * Tools in the template's own syntax (llamacpp-native-tools.ts). `auto`: the model writes freely
    * until it starts a call, then the rest of the answer is held to the calls' grammar.
    */
-  private async generateNativeCalls(messages: ChatMessage[], tools: ChatTools, syntax: CallSyntax, params: SamplingParams, hooks: GenerationHooks): Promise<TextOutput> {
+  private async generateNativeCalls(
+    messages: ChatMessage[],
+    tools: ChatTools,
+    syntax: CallSyntax,
+    params: SamplingParams,
+    hooks: GenerationHooks,
+  ): Promise<TextOutput> {
     const template = this.chatTemplate as JinjaTemplateChatWrapper;
-    const state = template.generateContextState({ chatHistory: [...nativeHistory(messages), { type: "model", response: [] }], availableFunctions: functionsOf(tools), documentFunctionParams: true });
+    const state = template.generateContextState({
+      chatHistory: [...nativeHistory(messages), { type: "model", response: [] }],
+      availableFunctions: functionsOf(tools),
+      documentFunctionParams: true,
+    });
     const { tokens, stopTriggers } = this.tokensOf(state);
     const choice = tools.tool_choice ?? "auto";
-    const selected = typeof choice === "object" ? tools.tools.filter((t) => t.function.name === choice.function.name) : tools.tools;
+    const selected =
+      typeof choice === "object" ? tools.tools.filter((t) => t.function.name === choice.function.name) : tools.tools;
     const names = selected.map((t) => t.function.name);
     const parallel = tools.parallel_tool_calls === true;
     const grammar = (afterPrefix: boolean) =>
-      this.grammars.cached(JSON.stringify(["calls", syntax, selected, parallel, afterPrefix]), () => callsGrammar(this.grammars.llama, syntax, selected, parallel, afterPrefix));
+      this.grammars.cached(JSON.stringify(["calls", syntax, selected, parallel, afterPrefix]), () =>
+        callsGrammar(this.grammars, syntax, selected, parallel, afterPrefix),
+      );
+    // The calls read back; an answer cut short gives its calls as far as they go, never the raw syntax.
     const withCalls = (out: TextOutput, text: string, afterPrefix: boolean, content: string): TextOutput => {
-      const calls = out.finish_reason === "stop" ? parseNativeCalls(text, syntax, names, afterPrefix) : undefined;
-      return calls ? { ...out, text: content, tool_calls: calls, finish_reason: "tool_calls" } : out;
+      const whole = out.finish_reason === "stop" ? parseNativeCalls(text, syntax, names, afterPrefix) : undefined;
+      if (whole) return { ...out, text: content, tool_calls: whole, finish_reason: "tool_calls" };
+      const cut = parseNativeCalls(text, syntax, names, afterPrefix, true);
+      return { ...out, text: content, ...(cut && { tool_calls: cut }) };
     };
     if (choice !== "auto") {
-      const { out, decoded } = await this.run(tokens, { stopStrings: stopTriggers, grammar: await grammar(false) }, params, hooks.signal);
+      const { out, decoded } = await this.run(
+        tokens,
+        { stopStrings: stopTriggers, grammar: await grammar(false) },
+        params,
+        hooks.signal,
+      );
       return withCalls(out, decoded.text, false, "");
     }
-    const first = await this.run(tokens, { stopStrings: [...stopTriggers, syntax.prefix], onText: hooks.onText }, params, hooks.signal);
+    const first = await this.run(
+      tokens,
+      { stopStrings: [...stopTriggers, syntax.prefix], onText: hooks.onText },
+      params,
+      hooks.signal,
+    );
     if (first.decoded.stoppedBy !== syntax.prefix) return first.out;
     // The prefix as the model wrote it (its special tokens as such), then the call under the grammar.
     const written = this.model.tokenize(first.decoded.text + syntax.prefix, true);
-    const left = (params.max_tokens ?? this.context.contextSize - first.out.usage.prompt_tokens) - first.decoded.completionTokens;
+    const left =
+      (params.max_tokens ?? this.context.contextSize - first.out.usage.prompt_tokens) - first.decoded.completionTokens;
     if (left < 1) return { ...first.out, finish_reason: "length" };
-    const second = await this.run([...tokens, ...written], { stopStrings: stopTriggers, grammar: await grammar(true), maxTokens: left }, params, hooks.signal);
+    const second = await this.run(
+      [...tokens, ...written],
+      { stopStrings: stopTriggers, grammar: await grammar(true), maxTokens: left },
+      params,
+      hooks.signal,
+    );
     const out: TextOutput = {
       ...second.out,
       usage: usage(first.out.usage.prompt_tokens, first.decoded.completionTokens + second.decoded.completionTokens),
@@ -219,32 +322,58 @@ class LlamaCppEngine implements Engine {
     return withCalls(out, second.decoded.text, true, first.decoded.text.trim());
   }
 
-  /** One generation on a free sequence of this replica's context. */
+  /**
+   * One generation on a free sequence of this replica's context. The model's BOS token goes first,
+   * unless `asGiven`: a client's token ids are evaluated exactly as sent.
+   */
   private async run(
     tokens: Token[],
-    how: { stopStrings: string[]; grammar?: LlamaGrammar; onText?: GenerationHooks["onText"]; maxTokens?: number },
+    how: {
+      stopStrings: string[];
+      grammar?: LlamaGrammar;
+      onText?: GenerationHooks["onText"];
+      maxTokens?: number;
+      asGiven?: boolean;
+    },
     p: SamplingParams,
     signal: AbortSignal | undefined,
   ): Promise<{ out: TextOutput; decoded: Decoded }> {
-    const promptTokens = tokens.length + (this.bos === null ? 0 : 1);
+    const evaluated = this.bos === null || how.asGiven ? tokens : [this.bos, ...tokens];
+    const promptTokens = evaluated.length;
     const maxTokens = how.maxTokens ?? this.checkedMaxTokens(promptTokens, p);
     const tokenBias = p.logit_bias && this.tokenBias(p.logit_bias);
     const sequence = this.free.pop();
     if (!sequence) throw new PlatformError(503, "engine_busy", "all sequences of this replica are busy");
     try {
-      const decoded = await decode(this.model, sequence, this.bos === null ? tokens : [this.bos, ...tokens], {
+      const decoded = await decode(this.model, sequence, evaluated, {
         maxTokens,
         stopStrings: [...how.stopStrings, ...(p.stop ?? [])],
         grammar: how.grammar,
         topLogprobs: p.logprobs ? (p.top_logprobs ?? 0) : undefined,
         // OpenAI's and vLLM's defaults (no top-k, top-p 1), not node-llama-cpp's (40, 0.95); top_k -1 is vLLM's "off".
-        sampling: { temperature: p.temperature ?? 1, topP: p.top_p ?? 1, topK: p.top_k !== undefined && p.top_k > 0 ? p.top_k : 0, minP: p.min_p ?? 0, seed: p.seed, tokenBias },
-        penalties: p.frequency_penalty || p.presence_penalty ? { frequencyPenalty: p.frequency_penalty, presencePenalty: p.presence_penalty } : undefined,
+        sampling: {
+          temperature: p.temperature ?? 1,
+          topP: p.top_p ?? 1,
+          topK: p.top_k !== undefined && p.top_k > 0 ? p.top_k : 0,
+          minP: p.min_p ?? 0,
+          seed: p.seed,
+          tokenBias,
+        },
+        penalties:
+          p.frequency_penalty || p.presence_penalty
+            ? { frequencyPenalty: p.frequency_penalty, presencePenalty: p.presence_penalty }
+            : undefined,
         signal,
         onText: how.onText,
       });
-      const finish_reason: FinishReason = decoded.stop === "aborted" || signal?.aborted ? "cancelled" : decoded.stop === "length" ? "length" : "stop";
-      const out: TextOutput = { text: decoded.text, finish_reason, usage: usage(promptTokens, decoded.completionTokens), ...(decoded.logprobs ? { logprobs: decoded.logprobs } : {}) };
+      const finish_reason: FinishReason =
+        decoded.stop === "aborted" || signal?.aborted ? "cancelled" : decoded.stop === "length" ? "length" : "stop";
+      const out: TextOutput = {
+        text: decoded.text,
+        finish_reason,
+        usage: usage(promptTokens, decoded.completionTokens),
+        ...(decoded.logprobs ? { logprobs: decoded.logprobs } : {}),
+      };
       return { out, decoded };
     } finally {
       this.free.push(sequence);
@@ -255,12 +384,16 @@ class LlamaCppEngine implements Engine {
   private async grammarFor(request: TextRequest): Promise<LlamaGrammar | undefined> {
     if (request.kind === "chat" && request.tools) {
       // Each function's schema is judged where the client wrote it, before it is wrapped in the tool format.
-      request.tools.tools.forEach((t, i) => enforceable(t.function.parameters ?? {}, `tools[${i}].function.parameters`, ""));
+      for (const [i, t] of request.tools.tools.entries())
+        enforceable(t.function.parameters ?? {}, `tools[${i}].function.parameters`, "");
       return this.grammars.schema(toolAnswerSchema(request.tools), "tools");
     }
     const format = request.params.response_format;
     if (format?.type === "json_object") return this.grammars.json();
-    if (format?.type === "json_schema") return format.json_schema.schema ? this.grammars.schema(format.json_schema.schema, "response_format.json_schema.schema") : this.grammars.json();
+    if (format?.type === "json_schema")
+      return format.json_schema.schema
+        ? this.grammars.schema(format.json_schema.schema, "response_format.json_schema.schema")
+        : this.grammars.json();
     return undefined;
   }
 
@@ -268,7 +401,13 @@ class LlamaCppEngine implements Engine {
     const result = new TokenBias(this.model.tokenizer);
     for (const [id, value] of Object.entries(bias)) {
       const token = Number(id);
-      if (token >= this.vocabularySize) throw new PlatformError(400, "invalid_request", `logit_bias: token ${id} is not in this model's vocabulary (${this.vocabularySize} tokens)`, "logit_bias");
+      if (token >= this.vocabularySize)
+        throw new PlatformError(
+          400,
+          "invalid_request",
+          `logit_bias: token ${id} is not in this model's vocabulary (${this.vocabularySize} tokens)`,
+          "logit_bias",
+        );
       // -100 means "never", as OpenAI documents; other values are added to the logit.
       result.set(token as Token, value <= -100 ? "never" : { logit: value });
     }
@@ -277,18 +416,34 @@ class LlamaCppEngine implements Engine {
 
   async embed(inputs: EmbeddingItem[]): Promise<{ embeddings: number[][]; usage: ReturnType<typeof usage> }> {
     // One batch holds a whole input: an encoder attends over all of it at once, so llama.cpp cannot split it (its default batch is 512 tokens).
-    this.embeddingContext ??= this.model.createEmbeddingContext({ threads: this.threads, contextSize: this.context.contextSize, batchSize: this.context.contextSize });
+    this.embeddingContext ??= this.model.createEmbeddingContext({
+      threads: this.threads,
+      contextSize: this.context.contextSize,
+      batchSize: this.context.contextSize,
+    });
     const ctx = await this.embeddingContext;
     // node-llama-cpp refuses an input as long as the context, so the longest one is a token shorter.
     const limit = this.context.contextSize - 1;
     const sequences = inputs.map((input, i) => {
-      const tokens = typeof input === "string" ? this.model.tokenize(input) : this.checkedTokenIds(input, i);
+      const tokens =
+        typeof input === "string" ? this.model.tokenize(input) : this.checkedTokenIds(input, `input[${i}]`, "input");
       // The library answers an empty vector for no tokens; whitespace alone may tokenize to none.
-      if (tokens.length === 0) throw new PlatformError(400, "invalid_request", `input[${i}] has no tokens (is it only whitespace?); send some text`, "input");
+      if (tokens.length === 0)
+        throw new PlatformError(
+          400,
+          "invalid_request",
+          `input[${i}] has no tokens (is it only whitespace?); send some text`,
+          "input",
+        );
       // What is evaluated: the library adds the model's own start and end tokens ([CLS]/[SEP] for BERT).
       const evaluated = ctx.calculateInputLength([...tokens]);
       if (evaluated > limit) {
-        throw new PlatformError(400, "context_length_exceeded", `input[${i}] has ${evaluated} tokens; this model embeds at most ${limit} tokens per input. Shorten or split input[${i}].`, "input");
+        throw new PlatformError(
+          400,
+          "context_length_exceeded",
+          `input[${i}] has ${evaluated} tokens; this model embeds at most ${limit} tokens per input. Shorten or split input[${i}].`,
+          "input",
+        );
       }
       return { tokens, evaluated };
     });
@@ -297,23 +452,45 @@ class LlamaCppEngine implements Engine {
       const vector = [...(await ctx.getEmbeddingFor([...tokens])).vector];
       embeddings.push(this.normalizeEmbeddings ? l2Normalized(vector) : vector);
     }
-    return { embeddings, usage: usage(sequences.reduce((n, s) => n + s.evaluated, 0), 0) };
+    return {
+      embeddings,
+      usage: usage(
+        sequences.reduce((n, s) => n + s.evaluated, 0),
+        0,
+      ),
+    };
   }
 
-  /** Token ids from a client: one outside the vocabulary would make llama.cpp read past its tables. */
-  private checkedTokenIds(ids: number[], i: number): Token[] {
+  /**
+   * Token ids from a client, at `path` of the field `param`: one outside the vocabulary would make
+   * llama.cpp read past its tables.
+   */
+  private checkedTokenIds(ids: number[], path: string, param: string): Token[] {
     const bad = ids.findIndex((id) => id >= this.vocabularySize);
-    if (bad >= 0) throw new PlatformError(400, "invalid_request", `input[${i}][${bad}]: token ${ids[bad]} is not in this model's vocabulary (${this.vocabularySize} tokens)`, "input");
+    if (bad >= 0)
+      throw new PlatformError(
+        400,
+        "invalid_request",
+        `${path}[${bad}]: token ${ids[bad]} is not in this model's vocabulary (${this.vocabularySize} tokens)`,
+        param,
+      );
     return ids as Token[];
   }
 
   /** Speculative decoding's draft tokens so far, accepted by the model or not (undefined without a draft). */
   speculation(): { validated: number; refuted: number } | undefined {
     if (!this.draft) return undefined;
-    return this.sequences.reduce((sum, s) => ({ validated: sum.validated + s.tokenPredictions.validated, refuted: sum.refuted + s.tokenPredictions.refuted }), { validated: 0, refuted: 0 });
+    return this.sequences.reduce(
+      (sum, s) => ({
+        validated: sum.validated + s.tokenPredictions.validated,
+        refuted: sum.refuted + s.tokenPredictions.refuted,
+      }),
+      { validated: 0, refuted: 0 },
+    );
   }
 
   async dispose(): Promise<void> {
+    await this.grammars.close();
     if (this.embeddingContext) await (await this.embeddingContext).dispose();
     await this.context.dispose();
     await this.model.dispose();
@@ -321,19 +498,32 @@ class LlamaCppEngine implements Engine {
     await this.draft?.model.dispose();
   }
 
-  private render(request: TextRequest): { tokens: Token[]; stopTriggers: string[] } {
+  /** `asGiven`: token ids from the client, to evaluate without the BOS token (`run`). */
+  private render(request: TextRequest): { tokens: Token[]; stopTriggers: string[]; asGiven?: boolean } {
     // A raw prompt is tokenized as llama.cpp's server and the checkpoint's own (transformers) tokenizer do: a
     // SentencePiece vocabulary that prefixes a space ("▁Once") keeps it, so a converted checkpoint continues
     // a prompt exactly as transformers does (test/e2e/model-directories.test.ts).
-    if (request.kind === "prompt") return { tokens: this.model.tokenize(request.prompt, false), stopTriggers: [] };
+    if (request.kind === "prompt")
+      return typeof request.prompt === "string"
+        ? { tokens: this.model.tokenize(request.prompt, false), stopTriggers: [] }
+        : { tokens: this.checkedTokenIds(request.prompt, "prompt", "prompt"), stopTriggers: [], asGiven: true };
     const tokenizeOptions = this.bos === null ? undefined : ("trimLeadingSpace" as const);
     // Earlier calls and results: in the template's own syntax where it has one, in the generic format otherwise.
-    if (this.chatTemplate && this.callSyntax) return this.tokensOf(this.chatTemplate.generateContextState({ chatHistory: [...nativeHistory(request.messages), { type: "model", response: [] }] }));
+    if (this.chatTemplate && this.callSyntax)
+      return this.tokensOf(
+        this.chatTemplate.generateContextState({
+          chatHistory: [...nativeHistory(request.messages), { type: "model", response: [] }],
+        }),
+      );
     const messages = toolPromptMessages(request.messages, request.tools);
     if (!this.chatTemplate) {
       return { tokens: this.model.tokenize(plainChatPrompt(messages), false, tokenizeOptions), stopTriggers: [] };
     }
-    return this.tokensOf(this.chatTemplate.generateContextState({ chatHistory: [...messages.map(toHistoryItem), { type: "model", response: [] }] }));
+    return this.tokensOf(
+      this.chatTemplate.generateContextState({
+        chatHistory: [...messages.map(toHistoryItem), { type: "model", response: [] }],
+      }),
+    );
   }
 
   /** A rendered chat as tokens, and the template's stop texts. */
@@ -360,7 +550,6 @@ class LlamaCppEngine implements Engine {
     return requested;
   }
 }
-
 
 /** The vector scaled to length 1 (a zero vector stays as it is). */
 function l2Normalized(vector: number[]): number[] {

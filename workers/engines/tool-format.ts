@@ -8,8 +8,9 @@
  */
 import { randomBytes } from "node:crypto";
 import type { ChatMessage, JsonSchema, ToolCall } from "../../src/contracts/job.ts";
-import { PlatformError } from "../../src/errors.ts";
+import { PlatformError } from "../../src/contracts/errors.ts";
 import type { ChatTools, TextOutput } from "./engine.ts";
+import { readJsonPrefix } from "./json-prefix.ts";
 
 /**
  * Calls per answer with `parallel_tool_calls: true`; one otherwise. As llama-server's generic
@@ -21,7 +22,8 @@ export const MAX_PARALLEL_CALLS = 4;
 /** The schema the answer must satisfy: calls only, or (`auto`) calls or a text response. */
 export function toolAnswerSchema(request: ChatTools): JsonSchema {
   const choice = request.tool_choice ?? "auto";
-  const tools = typeof choice === "object" ? request.tools.filter((t) => t.function.name === choice.function.name) : request.tools;
+  const tools =
+    typeof choice === "object" ? request.tools.filter((t) => t.function.name === choice.function.name) : request.tools;
   const calls = tools.map((t) => ({
     type: "object",
     properties: { name: { const: t.function.name }, arguments: t.function.parameters ?? { type: "object" } },
@@ -31,13 +33,23 @@ export function toolAnswerSchema(request: ChatTools): JsonSchema {
   const callList = {
     type: "object",
     properties: {
-      tool_calls: { type: "array", items: calls.length === 1 ? calls[0] : { oneOf: calls }, minItems: 1, maxItems: request.parallel_tool_calls === true ? MAX_PARALLEL_CALLS : 1 },
+      tool_calls: {
+        type: "array",
+        items: calls.length === 1 ? calls[0] : { oneOf: calls },
+        minItems: 1,
+        maxItems: request.parallel_tool_calls === true ? MAX_PARALLEL_CALLS : 1,
+      },
     },
     required: ["tool_calls"],
     additionalProperties: false,
   };
   if (choice !== "auto") return callList;
-  const text = { type: "object", properties: { response: { type: "string" } }, required: ["response"], additionalProperties: false };
+  const text = {
+    type: "object",
+    properties: { response: { type: "string" } },
+    required: ["response"],
+    additionalProperties: false,
+  };
   return { oneOf: [callList, text] };
 }
 
@@ -45,7 +57,11 @@ export function toolAnswerSchema(request: ChatTools): JsonSchema {
 export function toolPromptMessages(messages: ChatMessage[], request: ChatTools | undefined): ChatMessage[] {
   const rendered = messages.map(renderTurn);
   if (!request) return rendered;
-  const described = request.tools.map((t) => ({ name: t.function.name, description: t.function.description, parameters: t.function.parameters ?? { type: "object" } }));
+  const described = request.tools.map((t) => ({
+    name: t.function.name,
+    description: t.function.description,
+    parameters: t.function.parameters ?? { type: "object" },
+  }));
   const choice = request.tool_choice ?? "auto";
   const how =
     choice === "auto"
@@ -68,75 +84,57 @@ function renderTurn(m: ChatMessage): ChatMessage {
 }
 
 /**
- * The model's answer read back: its tool calls (with fresh ids, arguments as JSON text) or its
- * text. `undefined` when the answer is not complete JSON (cut short by max_tokens).
+ * A generation in the generic format as the client sees it: its tool calls (fresh ids, each call's
+ * arguments exactly as the model wrote them) or its text response. Parsed and printed again, a
+ * number beyond a double's range would come back as `null`, which the schema does not allow.
+ *
+ * An answer cut short (max_tokens, a stop string) is read as far as it goes, never passed on as
+ * the format's raw text: a call once its name is known — written whole, or the only allowed name
+ * it can still become (a named tool_choice at once) — with its arguments as far as generated, or
+ * the response's text so far. The finish reason stays the generation's.
  */
-export function parseToolAnswer(text: string): { tool_calls: ToolCall[] } | { content: string } | undefined {
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    return undefined;
+export function readToolAnswer(out: TextOutput, request: ChatTools): TextOutput {
+  const root = readJsonPrefix(out.text);
+  const first = root?.type === "object" ? root.entries[0] : undefined;
+  const choice = request.tool_choice ?? "auto";
+  // Under auto the first key says which answer it is once its first letter is written ("t" or "r").
+  if (choice === "auto" && !(first?.key && "tool_calls".startsWith(first.key)))
+    return { ...out, text: first?.value?.type === "string" ? first.value.value : "" };
+  const names = typeof choice === "object" ? [choice.function.name] : request.tools.map((t) => t.function.name);
+  const items = first?.value?.type === "array" ? first.value.items : [];
+  const calls: ToolCall[] = [];
+  // The first call is certain before anything of it is written: the grammar demands one.
+  for (const item of items.length > 0 ? items : [undefined]) {
+    const fields = item?.type === "object" ? item.entries : [];
+    const name = fields.find((f) => f.key === "name")?.value;
+    const written = name?.type === "string" ? name.value : "";
+    const known = name?.complete ? [written] : names.filter((n) => n.startsWith(written));
+    if (known.length !== 1) break;
+    const args = fields.find((f) => f.key === "arguments")?.value;
+    calls.push(toolCall(known[0] as string, args ? out.text.slice(args.start, args.end) : ""));
   }
-  if (typeof value !== "object" || value === null) return undefined;
-  const answer = value as { tool_calls?: { name: string; arguments: unknown }[]; response?: string };
-  if (Array.isArray(answer.tool_calls)) {
-    const raw = rawArguments(text);
-    return { tool_calls: answer.tool_calls.map((call, i) => toolCall(call.name, raw[i] ?? JSON.stringify(call.arguments ?? {}))) };
-  }
-  return typeof answer.response === "string" ? { content: answer.response } : undefined;
+  const whole = out.finish_reason === "stop" && root?.complete === true;
+  return {
+    ...out,
+    text: "",
+    ...(calls.length > 0 && { tool_calls: calls }),
+    finish_reason: whole ? "tool_calls" : out.finish_reason,
+  };
 }
 
 export function toolCall(name: string, args: string): ToolCall {
   return { id: `call_${randomBytes(12).toString("hex")}`, type: "function", function: { name, arguments: args } };
 }
 
-/**
- * Each call's arguments exactly as the model wrote them. Parsed and printed again, a number beyond
- * a double's range would come back as `null`, which the schema does not allow.
- */
-function rawArguments(text: string): string[] {
-  const found: string[] = [];
-  const key = /"arguments"\s*:\s*/g;
-  for (let match = key.exec(text); match; match = key.exec(text)) {
-    const start = match.index + match[0].length;
-    const end = jsonValueEnd(text, start);
-    found.push(text.slice(start, end));
-    key.lastIndex = end;
-  }
-  return found;
-}
-
-/** Where the JSON value starting at `start` ends (the text is known to be valid JSON). */
-function jsonValueEnd(text: string, start: number): number {
-  let depth = 0;
-  for (let i = start; i < text.length; i++) {
-    const c = text[i];
-    if (c === '"') {
-      for (i++; text[i] !== '"'; i++) if (text[i] === "\\") i++;
-      if (depth === 0) return i + 1;
-    } else if (c === "{" || c === "[") depth++;
-    else if (c === "}" || c === "]") {
-      depth--;
-      if (depth === 0) return i + 1;
-      if (depth < 0) return i;
-    } else if (depth === 0 && (c === "," || c === " " || c === "\n" || c === "\t" || c === "\r")) return i;
-  }
-  return text.length;
-}
-
-/** A generation in the generic format as the client sees it: its tool calls, or its text response. */
-export function readToolAnswer(out: TextOutput): TextOutput {
-  if (out.finish_reason !== "stop") return out;
-  const answer = parseToolAnswer(out.text);
-  if (!answer) return out;
-  return "tool_calls" in answer ? { ...out, text: "", tool_calls: answer.tool_calls, finish_reason: "tool_calls" } : { ...out, text: answer.content };
-}
-
 /** The generic format is itself constrained JSON: a second format cannot be laid over it. */
 export function refuseFormatWithTools(params: { response_format?: unknown }): void {
   if (params.response_format) {
-    throw new PlatformError(400, "invalid_request", "response_format cannot be combined with tools for a model without a tool-calling chat template: the tool format is itself constrained JSON", "response_format");
+    throw new PlatformError(
+      400,
+      "invalid_request",
+      "response_format cannot be combined with tools for a model without a tool-calling chat template: the tool format is itself constrained JSON",
+      "response_format",
+    );
   }
 }
 

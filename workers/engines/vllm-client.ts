@@ -7,9 +7,20 @@
  * (docs/engines.md, "Chat features on vLLM").
  */
 import { randomUUID } from "node:crypto";
+import { EventSourceParserStream } from "eventsource-parser/stream";
 import { z } from "zod";
-import type { ChatMessage, EmbeddingItem, FinishReason, ResponseFormat, SamplingParams, TokenLogprob, ToolCall, Usage } from "../../src/contracts/job.ts";
-import { PlatformError } from "../../src/errors.ts";
+import type {
+  ChatMessage,
+  EmbeddingItem,
+  FinishReason,
+  Prompt,
+  ResponseFormat,
+  SamplingParams,
+  TokenLogprob,
+  ToolCall,
+  Usage,
+} from "../../src/contracts/job.ts";
+import { PlatformError } from "../../src/contracts/errors.ts";
 import { type ChatTools, type GenerationHooks, type TextOutput, type TextRequest, usage } from "./engine.ts";
 
 /** A scrape of the worker waits for vLLM's metrics this long at most (Prometheus's default timeout is 10 s). */
@@ -31,8 +42,12 @@ export class VllmClient {
   async generate(request: TextRequest, hooks: GenerationHooks): Promise<TextOutput> {
     const api = request.kind === "prompt" ? "completions" : "chat";
     try {
-      const res = await this.post(api === "completions" ? "/v1/completions" : "/v1/chat/completions", vllmRequestBody(request, this.servedName), hooks.signal);
-      if (!res.ok) throw await httpError(res, api);
+      const res = await this.post(
+        api === "completions" ? "/v1/completions" : "/v1/chat/completions",
+        vllmRequestBody(request, this.servedName),
+        hooks.signal,
+      );
+      if (!res.ok) throw await httpError(res, api, request.kind === "prompt" ? request.prompt : undefined);
       if (!res.body) throw new PlatformError(502, "engine_error", "vLLM sent no stream");
       return await readVllmStream(res.body, request, hooks);
     } catch (e) {
@@ -46,14 +61,15 @@ export class VllmClient {
     const res = await this.post("/v1/embeddings", { model: this.servedName, input: inputs, encoding_format: "float" });
     if (!res.ok) throw await httpError(res, "embeddings");
     const parsed = EmbeddingResponse.safeParse(await res.json().catch(() => undefined));
-    if (!parsed.success) throw new PlatformError(502, "engine_error", "vLLM answered /v1/embeddings with an unexpected body");
+    if (!parsed.success)
+      throw new PlatformError(502, "engine_error", "vLLM answered /v1/embeddings with an unexpected body");
     const embeddings = [...parsed.data.data].sort((a, b) => a.index - b.index).map((d) => d.embedding);
     return { embeddings, usage: usage(parsed.data.usage.prompt_tokens, 0) };
   }
 
   /** vLLM's own Prometheus metrics (its /metrics), as text; bounded in time, since a scrape waits on it. */
   async metrics(): Promise<string> {
-    const res = await fetch(this.baseUrl + "/metrics", { signal: AbortSignal.timeout(METRICS_TIMEOUT_MS) });
+    const res = await fetch(`${this.baseUrl}/metrics`, { signal: AbortSignal.timeout(METRICS_TIMEOUT_MS) });
     if (!res.ok) throw new Error(`vLLM answered /metrics with ${res.status}`);
     return res.text();
   }
@@ -79,7 +95,17 @@ export class VllmClient {
 }
 
 /** Sampling fields vLLM takes under the contract's own names and meanings. */
-const PASSED = ["temperature", "top_p", "top_k", "min_p", "seed", "stop", "frequency_penalty", "presence_penalty", "logit_bias"] as const satisfies readonly (keyof SamplingParams)[];
+const PASSED = [
+  "temperature",
+  "top_p",
+  "top_k",
+  "min_p",
+  "seed",
+  "stop",
+  "frequency_penalty",
+  "presence_penalty",
+  "logit_bias",
+] as const satisfies readonly (keyof SamplingParams)[];
 
 /** The JSON body of a text request (pure, so the mapping is tested without a server). */
 export function vllmRequestBody(request: TextRequest, servedName: string): Record<string, unknown> {
@@ -87,14 +113,17 @@ export function vllmRequestBody(request: TextRequest, servedName: string): Recor
   const chat = request.kind === "chat";
   return {
     model: servedName,
-    ...(chat ? { messages: request.messages.map(chatMessage), ...(request.tools && tools(request.tools)) } : { prompt: request.prompt }),
+    ...(chat
+      ? { messages: request.messages.map(chatMessage), ...(request.tools && tools(request.tools)) }
+      : { prompt: request.prompt }),
     // null, not absent: /v1/completions defaults to 16 tokens, and the contract says "until the window ends".
     max_tokens: p.max_tokens ?? null,
     // Only the fields that were given: absent ones take vLLM's defaults (the model's generation_config.json).
     ...Object.fromEntries(PASSED.filter((k) => p[k] !== undefined).map((k) => [k, p[k]])),
     ...(p.response_format && { response_format: responseFormat(p.response_format) }),
     // /v1/completions keeps OpenAI's legacy form: an integer count of alternatives.
-    ...(p.logprobs && (chat ? { logprobs: true, top_logprobs: p.top_logprobs ?? 0 } : { logprobs: p.top_logprobs ?? 0 })),
+    ...(p.logprobs &&
+      (chat ? { logprobs: true, top_logprobs: p.top_logprobs ?? 0 } : { logprobs: p.top_logprobs ?? 0 })),
     stream: true,
     // continuous_usage_stats (vLLM's own) puts usage on every chunk, so a cancelled generation still reports what it used.
     stream_options: { include_usage: true, continuous_usage_stats: true },
@@ -131,7 +160,11 @@ function responseFormat(f: ResponseFormat): ResponseFormat {
  * arrive; tool calls, streamed as index-keyed fragments, are put together. Aborting `hooks.signal`
  * ends it with what was generated so far, finish_reason "cancelled".
  */
-export async function readVllmStream(body: ReadableStream<Uint8Array>, request: TextRequest, hooks: GenerationHooks): Promise<TextOutput> {
+export async function readVllmStream(
+  body: ReadableStream<Uint8Array>,
+  request: TextRequest,
+  hooks: GenerationHooks,
+): Promise<TextOutput> {
   const wantLogprobs = request.params.logprobs === true;
   const top = request.params.top_logprobs ?? 0;
   let text = "";
@@ -142,16 +175,28 @@ export async function readVllmStream(body: ReadableStream<Uint8Array>, request: 
   const output = (finish_reason: FinishReason): TextOutput => {
     let toolCalls: ToolCall[] = [...calls.entries()]
       .sort(([a], [b]) => a - b)
-      .map(([, c]) => ({ id: c.id ?? `call_${randomUUID()}`, type: "function", function: { name: c.name, arguments: c.arguments } }));
+      .map(([, c]) => ({
+        id: c.id ?? `call_${randomUUID()}`,
+        type: "function",
+        function: { name: c.name, arguments: c.arguments },
+      }));
     // vLLM takes parallel_tool_calls but leaves the number of calls to the model; the contract says at most one.
     if (request.kind === "chat" && request.tools?.parallel_tool_calls === false) toolCalls = toolCalls.slice(0, 1);
-    return { text, finish_reason, usage: used, ...(toolCalls.length > 0 && { tool_calls: toolCalls }), ...(wantLogprobs && { logprobs }) };
+    return {
+      text,
+      finish_reason,
+      usage: used,
+      ...(toolCalls.length > 0 && { tool_calls: toolCalls }),
+      ...(wantLogprobs && { logprobs }),
+    };
   };
   try {
-    for await (const data of sseData(body)) {
+    // Leaving the loop (at [DONE], on an error) cancels the stream and so the response body.
+    for await (const { data } of body.pipeThrough(new TextDecoderStream()).pipeThrough(new EventSourceParserStream())) {
       if (data === "[DONE]") break;
       const chunk = StreamChunk.safeParse(safeJson(data));
-      if (!chunk.success) throw new PlatformError(502, "engine_error", `vLLM sent an unexpected stream event: ${data.slice(0, 200)}`);
+      if (!chunk.success)
+        throw new PlatformError(502, "engine_error", `vLLM sent an unexpected stream event: ${data.slice(0, 200)}`);
       const { error, usage: u, choices } = chunk.data;
       if (error) throw new PlatformError(error.code === 400 ? 400 : 500, "engine_error", error.message);
       if (u) used = usage(u.prompt_tokens, u.completion_tokens ?? 0);
@@ -178,16 +223,22 @@ export async function readVllmStream(body: ReadableStream<Uint8Array>, request: 
     if (!hooks.signal?.aborted) throw e;
   }
   if (hooks.signal?.aborted) return output("cancelled");
-  if (finish === undefined) throw new PlatformError(502, "engine_error", "vLLM ended the stream without a finish reason");
-  return output(finishReason(finish, calls.size > 0));
+  if (finish === undefined)
+    throw new PlatformError(502, "engine_error", "vLLM ended the stream without a finish reason");
+  const max = request.params.max_tokens;
+  return output(finishReason(finish, calls.size > 0, max !== undefined && used.completion_tokens >= max));
 }
 
-function finishReason(reason: string, calledTools: boolean): FinishReason {
+/** `capped`: the completion reached max_tokens. */
+function finishReason(reason: string, calledTools: boolean, capped: boolean): FinishReason {
   if (reason === "length") return "length";
   // vLLM aborts a request itself only when it is shutting down or failing.
   if (reason === "abort") throw new PlatformError(503, "engine_unavailable", "vLLM aborted the generation", null, 5);
+  if (!calledTools) return "stop";
+  // A stream that sent tool calls ends with "tool_calls" even when max_tokens cut the last one short,
+  // so a completion of max_tokens is taken as cut (rarely, its last allowed token ended it).
   // vLLM says "stop" after a named tool_choice; the contract ties tool calls to "tool_calls".
-  return calledTools ? "tool_calls" : "stop";
+  return capped ? "length" : "tool_calls";
 }
 
 /** A chunk's logprobs in the chat shape, from either of vLLM's shapes. */
@@ -218,7 +269,14 @@ const UsageJson = z.object({
   completion_tokens: z.number().int().nonnegative().nullish(),
 });
 
-const Candidate = z.object({ token: z.string(), logprob: z.number(), bytes: z.array(z.number().int()).nullish().transform((b) => b ?? null) });
+const Candidate = z.object({
+  token: z.string(),
+  logprob: z.number(),
+  bytes: z
+    .array(z.number().int())
+    .nullish()
+    .transform((b) => b ?? null),
+});
 
 /** /v1/completions' legacy shape first: the chat shape's only field is optional, so it would match anything. */
 const ChoiceLogprobs = z.union([
@@ -264,13 +322,29 @@ const ErrorBody = z.union([
 ]);
 
 const CONTEXT_OVERFLOW = /maximum context length|maximum model length|max_model_len/i;
+/** vLLM names the largest id of a prompt past its tokenizer's vocabulary. */
+const OUT_OF_VOCABULARY = /token id (\d+) is out of vocabulary/i;
 const NO_CHAT_TEMPLATE = /chat template/i;
 const UNSUPPORTED_API = /does not support .*API/i;
 
-async function httpError(res: Response, api: "completions" | "chat" | "embeddings"): Promise<PlatformError> {
+/** `prompt`: the completion's, so that a token id vLLM refuses is named by its place, as llama.cpp names it. */
+async function httpError(
+  res: Response,
+  api: "completions" | "chat" | "embeddings",
+  prompt?: Prompt,
+): Promise<PlatformError> {
   const raw = await res.text().catch(() => "");
   const parsed = ErrorBody.safeParse(safeJson(raw));
   const message = parsed.success ? parsed.data : raw.slice(0, 500) || `HTTP ${res.status}`;
+  const unknownId = Number(OUT_OF_VOCABULARY.exec(message)?.[1]);
+  const at = Array.isArray(prompt) ? prompt.indexOf(unknownId) : -1;
+  if (res.status === 400 && at >= 0)
+    return new PlatformError(
+      400,
+      "invalid_request",
+      `prompt[${at}]: token ${unknownId} is not in this model's vocabulary`,
+      "prompt",
+    );
   if (res.status === 400 && CONTEXT_OVERFLOW.test(message)) {
     return new PlatformError(400, "context_length_exceeded", message, "messages");
   }
@@ -280,39 +354,16 @@ async function httpError(res: Response, api: "completions" | "chat" | "embedding
   if (UNSUPPORTED_API.test(message) || res.status === 404 || res.status === 405 || res.status === 501) {
     // A generative model asked for embeddings, or an embedding model for text (vLLM answers 400 or 501 by version).
     const what = api === "embeddings" ? "embeddings" : "text generation";
-    return new PlatformError(400, "unsupported_by_model", `this model does not serve ${what}: ${message}`, api === "embeddings" ? "input" : null);
+    return new PlatformError(
+      400,
+      "unsupported_by_model",
+      `this model does not serve ${what}: ${message}`,
+      api === "embeddings" ? "input" : null,
+    );
   }
   if (res.status === 400 || res.status === 422) return new PlatformError(400, "invalid_request", message);
   if (res.status === 429 || res.status === 503) return new PlatformError(503, "engine_busy", message, null, 1);
   return new PlatformError(500, "engine_error", `vLLM answered HTTP ${res.status}: ${message}`);
-}
-
-/** The `data` of each server-sent event, in order. */
-async function* sseData(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
-  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = "";
-  let data: string[] = [];
-  try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      buffer += value;
-      let newline: number;
-      while ((newline = buffer.indexOf("\n")) >= 0) {
-        const line = buffer.slice(0, newline).replace(/\r$/, "");
-        buffer = buffer.slice(newline + 1);
-        if (line === "") {
-          if (data.length > 0) yield data.join("\n");
-          data = [];
-        } else if (line.startsWith("data:")) {
-          data.push(line.slice(line.startsWith("data: ") ? 6 : 5));
-        }
-      }
-    }
-    if (data.length > 0) yield data.join("\n");
-  } finally {
-    await reader.cancel().catch(() => undefined);
-  }
 }
 
 function safeJson(text: string): unknown {

@@ -34,7 +34,16 @@ export const VLLM_QUANTIZATION = { int8: "fp8", int4: "bitsandbytes" } as const;
 export function vllmArgs(options: VllmArgsOptions): string[] {
   const { runtime: r, resources } = options;
   // `vllm serve <model>`: the bare `vllm <model>` form is refused as an unknown subcommand.
-  const args = ["serve", options.modelPath, "--host", "127.0.0.1", "--port", String(options.port), "--served-model-name", options.servedName];
+  const args = [
+    "serve",
+    options.modelPath,
+    "--host",
+    "127.0.0.1",
+    "--port",
+    String(options.port),
+    "--served-model-name",
+    options.servedName,
+  ];
   if (r.max_model_len !== undefined) args.push("--max-model-len", String(r.max_model_len));
   if (r.gpu_memory_utilization !== undefined) args.push("--gpu-memory-utilization", String(r.gpu_memory_utilization));
   const tp = tensorParallelSize(r, resources);

@@ -1,5 +1,5 @@
 /**
- * Supervision of the `vllm serve` child: started under the pipe watchdog (src/watchdog.ts) in
+ * Supervision of the `vllm serve` child: started under the pipe watchdog (src/process/watchdog.ts) in
  * its own process group, ready once `GET /health` answers 200, stopped with everything it
  * started. A vLLM left behind holds GPU memory, so every way out (dispose, a failed start, the
  * worker exiting, the worker killed outright) ends the whole group.
@@ -7,8 +7,8 @@
 import type { ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 import { setTimeout as sleep } from "node:timers/promises";
-import { PlatformError } from "../../src/errors.ts";
-import { spawnWatched } from "../../src/watchdog.ts";
+import { PlatformError } from "../../src/contracts/errors.ts";
+import { spawnWatched } from "../../src/process/watchdog.ts";
 
 const HEALTH_POLL_MS = 500;
 /** A worker killed outright: vLLM gets SIGTERM at once, and its whole group SIGKILL this much later. */
@@ -31,7 +31,7 @@ export class VllmProcess {
 
   constructor(bin: string, args: string[], env: NodeJS.ProcessEnv, log: (line: string) => void) {
     this.bin = bin;
-    // Under the pipe watchdog (src/watchdog.ts): a worker killed outright (SIGKILL, OOM) runs no
+    // Under the pipe watchdog (src/process/watchdog.ts): a worker killed outright (SIGKILL, OOM) runs no
     // exit handler, and vLLM would hold the GPU on. Its own process group: vLLM starts engine-core
     // and tensor-parallel workers, and all of them must go when it does.
     this.child = spawnWatched(bin, args, { env, output: "pipe", killAfterSeconds: ORPHAN_KILL_AFTER_S }).process;
@@ -79,7 +79,11 @@ export class VllmProcess {
   /** Why the server is not there, for errors after start-up. */
   describeExit(): string {
     if (!this.exit) return "vLLM is not answering";
-    const how = this.exit.error ? this.exit.error.message : this.exit.signal ? `signal ${this.exit.signal}` : `code ${this.exit.code}`;
+    const how = this.exit.error
+      ? this.exit.error.message
+      : this.exit.signal
+        ? `signal ${this.exit.signal}`
+        : `code ${this.exit.code}`;
     return `vLLM exited (${how}); last output:\n${this.tail.join("\n")}`;
   }
 
@@ -116,7 +120,11 @@ export class VllmProcess {
     if (exit.error || exit.code === 127 || exit.code === 126) {
       await settlesWithin(this.outputClosed, 2_000);
       const why = exit.error?.message ?? (this.tail.at(-1) || `exit code ${exit.code}`);
-      return new PlatformError(500, "engine_start_failed", `could not run vLLM ("${this.bin}"): ${why}. Install vLLM on this node or set VLLM_BIN to its executable.`);
+      return new PlatformError(
+        500,
+        "engine_start_failed",
+        `could not run vLLM ("${this.bin}"): ${why}. Install vLLM on this node or set VLLM_BIN to its executable.`,
+      );
     }
     // The last lines usually say why (a traceback, "CUDA out of memory", …); let the pipes drain first.
     await settlesWithin(this.outputClosed, 2_000);

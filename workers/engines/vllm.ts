@@ -6,11 +6,11 @@
  * parts together: the flags (vllm-flags.ts), the child process (vllm-process.ts)
  * and the HTTP client (vllm-client.ts); docs/engines.md ("vLLM") describes them.
  */
-import { withoutWorkerAllocator } from "../../scaler/backend.ts";
+import { withoutWorkerAllocator } from "../../src/process/worker-env.ts";
 import { VLLM } from "../../src/contracts/engines.ts";
 import type { EmbeddingItem, Usage } from "../../src/contracts/job.ts";
-import { PlatformError } from "../../src/errors.ts";
-import { freePort } from "../../src/net.ts";
+import { PlatformError } from "../../src/contracts/errors.ts";
+import { freePort } from "../../src/process/free-port.ts";
 import { VLLM_DEFAULTS } from "../../src/settings/vllm.ts";
 import { type Engine, type GenerationHooks, plainChatPrompt, type TextOutput, type TextRequest } from "./engine.ts";
 import { readToolAnswer, refuseFormatWithTools, toolAnswerSchema, toolPromptMessages } from "./tool-format.ts";
@@ -19,7 +19,14 @@ import { checkpointQuantization, type VllmArgsOptions, vllmArgs } from "./vllm-f
 import { VllmProcess } from "./vllm-process.ts";
 
 // The flags builder is part of this engine's interface (tests, docs); one import path serves both.
-export { checkpointQuantization, notAppliedByVllm, tensorParallelSize, VLLM_QUANTIZATION, type VllmArgsOptions, vllmArgs } from "./vllm-flags.ts";
+export {
+  checkpointQuantization,
+  notAppliedByVllm,
+  tensorParallelSize,
+  VLLM_QUANTIZATION,
+  type VllmArgsOptions,
+  vllmArgs,
+} from "./vllm-flags.ts";
 
 export type VllmOptions = Omit<VllmArgsOptions, "port" | "checkpointQuantization"> & {
   /** Added to the child's environment (e.g. CUDA_VISIBLE_DEVICES). */
@@ -43,7 +50,12 @@ export async function loadVllm(options: VllmOptions): Promise<VllmEngine> {
   const log = options.log ?? ((line: string) => process.stderr.write(`[vllm] ${line}\n`));
   // The worker's whole environment passes through (CUDA_*, HF_*, proxies): vLLM reads its own
   // variables. Not the allocator settings a worker is started with, made for a Node worker's threads.
-  const child = new VllmProcess(bin, args, { VLLM_NO_USAGE_STATS: "1", PYTHONUNBUFFERED: "1", ...withoutWorkerAllocator(process.env), ...options.env }, log);
+  const child = new VllmProcess(
+    bin,
+    args,
+    { VLLM_NO_USAGE_STATS: "1", PYTHONUNBUFFERED: "1", ...withoutWorkerAllocator(process.env), ...options.env },
+    log,
+  );
   const baseUrl = `http://127.0.0.1:${port}`;
   const startTimeoutMs = options.startTimeoutMs ?? VLLM_DEFAULTS.startTimeoutMs;
   const stopGraceMs = options.stopGraceMs ?? DEFAULT_STOP_GRACE_MS;
@@ -75,7 +87,9 @@ export class VllmEngine implements Engine {
     this.parallel = parallel;
     this.stopGraceMs = stopGraceMs;
     // Settles only for an exit nobody asked for: a crash, the OOM killer, someone's SIGKILL.
-    this.lost = server.exited.then(() => (this.disposing ? new Promise<string>(() => undefined) : server.describeExit()));
+    this.lost = server.exited.then(() =>
+      this.disposing ? new Promise<string>(() => undefined) : server.describeExit(),
+    );
   }
 
   /** The id of the process group holding `vllm serve`, its watchdog and all vLLM starts. */
@@ -101,8 +115,14 @@ export class VllmEngine implements Engine {
       // No template, so no tool parser either: the generic format, held by vLLM's guided decoding, as on llama.cpp.
       refuseFormatWithTools(request.params);
       const schema = toolAnswerSchema(request.tools);
-      const params = { ...request.params, response_format: { type: "json_schema" as const, json_schema: { name: "tool_answer", schema } } };
-      return readToolAnswer(await this.generate({ kind: "prompt", prompt, params }, { signal: hooks.signal }));
+      const params = {
+        ...request.params,
+        response_format: { type: "json_schema" as const, json_schema: { name: "tool_answer", schema } },
+      };
+      return readToolAnswer(
+        await this.generate({ kind: "prompt", prompt, params }, { signal: hooks.signal }),
+        request.tools,
+      );
     }
     try {
       return await this.client.generate(request, hooks);

@@ -7,7 +7,7 @@
  */
 import { readFile } from "node:fs/promises";
 import { join, normalize, sep } from "node:path";
-import { PlatformError } from "../../errors.ts";
+import { PlatformError } from "../../contracts/errors.ts";
 import { gguf, GGML_TYPE, type GgufValue, LLAMA_FTYPE, writeGgufFile } from "../gguf/index.ts";
 import type { ConversionResult, Converter } from "./index.ts";
 import { SafetensorsCheckpoint, SafetensorsError } from "./safetensors.ts";
@@ -46,7 +46,14 @@ export const convertBert: Converter = async (dir, config, outPath): Promise<Conv
     const plan = tensorPlan(checkpoint, hp);
     const metadata = new Map<string, GgufValue>([
       ["general.architecture", gguf.string("bert")],
-      ["general.name", gguf.string(typeof config._name_or_path === "string" && /^[\w./-]{1,200}$/.test(config._name_or_path) ? config._name_or_path : "bert")],
+      [
+        "general.name",
+        gguf.string(
+          typeof config._name_or_path === "string" && /^[\w./-]{1,200}$/.test(config._name_or_path)
+            ? config._name_or_path
+            : "bert",
+        ),
+      ],
       ["general.file_type", gguf.uint32(LLAMA_FTYPE.ALL_F32)],
       ["bert.context_length", gguf.uint32(hp.contextLength)],
       ["bert.embedding_length", gguf.uint32(hp.embedding)],
@@ -66,7 +73,9 @@ export const convertBert: Converter = async (dir, config, outPath): Promise<Conv
       ["tokenizer.ggml.seperator_token_id", gguf.uint32(vocab.special.sep)],
       ["tokenizer.ggml.unknown_token_id", gguf.uint32(vocab.special.unk)],
       ["tokenizer.ggml.padding_token_id", gguf.uint32(vocab.special.pad)],
-      ...(vocab.special.mask === undefined ? [] : [["tokenizer.ggml.mask_token_id", gguf.uint32(vocab.special.mask)] as [string, GgufValue]]),
+      ...(vocab.special.mask === undefined
+        ? []
+        : [["tokenizer.ggml.mask_token_id", gguf.uint32(vocab.special.mask)] as [string, GgufValue]]),
     ]);
     const headers = plan.map((t) => ({ name: t.name, dims: t.dims, type: GGML_TYPE.F32 }));
     await writeGgufFile(outPath, metadata, headers, async function* (i) {
@@ -96,14 +105,21 @@ type Hyperparameters = {
 function hyperparameters(config: Record<string, unknown>): Hyperparameters {
   const int = (key: string, fallback?: number): number => {
     const v = config[key] ?? fallback;
-    if (typeof v !== "number" || !Number.isInteger(v) || v < 1 || v > 1 << 24) throw invalid(`config.json: ${key} must be a positive integer`);
+    if (typeof v !== "number" || !Number.isInteger(v) || v < 1 || v > 1 << 24)
+      throw invalid(`config.json: ${key} must be a positive integer`);
     return v;
   };
   const act = config.hidden_act ?? "gelu";
   // llama.cpp's BERT graph applies GELU; a checkpoint trained with another activation would embed differently.
-  if (typeof act !== "string" || !act.startsWith("gelu")) throw invalid(`config.json: hidden_act "${String(act).slice(0, 40)}" is not supported; BERT checkpoints with GELU are`);
+  if (typeof act !== "string" || !act.startsWith("gelu"))
+    throw invalid(
+      `config.json: hidden_act "${String(act).slice(0, 40)}" is not supported; BERT checkpoints with GELU are`,
+    );
   const position = config.position_embedding_type ?? "absolute";
-  if (position !== "absolute") throw invalid(`config.json: position_embedding_type "${String(position).slice(0, 40)}" is not supported; only absolute position embeddings are`);
+  if (position !== "absolute")
+    throw invalid(
+      `config.json: position_embedding_type "${String(position).slice(0, 40)}" is not supported; only absolute position embeddings are`,
+    );
   const hp: Hyperparameters = {
     vocabSize: int("vocab_size"),
     embedding: int("hidden_size"),
@@ -112,9 +128,11 @@ function hyperparameters(config: Record<string, unknown>): Hyperparameters {
     heads: int("num_attention_heads"),
     contextLength: int("max_position_embeddings"),
     typeVocabSize: int("type_vocab_size", 2),
-    layerNormEps: typeof config.layer_norm_eps === "number" && config.layer_norm_eps > 0 ? config.layer_norm_eps : 1e-12,
+    layerNormEps:
+      typeof config.layer_norm_eps === "number" && config.layer_norm_eps > 0 ? config.layer_norm_eps : 1e-12,
   };
-  if (hp.embedding % hp.heads !== 0) throw invalid(`config.json: hidden_size ${hp.embedding} is not a multiple of num_attention_heads ${hp.heads}`);
+  if (hp.embedding % hp.heads !== 0)
+    throw invalid(`config.json: hidden_size ${hp.embedding} is not a multiple of num_attention_heads ${hp.heads}`);
   return hp;
 }
 
@@ -127,7 +145,10 @@ function tensorPlan(checkpoint: SafetensorsCheckpoint, hp: Hyperparameters): Pla
   // ggml dims are PyTorch's shape reversed; row-major data is then the same bytes.
   const add = (name: string, source: string, shape: number[]) => {
     const full = prefix + source;
-    if (!checkpoint.has(full)) throw invalid(`the checkpoint has no tensor ${full}, which a ${prefix ? "BertForMaskedLM" : "BertModel"} checkpoint has`);
+    if (!checkpoint.has(full))
+      throw invalid(
+        `the checkpoint has no tensor ${full}, which a ${prefix ? "BertForMaskedLM" : "BertModel"} checkpoint has`,
+      );
     const actual = checkpoint.info(full).shape;
     if (actual.length !== shape.length || actual.some((d, i) => d !== shape[i])) {
       throw invalid(`tensor ${full} has shape [${actual.join(", ")}]; config.json implies [${shape.join(", ")}]`);
@@ -142,7 +163,12 @@ function tensorPlan(checkpoint: SafetensorsCheckpoint, hp: Hyperparameters): Pla
   add("token_embd_norm.bias", "embeddings.LayerNorm.bias", [e]);
   for (let i = 0; i < hp.blocks; i++) {
     const layer = `encoder.layer.${i}.`;
-    for (const [to, from] of [["attn_q", "attention.self.query"], ["attn_k", "attention.self.key"], ["attn_v", "attention.self.value"], ["attn_output", "attention.output.dense"]] as const) {
+    for (const [to, from] of [
+      ["attn_q", "attention.self.query"],
+      ["attn_k", "attention.self.key"],
+      ["attn_v", "attention.self.value"],
+      ["attn_output", "attention.output.dense"],
+    ] as const) {
       add(`blk.${i}.${to}.weight`, `${layer}${from}.weight`, [e, e]);
       add(`blk.${i}.${to}.bias`, `${layer}${from}.bias`, [e]);
     }
@@ -158,7 +184,11 @@ function tensorPlan(checkpoint: SafetensorsCheckpoint, hp: Hyperparameters): Pla
   return plan;
 }
 
-type Vocabulary = { tokens: string[]; types: number[]; special: { cls: number; sep: number; unk: number; pad: number; mask?: number } };
+type Vocabulary = {
+  tokens: string[];
+  types: number[];
+  special: { cls: number; sep: number; unk: number; pad: number; mask?: number };
+};
 
 /** At most this many tokens: far above any BERT vocabulary (30,522 for bert-base), bounding what a checkpoint can make us hold. */
 const MAX_VOCABULARY = 1_000_000;
@@ -174,7 +204,9 @@ async function readVocabulary(dir: string, vocabSize: number): Promise<Vocabular
   if (tokenizerJson !== undefined) {
     const model = (tokenizerJson as { model?: { type?: unknown; vocab?: unknown } }).model;
     if (model?.type !== "WordPiece" || typeof model.vocab !== "object" || model.vocab === null) {
-      throw invalid(`tokenizer.json: the tokenizer is ${typeof model?.type === "string" ? `"${model.type.slice(0, 40)}"` : "of no type"}; a BERT checkpoint needs a WordPiece tokenizer`);
+      throw invalid(
+        `tokenizer.json: the tokenizer is ${typeof model?.type === "string" ? `"${model.type.slice(0, 40)}"` : "of no type"}; a BERT checkpoint needs a WordPiece tokenizer`,
+      );
     }
     for (const [token, id] of Object.entries(model.vocab as Record<string, unknown>)) place(byId, token, id, vocabSize);
     const added = (tokenizerJson as { added_tokens?: unknown }).added_tokens;
@@ -187,11 +219,13 @@ async function readVocabulary(dir: string, vocabSize: number): Promise<Vocabular
     }
   } else {
     const text = await readFile(join(dir, "vocab.txt"), "utf8").catch(() => {
-      throw invalid("the checkpoint has neither tokenizer.json nor vocab.txt; a BERT checkpoint needs its WordPiece vocabulary");
+      throw invalid(
+        "the checkpoint has neither tokenizer.json nor vocab.txt; a BERT checkpoint needs its WordPiece vocabulary",
+      );
     });
     const lines = text.split(/\r?\n/);
     if (lines.at(-1) === "") lines.pop();
-    lines.forEach((token, id) => place(byId, token, id, vocabSize));
+    for (const [id, token] of lines.entries()) place(byId, token, id, vocabSize);
   }
   const names = await specialTokenNames(dir);
   const idOf = (role: keyof typeof names, required: boolean): number | undefined => {
@@ -200,7 +234,13 @@ async function readVocabulary(dir: string, vocabSize: number): Promise<Vocabular
     if (id >= 0) special.add(names[role]);
     return id < 0 ? undefined : id;
   };
-  const ids = { cls: idOf("cls", true) as number, sep: idOf("sep", true) as number, unk: idOf("unk", true) as number, pad: idOf("pad", false) ?? 0, mask: idOf("mask", false) };
+  const ids = {
+    cls: idOf("cls", true) as number,
+    sep: idOf("sep", true) as number,
+    unk: idOf("unk", true) as number,
+    pad: idOf("pad", false) ?? 0,
+    mask: idOf("mask", false),
+  };
   const tokens: string[] = [];
   const types: number[] = [];
   // The embedding matrix has vocab_size rows: ids the tokenizer never produces still need a (unique) token.
@@ -222,21 +262,32 @@ async function readVocabulary(dir: string, vocabSize: number): Promise<Vocabular
 
 function place(byId: (string | undefined)[], token: string, id: unknown, vocabSize: number): void {
   if (typeof id !== "number" || !Number.isInteger(id) || id < 0 || id >= Math.min(vocabSize, MAX_VOCABULARY)) {
-    throw invalid(`the tokenizer's token id ${String(id).slice(0, 20)} lies outside config.json's vocab_size ${vocabSize}`);
+    throw invalid(
+      `the tokenizer's token id ${String(id).slice(0, 20)} lies outside config.json's vocab_size ${vocabSize}`,
+    );
   }
   byId[id] = token;
 }
 
 /** The special tokens' texts: tokenizer_config.json's names when it has them, BERT's own otherwise. */
-async function specialTokenNames(dir: string): Promise<{ cls: string; sep: string; unk: string; pad: string; mask: string }> {
+async function specialTokenNames(
+  dir: string,
+): Promise<{ cls: string; sep: string; unk: string; pad: string; mask: string }> {
   const config = ((await readJson(dir, "tokenizer_config.json")) ?? {}) as Record<string, unknown>;
   const name = (key: string, fallback: string) => {
     const v = config[`${key}_token`];
     if (typeof v === "string") return v;
-    if (typeof v === "object" && v !== null && typeof (v as { content?: unknown }).content === "string") return (v as { content: string }).content;
+    if (typeof v === "object" && v !== null && typeof (v as { content?: unknown }).content === "string")
+      return (v as { content: string }).content;
     return fallback;
   };
-  return { cls: name("cls", "[CLS]"), sep: name("sep", "[SEP]"), unk: name("unk", "[UNK]"), pad: name("pad", "[PAD]"), mask: name("mask", "[MASK]") };
+  return {
+    cls: name("cls", "[CLS]"),
+    sep: name("sep", "[SEP]"),
+    unk: name("unk", "[UNK]"),
+    pad: name("pad", "[PAD]"),
+    mask: name("mask", "[MASK]"),
+  };
 }
 
 /**
@@ -263,7 +314,9 @@ export async function readSentenceTransformersHead(dir: string): Promise<Sentenc
       pooling = await readPooling(dir, typeof m.path === "string" ? m.path : "1_Pooling");
       continue;
     }
-    throw invalid(`modules.json: the module "${type.slice(0, 60) || "?"}" is not supported (Transformer, Pooling and Normalize are)`);
+    throw invalid(
+      `modules.json: the module "${type.slice(0, 60) || "?"}" is not supported (Transformer, Pooling and Normalize are)`,
+    );
   }
   return { pooling: pooling ?? "mean", normalize, declared: true };
 }
@@ -271,14 +324,20 @@ export async function readSentenceTransformersHead(dir: string): Promise<Sentenc
 async function readPooling(dir: string, path: string): Promise<Pooling> {
   const rel = normalize(path);
   // The path comes from the checkpoint: it may not leave its directory.
-  if (rel.startsWith("..") || rel.startsWith(sep) || rel.includes(`${sep}..`)) throw invalid("modules.json: the Pooling module's path leaves the checkpoint directory");
+  if (rel.startsWith("..") || rel.startsWith(sep) || rel.includes(`${sep}..`))
+    throw invalid("modules.json: the Pooling module's path leaves the checkpoint directory");
   const config = await readJson(dir, join(rel, "config.json"));
-  if (typeof config !== "object" || config === null) throw invalid("modules.json names a Pooling module without its config.json");
-  const modes = Object.entries(config as Record<string, unknown>).filter(([k, v]) => k.startsWith("pooling_mode_") && v === true).map(([k]) => k.slice("pooling_mode_".length));
+  if (typeof config !== "object" || config === null)
+    throw invalid("modules.json names a Pooling module without its config.json");
+  const modes = Object.entries(config as Record<string, unknown>)
+    .filter(([k, v]) => k.startsWith("pooling_mode_") && v === true)
+    .map(([k]) => k.slice("pooling_mode_".length));
   const supported: Record<string, Pooling> = { mean_tokens: "mean", cls_token: "cls", lasttoken: "last" };
   const mode = modes[0];
   if (modes.length !== 1 || mode === undefined || !(mode in supported)) {
-    throw invalid(`${join(rel, "config.json")}: pooling ${modes.length === 0 ? "mode unset" : modes.join(" + ").slice(0, 80)} is not supported; one of mean_tokens, cls_token or lasttoken is`);
+    throw invalid(
+      `${join(rel, "config.json")}: pooling ${modes.length === 0 ? "mode unset" : modes.join(" + ").slice(0, 80)} is not supported; one of mean_tokens, cls_token or lasttoken is`,
+    );
   }
   return supported[mode] as Pooling;
 }

@@ -5,7 +5,7 @@
  */
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { PlatformError } from "../../errors.ts";
+import { PlatformError } from "../../contracts/errors.ts";
 
 /** What a converter reports about the file it wrote (the registry stores it with the version). */
 export type ConversionResult = {
@@ -22,7 +22,12 @@ export type Converter = (dir: string, config: Record<string, unknown>, outPath: 
 
 /** architectures[0] → converter. Each family registers its names here. */
 const CONVERTERS: Record<string, () => Promise<Converter>> = {
-  ...Object.fromEntries(["LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM"].map((a) => [a, () => import("./llama.ts").then((m) => m.llamaConverter)])),
+  ...Object.fromEntries(
+    ["LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM"].map((a) => [
+      a,
+      () => import("./llama.ts").then((m) => m.llamaConverter),
+    ]),
+  ),
   BertModel: async () => (await import("./bert.ts")).convertBert,
   BertForMaskedLM: async () => (await import("./bert.ts")).convertBert,
 };
@@ -37,7 +42,10 @@ export function supportedArchitectures(): string[] {
  */
 export async function convertCheckpoint(dir: string, outPath: string): Promise<ConversionResult> {
   const config = await readConfig(dir);
-  const architecture = Array.isArray(config.architectures) && typeof config.architectures[0] === "string" ? config.architectures[0] : undefined;
+  const architecture =
+    Array.isArray(config.architectures) && typeof config.architectures[0] === "string"
+      ? config.architectures[0]
+      : undefined;
   requireConvertible(architecture);
   return (await CONVERTERS[architecture]!())(dir, config, outPath);
 }
@@ -59,11 +67,17 @@ export function requireConvertible(architecture: string | null | undefined): ass
 
 async function readConfig(dir: string): Promise<Record<string, unknown>> {
   const text = await readFile(join(dir, "config.json"), "utf8").catch(() => {
-    throw new PlatformError(400, "invalid_artifact", "the checkpoint has no config.json (a Hugging Face-style directory needs one)", "source");
+    throw new PlatformError(
+      400,
+      "invalid_artifact",
+      "the checkpoint has no config.json (a Hugging Face-style directory needs one)",
+      "source",
+    );
   });
   try {
     const parsed: unknown = JSON.parse(text);
-    if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) return parsed as Record<string, unknown>;
+    if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed))
+      return parsed as Record<string, unknown>;
   } catch {
     // fall through
   }

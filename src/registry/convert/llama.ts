@@ -8,7 +8,7 @@
 import { rm } from "node:fs/promises";
 import { endianness } from "node:os";
 import { GGML_TYPE, type GgufValue, gguf, LLAMA_FTYPE, writeGgufFile } from "../gguf/index.ts";
-import { PlatformError } from "../../errors.ts";
+import { PlatformError } from "../../contracts/errors.ts";
 import type { ConversionResult } from "./index.ts";
 import { SafetensorsCheckpoint, SafetensorsError } from "./safetensors.ts";
 import { SentencePieceError } from "./sentencepiece.ts";
@@ -45,7 +45,11 @@ const CHUNK_BYTES = 16 << 20;
 /** One output tensor: its GGUF header and how to produce its float32 values, in ggml order, piece by piece. */
 type Planned = { name: string; dims: number[]; type: number; parts: () => AsyncIterable<Float32Array> };
 
-export async function convertLlamaFamily(dir: string, config: Record<string, unknown>, outPath: string): Promise<ConversionResult> {
+export async function convertLlamaFamily(
+  dir: string,
+  config: Record<string, unknown>,
+  outPath: string,
+): Promise<ConversionResult> {
   const architecture = (config.architectures as string[])[0]!;
   const arch = LLAMA_FAMILY[architecture]!;
   // Float32 values are written as their in-memory bytes: GGUF is little-endian.
@@ -79,29 +83,50 @@ export async function convertLlamaFamily(dir: string, config: Record<string, unk
   return { architecture, ggufArchitecture: arch, task: "generate" };
 }
 
-export function isConverterError(e: unknown): e is CheckpointError | SafetensorsError | TokenizerError | SentencePieceError {
-  return e instanceof CheckpointError || e instanceof SafetensorsError || e instanceof TokenizerError || e instanceof SentencePieceError;
+export function isConverterError(
+  e: unknown,
+): e is CheckpointError | SafetensorsError | TokenizerError | SentencePieceError {
+  return (
+    e instanceof CheckpointError ||
+    e instanceof SafetensorsError ||
+    e instanceof TokenizerError ||
+    e instanceof SentencePieceError
+  );
 }
 
 function int(config: Record<string, unknown>, key: string, fallback?: number): number {
   const v = config[key] ?? fallback;
-  if (typeof v !== "number" || !Number.isSafeInteger(v) || v <= 0) throw new CheckpointError(`config.json: ${key} must be a positive integer`);
+  if (typeof v !== "number" || !Number.isSafeInteger(v) || v <= 0)
+    throw new CheckpointError(`config.json: ${key} must be a positive integer`);
   return v;
 }
 
-function hyperparameters(arch: "llama" | "qwen2", config: Record<string, unknown>, checkpoint: SafetensorsCheckpoint): Hparams {
+function hyperparameters(
+  arch: "llama" | "qwen2",
+  config: Record<string, unknown>,
+  checkpoint: SafetensorsCheckpoint,
+): Hparams {
   const hidden = int(config, "hidden_size");
   const heads = int(config, "num_attention_heads");
   const kvHeads = int(config, "num_key_value_heads", heads);
   const headDim = config.head_dim == null ? hidden / heads : int(config, "head_dim");
-  if (!Number.isInteger(headDim) || headDim % 2 !== 0) throw new CheckpointError("config.json: the head size (hidden_size / num_attention_heads or head_dim) must be an even integer");
-  if (heads % kvHeads !== 0) throw new CheckpointError("config.json: num_attention_heads must be a multiple of num_key_value_heads");
+  if (!Number.isInteger(headDim) || headDim % 2 !== 0)
+    throw new CheckpointError(
+      "config.json: the head size (hidden_size / num_attention_heads or head_dim) must be an even integer",
+    );
+  if (heads % kvHeads !== 0)
+    throw new CheckpointError("config.json: num_attention_heads must be a multiple of num_key_value_heads");
   const act = config.hidden_act ?? config.hidden_activation ?? "silu";
-  if (act !== "silu") throw new CheckpointError(`config.json: hidden_act "${String(act).slice(0, 40)}" is not supported (llama-family models use silu)`);
-  if (config.mlp_bias === true) throw new CheckpointError("config.json: mlp_bias is not supported by llama.cpp's llama architecture");
+  if (act !== "silu")
+    throw new CheckpointError(
+      `config.json: hidden_act "${String(act).slice(0, 40)}" is not supported (llama-family models use silu)`,
+    );
+  if (config.mlp_bias === true)
+    throw new CheckpointError("config.json: mlp_bias is not supported by llama.cpp's llama architecture");
   const experts = config.num_local_experts == null ? 0 : int(config, "num_local_experts");
   const embed = checkpoint.info("model.embed_tokens.weight").shape;
-  if (embed.length !== 2 || embed[1] !== hidden) throw new CheckpointError("model.embed_tokens.weight does not have hidden_size columns");
+  if (embed.length !== 2 || embed[1] !== hidden)
+    throw new CheckpointError("model.embed_tokens.weight does not have hidden_size columns");
   return {
     arch,
     hidden,
@@ -114,7 +139,9 @@ function hyperparameters(arch: "llama" | "qwen2", config: Record<string, unknown
     experts,
     expertsUsed: experts > 0 ? int(config, "num_experts_per_tok") : 0,
     // Where config.json does not say, a checkpoint without lm_head.weight can only mean tied.
-    tied: config.tie_word_embeddings === true || (config.tie_word_embeddings === undefined && !checkpoint.has("lm_head.weight")),
+    tied:
+      config.tie_word_embeddings === true ||
+      (config.tie_word_embeddings === undefined && !checkpoint.has("lm_head.weight")),
   };
 }
 
@@ -132,10 +159,12 @@ function outputFileType(checkpoint: SafetensorsCheckpoint): { ftype: number; mat
 function modelMetadata(hp: Hparams, config: Record<string, unknown>): [string, GgufValue][] {
   const a = hp.arch;
   const eps = config.rms_norm_eps ?? 1e-6;
-  if (typeof eps !== "number" || !(eps > 0)) throw new CheckpointError("config.json: rms_norm_eps must be a positive number");
+  if (typeof eps !== "number" || !(eps > 0))
+    throw new CheckpointError("config.json: rms_norm_eps must be a positive number");
   const rope = (config.rope_parameters ?? config.rope_scaling ?? {}) as Record<string, unknown>;
   const theta = config.rope_theta ?? rope.rope_theta ?? 10000;
-  if (typeof theta !== "number" || !(theta > 0)) throw new CheckpointError("config.json: rope_theta must be a positive number");
+  if (typeof theta !== "number" || !(theta > 0))
+    throw new CheckpointError("config.json: rope_theta must be a positive number");
   const out: [string, GgufValue][] = [
     [`${a}.vocab_size`, gguf.uint32(hp.vocab)],
     [`${a}.context_length`, gguf.uint32(int(config, "max_position_embeddings", 4096))],
@@ -149,20 +178,27 @@ function modelMetadata(hp: Hparams, config: Record<string, unknown>): [string, G
     [`${a}.rope.dimension_count`, gguf.uint32(hp.headDim)],
   ];
   if (hp.headDim !== hp.hidden / hp.heads) {
-    out.push([`${a}.attention.key_length`, gguf.uint32(hp.headDim)], [`${a}.attention.value_length`, gguf.uint32(hp.headDim)]);
+    out.push(
+      [`${a}.attention.key_length`, gguf.uint32(hp.headDim)],
+      [`${a}.attention.value_length`, gguf.uint32(hp.headDim)],
+    );
   }
   const type = rope.rope_type ?? rope.type ?? "default";
   if (type === "linear" || type === "yarn") {
     const factor = rope.factor;
-    if (typeof factor !== "number" || !(factor > 0)) throw new CheckpointError(`config.json: ${type} RoPE scaling needs a positive factor`);
+    if (typeof factor !== "number" || !(factor > 0))
+      throw new CheckpointError(`config.json: ${type} RoPE scaling needs a positive factor`);
     out.push([`${a}.rope.scaling.type`, gguf.string(type)], [`${a}.rope.scaling.factor`, gguf.float32(factor)]);
     if (type === "yarn" && typeof rope.original_max_position_embeddings === "number") {
       out.push([`${a}.rope.scaling.original_context_length`, gguf.uint32(rope.original_max_position_embeddings)]);
     }
   } else if (type !== "default" && type !== "llama3") {
-    throw new CheckpointError(`config.json: RoPE scaling "${String(type).slice(0, 40)}" is not supported; supported: default, linear, yarn, llama3`);
+    throw new CheckpointError(
+      `config.json: RoPE scaling "${String(type).slice(0, 40)}" is not supported; supported: default, linear, yarn, llama3`,
+    );
   }
-  if (hp.experts > 0) out.push([`${a}.expert_count`, gguf.uint32(hp.experts)], [`${a}.expert_used_count`, gguf.uint32(hp.expertsUsed)]);
+  if (hp.experts > 0)
+    out.push([`${a}.expert_count`, gguf.uint32(hp.experts)], [`${a}.expert_used_count`, gguf.uint32(hp.expertsUsed)]);
   return out;
 }
 
@@ -175,7 +211,8 @@ function llama3RopeFactors(config: Record<string, unknown>, headDim: number): Fl
   if ((rope.rope_type ?? rope.type) !== "llama3") return undefined;
   const num = (v: unknown, fallback: number, what: string) => {
     const x = v ?? fallback;
-    if (typeof x !== "number" || !(x > 0)) throw new CheckpointError(`config.json: llama3 RoPE scaling needs a positive ${what}`);
+    if (typeof x !== "number" || !(x > 0))
+      throw new CheckpointError(`config.json: llama3 RoPE scaling needs a positive ${what}`);
     return x;
   };
   const theta = num(config.rope_theta ?? rope.rope_theta, 10000, "rope_theta");
@@ -183,7 +220,8 @@ function llama3RopeFactors(config: Record<string, unknown>, headDim: number): Fl
   const low = num(rope.low_freq_factor, 1, "low_freq_factor");
   const high = num(rope.high_freq_factor, 4, "high_freq_factor");
   const original = num(rope.original_max_position_embeddings, 8192, "original_max_position_embeddings");
-  if (high <= low) throw new CheckpointError("config.json: llama3 RoPE scaling needs high_freq_factor > low_freq_factor");
+  if (high <= low)
+    throw new CheckpointError("config.json: llama3 RoPE scaling needs high_freq_factor > low_freq_factor");
   const out = new Float32Array(headDim / 2);
   for (let i = 0; i < out.length; i++) {
     const freq = 1 / theta ** ((2 * i) / headDim);
@@ -198,12 +236,19 @@ function llama3RopeFactors(config: Record<string, unknown>, headDim: number): Fl
   return out;
 }
 
-function planTensors(hp: Hparams, config: Record<string, unknown>, ck: SafetensorsCheckpoint, matrixType: number): Planned[] {
+function planTensors(
+  hp: Hparams,
+  config: Record<string, unknown>,
+  ck: SafetensorsCheckpoint,
+  matrixType: number,
+): Planned[] {
   // Checks the shape up front, so a bad checkpoint fails before the output file is created.
   const source = (name: string, shape: number[]): string => {
     const got = ck.info(name).shape;
     if (got.length !== shape.length || got.some((d, i) => d !== shape[i])) {
-      throw new CheckpointError(`tensor ${name} has shape [${got.join(", ")}], expected [${shape.join(", ")}] from config.json`);
+      throw new CheckpointError(
+        `tensor ${name} has shape [${got.join(", ")}], expected [${shape.join(", ")}] from config.json`,
+      );
     }
     return name;
   };
@@ -214,7 +259,9 @@ function planTensors(hp: Hparams, config: Record<string, unknown>, ck: Safetenso
     const rows = shape[0]!;
     const cols = shape.slice(1).reduce((a, b) => a * b, 1);
     const group = permuted ? hp.headDim : 1;
-    const transform = permuted ? (x: Float32Array) => permuteRows(x, x.length / cols / hp.headDim, hp.headDim) : undefined;
+    const transform = permuted
+      ? (x: Float32Array) => permuteRows(x, x.length / cols / hp.headDim, hp.headDim)
+      : undefined;
     const step = Math.max(group, Math.floor(CHUNK_BYTES / 4 / cols / group) * group);
     return {
       name,
@@ -234,9 +281,20 @@ function planTensors(hp: Hparams, config: Record<string, unknown>, ck: Safetenso
   // halves, having permuted the rows when it converted Meta's weights. Undo that; Qwen2 rotates halves in both.
   const permute = hp.arch === "llama";
 
-  const out: Planned[] = [plain("token_embd.weight", "model.embed_tokens.weight", [vocab, hidden]), plain("output_norm.weight", "model.norm.weight", [hidden])];
+  const out: Planned[] = [
+    plain("token_embd.weight", "model.embed_tokens.weight", [vocab, hidden]),
+    plain("output_norm.weight", "model.norm.weight", [hidden]),
+  ];
   const freqs = llama3RopeFactors(config, headDim);
-  if (freqs) out.push({ name: "rope_freqs.weight", dims: [freqs.length], type: GGML_TYPE.F32, parts: async function* () { yield freqs; } });
+  if (freqs)
+    out.push({
+      name: "rope_freqs.weight",
+      dims: [freqs.length],
+      type: GGML_TYPE.F32,
+      parts: async function* () {
+        yield freqs;
+      },
+    });
   if (!hp.tied) out.push(plain("output.weight", "lm_head.weight", [vocab, hidden]));
   for (let i = 0; i < hp.layers; i++) {
     const p = `model.layers.${i}`;
@@ -256,7 +314,8 @@ function planTensors(hp: Hparams, config: Record<string, unknown>, ck: Safetenso
         plain(`${b}.attn_v.bias`, `${p}.self_attn.v_proj.bias`, [kvHeads * headDim]),
       );
     }
-    if (ck.has(`${p}.self_attn.o_proj.bias`)) out.push(plain(`${b}.attn_output.bias`, `${p}.self_attn.o_proj.bias`, [hidden]));
+    if (ck.has(`${p}.self_attn.o_proj.bias`))
+      out.push(plain(`${b}.attn_output.bias`, `${p}.self_attn.o_proj.bias`, [hidden]));
     out.push(plain(`${b}.ffn_norm.weight`, `${p}.post_attention_layernorm.weight`, [hidden]));
     if (hp.experts > 0) out.push(...expertTensors(hp, ck, i, matrixType, source));
     else {
@@ -275,7 +334,13 @@ function planTensors(hp: Hparams, config: Record<string, unknown>, ck: Safetenso
  * expert's [out][in] matrix is one slice). Checkpoints name them per expert (block_sparse_moe.experts.E.w1/w2/w3,
  * as transformers saves them) or fused (mlp.experts.gate_up_proj/down_proj, transformers 5's in-memory form).
  */
-function expertTensors(hp: Hparams, ck: SafetensorsCheckpoint, i: number, matrixType: number, source: (name: string, shape: number[]) => string): Planned[] {
+function expertTensors(
+  hp: Hparams,
+  ck: SafetensorsCheckpoint,
+  i: number,
+  matrixType: number,
+  source: (name: string, shape: number[]) => string,
+): Planned[] {
   const { hidden, ff, experts } = hp;
   const b = `blk.${i}`;
   const legacy = `model.layers.${i}.block_sparse_moe`;
@@ -304,7 +369,8 @@ function expertTensors(hp: Hparams, ck: SafetensorsCheckpoint, i: number, matrix
     const gateUp = source(`${fused}.experts.gate_up_proj`, [experts, 2 * ff, hidden]);
     const down = source(`${fused}.experts.down_proj`, [experts, hidden, ff]);
     // gate_up_proj holds each expert's gate rows, then its up rows; only that expert is read.
-    const half = (e: number, which: 0 | 1) => ck.readRows(gateUp, e, e + 1).then((x) => x.subarray(which * ff * hidden, (which + 1) * ff * hidden));
+    const half = (e: number, which: 0 | 1) =>
+      ck.readRows(gateUp, e, e + 1).then((x) => x.subarray(which * ff * hidden, (which + 1) * ff * hidden));
     tensors.push(
       stacked(`${b}.ffn_gate_exps.weight`, ff, hidden, (e) => half(e, 0)),
       stacked(`${b}.ffn_down_exps.weight`, hidden, ff, (e) => ck.readRows(down, e, e + 1)),
@@ -362,11 +428,16 @@ async function* encode(t: Planned): AsyncGenerator<Uint8Array> {
 }
 
 /** `convertLlamaFamily` with the checkpoint's own problems reported as a 400 naming them (messages carry no server paths). */
-export const llamaConverter = async (dir: string, config: Record<string, unknown>, outPath: string): Promise<ConversionResult> => {
+export const llamaConverter = async (
+  dir: string,
+  config: Record<string, unknown>,
+  outPath: string,
+): Promise<ConversionResult> => {
   try {
     return await convertLlamaFamily(dir, config, outPath);
   } catch (e) {
-    if (isConverterError(e)) throw new PlatformError(400, "invalid_artifact", `cannot convert the checkpoint: ${e.message}`, "source");
+    if (isConverterError(e))
+      throw new PlatformError(400, "invalid_artifact", `cannot convert the checkpoint: ${e.message}`, "source");
     throw e;
   }
 };

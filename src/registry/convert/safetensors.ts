@@ -12,7 +12,18 @@ import { basename, join } from "node:path";
 export const SAFETENSORS_DTYPES = ["F32", "F16", "BF16", "F64"] as const;
 export type SafetensorsDtype = (typeof SAFETENSORS_DTYPES)[number];
 
-const DTYPE_BYTES: Record<string, number> = { F64: 8, F32: 4, F16: 2, BF16: 2, I64: 8, I32: 4, I16: 2, I8: 1, U8: 1, BOOL: 1 };
+const DTYPE_BYTES: Record<string, number> = {
+  F64: 8,
+  F32: 4,
+  F16: 2,
+  BF16: 2,
+  I64: 8,
+  I32: 4,
+  I16: 2,
+  I8: 1,
+  U8: 1,
+  BOOL: 1,
+};
 
 export type SafetensorsTensor = {
   name: string;
@@ -40,7 +51,11 @@ export class SafetensorsCheckpoint {
   /** The `__metadata__` of the first shard (e.g. `{"format": "pt"}`). */
   readonly metadata: Readonly<Record<string, string>>;
 
-  private constructor(dir: string, tensors: ReadonlyMap<string, SafetensorsTensor>, metadata: Readonly<Record<string, string>>) {
+  private constructor(
+    dir: string,
+    tensors: ReadonlyMap<string, SafetensorsTensor>,
+    metadata: Readonly<Record<string, string>>,
+  ) {
     this.dir = dir;
     this.tensors = tensors;
     this.metadata = metadata;
@@ -86,14 +101,17 @@ export class SafetensorsCheckpoint {
   async readRows(name: string, from: number, to: number): Promise<Float32Array> {
     const t = this.info(name);
     const outer = t.shape[0] ?? 1;
-    if (!(Number.isSafeInteger(from) && Number.isSafeInteger(to) && 0 <= from && from <= to && to <= outer)) throw new SafetensorsError(`tensor ${name}: rows ${from}..${to} are outside its ${outer}`);
+    if (!(Number.isSafeInteger(from) && Number.isSafeInteger(to) && 0 <= from && from <= to && to <= outer))
+      throw new SafetensorsError(`tensor ${name}: rows ${from}..${to} are outside its ${outer}`);
     const rowBytes = outer === 0 ? 0 : (t.end - t.begin) / outer;
     return this.readRange(t, t.begin + from * rowBytes, t.begin + to * rowBytes);
   }
 
   private async readRange(t: SafetensorsTensor, begin: number, end: number): Promise<Float32Array> {
     if (!(SAFETENSORS_DTYPES as readonly string[]).includes(t.dtype)) {
-      throw new SafetensorsError(`tensor ${t.name} is ${t.dtype}; only ${SAFETENSORS_DTYPES.join(", ")} checkpoints can be converted`);
+      throw new SafetensorsError(
+        `tensor ${t.name} is ${t.dtype}; only ${SAFETENSORS_DTYPES.join(", ")} checkpoints can be converted`,
+      );
     }
     const bytes = Buffer.alloc(end - begin);
     const handle = await this.handle(t.file);
@@ -137,16 +155,21 @@ async function shardFiles(dir: string): Promise<string[]> {
   } catch {
     throw new SafetensorsError("model.safetensors.index.json is not valid JSON");
   }
-  if (typeof map !== "object" || map === null) throw new SafetensorsError("model.safetensors.index.json has no weight_map");
+  if (typeof map !== "object" || map === null)
+    throw new SafetensorsError("model.safetensors.index.json has no weight_map");
   const files = [...new Set(Object.values(map))];
   for (const f of files) {
     // Shard names come from the checkpoint: they may not leave its directory.
-    if (typeof f !== "string" || basename(f) !== f || f.startsWith(".")) throw new SafetensorsError("model.safetensors.index.json names a shard outside the checkpoint directory");
+    if (typeof f !== "string" || basename(f) !== f || f.startsWith("."))
+      throw new SafetensorsError("model.safetensors.index.json names a shard outside the checkpoint directory");
   }
   return (files as string[]).sort();
 }
 
-async function readHeader(path: string, file: string): Promise<{ tensors: SafetensorsTensor[]; metadata: Record<string, string> }> {
+async function readHeader(
+  path: string,
+  file: string,
+): Promise<{ tensors: SafetensorsTensor[]; metadata: Record<string, string> }> {
   const handle = await open(path, "r").catch(() => {
     throw new SafetensorsError(`${file}: listed by the index but missing`);
   });
@@ -155,7 +178,8 @@ async function readHeader(path: string, file: string): Promise<{ tensors: Safete
     const lengthBytes = Buffer.alloc(8);
     await handle.read(lengthBytes, 0, 8, 0);
     const length = Number(lengthBytes.readBigUInt64LE(0));
-    if (size < 8 || length > MAX_HEADER_BYTES || 8 + length > size) throw new SafetensorsError(`${file}: not a safetensors file (bad header length)`);
+    if (size < 8 || length > MAX_HEADER_BYTES || 8 + length > size)
+      throw new SafetensorsError(`${file}: not a safetensors file (bad header length)`);
     const json = Buffer.alloc(length);
     await handle.read(json, 0, length, 8);
     let header: Record<string, unknown>;
@@ -188,8 +212,18 @@ async function readHeader(path: string, file: string): Promise<{ tensors: Safete
       }
       const [from, to] = offsets as [number, number];
       const elements = (shape as number[]).reduce((a, b) => a * b, 1);
-      if (to - from !== elements * width || dataStart + to > size) throw new SafetensorsError(`${file}: tensor ${name}'s data does not match its shape or lies past the end of the file`);
-      tensors.push({ name, dtype: e.dtype as string, shape: shape as number[], file, begin: dataStart + from, end: dataStart + to });
+      if (to - from !== elements * width || dataStart + to > size)
+        throw new SafetensorsError(
+          `${file}: tensor ${name}'s data does not match its shape or lies past the end of the file`,
+        );
+      tensors.push({
+        name,
+        dtype: e.dtype as string,
+        shape: shape as number[],
+        file,
+        begin: dataStart + from,
+        end: dataStart + to,
+      });
     }
     return { tensors, metadata };
   } finally {

@@ -28,7 +28,8 @@ function* fields(buf: Uint8Array): Generator<Field> {
     let result = 0n;
     let shift = 0n;
     for (;;) {
-      if (pos >= buf.length || shift > 63n) throw new SentencePieceError("tokenizer.model is not a SentencePiece model (bad varint)");
+      if (pos >= buf.length || shift > 63n)
+        throw new SentencePieceError("tokenizer.model is not a SentencePiece model (bad varint)");
       const b = buf[pos++]!;
       result |= BigInt(b & 0x7f) << shift;
       if ((b & 0x80) === 0) return result;
@@ -57,14 +58,23 @@ function* fields(buf: Uint8Array): Generator<Field> {
 const int32 = (v: bigint): number => Number(BigInt.asIntN(32, v));
 
 export function parseSentencePiece(buf: Uint8Array): SentencePieceModel {
-  const model: SentencePieceModel = { pieces: [], modelType: 1, unkId: 0, bosId: 1, eosId: 2, padId: -1, addDummyPrefix: true };
+  const model: SentencePieceModel = {
+    pieces: [],
+    modelType: 1,
+    unkId: 0,
+    bosId: 1,
+    eosId: 2,
+    padId: -1,
+    addDummyPrefix: true,
+  };
   const utf8 = new TextDecoder("utf-8", { fatal: false });
   for (const f of fields(buf)) {
     if (f.number === 1 && f.bytes) {
       const piece = { piece: "", score: 0, type: 1 };
       for (const p of fields(f.bytes)) {
         if (p.number === 1 && p.bytes) piece.piece = utf8.decode(p.bytes);
-        else if (p.number === 2 && p.bytes && p.wire === 5) piece.score = new DataView(p.bytes.buffer, p.bytes.byteOffset, 4).getFloat32(0, true);
+        else if (p.number === 2 && p.bytes && p.wire === 5)
+          piece.score = new DataView(p.bytes.buffer, p.bytes.byteOffset, 4).getFloat32(0, true);
         else if (p.number === 3 && p.varint !== undefined) piece.type = int32(p.varint);
       }
       model.pieces.push(piece);
@@ -78,9 +88,11 @@ export function parseSentencePiece(buf: Uint8Array): SentencePieceModel {
         else if (t.number === 43) model.padId = int32(t.varint);
       }
     } else if (f.number === 3 && f.bytes) {
-      for (const n of fields(f.bytes)) if (n.number === 3 && n.varint !== undefined) model.addDummyPrefix = n.varint !== 0n;
+      for (const n of fields(f.bytes))
+        if (n.number === 3 && n.varint !== undefined) model.addDummyPrefix = n.varint !== 0n;
     }
   }
-  if (model.pieces.length === 0) throw new SentencePieceError("tokenizer.model holds no pieces (not a SentencePiece model?)");
+  if (model.pieces.length === 0)
+    throw new SentencePieceError("tokenizer.model holds no pieces (not a SentencePiece model?)");
   return model;
 }

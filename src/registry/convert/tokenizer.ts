@@ -28,7 +28,13 @@ type TokenizerJson = {
   pre_tokenizer?: unknown;
   post_processor?: unknown;
   decoder?: unknown;
-  model?: { type?: string; vocab?: Record<string, number>; merges?: (string | [string, string])[]; byte_fallback?: boolean; unk_token?: string | null };
+  model?: {
+    type?: string;
+    vocab?: Record<string, number>;
+    merges?: (string | [string, string])[];
+    byte_fallback?: boolean;
+    unk_token?: string | null;
+  };
 };
 type TokenizerConfig = Record<string, unknown>;
 
@@ -37,8 +43,14 @@ type TokenizerConfig = Record<string, unknown>;
  * llama-vocab.cpp holds the same regexes). Checkpoints whose pattern is not listed get "default".
  */
 const KNOWN_PRE_TOKENIZERS: [pattern: string, name: string][] = [
-  ["(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", "qwen2"],
-  ["(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", "llama-bpe"],
+  [
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    "qwen2",
+  ],
+  [
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    "llama-bpe",
+  ],
   ["'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", "gpt2"],
 ];
 
@@ -46,7 +58,11 @@ const KNOWN_PRE_TOKENIZERS: [pattern: string, name: string][] = [
  * The `tokenizer.*` metadata for the checkpoint in `dir`. `vocabSize` is the embedding's row
  * count: llama.cpp needs one token per row, so a vocabulary padded in the weights is padded here.
  */
-export async function tokenizerMetadata(dir: string, config: Record<string, unknown>, vocabSize: number): Promise<Map<string, GgufValue>> {
+export async function tokenizerMetadata(
+  dir: string,
+  config: Record<string, unknown>,
+  vocabSize: number,
+): Promise<Map<string, GgufValue>> {
   const json = await readJson<TokenizerJson>(dir, "tokenizer.json");
   const tokenizerConfig = (await readJson<TokenizerConfig>(dir, "tokenizer_config.json")) ?? {};
   const vocab = json !== undefined ? fromTokenizerJson(json, vocabSize) : await fromSentencePiece(dir, vocabSize);
@@ -60,7 +76,12 @@ export async function tokenizerMetadata(dir: string, config: Record<string, unkn
   const meta = new Map<string, GgufValue>();
   const specialId = (field: string, configField: string): number | undefined => {
     const entry = tokenizerConfig[field];
-    const content = typeof entry === "string" ? entry : typeof entry === "object" && entry !== null ? (entry as { content?: unknown }).content : undefined;
+    const content =
+      typeof entry === "string"
+        ? entry
+        : typeof entry === "object" && entry !== null
+          ? (entry as { content?: unknown }).content
+          : undefined;
     if (typeof content === "string" && byContent.has(content)) return byContent.get(content);
     const fromConfig = config[configField] ?? vocab.specials?.[field];
     const id = Array.isArray(fromConfig) ? fromConfig[0] : fromConfig;
@@ -87,7 +108,8 @@ export async function tokenizerMetadata(dir: string, config: Record<string, unkn
     meta.set("tokenizer.ggml.tokens", gguf.strings(tokens));
     meta.set("tokenizer.ggml.scores", gguf.float32s(scores));
     meta.set("tokenizer.ggml.token_type", gguf.int32s(types));
-    if (vocab.addSpacePrefix !== undefined) meta.set("tokenizer.ggml.add_space_prefix", gguf.bool(vocab.addSpacePrefix));
+    if (vocab.addSpacePrefix !== undefined)
+      meta.set("tokenizer.ggml.add_space_prefix", gguf.bool(vocab.addSpacePrefix));
   }
   if (ids.bos !== undefined) meta.set("tokenizer.ggml.bos_token_id", gguf.uint32(ids.bos));
   if (ids.eos !== undefined) meta.set("tokenizer.ggml.eos_token_id", gguf.uint32(ids.eos));
@@ -115,8 +137,10 @@ function placer(vocabSize: number, file: string) {
   const tokens: string[] = [];
   const types: number[] = [];
   const place = (id: number, text: string, type: number) => {
-    if (!Number.isSafeInteger(id) || id < 0) throw new TokenizerError(`${file}: token "${text.slice(0, 40)}" has an invalid id`);
-    if (id >= vocabSize) throw new TokenizerError(`${file}: token id ${id} is past the model's ${vocabSize} embedding rows`);
+    if (!Number.isSafeInteger(id) || id < 0)
+      throw new TokenizerError(`${file}: token "${text.slice(0, 40)}" has an invalid id`);
+    if (id >= vocabSize)
+      throw new TokenizerError(`${file}: token id ${id} is past the model's ${vocabSize} embedding rows`);
     tokens[id] = text;
     types[id] = type;
   };
@@ -126,12 +150,18 @@ function placer(vocabSize: number, file: string) {
 function fromTokenizerJson(json: TokenizerJson, vocabSize: number): Vocab {
   const model = json.model;
   if (model?.type !== "BPE" || typeof model.vocab !== "object" || model.vocab === null) {
-    throw new TokenizerError(`tokenizer.json: the ${String(model?.type ?? "missing").slice(0, 40)} model cannot be converted; only BPE tokenizers (SentencePiece-style or byte-level) are supported`);
+    throw new TokenizerError(
+      `tokenizer.json: the ${String(model?.type ?? "missing").slice(0, 40)} model cannot be converted; only BPE tokenizers (SentencePiece-style or byte-level) are supported`,
+    );
   }
   const byteLevel = mentions(json.pre_tokenizer, "ByteLevel") || mentions(json.decoder, "ByteLevel");
   const { tokens, types, place } = placer(vocabSize, "tokenizer.json");
   for (const [text, id] of Object.entries(model.vocab)) {
-    place(id, text, byteLevel ? TOKEN_TYPE.normal : /^<0x[0-9A-F]{2}>$/.test(text) ? TOKEN_TYPE.byte : TOKEN_TYPE.normal);
+    place(
+      id,
+      text,
+      byteLevel ? TOKEN_TYPE.normal : /^<0x[0-9A-F]{2}>$/.test(text) ? TOKEN_TYPE.byte : TOKEN_TYPE.normal,
+    );
   }
   const byContent = new Map<string, number>(Object.entries(model.vocab));
   for (const t of json.added_tokens ?? []) {
@@ -143,11 +173,20 @@ function fromTokenizerJson(json: TokenizerJson, vocabSize: number): Vocab {
     return { kind: "gpt2", tokens, types, byContent, pre: preTokenizerName(json.pre_tokenizer), merges };
   }
   if (!model.byte_fallback && !tokens.some((t) => t?.startsWith("\u2581"))) {
-    throw new TokenizerError("tokenizer.json: a BPE tokenizer that is neither byte-level nor SentencePiece-style (byte_fallback, \u2581 for spaces) cannot be converted");
+    throw new TokenizerError(
+      "tokenizer.json: a BPE tokenizer that is neither byte-level nor SentencePiece-style (byte_fallback, \u2581 for spaces) cannot be converted",
+    );
   }
   // Metaspace with prepend_scheme "never" (or the older add_prefix_space false) adds no leading space.
-  const metaspace = findComponent(json.pre_tokenizer, "Metaspace") as { prepend_scheme?: unknown; add_prefix_space?: unknown } | undefined;
-  const addSpacePrefix = metaspace === undefined ? undefined : metaspace.prepend_scheme === "never" || metaspace.add_prefix_space === false ? false : undefined;
+  const metaspace = findComponent(json.pre_tokenizer, "Metaspace") as
+    | { prepend_scheme?: unknown; add_prefix_space?: unknown }
+    | undefined;
+  const addSpacePrefix =
+    metaspace === undefined
+      ? undefined
+      : metaspace.prepend_scheme === "never" || metaspace.add_prefix_space === false
+        ? false
+        : undefined;
   return { kind: "llama", tokens, types, byContent, ...(addSpacePrefix === undefined ? {} : { addSpacePrefix }) };
 }
 
@@ -161,13 +200,21 @@ async function fromSentencePiece(dir: string, vocabSize: number): Promise<Vocab>
     () => undefined,
   );
   if (size === undefined) {
-    throw new TokenizerError("the checkpoint has no tokenizer.json or tokenizer.model (save the tokenizer with the model)");
+    throw new TokenizerError(
+      "the checkpoint has no tokenizer.json or tokenizer.model (save the tokenizer with the model)",
+    );
   }
-  if (size > MAX_SENTENCEPIECE_BYTES) throw new TokenizerError("tokenizer.model is too large to be a SentencePiece model");
-  const sp = parseSentencePiece(await readFile(path).catch(() => {
-    throw new TokenizerError("tokenizer.model cannot be read");
-  }));
-  if (sp.modelType !== 2) throw new TokenizerError("tokenizer.model: only SentencePiece BPE models (as Llama and Mistral use) can be converted; this one is unigram or another type");
+  if (size > MAX_SENTENCEPIECE_BYTES)
+    throw new TokenizerError("tokenizer.model is too large to be a SentencePiece model");
+  const sp = parseSentencePiece(
+    await readFile(path).catch(() => {
+      throw new TokenizerError("tokenizer.model cannot be read");
+    }),
+  );
+  if (sp.modelType !== 2)
+    throw new TokenizerError(
+      "tokenizer.model: only SentencePiece BPE models (as Llama and Mistral use) can be converted; this one is unigram or another type",
+    );
   const { tokens, types, place } = placer(vocabSize, "tokenizer.model");
   const scores: number[] = [];
   const byContent = new Map<string, number>();
@@ -185,7 +232,12 @@ async function fromSentencePiece(dir: string, vocabSize: number): Promise<Vocab>
     byContent.set(content, id);
   }
   const specials: Record<string, number> = {};
-  for (const [field, id] of [["bos_token", sp.bosId], ["eos_token", sp.eosId], ["unk_token", sp.unkId], ["pad_token", sp.padId]] as const) {
+  for (const [field, id] of [
+    ["bos_token", sp.bosId],
+    ["eos_token", sp.eosId],
+    ["unk_token", sp.unkId],
+    ["pad_token", sp.padId],
+  ] as const) {
     if (id >= 0 && id < vocabSize) specials[field] = id;
   }
   return { kind: "llama", tokens, types, byContent, scores, addSpacePrefix: sp.addDummyPrefix, specials };
@@ -195,7 +247,9 @@ function findComponent(component: unknown, type: string): unknown {
   if (typeof component !== "object" || component === null) return undefined;
   const c = component as { type?: unknown; pretokenizers?: unknown };
   if (c.type === type) return c;
-  return Array.isArray(c.pretokenizers) ? c.pretokenizers.map((x) => findComponent(x, type)).find((x) => x !== undefined) : undefined;
+  return Array.isArray(c.pretokenizers)
+    ? c.pretokenizers.map((x) => findComponent(x, type)).find((x) => x !== undefined)
+    : undefined;
 }
 
 async function readJson<T>(dir: string, name: string): Promise<T | undefined> {
@@ -238,7 +292,13 @@ function preTokenizerName(pre: unknown): string {
 }
 
 /** add_bos/add_eos: tokenizer_config.json's flag, else whether the post-processor's template inserts the token. */
-function addsToken(config: TokenizerConfig, field: string, post: unknown, id: number | undefined, tokens: string[]): boolean | undefined {
+function addsToken(
+  config: TokenizerConfig,
+  field: string,
+  post: unknown,
+  id: number | undefined,
+  tokens: string[],
+): boolean | undefined {
   const flag = config[field];
   if (typeof flag === "boolean") return flag;
   if (typeof post !== "object" || post === null) return undefined;
@@ -264,7 +324,9 @@ async function chatTemplate(dir: string, config: TokenizerConfig): Promise<strin
   const t = config.chat_template;
   if (typeof t === "string") return t;
   if (Array.isArray(t)) {
-    const named = t.filter((x): x is { name: string; template: string } => typeof x?.name === "string" && typeof x?.template === "string");
+    const named = t.filter(
+      (x): x is { name: string; template: string } => typeof x?.name === "string" && typeof x?.template === "string",
+    );
     return (named.find((x) => x.name === "default") ?? named[0])?.template;
   }
   const file = await readFile(join(dir, "chat_template.jinja"), "utf8").catch(() => undefined);

@@ -124,11 +124,45 @@ export const LLAMA_FTYPE = { ALL_F32: 0, MOSTLY_F16: 1, MOSTLY_Q4_0: 2, MOSTLY_Q
  * it (llama.h's name without LLAMA_FTYPE_, MOSTLY_ or ALL_). Deprecated ids are kept: old files carry them.
  */
 export const LLAMA_FTYPE_NAMES: Readonly<Record<number, string>> = {
-  0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 4: "Q4_1_SOME_F16", 5: "Q4_2", 6: "Q4_3", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
-  10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
-  19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M",
-  28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 33: "Q4_0_4_4", 34: "Q4_0_4_8", 35: "Q4_0_8_8",
-  36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4_MOE",
+  0: "F32",
+  1: "F16",
+  2: "Q4_0",
+  3: "Q4_1",
+  4: "Q4_1_SOME_F16",
+  5: "Q4_2",
+  6: "Q4_3",
+  7: "Q8_0",
+  8: "Q5_0",
+  9: "Q5_1",
+  10: "Q2_K",
+  11: "Q3_K_S",
+  12: "Q3_K_M",
+  13: "Q3_K_L",
+  14: "Q4_K_S",
+  15: "Q4_K_M",
+  16: "Q5_K_S",
+  17: "Q5_K_M",
+  18: "Q6_K",
+  19: "IQ2_XXS",
+  20: "IQ2_XS",
+  21: "Q2_K_S",
+  22: "IQ3_XS",
+  23: "IQ3_XXS",
+  24: "IQ1_S",
+  25: "IQ4_NL",
+  26: "IQ3_S",
+  27: "IQ3_M",
+  28: "IQ2_S",
+  29: "IQ2_M",
+  30: "IQ4_XS",
+  31: "IQ1_M",
+  32: "BF16",
+  33: "Q4_0_4_4",
+  34: "Q4_0_4_8",
+  35: "Q4_0_8_8",
+  36: "TQ1_0",
+  37: "TQ2_0",
+  38: "MXFP4_MOE",
 };
 
 /** ggml's GGML_QNT_VERSION, which llama-quantize stamps on every file it writes. */
@@ -143,7 +177,8 @@ export function tensorBytes(type: number, dims: readonly number[], name = "tenso
   const traits = GGML_TYPES[type];
   if (!traits) throw new Error(`${name}: unknown ggml tensor type ${type}`);
   const rowLength = dims[0] ?? 1;
-  if (rowLength % traits.blockSize !== 0) throw new Error(`${name}: rows of ${rowLength} do not fill whole ${traits.name} blocks of ${traits.blockSize}`);
+  if (rowLength % traits.blockSize !== 0)
+    throw new Error(`${name}: rows of ${rowLength} do not fill whole ${traits.name} blocks of ${traits.blockSize}`);
   const rows = dims.slice(1).reduce((a, b) => a * b, 1);
   return (rowLength / traits.blockSize) * traits.blockBytes * rows;
 }
@@ -154,7 +189,10 @@ export function alignUp(n: number, alignment: number): number {
 
 /** `general.alignment` when the metadata sets it (a uint32 multiple of 8, as the spec demands), else 32. */
 export function alignmentOf(metadata: ReadonlyMap<string, GgufValue> | Readonly<Record<string, GgufValue>>): number {
-  const declared = metadata instanceof Map ? metadata.get("general.alignment") : (metadata as Record<string, GgufValue>)["general.alignment"];
+  const declared =
+    metadata instanceof Map
+      ? metadata.get("general.alignment")
+      : (metadata as Record<string, GgufValue>)["general.alignment"];
   if (declared === undefined) return DEFAULT_ALIGNMENT;
   if (declared.type !== "uint32" || declared.value <= 0 || declared.value % 8 !== 0) {
     throw new Error("general.alignment must be a uint32 multiple of 8");

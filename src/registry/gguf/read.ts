@@ -74,14 +74,21 @@ export async function readGgufInfo(path: string): Promise<GgufInfo> {
       if (nDims < 1 || nDims > MAX_DIMS) throw new Error(`tensor ${name}: ${nDims} dimensions`);
       const dims: number[] = [];
       for (let d = 0; d < nDims; d++) dims.push(await r.count(`tensor ${name} dimension`, Number.MAX_SAFE_INTEGER));
-      raw.push({ name, dims, type: await r.u32(), relative: await r.count(`tensor ${name} offset`, Number.MAX_SAFE_INTEGER) });
+      raw.push({
+        name,
+        dims,
+        type: await r.u32(),
+        relative: await r.count(`tensor ${name} offset`, Number.MAX_SAFE_INTEGER),
+      });
     }
     const dataOffset = alignUp(r.position, alignment);
     const tensors = raw.map((t): GgufTensorInfo => {
-      if (t.relative % alignment !== 0) throw new Error(`tensor ${t.name}: offset ${t.relative} is not aligned to ${alignment}`);
+      if (t.relative % alignment !== 0)
+        throw new Error(`tensor ${t.name}: offset ${t.relative} is not aligned to ${alignment}`);
       const byteLength = tensorBytes(t.type, t.dims, `tensor ${t.name}`);
       const offset = dataOffset + t.relative;
-      if (offset + byteLength > fileSize) throw new Error(`tensor ${t.name}: its data runs past the end of the file (truncated?)`);
+      if (offset + byteLength > fileSize)
+        throw new Error(`tensor ${t.name}: its data runs past the end of the file (truncated?)`);
       return { name: t.name, dims: t.dims, type: t.type, offset, byteLength };
     });
     return { version, metadata, tensors, alignment, dataOffset, fileSize };

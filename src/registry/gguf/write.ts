@@ -22,7 +22,11 @@ import {
 /** Insertion order is the file's order. A Map is safe for any key; a plain object is handier in tests. */
 export type GgufMetadata = ReadonlyMap<string, GgufValue> | Readonly<Record<string, GgufValue>>;
 
-export type GgufTensorHeader = { name: string; /** ggml order: ne[0] first. */ dims: readonly number[]; /** ggml type id */ type: number };
+export type GgufTensorHeader = {
+  name: string /** ggml order: ne[0] first. */;
+  dims: readonly number[] /** ggml type id */;
+  type: number;
+};
 
 export type GgufLayout = {
   /** Magic to the end of the padding before the first tensor. */
@@ -96,7 +100,8 @@ export async function writeGgufFile(
       const start = position;
       for await (const chunk of data(i)) await put(chunk);
       const written = position - start;
-      if (written !== byteLength) throw new Error(`tensor ${tensors[i]!.name}: ${written} bytes written, ${byteLength} expected`);
+      if (written !== byteLength)
+        throw new Error(`tensor ${tensors[i]!.name}: ${written} bytes written, ${byteLength} expected`);
       // The last tensor is padded too, as ggml's gguf writer does: the file size is then a multiple of the alignment.
       const pad = alignUp(written, layout.alignment) - written;
       if (pad > 0) await put(new Uint8Array(pad));
@@ -116,15 +121,16 @@ async function writeAll(file: FileHandle, bytes: Uint8Array, position: number): 
 }
 
 /** A tensor held in memory as F32, for building small models in tests and benchmarks. */
-export type GgufTensor = { name: string; /** ggml order: ne[0] first. */ dims: readonly number[]; data: Float32Array };
+export type GgufTensor = { name: string /** ggml order: ne[0] first. */; dims: readonly number[]; data: Float32Array };
 export type GgufFile = { metadata: GgufMetadata; tensors: readonly GgufTensor[] };
 
 function f32Bytes(t: GgufTensor): Buffer {
   const elements = t.dims.reduce((a, b) => a * b, 1);
-  if (elements !== t.data.length) throw new Error(`tensor ${t.name}: dims ${t.dims.join("x")} need ${elements} values, got ${t.data.length}`);
+  if (elements !== t.data.length)
+    throw new Error(`tensor ${t.name}: dims ${t.dims.join("x")} need ${elements} values, got ${t.data.length}`);
   // Written value by value: the array may be a view into a larger buffer, and the file is little-endian whatever the host.
   const bytes = Buffer.alloc(t.data.length * 4);
-  t.data.forEach((x, i) => bytes.writeFloatLE(x, i * 4));
+  for (const [i, x] of t.data.entries()) bytes.writeFloatLE(x, i * 4);
   return bytes;
 }
 
@@ -135,7 +141,7 @@ export function encodeGguf(file: GgufFile): Buffer {
   );
   const out = Buffer.alloc(layout.fileSize);
   layout.header.copy(out, 0);
-  file.tensors.forEach((t, i) => f32Bytes(t).copy(out, layout.header.length + layout.tensors[i]!.offset));
+  for (const [i, t] of file.tensors.entries()) f32Bytes(t).copy(out, layout.header.length + layout.tensors[i]!.offset);
   return out;
 }
 
@@ -146,17 +152,22 @@ export async function writeGguf(path: string, file: GgufFile): Promise<void> {
 function writeValue(w: ByteWriter, v: GgufValue): void {
   switch (v.type) {
     case "string":
-      return w.string(v.value);
+      w.string(v.value);
+      break;
     case "bool":
-      return w.u8(v.value ? 1 : 0);
+      w.u8(v.value ? 1 : 0);
+      break;
     case "uint64":
-      return w.big(v.value, false);
+      w.big(v.value, false);
+      break;
     case "int64":
-      return w.big(v.value, true);
+      w.big(v.value, true);
+      break;
     case "array":
-      return writeArray(w, v);
+      writeArray(w, v);
+      break;
     default:
-      return w.number(v.type, v.value);
+      w.number(v.type, v.value);
   }
 }
 

@@ -100,7 +100,9 @@ export function quantizeQ8_0(x: Float32Array, out: Uint8Array, offset = 0): numb
     let amax = 0;
     for (let j = 0; j < QK; j++) {
       const a = Math.abs(x[b + j]!);
-      // ggml's MAX macro, literally: a NaN is forgotten by the next value instead of sticking.
+      // ggml's MAX macro, literally: a NaN is forgotten by the next value instead of sticking
+      // (Math.max would keep it).
+      // biome-ignore lint/complexity/useMathMinMax: NaN semantics, above
       amax = amax > a ? amax : a;
     }
     const d = Math.fround(amax / 127);
@@ -138,8 +140,8 @@ export function quantizeQ4_0(x: Float32Array, out: Uint8Array, offset = 0): numb
       // (int8_t)(x + 8.5f) truncates toward zero (`| 0` does, the sum being within 0..16.5), then MIN(15, ...).
       const t0 = Math.fround(x0 + 8.5) | 0;
       const t1 = Math.fround(x1 + 8.5) | 0;
-      const q0 = t0 > 15 ? 15 : t0;
-      const q1 = t1 > 15 ? 15 : t1;
+      const q0 = Math.min(t0, 15);
+      const q1 = Math.min(t1, 15);
       out[at + 2 + j] = q0 | (q1 << 4);
     }
     at += Q4_0_BLOCK_BYTES;

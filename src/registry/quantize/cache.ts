@@ -25,7 +25,11 @@ export function quantizedKey(sha256: string, quantization: Quantization): string
  * The local path of the quantized form of `source` (a local GGUF identified by `sha256`: its bytes' hash,
  * or the manifest digest of the checkpoint it was converted from), producing it if nobody has.
  */
-export async function quantizedModel(deps: QuantizedDeps, source: { path: string; sha256: string }, quantization: Quantization): Promise<QuantizedModel> {
+export async function quantizedModel(
+  deps: QuantizedDeps,
+  source: { path: string; sha256: string },
+  quantization: Quantization,
+): Promise<QuantizedModel> {
   const key = quantizedKey(source.sha256, quantization);
   // Reading the header is cheap and settles "already that type" and "cannot be quantized" before any lease.
   const plan = planQuantization(await readGgufInfo(source.path), quantization);
@@ -36,7 +40,10 @@ export async function quantizedModel(deps: QuantizedDeps, source: { path: string
   const made = await derivedFile(deps, key, lock, async (temp) => {
     const result = await quantizeGguf(source.path, temp, quantization);
     if (result.kind === "as-is") return { kind: "as-is", path: source.path, detail: result.reason };
-    return { kind: "made", detail: `${result.tensorsQuantized} of ${result.tensors} tensors to ${TARGETS[quantization].name}, ${result.inputBytes} → ${result.outputBytes} bytes` };
+    return {
+      kind: "made",
+      detail: `${result.tensorsQuantized} of ${result.tensors} tensors to ${TARGETS[quantization].name}, ${result.inputBytes} → ${result.outputBytes} bytes`,
+    };
   });
   return made.outcome === "as-is" ? made : { ...made, key };
 }

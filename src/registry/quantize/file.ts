@@ -26,7 +26,12 @@ export async function quantizeGguf(source: string, dest: string, quantization: Q
   return writePlan(source, info, plan, dest);
 }
 
-async function writePlan(source: string, info: GgufInfo, plan: Extract<QuantizationPlan, { kind: "quantize" }>, dest: string): Promise<QuantizeResult> {
+async function writePlan(
+  source: string,
+  info: GgufInfo,
+  plan: Extract<QuantizationPlan, { kind: "quantize" }>,
+  dest: string,
+): Promise<QuantizeResult> {
   // Typed-array views read the file's little-endian floats directly.
   if (endianness() !== "LE") throw new Error("the quantizer needs a little-endian host");
   const file = await open(source, "r");
@@ -51,7 +56,8 @@ async function writePlan(source: string, info: GgufInfo, plan: Extract<Quantizat
 
 async function* tensorData(file: FileHandle, t: PlannedTensor): AsyncGenerator<Uint8Array> {
   if (t.to === t.type) {
-    for (let done = 0; done < t.byteLength; done += CHUNK_BYTES) yield await readAt(file, t.offset + done, Math.min(CHUNK_BYTES, t.byteLength - done));
+    for (let done = 0; done < t.byteLength; done += CHUNK_BYTES)
+      yield await readAt(file, t.offset + done, Math.min(CHUNK_BYTES, t.byteLength - done));
     return;
   }
   const rowLength = t.dims[0]!;

@@ -2,4 +2,12 @@
 export { dequantizeQ4_0, dequantizeQ8_0, fp16ToFp32, fp32ToFp16, quantizeQ4_0, quantizeQ8_0 } from "./blocks.ts";
 export { quantizedKey, quantizedModel, type QuantizedDeps, type QuantizedModel } from "./cache.ts";
 export { quantizeGguf, type QuantizeResult } from "./file.ts";
-export { deployRefusal, isQuantizable, planQuantization, type Quantization, QuantizationError, type QuantizationPlan, TARGETS } from "./plan.ts";
+export {
+  deployRefusal,
+  isQuantizable,
+  planQuantization,
+  type Quantization,
+  QuantizationError,
+  type QuantizationPlan,
+  TARGETS,
+} from "./plan.ts";

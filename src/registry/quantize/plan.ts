@@ -78,17 +78,25 @@ export function isQuantizable(t: Pick<GgufTensorInfo, "name" | "dims">): boolean
 export function planQuantization(info: GgufInfo, quantization: Quantization): QuantizationPlan {
   const target = TARGETS[quantization];
   const fileType = info.metadata.get("general.file_type");
-  if (fileType?.type === "uint32" && fileType.value === target.ftype) return { kind: "as-is", reason: `general.file_type is already MOSTLY_${target.name}` };
+  if (fileType?.type === "uint32" && fileType.value === target.ftype)
+    return { kind: "as-is", reason: `general.file_type is already MOSTLY_${target.name}` };
   const splits = info.metadata.get("split.count");
   if (splits && splits.type !== "array" && Number(splits.value) > 1) {
-    throw new QuantizationError("the model is split over several GGUF files, which the quantizer does not read; register a single-file GGUF");
+    throw new QuantizationError(
+      "the model is split over several GGUF files, which the quantizer does not read; register a single-file GGUF",
+    );
   }
 
   // A quantized file cannot be requantized without compounding the error (llama-quantize refuses
   // too, without --allow-requantize); one whose weights already are the asked type is served as is.
   const quantized = info.tensors.filter((t) => !SOURCE_TYPES.has(t.type) && !INTEGER_TYPES.has(t.type));
   if (quantized.length > 0) {
-    if (quantized.every((t) => t.type === target.type || (quantization === "int4" && t.type === GGML_TYPE.Q8_0 && isOutputTensor(info, t)))) {
+    if (
+      quantized.every(
+        (t) =>
+          t.type === target.type || (quantization === "int4" && t.type === GGML_TYPE.Q8_0 && isOutputTensor(info, t)),
+      )
+    ) {
       return { kind: "as-is", reason: `its weights already are ${target.name}` };
     }
     const first = quantized[0]!;

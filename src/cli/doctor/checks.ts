@@ -1,0 +1,27 @@
+/**
+ * The checks `platform doctor` runs, in the order it prints them. To add one: write a DoctorCheck
+ * (check.ts) in this folder, or in the module of the command it checks, and put it here where it
+ * belongs in that order (docs/workspace.md, "Adding a check").
+ */
+import type { DoctorCheck } from "./check.ts";
+import { clusterCheck } from "./cluster.ts";
+import { builderCheck, imageSessionCheck } from "./images.ts";
+import { protosCheck } from "./protos.ts";
+import { credentialsCheck, organizationCheck, registryCheck } from "./registry.ts";
+import { cliCheck } from "./runtime.ts";
+import { bufCheck, gitCheck } from "./tools.ts";
+import { workspaceCheck } from "./workspace.ts";
+
+export const DOCTOR_CHECKS: readonly DoctorCheck[] = [
+  cliCheck,
+  workspaceCheck,
+  registryCheck,
+  credentialsCheck,
+  organizationCheck,
+  bufCheck,
+  protosCheck,
+  gitCheck,
+  builderCheck,
+  imageSessionCheck,
+  clusterCheck,
+];

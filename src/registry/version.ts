@@ -1,0 +1,132 @@
+/** A registered model version: its artifact, what it serves, and what its files say about it. */
+import { z } from "zod";
+import { Framework, ModelName, ModelVersion } from "../contracts/deployment.ts";
+
+export const GgufSummary = z.object({
+  architecture: z.string().nullable(),
+  parameters: z.number().int().nullable(),
+  context_length: z.number().int().nullable(),
+  quantization: z.string().nullable(),
+  chat_template: z.boolean(),
+  /** `tokenizer.ggml.model`: "llama" (SentencePiece), "gpt2" (byte-level BPE), "bert" (WordPiece), ... Absent on versions registered before it was recorded. */
+  tokenizer: z.string().nullable().optional(),
+  /**
+   * UTF-8 bytes of the vocabulary's longest token: the gateway's cheap bound on a prompt's
+   * token count (src/gateway/input-bounds.ts). Absent on versions registered before it was recorded.
+   */
+  max_token_bytes: z.number().int().positive().nullable().optional(),
+});
+export type GgufSummary = z.infer<typeof GgufSummary>;
+
+/**
+ * A SHA-256 in lowercase hex. Checked on the way out of Redis too: a version's digest names cache
+ * files and store keys (its download, conversion, quantized copies), so a malformed one fails
+ * where the record is read and never becomes a path.
+ */
+export const Sha256 = z.string().regex(/^[0-9a-f]{64}$/, "expected a lowercase hex SHA-256");
+
+/** One file of a directory artifact: its path relative to the directory, its size and its SHA-256. */
+export const ArtifactFile = z.object({
+  path: z.string(),
+  size: z.number().int().nonnegative(),
+  sha256: Sha256,
+});
+export type ArtifactFile = z.infer<typeof ArtifactFile>;
+
+/** What a Hugging Face-style checkpoint directory says about itself (config.json, tokenizer files, safetensors headers). */
+export const CheckpointSummary = z.object({
+  /** config.json's `architectures[0]` ("LlamaForCausalLM"). */
+  architecture: z.string().nullable(),
+  /** config.json's `model_type` ("llama"). */
+  model_type: z.string().nullable(),
+  /** Elements of every tensor, summed over the safetensors headers. */
+  parameters: z.number().int().nullable(),
+  context_length: z.number().int().nullable(),
+  /** `torch_dtype` (or `dtype`) of config.json: "bfloat16", "float16", ... */
+  dtype: z.string().nullable(),
+  /** `quantization_config.quant_method` ("awq", "gptq", "fp8"), null for full-precision weights. */
+  quantization: z.string().nullable(),
+  /** tokenizer_config.json's `tokenizer_class`, else which tokenizer file there is ("tokenizer.json", "tokenizer.model"). */
+  tokenizer: z.string().nullable(),
+  chat_template: z.boolean(),
+});
+export type CheckpointSummary = z.infer<typeof CheckpointSummary>;
+
+/** "gguf": one file at `artifact`; "hf": a Hugging Face-style directory, its files listed in `manifest`. */
+export const ArtifactKind = z.enum(["gguf", "hf"]);
+export type ArtifactKind = z.infer<typeof ArtifactKind>;
+
+/**
+ * What a model version serves: text generation (chat, completions, generate, batches) or
+ * embeddings (/v1/embeddings). The gateway refuses the other routes with a 400 saying so.
+ */
+export const ModelTask = z.enum(["generate", "embed"]);
+export type ModelTask = z.infer<typeof ModelTask>;
+
+/** GGUF `general.architecture`s of encoder-only models: llama.cpp runs them for embeddings only. */
+export const ENCODER_ARCHITECTURES: readonly string[] = [
+  "bert",
+  "nomic-bert",
+  "nomic-bert-moe",
+  "jina-bert-v2",
+  "jina-bert-v3",
+  "modern-bert",
+  "neo-bert",
+  "eurobert",
+  "t5encoder",
+];
+
+/** The task a model has unless its registration says otherwise: encoders embed, everything else generates. */
+export function defaultTask(gguf: Pick<GgufSummary, "architecture"> | null | undefined): ModelTask {
+  return gguf?.architecture != null && ENCODER_ARCHITECTURES.includes(gguf.architecture) ? "embed" : "generate";
+}
+
+/** config.json `model_type`s of encoder-only checkpoints (the BERT family): embedding models. */
+export const ENCODER_MODEL_TYPES: readonly string[] = [
+  "bert",
+  "roberta",
+  "xlm-roberta",
+  "distilbert",
+  "mpnet",
+  "electra",
+  "nomic_bert",
+  "modernbert",
+  "jina_bert",
+];
+
+/** The default task of a checkpoint directory, from its config.json `model_type`, as `defaultTask` for a GGUF file. */
+export function defaultCheckpointTask(checkpoint: Pick<CheckpointSummary, "model_type"> | null | undefined): ModelTask {
+  return checkpoint?.model_type != null && ENCODER_MODEL_TYPES.includes(checkpoint.model_type) ? "embed" : "generate";
+}
+
+/** A version's task; records written before tasks existed get their model's default. */
+export function taskOf(record: Pick<RegisteredVersion, "task" | "gguf" | "checkpoint">): ModelTask {
+  return record.task ?? (record.checkpoint ? defaultCheckpointTask(record.checkpoint) : defaultTask(record.gguf));
+}
+
+// Names are checked on the way out of Redis too: a record written by hand or by an older
+// version must not smuggle a name into queue names and keys.
+export const RegisteredVersion = z.object({
+  name: ModelName,
+  version: ModelVersion,
+  framework: Framework,
+  /** Where the user said it came from (path, file://, https://, hf://, s3://). */
+  source: z.string(),
+  /** Where the platform keeps its copy, relative to the artifact store root: the file, or for "hf" the directory (its files lie below it). */
+  artifact: z.string(),
+  /** The file's SHA-256, or for "hf" the manifest's digest (src/registry/checkpoint.ts `manifestDigest`). */
+  sha256: Sha256,
+  /** The file's size, or for "hf" the sum of its files' sizes. */
+  size_bytes: z.number().int(),
+  gguf: GgufSummary.nullable(),
+  /** What it serves (`taskOf` reads it); absent on records registered before tasks existed. */
+  task: ModelTask.optional(),
+  created: z.number().int(),
+  /** Absent on versions registered before directories were supported: a single file. */
+  kind: ArtifactKind.optional(),
+  /** "hf" only: every file of the directory, sorted by path. */
+  manifest: z.array(ArtifactFile).optional(),
+  /** "hf" only: the checkpoint's metadata. */
+  checkpoint: CheckpointSummary.optional(),
+});
+export type RegisteredVersion = z.infer<typeof RegisteredVersion>;
