@@ -27,7 +27,8 @@ function binDir(): string | undefined {
 /** Why a private cluster cannot start here, or undefined when it can. */
 export function postgresUnavailable(): string | undefined {
   if (!binDir()) return "PostgreSQL's server binaries are not installed (Debian package postgresql)";
-  if (process.getuid?.() !== 0) return "starting a private PostgreSQL needs root here (initdb runs as the postgres user)";
+  if (process.getuid?.() !== 0)
+    return "starting a private PostgreSQL needs root here (initdb runs as the postgres user)";
   return undefined;
 }
 
