@@ -85,11 +85,14 @@ export async function writeFiles(dir: string, files: Record<string, string>): Pr
   }
 }
 
-/** A fresh workspace in a temp directory: `.platformrc.json` with `config`, buf.yaml, the ItemService. */
+/**
+ * A fresh workspace in a temp directory: `.platformrc.json` with `config` (over a registry URL and
+ * organization that the offline commands never reach), buf.yaml, the ItemService.
+ */
 export async function makeWorkspace(config: Record<string, unknown> = {}): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), "platform-protos-"));
   await writeFiles(dir, {
-    ".platformrc.json": `${JSON.stringify(config, null, 2)}\n`,
+    ".platformrc.json": `${JSON.stringify({ registryUrl: "http://127.0.0.1:9", orgId: "acme", ...config }, null, 2)}\n`,
     "buf.yaml": BUF_YAML,
     [ITEMS_PATH]: ITEMS_PROTO,
   });
