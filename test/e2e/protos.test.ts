@@ -246,7 +246,7 @@ describe.skipIf(!haveChromium)("the dashboard", () => {
     if (!existsSync(`${ROOT}dist/dashboard/app.js`))
       execFileSync(process.execPath, [`${ROOT}scripts/build-dashboard.mjs`], { stdio: "inherit" });
     // The operator's own organization's workspace: the dashboard signs in with an operator's key.
-    const own = await makeWorkspace({ registryUrl: stack.baseUrl });
+    const own = await makeWorkspace({ registryUrl: stack.baseUrl, orgId: "default" });
     dirs.push(own);
     const r = await cli(["proto", "publish"], { ...stack.env, PLATFORM_API_KEY: stack.apiKey }, own);
     expect(r.code, r.stderr).toBe(0);
