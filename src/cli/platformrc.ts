@@ -19,17 +19,9 @@ export const DEFAULT_LANGUAGE: Language = "node";
 
 const REGISTRY_URL_ERROR = "expected the platform's http(s) base URL, e.g. https://platform.example.com";
 
-const DNS_NAME = "[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*";
-const PATH_COMPONENT = "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*";
-/**
- * The distribution spec's repository name with an explicit registry host: docker reads a first
- * component without a "." or ":" (and not localhost) as a Docker Hub path, not as a host.
- */
-export const IMAGE_REPOSITORY_PATTERN = new RegExp(
-  `^(?=localhost[:/]|\\[|[^/]*[.:])(?:${DNS_NAME}|\\[[0-9a-fA-F:]+\\])(?::[0-9]{1,5})?(?:/${PATH_COMPONENT})+$`,
-);
-export const IMAGE_REPOSITORY_ERROR =
-  "expected host/path: host[:port]/path, e.g. registry.example.com:5000/acme/items (a lowercase path, no tag or digest)";
+// The repository form is the images noun's (src/images/names.ts): what publish records is what a workspace names.
+export { IMAGE_REPOSITORY_ERROR, IMAGE_REPOSITORY_PATTERN } from "../images/names.ts";
+import { IMAGE_REPOSITORY_ERROR, IMAGE_REPOSITORY_PATTERN } from "../images/names.ts";
 
 /** A relative directory that stays inside the workspace: no "..", no leading "/". */
 const PROTO_ROOT_PATTERN = /^(?!(?:[^/]*\/)*\.\.?(?:\/|$))[A-Za-z0-9_.-]+(?:\/[A-Za-z0-9_.-]+)*$/;

@@ -56,6 +56,8 @@ export function controlKeys(prefix: string) {
     // The proto registry (src/protos/): per organization, so another's packages are not even addressable.
     protoPackages: (org: string) => `${cp}:proto-packages:${org}`, // hash package -> summary JSON (latest, count, times)
     protoVersions: (orgPackage: string) => `${cp}:proto-versions:${orgPackage}`, // "<org>/<package>": hash version -> record JSON; objects under protos/<org>/<package>/<version>/
+    // Published service images (src/images/): per organization, bounded (src/images/store.ts).
+    images: (org: string) => `${cp}:images:${org}`, // hash "<service>:<tag>" -> record JSON
     // Sign-in (src/signin/): every key lives minutes at most; secrets (flow cookies, codes) are named by their SHA-256.
     signinFlow: (sha256: string) => `${signin}:flow:${sha256}`, // hash: one browser's sign-in in progress, TTL 10 min
     signinOpen: `${signin}:open`, // zset "<kind>:<sha256>" -> expiry ms: caps the flows and device codes open at once

@@ -35,7 +35,9 @@ import { bodyLimits } from "./input-bounds.ts";
 import { openAiRoutes } from "./routes/openai.ts";
 import { oauthRoutes } from "./routes/oauth.ts";
 import { orgRoutes } from "./routes/orgs.ts";
+import { imageRoutes } from "./routes/images.ts";
 import { protoRoutes } from "./routes/protos.ts";
+import { registryTokenRoutes } from "./routes/registry-token.ts";
 import { signinRoutes } from "./routes/signin.ts";
 import { OidcProvider } from "../signin/oidc.ts";
 import { tokenRefreshRoutes, tokenRoutes } from "./routes/tokens.ts";
@@ -169,6 +171,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   app.route("/admin/v1/orgs", orgRoutes(ctl));
   // Any caller of an organization, on its own organization's packages (routes/protos.ts says why).
   app.route("/admin/v1/protos", protoRoutes({ ctl, artifacts: admin.imports.artifacts, limits: settings.protos }));
+  app.route("/admin/v1/images", imageRoutes(ctl));
   // The rest needs an admin of the caller's organization, and what the install shares an operator.
   app.use("/admin/v1/*", requireAdmin());
   // (`<path>/*` matches `<path>` itself too.)
@@ -190,6 +193,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     oidc: settings.signin.oidc && new OidcProvider(settings.signin.oidc),
   };
   app.use("/auth/*", limits);
+  // Image registries' token server: its credential is Basic auth (routes/registry-token.ts).
+  app.route("/auth/registry-token", registryTokenRoutes(ctl, settings.registryToken));
   app.route("/auth", oauthRoutes(signin));
   app.route("/auth", signinRoutes(signin));
   // The web dashboard's static files (README "Dashboard"): no key for the files, the page asks for one.

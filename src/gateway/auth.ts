@@ -27,7 +27,8 @@ export function sessionExpired(c: Context): PlatformError {
   );
 }
 
-async function verifyBearer(ctl: Control, bearer: string): Promise<Caller | undefined> {
+/** The caller a bearer (API key or CLI token) is, or undefined; exported for the registry token route, whose credential comes in Basic auth. */
+export async function verifyBearer(ctl: Control, bearer: string): Promise<Caller | undefined> {
   if (isCliToken(bearer)) {
     const verified = await verifyToken(ctl, bearer);
     if (!verified) return undefined;

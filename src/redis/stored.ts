@@ -31,7 +31,8 @@ export type InvalidEntryKind =
   | "user"
   | "token"
   | "proto_package"
-  | "proto_version";
+  | "proto_version"
+  | "image";
 
 export type InvalidEntry = { kind: InvalidEntryKind; key: string; error: string };
 

@@ -24,6 +24,7 @@ import { checkStorage, type StorageSettings, storageSettings, storageShape } fro
 import { type StructuredSettings, structuredSettings, structuredShape } from "./structured.ts";
 import { checkTokens, type TokenSettings, tokenSettings, tokensShape } from "./tokens.ts";
 import { type ProtoSettings, protoSettings, protosShape } from "./protos.ts";
+import { type RegistryTokenSettings, registryTokenSettings, registryTokenShape } from "./registry-token.ts";
 import type { TracingSettings } from "../telemetry/tracing.ts";
 import { tracingSettings, tracingShape } from "./tracing.ts";
 import { type VllmSettings, vllmSettings, vllmShape } from "./vllm.ts";
@@ -36,6 +37,7 @@ export type {
   KubernetesSettings,
   LoggingSettings,
   ProtoSettings,
+  RegistryTokenSettings,
   QueueSettings,
   SigninSettings,
   StorageSettings,
@@ -69,6 +71,8 @@ export type Settings = CoreSettings & {
   tokens: TokenSettings;
   /** PLATFORM_MAX_PROTO_BYTES, PLATFORM_MAX_PROTO_PACKAGES, PLATFORM_MAX_PROTO_VERSIONS. */
   protos: ProtoSettings;
+  /** PLATFORM_REGISTRY_TOKEN_KEY, PLATFORM_REGISTRY_TOKEN_ISSUER, PLATFORM_REGISTRY_TOKEN_TTL_MS. */
+  registryToken: RegistryTokenSettings;
   /** PLATFORM_PUBLIC_URL, PLATFORM_OIDC_*. */
   signin: SigninSettings;
   /** PLATFORM_CONFIG_DIR, PLATFORM_BASE_URL, PLATFORM_API_KEY, PLATFORM_CLI_UPLOAD, BROWSER. */
@@ -91,6 +95,7 @@ const Env = z
     ...storageShape,
     ...tokensShape,
     ...protosShape,
+    ...registryTokenShape,
     ...signinShape,
     ...cliShape,
     ...tracingShape,
@@ -115,6 +120,7 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     storage: storageSettings(e),
     tokens: tokenSettings(e),
     protos: protoSettings(e),
+    registryToken: registryTokenSettings(e),
     signin: signinSettings(e),
     cli: cliSettings(e),
     tracing: tracingSettings(e),

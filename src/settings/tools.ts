@@ -25,18 +25,31 @@ export type ToolSettings = {
    * (containers-auth.json(5)), docker's config.json last.
    */
   registryAuthFiles: string[];
+  /**
+   * Where buildah and podman keep their sessions (and write `login`s): REGISTRY_AUTH_FILE, else
+   * `$XDG_RUNTIME_DIR/containers/auth.json`, else `/run/containers/<uid>/auth.json`.
+   */
+  containersAuthFile: string;
+  /** Where docker keeps its sessions: `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`. */
+  dockerConfigFile: string;
 };
 
 export function toolSettings(e: z.infer<z.ZodObject<typeof toolsShape>>): ToolSettings {
-  const containersAuth =
-    e.REGISTRY_AUTH_FILE ?? (e.XDG_RUNTIME_DIR && join(e.XDG_RUNTIME_DIR, "containers", "auth.json"));
+  const containersAuthFile =
+    e.REGISTRY_AUTH_FILE ??
+    (e.XDG_RUNTIME_DIR
+      ? join(e.XDG_RUNTIME_DIR, "containers", "auth.json")
+      : join("/run/containers", String(process.getuid?.() ?? 0), "auth.json"));
+  const dockerConfigFile = join(e.DOCKER_CONFIG ?? join(homedir(), ".docker"), "config.json");
   return {
     kubernetes: e.KUBECONFIG ? "kubeconfig" : e.KUBERNETES_SERVICE_HOST ? "in-cluster" : undefined,
     registryAuthFiles: [
-      ...(containersAuth ? [containersAuth] : []),
+      containersAuthFile,
       join(e.XDG_CONFIG_HOME ?? join(homedir(), ".config"), "containers", "auth.json"),
-      join(e.DOCKER_CONFIG ?? join(homedir(), ".docker"), "config.json"),
+      dockerConfigFile,
     ],
+    containersAuthFile,
+    dockerConfigFile,
   };
 }
 

@@ -200,6 +200,7 @@ describe("platform init", () => {
       "git",
       "builder",
       "image-registry",
+      "image-session",
       "cluster",
     ]);
     expect(statusOf(json, "credentials")).toMatchObject({ status: "ok" });

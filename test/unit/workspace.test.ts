@@ -145,12 +145,17 @@ describe(".platformrc.json", () => {
 
 describe("the tools section", () => {
   it("finds a cluster as the Kubernetes client does, and registry sessions where builders keep them", () => {
+    // Without XDG_RUNTIME_DIR, buildah and podman keep sessions under /run/containers/<uid>.
+    const runAuth = join("/run/containers", String(process.getuid?.() ?? 0), "auth.json");
     expect(loadToolSettings({})).toEqual({
       kubernetes: undefined,
       registryAuthFiles: [
+        runAuth,
         join(homedir(), ".config", "containers", "auth.json"),
         join(homedir(), ".docker", "config.json"),
       ],
+      containersAuthFile: runAuth,
+      dockerConfigFile: join(homedir(), ".docker", "config.json"),
     });
     expect(loadToolSettings({ KUBERNETES_SERVICE_HOST: "10.0.0.1" }).kubernetes).toBe("in-cluster");
     const set = loadToolSettings({
@@ -162,6 +167,8 @@ describe("the tools section", () => {
     expect(set).toEqual({
       kubernetes: "kubeconfig",
       registryAuthFiles: ["/run/user/1000/containers/auth.json", "/cfg/containers/auth.json", "/d/config.json"],
+      containersAuthFile: "/run/user/1000/containers/auth.json",
+      dockerConfigFile: "/d/config.json",
     });
     expect(loadToolSettings({ REGISTRY_AUTH_FILE: "/a.json", XDG_RUNTIME_DIR: "/run" }).registryAuthFiles[0]).toBe(
       "/a.json",

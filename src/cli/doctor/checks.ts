@@ -5,7 +5,7 @@
  */
 import type { DoctorCheck } from "./check.ts";
 import { clusterCheck } from "./cluster.ts";
-import { builderCheck, imageSessionCheck } from "./images.ts";
+import { builderCheck, imageRegistryCheck, imageSessionCheck } from "./images.ts";
 import { protosCheck } from "./protos.ts";
 import { credentialsCheck, organizationCheck, registryCheck } from "./registry.ts";
 import { cliCheck } from "./runtime.ts";
@@ -22,6 +22,7 @@ export const DOCTOR_CHECKS: readonly DoctorCheck[] = [
   protosCheck,
   gitCheck,
   builderCheck,
+  imageRegistryCheck,
   imageSessionCheck,
   clusterCheck,
 ];

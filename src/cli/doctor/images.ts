@@ -1,66 +1,117 @@
 /**
- * Doctor's image checks: a builder present (docker, podman or buildah; `build.builder` when the
- * workspace names one) and a session with the workspace's image registry in the files builders keep
- * them in. Presence only for now, so neither is required: nothing before `platform publish` builds.
+ * Doctor's image checks (docs/publish.md): a builder present and working (docker, podman or
+ * buildah; `build.builder` when the workspace names one), the workspace's image registry reachable
+ * (`GET /v2/` answers 200 or 401, as a registry does), and the builder's session with it valid (the
+ * same call with the stored credentials answers 200). None is required: nothing before
+ * `platform publish` builds or pushes, and publish asks the same questions before it builds.
  */
-import { readFile } from "node:fs/promises";
-import { BUILDERS } from "../platformrc.ts";
-import { type DoctorCheck, fail, ok, skip, warn } from "./check.ts";
+import { BUILDER_INFO } from "../image-build.ts";
+import { authFilesOf, askRegistry, isPlainHttp, registryHost, storedSession } from "../image-session.ts";
+import { BUILDERS, type Builder } from "../platformrc.ts";
+import { type CheckResult, type DoctorCheck, type DoctorContext, fail, ok, skip, warn } from "./check.ts";
+
+type Found = { builder: Builder; version: string; works: boolean; why: string };
+
+/**
+ * The builder publish would use (image-build.ts, findBuilder): the named one, else the first
+ * installed and working one, else the first installed (to say why it does not work).
+ */
+async function builderOf(ctx: DoctorContext): Promise<{ found?: Found; named?: Builder }> {
+  const named = (await ctx.workspace().catch(() => undefined))?.settings.build.builder;
+  let first: Found | undefined;
+  for (const builder of named ? [named] : BUILDERS) {
+    const ran = await ctx.exec(builder, ["--version"]);
+    if (ran?.code !== 0) continue;
+    const info = await ctx.exec(builder, BUILDER_INFO[builder]);
+    const found = {
+      builder,
+      version: ran.stdout.trim().split("\n")[0] ?? builder,
+      works: info?.code === 0,
+      why: (info?.stderr || info?.stdout || "").trim().split("\n").slice(-2).join(" "),
+    };
+    if (found.works) return { found, ...(named ? { named } : {}) };
+    first ??= found;
+  }
+  return { ...(first ? { found: first } : {}), ...(named ? { named } : {}) };
+}
 
 export const builderCheck: DoctorCheck = {
   id: "builder",
   name: "image builder",
   required: false,
   run: async (ctx) => {
-    const named = (await ctx.workspace().catch(() => undefined))?.settings.build.builder;
-    for (const builder of named ? [named] : BUILDERS) {
-      const ran = await ctx.exec(builder, ["--version"]);
-      if (ran?.code === 0) {
-        const version = ran.stdout.trim().split("\n")[0] ?? "";
-        return ok(`${builder}: ${version}`, { builder, version });
-      }
+    const { found, named } = await builderOf(ctx);
+    if (!found)
+      return fail(
+        named
+          ? `${named} (build.builder in .platformrc.json) is not installed`
+          : `none of ${BUILDERS.join(", ")} is installed`,
+        `install ${named ?? "one of them"}: \`platform publish\` builds images with it`,
+      );
+    const { builder, version, why } = found;
+    if (!found.works) {
+      return fail(
+        `${version}: installed, but \`${builder} ${BUILDER_INFO[builder][0]}\` fails${why ? `: ${why}` : ""}`,
+        builder === "docker"
+          ? "start the docker daemon (or use podman or buildah: build.builder in .platformrc.json)"
+          : `run \`${builder} info\` and mend what it says (buildah here: STORAGE_DRIVER=vfs where overlay is unavailable)`,
+      );
     }
+    return ok(`${version}, working (\`${builder} ${BUILDER_INFO[builder][0]}\` answers)`, { builder, version });
+  },
+};
+
+/** The workspace's registry host and whether it is plain HTTP; a skip when there is none. */
+async function registryOf(ctx: DoctorContext): Promise<{ host: string; plainHttp: boolean } | CheckResult> {
+  const ws = await ctx.workspace().catch(() => undefined);
+  const repository = ws?.settings.imageRepository;
+  if (!ws || !repository) return skip("not checked: no image repository (above)");
+  const host = registryHost(repository);
+  return { host, plainHttp: isPlainHttp(host, ws.settings.registryUrl) };
+}
+
+export const imageRegistryCheck: DoctorCheck = {
+  id: "image-registry",
+  name: "image registry",
+  required: false,
+  run: async (ctx) => {
+    const where = await registryOf(ctx);
+    if (!("host" in where)) return where;
+    const answer = await askRegistry(where.host, { plainHttp: where.plainHttp });
+    const details = { host: where.host, url: answer.url };
+    if (answer.status === "ok") return ok(`${answer.url} answers (open: no login needed)`, details);
+    if (answer.status === "unauthorized") return ok(`${answer.url} answers (login needed)`, details);
     return fail(
-      named
-        ? `${named} (build.builder in .platformrc.json) is not installed`
-        : `none of ${BUILDERS.join(", ")} is installed`,
-      `install ${named ?? "one of them"}: \`platform publish\` builds images with it`,
+      answer.status === "unreachable" ? `cannot reach ${answer.url} (${answer.message})` : answer.message,
+      "check imageRepository in .platformrc.json and that the registry runs there",
+      details,
     );
   },
 };
 
-type AuthFile = { auths?: Record<string, unknown>; credHelpers?: Record<string, string>; credsStore?: string };
-
-/** A key of `auths` as docker and podman write it: a host, or a URL of one (`https://index.docker.io/v1/`). */
-const hostOf = (key: string) => key.replace(/^https?:\/\//, "").replace(/\/.*$/, "");
-
 export const imageSessionCheck: DoctorCheck = {
-  id: "image-registry",
+  id: "image-session",
   name: "image registry session",
   required: false,
   run: async (ctx) => {
-    const repository = (await ctx.workspace().catch(() => undefined))?.settings.imageRepository;
-    if (!repository) return skip("not checked: no image repository (above)");
-    const host = repository.split("/")[0] as string;
-    const login = `\`docker login ${host}\` (or podman login, buildah login)`;
-    let store: string | undefined;
-    for (const file of ctx.tools.registryAuthFiles) {
-      const auth = await readFile(file, "utf8").then(
-        (text) => JSON.parse(text) as AuthFile,
-        () => undefined,
-      );
-      if (!auth) continue;
-      if (Object.keys(auth.auths ?? {}).some((key) => hostOf(key) === host))
-        return ok(`a session with ${host} in ${file}`, { host, file });
-      const helper = auth.credHelpers?.[host];
-      if (helper) return ok(`${host} signs in through docker-credential-${helper} (${file})`, { host, file, helper });
-      store ??= auth.credsStore;
-    }
-    if (store)
+    const where = await registryOf(ctx);
+    if (!("host" in where)) return where;
+    const builder = (await builderOf(ctx)).found?.builder;
+    if (!builder) return skip("not checked: no image builder (above)");
+    const { host, plainHttp } = where;
+    const login = "run `platform registry login`";
+    const stored = await storedSession(host, authFilesOf(builder, ctx.tools).reads);
+    if (stored.kind === "none") return fail(`no ${builder} session with ${host}`, login, { host, builder });
+    if (stored.kind === "helper")
       return warn(
-        `not checked: sessions are kept by docker-credential-${store}, which doctor does not query`,
+        `not checked: ${builder} keeps the session with ${host} in docker-credential-${stored.helper}, which doctor does not query`,
         `if \`platform publish\` is refused, ${login}`,
       );
-    return fail(`no session with ${host} (${repository})`, login);
+    const answer = await askRegistry(host, { plainHttp, credentials: stored });
+    const details = { host, builder, file: stored.file, username: stored.username };
+    if (answer.status === "ok") return ok(`${host} accepts ${stored.username}'s session (${stored.file})`, details);
+    if (answer.status === "unauthorized")
+      return fail(`${host} refuses the session in ${stored.file} (expired or changed password)`, login, details);
+    return skip(`not checked: ${host} does not answer as a registry (above)`);
   },
 };

@@ -1,0 +1,94 @@
+/**
+ * The image registry's token server (docs/publish.md, "Registry tokens"): Docker Distribution's
+ * token authentication, for a registry configured with `auth.token.realm` pointing here. Builders
+ * send Basic auth whose password is a platform credential (a CLI token, as `platform registry
+ * login` stores it, or an API key); the answer is a short-lived JWT granting pull and push under
+ * the caller's organization's repositories (`<org>/...`) only (src/images/registry-token.ts).
+ *
+ *   GET /auth/registry-token?service=<registry>&scope=repository:<org>/<name>:pull,push[&scope=…]
+ *     → {token, access_token, expires_in, issued_at}; 401 with a Basic challenge for no or bad credentials
+ *
+ * Without PLATFORM_REGISTRY_TOKEN_KEY the route answers 404 registry_tokens_off.
+ */
+import { createPrivateKey, type KeyObject } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { Hono } from "hono";
+import { PlatformError } from "../../contracts/errors.ts";
+import { grantedAccess, signRegistryToken } from "../../images/registry-token.ts";
+import type { Control } from "../../redis/connection.ts";
+import type { RegistryTokenSettings } from "../../settings/registry-token.ts";
+import { verifyBearer } from "../auth.ts";
+import type { GatewayEnv } from "../env.ts";
+
+/** The key, read once at start: a missing or wrong key stops the gateway, not the first push. */
+function loadKey(file: string): KeyObject {
+  let key: KeyObject;
+  try {
+    key = createPrivateKey(readFileSync(file));
+  } catch (e) {
+    throw new Error(`PLATFORM_REGISTRY_TOKEN_KEY: cannot read a private key from ${file} (${(e as Error).message})`);
+  }
+  if (key.asymmetricKeyType !== "ec" || key.asymmetricKeyDetails?.namedCurve !== "prime256v1")
+    throw new Error(
+      `PLATFORM_REGISTRY_TOKEN_KEY: ${file} is not an EC P-256 key (openssl ecparam -name prime256v1 -genkey -noout)`,
+    );
+  return key;
+}
+
+export function registryTokenRoutes(ctl: Control, settings: RegistryTokenSettings) {
+  const app = new Hono<GatewayEnv>();
+  const key = settings.keyFile === undefined ? undefined : loadKey(settings.keyFile);
+
+  app.get("/", async (c) => {
+    if (!key)
+      throw new PlatformError(
+        404,
+        "registry_tokens_off",
+        "this platform issues no registry tokens: the operator sets PLATFORM_REGISTRY_TOKEN_KEY (docs/publish.md)",
+      );
+    const refuse = () => {
+      c.header("www-authenticate", 'Basic realm="platform registry tokens"');
+      return new PlatformError(
+        401,
+        "invalid_api_key",
+        "send a platform CLI token or API key as the Basic auth password (`platform registry login` does)",
+      );
+    };
+    const basic = /^Basic\s+(.+)$/i.exec(c.req.header("authorization") ?? "")?.[1];
+    if (!basic) throw refuse();
+    const decoded = Buffer.from(basic, "base64").toString("utf8");
+    const password = decoded.slice(decoded.indexOf(":") + 1);
+    const caller = password ? await verifyBearer(ctl, password) : undefined;
+    if (!caller) throw refuse();
+    const service = c.req.query("service");
+    if (!service || service.length > 255)
+      throw new PlatformError(
+        400,
+        "invalid_request",
+        "service: expected the registry's service name, as its challenge names it",
+        "service",
+      );
+    const scopes = c.req.queries("scope") ?? [];
+    if (scopes.length > 20)
+      throw new PlatformError(400, "invalid_request", "scope: at most 20 scopes per request", "scope");
+    const signed = signRegistryToken({
+      key,
+      issuer: settings.issuer,
+      service,
+      subject: `${caller.org}/${caller.name}`,
+      access: grantedAccess(
+        scopes.flatMap((s) => s.split(" ")),
+        caller.org,
+      ),
+      ttlMs: settings.ttlMs,
+    });
+    return c.json({
+      token: signed.token,
+      access_token: signed.token,
+      expires_in: signed.expiresIn,
+      issued_at: signed.issuedAt,
+    });
+  });
+
+  return app;
+}

@@ -1,0 +1,172 @@
+/**
+ * Real image tooling for the publish tests (docs/publish.md): Debian's `docker-registry` on a free
+ * loopback port with htpasswd authentication (its config and storage in a temp dir), and a private
+ * buildah: its own storage (vfs, under a temp dir: vfs grows by hundreds of MB a build, so it is
+ * removed after) and its own sessions (`XDG_RUNTIME_DIR`, 0700; a REGISTRY_AUTH_FILE that does not
+ * exist yet would break every buildah command). `imageToolsUnavailable()` says what is missing,
+ * for a skip that names it.
+ */
+import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { chmod, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { freePort } from "../../src/process/free-port.ts";
+
+const run = promisify(execFile);
+
+const TOOLS: [string, string][] = [
+  ["buildah", "buildah"],
+  ["docker-registry", "docker-registry"],
+  ["htpasswd", "apache2-utils"],
+  ["skopeo", "skopeo"],
+];
+
+/** Why the publish tests cannot run here, or undefined when they can. */
+export function imageToolsUnavailable(): string | undefined {
+  const missing = TOOLS.filter(
+    ([bin]) => !["/usr/bin", "/usr/sbin", "/usr/local/bin"].some((d) => existsSync(join(d, bin))),
+  );
+  if (missing.length > 0)
+    return `missing ${missing.map(([bin, pkg]) => (bin === pkg ? bin : `${bin} (${pkg})`)).join(", ")}: apt-get install ${missing.map(([, pkg]) => pkg).join(" ")} (.ci/run installs them)`;
+  if (process.getuid?.() !== 0) return "buildah builds here as root only (vfs storage, chroot isolation)";
+  return undefined;
+}
+
+/**
+ * A token-signing key for the gateway (PEM EC P-256) and a self-signed certificate of it for the
+ * registry's rootcertbundle, in `dir`.
+ */
+export async function tokenKeyPair(dir: string): Promise<{ key: string; cert: string }> {
+  const [key, cert] = [join(dir, "registry-token.key"), join(dir, "registry-token.crt")];
+  await run("openssl", ["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key]);
+  await run("openssl", ["req", "-new", "-x509", "-key", key, "-out", cert, "-days", "2", "-subj", "/CN=platform"]);
+  return { key, cert };
+}
+
+/** Feeds `input` to a program's stdin (a password: never an argument). */
+export function withStdin(program: string, args: string[], input: string, env?: NodeJS.ProcessEnv): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(program, args, { env, stdio: ["pipe", "pipe", "pipe"] });
+    let out = "";
+    child.stdout.on("data", (d) => (out += d));
+    child.stderr.on("data", (d) => (out += d));
+    child.once("error", reject);
+    child.once("close", (code) => (code === 0 ? resolve(out) : reject(new Error(`${program} exited ${code}: ${out}`))));
+    child.stdin.end(input);
+  });
+}
+
+export type Registry = {
+  /** `127.0.0.1:PORT` */
+  host: string;
+  stop: () => Promise<void>;
+};
+
+/** Docker Distribution's token authentication: the token server (a platform gateway) and the certificate of its key. */
+export type TokenAuth = { realm: string; service: string; issuer: string; rootCertBundle: string };
+
+/** A registry that lets in `users` (name → password) and no one else; with `token`, whoever its token server vouches for instead. */
+export async function startRegistry(users: Record<string, string>, token?: TokenAuth): Promise<Registry> {
+  const dir = await mkdtemp(join(tmpdir(), "platform-registry-"));
+  let htpasswd = "";
+  for (const [user, password] of Object.entries(users))
+    htpasswd += await withStdin("htpasswd", ["-Bin", user], `${password}\n`);
+  await writeFile(join(dir, "htpasswd"), htpasswd);
+  const port = await freePort();
+  const host = `127.0.0.1:${port}`;
+  await writeFile(
+    join(dir, "config.yml"),
+    [
+      "version: 0.1",
+      "log:",
+      "  level: warn",
+      "storage:",
+      "  filesystem:",
+      `    rootdirectory: ${join(dir, "data")}`,
+      "http:",
+      `  addr: ${host}`,
+      "auth:",
+      ...(token
+        ? [
+            "  token:",
+            `    realm: ${token.realm}`,
+            `    service: ${token.service}`,
+            `    issuer: ${token.issuer}`,
+            `    rootcertbundle: ${token.rootCertBundle}`,
+          ]
+        : ["  htpasswd:", "    realm: platform-test", `    path: ${join(dir, "htpasswd")}`]),
+      "",
+    ].join("\n"),
+  );
+  const child: ChildProcess = spawn("docker-registry", ["serve", join(dir, "config.yml")], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let log = "";
+  child.stdout?.on("data", (d) => (log += d));
+  child.stderr?.on("data", (d) => (log += d));
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const status = await fetch(`http://${host}/v2/`).then(
+      (r) => r.status,
+      () => 0,
+    );
+    if (status === 401) break;
+    if (child.exitCode !== null || Date.now() > deadline)
+      throw new Error(`docker-registry did not start on ${host}:\n${log}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    host,
+    stop: async () => {
+      if (child.exitCode === null) {
+        const exited = new Promise((r) => child.once("exit", r));
+        child.kill("SIGTERM");
+        await exited;
+      }
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export type PrivateBuildah = {
+  /** CONTAINERS_STORAGE_CONF (private vfs storage) and a fresh XDG_RUNTIME_DIR: no session yet. */
+  env: NodeJS.ProcessEnv;
+  /** Another private XDG_RUNTIME_DIR over the same storage, for logins apart from `env`'s. */
+  sessionEnv: () => Promise<NodeJS.ProcessEnv>;
+  remove: () => Promise<void>;
+};
+
+export async function privateBuildah(base: NodeJS.ProcessEnv = process.env): Promise<PrivateBuildah> {
+  const dir = await mkdtemp(join(tmpdir(), "platform-buildah-"));
+  const conf = join(dir, "storage.conf");
+  await writeFile(
+    conf,
+    `[storage]\ndriver = "vfs"\ngraphroot = "${join(dir, "graph")}"\nrunroot = "${join(dir, "run")}"\n`,
+  );
+  let sessions = 0;
+  const sessionEnv = async (): Promise<NodeJS.ProcessEnv> => {
+    const xdg = join(dir, `xdg-${sessions++}`);
+    await mkdir(xdg, { mode: 0o700 });
+    await chmod(xdg, 0o700);
+    return {
+      ...base,
+      CONTAINERS_STORAGE_CONF: conf,
+      XDG_RUNTIME_DIR: xdg,
+      REGISTRY_AUTH_FILE: undefined,
+      STORAGE_DRIVER: undefined,
+      BUILDAH_ISOLATION: undefined,
+    };
+  };
+  const env = await sessionEnv();
+  return {
+    env,
+    sessionEnv,
+    remove: async () => {
+      // Working containers first (`buildah from`), so nothing in the storage is in use.
+      await run("buildah", ["rm", "--all"], { env }).catch(() => undefined);
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
