@@ -36,6 +36,8 @@ COPY workers ./workers
 COPY scaler ./scaler
 # The gateway serves .platformrc.json's JSON Schema from here (GET /schemas/platformrc.schema.json).
 COPY schemas ./schemas
+# The templates `platform service create` writes a service from.
+COPY templates ./templates
 COPY --from=dashboard /app/dist/dashboard ./dist/dashboard
 # The image's `node` user, by number so Kubernetes can verify runAsNonRoot.
 RUN mkdir -p /data /models /work && chown 1000:1000 /data /models /work

@@ -24,6 +24,7 @@ const GROUPS: Record<string, () => Promise<Register>> = {
   images: async () => (await import("./image-list.ts")).registerImages,
   usage: async () => (await import("./usage.ts")).registerUsage,
   init: async () => (await import("./init.ts")).registerInit,
+  service: async () => (await import("./service.ts")).registerService,
   doctor: async () => (await import("./doctor/index.ts")).registerDoctor,
   gateway: async () => (await import("./roles.ts")).registerRoles,
   worker: async () => (await import("./roles.ts")).registerRoles,

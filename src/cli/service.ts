@@ -1,0 +1,97 @@
+/**
+ * `platform service create <name> --lang node|python [--example] [--service <pkg.Service>] [--force]`:
+ * scaffolds, at the workspace root, a service implementing one of the workspace's proto services
+ * (docs/scaffolds.md). The service is found in the protos (scaffold/discover.ts), each language
+ * writes its files from the same input (scaffold/types.ts), nothing is replaced without --force,
+ * and the stubs are generated for the language, so the scaffold builds and tests at once.
+ */
+import type { Command } from "commander";
+import { z } from "zod";
+import { protoWorkspace } from "./buf.ts";
+import { CliError } from "./errors.ts";
+import { type Language, LANGUAGES } from "./platformrc.ts";
+import { GENERATED_DIR, generate } from "./proto-generate.ts";
+import { discoverService } from "./scaffold/discover.ts";
+import { scaffoldNode } from "./scaffold/node.ts";
+import { scaffoldPython } from "./scaffold/python.ts";
+import type { Scaffolder } from "./scaffold/types.ts";
+import { writeScaffold } from "./scaffold/write.ts";
+import { requireWorkspace } from "./workspace.ts";
+
+export const SCAFFOLDERS: Record<Language, Scaffolder> = { node: scaffoldNode, python: scaffoldPython };
+
+/** What to do after the scaffold is written, per language. */
+const NEXT_STEPS: Record<Language, string[]> = {
+  node: [
+    "npm install && npm test        # the tests start the server and call every RPC",
+    "git add -A && git commit -m 'scaffold the service'",
+    "platform registry login && platform publish",
+  ],
+  python: [
+    "see README.md: create the virtual environment with the pip mirrors, then run pytest",
+    "git add -A && git commit -m 'scaffold the service'",
+    "platform registry login && platform publish",
+  ],
+};
+
+/** A service's name: an npm package, a Python distribution, an image and a Kubernetes name at once. */
+export const ServiceName = z
+  .string()
+  .regex(/^[a-z][a-z0-9-]*$/, {
+    message: "expected lowercase letters, digits and '-', starting with a letter, such as items or order-history",
+  })
+  .max(63, { message: "expected at most 63 characters (a Kubernetes name)" })
+  .refine((n) => !n.endsWith("-") && !n.includes("--"), { message: "expected no '-' at the end and no '--'" });
+
+type Options = { lang?: string; example?: boolean; service?: string; force?: boolean };
+
+export function registerService(program: Command): void {
+  const service = program.command("service").description("services that implement the workspace's proto contracts");
+
+  service
+    .command("create <name>")
+    .description("scaffold a service for one of the workspace's proto services, at the workspace root")
+    .option("--lang <lang>", `${LANGUAGES.join(" or ")} (default: the workspace's language)`)
+    .option("--example", "the seed's reference ItemService (CreateItem, GetItem, ListItems) instead of empty handlers")
+    .option("--service <pkg.Service>", "the proto service to implement, where the name does not decide it")
+    .option("--force", "replace files that already exist")
+    .action(async (name: string, opts: Options) => {
+      const parsed = ServiceName.safeParse(name);
+      if (!parsed.success) throw new CliError(`<name> "${name}": ${parsed.error.issues[0]?.message}`, 2);
+      const lang = LANGUAGES.find((l) => l === opts.lang);
+      if (opts.lang !== undefined && !lang)
+        throw new CliError(`--lang: expected ${LANGUAGES.join(" or ")}, got "${opts.lang}"`, 2);
+      const workspace = await requireWorkspace();
+      const ws = await protoWorkspace(workspace);
+      const language = lang ?? workspace.settings.language;
+      const found = await discoverService(ws, name, opts.service);
+      const files = await SCAFFOLDERS[language]({
+        name,
+        example: opts.example ?? false,
+        service: found.service,
+        package: found.package,
+        messages: found.messages,
+        protoRoot: ws.protoRoot,
+        protoFiles: found.protoFiles,
+        imageRepository: workspace.settings.imageRepository,
+        registryUrl: workspace.settings.registryUrl,
+      });
+      const result = await writeScaffold(ws.root, files, opts.force ?? false);
+      const replaced = new Set(result.replaced);
+      for (const path of result.written) console.log(`${replaced.has(path) ? "replaced" : "wrote   "} ${path}`);
+      let stubs: Awaited<ReturnType<typeof generate>>;
+      try {
+        stubs = await generate(ws, language);
+      } catch (e) {
+        if (!(e instanceof CliError)) throw e;
+        throw new CliError(
+          `the scaffold is written, but generating the ${language} stubs failed: ${e.message}\nfix that, then run \`platform proto generate --lang ${language}\``,
+        );
+      }
+      for (const path of stubs.written) console.log(`wrote    ${GENERATED_DIR}/${path}`);
+      console.log(
+        `\n${found.service.full_name} scaffolded in ${language}${opts.example ? " (example)" : ""}: ${result.written.length} files, stubs in ${GENERATED_DIR}/ (${stubs.generator})`,
+      );
+      console.log(`next:\n${NEXT_STEPS[language].map((s) => `  ${s}`).join("\n")}`);
+    });
+}
