@@ -16,7 +16,6 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { readdir, readFile, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { pathToFileURL } from "node:url";
 import { promisify } from "node:util";
@@ -24,25 +23,13 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Postgres, postgresUnavailable, startPostgres } from "../helpers/postgres.ts";
 import { ITEMS_PROTO, makeWorkspace, writeFiles } from "../helpers/protos.ts";
 import { freePort } from "../helpers/redis.ts";
+import { npmInstall, npmRegistryUnavailable, step as runStep } from "../helpers/scaffold.ts";
 import { type CliResult, runCli } from "../helpers/stack.ts";
 
 const exec = promisify(execFile);
-const NPM_CACHE = join(tmpdir(), "platform-scaffold-npm-cache");
 const INSTALL_TIMEOUT = 600_000;
 
-/** Why the npm registry cannot be used here, or undefined when it answers. */
-async function registryUnavailable(): Promise<string | undefined> {
-  try {
-    const { stdout } = await exec("npm", ["config", "get", "registry"], { timeout: 20_000 });
-    const registry = stdout.trim().replace(/\/$/, "");
-    const res = await fetch(`${registry}/@connectrpc%2fconnect`, { signal: AbortSignal.timeout(15_000) });
-    return res.ok ? undefined : `the npm registry ${registry} answered HTTP ${res.status}`;
-  } catch (e) {
-    return `the npm registry cannot be reached (${(e as Error).message})`;
-  }
-}
-
-const noRegistry = await registryUnavailable();
+const noRegistry = await npmRegistryUnavailable();
 if (noRegistry) console.warn(`service create --lang node: install, build and test skipped: ${noRegistry}`);
 const noPostgres = postgresUnavailable();
 if (noPostgres) console.warn(`service create --lang node: the PostgreSQL steps skipped: ${noPostgres}`);
@@ -65,27 +52,9 @@ async function workspace(): Promise<string> {
 
 const cli = (args: string[], cwd: string): Promise<CliResult> => runCli(args, { ...process.env }, cwd);
 
-/** Runs a command in the workspace, failing the test with its output when it fails; times it. */
-async function step(label: string, cwd: string, program: string, args: string[], env: NodeJS.ProcessEnv = {}) {
-  const started = Date.now();
-  const r = await new Promise<{ code: number | null; output: string }>((resolve) => {
-    const child = spawn(program, args, {
-      cwd,
-      env: { ...process.env, npm_config_cache: NPM_CACHE, npm_config_update_notifier: "false", NO_COLOR: "1", ...env },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let output = "";
-    child.stdout.on("data", (d) => (output += d));
-    child.stderr.on("data", (d) => (output += d));
-    child.once("close", (code) => resolve({ code, output }));
-  });
-  timings[label] = Math.round((Date.now() - started) / 100) / 10;
-  expect(r.code, `${label} (${program} ${args.join(" ")}) failed:\n${r.output.slice(-6000)}`).toBe(0);
-  return r.output;
-}
-
-const install = (label: string, cwd: string) =>
-  step(label, cwd, "npm", ["install", "--prefer-offline", "--no-audit", "--no-fund"]);
+const step = (label: string, cwd: string, program: string, args: string[], env: NodeJS.ProcessEnv = {}) =>
+  runStep(timings, label, cwd, program, args, env);
+const install = (label: string, cwd: string) => npmInstall(timings, label, cwd);
 
 /** Every file under `dir` (without .git and node_modules) with its sha256. */
 async function snapshot(dir: string): Promise<Record<string, string>> {

@@ -1,0 +1,57 @@
+/**
+ * What the scaffold tests share: whether the npm registry answers (the scaffolds install from it),
+ * the npm cache kept between runs in the temp directory, and a step runner that fails the test
+ * with the command's output and records how long each step took.
+ */
+import { execFile, spawn } from "node:child_process";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { expect } from "vitest";
+
+const exec = promisify(execFile);
+
+/** Kept between runs (and between the test files), so a second install reads the cache. */
+export const NPM_CACHE = join(tmpdir(), "platform-scaffold-npm-cache");
+
+/** Why the npm registry cannot be used here, or undefined when it answers. */
+export async function npmRegistryUnavailable(): Promise<string | undefined> {
+  try {
+    const { stdout } = await exec("npm", ["config", "get", "registry"], { timeout: 20_000 });
+    const registry = stdout.trim().replace(/\/$/, "");
+    const res = await fetch(`${registry}/@connectrpc%2fconnect`, { signal: AbortSignal.timeout(15_000) });
+    return res.ok ? undefined : `the npm registry ${registry} answered HTTP ${res.status}`;
+  } catch (e) {
+    return `the npm registry cannot be reached (${(e as Error).message})`;
+  }
+}
+
+/** Runs a command in `cwd`, failing the test with its output when it fails; its time goes to `timings`. */
+export async function step(
+  timings: Record<string, number>,
+  label: string,
+  cwd: string,
+  program: string,
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+): Promise<string> {
+  const started = Date.now();
+  const r = await new Promise<{ code: number | null; output: string }>((resolve) => {
+    const child = spawn(program, args, {
+      cwd,
+      env: { ...process.env, npm_config_cache: NPM_CACHE, npm_config_update_notifier: "false", NO_COLOR: "1", ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let output = "";
+    child.stdout.on("data", (d) => (output += d));
+    child.stderr.on("data", (d) => (output += d));
+    child.once("close", (code) => resolve({ code, output }));
+  });
+  timings[label] = Math.round((Date.now() - started) / 100) / 10;
+  expect(r.code, `${label} (${program} ${args.join(" ")}) failed:\n${r.output.slice(-6000)}`).toBe(0);
+  return r.output;
+}
+
+/** `npm install` from the cache where it can. */
+export const npmInstall = (timings: Record<string, number>, label: string, cwd: string) =>
+  step(timings, label, cwd, "npm", ["install", "--prefer-offline", "--no-audit", "--no-fund"]);
