@@ -1,0 +1,5 @@
+"""`python -m __PACKAGE__`: runs the server until SIGTERM or SIGINT (server.main says how)."""
+
+from .server import main
+
+raise SystemExit(main())

@@ -1,0 +1,10 @@
+-- The first migration. The service applies migrations/NNNN_name.sql at start, in order, each once
+-- (recorded in schema_migrations), when DATABASE_URL is set. Add tables here, e.g.:
+--
+--   CREATE TABLE things (
+--     id text PRIMARY KEY,
+--     name text NOT NULL,
+--     created_at timestamptz NOT NULL DEFAULT now()
+--   );
+--
+-- Once a migration has run anywhere, leave it as it is and add the next one (0002_...).
