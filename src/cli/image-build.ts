@@ -140,6 +140,9 @@ export async function buildImage(req: BuildRequest): Promise<void> {
   const args = [
     "build",
     ...(req.builder === "buildah" ? ["--isolation", "chroot"] : []),
+    // Docker's image format: the OCI format that buildah and podman default to has no HEALTHCHECK,
+    // and they drop the Dockerfile's (with a warning).
+    ...(req.builder === "docker" ? [] : ["--format", "docker"]),
     "-f",
     req.dockerfile,
     "-t",

@@ -159,6 +159,15 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
       }),
     );
     expect(inspected.RepoTags).toContain(tag);
+    // The Dockerfile's HEALTHCHECK, kept: Docker's image format, which publish asks buildah for.
+    const config = JSON.parse(
+      execFileSync("skopeo", ["inspect", "--config", "--raw", "--tls-verify=false", `docker://${repository}:${tag}`], {
+        env,
+        encoding: "utf8",
+      }),
+    );
+    expect(config.config.Healthcheck.Test).toEqual(["CMD", "node", "-e", expect.stringContaining("/readyz")]);
+    expect(config.config.User).toBe("1000:1000");
     expect(inspected.Labels).toMatchObject({
       "org.opencontainers.image.version": "0.1.0",
       "org.opencontainers.image.revision": git("rev-parse", "HEAD"),
