@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Makes a stand-in base image (docs/publish.md, "Base images") FROM scratch out of this machine's
-# own runtime, for machines that cannot pull node:24-slim or python:3.12-slim from a public registry:
+# own runtime, for machines that cannot pull node:24-slim or python:3.11-slim from a public registry:
 # the runtime, sh and a few core tools, the shared libraries `ldd` lists for them, npm (Node) or pip
 # (Python), the CA bundle and an /etc/passwd with a non-root user (node or app, uid 1000). It is built
 # with buildah and pushed to the reference given, from where builds take it as NODE_IMAGE or
 # PYTHON_IMAGE (`platform publish --build-arg NODE_IMAGE=<ref>`, or build.args in .platformrc.json).
 #
 #   scripts/services/make-base-image.sh node   127.0.0.1:5000/base/node:24-slim
-#   scripts/services/make-base-image.sh python 127.0.0.1:5000/base/python:3.12-slim
+#   scripts/services/make-base-image.sh python 127.0.0.1:5000/base/python:3.11-slim
 #
 # Environment: NODE_BIN (default: this checkout's node_modules/.bin/node, else `node` on PATH; must be
-# Node 24 or newer), PYTHON_BIN (default: the newest pyenv 3.x under /root/.pyenv, else python3),
+# Node 24 or newer), PYTHON_BIN (default: pyenv's 3.11, else its newest 3.x, else python3),
 # NO_PUSH=1 (build and tag only). buildah's storage and session are its own: CONTAINERS_STORAGE_CONF,
 # STORAGE_DRIVER (vfs where overlay is unavailable), XDG_RUNTIME_DIR or REGISTRY_AUTH_FILE for the
 # login the push uses (`buildah login`, or `platform registry login` in a workspace). TLS is verified
@@ -85,7 +85,9 @@ else
   user=app
   python=${PYTHON_BIN:-}
   if [ -z "$python" ]; then
-    python=$(ls -d /root/.pyenv/versions/3.* 2>/dev/null | sort -V | tail -1)
+    # 3.11 where pyenv has it: the pip mirrors' binary wheels (grpcio, psycopg-binary) are cp311.
+    python=$(ls -d /root/.pyenv/versions/3.11.* 2>/dev/null | sort -V | tail -1)
+    [ -n "$python" ] || python=$(ls -d /root/.pyenv/versions/3.* 2>/dev/null | sort -V | tail -1)
     python=${python:+$python/bin/python3}
     [ -n "$python" ] || python=$(command -v python3)
   fi
@@ -101,6 +103,17 @@ else
   tar -C "$stdlib" --exclude=./test --exclude=__pycache__ --exclude=./site-packages --exclude=./dist-packages -cf - . | tar -C "$root/usr/local/lib/python$version" -xf -
   # The extension modules' own libraries (libssl, libz, libffi, …): ldd of the interpreter lists none of them.
   for so in "$stdlib"/lib-dynload/*.so; do copy_libs_of "$so"; done
+  # What manylinux wheels' extension modules load beyond the interpreter's own (grpcio: librt,
+  # libstdc++, ...), as a python:*-slim image has them.
+  for name in librt.so.1 libpthread.so.0 libdl.so.2 libresolv.so.2 libm.so.6 libstdc++.so.6 libgcc_s.so.1 libz.so.1; do
+    for dir in /lib/x86_64-linux-gnu /usr/lib/x86_64-linux-gnu /lib64 /usr/lib64; do
+      if [ -e "$dir/$name" ]; then
+        mkdir -p "$root$dir"
+        [ -e "$root$dir/$name" ] || cp -L "$dir/$name" "$root$dir/$name"
+        break
+      fi
+    done
+  done
   site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   mkdir -p "$root/usr/local/lib/python$version/site-packages"
   if [ -d "$site/pip" ]; then cp -a "$site"/pip "$site"/pip-*.dist-info "$root/usr/local/lib/python$version/site-packages/"; fi

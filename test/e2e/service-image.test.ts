@@ -4,21 +4,26 @@
  * (the lock file the image's `npm ci` needs) and its own tests, a commit, `platform publish` before
  * `registry login` (the one line saying to log in), then after it: the image `<version>-<sha>` pushed,
  * `skopeo inspect` showing its labels, and the image run with `buildah run` answering CreateItem,
- * GetItem and ListItems over Connect as its non-root user, NotFound as Connect's 404.
+ * GetItem and ListItems over Connect as its non-root user, NotFound as Connect's 404. The same for
+ * `--lang python`: its image, with the Dockerfile's HEALTHCHECK, answers over gRPC (the scaffold
+ * serves gRPC; docs/python-services.md), its `pip install` reaching the machine's pip mirrors,
+ * served to the build over HTTP on loopback (they are file:// indexes here).
  *
  * Real parts: a `platform up` (image records, the organization's key), Debian's docker-registry with
  * htpasswd, buildah with private vfs storage, the stand-in base image of
  * scripts/services/make-base-image.sh. The image's own `npm ci` reaches the npm registry from inside
- * the build. Skipped, saying why, where the image tools or the npm registry are missing.
+ * the build. Skipped, saying why, where the image tools or the npm registry are missing, and the
+ * Python part where .venv-grpc or the pip mirrors are.
  */
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
+import { type ChildProcess, execFile, execFileSync, spawn } from "node:child_process";
+import { promisify } from "node:util";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freePort } from "../../src/process/free-port.ts";
-import { BUF_YAML, ITEMS_PATH, ITEMS_PROTO, writeFiles } from "../helpers/protos.ts";
+import { BUF_YAML, grpcPython, ITEMS_PATH, ITEMS_PROTO, writeFiles } from "../helpers/protos.ts";
 import {
   imageToolsUnavailable,
   type PrivateBuildah,
@@ -27,12 +32,35 @@ import {
   startRegistry,
   withStdin,
 } from "../helpers/registry.ts";
-import { npmInstall, npmRegistryUnavailable, step } from "../helpers/scaffold.ts";
+import {
+  ITEMS_PY_CLIENT,
+  ITEMS_PY_CLIENT_CALL,
+  npmInstall,
+  npmRegistryUnavailable,
+  step,
+} from "../helpers/scaffold.ts";
 import { BIN, type CliResult, runCli, type Stack, startStack } from "../helpers/stack.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const unavailable = imageToolsUnavailable() ?? (await npmRegistryUnavailable());
 if (unavailable) console.warn(`scaffold image test skipped: ${unavailable}`);
+
+const run = promisify(execFile);
+const PYTHON = grpcPython();
+/** pip's mirrors as this machine configures them (file:// indexes), served to the image's build over HTTP. */
+const PIP_MIRRORS = execFileSync("python3", ["-m", "pip", "config", "get", "global.extra-index-url"], {
+  encoding: "utf8",
+  stdio: ["ignore", "pipe", "ignore"],
+})
+  .trim()
+  .split(/\s+/)
+  .filter((u) => u.startsWith("file:///opt/"));
+const noPythonImage = !PYTHON
+  ? "no .venv-grpc (scripts/protos/setup-python.sh makes it)"
+  : PIP_MIRRORS.length === 0
+    ? "no file:///opt/ pip mirrors configured to serve to the build (pip config get global.extra-index-url)"
+    : undefined;
+if (!unavailable && noPythonImage) console.warn(`the Python scaffold's image test skipped: ${noPythonImage}`);
 
 const USER = "team";
 // Only for the throwaway registry this test starts; it reaches htpasswd and logins through stdin.
@@ -231,4 +259,162 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
       execFileSync("buildah", ["rm", container], { env });
     }
   }, 120_000);
+
+  describe.skipIf(noPythonImage !== undefined)("the Python scaffold", () => {
+    let dir: string;
+    let mirror: ChildProcess | undefined;
+    let pyRepository: string;
+    let pyTag: string;
+
+    beforeAll(async () => {
+      // The mirrors' directory over HTTP on loopback: the build (chroot isolation) shares this network.
+      const port = await freePort();
+      mirror = spawn("python3", ["-m", "http.server", "--bind", "127.0.0.1", "--directory", "/opt", String(port)], {
+        stdio: "ignore",
+      });
+      const [index, ...extra] = PIP_MIRRORS.map((u) => u.replace("file:///opt/", `http://127.0.0.1:${port}/`));
+      // (expect.poll belongs to tests: a plain wait for the server here.)
+      for (
+        let tries = 0;
+        (await fetch(index as string).then(
+          (r) => r.status,
+          () => 0,
+        )) !== 200;
+        tries++
+      ) {
+        if (tries > 100) throw new Error(`the pip mirror server at ${index} did not answer`);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      const operator = await buildah.sessionEnv();
+      await withStdin(
+        "buildah",
+        ["login", "--tls-verify=false", "--username", USER, "--password-stdin", registry.host],
+        `${PASSWORD}\n`,
+        operator,
+      );
+      const baseImage = `${registry.host}/base/python:3.11-slim`;
+      execFileSync(join(ROOT, "scripts/services/make-base-image.sh"), ["python", baseImage], { env: operator });
+      dir = await mkdtemp(join(tmpdir(), "platform-scaffold-image-py-"));
+      pyRepository = `${registry.host}/acme/items-py`;
+      const args = { PYTHON_IMAGE: baseImage, PIP_INDEX_URL: index as string, PIP_EXTRA_INDEX_URL: extra.join(" ") };
+      await writeFiles(dir, {
+        ".platformrc.json": `${JSON.stringify(
+          {
+            registryUrl: stack.baseUrl,
+            orgId: "acme",
+            imageRepository: pyRepository,
+            language: "python",
+            build: { builder: "buildah", args },
+          },
+          null,
+          2,
+        )}\n`,
+        "buf.yaml": BUF_YAML,
+        [ITEMS_PATH]: ITEMS_PROTO,
+        ".git/info/exclude": ".config/\nclient.py\n",
+      });
+      await run("git", ["init", "-q"], { cwd: dir });
+    }, 300_000);
+
+    afterAll(async () => {
+      mirror?.kill();
+      if (dir) await rm(dir, { recursive: true, force: true });
+    });
+
+    it("service create --lang python --example → commit → publish: <version>-<sha>, HEALTHCHECK kept", async () => {
+      const created = await runCli(["service", "create", "items", "--lang", "python", "--example"], env, dir);
+      expect(created.code, created.stderr).toBe(0);
+      const stubs = await runCli(["proto", "generate", "--lang", "python", "--python", PYTHON as string], env, dir);
+      expect(stubs.code, stubs.stderr).toBe(0);
+      const gitIn = (...args: string[]) =>
+        execFileSync("git", ["-c", "user.name=Team", "-c", "user.email=team@example.com", ...args], {
+          cwd: dir,
+          encoding: "utf8",
+        }).trim();
+      gitIn("add", "-A");
+      gitIn("commit", "-q", "-m", "scaffold the service");
+      // The team's session with the image registry (the Node test may have made it already).
+      const login = await loginWithStdin();
+      expect(login.code, login.stderr).toBe(0);
+      const started = Date.now();
+      const published = await runCli(["publish"], env, dir);
+      timings["python publish"] = Math.round((Date.now() - started) / 100) / 10;
+      expect(published.code, published.stderr).toBe(0);
+      pyTag = `0.1.0-${gitIn("rev-parse", "--short", "HEAD")}`;
+      expect(published.stdout).toMatch(
+        new RegExp(`^pushed ${pyRepository.replace(/[.]/g, "\\.")}:${pyTag}@sha256:[0-9a-f]{64}\\n`),
+      );
+      const config = JSON.parse(
+        execFileSync(
+          "skopeo",
+          ["inspect", "--config", "--raw", "--tls-verify=false", `docker://${pyRepository}:${pyTag}`],
+          {
+            env,
+            encoding: "utf8",
+          },
+        ),
+      );
+      expect(config.config.Healthcheck.Test).toEqual(["CMD", "python", "-m", "items_service.healthcheck"]);
+      expect(config.config.User).toBe("10001:10001");
+    }, 900_000);
+
+    it("the image runs and answers CreateItem, GetItem and ListItems over gRPC; NOT_FOUND names the item", async () => {
+      expect(pyTag).toBeDefined();
+      const port = await freePort();
+      const container = execFileSync("buildah", ["from", "-q", `${pyRepository}:${pyTag}`], {
+        env,
+        encoding: "utf8",
+      }).trim();
+      let child: ChildProcess | undefined;
+      let out = "";
+      try {
+        child = spawn(
+          "buildah",
+          [
+            "run",
+            "--isolation",
+            "chroot",
+            "--env",
+            `PORT=${port}`,
+            "--env",
+            "METRICS_PORT=off",
+            container,
+            "--",
+            "python",
+            "-m",
+            "items_service",
+          ],
+          { env, stdio: ["ignore", "pipe", "pipe"], detached: true },
+        );
+        child.stdout?.on("data", (d) => (out += d));
+        child.stderr?.on("data", (d) => (out += d));
+        await expect.poll(() => out, { timeout: 60_000 }).toContain('"ready"');
+        await writeFile(join(dir, "client.py"), ITEMS_PY_CLIENT);
+        const call = async (...args: string[]) =>
+          JSON.parse(
+            (
+              await run(
+                PYTHON as string,
+                ["-c", `${ITEMS_PY_CLIENT_CALL}(${JSON.stringify([String(port), ...args])})`],
+                {
+                  cwd: dir,
+                },
+              )
+            ).stdout,
+          );
+        const created = await call("create", "lamp", "from the image");
+        expect(created, out).toMatchObject({ name: "lamp", description: "from the image" });
+        expect(await call("get", created.id)).toEqual(created);
+        expect(await call("list")).toEqual([created]);
+        expect(await call("get", "nope")).toEqual({ code: "NOT_FOUND", message: "item nope not found" });
+      } finally {
+        if (child?.pid !== undefined && child.exitCode === null) {
+          const exited = new Promise((r) => child?.once("exit", r));
+          process.kill(-child.pid, "SIGTERM");
+          await exited;
+        }
+        execFileSync("buildah", ["rm", container], { env });
+      }
+    }, 120_000);
+  });
 });

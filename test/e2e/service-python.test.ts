@@ -20,6 +20,7 @@ import { decodeImage, summarizePackage } from "../../src/protos/descriptors.ts";
 import { type Postgres, postgresUnavailable, startPostgres } from "../helpers/postgres.ts";
 import { grpcPython, makeWorkspace } from "../helpers/protos.ts";
 import { freePort } from "../helpers/redis.ts";
+import { ITEMS_PY_CLIENT, ITEMS_PY_CLIENT_CALL } from "../helpers/scaffold.ts";
 import { runCli } from "../helpers/stack.ts";
 
 const run = promisify(execFile);
@@ -190,13 +191,13 @@ describe.skipIf(!PYTHON)("platform service create --lang python", () => {
         pg = await startPostgres();
         // Its own tests against the database (the migrations run, the store is PostgreSQL's).
         expect(await pytest(dir, { TEST_DATABASE_URL: pg.url })).toMatch(/\b9 passed\b/);
-        await writeFile(join(dir, "client.py"), CLIENT);
+        await writeFile(join(dir, "client.py"), ITEMS_PY_CLIENT);
         const port = await freePort();
         const call = async (...args: string[]) =>
           JSON.parse(
             await python(
               join(dir, ".venv/bin/python"),
-              `${CLIENT_CALL}(${JSON.stringify([String(port), ...args])})`,
+              `${ITEMS_PY_CLIENT_CALL}(${JSON.stringify([String(port), ...args])})`,
               dir,
             ),
           );
@@ -223,33 +224,6 @@ describe.skipIf(!PYTHON)("platform service create --lang python", () => {
     );
   });
 });
-
-/** A client a team would write: one call, its answer (or status) as JSON. */
-const CLIENT = `"""One ItemService call against 127.0.0.1:PORT, printed as JSON."""
-import json
-
-import grpc
-from google.protobuf.json_format import MessageToDict
-
-from items.v1 import items_pb2, items_pb2_grpc
-
-
-def main(args: list[str]) -> None:
-    port, action, *rest = args
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = items_pb2_grpc.ItemServiceStub(channel)
-        try:
-            if action == "create":
-                out = MessageToDict(stub.CreateItem(items_pb2.CreateItemRequest(name=rest[0], description=rest[1]), timeout=10).item)
-            elif action == "get":
-                out = MessageToDict(stub.GetItem(items_pb2.GetItemRequest(id=rest[0]), timeout=10).item)
-            else:
-                out = [MessageToDict(i) for i in stub.ListItems(items_pb2.ListItemsRequest(page_size=1000), timeout=10).items]
-        except grpc.RpcError as e:
-            out = {"code": e.code().name, "message": e.details()}
-    print(json.dumps(out))
-`;
-const CLIENT_CALL = "import sys; sys.path[:0] = ['src/__generated__', '.']; import client; client.main";
 
 /** `python -m items_service` as the image runs it; resolves once it logs `ready`. */
 async function startService(dir: string, port: number, databaseUrl: string): Promise<ChildProcess> {

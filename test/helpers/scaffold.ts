@@ -55,3 +55,31 @@ export async function step(
 /** `npm install` from the cache where it can. */
 export const npmInstall = (timings: Record<string, number>, label: string, cwd: string) =>
   step(timings, label, cwd, "npm", ["install", "--prefer-offline", "--no-audit", "--no-fund"]);
+
+/** An ItemService client a team would write in Python: one call, its answer (or status) as JSON. */
+export const ITEMS_PY_CLIENT = `"""One ItemService call against 127.0.0.1:PORT, printed as JSON."""
+import json
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+
+from items.v1 import items_pb2, items_pb2_grpc
+
+
+def main(args: list[str]) -> None:
+    port, action, *rest = args
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = items_pb2_grpc.ItemServiceStub(channel)
+        try:
+            if action == "create":
+                out = MessageToDict(stub.CreateItem(items_pb2.CreateItemRequest(name=rest[0], description=rest[1]), timeout=10).item)
+            elif action == "get":
+                out = MessageToDict(stub.GetItem(items_pb2.GetItemRequest(id=rest[0]), timeout=10).item)
+            else:
+                out = [MessageToDict(i) for i in stub.ListItems(items_pb2.ListItemsRequest(page_size=1000), timeout=10).items]
+        except grpc.RpcError as e:
+            out = {"code": e.code().name, "message": e.details()}
+    print(json.dumps(out))
+`;
+/** Python code calling client.py's main from the workspace root, the stubs on the path. */
+export const ITEMS_PY_CLIENT_CALL = "import sys; sys.path[:0] = ['src/__generated__', '.']; import client; client.main";
