@@ -6,7 +6,7 @@
  * `skopeo inspect` showing its labels, and the image run with `buildah run` answering CreateItem,
  * GetItem and ListItems over Connect as its non-root user, NotFound as Connect's 404. The same for
  * `--lang python`: its image, with the Dockerfile's HEALTHCHECK, answers over gRPC (the scaffold
- * serves gRPC; docs/python-services.md), its `pip install` reaching the machine's pip mirrors,
+ * serves gRPC; docs/scaffolds.md, "Python"), its `pip install` reaching the machine's pip mirrors,
  * served to the build over HTTP on loopback (they are file:// indexes here).
  *
  * Real parts: a `platform up` (image records, the organization's key), Debian's docker-registry with

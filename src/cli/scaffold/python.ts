@@ -4,7 +4,7 @@
  * or `example/`), with `__PACKAGE__`, `__NAME__` and `__SERVICE__` filled in and `src/PACKAGE/` named
  * after the service; `service.py` and `tests/test_service.py` follow the proto's RPCs
  * (python/service.ts), and the README says how to run, test, build, publish and deploy it.
- * docs/python-services.md says what each file is and why.
+ * docs/scaffolds.md ("Python") says what each file is and why.
  */
 import { readdir, readFile } from "node:fs/promises";
 import { join, relative, sep } from "node:path";
