@@ -11,11 +11,10 @@
  * image checks follow the session; and the image runs (`buildah run`) and answers the Connect call.
  * Skipped, saying why, where buildah, docker-registry, htpasswd or skopeo is missing.
  */
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freePort } from "../../src/process/free-port.ts";
 import { BUF_YAML, ITEMS_PATH, ITEMS_PROTO, writeFiles } from "../helpers/protos.ts";
@@ -25,12 +24,12 @@ import {
   privateBuildah,
   type Registry,
   startRegistry,
+  pushBaseImage,
+  runImage,
   tokenKeyPair,
-  withStdin,
 } from "../helpers/registry.ts";
-import { BIN, type CliResult, runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { runCli, type Stack, startStack } from "../helpers/stack.ts";
 
-const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const unavailable = imageToolsUnavailable();
 if (unavailable) console.warn(`publish tests skipped: ${unavailable}`);
 
@@ -104,19 +103,6 @@ function git(...args: string[]): string {
   }).trim();
 }
 
-/** The real CLI with `input` on its stdin (runCli gives it none). */
-function cliWithStdin(args: string[], input: string): Promise<CliResult> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [BIN, ...args], { cwd: work, env, stdio: ["pipe", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => (stdout += d));
-    child.stderr.on("data", (d) => (stderr += d));
-    child.once("exit", (code) => resolve({ code, stdout, stderr }));
-    child.stdin.end(input);
-  });
-}
-
 const cli = (args: string[]) => runCli(args, env, work);
 
 function skopeoInspect(reference: string): { Digest: string; RepoTags: string[]; Labels: Record<string, string> } {
@@ -152,16 +138,7 @@ describe.skipIf(unavailable !== undefined)("platform publish", () => {
     );
     buildah = await privateBuildah();
 
-    // The base image, pushed by an operator's own session; the team's (env) has none yet.
-    const operator = await buildah.sessionEnv();
-    await withStdin(
-      "buildah",
-      ["login", "--tls-verify=false", "--username", USER, "--password-stdin", registry.host],
-      `${PASSWORD}\n`,
-      operator,
-    );
-    baseImage = `${registry.host}/base/node:24-slim`;
-    execFileSync(join(ROOT, "scripts/services/make-base-image.sh"), ["node", baseImage], { env: operator });
+    baseImage = await pushBaseImage(buildah, registry, USER, PASSWORD, "node");
 
     work = await mkdtemp(join(tmpdir(), "platform-publish-"));
     repository = `${registry.host}/acme/items`;
@@ -259,12 +236,12 @@ describe.skipIf(unavailable !== undefined)("platform publish", () => {
     const usage = await cli(["registry", "login", "--username", USER]);
     expect(usage.code).toBe(2);
     expect(usage.stderr).toContain("--username needs --password-stdin");
-    const wrong = await cliWithStdin(["registry", "login", "--username", USER, "--password-stdin"], "not-it\n");
+    const wrong = await runCli(["registry", "login", "--username", USER, "--password-stdin"], env, work, "not-it\n");
     expect(wrong.code).toBe(1);
     expect(wrong.stderr).toBe(
       `error: ${registry.host} refused the username or password for ${USER}: check them and try again\n`,
     );
-    const r = await cliWithStdin(["registry", "login", "--username", USER, "--password-stdin"], `${PASSWORD}\n`);
+    const r = await runCli(["registry", "login", "--username", USER, "--password-stdin"], env, work, `${PASSWORD}\n`);
     expect(r.code, r.stderr).toBe(0);
     const authFile = join(env.XDG_RUNTIME_DIR as string, "containers", "auth.json");
     expect(r.stdout).toBe(`logged in to ${registry.host} as ${USER} (buildah; session in ${authFile})\n`);
@@ -414,25 +391,9 @@ describe.skipIf(unavailable !== undefined)("platform publish", () => {
 
   it("the image runs (buildah run, chroot isolation) and answers the Connect call as its non-root user", async () => {
     const port = await freePort();
-    const container = execFileSync("buildah", ["from", "-q", `${repository}:${record.tag}`], {
-      env,
-      encoding: "utf8",
-    }).trim();
-    let child: ChildProcess | undefined;
+    const image = runImage(env, `${repository}:${record.tag}`, ["node", "server.mjs"], { PORT: String(port) });
     try {
-      child = spawn(
-        "buildah",
-        ["run", "--isolation", "chroot", "--env", `PORT=${port}`, container, "--", "node", "server.mjs"],
-        {
-          env,
-          stdio: ["ignore", "pipe", "pipe"],
-          detached: true,
-        },
-      );
-      let out = "";
-      child.stdout?.on("data", (d) => (out += d));
-      child.stderr?.on("data", (d) => (out += d));
-      await expect.poll(() => out, { timeout: 30_000 }).toContain("listening");
+      await expect.poll(image.output, { timeout: 30_000 }).toContain("listening");
       const res = await fetch(`http://127.0.0.1:${port}/platform.items.v1.ItemService/GetItem`, {
         method: "POST",
         headers: { "content-type": "application/json", "connect-protocol-version": "1" },
@@ -441,13 +402,7 @@ describe.skipIf(unavailable !== undefined)("platform publish", () => {
       expect(res.status).toBe(200);
       expect(await res.json()).toEqual({ item: { id: "42", name: "fixture", description: "served by uid 1000" } });
     } finally {
-      // The run's process group: buildah and the service under it (started by this test).
-      if (child?.pid !== undefined && child.exitCode === null) {
-        const exited = new Promise((r) => child?.once("exit", r));
-        process.kill(-child.pid, "SIGTERM");
-        await exited;
-      }
-      execFileSync("buildah", ["rm", container], { env });
+      await image.stop();
     }
   }, 60_000);
 });

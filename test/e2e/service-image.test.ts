@@ -20,7 +20,6 @@ import { promisify } from "node:util";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freePort } from "../../src/process/free-port.ts";
 import { BUF_YAML, grpcPython, ITEMS_PATH, ITEMS_PROTO, writeFiles } from "../helpers/protos.ts";
@@ -29,8 +28,9 @@ import {
   type PrivateBuildah,
   privateBuildah,
   type Registry,
+  pushBaseImage,
+  runImage,
   startRegistry,
-  withStdin,
 } from "../helpers/registry.ts";
 import {
   ITEMS_PY_CLIENT,
@@ -39,9 +39,8 @@ import {
   npmRegistryUnavailable,
   step,
 } from "../helpers/scaffold.ts";
-import { BIN, type CliResult, runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { runCli, type Stack, startStack } from "../helpers/stack.ts";
 
-const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const unavailable = imageToolsUnavailable() ?? (await npmRegistryUnavailable());
 if (unavailable) console.warn(`scaffold image test skipped: ${unavailable}`);
 
@@ -81,21 +80,8 @@ const git = (...args: string[]) =>
     encoding: "utf8",
   }).trim();
 
-function loginWithStdin(): Promise<CliResult> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [BIN, "registry", "login", "--username", USER, "--password-stdin"], {
-      cwd: work,
-      env,
-      stdio: ["pipe", "pipe", "pipe"],
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => (stdout += d));
-    child.stderr.on("data", (d) => (stderr += d));
-    child.once("exit", (code) => resolve({ code, stdout, stderr }));
-    child.stdin.end(`${PASSWORD}\n`);
-  });
-}
+const registryLogin = () =>
+  runCli(["registry", "login", "--username", USER, "--password-stdin"], env, work, `${PASSWORD}\n`);
 
 describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an image", () => {
   beforeAll(async () => {
@@ -108,15 +94,7 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
     });
     registry = await startRegistry({ [USER]: PASSWORD });
     buildah = await privateBuildah();
-    const operator = await buildah.sessionEnv();
-    await withStdin(
-      "buildah",
-      ["login", "--tls-verify=false", "--username", USER, "--password-stdin", registry.host],
-      `${PASSWORD}\n`,
-      operator,
-    );
-    const baseImage = `${registry.host}/base/node:24-slim`;
-    execFileSync(join(ROOT, "scripts/services/make-base-image.sh"), ["node", baseImage], { env: operator });
+    const baseImage = await pushBaseImage(buildah, registry, USER, PASSWORD, "node");
 
     work = await mkdtemp(join(tmpdir(), "platform-scaffold-image-"));
     repository = `${registry.host}/acme/items`;
@@ -168,7 +146,7 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
     const refused = await cli(["publish"]);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toBe(`not logged in to ${registry.host}: run platform registry login\n`);
-    const login = await loginWithStdin();
+    const login = await registryLogin();
     expect(login.code, login.stderr).toBe(0);
 
     const started = Date.now();
@@ -205,21 +183,9 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
   it("the image runs as its non-root user and answers CreateItem, GetItem and ListItems; NotFound is Connect's 404", async () => {
     expect(tag).toBeDefined();
     const port = await freePort();
-    const container = execFileSync("buildah", ["from", "-q", `${repository}:${tag}`], {
-      env,
-      encoding: "utf8",
-    }).trim();
-    let child: ChildProcess | undefined;
-    let out = "";
+    // The image's own command (node dist/index.js), its user (1000) and working directory.
+    const image = runImage(env, `${repository}:${tag}`, ["node", "dist/index.js"], { PORT: String(port) });
     try {
-      // The image's own command (node dist/index.js), its user (1000) and working directory.
-      child = spawn(
-        "buildah",
-        ["run", "--isolation", "chroot", "--env", `PORT=${port}`, container, "--", "node", "dist/index.js"],
-        { env, stdio: ["ignore", "pipe", "pipe"], detached: true },
-      );
-      child.stdout?.on("data", (d) => (out += d));
-      child.stderr?.on("data", (d) => (out += d));
       const base = `http://127.0.0.1:${port}/platform.items.v1.ItemService`;
       await expect
         .poll(
@@ -240,7 +206,7 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
         return { status: res.status, body: (await res.json()) as Record<string, any> };
       };
       const created = await call("CreateItem", { name: "lamp", description: "from the image" });
-      expect(created.status, out).toBe(200);
+      expect(created.status, image.output()).toBe(200);
       const id = created.body.item.id as string;
       expect(created.body.item).toEqual({ id, name: "lamp", description: "from the image" });
       expect(await call("GetItem", { id })).toEqual({ status: 200, body: created.body });
@@ -249,14 +215,9 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
         status: 404,
         body: { code: "not_found", message: "item nope not found" },
       });
-      expect(out).toContain('"store":"memory"');
+      expect(image.output()).toContain('"store":"memory"');
     } finally {
-      if (child?.pid !== undefined && child.exitCode === null) {
-        const exited = new Promise((r) => child?.once("exit", r));
-        process.kill(-child.pid, "SIGTERM");
-        await exited;
-      }
-      execFileSync("buildah", ["rm", container], { env });
+      await image.stop();
     }
   }, 120_000);
 
@@ -285,15 +246,7 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
         if (tries > 100) throw new Error(`the pip mirror server at ${index} did not answer`);
         await new Promise((r) => setTimeout(r, 200));
       }
-      const operator = await buildah.sessionEnv();
-      await withStdin(
-        "buildah",
-        ["login", "--tls-verify=false", "--username", USER, "--password-stdin", registry.host],
-        `${PASSWORD}\n`,
-        operator,
-      );
-      const baseImage = `${registry.host}/base/python:3.11-slim`;
-      execFileSync(join(ROOT, "scripts/services/make-base-image.sh"), ["python", baseImage], { env: operator });
+      const baseImage = await pushBaseImage(buildah, registry, USER, PASSWORD, "python");
       dir = await mkdtemp(join(tmpdir(), "platform-scaffold-image-py-"));
       pyRepository = `${registry.host}/acme/items-py`;
       const args = { PYTHON_IMAGE: baseImage, PIP_INDEX_URL: index as string, PIP_EXTRA_INDEX_URL: extra.join(" ") };
@@ -334,7 +287,7 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
       gitIn("add", "-A");
       gitIn("commit", "-q", "-m", "scaffold the service");
       // The team's session with the image registry (the Node test may have made it already).
-      const login = await loginWithStdin();
+      const login = await registryLogin();
       expect(login.code, login.stderr).toBe(0);
       const started = Date.now();
       const published = await runCli(["publish"], env, dir);
@@ -361,34 +314,12 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
     it("the image runs and answers CreateItem, GetItem and ListItems over gRPC; NOT_FOUND names the item", async () => {
       expect(pyTag).toBeDefined();
       const port = await freePort();
-      const container = execFileSync("buildah", ["from", "-q", `${pyRepository}:${pyTag}`], {
-        env,
-        encoding: "utf8",
-      }).trim();
-      let child: ChildProcess | undefined;
-      let out = "";
+      const image = runImage(env, `${pyRepository}:${pyTag}`, ["python", "-m", "items_service"], {
+        PORT: String(port),
+        METRICS_PORT: "off",
+      });
       try {
-        child = spawn(
-          "buildah",
-          [
-            "run",
-            "--isolation",
-            "chroot",
-            "--env",
-            `PORT=${port}`,
-            "--env",
-            "METRICS_PORT=off",
-            container,
-            "--",
-            "python",
-            "-m",
-            "items_service",
-          ],
-          { env, stdio: ["ignore", "pipe", "pipe"], detached: true },
-        );
-        child.stdout?.on("data", (d) => (out += d));
-        child.stderr?.on("data", (d) => (out += d));
-        await expect.poll(() => out, { timeout: 60_000 }).toContain('"ready"');
+        await expect.poll(image.output, { timeout: 60_000 }).toContain('"ready"');
         await writeFile(join(dir, "client.py"), ITEMS_PY_CLIENT);
         const call = async (...args: string[]) =>
           JSON.parse(
@@ -403,17 +334,12 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
             ).stdout,
           );
         const created = await call("create", "lamp", "from the image");
-        expect(created, out).toMatchObject({ name: "lamp", description: "from the image" });
+        expect(created, image.output()).toMatchObject({ name: "lamp", description: "from the image" });
         expect(await call("get", created.id)).toEqual(created);
         expect(await call("list")).toEqual([created]);
         expect(await call("get", "nope")).toEqual({ code: "NOT_FOUND", message: "item nope not found" });
       } finally {
-        if (child?.pid !== undefined && child.exitCode === null) {
-          const exited = new Promise((r) => child?.once("exit", r));
-          process.kill(-child.pid, "SIGTERM");
-          await exited;
-        }
-        execFileSync("buildah", ["rm", container], { env });
+        await image.stop();
       }
     }, 120_000);
   });

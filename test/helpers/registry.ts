@@ -4,15 +4,18 @@
  * buildah: its own storage (vfs, under a temp dir: vfs grows by hundreds of MB a build, so it is
  * removed after) and its own sessions (`XDG_RUNTIME_DIR`, 0700; a REGISTRY_AUTH_FILE that does not
  * exist yet would break every buildah command). `imageToolsUnavailable()` says what is missing,
- * for a skip that names it.
+ * for a skip that names it. Also: a stand-in base image pushed, and an image run with `buildah run`.
  */
-import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { type ChildProcess, execFile, execFileSync, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { chmod, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { freePort } from "../../src/process/free-port.ts";
+import { fileURLToPath } from "node:url";
+
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 
 const run = promisify(execFile);
 
@@ -167,6 +170,72 @@ export async function privateBuildah(base: NodeJS.ProcessEnv = process.env): Pro
       // Working containers first (`buildah from`), so nothing in the storage is in use.
       await run("buildah", ["rm", "--all"], { env }).catch(() => undefined);
       await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * A stand-in base image (scripts/services/make-base-image.sh) pushed to `registry` through an
+ * operator's session of its own, apart from the team's (`buildah.env`), which has none yet.
+ */
+export async function pushBaseImage(
+  buildah: PrivateBuildah,
+  registry: Registry,
+  user: string,
+  password: string,
+  kind: "node" | "python",
+): Promise<string> {
+  const operator = await buildah.sessionEnv();
+  await withStdin(
+    "buildah",
+    ["login", "--tls-verify=false", "--username", user, "--password-stdin", registry.host],
+    `${password}\n`,
+    operator,
+  );
+  const reference = `${registry.host}/base/${kind === "node" ? "node:24-slim" : "python:3.11-slim"}`;
+  await run(join(ROOT, "scripts/services/make-base-image.sh"), [kind, reference], { env: operator, timeout: 300_000 });
+  return reference;
+}
+
+export type RunningImage = { output: () => string; stop: () => Promise<void> };
+
+/**
+ * Runs an image's `command` as the image would (its user, working directory and environment, plus
+ * `env`) with `buildah run` and chroot isolation, in a process group of its own; `stop` ends the
+ * group and removes the working container.
+ */
+export function runImage(
+  buildahEnv: NodeJS.ProcessEnv,
+  reference: string,
+  command: string[],
+  env: Record<string, string>,
+): RunningImage {
+  const container = execFileSync("buildah", ["from", "-q", reference], { env: buildahEnv, encoding: "utf8" }).trim();
+  const child = spawn(
+    "buildah",
+    [
+      "run",
+      "--isolation",
+      "chroot",
+      ...Object.entries(env).flatMap(([k, v]) => ["--env", `${k}=${v}`]),
+      container,
+      "--",
+      ...command,
+    ],
+    { env: buildahEnv, stdio: ["ignore", "pipe", "pipe"], detached: true },
+  );
+  let out = "";
+  child.stdout?.on("data", (d) => (out += d));
+  child.stderr?.on("data", (d) => (out += d));
+  return {
+    output: () => out,
+    stop: async () => {
+      if (child.pid !== undefined && child.exitCode === null) {
+        const exited = new Promise((r) => child.once("exit", r));
+        process.kill(-child.pid, "SIGTERM");
+        await exited;
+      }
+      execFileSync("buildah", ["rm", container], { env: buildahEnv });
     },
   };
 }

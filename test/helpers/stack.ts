@@ -114,14 +114,19 @@ export function sleep(ms: number): Promise<void> {
 
 export type CliResult = { code: number | null; stdout: string; stderr: string };
 
-/** Runs the real `platform` binary as a child process; in `cwd`, as a person runs it inside a workspace. */
-export function runCli(args: string[], env: NodeJS.ProcessEnv, cwd?: string): Promise<CliResult> {
+/**
+ * Runs the real `platform` binary as a child process; in `cwd`, as a person runs it inside a
+ * workspace; `input` on its stdin (a password for `--password-stdin`), else none.
+ */
+export function runCli(args: string[], env: NodeJS.ProcessEnv, cwd?: string, input?: string): Promise<CliResult> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [BIN, ...args], { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
+    const stdin = input === undefined ? "ignore" : "pipe";
+    const child = spawn(process.execPath, [BIN, ...args], { cwd, env, stdio: [stdin, "pipe", "pipe"] });
     let stdout = "";
     let stderr = "";
-    child.stdout.on("data", (d) => (stdout += d));
-    child.stderr.on("data", (d) => (stderr += d));
+    child.stdout?.on("data", (d) => (stdout += d));
+    child.stderr?.on("data", (d) => (stderr += d));
     child.once("exit", (code) => resolve({ code, stdout, stderr }));
+    if (input !== undefined) child.stdin?.end(input);
   });
 }
