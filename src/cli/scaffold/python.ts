@@ -1,44 +1,16 @@
 /**
  * `platform service create <name> --lang python`: a gRPC service in Python's conventions. The files
  * that do not depend on the proto are templates (templates/service/python/: `common/`, then `plain/`
- * or `example/`), with `__PACKAGE__`, `__NAME__` and `__SERVICE__` filled in and `src/PACKAGE/` named
- * after the service; `service.py` and `tests/test_service.py` follow the proto's RPCs
- * (python/service.ts), and the README says how to run, test, build, publish and deploy it.
+ * or `example/`), rendered as the Node ones are (templates.ts: `{{package}}`, `{{name}}`,
+ * `{{service}}`, `{{stubs}}`), with `src/PACKAGE/` named after the service; `service.py` and
+ * `tests/test_service.py` follow the proto's RPCs (python/service.ts), and the README says how to run, test, build, publish and deploy it.
  * docs/scaffolds.md ("Python") says what each file is and why.
  */
-import { readdir, readFile } from "node:fs/promises";
-import { join, relative, sep } from "node:path";
-import { fileURLToPath } from "node:url";
 import { CliError } from "../errors.ts";
 import { moduleOf, packageName } from "./python/names.ts";
 import { exampleShape, servicePy, testsPy } from "./python/service.ts";
+import { renderDir, TEMPLATES_DIR } from "./templates.ts";
 import type { ScaffoldFile, ScaffoldInput, Scaffolder } from "./types.ts";
-
-const TEMPLATES = fileURLToPath(new URL("../../../templates/service/python/", import.meta.url));
-
-/** Template names whose real name npm or git would otherwise act on. */
-const RENAMED: Record<string, string> = { gitignore: ".gitignore", dockerignore: ".dockerignore" };
-
-async function templates(dir: string): Promise<{ path: string; content: string }[]> {
-  const entries = await readdir(join(TEMPLATES, dir), { withFileTypes: true, recursive: true });
-  return Promise.all(
-    entries
-      .filter((e) => e.isFile())
-      .map(async (e) => {
-        const file = join(e.parentPath, e.name);
-        const path = relative(join(TEMPLATES, dir), file).split(sep).join("/");
-        return { path, content: await readFile(file, "utf8") };
-      }),
-  );
-}
-
-/** Fills the placeholders; a placeholder left over is a bug in the templates, not the user's. */
-function fill(text: string, values: Record<string, string>, where: string): string {
-  const filled = text.replace(/__([A-Z]+)__/g, (whole, key: string) => values[key] ?? whole);
-  const left = filled.match(/__(?:PACKAGE|NAME|SERVICE|STUBS)__/);
-  if (left) throw new Error(`templates/service/python/${where}: ${left[0]} not filled`);
-  return filled;
-}
 
 export const scaffoldPython: Scaffolder = async (input) => {
   if (!/^[a-z][a-z0-9-]*$/.test(input.name))
@@ -50,13 +22,11 @@ export const scaffoldPython: Scaffolder = async (input) => {
   const pkg = packageName(input.name);
   // STUBS: the generated stubs' top-level package (`items`), first-party code for ruff's isort.
   const stubs = moduleOf(input.service.file).split(".")[0] as string;
-  const values = { PACKAGE: pkg, NAME: input.name, SERVICE: input.service.full_name, STUBS: stubs };
+  const values = { package: pkg, name: input.name, service: input.service.full_name, stubs };
   const files: ScaffoldFile[] = [];
   for (const dir of ["common", input.example ? "example" : "plain"]) {
-    for (const t of await templates(dir)) {
-      const path = (RENAMED[t.path] ?? t.path).replace(/^src\/PACKAGE\//, `src/${pkg}/`);
-      files.push({ path, content: fill(t.content, values, `${dir}/${t.path}`) });
-    }
+    const rendered = await renderDir(`${TEMPLATES_DIR}python/${dir}`, { values, flags: {} });
+    for (const f of rendered) files.push({ ...f, path: f.path.replace(/^src\/PACKAGE\//, `src/${pkg}/`) });
   }
   files.push(
     { path: `src/${pkg}/service.py`, content: servicePy(input, shape) },

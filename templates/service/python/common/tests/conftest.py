@@ -1,5 +1,5 @@
 """
-Fixtures: the server started in this process on free ports (as `python -m __PACKAGE__` starts it),
+Fixtures: the server started in this process on free ports (as `python -m {{package}}` starts it),
 and a real gRPC channel to it. TEST_DATABASE_URL runs the tests against PostgreSQL; without it the
 service runs without a database.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from __PACKAGE__.config import Config
-from __PACKAGE__.server import Running, start
+from {{package}}.config import Config
+from {{package}}.server import Running, start
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import grpc
 
-from __PACKAGE__ import service
-from __PACKAGE__.health import check
-from __PACKAGE__.server import Running
+from {{package}} import service
+from {{package}}.health import check
+from {{package}}.server import Running
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,7 +57,7 @@ def test_entry_point_logs_json_and_stops_on_sigterm() -> None:
     }
     env.pop("DATABASE_URL", None)
     child = subprocess.Popen(
-        [sys.executable, "-m", "__PACKAGE__"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "{{package}}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         assert child.stdout is not None

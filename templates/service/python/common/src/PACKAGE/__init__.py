@@ -1,1 +1,1 @@
-"""__NAME__: the __SERVICE__ service, served over gRPC (see README.md)."""
+"""{{name}}: the {{service}} service, served over gRPC (see README.md)."""

@@ -1,4 +1,4 @@
-"""`python -m __PACKAGE__`: runs the server until SIGTERM or SIGINT (server.main says how)."""
+"""`python -m {{package}}`: runs the server until SIGTERM or SIGINT (server.main says how)."""
 
 from .server import main
 

@@ -1,5 +1,5 @@
 """
-`python -m __PACKAGE__.healthcheck`: exit 0 when the server on this machine's PORT answers the gRPC
+`python -m {{package}}.healthcheck`: exit 0 when the server on this machine's PORT answers the gRPC
 health check SERVING, 1 otherwise. The Dockerfile's HEALTHCHECK runs it (no curl in the image, and
 gRPC needs HTTP/2 anyway).
 """
