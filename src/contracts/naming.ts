@@ -58,6 +58,15 @@ export function controlKeys(prefix: string) {
     protoVersions: (orgPackage: string) => `${cp}:proto-versions:${orgPackage}`, // "<org>/<package>": hash version -> record JSON; objects under protos/<org>/<package>/<version>/
     // Published service images (src/images/): per organization, bounded (src/images/store.ts).
     images: (org: string) => `${cp}:images:${org}`, // hash "<service>:<tag>" -> record JSON
+    // Deployed services (src/services/): per organization; "<org>/<name>" names one service's keys.
+    services: (org: string) => `${cp}:services:${org}`, // hash name -> record JSON
+    serviceRollouts: (orgName: string) => `${cp}:service-rollouts:${orgName}`, // list of rollout JSON, newest first, capped
+    serviceEnv: (orgName: string) => `${cp}:service-env:${orgName}`, // hash variable -> entry JSON (value, version, who, when)
+    serviceSecrets: (orgName: string) => `${cp}:service-secrets:${orgName}`, // hash secret -> entry JSON (sealed value, version, who, when)
+    serviceRelease: (orgName: string, revision: string) => `${cp}:service-release:${orgName}/${revision}`, // string JSON: the env and sealed secrets a rollout started with
+    serviceReplicas: (orgName: string) => `${cp}:service-replicas:${orgName}`, // hash replica id -> replica JSON (the backend's report)
+    serviceLogs: (orgName: string) => `${plain}:service-logs:{${orgName}}`, // stream: replicas' output lines, capped
+    serviceEvents: `${plain}:service-events`, // pub/sub: a service record or its replicas changed ("<org>/<name>")
     // Sign-in (src/signin/): every key lives minutes at most; secrets (flow cookies, codes) are named by their SHA-256.
     signinFlow: (sha256: string) => `${signin}:flow:${sha256}`, // hash: one browser's sign-in in progress, TTL 10 min
     signinOpen: `${signin}:open`, // zset "<kind>:<sha256>" -> expiry ms: caps the flows and device codes open at once

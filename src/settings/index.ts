@@ -25,6 +25,7 @@ import { type StructuredSettings, structuredSettings, structuredShape } from "./
 import { checkTokens, type TokenSettings, tokenSettings, tokensShape } from "./tokens.ts";
 import { type ProtoSettings, protoSettings, protosShape } from "./protos.ts";
 import { type RegistryTokenSettings, registryTokenSettings, registryTokenShape } from "./registry-token.ts";
+import { type ServicesSettings, servicesSettings, servicesShape } from "./services.ts";
 import type { TracingSettings } from "../telemetry/tracing.ts";
 import { tracingSettings, tracingShape } from "./tracing.ts";
 import { type VllmSettings, vllmSettings, vllmShape } from "./vllm.ts";
@@ -38,6 +39,7 @@ export type {
   LoggingSettings,
   ProtoSettings,
   RegistryTokenSettings,
+  ServicesSettings,
   QueueSettings,
   SigninSettings,
   StorageSettings,
@@ -73,6 +75,8 @@ export type Settings = CoreSettings & {
   protos: ProtoSettings;
   /** PLATFORM_REGISTRY_TOKEN_KEY, PLATFORM_REGISTRY_TOKEN_ISSUER, PLATFORM_REGISTRY_TOKEN_TTL_MS. */
   registryToken: RegistryTokenSettings;
+  /** PLATFORM_SECRETS_KEY, PLATFORM_IMAGE_CACHE_DIR, PLATFORM_IMAGE_PULL_AUTH_FILE, PLATFORM_ROLLOUT_DEADLINE_MS. */
+  services: ServicesSettings;
   /** PLATFORM_PUBLIC_URL, PLATFORM_OIDC_*. */
   signin: SigninSettings;
   /** PLATFORM_CONFIG_DIR, PLATFORM_BASE_URL, PLATFORM_API_KEY, PLATFORM_CLI_UPLOAD, BROWSER. */
@@ -96,6 +100,7 @@ const Env = z
     ...tokensShape,
     ...protosShape,
     ...registryTokenShape,
+    ...servicesShape,
     ...signinShape,
     ...cliShape,
     ...tracingShape,
@@ -121,6 +126,7 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     tokens: tokenSettings(e),
     protos: protoSettings(e),
     registryToken: registryTokenSettings(e),
+    services: servicesSettings(e, core.dataDir),
     signin: signinSettings(e),
     cli: cliSettings(e),
     tracing: tracingSettings(e),

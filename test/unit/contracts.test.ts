@@ -145,7 +145,7 @@ describe("key layout (Redis Cluster slots)", () => {
     expect(
       new Set([keys.rateLimit("key_1"), keys.rateLimit("key_2"), keys.usage("m:60"), keys.endpoints].map(hashed)).size,
     ).toBe(4);
-    const all = Object.values(keys).map((k) => (typeof k === "function" ? k("x") : k));
+    const all = Object.values(keys).map((k) => (typeof k === "function" ? k("x", "y") : k));
     for (const k of all) expect(k.startsWith("platform:")).toBe(true);
   });
 });

@@ -1,0 +1,54 @@
+/**
+ * The services section (docs/services.md): the key secrets are sealed with, where the local
+ * backend keeps pulled images, the credentials it pulls them with, and how long a rollout's new
+ * replicas may take to become ready.
+ */
+import { join } from "node:path";
+import { z } from "zod";
+import { optional, positiveMs } from "./parse.ts";
+
+export const servicesShape = {
+  /**
+   * 32 bytes, base64 or 64 hex digits: seals services' secrets (AES-256-GCM). Unset: a key
+   * generated once into `<data dir>/secrets.key` (mode 0600), which every process of one install shares.
+   */
+  PLATFORM_SECRETS_KEY: optional(
+    z
+      .string()
+      .refine(
+        (v) => /^[0-9a-fA-F]{64}$/.test(v) || Buffer.from(v, "base64").length === 32,
+        "expected 32 bytes as base64 (openssl rand -base64 32) or 64 hex digits",
+      ),
+  ),
+  /** Where the local backend keeps pulled images and their unpacked root filesystems. */
+  PLATFORM_IMAGE_CACHE_DIR: optional(z.string().min(1)),
+  /** A containers auth file (auth.json, as `buildah login` writes) the local backend pulls with. */
+  PLATFORM_IMAGE_PULL_AUTH_FILE: optional(z.string().min(1)),
+  /** How long a rollout's new replicas may take to become ready before it fails. */
+  PLATFORM_ROLLOUT_DEADLINE_MS: positiveMs(120_000),
+};
+
+export type ServicesSettings = {
+  /** The raw key, when given; else `keyFile`. */
+  secretsKey: Buffer | undefined;
+  secretsKeyFile: string;
+  imageCacheDir: string;
+  pullAuthFile: string | undefined;
+  rolloutDeadlineMs: number;
+};
+
+export function servicesSettings(e: z.infer<z.ZodObject<typeof servicesShape>>, dataDir: string): ServicesSettings {
+  const raw = e.PLATFORM_SECRETS_KEY;
+  return {
+    secretsKey:
+      raw === undefined
+        ? undefined
+        : /^[0-9a-fA-F]{64}$/.test(raw)
+          ? Buffer.from(raw, "hex")
+          : Buffer.from(raw, "base64"),
+    secretsKeyFile: join(dataDir, "secrets.key"),
+    imageCacheDir: e.PLATFORM_IMAGE_CACHE_DIR ?? join(dataDir, "images"),
+    pullAuthFile: e.PLATFORM_IMAGE_PULL_AUTH_FILE,
+    rolloutDeadlineMs: e.PLATFORM_ROLLOUT_DEADLINE_MS,
+  };
+}
