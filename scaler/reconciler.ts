@@ -6,6 +6,8 @@ import type { RedisClient } from "../src/redis/connection.ts";
 import { readEndpoints } from "../src/endpoints/store.ts";
 import { type Control, duplicate } from "../src/redis/connection.ts";
 import type { ReplicaBackend } from "./backend.ts";
+import type { ServiceBackend } from "./service-backend.ts";
+import { readAllServices, serviceKey } from "../src/services/store.ts";
 import { coalesced } from "./coalesce.ts";
 import { logger } from "../src/telemetry/log.ts";
 
@@ -16,6 +18,8 @@ export type Reconciler = { stop: () => Promise<void>; reconcileNow: () => Promis
 export type ReconcilerOptions = {
   /** Only reconcile while this says so: the scaler that holds the lease is the one that acts. */
   active?: () => boolean;
+  /** Where services run (docs/services.md); none: services are not this scaler's business. */
+  services?: ServiceBackend;
 };
 
 export async function startReconciler(
@@ -41,9 +45,11 @@ export async function startReconciler(
     } catch (e) {
       log.error((e as Error).message);
     }
+    if (options.services) await reconcileServices(ctl, options.services);
   });
   const subscriber: RedisClient = duplicate(ctl);
   await subscriber.subscribe(ctl.keys.endpointEvents);
+  if (options.services) await subscriber.subscribe(ctl.keys.serviceEvents);
   subscriber.on("message", () => void reconcile());
   const timer = setInterval(() => void reconcile(), intervalMs);
   await reconcile();
@@ -55,4 +61,25 @@ export async function startReconciler(
       await reconcile.settled();
     },
   };
+}
+
+/** Services the same way: every record applied, the replicas of deleted ones removed. */
+async function reconcileServices(ctl: Control, backend: ServiceBackend): Promise<void> {
+  try {
+    const { services, invalid } = await readAllServices(ctl);
+    const wanted = new Set([...services.map((s) => serviceKey(s.org, s.name)), ...invalid.map((r) => r.key)]);
+    await Promise.all(
+      services.map((s) =>
+        backend.apply(s).catch((err: Error) => log.error({ service: s.name, org: s.org }, `${s.name}: ${err.message}`)),
+      ),
+    );
+    for (const key of backend.services()) {
+      if (wanted.has(key)) continue;
+      const [org, name] = key.split("/") as [string, string];
+      await backend.remove(org, name);
+      await ctl.redis.del(ctl.keys.serviceReplicas(key));
+    }
+  } catch (e) {
+    log.error((e as Error).message);
+  }
 }

@@ -6,6 +6,7 @@
 import type { Control } from "../src/redis/connection.ts";
 import { type Autoscaler, type AutoscalerOptions, startAutoscaler } from "./autoscaler.ts";
 import type { ReplicaBackend } from "./backend.ts";
+import type { ServiceBackend } from "./service-backend.ts";
 import { type Reconciler, startReconciler } from "./reconciler.ts";
 
 export type RunningScaler = { autoscaler: Autoscaler; reconciler: Reconciler; stop: () => Promise<void> };
@@ -13,7 +14,7 @@ export type RunningScaler = { autoscaler: Autoscaler; reconciler: Reconciler; st
 export async function startScaler(
   ctl: Control,
   backend: ReplicaBackend,
-  options: AutoscalerOptions & { reconcileIntervalMs?: number } = {},
+  options: AutoscalerOptions & { reconcileIntervalMs?: number; services?: ServiceBackend } = {},
 ): Promise<RunningScaler> {
   let reconciler: Reconciler | undefined;
   const autoscaler = await startAutoscaler(ctl, {
@@ -25,11 +26,17 @@ export async function startScaler(
       } else if (backend.kind === "local") {
         // Local replicas are this process's children; the new leader starts its own.
         void Promise.all(backend.endpoints().map((name) => backend.remove(name))).catch(() => undefined);
+        const services = options.services;
+        if (services?.kind === "local")
+          void Promise.all(
+            services.services().map((key) => services.remove(...(key.split("/") as [string, string]))),
+          ).catch(() => undefined);
       }
     },
   });
   reconciler = await startReconciler(ctl, backend, options.reconcileIntervalMs, {
     active: () => autoscaler.isLeader(),
+    services: options.services,
   });
   const started = reconciler;
   return {

@@ -26,8 +26,14 @@ export interface ServiceReports {
   ): Promise<void>;
   /** One line a replica printed (secret values are masked before it is kept). */
   log(org: string, name: string, line: { replica: string; tag: string; text: string; at?: number }): Promise<void>;
-  /** The environment a revision runs with: its variables and its secrets, opened. */
+  /** The environment a revision runs with: its variables and its secrets, opened (throws until it is written). */
   environment(org: string, name: string, revision: string): Promise<Record<string, string>>;
+  /** The same, variables and secrets apart. */
+  environmentParts(
+    org: string,
+    name: string,
+    revision: string,
+  ): Promise<{ env: Record<string, string>; secrets: Record<string, string> }>;
 }
 
 export interface ServiceBackend {

@@ -59,8 +59,8 @@ export function controlKeys(prefix: string) {
     // Published service images (src/images/): per organization, bounded (src/images/store.ts).
     images: (org: string) => `${cp}:images:${org}`, // hash "<service>:<tag>" -> record JSON
     // Deployed services (src/services/): per organization; "<org>/<name>" names one service's keys.
-    services: (org: string) => `${cp}:services:${org}`, // hash name -> record JSON
-    serviceRollouts: (orgName: string) => `${cp}:service-rollouts:${orgName}`, // list of rollout JSON, newest first, capped
+    services: `${cp}:services`, // hash "<org>/<name>" -> record JSON (every organization's: the reconciler reads them all)
+    serviceRollouts: (orgName: string) => `${cp}:service-rollouts:${orgName}`, // hash rollout id -> rollout JSON, the latest MAX_ROLLOUTS_KEPT
     serviceEnv: (orgName: string) => `${cp}:service-env:${orgName}`, // hash variable -> entry JSON (value, version, who, when)
     serviceSecrets: (orgName: string) => `${cp}:service-secrets:${orgName}`, // hash secret -> entry JSON (sealed value, version, who, when)
     serviceRelease: (orgName: string, revision: string) => `${cp}:service-release:${orgName}/${revision}`, // string JSON: the env and sealed secrets a rollout started with

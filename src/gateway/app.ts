@@ -36,6 +36,8 @@ import { openAiRoutes } from "./routes/openai.ts";
 import { oauthRoutes } from "./routes/oauth.ts";
 import { orgRoutes } from "./routes/orgs.ts";
 import { imageRoutes } from "./routes/images.ts";
+import { serviceRoutes } from "./routes/services.ts";
+import { SecretBox } from "../services/secrets.ts";
 import { protoRoutes } from "./routes/protos.ts";
 import { registryTokenRoutes } from "./routes/registry-token.ts";
 import { signinRoutes } from "./routes/signin.ts";
@@ -172,6 +174,21 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   // Any caller of an organization, on its own organization's packages (routes/protos.ts says why).
   app.route("/admin/v1/protos", protoRoutes({ ctl, artifacts: admin.imports.artifacts, limits: settings.protos }));
   app.route("/admin/v1/images", imageRoutes(ctl));
+  // The dev center (docs/services.md): any caller of an organization, on its own services.
+  let box: Promise<SecretBox> | undefined;
+  app.route(
+    "/admin/v1/services",
+    serviceRoutes({
+      ctl,
+      protos: { ctl, artifacts: admin.imports.artifacts, limits: settings.protos },
+      box: () => {
+        box ??= SecretBox.load(settings.services);
+        return box;
+      },
+      rolloutDeadlineMs: settings.services.rolloutDeadlineMs,
+      baseUrl: () => baseUrl,
+    }),
+  );
   // The rest needs an admin of the caller's organization, and what the install shares an operator.
   app.use("/admin/v1/*", requireAdmin());
   // (`<path>/*` matches `<path>` itself too.)

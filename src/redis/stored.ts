@@ -32,7 +32,9 @@ export type InvalidEntryKind =
   | "token"
   | "proto_package"
   | "proto_version"
-  | "image";
+  | "image"
+  | "service"
+  | "service_replica";
 
 export type InvalidEntry = { kind: InvalidEntryKind; key: string; error: string };
 

@@ -91,7 +91,9 @@ export const ServiceReplica = z.object({
   started: z.number().int(),
   ready_at: z.number().int().optional(),
   restarts: z.number().int().min(0),
-  last_exit: z.object({ code: z.number().int().nullable(), signal: z.string().nullable(), at: z.number().int() }).optional(),
+  last_exit: z
+    .object({ code: z.number().int().nullable(), signal: z.string().nullable(), at: z.number().int() })
+    .optional(),
   /** Epoch ms the backend last wrote it: the gateway ignores one silent for REPLICA_STALE_MS. */
   heartbeat: z.number().int(),
 });

@@ -1,0 +1,249 @@
+/**
+ * The dev center's API under /admin/v1/services (docs/services.md, "HTTP API"): deploy, roll out,
+ * status, history, logs, variables and secrets of the caller's organization's services. Any key or
+ * token of the organization may use it, as publishing; another organization's service is a 404.
+ * Secret values go in and never come out.
+ */
+import { Hono } from "hono";
+import { stream } from "hono/streaming";
+import { z } from "zod";
+import { PlatformError } from "../../contracts/errors.ts";
+import { DURATION_ERROR, parseDuration } from "../../contracts/duration.ts";
+import { ImageRepository, ImageTag } from "../../images/names.ts";
+import type { ProtoRegistry } from "../../protos/store.ts";
+import { type Control, duplicate } from "../../redis/connection.ts";
+import { followLogs, readLogs } from "../../services/logs.ts";
+import { EnvName, EnvValue, MAX_ENV_ENTRIES, MAX_OVERVIEW_BYTES, RepoType, ServiceName } from "../../services/names.ts";
+import type { ServiceRecord } from "../../services/record.ts";
+import { readReplicas } from "../../services/replicas.ts";
+import { deployService, startRollout } from "../../services/rollouts.ts";
+import type { SecretBox } from "../../services/secrets.ts";
+import { deleteService, getService, listRollouts, listServices, updateService } from "../../services/store.ts";
+import { listVariables, setVariables, unsetVariable, type VariableKind } from "../../services/variables.ts";
+import type { GatewayEnv } from "../env.ts";
+import { parseBody, pathParam } from "../errors.ts";
+
+export type ServiceRoutesOptions = {
+  ctl: Control;
+  protos: ProtoRegistry;
+  box: () => Promise<SecretBox>;
+  rolloutDeadlineMs: number;
+  baseUrl: () => string;
+};
+
+const Values = z
+  .record(EnvName, EnvValue, { message: 'expected an object of NAME: "value" pairs' })
+  .refine((v) => Object.keys(v).length <= MAX_ENV_ENTRIES, { message: `expected at most ${MAX_ENV_ENTRIES} entries` });
+
+const DeployBody = z
+  .object({
+    name: ServiceName,
+    tag: ImageTag,
+    repo_type: RepoType,
+    image_repository: ImageRepository,
+    replicas: z.number().int().min(1, "expected 1 to 20").max(20, "expected 1 to 20").default(1),
+    port: z
+      .number()
+      .int()
+      .min(1, "expected a port from 1 to 65535")
+      .max(65535, "expected a port from 1 to 65535")
+      .default(8080),
+    env: Values.default({}),
+  })
+  .strict();
+
+const RolloutBody = z.union(
+  [
+    z.object({ tag: ImageTag }).strict(),
+    z.object({ restart: z.literal(true) }).strict(),
+    z.object({ undo: z.literal(true) }).strict(),
+  ],
+  { message: 'expected {"tag": "<tag>"}, {"restart": true} or {"undo": true}' },
+);
+
+const OverviewBody = z
+  .object({
+    markdown: z
+      .string()
+      .refine(
+        (v) => Buffer.byteLength(v) <= MAX_OVERVIEW_BYTES,
+        `expected at most ${MAX_OVERVIEW_BYTES} bytes of Markdown`,
+      ),
+  })
+  .strict();
+
+const VariablesBody = z.object({ values: Values }).strict();
+
+/** Open `logs?follow=true` streams per gateway: each holds a Redis connection. */
+const MAX_FOLLOWERS = 100;
+const MAX_TAIL = 5000;
+
+export function serviceRoutes(options: ServiceRoutesOptions) {
+  const { ctl } = options;
+  const app = new Hono<GatewayEnv>();
+  const rc = async () => ({
+    ctl,
+    protos: options.protos,
+    box: await options.box(),
+    deadlineMs: options.rolloutDeadlineMs,
+  });
+  const who = (c: { get: (k: "caller") => { id: string; name: string; org: string } }) => {
+    const caller = c.get("caller");
+    return { id: caller.id, name: caller.name };
+  };
+  let followers = 0;
+
+  /** The record as the API shows it: the gateway URL of each RPC service beside it. */
+  const view = (record: ServiceRecord) => ({
+    ...record,
+    urls: record.rpc_services.map((s) => `${options.baseUrl()}/rpc/${s}`),
+  });
+
+  app.post("/", async (c) => {
+    const body = await parseBody(c, DeployBody);
+    const record = await deployService(await rc(), c.get("caller").org, who(c), body);
+    return c.json(view(record), 201);
+  });
+
+  app.get("/", async (c) => {
+    const org = c.get("caller").org;
+    const services = await listServices(ctl, org);
+    return c.json({
+      data: await Promise.all(
+        services.map(async (s) => ({
+          ...view(s),
+          replica_states: (await readReplicas(ctl, org, s.name)).map((r) => r.state),
+        })),
+      ),
+    });
+  });
+
+  app.get("/:name", async (c) => {
+    const org = c.get("caller").org;
+    const name = pathParam(c, "name", ServiceName);
+    const record = await getService(ctl, org, name);
+    const [replicas, rollouts, env, secrets] = await Promise.all([
+      readReplicas(ctl, org, name),
+      listRollouts(ctl, org, name, 10),
+      listVariables(ctl, "env", org, name),
+      listVariables(ctl, "secrets", org, name),
+    ]);
+    return c.json({ ...view(record), replicas, rollouts, env, secrets });
+  });
+
+  app.delete("/:name", async (c) => {
+    await deleteService(ctl, c.get("caller").org, pathParam(c, "name", ServiceName));
+    return c.json({ deleted: true });
+  });
+
+  app.put("/:name/overview", async (c) => {
+    const name = pathParam(c, "name", ServiceName);
+    const { markdown } = await parseBody(c, OverviewBody);
+    return c.json(view(await updateService(ctl, c.get("caller").org, name, (r) => ({ ...r, overview: markdown }))));
+  });
+
+  app.post("/:name/rollouts", async (c) => {
+    const name = pathParam(c, "name", ServiceName);
+    const body = await parseBody(c, RolloutBody);
+    const record = await startRollout(await rc(), c.get("caller").org, name, who(c), body);
+    return c.json(record.rollout, 202);
+  });
+
+  app.get("/:name/rollouts", async (c) =>
+    c.json({ data: await listRollouts(ctl, c.get("caller").org, pathParam(c, "name", ServiceName)) }),
+  );
+
+  app.get("/:name/status", async (c) => {
+    const org = c.get("caller").org;
+    const name = pathParam(c, "name", ServiceName);
+    const record = await getService(ctl, org, name);
+    const replicas = await readReplicas(ctl, org, name);
+    return c.json({
+      name,
+      phase: record.rollout.phase,
+      ...(record.rollout.reason ? { reason: record.rollout.reason } : {}),
+      rollout: record.rollout,
+      current: record.current,
+      desired_replicas: record.replicas,
+      replicas: replicas.map((r) => ({ ...r, ready: r.state === "ready" })),
+    });
+  });
+
+  app.get("/:name/logs", async (c) => {
+    const org = c.get("caller").org;
+    const name = pathParam(c, "name", ServiceName);
+    await getService(ctl, org, name);
+    const q = c.req.query();
+    const tail = q.tail === undefined ? 100 : Number(q.tail);
+    if (!Number.isInteger(tail) || tail < 0 || tail > MAX_TAIL)
+      throw new PlatformError(400, "invalid_request", `tail: expected a whole number from 0 to ${MAX_TAIL}`, "tail");
+    let sinceMs: number | undefined;
+    if (q.since !== undefined) {
+      sinceMs =
+        parseDuration(q.since) ?? (/^\d+h$/.test(q.since) ? Number.parseInt(q.since, 10) * 3_600_000 : undefined);
+      if (sinceMs === undefined)
+        throw new PlatformError(400, "invalid_request", `since: ${DURATION_ERROR.replace("m)", "m, <n>h)")}`, "since");
+    }
+    const replica = q.replica || undefined;
+    const follow = q.follow === "true" || q.follow === "1";
+    const first = await readLogs(ctl, org, name, { tail, sinceMs, replica });
+    c.header("content-type", "application/x-ndjson");
+    if (!follow) return c.body(first.lines.map((l) => `${JSON.stringify(l)}\n`).join(""));
+    if (followers >= MAX_FOLLOWERS)
+      throw new PlatformError(
+        429,
+        "too_many_followers",
+        "too many logs are followed on this gateway; try again later",
+        null,
+        5,
+      );
+    followers++;
+    return stream(c, async (out) => {
+      const reader = duplicate(ctl);
+      let open = true;
+      out.onAbort(() => {
+        open = false;
+      });
+      try {
+        for (const l of first.lines) await out.write(`${JSON.stringify(l)}\n`);
+        let cursor = first.cursor;
+        while (open) {
+          // A service deleted meanwhile ends the stream.
+          if (!(await ctl.redis.hexists(ctl.keys.services, `${org}/${name}`))) break;
+          const next = await followLogs(reader, ctl, org, name, cursor, 1000, replica);
+          cursor = next.cursor;
+          for (const l of next.lines) await out.write(`${JSON.stringify(l)}\n`);
+        }
+      } finally {
+        followers--;
+        reader.disconnect();
+      }
+    });
+  });
+
+  for (const kind of ["env", "secrets"] as VariableKind[]) {
+    app.get(`/:name/${kind}`, async (c) => {
+      const org = c.get("caller").org;
+      const name = pathParam(c, "name", ServiceName);
+      await getService(ctl, org, name);
+      return c.json({ data: await listVariables(ctl, kind, org, name) });
+    });
+    app.put(`/:name/${kind}`, async (c) => {
+      const org = c.get("caller").org;
+      const name = pathParam(c, "name", ServiceName);
+      const { values } = await parseBody(c, VariablesBody);
+      await getService(ctl, org, name);
+      return c.json({ data: await setVariables(ctl, await options.box(), kind, org, name, values, who(c)) });
+    });
+    app.delete(`/:name/${kind}/:key`, async (c) => {
+      const org = c.get("caller").org;
+      const name = pathParam(c, "name", ServiceName);
+      const key = pathParam(c, "key", EnvName);
+      await getService(ctl, org, name);
+      await unsetVariable(ctl, kind, org, name, key);
+      return c.json({ deleted: true });
+    });
+  }
+
+  return app;
+}
