@@ -32,8 +32,17 @@ export type ServiceRoutesOptions = {
 };
 
 const Values = z
-  .record(EnvName, EnvValue, { message: 'expected an object of NAME: "value" pairs' })
-  .refine((v) => Object.keys(v).length <= MAX_ENV_ENTRIES, { message: `expected at most ${MAX_ENV_ENTRIES} entries` });
+  .record(z.string(), EnvValue, { message: 'expected an object of NAME: "value" pairs' })
+  .superRefine((values, ctx) => {
+    const names = Object.keys(values);
+    if (names.length > MAX_ENV_ENTRIES)
+      ctx.addIssue({ code: "custom", message: `expected at most ${MAX_ENV_ENTRIES} entries` });
+    for (const name of names) {
+      const checked = EnvName.safeParse(name);
+      if (!checked.success)
+        ctx.addIssue({ code: "custom", path: [name], message: checked.error.issues[0]?.message ?? "bad name" });
+    }
+  });
 
 const DeployBody = z
   .object({
@@ -149,9 +158,12 @@ export function serviceRoutes(options: ServiceRoutesOptions) {
     return c.json(record.rollout, 202);
   });
 
-  app.get("/:name/rollouts", async (c) =>
-    c.json({ data: await listRollouts(ctl, c.get("caller").org, pathParam(c, "name", ServiceName)) }),
-  );
+  app.get("/:name/rollouts", async (c) => {
+    const org = c.get("caller").org;
+    const name = pathParam(c, "name", ServiceName);
+    await getService(ctl, org, name);
+    return c.json({ data: await listRollouts(ctl, org, name) });
+  });
 
   app.get("/:name/status", async (c) => {
     const org = c.get("caller").org;
