@@ -29,7 +29,11 @@ export type ServiceTarget = {
   descriptors: () => Promise<FileRegistry>;
 };
 
-type Loaded = { byRpc: Map<string, ServiceRecord>; replicas: Map<string, ServiceReplica[]> };
+type Loaded = {
+  records: ServiceRecord[];
+  byRpc: Map<string, ServiceRecord>;
+  replicas: Map<string, ServiceReplica[]>;
+};
 
 export class ServiceDirectory {
   private readonly ctl: Control;
@@ -79,9 +83,10 @@ export class ServiceDirectory {
   /** Every service with its replicas, as last loaded (the gateway's metrics). */
   async all(): Promise<{ record: ServiceRecord; replicas: ServiceReplica[] }[]> {
     const loaded = await this.current();
-    const seen = new Map<string, ServiceRecord>();
-    for (const r of loaded.byRpc.values()) seen.set(serviceKey(r.org, r.name), r);
-    return [...seen.entries()].map(([key, record]) => ({ record, replicas: loaded.replicas.get(key) ?? [] }));
+    return loaded.records.map((record) => ({
+      record,
+      replicas: loaded.replicas.get(serviceKey(record.org, record.name)) ?? [],
+    }));
   }
 
   private async current(): Promise<Loaded> {
@@ -105,7 +110,7 @@ export class ServiceDirectory {
         replicas.set(serviceKey(s.org, s.name), await readReplicas(this.ctl, s.org, s.name));
       }),
     );
-    this.loaded = { byRpc, replicas };
+    this.loaded = { records: services, byRpc, replicas };
     this.loadedAt = started;
     return this.loaded;
   }
