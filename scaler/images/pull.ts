@@ -202,7 +202,11 @@ async function skopeoCopy(options: PullOptions, dest: string): Promise<void> {
     const host = options.repository.split("/")[0] as string;
     if (/unauthorized|authentication required|401|denied|invalid username\/password/i.test(masked))
       return new Error(
-        `pulling ${options.repository}@${options.digest} failed: not logged in to ${host}${options.authFile ? ` (the session in ${options.authFile} was refused)` : ""}: run platform registry login`,
+        `pulling ${options.repository}@${options.digest} failed: not logged in to ${host}${options.authFile ? ` (no session in ${options.authFile} that it accepts)` : ""}: run platform registry login`,
+      );
+    if (/manifest unknown/i.test(masked))
+      return new Error(
+        `pulling ${options.repository}@${options.digest} failed: the registry holds no image with that digest in ${options.repository}`,
       );
     const last =
       masked
@@ -210,9 +214,9 @@ async function skopeoCopy(options: PullOptions, dest: string): Promise<void> {
         .split("\n")
         .filter((l) => l.trim())
         .at(-1) ?? "no output";
-    return new Error(
-      `pulling ${options.repository}@${options.digest} failed: skopeo: ${last.replace(/^.*?level=\w+ msg="?/, "")}`,
-    );
+    // skopeo logs as logrus does: `time=… level=fatal msg="…"`; the message is what says something.
+    const message = last.replace(/^.*?level=\w+ msg="?/, "").replace(/"$/, "");
+    return new Error(`pulling ${options.repository}@${options.digest} failed: skopeo: ${message}`);
   };
   await new Promise<void>((resolve, reject) => {
     execFile(
