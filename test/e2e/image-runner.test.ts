@@ -194,6 +194,30 @@ describe.skipIf(unavailable !== undefined)("a published image, pulled by digest 
     expect(await unpackImage(image, cacheDir)).toBe(join(cacheDir, "rootfs", digest.slice("sha256:".length)));
   });
 
+  it("a manifest list's digest pulls this machine's image from it", async () => {
+    const list = `${repository}:list`;
+    await run("buildah", ["manifest", "create", list], { env: buildah.env });
+    await run("buildah", ["manifest", "add", list, `containers-storage:${repository}:1`], { env: buildah.env });
+    await run(
+      "buildah",
+      [
+        "manifest",
+        "push",
+        "--all",
+        "--tls-verify=false",
+        "--digestfile",
+        join(work, "list-digest"),
+        list,
+        `docker://${list}`,
+      ],
+      { env: buildah.env, timeout: 60_000 },
+    );
+    const listDigest = (await readFile(join(work, "list-digest"), "utf8")).trim();
+    expect(listDigest).not.toBe(digest);
+    const image = await pullImage({ repository, digest: listDigest, cacheDir: join(work, "cache-list"), authFile });
+    expect([image.digest, image.manifestDigest, image.config.config?.User]).toEqual([listDigest, digest, "1000:1000"]);
+  });
+
   it("a digest the registry does not hold, or no session, is a clear error without the password", async () => {
     const cacheDir = join(work, "cache-errors");
     const wrong = `sha256:${"0".repeat(64)}`;
