@@ -13,7 +13,8 @@
  *       (the network is the host's)
  *     exec unshare --root=<overlay> --wd=<WorkingDir> --setuid U --setgid G -- <argv>
  *
- * Node and Python both need /proc and /dev/null, /dev/urandom at start; this is why they are there.
+ * Without them an image's runtime half works: Node starts, but os.cpus() (which sizes its pools)
+ * reads /proc and finds none, and a child with ignored stdio, or Python's subprocess, opens /dev/null.
  * Each exec replaces the one before, so the child's pid is the service's own, and `detached` makes
  * it a process group leader: stopping kills the group. The environment is exactly the image's Env
  * with `extraEnv` over it: nothing of the platform's own (REDIS_URL, keys) reaches a service.

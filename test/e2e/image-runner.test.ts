@@ -52,6 +52,9 @@ http
       env: Object.keys(process.env).sort(),
       oldExists: fs.existsSync("/app/old.txt"),
       random: require("node:crypto").randomBytes(4).toString("hex").length,
+      // Both need the mounts run.ts makes: os.cpus() reads /proc; a child with ignored stdio opens /dev/null.
+      cpus: require("node:os").cpus().length,
+      devNull: (fs.writeFileSync("/dev/null", "x"), true),
     }));
   })
   .listen(Number(process.env.PORT), process.env.HOST, () => console.log("listening on " + process.env.PORT));
@@ -170,7 +173,9 @@ describe.skipIf(unavailable !== undefined)("a published image, pulled by digest 
         redis: null,
         oldExists: false,
         random: 8,
+        devNull: true,
       });
+      expect(answer.cpus).toBeGreaterThan(0);
       // Exactly the image's Env (with docker's defaults) and what the caller passed.
       expect(answer.env).toEqual([...new Set([...Object.keys(spec.env), "PORT", "HOST"])].sort());
       expect(out).toContain(`listening on ${port}`);
