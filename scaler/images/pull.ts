@@ -1,0 +1,288 @@
+/**
+ * Pulling a published service image by digest for the local backend (issue 24), without a container
+ * engine: `skopeo copy` into a `dir:` layout under the cache (not `oci:`, which would convert a
+ * docker manifest to OCI and so change the digest we were asked for), then every blob read back
+ * and checked against its sha256 here, so what runs is exactly what was published whatever skopeo
+ * did. A pull lands in a temp dir renamed into place only once verified: a crash never leaves a
+ * cached image that looks complete. Errors never echo credentials (the auth file's secrets are
+ * masked in whatever skopeo printed).
+ */
+import { execFile } from "node:child_process";
+import { createHash } from "node:crypto";
+import { createReadStream, existsSync } from "node:fs";
+import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { arch } from "node:os";
+import { join } from "node:path";
+
+/** What a layer's blob is, as the manifest says. */
+export type ImageLayer = { digest: string; mediaType: string; size: number; path: string };
+
+/** The parts of an image config (OCI image spec, "config") that say how to run it. */
+export type ImageRunConfig = {
+  Entrypoint?: string[] | null;
+  Cmd?: string[] | null;
+  Env?: string[] | null;
+  WorkingDir?: string;
+  User?: string;
+};
+
+export type ImageConfig = { architecture?: string; os?: string; config?: ImageRunConfig };
+
+export type PulledImage = {
+  repository: string;
+  /** The digest asked for: the manifest's, or the manifest list's the manifest was picked from. */
+  digest: string;
+  /** The digest of the manifest whose layers these are. */
+  manifestDigest: string;
+  /** Where the blobs lie (skopeo's `dir:` layout, one folder per digest). */
+  dir: string;
+  config: ImageConfig;
+  /** Bottom first. */
+  layers: ImageLayer[];
+};
+
+export type PullOptions = {
+  /** `host[:port]/path`, no tag or digest. */
+  repository: string;
+  /** `sha256:<64 hex>`: a manifest's, or a manifest list's (linux and this machine's architecture is picked). */
+  digest: string;
+  cacheDir: string;
+  /** A containers auth.json (`buildah login` writes it); without it skopeo's own default. */
+  authFile?: string;
+  /** The skopeo to run (tests); default `skopeo` on PATH. */
+  skopeo?: string;
+};
+
+const MANIFEST_TYPES = new Set([
+  "application/vnd.oci.image.manifest.v1+json",
+  "application/vnd.docker.distribution.manifest.v2+json",
+]);
+const LIST_TYPES = new Set([
+  "application/vnd.oci.image.index.v1+json",
+  "application/vnd.docker.distribution.manifest.list.v2+json",
+]);
+
+type Descriptor = {
+  mediaType?: string;
+  digest: string;
+  size: number;
+  platform?: { os?: string; architecture?: string };
+};
+type Manifest = { schemaVersion?: number; mediaType?: string; config?: Descriptor; layers?: Descriptor[] };
+type ManifestList = { mediaType?: string; manifests?: Descriptor[] };
+
+const DIGEST = /^sha256:([0-9a-f]{64})$/;
+
+/** 127.0.0.0/8, localhost, [::1]: the only registries spoken to over plain HTTP (docs/publish.md, "TLS"). */
+export function isLoopbackRegistry(repository: string): boolean {
+  const host = repository.split("/")[0] as string;
+  const name = host.startsWith("[") ? host.slice(0, host.indexOf("]") + 1) : (host.split(":")[0] as string);
+  return name === "localhost" || name === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(name);
+}
+
+/** Node's name for the machine's architecture, as images name it. */
+const GOARCH: Record<string, string> = { x64: "amd64", arm64: "arm64", arm: "arm", ppc64: "ppc64le", s390x: "s390x" };
+
+const inFlight = new Map<string, Promise<PulledImage>>();
+
+/**
+ * The image `repository@digest`, pulled into `cacheDir` (or found there) and verified. Concurrent
+ * pulls of one digest into one cache share one skopeo.
+ */
+export function pullImage(options: PullOptions): Promise<PulledImage> {
+  const hex = DIGEST.exec(options.digest)?.[1];
+  if (!hex)
+    return Promise.reject(new Error(`not an image digest: ${options.digest} (expected sha256:<64 hex digits>)`));
+  if (!/^[^\s@:/]+(?::\d+)?(?:\/[^\s@:]+)+$/.test(options.repository) && !options.repository.startsWith("["))
+    return Promise.reject(new Error(`not an image repository: ${options.repository} (expected host[:port]/path)`));
+  const key = `${options.cacheDir}\0${options.repository}\0${options.digest}`;
+  let pull = inFlight.get(key);
+  if (!pull) {
+    pull = pullOnce(options, hex).finally(() => inFlight.delete(key));
+    inFlight.set(key, pull);
+  }
+  return pull;
+}
+
+async function pullOnce(options: PullOptions, hex: string): Promise<PulledImage> {
+  const dir = join(options.cacheDir, "pulled", hex);
+  // A folder there was renamed into place only after every blob was verified: reading its
+  // manifest and config back (small) is enough; the layers are not hashed again.
+  if (existsSync(dir)) return readPulled(options, dir, false);
+  await mkdir(join(options.cacheDir, "pulled"), { recursive: true });
+  const temp = await mkdtemp(join(options.cacheDir, "pulled", `.pull-${hex.slice(0, 12)}-`));
+  try {
+    await skopeoCopy(options, temp);
+    const image = await readPulled(options, temp, true);
+    await rename(temp, dir).catch(async (error: NodeJS.ErrnoException) => {
+      // Another process pulled the same digest meanwhile: its copy is as good as ours.
+      if (error.code !== "ENOTEMPTY" && error.code !== "EEXIST") throw error;
+      await rm(temp, { recursive: true, force: true });
+    });
+    return {
+      ...image,
+      dir,
+      layers: image.layers.map((l) => ({ ...l, path: join(dir, l.path.slice(temp.length + 1)) })),
+    };
+  } catch (error) {
+    await rm(temp, { recursive: true, force: true });
+    throw error;
+  }
+}
+
+/** The manifest, config and layers in a `dir:` layout, checked against `options.digest`; with `hashLayers` every layer blob too. */
+async function readPulled(options: PullOptions, dir: string, hashLayers: boolean): Promise<PulledImage> {
+  const what = `${options.repository}@${options.digest}`;
+  const bytes = await readFile(join(dir, "manifest.json"));
+  let manifestDigest = `sha256:${sha256(bytes)}`;
+  if (manifestDigest !== options.digest) {
+    // skopeo picks one image out of a manifest list; the list itself must then be the digest asked for.
+    const list = await readFile(join(dir, "list.manifest.json")).catch(() => undefined);
+    if (!list || `sha256:${sha256(list)}` !== options.digest)
+      throw new Error(`${what}: the registry's manifest has digest ${manifestDigest}, not the one asked for`);
+    const picked = pickFromList(JSON.parse(list.toString("utf8")) as ManifestList, what);
+    if (picked.digest !== manifestDigest)
+      throw new Error(`${what}: the manifest pulled (${manifestDigest}) is not the list's ${picked.digest}`);
+    manifestDigest = picked.digest;
+  }
+  const manifest = JSON.parse(bytes.toString("utf8")) as Manifest;
+  const type = manifest.mediaType ?? "application/vnd.oci.image.manifest.v1+json";
+  if (LIST_TYPES.has(type)) throw new Error(`${what} is a manifest list that skopeo did not resolve to one image`);
+  if (!MANIFEST_TYPES.has(type) || !manifest.config || !Array.isArray(manifest.layers))
+    throw new Error(`${what}: unsupported manifest ${type} (expected an OCI or docker v2 image manifest)`);
+  const blob = async (d: Descriptor, hash: boolean): Promise<string> => {
+    const blobHex = DIGEST.exec(d.digest)?.[1];
+    if (!blobHex) throw new Error(`${what}: unsupported blob digest ${d.digest} (sha256 only)`);
+    const path = join(dir, blobHex);
+    if (hash) {
+      const actual = await sha256File(path).catch(() => undefined);
+      if (actual === undefined) throw new Error(`${what}: blob ${d.digest} missing from the pull`);
+      if (actual !== blobHex) throw new Error(`${what}: blob ${d.digest} has sha256:${actual}: corrupted or tampered`);
+    }
+    return path;
+  };
+  const configPath = await blob(manifest.config, true);
+  const config = JSON.parse(await readFile(configPath, "utf8")) as ImageConfig;
+  if (config.os !== undefined && config.os !== "linux")
+    throw new Error(`${what} is an image for ${config.os}, not linux`);
+  const layers: ImageLayer[] = [];
+  for (const d of manifest.layers)
+    layers.push({
+      digest: d.digest,
+      mediaType: d.mediaType ?? "",
+      size: d.size,
+      path: await blob(d, hashLayers),
+    });
+  return { repository: options.repository, digest: options.digest, manifestDigest, dir, config, layers };
+}
+
+function pickFromList(list: ManifestList, what: string): Descriptor {
+  const want = GOARCH[arch()] ?? arch();
+  const found = (list.manifests ?? []).find(
+    (m) =>
+      m.platform?.os === "linux" && m.platform.architecture === want && m.mediaType && MANIFEST_TYPES.has(m.mediaType),
+  );
+  if (!found) throw new Error(`${what} is a manifest list without an image for linux/${want}`);
+  return found;
+}
+
+async function skopeoCopy(options: PullOptions, dest: string): Promise<void> {
+  const source = `docker://${options.repository}@${options.digest}`;
+  const args = [
+    "copy",
+    "--quiet",
+    ...(options.authFile ? ["--src-authfile", options.authFile] : []),
+    ...(isLoopbackRegistry(options.repository) ? ["--src-tls-verify=false"] : []),
+    source,
+    `dir:${dest}`,
+  ];
+  const secrets = options.authFile ? await secretsIn(options.authFile) : [];
+  const failed = (text: string) => {
+    const masked = secrets.reduce((t, s) => t.split(s).join("***"), text);
+    const host = options.repository.split("/")[0] as string;
+    if (/unauthorized|authentication required|401|denied|invalid username\/password/i.test(masked))
+      return new Error(
+        `pulling ${options.repository}@${options.digest} failed: not logged in to ${host}${options.authFile ? ` (no session in ${options.authFile} that it accepts)` : ""}: run platform registry login`,
+      );
+    if (/manifest unknown/i.test(masked))
+      return new Error(
+        `pulling ${options.repository}@${options.digest} failed: the registry holds no image with that digest in ${options.repository}`,
+      );
+    const last =
+      masked
+        .trim()
+        .split("\n")
+        .filter((l) => l.trim())
+        .at(-1) ?? "no output";
+    // skopeo logs as logrus does: `time=… level=fatal msg="…"`; the message is what says something.
+    const message = last.replace(/^.*?level=\w+ msg="?/, "").replace(/"$/, "");
+    return new Error(`pulling ${options.repository}@${options.digest} failed: skopeo: ${message}`);
+  };
+  await new Promise<void>((resolve, reject) => {
+    execFile(
+      options.skopeo ?? "skopeo",
+      args,
+      { timeout: 30 * 60_000, maxBuffer: 16 * 1024 * 1024 },
+      (error, _stdout, stderr) => {
+        if (!error) return resolve();
+        if ((error as NodeJS.ErrnoException).code === "ENOENT")
+          return reject(new Error(`pulling ${source} needs skopeo, which is not installed: apt-get install skopeo`));
+        reject(failed(String(stderr) || error.message));
+      },
+    );
+  });
+  // skopeo's `dir:` keeps the list it picked from only under `--all`; keep it ourselves (a second
+  // `skopeo inspect --raw`, only for a list) so the picked manifest can be tied to the digest asked for.
+  const bytes = await readFile(join(dest, "manifest.json"));
+  if (`sha256:${sha256(bytes)}` !== options.digest) {
+    const raw = await new Promise<Buffer>((resolve, reject) =>
+      execFile(
+        options.skopeo ?? "skopeo",
+        [
+          "inspect",
+          "--raw",
+          ...(options.authFile ? ["--authfile", options.authFile] : []),
+          ...(isLoopbackRegistry(options.repository) ? ["--tls-verify=false"] : []),
+          source,
+        ],
+        { encoding: "buffer", maxBuffer: 16 * 1024 * 1024 },
+        (error, stdout, stderr) => (error ? reject(failed(stderr.toString("utf8"))) : resolve(stdout)),
+      ),
+    );
+    await writeFile(join(dest, "list.manifest.json"), raw);
+  }
+}
+
+/** The passwords and `auth` values of a containers auth.json, to mask: never shown in an error. */
+async function secretsIn(authFile: string): Promise<string[]> {
+  try {
+    const auth = JSON.parse(await readFile(authFile, "utf8")) as {
+      auths?: Record<string, { auth?: string; password?: string; identitytoken?: string }>;
+    };
+    const out: string[] = [];
+    for (const entry of Object.values(auth.auths ?? {})) {
+      if (entry.auth) {
+        out.push(entry.auth);
+        const text = Buffer.from(entry.auth, "base64").toString("utf8");
+        out.push(text.slice(text.indexOf(":") + 1));
+      }
+      if (entry.password) out.push(entry.password);
+      if (entry.identitytoken) out.push(entry.identitytoken);
+    }
+    return out.filter((s) => s.length >= 4);
+  } catch {
+    return [];
+  }
+}
+
+const sha256 = (bytes: Buffer) => createHash("sha256").update(bytes).digest("hex");
+
+function sha256File(path: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const hash = createHash("sha256");
+    createReadStream(path)
+      .on("data", (chunk) => hash.update(chunk))
+      .once("error", reject)
+      .once("end", () => resolve(hash.digest("hex")));
+  });
+}
