@@ -21,7 +21,7 @@ import { connectCodeOf, connectErrorResponse, rpcError, shapeOf } from "../rpc/e
 import { GrpcUpstreams, isMetadata } from "../rpc/grpc.ts";
 import { type RpcLabels, RpcMetrics } from "../rpc/metrics.ts";
 import type { RpcResolver } from "../rpc/types.ts";
-import { STRIPPED_REQUEST_HEADERS, timeoutOf } from "../rpc/upstream.ts";
+import { grpcTimeoutOf, STRIPPED_REQUEST_HEADERS, timeoutOf } from "../rpc/upstream.ts";
 
 export type RpcRoutesOptions = {
   /** Finds the deployed service behind `<package>.<Service>` in the caller's organization. */
@@ -82,9 +82,12 @@ export function rpcRoutes(options: RpcRoutesOptions): Hono<GatewayEnv> & { close
     if (target.replicas.length === 0) {
       throw rpcError("unavailable", `service ${target.service} has no ready replica; retry shortly`, 1);
     }
-    const timeoutMs = timeoutOf(c.req.header("connect-timeout-ms"));
     const contentType = c.req.header("content-type");
     const shape = shapeOf(contentType);
+    // Passed on as it came (as grpc-timeout to a gRPC service); the gateway gives up at it too.
+    const timeoutMs =
+      timeoutOf(c.req.header("connect-timeout-ms")) ??
+      (shape === "grpc-web" ? grpcTimeoutOf(c.req.header("grpc-timeout")) : undefined);
     const body = c.req.method === "POST" ? new Uint8Array(await c.req.arrayBuffer()) : undefined;
     const headers: Record<string, string> = {};
     for (const [name, value] of c.req.raw.headers) if (!STRIPPED_REQUEST_HEADERS.has(name)) headers[name] = value;

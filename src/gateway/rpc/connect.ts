@@ -19,7 +19,7 @@ import {
   rpcError,
 } from "./errors.ts";
 import { FrameReader } from "./frames.ts";
-import { HOP_BY_HOP_RESPONSE_HEADERS, RoundRobin, retryable } from "./upstream.ts";
+import { deadlineExceeded, HOP_BY_HOP_RESPONSE_HEADERS, RoundRobin, retryable } from "./upstream.ts";
 import type { RpcReplica } from "./types.ts";
 
 /** One call to forward. `finish` is called once when it is over, with its Connect code (`ok` for success). */
@@ -60,18 +60,7 @@ export class ConnectUpstreams {
     const control = new AbortController();
     const timeoutMs = call.timeoutMs;
     const timer =
-      timeoutMs === undefined
-        ? undefined
-        : setTimeout(
-            () =>
-              control.abort(
-                rpcError(
-                  "deadline_exceeded",
-                  `the call did not complete within its deadline (connect-timeout-ms ${timeoutMs})`,
-                ),
-              ),
-            timeoutMs,
-          );
+      timeoutMs === undefined ? undefined : setTimeout(() => control.abort(deadlineExceeded(timeoutMs)), timeoutMs);
     call.onClientGone(() => control.abort(rpcError("canceled", "the client went away")));
     const done = () => clearTimeout(timer);
     try {

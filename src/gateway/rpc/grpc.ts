@@ -24,7 +24,7 @@ import {
   rpcError,
 } from "./errors.ts";
 import { FrameReader } from "./frames.ts";
-import { grpcTimeout, RoundRobin, retryable } from "./upstream.ts";
+import { deadlineExceeded, grpcTimeout, RoundRobin, retryable } from "./upstream.ts";
 import type { RpcReplica } from "./types.ts";
 
 export type TranscodedCall = {
@@ -105,18 +105,7 @@ export class GrpcUpstreams {
     const control = new AbortController();
     const timeoutMs = call.timeoutMs;
     const timer =
-      timeoutMs === undefined
-        ? undefined
-        : setTimeout(
-            () =>
-              control.abort(
-                rpcError(
-                  "deadline_exceeded",
-                  `the call did not complete within its deadline (connect-timeout-ms ${timeoutMs})`,
-                ),
-              ),
-            timeoutMs,
-          );
+      timeoutMs === undefined ? undefined : setTimeout(() => control.abort(deadlineExceeded(timeoutMs)), timeoutMs);
     call.onClientGone(() => control.abort(rpcError("canceled", "the client went away")));
     const done = () => clearTimeout(timer);
     const headers: http2.OutgoingHttpHeaders = {

@@ -84,6 +84,19 @@ export function grpcTimeout(ms: number): string {
   return ms <= 99_999_999 ? `${ms}m` : `${Math.min(Math.ceil(ms / 1000), 99_999_999)}S`;
 }
 
+/** gRPC-Web's `grpc-timeout` (up to 8 digits and a unit) in milliseconds; undefined when absent, a 400 when malformed. */
+export function grpcTimeoutOf(header: string | undefined): number | undefined {
+  if (header === undefined) return undefined;
+  const m = /^(\d{1,8})([HMSmun])$/.exec(header.trim());
+  if (!m)
+    throw rpcError(
+      "invalid_argument",
+      `grpc-timeout must be up to 8 digits and a unit (H, M, S, m, u, n), got "${header}"`,
+    );
+  const unitMs = { H: 3_600_000, M: 60_000, S: 1_000, m: 1, u: 0.001, n: 0.000_001 }[m[2] as "H"];
+  return Math.ceil(Number(m[1]) * unitMs);
+}
+
 export function deadlineExceeded(ms: number) {
-  return rpcError("deadline_exceeded", `the call did not complete within its deadline (connect-timeout-ms ${ms})`);
+  return rpcError("deadline_exceeded", `the call did not complete within its deadline of ${ms} ms`);
 }
