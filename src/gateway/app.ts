@@ -46,6 +46,8 @@ import { tokenRefreshRoutes, tokenRoutes } from "./routes/tokens.ts";
 import { rateLimit } from "./ratelimit.ts";
 import { randomHex } from "./random-id.ts";
 import { usageRoutes } from "./routes/usage.ts";
+import { rpcRoutes } from "./routes/rpc.ts";
+import { noRpcServices, type RpcResolver } from "./rpc/types.ts";
 import { Router, type Target } from "./routing.ts";
 
 /**
@@ -59,7 +61,14 @@ const PLATFORMRC_SCHEMA = new URL("../../schemas/platformrc.schema.json", import
 /** Longer than any load balancer's idle timeout (AWS ALB: 60 s), as their docs ask of backends. */
 const KEEP_ALIVE_TIMEOUT_MS = 65_000;
 
-export type GatewayOptions = { ctl: Control; settings: Settings; host: string; port: number };
+/** `rpcResolver`: where `/rpc/*` finds deployed services (docs/services.md); none are found without one. */
+export type GatewayOptions = {
+  ctl: Control;
+  settings: Settings;
+  host: string;
+  port: number;
+  rpcResolver?: RpcResolver;
+};
 /** `awaiting`: requests waiting for their answer from the queue. */
 export type RunningGateway = { url: string; awaiting: () => number; close: () => Promise<void> };
 
@@ -162,6 +171,14 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   app.route("/v1/storage", storageRoutes(storage));
   app.route("/v1/batch-jobs", batchRoutes({ jobs: batchJobs }));
   app.route("/v1", openAiBatchRoutes({ ctl, jobs: batchJobs, artifacts: admin.imports.artifacts }));
+  // Deployed services' RPCs: the same keys, rate limits and body limits, with errors in Connect's
+  // shape, which is why the guards run inside the routes (routes/rpc.ts).
+  const rpc = rpcRoutes({
+    resolve: options.rpcResolver ?? noRpcServices,
+    registry: metrics.registry,
+    guards: [caller, meter, limits],
+  });
+  app.route("/rpc", rpc);
   // The refresh token is this route's credential, so it comes before authentication; Hono runs
   // handlers in the order they were added, and a route that answers ends the chain.
   const tokens = { ctl, lifetimes: settings.tokens };
@@ -255,6 +272,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       const cut = setTimeout(() => http.closeAllConnections(), 3_000);
       await closed;
       clearTimeout(cut);
+      rpc.close();
       await meter.close();
       limiter.close();
       stopCountingBatch();

@@ -11,6 +11,9 @@ import { type MeterOptions, type RequestMeter, RequestMeters } from "../ratelimi
 import { onClientGone } from "./client-gone.ts";
 import type { GatewayEnv } from "./env.ts";
 
+/** Answers that are streams of messages (SSE; Connect, gRPC-Web from /rpc): their request ends with the last byte. */
+const STREAMED = /^(text\/event-stream|application\/connect\+|application\/grpc)/;
+
 /** The request's meter, where the rate-limit middleware runs (undefined elsewhere, e.g. a bare route in a test). */
 export function meterOf(c: Context): RequestMeter | undefined {
   return c.get("meter") as RequestMeter | undefined;
@@ -43,7 +46,7 @@ export function rateLimit(
     const res = c.res;
     // A stream ends when its last byte is sent or the client leaves, long after the handler returned.
     // The content type first: reading `res.body` turns @hono/node-server's lightweight response into a full one.
-    if (meter.admitted && res.headers.get("content-type")?.startsWith("text/event-stream") && res.body) {
+    if (meter.admitted && STREAMED.test(res.headers.get("content-type") ?? "") && res.body) {
       c.res = new Response(
         untilClosed(res.body, () => meter.end({ streamed: true })),
         res,

@@ -1,0 +1,102 @@
+/**
+ * What both upstream kinds share: the replica a call goes to (round-robin per deployed service,
+ * the next one on a retry), which connection failures are safe to retry (nothing reached the
+ * service), the headers that never cross the gateway, and the call's deadline.
+ */
+import type { RpcReplica } from "./types.ts";
+import { rpcError } from "./errors.ts";
+
+/** Hop-by-hop headers (RFC 9110 7.6.1) and the gateway's own credentials: never forwarded. */
+export const STRIPPED_REQUEST_HEADERS = new Set([
+  "authorization",
+  "cookie",
+  "connection",
+  "keep-alive",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "proxy-connection",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+  "host",
+  "content-length",
+  "expect",
+  "http2-settings",
+]);
+
+export const HOP_BY_HOP_RESPONSE_HEADERS = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-authenticate",
+  "proxy-connection",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+]);
+
+/** Connection failures after which the service cannot have seen the call. */
+const BEFORE_ANY_BYTE = new Set(["ECONNREFUSED", "EHOSTUNREACH", "ENETUNREACH", "EADDRNOTAVAIL", "ENOTFOUND"]);
+/** Failures of a kept-alive connection the replica closed meanwhile (it stopped): the request never reached a handler. */
+const STALE_CONNECTION = new Set(["ECONNRESET", "EPIPE", "ERR_HTTP2_GOAWAY_SESSION", "ERR_HTTP2_SESSION_ERROR"]);
+
+/** Whether a call that failed with `e` before any response may go to another replica. */
+export function retryable(e: unknown, reusedConnection: boolean): boolean {
+  // HTTP/2 streams fail with their own code (ERR_HTTP2_STREAM_CANCEL); the session's lies in `cause`.
+  for (let at = e, depth = 0; at !== undefined && at !== null && depth < 4; depth++) {
+    const code = (at as { code?: unknown }).code;
+    if (typeof code === "string" && (BEFORE_ANY_BYTE.has(code) || (reusedConnection && STALE_CONNECTION.has(code))))
+      return true;
+    at = (at as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
+/** Round-robin over a service's ready replicas; the counter per service survives its replica list changing. */
+export class RoundRobin {
+  private readonly next = new Map<string, number>();
+
+  /** The replicas to try, in order: the next in turn, then one other for a retry (the same one when it is alone). */
+  order(key: string, replicas: RpcReplica[]): [RpcReplica, RpcReplica] {
+    const n = this.next.get(key) ?? 0;
+    if (this.next.size > 10_000) this.next.clear();
+    this.next.set(key, (n + 1) % 1_000_000);
+    const first = replicas[n % replicas.length] as RpcReplica;
+    const second = replicas[(n + 1) % replicas.length] as RpcReplica;
+    return [first, second];
+  }
+}
+
+/** Connect's `connect-timeout-ms` (at most 10 digits); undefined when absent, a 400 when malformed. */
+export function timeoutOf(header: string | undefined): number | undefined {
+  if (header === undefined) return undefined;
+  if (!/^\d{1,10}$/.test(header.trim())) {
+    throw rpcError(
+      "invalid_argument",
+      `connect-timeout-ms must be a positive integer of at most 10 digits, got "${header}"`,
+    );
+  }
+  return Number(header.trim());
+}
+
+/** gRPC's `grpc-timeout` for `ms`: at most 8 digits, so long deadlines go in seconds. */
+export function grpcTimeout(ms: number): string {
+  return ms <= 99_999_999 ? `${ms}m` : `${Math.min(Math.ceil(ms / 1000), 99_999_999)}S`;
+}
+
+/** gRPC-Web's `grpc-timeout` (up to 8 digits and a unit) in milliseconds; undefined when absent, a 400 when malformed. */
+export function grpcTimeoutOf(header: string | undefined): number | undefined {
+  if (header === undefined) return undefined;
+  const m = /^(\d{1,8})([HMSmun])$/.exec(header.trim());
+  if (!m)
+    throw rpcError(
+      "invalid_argument",
+      `grpc-timeout must be up to 8 digits and a unit (H, M, S, m, u, n), got "${header}"`,
+    );
+  const unitMs = { H: 3_600_000, M: 60_000, S: 1_000, m: 1, u: 0.001, n: 0.000_001 }[m[2] as "H"];
+  return Math.ceil(Number(m[1]) * unitMs);
+}
+
+export function deadlineExceeded(ms: number) {
+  return rpcError("deadline_exceeded", `the call did not complete within its deadline of ${ms} ms`);
+}
