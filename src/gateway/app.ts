@@ -47,7 +47,9 @@ import { rateLimit } from "./ratelimit.ts";
 import { randomHex } from "./random-id.ts";
 import { usageRoutes } from "./routes/usage.ts";
 import { rpcRoutes } from "./routes/rpc.ts";
-import { noRpcServices, type RpcResolver } from "./rpc/types.ts";
+import type { RpcResolver } from "./rpc/types.ts";
+import { ServiceDirectory } from "../services/directory.ts";
+import { registerServiceMetrics } from "../services/metrics.ts";
 import { Router, type Target } from "./routing.ts";
 
 /**
@@ -77,6 +79,13 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const dispatcher = new Dispatcher(ctl, randomUUID());
   const router = new Router(ctl);
   await router.start();
+  // Deployed services, for /rpc/* and the replica gauges (docs/services.md).
+  const directory = new ServiceDirectory(ctl, {
+    ctl,
+    artifacts: openStore(settings.artifactsUrl, settings.storage.s3),
+    limits: settings.protos,
+  });
+  await directory.start();
   let baseUrl = "";
 
   const storage = StoragePolicy.fromSettings(settings);
@@ -115,6 +124,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   );
   registerScalingMetrics(metrics.registry, ctl, () => router.endpoints());
   registerBatchMetrics(metrics.registry, ctl);
+  registerServiceMetrics(metrics.registry, directory);
   // The batch coordinator running in this process reports its records here (src/batch/metrics.ts).
   const stopCountingBatch = countBatchRecords((r) => metrics.batchRecord(r));
   const admission = new Admission(dispatcher, {
@@ -174,7 +184,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   // Deployed services' RPCs: the same keys, rate limits and body limits, with errors in Connect's
   // shape, which is why the guards run inside the routes (routes/rpc.ts).
   const rpc = rpcRoutes({
-    resolve: options.rpcResolver ?? noRpcServices,
+    resolve: options.rpcResolver ?? ((org, rpcService) => directory.resolve(org, rpcService)),
     registry: metrics.registry,
     guards: [caller, meter, limits],
   });
@@ -273,6 +283,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       await closed;
       clearTimeout(cut);
       rpc.close();
+      await directory.close();
       await meter.close();
       limiter.close();
       stopCountingBatch();

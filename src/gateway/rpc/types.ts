@@ -1,8 +1,8 @@
 /**
  * What the `/rpc/*` routes need to reach a deployed service (docs/services.md): the caller's
  * organization and the fully qualified RPC service name in, the deployed service's ready replicas,
- * the protocol its scaffold speaks and its published proto image out. The real resolver reads the
- * services store (src/services/routing.ts); tests inject their own.
+ * the protocol its scaffold speaks and its published proto image out. The real resolver is the
+ * services directory (src/services/directory.ts); tests inject their own.
  */
 import type { FileRegistry } from "@bufbuild/protobuf";
 
@@ -22,6 +22,3 @@ export type RpcTarget = {
 
 /** `rpcService`: `<package>.<Service>` as the path names it (`platform.items.v1.ItemService`); undefined: the organization deploys none. */
 export type RpcResolver = (org: string, rpcService: string) => Promise<RpcTarget | undefined>;
-
-/** Until the services store routes RPCs: every service is unknown (a 404 `not_found`). */
-export const noRpcServices: RpcResolver = async () => undefined;
