@@ -120,9 +120,9 @@ export class KubernetesServiceBackend implements ServiceBackend {
   private readonly serviceHashes = new Map<string, string>();
   /** Per service, the pods reported and the snapshot time they were reported from. */
   private readonly reported = new Map<string, { at: number; pods: Set<string> }>();
-  /** Rollouts whose outcome was reported, and those whose old revisions' objects were collected. */
-  private readonly finished = new Set<string>();
-  private readonly collected = new Set<string>();
+  /** Per service: the rollout whose outcome was reported, and the settled rollout whose old revisions' objects were collected. */
+  private readonly finished = new Map<string, number>();
+  private readonly collected = new Map<string, string>();
   private readonly logCursors = new Map<string, LogCursor>();
   private readonly logPolled = new Map<string, number>();
 
@@ -148,16 +148,23 @@ export class KubernetesServiceBackend implements ServiceBackend {
   async apply(service: ServiceRecord): Promise<void> {
     const key = keyOf(service.org, service.name);
     this.known.add(key);
-    const release = releaseToRun(service);
-    await this.ensureEnvironment(service, release.revision);
     const snapshot = await this.observe();
-    const deployment = await this.ensureDeployment(service, snapshot.deployments.get(key));
-    snapshot.deployments.set(key, deployment);
-    await this.ensureService(service);
-    await this.reportRollout(service, deployment, snapshot.pods.get(key) ?? []);
-    await this.collectEnvironments(service);
+    // What runs is still reported when the writes fail (the replicas' records are their
+    // heartbeat: a service whose new revision cannot be written keeps its serving replicas).
+    let failure: unknown;
+    try {
+      await this.ensureEnvironment(service, releaseToRun(service).revision);
+      const deployment = await this.ensureDeployment(service, snapshot.deployments.get(key));
+      snapshot.deployments.set(key, deployment);
+      await this.ensureService(service);
+      await this.reportRollout(service, deployment, snapshot.pods.get(key) ?? []);
+      await this.collectEnvironments(service);
+    } catch (error) {
+      failure = error;
+    }
     await this.reportReplicas(service, snapshot);
     await this.pollLogs(service, snapshot.pods.get(key) ?? []);
+    if (failure !== undefined) throw failure;
   }
 
   async remove(org: string, name: string): Promise<void> {
@@ -191,6 +198,8 @@ export class KubernetesServiceBackend implements ServiceBackend {
     this.known.delete(key);
     this.serviceHashes.delete(key);
     this.logPolled.delete(key);
+    this.finished.delete(key);
+    this.collected.delete(key);
     for (const e of this.environments) if (e.startsWith(`${key}/`)) this.environments.delete(e);
     this.snapshot?.deployments.delete(key);
     this.snapshot?.pods.delete(key);
@@ -251,12 +260,27 @@ export class KubernetesServiceBackend implements ServiceBackend {
     const { configMap, secret } = buildServiceEnvironment(service, revision, parts, this.manifestOptions);
     const ns = this.namespace;
     const name = configMap.metadata!.name!;
-    await this.ignoreConflict(`create configmap ${ns}/${name}`, () =>
-      this.core.createNamespacedConfigMap({ namespace: ns, body: configMap }),
-    );
-    await this.ignoreConflict(`create secret ${ns}/${name}`, () =>
-      this.core.createNamespacedSecret({ namespace: ns, body: secret }),
-    );
+    try {
+      await this.ignoreConflict(`create configmap ${ns}/${name}`, () =>
+        this.core.createNamespacedConfigMap({ namespace: ns, body: configMap }),
+      );
+      await this.ignoreConflict(`create secret ${ns}/${name}`, () =>
+        this.core.createNamespacedSecret({ namespace: ns, body: secret }),
+      );
+    } catch (error) {
+      // Refused for what it holds (over the 1 MiB an object may be): no retry can succeed, so
+      // the rollout fails now rather than at its deadline, and the release that serves stays.
+      const refused = error instanceof KubernetesApiError && (error.status === 422 || error.status === 413);
+      const { rollout } = service;
+      if (refused && rollout.phase === "progressing" && rollout.release.revision === revision) {
+        await this.reports.rolloutFinished(service.org, service.name, rollout.id, {
+          phase: "failed",
+          reason: `its environment cannot be stored in the cluster: ${error.message}`,
+        });
+        this.finished.set(keyOf(service.org, service.name), rollout.id);
+      }
+      throw error;
+    }
     this.environments.add(id);
   }
 
@@ -323,8 +347,8 @@ export class KubernetesServiceBackend implements ServiceBackend {
 
   /** Ends a progressing rollout once its Deployment's status decides it, once. */
   private async reportRollout(service: ServiceRecord, deployment: V1Deployment, pods: V1Pod[]): Promise<void> {
-    const id = `${keyOf(service.org, service.name)}#${service.rollout.id}`;
-    if (this.finished.has(id)) return;
+    const key = keyOf(service.org, service.name);
+    if (this.finished.get(key) === service.rollout.id) return;
     const outcome = rolloutOutcome(deployment, service);
     if (!outcome) return;
     if (outcome.phase === "failed") {
@@ -333,7 +357,7 @@ export class KubernetesServiceBackend implements ServiceBackend {
     } else {
       await this.reports.rolloutFinished(service.org, service.name, service.rollout.id, outcome);
     }
-    this.finished.add(id);
+    this.finished.set(key, service.rollout.id);
   }
 
   /**
@@ -379,8 +403,8 @@ export class KubernetesServiceBackend implements ServiceBackend {
   private async collectEnvironments(service: ServiceRecord): Promise<void> {
     if (service.rollout.phase === "progressing") return;
     const key = keyOf(service.org, service.name);
-    const id = `${key}#${service.rollout.id}:${service.rollout.phase}`;
-    if (this.collected.has(id)) return;
+    const id = `${service.rollout.id}:${service.rollout.phase}`;
+    if (this.collected.get(key) === id) return;
     const keep = new Set(
       [releaseToRun(service), service.current, service.rollout.release].flatMap((r) => (r ? [r.revision] : [])),
     );
@@ -388,7 +412,7 @@ export class KubernetesServiceBackend implements ServiceBackend {
     for (const e of this.environments) {
       if (e.startsWith(`${key}/`) && !keep.has(e.slice(key.length + 1))) this.environments.delete(e);
     }
-    this.collected.add(id);
+    this.collected.set(key, id);
   }
 
   private async deleteEnvironments(key: string, labelSelector: string, drop: (revision: string) => boolean) {

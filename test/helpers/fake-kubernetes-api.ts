@@ -325,6 +325,19 @@ export class FakeKubernetesApi {
           }),
         ];
       const stored = this.stored(kind, body);
+      const size = Object.values((stored.data ?? {}) as Record<string, string>).reduce(
+        (n, v) => n + (kind === "Secret" ? Buffer.from(v, "base64").length : Buffer.byteLength(v)),
+        0,
+      );
+      if (size > 1024 * 1024)
+        return [
+          422,
+          status(
+            422,
+            "Invalid",
+            `${kind} "${body.metadata.name}" is invalid: []: Too long: must have at most 1048576 bytes`,
+          ),
+        ];
       stored.metadata = {
         ...stored.metadata,
         namespace,

@@ -630,6 +630,32 @@ describe("KubernetesServiceBackend against an API server", () => {
     expect(await fresh.refresh()).toEqual(["other/items"]);
   });
 
+  it("fails a rollout whose environment the cluster refuses at once, and keeps reporting what runs", async () => {
+    const k8s = backend();
+    const r1 = release("1.0.0", DIGEST_A, "r1");
+    await k8s.apply(record({ current: r1 }, { phase: "complete" }));
+    addPod("p1", "r1", "1.0.0", DIGEST_A, { ready: true, state: { running: {} } });
+    // 40 values of 32 KiB: within the record's limits, over the 1 MiB a Secret may hold.
+    const big = Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`CERT_${i}`, "x".repeat(32 * 1024)]));
+    reports.environments.set("r2", { env: {}, secrets: big });
+    const rolling = record({ current: r1 }, { id: 2, release: release("2.0.0", DIGEST_B, "r2"), cause: "restart" });
+    api.requests.length = 0;
+    await expect(k8s.apply(rolling)).rejects.toThrow(/create secret .* failed with 422 Invalid: .*Too long/);
+    expect(reports.outcomes).toEqual([
+      {
+        rolloutId: 2,
+        outcome: {
+          phase: "failed",
+          reason: expect.stringMatching(/^its environment cannot be stored in the cluster: .*Too long/),
+        },
+      },
+    ]);
+    expect(reports.outcomes[0]!.outcome.reason).not.toContain("xxxx");
+    // The Deployment was left alone, and its replica is still reported.
+    expect(api.writes().some((w) => w.includes("/deployments"))).toBe(false);
+    expect(reports.replicas.get("p1")).toMatchObject({ state: "ready", tag: "1.0.0" });
+  });
+
   it("surfaces API errors with the call, the status and the API's message", async () => {
     api.forbiddenNamespaces.add(NAMESPACE);
     reports.environments.set("r1", { env: {}, secrets: {} });
