@@ -28,13 +28,15 @@ export interface ServiceReports {
   log(org: string, name: string, line: { replica: string; tag: string; text: string; at?: number }): Promise<void>;
   /** The environment a revision runs with: its variables and its secrets, opened (throws until it is written). */
   environment(org: string, name: string, revision: string): Promise<Record<string, string>>;
-  /** The same, variables and secrets apart. */
-  environmentParts(
-    org: string,
-    name: string,
-    revision: string,
-  ): Promise<{ env: Record<string, string>; secrets: Record<string, string> }>;
+  /**
+   * The same environment kept apart: the Kubernetes backend writes `env` into a ConfigMap and
+   * `secrets` into a Secret, so RBAC, `kubectl describe` and audit logs treat each as what it is.
+   * Where a name is in both, the secret wins (as it does when `environment` merges them).
+   */
+  environmentParts(org: string, name: string, revision: string): Promise<EnvironmentParts>;
 }
+
+export type EnvironmentParts = { env: Record<string, string>; secrets: Record<string, string> };
 
 export interface ServiceBackend {
   readonly kind: "local" | "kubernetes";

@@ -72,7 +72,8 @@ function toApiError(operation: string, error: unknown): unknown {
   return new KubernetesApiError(operation, error.code, status.success ? status.data.reason : undefined, message);
 }
 
-async function call<T>(operation: string, request: () => Promise<T>): Promise<T> {
+/** Runs one API request, turning its failure into a KubernetesApiError (or an Error naming the call). */
+export async function call<T>(operation: string, request: () => Promise<T>): Promise<T> {
   try {
     return await request();
   } catch (error) {
@@ -80,11 +81,12 @@ async function call<T>(operation: string, request: () => Promise<T>): Promise<T>
   }
 }
 
-function isNotFound(error: unknown): boolean {
+export function isNotFound(error: unknown): boolean {
   return error instanceof KubernetesApiError && error.status === 404;
 }
 
-function defaultNamespace(kubeConfig: KubeConfig, podNamespace: string | undefined): string {
+/** `podNamespace`, else the in-cluster service account's namespace, else the kubeconfig context's, else "default". */
+export function defaultNamespace(kubeConfig: KubeConfig, podNamespace: string | undefined): string {
   if (podNamespace) return podNamespace;
   try {
     return readFileSync(SERVICE_ACCOUNT_NAMESPACE_FILE, "utf8").trim();

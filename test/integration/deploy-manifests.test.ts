@@ -131,6 +131,13 @@ function checkGatewayAndScaler(objects: Json[], namespace: string): Json {
       verbs: ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
     { apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] },
+    // Deployed services (scaler/backends/kubernetes-services.ts): their logs, Services and environments.
+    { apiGroups: [""], resources: ["pods/log"], verbs: ["get"] },
+    {
+      apiGroups: [""],
+      resources: ["services", "configmaps", "secrets"],
+      verbs: ["get", "list", "create", "update", "delete"],
+    },
   ]);
   const binding = find(objects, "RoleBinding", "platform-scaler")!;
   expect(binding.roleRef).toEqual({ apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "platform-scaler" });
@@ -333,7 +340,17 @@ describe("deploy/ files outside kustomize", () => {
       "PlatformEndpointHighLatencyP99",
       "PlatformEndpointSlowFirstToken",
       "PlatformEndpointUnavailable",
+      "PlatformServiceHighErrorRate",
+      "PlatformServiceHighLatencyP99",
+      "PlatformServiceReplicasBelowDesired",
+      "PlatformServiceUnavailable",
     ]);
+    // The services' rules read the series docs/services.md names, per organization and service.
+    const services = (plain.groups as Json[]).find((g) => g.name === "platform-services")!.rules as Json[];
+    for (const r of services) expect(r.expr, r.alert).toMatch(/by \((le, )?org, service\)/);
+    expect(services.map((r) => r.expr as string).join("\n")).toMatch(
+      /platform_rpc_requests_total[\s\S]*platform_rpc_request_duration_seconds_bucket[\s\S]*platform_service_replicas\{state="ready"\}[\s\S]*platform_service_replicas_desired/,
+    );
     const promtool = findOnPath("promtool");
     if (!promtool) {
       console.warn(
@@ -344,7 +361,14 @@ describe("deploy/ files outside kustomize", () => {
     const out = execFileSync(promtool, ["check", "rules", join(ROOT, "deploy/prometheus/alerts.yml")], {
       encoding: "utf8",
     });
-    expect(out).toMatch(/SUCCESS: 4 rules found/);
+    expect(out).toMatch(/SUCCESS: 8 rules found/);
+    // The rules' unit tests (synthetic series, simulated time): each services alert fires for
+    // the service it is about, after its `for:`, and not for the healthy ones beside it.
+    const tested = execFileSync(promtool, ["test", "rules", "alerts.test.yml"], {
+      cwd: join(ROOT, "deploy/prometheus"),
+      encoding: "utf8",
+    });
+    expect(tested).toMatch(/SUCCESS/);
   });
 
   it("the Grafana dashboard queries the documented metric names by model_name and version", async () => {

@@ -1,0 +1,571 @@
+/**
+ * Services' replicas on Kubernetes (docs/services.md): per service a Deployment pinned to its
+ * rollout's image digest, a ClusterIP Service, and per revision an immutable ConfigMap and
+ * Secret (kubernetes-service-manifests.ts builds them all). `apply` is called on every
+ * reconciler tick, so it writes only what changed and reads the cluster through one shared
+ * snapshot (a list of the services' Deployments and one of their pods, at most every
+ * `observeIntervalMs`, however many services), from which it reports replicas and rollout
+ * outcomes; pods' logs are polled, bounded, and forwarded to the ServiceReports.
+ */
+import { AppsV1Api, CoreV1Api, KubeConfig } from "@kubernetes/client-node";
+import type { V1Deployment, V1Pod } from "@kubernetes/client-node";
+import type { KubernetesSettings } from "../../src/settings/kubernetes.ts";
+import { logger } from "../../src/telemetry/log.ts";
+import type { ServiceBackend, ServiceRecord, ServiceReports } from "../service-backend.ts";
+import {
+  buildServiceDeployment,
+  buildServiceEnvironment,
+  buildServiceService,
+  maskSecrets,
+  podReplica,
+  podTrouble,
+  releaseToRun,
+  rolloutOutcome,
+  SERVICE_ANNOTATIONS,
+  SERVICE_CONTAINER,
+  SERVICE_LABELS,
+  SERVICES_SELECTOR,
+  type ServiceManifestOptions,
+  serviceSelector,
+} from "./kubernetes-service-manifests.ts";
+import { call, defaultNamespace, isNotFound, KubernetesApiError } from "./kubernetes.ts";
+
+const log = logger("services-kubernetes");
+
+/** Log polling bounds: what one request may return, how far back a poll reaches, how much of a new pod. */
+export const LOG_LIMITS = {
+  /** Bytes per request (`limitBytes`): a chatty pod is read in slices, one per poll. */
+  bytesPerPoll: 256 * 1024,
+  /** A poll never reaches further back than this (`sinceSeconds`): a backend that fell behind skips ahead. */
+  maxLookbackSeconds: 300,
+  /** A pod seen for the first time: its last lines only (`tailLines`). */
+  firstTailLines: 200,
+  /** Seconds added to each poll's window: the kubelet's clock is not the scaler's; duplicates are dropped by timestamp. */
+  skewSeconds: 2,
+  /** Characters kept of one line. */
+  lineChars: 8192,
+  /** Log lines put in a failed rollout's reason, per pod, and pods looked at. */
+  reasonLines: 10,
+  reasonPods: 2,
+} as const;
+
+export interface KubernetesServiceBackendOptions {
+  /** Default: `KubeConfig.loadFromDefault()` (KUBECONFIG, ~/.kube/config, or in-cluster). */
+  kubeConfig?: KubeConfig;
+  /** Secrets with the credentials of the registry services' images come from. */
+  imagePullSecrets?: string[];
+  imagePullPolicy?: ServiceManifestOptions["imagePullPolicy"];
+  /** How often the cluster is listed at most (replicas and rollouts are read from that listing). Default 2 s. */
+  observeIntervalMs?: number;
+  /** How often each service's pods' logs are read at most. Default 2 s. */
+  logIntervalMs?: number;
+}
+
+type Snapshot = { at: number; deployments: Map<string, V1Deployment>; pods: Map<string, V1Pod[]> };
+
+/** Where a pod's log was read up to: the last line's timestamp (comparable form) and the lines at exactly that time. */
+type LogCursor = { key: string; atMs: number; atKey: Set<string>; restarts: number };
+
+const keyOf = (org: string, name: string) => `${org}/${name}`;
+
+function serviceKey(labels: Record<string, string> | undefined): string | undefined {
+  const org = labels?.[SERVICE_LABELS.org];
+  const name = labels?.[SERVICE_LABELS.service];
+  return org && name ? keyOf(org, name) : undefined;
+}
+
+/**
+ * The kubelet writes RFC 3339 with up to nine fraction digits, trailing zeros dropped
+ * ("...:05.1Z" is later than "...:05.05Z"): padded to nine, the strings order as the times do.
+ */
+export function timestampKey(time: string): string | undefined {
+  const m = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z$/.exec(time);
+  return m ? `${m[1]}.${(m[2] ?? "").padEnd(9, "0")}` : undefined;
+}
+
+/** `<timestamp> <text>` lines (timestamps=true), complete ones only: a read cut by limitBytes ends mid-line. */
+export function parseLogLines(body: string): { time: string; key: string; text: string }[] {
+  const lines = body.split("\n");
+  lines.pop(); // after the last "\n": empty, or a line cut short
+  const out: { time: string; key: string; text: string }[] = [];
+  for (const line of lines) {
+    const space = line.indexOf(" ");
+    const time = space > 0 ? line.slice(0, space) : line;
+    const key = timestampKey(time);
+    if (key) out.push({ time, key, text: space > 0 ? line.slice(space + 1) : "" });
+  }
+  return out;
+}
+
+const isBadRequest = (error: unknown) => error instanceof KubernetesApiError && error.status === 400;
+const isConflict = (error: unknown) => error instanceof KubernetesApiError && error.status === 409;
+
+export class KubernetesServiceBackend implements ServiceBackend {
+  readonly kind = "kubernetes" as const;
+  readonly namespace: string;
+  private readonly apps: AppsV1Api;
+  private readonly core: CoreV1Api;
+  private readonly manifestOptions: ServiceManifestOptions;
+  private readonly observeIntervalMs: number;
+  private readonly logIntervalMs: number;
+  /** Pods that started before this are read from here on, not from their start (their lines were forwarded before a restart of the scaler). */
+  private readonly startedAt = Date.now();
+  private snapshot: Snapshot | undefined;
+  private snapshotting: Promise<Snapshot> | undefined;
+  /** Services applied or seen in the cluster, as "<org>/<name>". */
+  private readonly known = new Set<string>();
+  /** Revisions whose ConfigMap and Secret exist, as "<org>/<name>/<revision>". */
+  private readonly environments = new Set<string>();
+  /** The Service's spec hash as last written or read, per service. */
+  private readonly serviceHashes = new Map<string, string>();
+  /** Per service, the pods reported and the snapshot time they were reported from. */
+  private readonly reported = new Map<string, { at: number; pods: Set<string> }>();
+  /** Per service: the rollout whose outcome was reported, and the settled rollout whose old revisions' objects were collected. */
+  private readonly finished = new Map<string, number>();
+  private readonly collected = new Map<string, string>();
+  private readonly logCursors = new Map<string, LogCursor>();
+  private readonly logPolled = new Map<string, number>();
+
+  private readonly reports: ServiceReports;
+
+  /** `settings`: settings.kubernetes in the scaler (its namespace, or the scaler pod's); `reports`: src/services/reports.ts. */
+  constructor(settings: KubernetesSettings, reports: ServiceReports, options: KubernetesServiceBackendOptions = {}) {
+    this.reports = reports;
+    const kubeConfig = options.kubeConfig ?? new KubeConfig();
+    if (!options.kubeConfig) kubeConfig.loadFromDefault();
+    this.namespace = settings.namespace ?? defaultNamespace(kubeConfig, settings.podNamespace);
+    this.apps = kubeConfig.makeApiClient(AppsV1Api);
+    this.core = kubeConfig.makeApiClient(CoreV1Api);
+    this.manifestOptions = {
+      namespace: this.namespace,
+      ...(options.imagePullSecrets ? { imagePullSecrets: options.imagePullSecrets } : {}),
+      ...(options.imagePullPolicy ? { imagePullPolicy: options.imagePullPolicy } : {}),
+    };
+    this.observeIntervalMs = options.observeIntervalMs ?? 2000;
+    this.logIntervalMs = options.logIntervalMs ?? 2000;
+  }
+
+  async apply(service: ServiceRecord): Promise<void> {
+    const key = keyOf(service.org, service.name);
+    this.known.add(key);
+    const snapshot = await this.observe();
+    // What runs is still reported when the writes fail (the replicas' records are their
+    // heartbeat: a service whose new revision cannot be written keeps its serving replicas).
+    let failure: unknown;
+    try {
+      await this.ensureEnvironment(service, releaseToRun(service).revision);
+      const deployment = await this.ensureDeployment(service, snapshot.deployments.get(key));
+      snapshot.deployments.set(key, deployment);
+      await this.ensureService(service);
+      await this.reportRollout(service, deployment, snapshot.pods.get(key) ?? []);
+      await this.collectEnvironments(service);
+    } catch (error) {
+      failure = error;
+    }
+    await this.reportReplicas(service, snapshot);
+    await this.pollLogs(service, snapshot.pods.get(key) ?? []);
+    if (failure !== undefined) throw failure;
+  }
+
+  async remove(org: string, name: string): Promise<void> {
+    const key = keyOf(org, name);
+    const labelSelector = serviceSelector(org, name);
+    const ns = this.namespace;
+    const deployments = await call(`list deployments of ${key}`, () =>
+      this.apps.listNamespacedDeployment({ namespace: ns, labelSelector }),
+    );
+    for (const d of deployments.items)
+      await this.ignoreNotFound(`delete deployment ${ns}/${d.metadata!.name}`, () =>
+        this.apps.deleteNamespacedDeployment({
+          name: d.metadata!.name!,
+          namespace: ns,
+          propagationPolicy: "Background",
+        }),
+      );
+    const services = await call(`list services of ${key}`, () =>
+      this.core.listNamespacedService({ namespace: ns, labelSelector }),
+    );
+    for (const s of services.items)
+      await this.ignoreNotFound(`delete service ${ns}/${s.metadata!.name}`, () =>
+        this.core.deleteNamespacedService({ name: s.metadata!.name!, namespace: ns }),
+      );
+    await this.deleteEnvironments(key, labelSelector, () => true);
+    for (const pod of this.reported.get(key)?.pods ?? []) {
+      await this.reports.replicaGone(org, name, pod);
+      this.logCursors.delete(pod);
+    }
+    this.reported.delete(key);
+    this.known.delete(key);
+    this.serviceHashes.delete(key);
+    this.logPolled.delete(key);
+    this.finished.delete(key);
+    this.collected.delete(key);
+    for (const e of this.environments) if (e.startsWith(`${key}/`)) this.environments.delete(e);
+    this.snapshot?.deployments.delete(key);
+    this.snapshot?.pods.delete(key);
+  }
+
+  services(): string[] {
+    return [...this.known];
+  }
+
+  /** Lists the cluster for `services()`; call once at start-up, so services whose record is gone are found. */
+  async refresh(): Promise<string[]> {
+    await this.observe(true);
+    return this.services();
+  }
+
+  /** Nothing to stop: the Deployments are the cluster's to run. */
+  async close(): Promise<void> {}
+
+  /** The shared listing, at most `observeIntervalMs` old; concurrent callers share one listing. */
+  private async observe(force = false): Promise<Snapshot> {
+    if (!force && this.snapshot && Date.now() - this.snapshot.at < this.observeIntervalMs) return this.snapshot;
+    this.snapshotting ??= (async () => {
+      try {
+        const at = Date.now();
+        const [deployments, pods] = await Promise.all([
+          call(`list service deployments in ${this.namespace}`, () =>
+            this.apps.listNamespacedDeployment({ namespace: this.namespace, labelSelector: SERVICES_SELECTOR }),
+          ),
+          call(`list service pods in ${this.namespace}`, () =>
+            this.core.listNamespacedPod({ namespace: this.namespace, labelSelector: SERVICES_SELECTOR }),
+          ),
+        ]);
+        const snapshot: Snapshot = { at, deployments: new Map(), pods: new Map() };
+        for (const d of deployments.items) {
+          const key = serviceKey(d.metadata?.labels);
+          if (!key) continue;
+          snapshot.deployments.set(key, d);
+          this.known.add(key);
+        }
+        for (const p of pods.items) {
+          const key = serviceKey(p.metadata?.labels);
+          if (key) snapshot.pods.set(key, [...(snapshot.pods.get(key) ?? []), p]);
+        }
+        this.snapshot = snapshot;
+        return snapshot;
+      } finally {
+        this.snapshotting = undefined;
+      }
+    })();
+    return this.snapshotting;
+  }
+
+  /** The revision's ConfigMap and Secret, written once: they are immutable, so one that exists is the right one. */
+  private async ensureEnvironment(service: ServiceRecord, revision: string): Promise<void> {
+    const id = `${keyOf(service.org, service.name)}/${revision}`;
+    if (this.environments.has(id)) return;
+    const parts = await this.reports.environmentParts(service.org, service.name, revision);
+    const { configMap, secret } = buildServiceEnvironment(service, revision, parts, this.manifestOptions);
+    const ns = this.namespace;
+    const name = configMap.metadata!.name!;
+    try {
+      await this.ignoreConflict(`create configmap ${ns}/${name}`, () =>
+        this.core.createNamespacedConfigMap({ namespace: ns, body: configMap }),
+      );
+      await this.ignoreConflict(`create secret ${ns}/${name}`, () =>
+        this.core.createNamespacedSecret({ namespace: ns, body: secret }),
+      );
+    } catch (error) {
+      // Refused for what it holds (over the 1 MiB an object may be): no retry can succeed, so
+      // the rollout fails now rather than at its deadline, and the release that serves stays.
+      const refused = error instanceof KubernetesApiError && (error.status === 422 || error.status === 413);
+      const { rollout } = service;
+      if (refused && rollout.phase === "progressing" && rollout.release.revision === revision) {
+        await this.reports.rolloutFinished(service.org, service.name, rollout.id, {
+          phase: "failed",
+          reason: `its environment cannot be stored in the cluster: ${error.message}`,
+        });
+        this.finished.set(keyOf(service.org, service.name), rollout.id);
+      }
+      throw error;
+    }
+    this.environments.add(id);
+  }
+
+  /** Creates the Deployment, or replaces it when what it should run changed; else leaves it alone. */
+  private async ensureDeployment(service: ServiceRecord, current: V1Deployment | undefined): Promise<V1Deployment> {
+    const desired = buildServiceDeployment(service, releaseToRun(service), this.manifestOptions);
+    const name = desired.metadata!.name!;
+    const ns = this.namespace;
+    if (!current) {
+      try {
+        return await call(`create deployment ${ns}/${name}`, () =>
+          this.apps.createNamespacedDeployment({ namespace: ns, body: desired }),
+        );
+      } catch (error) {
+        // Created since the last listing (by this scaler's previous tick, or a scaler before it).
+        if (!isConflict(error)) throw error;
+        current = await call(`read deployment ${ns}/${name}`, () =>
+          this.apps.readNamespacedDeployment({ name, namespace: ns }),
+        );
+      }
+    }
+    const hash = SERVICE_ANNOTATIONS.specHash;
+    if (current.metadata?.annotations?.[hash] === desired.metadata!.annotations![hash]) return current;
+    desired.metadata!.resourceVersion = current.metadata?.resourceVersion;
+    try {
+      return await call(`replace deployment ${ns}/${name}`, () =>
+        this.apps.replaceNamespacedDeployment({ name, namespace: ns, body: desired }),
+      );
+    } catch (error) {
+      // Changed under us (the controller writes status, another scaler...): relist next time.
+      if (isConflict(error)) this.snapshot = undefined;
+      throw error;
+    }
+  }
+
+  private async ensureService(service: ServiceRecord): Promise<void> {
+    const key = keyOf(service.org, service.name);
+    const desired = buildServiceService(service, this.manifestOptions);
+    const hash = desired.metadata!.annotations![SERVICE_ANNOTATIONS.specHash]!;
+    if (this.serviceHashes.get(key) === hash) return;
+    const name = desired.metadata!.name!;
+    const ns = this.namespace;
+    let current: Awaited<ReturnType<CoreV1Api["readNamespacedService"]>> | undefined;
+    try {
+      current = await call(`read service ${ns}/${name}`, () =>
+        this.core.readNamespacedService({ name, namespace: ns }),
+      );
+    } catch (error) {
+      if (!isNotFound(error)) throw error;
+    }
+    if (!current) {
+      await call(`create service ${ns}/${name}`, () =>
+        this.core.createNamespacedService({ namespace: ns, body: desired }),
+      );
+    } else if (current.metadata?.annotations?.[SERVICE_ANNOTATIONS.specHash] !== hash) {
+      // The API server keeps the allocated cluster IP when the update leaves it out.
+      desired.metadata!.resourceVersion = current.metadata?.resourceVersion;
+      await call(`replace service ${ns}/${name}`, () =>
+        this.core.replaceNamespacedService({ name, namespace: ns, body: desired }),
+      );
+    }
+    this.serviceHashes.set(key, hash);
+  }
+
+  /** Ends a progressing rollout once its Deployment's status decides it, once. */
+  private async reportRollout(service: ServiceRecord, deployment: V1Deployment, pods: V1Pod[]): Promise<void> {
+    const key = keyOf(service.org, service.name);
+    if (this.finished.get(key) === service.rollout.id) return;
+    const outcome = rolloutOutcome(deployment, service);
+    if (!outcome) return;
+    if (outcome.phase === "failed") {
+      const reason = await this.failureReason(service, outcome.reason, pods);
+      await this.reports.rolloutFinished(service.org, service.name, service.rollout.id, { phase: "failed", reason });
+    } else {
+      await this.reports.rolloutFinished(service.org, service.name, service.rollout.id, outcome);
+    }
+    this.finished.set(key, service.rollout.id);
+  }
+
+  /**
+   * The deadline's message, then for the rollout's pods that are not ready: why (waiting reason,
+   * last exit, restarts) and their last log lines (the previous container's when it restarted),
+   * with the revision's secret values masked; at most 8 KiB, the record's limit.
+   */
+  private async failureReason(service: ServiceRecord, headline: string, pods: V1Pod[]): Promise<string> {
+    const revision = service.rollout.release.revision;
+    const failing = pods
+      .filter((p) => p.metadata?.labels?.[SERVICE_LABELS.revision] === revision)
+      .map((p) => ({ pod: p, trouble: podTrouble(p) }))
+      .filter((p) => p.trouble !== undefined)
+      .slice(0, LOG_LIMITS.reasonPods);
+    const lines = [headline];
+    // The secrets to mask log lines with; unreadable, the lines are left out rather than risk a value in the record.
+    const secrets =
+      failing.length === 0
+        ? {}
+        : await this.reports.environmentParts(service.org, service.name, revision).then(
+            (parts) => parts.secrets,
+            () => undefined,
+          );
+    for (const { pod, trouble } of failing) {
+      const name = pod.metadata!.name!;
+      lines.push(`pod ${name}: ${trouble}`);
+      if (!secrets) continue;
+      const restarted =
+        (pod.status?.containerStatuses?.find((c) => c.name === SERVICE_CONTAINER)?.restartCount ?? 0) > 0;
+      const text = await this.readLog(name, { previous: restarted, tailLines: LOG_LIMITS.reasonLines })
+        .catch(() => (restarted ? this.readLog(name, { tailLines: LOG_LIMITS.reasonLines }) : ""))
+        .catch(() => "");
+      for (const line of parseLogLines(text)) lines.push(`  ${line.text.slice(0, 500)}`);
+    }
+    if (!secrets) lines.push("(log lines left out: the revision's secrets could not be read to mask them)");
+    return maskSecrets(lines.join("\n"), secrets ?? {}).slice(0, 8192);
+  }
+
+  /**
+   * Once the rollout is settled, the ConfigMaps and Secrets of revisions nothing runs any more:
+   * kept are the release the Deployment runs, the one serving, and the rollout's own.
+   */
+  private async collectEnvironments(service: ServiceRecord): Promise<void> {
+    if (service.rollout.phase === "progressing") return;
+    const key = keyOf(service.org, service.name);
+    const id = `${service.rollout.id}:${service.rollout.phase}`;
+    if (this.collected.get(key) === id) return;
+    const keep = new Set(
+      [releaseToRun(service), service.current, service.rollout.release].flatMap((r) => (r ? [r.revision] : [])),
+    );
+    await this.deleteEnvironments(key, serviceSelector(service.org, service.name), (revision) => !keep.has(revision));
+    for (const e of this.environments) {
+      if (e.startsWith(`${key}/`) && !keep.has(e.slice(key.length + 1))) this.environments.delete(e);
+    }
+    this.collected.set(key, id);
+  }
+
+  private async deleteEnvironments(key: string, labelSelector: string, drop: (revision: string) => boolean) {
+    const ns = this.namespace;
+    const maps = await call(`list configmaps of ${key}`, () =>
+      this.core.listNamespacedConfigMap({ namespace: ns, labelSelector }),
+    );
+    for (const m of maps.items) {
+      if (!drop(m.metadata?.labels?.[SERVICE_LABELS.revision] ?? "")) continue;
+      await this.ignoreNotFound(`delete configmap ${ns}/${m.metadata!.name}`, () =>
+        this.core.deleteNamespacedConfigMap({ name: m.metadata!.name!, namespace: ns }),
+      );
+    }
+    const secrets = await call(`list secrets of ${key}`, () =>
+      this.core.listNamespacedSecret({ namespace: ns, labelSelector }),
+    );
+    for (const s of secrets.items) {
+      if (!drop(s.metadata?.labels?.[SERVICE_LABELS.revision] ?? "")) continue;
+      await this.ignoreNotFound(`delete secret ${ns}/${s.metadata!.name}`, () =>
+        this.core.deleteNamespacedSecret({ name: s.metadata!.name!, namespace: ns }),
+      );
+    }
+  }
+
+  /** Each pod as a replica record, once per listing (the records' heartbeat); pods gone since, as gone. */
+  private async reportReplicas(service: ServiceRecord, snapshot: Snapshot): Promise<void> {
+    const key = keyOf(service.org, service.name);
+    const last = this.reported.get(key);
+    if (last && last.at === snapshot.at) return;
+    const now = Date.now();
+    const pods = new Set<string>();
+    for (const pod of snapshot.pods.get(key) ?? []) {
+      const replica = podReplica(pod, service, now);
+      if (!replica) continue;
+      pods.add(replica.id);
+      await this.reports.replica(service.org, service.name, replica);
+    }
+    for (const gone of last?.pods ?? []) {
+      if (pods.has(gone)) continue;
+      await this.reports.replicaGone(service.org, service.name, gone);
+      this.logCursors.delete(gone);
+    }
+    this.reported.set(key, { at: snapshot.at, pods });
+  }
+
+  /**
+   * Reads each pod's new lines, at most every `logIntervalMs` per service. The client has no
+   * `sinceTime`, so a read asks for `sinceSeconds` back to the last line forwarded (plus the
+   * clock skew allowance, at most `maxLookbackSeconds`) and drops what it already forwarded by
+   * timestamp; `limitBytes` bounds each read, a cut line is read again next time. A container
+   * that restarted has its previous instance's last lines read first. A log that cannot be
+   * read (a container still waiting) is tried again next time; it never fails `apply`.
+   */
+  private async pollLogs(service: ServiceRecord, pods: V1Pod[]): Promise<void> {
+    const key = keyOf(service.org, service.name);
+    const now = Date.now();
+    if (now - (this.logPolled.get(key) ?? 0) < this.logIntervalMs) return;
+    this.logPolled.set(key, now);
+    for (const pod of pods) {
+      const name = pod.metadata?.name;
+      const container = pod.status?.containerStatuses?.find((c) => c.name === SERVICE_CONTAINER);
+      if (
+        !name ||
+        !container ||
+        (!container.state?.running && !container.state?.terminated && !container.lastState?.terminated)
+      )
+        continue;
+      const tag = pod.metadata?.annotations?.[SERVICE_ANNOTATIONS.tag] ?? "";
+      const cursor = this.logCursors.get(name);
+      const restarts = container.restartCount ?? 0;
+      const window = (fromMs: number) =>
+        Math.min(LOG_LIMITS.maxLookbackSeconds, Math.max(1, Math.ceil((now - fromMs) / 1000) + LOG_LIMITS.skewSeconds));
+      const podStart = pod.status?.startTime ? new Date(pod.status.startTime).getTime() : now;
+      const query = cursor
+        ? { sinceSeconds: window(cursor.atMs) }
+        : podStart < this.startedAt
+          ? { sinceSeconds: window(this.startedAt) }
+          : { tailLines: LOG_LIMITS.firstTailLines };
+      const next: LogCursor = cursor ?? { key: "", atMs: 0, atKey: new Set(), restarts: 0 };
+      // The instance before a restart first (its lines are older), when this one has not been read since.
+      if (restarts > next.restarts) await this.readAndForward(service, name, tag, next, { ...query, previous: true });
+      next.restarts = restarts;
+      if (container.state?.running || container.state?.terminated)
+        await this.readAndForward(service, name, tag, next, query);
+      this.logCursors.set(name, next);
+    }
+  }
+
+  private async readAndForward(
+    service: ServiceRecord,
+    pod: string,
+    tag: string,
+    cursor: LogCursor,
+    query: { sinceSeconds?: number; tailLines?: number; previous?: boolean },
+  ): Promise<void> {
+    let body: string;
+    try {
+      body = await this.readLog(pod, query);
+    } catch (error) {
+      if (!isBadRequest(error) && !isNotFound(error))
+        log.debug({ service: keyOf(service.org, service.name), pod }, `reading the log: ${(error as Error).message}`);
+      return;
+    }
+    await this.forward(service, pod, tag, cursor, body);
+  }
+
+  private async forward(service: ServiceRecord, pod: string, tag: string, cursor: LogCursor, body: string) {
+    for (const line of parseLogLines(body)) {
+      if (line.key < cursor.key || (line.key === cursor.key && cursor.atKey.has(line.text))) continue;
+      if (line.key > cursor.key) {
+        cursor.key = line.key;
+        cursor.atKey = new Set();
+        cursor.atMs = Date.parse(line.time);
+      }
+      cursor.atKey.add(line.text);
+      await this.reports.log(service.org, service.name, {
+        replica: pod,
+        tag,
+        text: line.text.slice(0, LOG_LIMITS.lineChars),
+        at: cursor.atMs,
+      });
+    }
+  }
+
+  private async readLog(
+    pod: string,
+    query: { sinceSeconds?: number; tailLines?: number; previous?: boolean },
+  ): Promise<string> {
+    return call(`read log of pod ${this.namespace}/${pod}`, () =>
+      this.core.readNamespacedPodLog({
+        name: pod,
+        namespace: this.namespace,
+        container: SERVICE_CONTAINER,
+        timestamps: true,
+        limitBytes: LOG_LIMITS.bytesPerPoll,
+        ...query,
+      }),
+    );
+  }
+
+  private async ignoreNotFound(operation: string, request: () => Promise<unknown>): Promise<void> {
+    try {
+      await call(operation, request);
+    } catch (error) {
+      if (!isNotFound(error)) throw error;
+    }
+  }
+
+  private async ignoreConflict(operation: string, request: () => Promise<unknown>): Promise<void> {
+    try {
+      await call(operation, request);
+    } catch (error) {
+      if (!isConflict(error)) throw error;
+    }
+  }
+}
