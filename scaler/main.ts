@@ -12,6 +12,7 @@ import type { ReplicaBackend } from "./backend.ts";
 import { WORKER_NODE_FLAGS } from "../src/process/worker-env.ts";
 import { LocalBackend } from "./backends/local.ts";
 import { startScaler } from "./run.ts";
+import { createServiceBackend } from "./services.ts";
 
 export type ScalerProcessOptions = {
   backend: "local" | "kubernetes";
@@ -53,7 +54,9 @@ export async function runScalerProcess(options: ScalerProcessOptions): Promise<v
       onEvent: (m) => log(`[replicas] ${m}`),
     });
   }
+  const services = await createServiceBackend(options.backend, ctl, settings, (m) => log(`[services] ${m}`));
   const scaler = await startScaler(ctl, backend, {
+    services,
     intervalMs: options.intervalMs,
     leaseTtlMs: options.leaseTtlMs,
     holderId: options.holderId,
@@ -69,6 +72,7 @@ export async function runScalerProcess(options: ScalerProcessOptions): Promise<v
     stopping = true;
     await scaler.stop(); // releases the lease, so a standby takes over at once
     await backend.close();
+    await services.close();
     await ctl.redis.quit().catch(() => undefined);
     process.exit(0);
   };

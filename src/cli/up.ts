@@ -13,6 +13,7 @@ import type { Command } from "commander";
 import { WORKER_NODE_FLAGS } from "../process/worker-env.ts";
 import { LocalBackend } from "../../scaler/backends/local.ts";
 import { startScaler } from "../../scaler/run.ts";
+import { createServiceBackend } from "../../scaler/services.ts";
 import { startBatchCoordinator } from "../batch/index.ts";
 import { DeploymentConfig, NAME_PATTERN } from "../contracts/deployment.ts";
 import { isOperator } from "../contracts/orgs.ts";
@@ -136,7 +137,9 @@ async function up(flags: UpFlags): Promise<void> {
     onEvent: (m) => event(`[replicas] ${m}`),
   });
   // The autoscaler and the reconciler; they act only while this process holds the scaler lease.
-  const scaler = await startScaler(ctl, backend, { log: event });
+  // Services (docs/services.md): processes run from published images, beside the model replicas.
+  const services = await createServiceBackend("local", ctl, settings, (m) => event(`[services] ${m}`));
+  const scaler = await startScaler(ctl, backend, { log: event, services });
   const coordinator = await startBatchCoordinator(ctl, { ...settings, redisUrl });
   trimMemoryWhenIdle({ busy: () => gateway.awaiting() > 0 });
 
@@ -147,6 +150,7 @@ async function up(flags: UpFlags): Promise<void> {
       // Forced, but still complete: nothing this process started may outlive it.
       log("second signal: killing the replicas and stopping Redis now");
       await backend.kill();
+      await bounded(services.close(), 2_000);
       await redis?.stop({ fast: true });
       process.exit(1);
     }
@@ -155,7 +159,7 @@ async function up(flags: UpFlags): Promise<void> {
     // Each step is bounded, so a dead dependency can never leave `up` hanging.
     await bounded(coordinator.stop(), 10_000);
     await bounded(scaler.stop(), 5_000);
-    await bounded(backend.close(), settings.drainTimeoutMs + 20_000);
+    await bounded(Promise.all([backend.close(), services.close()]), settings.drainTimeoutMs + 20_000);
     await bounded(gateway.close(), 5_000);
     await stopTracing();
     await bounded(ctl.redis.quit(), 2_000);
