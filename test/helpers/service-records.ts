@@ -2,14 +2,15 @@
  * Service records for tests of what reads them (the dev-center CLI, later the dashboard): built
  * through src/services/record.ts's schemas, so a canned answer is shaped as the API's will be.
  */
+import { createHash } from "node:crypto";
 import { type Release, Rollout, ServiceRecord, ServiceReplica } from "../../src/services/record.ts";
 
 export const OWNER = { id: "key_1", name: "ana" };
 export const T0 = Date.UTC(2026, 0, 2, 3, 4, 5);
 
-/** A digest that tells tags apart: the tag's characters in hex, padded. */
+/** A digest that tells tags apart (even in its first 12 digits, as the CLI shortens it). */
 export function digestOf(tag: string): string {
-  return `sha256:${Buffer.from(tag).toString("hex").padEnd(64, "0").slice(0, 64)}`;
+  return `sha256:${createHash("sha256").update(tag).digest("hex")}`;
 }
 
 export function release(tag: string, id = 1): Release {

@@ -20,6 +20,7 @@ export type FollowOptions = {
 
 export async function followRollout(api: ApiClient, name: string, opts: FollowOptions = {}): Promise<ServiceStatus> {
   let shown = new Set<string>();
+  let replicas = new Set<string>();
   let lastJson = "";
   let following = opts.rolloutId;
   for (;;) {
@@ -39,7 +40,11 @@ export async function followRollout(api: ApiClient, name: string, opts: FollowOp
     } else {
       const lines = watchLines(status);
       for (const line of lines) if (!shown.has(line)) console.log(line);
+      const now = new Set(status.replicas.map((r) => r.id));
+      // A replica that went (drained, replaced) is a change too, and shows in no line of its own.
+      for (const id of replicas) if (!now.has(id)) console.log(`  ${id} gone`);
       shown = new Set(lines);
+      replicas = now;
     }
     if (status.phase === "complete") {
       if (!opts.json)
