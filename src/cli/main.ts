@@ -25,6 +25,7 @@ const GROUPS: Record<string, () => Promise<Register>> = {
   usage: async () => (await import("./usage.ts")).registerUsage,
   init: async () => (await import("./init.ts")).registerInit,
   service: async () => (await import("./service.ts")).registerService,
+  "dev-center": async () => (await import("./dev-center/index.ts")).registerDevCenter,
   doctor: async () => (await import("./doctor/index.ts")).registerDoctor,
   gateway: async () => (await import("./roles.ts")).registerRoles,
   worker: async () => (await import("./roles.ts")).registerRoles,

@@ -1,8 +1,9 @@
 /**
  * The web dashboard (README "Dashboard"): endpoints, A/B tests, live traffic charts, batch jobs,
- * scaling decisions, API keys, CLI tokens and proto packages (protos.tsx), and the actions to change
- * them. It holds no state on the server: it polls the management API and /metrics every 2 s with the
- * admin key the user gave, and every action is one call to the same API the CLI uses.
+ * scaling decisions, API keys, CLI tokens, deployed services (services.tsx) and proto packages
+ * (protos.tsx), and the actions to change them. It holds no state on the server: it polls the
+ * management API and /metrics every 2 s with the admin key the user gave, and every action is one
+ * call to the same API the CLI uses.
  */
 import { render } from "preact";
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
@@ -23,6 +24,7 @@ import {
 import { Chart, format } from "./chart.tsx";
 import { type Point, type Scrape, parseMetrics, pointBetween, sumFor } from "./metrics.ts";
 import { Protos } from "./protos.tsx";
+import { Services } from "./services.tsx";
 
 const POLL_MS = 2_000;
 /** Points kept per endpoint: 3 minutes at one every 2 s. */
@@ -245,6 +247,7 @@ function Dashboard(props: { onLogout: (why: string | null) => void }) {
           <Deploy models={data.models} endpoints={data.endpoints} act={act} />
           <Batches jobs={data.batches} />
           <Keys keys={data.keys} act={act} />
+          <Services />
           <Protos />
           <Tokens tokens={data.tokens} act={act} />
         </>

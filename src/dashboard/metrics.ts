@@ -28,30 +28,32 @@ export function parseMetrics(text: string, at: number): Scrape {
   return { at, samples };
 }
 
+/** Which samples of a metric count: the labels of one endpoint, one service, ... */
+export type Match = (labels: Record<string, string>) => boolean;
+
 /** Sum of one metric's samples for one endpoint (`model_name`), over every version and source. */
-export function sumFor(
-  scrape: Scrape,
-  name: string,
-  endpoint: string,
-  extra?: (labels: Record<string, string>) => boolean,
-): number {
+export function sumFor(scrape: Scrape, name: string, endpoint: string, extra?: Match): number {
+  return sumWhere(scrape, name, (l) => l.model_name === endpoint && (!extra || extra(l)));
+}
+
+/** Sum of one metric's samples whose labels `match`. */
+export function sumWhere(scrape: Scrape, name: string, match: Match): number {
   let total = 0;
-  for (const s of scrape.samples)
-    if (s.name === name && s.labels.model_name === endpoint && (!extra || extra(s.labels))) total += s.value;
+  for (const s of scrape.samples) if (s.name === name && match(s.labels)) total += s.value;
   return total;
 }
 
 /** Per second between two scrapes; a counter that went down (a gateway restart) counts from zero. */
-function rate(prev: number, next: number, seconds: number): number {
+export function rate(prev: number, next: number, seconds: number): number {
   if (seconds <= 0) return 0;
   return (next >= prev ? next - prev : next) / seconds;
 }
 
-/** Bucket counts by upper bound, summed over the endpoint's versions and sources. */
-function buckets(scrape: Scrape, histogram: string, endpoint: string): Map<number, number> {
+/** Bucket counts by upper bound, summed over the matching series (an endpoint's versions and sources). */
+function buckets(scrape: Scrape, histogram: string, match: Match): Map<number, number> {
   const out = new Map<number, number>();
   for (const s of scrape.samples) {
-    if (s.name !== `${histogram}_bucket` || s.labels.model_name !== endpoint || s.labels.le === undefined) continue;
+    if (s.name !== `${histogram}_bucket` || s.labels.le === undefined || !match(s.labels)) continue;
     const le = s.labels.le === "+Inf" ? Infinity : Number(s.labels.le);
     out.set(le, (out.get(le) ?? 0) + s.value);
   }
@@ -69,8 +71,13 @@ export function quantileBetween(
   endpoint: string,
   q: number,
 ): number | null {
-  const before = buckets(prev, histogram, endpoint);
-  const after = buckets(next, histogram, endpoint);
+  return quantileWhere(prev, next, histogram, (l) => l.model_name === endpoint, q);
+}
+
+/** quantileBetween over the series whose labels `match`. */
+export function quantileWhere(prev: Scrape, next: Scrape, histogram: string, match: Match, q: number): number | null {
+  const before = buckets(prev, histogram, match);
+  const after = buckets(next, histogram, match);
   const bounds = [...after.keys()].sort((a, b) => a - b);
   const deltas = bounds.map((le) => Math.max(0, (after.get(le) ?? 0) - (before.get(le) ?? 0)));
   const total = deltas.at(-1) ?? 0;
