@@ -12,7 +12,15 @@ import type { Control } from "../redis/connection.ts";
 import type { RepoType } from "./names.ts";
 import type { Release, Rollout, ServiceRecord } from "./record.ts";
 import type { SecretBox } from "./secrets.ts";
-import { createService, getService, pruneReleases, releaseOf, saveRelease, updateService } from "./store.ts";
+import {
+  createService,
+  getService,
+  pruneReleases,
+  releaseOf,
+  saveRelease,
+  saveRollout,
+  updateService,
+} from "./store.ts";
 import { setVariables, snapshotVariables } from "./variables.ts";
 
 type Who = { id: string; name: string };
@@ -150,8 +158,10 @@ export async function startRollout(
   const predicted = `r${before.rollout.id + 1}`;
   await saveRelease(ctl, org, name, predicted, snapshot);
   let saved: string | undefined;
+  let superseded: Rollout | undefined;
   const updated = await updateService(ctl, org, name, (record) => {
     const id = record.rollout.id + 1;
+    superseded = record.rollout.phase === "progressing" ? record.rollout : undefined;
     const release = releaseOf(image, id);
     saved = release.revision;
     return {
@@ -161,6 +171,14 @@ export async function startRollout(
     };
   });
   if (saved && saved !== predicted) await saveRelease(ctl, org, name, saved, snapshot);
+  // The history says what became of a rollout this one took over from.
+  if (superseded)
+    await saveRollout(ctl, org, name, {
+      ...superseded,
+      phase: "failed",
+      reason: `superseded by rollout ${updated.rollout.id} (${updated.rollout.release.tag}) before it completed`,
+      finished: Date.now(),
+    });
   await pruneReleases(ctl, updated);
   return updated;
 }

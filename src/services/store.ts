@@ -115,7 +115,8 @@ export async function updateService(
   throw new PlatformError(503, "busy", `service "${name}" is being changed by others; try again`, null, 1);
 }
 
-async function saveRollout(ctl: Control, org: string, name: string, rollout: Rollout): Promise<void> {
+/** Writes one rollout into the service's history (the record's latest is written by every change). */
+export async function saveRollout(ctl: Control, org: string, name: string, rollout: Rollout): Promise<void> {
   const key = ctl.keys.serviceRollouts(serviceKey(org, name));
   const stale = rollout.id - MAX_ROLLOUTS_KEPT;
   const multi = ctl.redis.multi().hset(key, String(rollout.id), JSON.stringify(rollout));
@@ -188,6 +189,7 @@ export async function deleteService(ctl: Control, org: string, name: string): Pr
     ctl.keys.serviceEnv(id),
     ctl.keys.serviceSecrets(id),
     ctl.keys.serviceLogs(id),
+    ctl.keys.serviceReplicas(id),
     ...releases,
   );
   await publishServiceEvent(ctl, org, name);

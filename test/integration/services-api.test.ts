@@ -14,6 +14,7 @@ import { createApiKey } from "../../src/keys/store.ts";
 import { createOrg } from "../../src/orgs/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { appendLog } from "../../src/services/logs.ts";
+import { writeReplica } from "../../src/services/replicas.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
@@ -50,6 +51,7 @@ beforeAll(async () => {
     await createOrg(ctl, org);
     keys[org] = (await createApiKey(ctl, `${org}-dev`, "user", undefined, org)).key;
   }
+  keys.operator = (await createApiKey(ctl, "operator", "admin")).key;
   for (const version of ["1.0.0", "1.1.0"])
     await recordImage(ctl, {
       org: "acme",
@@ -188,6 +190,11 @@ describe("/admin/v1/services", () => {
     expect(r.status).toBe(400);
     r = await call("acme", "GET", "/admin/v1/services/items/rollouts");
     expect(r.body.data.map((x: { id: number }) => x.id)).toEqual([2, 1]);
+    // Rollout 1 was still progressing: the history says the new one took over.
+    expect(r.body.data[1]).toMatchObject({
+      phase: "failed",
+      reason: expect.stringMatching(/^superseded by rollout 2/),
+    });
     r = await call("acme", "GET", "/admin/v1/services/items/status");
     expect(r.body).toMatchObject({ name: "items", phase: "progressing", desired_replicas: 1, replicas: [] });
   });
@@ -218,6 +225,35 @@ describe("/admin/v1/services", () => {
     r = await call("acme", "GET", "/admin/v1/services/items/logs?since=yesterday");
     expect(r.status).toBe(400);
     expect(r.body.error.param).toBe("since");
+  });
+
+  it("scrape targets list each replica's own /metrics, and the gateway's gauges count them", async () => {
+    await writeReplica(ctl, "acme", "items", {
+      id: "items-r2-abc123",
+      revision: "r2",
+      tag: "1.1.0-abcdef0",
+      digest: `sha256:${"b".repeat(64)}`,
+      state: "ready",
+      url: "http://127.0.0.1:40001",
+      metrics_url: "http://127.0.0.1:40002/metrics",
+      started: Date.now(),
+      restarts: 0,
+      heartbeat: Date.now(),
+    });
+    const targets = await call("operator", "GET", "/admin/v1/scrape-targets");
+    expect(targets.body).toContainEqual({
+      targets: ["127.0.0.1:40002"],
+      labels: {
+        platform_role: "service",
+        platform_org: "acme",
+        platform_service: "items",
+        platform_replica: "items-r2-abc123",
+        __metrics_path__: "/metrics",
+      },
+    });
+    const metrics = await (await fetch(`${gateway.url}/metrics`)).text();
+    expect(metrics).toContain('platform_service_replicas{org="acme",service="items",state="ready"} 1');
+    expect(metrics).toContain('platform_service_replicas_desired{org="acme",service="items"} 1');
   });
 
   it("no answer ever held a secret's value", async () => {

@@ -99,7 +99,10 @@ export const serviceRouteCheck: DoctorCheck = {
       const url = `/rpc/${rpc}/PlatformDoctorProbe`;
       const res = await api!.send("POST", url, { headers: { "content-type": "application/json" }, body: "{}" });
       const body = (await res.json().catch(() => ({}))) as { code?: string; message?: string };
-      if (body.code === "unimplemented") return ok(`${baseUrl}/rpc/${rpc} answers`);
+      // A 404 without a Connect error body is `unimplemented` by Connect's rules: the service's own
+      // answer for a method it lacks. The gateway's own 404s carry a code (`not_found`).
+      const code = body.code ?? (res.status === 404 ? "unimplemented" : undefined);
+      if (code === "unimplemented") return ok(`${baseUrl}/rpc/${rpc} answers`);
       return fail(
         `${baseUrl}/rpc/${rpc} answered ${res.status}${body.code ? ` ${body.code}` : ""}${body.message ? `: ${body.message}` : ""}`,
         `platform dev-center rollout status ${record.name}`,

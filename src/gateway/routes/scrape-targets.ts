@@ -3,12 +3,16 @@
  * format (`http_sd_configs`): this gateway and every live replica that serves /metrics (a
  * health port in its heartbeat record). On one machine (`platform up` with
  * PLATFORM_WORKER_METRICS) that finds the workers' ephemeral ports; in Kubernetes, PodMonitors
- * (deploy/prometheus/) find pods directly and this route is not needed.
+ * (deploy/prometheus/) find pods directly and this route is not needed. Deployed services'
+ * replicas are listed too, each at its own `/metrics` (docs/services.md, "Metrics"): Prometheus
+ * scrapes them directly, no federation.
  */
 import { hostname } from "node:os";
 import { Hono } from "hono";
 import { listEndpoints } from "../../endpoints/store.ts";
 import type { Control } from "../../redis/connection.ts";
+import { readReplicas } from "../../services/replicas.ts";
+import { readAllServices } from "../../services/store.ts";
 import { listReplicas } from "../../replicas/heartbeats.ts";
 import type { GatewayEnv } from "../env.ts";
 
@@ -28,6 +32,22 @@ export function scrapeTargetRoutes(ctl: Control, baseUrl: () => string) {
           targets: [`${host}:${r.health_port}`],
           // Not model_name/version/replica: the worker's own series carry those, and target labels of the same name would displace them.
           labels: { platform_role: "worker", platform_replica: r.id },
+        });
+      }
+    }
+    for (const service of (await readAllServices(ctl)).services) {
+      for (const r of await readReplicas(ctl, service.org, service.name)) {
+        if (!r.metrics_url) continue;
+        const url = new URL(r.metrics_url);
+        groups.push({
+          targets: [url.host],
+          labels: {
+            platform_role: "service",
+            platform_org: service.org,
+            platform_service: service.name,
+            platform_replica: r.id,
+            __metrics_path__: url.pathname,
+          },
         });
       }
     }

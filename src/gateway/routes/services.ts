@@ -102,9 +102,10 @@ export function serviceRoutes(options: ServiceRoutesOptions) {
   };
   let followers = 0;
 
-  /** The record as the API shows it: the gateway URL of each RPC service beside it. */
+  /** The record as the API shows it: the gateway's base for Connect clients, and each RPC service's URL. */
   const view = (record: ServiceRecord) => ({
     ...record,
+    url: `${options.baseUrl()}/rpc`,
     urls: record.rpc_services.map((s) => `${options.baseUrl()}/rpc/${s}`),
   });
 
@@ -137,7 +138,8 @@ export function serviceRoutes(options: ServiceRoutesOptions) {
       listVariables(ctl, "env", org, name),
       listVariables(ctl, "secrets", org, name),
     ]);
-    return c.json({ ...view(record), replicas, rollouts, env, secrets });
+    // `replicas` is the list here, the wanted count `desired_replicas` (as in status).
+    return c.json({ ...view(record), desired_replicas: record.replicas, replicas, rollouts, env, secrets });
   });
 
   app.delete("/:name", async (c) => {
