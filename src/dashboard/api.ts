@@ -1,5 +1,5 @@
 /**
- * The dashboard's only way to the platform: the gateway's own management API, with the admin key
+ * The dashboard's only way to the platform: the gateway's own management API, with the key
  * the user typed (kept in sessionStorage, so it leaves with the tab) sent as a Bearer token.
  * Error answers keep the API's OpenAI-style message, which already says what to do.
  */
@@ -9,7 +9,10 @@ const KEY = "platform.dashboard.key";
 export const session = {
   get: (): string | null => sessionStorage.getItem(KEY),
   set: (key: string) => sessionStorage.setItem(KEY, key),
-  clear: () => sessionStorage.removeItem(KEY),
+  clear: () => {
+    sessionStorage.removeItem(KEY);
+    sessionStorage.removeItem("platform.dashboard.scope");
+  },
 };
 
 export class ApiError extends Error {
@@ -57,19 +60,33 @@ export async function scrapeMetrics(): Promise<string> {
   return res.text();
 }
 
-/** Checks a key before keeping it: the management API lists endpoints only for operators' keys. */
-export async function checkAdminKey(key: string): Promise<void> {
-  const res = await fetch("/admin/v1/endpoints", { headers: { authorization: `Bearer ${key}` } });
-  if (res.ok) return;
+/**
+ * Checks a key before keeping it, and says what it may see: an operator's key (an admin of the
+ * install's own organization) gets the whole dashboard; any other key of an organization its
+ * services and proto packages, which the management API serves to every member.
+ */
+export async function checkKey(key: string): Promise<Scope> {
+  const res = await fetch("/admin/v1/whoami", { headers: { authorization: `Bearer ${key}` } });
+  if (res.ok) {
+    const who = (await res.json()) as { org: string; operator: boolean };
+    return { operator: who.operator, org: who.org };
+  }
   if (res.status === 401) throw new ApiError(401, "invalid_api_key", "That API key is not valid (unknown or revoked).");
-  if (res.status === 403)
-    throw new ApiError(
-      403,
-      "permission_denied",
-      "That key is valid but is not an admin key of the install's own organization: the dashboard needs an operator's key (the one platform up prints, or platform keys create <name> --role admin by an operator).",
-    );
   throw new ApiError(res.status, String(res.status), `The gateway answered ${res.status}; try again.`);
 }
+
+export type Scope = { operator: boolean; org: string };
+
+const SCOPE = "platform.dashboard.scope";
+
+/** What the signed-in key may see, kept beside it for this tab. */
+export const scope = {
+  get: (): Scope | null => {
+    const raw = sessionStorage.getItem(SCOPE);
+    return raw ? (JSON.parse(raw) as Scope) : null;
+  },
+  set: (s: Scope) => sessionStorage.setItem(SCOPE, JSON.stringify(s)),
+};
 
 // The API's shapes, as far as the dashboard reads them (src/endpoints/status.ts, src/contracts/*).
 export type EndpointStatus = {

@@ -17,7 +17,9 @@ import {
   type EndpointStatus,
   type ModelVersion,
   api,
-  checkAdminKey,
+  checkKey,
+  type Scope,
+  scope,
   scrapeMetrics,
   session,
 } from "./api.ts";
@@ -42,37 +44,56 @@ type Data = {
 
 function App() {
   const [key, setKey] = useState(session.get());
+  const [who, setWho] = useState(scope.get());
   const [message, setMessage] = useState<string | null>(null);
   const logout = useCallback((why: string | null) => {
     session.clear();
     setKey(null);
     setMessage(why);
   }, []);
-  if (!key)
+  if (!key || !who)
     return (
       <Login
         message={message}
-        onLogin={(k) => {
+        onLogin={(k, s) => {
           session.set(k);
+          scope.set(s);
           setMessage(null);
+          setWho(s);
           setKey(k);
         }}
       />
     );
-  return <Dashboard onLogout={logout} />;
+  return who.operator ? <Dashboard onLogout={logout} /> : <TeamDashboard org={who.org} onLogout={logout} />;
 }
 
-function Login(props: { message: string | null; onLogin: (key: string) => void }) {
+/** A team's view (any key of an organization that is not an operator's): its services and proto packages. */
+function TeamDashboard(props: { org: string; onLogout: (why: string | null) => void }) {
+  return (
+    <main data-testid="team-dashboard">
+      <header>
+        <h1>platform</h1>
+        <span class="hint">organization {props.org}</span>
+        <button type="button" class="link" onClick={() => props.onLogout(null)}>
+          Sign out
+        </button>
+      </header>
+      <Services />
+      <Protos />
+    </main>
+  );
+}
+
+function Login(props: { message: string | null; onLogin: (key: string, scope: Scope) => void }) {
   const [error, setError] = useState(props.message);
   const [busy, setBusy] = useState(false);
   const submit = async (e: Event) => {
     e.preventDefault();
     const key = String(new FormData(e.currentTarget as HTMLFormElement).get("key") ?? "").trim();
-    if (!key) return setError("Enter an admin API key.");
+    if (!key) return setError("Enter an API key.");
     setBusy(true);
     try {
-      await checkAdminKey(key);
-      props.onLogin(key);
+      props.onLogin(key, await checkKey(key));
     } catch (err) {
       setError((err as Error).message);
     } finally {
@@ -84,14 +105,15 @@ function Login(props: { message: string | null; onLogin: (key: string) => void }
       <h1>platform</h1>
       <form onSubmit={submit} data-testid="login">
         <label>
-          Admin API key
+          API key
           <input name="key" type="password" autocomplete="off" placeholder="sk-plat-…" autofocus />
         </label>
         <button type="submit" disabled={busy}>
           Sign in
         </button>
         <p class="hint">
-          Kept in this tab only (sessionStorage) and sent as a Bearer token to this gateway's management API.
+          Kept in this tab only (sessionStorage) and sent as a Bearer token to this gateway's management API. An
+          operator's key shows everything; another key its organization's services and proto packages.
         </p>
         {error && (
           <p class="error" role="alert" data-testid="login-error">

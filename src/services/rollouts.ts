@@ -15,6 +15,7 @@ import type { SecretBox } from "./secrets.ts";
 import {
   createService,
   getService,
+  listServices,
   pruneReleases,
   releaseOf,
   saveRelease,
@@ -62,6 +63,21 @@ async function rpcServicesOf(reg: ProtoRegistry, org: string, protos: Release["p
   return [...names].sort();
 }
 
+/** One service per RPC service in an organization: the gateway must know where a call goes. */
+async function refuseTakenRpcServices(ctl: Control, org: string, name: string, rpcServices: string[]): Promise<void> {
+  for (const other of await listServices(ctl, org)) {
+    if (other.name === name) continue;
+    const taken = other.rpc_services.find((s) => rpcServices.includes(s));
+    if (taken)
+      throw new PlatformError(
+        409,
+        "rpc_service_taken",
+        `${taken} is served by service "${other.name}" in your organization; roll that one out instead, or delete it first`,
+        "tag",
+      );
+  }
+}
+
 function newRollout(
   id: number,
   release: Release,
@@ -99,6 +115,8 @@ export async function deployService(
     );
   const image = await publishedImage(ctl, org, input.image_repository, input.tag);
   const release = releaseOf(image, 1);
+  const rpcServices = await rpcServicesOf(rc.protos, org, image.protos);
+  await refuseTakenRpcServices(ctl, org, input.name, rpcServices);
   if (Object.keys(input.env).length > 0) await setVariables(ctl, rc.box, "env", org, input.name, input.env, by);
   await saveRelease(ctl, org, input.name, release.revision, await snapshotVariables(ctl, org, input.name));
   const now = Date.now();
@@ -109,7 +127,7 @@ export async function deployService(
     image_repository: input.image_repository,
     port: input.port,
     replicas: input.replicas,
-    rpc_services: await rpcServicesOf(rc.protos, org, image.protos),
+    rpc_services: rpcServices,
     owner: by,
     created: now,
     updated: now,
@@ -153,6 +171,7 @@ export async function startRollout(
   const image = await publishedImage(ctl, org, before.image_repository, tag);
   const snapshot = await snapshotVariables(ctl, org, name);
   const rpcServices = await rpcServicesOf(rc.protos, org, image.protos);
+  await refuseTakenRpcServices(ctl, org, name, rpcServices);
   // The snapshot is written before the record names its revision, so the backend never starts a
   // replica without its environment; a concurrent rollout taking that id gets it written again.
   const predicted = `r${before.rollout.id + 1}`;

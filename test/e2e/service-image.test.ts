@@ -71,6 +71,7 @@ let buildah: PrivateBuildah;
 let work: string;
 let env: NodeJS.ProcessEnv;
 let repository: string;
+let devKey: string;
 const timings: Record<string, number> = {};
 
 const cli = (args: string[]) => runCli(args, env, work);
@@ -85,14 +86,22 @@ const registryLogin = () =>
 
 describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an image", () => {
   beforeAll(async () => {
-    stack = await startStack();
+    registry = await startRegistry({ [USER]: PASSWORD });
+    // What the dev center's local backend pulls with (the Python image is deployed below).
+    const pullAuth = join(await mkdtemp(join(tmpdir(), "platform-pull-")), "auth.json");
+    await writeFile(
+      pullAuth,
+      JSON.stringify({ auths: { [registry.host]: { auth: Buffer.from(`${USER}:${PASSWORD}`).toString("base64") } } }),
+      { mode: 0o600 },
+    );
+    stack = await startStack({ env: { PLATFORM_IMAGE_PULL_AUTH_FILE: pullAuth } });
     expect((await stack.admin("POST", "/admin/v1/orgs", { id: "acme" })).status).toBe(201);
     const key = await stack.admin<{ key: string }>("POST", "/admin/v1/keys", {
       name: "dev",
       org: "acme",
       role: "user",
     });
-    registry = await startRegistry({ [USER]: PASSWORD });
+    devKey = key.body.key;
     buildah = await privateBuildah();
     const baseImage = await pushBaseImage(buildah, registry, USER, PASSWORD, "node");
 
@@ -342,5 +351,34 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
         await image.stop();
       }
     }, 120_000);
+
+    it("deployed by the dev center, it answers Connect calls through the gateway, transcoded to gRPC", async () => {
+      expect(pyTag).toBeDefined();
+      const deployed = await runCli(
+        ["dev-center", "service", "deploy", "items-py", "--tag", pyTag, "--wait"],
+        env,
+        dir,
+      );
+      expect(deployed.code, `${deployed.stdout}${deployed.stderr}\n${stack.output()}`).toBe(0);
+      const rpc = async (method: string, body: unknown) => {
+        const res = await fetch(`${stack.baseUrl}/rpc/platform.items.v1.ItemService/${method}`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${devKey}`, "content-type": "application/json" },
+          body: JSON.stringify(body),
+        });
+        return { status: res.status, body: (await res.json()) as Record<string, any> };
+      };
+      const created = await rpc("CreateItem", { name: "kettle", description: "through the gateway" });
+      expect(created.status, JSON.stringify(created.body)).toBe(200);
+      expect(await rpc("GetItem", { id: created.body.item.id })).toEqual(created);
+      expect(await rpc("GetItem", { id: "nope" })).toEqual({
+        status: 404,
+        body: { code: "not_found", message: "item nope not found" },
+      });
+      const status = JSON.parse(
+        (await runCli(["dev-center", "rollout", "status", "items-py", "--json"], env, dir)).stdout,
+      );
+      expect(status.replicas).toEqual([expect.objectContaining({ tag: pyTag, state: "ready" })]);
+    }, 300_000);
   });
 });

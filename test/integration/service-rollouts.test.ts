@@ -6,6 +6,8 @@
  * undo, a crashed replica restarted, secrets masked in logs and absent from Redis, delete.
  */
 import { type ChildProcess, spawn } from "node:child_process";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { FileDescriptorSetSchema } from "@bufbuild/protobuf/wkt";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,6 +17,8 @@ import type { ReplicaBackend } from "../../scaler/backend.ts";
 import { type Reconciler, startReconciler } from "../../scaler/reconciler.ts";
 import { recordImage } from "../../src/images/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
+import { publishVersion } from "../../src/protos/store.ts";
+import { ServiceDirectory } from "../../src/services/directory.ts";
 import { readLogs } from "../../src/services/logs.ts";
 import { readReplicas } from "../../src/services/replicas.ts";
 import { ServiceReportStore } from "../../src/services/reports.ts";
@@ -71,6 +75,27 @@ const noEndpoints: ReplicaBackend = {
 };
 
 const WHO = { id: "key_1", name: "team" };
+const PROTOS = [{ package: "platform.items.v1", version: "1.0.0" }];
+/** The smallest published package with ItemService: what the images implement. */
+const ITEMS_IMAGE = toBinary(
+  FileDescriptorSetSchema,
+  create(FileDescriptorSetSchema, {
+    file: [
+      {
+        name: "platform/items/v1/items.proto",
+        package: "platform.items.v1",
+        syntax: "proto3",
+        messageType: [{ name: "Item" }],
+        service: [
+          {
+            name: "ItemService",
+            method: [{ name: "GetItem", inputType: ".platform.items.v1.Item", outputType: ".platform.items.v1.Item" }],
+          },
+        ],
+      },
+    ],
+  }),
+);
 const SECRET = "s3cr3t-value-7f2c";
 
 let redis: PrivateRedis;
@@ -113,6 +138,13 @@ beforeAll(async () => {
     deadlineMs: 15_000,
     protos: { ctl, artifacts: openStore(`file://${dir}`), limits: { maxPackages: 10, maxVersions: 10 } },
   };
+  await publishVersion(rc.protos, "acme", WHO, {
+    package: "platform.items.v1",
+    version: "1.0.0",
+    image: ITEMS_IMAGE,
+    files: [{ path: "platform/items/v1/items.proto", content: "// items\n" }],
+    allowBreaking: false,
+  });
   for (const [d, image] of Object.entries(IMAGES)) {
     await recordImage(ctl, {
       org: "acme",
@@ -123,7 +155,7 @@ beforeAll(async () => {
       git_sha: "abcdef0",
       dirty: false,
       version: image.version,
-      protos: [],
+      protos: PROTOS,
       created: 1,
       published_by: WHO,
     });
@@ -161,7 +193,43 @@ describe("services on the local backend", () => {
     const s = await status();
     expect(s.current?.tag).toBe("1.0.0-abcdef0");
     expect(s.previous).toBeNull();
+    expect(s.rpc_services).toEqual(["platform.items.v1.ItemService"]);
     expect(await answer()).toMatchObject({ version: "1.0.0", greeting: "hi", token: null });
+  });
+
+  it("the gateway's directory routes ItemService to its ready replica, with its descriptors", async () => {
+    const directory = new ServiceDirectory(ctl, rc.protos);
+    await directory.start();
+    try {
+      const target = await directory.resolve("acme", "platform.items.v1.ItemService");
+      const [replica] = await readReplicas(ctl, "acme", "items");
+      expect(target).toMatchObject({
+        org: "acme",
+        service: "items",
+        protocol: "connect",
+        replicas: [{ id: replica?.id, url: replica?.url }],
+      });
+      expect(
+        (await target?.descriptors())?.getService("platform.items.v1.ItemService")?.methods.map((m) => m.name),
+      ).toEqual(["GetItem"]);
+      expect(await directory.resolve("rival", "platform.items.v1.ItemService")).toBeUndefined();
+    } finally {
+      await directory.close();
+    }
+  });
+
+  it("refuses a second service implementing the same RPC service in the organization", async () => {
+    await expect(
+      deployService(rc, "acme", WHO, {
+        name: "items-two",
+        tag: "1.0.0-abcdef0",
+        repo_type: "js",
+        image_repository: REPO,
+        replicas: 1,
+        port: 8080,
+        env: {},
+      }),
+    ).rejects.toThrow(/platform.items.v1.ItemService is served by service "items" in your organization/);
   });
 
   it("refuses a tag that was never published, before anything starts", async () => {
