@@ -19,8 +19,14 @@ export class SecretBox {
   }
 
   /** The settings' key, or the data directory's key file (created on first use, 0600). */
-  static async load(settings: Pick<ServicesSettings, "secretsKey" | "secretsKeyFile">): Promise<SecretBox> {
+  static async load(
+    settings: Pick<ServicesSettings, "secretsKey" | "secretsKeyFile" | "keyRequired">,
+  ): Promise<SecretBox> {
     if (settings.secretsKey) return new SecretBox(settings.secretsKey);
+    if (settings.keyRequired)
+      throw new Error(
+        "PLATFORM_SECRETS_KEY is not set: in a cluster every gateway and scaler must share it (openssl rand -base64 32 into the platform-secrets Secret, deploy/base/secret.example.yaml)",
+      );
     const file = settings.secretsKeyFile;
     await mkdir(dirname(file), { recursive: true });
     try {

@@ -126,7 +126,7 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     tokens: tokenSettings(e),
     protos: protoSettings(e),
     registryToken: registryTokenSettings(e),
-    services: servicesSettings(e, core.dataDir),
+    services: servicesSettings(e, core.dataDir, e.POD_NAME !== undefined),
     signin: signinSettings(e),
     cli: cliSettings(e),
     tracing: tracingSettings(e),

@@ -35,9 +35,18 @@ export type ServicesSettings = {
   imageCacheDir: string;
   pullAuthFile: string | undefined;
   rolloutDeadlineMs: number;
+  /**
+   * In a pod (POD_NAME set, as deploy/ sets it), a key must be given: each pod's data directory is
+   * its own, so generated keys would differ between the gateways that seal and the scaler that opens.
+   */
+  keyRequired: boolean;
 };
 
-export function servicesSettings(e: z.infer<z.ZodObject<typeof servicesShape>>, dataDir: string): ServicesSettings {
+export function servicesSettings(
+  e: z.infer<z.ZodObject<typeof servicesShape>>,
+  dataDir: string,
+  inPod: boolean,
+): ServicesSettings {
   const raw = e.PLATFORM_SECRETS_KEY;
   return {
     secretsKey:
@@ -50,5 +59,6 @@ export function servicesSettings(e: z.infer<z.ZodObject<typeof servicesShape>>, 
     imageCacheDir: e.PLATFORM_IMAGE_CACHE_DIR ?? join(dataDir, "images"),
     pullAuthFile: e.PLATFORM_IMAGE_PULL_AUTH_FILE,
     rolloutDeadlineMs: e.PLATFORM_ROLLOUT_DEADLINE_MS,
+    keyRequired: inPod,
   };
 }
