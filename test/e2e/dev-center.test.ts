@@ -7,14 +7,17 @@
  * DATABASE_URL` pointing at a PostgreSQL and `rollout start --restart`, an item created then still
  * there after another rollout; a new tag rolled out while a client calls in a loop with no failed
  * call; a tag whose process exits at start failing its rollout while the old release answers;
- * `logs` with both versions' lines; `doctor` passing.
+ * `logs` with both versions' lines; `doctor` passing; the catalog page in headless Chromium
+ * showing the service, its overview (HTML in it as text) and its rollouts.
  *
  * Real parts: `platform up`, Debian's docker-registry with htpasswd, buildah (private vfs storage)
  * and the stand-in base image, skopeo, PostgreSQL, buf. Skipped, saying why, where the image tools,
  * the npm registry or PostgreSQL are missing.
  */
 import { execFileSync } from "node:child_process";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { chromium } from "playwright-core";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -38,6 +41,8 @@ const USER = "team";
 const PASSWORD = `pw-${process.pid}-${Date.now()}`;
 const ITEMS = "platform.items.v1.ItemService";
 const BUF = join(import.meta.dirname, "../../node_modules/.bin/buf");
+const ROOT = join(import.meta.dirname, "../..");
+const CHROMIUM = "/usr/bin/chromium";
 
 let stack: Stack;
 let registry: Registry;
@@ -270,6 +275,13 @@ describe.skipIf(unavailable !== undefined)("the dev center: deploy, call, roll o
     for (const tag of tags)
       expect(logs.stdout).toMatch(new RegExp(`^\\[items-r\\d+-[0-9a-f]+ ${tag.replace(/\./g, "\\.")}\\] `, "m"));
     expect(logs.stdout).not.toContain(postgres.url);
+    // Nor is the secret in Redis's append-only file, the platform's output or its log files.
+    const files = (await readdir(stack.dataDir, { recursive: true, withFileTypes: true }))
+      .filter((f) => f.isFile() && (f.parentPath.includes("redis") || f.parentPath.includes("logs")))
+      .map((f) => join(f.parentPath, f.name));
+    expect(files.some((f) => f.includes("appendonly"))).toBe(true);
+    for (const f of files) expect((await readFile(f)).includes(postgres.url), f).toBe(false);
+    expect(stack.output()).not.toContain(postgres.url);
   }, 60_000);
 
   it("doctor passes, with the service's rollout, replicas and route", async () => {
@@ -284,4 +296,45 @@ describe.skipIf(unavailable !== undefined)("the dev center: deploy, call, roll o
     expect(byId["service-route"]?.status, byId["service-route"]?.summary).toBe("ok");
     expect(doctor.code, doctor.stdout).toBe(0);
   }, 120_000);
+
+  it.skipIf(!existsSync(CHROMIUM))(
+    "the catalog page in Chromium: the service, its overview and its rollouts",
+    async () => {
+      await writeFile(
+        join(work, "OVERVIEW.md"),
+        "# Items\n\nKeeps **items** for the shop. <script>window.pwned = 1</script>\n\n- owner: team\n",
+      );
+      const set = await cli(["dev-center", "service", "overview", "set", "items", "--file", "OVERVIEW.md"]);
+      expect(set.code, set.stderr).toBe(0);
+      if (!existsSync(join(ROOT, "dist/dashboard/app.js")))
+        execFileSync(process.execPath, [join(ROOT, "scripts/build-dashboard.mjs")], { stdio: "inherit" });
+      const browser = await chromium.launch({
+        executablePath: CHROMIUM,
+        args: ["--no-sandbox", "--disable-dev-shm-usage"],
+      });
+      try {
+        const page = await browser.newPage();
+        await page.goto(`${stack.baseUrl}/dashboard`);
+        // The team's own key: its organization's services.
+        await page.locator("input[name=key]").fill(devKey);
+        await page.getByRole("button", { name: "Sign in" }).click();
+        const row = page.getByTestId("service-items");
+        await row.waitFor();
+        expect(await row.textContent()).toContain(tags[0]);
+        await row.getByRole("button", { name: "items" }).click();
+        const overview = page.getByTestId("service-overview");
+        await overview.waitFor();
+        await overview.getByRole("heading", { name: "Items" }).waitFor();
+        expect(await overview.textContent()).toContain("<script>window.pwned = 1</script>");
+        expect(await page.evaluate("typeof window.pwned")).toBe("undefined");
+        const rollouts = page.getByTestId("service-rollouts");
+        await expect.poll(() => rollouts.locator("tbody tr").count()).toBeGreaterThanOrEqual(6);
+        expect(await rollouts.textContent()).toContain("failed");
+        expect(await page.content()).not.toContain(postgres.url);
+      } finally {
+        await browser.close();
+      }
+    },
+    120_000,
+  );
 });
