@@ -201,9 +201,17 @@ describe("platform init", () => {
       "builder",
       "image-registry",
       "image-session",
+      "service-rollout",
+      "service-replicas",
+      "service-route",
       "cluster",
     ]);
     expect(statusOf(json, "credentials")).toMatchObject({ status: "ok" });
+    // Nothing deployed from this workspace yet: the service checks are skipped, saying so.
+    expect(statusOf(json, "service-rollout")).toMatchObject({
+      status: "skip",
+      summary: expect.stringMatching(/^nothing deployed from \S+ yet \(platform dev-center service deploy\)$/),
+    });
     // A dirty tree is a warning, never a failure.
     await writeFile(join(root, "NOTES.md"), "work in progress\n");
     const dirty = await runCli(["doctor", "--json"], env, nested);
