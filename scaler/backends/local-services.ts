@@ -17,6 +17,7 @@ import { createInterface } from "node:readline";
 import { freePort } from "../../src/process/free-port.ts";
 import { serviceKey } from "../../src/services/store.ts";
 import type { ServiceBackend, ServiceRecord, ServiceReplica, ServiceReports } from "../service-backend.ts";
+import { backoffDelay, nextFailures } from "../backoff.ts";
 
 /** How a published image becomes a process (scaler/images/; tests stand in host processes). */
 export interface ImageRunner {
@@ -64,8 +65,6 @@ type Svc = { record: ServiceRecord; procs: Proc[] };
 
 const TAIL_LINES = 20;
 const PROBE_MS = 300;
-const MAX_BACKOFF_MS = 30_000;
-const HEALTHY_UPTIME_MS = 60_000;
 
 export class LocalServiceBackend implements ServiceBackend {
   readonly kind = "local" as const;
@@ -261,11 +260,11 @@ export class LocalServiceBackend implements ServiceBackend {
   private crashed(svc: Svc, proc: Proc): void {
     if (proc.stopping || this.closed) return;
     const lived = Date.now() - proc.started;
-    proc.failures = lived > HEALTHY_UPTIME_MS ? 1 : proc.failures + 1;
+    proc.failures = nextFailures(proc.failures, lived);
     proc.state = "crashed";
     proc.child = undefined;
     void this.report(svc, proc);
-    const delay = Math.min(MAX_BACKOFF_MS, 500 * 2 ** (proc.failures - 1));
+    const delay = backoffDelay(proc.failures);
     proc.timer = setTimeout(() => {
       if (proc.stopping || this.closed) return;
       proc.restarts++;

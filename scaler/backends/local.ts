@@ -18,6 +18,7 @@ import { reclaimJobs } from "../../src/queue/reclaim.ts";
 import type { BackendReplicas, ReplicaBackend } from "../backend.ts";
 import { withWorkerAllocator } from "../../src/process/worker-env.ts";
 import { runningRevisions } from "../../src/endpoints/rollout.ts";
+import { backoffDelay, nextFailures } from "../backoff.ts";
 
 export type LocalBackendOptions = {
   ctl: Control;
@@ -48,9 +49,6 @@ type Spare = { child: ChildProcess; startedAt: number };
 type Backoff = { failures: number; timer?: NodeJS.Timeout };
 type Pool = { endpoint: Endpoint; wanted: number; replicas: Replica[]; backoff: Map<string, Backoff> };
 
-const MAX_BACKOFF_MS = 30_000;
-/** A replica that lived this long resets the failure count. */
-const HEALTHY_UPTIME_MS = 60_000;
 /**
  * A new spare starts this long after the last one was taken: the replica made of it is loading
  * its model meanwhile and should have the CPU. Spares that die young back off like replicas.
@@ -218,8 +216,8 @@ export class LocalBackend implements ReplicaBackend {
       if (this.spare !== spare) return;
       this.spare = undefined;
       if (this.closed) return;
-      this.spareFailures = Date.now() - spare.startedAt > HEALTHY_UPTIME_MS ? 1 : this.spareFailures + 1;
-      const delay = Math.min(MAX_BACKOFF_MS, 500 * 2 ** (this.spareFailures - 1));
+      this.spareFailures = nextFailures(this.spareFailures, Date.now() - spare.startedAt);
+      const delay = backoffDelay(this.spareFailures);
       this.options.onEvent?.(
         `standby worker exited (${signal ?? `code ${code}`}, log ${join(this.options.logDir, "standby.log")}); another in ${delay} ms`,
       );
@@ -246,8 +244,8 @@ export class LocalBackend implements ReplicaBackend {
     const lived = Date.now() - replica.startedAt;
     const backoff = pool.backoff.get(replica.revision) ?? { failures: 0 };
     pool.backoff.set(replica.revision, backoff);
-    backoff.failures = lived > HEALTHY_UPTIME_MS ? 1 : backoff.failures + 1;
-    const delay = Math.min(MAX_BACKOFF_MS, 500 * 2 ** (backoff.failures - 1));
+    backoff.failures = nextFailures(backoff.failures, lived);
+    const delay = backoffDelay(backoff.failures);
     this.options.onEvent?.(`replica ${replica.id} exited (${signal ?? `code ${code}`}); replacing it in ${delay} ms`);
     clearTimeout(backoff.timer);
     backoff.timer = setTimeout(() => {

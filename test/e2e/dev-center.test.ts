@@ -27,6 +27,7 @@ import {
   imageToolsUnavailable,
   type PrivateBuildah,
   privateBuildah,
+  pullAuthFile,
   pushBaseImage,
   type Registry,
   startRegistry,
@@ -98,12 +99,7 @@ async function bumpVersion(version: string): Promise<void> {
 describe.skipIf(unavailable !== undefined)("the dev center: deploy, call, roll out, fail safely", () => {
   beforeAll(async () => {
     registry = await startRegistry({ [USER]: PASSWORD });
-    const pullAuth = join(await mkdtemp(join(tmpdir(), "platform-pull-")), "auth.json");
-    await writeFile(
-      pullAuth,
-      JSON.stringify({ auths: { [registry.host]: { auth: Buffer.from(`${USER}:${PASSWORD}`).toString("base64") } } }),
-      { mode: 0o600 },
-    );
+    const pullAuth = await pullAuthFile(registry, USER, PASSWORD);
     stack = await startStack({
       env: { PLATFORM_IMAGE_PULL_AUTH_FILE: pullAuth, PLATFORM_ROLLOUT_DEADLINE_MS: "90000" },
     });

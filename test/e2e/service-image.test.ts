@@ -27,6 +27,7 @@ import {
   imageToolsUnavailable,
   type PrivateBuildah,
   privateBuildah,
+  pullAuthFile,
   type Registry,
   pushBaseImage,
   runImage,
@@ -88,12 +89,7 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
   beforeAll(async () => {
     registry = await startRegistry({ [USER]: PASSWORD });
     // What the dev center's local backend pulls with (the Python image is deployed below).
-    const pullAuth = join(await mkdtemp(join(tmpdir(), "platform-pull-")), "auth.json");
-    await writeFile(
-      pullAuth,
-      JSON.stringify({ auths: { [registry.host]: { auth: Buffer.from(`${USER}:${PASSWORD}`).toString("base64") } } }),
-      { mode: 0o600 },
-    );
+    const pullAuth = await pullAuthFile(registry, USER, PASSWORD);
     stack = await startStack({ env: { PLATFORM_IMAGE_PULL_AUTH_FILE: pullAuth } });
     expect((await stack.admin("POST", "/admin/v1/orgs", { id: "acme" })).status).toBe(201);
     const key = await stack.admin<{ key: string }>("POST", "/admin/v1/keys", {

@@ -239,3 +239,14 @@ export function runImage(
     },
   };
 }
+
+/**
+ * A containers auth.json with `user`'s login to `registry` (mode 0600, in a temp dir): what
+ * `platform up` is given as PLATFORM_IMAGE_PULL_AUTH_FILE to pull published images with.
+ */
+export async function pullAuthFile(registry: Registry, user: string, password: string): Promise<string> {
+  const file = join(await mkdtemp(join(tmpdir(), "platform-pull-")), "auth.json");
+  const auth = Buffer.from(`${user}:${password}`).toString("base64");
+  await writeFile(file, JSON.stringify({ auths: { [registry.host]: { auth } } }), { mode: 0o600 });
+  return file;
+}
