@@ -58,3 +58,23 @@ export function Chart(props: { title: string; unit: string; series: Series[]; sl
     </figure>
   );
 }
+
+/** Points kept per chart: 3 minutes at one every 2 s (the dashboard polls every 2 s). */
+export const HISTORY = 90;
+
+/** p50 and p99 in milliseconds, from points holding them in seconds (null where unknown). */
+export function LatencyChart(props: { testId: string; points: { p50: number | null; p99: number | null }[] }) {
+  const ms = (v: number | null) => (v === null ? null : v * 1000);
+  return (
+    <Chart
+      testId={props.testId}
+      title="latency"
+      unit=" ms"
+      slots={HISTORY}
+      series={[
+        { label: "p50", className: "a", values: props.points.map((p) => ms(p.p50)) },
+        { label: "p99", className: "b", values: props.points.map((p) => ms(p.p99)) },
+      ]}
+    />
+  );
+}

@@ -23,14 +23,12 @@ import {
   scrapeMetrics,
   session,
 } from "./api.ts";
-import { Chart, format } from "./chart.tsx";
+import { Chart, format, HISTORY, LatencyChart } from "./chart.tsx";
 import { type Point, type Scrape, parseMetrics, pointBetween, sumFor } from "./metrics.ts";
 import { Protos } from "./protos.tsx";
 import { Services } from "./services.tsx";
 
 const POLL_MS = 2_000;
-/** Points kept per endpoint: 3 minutes at one every 2 s. */
-const HISTORY = 90;
 
 type Data = {
   endpoints: EndpointStatus[];
@@ -298,7 +296,6 @@ function EndpointCard(props: {
   const path = `/admin/v1/endpoints/${encodeURIComponent(e.endpoint)}`;
   const test = props.abtest?.abtest ?? null;
   const last = props.points.at(-1);
-  const ms = (v: number | null) => (v === null ? null : v * 1000);
   const splitText = test ? test.split.map((v) => `${v.version}=${v.weight}`).join(",") : "";
 
   const setReplicas = (ev: Event) => {
@@ -397,16 +394,7 @@ function EndpointCard(props: {
           slots={HISTORY}
           series={[{ label: "now", className: "a", values: props.points.map((p) => p.requestsPerSecond) }]}
         />
-        <Chart
-          testId="chart-latency"
-          title="latency"
-          unit=" ms"
-          slots={HISTORY}
-          series={[
-            { label: "p50", className: "a", values: props.points.map((p) => ms(p.p50)) },
-            { label: "p99", className: "b", values: props.points.map((p) => ms(p.p99)) },
-          ]}
-        />
+        <LatencyChart testId="chart-latency" points={props.points} />
         <Chart
           testId="chart-tokens"
           title="tokens/s"

@@ -9,14 +9,12 @@
 import type { ComponentChildren } from "preact";
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, api, scrapeMetrics, session } from "./api.ts";
-import { Chart, format } from "./chart.tsx";
+import { Chart, format, HISTORY, LatencyChart } from "./chart.tsx";
 import { type Block, type Inline, parseMarkdown } from "./markdown.ts";
 import { parseMetrics, type Scrape } from "./metrics.ts";
 import { type ServicePoint, servicePointBetween } from "./service-metrics.ts";
 
 const POLL_MS = 2_000;
-/** Chart points kept: 3 minutes at one every 2 s. */
-const HISTORY = 90;
 /** Log lines the page shows (the newest). */
 const LOG_TAIL = 100;
 
@@ -267,7 +265,6 @@ function PageBody(props: { page: Page; points: ServicePoint[]; act: (what: strin
   const status = props.page.status;
   const replicas = status?.replicas ?? (Array.isArray(s.replicas) ? s.replicas : []);
   const last = props.points.at(-1);
-  const ms = (v: number | null) => (v === null ? null : v * 1000);
   const rollTag = (ev: Event) => {
     ev.preventDefault();
     const tag = String(new FormData(ev.currentTarget as HTMLFormElement).get("tag") ?? "").trim();
@@ -315,16 +312,7 @@ function PageBody(props: { page: Page; points: ServicePoint[]; act: (what: strin
             { label: "errors", className: "b", values: props.points.map((p) => p.errorsPerSecond) },
           ]}
         />
-        <Chart
-          testId="service-chart-latency"
-          title="latency"
-          unit=" ms"
-          slots={HISTORY}
-          series={[
-            { label: "p50", className: "a", values: props.points.map((p) => ms(p.p50)) },
-            { label: "p99", className: "b", values: props.points.map((p) => ms(p.p99)) },
-          ]}
-        />
+        <LatencyChart testId="service-chart-latency" points={props.points} />
       </div>
       <div class="actions">
         <form onSubmit={rollTag} data-testid="service-rollout-form">

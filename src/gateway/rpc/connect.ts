@@ -19,7 +19,7 @@ import {
   rpcError,
 } from "./errors.ts";
 import { FrameReader } from "./frames.ts";
-import { deadlineExceeded, HOP_BY_HOP_RESPONSE_HEADERS, RoundRobin, retryable } from "./upstream.ts";
+import { callAbort, HOP_BY_HOP_RESPONSE_HEADERS, RoundRobin, retryable } from "./upstream.ts";
 import type { RpcReplica } from "./types.ts";
 
 /** One call to forward. `finish` is called once when it is over, with its Connect code (`ok` for success). */
@@ -57,29 +57,24 @@ export class ConnectUpstreams {
   private readonly turns = new RoundRobin();
 
   async forward(call: ForwardedCall): Promise<Response> {
-    const control = new AbortController();
-    const timeoutMs = call.timeoutMs;
-    const timer =
-      timeoutMs === undefined ? undefined : setTimeout(() => control.abort(deadlineExceeded(timeoutMs)), timeoutMs);
-    call.onClientGone(() => control.abort(rpcError("canceled", "the client went away")));
-    const done = () => clearTimeout(timer);
+    const { signal, done } = callAbort(call.timeoutMs, call.onClientGone);
     try {
       const [first, second] = this.turns.order(call.key, call.replicas);
       let res: IncomingMessage;
       try {
-        res = await this.send(first, call, control.signal);
+        res = await this.send(first, call, signal);
       } catch (e) {
-        if (control.signal.aborted) throw control.signal.reason;
+        if (signal.aborted) throw signal.reason;
         const failed = e as AttemptFailed;
         if (!retryable(failed.cause, failed.reused)) throw unavailable(call.service, failed.cause);
         try {
-          res = await this.send(second, call, control.signal);
+          res = await this.send(second, call, signal);
         } catch (again) {
-          if (control.signal.aborted) throw control.signal.reason;
+          if (signal.aborted) throw signal.reason;
           throw unavailable(call.service, (again as AttemptFailed).cause);
         }
       }
-      return respond(res, call, control.signal, done);
+      return respond(res, call, signal, done);
     } catch (e) {
       done();
       throw e;

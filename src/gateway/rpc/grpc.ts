@@ -24,7 +24,7 @@ import {
   rpcError,
 } from "./errors.ts";
 import { FrameReader } from "./frames.ts";
-import { deadlineExceeded, grpcTimeout, RoundRobin, retryable } from "./upstream.ts";
+import { callAbort, grpcTimeout, RoundRobin, retryable } from "./upstream.ts";
 import type { RpcReplica } from "./types.ts";
 
 export type TranscodedCall = {
@@ -102,39 +102,34 @@ export class GrpcUpstreams {
       );
     }
     const { codec, message } = requestOf(call, method);
-    const control = new AbortController();
-    const timeoutMs = call.timeoutMs;
-    const timer =
-      timeoutMs === undefined ? undefined : setTimeout(() => control.abort(deadlineExceeded(timeoutMs)), timeoutMs);
-    call.onClientGone(() => control.abort(rpcError("canceled", "the client went away")));
-    const done = () => clearTimeout(timer);
+    const { signal, done } = callAbort(call.timeoutMs, call.onClientGone);
     const headers: http2.OutgoingHttpHeaders = {
       ...call.metadata,
       ":method": "POST",
       ":path": `/${call.rpcService}/${call.methodName}`,
       "content-type": "application/grpc+proto",
       te: "trailers",
-      ...(timeoutMs !== undefined ? { "grpc-timeout": grpcTimeout(timeoutMs) } : {}),
+      ...(call.timeoutMs !== undefined ? { "grpc-timeout": grpcTimeout(call.timeoutMs) } : {}),
     };
     const frame = envelope(0, message);
     try {
       const [first, second] = this.turns.order(call.key, call.replicas);
       let answer: Answer;
       try {
-        answer = await this.open(first, headers, frame, control.signal);
+        answer = await this.open(first, headers, frame, signal);
       } catch (e) {
-        if (control.signal.aborted) throw control.signal.reason;
+        if (signal.aborted) throw signal.reason;
         const failed = e as AttemptFailed;
         if (!retryable(failed.cause, failed.reused)) throw unavailable(call.service, failed.cause);
         try {
-          answer = await this.open(second, headers, frame, control.signal);
+          answer = await this.open(second, headers, frame, signal);
         } catch (again) {
-          if (control.signal.aborted) throw control.signal.reason;
+          if (signal.aborted) throw signal.reason;
           throw unavailable(call.service, (again as AttemptFailed).cause);
         }
       }
-      if (call.shape === "connect-stream") return streamed(answer, call, method, codec, control.signal, done);
-      return await unary(answer, call, method, codec, control.signal).finally(done);
+      if (call.shape === "connect-stream") return streamed(answer, call, method, codec, signal, done);
+      return await unary(answer, call, method, codec, signal).finally(done);
     } catch (e) {
       done();
       throw e;

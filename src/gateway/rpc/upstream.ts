@@ -97,6 +97,21 @@ export function grpcTimeoutOf(header: string | undefined): number | undefined {
   return Math.ceil(Number(m[1]) * unitMs);
 }
 
-export function deadlineExceeded(ms: number) {
+function deadlineExceeded(ms: number) {
   return rpcError("deadline_exceeded", `the call did not complete within its deadline of ${ms} ms`);
+}
+
+/**
+ * What ends a forwarded call early: its deadline (`deadline_exceeded`) or its client going away
+ * (`canceled`). `done` clears the deadline once the call has ended.
+ */
+export function callAbort(
+  timeoutMs: number | undefined,
+  onClientGone: (listener: () => void) => void,
+): { signal: AbortSignal; done: () => void } {
+  const control = new AbortController();
+  const timer =
+    timeoutMs === undefined ? undefined : setTimeout(() => control.abort(deadlineExceeded(timeoutMs)), timeoutMs);
+  onClientGone(() => control.abort(rpcError("canceled", "the client went away")));
+  return { signal: control.signal, done: () => clearTimeout(timer) };
 }
