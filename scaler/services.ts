@@ -8,6 +8,7 @@ import { ServiceReportStore } from "../src/services/reports.ts";
 import { SecretBox } from "../src/services/secrets.ts";
 import type { Settings } from "../src/settings/index.ts";
 import { LocalServiceBackend } from "./backends/local-services.ts";
+import { engineRunner, workingEngine } from "./images/engine.ts";
 import { imageRunner } from "./images/runner.ts";
 import type { ServiceBackend } from "./service-backend.ts";
 
@@ -25,9 +26,14 @@ export async function createServiceBackend(
     await backend.refresh();
     return backend;
   }
+  const { runtime, pullAuthFile, imageCacheDir } = settings.services;
+  const engine = runtime === "auto" ? await workingEngine() : runtime === "unshare" ? undefined : runtime;
+  onEvent(`images run with ${engine ?? "unshare (pulled by skopeo, unpacked, run as the image's user)"}`);
   return new LocalServiceBackend({
     reports,
-    runner: imageRunner({ cacheDir: settings.services.imageCacheDir, authFile: settings.services.pullAuthFile }),
+    runner: engine
+      ? engineRunner(engine, { authFile: pullAuthFile })
+      : imageRunner({ cacheDir: imageCacheDir, authFile: pullAuthFile }),
     onEvent,
   });
 }

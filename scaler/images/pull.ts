@@ -254,7 +254,7 @@ async function skopeoCopy(options: PullOptions, dest: string): Promise<void> {
 }
 
 /** The passwords and `auth` values of a containers auth.json, to mask: never shown in an error. */
-async function secretsIn(authFile: string): Promise<string[]> {
+export async function secretsIn(authFile: string): Promise<string[]> {
   try {
     const auth = JSON.parse(await readFile(authFile, "utf8")) as {
       auths?: Record<string, { auth?: string; password?: string; identitytoken?: string }>;

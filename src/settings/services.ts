@@ -26,6 +26,13 @@ export const servicesShape = {
   PLATFORM_IMAGE_PULL_AUTH_FILE: optional(z.string().min(1)),
   /** How long a rollout's new replicas may take to become ready before it fails. */
   PLATFORM_ROLLOUT_DEADLINE_MS: positiveMs(120_000),
+  /**
+   * How the local backend runs images: `auto` (docker or podman where one answers `info`, else
+   * unshare), or one of them outright.
+   */
+  PLATFORM_SERVICE_RUNTIME: z
+    .enum(["auto", "unshare", "docker", "podman"], { message: 'expected "auto", "unshare", "docker" or "podman"' })
+    .default("auto"),
 };
 
 export type ServicesSettings = {
@@ -35,6 +42,7 @@ export type ServicesSettings = {
   imageCacheDir: string;
   pullAuthFile: string | undefined;
   rolloutDeadlineMs: number;
+  runtime: "auto" | "unshare" | "docker" | "podman";
   /**
    * In a pod (POD_NAME set, as deploy/ sets it), a key must be given: each pod's data directory is
    * its own, so generated keys would differ between the gateways that seal and the scaler that opens.
@@ -59,6 +67,7 @@ export function servicesSettings(
     imageCacheDir: e.PLATFORM_IMAGE_CACHE_DIR ?? join(dataDir, "images"),
     pullAuthFile: e.PLATFORM_IMAGE_PULL_AUTH_FILE,
     rolloutDeadlineMs: e.PLATFORM_ROLLOUT_DEADLINE_MS,
+    runtime: e.PLATFORM_SERVICE_RUNTIME,
     keyRequired: inPod,
   };
 }

@@ -1,0 +1,104 @@
+/**
+ * Services through a container engine, where one is present and working (docs/services.md, "Local
+ * backend"): `docker` or `podman` pulls the published image by digest and runs it on the host's
+ * network (`--network host`: the platform gives each replica its PORT on loopback, as for the
+ * unshare runner), removed when it exits (`--rm`). The service's variables and secrets are passed
+ * by name (`-e NAME`, the value taken from the engine CLI's own environment), so no value is ever
+ * in a command line that `ps` shows. SIGTERM to the CLI reaches the container (docker and podman
+ * proxy signals of an attached `run`), so the backend stops it as it stops any replica.
+ */
+import { execFile, spawn } from "node:child_process";
+import { mkdtemp, readFile, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { ImageRunner } from "../backends/local-services.ts";
+import { isLoopbackRegistry, secretsIn } from "./pull.ts";
+
+export type ContainerEngine = "docker" | "podman";
+
+type Prepared = { reference: string; env: NodeJS.ProcessEnv };
+
+function run(bin: string, args: string[], env: NodeJS.ProcessEnv, timeoutMs: number): Promise<string> {
+  return new Promise((resolve, reject) =>
+    execFile(bin, args, { env, timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) =>
+      error ? reject(Object.assign(error, { stderr: String(stderr) })) : resolve(String(stdout)),
+    ),
+  );
+}
+
+/** The first of docker and podman that is installed and answers `info`, or undefined. */
+export async function workingEngine(
+  bins: Record<ContainerEngine, string> = { docker: "docker", podman: "podman" },
+): Promise<ContainerEngine | undefined> {
+  for (const engine of ["docker", "podman"] as const) {
+    const works = await run(bins[engine], ["info"], process.env, 20_000).then(
+      () => true,
+      () => false,
+    );
+    if (works) return engine;
+  }
+  return undefined;
+}
+
+export function engineRunner(
+  engine: ContainerEngine,
+  options: { authFile?: string; bin?: string } = {},
+): ImageRunner {
+  const bin = options.bin ?? engine;
+  // docker reads credentials from DOCKER_CONFIG/config.json, whose "auths" are an auth.json's.
+  let dockerConfig: Promise<string> | undefined;
+  const engineEnv = async (): Promise<NodeJS.ProcessEnv> => {
+    const base = { PATH: process.env.PATH, HOME: process.env.HOME, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR };
+    if (engine !== "docker" || !options.authFile) return base;
+    const authFile = options.authFile;
+    dockerConfig ??= (async () => {
+      const dir = await mkdtemp(join(tmpdir(), "platform-docker-config-"));
+      await writeFile(join(dir, "config.json"), await readFile(authFile), { mode: 0o600 });
+      return dir;
+    })();
+    return { ...base, DOCKER_CONFIG: await dockerConfig };
+  };
+  return {
+    prepare: async (repository, digest) => {
+      const reference = `${repository}@${digest}`;
+      const env = await engineEnv();
+      const args =
+        engine === "podman"
+          ? [
+              "pull",
+              "--quiet",
+              ...(options.authFile ? ["--authfile", options.authFile] : []),
+              ...(isLoopbackRegistry(repository) ? ["--tls-verify=false"] : []),
+              reference,
+            ]
+          : ["pull", "--quiet", reference];
+      try {
+        await run(bin, args, env, 30 * 60_000);
+      } catch (e) {
+        const secrets = options.authFile ? await secretsIn(options.authFile) : [];
+        const text = ((e as { stderr?: string }).stderr || (e as Error).message).trim();
+        const last = secrets.reduce((t, s) => t.split(s).join("***"), text.split("\n").at(-1) ?? "no output");
+        throw new Error(`pulling ${reference} with ${engine} failed: ${last}`);
+      }
+      return { reference, env } satisfies Prepared;
+    },
+    spawn: (prepared, env) => {
+      const { reference, env: engineEnvironment } = prepared as Prepared;
+      const names = Object.keys(env);
+      return spawn(
+        bin,
+        [
+          "run",
+          "--rm",
+          "--pull=never",
+          "--network",
+          "host",
+          ...names.flatMap((name) => ["-e", name]),
+          reference,
+        ],
+        { env: { ...engineEnvironment, ...env }, stdio: ["ignore", "pipe", "pipe"], detached: true },
+      );
+    },
+  };
+}
+

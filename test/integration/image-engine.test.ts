@@ -1,0 +1,109 @@
+/**
+ * The local backend through a container engine (scaler/images/engine.ts), with stand-in `docker`
+ * and `podman` CLIs (no engine daemon runs on these machines): what each is asked (pull by digest
+ * with the pull session, `run --rm --network host`, variables by name only), that the service gets
+ * its values and the command line holds none, that SIGTERM to the group stops it, and which
+ * engine `auto` picks.
+ */
+import { readFileSync } from "node:fs";
+import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { engineRunner, workingEngine } from "../../scaler/images/engine.ts";
+import { freePort } from "../../src/process/free-port.ts";
+
+let dir: string;
+let log: string;
+const SECRET = "hunter2-not-in-argv";
+const DIGEST = `sha256:${"c".repeat(64)}`;
+
+/**
+ * A stand-in engine CLI: logs its arguments and DOCKER_CONFIG's config.json, answers `info` as
+ * told, and for `run` starts a server with only the variables named by `-e` (as an engine does).
+ */
+function standIn(name: string, infoWorks: boolean): string {
+  return `#!/bin/bash
+echo "${name} $*" >> ${log}
+[ -n "$DOCKER_CONFIG" ] && echo "config $(cat "$DOCKER_CONFIG/config.json")" >> ${log}
+case "$1" in
+  info) exit ${infoWorks ? 0 : 1} ;;
+  pull) exit 0 ;;
+  run)
+    shift; vars=()
+    while [ $# -gt 1 ]; do
+      if [ "$1" = "-e" ]; then vars+=("$2=\${!2}"); shift 2; else shift; fi
+    done
+    exec env -i PATH="$PATH" "\${vars[@]}" ${process.execPath} -e '
+      const http = require("node:http");
+      const server = http.createServer((q, s) => s.end(JSON.stringify(process.env)));
+      server.listen(Number(process.env.PORT), "127.0.0.1", () => console.log("listening"));
+      process.on("SIGTERM", () => { console.log("stopping"); process.exit(0); });' ;;
+esac
+`;
+}
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), "platform-engine-"));
+  log = join(dir, "calls.log");
+  await writeFile(join(dir, "docker"), standIn("docker", false));
+  await writeFile(join(dir, "podman"), standIn("podman", true));
+  await chmod(join(dir, "docker"), 0o755);
+  await chmod(join(dir, "podman"), 0o755);
+  await writeFile(
+    join(dir, "auth.json"),
+    JSON.stringify({ auths: { "127.0.0.1:5000": { auth: Buffer.from("team:pw-123456").toString("base64") } } }),
+  );
+});
+
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+const calls = () => readFileSync(log, "utf8");
+
+describe("services through a container engine", () => {
+  it("auto picks the first engine that answers info", async () => {
+    expect(await workingEngine({ docker: join(dir, "docker"), podman: join(dir, "podman") })).toBe("podman");
+    expect(await workingEngine({ docker: join(dir, "nope"), podman: join(dir, "nope") })).toBeUndefined();
+  });
+
+  it("podman: pulls by digest with the session, runs on the host's network with values by name only", async () => {
+    const runner = engineRunner("podman", { authFile: join(dir, "auth.json"), bin: join(dir, "podman") });
+    const prepared = await runner.prepare("127.0.0.1:5000/acme/items", DIGEST);
+    expect(calls()).toContain(
+      `podman pull --quiet --authfile ${join(dir, "auth.json")} --tls-verify=false 127.0.0.1:5000/acme/items@${DIGEST}`,
+    );
+    const port = await freePort();
+    const child = runner.spawn(prepared, { PORT: String(port), HOST: "127.0.0.1", TOKEN: SECRET });
+    let out = "";
+    child.stdout?.on("data", (d) => (out += d));
+    await expect.poll(() => out, { timeout: 10_000 }).toContain("listening");
+    const seen = (await (await fetch(`http://127.0.0.1:${port}/`)).json()) as Record<string, string>;
+    expect(seen).toMatchObject({ PORT: String(port), TOKEN: SECRET });
+    expect(seen.REDIS_URL).toBeUndefined();
+    const run =
+      calls()
+        .split("\n")
+        .find((l) => l.startsWith("podman run")) ?? "";
+    expect(run).toBe(
+      `podman run --rm --pull=never --network host -e PORT -e HOST -e TOKEN 127.0.0.1:5000/acme/items@${DIGEST}`,
+    );
+    expect(calls()).not.toContain(SECRET);
+    const exited = new Promise((r) => child.once("exit", r));
+    process.kill(-(child.pid as number), "SIGTERM");
+    await exited;
+    expect(out).toContain("stopping");
+  });
+
+  it("docker: the pull session as DOCKER_CONFIG's config.json; a failed pull names the engine, never the password", async () => {
+    const runner = engineRunner("docker", { authFile: join(dir, "auth.json"), bin: join(dir, "docker") });
+    await runner.prepare("127.0.0.1:5000/acme/items", DIGEST);
+    expect(calls()).toContain(`docker pull --quiet 127.0.0.1:5000/acme/items@${DIGEST}`);
+    expect(calls()).toContain(`config ${readFileSync(join(dir, "auth.json"), "utf8")}`);
+    const failing = engineRunner("podman", { authFile: join(dir, "auth.json"), bin: join(dir, "missing-podman") });
+    await expect(failing.prepare("127.0.0.1:5000/acme/items", DIGEST)).rejects.toThrow(
+      /^pulling 127.0.0.1:5000\/acme\/items@sha256:c+ with podman failed: /,
+    );
+  });
+});
