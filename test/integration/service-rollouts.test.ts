@@ -24,7 +24,7 @@ import { readReplicas } from "../../src/services/replicas.ts";
 import { ServiceReportStore } from "../../src/services/reports.ts";
 import { deployService, type RolloutContext, startRollout } from "../../src/services/rollouts.ts";
 import { SecretBox } from "../../src/services/secrets.ts";
-import { deleteService, getService } from "../../src/services/store.ts";
+import { deleteService, getService, updateService } from "../../src/services/store.ts";
 import { setVariables } from "../../src/services/variables.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { type PrivateRedis, privateRedis, waitUntil } from "../helpers/redis.ts";
@@ -308,6 +308,17 @@ describe("services on the local backend", () => {
     const [r] = await readReplicas(ctl, "acme", "items");
     expect(r?.last_exit?.signal).toBe("SIGKILL");
     expect((await answer()).pid).not.toBe(pid);
+  });
+
+  it("scaling changes the serving release's replicas at once, without a rollout", async () => {
+    await updateService(ctl, "acme", "items", (r) => ({ ...r, replicas: 2 }));
+    await waitUntil(
+      "two ready replicas",
+      async () => (await readReplicas(ctl, "acme", "items")).filter((r) => r.state === "ready").length === 2,
+    );
+    await updateService(ctl, "acme", "items", (r) => ({ ...r, replicas: 1 }));
+    await waitUntil("one replica", async () => (await readReplicas(ctl, "acme", "items")).length === 1);
+    expect((await status()).rollout.id).toBe(5);
   });
 
   it("delete stops its replicas and forgets it", async () => {

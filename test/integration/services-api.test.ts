@@ -171,6 +171,14 @@ describe("/admin/v1/services", () => {
     expect((await call("acme", "DELETE", "/admin/v1/services/items/secrets/API_TOKEN")).status).toBe(200);
   });
 
+  it("scale: 1 to 20 replicas, a bad count named", async () => {
+    expect((await call("acme", "PUT", "/admin/v1/services/items/replicas", { replicas: 3 })).body.replicas).toBe(3);
+    const bad = await call("acme", "PUT", "/admin/v1/services/items/replicas", { replicas: 21 });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.message).toBe("replicas: expected 1 to 20");
+    expect((await call("acme", "PUT", "/admin/v1/services/items/replicas", { replicas: 1 })).status).toBe(200);
+  });
+
   it("variables show their values and versions", async () => {
     const r = await call("acme", "PUT", "/admin/v1/services/items/env", { values: { LOG_LEVEL: "debug" } });
     expect(r.body.data).toEqual([

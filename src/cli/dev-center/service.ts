@@ -109,6 +109,17 @@ export function registerServiceCommands(devCenter: Command): void {
     });
 
   service
+    .command("scale <name> <replicas>")
+    .description("change how many replicas run (1 to 20); the serving release, at once, no rollout")
+    .action(async (name: string, count: string) => {
+      const path = servicePath(name, "/replicas");
+      const replicas = integerFlag("<replicas>", count, 1, 20);
+      const api = await ApiClient.fromCredentials();
+      await api.request("PUT", path, { replicas });
+      console.log(`${name}: ${replicas} replica(s) wanted; platform dev-center rollout status ${name} shows them`);
+    });
+
+  service
     .command("overview")
     .description("the service's overview page (Markdown) in the dashboard")
     .command("set <name>")

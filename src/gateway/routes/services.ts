@@ -83,6 +83,16 @@ const OverviewBody = z
 
 const VariablesBody = z.object({ values: Values }).strict();
 
+const ReplicasBody = z
+  .object({
+    replicas: z
+      .number({ message: "expected a whole number from 1 to 20" })
+      .int("expected a whole number from 1 to 20")
+      .min(1, "expected 1 to 20")
+      .max(20, "expected 1 to 20"),
+  })
+  .strict();
+
 /** Open `logs?follow=true` streams per gateway: each holds a Redis connection. */
 const MAX_FOLLOWERS = 100;
 const MAX_TAIL = 5000;
@@ -151,6 +161,13 @@ export function serviceRoutes(options: ServiceRoutesOptions) {
     const name = pathParam(c, "name", ServiceName);
     const { markdown } = await parseBody(c, OverviewBody);
     return c.json(view(await updateService(ctl, c.get("caller").org, name, (r) => ({ ...r, overview: markdown }))));
+  });
+
+  // Scaling is not a rollout: the serving release gets more or fewer replicas, at once.
+  app.put("/:name/replicas", async (c) => {
+    const name = pathParam(c, "name", ServiceName);
+    const { replicas } = await parseBody(c, ReplicasBody);
+    return c.json(view(await updateService(ctl, c.get("caller").org, name, (r) => ({ ...r, replicas }))));
   });
 
   app.post("/:name/rollouts", async (c) => {
