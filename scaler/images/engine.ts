@@ -40,10 +40,7 @@ export async function workingEngine(
   return undefined;
 }
 
-export function engineRunner(
-  engine: ContainerEngine,
-  options: { authFile?: string; bin?: string } = {},
-): ImageRunner {
+export function engineRunner(engine: ContainerEngine, options: { authFile?: string; bin?: string } = {}): ImageRunner {
   const bin = options.bin ?? engine;
   // docker reads credentials from DOCKER_CONFIG/config.json, whose "auths" are an auth.json's.
   let dockerConfig: Promise<string> | undefined;
@@ -87,18 +84,9 @@ export function engineRunner(
       const names = Object.keys(env);
       return spawn(
         bin,
-        [
-          "run",
-          "--rm",
-          "--pull=never",
-          "--network",
-          "host",
-          ...names.flatMap((name) => ["-e", name]),
-          reference,
-        ],
+        ["run", "--rm", "--pull=never", "--network", "host", ...names.flatMap((name) => ["-e", name]), reference],
         { env: { ...engineEnvironment, ...env }, stdio: ["ignore", "pipe", "pipe"], detached: true },
       );
     },
   };
 }
-
