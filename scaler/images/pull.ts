@@ -202,7 +202,7 @@ async function skopeoCopy(options: PullOptions, dest: string): Promise<void> {
     const host = options.repository.split("/")[0] as string;
     if (/unauthorized|authentication required|401|denied|invalid username\/password/i.test(masked))
       return new Error(
-        `pulling ${options.repository}@${options.digest} failed: not logged in to ${host}${options.authFile ? ` (no session in ${options.authFile} that it accepts)` : ""}: run platform registry login`,
+        `pulling ${options.repository}@${options.digest} failed: not logged in to ${host}${options.authFile ? " (the platform's pull session, PLATFORM_IMAGE_PULL_AUTH_FILE, is not accepted)" : " (the platform has no pull session: PLATFORM_IMAGE_PULL_AUTH_FILE)"}`,
       );
     if (/manifest unknown/i.test(masked))
       return new Error(

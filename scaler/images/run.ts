@@ -158,7 +158,7 @@ function prepareScript(): string {
 export function spawnImageProcess(spec: ImageProcessSpec, extraEnv: Record<string, string>): ChildProcess {
   if (process.getuid?.() !== 0)
     throw new Error(
-      "running an image as a process needs root (a mount namespace, an overlay and chroot): run platform up as root, or run the image with buildah run (docs/publish.md)",
+      "running an image as a process needs root (a mount namespace, an overlay and chroot): run platform up as root, or give it docker or podman (PLATFORM_SERVICE_RUNTIME; docs/services.md)",
     );
   const env = { ...spec.env, ...extraEnv };
   for (const [name, value] of Object.entries(env))
@@ -169,7 +169,7 @@ export function spawnImageProcess(spec: ImageProcessSpec, extraEnv: Record<strin
   const scratch = join(dirname(spec.rootfs), ".run");
   if (/[,:\\\s]/.test(spec.rootfs))
     throw new Error(
-      `the image cache's path ${spec.rootfs} cannot hold ",", ":", "\\" or spaces (overlay mount options)`,
+      `the image cache's path (PLATFORM_IMAGE_CACHE_DIR) cannot hold ",", ":", "\\" or spaces (overlay mount options)`,
     );
   mkdirSync(scratch, { recursive: true });
   return spawn(

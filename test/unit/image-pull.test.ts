@@ -149,7 +149,7 @@ describe("pullImage", () => {
     await expect(failed).rejects.toThrow(`pulling ${REPO}@${digest} failed: skopeo: something broke near ***`);
     fakeSkopeo("reading manifest: unauthorized: authentication required");
     await expect(pullImage({ repository: REPO, digest, cacheDir, skopeo, authFile })).rejects.toThrow(
-      `failed: not logged in to registry.example.com:5000 (no session in ${authFile} that it accepts): run platform registry login`,
+      "failed: not logged in to registry.example.com:5000 (the platform's pull session, PLATFORM_IMAGE_PULL_AUTH_FILE, is not accepted)",
     );
     await expect(pullImage({ repository: REPO, digest: "sha256:abc", cacheDir, skopeo })).rejects.toThrow(
       "not an image digest: sha256:abc",
