@@ -7,12 +7,14 @@
  * in a command line that `ps` shows. SIGTERM to the CLI reaches the container (docker and podman
  * proxy signals of an attached `run`), so the backend stops it as it stops any replica.
  */
-import { execFile, spawn } from "node:child_process";
+import { execFile } from "node:child_process";
 import { mkdtemp, readFile, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ImageRunner } from "../backends/local-services.ts";
+import { spawnWatched } from "../../src/process/watchdog.ts";
 import { isLoopbackRegistry, secretsIn } from "./pull.ts";
+import { STOP_TIMEOUT_S } from "./run.ts";
 
 export type ContainerEngine = "docker" | "podman";
 
@@ -82,11 +84,12 @@ export function engineRunner(engine: ContainerEngine, options: { authFile?: stri
     spawn: (prepared, env) => {
       const { reference, env: engineEnvironment } = prepared as Prepared;
       const names = Object.keys(env);
-      return spawn(
+      return spawnWatched(
         bin,
         ["run", "--rm", "--pull=never", "--network", "host", ...names.flatMap((name) => ["-e", name]), reference],
-        { env: { ...engineEnvironment, ...env }, stdio: ["ignore", "pipe", "pipe"], detached: true },
-      );
+        // Under the watchdog, as the unshare runner's (run.ts): the CLI, and so its container, ends with the platform.
+        { env: { ...engineEnvironment, ...env }, output: "pipe", killAfterSeconds: STOP_TIMEOUT_S },
+      ).process;
     },
   };
 }

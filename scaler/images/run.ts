@@ -24,7 +24,8 @@
  * Needs root (a mount namespace, overlay, chroot); without it, a clear error: run the image with
  * `buildah run` instead (docs/publish.md, "Running an image without a container engine").
  */
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
+import { spawnWatched } from "../../src/process/watchdog.ts";
 import { existsSync, lstatSync, mkdirSync, readFileSync } from "node:fs";
 import { dirname, join, posix } from "node:path";
 import type { ImageConfig } from "./pull.ts";
@@ -45,6 +46,9 @@ export type ImageProcessSpec = {
 
 /** docker's PATH for an image that sets none. */
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/** A service still running this long after the platform is gone is killed. */
+export const STOP_TIMEOUT_S = 30;
 
 type PasswdEntry = { name: string; uid: number; gid: number; home: string };
 
@@ -172,7 +176,7 @@ export function spawnImageProcess(spec: ImageProcessSpec, extraEnv: Record<strin
       `the image cache's path (PLATFORM_IMAGE_CACHE_DIR) cannot hold ",", ":", "\\" or spaces (overlay mount options)`,
     );
   mkdirSync(scratch, { recursive: true });
-  return spawn(
+  return spawnWatched(
     hostTool("unshare", "util-linux"),
     [
       "--mount",
@@ -192,6 +196,8 @@ export function spawnImageProcess(spec: ImageProcessSpec, extraEnv: Record<strin
       env.PWD ?? "",
       ...spec.argv,
     ],
-    { env, cwd: "/", stdio: ["ignore", "pipe", "pipe"], detached: true },
-  );
+    // Under the watchdog: the service stops when the platform process ends, even by SIGKILL
+    // (a parent-death signal would not survive the change of user at exec).
+    { env, cwd: "/", output: "pipe", killAfterSeconds: STOP_TIMEOUT_S },
+  ).process;
 }

@@ -2,9 +2,10 @@
  * The local backend through a container engine (scaler/images/engine.ts), with stand-in `docker`
  * and `podman` CLIs (no engine daemon runs on these machines): what each is asked (pull by digest
  * with the pull session, `run --rm --network host`, variables by name only), that the service gets
- * its values and the command line holds none, that SIGTERM to the group stops it, and which
- * engine `auto` picks.
+ * its values and the command line holds none, that SIGTERM to the group stops it, that it ends
+ * with the platform process even when that is SIGKILLed, and which engine `auto` picks.
  */
+import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -105,5 +106,39 @@ describe("services through a container engine", () => {
     await expect(failing.prepare("127.0.0.1:5000/acme/items", DIGEST)).rejects.toThrow(
       /^pulling 127.0.0.1:5000\/acme\/items@sha256:c+ with podman failed: /,
     );
+  });
+
+  it("a service ends with the platform process, even when that is SIGKILLed", async () => {
+    const port = await freePort();
+    const engine = new URL("../../scaler/images/engine.ts", import.meta.url).pathname;
+    // A stand-in platform: starts the service through the runner, says so, and waits to be killed.
+    const platform = spawn(
+      process.execPath,
+      [
+        "--input-type=module",
+        "-e",
+        `const { engineRunner } = await import(${JSON.stringify(engine)});
+         const runner = engineRunner("podman", { bin: ${JSON.stringify(join(dir, "podman"))} });
+         const child = runner.spawn(await runner.prepare("127.0.0.1:5000/acme/items", ${JSON.stringify(DIGEST)}), { PORT: "${port}" });
+         child.stdout.on("data", (d) => process.stdout.write(d));
+         setInterval(() => {}, 1000);`,
+      ],
+      { stdio: ["ignore", "pipe", "inherit"] },
+    );
+    let out = "";
+    platform.stdout?.on("data", (d) => (out += d));
+    await expect.poll(() => out, { timeout: 10_000 }).toContain("listening");
+    expect((await fetch(`http://127.0.0.1:${port}/`)).status).toBe(200);
+    platform.kill("SIGKILL");
+    await expect
+      .poll(
+        () =>
+          fetch(`http://127.0.0.1:${port}/`).then(
+            () => "answering",
+            () => "gone",
+          ),
+        { timeout: 10_000 },
+      )
+      .toBe("gone");
   });
 });
