@@ -97,7 +97,9 @@ export function openAiFormat(spec: BatchSpec, openai: OpenAiSpec, schemaLimits: 
         ? "logprobs"
         : (request.n ?? 1) > 1
           ? "n"
-          : undefined;
+          : "echo" in request && request.echo
+            ? "echo"
+            : undefined;
     if (unavailable)
       return failure(
         n,

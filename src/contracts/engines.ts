@@ -43,8 +43,8 @@ export const LLAMACPP: EngineDescriptor = {
     "runtime.max_model_len": true,
     // One process, one context: a single "shard" is what it does anyway.
     "runtime.tensor_parallel_size": (c) => c.runtime.tensor_parallel_size === 1,
-    // The GGUF's own precision is used; "auto" asks for nothing more.
-    "runtime.dtype": (c) => c.runtime.dtype === "auto",
+    // The GGUF's own weights are used; "auto" asks for nothing more, float32 for a float32 KV cache and attention.
+    "runtime.dtype": (c) => ["auto", "float32", "float"].includes(c.runtime.dtype ?? "auto"),
     "runtime.quantization": true,
     // A registered draft model with the model's vocabulary (node-llama-cpp's DraftSequenceTokenPredictor).
     "runtime.speculative_model": true,

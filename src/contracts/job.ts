@@ -77,8 +77,8 @@ export type ResponseFormat = z.infer<typeof ResponseFormat>;
 
 /** The sampling bounds, here once: the OpenAI routes take the same ones (contracts/openai.ts). */
 export const SamplingParams = z.object({
-  /** Absent: generate until the end of the context window. */
-  max_tokens: z.number().int().positive().optional(),
+  /** Absent: generate until the end of the context window. 0 (generate nothing) only with `echo`: see PromptParams. */
+  max_tokens: z.number().int().nonnegative().optional(),
   /** 0 means greedy and deterministic. */
   temperature: z.number().min(0).max(2).optional(),
   top_p: z.number().gt(0).max(1).optional(),
@@ -98,8 +98,26 @@ export const SamplingParams = z.object({
   logprobs: z.boolean().optional(),
   top_logprobs: z.number().int().min(0).max(20).optional(),
   response_format: ResponseFormat.optional(),
+  /**
+   * A prompt completion's answer starts with its prompt: the result's `echo` holds the prompt's
+   * text and, with `logprobs`, each prompt token's log probability given the ones before it (what
+   * evaluations score a text by). The legacy completions API's `echo`.
+   */
+  echo: z.boolean().optional(),
 });
 export type SamplingParams = z.infer<typeof SamplingParams>;
+
+/** A prompt's parameters: `max_tokens: 0` asks for the prompt's scores alone, so it needs `echo`. */
+const PromptParams = SamplingParams.refine((p) => p.max_tokens !== 0 || p.echo === true, {
+  path: ["max_tokens"],
+  message: "0 generates nothing: it is allowed only with echo: true (to score the prompt)",
+});
+
+/** A chat answers generated text: nothing to echo, and at least one token to generate. */
+const ChatParams = SamplingParams.refine((p) => p.max_tokens !== 0 && p.echo !== true, {
+  path: ["max_tokens"],
+  message: "a chat generates at least one token (max_tokens >= 1) and echoes nothing (echo is for prompts)",
+});
 
 /**
  * Where a worker writes progress events for a job (a Redis stream key).
@@ -137,7 +155,7 @@ export const ChatJob = z.object({
   ...common,
   kind: z.literal("chat"),
   messages: z.array(ChatMessage).min(1),
-  params: SamplingParams.default({}),
+  params: ChatParams.default({}),
   /** Functions the model may call; how it is asked to and held to their schemas is the engine's (docs/chat.md). */
   tools: z.array(FunctionTool).min(1).max(MAX_TOOLS).optional(),
   tool_choice: ToolChoice.optional(),
@@ -163,7 +181,7 @@ export const CompletionJob = z.object({
   ...common,
   kind: z.enum(["completion", "generate"]),
   prompt: Prompt,
-  params: SamplingParams.default({}),
+  params: PromptParams.default({}),
 });
 
 /** One input to embed: a text, or a text already tokenized (token ids, as OpenAI's API takes them). */
@@ -187,7 +205,7 @@ export const BatchRecordJob = z.object({
   batch_id: z.string().min(1),
   record_id: z.string(),
   prompt: Prompt,
-  params: SamplingParams.default({}),
+  params: PromptParams.default({}),
 });
 
 export const JobPayload = z.discriminatedUnion("kind", [ChatJob, CompletionJob, EmbeddingJob, BatchRecordJob]);
@@ -216,6 +234,26 @@ export const TokenCandidate = z.object({
 export const TokenLogprob = TokenCandidate.extend({ top_logprobs: z.array(TokenCandidate) });
 export type TokenLogprob = z.infer<typeof TokenLogprob>;
 
+/**
+ * One prompt token echoed back, scored given the tokens before it. The first token evaluated has
+ * nothing before it: null, as OpenAI and vLLM answer. A text prompt's BOS token, which the engine
+ * adds, is not echoed (it is not in the prompt), but the first token is scored given it.
+ */
+export const PromptTokenLogprob = TokenCandidate.extend({
+  logprob: z.number().nullable(),
+  top_logprobs: z.array(TokenCandidate).nullable(),
+});
+export type PromptTokenLogprob = z.infer<typeof PromptTokenLogprob>;
+
+/** What `params.echo` adds to a result: the prompt as text, and its tokens' logprobs when asked for. */
+export const EchoedPrompt = z.object({
+  /** A text prompt as sent; token ids as the model detokenizes them. */
+  text: z.string(),
+  /** With `params.logprobs`: one entry per prompt token, in order; their texts concatenate to `text`. */
+  logprobs: z.array(PromptTokenLogprob).optional(),
+});
+export type EchoedPrompt = z.infer<typeof EchoedPrompt>;
+
 /** The BullMQ return value of a text job (and the `done` event's data). */
 export const TextResult = z.object({
   type: z.literal("text"),
@@ -228,6 +266,8 @@ export const TextResult = z.object({
   tool_calls: z.array(ToolCall).optional(),
   /** When asked for (`params.logprobs`): one entry per generated token, in order. */
   logprobs: z.array(TokenLogprob).optional(),
+  /** With `params.echo`: the prompt, which the answer starts with (`text` is the generated text alone). Never streamed. */
+  echo: EchoedPrompt.optional(),
   usage: Usage,
   /** Which replica served it, for tracing. */
   replica: z.string(),

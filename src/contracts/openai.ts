@@ -20,6 +20,7 @@ import {
   MAX_TOKEN_ID,
   MAX_TOOLS,
   type Prompt,
+  type PromptTokenLogprob,
   SamplingParams,
   type TextResult,
   type TokenLogprob,
@@ -79,12 +80,15 @@ function orNull<T extends z.ZodRawShape>(shape: T) {
 // The queue contract bounds sampling (job.ts SamplingParams); the routes take its bounds as they are.
 const bounds = SamplingParams.shape;
 const stops = bounds.stop.unwrap();
+/** At least one token: only a completion that echoes its prompt may ask for none (CompletionRequest). */
+const generatedTokens = bounds.max_tokens.unwrap().positive();
 
 /** More choices per request are more queued jobs: bounded like any other input. */
 export const MAX_CHOICES = 16;
 
 const sampling = {
-  ...orNull(SamplingParams.omit({ logprobs: true, top_logprobs: true }).shape),
+  ...orNull(SamplingParams.omit({ logprobs: true, top_logprobs: true, echo: true }).shape),
+  max_tokens: generatedTokens.nullish(),
   // One stop text, or a list of them.
   stop: z.union([stops.element, stops]).nullish(),
   n: z.number().int().min(1).max(MAX_CHOICES, `n is at most ${MAX_CHOICES}`).nullish(),
@@ -95,7 +99,7 @@ const sampling = {
 export const ChatCompletionRequest = openAiBody({
   model: z.string().min(1),
   messages: z.array(message).min(1, "messages must contain at least one message"),
-  max_completion_tokens: z.nullable(bounds.max_tokens),
+  max_completion_tokens: generatedTokens.nullish(),
   logprobs: z.nullable(bounds.logprobs),
   top_logprobs: z.nullable(bounds.top_logprobs),
   tools: z.array(FunctionTool).max(MAX_TOOLS).nullish(),
@@ -147,13 +151,30 @@ const completionPrompt = z
 export const CompletionRequest = openAiBody({
   model: z.string().min(1),
   prompt: completionPrompt,
-  echo: z.literal(false, { message: "echo is not supported" }).nullish(),
+  /** The answer starts with the prompt; with `logprobs`, the prompt tokens' logprobs come first (docs/chat.md). */
+  echo: z.boolean().nullish(),
   suffix: z.literal("", { message: "suffix (fill-in-the-middle) is not supported" }).nullish(),
   best_of: z.literal(1, { message: "best_of is not supported; use n" }).nullish(),
   /** The legacy form: how many alternatives to report per token (top_logprobs' bounds). */
   logprobs: z.nullable(bounds.top_logprobs),
   ...sampling,
+  // 0 scores the prompt and generates nothing (lm-evaluation-harness's log-likelihoods): only with echo.
+  max_tokens: bounds.max_tokens.nullish(),
 }).superRefine((body, ctx) => {
+  if (body.max_tokens === 0 && !body.echo)
+    ctx.addIssue({
+      code: "custom",
+      path: ["max_tokens"],
+      message:
+        "0 generates nothing: it is allowed only with echo: true (to score the prompt); ask for at least 1 token",
+    });
+  // The prompt's logprobs are computed before the first token; a stream would carry them in a first chunk of its own.
+  if (body.echo && body.stream)
+    ctx.addIssue({
+      code: "custom",
+      path: ["echo"],
+      message: "is not supported with stream: true; send stream: false",
+    });
   const prompts = promptsOf(body.prompt).length;
   const n = body.n ?? 1;
   if (prompts * n > MAX_PROMPT_CHOICES)
@@ -252,7 +273,7 @@ export function toMessages(messages: ChatCompletionRequest["messages"]): ChatMes
 }
 
 type SamplingFields = { [K in keyof typeof sampling]?: z.infer<(typeof sampling)[K]> };
-type LogprobFields = { logprobs?: boolean | number | null; top_logprobs?: number | null };
+type LogprobFields = { logprobs?: boolean | number | null; top_logprobs?: number | null; echo?: boolean | null };
 
 /** The job's parameters; absent fields stay absent (a batch record stores only what was set). */
 export function toParams(
@@ -277,6 +298,7 @@ export function toParams(
     logprobs: logprobs || undefined,
     top_logprobs: logprobs ? topLogprobs : undefined,
     response_format: responseFormat,
+    echo: body.echo || undefined,
   };
   return Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined)) as SamplingParams;
 }
@@ -309,11 +331,15 @@ type ChatChunkChoice = {
 export type ChatCompletion = Head<"chat.completion"> & { choices: ChatChoice<PublicFinishReason>[]; usage: Usage };
 export type ChatCompletionChunk = Head<"chat.completion.chunk"> & StreamChunk & { choices: ChatChunkChoice[] };
 
-/** The legacy completions shape of logprobs; `text_offset` counts characters of the choice's text. */
+/**
+ * The legacy completions shape of logprobs; `text_offset` counts characters of the choice's text.
+ * With echo, the prompt's tokens come first, the first of them null in `token_logprobs` and
+ * `top_logprobs` when nothing came before it (OpenAI's and vLLM's shape).
+ */
 type LegacyLogprobs = {
   tokens: string[];
-  token_logprobs: number[];
-  top_logprobs: Record<string, number>[];
+  token_logprobs: (number | null)[];
+  top_logprobs: (Record<string, number> | null)[];
   text_offset: number[];
 };
 type TextChoice<F> = { index: number; text: string; logprobs: LegacyLogprobs | null; finish_reason: F };
@@ -347,7 +373,7 @@ export type ModelList = { object: "list"; data: Model[] };
 export type ResponseBase = { id: string; created: number; model: string; version: string };
 
 /** What a response needs of one choice's result. */
-export type Answer = Pick<TextResult, "text" | "finish_reason" | "tool_calls" | "logprobs">;
+export type Answer = Pick<TextResult, "text" | "finish_reason" | "tool_calls" | "logprobs" | "echo">;
 
 /** What one choice adds to a streamed chunk. */
 export type Delta = {
@@ -422,7 +448,10 @@ export const chatFormat: TextFormat<ChatCompletion, ChatCompletionChunk> = {
 };
 
 /** Offsets count characters from `offset`, where the chunk's text began. */
-function legacyLogprobs(logprobs: TokenLogprob[] | undefined, offset = 0): LegacyLogprobs | null {
+function legacyLogprobs(
+  logprobs: (TokenLogprob | PromptTokenLogprob)[] | undefined,
+  offset = 0,
+): LegacyLogprobs | null {
   if (!logprobs) return null;
   const text_offset: number[] = [];
   for (const lp of logprobs) {
@@ -432,7 +461,9 @@ function legacyLogprobs(logprobs: TokenLogprob[] | undefined, offset = 0): Legac
   return {
     tokens: logprobs.map((lp) => lp.token),
     token_logprobs: logprobs.map((lp) => lp.logprob),
-    top_logprobs: logprobs.map((lp) => Object.fromEntries(lp.top_logprobs.map((t) => [t.token, t.logprob]))),
+    top_logprobs: logprobs.map((lp) =>
+      lp.top_logprobs === null ? null : Object.fromEntries(lp.top_logprobs.map((t) => [t.token, t.logprob])),
+    ),
     text_offset,
   };
 }
@@ -446,8 +477,9 @@ export const completionFormat: TextFormat<TextCompletion, TextCompletionChunk> =
     model: b.model,
     choices: answers.map((r, index) => ({
       index,
-      text: r.text,
-      logprobs: legacyLogprobs(r.logprobs),
+      // Echoed: the prompt's text and tokens first, then the generated ones, in the same arrays.
+      text: (r.echo?.text ?? "") + r.text,
+      logprobs: legacyLogprobs(r.echo?.logprobs ? [...r.echo.logprobs, ...(r.logprobs ?? [])] : r.logprobs),
       finish_reason: publicFinishReason(r.finish_reason),
     })),
     usage,

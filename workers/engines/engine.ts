@@ -1,6 +1,7 @@
 /** The one interface every inference engine implements (llama.cpp, vLLM, the benchmark's echo). */
 import type {
   ChatMessage,
+  EchoedPrompt,
   EmbeddingItem,
   FinishReason,
   FunctionTool,
@@ -25,6 +26,8 @@ export type TextOutput = {
   usage: Usage;
   tool_calls?: ToolCall[];
   logprobs?: TokenLogprob[];
+  /** With `params.echo` on a prompt: the prompt, and its tokens' logprobs when asked for (job.ts). */
+  echo?: EchoedPrompt;
 };
 
 export type GenerationHooks = {

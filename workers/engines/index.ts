@@ -32,6 +32,7 @@ export async function loadEngine(
     threads: resources.cpu,
     contextSize: runtime.max_model_len,
     gpu: (resources.gpu ?? 0) > 0,
+    float32: runtime.dtype === "float32" || runtime.dtype === "float",
     grammarTimeoutMs: extra.grammarTimeoutMs,
     draft:
       extra.draftModelPath === undefined

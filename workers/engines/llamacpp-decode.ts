@@ -4,10 +4,18 @@
  * logprobs (LlamaCompletion, which this replaced, does not expose them). It does what
  * LlamaCompletion did besides: reuse of the KV cache's common prefix, stop strings (held back
  * while they might still match, never streamed), characters split across tokens, and the
- * grammar's own stop triggers and trailing whitespace.
+ * grammar's own stop triggers and trailing whitespace. `scorePrompt` scores a prompt's own tokens
+ * (echo with logprobs) before it is continued.
  */
-import type { LlamaContextSequence, LlamaGrammar, LlamaModel, SequenceEvaluateOptions, Token } from "node-llama-cpp";
-import type { TokenLogprob } from "../../src/contracts/job.ts";
+import type {
+  ControlledEvaluateInputItem,
+  LlamaContextSequence,
+  LlamaGrammar,
+  LlamaModel,
+  SequenceEvaluateOptions,
+  Token,
+} from "node-llama-cpp";
+import type { PromptTokenLogprob, TokenLogprob } from "../../src/contracts/job.ts";
 import { evaluationState } from "./llamacpp-grammar.ts";
 
 export type DecodeOptions = {
@@ -138,6 +146,72 @@ export async function decode(
     ...(stoppedBy === undefined ? {} : { stoppedBy }),
     ...(wantLogprobs ? { logprobs: allLogprobs } : {}),
   };
+}
+
+/**
+ * The log probability of each of `prompt`'s tokens from index `first` on, given the tokens before
+ * it, with the `top` most likely alternatives; the token at index 0 has nothing before it (null).
+ * `first` is 1 when the engine put a BOS token first: the BOS is no token of the client's prompt.
+ *
+ * The prompt is evaluated from scratch, every token but the last with its next-token logits: a KV
+ * cache gives back no logits of the tokens it holds. That leaves the sequence holding all but the
+ * last token, which is what decode() keeps of it before evaluating the last one and generating.
+ *
+ * llama.cpp hands over the raw logits (the greedy sampler changes none) of the token that came and
+ * of the `top` best, and Σ exp(logit − max) over the vocabulary: log-softmax is then
+ * (logit − max) − ln Σ, in float64. Only that sum is float32 (llama.cpp's own), which keeps every
+ * logit of the vocabulary in native code rather than crossing into JavaScript, per prompt token.
+ */
+export async function scorePrompt(
+  model: LlamaModel,
+  sequence: LlamaContextSequence,
+  prompt: Token[],
+  first: number,
+  top: number,
+): Promise<PromptTokenLogprob[]> {
+  await sequence.clearHistory();
+  const items: ControlledEvaluateInputItem[] = prompt.slice(0, -1).map((token, i) => [
+    token,
+    {
+      generateNext: {
+        // The best token is the maximum the sum is relative to; asked for even when no alternatives are.
+        logits: { filter: { tokens: [prompt[i + 1] as Token], includeTop: Math.max(top, 1) } },
+        totalLogitWeight: true,
+      },
+    },
+  ]);
+  const outputs = items.length > 0 ? await sequence.controlledEvaluate(items) : [];
+  const scored: PromptTokenLogprob[] = [];
+  for (let k = first; k < prompt.length; k++) {
+    const token = prompt[k] as Token;
+    // As decode() does for generated tokens: the preceding token keeps a word's leading space.
+    const context = k > 0 ? [prompt[k - 1] as Token] : [];
+    const candidate = (t: Token, logprob: number) => {
+      const text = model.detokenize([t], false, context);
+      return { token: text, logprob, bytes: [...Buffer.from(text, "utf8")] };
+    };
+    if (k === 0) {
+      scored.push({ ...candidate(token, 0), logprob: null, top_logprobs: null });
+      continue;
+    }
+    const next = outputs[k - 1]?.next;
+    if (!next?.logits || next.totalLogitWeight === undefined || !next.logits.has(token))
+      throw new Error(`llama.cpp returned no logits for prompt token ${k}`);
+    const ranked = [...next.logits].sort((a, b) => b[1] - a[1]);
+    const max = (ranked[0] as [Token, number])[1];
+    const logSum = Math.log(next.totalLogitWeight);
+    const logprob = (logit: number) => logit - max - logSum;
+    scored.push({
+      ...candidate(token, logprob(next.logits.get(token) as number)),
+      top_logprobs: ranked.slice(0, top).map(([t, logit]) => candidate(t, logprob(logit))),
+    });
+  }
+  return scored;
+}
+
+/** Each token's text, the preceding token as context (as decode() reads generated tokens). */
+export function promptPieces(model: LlamaModel, tokens: Token[]): string[] {
+  return tokens.map((t, k) => model.detokenize([t], false, k > 0 ? [tokens[k - 1] as Token] : []));
 }
 
 /**

@@ -23,7 +23,14 @@ import {
   TokenBias,
 } from "node-llama-cpp";
 import { LLAMACPP } from "../../src/contracts/engines.ts";
-import type { ChatMessage, EmbeddingItem, FinishReason, SamplingParams } from "../../src/contracts/job.ts";
+import type {
+  ChatMessage,
+  EchoedPrompt,
+  EmbeddingItem,
+  FinishReason,
+  Prompt,
+  SamplingParams,
+} from "../../src/contracts/job.ts";
 import { PlatformError } from "../../src/contracts/errors.ts";
 import { DEFAULT_GRAMMAR_TIMEOUT_MS } from "../../src/settings/structured.ts";
 import { logger } from "../../src/telemetry/log.ts";
@@ -36,7 +43,7 @@ import {
   type TextRequest,
   usage,
 } from "./engine.ts";
-import { type Decoded, decode } from "./llamacpp-decode.ts";
+import { type Decoded, decode, promptPieces, scorePrompt } from "./llamacpp-decode.ts";
 import {
   type CallSyntax,
   callSyntaxOf,
@@ -63,6 +70,12 @@ export type LlamaCppOptions = {
   draft?: { modelPath: string; tokens?: number };
   /** How long building one JSON schema's grammar may take (PLATFORM_GRAMMAR_TIMEOUT_MS). */
   grammarTimeoutMs?: number;
+  /**
+   * `runtime.dtype: float32`: attention in float32 too, a float32 KV cache and no flash attention
+   * (whose CPU kernel rounds to float16). llama.cpp's default float16 cache moves a logit by about
+   * 1e-4 of its size; prompt scores (echo) then match transformers' float32 to about 1e-5.
+   */
+  float32?: boolean;
 };
 
 /** Draft tokens per step when `runtime.num_speculative_tokens` is unset (vLLM's usual choice too). */
@@ -112,7 +125,14 @@ export async function loadLlamaCpp(options: LlamaCppOptions): Promise<Engine> {
     );
   }
   const threads = options.threads ?? defaultThreads();
-  const context = await model.createContext({ sequences: options.parallel, contextSize, threads });
+  const context = await model.createContext({
+    sequences: options.parallel,
+    contextSize,
+    threads,
+    ...(options.float32
+      ? { experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32", flashAttention: false }
+      : {}),
+  });
   const draft =
     options.draft && (await loadDraft(llama, model, options.draft.modelPath, options.parallel, contextSize, threads));
   const tokens = options.draft?.tokens ?? DEFAULT_DRAFT_TOKENS;
@@ -243,10 +263,11 @@ class LlamaCppEngine implements Engine {
       return this.generateNativeCalls(request.messages, tools, this.callSyntax, request.params, hooks);
     const grammar = await this.grammarFor(request);
     const { tokens, stopTriggers, asGiven } = this.render(request);
+    const echo = request.kind === "prompt" && request.params.echo ? request.prompt : undefined;
     // A tool answer in the generic format is JSON to read back first: it is sent whole at the end.
     const { out } = await this.run(
       tokens,
-      { stopStrings: stopTriggers, grammar, asGiven, onText: tools ? undefined : hooks.onText },
+      { stopStrings: stopTriggers, grammar, asGiven, echo, onText: tools ? undefined : hooks.onText },
       request.params,
       hooks.signal,
     );
@@ -324,7 +345,8 @@ class LlamaCppEngine implements Engine {
 
   /**
    * One generation on a free sequence of this replica's context. The model's BOS token goes first,
-   * unless `asGiven`: a client's token ids are evaluated exactly as sent.
+   * unless `asGiven`: a client's token ids are evaluated exactly as sent. `echo`: the prompt as the
+   * client sent it, to answer with (and, with logprobs, its tokens scored) before the generated text.
    */
   private async run(
     tokens: Token[],
@@ -334,6 +356,7 @@ class LlamaCppEngine implements Engine {
       onText?: GenerationHooks["onText"];
       maxTokens?: number;
       asGiven?: boolean;
+      echo?: Prompt;
     },
     p: SamplingParams,
     signal: AbortSignal | undefined,
@@ -345,27 +368,33 @@ class LlamaCppEngine implements Engine {
     const sequence = this.free.pop();
     if (!sequence) throw new PlatformError(503, "engine_busy", "all sequences of this replica are busy");
     try {
-      const decoded = await decode(this.model, sequence, evaluated, {
-        maxTokens,
-        stopStrings: [...how.stopStrings, ...(p.stop ?? [])],
-        grammar: how.grammar,
-        topLogprobs: p.logprobs ? (p.top_logprobs ?? 0) : undefined,
-        // OpenAI's and vLLM's defaults (no top-k, top-p 1), not node-llama-cpp's (40, 0.95); top_k -1 is vLLM's "off".
-        sampling: {
-          temperature: p.temperature ?? 1,
-          topP: p.top_p ?? 1,
-          topK: p.top_k !== undefined && p.top_k > 0 ? p.top_k : 0,
-          minP: p.min_p ?? 0,
-          seed: p.seed,
-          tokenBias,
-        },
-        penalties:
-          p.frequency_penalty || p.presence_penalty
-            ? { frequencyPenalty: p.frequency_penalty, presencePenalty: p.presence_penalty }
-            : undefined,
-        signal,
-        onText: how.onText,
-      });
+      const echo =
+        how.echo === undefined ? undefined : await this.echoed(sequence, how.echo, evaluated, tokens.length, p);
+      // max_tokens 0 (echo only): the prompt's scores are the whole answer.
+      const decoded: Decoded =
+        maxTokens === 0
+          ? { text: "", completionTokens: 0, stop: "length", ...(p.logprobs ? { logprobs: [] } : {}) }
+          : await decode(this.model, sequence, evaluated, {
+              maxTokens,
+              stopStrings: [...how.stopStrings, ...(p.stop ?? [])],
+              grammar: how.grammar,
+              topLogprobs: p.logprobs ? (p.top_logprobs ?? 0) : undefined,
+              // OpenAI's and vLLM's defaults (no top-k, top-p 1), not node-llama-cpp's (40, 0.95); top_k -1 is vLLM's "off".
+              sampling: {
+                temperature: p.temperature ?? 1,
+                topP: p.top_p ?? 1,
+                topK: p.top_k !== undefined && p.top_k > 0 ? p.top_k : 0,
+                minP: p.min_p ?? 0,
+                seed: p.seed,
+                tokenBias,
+              },
+              penalties:
+                p.frequency_penalty || p.presence_penalty
+                  ? { frequencyPenalty: p.frequency_penalty, presencePenalty: p.presence_penalty }
+                  : undefined,
+              signal,
+              onText: how.onText,
+            });
       const finish_reason: FinishReason =
         decoded.stop === "aborted" || signal?.aborted ? "cancelled" : decoded.stop === "length" ? "length" : "stop";
       const out: TextOutput = {
@@ -373,11 +402,31 @@ class LlamaCppEngine implements Engine {
         finish_reason,
         usage: usage(promptTokens, decoded.completionTokens),
         ...(decoded.logprobs ? { logprobs: decoded.logprobs } : {}),
+        ...(echo ? { echo } : {}),
       };
       return { out, decoded };
     } finally {
       this.free.push(sequence);
     }
+  }
+
+  /**
+   * The prompt to answer with: a text as sent, token ids as the model reads them; with logprobs,
+   * its `count` tokens (the end of `evaluated`, after the BOS token the engine may have put first) scored.
+   */
+  private async echoed(
+    sequence: LlamaContextSequence,
+    prompt: Prompt,
+    evaluated: Token[],
+    count: number,
+    p: SamplingParams,
+  ): Promise<EchoedPrompt> {
+    // Token ids as their echoed tokens read, one by one: detokenizing them whole would keep the
+    // space a SentencePiece word has after a BOS token, which the tokens (and transformers) drop.
+    const text = typeof prompt === "string" ? prompt : promptPieces(this.model, prompt as Token[]).join("");
+    if (!p.logprobs) return { text };
+    const first = evaluated.length - count;
+    return { text, logprobs: await scorePrompt(this.model, sequence, evaluated, first, p.top_logprobs ?? 0) };
   }
 
   /** The grammar that holds the answer to its format: the tool format, a JSON schema, or any JSON. */
@@ -539,11 +588,13 @@ class LlamaCppEngine implements Engine {
   private checkedMaxTokens(promptTokens: number, params: SamplingParams): number {
     const window = this.context.contextSize;
     const requested = params.max_tokens ?? window - promptTokens;
-    if (promptTokens + requested > window || requested < 1) {
+    // An echoed prompt may fill the window: its scores are an answer without a generated token.
+    const least = params.echo ? 0 : 1;
+    if (promptTokens + requested > window || requested < least) {
       throw new PlatformError(
         400,
         "context_length_exceeded",
-        `This model's maximum context length is ${window} tokens. However, you requested ${promptTokens + Math.max(requested, 1)} tokens (${promptTokens} in the messages, ${Math.max(requested, 1)} in the completion). Please reduce the length of the messages or completion.`,
+        `This model's maximum context length is ${window} tokens. However, you requested ${promptTokens + Math.max(requested, least)} tokens (${promptTokens} in the messages, ${Math.max(requested, least)} in the completion). Please reduce the length of the messages or completion.`,
         params.max_tokens === undefined ? "messages" : "max_tokens",
       );
     }
