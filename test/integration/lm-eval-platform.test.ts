@@ -7,24 +7,13 @@
  * lm-eval in it (scripts/reference/setup.sh installs both).
  */
 import { spawn, spawnSync } from "node:child_process";
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import { deployEndpoint, getEndpoint } from "../../src/endpoints/store.ts";
-import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
-import { createApiKey } from "../../src/keys/store.ts";
-import { type Control, connectControl } from "../../src/redis/connection.ts";
-import { convertCheckpoint } from "../../src/registry/convert/index.ts";
-import { importModel } from "../../src/registry/import.ts";
-import { loadSettings } from "../../src/settings/index.ts";
-import { openStore } from "../../src/storage/index.ts";
-import { loadEngine } from "../../workers/engines/index.ts";
-import { type RunningWorker, startWorker } from "../../workers/worker.ts";
+import type { RunningGateway } from "../../src/gateway/app.ts";
 import { referencePython } from "../helpers/models.ts";
-import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
+import { type ServedCheckpoint, serveFloat32Checkpoint } from "../helpers/float32-checkpoint.ts";
 
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 const CHECKPOINT = join(repoRoot, "test", "fixtures", "hf", "llama");
@@ -81,18 +70,16 @@ type Sample = {
 };
 type Run = { metrics: Record<string, number>; samples: Map<number, Sample> };
 
-let redis: PrivateRedis;
-let ctl: Control;
+let served: ServedCheckpoint;
 let gateway: RunningGateway;
-let worker: RunningWorker;
 let key: string;
 let dataDir: string;
 let taskDir: string;
 
 beforeAll(async () => {
   if (skip !== undefined) return;
-  redis = await privateRedis();
-  dataDir = await mkdtemp(join(tmpdir(), "platform-lmeval-"));
+  served = await serveFloat32Checkpoint(CHECKPOINT, "tiny-hf-lmeval-1");
+  ({ gateway, key, dataDir } = served);
   taskDir = join(dataDir, "tasks");
   await mkdir(taskDir);
   const data = join(taskDir, "questions.jsonl");
@@ -120,37 +107,10 @@ beforeAll(async () => {
       "",
     ].join("\n"),
   );
-
-  const settings = { ...loadSettings({ PLATFORM_DATA_DIR: dataDir }), redisUrl: redis.url };
-  ctl = connectControl(redis.url, settings.prefix);
-  key = (await createApiKey(ctl, "admin", "admin")).key;
-  const gguf = join(dataDir, "llama.gguf");
-  await convertCheckpoint(CHECKPOINT, gguf);
-  await importModel(
-    { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") },
-    { name: "tiny-hf", framework: "llamacpp", source: gguf },
-  );
-  // float32: llama.cpp's default float16 KV cache alone moves these logprobs by up to 2e-2.
-  await deployEndpoint(
-    ctl,
-    DeploymentConfig.parse({
-      model: { name: "tiny-hf" },
-      runtime: { dtype: "float32" },
-      resources: { parallel: 1, cpu: 1 },
-    }),
-  );
-  const endpoint = await getEndpoint(ctl, "tiny-hf");
-  worker = startWorker({ ctl, endpoint, replicaId: "tiny-hf-lmeval-1", loadEngine: () => loadEngine(endpoint, gguf) });
-  await worker.ready;
-  gateway = await startGateway({ ctl, settings, host: "127.0.0.1", port: 0 });
 }, 180_000);
 
 afterAll(async () => {
-  await gateway?.close();
-  await worker?.drain({ deadlineMs: 0 });
-  await ctl?.redis.quit();
-  await redis?.stop();
-  if (dataDir) await rm(dataDir, { recursive: true, force: true });
+  await served?.stop();
 });
 
 /** Runs lm-eval on the task (asynchronously: the gateway it may call runs in this process). */
