@@ -22,7 +22,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Postgres, postgresUnavailable, startPostgres } from "../helpers/postgres.ts";
-import { BUF_YAML, ITEMS_PATH, ITEMS_PROTO, writeFiles } from "../helpers/protos.ts";
+import { writeItemsWorkspace } from "../helpers/protos.ts";
 import {
   imageToolsUnavailable,
   type PrivateBuildah,
@@ -113,22 +113,11 @@ describe.skipIf(unavailable !== undefined)("the dev center: deploy, call, roll o
     postgres = await startPostgres();
     const baseImage = await pushBaseImage(buildah, registry, USER, PASSWORD, "node");
     work = await mkdtemp(join(tmpdir(), "platform-dev-center-"));
-    await writeFiles(work, {
-      ".platformrc.json": `${JSON.stringify(
-        {
-          registryUrl: stack.baseUrl,
-          orgId: "acme",
-          imageRepository: `${registry.host}/acme/items`,
-          build: { builder: "buildah", args: { NODE_IMAGE: baseImage } },
-        },
-        null,
-        2,
-      )}\n`,
-      "buf.yaml": BUF_YAML,
-      [ITEMS_PATH]: ITEMS_PROTO,
-      ".git/info/exclude": ".config/\n",
+    await writeItemsWorkspace(work, {
+      registryUrl: stack.baseUrl,
+      imageRepository: `${registry.host}/acme/items`,
+      build: { builder: "buildah", args: { NODE_IMAGE: baseImage } },
     });
-    git("init", "-q");
     env = {
       ...buildah.env,
       PLATFORM_BASE_URL: undefined,

@@ -22,7 +22,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freePort } from "../../src/process/free-port.ts";
-import { BUF_YAML, grpcPython, ITEMS_PATH, ITEMS_PROTO, writeFiles } from "../helpers/protos.ts";
+import { grpcPython, writeItemsWorkspace } from "../helpers/protos.ts";
 import {
   imageToolsUnavailable,
   type PrivateBuildah,
@@ -103,22 +103,11 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
 
     work = await mkdtemp(join(tmpdir(), "platform-scaffold-image-"));
     repository = `${registry.host}/acme/items`;
-    await writeFiles(work, {
-      ".platformrc.json": `${JSON.stringify(
-        {
-          registryUrl: stack.baseUrl,
-          orgId: "acme",
-          imageRepository: repository,
-          build: { builder: "buildah", args: { NODE_IMAGE: baseImage } },
-        },
-        null,
-        2,
-      )}\n`,
-      "buf.yaml": BUF_YAML,
-      [ITEMS_PATH]: ITEMS_PROTO,
-      ".git/info/exclude": ".config/\n",
+    await writeItemsWorkspace(work, {
+      registryUrl: stack.baseUrl,
+      imageRepository: repository,
+      build: { builder: "buildah", args: { NODE_IMAGE: baseImage } },
     });
-    git("init", "-q");
     env = {
       ...buildah.env,
       PLATFORM_BASE_URL: undefined,
@@ -255,23 +244,16 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
       dir = await mkdtemp(join(tmpdir(), "platform-scaffold-image-py-"));
       pyRepository = `${registry.host}/acme/items-py`;
       const args = { PYTHON_IMAGE: baseImage, PIP_INDEX_URL: index as string, PIP_EXTRA_INDEX_URL: extra.join(" ") };
-      await writeFiles(dir, {
-        ".platformrc.json": `${JSON.stringify(
-          {
-            registryUrl: stack.baseUrl,
-            orgId: "acme",
-            imageRepository: pyRepository,
-            language: "python",
-            build: { builder: "buildah", args },
-          },
-          null,
-          2,
-        )}\n`,
-        "buf.yaml": BUF_YAML,
-        [ITEMS_PATH]: ITEMS_PROTO,
-        ".git/info/exclude": ".config/\nclient.py\n",
-      });
-      await run("git", ["init", "-q"], { cwd: dir });
+      await writeItemsWorkspace(
+        dir,
+        {
+          registryUrl: stack.baseUrl,
+          imageRepository: pyRepository,
+          language: "python",
+          build: { builder: "buildah", args },
+        },
+        ["client.py"],
+      );
     }, 300_000);
 
     afterAll(async () => {

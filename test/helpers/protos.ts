@@ -3,6 +3,7 @@
  * `buf.yaml` it writes) with the seed's ItemService, and the Python with grpcio-tools that
  * `proto generate --lang python` runs in.
  */
+import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -108,4 +109,23 @@ export function grpcPython(): string | undefined {
   if (fromEnv !== undefined && fromEnv !== "") return existsSync(fromEnv) ? fromEnv : undefined;
   const venv = join(ROOT, ".venv-grpc", "bin", "python");
   return existsSync(venv) ? venv : undefined;
+}
+
+/**
+ * A service workspace as a team starts one for the image tests: `.platformrc.json` (organization
+ * acme, `config` for the rest), buf.yaml and the ItemService proto, git's exclude (the CLI's config
+ * directory, and `exclude`), and `git init`.
+ */
+export async function writeItemsWorkspace(
+  dir: string,
+  config: Record<string, unknown>,
+  exclude: string[] = [],
+): Promise<void> {
+  await writeFiles(dir, {
+    ".platformrc.json": `${JSON.stringify({ orgId: "acme", ...config }, null, 2)}\n`,
+    "buf.yaml": BUF_YAML,
+    [ITEMS_PATH]: ITEMS_PROTO,
+    ".git/info/exclude": [".config/", ...exclude].map((l) => `${l}\n`).join(""),
+  });
+  execFileSync("git", ["init", "-q"], { cwd: dir });
 }

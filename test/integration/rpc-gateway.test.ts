@@ -300,12 +300,10 @@ describe("a Connect upstream, passed through", () => {
   });
 
   it("honours connect-timeout-ms: a 504 deadline_exceeded, and the service saw the deadline", async () => {
-    const started = performance.now();
     const res = await rpc("GetItem", {
       body: JSON.stringify({ id: "1", delayMs: 3000 }),
       headers: { "connect-timeout-ms": "200" },
     });
-    expect(performance.now() - started).toBeLessThan(2000);
     expect(res.status).toBe(504);
     expect(await res.json()).toMatchObject({ code: "deadline_exceeded" });
     expect(seen.at(-1)?.get("connect-timeout-ms")).toBe("200");
