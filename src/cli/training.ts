@@ -12,98 +12,49 @@ import { progressReporter } from "./progress.ts";
 import { SOURCE_SCHEMES } from "../registry/sources.ts";
 import { isCheckpointFile, isModuleDirectory } from "../registry/checkpoint.ts";
 import { writeTar } from "../registry/tar.ts";
+import { registerEvaluate } from "./training-evaluate.ts";
 
 export function registerTraining(program: Command): void {
   const training = program.command("training").description("register models and list the registry");
 
   training
     .command("submit")
-    .description("register a new version of a model from a source location")
-    .requiredOption("--name <name>", "model name")
+    .description(
+      "register a new version of a model from a source location, register a LoRA adapter of a base version (--source holding adapter_config.json, with --base), or fine-tune a base version on a dataset (--dataset, with --base)",
+    )
+    .requiredOption("--name <name>", "model name (for a fine-tune or an adapter: the new adapter's or model's name)")
     .option("--framework <framework>", "serving framework: llamacpp or vllm", "llamacpp")
-    .requiredOption(
+    .option(
       "--source <source>",
-      "a GGUF file or a Hugging Face-style directory: local path, file://, https://, hf://org/repo[@rev][/file.gguf], s3://bucket/key or s3://bucket/prefix/",
+      "a GGUF file, a Hugging Face-style directory or a PEFT adapter directory: local path, file://, https://, hf://org/repo[@rev][/file.gguf], s3://bucket/key or s3://bucket/prefix/",
     )
     .option("--version <version>", "explicit version (default: the next v1, v2, ...)")
     .option(
       "--task <task>",
       "what it serves: embed (/v1/embeddings) or generate (chat, completions); default: embed for encoder models (BERT family), generate otherwise",
     )
+    .option("--base <model@version>", "the base model version an adapter adapts, or a fine-tune starts from")
+    .option("--dataset <uri>", "fine-tune on this JSONL training file (chat messages or prompt/completion lines)")
+    .option("--validation <uri>", "fine-tune: a JSONL validation file, scored after each epoch")
+    .option("--method <method>", "fine-tune: lora (an adapter of the base) or full (a new model)", "lora")
+    .option("--epochs <n>", "fine-tune: passes over the dataset")
+    .option("--learning-rate <x>", "fine-tune: the optimizer's learning rate")
+    .option("--lora-rank <r>", "fine-tune: the LoRA rank")
+    .option("--lora-alpha <a>", "fine-tune: the LoRA alpha")
+    .option("--seed <s>", "fine-tune: the random seed (same seed, same data: same adapter)")
+    .option("--watch", "fine-tune: follow the job's events until it ends")
     .option("--json", "print the record as JSON")
-    .action(
-      async (opts: {
-        name: string;
-        framework: string;
-        source: string;
-        version?: string;
-        task?: string;
-        json?: boolean;
-      }) => {
-        const task = taskFlag(opts.task);
-        const api = await ApiClient.fromCredentials();
-        const local = localFile(opts.source);
-        let record: RegisteredVersion;
-        if (local) {
-          // Uploading makes a local file work against a remote gateway too; a directory goes as a tar stream of its checkpoint files.
-          const files = statSync(local).isDirectory() ? checkpointFiles(local) : undefined;
-          // A tar stream: each file's 512-byte header and its data padded to 512-byte blocks, then two zero blocks.
-          const size = files
-            ? files.reduce((n, f) => n + 512 + Math.ceil(f.size / 512) * 512, 1024)
-            : statSync(local).size;
-          const progress = progressReporter("uploading");
-          let sent = 0;
-          const counter = new Transform({
-            transform(chunk: Buffer, _enc, done) {
-              sent += chunk.length;
-              progress.update(Math.min(sent, size), size);
-              done(null, chunk);
-            },
-          });
-          const query = new URLSearchParams({
-            framework: opts.framework,
-            source: opts.source,
-            ...(opts.version ? { version: opts.version } : {}),
-            ...(task ? { task } : {}),
-          });
-          try {
-            const path = `/admin/v1/models/${encodeURIComponent(opts.name)}/upload?${query}`;
-            record = files
-              ? await api.request("POST", path, undefined, tarOf(local, files, counter), "application/x-tar")
-              : await api.request("POST", path, undefined, createReadStream(local).pipe(counter));
-          } finally {
-            progress.done();
-          }
-        } else {
-          // The server downloads a remote source; it streams its progress back.
-          const progress = progressReporter("downloading");
-          const body = { name: opts.name, framework: opts.framework, source: opts.source, version: opts.version, task };
-          try {
-            record = await api.requestWithProgress("POST", "/admin/v1/models?progress=ndjson", body, (p) =>
-              progress.update(p.received, p.total),
-            );
-          } finally {
-            progress.done();
-          }
-        }
-        if (opts.json) return printJson(record);
-        console.log(
-          `registered ${record.name}@${record.version} (${formatBytes(record.size_bytes)}, sha256 ${record.sha256.slice(0, 12)}…, task ${taskOf(record)})`,
+    .action(async (opts: SubmitOptions) => {
+      if (opts.dataset !== undefined) return (await import("./training-tune.ts")).submitFineTune(opts);
+      if (opts.source === undefined)
+        throw new CliError(
+          "training submit needs --source <file, directory or URI> to register a model or an adapter, or --dataset <uri> with --base <model@version> to fine-tune one",
+          2,
         );
-        if (record.gguf) {
-          const g = record.gguf;
-          console.log(
-            `  ${g.architecture ?? "?"} · ${formatCount(g.parameters)} parameters · context ${g.context_length ?? "?"} · ${g.quantization ?? "?"}${g.tokenizer ? ` · ${g.tokenizer} tokenizer` : ""}${g.chat_template ? " · chat template" : ""}`,
-          );
-        }
-        if (record.checkpoint) {
-          const k = record.checkpoint;
-          console.log(
-            `  ${k.architecture ?? "?"} · ${formatCount(k.parameters)} parameters · context ${k.context_length ?? "?"} · ${k.quantization ?? k.dtype ?? "?"} · ${k.tokenizer ?? "?"}${k.chat_template ? " · chat template" : ""} · ${record.manifest?.length ?? 0} files`,
-          );
-        }
-      },
-    );
+      return register({ ...opts, source: opts.source });
+    });
+
+  registerEvaluate(training);
 
   training
     .command("list")
@@ -131,6 +82,90 @@ export function registerTraining(program: Command): void {
         ]),
       );
     });
+}
+
+/** `training submit`'s flags, as commander hands them over. */
+export type SubmitOptions = {
+  name: string;
+  framework: string;
+  source?: string;
+  version?: string;
+  task?: string;
+  base?: string;
+  dataset?: string;
+  validation?: string;
+  method: string;
+  epochs?: string;
+  learningRate?: string;
+  loraRank?: string;
+  loraAlpha?: string;
+  seed?: string;
+  watch?: boolean;
+  json?: boolean;
+};
+
+/** Registers a version (or an adapter, with --base) from `--source`: uploaded when local, fetched by the gateway otherwise. */
+async function register(opts: SubmitOptions & { source: string }): Promise<void> {
+  const task = taskFlag(opts.task);
+  const api = await ApiClient.fromCredentials();
+  const local = localFile(opts.source);
+  let record: RegisteredVersion;
+  if (local) {
+    // Uploading makes a local file work against a remote gateway too; a directory goes as a tar stream of its checkpoint files.
+    const files = statSync(local).isDirectory() ? checkpointFiles(local) : undefined;
+    // A tar stream: each file's 512-byte header and its data padded to 512-byte blocks, then two zero blocks.
+    const size = files ? files.reduce((n, f) => n + 512 + Math.ceil(f.size / 512) * 512, 1024) : statSync(local).size;
+    const progress = progressReporter("uploading");
+    let sent = 0;
+    const counter = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        sent += chunk.length;
+        progress.update(Math.min(sent, size), size);
+        done(null, chunk);
+      },
+    });
+    const query = new URLSearchParams({
+      framework: opts.framework,
+      source: opts.source,
+      ...(opts.version ? { version: opts.version } : {}),
+      ...(task ? { task } : {}),
+    });
+    try {
+      const path = `/admin/v1/models/${encodeURIComponent(opts.name)}/upload?${query}`;
+      record = files
+        ? await api.request("POST", path, undefined, tarOf(local, files, counter), "application/x-tar")
+        : await api.request("POST", path, undefined, createReadStream(local).pipe(counter));
+    } finally {
+      progress.done();
+    }
+  } else {
+    // The server downloads a remote source; it streams its progress back.
+    const progress = progressReporter("downloading");
+    const body = { name: opts.name, framework: opts.framework, source: opts.source, version: opts.version, task };
+    try {
+      record = await api.requestWithProgress("POST", "/admin/v1/models?progress=ndjson", body, (p) =>
+        progress.update(p.received, p.total),
+      );
+    } finally {
+      progress.done();
+    }
+  }
+  if (opts.json) return printJson(record);
+  console.log(
+    `registered ${record.name}@${record.version} (${formatBytes(record.size_bytes)}, sha256 ${record.sha256.slice(0, 12)}…, task ${taskOf(record)})`,
+  );
+  if (record.gguf) {
+    const g = record.gguf;
+    console.log(
+      `  ${g.architecture ?? "?"} · ${formatCount(g.parameters)} parameters · context ${g.context_length ?? "?"} · ${g.quantization ?? "?"}${g.tokenizer ? ` · ${g.tokenizer} tokenizer` : ""}${g.chat_template ? " · chat template" : ""}`,
+    );
+  }
+  if (record.checkpoint) {
+    const k = record.checkpoint;
+    console.log(
+      `  ${k.architecture ?? "?"} · ${formatCount(k.parameters)} parameters · context ${k.context_length ?? "?"} · ${k.quantization ?? k.dtype ?? "?"} · ${k.tokenizer ?? "?"}${k.chat_template ? " · chat template" : ""} · ${record.manifest?.length ?? 0} files`,
+    );
+  }
 }
 
 /** The directory's files as a tar stream through `counter`; a file that cannot be read (gone, changed size) fails the upload, naming it. */

@@ -149,6 +149,15 @@ const common = {
    * a reason to refuse the job.
    */
   traceparent: z.string().max(512).optional().catch(undefined),
+  /**
+   * A LoRA adapter of this model version to apply, as `<adapter name>@<adapter version>` (a
+   * registered adapter whose base is `model`@`version`: docs/adapters.md). Absent: the base model.
+   * Adapters share their base's queue; the replica loads one on first use and keeps a bounded few.
+   */
+  adapter: z
+    .string()
+    .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}@[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, "an adapter is <name>@<version>")
+    .optional(),
 };
 
 export const ChatJob = z.object({

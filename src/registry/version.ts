@@ -52,9 +52,49 @@ export const CheckpointSummary = z.object({
 });
 export type CheckpointSummary = z.infer<typeof CheckpointSummary>;
 
-/** "gguf": one file at `artifact`; "hf": a Hugging Face-style directory, its files listed in `manifest`. */
-export const ArtifactKind = z.enum(["gguf", "hf"]);
+/**
+ * "gguf": one file at `artifact`; "hf": a Hugging Face-style directory, its files listed in
+ * `manifest`; "adapter": a PEFT LoRA adapter directory (adapter_config.json,
+ * adapter_model.safetensors), listed in `manifest` too, served on its base (`adapter.base`).
+ */
+export const ArtifactKind = z.enum(["gguf", "hf", "adapter"]);
 export type ArtifactKind = z.infer<typeof ArtifactKind>;
+
+/** A model version by name: `<name>@<version>`'s parts. */
+export const VersionRef = z.object({ name: ModelName, version: ModelVersion });
+export type VersionRef = z.infer<typeof VersionRef>;
+
+/** What a LoRA adapter version is (its adapter_config.json, checked against its base at registration). */
+export const AdapterSummary = z.object({
+  /** The base model version it was trained on: the endpoint that serves the base serves it as `<endpoint>:<adapter name>`. */
+  base: VersionRef,
+  /** adapter_config.json's `peft_type` ("LORA"). */
+  peft_type: z.string(),
+  /** `r`. */
+  rank: z.number().int().positive(),
+  /** `lora_alpha`. */
+  alpha: z.number(),
+  /** The module names it adapts ("q_proj", "v_proj", ...), sorted. */
+  target_modules: z.array(z.string()),
+  /** Elements of its tensors. */
+  parameters: z.number().int().nonnegative(),
+});
+export type AdapterSummary = z.infer<typeof AdapterSummary>;
+
+/** How a version was trained by a fine-tuning job (docs/fine-tuning.md). */
+export const TrainingSummary = z.object({
+  job_id: z.string(),
+  method: z.enum(["lora", "full"]),
+  base: VersionRef,
+  /** SHA-256 of the training file's bytes, and of the validation file's. */
+  dataset_sha256: Sha256,
+  validation_sha256: Sha256.nullable(),
+  hyperparameters: z.record(z.string(), z.union([z.number(), z.string(), z.boolean(), z.null()])),
+  trained_tokens: z.number().int().nonnegative(),
+  final_train_loss: z.number().nullable(),
+  final_validation_loss: z.number().nullable(),
+});
+export type TrainingSummary = z.infer<typeof TrainingSummary>;
 
 /**
  * What a model version serves: text generation (chat, completions, generate, batches) or
@@ -128,5 +168,9 @@ export const RegisteredVersion = z.object({
   manifest: z.array(ArtifactFile).optional(),
   /** "hf" only: the checkpoint's metadata. */
   checkpoint: CheckpointSummary.optional(),
+  /** "adapter" only: what it adapts. */
+  adapter: AdapterSummary.optional(),
+  /** Versions a fine-tuning job made: how. */
+  training: TrainingSummary.optional(),
 });
 export type RegisteredVersion = z.infer<typeof RegisteredVersion>;
