@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes .venv-ref, the Python reference stack (CPU torch, transformers, gguf, safetensors, ...) that
+# Makes .venv-ref, the Python reference stack (CPU torch, transformers, peft, gguf, safetensors, ...) that
 # scripts/reference/make-hf-fixtures.py and the converter's stories260K proof run on, from the local
 # pip mirrors, and adds lm-evaluation-harness (its hf and local-completions backends) for
 # test/integration/lm-eval-platform.test.ts. Idempotent (what is already there is kept),
@@ -8,7 +8,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 VENV="${1:-.venv-ref}"
-check() { "$VENV/bin/python" -c "import torch, transformers, gguf, safetensors, tokenizers, sentencepiece, numpy" >/dev/null 2>&1; }
+check() { "$VENV/bin/python" -c "import torch, transformers, gguf, safetensors, tokenizers, sentencepiece, numpy, peft" >/dev/null 2>&1; }
 # Presence only (find_spec, no import): importing lm_eval's stack would cost seconds on every run.
 LMEVAL_MODULES="lm_eval datasets sacrebleu aiohttp tenacity dill"
 check_lmeval() {
@@ -28,7 +28,7 @@ if ! check; then
     exit 0
   fi
   if $mirrored; then torch="torch==2.13.0+cpu"; else torch="torch==2.13.0"; fi
-  if ! timeout 900 "$VENV/bin/pip" install -q --timeout 30 --retries 1 "${index[@]}" "$torch" transformers==5.18.0 gguf safetensors accelerate sentencepiece tokenizers numpy >"$VENV/install.log" 2>&1; then
+  if ! timeout 900 "$VENV/bin/pip" install -q --timeout 30 --retries 1 "${index[@]}" "$torch" transformers==5.18.0 peft==0.21.0 gguf safetensors accelerate sentencepiece tokenizers numpy >"$VENV/install.log" 2>&1; then
     echo "note: the Python reference stack could not be installed (the end of $VENV/install.log says why); the reference-model tests will skip" >&2
     tail -5 "$VENV/install.log" >&2
     exit 0
