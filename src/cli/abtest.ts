@@ -5,6 +5,7 @@
 import type { Command } from "commander";
 import { type AbTest, formatSplit, parseSplit, SplitError, Sticky } from "../abtests/schema.ts";
 import type { VariantStats } from "../abtests/store.ts";
+import type { StoredResult } from "../evaluation/schema.ts";
 import type { EndpointStatus } from "../endpoints/status.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
@@ -18,6 +19,7 @@ type Variant = {
   replicas: EndpointStatus["replicas"] | null;
   queue: EndpointStatus["queue"] | null;
   stats: VariantStats;
+  evaluations?: StoredResult[];
 };
 type Described = { endpoint: string; abtest: AbTest | null; variants: Variant[] };
 
@@ -34,33 +36,45 @@ export function registerAbtest(inference: Command): void {
       "--sticky <rule>",
       "keep each caller on one variant: key (per API key) or header:<name> (per value of that header)",
     )
+    .option(
+      "--require-eval <metric>",
+      "refuse the test unless every version has been evaluated on this metric (perplexity, accuracy or exact_match)",
+    )
     .option("--json", "print JSON")
-    .action(async (endpoint: string, flags: { split: string; sticky?: string; json?: boolean }) => {
-      const body = { split: formatSplit(split(flags.split)), sticky: sticky(flags.sticky) ?? null };
-      const api = await ApiClient.fromCredentials();
-      const before = await api.request<Described>("GET", path(endpoint));
-      if (before.abtest)
-        throw new CliError(
-          `"${endpoint}" already runs an A/B test (${formatSplit(before.abtest.split)}); change it with \`platform inference abtest update ${endpoint} --split ...\``,
-          2,
+    .action(
+      async (endpoint: string, flags: { split: string; sticky?: string; requireEval?: string; json?: boolean }) => {
+        if (flags.requireEval !== undefined && !["perplexity", "accuracy", "exact_match"].includes(flags.requireEval))
+          throw new CliError(`--require-eval ${flags.requireEval}: use perplexity, accuracy or exact_match`, 2);
+        const body = {
+          split: formatSplit(split(flags.split)),
+          sticky: sticky(flags.sticky) ?? null,
+          ...(flags.requireEval ? { require_eval: flags.requireEval } : {}),
+        };
+        const api = await ApiClient.fromCredentials();
+        const before = await api.request<Described>("GET", path(endpoint));
+        if (before.abtest)
+          throw new CliError(
+            `"${endpoint}" already runs an A/B test (${formatSplit(before.abtest.split)}); change it with \`platform inference abtest update ${endpoint} --split ...\``,
+            2,
+          );
+        const out = await api.request<Described>("PUT", path(endpoint), body);
+        if (flags.json) return printJson(out);
+        console.log(
+          `A/B test on ${endpoint}: ${formatSplit(out.abtest?.split ?? [])}${out.abtest?.sticky ? `, sticky by ${out.abtest.sticky}` : ""}`,
         );
-      const out = await api.request<Described>("PUT", path(endpoint), body);
-      if (flags.json) return printJson(out);
-      console.log(
-        `A/B test on ${endpoint}: ${formatSplit(out.abtest?.split ?? [])}${out.abtest?.sticky ? `, sticky by ${out.abtest.sticky}` : ""}`,
-      );
-      console.log(
-        out.abtest?.state === "running"
-          ? "splitting traffic now"
-          : "starting: traffic is split once every version is ready",
-      );
-      console.log(`watch it with \`platform inference abtest status ${endpoint}\``);
-    });
+        console.log(
+          out.abtest?.state === "running"
+            ? "splitting traffic now"
+            : "starting: traffic is split once every version is ready",
+        );
+        console.log(`watch it with \`platform inference abtest status ${endpoint}\``);
+      },
+    );
 
   abtest
     .command("status <endpoint>")
     .description(
-      "weights, and per version: replicas, requests, errors, latency p50/p99 and tokens since the test started",
+      "weights, and per version: replicas, requests, errors, latency p50/p99 and tokens since the test started, and its evaluation results",
     )
     .option("--json", "print JSON")
     .action(async (endpoint: string, flags: { json?: boolean }) => {
@@ -89,6 +103,7 @@ export function registerAbtest(inference: Command): void {
           "P99 MS",
           "PROMPT TOK",
           "COMPLETION TOK",
+          "EVALUATIONS",
         ],
         out.variants.map((v) => [
           v.version,
@@ -101,6 +116,7 @@ export function registerAbtest(inference: Command): void {
           ms(v.stats.latency_p99_ms),
           formatCount(v.stats.prompt_tokens),
           formatCount(v.stats.completion_tokens),
+          evaluations(v.evaluations ?? []),
         ]),
       );
       console.log("latency: the upper bound of the bucket holding the percentile (buckets 5 ms … 120 s)");
@@ -161,6 +177,22 @@ function sticky(rule: string | undefined): Sticky | undefined {
   const parsed = Sticky.safeParse(rule);
   if (!parsed.success) throw new CliError(`--sticky: expected "key" or "header:<header name>", got "${rule}"`, 2);
   return parsed.data;
+}
+
+/** "perplexity 12.31±0.40 (n 200); accuracy 0.61±0.03 (n 500)": the latest result per metric. */
+export function evaluations(results: readonly StoredResult[], ofAdapter = false): string {
+  const latest = new Map<string, StoredResult>();
+  for (const r of results)
+    if ((ofAdapter || r.adapter === null) && (latest.get(r.metric)?.finished ?? 0) < r.finished)
+      latest.set(r.metric, r);
+  if (latest.size === 0) return "-";
+  return [...latest.values()]
+    .map((r) => `${r.metric} ${number(r.value)}${r.stderr === null ? "" : `±${number(r.stderr)}`} (n ${r.n})`)
+    .join("; ");
+}
+
+function number(v: number): string {
+  return Math.abs(v) >= 1e5 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(3) : v.toFixed(4);
 }
 
 const ms = (v: number | null) => (v === null ? "-" : `≤${v}`);

@@ -13,6 +13,8 @@ import { SOURCE_SCHEMES } from "../registry/sources.ts";
 import { isCheckpointFile, isModuleDirectory } from "../registry/checkpoint.ts";
 import { writeTar } from "../registry/tar.ts";
 import { registerEvaluate } from "./training-evaluate.ts";
+import { evaluations } from "./abtest.ts";
+import type { StoredResult } from "../evaluation/schema.ts";
 
 export function registerTraining(program: Command): void {
   const training = program.command("training").description("register models and list the registry");
@@ -58,16 +60,34 @@ export function registerTraining(program: Command): void {
 
   training
     .command("list")
-    .description("list registered models and their versions")
-    .option("--json", "print JSON")
+    .description("list registered models and their versions, with their latest evaluation results")
+    .option("--json", "print JSON (each version with its `evaluations`)")
     .action(async (opts: { json?: boolean }) => {
       const api = await ApiClient.fromCredentials();
       const { data } = await api.request<{ data: RegisteredVersion[] }>("GET", "/admin/v1/models");
-      if (opts.json) return printJson(data);
+      // Results are the caller's organization's (an operator sees all); a gateway without evaluations shows none.
+      const evaluated = await api
+        .request<{ data: { target: string; results: StoredResult[] }[] }>("GET", "/admin/v1/evaluations/results")
+        .then((r) => new Map(r.data.map((t) => [t.target, t.results])))
+        .catch(() => new Map<string, StoredResult[]>());
+      const resultsOf = (m: RegisteredVersion) => evaluated.get(`${m.name}@${m.version}`) ?? [];
+      if (opts.json) return printJson(data.map((m) => ({ ...m, evaluations: resultsOf(m) })));
       if (data.length === 0)
         return console.log("no models registered yet: `platform training submit --name <name> --source <path>`");
       printTable(
-        ["NAME", "VERSION", "FRAMEWORK", "TASK", "ARCH", "PARAMS", "CONTEXT", "QUANT", "SIZE", "CREATED"],
+        [
+          "NAME",
+          "VERSION",
+          "FRAMEWORK",
+          "TASK",
+          "ARCH",
+          "PARAMS",
+          "CONTEXT",
+          "QUANT",
+          "SIZE",
+          "CREATED",
+          "EVALUATIONS",
+        ],
         data.map((m) => [
           m.name,
           m.version,
@@ -79,6 +99,7 @@ export function registerTraining(program: Command): void {
           m.gguf?.quantization ?? m.checkpoint?.quantization ?? m.checkpoint?.dtype ?? "-",
           formatBytes(m.size_bytes),
           new Date(m.created).toISOString().replace("T", " ").slice(0, 19),
+          evaluations(resultsOf(m), true),
         ]),
       );
     });

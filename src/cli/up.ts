@@ -15,6 +15,7 @@ import { LocalBackend } from "../../scaler/backends/local.ts";
 import { startScaler } from "../../scaler/run.ts";
 import { createServiceBackend } from "../../scaler/services.ts";
 import { startBatchCoordinator } from "../batch/index.ts";
+import { startEvaluationCoordinator } from "../evaluation/index.ts";
 import { DeploymentConfig, NAME_PATTERN } from "../contracts/deployment.ts";
 import { isOperator } from "../contracts/orgs.ts";
 import { taskOf } from "../registry/version.ts";
@@ -141,6 +142,7 @@ async function up(flags: UpFlags): Promise<void> {
   const services = await createServiceBackend("local", ctl, settings, (m) => event(`[services] ${m}`));
   const scaler = await startScaler(ctl, backend, { log: event, services });
   const coordinator = await startBatchCoordinator(ctl, { ...settings, redisUrl });
+  const evaluator = await startEvaluationCoordinator(ctl, settings);
   trimMemoryWhenIdle({ busy: () => gateway.awaiting() > 0 });
 
   let stopping = false;
@@ -158,6 +160,7 @@ async function up(flags: UpFlags): Promise<void> {
     log(`\n${signal}: stopping (draining replicas, then the gateway and Redis)...`);
     // Each step is bounded, so a dead dependency can never leave `up` hanging.
     await bounded(coordinator.stop(), 10_000);
+    await bounded(evaluator.stop(), 10_000);
     await bounded(scaler.stop(), 5_000);
     await bounded(Promise.all([backend.close(), services.close()]), settings.drainTimeoutMs + 20_000);
     await bounded(gateway.close(), 5_000);

@@ -27,6 +27,9 @@ export function queueName(model: string, version: string, variant = ""): string 
 /** The batch coordinators' BullMQ queue (another one, e.g. a test's, needs a hash tag of its own on a Cluster). */
 export const COORDINATOR_QUEUE = "{batches}";
 
+/** The evaluation coordinators' BullMQ queue (src/evaluation/coordinator.ts). */
+export const EVALUATION_QUEUE = "{evaluations}";
+
 /** Control-plane keys: records under `<prefix>:{cp}:` (one slot), the rest under `<prefix>:cp:`. */
 export function controlKeys(prefix: string) {
   const cp = `${prefix}:{cp}`;
@@ -89,6 +92,13 @@ export function controlKeys(prefix: string) {
     batchCheckpoint: (id: string) => `${plain}:batch:{${id}}:checkpoint`, // string JSON: where the next batch starts
     batchResults: (id: string) => `${plain}:batch:{${id}}:results`, // hash line number -> record outcome, for batches not yet written
     batchReplies: (id: string) => `${plain}:batch:{${id}}:replies`, // stream: workers' events for this job's records
+    // Evaluation jobs (src/evaluation/): records bounded per organization, results per evaluated version or adapter.
+    evaluations: (org: string) => `${cp}:evaluations:${org}`, // zset evaluation id -> created ms (trimmed: src/evaluation/store.ts)
+    evaluation: (id: string) => `${cp}:evaluation:${id}`, // string JSON: the evaluation job record
+    evaluationResults: (target: string) => `${cp}:evaluation-results:${target}`, // hash "<org>\t<metric>" -> latest result JSON; target "<model>@<version>" or an adapter's "<name>@<version>"
+    evaluationTargets: `${cp}:evaluation-targets`, // set of targets that have results (for listings)
+    evaluationScores: (id: string) => `${plain}:evaluation:{${id}}:scores`, // hash item index -> score JSON (per-item, for resuming and comparisons)
+    evaluationReplies: (id: string) => `${plain}:evaluation:{${id}}:replies`, // stream workers append to (unread: answers are kept on the model jobs)
     files: `${cp}:files`, // hash file id -> record JSON (OpenAI-style /v1/files; bytes in the artifact store)
     quantizeLock: (artifact: string) => `${plain}:quantize-lock:${artifact}`, // string with TTL: the replica quantizing "<sha256>:<type>" (src/registry/quantize/cache.ts)
     convertLock: (digest: string) => `${plain}:convert-lock:${digest}`, // string with TTL: the replica converting the checkpoint with this manifest digest to GGUF (src/registry/converted.ts)

@@ -26,6 +26,8 @@ import { StoragePolicy } from "../storage/policy.ts";
 import { storageRoutes } from "./routes/storage.ts";
 import { adminRoutes, statusOf } from "./routes/admin.ts";
 import { batchRoutes } from "./routes/batch-jobs.ts";
+import { Evaluations } from "../evaluation/index.ts";
+import { evaluationRoutes } from "./routes/evaluations.ts";
 import { dashboardRoutes } from "./routes/dashboard.ts";
 import { openAiBatchRoutes } from "./routes/openai-batches.ts";
 import { requireAdmin, requireCaller, requireOperator } from "./auth.ts";
@@ -177,7 +179,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   app.use("/v1/*", caller, meter, limits);
   app.route("/v1", openAiRoutes(router, textContext, settings.structured.limits));
   app.route("/v1/usage", usageRoutes(ctl, { flush: () => meter.drain() }));
-  const batchJobs = new BatchJobs(ctl, { storage, files: new BatchFiles(ctl, admin.imports.artifacts) });
+  const batchFiles = new BatchFiles(ctl, admin.imports.artifacts);
+  const batchJobs = new BatchJobs(ctl, { storage, files: batchFiles });
   app.route("/v1/storage", storageRoutes(storage));
   app.route("/v1/batch-jobs", batchRoutes({ jobs: batchJobs }));
   app.route("/v1", openAiBatchRoutes({ ctl, jobs: batchJobs, artifacts: admin.imports.artifacts }));
@@ -201,6 +204,9 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   // Any caller of an organization, on its own organization's packages (routes/protos.ts says why).
   app.route("/admin/v1/protos", protoRoutes({ ctl, artifacts: admin.imports.artifacts, limits: settings.protos }));
   app.route("/admin/v1/images", imageRoutes(ctl));
+  // Evaluation jobs (docs/evaluation.md): any caller of an organization, on its own organization's.
+  const evaluations = new Evaluations(ctl, { storage, files: batchFiles });
+  app.route("/admin/v1/evaluations", evaluationRoutes(evaluations));
   // The dev center (docs/services.md): any caller of an organization, on its own services.
   let box: Promise<SecretBox> | undefined;
   app.route(
@@ -290,6 +296,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       await router.close();
       await dispatcher.close();
       await batchJobs.close();
+      await evaluations.close();
     },
   };
 }

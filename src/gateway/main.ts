@@ -1,8 +1,9 @@
 /**
- * The gateway process (`platform gateway`): the HTTP gateway and a batch coordinator against one
+ * The gateway process (`platform gateway`): the HTTP gateway, a batch and an evaluation coordinator against one
  * Redis, until SIGTERM. Stateless: clusters run several against the same Redis.
  */
 import { startBatchCoordinator } from "../batch/index.ts";
+import { startEvaluationCoordinator } from "../evaluation/index.ts";
 import { type Control, connectControl } from "../redis/connection.ts";
 import { loadSettings } from "../settings/index.ts";
 import { configureLogging, logger } from "../telemetry/log.ts";
@@ -27,10 +28,12 @@ export async function runGatewayProcess(options: GatewayProcessOptions): Promise
   const gateway = await startGateway({ ctl, settings, host: options.host, port: options.port });
   // Every gateway also coordinates batch jobs: any of them can pick up (or resume) a job.
   const coordinator = await startBatchCoordinator(ctl, settings);
+  const evaluator = await startEvaluationCoordinator(ctl, settings);
   logger("gateway").info({ url: gateway.url }, `gateway listening on ${gateway.url}`);
   trimMemoryWhenIdle({ busy: () => gateway.awaiting() > 0 });
   const stop = async () => {
     await coordinator.stop();
+    await evaluator.stop();
     await gateway.close();
     await stopTracing();
     await ctl.redis.quit();

@@ -34,7 +34,9 @@ export type InvalidEntryKind =
   | "proto_version"
   | "image"
   | "service"
-  | "service_replica";
+  | "service_replica"
+  | "evaluation"
+  | "evaluation_result";
 
 export type InvalidEntry = { kind: InvalidEntryKind; key: string; error: string };
 

@@ -11,10 +11,10 @@ import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { deployEndpoint, getEndpoint } from "../../src/endpoints/store.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
 import { createApiKey } from "../../src/keys/store.ts";
-import { connectControl } from "../../src/redis/connection.ts";
+import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { convertCheckpoint } from "../../src/registry/convert/index.ts";
 import { importModel } from "../../src/registry/import.ts";
-import { loadSettings } from "../../src/settings/index.ts";
+import { loadSettings, type Settings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { loadEngine } from "../../workers/engines/index.ts";
 import { startWorker } from "../../workers/worker.ts";
@@ -26,13 +26,22 @@ export type ServedCheckpoint = {
   key: string;
   /** Its data directory (removed by `stop`): room for a test's own files too. */
   dataDir: string;
+  /** The gateway's Redis and settings, for tests that run more beside it (an evaluation coordinator, say). */
+  ctl: Control;
+  settings: Settings;
   stop: () => Promise<void>;
 };
 
-export async function serveFloat32Checkpoint(checkpoint: string, replicaId: string): Promise<ServedCheckpoint> {
+/** `env`: further settings (PLATFORM_STORAGE_ROOTS, say); `<data dir>` in a value is replaced by the data directory. */
+export async function serveFloat32Checkpoint(
+  checkpoint: string,
+  replicaId: string,
+  env: Record<string, string> = {},
+): Promise<ServedCheckpoint> {
   const redis = await privateRedis();
   const dataDir = await mkdtemp(join(tmpdir(), "platform-f32-"));
-  const settings = { ...loadSettings({ PLATFORM_DATA_DIR: dataDir }), redisUrl: redis.url };
+  const extra = Object.fromEntries(Object.entries(env).map(([k, v]) => [k, v.replaceAll("<data dir>", dataDir)]));
+  const settings = { ...loadSettings({ PLATFORM_DATA_DIR: dataDir, ...extra }), redisUrl: redis.url };
   const ctl = connectControl(redis.url, settings.prefix);
   const key = (await createApiKey(ctl, "admin", "admin")).key;
   const gguf = join(dataDir, "model.gguf");
@@ -57,6 +66,8 @@ export async function serveFloat32Checkpoint(checkpoint: string, replicaId: stri
     gateway,
     key,
     dataDir,
+    ctl,
+    settings,
     stop: async () => {
       await gateway.close();
       await worker.drain({ deadlineMs: 0 });

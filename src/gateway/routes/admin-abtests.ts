@@ -16,11 +16,17 @@ import type { AdminDeps } from "./admin.ts";
 import type { GatewayEnv } from "../env.ts";
 import { parseBody, pathParam } from "../errors.ts";
 import { servingQueue } from "../../endpoints/rollout.ts";
+import { requireEvaluated, versionEvaluations } from "../../abtests/evaluations.ts";
+import { Metric } from "../../evaluation/schema.ts";
 
-/** `split`: "v1=70,v2=30" or [{version, weight}]; `sticky`: "key", "header:<name>", or null/absent for none. */
+/**
+ * `split`: "v1=70,v2=30" or [{version, weight}]; `sticky`: "key", "header:<name>", or null/absent for none;
+ * `require_eval`: a metric every version of the split must have been evaluated on (docs/evaluation.md).
+ */
 export const AbTestBody = z.object({
   split: z.union([z.string().min(1), z.array(AbVariant).min(1)]),
   sticky: Sticky.nullable().optional(),
+  require_eval: z.enum(Metric.options, { message: "require_eval: use perplexity, accuracy or exact_match" }).optional(),
 });
 
 export function abTestRoutes(deps: AdminDeps) {
@@ -37,6 +43,15 @@ export function abTestRoutes(deps: AdminDeps) {
     } catch (e) {
       if (e instanceof SplitError) throw new PlatformError(400, "invalid_config", `split: ${e.message}`, "split");
       throw e;
+    }
+    if (body.require_eval) {
+      const endpoint = await getEndpoint(ctl, name);
+      await requireEvaluated(
+        ctl,
+        endpoint.config.model.name,
+        split.map((v) => v.version),
+        body.require_eval,
+      );
     }
     const previous = await getAbTest(ctl, name);
     if (previous?.state === "stopping")
@@ -67,7 +82,7 @@ export function abTestRoutes(deps: AdminDeps) {
   return app;
 }
 
-/** The test and, per version of it, the deployment's replicas and the numbers counted since it started. */
+/** The test and, per version of it, the deployment's replicas, the numbers counted since it started and its evaluations. */
 async function describe(deps: AdminDeps, name: string) {
   const { ctl } = deps;
   const primary = await getEndpoint(ctl, name);
@@ -92,6 +107,7 @@ async function describe(deps: AdminDeps, name: string) {
         state: status?.state ?? "pending",
         replicas: status?.replicas ?? null,
         queue: status?.queue ?? null,
+        evaluations: await versionEvaluations(ctl, primary.config.model.name, version),
         stats: stats.get(version) ?? {
           requests: 0,
           errors: 0,
