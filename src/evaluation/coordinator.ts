@@ -36,6 +36,8 @@ export async function startEvaluationCoordinator(
 ): Promise<EvaluationCoordinator> {
   const storage = StoragePolicy.fromSettings(settings);
   const running = new Map<string, AbortController>();
+  // Jobs whose lock this process lost: another coordinator may own them now, so they are not handed back.
+  const lost = new Set<string>();
 
   const processor = async (job: Job<EvaluationJobData>, token?: string): Promise<string> => {
     const handoff = new AbortController();
@@ -43,13 +45,14 @@ export async function startEvaluationCoordinator(
     running.set(id, handoff);
     try {
       const end = await runEvaluation(ctl, job.data.evaluation_id, handoff.signal, storage);
-      if (end === "handed_off" && token !== undefined) {
+      if (end === "handed_off" && token !== undefined && !lost.has(id)) {
         await job.moveToWait(token);
         throw new WaitingError();
       }
       return end;
     } finally {
       running.delete(id);
+      lost.delete(id);
     }
   };
 
@@ -64,7 +67,10 @@ export async function startEvaluationCoordinator(
     },
   );
   worker.on("lockRenewalFailed", (ids: string[]) => {
-    for (const id of ids) running.get(id)?.abort("superseded");
+    for (const id of ids) {
+      lost.add(id);
+      running.get(id)?.abort("superseded");
+    }
   });
   // Every attempt failed: the record says so (the cause, which may name internal addresses, is logged).
   worker.on("failed", (job, error) => {

@@ -67,7 +67,7 @@ export async function runEvaluation(
     })();
   }, TICK_MS);
   try {
-    const items = await loadItems(ctl, record, storage);
+    const items = await loadItems(record, storage);
     await checkServed(ctl, record);
     const scores = await readScores(ctl, id);
     done = scores.size;
@@ -137,7 +137,7 @@ async function cancelled(ctl: Control, id: string): Promise<RunEnd> {
 }
 
 /** The dataset as created: confined again for the key that named it, and byte for byte the same. */
-async function loadItems(ctl: Control, record: EvaluationRecord, storage: StoragePolicy): Promise<Item[]> {
+async function loadItems(record: EvaluationRecord, storage: StoragePolicy): Promise<Item[]> {
   let { uri, identity } = record.source;
   const scope = record.source.scope;
   if (scope) {
@@ -155,7 +155,6 @@ async function loadItems(ctl: Control, record: EvaluationRecord, storage: Storag
       "dataset_changed",
       `dataset: ${record.dataset} changed after the evaluation was created; create a new evaluation`,
     );
-  void ctl;
   return parsed.items;
 }
 
@@ -205,8 +204,7 @@ async function scoreItem(jobs: ModelJobs, name: string, item: Item, maxTokens: n
     case "exact_match": {
       const answer = await jobs.ask(name, item.prompt, { temperature: 0, max_tokens: maxTokens, stop: ["\n\n"] });
       if (!answer.ok) return failed(item, answer);
-      const prediction = answer.result.text;
-      return { x: prediction === item.answer ? 1 : 0, prediction: prediction.slice(0, 4096) };
+      return { x: answer.result.text === item.answer ? 1 : 0 };
     }
   }
 }

@@ -111,7 +111,6 @@ export const ItemScore = z.object({
   tokens: z.number().int().nonnegative().optional(),
   lls: z.array(z.number()).optional(),
   merged: z.number().int().nonnegative().optional(),
-  prediction: z.string().max(4096).optional(),
 });
 export type ItemScore = z.infer<typeof ItemScore>;
 

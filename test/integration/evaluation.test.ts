@@ -333,6 +333,13 @@ describe.skipIf(skip !== undefined)("evaluation jobs", () => {
     });
     expect(outside.status).toBe(403);
 
+    const noAdapter = await api<{ error: { code: string; message: string } }>("POST", "/admin/v1/evaluations", {
+      model: "tiny-hf@v1:no-such-adapter",
+      dataset: perplexityDataset,
+    });
+    expect(noAdapter.status).toBe(404);
+    expect(noAdapter.body.error.code).toBe("adapter_not_found");
+
     const gguf = join(served.dataDir, "model.gguf");
     await importModel(
       { ctl: served.ctl, artifacts: openStore(served.settings.artifactsUrl), scratchDir: join(served.dataDir, "tmp") },
@@ -428,6 +435,35 @@ describe.skipIf(skip !== undefined)("evaluation jobs", () => {
     expect(list.stdout).toMatch(/tiny-hf\s+│\s+v1\s+│.*accuracy \S+±\S+ \(n 10\);.*perplexity \S+±\S+ \(n 4\)/);
     expect(list.stdout).toMatch(/tiny-hf\s+│\s+v2\s+│.*perplexity \S+±\S+ \(n 4\)/);
   }, 180_000);
+
+  it("cancels a running evaluation", async () => {
+    const long = await dataset(
+      "long.jsonl",
+      Array.from({ length: 400 }, (_, i) => ({ text: `${TEXTS[i % TEXTS.length]} ${i}` })),
+    );
+    const created = await api<Evaluation>("POST", "/admin/v1/evaluations", {
+      model: "tiny-hf@v1",
+      dataset: long,
+      concurrency: 1,
+    });
+    expect(created.status).toBe(201);
+    // Running, with items scored: the cancel stops a coordinator at work, not a queued job.
+    for (let i = 0; i < 300; i++) {
+      const now = (await api<Evaluation & { done: number }>("GET", `/admin/v1/evaluations/${created.body.id}`)).body;
+      if (now.state === "running" && now.done > 0) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const cancelled = await api<Evaluation>("POST", `/admin/v1/evaluations/${created.body.id}/cancel`);
+    expect(cancelled.status).toBe(200);
+    let e = cancelled.body;
+    for (let i = 0; i < 300 && e.state !== "cancelled"; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      e = (await api<Evaluation>("GET", `/admin/v1/evaluations/${created.body.id}`)).body;
+    }
+    expect(e.state).toBe("cancelled");
+    expect(e.result).toBeNull();
+    expect((e as Evaluation & { done: number }).done).toBeLessThan(400);
+  }, 60_000);
 
   it("keeps evaluations to their organization", async () => {
     await createOrg(served.ctl, "other");
