@@ -112,7 +112,20 @@ export type Variant = {
   state: string;
   replicas: { ready: number; desired: number } | null;
   stats?: { requests: number; errors: number };
+  evaluations?: EvaluationResult[];
 };
+/** The latest result of a metric on a version (GET /admin/v1/evaluations/results; docs/evaluation.md). */
+export type EvaluationResult = {
+  metric: string;
+  value: number;
+  n: number;
+  stderr: number | null;
+  adapter: string | null;
+  dataset: string;
+  job_id: string;
+  finished: number;
+};
+export type EvaluatedTarget = { target: string; results: EvaluationResult[] };
 export type AbTest = {
   endpoint: string;
   abtest: { state: string; split: { version: string; weight: number }[]; sticky?: string; keep?: string } | null;

@@ -1,5 +1,6 @@
 /**
- * The web dashboard (README "Dashboard"): endpoints, A/B tests, live traffic charts, batch jobs,
+ * The web dashboard (README "Dashboard"): endpoints, A/B tests, live traffic charts, models with
+ * their evaluation results, batch jobs,
  * scaling decisions, API keys, CLI tokens, deployed services (services.tsx) and proto packages
  * (protos.tsx), and the actions to change them. It holds no state on the server: it polls the
  * management API and /metrics every 2 s with the admin key the user gave, and every action is one
@@ -15,6 +16,8 @@ import {
   type BatchJob,
   type CliToken,
   type EndpointStatus,
+  type EvaluatedTarget,
+  type EvaluationResult,
   type ModelVersion,
   api,
   checkKey,
@@ -36,6 +39,7 @@ type Data = {
   autoscaling: Record<string, Autoscaling>;
   batches: BatchJob[];
   models: ModelVersion[];
+  evaluations: EvaluatedTarget[];
   keys: ApiKey[];
   tokens: CliToken[];
 };
@@ -146,11 +150,13 @@ function Dashboard(props: { onLogout: (why: string | null) => void }) {
 
   const refresh = useCallback(async () => {
     try {
-      const [endpoints, metrics, batches, models, keys, tokens] = await Promise.all([
+      const [endpoints, metrics, batches, models, evaluations, keys, tokens] = await Promise.all([
         api<{ data: EndpointStatus[] }>("GET", "/admin/v1/endpoints"),
         scrapeMetrics(),
         api<{ data: BatchJob[] }>("GET", "/v1/batch-jobs?limit=20"),
         api<{ data: ModelVersion[] }>("GET", "/admin/v1/models"),
+        // A gateway without evaluations must not blank the page.
+        api<{ data: EvaluatedTarget[] }>("GET", "/admin/v1/evaluations/results").catch(() => ({ data: [] })),
         api<{ data: ApiKey[] }>("GET", "/admin/v1/keys"),
         api<{ data: CliToken[] }>("GET", "/admin/v1/tokens"),
       ]);
@@ -183,6 +189,7 @@ function Dashboard(props: { onLogout: (why: string | null) => void }) {
         autoscaling: Object.fromEntries(perEndpoint.flatMap(([n, , s]) => (s ? [[n, s]] : []))),
         batches: batches.data,
         models: models.data,
+        evaluations: evaluations.data,
         keys: keys.data,
         tokens: tokens.data,
       });
@@ -265,6 +272,7 @@ function Dashboard(props: { onLogout: (why: string | null) => void }) {
               ))}
           </section>
           <Deploy models={data.models} endpoints={data.endpoints} act={act} />
+          <Models models={data.models} evaluations={data.evaluations} />
           <Batches jobs={data.batches} />
           <Keys keys={data.keys} act={act} />
           <Services />
@@ -370,6 +378,7 @@ function EndpointCard(props: {
               <th>replicas</th>
               <th>requests</th>
               <th>errors</th>
+              <th>evaluations</th>
             </tr>
           </thead>
           <tbody>
@@ -381,6 +390,7 @@ function EndpointCard(props: {
                 <td>{v.replicas ? `${v.replicas.ready}/${v.replicas.desired}` : "–"}</td>
                 <td>{v.stats?.requests ?? 0}</td>
                 <td>{v.stats?.errors ?? 0}</td>
+                <td>{evaluationText((v.evaluations ?? []).filter((r) => r.adapter === null))}</td>
               </tr>
             ))}
           </tbody>
@@ -556,6 +566,55 @@ function Deploy(props: { models: ModelVersion[]; endpoints: EndpointStatus[]; ac
           </label>
           <button type="submit">Deploy</button>
         </form>
+      )}
+    </section>
+  );
+}
+
+/** "perplexity 12.3100 ± 0.4000 (n 200)", the latest per metric. */
+function evaluationText(results: EvaluationResult[]): string {
+  const latest = new Map<string, EvaluationResult>();
+  for (const r of results) if ((latest.get(r.metric)?.finished ?? 0) < r.finished) latest.set(r.metric, r);
+  const num = (v: number) =>
+    Math.abs(v) >= 1e5 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(3) : v.toFixed(4);
+  return (
+    [...latest.values()]
+      .map((r) => `${r.metric} ${num(r.value)}${r.stderr === null ? "" : ` ± ${num(r.stderr)}`} (n ${r.n})`)
+      .join("; ") || "–"
+  );
+}
+
+/** Registered versions (adapters included) and their latest evaluation results (`platform training evaluate`). */
+function Models(props: { models: ModelVersion[]; evaluations: EvaluatedTarget[] }) {
+  const results = new Map(props.evaluations.map((t) => [t.target, t.results]));
+  return (
+    <section>
+      <h2>Models</h2>
+      {props.models.length === 0 ? (
+        <p class="hint">No model registered.</p>
+      ) : (
+        <table data-testid="models">
+          <thead>
+            <tr>
+              <th>model</th>
+              <th>version</th>
+              <th>framework</th>
+              <th>evaluations</th>
+            </tr>
+          </thead>
+          <tbody>
+            {props.models.map((m) => (
+              <tr>
+                <td>{m.name}</td>
+                <td>{m.version}</td>
+                <td>{m.framework}</td>
+                <td data-testid={`evaluations-${m.name}@${m.version}`}>
+                  {evaluationText(results.get(`${m.name}@${m.version}`) ?? [])}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
       )}
     </section>
   );

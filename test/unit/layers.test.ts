@@ -27,6 +27,8 @@ const LAYERS: string[][] = [
   ["src/queue", "src/tokens"],
   ["src/abtests", "src/signin"],
   ["src/batch"],
+  // Evaluations read datasets as batch reads its inputs.
+  ["src/evaluation"],
   // Roles. The CLI starts the others (`platform up`, `platform worker`), so it sits above them.
   ["src/gateway", "workers", "scaler"],
   ["src/cli"],

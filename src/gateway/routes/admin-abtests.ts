@@ -16,7 +16,7 @@ import type { AdminDeps } from "./admin.ts";
 import type { GatewayEnv } from "../env.ts";
 import { parseBody, pathParam } from "../errors.ts";
 import { servingQueue } from "../../endpoints/rollout.ts";
-import { requireEvaluated, versionEvaluations } from "../../abtests/evaluations.ts";
+import { requireEvaluated, versionEvaluations } from "../../evaluation/abtests.ts";
 import { Metric } from "../../evaluation/schema.ts";
 
 /**

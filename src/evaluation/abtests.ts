@@ -5,8 +5,8 @@
  */
 import { PlatformError } from "../contracts/errors.ts";
 import type { Control } from "../redis/connection.ts";
-import type { Metric, StoredResult } from "../evaluation/schema.ts";
-import { readResults } from "../evaluation/store.ts";
+import type { Metric, StoredResult } from "./schema.ts";
+import { readResults } from "./store.ts";
 
 /** The latest results on `model`@`version` (every organization's: A/B tests are the operator's). */
 export async function versionEvaluations(ctl: Control, model: string, version: string): Promise<StoredResult[]> {
