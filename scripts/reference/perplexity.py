@@ -3,7 +3,11 @@
 Pooled perplexity as transformers computes it, the reference for the platform's perplexity
 evaluations (test/integration/evaluation.test.ts). Run with the reference venv:
 
-  .venv-ref/bin/python scripts/reference/perplexity.py CHECKPOINT DATASET.jsonl
+  .venv-ref/bin/python scripts/reference/perplexity.py CHECKPOINT DATASET.jsonl [ADAPTER_DIR]
+
+With ADAPTER_DIR (a PEFT adapter: adapter_config.json, adapter_model.safetensors), the model is
+the checkpoint with that adapter applied (peft's PeftModel), the reference for an adapter's
+evaluation (`platform training evaluate <model>@<version>:<adapter>`).
 
 Each line {"text": str} is tokenized as transformers does by default (tokenizer(text): BOS first
 where the tokenizer adds one) and scored with model(input_ids, labels=input_ids): its loss is the
@@ -21,7 +25,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 def main():
     checkpoint, dataset = sys.argv[1], sys.argv[2]
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    if len(sys.argv) > 3:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, sys.argv[3])
+    model = model.eval()
     lines = []
     with open(dataset, encoding="utf-8") as f:
         texts = [json.loads(line)["text"] for line in f if line.strip()]

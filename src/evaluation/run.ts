@@ -25,7 +25,7 @@ import { summarize } from "./metrics.ts";
 import { type Answer, ModelJobs } from "./model-jobs.ts";
 import type { EvaluationRecord, ItemScore } from "./schema.ts";
 import { readDatasetBytes } from "./source.ts";
-import { isFinal, readRecord, readScores, saveResult, saveScore, updateRecord } from "./store.ts";
+import { expireScores, isFinal, readRecord, readScores, saveResult, saveScore, updateRecord } from "./store.ts";
 
 export type RunEnd = "succeeded" | "failed" | "cancelled" | "handed_off";
 
@@ -126,6 +126,8 @@ export async function runEvaluation(
     return "failed";
   } finally {
     clearInterval(ticker);
+    if (isFinal((await readRecord(ctl, id).catch(() => undefined))?.state ?? "running"))
+      await expireScores(ctl, id).catch(() => undefined);
     handoff.removeEventListener("abort", onHandoff);
     await jobs?.close();
   }

@@ -5,11 +5,17 @@
  * latest of each metric per organization.
  */
 import type { Control } from "../redis/connection.ts";
+import { LuaScript } from "../redis/scripts.ts";
 import { parseStored } from "../redis/stored.ts";
 import { EvaluationRecord, type ItemScore, ItemScore as ItemScoreSchema, StoredResult } from "./schema.ts";
 
+// Compare-and-set: coordinators' progress ticks, their final word and cancels race on one record.
+const swap = new LuaScript(import.meta.url, "swap");
+
 /** Records kept per organization; the oldest finished ones go first. */
-export const MAX_KEPT = 500;
+export const MAX_KEPT = 200;
+/** A finished evaluation's per-item scores (what a paired comparison needs) are kept this long. */
+export const SCORES_TTL_S = 14 * 86_400;
 
 export async function saveRecord(ctl: Control, record: EvaluationRecord): Promise<void> {
   await ctl.redis.set(ctl.keys.evaluation(record.id), JSON.stringify(record));
@@ -24,26 +30,26 @@ export async function readRecord(ctl: Control, id: string): Promise<EvaluationRe
   return parsed.ok ? parsed.value : undefined;
 }
 
-/** Changes a record that has not finished; false when it has (or is gone). */
+/** Changes a record that has not finished; undefined when it has (or is gone). */
 export async function updateRecord(
   ctl: Control,
   id: string,
   change: (r: EvaluationRecord) => Partial<EvaluationRecord>,
 ): Promise<EvaluationRecord | undefined> {
   const key = ctl.keys.evaluation(id);
-  for (let tries = 0; tries < 10; tries++) {
-    await ctl.redis.watch(key);
+  for (let tries = 0; tries < 20; tries++) {
     const raw = await ctl.redis.get(key);
     const parsed = raw ? parseStored(EvaluationRecord, raw, "evaluation", key) : undefined;
-    if (!parsed?.ok || isFinal(parsed.value.state)) {
-      await ctl.redis.unwatch();
-      return undefined;
-    }
+    if (!raw || !parsed?.ok || isFinal(parsed.value.state)) return undefined;
     const next = { ...parsed.value, ...change(parsed.value) };
-    const done = await ctl.redis.multi().set(key, JSON.stringify(next)).exec();
-    if (done) return next;
+    if ((await swap.run(ctl.redis, [key], [raw, JSON.stringify(next)])) === 1) return next;
   }
   return undefined;
+}
+
+/** Once finished, the scores live on for comparisons a while, then go (a comparison is then unpaired). */
+export async function expireScores(ctl: Control, id: string): Promise<void> {
+  await ctl.redis.expire(ctl.keys.evaluationScores(id), SCORES_TTL_S);
 }
 
 export function isFinal(state: EvaluationRecord["state"]): boolean {
