@@ -51,7 +51,7 @@ export async function runEvaluation(
   if (record.cancel_requested) return cancelled(ctl, id);
   await updateRecord(ctl, id, (r) => ({ state: "running", started: r.started ?? Date.now() }));
   let jobs: ModelJobs | undefined;
-  let stop: "cancel" | "handoff" | undefined;
+  let stop: "cancel" | "handoff" | "failed" | undefined;
   const onHandoff = () => {
     stop ??= "handoff";
   };
@@ -79,7 +79,13 @@ export async function runEvaluation(
     const pending = items.map((_, i) => i).filter((i) => !scores.has(i));
     const worker = async () => {
       for (let i = pending.shift(); i !== undefined && stop === undefined; i = pending.shift()) {
-        const score = await scoreItem(jobs as ModelJobs, `${i}`, items[i] as Item, record.max_tokens);
+        const score = await scoreItem(jobs as ModelJobs, `${i}`, items[i] as Item, record.max_tokens).catch(
+          (e: unknown) => {
+            // The other workers stop taking items: the run is over.
+            stop ??= "failed";
+            throw e;
+          },
+        );
         if (score === undefined) return; // cancelled
         await saveScore(ctl, id, i, score);
         scores.set(i, score);

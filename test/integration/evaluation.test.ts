@@ -436,6 +436,15 @@ describe.skipIf(skip !== undefined)("evaluation jobs", () => {
     expect(list.stdout).toMatch(/tiny-hf\s+│\s+v2\s+│.*perplexity \S+±\S+ \(n 4\)/);
   }, 180_000);
 
+  it("fails naming the line the model refused", async () => {
+    // Longer than the fixture's 256-token context: the engine refuses that line, and the run stops there.
+    const data = await dataset("too-long.jsonl", [{ text: TEXTS[0] }, { text: TEXTS.join(" ").repeat(20) }]);
+    const e = await evaluate({ model: "tiny-hf@v1", dataset: data });
+    expect(e.state).toBe("failed");
+    expect(e.error?.message).toMatch(/^line 2: /);
+    expect(e.result).toBeNull();
+  }, 60_000);
+
   it("cancels a running evaluation", async () => {
     const long = await dataset(
       "long.jsonl",

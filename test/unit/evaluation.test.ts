@@ -50,6 +50,14 @@ describe("datasets", () => {
     );
   });
 
+  it("bounds a dataset's items and bytes", async () => {
+    const many = Buffer.from(`${'{"text": "a"}\n'.repeat(10_001)}`);
+    await expect(parseDataset(many, undefined)).rejects.toThrow(/more than 10000 items/);
+    await expect(parseDataset(Buffer.alloc(16 * 1024 * 1024 + 1, 0x20), undefined)).rejects.toThrow(
+      /larger than 16777216 bytes/,
+    );
+  });
+
   it("parses targets", () => {
     expect(parseTarget("tiny@v1")).toEqual({ model: "tiny", version: "v1" });
     expect(parseTarget("tiny@v1:sql")).toEqual({ model: "tiny", version: "v1", adapter: "sql" });
