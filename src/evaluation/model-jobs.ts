@@ -23,6 +23,7 @@ import { QueueBase } from "../queue/base.ts";
 import { cancelJobs } from "../queue/cancel.ts";
 import { jobErrorFromFailure } from "../queue/failures.ts";
 import { ANSWER_FIELD } from "../queue/kept-answers.ts";
+import { recordUsage } from "../usage/counters.ts";
 
 const POLL_MS = 100;
 const MAX_ATTEMPTS = 3;
@@ -40,14 +41,19 @@ export class ModelJobs extends QueueBase {
   private readonly waiters = new Map<string, Waiter>();
   private running = true;
   private readonly polling: Promise<void>;
+  /** Whose usage (`/v1/usage`) the requests count in, as batch records count theirs. Absent: not counted. */
+  private readonly usageKey: string | undefined;
+  private unrecorded = { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0 };
 
   constructor(
     ctl: Control,
     evaluationId: string,
     queue: string,
     base: { model: string; version: string; adapter?: string },
+    usageKey?: string,
   ) {
     super(ctl);
+    this.usageKey = usageKey;
     this.evaluationId = evaluationId;
     this.modelQueue = this.queueNamed(queue);
     this.base = base;
@@ -102,8 +108,24 @@ export class ModelJobs extends QueueBase {
   override async close(): Promise<void> {
     this.running = false;
     await this.polling;
+    await this.recordUsage();
     await this.ctl.redis.del(this.replies).catch(() => 0);
     await super.close();
+  }
+
+  /** Never fails the evaluation: usage is bookkeeping. */
+  private async recordUsage(): Promise<void> {
+    const counts = this.unrecorded;
+    if (!this.usageKey || counts.requests === 0) return;
+    this.unrecorded = { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0 };
+    await recordUsage(this.ctl, {
+      key: this.usageKey,
+      model: this.base.model,
+      version: this.base.version,
+      ...counts,
+    }).catch((e: unknown) =>
+      console.error(`[evaluation ${this.evaluationId}] usage not recorded: ${(e as Error).message}`),
+    );
   }
 
   private jobId(name: string, attempt: number): string {
@@ -145,6 +167,11 @@ export class ModelJobs extends QueueBase {
       const id = this.jobId(name, w.attempt);
       if (answer) {
         const parsed = TextResult.safeParse(parseJson(answer));
+        this.unrecorded.requests++;
+        if (parsed.success) {
+          this.unrecorded.prompt_tokens += parsed.data.usage.prompt_tokens;
+          this.unrecorded.completion_tokens += parsed.data.usage.completion_tokens;
+        } else this.unrecorded.errors++;
         w.resolve(
           parsed.success
             ? { ok: true, result: parsed.data }
@@ -160,6 +187,8 @@ export class ModelJobs extends QueueBase {
         } else {
           // As batch records: an engine's 5xx text may quote server paths; publicJobError keeps those out.
           const shown = publicJobError(error);
+          this.unrecorded.requests++;
+          this.unrecorded.errors++;
           w.resolve({ ok: false, code: error.code, message: shown.message });
           this.waiters.delete(name);
         }

@@ -71,11 +71,17 @@ export async function runEvaluation(
     await checkServed(ctl, record);
     const scores = await readScores(ctl, id);
     done = scores.size;
-    jobs = new ModelJobs(ctl, id, record.queue, {
-      model: record.base.name,
-      version: record.base.version,
-      ...(record.adapter ? { adapter: record.adapter } : {}),
-    });
+    jobs = new ModelJobs(
+      ctl,
+      id,
+      record.queue,
+      {
+        model: record.base.name,
+        version: record.base.version,
+        ...(record.adapter ? { adapter: record.adapter } : {}),
+      },
+      record.created_by ?? undefined,
+    );
     const pending = items.map((_, i) => i).filter((i) => !scores.has(i));
     const worker = async () => {
       for (let i = pending.shift(); i !== undefined && stop === undefined; i = pending.shift()) {
