@@ -27,6 +27,9 @@ export function queueName(model: string, version: string, variant = ""): string 
 /** The batch coordinators' BullMQ queue (another one, e.g. a test's, needs a hash tag of its own on a Cluster). */
 export const COORDINATOR_QUEUE = "{batches}";
 
+/** The trainers' BullMQ queue: fine-tuning jobs (src/finetuning, workers/trainer). */
+export const FINE_TUNING_QUEUE = "{fine-tuning}";
+
 /** Control-plane keys: records under `<prefix>:{cp}:` (one slot), the rest under `<prefix>:cp:`. */
 export function controlKeys(prefix: string) {
   const cp = `${prefix}:{cp}`;
@@ -89,6 +92,12 @@ export function controlKeys(prefix: string) {
     batchCheckpoint: (id: string) => `${plain}:batch:{${id}}:checkpoint`, // string JSON: where the next batch starts
     batchResults: (id: string) => `${plain}:batch:{${id}}:results`, // hash line number -> record outcome, for batches not yet written
     batchReplies: (id: string) => `${plain}:batch:{${id}}:replies`, // stream: workers' events for this job's records
+    // Fine-tuning jobs (src/finetuning/store.ts): per organization, bounded; events a capped stream per job.
+    fineTuningJobs: (org: string) => `${cp}:ftjobs:${org}`, // zset job id -> created ms
+    fineTuningJob: (id: string) => `${cp}:ftjob:${id}`, // hash: the job record, one field per part
+    fineTuningCheckpoints: (id: string) => `${cp}:ftjob:${id}:checkpoints`, // list of checkpoint JSON, newest first, capped
+    fineTuningActive: (org: string) => `${cp}:ftactive:${org}`, // set of queued or running job ids (admission)
+    fineTuningEvents: (id: string) => `${plain}:ftjob:{${id}}:events`, // stream: the job's events, capped
     files: `${cp}:files`, // hash file id -> record JSON (OpenAI-style /v1/files; bytes in the artifact store)
     quantizeLock: (artifact: string) => `${plain}:quantize-lock:${artifact}`, // string with TTL: the replica quantizing "<sha256>:<type>" (src/registry/quantize/cache.ts)
     convertLock: (digest: string) => `${plain}:convert-lock:${digest}`, // string with TTL: the replica converting the checkpoint with this manifest digest to GGUF (src/registry/converted.ts)

@@ -28,6 +28,8 @@ import { adminRoutes, statusOf } from "./routes/admin.ts";
 import { batchRoutes } from "./routes/batch-jobs.ts";
 import { dashboardRoutes } from "./routes/dashboard.ts";
 import { openAiBatchRoutes } from "./routes/openai-batches.ts";
+import { fineTuningRoutes } from "./routes/fine-tuning.ts";
+import { FineTuningJobs } from "../finetuning/jobs.ts";
 import { requireAdmin, requireCaller, requireOperator } from "./auth.ts";
 import type { GatewayEnv } from "./env.ts";
 import { asPlatformError, errorResponse } from "./errors.ts";
@@ -181,6 +183,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   app.route("/v1/storage", storageRoutes(storage));
   app.route("/v1/batch-jobs", batchRoutes({ jobs: batchJobs }));
   app.route("/v1", openAiBatchRoutes({ ctl, jobs: batchJobs, artifacts: admin.imports.artifacts }));
+  const fineTuning = new FineTuningJobs(ctl, { storage, files: new BatchFiles(ctl, admin.imports.artifacts) });
+  app.route("/v1/fine_tuning", fineTuningRoutes(fineTuning));
   // Deployed services' RPCs: the same keys, rate limits and body limits, with errors in Connect's
   // shape, which is why the guards run inside the routes (routes/rpc.ts).
   const rpc = rpcRoutes({
@@ -290,6 +294,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       await router.close();
       await dispatcher.close();
       await batchJobs.close();
+      await fineTuning.close();
     },
   };
 }

@@ -27,6 +27,7 @@ const LAYERS: string[][] = [
   ["src/queue", "src/tokens"],
   ["src/abtests", "src/signin"],
   ["src/batch"],
+  ["src/finetuning"],
   // Roles. The CLI starts the others (`platform up`, `platform worker`), so it sits above them.
   ["src/gateway", "workers", "scaler"],
   ["src/cli"],
