@@ -13,6 +13,7 @@ import { SOURCE_SCHEMES } from "../registry/sources.ts";
 import { isCheckpointFile, isModuleDirectory } from "../registry/checkpoint.ts";
 import { writeTar } from "../registry/tar.ts";
 import { registerEvaluate } from "./training-evaluate.ts";
+import { registerTrainingJobs } from "./training-jobs.ts";
 
 export function registerTraining(program: Command): void {
   const training = program.command("training").description("register models and list the registry");
@@ -55,6 +56,7 @@ export function registerTraining(program: Command): void {
     });
 
   registerEvaluate(training);
+  registerTrainingJobs(training);
 
   training
     .command("list")

@@ -29,6 +29,7 @@ import {
   type FineTuneSpec,
   type FineTuningJob,
   LoraOptions,
+  BASE_LEARNING_RATE,
 } from "./schema.ts";
 import {
   addEvent,
@@ -46,8 +47,6 @@ import {
 export { FINE_TUNING_QUEUE };
 export type TrainJobData = { job_id: string };
 
-/** The learning rate a multiplier of 1 stands for, per method (OpenAI's hyperparameter is a multiplier). */
-export const BASE_LEARNING_RATE = { lora: 1e-4, full: 1e-5 } as const;
 export const DEFAULTS = { n_epochs: 3, batch_size: 1, learning_rate_multiplier: 1 };
 
 export type Viewer = Principal;

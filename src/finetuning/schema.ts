@@ -6,6 +6,9 @@
 import { z } from "zod";
 import { ModelName } from "../contracts/deployment.ts";
 
+/** The learning rate a multiplier of 1 stands for, per method (OpenAI's hyperparameter is a multiplier). */
+export const BASE_LEARNING_RATE = { lora: 1e-4, full: 1e-5 } as const;
+
 export const FT_STATUSES = ["validating_files", "queued", "running", "succeeded", "failed", "cancelled"] as const;
 export type FineTuneStatus = (typeof FT_STATUSES)[number];
 export const FINAL_STATUSES: readonly FineTuneStatus[] = ["succeeded", "failed", "cancelled"];

@@ -27,6 +27,7 @@ import { openStore } from "../../src/storage/index.ts";
 import { StoragePolicy } from "../../src/storage/policy.ts";
 import { startTrainer, type Trainer } from "../../workers/trainer/coordinator.ts";
 import { referencePython, tinyModelPath } from "../helpers/models.ts";
+import { runCli } from "../helpers/stack.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
 const python = referencePython();
@@ -61,6 +62,7 @@ type Env = {
   dir: string;
   trainFile: string;
   validFile: string;
+  cliEnv: NodeJS.ProcessEnv;
 };
 
 /** The trainer's Python children of this process (the trainer runs in it). */
@@ -139,6 +141,12 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
       dir,
       trainFile: await upload("train.jsonl", data.train),
       validFile: await upload("valid.jsonl", data.valid),
+      cliEnv: {
+        ...process.env,
+        PLATFORM_BASE_URL: gateway.url,
+        PLATFORM_API_KEY: acmeKey,
+        PLATFORM_CONFIG_DIR: join(dir, "cli-config"),
+      },
     };
   });
 
@@ -250,6 +258,99 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     await expect.poll(() => trainerChildren().length).toBe(0);
     expect((await env.acme.fineTuning.jobs.retrieve(created.id)).status).toBe("cancelled");
     expect(await listModelVersions(env.ctl, "tiny-cancelled")).toEqual([]);
+  });
+
+  it("fine-tunes through the CLI: uploads the local dataset, --watch prints the losses, `training jobs` lists it", async () => {
+    const train = join(env.dir, "cli-train.jsonl");
+    const valid = join(env.dir, "cli-valid.jsonl");
+    await writeFile(train, data.train);
+    await writeFile(valid, data.valid);
+    const run = await runCli(
+      [
+        "training",
+        "submit",
+        "--name",
+        "tiny-cli",
+        "--base",
+        "tiny-hf@v1",
+        "--dataset",
+        train,
+        "--validation",
+        valid,
+        "--epochs",
+        "2",
+        "--learning-rate",
+        "0.01",
+        "--lora-rank",
+        "4",
+        "--lora-alpha",
+        "8",
+        "--seed",
+        "3",
+        "--watch",
+      ],
+      env.cliEnv,
+    );
+    expect(run.stderr).toContain("uploading");
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(
+      /fine-tuning job ftjob-[0-9a-f]{24} queued: tiny-hf@v1 → adapter tiny-cli \(lora, 2 epochs, seed 3\)/,
+    );
+    expect(run.stdout).toMatch(/Step 1\/40: training loss=\d+\.\d{4}/);
+    expect(run.stdout).toMatch(/Step 40: validation loss=\d+\.\d{4}/);
+    expect(run.stdout).toContain("succeeded: tiny-hf:tiny-cli (tiny-cli@v1)");
+    const [version] = await listModelVersions(env.ctl, "tiny-cli");
+    expect(version?.training?.hyperparameters).toMatchObject({
+      n_epochs: 2,
+      learning_rate: 0.01,
+      seed: 3,
+      lora_rank: 4,
+    });
+
+    const list = await runCli(["training", "jobs", "list", "--json"], env.cliEnv);
+    expect(list.code, list.stderr).toBe(0);
+    const listed = JSON.parse(list.stdout) as { id: string; fine_tuned_model: string }[];
+    expect(listed[0]?.fine_tuned_model).toBe("tiny-hf:tiny-cli");
+    const events = await runCli(["training", "jobs", "events", listed[0]?.id as string], env.cliEnv);
+    expect(events.stdout).toContain("Registered adapter tiny-cli@v1");
+
+    // Bad flags: exit 2, naming the flag; a bad dataset: exit 1, naming the line.
+    const flag = await runCli(
+      ["training", "submit", "--name", "x", "--base", "tiny-hf@v1", "--dataset", train, "--epochs", "0"],
+      env.cliEnv,
+    );
+    expect(flag.code).toBe(2);
+    expect(flag.stderr).toContain("--epochs");
+    const noBase = await runCli(["training", "submit", "--name", "x", "--dataset", train], env.cliEnv);
+    expect(noBase.code).toBe(2);
+    expect(noBase.stderr).toContain("--base");
+    const broken = join(env.dir, "broken.jsonl");
+    await writeFile(broken, `${data.train}{"messages": [{"role": "user", "content": 3}]}\n`);
+    const bad = await runCli(
+      ["training", "submit", "--name", "x", "--base", "tiny-hf@v1", "--dataset", broken],
+      env.cliEnv,
+    );
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain("line 21: messages[0].content: expected a string");
+  });
+
+  it("trains every weight with method full and registers a new checkpoint version", async () => {
+    const created = await env.acme.fineTuning.jobs.create({
+      model: "tiny-hf@v1",
+      training_file: env.trainFile,
+      validation_file: env.validFile,
+      seed: 1,
+      suffix: "tiny-full",
+      hyperparameters: { n_epochs: 1, batch_size: 4, learning_rate_multiplier: 100 },
+      method: { type: "supervised", training: "full" },
+    } as unknown as OpenAI.FineTuning.JobCreateParams);
+    const job = await waitForEnd(env.acme, created.id);
+    expect(job.error).toBeNull();
+    expect(job.fine_tuned_model).toBe("tiny-full@v1");
+    const [version] = await listModelVersions(env.ctl, "tiny-full");
+    expect(version).toMatchObject({ kind: "hf", checkpoint: { architecture: "LlamaForCausalLM" } });
+    expect(version?.training).toMatchObject({ method: "full", job_id: job.id });
+    expect(version?.manifest?.map((f) => f.path)).toContain("tokenizer.json");
   });
 
   it("names every bad line of a dataset before anything trains", async () => {
