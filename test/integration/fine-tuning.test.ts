@@ -7,7 +7,7 @@
  * adapter of an uninterrupted run with the same seed, cancel stops the child, bad dataset lines
  * are named, a GGUF-only base is refused, another organization sees nothing, admission is bounded.
  */
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -64,6 +64,21 @@ type Env = {
   validFile: string;
   cliEnv: NodeJS.ProcessEnv;
 };
+
+const TRAINER_PROCESS = new URL("../helpers/trainer-process.ts", import.meta.url).pathname;
+
+/** Processes whose command line names `text` (a job id: its trainer child's paths hold it). */
+function processesNaming(text: string): number[] {
+  try {
+    return execFileSync("pgrep", ["-f", `trainer/${text}/`], { encoding: "utf8" })
+      .trim()
+      .split("\n")
+      .filter(Boolean)
+      .map(Number);
+  } catch {
+    return [];
+  }
+}
 
 /** The trainer's Python children of this process (the trainer runs in it). */
 function trainerChildren(): number[] {
@@ -244,6 +259,51 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     // Same seed, data order, optimizer and scheduler state: the same bytes.
     expect(killed?.manifest).toEqual(straight?.manifest);
     expect(killed?.training?.final_validation_loss).toBe(straight?.training?.final_validation_loss);
+  });
+
+  it("survives a SIGKILL of the trainer process itself: another trainer takes the job over from its checkpoint", async () => {
+    // This suite's trainer steps aside; one in a process of its own takes the job, then dies.
+    await env.trainer.stop();
+    const lone = spawn(process.execPath, [TRAINER_PROCESS], {
+      env: {
+        ...process.env,
+        REDIS_URL: env.redis.url,
+        PLATFORM_DATA_DIR: env.dir,
+        PLATFORM_TRAINER_PYTHON: python,
+        TRAINER_LOCK_MS: "2000",
+        TRAINER_STALLED_MS: "1000",
+      },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    lone.stdout.on("data", (d) => (out += d));
+    lone.stderr.on("data", (d) => (out += d));
+    const exited = new Promise((resolve) => lone.once("exit", resolve));
+    await expect.poll(() => out, { timeout: 30_000 }).toContain("trainer ready");
+    const created = await env.acme.fineTuning.jobs.create(loraJob(env, "tiny-words-moved"));
+    await expect
+      .poll(async () => (await env.acme.fineTuning.jobs.checkpoints.list(created.id)).data.length, {
+        timeout: 60_000,
+        interval: 20,
+      })
+      .toBeGreaterThan(0);
+    lone.kill("SIGKILL");
+    await exited;
+    // Its Python child sees its parent gone and ends itself.
+    await expect.poll(() => processesNaming(created.id)).toEqual([]);
+    env.trainer = await startTrainer(env.ctl, env.settings, {
+      settings: fineTuningSettings({ PLATFORM_TRAINER_PYTHON: python }),
+      stalledIntervalMs: 1000,
+    });
+    const job = await waitForEnd(env.acme, created.id);
+    expect(job.status, out).toBe("succeeded");
+    const messages = (await allEvents(env.acme, job.id)).map((e) => e.message);
+    expect(messages.some((m) => /^Trainer took over the job; resuming from the checkpoint at step \d+$/.test(m))).toBe(
+      true,
+    );
+    const [moved] = await listModelVersions(env.ctl, "tiny-words-moved");
+    const [straight] = await listModelVersions(env.ctl, "tiny-words");
+    expect(moved?.manifest).toEqual(straight?.manifest);
   });
 
   it("cancels a running job: the child stops and nothing is registered", async () => {

@@ -221,6 +221,9 @@ def save_result(args, model, tokenizer_dir):
         with open(config_path) as f:
             config = json.load(f)
         config["base_model_name_or_path"] = args.adapter_base or None
+        # PEFT keeps target modules in a set: its order would change with Python's hash seed.
+        if isinstance(config.get("target_modules"), list):
+            config["target_modules"] = sorted(config["target_modules"])
         with open(config_path, "w") as f:
             json.dump(config, f, indent=2, sort_keys=True)
         readme = os.path.join(args.out, "README.md")
@@ -242,8 +245,25 @@ def digest_of(path):
     return h.hexdigest()
 
 
+def exit_with_parent():
+    """A trainer that dies (SIGKILL) cannot kill its child: the child notices and ends itself."""
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch():
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main():
     args = parse_args()
+    exit_with_parent()
     torch.set_num_threads(max(1, args.threads))
     torch.use_deterministic_algorithms(True, warn_only=True)
     random.seed(args.seed)
