@@ -165,7 +165,7 @@ export class FineTuningJobs {
       );
     }
     await addEvent(this.ctl, id, "info", "Job queued");
-    await trimJobs(this.ctl, spec.org, this.settings.maxJobsPerOrg);
+    await trimJobs(this.ctl, spec.org, this.settings.maxJobsPerOrg, this.files?.store);
     return this.get(id, viewer);
   }
 

@@ -6,6 +6,7 @@
  */
 import { LuaScript } from "../redis/scripts.ts";
 import type { Control } from "../redis/connection.ts";
+import type { ObjectStore } from "../storage/store.ts";
 import {
   FINAL_STATUSES,
   type FineTuneCheckpoint,
@@ -43,14 +44,21 @@ export async function createRecord(ctl: Control, spec: FineTuneSpec): Promise<vo
     .exec();
 }
 
-/** Drops the organization's oldest ended jobs beyond `keep` (records, events, checkpoint records). */
-export async function trimJobs(ctl: Control, org: string, keep: number): Promise<void> {
+/**
+ * Drops the organization's oldest ended jobs beyond `keep`: records, events, checkpoint records, and
+ * (given the artifact store) the checkpoints' files. A registered result is a model version: it stays.
+ */
+export async function trimJobs(ctl: Control, org: string, keep: number, artifacts?: ObjectStore): Promise<void> {
   const count = await ctl.redis.zcard(ctl.keys.fineTuningJobs(org));
   if (count <= keep) return;
   const oldest = await ctl.redis.zrange(ctl.keys.fineTuningJobs(org), 0, count - keep - 1);
   for (const id of oldest) {
     const status = await ctl.redis.hget(ctl.keys.fineTuningJob(id), "status");
     if (status !== null && !FINAL_STATUSES.includes(status as FineTuneStatus)) continue;
+    if (artifacts)
+      for (const c of await listCheckpoints(ctl, id))
+        if (c.key)
+          for await (const o of artifacts.list(`${c.key}/`)) await artifacts.delete(o.key).catch(() => undefined);
     await ctl.redis
       .multi()
       .del(ctl.keys.fineTuningJob(id), ctl.keys.fineTuningCheckpoints(id))

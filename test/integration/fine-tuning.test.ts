@@ -66,6 +66,7 @@ type Env = {
 };
 
 const TRAINER_PROCESS = new URL("../helpers/trainer-process.ts", import.meta.url).pathname;
+const PEFT_LOSS = new URL("../helpers/peft_validation_loss.py", import.meta.url).pathname;
 
 /** Processes whose command line names `text` (a job id: its trainer child's paths hold it). */
 function processesNaming(text: string): number[] {
@@ -229,6 +230,18 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
       ),
     ) as { base_model_name_or_path: string; r: number };
     expect(config).toMatchObject({ base_model_name_or_path: "tiny-hf@v1", r: 4 });
+    // The registered files are a real PEFT adapter: loaded by transformers + PEFT they score the
+    // validation set as the trainer reported.
+    const validPath = join(env.dir, "valid-check.jsonl");
+    await writeFile(validPath, data.valid);
+    const scored = JSON.parse(
+      execFileSync(
+        python as string,
+        [PEFT_LOSS, FIXTURE, join(env.settings.dataDir, "artifacts", version?.artifact as string), validPath],
+        { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] },
+      ),
+    ) as { valid_loss: number };
+    expect(Math.abs(scored.valid_loss - (losses.at(-1) as number)) / (losses.at(-1) as number)).toBeLessThan(1e-5);
   });
 
   it("resumes from its checkpoint after the trainer's child is SIGKILLed, ending with the same adapter as the uninterrupted run", async () => {
@@ -483,15 +496,22 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     const jobs = new FineTuningJobs(env.ctl, {
       queue: "{ft-admission-test}",
       storage: new StoragePolicy({ roots: [{ scheme: "file", path: env.dir }] }),
-      settings: { ...fineTuningSettings({}), maxActivePerOrg: 1 },
+      settings: { ...fineTuningSettings({}), maxActivePerOrg: 1, maxJobsPerOrg: 1 },
     });
     const path = join(env.dir, "train.jsonl");
     await writeFile(path, data.train);
     const who = { id: "key_operator", org: "default", role: "admin" as const };
-    await jobs.create({ model: "tiny-hf@v1", training_file: path }, who);
+    const first = await jobs.create({ model: "tiny-hf@v1", training_file: path }, who);
     const error = await jobs.create({ model: "tiny-hf@v1", training_file: path }, who).catch((e: unknown) => e);
     expect(error).toMatchObject({ status: 429, code: "too_many_fine_tuning_jobs" });
     expect((error as Error).message).toContain("PLATFORM_FINETUNE_MAX_ACTIVE");
+    // An ended job frees its place; the records kept are bounded too (the oldest ended one goes).
+    expect((await jobs.cancel(first.id, who)).status).toBe("cancelled");
+    const second = await jobs.create({ model: "tiny-hf@v1", training_file: path }, who);
+    expect(second.status).toBe("queued");
+    await expect(jobs.get(first.id, who)).rejects.toMatchObject({ status: 404, code: "fine_tuning_job_not_found" });
+    expect((await jobs.list(who)).data.map((j) => j.id)).toEqual([second.id]);
+    await jobs.cancel(second.id, who);
     await jobs.close();
   });
 });
