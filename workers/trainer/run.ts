@@ -93,6 +93,8 @@ export async function runFineTune(deps: RunDeps, id: string, handoff: AbortSigna
     for (;;) {
       const state = {
         done: undefined as TrainerLine | undefined,
+        /** What train.py said went wrong (worded for the job: no paths, no data). */
+        error: undefined as { code: string; message: string } | undefined,
         lastStep: 0,
         started: Date.now(),
         firstStep: -1,
@@ -115,11 +117,17 @@ export async function runFineTune(deps: RunDeps, id: string, handoff: AbortSigna
       });
       const onLine = async (line: TrainerLine) => {
         switch (line.type) {
-          case "plan":
+          case "plan": {
+            const fallback = line.requested_device === "cuda" && line.device !== "cuda";
             await event(
-              `Training ${line.total_steps} steps (${line.steps_per_epoch} per epoch) on ${line.device ?? "cpu"}`,
+              `Training ${line.total_steps} steps (${line.steps_per_epoch} per epoch) on ${line.device ?? "cpu"}${fallback ? " (a GPU was asked for, but the trainer's torch sees none)" : ""}`,
               null,
+              fallback ? "warn" : "info",
             );
+            break;
+          }
+          case "error":
+            state.error = { code: String(line.code), message: String(line.message) };
             break;
           case "resumed":
             await event(`Resumed from the checkpoint at step ${line.step}`, { step: line.step });
@@ -176,6 +184,7 @@ export async function runFineTune(deps: RunDeps, id: string, handoff: AbortSigna
         continue;
       }
       console.error(`[fine-tuning ${id}] trainer exited (code ${end.code}, signal ${end.signal}):\n${end.stderr}`);
+      if (state.error && end.signal === null) return await fail(state.error.code, state.error.message);
       return await fail(
         "training_failed",
         end.signal !== null

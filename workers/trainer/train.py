@@ -43,6 +43,12 @@ def emit(kind, **fields):
     sys.stdout.flush()
 
 
+def fail(code, message):
+    """An error the job shows as it is (it names no path and quotes no data), then exit status 3."""
+    emit("error", code=code, message=message)
+    sys.exit(3)
+
+
 def parse_args():
     p = argparse.ArgumentParser()
     p.add_argument("--base", required=True, help="the base checkpoint directory")
@@ -278,8 +284,7 @@ def main():
     valid = [encode(tokenizer, line, args.max_seq_len) for line in read_jsonl(args.valid)] if args.valid else []
     train = [e for e in train if any(l != -100 for l in e[1][1:])]
     if not train:
-        print("no training line has a token to learn after truncation", file=sys.stderr)
-        sys.exit(3)
+        fail("no_trainable_tokens", "no training example has an assistant or completion token to learn from")
 
     model = AutoModelForCausalLM.from_pretrained(args.base, dtype=torch.float32)
     if args.method == "lora":
@@ -305,6 +310,15 @@ def main():
     optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=0.0)
     scheduler = get_linear_schedule_with_warmup(optimizer, 0, total_steps)
 
+    emit(
+        "plan",
+        total_steps=total_steps,
+        steps_per_epoch=steps_per_epoch,
+        examples=len(train),
+        device=device,
+        requested_device=args.device,
+    )
+
     state = {"step": 0, "epoch": 0, "trained_tokens": 0, "last_train_loss": None, "initial_valid_loss": None}
     if args.resume:
         state = load_checkpoint(args.resume, model, optimizer, scheduler, args.method)
@@ -313,7 +327,6 @@ def main():
         state["initial_valid_loss"] = validation_loss(model, valid, args.batch_size, pad_id, device)
         if state["initial_valid_loss"] is not None:
             emit("valid", step=0, epoch=0, valid_loss=state["initial_valid_loss"])
-    emit("plan", total_steps=total_steps, steps_per_epoch=steps_per_epoch, examples=len(train), device=device)
 
     import time
 
@@ -376,4 +389,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except torch.cuda.OutOfMemoryError:
+        fail("out_of_memory", "the GPU ran out of memory; use a smaller batch_size (or method lora)")
+    except MemoryError:
+        fail("out_of_memory", "the trainer ran out of memory; use a smaller batch_size (or method lora)")
