@@ -328,6 +328,12 @@ export class FineTuningJobs {
     };
   }
 
+  /** Jobs waiting for a trainer and being trained, from the queue (metrics.ts). */
+  async queueCounts(): Promise<{ queued: number; running: number }> {
+    const c = await this.queue.getJobCounts("waiting", "delayed", "prioritized", "active");
+    return { queued: (c.waiting ?? 0) + (c.delayed ?? 0) + (c.prioritized ?? 0), running: c.active ?? 0 };
+  }
+
   async close(): Promise<void> {
     await this.queues.close();
   }

@@ -27,6 +27,7 @@ import { openStore } from "../../src/storage/index.ts";
 import { StoragePolicy } from "../../src/storage/policy.ts";
 import { startTrainer, type Trainer } from "../../workers/trainer/coordinator.ts";
 import { referencePython, tinyModelPath } from "../helpers/models.ts";
+import { scrape, total } from "../helpers/metrics-text.ts";
 import { runCli } from "../helpers/stack.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
@@ -326,11 +327,19 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
         timeout: 60_000,
       })
       .toBe(true);
+    expect(total(await scrape(`${env.gateway.url}/metrics`), "platform_fine_tuning_jobs", { status: "running" })).toBe(
+      1,
+    );
     const cancelled = await env.acme.fineTuning.jobs.cancel(created.id);
     expect(cancelled.status).toBe("cancelled");
     await expect.poll(() => trainerChildren().length).toBe(0);
     expect((await env.acme.fineTuning.jobs.retrieve(created.id)).status).toBe("cancelled");
     expect(await listModelVersions(env.ctl, "tiny-cancelled")).toEqual([]);
+    await expect
+      .poll(async () =>
+        total(await scrape(`${env.gateway.url}/metrics`), "platform_fine_tuning_jobs", { status: "running" }),
+      )
+      .toBe(0);
   });
 
   it("fine-tunes through the CLI: uploads the local dataset, --watch prints the losses, `training jobs` lists it", async () => {
