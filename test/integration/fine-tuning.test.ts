@@ -469,6 +469,13 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     expect(e.message).toContain("line 4: messages: expected at least one assistant message");
     expect(e.message).toContain("line 5: a prompt/completion line in a chat dataset; use one format per file");
     expect(e.message).not.toContain("only a question");
+    // A storage URI is confined as batch inputs are: this gateway gives keys no storage area.
+    const outside = await env.acme.fineTuning.jobs
+      .create({ model: "tiny-hf@v1", training_file: "/etc/passwd" })
+      .catch((e: unknown) => e);
+    expect(outside).toBeInstanceOf(OpenAI.PermissionDeniedError);
+    expect((outside as InstanceType<typeof OpenAI.PermissionDeniedError>).code).toBe("storage_forbidden");
+    expect((outside as Error).message).not.toContain("root:");
   });
 
   it("refuses a GGUF-only base with a 400 saying fine-tuning needs the Hugging Face checkpoint", async () => {
