@@ -1,5 +1,6 @@
 /** `platform trainer`: the fine-tuning trainer as a role of its own (docs/fine-tuning.md), for clusters. */
 import type { Command } from "commander";
+import { loadSettings } from "../settings/index.ts";
 import { CliError } from "./errors.ts";
 
 export function registerTrainerRole(program: Command): void {
@@ -15,6 +16,8 @@ export function registerTrainerRole(program: Command): void {
         throw new CliError(`--jobs: expected a positive whole number, got "${opts.jobs}"`, 2);
       if (!Number.isInteger(threads) || threads < 1)
         throw new CliError(`--threads: expected a positive whole number, got "${opts.threads}"`, 2);
+      if (!loadSettings().redisUrl)
+        throw new CliError("REDIS_URL is not set; the trainer needs the platform's Redis", 2);
       const { runTrainerProcess } = await import("../../workers/trainer/main.ts");
       await runTrainerProcess({ jobs, threads });
     });
