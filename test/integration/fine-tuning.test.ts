@@ -435,6 +435,27 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     expect(version?.manifest?.map((f) => f.path)).toContain("tokenizer.json");
   });
 
+  it("fails a job whose trainer's Python lacks the stack, saying how to fix it", async () => {
+    await env.trainer.stop();
+    // The machine's own python3 has no torch here (doctor says so too).
+    env.trainer = await startTrainer(env.ctl, env.settings, {
+      settings: fineTuningSettings({ PLATFORM_TRAINER_PYTHON: "python3" }),
+    });
+    try {
+      const created = await env.acme.fineTuning.jobs.create(loraJob(env, "tiny-no-python"));
+      const job = await waitForEnd(env.acme, created.id);
+      expect(job.status).toBe("failed");
+      expect(job.error?.code).toBe("trainer_unavailable");
+      expect(job.error?.message).toContain("PLATFORM_TRAINER_PYTHON");
+      expect(job.error?.message).not.toMatch(/\/tmp|\/work|Traceback/);
+    } finally {
+      await env.trainer.stop();
+      env.trainer = await startTrainer(env.ctl, env.settings, {
+        settings: fineTuningSettings({ PLATFORM_TRAINER_PYTHON: python }),
+      });
+    }
+  });
+
   it("names every bad line of a dataset before anything trains", async () => {
     const bad = [
       JSON.stringify({

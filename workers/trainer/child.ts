@@ -10,7 +10,8 @@ import { fileURLToPath } from "node:url";
 export const TRAIN_SCRIPT = fileURLToPath(new URL("./train.py", import.meta.url));
 
 export type TrainerLine = { type: string; [field: string]: unknown };
-export type ChildEnd = { code: number | null; signal: NodeJS.Signals | null; stderr: string };
+/** `spawnError`: the program could not be started at all (not found, not executable). */
+export type ChildEnd = { code: number | null; signal: NodeJS.Signals | null; stderr: string; spawnError?: boolean };
 export type TrainerChild = { pid: number | undefined; ended: Promise<ChildEnd>; kill: () => void };
 
 const STDERR_KEPT = 8192;
@@ -34,7 +35,9 @@ export function spawnTrainer(python: string, args: string[], onLine: (line: Trai
     }
   });
   const ended = new Promise<ChildEnd>((resolve) => {
-    child.once("error", (e) => resolve({ code: 127, signal: null, stderr: `${stderr}\n${String(e)}` }));
+    child.once("error", (e) =>
+      resolve({ code: 127, signal: null, stderr: `${stderr}\n${String(e)}`, spawnError: true }),
+    );
     child.once("close", (code, signal) => resolve({ code, signal, stderr }));
   });
   return { pid: child.pid, ended, kill: () => child.kill("SIGKILL") };

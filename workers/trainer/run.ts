@@ -185,6 +185,11 @@ export async function runFineTune(deps: RunDeps, id: string, handoff: AbortSigna
       }
       console.error(`[fine-tuning ${id}] trainer exited (code ${end.code}, signal ${end.signal}):\n${end.stderr}`);
       if (state.error && end.signal === null) return await fail(state.error.code, state.error.message);
+      if (end.spawnError || /ModuleNotFoundError/.test(end.stderr))
+        return await fail(
+          "trainer_unavailable",
+          `this trainer's Python ${end.spawnError ? "could not be started" : "lacks torch, transformers or peft"}; set PLATFORM_TRAINER_PYTHON to one that has them (\`platform doctor\` checks it) and submit the job again`,
+        );
       return await fail(
         "training_failed",
         end.signal !== null
