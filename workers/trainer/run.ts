@@ -5,28 +5,19 @@
  * (uploaded, so another trainer can resume), restart it from the last checkpoint when it is
  * killed (bounded), stop it on cancel, and register the result.
  */
-import { createHash } from "node:crypto";
-import { createReadStream, createWriteStream } from "node:fs";
-import { mkdir, readdir, rm } from "node:fs/promises";
+import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { pipeline } from "node:stream/promises";
 import type { FineTuningSettings } from "../../src/finetuning/config.ts";
-import { registerTrainedAdapter, registerTrainedModel } from "../../src/finetuning/register.ts";
-import type { FineTuneCheckpoint, FineTuneSpec } from "../../src/finetuning/schema.ts";
-import {
-  addCheckpoint,
-  addEvent,
-  isEnded,
-  listCheckpoints,
-  readJob,
-  updateIfActive,
-} from "../../src/finetuning/store.ts";
+import type { FineTuneSpec } from "../../src/finetuning/schema.ts";
+import { addEvent, isEnded, listCheckpoints, readJob, updateIfActive } from "../../src/finetuning/store.ts";
 import type { Control } from "../../src/redis/connection.ts";
 import { localArtifact } from "../../src/registry/materialize.ts";
 import { resolveModelVersion } from "../../src/registry/versions.ts";
-import { openObject, type S3Settings } from "../../src/storage/index.ts";
+import type { S3Settings } from "../../src/storage/index.ts";
 import type { ObjectStore } from "../../src/storage/store.ts";
+import { fetchChecked, fetchCheckpoint, saveCheckpoint } from "./checkpoints.ts";
 import { type ChildEnd, spawnTrainer, type TrainerLine } from "./child.ts";
+import { registerResult } from "./result.ts";
 
 export type RunDeps = {
   ctl: Control;
@@ -39,8 +30,6 @@ export type RunDeps = {
 };
 
 export type RunEnd = "succeeded" | "failed" | "cancelled" | "ended" | "handed_off";
-
-const CHECKPOINT_FILES = ["weights.safetensors", "trainer_state.pt", "state.json"];
 
 export async function runFineTune(deps: RunDeps, id: string, handoff: AbortSignal): Promise<RunEnd> {
   const { ctl } = deps;
@@ -170,7 +159,7 @@ export async function runFineTune(deps: RunDeps, id: string, handoff: AbortSigna
       await state.pending;
       if (end === "handed_off") return "handed_off";
       if (end === "cancelled") return "cancelled";
-      if (state.done && end.code === 0) return await finish(deps, spec, state.done, out, event);
+      if (state.done && end.code === 0) return await registerResult(deps, spec, state.done, out, event);
       if (end.signal !== null && restarts < deps.settings.maxRestarts) {
         restarts += 1;
         await updateIfActive(ctl, id, { restarts });
@@ -294,113 +283,4 @@ function lastError(stderr: string): string {
   const line = stderr.trim().split("\n").at(-1) ?? "";
   const m = /^([A-Za-z_.]*(Error|Exception)):/.exec(line);
   return m ? ` (${m[1]})` : "";
-}
-
-/** Uploads a checkpoint the child wrote and records it; older ones beyond the bound lose their files. */
-async function saveCheckpoint(deps: RunDeps, spec: FineTuneSpec, line: TrainerLine): Promise<void> {
-  const step = Number(line.step);
-  const dir = String(line.path);
-  const key = `fine-tuning/${spec.org}/${spec.id}/checkpoints/step-${String(step).padStart(8, "0")}`;
-  for (const f of CHECKPOINT_FILES) await deps.artifacts.put(`${key}/${f}`, createReadStream(join(dir, f)));
-  const fineTuned = spec.method === "lora" ? `${spec.base.name}:${spec.result_name}` : spec.result_name;
-  const checkpoint: FineTuneCheckpoint = {
-    object: "fine_tuning.job.checkpoint",
-    id: `ftckpt-${createHash("sha256").update(`${spec.id}:${step}`).digest("hex").slice(0, 24)}`,
-    created_at: Math.floor(Date.now() / 1000),
-    fine_tuned_model_checkpoint: `${fineTuned}:ckpt-step-${step}`,
-    fine_tuning_job_id: spec.id,
-    step_number: step,
-    metrics: {
-      step,
-      train_loss: typeof line.train_loss === "number" ? line.train_loss : null,
-      valid_loss: typeof line.valid_loss === "number" ? line.valid_loss : null,
-      full_valid_loss: typeof line.valid_loss === "number" ? line.valid_loss : null,
-    },
-    key,
-  };
-  const dropped = await addCheckpoint(deps.ctl, checkpoint);
-  for (const old of dropped)
-    if (old.key)
-      for (const f of CHECKPOINT_FILES) await deps.artifacts.delete(`${old.key}/${f}`).catch(() => undefined);
-  await addEvent(deps.ctl, spec.id, "info", `Checkpoint saved at step ${step}`, { step, checkpoint: checkpoint.id });
-  // Older local checkpoints are in the store already; the child may be writing the next one (a .tmp) meanwhile.
-  const parent = join(dir, "..");
-  for (const name of await readdir(parent)) {
-    const m = /^step-(\d+)$/.exec(name);
-    if (m && Number(m[1]) < step) await rm(join(parent, name), { recursive: true, force: true });
-  }
-}
-
-async function fetchCheckpoint(artifacts: ObjectStore, checkpoint: FineTuneCheckpoint, work: string): Promise<string> {
-  const dir = join(work, "resume", `step-${checkpoint.step_number}`);
-  await mkdir(dir, { recursive: true });
-  for (const f of CHECKPOINT_FILES) await artifacts.download(`${checkpoint.key}/${f}`, join(dir, f));
-  return dir;
-}
-
-/** Copies a dataset to `dest`; returns its SHA-256. */
-async function fetchChecked(uri: string, dest: string, s3: S3Settings): Promise<string> {
-  const { store, key } = openObject(uri, s3);
-  try {
-    const hash = createHash("sha256");
-    const source = await store.get(key);
-    source.on("data", (chunk: Buffer) => hash.update(chunk));
-    await pipeline(source, createWriteStream(dest));
-    return hash.digest("hex");
-  } finally {
-    store.close();
-  }
-}
-
-async function finish(
-  deps: RunDeps,
-  spec: FineTuneSpec,
-  done: TrainerLine,
-  out: string,
-  event: (m: string, d?: Record<string, unknown> | null) => Promise<void>,
-): Promise<RunEnd> {
-  const base = await resolveModelVersion(deps.ctl, spec.base.name, spec.base.version);
-  const num = (v: unknown) => (typeof v === "number" ? v : null);
-  const training = {
-    job_id: spec.id,
-    method: spec.method,
-    base: spec.base,
-    dataset_sha256: spec.dataset_sha256,
-    validation_sha256: spec.validation_sha256,
-    hyperparameters: {
-      n_epochs: spec.hyperparameters.n_epochs,
-      batch_size: spec.hyperparameters.batch_size,
-      learning_rate_multiplier: spec.hyperparameters.learning_rate_multiplier,
-      learning_rate: spec.learning_rate,
-      seed: spec.seed,
-      ...(spec.lora
-        ? { lora_rank: spec.lora.rank, lora_alpha: spec.lora.alpha, target_modules: spec.lora.target_modules.join(",") }
-        : {}),
-    },
-    trained_tokens: Number(done.trained_tokens ?? 0),
-    final_train_loss: num(done.final_train_loss),
-    final_validation_loss: num(done.final_valid_loss),
-  };
-  // A cancel that came while the result was written wins: nothing is registered.
-  if (await isEnded(deps.ctl, spec.id)) return "cancelled";
-  const registerDeps = { ctl: deps.ctl, artifacts: deps.artifacts, scratchDir: join(deps.dataDir, "tmp") };
-  const req = { name: spec.result_name, base, dir: out, source: `fine-tuning://${spec.id}`, training };
-  const record =
-    spec.method === "lora"
-      ? await registerTrainedAdapter(registerDeps, req)
-      : await registerTrainedModel(registerDeps, req);
-  const fineTuned = spec.method === "lora" ? `${spec.base.name}:${record.name}` : `${record.name}@${record.version}`;
-  await updateIfActive(deps.ctl, spec.id, {
-    status: "succeeded",
-    finished_at: Date.now(),
-    fine_tuned_model: fineTuned,
-    result_version: `${record.name}@${record.version}`,
-    trained_tokens: training.trained_tokens,
-  });
-  await event(`Registered ${spec.method === "lora" ? "adapter" : "model"} ${record.name}@${record.version}`, {
-    final_train_loss: training.final_train_loss,
-    final_valid_loss: training.final_validation_loss,
-  });
-  await event("The job has successfully completed");
-  return "succeeded";
 }
