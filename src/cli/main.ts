@@ -30,6 +30,7 @@ const GROUPS: Record<string, () => Promise<Register>> = {
   gateway: async () => (await import("./roles.ts")).registerRoles,
   worker: async () => (await import("./roles.ts")).registerRoles,
   scaler: async () => (await import("./roles.ts")).registerRoles,
+  trainer: async () => (await import("./trainer-role.ts")).registerTrainerRole,
 };
 
 const program = new Command()

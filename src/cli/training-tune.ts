@@ -1,7 +1,133 @@
-/** `platform training submit --dataset`: a fine-tuning job (docs/fine-tuning.md). */
+/**
+ * `platform training submit --dataset`: a fine-tuning job (docs/fine-tuning.md). A local dataset is
+ * uploaded through /v1/files (purpose "fine-tune"), so a remote gateway sees it; a URI is passed as
+ * it is and confined by the gateway as batch inputs are. `--watch` follows the job's events (the
+ * loss as it trains) until it ends, and exits non-zero unless it succeeded.
+ */
+import { existsSync, openAsBlob, statSync } from "node:fs";
+import { basename } from "node:path";
+import { BASE_LEARNING_RATE, type FineTuneEvent, type FineTuningJob } from "../finetuning/schema.ts";
+import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
+import { printJson } from "./output.ts";
 import type { SubmitOptions } from "./training.ts";
 
-export async function submitFineTune(_opts: SubmitOptions): Promise<void> {
-  throw new CliError("fine-tuning is not built yet", 1);
+export async function submitFineTune(opts: SubmitOptions): Promise<void> {
+  if (!opts.base)
+    throw new CliError("--base <model>@<version> is required with --dataset: the version to fine-tune", 2);
+  if (opts.method !== "lora" && opts.method !== "full")
+    throw new CliError(`--method: expected lora or full, got "${opts.method}"`, 2);
+  const method = opts.method;
+  const epochs = wholeFlag("--epochs", opts.epochs);
+  const rank = wholeFlag("--lora-rank", opts.loraRank);
+  const seed = wholeFlag("--seed", opts.seed, 0);
+  const alpha = numberFlag("--lora-alpha", opts.loraAlpha);
+  const rate = numberFlag("--learning-rate", opts.learningRate);
+  if (method === "full" && (rank !== undefined || alpha !== undefined))
+    throw new CliError("--lora-rank and --lora-alpha apply to --method lora only", 2);
+  const api = await ApiClient.fromCredentials();
+  const training = await datasetRef(api, "--dataset", opts.dataset as string, opts.json === true);
+  const validation = opts.validation
+    ? await datasetRef(api, "--validation", opts.validation, opts.json === true)
+    : undefined;
+  const hyperparameters = {
+    ...(epochs !== undefined ? { n_epochs: epochs } : {}),
+    ...(rate !== undefined ? { learning_rate_multiplier: rate / BASE_LEARNING_RATE[method] } : {}),
+  };
+  const job = await api.request<FineTuningJob>("POST", "/v1/fine_tuning/jobs", {
+    model: opts.base,
+    training_file: training,
+    ...(validation ? { validation_file: validation } : {}),
+    suffix: opts.name,
+    ...(seed !== undefined ? { seed } : {}),
+    hyperparameters,
+    method: {
+      type: "supervised",
+      training: method,
+      ...(method === "lora"
+        ? { lora: { ...(rank !== undefined ? { rank } : {}), ...(alpha !== undefined ? { alpha } : {}) } }
+        : {}),
+    },
+  });
+  if (opts.json && !opts.watch) return printJson(job);
+  if (!opts.json) {
+    console.log(
+      `fine-tuning job ${job.id} ${job.status}: ${job.model} → ${method === "lora" ? `adapter ${opts.name}` : `model ${opts.name}`} (${method}, ${job.hyperparameters.n_epochs} epochs, seed ${job.seed})`,
+    );
+    if (!opts.watch) console.log(`follow it: platform training jobs events ${job.id} --follow`);
+  }
+  if (opts.watch) {
+    const ended = await followEvents(api, job.id, opts.json === true);
+    if (opts.json) printJson(ended);
+    if (ended.status !== "succeeded")
+      throw new CliError(
+        `fine-tuning job ${job.id} ${ended.status}${ended.error ? `: ${ended.error.message} (${ended.error.code})` : ""}`,
+      );
+  }
+}
+
+/** Prints the job's events as they come (oldest first) until it ends; returns the ended job. */
+export async function followEvents(api: ApiClient, id: string, quiet: boolean): Promise<FineTuningJob> {
+  const seen = new Set<string>();
+  const path = `/v1/fine_tuning/jobs/${encodeURIComponent(id)}`;
+  for (;;) {
+    const job = await api.request<FineTuningJob>("GET", path);
+    const { data } = await api.request<{ data: FineTuneEvent[] }>("GET", `${path}/events?limit=100`);
+    for (const e of data.reverse()) {
+      if (seen.has(e.id)) continue;
+      seen.add(e.id);
+      if (!quiet) console.log(formatEvent(e));
+    }
+    // Only the newest 100 can come again: older ids need not be kept.
+    if (seen.size > 1000) for (const old of [...seen].slice(0, seen.size - 200)) seen.delete(old);
+    if (job.status === "succeeded" || job.status === "failed" || job.status === "cancelled") {
+      if (!quiet)
+        console.log(
+          job.status === "succeeded"
+            ? `succeeded: ${job.fine_tuned_model} (${job.result_version}), ${job.trained_tokens} trained tokens`
+            : `${job.status}${job.error ? `: ${job.error.message}` : ""}`,
+        );
+      return job;
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+export function formatEvent(e: FineTuneEvent): string {
+  const at = new Date(e.created_at * 1000).toISOString().slice(11, 19);
+  return `${at} ${e.level === "info" ? "" : `${e.level.toUpperCase()} `}${e.message}`;
+}
+
+/** A local file is uploaded (its file id is returned); anything else is a storage URI the gateway reads. */
+async function datasetRef(api: ApiClient, flag: string, given: string, quiet: boolean): Promise<string> {
+  if (/^file-[0-9a-f]{24}$/.test(given)) return given;
+  if (/^[a-z][a-z0-9+.-]+:\/\//i.test(given) && !/^file:/i.test(given)) return given;
+  const path = /^file:/i.test(given) ? new URL(given).pathname : given;
+  if (!existsSync(path)) throw new CliError(`${flag} ${given}: no such file`, 2);
+  if (!statSync(path).isFile()) throw new CliError(`${flag} ${given}: not a file (give the JSONL file)`, 2);
+  if (!quiet) process.stderr.write(`uploading ${given}...\n`);
+  const form = new FormData();
+  form.set("purpose", "fine-tune");
+  form.set("file", await openAsBlob(path), basename(path));
+  const res = await api.send("POST", "/v1/files", { body: form });
+  const body = (await res.json().catch(() => ({}))) as { id?: string; error?: { message?: string; code?: string } };
+  if (!res.ok || !body.id)
+    throw new CliError(
+      `${flag}: upload failed: ${body.error?.message ?? `HTTP ${res.status}`}${body.error?.code ? ` (${body.error.code})` : ""}`,
+    );
+  return body.id;
+}
+
+function wholeFlag(flag: string, raw: string | undefined, min = 1): number | undefined {
+  if (raw === undefined) return undefined;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min) throw new CliError(`${flag}: expected a whole number ≥ ${min}, got "${raw}"`, 2);
+  return n;
+}
+
+function numberFlag(flag: string, raw: string | undefined): number | undefined {
+  if (raw === undefined) return undefined;
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n <= 0) throw new CliError(`${flag}: expected a positive number, got "${raw}"`, 2);
+  return n;
 }

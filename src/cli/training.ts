@@ -15,6 +15,7 @@ import { writeTar } from "../registry/tar.ts";
 import { registerEvaluate } from "./training-evaluate.ts";
 import { evaluations } from "./abtest.ts";
 import type { StoredResult } from "../evaluation/schema.ts";
+import { registerTrainingJobs } from "./training-jobs.ts";
 
 export function registerTraining(program: Command): void {
   const training = program.command("training").description("register models and list the registry");
@@ -57,6 +58,7 @@ export function registerTraining(program: Command): void {
     });
 
   registerEvaluate(training);
+  registerTrainingJobs(training);
 
   training
     .command("list")

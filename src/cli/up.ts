@@ -143,6 +143,11 @@ async function up(flags: UpFlags): Promise<void> {
   const scaler = await startScaler(ctl, backend, { log: event, services });
   const coordinator = await startBatchCoordinator(ctl, { ...settings, redisUrl });
   const evaluator = await startEvaluationCoordinator(ctl, settings);
+  // Fine-tuning jobs train here too (docs/fine-tuning.md); clusters run `platform trainer` instead.
+  const trainer = await (await import("../../workers/trainer/coordinator.ts")).startTrainer(ctl, {
+    ...settings,
+    redisUrl,
+  });
   trimMemoryWhenIdle({ busy: () => gateway.awaiting() > 0 });
 
   let stopping = false;
@@ -161,6 +166,7 @@ async function up(flags: UpFlags): Promise<void> {
     // Each step is bounded, so a dead dependency can never leave `up` hanging.
     await bounded(coordinator.stop(), 10_000);
     await bounded(evaluator.stop(), 10_000);
+    await bounded(trainer.stop(), 10_000);
     await bounded(scaler.stop(), 5_000);
     await bounded(Promise.all([backend.close(), services.close()]), settings.drainTimeoutMs + 20_000);
     await bounded(gateway.close(), 5_000);

@@ -29,6 +29,8 @@ export const COORDINATOR_QUEUE = "{batches}";
 
 /** The evaluation coordinators' BullMQ queue (src/evaluation/coordinator.ts). */
 export const EVALUATION_QUEUE = "{evaluations}";
+/** The trainers' BullMQ queue: fine-tuning jobs (src/finetuning, workers/trainer). */
+export const FINE_TUNING_QUEUE = "{fine-tuning}";
 
 /** Control-plane keys: records under `<prefix>:{cp}:` (one slot), the rest under `<prefix>:cp:`. */
 export function controlKeys(prefix: string) {
@@ -99,6 +101,12 @@ export function controlKeys(prefix: string) {
     evaluationTargets: `${cp}:evaluation-targets`, // set of targets that have results (for listings)
     evaluationScores: (id: string) => `${plain}:evaluation:{${id}}:scores`, // hash item index -> score JSON (per-item, for resuming and comparisons)
     evaluationReplies: (id: string) => `${plain}:evaluation:{${id}}:replies`, // stream workers append to (unread: answers are kept on the model jobs)
+    // Fine-tuning jobs (src/finetuning/store.ts): per organization, bounded; events a capped stream per job.
+    fineTuningJobs: (org: string) => `${cp}:ftjobs:${org}`, // zset job id -> created ms
+    fineTuningJob: (id: string) => `${cp}:ftjob:${id}`, // hash: the job record, one field per part
+    fineTuningCheckpoints: (id: string) => `${cp}:ftjob:${id}:checkpoints`, // list of checkpoint JSON, newest first, capped
+    fineTuningActive: (org: string) => `${cp}:ftactive:${org}`, // set of queued or running job ids (admission)
+    fineTuningEvents: (id: string) => `${plain}:ftjob:{${id}}:events`, // stream: the job's events, capped
     files: `${cp}:files`, // hash file id -> record JSON (OpenAI-style /v1/files; bytes in the artifact store)
     quantizeLock: (artifact: string) => `${plain}:quantize-lock:${artifact}`, // string with TTL: the replica quantizing "<sha256>:<type>" (src/registry/quantize/cache.ts)
     convertLock: (digest: string) => `${plain}:convert-lock:${digest}`, // string with TTL: the replica converting the checkpoint with this manifest digest to GGUF (src/registry/converted.ts)

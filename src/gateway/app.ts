@@ -30,6 +30,9 @@ import { Evaluations } from "../evaluation/index.ts";
 import { evaluationRoutes } from "./routes/evaluations.ts";
 import { dashboardRoutes } from "./routes/dashboard.ts";
 import { openAiBatchRoutes } from "./routes/openai-batches.ts";
+import { fineTuningRoutes } from "./routes/fine-tuning.ts";
+import { FineTuningJobs } from "../finetuning/jobs.ts";
+import { registerFineTuningMetrics } from "../finetuning/metrics.ts";
 import { requireAdmin, requireCaller, requireOperator } from "./auth.ts";
 import type { GatewayEnv } from "./env.ts";
 import { asPlatformError, errorResponse } from "./errors.ts";
@@ -184,6 +187,9 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   app.route("/v1/storage", storageRoutes(storage));
   app.route("/v1/batch-jobs", batchRoutes({ jobs: batchJobs }));
   app.route("/v1", openAiBatchRoutes({ ctl, jobs: batchJobs, artifacts: admin.imports.artifacts }));
+  const fineTuning = new FineTuningJobs(ctl, { storage, files: new BatchFiles(ctl, admin.imports.artifacts) });
+  registerFineTuningMetrics(metrics.registry, fineTuning);
+  app.route("/v1/fine_tuning", fineTuningRoutes(fineTuning));
   // Deployed services' RPCs: the same keys, rate limits and body limits, with errors in Connect's
   // shape, which is why the guards run inside the routes (routes/rpc.ts).
   const rpc = rpcRoutes({
@@ -297,6 +303,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       await dispatcher.close();
       await batchJobs.close();
       await evaluations.close();
+      await fineTuning.close();
     },
   };
 }

@@ -205,6 +205,7 @@ describe("platform init", () => {
       "service-replicas",
       "service-route",
       "cluster",
+      "trainer",
     ]);
     expect(statusOf(json, "credentials")).toMatchObject({ status: "ok" });
     // Nothing deployed from this workspace yet: the service checks are skipped, saying so.

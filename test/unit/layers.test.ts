@@ -29,6 +29,7 @@ const LAYERS: string[][] = [
   ["src/batch"],
   // Evaluations read datasets as batch reads its inputs.
   ["src/evaluation"],
+  ["src/finetuning"],
   // Roles. The CLI starts the others (`platform up`, `platform worker`), so it sits above them.
   ["src/gateway", "workers", "scaler"],
   ["src/cli"],

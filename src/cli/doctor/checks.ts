@@ -11,6 +11,7 @@ import { serviceReplicasCheck, serviceRolloutCheck, serviceRouteCheck } from "./
 import { credentialsCheck, organizationCheck, registryCheck } from "./registry.ts";
 import { cliCheck } from "./runtime.ts";
 import { bufCheck, gitCheck } from "./tools.ts";
+import { trainerCheck } from "./trainer.ts";
 import { workspaceCheck } from "./workspace.ts";
 
 export const DOCTOR_CHECKS: readonly DoctorCheck[] = [
@@ -29,4 +30,5 @@ export const DOCTOR_CHECKS: readonly DoctorCheck[] = [
   serviceReplicasCheck,
   serviceRouteCheck,
   clusterCheck,
+  trainerCheck,
 ];

@@ -84,10 +84,11 @@ export function openAiBatchRoutes(deps: OpenAiBatchDeps) {
     const file = form.file;
     if (!(file instanceof File))
       throw new PlatformError(400, "invalid_request", "send the file as multipart/form-data field `file`", "file");
-    if (form.purpose !== "batch")
-      throw new PlatformError(400, "invalid_request", 'purpose: only "batch" files are accepted here', "purpose");
+    // "fine-tune": a fine-tuning dataset (src/finetuning), checked when a job names it.
+    if (form.purpose !== "batch" && form.purpose !== "fine-tune")
+      throw new PlatformError(400, "invalid_request", 'purpose: expected "batch" or "fine-tune"', "purpose");
     const body = Readable.fromWeb(file.stream() as WebReadableStream<Uint8Array>);
-    return c.json(await files.upload(file.name || "input.jsonl", "batch", body, c.get("caller")));
+    return c.json(await files.upload(file.name || "input.jsonl", form.purpose, body, c.get("caller")));
   });
 
   app.get("/files", async (c) => {

@@ -1,0 +1,24 @@
+/** `platform trainer`: the fine-tuning trainer as a role of its own (docs/fine-tuning.md), for clusters. */
+import type { Command } from "commander";
+import { loadSettings } from "../settings/index.ts";
+import { CliError } from "./errors.ts";
+
+export function registerTrainerRole(program: Command): void {
+  program
+    .command("trainer")
+    .description("run a fine-tuning trainer alone (needs REDIS_URL and the Python stack: torch, transformers, peft)")
+    .option("--jobs <n>", "fine-tuning jobs this process trains at once", "1")
+    .option("--threads <n>", "CPU threads torch uses per job", "1")
+    .action(async (opts: { jobs: string; threads: string }) => {
+      const jobs = Number(opts.jobs);
+      const threads = Number(opts.threads);
+      if (!Number.isInteger(jobs) || jobs < 1)
+        throw new CliError(`--jobs: expected a positive whole number, got "${opts.jobs}"`, 2);
+      if (!Number.isInteger(threads) || threads < 1)
+        throw new CliError(`--threads: expected a positive whole number, got "${opts.threads}"`, 2);
+      if (!loadSettings().redisUrl)
+        throw new CliError("REDIS_URL is not set; the trainer needs the platform's Redis", 2);
+      const { runTrainerProcess } = await import("../../workers/trainer/main.ts");
+      await runTrainerProcess({ jobs, threads });
+    });
+}

@@ -1,0 +1,20 @@
+/** The trainer role (`platform trainer`): trains fine-tuning jobs from the queue until SIGTERM (clusters). */
+import { connectControl } from "../../src/redis/connection.ts";
+import { loadSettings } from "../../src/settings/index.ts";
+import { startTrainer } from "./coordinator.ts";
+
+export async function runTrainerProcess(options: { jobs?: number; threads?: number } = {}): Promise<void> {
+  const settings = loadSettings();
+  if (!settings.redisUrl) throw new Error("REDIS_URL is not set; a trainer needs the platform's Redis");
+  const ctl = connectControl(settings.redisUrl, settings.prefix);
+  const trainer = await startTrainer(ctl, settings, { jobsPerProcess: options.jobs, threads: options.threads });
+  console.log("trainer: waiting for fine-tuning jobs");
+  const stop = async () => {
+    // Running jobs go back to the queue; the next trainer resumes them from their checkpoints.
+    await trainer.stop();
+    await ctl.redis.quit().catch(() => undefined);
+    process.exit(0);
+  };
+  process.once("SIGTERM", () => void stop());
+  process.once("SIGINT", () => void stop());
+}
