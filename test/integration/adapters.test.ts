@@ -1,0 +1,309 @@
+/**
+ * LoRA adapters end to end (docs/adapters.md): three seeded PEFT adapters of the suite's tiny Llama
+ * checkpoint (scripts/reference/make-lora.py) and the checkpoint itself are registered through the
+ * registry's upload route (as `training submit` sends them), one endpoint with one float32
+ * replica serves all four, and requests for them interleaved and concurrent each answer, token
+ * for token, what transformers + peft answer. With `runtime.max_loras` 2 the replica keeps at
+ * most two adapter contexts, evicting the least recently used, and still answers every adapter.
+ * Also: adapters refused at registration with their reason, routing's 404s, /v1/models, and who may register.
+ */
+import { spawnSync } from "node:child_process";
+import { cp, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { getLlama, LlamaLogLevel, type Token } from "node-llama-cpp";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DeploymentConfig } from "../../src/contracts/deployment.ts";
+import { deployEndpoint, getEndpoint } from "../../src/endpoints/store.ts";
+import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
+import { createApiKey } from "../../src/keys/store.ts";
+import { createOrg } from "../../src/orgs/store.ts";
+import { connectControl, type Control } from "../../src/redis/connection.ts";
+import { writeTar } from "../../src/registry/tar.ts";
+import type { RegisteredVersion } from "../../src/registry/version.ts";
+import { resolveModelVersion } from "../../src/registry/versions.ts";
+import { loadSettings } from "../../src/settings/index.ts";
+import { openStore } from "../../src/storage/index.ts";
+import { adapterCacheDir, ReplicaAdapters } from "../../workers/adapters.ts";
+import type { Engine } from "../../workers/engines/engine.ts";
+import { loadEngine } from "../../workers/engines/index.ts";
+import type { AdapterLanes } from "../../workers/engines/llamacpp-adapters.ts";
+import { modelFile } from "../../workers/weights.ts";
+import { type RunningWorker, startWorker } from "../../workers/worker.ts";
+import { referencePython } from "../helpers/models.ts";
+import { privateRedis } from "../helpers/redis.ts";
+import { writeSafetensors } from "../helpers/safetensors.ts";
+
+const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
+const CHECKPOINT = join(repoRoot, "test", "fixtures", "hf", "llama");
+const python = referencePython();
+const skip = python === undefined ? "the reference venv (.venv-ref, scripts/reference/setup.sh) is absent" : undefined;
+if (skip) console.warn(`adapters.test.ts skipped: ${skip}`);
+
+type Reference = {
+  prompts: number[][];
+  new_tokens: number;
+  base: { outputs: number[][]; min_gap: number };
+  adapters: Record<string, { dir: string; outputs: number[][]; min_gap: number }>;
+};
+
+const ADAPTERS = ["a1", "a2", "a3"] as const;
+let work: string;
+let reference: Reference;
+let redis: Awaited<ReturnType<typeof privateRedis>>;
+let ctl: Control;
+let gateway: RunningGateway;
+let worker: RunningWorker;
+let engine: Engine;
+let key: string;
+let userKey: string;
+let otherOrgAdmin: string;
+let detokenize: (ids: number[]) => string;
+let disposeModel: () => Promise<void>;
+
+async function upload(
+  name: string,
+  dir: string,
+  files: string[],
+  query: Record<string, string> = {},
+  auth = key,
+): Promise<Response> {
+  const q = new URLSearchParams({ framework: "llamacpp", source: dir, ...query });
+  const chunks: Buffer[] = [];
+  for await (const chunk of writeTar(dir, files) as AsyncIterable<Buffer>) chunks.push(chunk);
+  return fetch(`${gateway.url}/admin/v1/models/${name}/upload?${q}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${auth}`, "content-type": "application/x-tar" },
+    body: Buffer.concat(chunks),
+  });
+}
+
+const ADAPTER_FILES = ["adapter_config.json", "adapter_model.safetensors"];
+
+const post = (path: string, body: unknown) =>
+  fetch(`${gateway.url}${path}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+
+async function complete(model: string, prompt: number[]): Promise<{ text: string; tokens: number }> {
+  const res = await post("/v1/completions", { model, prompt, max_tokens: reference.new_tokens, temperature: 0 });
+  expect(res.status, await res.clone().text()).toBe(200);
+  const body = (await res.json()) as { choices: { text: string }[]; usage: { completion_tokens: number } };
+  return { text: body.choices[0]!.text, tokens: body.usage.completion_tokens };
+}
+
+beforeAll(async () => {
+  if (skip) return;
+  work = await mkdtemp(join(tmpdir(), "platform-adapters-"));
+  const made = spawnSync(python as string, [join(repoRoot, "scripts", "reference", "make-lora.py"), CHECKPOINT, work], {
+    encoding: "utf8",
+    timeout: 300_000,
+  });
+  if (made.status !== 0) throw new Error(`make-lora.py failed: ${made.stderr}`);
+  reference = JSON.parse(made.stdout) as Reference;
+
+  redis = await privateRedis();
+  const dataDir = join(work, "data");
+  const settings = { ...loadSettings({ PLATFORM_DATA_DIR: dataDir }), redisUrl: redis.url };
+  ctl = connectControl(redis.url, settings.prefix);
+  key = (await createApiKey(ctl, "admin", "admin")).key;
+  userKey = (await createApiKey(ctl, "user", "user")).key;
+  await createOrg(ctl, "other");
+  otherOrgAdmin = (await createApiKey(ctl, "other-admin", "admin", undefined, "other")).key;
+  gateway = await startGateway({ ctl, settings, host: "127.0.0.1", port: 0 });
+
+  const base = await upload("tiny", CHECKPOINT, [
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+  ]);
+  expect(base.status, await base.clone().text()).toBe(201);
+  for (const name of ADAPTERS) {
+    const res = await upload(name, reference.adapters[name]!.dir, ADAPTER_FILES, { base: "tiny@v1" });
+    expect(res.status, await res.clone().text()).toBe(201);
+  }
+
+  await deployEndpoint(
+    ctl,
+    DeploymentConfig.parse({
+      model: { name: "tiny" },
+      runtime: { dtype: "float32", max_loras: 2 },
+      resources: { parallel: 4, cpu: 1 },
+    }),
+  );
+  const endpoint = await getEndpoint(ctl, "tiny");
+  const model = await resolveModelVersion(ctl, "tiny", "v1");
+  let modelPath = "";
+  worker = startWorker({
+    ctl,
+    endpoint,
+    replicaId: "tiny-adapters-1",
+    adapters: new ReplicaAdapters({
+      ctl,
+      store: openStore(settings.artifactsUrl),
+      cacheDir: adapterCacheDir(dataDir),
+      replicaId: "tiny-adapters-1",
+      endpoint,
+      model,
+      modelPath: () => modelPath,
+    }),
+    loadEngine: async (describe) => {
+      modelPath = await modelFile(settings, ctl, endpoint, model, "tiny-adapters-1", describe);
+      engine = await loadEngine(endpoint, modelPath);
+      return engine;
+    },
+  });
+  await worker.ready;
+  // transformers' ids as text, through the converted model's own vocabulary.
+  const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
+  const tokenizer = await llama.loadModel({ modelPath, vocabOnly: true });
+  detokenize = (ids) => tokenizer.detokenize(ids as Token[]);
+  disposeModel = () => tokenizer.dispose();
+}, 600_000);
+
+afterAll(async () => {
+  if (skip) return;
+  await disposeModel?.();
+  await gateway?.close();
+  await worker?.drain({ deadlineMs: 0 });
+  await ctl?.redis.quit();
+  await redis?.stop();
+  await rm(work, { recursive: true, force: true });
+});
+
+describe.skipIf(skip !== undefined)("LoRA adapters on one replica", () => {
+  it("registers adapters with their base, rank, alpha and target modules", async () => {
+    const res = await fetch(`${gateway.url}/admin/v1/models`, { headers: { authorization: `Bearer ${key}` } });
+    const { data } = (await res.json()) as { data: RegisteredVersion[] };
+    const a2 = data.find((m) => m.name === "a2")!;
+    expect(a2.kind).toBe("adapter");
+    expect(a2.adapter).toEqual({
+      base: { name: "tiny", version: "v1" },
+      peft_type: "LORA",
+      rank: 8,
+      alpha: 16,
+      target_modules: ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj"],
+      parameters: expect.any(Number),
+    });
+    expect(a2.manifest!.map((f) => f.path)).toEqual(ADAPTER_FILES);
+    expect(data.find((m) => m.name === "a3")!.adapter!.target_modules).toEqual(["down_proj", "k_proj", "up_proj"]);
+  });
+
+  it("serves the base and three adapters interleaved and concurrently, each token for token as transformers + peft", async () => {
+    // Each adapter changes the greedy output: otherwise this would prove nothing about the adapter.
+    for (const name of ADAPTERS) expect(reference.adapters[name]!.outputs).not.toEqual(reference.base.outputs);
+    const cases = reference.prompts.flatMap((prompt, i) => [
+      { model: "tiny", prompt, want: reference.base.outputs[i]! },
+      ...ADAPTERS.map((a) => ({ model: `tiny:${a}`, prompt, want: reference.adapters[a]!.outputs[i]! })),
+    ]);
+    // Twice over, the second round in reverse: adapters evicted by the first (max_loras 2) load again.
+    for (const round of [cases, [...cases].reverse()]) {
+      const answers = await Promise.all(round.map((c) => complete(c.model, c.prompt)));
+      for (const [i, c] of round.entries()) {
+        expect(answers[i]!.tokens, c.model).toBe(reference.new_tokens);
+        expect(answers[i]!.text, `${c.model} on prompt ${JSON.stringify(c.prompt)}`).toBe(detokenize(c.want));
+      }
+    }
+    // The bound held: never more than max_loras adapter contexts.
+    const lanes = (engine as unknown as { adapters: AdapterLanes }).adapters;
+    expect(lanes.loaded().length).toBeLessThanOrEqual(2);
+    expect(lanes.loaded().length).toBeGreaterThan(0);
+  });
+
+  it("streams an adapter's chat answer and counts its usage under <endpoint>:<adapter>", async () => {
+    const res = await post("/v1/chat/completions", {
+      model: "tiny:a1",
+      messages: [{ role: "user", content: "Once upon a time" }],
+      max_tokens: 4,
+      temperature: 0,
+    });
+    expect(res.status, await res.clone().text()).toBe(200);
+    const metrics = await (await fetch(`${gateway.url}/metrics`)).text();
+    expect(metrics).toMatch(/vllm:generation_tokens_total\{[^}]*model_name="tiny:a1"/);
+    const usage = await fetch(`${gateway.url}/v1/usage?by=model`, { headers: { authorization: `Bearer ${key}` } });
+    expect(usage.status).toBe(200);
+    expect(JSON.stringify(await usage.json())).toContain('"model":"tiny:a1"');
+  });
+
+  it("lists adapters in /v1/models as <endpoint>:<adapter>, and retrieves one", async () => {
+    const res = await fetch(`${gateway.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } });
+    const ids = ((await res.json()) as { data: { id: string }[] }).data.map((m) => m.id);
+    expect(ids).toEqual(expect.arrayContaining(["tiny", "tiny:a1", "tiny:a2", "tiny:a3"]));
+    const one = await fetch(`${gateway.url}/v1/models/tiny:a2`, { headers: { authorization: `Bearer ${key}` } });
+    expect(one.status).toBe(200);
+    expect(((await one.json()) as { id: string }).id).toBe("tiny:a2");
+  });
+
+  it("answers 404 naming the fix for an unknown adapter, and for an adapter of another base", async () => {
+    const res = await post("/v1/completions", { model: "tiny:nope", prompt: "Once", max_tokens: 2 });
+    expect(res.status).toBe(404);
+    const err = ((await res.json()) as { error: { message: string; code: string } }).error;
+    expect(err.code).toBe("model_not_found");
+    expect(err.message).toContain("platform training submit --name nope --base tiny@v1");
+    const ghost = await post("/v1/completions", { model: "ghost:a1", prompt: "Once", max_tokens: 2 });
+    expect(ghost.status).toBe(404);
+  });
+
+  it("refuses at registration: no base, an unknown base, not LoRA, a target module the base lacks, a shape mismatch", async () => {
+    const a1 = reference.adapters.a1!.dir;
+    const noBase = await upload("bad", a1, ADAPTER_FILES);
+    expect(noBase.status).toBe(400);
+    expect(await noBase.text()).toContain("--base <model>@<version>");
+
+    const unknown = await upload("bad", a1, ADAPTER_FILES, { base: "tiny@v9" });
+    expect(unknown.status).toBe(400);
+    expect(await unknown.text()).toContain("tiny@v9 is not a registered version");
+
+    const ia3 = join(work, "ia3");
+    await cp(a1, ia3, { recursive: true });
+    const config = JSON.parse(await readFile(join(ia3, "adapter_config.json"), "utf8")) as Record<string, unknown>;
+    await writeFile(join(ia3, "adapter_config.json"), JSON.stringify({ ...config, peft_type: "IA3" }));
+    const notLora = await upload("bad", ia3, ADAPTER_FILES, { base: "tiny@v1" });
+    expect(notLora.status).toBe(400);
+    expect(await notLora.text()).toContain('peft_type is \\"IA3\\"; only LORA adapters are served');
+
+    const missing = join(work, "missing-module");
+    await mkdir(missing);
+    await writeFile(join(missing, "adapter_config.json"), JSON.stringify({ ...config, target_modules: ["q_proj"] }));
+    const zeros = (n: number) => new Float32Array(n).fill(0.01);
+    await writeSafetensors(join(missing, "adapter_model.safetensors"), [
+      { name: "base_model.model.model.layers.7.self_attn.q_proj.lora_A.weight", shape: [4, 64], data: zeros(256) },
+      { name: "base_model.model.model.layers.7.self_attn.q_proj.lora_B.weight", shape: [64, 4], data: zeros(256) },
+    ]);
+    const lacks = await upload("bad", missing, ADAPTER_FILES, { base: "tiny@v1" });
+    expect(lacks.status).toBe(400);
+    expect(await lacks.text()).toContain(
+      "target module q_proj (model.layers.7.self_attn.q_proj.weight) does not exist in the base tiny@v1",
+    );
+
+    const shaped = join(work, "bad-shape");
+    await mkdir(shaped);
+    await writeFile(join(shaped, "adapter_config.json"), JSON.stringify({ ...config, target_modules: ["k_proj"] }));
+    // k_proj is [16, 64] (2 KV heads of 8): a B for 64 output rows belongs to another model.
+    await writeSafetensors(join(shaped, "adapter_model.safetensors"), [
+      { name: "base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight", shape: [4, 64], data: zeros(256) },
+      { name: "base_model.model.model.layers.0.self_attn.k_proj.lora_B.weight", shape: [64, 4], data: zeros(256) },
+    ]);
+    const mismatch = await upload("bad", shaped, ADAPTER_FILES, { base: "tiny@v1" });
+    expect(mismatch.status).toBe(400);
+    expect(await mismatch.text()).toContain("the base tiny@v1's weight is [16, 64]");
+
+    const notAdapter = await upload("bad", CHECKPOINT, ["config.json", "model.safetensors", "tokenizer.json"], {
+      base: "tiny@v1",
+    });
+    expect(notAdapter.status).toBe(400);
+    expect(await notAdapter.text()).toContain("has no adapter_config.json");
+    const res = await fetch(`${gateway.url}/admin/v1/models`, { headers: { authorization: `Bearer ${key}` } });
+    expect(((await res.json()) as { data: RegisteredVersion[] }).data.some((m) => m.name === "bad")).toBe(false);
+  });
+
+  it("registering an adapter is an operator's: a user key and another organization's admin are refused", async () => {
+    const a1 = reference.adapters.a1!.dir;
+    expect((await upload("mine", a1, ADAPTER_FILES, { base: "tiny@v1" }, userKey)).status).toBe(403);
+    expect((await upload("mine", a1, ADAPTER_FILES, { base: "tiny@v1" }, otherOrgAdmin)).status).toBe(403);
+  });
+});
