@@ -67,16 +67,18 @@ export function registerTraining(program: Command): void {
       if (data.length === 0)
         return console.log("no models registered yet: `platform training submit --name <name> --source <path>`");
       printTable(
-        ["NAME", "VERSION", "FRAMEWORK", "TASK", "ARCH", "PARAMS", "CONTEXT", "QUANT", "SIZE", "CREATED"],
+        ["NAME", "VERSION", "FRAMEWORK", "TASK", "ARCH", "PARAMS", "CONTEXT", "QUANT", "BASE", "SIZE", "CREATED"],
         data.map((m) => [
           m.name,
           m.version,
           m.framework,
           taskOf(m),
-          m.gguf?.architecture ?? m.checkpoint?.architecture ?? "-",
-          formatCount(m.gguf?.parameters ?? m.checkpoint?.parameters ?? null),
+          // An adapter: its kind and rank where a model has its architecture, and the version it adapts.
+          m.adapter ? `LoRA r${m.adapter.rank}` : (m.gguf?.architecture ?? m.checkpoint?.architecture ?? "-"),
+          formatCount(m.adapter?.parameters ?? m.gguf?.parameters ?? m.checkpoint?.parameters ?? null),
           m.gguf?.context_length ?? m.checkpoint?.context_length ?? "-",
           m.gguf?.quantization ?? m.checkpoint?.quantization ?? m.checkpoint?.dtype ?? "-",
+          m.adapter ? `${m.adapter.base.name}@${m.adapter.base.version}` : "-",
           formatBytes(m.size_bytes),
           new Date(m.created).toISOString().replace("T", " ").slice(0, 19),
         ]),

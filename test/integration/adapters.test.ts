@@ -33,6 +33,7 @@ import { modelFile } from "../../workers/weights.ts";
 import { type RunningWorker, startWorker } from "../../workers/worker.ts";
 import { referencePython } from "../helpers/models.ts";
 import { privateRedis } from "../helpers/redis.ts";
+import { runCli } from "../helpers/stack.ts";
 import { writeSafetensors } from "../helpers/safetensors.ts";
 
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
@@ -305,5 +306,35 @@ describe.skipIf(skip !== undefined)("LoRA adapters on one replica", () => {
     const a1 = reference.adapters.a1!.dir;
     expect((await upload("mine", a1, ADAPTER_FILES, { base: "tiny@v1" }, userKey)).status).toBe(403);
     expect((await upload("mine", a1, ADAPTER_FILES, { base: "tiny@v1" }, otherOrgAdmin)).status).toBe(403);
+  });
+
+  it("`training submit --source <adapter dir> --base` uploads and registers an adapter; `training list` shows its base", async () => {
+    const env = {
+      ...process.env,
+      PLATFORM_BASE_URL: gateway.url,
+      PLATFORM_API_KEY: key,
+      PLATFORM_CONFIG_DIR: join(work, "cli"),
+    };
+    const dir = reference.adapters.a2!.dir;
+    const missing = await runCli(["training", "submit", "--name", "cli-a2", "--source", dir], env);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain(
+      "is a LoRA adapter (it holds adapter_config.json): name the version it adapts with --base",
+    );
+    const bad = await runCli(["training", "submit", "--name", "cli-a2", "--source", dir, "--base", "tiny"], env);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("--base tiny: expected <model>@<version>");
+    // PEFT's README.md beside the adapter stays behind; the two adapter files go up.
+    const done = await runCli(["training", "submit", "--name", "cli-a2", "--source", dir, "--base", "tiny@v1"], env);
+    expect(done.code, done.stderr).toBe(0);
+    expect(done.stdout).toMatch(/registered cli-a2@v1 .*task generate/);
+    expect(done.stdout).toContain(
+      "LoRA adapter of tiny@v1 · rank 8 · alpha 16 · down_proj, gate_proj, k_proj, o_proj, q_proj",
+    );
+    const list = await runCli(["training", "list"], env);
+    expect(list.stdout).toMatch(/cli-a2[\s│]+v1[\s│]+llamacpp[\s│]+generate[\s│]+LoRA r8[\s│]+.*tiny@v1/);
+    // Served at once as tiny:cli-a2, with a2's answer (same files).
+    const answer = await complete("tiny:cli-a2", reference.prompts[0]!);
+    expect(answer.text).toBe(detokenize(reference.adapters.a2!.outputs[0]!));
   });
 });
