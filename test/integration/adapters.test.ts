@@ -20,6 +20,7 @@ import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { createOrg } from "../../src/orgs/store.ts";
 import { connectControl, type Control } from "../../src/redis/connection.ts";
+import { registerAdapter } from "../../src/registry/adapter-register.ts";
 import { writeTar } from "../../src/registry/tar.ts";
 import type { RegisteredVersion } from "../../src/registry/version.ts";
 import { resolveModelVersion } from "../../src/registry/versions.ts";
@@ -61,6 +62,7 @@ let key: string;
 let userKey: string;
 let otherOrgAdmin: string;
 let detokenize: (ids: number[]) => string;
+let artifactsUrl: string;
 let disposeModel: () => Promise<void>;
 
 async function upload(
@@ -110,6 +112,7 @@ beforeAll(async () => {
   const dataDir = join(work, "data");
   const settings = { ...loadSettings({ PLATFORM_DATA_DIR: dataDir }), redisUrl: redis.url };
   ctl = connectControl(redis.url, settings.prefix);
+  artifactsUrl = settings.artifactsUrl;
   key = (await createApiKey(ctl, "admin", "admin")).key;
   userKey = (await createApiKey(ctl, "user", "user")).key;
   await createOrg(ctl, "other");
@@ -336,5 +339,34 @@ describe.skipIf(skip !== undefined)("LoRA adapters on one replica", () => {
     // Served at once as tiny:cli-a2, with a2's answer (same files).
     const answer = await complete("tiny:cli-a2", reference.prompts[0]!);
     expect(answer.text).toBe(detokenize(reference.adapters.a2!.outputs[0]!));
+  });
+
+  it("registerAdapter registers a fine-tuning job's output directory with its training summary, served at once", async () => {
+    const training = {
+      job_id: "ftjob-test",
+      method: "lora" as const,
+      base: { name: "tiny", version: "v1" },
+      dataset_sha256: "0".repeat(64),
+      validation_sha256: null,
+      hyperparameters: { epochs: 1, learning_rate: 0.001 },
+      trained_tokens: 100,
+      final_train_loss: 1.5,
+      final_validation_loss: null,
+    };
+    const record = await registerAdapter(
+      { ctl, artifacts: openStore(artifactsUrl), scratchDir: join(work, "scratch") },
+      { name: "tuned", base: { name: "tiny", version: "v1" }, dir: reference.adapters.a3!.dir, training },
+    );
+    expect(record).toMatchObject({ name: "tuned", version: "v1", kind: "adapter", training });
+    expect(record.adapter!.base).toEqual({ name: "tiny", version: "v1" });
+    const answer = await complete("tiny:tuned", reference.prompts[1]!);
+    expect(answer.text).toBe(detokenize(reference.adapters.a3!.outputs[1]!));
+    // A wrong base is refused the same way as an upload.
+    await expect(
+      registerAdapter(
+        { ctl, artifacts: openStore(artifactsUrl), scratchDir: join(work, "scratch") },
+        { name: "tuned", base: { name: "tiny", version: "v7" }, dir: reference.adapters.a3!.dir },
+      ),
+    ).rejects.toThrow("tiny@v7 is not a registered version");
   });
 });
