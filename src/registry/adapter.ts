@@ -5,7 +5,8 @@
  * shapes, read from the base's safetensors headers or GGUF tensor infos) so that an adapter no
  * replica could apply is refused with the reason, before anything is stored.
  */
-import { readFile, stat } from "node:fs/promises";
+import { randomUUID } from "node:crypto";
+import { readFile, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { PlatformError } from "../contracts/errors.ts";
@@ -171,7 +172,7 @@ export function adapterSummary(layout: AdapterLayout, base: VersionRef): Adapter
 /**
  * The base's weight names and shapes: a checkpoint's from its safetensors headers (read from the
  * store's first bytes of each shard, never the weights), a GGUF file's from its tensor infos
- * (mapped back to transformers names). `cacheDir`: where a GGUF base from a remote store is copied.
+ * (mapped back to transformers names). `cacheDir`: where a GGUF base from a remote store is copied for the read.
  */
 export async function readBaseWeights(
   store: ObjectStore,
@@ -190,9 +191,16 @@ export async function readBaseWeights(
     }
     return { architecture: base.checkpoint?.architecture ?? null, shapes };
   }
-  const info = await readGgufInfo(await localArtifact(store, cacheDir, base)).catch(() => {
-    throw refuse(`the base ${base.name}@${base.version} is not a GGUF file whose tensors can be read`, "base");
-  });
+  // A remote store's GGUF is copied to a directory of its own for the read, then removed: the gateway keeps no model files.
+  const temp = store.localPath(base.artifact) ? undefined : join(cacheDir, randomUUID());
+  let info: Awaited<ReturnType<typeof readGgufInfo>>;
+  try {
+    info = await readGgufInfo(await localArtifact(store, temp ?? cacheDir, base)).catch(() => {
+      throw refuse(`the base ${base.name}@${base.version} is not a GGUF file whose tensors can be read`, "base");
+    });
+  } finally {
+    if (temp) await rm(temp, { recursive: true, force: true });
+  }
   for (const t of info.tensors) {
     const name = hfWeightName(t.name);
     if (name) shapes.set(name, [...t.dims].reverse());
