@@ -12,8 +12,9 @@ Adapters (each lora_B non-zero and large enough that the greedy output differs f
   a2: r 8, alpha 16, q_proj + k_proj + o_proj + gate_proj + down_proj
   a3: r 2, alpha 4, use_rslora, k_proj + up_proj + down_proj, layer 1 only
 
-stdout, one JSON object: {"prompts": [input_ids...], "new_tokens": N,
-"base": {"outputs": [[ids]...], "min_gap": g}, "adapters": {"a1": {"dir", "outputs", "min_gap"}, ...}}.
+stdout, one JSON object: {"prompts": [input_ids...], "new_tokens": N, "scored_ids": the first prompt
+and the base's continuation, "base": {"outputs": [[ids]...], "min_gap": g, "logprobs": scored_ids'
+log p(id_i | ids_<i), i >= 1}, "adapters": {"a1": {"dir", "outputs", "min_gap", "logprobs"}, ...}}.
 """
 import json
 import os
@@ -46,6 +47,13 @@ def greedy(model, input_ids):
     return out, min(gaps)
 
 
+def scored(model, ids):
+    """log p(id_i | ids_<i) for i >= 1 in one float32 forward pass (log-softmax in float64): what echo with logprobs reports."""
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].to(torch.float64), dim=-1)
+    return [float(logprobs[i - 1, ids[i]]) for i in range(1, len(ids))]
+
+
 def load_base(base_dir):
     return AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
 
@@ -56,8 +64,11 @@ def main():
     prompts = [tok(p)["input_ids"] for p in PROMPTS]
     base = load_base(base_dir)
     runs = [greedy(base, p) for p in prompts]
-    result = {"prompts": prompts, "new_tokens": NEW_TOKENS,
-              "base": {"outputs": [r[0] for r in runs], "min_gap": min(r[1] for r in runs)}, "adapters": {}}
+    # One scored sequence: the first prompt with the base's continuation, under each model (echo's reference).
+    scored_ids = prompts[0] + runs[0][0]
+    result = {"prompts": prompts, "new_tokens": NEW_TOKENS, "scored_ids": scored_ids,
+              "base": {"outputs": [r[0] for r in runs], "min_gap": min(r[1] for r in runs), "logprobs": scored(base, scored_ids)},
+              "adapters": {}}
     for i, (name, cfg) in enumerate(ADAPTERS.items()):
         torch.manual_seed(100 + i)
         model = get_peft_model(load_base(base_dir), LoraConfig(task_type="CAUSAL_LM", lora_dropout=0.0, **cfg))
@@ -70,7 +81,8 @@ def main():
         model.save_pretrained(path, safe_serialization=True)
         loaded = PeftModel.from_pretrained(load_base(base_dir), path).eval()
         runs = [greedy(loaded, p) for p in prompts]
-        result["adapters"][name] = {"dir": path, "outputs": [r[0] for r in runs], "min_gap": min(r[1] for r in runs)}
+        result["adapters"][name] = {"dir": path, "outputs": [r[0] for r in runs], "min_gap": min(r[1] for r in runs),
+                                    "logprobs": scored(loaded, scored_ids)}
     json.dump(result, sys.stdout)
 
 

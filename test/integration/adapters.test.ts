@@ -46,8 +46,9 @@ if (skip) console.warn(`adapters.test.ts skipped: ${skip}`);
 type Reference = {
   prompts: number[][];
   new_tokens: number;
-  base: { outputs: number[][]; min_gap: number };
-  adapters: Record<string, { dir: string; outputs: number[][]; min_gap: number }>;
+  scored_ids: number[];
+  base: { outputs: number[][]; min_gap: number; logprobs: number[] };
+  adapters: Record<string, { dir: string; outputs: number[][]; min_gap: number; logprobs: number[] }>;
 };
 
 const ADAPTERS = ["a1", "a2", "a3"] as const;
@@ -224,6 +225,30 @@ describe.skipIf(skip !== undefined)("LoRA adapters on one replica", () => {
     const lanes = (engine as unknown as { adapters: AdapterLanes }).adapters;
     expect(lanes.loaded().length).toBeLessThanOrEqual(2);
     expect(lanes.loaded().length).toBeGreaterThan(0);
+  });
+
+  it("scores a prompt under each adapter as transformers + peft does (echo with logprobs, what evaluation uses)", async () => {
+    for (const [model, want] of [
+      ["tiny", reference.base.logprobs],
+      ...ADAPTERS.map((a) => [`tiny:${a}`, reference.adapters[a]!.logprobs] as const),
+    ] as const) {
+      const res = await post("/v1/completions", {
+        model,
+        prompt: reference.scored_ids,
+        max_tokens: 0,
+        echo: true,
+        logprobs: 0,
+        temperature: 0,
+      });
+      expect(res.status, await res.clone().text()).toBe(200);
+      const lp = ((await res.json()) as { choices: { logprobs: { token_logprobs: (number | null)[] } }[] }).choices[0]!
+        .logprobs.token_logprobs;
+      const got = lp.slice(lp.length - want.length) as number[];
+      expect(got).toHaveLength(want.length);
+      for (const [i, x] of got.entries())
+        expect(Math.abs(x - want[i]!), `${model} token ${i}`).toBeLessThanOrEqual(1e-3);
+    }
+    expect(reference.adapters.a1!.logprobs).not.toEqual(reference.base.logprobs);
   });
 
   it("streams an adapter's chat answer and counts its usage under <endpoint>:<adapter>", async () => {
