@@ -12,7 +12,7 @@ import { adapterSummary, ADAPTER_FILES, checkAgainstBase, readAdapter, readBaseW
 import { manifestDigest, sortManifest } from "./checkpoint.ts";
 import { type ImportDeps, importModel, type ImportRequest, saveRecord } from "./import.ts";
 import type { ArtifactFile, RegisteredVersion, TrainingSummary, VersionRef } from "./version.ts";
-import { nextVersion, resolveModelVersion } from "./versions.ts";
+import { listModelVersions, nextVersion, resolveModelVersion } from "./versions.ts";
 
 /** `<model>@<version>` as a reference, or the 400 that says how to write it. */
 export function parseBaseRef(base: string | undefined): VersionRef {
@@ -61,6 +61,28 @@ export async function resolveBase(deps: Pick<ImportDeps, "ctl">, ref: VersionRef
   return base;
 }
 
+/**
+ * A name holds models or adapters, never both: `<name>` (latest) must mean one kind of thing to a
+ * deployment and to `<endpoint>:<name>`. A 409 naming the clash when `name` holds the other kind.
+ */
+export async function requireKind(
+  deps: Pick<ImportDeps, "ctl">,
+  name: string,
+  kind: "adapter" | "model",
+): Promise<void> {
+  const existing = await listModelVersions(deps.ctl, name);
+  const other = existing.find((v) => (v.kind === "adapter") !== (kind === "adapter"));
+  if (!other) return;
+  throw new PlatformError(
+    409,
+    "name_taken",
+    kind === "adapter"
+      ? `name: "${name}" already holds model versions (${other.version}); register the adapter under a name of its own`
+      : `name: "${name}" already holds LoRA adapter versions (${other.version}); register the model under a name of its own`,
+    "name",
+  );
+}
+
 /** Checks, stores and records the adapter whose files (name → size, sha256) lie in `dir`. */
 export async function importAdapter(
   deps: ImportDeps,
@@ -69,6 +91,7 @@ export async function importAdapter(
   files: ReadonlyMap<string, { size: number; sha256: string }>,
 ): Promise<RegisteredVersion> {
   const ref = parseBaseRef(req.base);
+  await requireKind(deps, req.name, "adapter");
   const base = await resolveBase(deps, ref);
   if (!files.has("adapter_model.safetensors"))
     throw new PlatformError(

@@ -230,5 +230,9 @@ async function readSafetensorsHeader(store: ObjectStore, key: string): Promise<R
   }
   const bytes = Buffer.concat(chunks);
   if (need <= 8 || bytes.length < need) throw new Error(`${key}: not a safetensors file`);
-  return JSON.parse(bytes.subarray(8, need).toString("utf8")) as Record<string, unknown>;
+  try {
+    return JSON.parse(bytes.subarray(8, need).toString("utf8")) as Record<string, unknown>;
+  } catch {
+    throw new Error(`${key}: the safetensors header is not valid JSON`);
+  }
 }

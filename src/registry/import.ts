@@ -22,7 +22,7 @@ import {
   type RegisteredVersion,
   type TrainingSummary,
 } from "./version.ts";
-import { importAdapter } from "./adapter-register.ts";
+import { importAdapter, requireKind } from "./adapter-register.ts";
 import type { Control } from "../redis/connection.ts";
 import { PlatformError, withDetail } from "../contracts/errors.ts";
 import type { ObjectStore } from "../storage/store.ts";
@@ -123,6 +123,7 @@ export async function importModel(deps: ImportDeps, req: ImportRequest): Promise
       "base: only an adapter (a directory holding adapter_config.json and adapter_model.safetensors) has a base; this source is a single file",
       "base",
     );
+  await requireKind(deps, req.name, "model");
   try {
     const { sha256, size } = req.body
       ? await copyHashing(req.body, scratch)
@@ -275,6 +276,7 @@ async function importCheckpoint(
       "base: the source has no adapter_config.json, so it is not an adapter; register a model without --base, or point --source at the PEFT adapter directory",
       "base",
     );
+  await requireKind(deps, req.name, "model");
   const checkpoint = await summarizeCheckpoint(dir, names);
   // llama.cpp serves it converted: refused now, with nothing stored, when no converter knows it.
   if (req.framework === "llamacpp") requireConvertible(checkpoint.architecture);

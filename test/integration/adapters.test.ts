@@ -336,6 +336,23 @@ describe.skipIf(skip !== undefined)("LoRA adapters on one replica", () => {
     expect(await notAdapter.text()).toContain("has no adapter_config.json");
     const res = await fetch(`${gateway.url}/admin/v1/models`, { headers: { authorization: `Bearer ${key}` } });
     expect(((await res.json()) as { data: RegisteredVersion[] }).data.some((m) => m.name === "bad")).toBe(false);
+
+    // A name holds models or adapters, never both; an adapter is not deployed on its own.
+    const clash = await upload("tiny", a1, ADAPTER_FILES, { base: "tiny@v1" });
+    expect(clash.status).toBe(409);
+    expect(await clash.text()).toContain('name: \\"tiny\\" already holds model versions');
+    const model = await upload("a1", CHECKPOINT, ["config.json", "model.safetensors", "tokenizer.json"]);
+    expect(model.status).toBe(409);
+    expect(await model.text()).toContain("already holds LoRA adapter versions");
+    const deploy = await fetch(`${gateway.url}/admin/v1/endpoints/a1`, {
+      method: "PUT",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: { name: "a1" } }),
+    });
+    expect(deploy.status).toBe(400);
+    expect(await deploy.text()).toContain(
+      'a1@v1 is a LoRA adapter of tiny@v1; deploy its base and send requests to \\"<endpoint>:a1\\"',
+    );
   });
 
   it("registering an adapter is an operator's: a user key and another organization's admin are refused", async () => {
