@@ -225,6 +225,10 @@ describe.skipIf(skip !== undefined)("LoRA adapters on one replica", () => {
     const lanes = (engine as unknown as { adapters: AdapterLanes }).adapters;
     expect(lanes.loaded().length).toBeLessThanOrEqual(2);
     expect(lanes.loaded().length).toBeGreaterThan(0);
+    // Three adapters through two contexts, twice: loaded again after being evicted.
+    const stats = engine.adapterStats!();
+    expect(stats.loads).toBeGreaterThan(3);
+    expect(stats.evictions).toBe(stats.loads - stats.loaded);
   });
 
   it("scores a prompt under each adapter as transformers + peft does (echo with logprobs, what evaluation uses)", async () => {

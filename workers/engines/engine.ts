@@ -22,6 +22,9 @@ export type ChatTools = { tools: FunctionTool[]; tool_choice?: ToolChoice; paral
  */
 export type AppliedAdapter = { ref: string; path: string; rank: number };
 
+/** An engine's LoRA adapter counts. */
+export type AdapterStats = { loaded: number; loads: number; evictions: number };
+
 export type TextRequest =
   /** Token ids are evaluated as given: the engine adds no BOS token to them (job.ts `Prompt`). */
   (
@@ -64,6 +67,8 @@ export interface Engine {
   readonly lost?: Promise<string>;
   /** Whether it applies LoRA adapters (TextRequest.adapter); an engine without it refuses them. */
   readonly servesAdapters?: boolean;
+  /** Its LoRA adapters: loaded now, and loads and evictions so far (workers/metrics.ts). */
+  adapterStats?(): AdapterStats;
   /** The engine's own Prometheus metrics in the text format (vLLM's /metrics), served with the replica's. */
   metrics?(): Promise<string>;
   dispose(): Promise<void>;

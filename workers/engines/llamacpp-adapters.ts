@@ -33,11 +33,18 @@ export class AdapterLanes {
   /** Serializes lane creation and eviction, so two first requests never make one adapter's context twice. */
   private lock: Promise<unknown> = Promise.resolve();
   private idle: (() => void)[] = [];
+  /** Contexts made and disposed so far, for the replica's metrics. */
+  loads = 0;
+  evictions = 0;
 
   constructor(model: LlamaModel, make: MakeContext, max: number) {
     this.model = model;
     this.make = make;
     this.max = max;
+  }
+
+  stats(): { loaded: number; loads: number; evictions: number } {
+    return { loaded: this.lanes.size, loads: this.loads, evictions: this.evictions };
   }
 
   /** Adapters loaded now, most recently used last (for tests and status). */
@@ -98,12 +105,14 @@ export class AdapterLanes {
     for (let i = 0; i < context.totalSequences; i++) free.push(context.getSequence());
     const lane: Lane = { context, free, active: 0, lastUsed: performance.now(), adapterPath: path };
     this.lanes.set(ref, lane);
+    this.loads++;
     log.info({ adapter: ref, loaded: this.lanes.size }, `adapter ${ref} loaded`);
     return lane;
   }
 
   private async evict(ref: string, lane: Lane): Promise<void> {
     this.lanes.delete(ref);
+    this.evictions++;
     await lane.context.dispose();
     // node-llama-cpp keeps an adapter's weights until the model is disposed; with no context using them
     // they are freed here, so loading and evicting many adapters over a replica's life stays bounded.

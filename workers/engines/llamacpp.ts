@@ -259,6 +259,10 @@ class LlamaCppEngine implements Engine {
     this.bos = wantsBos && model.vocabularyType !== "rwkv" && model.vocabularyType !== "ugm" ? model.tokens.bos : null;
   }
 
+  adapterStats() {
+    return this.adapters.stats();
+  }
+
   async warmup(): Promise<void> {
     if (this.encoderOnly) {
       await this.embed(["Hello"]);

@@ -180,6 +180,13 @@ export class VllmEngine implements Engine {
     }
   }
 
+  private loads = 0;
+  private evictions = 0;
+
+  adapterStats() {
+    return { loaded: this.adapters.size, loads: this.loads, evictions: this.evictions };
+  }
+
   /** The adapter registered with vLLM (loaded on first use), counted as in use until the caller lets go. */
   private async holdAdapter(ref: string, path: string): Promise<{ active: number }> {
     let entry = this.adapters.get(ref);
@@ -187,11 +194,13 @@ export class VllmEngine implements Engine {
       const loading = this.client.loadAdapter(ref, path);
       entry = { active: 0, lastUsed: 0, loading };
       this.adapters.set(ref, entry);
+      this.loads++;
       loading.catch(() => this.adapters.delete(ref));
       const idle = [...this.adapters.entries()].filter(([name, e]) => name !== ref && e.active === 0);
       if (this.adapters.size > this.knownAdapters && idle.length > 0) {
         const [oldest] = idle.sort((a, b) => a[1].lastUsed - b[1].lastUsed)[0]!;
         this.adapters.delete(oldest);
+        this.evictions++;
         void this.client.unloadAdapter(oldest);
       }
     }
