@@ -34,6 +34,7 @@ import { modelFile } from "../../workers/weights.ts";
 import { type RunningWorker, startWorker } from "../../workers/worker.ts";
 import { referencePython } from "../helpers/models.ts";
 import { privateRedis } from "../helpers/redis.ts";
+import { serveFloat32Checkpoint } from "../helpers/float32-checkpoint.ts";
 import { runCli } from "../helpers/stack.ts";
 import { writeSafetensors } from "../helpers/safetensors.ts";
 
@@ -453,5 +454,39 @@ describe.skipIf(skip !== undefined)("LoRA adapters on one replica", () => {
       status: 400,
       message: "tiny@v1 is a model, not an adapter",
     });
+  });
+});
+
+describe.skipIf(skip !== undefined)("adapters on the float32 checkpoint helper (a GGUF base)", () => {
+  it("serves an adapter registered on serveFloat32Checkpoint's tiny-hf as tiny-hf:<adapter>, as transformers + peft", async () => {
+    const served = await serveFloat32Checkpoint(CHECKPOINT, "tiny-hf-adapters-1");
+    try {
+      const url = served.gateway.url;
+      const auth = { authorization: `Bearer ${served.key}` };
+      const chunks: Buffer[] = [];
+      for await (const c of writeTar(reference.adapters.a2!.dir, ADAPTER_FILES) as AsyncIterable<Buffer>)
+        chunks.push(c);
+      const registered = await fetch(`${url}/admin/v1/models/a2/upload?source=a2&base=tiny-hf@v1`, {
+        method: "POST",
+        headers: { ...auth, "content-type": "application/x-tar" },
+        body: Buffer.concat(chunks),
+      });
+      expect(registered.status, await registered.clone().text()).toBe(201);
+      const res = await fetch(`${url}/v1/completions`, {
+        method: "POST",
+        headers: { ...auth, "content-type": "application/json" },
+        body: JSON.stringify({
+          model: "tiny-hf:a2",
+          prompt: reference.prompts[0],
+          max_tokens: reference.new_tokens,
+          temperature: 0,
+        }),
+      });
+      expect(res.status, await res.clone().text()).toBe(200);
+      const text = ((await res.json()) as { choices: { text: string }[] }).choices[0]!.text;
+      expect(text).toBe(detokenize(reference.adapters.a2!.outputs[0]!));
+    } finally {
+      await served.stop();
+    }
   });
 });
