@@ -230,6 +230,18 @@ describe.skipIf(skip !== undefined)("LoRA adapters on one replica", () => {
     const stats = engine.adapterStats!();
     expect(stats.loads).toBeGreaterThan(3);
     expect(stats.evictions).toBe(stats.loads - stats.loaded);
+    // `status` shows what the replica holds loaded, from its heartbeat.
+    let shown: string[] = [];
+    for (let i = 0; i < 300 && shown.length === 0; i++) {
+      const res = await fetch(`${gateway.url}/admin/v1/endpoints/tiny`, {
+        headers: { authorization: `Bearer ${key}` },
+      });
+      shown = ((await res.json()) as { adapters: string[] }).adapters;
+      if (shown.length === 0) await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(shown.length).toBeGreaterThan(0);
+    expect(shown.length).toBeLessThanOrEqual(2);
+    for (const a of shown) expect(["a1@v1", "a2@v1", "a3@v1"]).toContain(a);
   });
 
   it("scores a prompt under each adapter as transformers + peft does (echo with logprobs, what evaluation uses)", async () => {

@@ -64,7 +64,7 @@ describe("adapter contexts", () => {
     const taken = await b;
     expect(disposed).toEqual(["/a"]);
     expect(l.loaded()).toEqual(["b@v1"]);
-    expect(l.stats()).toEqual({ loaded: 1, loads: 2, evictions: 1 });
+    expect(l.stats()).toEqual({ loaded: 1, loads: 2, evictions: 1, names: ["b@v1"] });
     l.release(taken.lane, taken.sequence);
   });
 });

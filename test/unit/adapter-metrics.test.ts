@@ -13,7 +13,7 @@ const endpoint = {
 
 describe("adapter metrics of a replica", () => {
   it("exports the engine's adapters loaded, loads and evictions, the counters following its totals", async () => {
-    let stats = { loaded: 2, loads: 3, evictions: 1 };
+    let stats = { loaded: 2, loads: 3, evictions: 1, names: ["a@v1", "b@v1"] };
     const m = new WorkerMetrics(
       endpoint,
       "tiny-1",
@@ -25,7 +25,7 @@ describe("adapter metrics of a replica", () => {
     expect(await sample("platform_adapters_loaded")).toBe(2);
     expect(await sample("platform_adapter_loads_total")).toBe(3);
     expect(await sample("platform_adapter_evictions_total")).toBe(1);
-    stats = { loaded: 2, loads: 5, evictions: 3 };
+    stats = { loaded: 2, loads: 5, evictions: 3, names: ["a@v1", "c@v1"] };
     expect(await sample("platform_adapter_loads_total")).toBe(5);
     expect(await sample("platform_adapter_evictions_total")).toBe(3);
   });

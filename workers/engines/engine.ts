@@ -23,7 +23,7 @@ export type ChatTools = { tools: FunctionTool[]; tool_choice?: ToolChoice; paral
 export type AppliedAdapter = { ref: string; path: string; rank: number };
 
 /** An engine's LoRA adapter counts. */
-export type AdapterStats = { loaded: number; loads: number; evictions: number };
+export type AdapterStats = { loaded: number; loads: number; evictions: number; names: string[] };
 
 export type TextRequest =
   /** Token ids are evaluated as given: the engine adds no BOS token to them (job.ts `Prompt`). */

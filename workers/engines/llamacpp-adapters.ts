@@ -43,8 +43,8 @@ export class AdapterLanes {
     this.max = max;
   }
 
-  stats(): { loaded: number; loads: number; evictions: number } {
-    return { loaded: this.lanes.size, loads: this.loads, evictions: this.evictions };
+  stats(): { loaded: number; loads: number; evictions: number; names: string[] } {
+    return { loaded: this.lanes.size, loads: this.loads, evictions: this.evictions, names: this.loaded() };
   }
 
   /** Adapters loaded now, most recently used last (for tests and status). */

@@ -184,7 +184,12 @@ export class VllmEngine implements Engine {
   private evictions = 0;
 
   adapterStats() {
-    return { loaded: this.adapters.size, loads: this.loads, evictions: this.evictions };
+    return {
+      loaded: this.adapters.size,
+      loads: this.loads,
+      evictions: this.evictions,
+      names: [...this.adapters.keys()],
+    };
   }
 
   /** The adapter registered with vLLM (loaded on first use), counted as in use until the caller lets go. */
