@@ -25,7 +25,7 @@ import type { Source } from "../src/telemetry/request-metrics.ts";
 import { type JobTrace, traceFieldsOf, traceJob } from "../src/telemetry/tracing.ts";
 import { diedWithEngine } from "./engine-lost.ts";
 import type { AdapterResolver } from "./adapters.ts";
-import type { AppliedAdapter, Engine, GenerationHooks } from "./engines/engine.ts";
+import type { AppliedAdapter, Engine, GenerationHooks, TextRequest } from "./engines/engine.ts";
 import type { WorkerMetrics } from "./metrics.ts";
 import type { Slots } from "./slots.ts";
 import type { WorkerState } from "./state.ts";
@@ -218,10 +218,11 @@ export class JobHandler {
       const out = await this.engine.embed(payload.input);
       return { type: "embedding", embeddings: out.embeddings, usage: out.usage, replica: this.w.replicaId };
     }
-    const request =
+    const request: TextRequest =
       payload.kind === "chat"
         ? {
             kind: "chat" as const,
+            adapter,
             messages: payload.messages,
             params: payload.params,
             tools:
@@ -233,8 +234,7 @@ export class JobHandler {
                   }
                 : undefined,
           }
-        : { kind: "prompt" as const, prompt: payload.prompt, params: payload.params };
-    if (adapter) Object.assign(request, { adapter });
+        : { kind: "prompt" as const, adapter, prompt: payload.prompt, params: payload.params };
     // Always observed: the first text's time is reported even when nothing is streamed.
     const out = await this.engine.generate(request, { signal, onText: onToken });
     return { type: "text", ...out, replica: this.w.replicaId };
