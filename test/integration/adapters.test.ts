@@ -283,6 +283,17 @@ describe.skipIf(skip !== undefined)("LoRA adapters on one replica", () => {
     expect(JSON.stringify(await usage.json())).toContain('"model":"tiny:a1"');
   });
 
+  it("the generate route takes <endpoint>:<adapter> too, answering as completions does", async () => {
+    const body = { prompt: "Once upon a time", max_tokens: 6, temperature: 0 };
+    const generated = await post("/v1/inference/tiny:a3/generate", body);
+    expect(generated.status, await generated.clone().text()).toBe(200);
+    const completed = await post("/v1/completions", { model: "tiny:a3", ...body });
+    const base = await post("/v1/completions", { model: "tiny", ...body });
+    const text = ((await completed.json()) as { choices: { text: string }[] }).choices[0]!.text;
+    expect(((await generated.json()) as { output: string }).output).toBe(text);
+    expect(((await base.json()) as { choices: { text: string }[] }).choices[0]!.text).not.toBe(text);
+  });
+
   it("lists adapters in /v1/models as <endpoint>:<adapter>, and retrieves one", async () => {
     const res = await fetch(`${gateway.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } });
     const ids = ((await res.json()) as { data: { id: string }[] }).data.map((m) => m.id);
