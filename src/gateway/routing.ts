@@ -19,6 +19,7 @@ import { type Control, duplicate } from "../redis/connection.ts";
 import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { withinRedisWait } from "../redis/wait.ts";
 import { listModelVersions, resolveModelVersion } from "../registry/versions.ts";
+import { pickAdapterVersion } from "../registry/adapter-register.ts";
 import { type PromptBound, promptBound } from "./input-bounds.ts";
 
 /**
@@ -116,24 +117,7 @@ export class Router {
    * or a 404 saying what is missing and how to fix it.
    */
   private async adapterFor(name: string, t: Target): Promise<RegisteredVersion> {
-    const versions = await this.adapterVersions(name);
-    const fitting = versions.filter((v) => v.adapter?.base.name === t.model && v.adapter.base.version === t.version);
-    const newest = fitting.at(-1);
-    if (newest) return newest;
-    if (versions.length === 0)
-      throw new PlatformError(
-        404,
-        "model_not_found",
-        `The adapter \`${name}\` is not registered. Register it on the version \`${t.name}\` serves with \`platform training submit --name ${name} --base ${t.model}@${t.version} --source <adapter directory>\`; GET /v1/models lists the adapters served here.`,
-        "model",
-      );
-    const bases = [...new Set(versions.map((v) => `${v.adapter?.base.name}@${v.adapter?.base.version}`))].join(", ");
-    throw new PlatformError(
-      404,
-      "model_not_found",
-      `No version of the adapter \`${name}\` adapts ${t.model}@${t.version}, which \`${t.name}\` serves (its versions adapt ${bases}). Deploy that base, or register a version of \`${name}\` trained on ${t.model}@${t.version}.`,
-      "model",
-    );
+    return pickAdapterVersion(await this.adapterVersions(name), name, { name: t.model, version: t.version }, t.name);
   }
 
   /** Adapter versions by name, oldest first, read at most every MAX_STALENESS_MS per name. */

@@ -151,3 +151,35 @@ export async function registerAdapter(
     training: input.training,
   });
 }
+
+/**
+ * The newest of `versions` (one adapter's, oldest first) whose base is `base`, the version the
+ * endpoint `endpoint` serves; a 404 `model_not_found` saying what is missing and how to fix it.
+ */
+export function pickAdapterVersion(
+  versions: readonly RegisteredVersion[],
+  name: string,
+  base: VersionRef,
+  endpoint: string,
+): RegisteredVersion {
+  const adapters = versions.filter((v) => v.kind === "adapter" && v.adapter);
+  const newest = adapters
+    .filter((v) => v.adapter?.base.name === base.name && v.adapter.base.version === base.version)
+    .at(-1);
+  if (newest) return newest;
+  const ref = `${base.name}@${base.version}`;
+  if (adapters.length === 0)
+    throw new PlatformError(
+      404,
+      "model_not_found",
+      `The adapter \`${name}\` is not registered. Register it on the version \`${endpoint}\` serves with \`platform training submit --name ${name} --base ${ref} --source <adapter directory>\`; GET /v1/models lists the adapters served here.`,
+      "model",
+    );
+  const bases = [...new Set(adapters.map((v) => `${v.adapter?.base.name}@${v.adapter?.base.version}`))].join(", ");
+  throw new PlatformError(
+    404,
+    "model_not_found",
+    `No version of the adapter \`${name}\` adapts ${ref}, which \`${endpoint}\` serves (its versions adapt ${bases}). Deploy that base, or register a version of \`${name}\` trained on ${ref}.`,
+    "model",
+  );
+}

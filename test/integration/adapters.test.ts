@@ -13,7 +13,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { getLlama, LlamaLogLevel, type Token } from "node-llama-cpp";
+import OpenAI, { toFile } from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startBatchCoordinator } from "../../src/batch/coordinator.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { deployEndpoint, getEndpoint } from "../../src/endpoints/store.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
@@ -292,6 +294,57 @@ describe.skipIf(skip !== undefined)("LoRA adapters on one replica", () => {
     const text = ((await completed.json()) as { choices: { text: string }[] }).choices[0]!.text;
     expect(((await generated.json()) as { output: string }).output).toBe(text);
     expect(((await base.json()) as { choices: { text: string }[] }).choices[0]!.text).not.toBe(text);
+  });
+
+  it("an OpenAI batch of <endpoint>:<adapter> requests runs every record with the adapter (official client)", async () => {
+    const coordinator = await startBatchCoordinator(ctl, {
+      ...loadSettings({ PLATFORM_DATA_DIR: dataDirectory }),
+      redisUrl: redis.url,
+    });
+    try {
+      const client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: key, maxRetries: 0 });
+      const lines = reference.prompts.map((prompt, i) =>
+        JSON.stringify({
+          custom_id: `p${i}`,
+          method: "POST",
+          url: "/v1/completions",
+          body: { model: "tiny:a2", prompt, max_tokens: reference.new_tokens, temperature: 0 },
+        }),
+      );
+      const file = await client.files.create({
+        file: await toFile(Buffer.from(lines.join("\n")), "a2.jsonl"),
+        purpose: "batch",
+      });
+      let batch = await client.batches.create({
+        input_file_id: file.id,
+        endpoint: "/v1/completions",
+        completion_window: "24h",
+      });
+      for (let i = 0; i < 600 && !["completed", "failed", "cancelled", "expired"].includes(batch.status); i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        batch = await client.batches.retrieve(batch.id);
+      }
+      expect(batch.status, JSON.stringify(batch)).toBe("completed");
+      expect(batch.request_counts).toMatchObject({ total: 3, completed: 3, failed: 0 });
+      const output = (await (await client.files.content(batch.output_file_id as string)).text())
+        .trimEnd()
+        .split("\n")
+        .map((l) => JSON.parse(l) as { custom_id: string; response: { body: { choices: { text: string }[] } } });
+      for (const line of output) {
+        const i = Number(line.custom_id.slice(1));
+        expect(line.response.body.choices[0]!.text).toBe(detokenize(reference.adapters.a2!.outputs[i]!));
+      }
+      const unknown = await client.files.create({
+        file: await toFile(Buffer.from(lines[0]!.replace("tiny:a2", "tiny:nope")), "nope.jsonl"),
+        purpose: "batch",
+      });
+      const refused = await client.batches
+        .create({ input_file_id: unknown.id, endpoint: "/v1/completions", completion_window: "24h" })
+        .catch((e: unknown) => e);
+      expect((refused as { status?: number }).status).toBe(404);
+    } finally {
+      await coordinator.stop();
+    }
   });
 
   it("lists adapters in /v1/models as <endpoint>:<adapter>, and retrieves one", async () => {
