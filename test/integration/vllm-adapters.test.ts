@@ -164,7 +164,11 @@ describe("a vLLM engine serving adapters", () => {
       .catch((err: unknown) => err);
     expect(e).toBeInstanceOf(PlatformError);
     expect((e as PlatformError).status).toBe(400);
-    expect((e as PlatformError).message).toContain("vLLM refused to load adapter gone@v1");
+    expect((e as PlatformError).message).toContain(
+      "vLLM refused to load adapter gone@v1: No adapter found for <gone@v1>",
+    );
+    // The node's directory stays out of what the client reads.
+    expect((e as PlatformError).message).not.toContain(dir);
   });
 
   it("an engine started without LoRA says it serves no adapters", async () => {

@@ -7,6 +7,7 @@
  * weights; a request that finds every adapter context busy waits for one to fall idle.
  */
 import type { LlamaContext, LlamaContextSequence, LlamaModel } from "node-llama-cpp";
+import { PlatformError } from "../../src/contracts/errors.ts";
 import { logger } from "../../src/telemetry/log.ts";
 
 const log = logger("llamacpp");
@@ -100,7 +101,19 @@ export class AdapterLanes {
       if (victim) await this.evict(victim[0], victim[1]);
       else await new Promise<void>((resolve) => this.idle.push(resolve));
     }
-    const context = await this.make(path);
+    let context: LlamaContext;
+    try {
+      context = await this.make(path);
+    } catch (e) {
+      // The library's message names the file on this node: logged here, not sent to the client.
+      log.error({ adapter: ref, err: e }, `adapter ${ref} could not be loaded`);
+      throw new PlatformError(
+        500,
+        "adapter_load_failed",
+        `adapter ${ref} could not be loaded by llama.cpp on this replica (its log says why)`,
+        "adapter",
+      );
+    }
     const free: LlamaContextSequence[] = [];
     for (let i = 0; i < context.totalSequences; i++) free.push(context.getSequence());
     const lane: Lane = { context, free, active: 0, lastUsed: performance.now(), adapterPath: path };

@@ -74,7 +74,8 @@ export class VllmClient {
   async loadAdapter(name: string, path: string): Promise<void> {
     const res = await this.post("/v1/load_lora_adapter", { lora_name: name, lora_path: path });
     if (res.ok) return;
-    const text = (await res.text().catch(() => "")).slice(0, 500);
+    // vLLM's message may name the adapter's directory on this node: the client sees the adapter's name instead.
+    const text = (await res.text().catch(() => "")).slice(0, 500).replaceAll(path, `<${name}>`);
     if (res.status === 400 && /already (been )?loaded/i.test(text)) return;
     throw new PlatformError(
       res.status === 400 || res.status === 404 ? 400 : 502,

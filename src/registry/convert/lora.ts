@@ -102,7 +102,10 @@ export async function convertLoraAdapter(
   alpha: number,
 ): Promise<{ tensors: number }> {
   if (endianness() !== "LE") throw new Error("the converter needs a little-endian host");
-  const base = await readGgufInfo(basePath);
+  // The reader's messages name the file: a server path, which no error here may carry.
+  const base = await readGgufInfo(basePath).catch(() => {
+    throw new Error("the base model's GGUF header cannot be read");
+  });
   const meta = (k: string) => base.metadata.get(k)?.value;
   const arch = String(meta("general.architecture") ?? "");
   const heads = Number(meta(`${arch}.attention.head_count`));
