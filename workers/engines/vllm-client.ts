@@ -75,7 +75,17 @@ export class VllmClient {
     const res = await this.post("/v1/load_lora_adapter", { lora_name: name, lora_path: path });
     if (res.ok) return;
     // vLLM's message may name the adapter's directory on this node: the client sees the adapter's name instead.
-    const text = (await res.text().catch(() => "")).slice(0, 500).replaceAll(path, `<${name}>`);
+    const raw = await res.text().catch(() => "");
+    const said = (() => {
+      try {
+        const body = JSON.parse(raw) as { error?: { message?: unknown }; message?: unknown };
+        const message = body.error?.message ?? body.message;
+        return typeof message === "string" ? message : raw;
+      } catch {
+        return raw;
+      }
+    })();
+    const text = said.slice(0, 500).replaceAll(path, `<${name}>`);
     if (res.status === 400 && /already (been )?loaded/i.test(text)) return;
     throw new PlatformError(
       res.status === 400 || res.status === 404 ? 400 : 502,
