@@ -14,10 +14,15 @@ import type { WorkerState } from "./state.ts";
 export function loadMetrics(w: WorkerState): Promise<WorkerMetrics> {
   return import("./metrics.ts").then(
     ({ WorkerMetrics }) =>
-      new WorkerMetrics(w.endpoint, w.replicaId, () => ({
-        running: w.generating.size,
-        waiting: w.inFlight.size - w.generating.size,
-      })),
+      new WorkerMetrics(
+        w.endpoint,
+        w.replicaId,
+        () => ({
+          running: w.generating.size,
+          waiting: w.inFlight.size - w.generating.size,
+        }),
+        () => w.engine?.adapterStats?.(),
+      ),
   );
 }
 

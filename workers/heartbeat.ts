@@ -38,10 +38,17 @@ export function startHeartbeat(w: WorkerState, heartbeatMs: number): Heartbeat {
         heartbeat_ms: heartbeatMs,
         health_port: w.healthPort,
         weights: w.weights,
+        ...adaptersOf(w),
       },
       heartbeatMs,
     ).catch(() => undefined);
   const timer = setInterval(beat, heartbeatMs);
   void beat();
   return { beat, stop: () => clearInterval(timer) };
+}
+
+/** The adapters the replica's engine holds loaded, for `status` (none: the field is left out). */
+function adaptersOf(w: WorkerState): { adapters?: string[] } {
+  const names = w.engine?.adapterStats?.().names ?? [];
+  return names.length > 0 ? { adapters: names.slice(0, 64) } : {};
 }

@@ -24,7 +24,8 @@ import { causeFields, logger } from "../src/telemetry/log.ts";
 import type { Source } from "../src/telemetry/request-metrics.ts";
 import { type JobTrace, traceFieldsOf, traceJob } from "../src/telemetry/tracing.ts";
 import { diedWithEngine } from "./engine-lost.ts";
-import type { Engine, GenerationHooks } from "./engines/engine.ts";
+import type { AdapterResolver } from "./adapters.ts";
+import type { AppliedAdapter, Engine, GenerationHooks, TextRequest } from "./engines/engine.ts";
 import type { WorkerMetrics } from "./metrics.ts";
 import type { Slots } from "./slots.ts";
 import type { WorkerState } from "./state.ts";
@@ -38,6 +39,7 @@ export class JobHandler {
   private readonly slots: Slots;
   private readonly metrics: WorkerMetrics | undefined;
   private readonly schemaLimits: SchemaLimits;
+  private readonly adapters: AdapterResolver | undefined;
 
   /** `schemaLimits`: a producer may enqueue directly, so a job's JSON schemas are held to them here too. */
   constructor(
@@ -46,7 +48,9 @@ export class JobHandler {
     slots: Slots,
     metrics: WorkerMetrics | undefined,
     schemaLimits: SchemaLimits,
+    adapters?: AdapterResolver,
   ) {
+    this.adapters = adapters;
     this.w = w;
     this.engine = engine;
     this.slots = slots;
@@ -193,15 +197,32 @@ export class JobHandler {
     }
   };
 
+  /** The job's adapter as the engine applies it: a 400 where this replica cannot apply one. */
+  private async adapterOf(payload: JobPayload): Promise<AppliedAdapter | undefined> {
+    if (payload.adapter === undefined) return undefined;
+    if (payload.kind === "embedding")
+      throw new PlatformError(400, "invalid_request", "adapters apply to text generation, not embeddings", "adapter");
+    if (!this.engine.servesAdapters || !this.adapters)
+      throw new PlatformError(
+        400,
+        "invalid_request",
+        `this replica's engine (${this.engine.name}) does not apply LoRA adapters`,
+        "adapter",
+      );
+    return this.adapters.resolve(payload.adapter);
+  }
+
   private async run(payload: JobPayload, signal: AbortSignal, onToken: GenerationHooks["onText"]): Promise<JobResult> {
+    const adapter = await this.adapterOf(payload);
     if (payload.kind === "embedding") {
       const out = await this.engine.embed(payload.input);
       return { type: "embedding", embeddings: out.embeddings, usage: out.usage, replica: this.w.replicaId };
     }
-    const request =
+    const request: TextRequest =
       payload.kind === "chat"
         ? {
             kind: "chat" as const,
+            adapter,
             messages: payload.messages,
             params: payload.params,
             tools:
@@ -213,7 +234,7 @@ export class JobHandler {
                   }
                 : undefined,
           }
-        : { kind: "prompt" as const, prompt: payload.prompt, params: payload.params };
+        : { kind: "prompt" as const, adapter, prompt: payload.prompt, params: payload.params };
     // Always observed: the first text's time is reported even when nothing is streamed.
     const out = await this.engine.generate(request, { signal, onText: onToken });
     return { type: "text", ...out, replica: this.w.replicaId };

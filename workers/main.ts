@@ -19,6 +19,8 @@ import { loadEngine } from "./engines/index.ts";
 import { prepareLlamaCpp } from "./engines/llamacpp.ts";
 import { draftFile, modelFile } from "./weights.ts";
 import { startWorker } from "./worker.ts";
+import { adapterCacheDir, hasAdapters, ReplicaAdapters } from "./adapters.ts";
+import { openStore } from "../src/storage/index.ts";
 
 /**
  * How often a worker started by `up` checks its parent and its Redis connection (a cheap
@@ -83,6 +85,16 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
   const endpoint = await revisionToRun(await getEndpoint(ctl, assigned.endpoint), assigned.revision);
   const model = await resolveModelVersion(ctl, endpoint.config.model.name, endpoint.version);
   const replicaId = assigned.replicaId ?? `${endpoint.name}-${randomBytes(4).toString("hex")}`;
+  let modelPath = "";
+  const adapters = new ReplicaAdapters({
+    ctl,
+    store: openStore(settings.artifactsUrl, settings.storage.s3),
+    cacheDir: adapterCacheDir(settings.dataDir),
+    replicaId,
+    endpoint,
+    model,
+    modelPath: () => modelPath,
+  });
   const worker = startWorker({
     ctl,
     endpoint,
@@ -90,12 +102,17 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
     healthPort: options.healthPort,
     heartbeatMs: settings.heartbeats.intervalMs,
     schemaLimits: settings.structured.limits,
-    loadEngine: async (describeWeights) =>
-      loadEngine(endpoint, await modelFile(settings, ctl, endpoint, model, replicaId, describeWeights), {
+    adapters,
+    loadEngine: async (describeWeights) => {
+      modelPath = await modelFile(settings, ctl, endpoint, model, replicaId, describeWeights);
+      return loadEngine(endpoint, modelPath, {
         vllm: settings.vllm,
         draftModelPath: await draftFile(settings, ctl, endpoint, replicaId),
         grammarTimeoutMs: settings.structured.grammarTimeoutMs,
-      }),
+        // vLLM reserves LoRA memory only when adapters may come: set max_loras, or have one registered.
+        vllmLora: endpoint.framework === "vllm" && (await hasAdapters(ctl, model)),
+      });
+    },
   });
   inFlight = worker.inFlight;
 

@@ -9,6 +9,7 @@
 import { Counter, Gauge, Registry } from "prom-client";
 import type { JobPayload, JobResult } from "../src/contracts/job.ts";
 import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import type { AdapterStats } from "./engines/engine.ts";
 import { servedOf } from "../src/telemetry/request-metrics.ts";
 import { type Source, VLLM, vllmRequestMetrics } from "../src/telemetry/request-metrics.ts";
 
@@ -34,8 +35,16 @@ export class WorkerMetrics {
   /** The labels every series of this replica carries (its engine's own too: workers/engine-metrics.ts). */
   readonly labels: Readonly<Record<string, string>>;
 
-  /** `load`: jobs generating now, and jobs this replica holds waiting for a free sequence (its prefetch). */
-  constructor(endpoint: Endpoint, replica: string, load: () => { running: number; waiting: number }) {
+  /**
+   * `load`: jobs generating now, and jobs this replica holds waiting for a free sequence (its prefetch).
+   * `adapters`: the engine's LoRA adapter counts (docs/adapters.md), where it serves adapters.
+   */
+  constructor(
+    endpoint: Endpoint,
+    replica: string,
+    load: () => { running: number; waiting: number },
+    adapters: () => AdapterStats | undefined = () => undefined,
+  ) {
     this.labels = { ...servedOf(endpoint), replica };
     this.registry.setDefaultLabels(this.labels);
     new Gauge({
@@ -52,6 +61,36 @@ export class WorkerMetrics {
       registers: [this.registry],
       collect() {
         this.set(load().waiting);
+      },
+    });
+    new Gauge({
+      name: "platform_adapters_loaded",
+      help: "LoRA adapters this replica holds loaded now (at most runtime.max_loras)",
+      registers: [this.registry],
+      collect() {
+        this.set(adapters()?.loaded ?? 0);
+      },
+    });
+    // Counted by the engine; exported as counters of its running totals.
+    const totals = { loads: 0, evictions: 0 };
+    new Counter({
+      name: "platform_adapter_loads_total",
+      help: "LoRA adapters this replica loaded (first use, or again after an eviction)",
+      registers: [this.registry],
+      collect() {
+        const now = adapters()?.loads ?? totals.loads;
+        this.inc(Math.max(0, now - totals.loads));
+        totals.loads = now;
+      },
+    });
+    new Counter({
+      name: "platform_adapter_evictions_total",
+      help: "LoRA adapters this replica unloaded to make room (least recently used first)",
+      registers: [this.registry],
+      collect() {
+        const now = adapters()?.evictions ?? totals.evictions;
+        this.inc(Math.max(0, now - totals.evictions));
+        totals.evictions = now;
       },
     });
   }

@@ -12,6 +12,7 @@ import { DEFAULT_HEARTBEAT_MS } from "../src/settings/queue.ts";
 import { logger } from "../src/telemetry/log.ts";
 import { drain } from "./drain.ts";
 import { watchEngine } from "./engine-lost.ts";
+import type { AdapterResolver } from "./adapters.ts";
 import type { Engine } from "./engines/engine.ts";
 import { loadMetrics, serveHealth } from "./health-server.ts";
 import { type Heartbeat, startHeartbeat } from "./heartbeat.ts";
@@ -40,6 +41,8 @@ export type WorkerOptions = {
   onEngineLost?: (why: string) => void;
   /** What a job's JSON schemas are held to (settings.structured.limits); OpenAI's limits when absent. */
   schemaLimits?: SchemaLimits;
+  /** Resolves jobs' LoRA adapters (workers/adapters.ts); absent: jobs naming one are refused. */
+  adapters?: AdapterResolver;
 };
 
 export type RunningWorker = {
@@ -86,6 +89,7 @@ async function serve(
     new Slots(engine.parallel),
     metrics,
     options.schemaLimits ?? DEFAULT_SCHEMA_LIMITS,
+    options.adapters,
   );
   w.queueWorker = queueWorker(w, engine.parallel, jobs.handle);
   w.state = "ready";

@@ -89,7 +89,13 @@ export class BatchJobs {
   async create(
     body: CreateBatchRequestInput,
     viewer?: Viewer,
-    options: { openai?: OpenAiSpec; internal?: { input: Located; output: Located }; queue?: string } = {},
+    options: {
+      openai?: OpenAiSpec;
+      internal?: { input: Located; output: Located };
+      queue?: string;
+      /** A LoRA adapter of the version every record applies, `<name>@<version>` (docs/adapters.md). */
+      adapter?: string;
+    } = {},
   ): Promise<BatchJob> {
     const parsed = CreateBatchRequest.safeParse(body);
     if (!parsed.success) {
@@ -142,6 +148,7 @@ export class BatchJobs {
       created: Date.now(),
       ...(options.queue ? { queue: options.queue } : {}),
       ...(options.openai ? { openai: options.openai } : {}),
+      ...(options.adapter ? { adapter: options.adapter } : {}),
     });
     try {
       await this.enqueue(id);

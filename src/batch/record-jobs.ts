@@ -60,6 +60,8 @@ export type RecordJobsOptions = {
   version: string;
   /** The queue to use; absent: the model version's default. */
   queue?: string;
+  /** A LoRA adapter every record applies (`<name>@<version>`; job.ts `adapter`). */
+  adapter?: string;
   /**
    * Whose usage (`/v1/usage`) every record counts in, and under which model name (the endpoint a
    * client named, as online requests count): the key that created the job. Absent: not counted.
@@ -143,6 +145,7 @@ export class RecordJobs extends QueueBase {
         request_id: id,
         model: this.options.model,
         version: this.options.version,
+        ...(this.options.adapter ? { adapter: this.options.adapter } : {}),
         stream: false,
         reply: { stream: this.replies.key },
         params,

@@ -162,6 +162,7 @@ class BatchRun {
         model: this.spec.model,
         version,
         queue,
+        ...(this.spec.adapter ? { adapter: this.spec.adapter } : {}),
         usage: this.spec.created_by
           ? { key: this.spec.created_by, model: this.spec.openai?.served_model ?? this.spec.model }
           : undefined,

@@ -49,6 +49,8 @@ export type BatchSpec = {
   /** The model queue its records go to (engines.ts `endpointQueueName`); absent on older jobs: the version's default. */
   queue?: string;
   openai?: OpenAiSpec;
+  /** A LoRA adapter of `model`@`version` every record applies (`<name>@<version>`, docs/adapters.md). */
+  adapter?: string;
   /** Where the input really is (symlinks resolved); absent on jobs older than storage confinement: `input`. */
   input_uri?: string;
   /** Where the output really goes; absent: `output`. */

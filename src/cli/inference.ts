@@ -95,6 +95,7 @@ export function registerInference(program: Command): void {
       if (s.not_applied.length > 0)
         console.log(`stored but not applied by ${s.framework} here: ${s.not_applied.join(", ")}`);
       for (const w of s.weights ?? []) console.log(`weights: ${w}`);
+      if ((s.adapters ?? []).length > 0) console.log(`adapters loaded: ${s.adapters.join(", ")}`);
       for (const e of s.errors) console.log(`error: ${e}`);
       const r = s.rollout;
       if (r) {

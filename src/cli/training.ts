@@ -86,6 +86,7 @@ export function registerTraining(program: Command): void {
           "PARAMS",
           "CONTEXT",
           "QUANT",
+          "BASE",
           "SIZE",
           "CREATED",
           "EVALUATIONS",
@@ -95,10 +96,12 @@ export function registerTraining(program: Command): void {
           m.version,
           m.framework,
           taskOf(m),
-          m.gguf?.architecture ?? m.checkpoint?.architecture ?? "-",
-          formatCount(m.gguf?.parameters ?? m.checkpoint?.parameters ?? null),
+          // An adapter: its kind and rank where a model has its architecture, and the version it adapts.
+          m.adapter ? `LoRA r${m.adapter.rank}` : (m.gguf?.architecture ?? m.checkpoint?.architecture ?? "-"),
+          formatCount(m.adapter?.parameters ?? m.gguf?.parameters ?? m.checkpoint?.parameters ?? null),
           m.gguf?.context_length ?? m.checkpoint?.context_length ?? "-",
           m.gguf?.quantization ?? m.checkpoint?.quantization ?? m.checkpoint?.dtype ?? "-",
+          m.adapter ? `${m.adapter.base.name}@${m.adapter.base.version}` : "-",
           formatBytes(m.size_bytes),
           new Date(m.created).toISOString().replace("T", " ").slice(0, 19),
           evaluations(resultsOf(m), true),
@@ -130,12 +133,19 @@ export type SubmitOptions = {
 /** Registers a version (or an adapter, with --base) from `--source`: uploaded when local, fetched by the gateway otherwise. */
 async function register(opts: SubmitOptions & { source: string }): Promise<void> {
   const task = taskFlag(opts.task);
+  if (opts.base !== undefined && !/^[^@\s]+@[^@\s]+$/.test(opts.base))
+    throw new CliError(`--base ${opts.base}: expected <model>@<version>, e.g. --base tiny@v1`, 2);
   const api = await ApiClient.fromCredentials();
   const local = localFile(opts.source);
   let record: RegisteredVersion;
   if (local) {
     // Uploading makes a local file work against a remote gateway too; a directory goes as a tar stream of its checkpoint files.
     const files = statSync(local).isDirectory() ? checkpointFiles(local) : undefined;
+    if (opts.base === undefined && files?.some((f) => f.name === "adapter_config.json"))
+      throw new CliError(
+        `--source ${opts.source} is a LoRA adapter (it holds adapter_config.json): name the version it adapts with --base <model>@<version>`,
+        2,
+      );
     // A tar stream: each file's 512-byte header and its data padded to 512-byte blocks, then two zero blocks.
     const size = files ? files.reduce((n, f) => n + 512 + Math.ceil(f.size / 512) * 512, 1024) : statSync(local).size;
     const progress = progressReporter("uploading");
@@ -152,6 +162,7 @@ async function register(opts: SubmitOptions & { source: string }): Promise<void>
       source: opts.source,
       ...(opts.version ? { version: opts.version } : {}),
       ...(task ? { task } : {}),
+      ...(opts.base ? { base: opts.base } : {}),
     });
     try {
       const path = `/admin/v1/models/${encodeURIComponent(opts.name)}/upload?${query}`;
@@ -164,7 +175,14 @@ async function register(opts: SubmitOptions & { source: string }): Promise<void>
   } else {
     // The server downloads a remote source; it streams its progress back.
     const progress = progressReporter("downloading");
-    const body = { name: opts.name, framework: opts.framework, source: opts.source, version: opts.version, task };
+    const body = {
+      name: opts.name,
+      framework: opts.framework,
+      source: opts.source,
+      version: opts.version,
+      task,
+      base: opts.base,
+    };
     try {
       record = await api.requestWithProgress("POST", "/admin/v1/models?progress=ndjson", body, (p) =>
         progress.update(p.received, p.total),
@@ -181,6 +199,12 @@ async function register(opts: SubmitOptions & { source: string }): Promise<void>
     const g = record.gguf;
     console.log(
       `  ${g.architecture ?? "?"} · ${formatCount(g.parameters)} parameters · context ${g.context_length ?? "?"} · ${g.quantization ?? "?"}${g.tokenizer ? ` · ${g.tokenizer} tokenizer` : ""}${g.chat_template ? " · chat template" : ""}`,
+    );
+  }
+  if (record.adapter) {
+    const a = record.adapter;
+    console.log(
+      `  LoRA adapter of ${a.base.name}@${a.base.version} · rank ${a.rank} · alpha ${a.alpha} · ${a.target_modules.join(", ")} · ${formatCount(a.parameters)} parameters`,
     );
   }
   if (record.checkpoint) {
@@ -227,9 +251,13 @@ function checkpointFiles(dir: string): { name: string; size: number }[] {
     const info = statSync(join(dir, name), { throwIfNoEntry: false });
     if (info?.isFile()) files.push({ name, size: info.size });
   }
+  // A PEFT adapter directory goes as its two files (a training output's tokenizer copies and README stay behind).
+  if (files.some((f) => f.name === "adapter_config.json")) {
+    return files.filter((f) => f.name === "adapter_config.json" || f.name === "adapter_model.safetensors");
+  }
   if (!files.some((f) => f.name === "config.json"))
     throw new CliError(
-      `--source ${dir}: a directory must be a Hugging Face-style checkpoint (config.json, tokenizer.json or tokenizer.model, *.safetensors); it has no config.json`,
+      `--source ${dir}: a directory must be a Hugging Face-style checkpoint (config.json, tokenizer.json or tokenizer.model, *.safetensors) or a PEFT adapter (adapter_config.json, adapter_model.safetensors); it has neither config.json nor adapter_config.json`,
       2,
     );
   return files;

@@ -28,6 +28,13 @@ export const Runtime = z
     quantization: z.enum(["int8", "int4"]).optional(),
     speculative_model: z.string().optional(),
     num_speculative_tokens: z.number().int().positive().optional(),
+    /**
+     * LoRA adapters (docs/adapters.md) one replica keeps loaded at once, as vLLM's `--max-loras`;
+     * the least recently used one without a request in flight makes room. Default 4.
+     */
+    max_loras: z.number().int().min(1).max(64).optional(),
+    /** The largest adapter rank a replica takes, as vLLM's `--max-lora-rank`; a larger one is refused (400). Default 64. */
+    max_lora_rank: z.number().int().min(1).max(1024).optional(),
   })
   .strict();
 export type Runtime = z.infer<typeof Runtime>;

@@ -49,6 +49,9 @@ export const LLAMACPP: EngineDescriptor = {
     // A registered draft model with the model's vocabulary (node-llama-cpp's DraftSequenceTokenPredictor).
     "runtime.speculative_model": true,
     "runtime.num_speculative_tokens": (c) => c.runtime.speculative_model !== undefined,
+    // One context per loaded adapter beside the base's (workers/engines/llamacpp-adapters.ts); larger ranks refused.
+    "runtime.max_loras": true,
+    "runtime.max_lora_rank": true,
     // gpu > 0 asks node-llama-cpp for GPU offload (CUDA, Vulkan or Metal, whichever the node has); a replica on a
     // node without one runs on the CPU and logs that it does (workers/engines/llamacpp.ts).
     "resources.gpu": true,
@@ -73,6 +76,9 @@ export const VLLM: EngineDescriptor = {
     "runtime.speculative_model": true,
     // Only a draft model turns speculation on; a token count alone has nothing to speculate with.
     "runtime.num_speculative_tokens": (c) => c.runtime.speculative_model !== undefined,
+    // --enable-lora --max-loras --max-lora-rank (workers/engines/vllm-flags.ts).
+    "runtime.max_loras": true,
+    "runtime.max_lora_rank": true,
     // Placement, not engine settings: the Kubernetes backend turns these into requests and node selectors.
     "resources.cpu": false,
     "resources.memory": false,
@@ -131,6 +137,11 @@ export function servingVariant(config: DeploymentConfig): string {
   ];
   return parts.filter((p) => p !== "").join("-");
 }
+
+/** Adapters a replica keeps loaded when `runtime.max_loras` is unset (vLLM's default is 1; more suits small adapters). */
+export const DEFAULT_MAX_LORAS = 4;
+/** The largest adapter rank taken when `runtime.max_lora_rank` is unset (vLLM's default is 16; 64 covers common fine-tunes). */
+export const DEFAULT_MAX_LORA_RANK = 64;
 
 /** The queue an endpoint's replicas serve and its requests go to. */
 export function endpointQueueName(endpoint: { config: DeploymentConfig; version: string }): string {

@@ -30,6 +30,8 @@ export type EndpointStatus = {
   errors: string[];
   /** What the replicas load when it is not the registered artifact as is (a checkpoint's GGUF conversion, a quantized copy). */
   weights: string[];
+  /** LoRA adapters loaded on its replicas now (docs/adapters.md). */
+  adapters: string[];
   replica_list: Replica[];
   /** Set on the deployment of an A/B test's extra version: the endpoint it serves. */
   variant_of?: string;
@@ -88,6 +90,7 @@ export async function endpointStatus(ctl: Control, endpoint: Endpoint, queue: Qu
     not_applied: notApplied(endpoint.framework, endpoint.config),
     errors: [...new Set(all.flatMap((r) => (r.error ? [r.error] : [])))],
     weights: [...new Set(all.flatMap((r) => (r.weights ? [r.weights] : [])))],
+    adapters: [...new Set(all.flatMap((r) => r.adapters ?? []))].sort(),
     replica_list: all,
     ...(endpoint.variant_of ? { variant_of: endpoint.variant_of } : {}),
     ...(rollout

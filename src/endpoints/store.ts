@@ -124,6 +124,15 @@ export async function deleteEndpoint(ctl: Control, name: string): Promise<boolea
  */
 export async function deployEndpoint(ctl: Control, config: DeploymentConfig): Promise<Endpoint> {
   const model = await resolveModelVersion(ctl, config.model.name, config.model.version);
+  if (model.adapter) {
+    const base = model.adapter.base;
+    throw new PlatformError(
+      400,
+      "invalid_config",
+      `model.name: ${model.name}@${model.version} is a LoRA adapter of ${base.name}@${base.version}; deploy its base and send requests to "<endpoint>:${model.name}" (docs/adapters.md)`,
+      "model.name",
+    );
+  }
   const framework = config.model.framework ?? model.framework;
   if (framework !== model.framework) {
     throw new PlatformError(

@@ -10,7 +10,7 @@ import type { RedisClient } from "../redis/connection.ts";
 import { type AbTest, pickVariant } from "../abtests/schema.ts";
 import { NAME_PATTERN, VERSION_PATTERN } from "../contracts/deployment.ts";
 import type { Endpoint } from "../endpoints/endpoint.ts";
-import { type ModelTask, taskOf } from "../registry/version.ts";
+import { type ModelTask, type RegisteredVersion, taskOf } from "../registry/version.ts";
 import { readAbTests } from "../abtests/store.ts";
 import { serving } from "../endpoints/rollout.ts";
 import { readEndpoints } from "../endpoints/store.ts";
@@ -18,7 +18,8 @@ import type { InvalidEntry } from "../redis/stored.ts";
 import { type Control, duplicate } from "../redis/connection.ts";
 import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { withinRedisWait } from "../redis/wait.ts";
-import { resolveModelVersion } from "../registry/versions.ts";
+import { listModelVersions, resolveModelVersion } from "../registry/versions.ts";
+import { pickAdapterVersion } from "../registry/adapter-register.ts";
 import { type PromptBound, promptBound } from "./input-bounds.ts";
 
 /**
@@ -36,6 +37,10 @@ export type Target = {
   abtest: boolean;
   bound: PromptBound | undefined;
   task: ModelTask | undefined;
+  /** `model: "<endpoint>:<adapter>"`: the adapter version the job applies, `<name>@<version>` (docs/adapters.md). */
+  adapter?: string;
+  /** What metrics and usage name the request by: `name`, or `<endpoint>:<adapter>`. */
+  label: string;
 };
 
 /** What the gateway knows of a deployed version without a Redis round trip: its prompt bound and its task. */
@@ -55,6 +60,8 @@ export class Router {
   private skipped: InvalidEntry[] = [];
   /** Per model@version, which never changes once registered. */
   private readonly facts = new Map<string, VersionFacts>();
+  /** Adapter versions by adapter name, with when they were read (`adapterVersions`). */
+  private readonly adapters = new Map<string, { at: number; versions: RegisteredVersion[] }>();
   private loadedAt = 0;
   /** Counts change notices: a load that began before the latest one may hold what it changed. */
   private changes = 0;
@@ -89,7 +96,61 @@ export class Router {
     return this.skipped;
   }
 
-  async resolve(model: string, caller?: Caller): Promise<Target> {
+  async resolve(requested: string, caller?: Caller): Promise<Target> {
+    const colon = requested.indexOf(":");
+    if (colon < 0) return this.resolveModel(requested, caller);
+    const adapterName = requested.slice(colon + 1);
+    const target = await this.resolveModel(requested.slice(0, colon), caller);
+    if (!NAME_PATTERN.test(adapterName))
+      throw new PlatformError(
+        404,
+        "model_not_found",
+        'The model does not exist: an adapter is named "<endpoint>:<adapter>", the adapter\'s name 1-63 letters, digits, ".", "_" or "-". GET /v1/models lists the adapters served here.',
+        "model",
+      );
+    const adapter = await this.adapterFor(adapterName, target);
+    return { ...target, adapter: `${adapter.name}@${adapter.version}`, label: `${target.name}:${adapterName}` };
+  }
+
+  /**
+   * The newest version of adapter `name` whose base is what the target runs (its model@version),
+   * or a 404 saying what is missing and how to fix it.
+   */
+  private async adapterFor(name: string, t: Target): Promise<RegisteredVersion> {
+    return pickAdapterVersion(await this.adapterVersions(name), name, { name: t.model, version: t.version }, t.name);
+  }
+
+  /** Adapter versions by name, oldest first, read at most every MAX_STALENESS_MS per name. */
+  private async adapterVersions(name: string): Promise<RegisteredVersion[]> {
+    const known = this.adapters.get(name);
+    if (known && Date.now() - known.at <= MAX_STALENESS_MS) return known.versions;
+    const versions = (await listModelVersions(this.ctl, name)).filter((v) => v.kind === "adapter" && v.adapter);
+    if (this.adapters.size >= 1000) this.adapters.clear();
+    this.adapters.set(name, { at: Date.now(), versions });
+    return versions;
+  }
+
+  /**
+   * What `/v1/models` lists for adapters: `<endpoint>:<adapter>` for each adapter with a version
+   * whose base is the endpoint's own serving version.
+   */
+  async adapterEntries(): Promise<{ id: string; created: number }[]> {
+    await this.current();
+    const all = await listModelVersions(this.ctl);
+    const out = new Map<string, number>();
+    for (const e of this.cache.values()) {
+      if (e.variant_of) continue;
+      for (const v of all) {
+        if (v.kind !== "adapter" || v.adapter?.base.name !== e.config.model.name) continue;
+        if (v.adapter.base.version !== e.version) continue;
+        const id = `${e.name}:${v.name}`;
+        out.set(id, Math.max(out.get(id) ?? 0, Math.floor(v.created / 1000)));
+      }
+    }
+    return [...out.entries()].sort((a, b) => (a[0] < b[0] ? -1 : 1)).map(([id, created]) => ({ id, created }));
+  }
+
+  private async resolveModel(model: string, caller?: Caller): Promise<Target> {
     const at = model.indexOf("@");
     const name = at < 0 ? model : model.slice(0, at);
     const pinned = at < 0 ? undefined : model.slice(at + 1);
@@ -144,6 +205,7 @@ export class Router {
       abtest: test !== undefined,
       bound,
       task,
+      label: name,
     };
   }
 

@@ -74,11 +74,15 @@ export async function serve(
         completionTokens: usage?.completion_tokens,
       });
   };
-  const served: Served = { model_name: target.name, version: submission.version };
+  // An adapter's requests are counted under `<endpoint>:<adapter>`, in metrics and usage alike.
+  const served: Served = { model_name: target.label, version: submission.version };
   // The key's rate limits (src/ratelimit/meter.ts), for the version routing chose, before the queue's own admission.
   const n = options.n ?? 1;
   const meter = meterOf(c);
-  await meter?.admit({ model: target.name, version: target.version }, forChoices(submissions, n));
+  await meter?.admit(
+    { model: target.name, version: target.version, usageModel: target.label },
+    forChoices(submissions, n),
+  );
   const limits = ctx.admit ? await ctx.admit(target.endpoint) : undefined;
   const queue = endpointQueueName(target.endpoint);
   const handles = await submitChoices(ctx, submissions, n, { queueWaitMs: limits?.maxQueueWaitMs, queue });

@@ -121,8 +121,16 @@ export class RequestMeter {
    * Admits the request for `model` served by `version` (the version routing chose for it), or
    * throws the 429. Without limits on the key (or this model) it touches nothing.
    */
-  async admit(target: { model: string; version: string }, reservation: Reservation): Promise<void> {
-    const scopes = scopesFor(this.key.limits, target.model);
+  /**
+   * `usageModel`: the name usage is recorded under when it is not the model's (an adapter's
+   * `<endpoint>:<adapter>`); the key's limits are the model's either way.
+   */
+  async admit(
+    limited: { model: string; version: string; usageModel?: string },
+    reservation: Reservation,
+  ): Promise<void> {
+    const target = { model: limited.usageModel ?? limited.model, version: limited.version };
+    const scopes = scopesFor(this.key.limits, limited.model);
     if (scopes.length > 0) {
       const ticket = await this.check(() =>
         this.allowances.admit(this.key.id, scopes, reservedTokens(scopes, reservation)),

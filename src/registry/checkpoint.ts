@@ -30,6 +30,8 @@ const CHECKPOINT_FILES = new Set([
   "modules.json",
   "sentence_bert_config.json",
   "config_sentence_transformers.json",
+  // A PEFT LoRA adapter's configuration (its weights are adapter_model.safetensors): src/registry/adapter.ts.
+  "adapter_config.json",
 ]);
 
 /** One path segment, no leading dot: nothing that could name a parent, a hidden file or another directory. */

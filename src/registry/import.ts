@@ -20,7 +20,9 @@ import {
   type GgufSummary,
   type ModelTask,
   type RegisteredVersion,
+  type TrainingSummary,
 } from "./version.ts";
+import { importAdapter, requireKind } from "./adapter-register.ts";
 import type { Control } from "../redis/connection.ts";
 import { PlatformError, withDetail } from "../contracts/errors.ts";
 import type { ObjectStore } from "../storage/store.ts";
@@ -71,6 +73,13 @@ export type ImportRequest = {
   directory?: { path: string } | { store: ObjectStore; prefix: string };
   /** Called as a remote source downloads (bytes so far, and the total when the server said it). */
   onProgress?: (p: SourceProgress) => void;
+  /**
+   * The base version a LoRA adapter adapts, `<model>@<version>`: required when the source holds
+   * adapter_config.json (an adapter, src/registry/adapter.ts), refused otherwise.
+   */
+  base?: string;
+  /** Versions a fine-tuning job made: how (kept on the record). */
+  training?: TrainingSummary;
 };
 
 /**
@@ -107,6 +116,14 @@ export async function importModel(deps: ImportDeps, req: ImportRequest): Promise
       await rm(scratch, { recursive: true, force: true });
     }
   }
+  if (req.base !== undefined)
+    throw new PlatformError(
+      400,
+      "invalid_request",
+      "base: only an adapter (a directory holding adapter_config.json and adapter_model.safetensors) has a base; this source is a single file",
+      "base",
+    );
+  await requireKind(deps, req.name, "model");
   try {
     const { sha256, size } = req.body
       ? await copyHashing(req.body, scratch)
@@ -251,6 +268,15 @@ async function importCheckpoint(
     }
   }
   const names = [...scratch.files.keys()];
+  if (names.includes("adapter_config.json")) return importAdapter(deps, req, dir, scratch.files);
+  if (req.base !== undefined)
+    throw new PlatformError(
+      400,
+      "invalid_request",
+      "base: the source has no adapter_config.json, so it is not an adapter; register a model without --base, or point --source at the PEFT adapter directory",
+      "base",
+    );
+  await requireKind(deps, req.name, "model");
   const checkpoint = await summarizeCheckpoint(dir, names);
   // llama.cpp serves it converted: refused now, with nothing stored, when no converter knows it.
   if (req.framework === "llamacpp") requireConvertible(checkpoint.architecture);
@@ -278,7 +304,7 @@ async function importCheckpoint(
 }
 
 /** Records the version: what every version takes from its request, and what its kind adds. */
-async function saveRecord(
+export async function saveRecord(
   ctl: Control,
   req: ImportRequest,
   fields: Omit<RegisteredVersion, "name" | "framework" | "source" | "created">,
@@ -289,6 +315,7 @@ async function saveRecord(
     source: req.source,
     created: Date.now(),
     ...fields,
+    ...(req.training ? { training: req.training } : {}),
   };
   await saveModelVersion(ctl, record);
   return record;

@@ -16,7 +16,8 @@ import { checkEntryName } from "./checkpoint.ts";
 
 /** The path an engine loads `model` from: a file, or for a checkpoint ("hf") a directory (named by its digest, records.ts `Sha256`). */
 export async function localArtifact(store: ObjectStore, cacheDir: string, model: RegisteredVersion): Promise<string> {
-  if (model.kind === "hf") return localCheckpoint(store, cacheDir, model);
+  // An adapter is a directory too (adapter_config.json, adapter_model.safetensors).
+  if (model.kind === "hf" || model.kind === "adapter") return localCheckpoint(store, cacheDir, model);
   const local = store.localPath(model.artifact);
   if (local) return local;
   await mkdir(cacheDir, { recursive: true });

@@ -33,5 +33,7 @@ export const Replica = z.object({
    * a quantized copy), and whether this replica made it or found it made: `status` shows it.
    */
   weights: z.string().max(300).optional(),
+  /** The LoRA adapters (`<name>@<version>`) it holds loaded now, at most `runtime.max_loras` (docs/adapters.md). */
+  adapters: z.array(z.string().max(130)).max(64).optional(),
 });
 export type Replica = z.infer<typeof Replica>;

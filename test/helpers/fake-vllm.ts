@@ -11,8 +11,13 @@
  *   FAKE_VLLM_IGNORE_TERM   survive SIGTERM (only SIGKILL stops it)
  *   FAKE_VLLM_NO_TEMPLATE   /v1/chat/completions fails as for a tokenizer without a chat template
  *   FAKE_VLLM_RUNNER        "generate" (default) or "pooling": the other kind's routes answer vLLM's 501
+ *   VLLM_ALLOW_RUNTIME_LORA_UPDATING  with --enable-lora, "True" turns on /v1/load_lora_adapter and /v1/unload_lora_adapter (as vLLM)
+ *
+ * With --enable-lora, adapters loaded through the API answer as models of their own name, their
+ * text prefixed with "[<lora name>]"; more than --max-loras at once is fine (vLLM swaps them).
  */
-import { appendFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 
 /** What every completion says, one token per piece. */
@@ -75,6 +80,7 @@ export function main(): void {
         argv,
         pid: process.pid,
         malloc: Object.fromEntries(Object.entries(process.env).filter(([name]) => name.startsWith("MALLOC_"))),
+        loraUpdating: process.env.VLLM_ALLOW_RUNTIME_LORA_UPDATING ?? null,
       }),
     );
   const log = (entry: unknown) => {
@@ -91,6 +97,9 @@ export function main(): void {
   if (argv[0] !== "serve") throw new Error(`fake vllm: expected "vllm serve <model> ...", got ${argv.join(" ")}`);
   const served = flag(argv, "--served-model-name") ?? argv[1] ?? "model";
   let healthPolls = 0;
+  const lora = argv.includes("--enable-lora") && process.env.VLLM_ALLOW_RUNTIME_LORA_UPDATING === "True";
+  /** Adapters loaded through the API: name → path. */
+  const adapters = new Map<string, string>();
 
   const server = createServer(async (req, res) => {
     const body = req.method === "POST" ? await readJson(req) : undefined;
@@ -105,11 +114,32 @@ export function main(): void {
       res.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }).end(metricsText(served));
       return;
     }
+    if (
+      lora &&
+      req.method === "POST" &&
+      (req.url === "/v1/load_lora_adapter" || req.url === "/v1/unload_lora_adapter")
+    ) {
+      const { lora_name: name, lora_path: path } = (body ?? {}) as { lora_name?: string; lora_path?: string };
+      if (typeof name !== "string") return sendError(res, 400, "BadRequestError", "lora_name is required");
+      if (req.url === "/v1/unload_lora_adapter") {
+        if (!adapters.delete(name))
+          return sendError(res, 404, "NotFoundError", `The lora adapter '${name}' cannot be found.`);
+        res.writeHead(200).end(`Success: LoRA adapter '${name}' removed successfully.`);
+        return;
+      }
+      if (adapters.has(name))
+        return sendError(res, 400, "BadRequestError", `The lora adapter '${name}' has already been loaded.`);
+      if (typeof path !== "string" || !existsSync(join(path, "adapter_config.json")))
+        return sendError(res, 404, "NotFoundError", `No adapter found for ${String(path)}`);
+      adapters.set(name, path);
+      res.writeHead(200).end(`Success: LoRA adapter '${name}' added successfully.`);
+      return;
+    }
     const route = req.url === "/v1/completions" || req.url === "/v1/chat/completions" || req.url === "/v1/embeddings";
     if (!route || req.method !== "POST") return sendError(res, 404, "NotFoundError", "Not Found");
     if (typeof body !== "object" || body === null) return sendError(res, 400, "BadRequestError", "invalid JSON");
     const b = body as Record<string, unknown>;
-    if (b.model !== served)
+    if (b.model !== served && !adapters.has(String(b.model)))
       return sendError(res, 404, "NotFoundError", `The model \`${String(b.model)}\` does not exist.`);
     const pooling = process.env.FAKE_VLLM_RUNNER === "pooling";
     if (req.url === "/v1/embeddings") {
@@ -174,9 +204,12 @@ async function generate(
   res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
   if (chat) send({ ...base, choices: [{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }] });
 
+  // A LoRA adapter's answer says whose it is (the served model's name is a flag the fake knows; an adapter's is not it).
+  const story = chat ? CHAT_REPLY : STORY;
+  const own = typeof b.model === "string" && b.model.includes("@") ? [`[${b.model}]`, ...story] : story;
   const { pieces, finish } = promptText.includes("SLOW")
     ? { pieces: endless(maxTokens), finish: "length" }
-    : planned(chat ? CHAT_REPLY : STORY, maxTokens, b.stop);
+    : planned(own, maxTokens, b.stop);
   let produced = 0;
   for (const [piece, last] of pieces) {
     if (closed) return;

@@ -2,7 +2,8 @@
  * A Hugging Face checkpoint converted by the platform and served as `tiny-hf` by a real gateway and
  * llama.cpp worker in this process, with `runtime.dtype: float32`: what tests that compare the
  * platform's log-likelihoods with `transformers` need (llama.cpp's default float16 KV cache alone
- * moves them by up to 2e-2). Its own Redis and data directory, removed by `stop`.
+ * moves them by up to 2e-2). Its own Redis and data directory, removed by `stop`. LoRA adapters
+ * registered on tiny-hf@v1 are served as `tiny-hf:<adapter>`.
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -16,6 +17,7 @@ import { convertCheckpoint } from "../../src/registry/convert/index.ts";
 import { importModel } from "../../src/registry/import.ts";
 import { loadSettings, type Settings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
+import { adapterCacheDir, ReplicaAdapters } from "../../workers/adapters.ts";
 import { loadEngine } from "../../workers/engines/index.ts";
 import { startWorker } from "../../workers/worker.ts";
 import { privateRedis } from "./redis.ts";
@@ -46,7 +48,7 @@ export async function serveFloat32Checkpoint(
   const key = (await createApiKey(ctl, "admin", "admin")).key;
   const gguf = join(dataDir, "model.gguf");
   await convertCheckpoint(checkpoint, gguf);
-  await importModel(
+  const model = await importModel(
     { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") },
     { name: "tiny-hf", framework: "llamacpp", source: gguf },
   );
@@ -59,7 +61,17 @@ export async function serveFloat32Checkpoint(
     }),
   );
   const endpoint = await getEndpoint(ctl, "tiny-hf");
-  const worker = startWorker({ ctl, endpoint, replicaId, loadEngine: () => loadEngine(endpoint, gguf) });
+  // Adapters registered on tiny-hf@v1 (docs/adapters.md) are served too, as `tiny-hf:<adapter>`.
+  const adapters = new ReplicaAdapters({
+    ctl,
+    store: openStore(settings.artifactsUrl),
+    cacheDir: adapterCacheDir(dataDir),
+    replicaId,
+    endpoint,
+    model,
+    modelPath: () => gguf,
+  });
+  const worker = startWorker({ ctl, endpoint, replicaId, adapters, loadEngine: () => loadEngine(endpoint, gguf) });
   await worker.ready;
   const gateway = await startGateway({ ctl, settings, host: "127.0.0.1", port: 0 });
   return {

@@ -17,6 +17,8 @@ const SAMPLE: Record<EngineField, unknown> = {
   "runtime.quantization": "int4",
   "runtime.speculative_model": "/models/draft",
   "runtime.num_speculative_tokens": 4,
+  "runtime.max_loras": 3,
+  "runtime.max_lora_rank": 32,
   "resources.gpu": 2,
   "resources.gpu_type": "a100",
   "resources.memory": "16Gi",

@@ -15,10 +15,22 @@ import type {
 
 export type ChatTools = { tools: FunctionTool[]; tool_choice?: ToolChoice; parallel_tool_calls?: boolean };
 
+/**
+ * A LoRA adapter to apply (workers/adapters.ts resolved the job's `adapter`): `ref` is its
+ * `<name>@<version>`, `path` what the engine loads (llama.cpp: the GGUF adapter; vLLM: the PEFT
+ * directory), `rank` its r.
+ */
+export type AppliedAdapter = { ref: string; path: string; rank: number };
+
+/** An engine's LoRA adapter counts. */
+export type AdapterStats = { loaded: number; loads: number; evictions: number; names: string[] };
+
 export type TextRequest =
   /** Token ids are evaluated as given: the engine adds no BOS token to them (job.ts `Prompt`). */
-  | { kind: "prompt"; prompt: Prompt; params: SamplingParams }
-  | { kind: "chat"; messages: ChatMessage[]; params: SamplingParams; tools?: ChatTools };
+  (
+    | { kind: "prompt"; prompt: Prompt; params: SamplingParams }
+    | { kind: "chat"; messages: ChatMessage[]; params: SamplingParams; tools?: ChatTools }
+  ) & { adapter?: AppliedAdapter };
 
 export type TextOutput = {
   text: string;
@@ -53,6 +65,10 @@ export interface Engine {
    * without `dispose`. The replica is then dead as if it had been killed (workers/worker.ts).
    */
   readonly lost?: Promise<string>;
+  /** Whether it applies LoRA adapters (TextRequest.adapter); an engine without it refuses them. */
+  readonly servesAdapters?: boolean;
+  /** Its LoRA adapters: loaded now, and loads and evictions so far (workers/metrics.ts). */
+  adapterStats?(): AdapterStats;
   /** The engine's own Prometheus metrics in the text format (vLLM's /metrics), served with the replica's. */
   metrics?(): Promise<string>;
   dispose(): Promise<void>;

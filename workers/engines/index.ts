@@ -11,7 +11,7 @@ import { loadLlamaCpp } from "./llamacpp.ts";
 export async function loadEngine(
   endpoint: Endpoint,
   modelPath: string,
-  extra: { vllm?: VllmSettings; draftModelPath?: string; grammarTimeoutMs?: number } = {},
+  extra: { vllm?: VllmSettings; draftModelPath?: string; grammarTimeoutMs?: number; vllmLora?: boolean } = {},
 ): Promise<Engine> {
   const vllm = extra.vllm;
   const { runtime, resources } = endpoint.config;
@@ -22,6 +22,7 @@ export async function loadEngine(
       runtime,
       resources,
       servedName: endpoint.name,
+      lora: extra.vllmLora,
       bin: vllm?.bin,
       startTimeoutMs: vllm?.startTimeoutMs,
     });
@@ -33,6 +34,7 @@ export async function loadEngine(
     contextSize: runtime.max_model_len,
     gpu: (resources.gpu ?? 0) > 0,
     float32: runtime.dtype === "float32" || runtime.dtype === "float",
+    maxLoras: runtime.max_loras,
     grammarTimeoutMs: extra.grammarTimeoutMs,
     draft:
       extra.draftModelPath === undefined

@@ -22,7 +22,7 @@ import {
   type Token,
   TokenBias,
 } from "node-llama-cpp";
-import { LLAMACPP } from "../../src/contracts/engines.ts";
+import { DEFAULT_MAX_LORAS, LLAMACPP } from "../../src/contracts/engines.ts";
 import type {
   ChatMessage,
   EchoedPrompt,
@@ -52,6 +52,7 @@ import {
   nativeHistory,
   parseNativeCalls,
 } from "./llamacpp-native-tools.ts";
+import { AdapterLanes, type Lane } from "./llamacpp-adapters.ts";
 import { enforceable, GrammarCache } from "./llamacpp-grammar.ts";
 import { readToolAnswer, refuseFormatWithTools, toolAnswerSchema, toolPromptMessages } from "./tool-format.ts";
 
@@ -76,6 +77,8 @@ export type LlamaCppOptions = {
    * 1e-4 of its size; prompt scores (echo) then match transformers' float32 to about 1e-5.
    */
   float32?: boolean;
+  /** LoRA adapter contexts kept at once (`runtime.max_loras`; llamacpp-adapters.ts). */
+  maxLoras?: number;
 };
 
 /** Draft tokens per step when `runtime.num_speculative_tokens` is unset (vLLM's usual choice too). */
@@ -125,14 +128,25 @@ export async function loadLlamaCpp(options: LlamaCppOptions): Promise<Engine> {
     );
   }
   const threads = options.threads ?? defaultThreads();
-  const context = await model.createContext({
+  const contextOptions = {
     sequences: options.parallel,
     contextSize,
     threads,
     ...(options.float32
-      ? { experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32", flashAttention: false }
+      ? {
+          experimentalKvCacheKeyType: "F32" as const,
+          experimentalKvCacheValueType: "F32" as const,
+          flashAttention: false,
+        }
       : {}),
-  });
+  };
+  const context = await model.createContext(contextOptions);
+  // An adapter's context: the base context's settings with the adapter applied (no draft: its guesses would be the base's).
+  const adapters = new AdapterLanes(
+    model,
+    (path) => model.createContext({ ...contextOptions, lora: { adapters: [{ filePath: path, scale: 1 }] } }),
+    options.maxLoras ?? DEFAULT_MAX_LORAS,
+  );
   const draft =
     options.draft && (await loadDraft(llama, model, options.draft.modelPath, options.parallel, contextSize, threads));
   const tokens = options.draft?.tokens ?? DEFAULT_DRAFT_TOKENS;
@@ -152,7 +166,7 @@ export async function loadLlamaCpp(options: LlamaCppOptions): Promise<Engine> {
     ),
   );
   const grammars = new GrammarCache(llama, { timeoutMs: options.grammarTimeoutMs ?? DEFAULT_GRAMMAR_TIMEOUT_MS });
-  return new LlamaCppEngine(model, context, sequences, threads, grammars, draft);
+  return new LlamaCppEngine(model, context, sequences, threads, grammars, adapters, draft);
 }
 
 type Draft = { model: LlamaModel; context: LlamaContext };
@@ -189,6 +203,7 @@ async function loadDraft(
 
 class LlamaCppEngine implements Engine {
   readonly name = LLAMACPP.framework;
+  readonly servesAdapters = true;
   readonly parallel: number;
   private readonly model: LlamaModel;
   private readonly context: LlamaContext;
@@ -207,6 +222,8 @@ class LlamaCppEngine implements Engine {
   private readonly encoderOnly: boolean;
   /** The converter recorded a sentence-transformers Normalize module (src/registry/convert/bert.ts). */
   private readonly normalizeEmbeddings: boolean;
+  /** LoRA adapters' contexts beside the base's. */
+  readonly adapters: AdapterLanes;
 
   constructor(
     model: LlamaModel,
@@ -214,9 +231,11 @@ class LlamaCppEngine implements Engine {
     sequences: LlamaContextSequence[],
     threads: number,
     grammars: GrammarCache,
+    adapters: AdapterLanes,
     draft?: Draft,
   ) {
     this.model = model;
+    this.adapters = adapters;
     this.draft = draft;
     this.sequences = sequences;
     this.grammars = grammars;
@@ -240,6 +259,10 @@ class LlamaCppEngine implements Engine {
     this.bos = wantsBos && model.vocabularyType !== "rwkv" && model.vocabularyType !== "ugm" ? model.tokens.bos : null;
   }
 
+  adapterStats() {
+    return this.adapters.stats();
+  }
+
   async warmup(): Promise<void> {
     if (this.encoderOnly) {
       await this.embed(["Hello"]);
@@ -260,7 +283,7 @@ class LlamaCppEngine implements Engine {
     const tools = request.kind === "chat" ? request.tools : undefined;
     if (tools) refuseFormatWithTools(request.params);
     if (request.kind === "chat" && tools && this.callSyntax)
-      return this.generateNativeCalls(request.messages, tools, this.callSyntax, request.params, hooks);
+      return this.generateNativeCalls(request.messages, tools, this.callSyntax, request.params, hooks, request.adapter);
     const grammar = await this.grammarFor(request);
     const { tokens, stopTriggers, asGiven } = this.render(request);
     const echo = request.kind === "prompt" && request.params.echo ? request.prompt : undefined;
@@ -270,6 +293,7 @@ class LlamaCppEngine implements Engine {
       { stopStrings: stopTriggers, grammar, asGiven, echo, onText: tools ? undefined : hooks.onText },
       request.params,
       hooks.signal,
+      request.adapter,
     );
     return tools ? readToolAnswer(out, tools) : out;
   }
@@ -284,6 +308,7 @@ class LlamaCppEngine implements Engine {
     syntax: CallSyntax,
     params: SamplingParams,
     hooks: GenerationHooks,
+    adapter: TextRequest["adapter"],
   ): Promise<TextOutput> {
     const template = this.chatTemplate as JinjaTemplateChatWrapper;
     const state = template.generateContextState({
@@ -314,6 +339,7 @@ class LlamaCppEngine implements Engine {
         { stopStrings: stopTriggers, grammar: await grammar(false) },
         params,
         hooks.signal,
+        adapter,
       );
       return withCalls(out, decoded.text, false, "");
     }
@@ -322,6 +348,7 @@ class LlamaCppEngine implements Engine {
       { stopStrings: [...stopTriggers, syntax.prefix], onText: hooks.onText },
       params,
       hooks.signal,
+      adapter,
     );
     if (first.decoded.stoppedBy !== syntax.prefix) return first.out;
     // The prefix as the model wrote it (its special tokens as such), then the call under the grammar.
@@ -334,6 +361,7 @@ class LlamaCppEngine implements Engine {
       { stopStrings: stopTriggers, grammar: await grammar(true), maxTokens: left },
       params,
       hooks.signal,
+      adapter,
     );
     const out: TextOutput = {
       ...second.out,
@@ -360,12 +388,16 @@ class LlamaCppEngine implements Engine {
     },
     p: SamplingParams,
     signal: AbortSignal | undefined,
+    adapter?: TextRequest["adapter"],
   ): Promise<{ out: TextOutput; decoded: Decoded }> {
     const evaluated = this.bos === null || how.asGiven ? tokens : [this.bos, ...tokens];
     const promptTokens = evaluated.length;
     const maxTokens = how.maxTokens ?? this.checkedMaxTokens(promptTokens, p);
     const tokenBias = p.logit_bias && this.tokenBias(p.logit_bias);
-    const sequence = this.free.pop();
+    let lane: Lane | undefined;
+    let sequence: LlamaContextSequence | undefined;
+    if (adapter) ({ lane, sequence } = await this.adapters.take(adapter.ref, adapter.path));
+    else sequence = this.free.pop();
     if (!sequence) throw new PlatformError(503, "engine_busy", "all sequences of this replica are busy");
     try {
       const echo =
@@ -406,7 +438,8 @@ class LlamaCppEngine implements Engine {
       };
       return { out, decoded };
     } finally {
-      this.free.push(sequence);
+      if (lane) this.adapters.release(lane, sequence);
+      else this.free.push(sequence);
     }
   }
 
@@ -540,6 +573,7 @@ class LlamaCppEngine implements Engine {
 
   async dispose(): Promise<void> {
     await this.grammars.close();
+    await this.adapters.dispose();
     if (this.embeddingContext) await (await this.embeddingContext).dispose();
     await this.context.dispose();
     await this.model.dispose();

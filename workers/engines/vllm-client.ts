@@ -44,7 +44,7 @@ export class VllmClient {
     try {
       const res = await this.post(
         api === "completions" ? "/v1/completions" : "/v1/chat/completions",
-        vllmRequestBody(request, this.servedName),
+        vllmRequestBody(request, request.adapter ? request.adapter.ref : this.servedName),
         hooks.signal,
       );
       if (!res.ok) throw await httpError(res, api, request.kind === "prompt" ? request.prompt : undefined);
@@ -65,6 +65,39 @@ export class VllmClient {
       throw new PlatformError(502, "engine_error", "vLLM answered /v1/embeddings with an unexpected body");
     const embeddings = [...parsed.data.data].sort((a, b) => a.index - b.index).map((d) => d.embedding);
     return { embeddings, usage: usage(parsed.data.usage.prompt_tokens, 0) };
+  }
+
+  /**
+   * Registers a LoRA adapter with the server under `name` (`POST /v1/load_lora_adapter`, which
+   * needs VLLM_ALLOW_RUNTIME_LORA_UPDATING); one it already holds is not an error.
+   */
+  async loadAdapter(name: string, path: string): Promise<void> {
+    const res = await this.post("/v1/load_lora_adapter", { lora_name: name, lora_path: path });
+    if (res.ok) return;
+    // vLLM's message may name the adapter's directory on this node: the client sees the adapter's name instead.
+    const raw = await res.text().catch(() => "");
+    const said = (() => {
+      try {
+        const body = JSON.parse(raw) as { error?: { message?: unknown }; message?: unknown };
+        const message = body.error?.message ?? body.message;
+        return typeof message === "string" ? message : raw;
+      } catch {
+        return raw;
+      }
+    })();
+    const text = said.slice(0, 500).replaceAll(path, `<${name}>`);
+    if (res.status === 400 && /already (been )?loaded/i.test(text)) return;
+    throw new PlatformError(
+      res.status === 400 || res.status === 404 ? 400 : 502,
+      "adapter_load_failed",
+      `vLLM refused to load adapter ${name}: ${text || `HTTP ${res.status}`}`,
+      "adapter",
+    );
+  }
+
+  /** Forgets a LoRA adapter (`POST /v1/unload_lora_adapter`); failures only cost memory, so they are ignored. */
+  async unloadAdapter(name: string): Promise<void> {
+    await this.post("/v1/unload_lora_adapter", { lora_name: name }).catch(() => undefined);
   }
 
   /** vLLM's own Prometheus metrics (its /metrics), as text; bounded in time, since a scrape waits on it. */

@@ -7,7 +7,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { z } from "zod";
 import type { DeploymentConfig, Resources, Runtime } from "../../src/contracts/deployment.ts";
-import { notAppliedBy, VLLM } from "../../src/contracts/engines.ts";
+import { DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS, notAppliedBy, VLLM } from "../../src/contracts/engines.ts";
 
 export type VllmArgsOptions = {
   /** A Hugging Face style model directory (or anything `vllm serve` accepts as its model). */
@@ -19,7 +19,12 @@ export type VllmArgsOptions = {
   port: number;
   /** The checkpoint's own quantization (see `checkpointQuantization`); when set, `runtime.quantization` is not passed. */
   checkpointQuantization?: string;
+  /** Enable LoRA even without `runtime.max_loras`: adapters of this version are registered (workers/adapters.ts `hasAdapters`). */
+  lora?: boolean;
 };
+
+/** The ranks vLLM's --max-lora-rank accepts; a deployment's runtime.max_lora_rank is rounded up to one. */
+export const VLLM_LORA_RANKS = [1, 8, 16, 32, 64, 128, 256, 320, 512] as const;
 
 /**
  * `runtime.quantization` → `--quantization`. Both are vLLM's in-flight methods,
@@ -58,6 +63,18 @@ export function vllmArgs(options: VllmArgsOptions): string[] {
     const speculative: Record<string, unknown> = { model: r.speculative_model };
     if (r.num_speculative_tokens !== undefined) speculative.num_speculative_tokens = r.num_speculative_tokens;
     args.push("--speculative-config", JSON.stringify(speculative));
+  }
+  // LoRA adapters (docs/adapters.md), loaded through /v1/load_lora_adapter on first use.
+  if (options.lora || r.max_loras !== undefined || r.max_lora_rank !== undefined) {
+    const rank = r.max_lora_rank ?? DEFAULT_MAX_LORA_RANK;
+    const allowed = VLLM_LORA_RANKS.find((v) => v >= rank) ?? VLLM_LORA_RANKS.at(-1)!;
+    args.push(
+      "--enable-lora",
+      "--max-loras",
+      String(r.max_loras ?? DEFAULT_MAX_LORAS),
+      "--max-lora-rank",
+      String(allowed),
+    );
   }
   // The worker never sends more than `parallel` requests at once; vLLM's larger default only reserves memory for nothing.
   args.push("--max-num-seqs", String(resources.parallel));

@@ -7,7 +7,7 @@
  * and the HTTP client (vllm-client.ts); docs/engines.md ("vLLM") describes them.
  */
 import { withoutWorkerAllocator } from "../../src/process/worker-env.ts";
-import { VLLM } from "../../src/contracts/engines.ts";
+import { DEFAULT_MAX_LORAS, VLLM } from "../../src/contracts/engines.ts";
 import type { EmbeddingItem, Usage } from "../../src/contracts/job.ts";
 import { PlatformError } from "../../src/contracts/errors.ts";
 import { freePort } from "../../src/process/free-port.ts";
@@ -42,6 +42,8 @@ export type VllmOptions = Omit<VllmArgsOptions, "port" | "checkpointQuantization
 };
 
 const DEFAULT_STOP_GRACE_MS = 30_000;
+/** Adapters kept registered with vLLM per GPU slot (`--max-loras`) before idle ones are unloaded. */
+const ADAPTERS_KNOWN_PER_SLOT = 4;
 
 export async function loadVllm(options: VllmOptions): Promise<VllmEngine> {
   const port = await freePort();
@@ -53,7 +55,14 @@ export async function loadVllm(options: VllmOptions): Promise<VllmEngine> {
   const child = new VllmProcess(
     bin,
     args,
-    { VLLM_NO_USAGE_STATS: "1", PYTHONUNBUFFERED: "1", ...withoutWorkerAllocator(process.env), ...options.env },
+    {
+      VLLM_NO_USAGE_STATS: "1",
+      PYTHONUNBUFFERED: "1",
+      // Adapters are loaded through the API on first use (docs/adapters.md).
+      ...(args.includes("--enable-lora") ? { VLLM_ALLOW_RUNTIME_LORA_UPDATING: "True" } : {}),
+      ...withoutWorkerAllocator(process.env),
+      ...options.env,
+    },
     log,
   );
   const baseUrl = `http://127.0.0.1:${port}`;
@@ -66,7 +75,14 @@ export async function loadVllm(options: VllmOptions): Promise<VllmEngine> {
     throw e;
   }
   const client = new VllmClient(baseUrl, options.servedName, () => child.describeExit());
-  return new VllmEngine(child, client, options.resources.parallel, stopGraceMs);
+  const lora = args.includes("--enable-lora");
+  return new VllmEngine(
+    child,
+    client,
+    options.resources.parallel,
+    stopGraceMs,
+    lora ? (options.runtime.max_loras ?? DEFAULT_MAX_LORAS) : 0,
+  );
 }
 
 export class VllmEngine implements Engine {
@@ -80,8 +96,18 @@ export class VllmEngine implements Engine {
 
   readonly lost: Promise<string>;
   private disposing = false;
+  readonly servesAdapters: boolean;
+  /**
+   * Adapters registered with vLLM: name → requests in flight and last use. vLLM keeps `--max-loras` of
+   * them on the GPU and swaps the rest itself; past ADAPTERS_KNOWN_PER_SLOT × max_loras the least
+   * recently used idle one is unloaded, so a replica's life of adapters stays bounded.
+   */
+  private readonly adapters = new Map<string, { active: number; lastUsed: number; loading: Promise<void> }>();
+  private readonly knownAdapters: number;
 
-  constructor(server: VllmProcess, client: VllmClient, parallel: number, stopGraceMs: number) {
+  constructor(server: VllmProcess, client: VllmClient, parallel: number, stopGraceMs: number, maxLoras = 0) {
+    this.servesAdapters = maxLoras > 0;
+    this.knownAdapters = maxLoras * ADAPTERS_KNOWN_PER_SLOT;
     this.server = server;
     this.client = client;
     this.parallel = parallel;
@@ -133,6 +159,15 @@ export class VllmEngine implements Engine {
         request.tools,
       );
     }
+    const adapter = request.adapter;
+    if (adapter) {
+      const held = await this.holdAdapter(adapter.ref, adapter.path);
+      try {
+        return await this.client.generate(request, hooks);
+      } finally {
+        held.active--;
+      }
+    }
     try {
       return await this.client.generate(request, hooks);
     } catch (e) {
@@ -143,6 +178,46 @@ export class VllmEngine implements Engine {
       }
       throw e;
     }
+  }
+
+  private loads = 0;
+  private evictions = 0;
+
+  adapterStats() {
+    return {
+      loaded: this.adapters.size,
+      loads: this.loads,
+      evictions: this.evictions,
+      names: [...this.adapters.keys()],
+    };
+  }
+
+  /** The adapter registered with vLLM (loaded on first use), counted as in use until the caller lets go. */
+  private async holdAdapter(ref: string, path: string): Promise<{ active: number }> {
+    let entry = this.adapters.get(ref);
+    if (!entry) {
+      const loading = this.client.loadAdapter(ref, path);
+      entry = { active: 0, lastUsed: 0, loading };
+      this.adapters.set(ref, entry);
+      this.loads++;
+      loading.catch(() => this.adapters.delete(ref));
+      const idle = [...this.adapters.entries()].filter(([name, e]) => name !== ref && e.active === 0);
+      if (this.adapters.size > this.knownAdapters && idle.length > 0) {
+        const [oldest] = idle.sort((a, b) => a[1].lastUsed - b[1].lastUsed)[0]!;
+        this.adapters.delete(oldest);
+        this.evictions++;
+        void this.client.unloadAdapter(oldest);
+      }
+    }
+    entry.active++;
+    entry.lastUsed = performance.now();
+    try {
+      await entry.loading;
+    } catch (e) {
+      entry.active--;
+      throw e;
+    }
+    return entry;
   }
 
   embed(inputs: EmbeddingItem[]): Promise<{ embeddings: number[][]; usage: Usage }> {

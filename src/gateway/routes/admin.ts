@@ -42,6 +42,8 @@ export const RegisterBody = z.object({
   version: ModelVersion.refine((v) => v !== "latest", '"latest" is reserved; pick another version name').optional(),
   /** "embed" or "generate"; absent: the architecture's default (docs/embeddings.md). */
   task: ModelTask.optional(),
+  /** An adapter's base version, `<model>@<version>` (docs/adapters.md): required when the source holds adapter_config.json. */
+  base: z.string().min(1).max(200).optional(),
 });
 
 const UploadQuery = z.object({
@@ -49,6 +51,7 @@ const UploadQuery = z.object({
   source: z.string().min(1),
   version: RegisterBody.shape.version,
   task: RegisterBody.shape.task,
+  base: RegisterBody.shape.base,
 });
 
 export type AdminDeps = {

@@ -25,6 +25,9 @@ import type { OpenAiSpec } from "../../batch/store.ts";
 import type { BatchJob } from "../../batch/schema.ts";
 import { servingQueue } from "../../endpoints/rollout.ts";
 import { getEndpoint } from "../../endpoints/store.ts";
+import { NAME_PATTERN } from "../../contracts/deployment.ts";
+import { pickAdapterVersion } from "../../registry/adapter-register.ts";
+import { listModelVersions } from "../../registry/versions.ts";
 import type { Control } from "../../redis/connection.ts";
 import { PlatformError } from "../../contracts/errors.ts";
 import type { ObjectStore } from "../../storage/index.ts";
@@ -128,7 +131,20 @@ export function openAiBatchRoutes(deps: OpenAiBatchDeps) {
         "input_file_id",
       );
     }
-    const endpoint = await getEndpoint(deps.ctl, served);
+    // `<endpoint>:<adapter>` (docs/adapters.md): the endpoint's version, each record with the adapter.
+    const colon = served.indexOf(":");
+    const endpoint = await getEndpoint(deps.ctl, colon < 0 ? served : served.slice(0, colon));
+    const adapterName = served.slice(colon + 1);
+    const adapter =
+      colon < 0
+        ? undefined
+        : pickAdapterVersion(
+            // A name that cannot be registered is not looked up (it would become a Redis key).
+            NAME_PATTERN.test(adapterName) ? await listModelVersions(deps.ctl, adapterName) : [],
+            adapterName,
+            { name: endpoint.config.model.name, version: endpoint.version },
+            endpoint.name,
+          );
     const openai: OpenAiSpec = {
       endpoint: body.endpoint,
       served_model: served,
@@ -143,6 +159,7 @@ export function openAiBatchRoutes(deps: OpenAiBatchDeps) {
       who,
       {
         queue: servingQueue(endpoint),
+        ...(adapter ? { adapter: `${adapter.name}@${adapter.version}` } : {}),
         openai,
         internal: {
           input: { uri: input, given: body.input_file_id, shown: body.input_file_id, confined: false },

@@ -21,7 +21,7 @@ import {
 import type { GatewayEnv } from "../env.ts";
 import { parseBody } from "../errors.ts";
 import { checkEmbeddingBound, checkPromptBound } from "../input-bounds.ts";
-import { type Caller, type Router, requireTask } from "../routing.ts";
+import { type Caller, type Router, requireTask, type Target } from "../routing.ts";
 import { serve, type ServeContext } from "../serve.ts";
 import { serveText } from "../serve-text.ts";
 
@@ -31,9 +31,11 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
   /** Routing, remembered for metrics: an error from here on counts under this endpoint and version. */
   const route = async (c: Context<GatewayEnv>, model: string) => {
     const t = await router.resolve(model, callerOf(c));
-    ctx.metrics.routed(c.req.raw, { model_name: t.name, version: t.version });
+    ctx.metrics.routed(c.req.raw, { model_name: t.label, version: t.version });
     return t;
   };
+  /** The adapter a `<endpoint>:<adapter>` model names, on the job (absent: the base). */
+  const adapterOf = (t: Target) => (t.adapter ? { adapter: t.adapter } : {});
 
   app.post("/chat/completions", async (c) => {
     const body = await parseBody(c, ChatCompletionRequest);
@@ -58,6 +60,7 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
           request_id: c.get("requestId"),
           model: t.model,
           version: t.version,
+          ...adapterOf(t),
           messages,
           params,
           ...(body.tools?.length
@@ -97,6 +100,7 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
         request_id: c.get("requestId"),
         model: t.model,
         version: t.version,
+        ...adapterOf(t),
         prompt,
         params,
       })),
@@ -129,6 +133,7 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
           request_id: c.get("requestId"),
           model: t.model,
           version: t.version,
+          ...adapterOf(t),
           prompt: body.prompt,
           params,
         },
@@ -146,6 +151,13 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
     const body = await parseBody(c, EmbeddingRequest);
     const t = await route(c, body.model);
     requireTask(t, "embed");
+    if (t.adapter)
+      throw new PlatformError(
+        400,
+        "invalid_request",
+        "LoRA adapters apply to text generation (chat, completions), not to embeddings; name the endpoint alone",
+        "model",
+      );
     const input = embeddingItems(body.input);
     checkEmbeddingBound(t.bound, input);
     const serving = await serve(
@@ -169,14 +181,21 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
     // A/B variants are versions of an endpoint, not models of their own: `name@version` reaches them.
     const list: ModelList = {
       object: "list",
-      data: endpoints.filter((e) => !e.variant_of).map((e) => modelEntry(e.name, e.created)),
+      data: [
+        ...endpoints.filter((e) => !e.variant_of).map((e) => modelEntry(e.name, e.created)),
+        // Each endpoint's adapters, as clients name them (docs/adapters.md).
+        ...(await router.adapterEntries()).map((a) => modelEntry(a.id, a.created * 1000)),
+      ],
     };
     return c.json(list);
   });
 
   app.get("/models/:id", async (c) => {
-    const t = await router.resolve(c.req.param("id"));
-    return c.json(modelEntry(c.req.param("id"), t.endpoint.created));
+    const id = c.req.param("id");
+    const t = await router.resolve(id);
+    if (!t.adapter) return c.json(modelEntry(id, t.endpoint.created));
+    const created = (await router.adapterEntries()).find((a) => a.id === id)?.created;
+    return c.json(modelEntry(id, (created ?? Math.floor(t.endpoint.created / 1000)) * 1000));
   });
 
   return app;

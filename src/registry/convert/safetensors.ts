@@ -61,9 +61,12 @@ export class SafetensorsCheckpoint {
     this.metadata = metadata;
   }
 
-  /** Opens `dir`'s checkpoint: the sharded index when present, else `model.safetensors`. */
-  static async open(dir: string): Promise<SafetensorsCheckpoint> {
-    const files = await shardFiles(dir);
+  /**
+   * Opens `dir`'s checkpoint: the sharded index when present, else `model.safetensors`; with `single`,
+   * that one file (a PEFT adapter's `adapter_model.safetensors`).
+   */
+  static async open(dir: string, single?: string): Promise<SafetensorsCheckpoint> {
+    const files = single === undefined ? await shardFiles(dir) : [single];
     const tensors = new Map<string, SafetensorsTensor>();
     let metadata: Record<string, string> = {};
     for (const [i, file] of files.entries()) {
