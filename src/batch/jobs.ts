@@ -26,6 +26,7 @@ import { QueueBase } from "../queue/base.ts";
 import { openObject, parseStorageUri, type S3Settings, StorageError, type StorageLocation } from "../storage/index.ts";
 import { sameFile, StoragePolicy } from "../storage/policy.ts";
 import { readParts } from "../storage/shared.ts";
+import { resolveAdapterTarget } from "./adapter-target.ts";
 import type { BatchFiles, BatchResultFiles } from "./files.ts";
 import { outputLocation } from "./output.ts";
 import {
@@ -107,10 +108,18 @@ export class BatchJobs {
       );
     }
     const request = parsed.data;
+    // `<endpoint>:<adapter>`: the endpoint's version and queue, every record with the adapter (as OpenAI batches).
+    const target = request.model.includes(":")
+      ? await resolveAdapterTarget(this.ctl, request.model, request.version)
+      : undefined;
     const { input, output } = options.internal ?? (await this.locate(request, viewer));
     const id = `batch_${randomBytes(12).toString("hex")}`;
     await checkOutput(input, output, request.overwrite, this.storage.s3);
-    const { model, version, concurrency, batch_size, overwrite } = request;
+    const { concurrency, batch_size, overwrite } = request;
+    const model = target?.model ?? request.model;
+    const version = target?.version ?? request.version;
+    const queue = target?.queue ?? options.queue;
+    const adapter = target?.adapter ?? options.adapter;
     const sampling = BatchSampling.parse({
       temperature: request.temperature,
       top_p: request.top_p,
@@ -146,9 +155,9 @@ export class BatchJobs {
       created_by: viewer?.id ?? null,
       ...(viewer ? { org: viewer.org } : {}),
       created: Date.now(),
-      ...(options.queue ? { queue: options.queue } : {}),
+      ...(queue ? { queue } : {}),
       ...(options.openai ? { openai: options.openai } : {}),
-      ...(options.adapter ? { adapter: options.adapter } : {}),
+      ...(adapter ? { adapter } : {}),
     });
     try {
       await this.enqueue(id);

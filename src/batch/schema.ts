@@ -3,8 +3,14 @@
  * JSONL shapes read from and written to object storage (see docs/batch.md).
  */
 import { z } from "zod";
-import { ModelName, ModelVersion } from "../contracts/deployment.ts";
+import { ModelVersion, NAME_PATTERN } from "../contracts/deployment.ts";
 import { SamplingParams } from "../contracts/job.ts";
+
+/** A batch job's `model`: a registered model's name, or `<endpoint>:<adapter>` (src/batch/adapter-target.ts). */
+export function isBatchModel(model: string): boolean {
+  const parts = model.split(":");
+  return parts.length <= 2 && parts.every((p) => NAME_PATTERN.test(p));
+}
 
 /**
  * `cancelling` is reported while a cancel request waits for the coordinator
@@ -31,7 +37,14 @@ export const KEPT_OUTPUT = "batch-outputs/";
 
 export const CreateBatchRequest = z
   .object({
-    model: ModelName,
+    /** A registered model's name, or `<endpoint>:<adapter>`: the endpoint's version with a LoRA adapter (docs/adapters.md). */
+    model: z
+      .string()
+      .refine(
+        isBatchModel,
+        'expected a model name, or "<endpoint>:<adapter>" (each letters, digits, ".", "_" or "-", 1-63 characters, starting with a letter or digit)',
+      ),
+    /** With `<endpoint>:<adapter>`: "latest" (the default) or the endpoint's own version. */
     version: ModelVersion.default("latest"),
     /**
      * The JSONL object to read: an absolute path, file:// URL or s3://bucket/key
@@ -93,6 +106,8 @@ export const BatchJob = z.object({
   object: z.literal("batch_job"),
   id: z.string(),
   model: z.string(),
+  /** A LoRA adapter every record applies (`<name>@<version>`), when the job named `<endpoint>:<adapter>`. */
+  adapter: z.string().optional(),
   /** As requested ("latest" or a version). */
   version: z.string(),
   /** The concrete version the records are sent to; null until the job has started. */

@@ -268,6 +268,7 @@ function toRecord(fields: Record<string, string>): BatchJob {
     object: "batch_job",
     id: spec.id,
     model: spec.model,
+    ...(spec.adapter ? { adapter: spec.adapter } : {}),
     version: spec.version,
     resolved_version: fields.resolved_version ?? null,
     input: spec.input,

@@ -52,8 +52,11 @@ export function registerBatch(inference: Command): void {
   batch
     .command("submit", { isDefault: true })
     .description("submit a batch job and print its id (the default: `platform inference batch --model ...`)")
-    .requiredOption("--model <name>", "registered model name (an endpoint must serve the version)")
-    .option("--version <version>", "model version or latest", "latest")
+    .requiredOption(
+      "--model <name>",
+      "registered model name (an endpoint must serve the version), or <endpoint>:<adapter> for a LoRA adapter of the endpoint's version",
+    )
+    .option("--version <version>", "model version or latest (with <endpoint>:<adapter>: leave it out)", "latest")
     .requiredOption("--input <uri>", 'JSONL input object; each line {"id", "prompt", "max_tokens"}')
     .requiredOption(
       "--output <uri>",
@@ -194,7 +197,7 @@ export function registerBatch(inference: Command): void {
         list.data.map((j) => [
           j.id,
           j.state,
-          `${j.model}@${j.resolved_version ?? j.version}`,
+          `${j.model}@${j.resolved_version ?? j.version}${j.adapter ? ` + ${j.adapter}` : ""}`,
           `${done(j)}/${j.counts.total}`,
           j.counts.failed,
           new Date(j.created).toISOString(),
@@ -307,6 +310,7 @@ function printStatus(job: BatchJob): void {
       "model",
       `${job.model}@${job.resolved_version ?? job.version}${job.resolved_version && job.version !== job.resolved_version ? ` (${job.version})` : ""}`,
     ],
+    ...(job.adapter ? [["adapter", job.adapter] as [string, string]] : []),
     [
       "records",
       `${done(job)}/${job.counts.total} done: ${job.counts.succeeded} succeeded, ${job.counts.failed} failed, ${job.counts.in_flight} in flight`,

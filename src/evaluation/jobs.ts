@@ -97,14 +97,6 @@ export class Evaluations {
         throw new PlatformError(400, "invalid_dataset", `dataset: ${e.message}`, "dataset");
       throw e;
     }
-    // Prompt scores come from echo with logprobs, which vLLM endpoints do not map yet (docs/chat.md).
-    if (base.framework === "vllm" && dataset.metric !== "exact_match")
-      throw new PlatformError(
-        400,
-        "unsupported_metric",
-        `metric: ${dataset.metric} scores prompts (echo with logprobs), which ${base.name}@${base.version}'s vLLM engine does not answer yet; use exact_match, or register the model for llamacpp`,
-        "metric",
-      );
     const id = `eval_${randomBytes(12).toString("hex")}`;
     const record: EvaluationRecord = {
       id,

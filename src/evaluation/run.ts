@@ -229,7 +229,7 @@ function echoOf(item: Item, answer: Answer): PromptTokenLogprob[] | undefined {
   if (!logprobs)
     throw new EvaluationFailure(
       "engine_unsupported",
-      "the endpoint's engine does not score prompts (echo with logprobs); perplexity and accuracy need a llama.cpp endpoint",
+      "the endpoint's engine answered without the prompt's scores (echo with logprobs), which perplexity and accuracy are computed from",
     );
   return logprobs;
 }

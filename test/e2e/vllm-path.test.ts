@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CHAT_REPLY, KV_CACHE_USAGE, STORY } from "../helpers/fake-vllm.ts";
+import { CHAT_REPLY, fakeLogprob, fakePieces, KV_CACHE_USAGE, STORY } from "../helpers/fake-vllm.ts";
 import { alive } from "../helpers/processes.ts";
 import { type Stack, startStack } from "../helpers/stack.ts";
 
@@ -100,6 +100,20 @@ describe("a vLLM endpoint through the platform", () => {
     const pieces: string[] = [];
     for await (const chunk of completion) if (chunk.choices[0]?.text) pieces.push(chunk.choices[0].text);
     expect(pieces.join("")).toBe(STORY.slice(0, 5).join(""));
+  });
+
+  it("answers echo with logprobs (prompt scores, max_tokens 0) from vLLM's echo, as lm-eval reads it", async () => {
+    const prompt = "Once upon a time";
+    const data = await client.completions.create({ model: "vl", prompt, echo: true, logprobs: 1, max_tokens: 0 });
+    const choice = data.choices[0];
+    expect(choice?.text).toBe(prompt);
+    expect(choice?.finish_reason).toBe("length");
+    // The BOS vLLM puts first is no part of the prompt: each text token is scored, the first given BOS.
+    expect(choice?.logprobs?.tokens).toEqual(fakePieces(prompt));
+    expect(choice?.logprobs?.token_logprobs).toEqual(fakePieces(prompt).map(fakeLogprob));
+    expect(data.usage).toMatchObject({ prompt_tokens: fakePieces(prompt).length + 1, completion_tokens: 0 });
+    const sent = (await logged()).filter((r) => r.path === "/v1/completions" && r.body?.echo === true).at(-1);
+    expect(sent?.body).toEqual({ model: "vl", prompt, echo: true, max_tokens: 0, logprobs: 1 });
   });
 
   it("passes a client's cancellation on to vLLM", async () => {

@@ -15,6 +15,16 @@
  *
  * With --enable-lora, adapters loaded through the API answer as models of their own name, their
  * text prefixed with "[<lora name>]"; more than --max-loras at once is fine (vLLM swaps them).
+ *
+ * Tokens, as vLLM's tokenizer would give them: a text is its words, each with the whitespace before
+ * it (`fakePieces`), after a BOS token `<s>` (id 1) that a text prompt gets and token ids do not
+ * (usage counts it); token id `i` reads as `i`. A prompt token's score is `fakeLogprob(piece)`.
+ * `/tokenize` answers vLLM's TokenizeResponse. A non-streamed /v1/completions (`stream` false)
+ * answers vLLM's CompletionResponse, and there `echo` is vLLM's (serving_completion.py): the
+ * prompt first in `text` and in the legacy logprobs arrays (the first token null; each map
+ * holding the token beside the `logprobs` best, at most logprobs + 1 entries), `prompt_logprobs`
+ * beside them, and with `max_tokens: 0` the prompt alone, though one token is sampled and counted
+ * in usage. Streamed requests ignore `echo`, and generated tokens carry no logprobs.
  */
 import { appendFileSync, existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -58,6 +68,27 @@ export const VOCABULARY_SIZE = 32_000;
 /** Tokens as the fake counts them: whitespace-separated words (token ids: one each). */
 export function countTokens(text: string): number {
   return text.split(/\s+/).filter(Boolean).length;
+}
+
+export const BOS = { id: 1, text: "<s>" };
+
+/** A text's tokens (without BOS): each word with the whitespace before it, so they concatenate to the text. */
+export function fakePieces(text: string): string[] {
+  return text.match(/\s*\S+/g) ?? [];
+}
+
+/** The fake model's log-probability of a prompt token given the ones before it (a BOS-first token included). */
+export function fakeLogprob(piece: string): number {
+  return -(0.25 + 0.125 * (piece.trim().length % 8));
+}
+
+/** The likeliest alternatives after any token, best first, all less likely than the token itself. */
+const ALTERNATIVES = Array.from({ length: 20 }, (_, r): [string, number] => [`<alt${r}>`, -3 - 0.1 * r]);
+
+function fakeId(piece: string): number {
+  let h = 7;
+  for (const c of piece) h = (h * 31 + (c.codePointAt(0) ?? 0)) % (VOCABULARY_SIZE - 100);
+  return 100 + h;
 }
 
 /** The prompt vLLM would build from chat messages; only its token count matters here. */
@@ -135,6 +166,13 @@ export function main(): void {
       res.writeHead(200).end(`Success: LoRA adapter '${name}' added successfully.`);
       return;
     }
+    if (req.url === "/tokenize" && req.method === "POST") {
+      const t = (body ?? {}) as { prompt?: unknown; add_special_tokens?: boolean };
+      if (typeof t.prompt !== "string") return sendError(res, 400, "BadRequestError", "prompt: Field required");
+      const tokens = [...(t.add_special_tokens === false ? [] : [BOS.id]), ...fakePieces(t.prompt).map(fakeId)];
+      sendJson(res, 200, { count: tokens.length, max_model_len: 2048, tokens, token_strs: null });
+      return;
+    }
     const route = req.url === "/v1/completions" || req.url === "/v1/chat/completions" || req.url === "/v1/embeddings";
     if (!route || req.method !== "POST") return sendError(res, 404, "NotFoundError", "Not Found");
     if (typeof body !== "object" || body === null) return sendError(res, 400, "BadRequestError", "invalid JSON");
@@ -163,6 +201,9 @@ export function main(): void {
       ? renderChat(b.messages as { role: string; content: string }[])
       : (ids?.join(" ") ?? String(b.prompt));
     if (promptText.includes("TOO_LONG")) return sendError(res, 400, "BadRequestError", TOO_LONG_MESSAGE);
+    if (b.max_tokens === 0 && !(b.echo === true && !chat))
+      return sendError(res, 400, "BadRequestError", "max_tokens must be at least 1, got 0.");
+    if (!chat && b.stream !== true) return completion(res, b, ids);
     await generate(res, b, chat, promptText, log);
   });
   // vLLM binds its port only once the model is loaded.
@@ -180,7 +221,8 @@ async function generate(
   const maxTokens =
     b.max_tokens === undefined ? (chat ? Infinity : 16) : b.max_tokens === null ? Infinity : Number(b.max_tokens);
   const options = (b.stream_options ?? {}) as { include_usage?: boolean; continuous_usage_stats?: boolean };
-  const promptTokens = countTokens(promptText);
+  // A text prompt's BOS counts, as in vLLM; a chat's template is taken to hold its own.
+  const promptTokens = countTokens(promptText) + (!chat && typeof b.prompt === "string" ? 1 : 0);
   const usageAt = (completion: number) => ({
     prompt_tokens: promptTokens,
     completion_tokens: completion,
@@ -224,6 +266,87 @@ async function generate(
   if (produced === 0) send({ ...base, choices: [choice("", finish)] });
   if (options.include_usage) send({ ...base, choices: [], usage: usageAt(produced) });
   res.end("data: [DONE]\n\n");
+}
+
+/** A prompt's tokens as vLLM holds them: BOS and the text's pieces, or the ids as given. */
+function promptTokens(b: Record<string, unknown>, ids: number[] | undefined): { id: number; text: string }[] {
+  if (ids) return ids.map((id, i) => ({ id, text: i === 0 ? String(id) : ` ${id}` }));
+  return [BOS, ...fakePieces(String(b.prompt)).map((text) => ({ id: fakeId(text), text }))];
+}
+
+/**
+ * A non-streamed /v1/completions answer (vLLM's CompletionResponse, request_output_to_completion_response):
+ * the story up to max_tokens or a stop string; with `echo`, the prompt first.
+ */
+function completion(res: ServerResponse, b: Record<string, unknown>, ids: number[] | undefined): void {
+  const prompt = promptTokens(b, ids);
+  const echo = b.echo === true;
+  const top = typeof b.logprobs === "number" ? b.logprobs : null;
+  const maxTokens = b.max_tokens === undefined ? 16 : b.max_tokens === null ? Infinity : Number(b.max_tokens);
+  const story = typeof b.model === "string" && b.model.includes("@") ? [`[${b.model}]`, ...STORY] : STORY;
+  // echo without generation: vLLM samples one token (max_tokens 1) and returns the prompt alone.
+  const { pieces, finish } = planned(story, maxTokens === 0 ? 1 : maxTokens, b.stop);
+  const generated = pieces.map(([text]) => text);
+  // The prompt's scores: none for the first token (nothing before it), then each given the ones before.
+  const promptScores = prompt.map((t, i) => (i === 0 ? null : fakeLogprob(t.text)));
+  const promptText = ids ? prompt.map((t) => t.text).join("") : String(b.prompt);
+  const shown = echo && maxTokens === 0 ? [] : generated;
+  const tokens = [...(echo ? prompt.map((t) => t.text) : []), ...shown];
+  const scores = [...(echo ? promptScores : []), ...shown.map(fakeLogprob)];
+  let offset = 0;
+  const logprobs =
+    top === null
+      ? null
+      : {
+          text_offset: tokens.map((t) => {
+            const at = offset;
+            offset += t.length;
+            return at;
+          }),
+          token_logprobs: scores,
+          tokens,
+          top_logprobs: tokens.map((t, i) => (scores[i] === null ? null : topMap(t, scores[i] as number, top))),
+        };
+  const usage = { prompt_tokens: prompt.length, completion_tokens: generated.length };
+  sendJson(res, 200, {
+    id: "cmpl-fake",
+    object: "text_completion",
+    created: Math.floor(Date.now() / 1000),
+    model: b.model,
+    choices: [
+      {
+        index: 0,
+        text: (echo ? promptText : "") + shown.join(""),
+        logprobs,
+        finish_reason: finish,
+        stop_reason: null,
+        token_ids: null,
+        // vLLM's own field: per prompt token, null or {token id: {logprob, rank, decoded_token}}.
+        prompt_logprobs:
+          echo && top !== null
+            ? prompt.map((t, i) =>
+                i === 0 ? null : { [t.id]: { logprob: promptScores[i], rank: 1, decoded_token: t.text } },
+              )
+            : null,
+        prompt_token_ids: null,
+      },
+    ],
+    service_tier: null,
+    system_fingerprint: null,
+    usage: { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens, prompt_tokens_details: null },
+    kv_transfer_params: null,
+  });
+}
+
+/**
+ * vLLM's legacy top_logprobs map for one token: the token itself, then the `top` best (the token
+ * ranks first here), keyed by text (so a repeat collapses), the first top + 1 entries.
+ */
+function topMap(token: string, logprob: number, top: number): Record<string, number> {
+  const ranked: [string, number][] = [[token, logprob], ...ALTERNATIVES];
+  const map = new Map<string, number>();
+  for (const [t, v] of [[token, logprob] as [string, number], ...ranked.slice(0, top)]) map.set(t, v);
+  return Object.fromEntries([...map.entries()].slice(0, top + 1));
 }
 
 /** The pieces of `source` up to max_tokens or a stop string, each with whether it is the last. */

@@ -137,6 +137,22 @@ describe("a vLLM engine serving adapters", () => {
     expect(models).toEqual(["a1@v1", "a1@v1", "stories"]);
   });
 
+  it("scores a prompt (echo) under the adapter: vLLM's echo names the adapter as its model", async () => {
+    const path = await adapterDir("a1");
+    const out = await engine.generate(
+      {
+        kind: "prompt",
+        prompt: "Once upon",
+        params: { echo: true, logprobs: true, max_tokens: 0 },
+        adapter: { ref: "a1@v1", path, rank: 4 },
+      },
+      {},
+    );
+    expect(out.echo?.logprobs?.map((t) => t.token)).toEqual(["Once", " upon"]);
+    const echoed = (await requests(opts.record)).filter((r) => r.path === "/v1/completions").at(-1);
+    expect(echoed?.body).toEqual({ model: "a1@v1", prompt: "Once upon", echo: true, max_tokens: 0, logprobs: 0 });
+  });
+
   it("keeps at most 4 × max_loras adapters registered, unloading the least recently used", async () => {
     const params = { max_tokens: 1, temperature: 0 };
     for (const name of ["b1", "b2", "b3", "b4", "b5"]) {

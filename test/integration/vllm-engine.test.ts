@@ -23,6 +23,8 @@ import {
 import {
   CHAT_REPLY,
   countTokens,
+  fakeLogprob,
+  fakePieces,
   renderChat,
   STORY,
   TOO_LONG_MESSAGE,
@@ -286,10 +288,11 @@ describe("a running vLLM engine", () => {
     expect(deltas.join("")).toBe(out.text);
     expect(deltas.length).toBe(5);
     expect(out.finish_reason).toBe("length");
+    // vLLM counts the BOS token its tokenizer puts before a text prompt.
     expect(out.usage).toEqual({
-      prompt_tokens: countTokens(prompt),
+      prompt_tokens: countTokens(prompt) + 1,
       completion_tokens: 5,
-      total_tokens: countTokens(prompt) + 5,
+      total_tokens: countTokens(prompt) + 6,
     });
     expect(await lastBody(opts.record, "/v1/completions")).toEqual({
       model: "stories",
@@ -362,7 +365,7 @@ describe("a running vLLM engine", () => {
     expect(out.finish_reason).toBe("cancelled");
     expect(out.text).toBe(deltas.join(""));
     expect(out.text.startsWith(STORY.slice(0, 3).join(""))).toBe(true);
-    expect(out.usage.prompt_tokens).toBe(2);
+    expect(out.usage.prompt_tokens).toBe(3);
     expect(out.usage.completion_tokens).toBeGreaterThanOrEqual(3);
     await expect.poll(async () => (await requests(opts.record)).some((r) => r.event === "client_closed")).toBe(true);
   });
@@ -410,6 +413,93 @@ describe("a running vLLM engine", () => {
       code: "invalid_request",
       param: "prompt",
       message: `prompt[2]: token ${VOCABULARY_SIZE + 5} is not in this model's vocabulary`,
+    });
+  });
+
+  it("scores a text prompt with echo and max_tokens 0: vLLM's echo without generation, its BOS left out", async () => {
+    const prompt = "Once upon a time there was a fox";
+    const out = await engine.generate(
+      { kind: "prompt", prompt, params: { echo: true, logprobs: true, top_logprobs: 2, max_tokens: 0 } },
+      {},
+    );
+    const pieces = fakePieces(prompt);
+    expect(out.text).toBe("");
+    expect(out.finish_reason).toBe("length");
+    expect(out.logprobs).toEqual([]);
+    // vLLM counts the BOS and the one token it samples and drops; the contract's max_tokens 0 generates none.
+    expect(out.usage).toEqual({
+      prompt_tokens: pieces.length + 1,
+      completion_tokens: 0,
+      total_tokens: pieces.length + 1,
+    });
+    expect(out.echo?.text).toBe(prompt);
+    // Every text token scored (the first given BOS), as transformers scores tokenizer(text).
+    expect(out.echo?.logprobs?.map((t) => [t.token, t.logprob])).toEqual(pieces.map((t) => [t, fakeLogprob(t)]));
+    expect(out.echo?.logprobs?.map((t) => t.token).join("")).toBe(prompt);
+    expect(out.echo?.logprobs?.[1]).toEqual({
+      token: " upon",
+      logprob: fakeLogprob(" upon"),
+      bytes: [...Buffer.from(" upon")],
+      top_logprobs: [
+        { token: " upon", logprob: fakeLogprob(" upon"), bytes: [...Buffer.from(" upon")] },
+        { token: "<alt0>", logprob: -3, bytes: [...Buffer.from("<alt0>")] },
+      ],
+    });
+    expect(await lastBody(opts.record, "/v1/completions")).toEqual({
+      model: "stories",
+      prompt,
+      echo: true,
+      max_tokens: 0,
+      logprobs: 2,
+    });
+    // What vLLM's tokenizer puts before a text is learned once, from /tokenize with and without special tokens.
+    await engine.generate(
+      { kind: "prompt", prompt: "The end", params: { echo: true, logprobs: true, max_tokens: 0 } },
+      {},
+    );
+    const probes = (await requests(opts.record)).filter((r) => r.path === "/tokenize").map((r) => r.body);
+    expect(probes).toEqual([
+      { model: "stories", prompt: "Hello", add_special_tokens: true },
+      { model: "stories", prompt: "Hello", add_special_tokens: false },
+    ]);
+  });
+
+  it("echoes token ids as given (the first null), then generates as asked", async () => {
+    const ids = [5, 6, 7];
+    const deltas: string[] = [];
+    const out = await engine.generate(
+      { kind: "prompt", prompt: ids, params: { echo: true, logprobs: true, max_tokens: 2, temperature: 0 } },
+      { onText: (t) => deltas.push(t) },
+    );
+    expect(out.echo).toEqual({
+      text: "5 6 7",
+      logprobs: [
+        { token: "5", logprob: null, bytes: [...Buffer.from("5")], top_logprobs: null },
+        { token: " 6", logprob: fakeLogprob(" 6"), bytes: [...Buffer.from(" 6")], top_logprobs: [] },
+        { token: " 7", logprob: fakeLogprob(" 7"), bytes: [...Buffer.from(" 7")], top_logprobs: [] },
+      ],
+    });
+    expect(out.text).toBe(STORY.slice(0, 2).join(""));
+    expect(deltas.join("")).toBe(out.text);
+    expect(out.usage).toEqual({ prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 });
+    const calls = (await requests(opts.record)).filter((r) => r.path === "/v1/completions").slice(-2);
+    expect(calls.map((r) => r.body)).toEqual([
+      { model: "stories", prompt: ids, echo: true, max_tokens: 0, logprobs: 0 },
+      expect.objectContaining({ prompt: ids, max_tokens: 2, stream: true, logprobs: 0 }),
+    ]);
+    expect(calls[1]?.body).not.toHaveProperty("echo");
+  });
+
+  it("echoes the prompt's text alone when no logprobs are asked for", async () => {
+    const out = await engine.generate(
+      { kind: "prompt", prompt: "Once upon", params: { echo: true, max_tokens: 0 } },
+      {},
+    );
+    expect(out).toEqual({
+      text: "",
+      finish_reason: "length",
+      usage: { prompt_tokens: 3, completion_tokens: 0, total_tokens: 3 },
+      echo: { text: "Once upon" },
     });
   });
 

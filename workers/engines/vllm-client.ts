@@ -4,16 +4,19 @@
  * cancelled request still reports what it used. vLLM's answers become the platform's errors here,
  * so both engines fail alike (docs/engines.md, "Requests"). Tools, structured output and
  * logprobs are vLLM's own OpenAI features, mapped by `vllmRequestBody` and `readVllmStream`
- * (docs/engines.md, "Chat features on vLLM").
+ * (docs/engines.md, "Chat features on vLLM"). Echo (prompt scores) is vLLM's legacy-completions
+ * echo, mapped by `vllmEchoBody` and `echoedPrompt` (docs/engines.md, "Echo on vLLM").
  */
 import { randomUUID } from "node:crypto";
 import { EventSourceParserStream } from "eventsource-parser/stream";
 import { z } from "zod";
 import type {
   ChatMessage,
+  EchoedPrompt,
   EmbeddingItem,
   FinishReason,
   Prompt,
+  PromptTokenLogprob,
   ResponseFormat,
   SamplingParams,
   TokenLogprob,
@@ -40,6 +43,7 @@ export class VllmClient {
 
   /** One streamed request: /v1/completions for a prompt, /v1/chat/completions for a chat (vLLM applies the template). */
   async generate(request: TextRequest, hooks: GenerationHooks): Promise<TextOutput> {
+    if (request.kind === "prompt" && request.params.echo) return this.generateEchoed(request, hooks);
     const api = request.kind === "prompt" ? "completions" : "chat";
     try {
       const res = await this.post(
@@ -54,6 +58,75 @@ export class VllmClient {
       // Aborted before the stream began (readVllmStream returns a started one's text itself).
       if (hooks.signal?.aborted) return { text: "", finish_reason: "cancelled", usage: usage(0, 0) };
       throw e instanceof PlatformError ? e : this.unavailable(e);
+    }
+  }
+
+  /**
+   * A prompt with `echo` (job.ts EchoedPrompt): first the prompt alone, scored by vLLM's echo
+   * without generation (a non-streamed `echo: true, max_tokens: 0` completion, whose legacy
+   * logprobs arrays hold exactly the prompt's tokens); then, unless max_tokens is 0, the generation
+   * itself as any other request. Two requests rather than one `echo` with generation, because
+   * vLLM's answer then runs prompt and generated text together (`text`, and the arrays), and a
+   * token-id prompt's text is vLLM's detokenization, so the seam could not be found in the text;
+   * vLLM's prefix cache makes the second prefill cheap.
+   */
+  private async generateEchoed(
+    request: Extract<TextRequest, { kind: "prompt" }>,
+    hooks: GenerationHooks,
+  ): Promise<TextOutput> {
+    const model = request.adapter ? request.adapter.ref : this.servedName;
+    const p = request.params;
+    let scored: z.infer<typeof EchoResponse>;
+    try {
+      const res = await this.post("/v1/completions", vllmEchoBody(request.prompt, p, model), hooks.signal);
+      if (!res.ok) throw await httpError(res, "completions", request.prompt);
+      const parsed = EchoResponse.safeParse(await res.json().catch(() => undefined));
+      if (!parsed.success)
+        throw new PlatformError(502, "engine_error", "vLLM answered an echo request with an unexpected body");
+      scored = parsed.data;
+    } catch (e) {
+      if (hooks.signal?.aborted) return { text: "", finish_reason: "cancelled", usage: usage(0, 0) };
+      throw e instanceof PlatformError ? e : this.unavailable(e);
+    }
+    // vLLM echoes the BOS token it put before a text prompt; token ids are evaluated as given.
+    const added = typeof request.prompt === "string" ? await this.addedTokens() : 0;
+    const echo = echoedPrompt(request.prompt, scored, added, p);
+    if (p.max_tokens === 0)
+      // vLLM samples (and counts) one token it does not return: the contract's max_tokens 0 generates none.
+      return {
+        text: "",
+        finish_reason: "length",
+        usage: usage(scored.usage.prompt_tokens, 0),
+        ...(p.logprobs && { logprobs: [] }),
+        echo,
+      };
+    const { echo: _echo, ...params } = p;
+    const out = await this.generate({ ...request, params }, hooks);
+    return out.finish_reason === "cancelled" ? out : { ...out, echo };
+  }
+
+  /**
+   * How many special tokens vLLM's tokenizer puts before a text (Llama's BOS: 1; Qwen2: 0), learned
+   * once from `/tokenize` with and without them. Unknown (an older vLLM without /tokenize, a
+   * failure): 0, which leaves a BOS in the echo with a null score: sums and counts of scores are
+   * unchanged, whereas dropping a real token would lose its score.
+   */
+  private added: number | undefined;
+  private async addedTokens(): Promise<number> {
+    if (this.added !== undefined) return this.added;
+    const probe = async (add_special_tokens: boolean) => {
+      const res = await this.post("/tokenize", { model: this.servedName, prompt: "Hello", add_special_tokens });
+      const parsed = TokenizeResponse.safeParse(res.ok ? await res.json().catch(() => undefined) : undefined);
+      return parsed.success ? parsed.data.tokens : undefined;
+    };
+    try {
+      const [withSpecial, plain] = await Promise.all([probe(true), probe(false)]);
+      if (!withSpecial || !plain) return 0;
+      const at = withSpecial.findIndex((_, i) => plain.every((t, j) => withSpecial[i + j] === t));
+      this.added = Math.max(at, 0);
+      return this.added;
+    } catch {
+      return 0;
     }
   }
 
@@ -161,6 +234,54 @@ export function vllmRequestBody(request: TextRequest, servedName: string): Recor
     // continuous_usage_stats (vLLM's own) puts usage on every chunk, so a cancelled generation still reports what it used.
     stream_options: { include_usage: true, continuous_usage_stats: true },
   };
+}
+
+/**
+ * The body that scores a prompt: vLLM's echo without generation (`echo` with `max_tokens: 0`; it
+ * sets prompt_logprobs to `logprobs`). Not streamed: the answer is one piece. Sampling fields are
+ * left out, since nothing sampled is returned.
+ */
+export function vllmEchoBody(prompt: Prompt, p: SamplingParams, model: string): Record<string, unknown> {
+  return { model, prompt, echo: true, max_tokens: 0, ...(p.logprobs && { logprobs: p.top_logprobs ?? 0 }) };
+}
+
+/**
+ * The contract's echo from vLLM's answer to `vllmEchoBody`: the legacy arrays hold the prompt's
+ * tokens (usage.prompt_tokens of them), the first with null; the `added` special tokens vLLM put
+ * before a text prompt are dropped (job.ts: BOS is no part of the prompt), so a text's first token
+ * is the one scored given BOS. A text prompt's text is as sent; token ids' is vLLM's detokenization.
+ */
+export function echoedPrompt(
+  prompt: Prompt,
+  body: z.infer<typeof EchoResponse>,
+  added: number,
+  p: SamplingParams,
+): EchoedPrompt {
+  const choice = body.choices[0];
+  if (!choice) throw new PlatformError(502, "engine_error", "vLLM answered an echo request with no choice");
+  const text = typeof prompt === "string" ? prompt : choice.text;
+  if (!p.logprobs) return { text };
+  const lp = choice.logprobs;
+  if (!lp || lp.tokens.length !== body.usage.prompt_tokens || lp.token_logprobs.length !== lp.tokens.length)
+    throw new PlatformError(502, "engine_error", "vLLM's echo did not score every prompt token");
+  const top = p.top_logprobs ?? 0;
+  const logprobs: PromptTokenLogprob[] = lp.tokens.slice(added).map((token, i) => {
+    const value = lp.token_logprobs[i + added] ?? null;
+    const alternatives = lp.top_logprobs?.[i + added] ?? null;
+    return {
+      ...candidate(token, 0),
+      logprob: value,
+      // vLLM's map holds the prompt token beside the `top` best (top + 1 entries): keep the best `top`.
+      top_logprobs:
+        value === null || alternatives === null
+          ? null
+          : Object.entries(alternatives)
+              .sort(([, a], [, b]) => b - a)
+              .slice(0, top)
+              .map(([t, v]) => candidate(t, v)),
+    };
+  });
+  return { text, logprobs };
 }
 
 function chatMessage(m: ChatMessage): Record<string, unknown> {
@@ -342,6 +463,25 @@ const StreamChunk = z.object({
   usage: UsageJson.nullish(),
   error: z.object({ message: z.string(), code: z.number().optional() }).optional(),
 });
+
+/** A non-streamed /v1/completions answer to `vllmEchoBody` (CompletionResponse): what echo needs of it. */
+const EchoResponse = z.object({
+  choices: z.array(
+    z.object({
+      text: z.string(),
+      logprobs: z
+        .object({
+          tokens: z.array(z.string()),
+          token_logprobs: z.array(z.number().nullable()),
+          top_logprobs: z.array(z.record(z.string(), z.number()).nullable()).nullish(),
+        })
+        .nullish(),
+    }),
+  ),
+  usage: UsageJson,
+});
+
+const TokenizeResponse = z.object({ tokens: z.array(z.number().int()) });
 
 const EmbeddingResponse = z.object({
   data: z.array(z.object({ index: z.number().int(), embedding: z.array(z.number()) })),

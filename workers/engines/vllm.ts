@@ -135,15 +135,6 @@ export class VllmEngine implements Engine {
   }
 
   async generate(request: TextRequest, hooks: GenerationHooks): Promise<TextOutput> {
-    // vLLM echoes a text prompt's BOS token as a prompt token, and streams the echo as its first
-    // chunk; mapping that onto the contract's echo (job.ts) is not done yet, so it is refused.
-    if (request.params.echo)
-      throw new PlatformError(
-        400,
-        "invalid_request",
-        "echo is not supported on vLLM deployments yet; it is on llama.cpp ones (docs/chat.md)",
-        "echo",
-      );
     if (request.kind === "chat" && this.noChatTemplate) {
       const prompt = plainChatPrompt(toolPromptMessages(request.messages, request.tools));
       if (!request.tools) return this.generate({ kind: "prompt", prompt, params: request.params }, hooks);
