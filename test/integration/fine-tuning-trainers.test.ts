@@ -63,6 +63,7 @@ describe.skipIf(!python)(
     let validFile: string;
     let standIn: string;
     let standInLog: string;
+    let cliEnv: NodeJS.ProcessEnv;
     const trainers: Trainer[] = [];
 
     const retrieve = async (id: string) => (await client.fineTuning.jobs.retrieve(id)) as Job;
@@ -102,6 +103,12 @@ describe.skipIf(!python)(
       const key = (await createApiKey(ctl, "acme-user", "user", undefined, "acme")).key;
       gateway = await startGateway({ ctl, settings, host: "127.0.0.1", port: 0 });
       client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: key, maxRetries: 0 });
+      cliEnv = {
+        ...process.env,
+        PLATFORM_BASE_URL: gateway.url,
+        PLATFORM_API_KEY: key,
+        PLATFORM_CONFIG_DIR: join(dir, "cli-config"),
+      };
       const data = dataset();
       const upload = async (name: string, text: string) =>
         (await client.files.create({ file: await toFile(Buffer.from(text), name), purpose: "fine-tune" })).id;
@@ -150,6 +157,11 @@ describe.skipIf(!python)(
     });
 
     it("a GPU job waits, saying so, while only CPU trainers run; they train CPU jobs meanwhile", async () => {
+      // mm-chat serves the base (the first test deployed it too, beside zz-chat): the name clients use.
+      await deployEndpoint(
+        ctl,
+        DeploymentConfig.parse({ endpoint: "mm-chat", model: { name: "tiny-hf", version: "v1" } }),
+      );
       const cpu = await startTrainer(ctl, settings, {
         settings: fineTuningSettings({ PLATFORM_TRAINER_PYTHON: python }),
       });
@@ -184,6 +196,10 @@ describe.skipIf(!python)(
       expect(existsSync(standInLog)).toBe(false);
       const listed = (await client.fineTuning.jobs.list()).data as Job[];
       expect(listed.find((j) => j.id === gpuJob.id)?.waiting_for).toBe("gpu_trainer");
+      const table = await runCli(["training", "jobs", "list"], cliEnv);
+      expect(table.code).toBe(0);
+      expect(table.stdout.split("\n").find((l) => l.includes(gpuJob.id))).toContain("queued (waits for a GPU trainer)");
+      expect(table.stdout.split("\n").find((l) => l.includes(cpuJob.id))).toContain("succeeded");
 
       // A trainer offering a GPU starts: it takes the job.
       const gpu = await startTrainer(ctl, settings, {
