@@ -9,7 +9,11 @@ export function registerTrainerRole(program: Command): void {
     .description("run a fine-tuning trainer alone (needs REDIS_URL and the Python stack: torch, transformers, peft)")
     .option("--jobs <n>", "fine-tuning jobs this process trains at once", "1")
     .option("--threads <n>", "CPU threads torch uses per job", "1")
-    .action(async (opts: { jobs: string; threads: string }) => {
+    .option(
+      "--gpu",
+      "offer a GPU: also take jobs that ask for one (resources.gpu); refuses to start unless the trainer's torch sees a GPU",
+    )
+    .action(async (opts: { jobs: string; threads: string; gpu?: boolean }) => {
       const jobs = Number(opts.jobs);
       const threads = Number(opts.threads);
       if (!Number.isInteger(jobs) || jobs < 1)
@@ -19,6 +23,12 @@ export function registerTrainerRole(program: Command): void {
       if (!loadSettings().redisUrl)
         throw new CliError("REDIS_URL is not set; the trainer needs the platform's Redis", 2);
       const { runTrainerProcess } = await import("../../workers/trainer/main.ts");
-      await runTrainerProcess({ jobs, threads });
+      const { NoGpuError } = await import("../../workers/trainer/coordinator.ts");
+      try {
+        await runTrainerProcess({ jobs, threads, gpu: opts.gpu === true });
+      } catch (e) {
+        if (e instanceof NoGpuError) throw new CliError(e.message, 1);
+        throw e;
+      }
     });
 }

@@ -33,7 +33,8 @@ export function registerTrainingJobs(training: Command): void {
           j.id,
           j.model,
           j.method.training,
-          j.status,
+          // A GPU job with no GPU trainer running waits: say so where the status shows.
+          j.waiting_for === "gpu_trainer" ? "queued (waits for a GPU trainer)" : j.status,
           j.fine_tuned_model ?? "-",
           j.trained_tokens ?? "-",
           new Date(j.created_at * 1000).toISOString().replace("T", " ").slice(0, 19),

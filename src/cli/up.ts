@@ -144,10 +144,12 @@ async function up(flags: UpFlags): Promise<void> {
   const coordinator = await startBatchCoordinator(ctl, { ...settings, redisUrl });
   const evaluator = await startEvaluationCoordinator(ctl, settings);
   // Fine-tuning jobs train here too (docs/fine-tuning.md); clusters run `platform trainer` instead.
-  const trainer = await (await import("../../workers/trainer/coordinator.ts")).startTrainer(ctl, {
-    ...settings,
-    redisUrl,
-  });
+  // GPU jobs too when the trainer's torch sees a GPU; otherwise it says they wait for a GPU trainer.
+  const trainer = await (await import("../../workers/trainer/coordinator.ts")).startTrainer(
+    ctl,
+    { ...settings, redisUrl },
+    { gpu: "auto", log: (line) => event(line) },
+  );
   trimMemoryWhenIdle({ busy: () => gateway.awaiting() > 0 });
 
   let stopping = false;

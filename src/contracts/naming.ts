@@ -32,6 +32,14 @@ export const EVALUATION_QUEUE = "{evaluations}";
 /** The trainers' BullMQ queue: fine-tuning jobs (src/finetuning, workers/trainer). */
 export const FINE_TUNING_QUEUE = "{fine-tuning}";
 
+/**
+ * Where jobs that ask for a GPU (`resources.gpu`) wait: only trainers that offer one (`platform
+ * trainer --gpu`) read it, so a GPU job never lands on a CPU-only trainer. Same hash tag as the queue.
+ */
+export function gpuQueueOf(queue: string): string {
+  return `${queue}-gpu`;
+}
+
 /** Control-plane keys: records under `<prefix>:{cp}:` (one slot), the rest under `<prefix>:cp:`. */
 export function controlKeys(prefix: string) {
   const cp = `${prefix}:{cp}`;

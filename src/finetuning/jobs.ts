@@ -10,7 +10,7 @@ import type { Queue } from "bullmq";
 import { ModelName } from "../contracts/deployment.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import { describeIssues } from "../contracts/issues.ts";
-import { FINE_TUNING_QUEUE } from "../contracts/naming.ts";
+import { FINE_TUNING_QUEUE, gpuQueueOf } from "../contracts/naming.ts";
 import { canSee, type Principal } from "../contracts/orgs.ts";
 import { QueueBase } from "../queue/base.ts";
 import type { Control } from "../redis/connection.ts";
@@ -44,7 +44,7 @@ import {
   updateIfActive,
 } from "./store.ts";
 
-export { FINE_TUNING_QUEUE };
+export { FINE_TUNING_QUEUE, gpuQueueOf };
 export type TrainJobData = { job_id: string };
 
 export const DEFAULTS = { n_epochs: 3, batch_size: 1, learning_rate_multiplier: 1 };
@@ -55,6 +55,8 @@ export class FineTuningJobs {
   private readonly ctl: Control;
   private readonly queues: QueueBase;
   private readonly queue: Queue<TrainJobData>;
+  /** GPU jobs' queue, read only by trainers that offer a GPU (docs/fine-tuning.md, "GPU jobs"). */
+  private readonly gpuQueue: Queue<TrainJobData>;
   private readonly storage: StoragePolicy;
   private readonly files: BatchFiles | undefined;
   readonly settings: FineTuningSettings;
@@ -69,6 +71,7 @@ export class FineTuningJobs {
     this.settings = options.settings ?? fineTuningSettings();
     this.queues = new QueueBase(ctl);
     this.queue = this.queues.queueNamed<TrainJobData>(options.queue ?? FINE_TUNING_QUEUE);
+    this.gpuQueue = this.queues.queueNamed<TrainJobData>(gpuQueueOf(options.queue ?? FINE_TUNING_QUEUE));
   }
 
   async create(body: unknown, viewer: Viewer): Promise<FineTuningJob> {
@@ -138,7 +141,7 @@ export class FineTuningJobs {
       `Validated training file: ${dataset.lines} ${dataset.format === "chat" ? "chat" : "prompt/completion"} examples, sha256 ${dataset.sha256}${validated ? `; validation file: ${validated.lines} examples` : ""}`,
     );
     try {
-      await this.queue.add(
+      await this.queueFor(spec).add(
         "train",
         { job_id: id },
         {
@@ -164,7 +167,9 @@ export class FineTuningJobs {
         1,
       );
     }
-    await addEvent(this.ctl, id, "info", "Job queued");
+    if (spec.gpu === 0) await addEvent(this.ctl, id, "info", "Job queued");
+    else if ((await this.gpuTrainers()) === 0) await addEvent(this.ctl, id, "warn", waitingForGpu(spec.gpu));
+    else await addEvent(this.ctl, id, "info", `Job queued for a GPU trainer (resources.gpu: ${spec.gpu})`);
     await trimJobs(this.ctl, spec.org, this.settings.maxJobsPerOrg, this.files?.store);
     return this.get(id, viewer);
   }
@@ -233,7 +238,31 @@ export class FineTuningJobs {
   }
 
   async get(id: string, viewer?: Viewer): Promise<FineTuningJob> {
-    return toJob(await this.stored(id, viewer));
+    const job = await this.stored(id, viewer);
+    return toJob(job, await this.waitingFor(job, new Map()));
+  }
+
+  private queueFor(spec: FineTuneSpec): Queue<TrainJobData> {
+    return spec.gpu > 0 ? this.gpuQueue : this.queue;
+  }
+
+  /**
+   * Trainers reading the GPU queue now (BullMQ names its workers' connections: CLIENT LIST).
+   * Undefined where the server refuses CLIENT LIST (some managed Redis): then nothing is claimed.
+   */
+  private async gpuTrainers(): Promise<number | undefined> {
+    try {
+      return await this.gpuQueue.getWorkersCount();
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** `gpu_trainer` for a queued GPU job while no trainer offers a GPU; `memo` holds one look per call. */
+  private async waitingFor(job: StoredJob, memo: Map<string, number | undefined>): Promise<"gpu_trainer" | null> {
+    if (job.spec.gpu === 0 || (job.fields.status ?? "queued") !== "queued") return null;
+    if (!memo.has("gpu")) memo.set("gpu", await this.gpuTrainers());
+    return memo.get("gpu") === 0 ? "gpu_trainer" : null;
   }
 
   private async stored(id: string, viewer: Viewer | undefined): Promise<StoredJob> {
@@ -249,12 +278,14 @@ export class FineTuningJobs {
   ): Promise<{ object: "list"; data: FineTuningJob[]; has_more: boolean }> {
     const limit = Math.min(Math.max(options.limit ?? 20, 1), 100);
     const data: FineTuningJob[] = [];
+    const memo = new Map<string, number | undefined>();
     let after = options.after;
     for (;;) {
       const ids = await listIds(this.ctl, viewer.org, after, limit + 1);
       for (const id of ids) {
         const job = await readJob(this.ctl, id);
-        if (job && canSee(viewer, { id: job.spec.created_by, org: job.spec.org })) data.push(toJob(job));
+        if (job && canSee(viewer, { id: job.spec.created_by, org: job.spec.org }))
+          data.push(toJob(job, await this.waitingFor(job, memo)));
         if (data.length > limit) return { object: "list", data: data.slice(0, limit), has_more: true };
       }
       if (ids.length < limit + 1) return { object: "list", data, has_more: false };
@@ -264,7 +295,8 @@ export class FineTuningJobs {
 
   /** A queued job ends at once; a running one too, and its trainer stops the child within a second. */
   async cancel(id: string, viewer: Viewer): Promise<FineTuningJob> {
-    const job = toJob(await this.stored(id, viewer));
+    const stored = await this.stored(id, viewer);
+    const job = toJob(stored);
     if (job.status === "cancelled") return job;
     if (FINAL_STATUSES.includes(job.status))
       throw new PlatformError(
@@ -276,7 +308,9 @@ export class FineTuningJobs {
     await this.end(id, job.organization_id, null, "cancelled");
     await addEvent(this.ctl, id, "info", "Job cancelled");
     // A job a trainer holds is locked and stays; that trainer sees the status and stops.
-    await this.queue.remove(id).catch(() => 0);
+    await this.queueFor(stored.spec)
+      .remove(id)
+      .catch(() => 0);
     return this.get(id, viewer);
   }
 
@@ -330,8 +364,13 @@ export class FineTuningJobs {
 
   /** Jobs waiting for a trainer and being trained, from the queue (metrics.ts). */
   async queueCounts(): Promise<{ queued: number; running: number }> {
-    const c = await this.queue.getJobCounts("waiting", "delayed", "prioritized", "active");
-    return { queued: (c.waiting ?? 0) + (c.delayed ?? 0) + (c.prioritized ?? 0), running: c.active ?? 0 };
+    const out = { queued: 0, running: 0 };
+    for (const queue of [this.queue, this.gpuQueue]) {
+      const c = await queue.getJobCounts("waiting", "delayed", "prioritized", "active");
+      out.queued += (c.waiting ?? 0) + (c.delayed ?? 0) + (c.prioritized ?? 0);
+      out.running += c.active ?? 0;
+    }
+    return out;
   }
 
   async close(): Promise<void> {
@@ -340,6 +379,11 @@ export class FineTuningJobs {
 }
 
 type Located = { uri: string; given: string };
+
+/** The event a GPU job gets when no trainer offering a GPU is running: it waits, it never trains on CPU. */
+export function waitingForGpu(gpu: number): string {
+  return `Waiting for a GPU trainer: the job asks for resources.gpu ${gpu} and no trainer offering a GPU is running; it stays queued until one starts (\`platform trainer --gpu\`, or deploy/'s GPU trainer)`;
+}
 
 /**
  * The base version a job trains from: `<name>@<version>` (or `<name>`, its newest), registered as a

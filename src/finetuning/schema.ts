@@ -63,7 +63,7 @@ export const CreateFineTuneRequest = z
     metadata: z.record(z.string(), z.string().max(512)).nullish(),
     /** Ours: steps between checkpoints (besides every epoch's end); 0: epoch ends only. */
     checkpoint_interval: z.number().int().min(0).max(1_000_000).optional(),
-    /** Ours: run the trainer on a GPU when the trainer's torch sees one. */
+    /** Ours: GPUs the job needs; such a job goes only to a trainer that offers a GPU (`platform trainer --gpu`). */
     resources: z
       .object({ gpu: z.number().int().min(0).max(8).default(0) })
       .strict()
@@ -140,6 +140,10 @@ export type FineTuningJob = {
   dataset_sha256: string;
   /** Ours: the registered result (`<name>@<version>`) once succeeded. */
   result_version: string | null;
+  /** Ours: what the job asked for (GPU jobs go only to trainers that offer a GPU). */
+  resources: { gpu: number };
+  /** Ours: `gpu_trainer` while a queued GPU job has no trainer offering a GPU to take it. */
+  waiting_for: "gpu_trainer" | null;
 };
 
 export type FineTuneEvent = {

@@ -166,7 +166,8 @@ export async function listIds(ctl: Control, org: string, after: string | undefin
   return ctl.redis.zrevrange(ctl.keys.fineTuningJobs(org), start, start + count - 1);
 }
 
-export function toJob({ spec, fields }: StoredJob): FineTuningJob {
+/** `waitingFor`: what a queued job waits for beyond a free trainer (jobs.ts knows; the record does not). */
+export function toJob({ spec, fields }: StoredJob, waitingFor: "gpu_trainer" | null = null): FineTuningJob {
   const num = (name: string) => (fields[name] === undefined ? null : Number(fields[name]));
   const hp = spec.hyperparameters;
   return {
@@ -192,5 +193,7 @@ export function toJob({ spec, fields }: StoredJob): FineTuningJob {
     user_provided_suffix: spec.result_name,
     dataset_sha256: spec.dataset_sha256,
     result_version: fields.result_version ?? null,
+    resources: { gpu: spec.gpu },
+    waiting_for: waitingFor,
   };
 }

@@ -184,7 +184,7 @@ describe.skipIf(!kubectl)("deploy/ kustomize overlays", () => {
     expect(secretRefEnv(container, "REDIS_PASSWORD")).toEqual({ name: "platform-redis", key: "password" });
     // The probes authenticate through REDISCLI_AUTH, not a password on the command line.
     expect(secretRefEnv(container, "REDISCLI_AUTH")).toEqual({ name: "platform-redis", key: "password" });
-    for (const name of ["platform-gateway", "platform-scaler"]) {
+    for (const name of ["platform-gateway", "platform-scaler", "platform-trainer"]) {
       const c = find(objects, "Deployment", name)!.spec.template.spec.containers[0];
       expect(secretRefEnv(c, "REDIS_PASSWORD")).toMatchObject({ name: "platform-redis", key: "password" });
     }
@@ -216,7 +216,12 @@ describe.skipIf(!kubectl)("deploy/ kustomize overlays", () => {
       key: "app.kubernetes.io/name",
       operator: "In",
     });
-    expect([...allowed].sort()).toEqual(["platform-gateway", "platform-scaler", WORKER_APP_NAME]);
+    expect([...allowed].sort()).toEqual(["platform-gateway", "platform-scaler", "platform-trainer", WORKER_APP_NAME]);
+    // Every platform pod may reach it, the trainers (CPU and, in overlays/gpu, GPU) included.
+    for (const overlay of [objects, kustomize("gpu")])
+      for (const [workload, template] of podSpecs(overlay))
+        if (workload.metadata.name !== "platform-redis")
+          expect(allowed, workload.metadata.name).toContain(template.metadata.labels["app.kubernetes.io/name"]);
   });
 
   it("prod: no plaintext secrets, and no Redis NetworkPolicy left selecting nothing", () => {
@@ -258,6 +263,82 @@ describe.skipIf(!kubectl)("deploy/ kustomize overlays", () => {
     expect(objects.some((o) => o.kind === "StatefulSet")).toBe(false);
     expect(find(objects, "Service", "platform-redis")).toBeUndefined();
     expect(find(objects, "ConfigMap", "platform-config")!.data.REDIS_URL).not.toContain("platform-redis");
+  });
+});
+
+/**
+ * A trainer Deployment: `platform trainer` (GPU: `--gpu`) in the trainer image, the platform's
+ * configuration and secrets like the other roles, Redis's password by reference, writable /data.
+ */
+function checkTrainer(objects: Json[], name: string, image: RegExp, gpu: boolean): Json {
+  const trainer = find(objects, "Deployment", name)!;
+  expect(trainer, name).toBeDefined();
+  const pod = trainer.spec.template.spec;
+  const c = pod.containers[0];
+  expect(c.image).toMatch(image);
+  expect(c.args[0]).toBe("trainer");
+  expect(c.args.includes("--gpu")).toBe(gpu);
+  expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000 });
+  expect(c.envFrom).toEqual([
+    { configMapRef: { name: "platform-config" } },
+    { secretRef: { name: "platform-secrets", optional: true } },
+  ]);
+  expect(secretRefEnv(c, "REDIS_PASSWORD")).toMatchObject({ name: "platform-redis", key: "password" });
+  expect(c.env.find((e: Json) => e.name === "PLATFORM_DATA_DIR")?.value).toBe("/data");
+  expect(c.volumeMounts.find((m: Json) => m.mountPath === "/data")).toBeDefined();
+  expect(trainer.spec.template.metadata.labels).toMatchObject({
+    "app.kubernetes.io/name": "platform-trainer",
+    "app.kubernetes.io/part-of": "platform",
+  });
+  // A job whose trainer stops goes back to the queue: the old pod must not train beside the new one.
+  expect(trainer.spec.strategy.type).toBe("Recreate");
+  const limits = c.resources.limits ?? {};
+  if (gpu) expect(String(limits["nvidia.com/gpu"])).toBe("1");
+  else expect(limits["nvidia.com/gpu"]).toBeUndefined();
+  return trainer;
+}
+
+describe.skipIf(!kubectl)("deploy/ fine-tuning trainers", () => {
+  it("dev and prod run a CPU trainer (`platform trainer`) in the trainer image, and no GPU trainer", () => {
+    const dev = kustomize("dev");
+    checkTrainer(dev, "platform-trainer", /^platform-trainer:dev$/, false);
+    expect(find(dev, "Deployment", "platform-trainer-gpu")).toBeUndefined();
+    const prod = kustomize("prod");
+    checkTrainer(prod, "platform-trainer", /^ghcr\.io\/example\/platform-trainer:\d+\.\d+\.\d+$/, false);
+    // The trainer image, not the gateway's: the gateway's has no Python stack.
+    const gateway = find(prod, "Deployment", "platform-gateway")!.spec.template.spec.containers[0].image;
+    expect(find(prod, "Deployment", "platform-trainer")!.spec.template.spec.containers[0].image).not.toBe(gateway);
+  });
+
+  it("gpu: prod plus a GPU trainer (`--gpu`, one nvidia.com/gpu, the GPU toleration the scaler's GPU workers get)", () => {
+    const objects = kustomize("gpu");
+    checkConsistency(objects, "platform");
+    checkNoPlaintextSecrets(objects);
+    checkGatewayAndScaler(objects, "platform");
+    const cpu = checkTrainer(objects, "platform-trainer", /^ghcr\.io\/example\/platform-trainer:\d+\.\d+\.\d+$/, false);
+    const gpu = checkTrainer(
+      objects,
+      "platform-trainer-gpu",
+      /^ghcr\.io\/example\/platform-trainer:\d+\.\d+\.\d+$/,
+      true,
+    );
+    // One image for both trainers.
+    expect(gpu.spec.template.spec.containers[0].image).toBe(cpu.spec.template.spec.containers[0].image);
+    // Two Deployments, selectors that never select each other's pods.
+    const selects = (d: Json, t: Json) =>
+      Object.entries(d.spec.selector.matchLabels as Record<string, string>).every(
+        ([k, v]) => t.spec.template.metadata.labels[k] === v,
+      );
+    expect(selects(cpu, gpu)).toBe(false);
+    expect(selects(gpu, cpu)).toBe(false);
+    const worker = buildWorkerDeployment(
+      { ...sampleEndpoint(), config: DeploymentConfig.parse({ model: { name: "stories" }, resources: { gpu: 1 } }) },
+      1,
+      { namespace: "ns", image: "x" },
+    ).spec!.template.spec!;
+    expect(worker.tolerations).toBeDefined();
+    expect(gpu.spec.template.spec.tolerations).toEqual(worker.tolerations);
+    expect(cpu.spec.template.spec.tolerations).toBeUndefined();
   });
 });
 
@@ -538,6 +619,46 @@ function dockerGlobalArgs(text: string): Record<string, string> {
   }
   return args;
 }
+
+describe("deploy/trainer.Dockerfile", () => {
+  const text = readFileSync(join(ROOT, "deploy", "trainer.Dockerfile"), "utf8");
+  const stages = dockerStages(text);
+  const globals = dockerGlobalArgs(text);
+  const final = stages.at(-1)!;
+  const all = (instruction: string) => final.filter((i) => i.instruction === instruction).map((i) => i.args);
+  const last = (instruction: string) => all(instruction).at(-1);
+  const rootFinal = dockerStages(readFileSync(join(ROOT, "Dockerfile"), "utf8")).at(-1)!;
+  const readme = readFileSync(join(ROOT, "deploy", "README.md"), "utf8");
+
+  it("is the vLLM worker image (the platform, Node, CUDA torch, transformers) plus a pinned peft, checked at build time", () => {
+    expect(stages).toHaveLength(1);
+    expect(final[0]!.args).toBe("${VLLM_WORKER_IMAGE}");
+    expect(globals.VLLM_WORKER_IMAGE).toBeDefined();
+    const peft = final.find((i) => i.instruction === "ARG" && i.args.startsWith("PEFT_VERSION="))?.args.split("=")[1];
+    expect(peft).toMatch(/^\d+\.\d+\.\d+$/);
+    expect(all("RUN").some((args) => args.includes('"peft==${PEFT_VERSION}"'))).toBe(true);
+    const check = all("RUN").find((args) => args.includes("import torch, transformers, peft, safetensors"));
+    expect(check, "the build imports the Python stack").toBeDefined();
+    expect(check).toContain("node /app/bin/platform.js trainer --help");
+    expect(all("ENV").join(" ")).toMatch(/PLATFORM_TRAINER_PYTHON=python3/);
+  });
+
+  it("runs `platform trainer` as the non-root user, through the platform's ENTRYPOINT", () => {
+    expect(last("USER")).toBe("1000:1000");
+    expect(final.findIndex((i) => i.instruction === "USER" && i.args === "1000:1000")).toBeGreaterThan(
+      final.findIndex((i) => i.instruction === "RUN" && i.args.includes("peft==")),
+    );
+    expect(JSON.parse(last("ENTRYPOINT")!)).toEqual(
+      JSON.parse(rootFinal.filter((i) => i.instruction === "ENTRYPOINT").at(-1)!.args),
+    );
+    expect(JSON.parse(last("CMD")!)).toEqual(["trainer"]);
+  });
+
+  it("deploy/README.md says how to build it, from the platform and vLLM worker images", () => {
+    expect(readme).toContain("docker build -f deploy/trainer.Dockerfile --build-arg VLLM_WORKER_IMAGE=");
+    expect(readme).toContain("platform trainer --gpu");
+  });
+});
 
 describe("deploy/vllm-worker.Dockerfile", () => {
   const text = readFileSync(join(ROOT, "deploy", "vllm-worker.Dockerfile"), "utf8");

@@ -4,15 +4,20 @@
  * on machines with the Python stack (and GPUs). BullMQ gives each job to one trainer and keeps a
  * lock on it; if that process dies, the lock expires, the stalled-job check puts the job back, and
  * another trainer resumes it from its newest checkpoint in the artifact store.
+ *
+ * Jobs that ask for a GPU wait on a queue of their own that only a trainer offering a GPU reads
+ * (`gpu`: its Python's torch must see CUDA); such a trainer reads the CPU queue too, with a worker
+ * of its own, so CPU work never holds a GPU job back and a GPU machine never idles beside CPU work.
  */
-import { type Job, WaitingError } from "bullmq";
-import { FINE_TUNING_QUEUE, type TrainJobData } from "../../src/finetuning/jobs.ts";
+import { type Job, WaitingError, type Worker } from "bullmq";
+import { FINE_TUNING_QUEUE, gpuQueueOf, type TrainJobData } from "../../src/finetuning/jobs.ts";
 import { type FineTuningSettings, fineTuningSettings } from "../../src/finetuning/config.ts";
 import { addEvent, readJob, updateIfActive } from "../../src/finetuning/store.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import type { Control } from "../../src/redis/connection.ts";
 import type { Settings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
+import { describeOffer, probeGpu } from "./gpu.ts";
 import { runFineTune } from "./run.ts";
 
 export type TrainerOptions = {
@@ -24,15 +29,38 @@ export type TrainerOptions = {
   settings?: FineTuningSettings;
   /** Threads torch uses per job. Default 1 (the same numbers on any machine). */
   threads?: number;
+  /**
+   * Whether this trainer takes GPU jobs: `true` (`platform trainer --gpu`) refuses to start unless
+   * its Python's torch sees a GPU; `"auto"` (`platform up`) offers one when torch sees one; default false.
+   */
+  gpu?: boolean | "auto";
+  /** Where the line saying what the trainer offers goes (default: stdout). */
+  log?: (line: string) => void;
 };
 
-export type Trainer = { stop(): Promise<void> };
+/**
+ * `offersGpu` settles once the trainer knows whether it takes GPU jobs: at once without `gpu`, after
+ * the probe with `"auto"` (which never delays the CPU queue: `platform up` starts at its own pace).
+ */
+export type Trainer = { stop(): Promise<void>; offersGpu: Promise<boolean> };
+
+/** `platform trainer --gpu` on a machine whose torch sees no GPU: it must not take GPU jobs. */
+export class NoGpuError extends Error {}
 
 const MAX_STALLS = 20;
 
 export async function startTrainer(ctl: Control, settings: Settings, options: TrainerOptions = {}): Promise<Trainer> {
-  const artifacts = openStore(settings.artifactsUrl, settings.storage?.s3);
   const tuning = options.settings ?? fineTuningSettings();
+  const wanted = options.gpu ?? false;
+  const probing = wanted === false ? undefined : probeGpu(tuning.python);
+  const probe = wanted === true ? await probing : undefined;
+  if (wanted === true && !probe?.cuda)
+    throw new NoGpuError(
+      probe?.torch
+        ? `--gpu: this trainer's torch (${probe.torch}) sees no GPU (torch.cuda.is_available() is false): check the NVIDIA driver and that the pod got its nvidia.com/gpu, or run the trainer without --gpu`
+        : "--gpu: this trainer's Python has no torch; set PLATFORM_TRAINER_PYTHON to one with torch, transformers and peft (`platform doctor` checks it)",
+    );
+  const artifacts = openStore(settings.artifactsUrl, settings.storage?.s3);
   const running = new Map<string, AbortController>();
   const deps = {
     ctl,
@@ -59,42 +87,64 @@ export async function startTrainer(ctl: Control, settings: Settings, options: Tr
     }
   };
 
-  const worker = new QueueBase(ctl).workerNamed<TrainJobData, string>(options.queue ?? FINE_TUNING_QUEUE, processor, {
-    concurrency: options.jobsPerProcess ?? 1,
-    lockDuration: options.lockDurationMs ?? 30_000,
-    stalledInterval: options.stalledIntervalMs ?? 10_000,
-    maxStalledCount: MAX_STALLS,
-  });
-  worker.on("lockRenewalFailed", (ids: string[]) => {
-    for (const id of ids) running.get(id)?.abort("superseded");
-  });
-  worker.on("failed", (job, error) => {
-    if (!job) return;
-    void (async () => {
-      if ((await job.getState()) !== "failed") return;
-      const id = job.data.job_id;
-      console.error(`[fine-tuning ${id}] failed:`, error);
-      await updateIfActive(ctl, id, {
-        status: "failed",
-        finished_at: Date.now(),
-        error: {
-          code: "trainer_error",
-          message: `the job failed unexpectedly and was retried without success; job id ${id}, the trainer log has the details`,
-          param: null,
-        },
-      });
-      await addEvent(ctl, id, "error", "Job failed: the trainer could not run it");
-      await release(ctl, id);
-    })().catch((e: unknown) => console.error(`[fine-tuning ${job.data.job_id}] could not record the failure:`, e));
-  });
-  await worker.waitUntilReady();
+  const queue = options.queue ?? FINE_TUNING_QUEUE;
+  const workers: Worker<TrainJobData, string>[] = [];
+  let stopped = false;
+  const start = async (name: string) => {
+    const worker = new QueueBase(ctl).workerNamed<TrainJobData, string>(name, processor, {
+      concurrency: options.jobsPerProcess ?? 1,
+      lockDuration: options.lockDurationMs ?? 30_000,
+      stalledInterval: options.stalledIntervalMs ?? 10_000,
+      maxStalledCount: MAX_STALLS,
+    });
+    workers.push(worker);
+    watchWorker(worker);
+    await worker.waitUntilReady();
+  };
+  await start(queue);
+  const offersGpu = (async () => {
+    const seen = await probing;
+    if (!seen) return false;
+    const offers = seen.cuda && !stopped;
+    (options.log ?? console.log)(describeOffer(seen, seen.cuda));
+    if (offers) await start(gpuQueueOf(queue));
+    return offers;
+  })();
   return {
+    offersGpu,
     stop: async () => {
+      stopped = true;
+      await offersGpu.catch(() => false);
       for (const handoff of running.values()) handoff.abort();
-      await worker.close();
+      await Promise.all(workers.map((w) => w.close()));
       artifacts.close();
     },
   };
+
+  function watchWorker(worker: Worker<TrainJobData, string>): void {
+    worker.on("lockRenewalFailed", (ids: string[]) => {
+      for (const id of ids) running.get(id)?.abort("superseded");
+    });
+    worker.on("failed", (job, error) => {
+      if (!job) return;
+      void (async () => {
+        if ((await job.getState()) !== "failed") return;
+        const id = job.data.job_id;
+        console.error(`[fine-tuning ${id}] failed:`, error);
+        await updateIfActive(ctl, id, {
+          status: "failed",
+          finished_at: Date.now(),
+          error: {
+            code: "trainer_error",
+            message: `the job failed unexpectedly and was retried without success; job id ${id}, the trainer log has the details`,
+            param: null,
+          },
+        });
+        await addEvent(ctl, id, "error", "Job failed: the trainer could not run it");
+        await release(ctl, id);
+      })().catch((e: unknown) => console.error(`[fine-tuning ${job.data.job_id}] could not record the failure:`, e));
+    });
+  }
 }
 
 /** An ended job no longer counts against its organization's admission bound. */

@@ -1,14 +1,37 @@
 /** The trainer role (`platform trainer`): trains fine-tuning jobs from the queue until SIGTERM (clusters). */
 import { connectControl } from "../../src/redis/connection.ts";
 import { loadSettings } from "../../src/settings/index.ts";
+import { fineTuningSettings } from "../../src/finetuning/config.ts";
 import { startTrainer } from "./coordinator.ts";
+import { probeGpu } from "./gpu.ts";
 
-export async function runTrainerProcess(options: { jobs?: number; threads?: number } = {}): Promise<void> {
+export async function runTrainerProcess(
+  options: { jobs?: number; threads?: number; gpu?: boolean } = {},
+): Promise<void> {
   const settings = loadSettings();
   if (!settings.redisUrl) throw new Error("REDIS_URL is not set; a trainer needs the platform's Redis");
   const ctl = connectControl(settings.redisUrl, settings.prefix);
-  const trainer = await startTrainer(ctl, settings, { jobsPerProcess: options.jobs, threads: options.threads });
-  console.log("trainer: waiting for fine-tuning jobs");
+  let trainer: Awaited<ReturnType<typeof startTrainer>>;
+  try {
+    trainer = await startTrainer(ctl, settings, {
+      jobsPerProcess: options.jobs,
+      threads: options.threads,
+      gpu: options.gpu ?? false,
+    });
+  } catch (e) {
+    await ctl.redis.quit().catch(() => undefined);
+    throw e;
+  }
+  const gpu = await trainer.offersGpu;
+  console.log(`trainer: waiting for fine-tuning jobs${gpu ? " (CPU and GPU)" : " (CPU only)"}`);
+  // A GPU machine running a CPU-only trainer is likely a missing flag: say so (not waited for).
+  if (!options.gpu)
+    void probeGpu(fineTuningSettings().python).then((seen) => {
+      if (seen.cuda)
+        console.log(
+          `trainer: torch sees a GPU (${seen.name ?? "CUDA"}), but without --gpu this trainer takes CPU jobs only`,
+        );
+    });
   const stop = async () => {
     // Running jobs go back to the queue; the next trainer resumes them from their checkpoints.
     await trainer.stop();

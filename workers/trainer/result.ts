@@ -5,6 +5,7 @@
  */
 import { join } from "node:path";
 import { registerTrainedAdapter, registerTrainedModel } from "../../src/finetuning/register.ts";
+import { fineTunedModelName } from "../../src/finetuning/served.ts";
 import type { FineTuneSpec } from "../../src/finetuning/schema.ts";
 import { isEnded, updateIfActive } from "../../src/finetuning/store.ts";
 import type { Control } from "../../src/redis/connection.ts";
@@ -49,7 +50,11 @@ export async function registerResult(
     spec.method === "lora"
       ? await registerTrainedAdapter(registerDeps, req)
       : await registerTrainedModel(registerDeps, req);
-  const fineTuned = spec.method === "lora" ? `${spec.base.name}:${record.name}` : `${record.name}@${record.version}`;
+  // `<endpoint>:<adapter>`: the endpoint serving the base now, or the base's name (deploying it serves it).
+  const fineTuned =
+    spec.method === "lora"
+      ? await fineTunedModelName(deps.ctl, spec.base, record.name)
+      : `${record.name}@${record.version}`;
   await updateIfActive(deps.ctl, spec.id, {
     status: "succeeded",
     finished_at: Date.now(),
