@@ -1,3 +1,3 @@
 /** Fine-tuning jobs (docs/fine-tuning.md): OpenAI's fine-tuning API on the platform's queues and registry. */
 export { FINE_TUNING_QUEUE, FineTuningJobs, type TrainJobData } from "./jobs.ts";
-export { fineTuningSettings, type FineTuningSettings } from "./config.ts";
+export type { FineTuningSettings } from "../settings/index.ts";

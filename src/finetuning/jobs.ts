@@ -19,7 +19,7 @@ import type { RegisteredVersion } from "../registry/version.ts";
 import { openObject, parseStorageUri, StorageError } from "../storage/index.ts";
 import { StoragePolicy } from "../storage/policy.ts";
 import type { BatchFiles } from "../batch/files.ts";
-import { type FineTuningSettings, fineTuningSettings } from "./config.ts";
+import { type FineTuningSettings, loadSettings } from "../settings/index.ts";
 import { type DatasetSummary, validateDataset } from "./dataset.ts";
 import {
   CreateFineTuneRequest,
@@ -68,7 +68,7 @@ export class FineTuningJobs {
     this.ctl = ctl;
     this.storage = options.storage ?? new StoragePolicy();
     this.files = options.files;
-    this.settings = options.settings ?? fineTuningSettings();
+    this.settings = options.settings ?? loadSettings().fineTuning;
     this.queues = new QueueBase(ctl);
     this.queue = this.queues.queueNamed<TrainJobData>(options.queue ?? FINE_TUNING_QUEUE);
     this.gpuQueue = this.queues.queueNamed<TrainJobData>(gpuQueueOf(options.queue ?? FINE_TUNING_QUEUE));

@@ -187,7 +187,11 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   app.route("/v1/storage", storageRoutes(storage));
   app.route("/v1/batch-jobs", batchRoutes({ jobs: batchJobs }));
   app.route("/v1", openAiBatchRoutes({ ctl, jobs: batchJobs, artifacts: admin.imports.artifacts }));
-  const fineTuning = new FineTuningJobs(ctl, { storage, files: new BatchFiles(ctl, admin.imports.artifacts) });
+  const fineTuning = new FineTuningJobs(ctl, {
+    storage,
+    files: new BatchFiles(ctl, admin.imports.artifacts),
+    settings: settings.fineTuning,
+  });
   registerFineTuningMetrics(metrics.registry, fineTuning);
   app.route("/v1/fine_tuning", fineTuningRoutes(fineTuning));
   // Deployed services' RPCs: the same keys, rate limits and body limits, with errors in Connect's

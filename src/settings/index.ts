@@ -26,6 +26,7 @@ import { checkTokens, type TokenSettings, tokenSettings, tokensShape } from "./t
 import { type ProtoSettings, protoSettings, protosShape } from "./protos.ts";
 import { type RegistryTokenSettings, registryTokenSettings, registryTokenShape } from "./registry-token.ts";
 import { type ServicesSettings, servicesSettings, servicesShape } from "./services.ts";
+import { type FineTuningSettings, fineTuningSettings, fineTuningShape } from "./finetuning.ts";
 import type { TracingSettings } from "../telemetry/tracing.ts";
 import { tracingSettings, tracingShape } from "./tracing.ts";
 import { type VllmSettings, vllmSettings, vllmShape } from "./vllm.ts";
@@ -40,6 +41,7 @@ export type {
   ProtoSettings,
   RegistryTokenSettings,
   ServicesSettings,
+  FineTuningSettings,
   QueueSettings,
   SigninSettings,
   StorageSettings,
@@ -77,6 +79,7 @@ export type Settings = CoreSettings & {
   registryToken: RegistryTokenSettings;
   /** PLATFORM_SECRETS_KEY, PLATFORM_IMAGE_CACHE_DIR, PLATFORM_IMAGE_PULL_AUTH_FILE, PLATFORM_ROLLOUT_DEADLINE_MS, PLATFORM_SERVICE_RUNTIME. */
   services: ServicesSettings;
+  fineTuning: FineTuningSettings;
   /** PLATFORM_PUBLIC_URL, PLATFORM_OIDC_*. */
   signin: SigninSettings;
   /** PLATFORM_CONFIG_DIR, PLATFORM_BASE_URL, PLATFORM_API_KEY, PLATFORM_CLI_UPLOAD, BROWSER. */
@@ -101,6 +104,7 @@ const Env = z
     ...protosShape,
     ...registryTokenShape,
     ...servicesShape,
+    ...fineTuningShape,
     ...signinShape,
     ...cliShape,
     ...tracingShape,
@@ -127,6 +131,7 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     protos: protoSettings(e),
     registryToken: registryTokenSettings(e),
     services: servicesSettings(e, core.dataDir, e.POD_NAME !== undefined),
+    fineTuning: fineTuningSettings(e),
     signin: signinSettings(e),
     cli: cliSettings(e),
     tracing: tracingSettings(e),

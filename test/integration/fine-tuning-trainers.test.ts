@@ -16,7 +16,6 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { FINE_TUNING_QUEUE, gpuQueueOf } from "../../src/contracts/naming.ts";
 import { deleteEndpoint, deployEndpoint } from "../../src/endpoints/store.ts";
-import { fineTuningSettings } from "../../src/finetuning/config.ts";
 import { servingEndpointName } from "../../src/finetuning/served.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
 import { createApiKey } from "../../src/keys/store.ts";
@@ -163,7 +162,7 @@ describe.skipIf(!python)(
         DeploymentConfig.parse({ endpoint: "mm-chat", model: { name: "tiny-hf", version: "v1" } }),
       );
       const cpu = await startTrainer(ctl, settings, {
-        settings: fineTuningSettings({ PLATFORM_TRAINER_PYTHON: python }),
+        settings: loadSettings({ PLATFORM_TRAINER_PYTHON: python }).fineTuning,
       });
       trainers.push(cpu);
       expect(await cpu.offersGpu).toBe(false);
@@ -203,7 +202,7 @@ describe.skipIf(!python)(
 
       // A trainer offering a GPU starts: it takes the job.
       const gpu = await startTrainer(ctl, settings, {
-        settings: fineTuningSettings({ PLATFORM_TRAINER_PYTHON: standIn }),
+        settings: loadSettings({ PLATFORM_TRAINER_PYTHON: standIn }).fineTuning,
         gpu: true,
         log: () => undefined,
       });
@@ -245,7 +244,7 @@ describe.skipIf(!python)(
       const probe = await probeGpu(python as string);
       expect(probe.torch).toMatch(/^\d+\.\d+/);
       if (probe.cuda) return; // this machine has a GPU: nothing to refuse
-      const tuning = fineTuningSettings({ PLATFORM_TRAINER_PYTHON: python });
+      const tuning = loadSettings({ PLATFORM_TRAINER_PYTHON: python }).fineTuning;
       await expect(startTrainer(ctl, settings, { settings: tuning, gpu: true })).rejects.toThrow(NoGpuError);
       await expect(startTrainer(ctl, settings, { settings: tuning, gpu: true })).rejects.toThrow(
         /--gpu: this trainer's torch \(.+\) sees no GPU/,

@@ -14,7 +14,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI, { toFile } from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { fineTuningSettings } from "../../src/finetuning/config.ts";
 import { FineTuningJobs } from "../../src/finetuning/jobs.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
 import { createApiKey } from "../../src/keys/store.ts";
@@ -141,7 +140,7 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     const rivalKey = (await createApiKey(ctl, "rival-user", "user", undefined, "rival")).key;
     const gateway = await startGateway({ ctl, settings, host: "127.0.0.1", port: 0 });
     const trainer = await startTrainer(ctl, settings, {
-      settings: fineTuningSettings({ PLATFORM_TRAINER_PYTHON: python }),
+      settings: loadSettings({ PLATFORM_TRAINER_PYTHON: python }).fineTuning,
     });
     const acme = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: acmeKey, maxRetries: 0 });
     const rival = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: rivalKey, maxRetries: 0 });
@@ -306,7 +305,7 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     // Its Python child sees its parent gone and ends itself.
     await expect.poll(() => processesNaming(created.id)).toEqual([]);
     env.trainer = await startTrainer(env.ctl, env.settings, {
-      settings: fineTuningSettings({ PLATFORM_TRAINER_PYTHON: python }),
+      settings: loadSettings({ PLATFORM_TRAINER_PYTHON: python }).fineTuning,
       stalledIntervalMs: 1000,
     });
     const job = await waitForEnd(env.acme, created.id);
@@ -439,7 +438,7 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     await env.trainer.stop();
     // The machine's own python3 has no torch here (doctor says so too).
     env.trainer = await startTrainer(env.ctl, env.settings, {
-      settings: fineTuningSettings({ PLATFORM_TRAINER_PYTHON: "python3" }),
+      settings: loadSettings({ PLATFORM_TRAINER_PYTHON: "python3" }).fineTuning,
     });
     try {
       const created = await env.acme.fineTuning.jobs.create(loraJob(env, "tiny-no-python"));
@@ -451,7 +450,7 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     } finally {
       await env.trainer.stop();
       env.trainer = await startTrainer(env.ctl, env.settings, {
-        settings: fineTuningSettings({ PLATFORM_TRAINER_PYTHON: python }),
+        settings: loadSettings({ PLATFORM_TRAINER_PYTHON: python }).fineTuning,
       });
     }
   });
@@ -533,7 +532,7 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     const jobs = new FineTuningJobs(env.ctl, {
       queue: "{ft-admission-test}",
       storage: new StoragePolicy({ roots: [{ scheme: "file", path: env.dir }] }),
-      settings: { ...fineTuningSettings({}), maxActivePerOrg: 1, maxJobsPerOrg: 1 },
+      settings: { ...loadSettings({}).fineTuning, maxActivePerOrg: 1, maxJobsPerOrg: 1 },
     });
     const path = join(env.dir, "train.jsonl");
     await writeFile(path, data.train);

@@ -1,6 +1,6 @@
 /**
- * The trainer: a BullMQ worker on the `fine-tuning` queue, as the batch coordinator is on
- * `batches`. `platform up` starts one beside the batch coordinator; clusters run `platform trainer`
+ * The trainer: the coordinator (src/queue/coordinator.ts) on the `fine-tuning` queue, as the batch
+ * coordinator is on `batches`. `platform up` starts one beside the batch coordinator; clusters run `platform trainer`
  * on machines with the Python stack (and GPUs). BullMQ gives each job to one trainer and keeps a
  * lock on it; if that process dies, the lock expires, the stalled-job check puts the job back, and
  * another trainer resumes it from its newest checkpoint in the artifact store.
@@ -9,13 +9,11 @@
  * (`gpu`: its Python's torch must see CUDA); such a trainer reads the CPU queue too, with a worker
  * of its own, so CPU work never holds a GPU job back and a GPU machine never idles beside CPU work.
  */
-import { type Job, WaitingError, type Worker } from "bullmq";
 import { FINE_TUNING_QUEUE, gpuQueueOf, type TrainJobData } from "../../src/finetuning/jobs.ts";
-import { type FineTuningSettings, fineTuningSettings } from "../../src/finetuning/config.ts";
 import { addEvent, readJob, updateIfActive } from "../../src/finetuning/store.ts";
-import { QueueBase } from "../../src/queue/base.ts";
+import { type Coordinator, startCoordinator } from "../../src/queue/coordinator.ts";
 import type { Control } from "../../src/redis/connection.ts";
-import type { Settings } from "../../src/settings/index.ts";
+import type { FineTuningSettings, Settings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { describeOffer, probeGpu } from "./gpu.ts";
 import { runFineTune } from "./run.ts";
@@ -47,10 +45,8 @@ export type Trainer = { stop(): Promise<void>; offersGpu: Promise<boolean> };
 /** `platform trainer --gpu` on a machine whose torch sees no GPU: it must not take GPU jobs. */
 export class NoGpuError extends Error {}
 
-const MAX_STALLS = 20;
-
 export async function startTrainer(ctl: Control, settings: Settings, options: TrainerOptions = {}): Promise<Trainer> {
-  const tuning = options.settings ?? fineTuningSettings();
+  const tuning = options.settings ?? settings.fineTuning;
   const wanted = options.gpu ?? false;
   const probing = wanted === false ? undefined : probeGpu(tuning.python);
   const probe = wanted === true ? await probing : undefined;
@@ -61,7 +57,6 @@ export async function startTrainer(ctl: Control, settings: Settings, options: Tr
         : "--gpu: this trainer's Python has no torch; set PLATFORM_TRAINER_PYTHON to one with torch, transformers and peft (`platform doctor` checks it)",
     );
   const artifacts = openStore(settings.artifactsUrl, settings.storage?.s3);
-  const running = new Map<string, AbortController>();
   const deps = {
     ctl,
     artifacts,
@@ -70,37 +65,42 @@ export async function startTrainer(ctl: Control, settings: Settings, options: Tr
     settings: tuning,
     threads: options.threads ?? 1,
   };
-
-  const processor = async (job: Job<TrainJobData>, token?: string): Promise<string> => {
-    const handoff = new AbortController();
-    running.set(job.data.job_id, handoff);
-    try {
-      const end = await runFineTune(deps, job.data.job_id, handoff.signal);
-      if (end === "handed_off" && token !== undefined) {
-        await job.moveToWait(token);
-        throw new WaitingError();
-      }
-      if (end !== "handed_off") await release(ctl, job.data.job_id);
-      return end;
-    } finally {
-      running.delete(job.data.job_id);
-    }
+  const run = async (data: TrainJobData, signal: AbortSignal): Promise<string> => {
+    const end = await runFineTune(deps, data.job_id, signal);
+    if (end !== "handed_off") await release(ctl, data.job_id);
+    return end;
   };
-
-  const queue = options.queue ?? FINE_TUNING_QUEUE;
-  const workers: Worker<TrainJobData, string>[] = [];
-  let stopped = false;
-  const start = async (name: string) => {
-    const worker = new QueueBase(ctl).workerNamed<TrainJobData, string>(name, processor, {
-      concurrency: options.jobsPerProcess ?? 1,
-      lockDuration: options.lockDurationMs ?? 30_000,
-      stalledInterval: options.stalledIntervalMs ?? 10_000,
-      maxStalledCount: MAX_STALLS,
+  const onFailed = async (data: TrainJobData, error: Error): Promise<void> => {
+    const id = data.job_id;
+    console.error(`[fine-tuning ${id}] failed:`, error);
+    await updateIfActive(ctl, id, {
+      status: "failed",
+      finished_at: Date.now(),
+      error: {
+        code: "trainer_error",
+        message: `the job failed unexpectedly and was retried without success; job id ${id}, the trainer log has the details`,
+        param: null,
+      },
     });
-    workers.push(worker);
-    watchWorker(worker);
-    await worker.waitUntilReady();
+    await addEvent(ctl, id, "error", "Job failed: the trainer could not run it");
+    await release(ctl, id);
   };
+  const queue = options.queue ?? FINE_TUNING_QUEUE;
+  const coordinators: Coordinator[] = [];
+  const start = async (name: string) => {
+    coordinators.push(
+      await startCoordinator(ctl, run, {
+        queue: name,
+        concurrency: options.jobsPerProcess ?? 1,
+        lockDurationMs: options.lockDurationMs,
+        stalledIntervalMs: options.stalledIntervalMs,
+        maxStalls: 20,
+        label: (data) => `fine-tuning ${data.job_id}`,
+        onFailed,
+      }),
+    );
+  };
+  let stopped = false;
   await start(queue);
   const offersGpu = (async () => {
     const seen = await probing;
@@ -115,36 +115,10 @@ export async function startTrainer(ctl: Control, settings: Settings, options: Tr
     stop: async () => {
       stopped = true;
       await offersGpu.catch(() => false);
-      for (const handoff of running.values()) handoff.abort();
-      await Promise.all(workers.map((w) => w.close()));
+      await Promise.all(coordinators.map((c) => c.stop()));
       artifacts.close();
     },
   };
-
-  function watchWorker(worker: Worker<TrainJobData, string>): void {
-    worker.on("lockRenewalFailed", (ids: string[]) => {
-      for (const id of ids) running.get(id)?.abort("superseded");
-    });
-    worker.on("failed", (job, error) => {
-      if (!job) return;
-      void (async () => {
-        if ((await job.getState()) !== "failed") return;
-        const id = job.data.job_id;
-        console.error(`[fine-tuning ${id}] failed:`, error);
-        await updateIfActive(ctl, id, {
-          status: "failed",
-          finished_at: Date.now(),
-          error: {
-            code: "trainer_error",
-            message: `the job failed unexpectedly and was retried without success; job id ${id}, the trainer log has the details`,
-            param: null,
-          },
-        });
-        await addEvent(ctl, id, "error", "Job failed: the trainer could not run it");
-        await release(ctl, id);
-      })().catch((e: unknown) => console.error(`[fine-tuning ${job.data.job_id}] could not record the failure:`, e));
-    });
-  }
 }
 
 /** An ended job no longer counts against its organization's admission bound. */

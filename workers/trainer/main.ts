@@ -1,7 +1,6 @@
 /** The trainer role (`platform trainer`): trains fine-tuning jobs from the queue until SIGTERM (clusters). */
 import { connectControl } from "../../src/redis/connection.ts";
 import { loadSettings } from "../../src/settings/index.ts";
-import { fineTuningSettings } from "../../src/finetuning/config.ts";
 import { startTrainer } from "./coordinator.ts";
 import { probeGpu } from "./gpu.ts";
 
@@ -26,7 +25,7 @@ export async function runTrainerProcess(
   console.log(`trainer: waiting for fine-tuning jobs${gpu ? " (CPU and GPU)" : " (CPU only)"}`);
   // A GPU machine running a CPU-only trainer is likely a missing flag: say so (not waited for).
   if (!options.gpu)
-    void probeGpu(fineTuningSettings().python).then((seen) => {
+    void probeGpu(settings.fineTuning.python).then((seen) => {
       if (seen.cuda)
         console.log(
           `trainer: torch sees a GPU (${seen.name ?? "CUDA"}), but without --gpu this trainer takes CPU jobs only`,

@@ -7,7 +7,7 @@
  */
 import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import type { FineTuningSettings } from "../../src/finetuning/config.ts";
+import type { FineTuningSettings } from "../../src/settings/index.ts";
 import type { FineTuneSpec } from "../../src/finetuning/schema.ts";
 import { addEvent, isEnded, listCheckpoints, readJob, updateIfActive } from "../../src/finetuning/store.ts";
 import type { Control } from "../../src/redis/connection.ts";

@@ -3,7 +3,7 @@
  * .venv-ref, else python3) imports torch, transformers and peft. Not required: a machine that never
  * trains (a gateway, a client) has no use for them.
  */
-import { fineTuningSettings } from "../../finetuning/config.ts";
+import { loadSettings } from "../../settings/index.ts";
 import { type DoctorCheck, fail, ok } from "./check.ts";
 
 const PROBE =
@@ -14,7 +14,7 @@ export const trainerCheck: DoctorCheck = {
   name: "Fine-tuning trainer",
   required: false,
   run: async (ctx) => {
-    const python = fineTuningSettings().python;
+    const python = loadSettings().fineTuning.python;
     const fix = `point PLATFORM_TRAINER_PYTHON at a Python with torch, transformers and peft (scripts/reference/setup.sh makes .venv-ref)`;
     const res = await ctx.exec(python, ["-c", PROBE]);
     if (!res) return fail(`${python}: not found`, fix);

@@ -1,0 +1,52 @@
+/**
+ * The fine-tuning section (docs/fine-tuning.md): the trainer's Python, the admission bound per
+ * organization, how many job records are kept, how often a killed trainer child is restarted, and
+ * the dataset bounds.
+ */
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { z } from "zod";
+import { optional } from "./parse.ts";
+
+const count = (fallback: number) =>
+  z.coerce.number({ message: "expected a positive whole number" }).int().positive().default(fallback);
+
+export const fineTuningShape = {
+  /** The interpreter that runs workers/trainer/train.py (torch, transformers, peft). */
+  PLATFORM_TRAINER_PYTHON: optional(z.string().min(1)),
+  PLATFORM_FINETUNE_MAX_ACTIVE: count(4),
+  PLATFORM_FINETUNE_MAX_JOBS: count(500),
+  PLATFORM_FINETUNE_MAX_RESTARTS: count(3),
+  PLATFORM_FINETUNE_MAX_DATASET_BYTES: count(256 * 1024 * 1024),
+  PLATFORM_FINETUNE_MAX_DATASET_LINES: count(1_000_000),
+};
+
+export type FineTuningSettings = {
+  /** The interpreter that runs workers/trainer/train.py (torch, transformers, peft). */
+  python: string;
+  /** Queued plus running jobs one organization may have; more are refused with 429. */
+  maxActivePerOrg: number;
+  /** Job records kept per organization (the oldest ended ones are dropped). */
+  maxJobsPerOrg: number;
+  /** Times a trainer child killed by a signal is restarted from its last checkpoint. */
+  maxRestarts: number;
+  dataset: { maxBytes: number; maxLines: number; maxLineBytes: number };
+};
+
+/** The reference venv of a source checkout (scripts/reference/setup.sh), when there is one. */
+const CHECKOUT_VENV = join(fileURLToPath(new URL("../../", import.meta.url)), ".venv-ref", "bin", "python");
+
+export function fineTuningSettings(e: z.infer<z.ZodObject<typeof fineTuningShape>>): FineTuningSettings {
+  return {
+    python: e.PLATFORM_TRAINER_PYTHON ?? (existsSync(CHECKOUT_VENV) ? CHECKOUT_VENV : "python3"),
+    maxActivePerOrg: e.PLATFORM_FINETUNE_MAX_ACTIVE,
+    maxJobsPerOrg: e.PLATFORM_FINETUNE_MAX_JOBS,
+    maxRestarts: e.PLATFORM_FINETUNE_MAX_RESTARTS,
+    dataset: {
+      maxBytes: e.PLATFORM_FINETUNE_MAX_DATASET_BYTES,
+      maxLines: e.PLATFORM_FINETUNE_MAX_DATASET_LINES,
+      maxLineBytes: 1024 * 1024,
+    },
+  };
+}
