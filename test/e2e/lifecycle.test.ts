@@ -72,6 +72,8 @@ let client: OpenAI;
 /** The openai-client job, killed and resumed: the fine-tuned adapter served and evaluated below. */
 let tuned: OpenAI.FineTuning.FineTuningJob;
 let tunedDir: string;
+/** The one replica `tiny` started with. */
+let replicaId: string;
 const outputs = process.env.LIFECYCLE_OUTPUTS;
 
 /** Runs the CLI against the stack; with LIFECYCLE_OUTPUTS set, records the command and its output. */
@@ -211,7 +213,8 @@ beforeAll(async () => {
   const lora = spawnSync(python as string, [MAKE_LORA, CHECKPOINT, join(work)], { encoding: "utf8", timeout: 300_000 });
   if (lora.status !== 0) throw new Error(`make-lora.py failed: ${lora.stderr}`);
   made = JSON.parse(lora.stdout) as MadeLora;
-  stack = await startStack();
+  // The stack's trainer runs the same Python as the references.
+  stack = await startStack({ env: { PLATFORM_TRAINER_PYTHON: python } });
   client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
   if (outputs) await writeFile(outputs, "# Real outputs of test/e2e/lifecycle.test.ts\n");
 }, 300_000);
@@ -245,6 +248,9 @@ describe.skipIf(skip !== undefined)("the model lifecycle on platform up", () => 
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toContain("registered tiny@v1");
     await deploy("tiny", "v1");
+    const { body } = await stack.admin<{ replica_list: { id: string }[] }>("GET", "/admin/v1/endpoints/tiny");
+    expect(body.replica_list).toHaveLength(1);
+    replicaId = body.replica_list[0]!.id;
   }, 240_000);
 
   it("fine-tunes through the CLI: the local files uploaded, --watch prints the losses, validation loss falls", async () => {
@@ -426,20 +432,19 @@ describe.skipIf(skip !== undefined)("the model lifecycle on platform up", () => 
       await vocab.dispose();
     }
 
-    // One replica served them all, from the version's one queue: adapters add neither.
+    // The replica it started with served them all, from the version's one queue: adapters add neither.
     const { body: status } = await stack.admin<{
       replicas: { desired: number; ready: number };
-      replica_list: { queue?: string }[];
-      adapters: string[];
+      replica_list: { id: string; queue?: string }[];
     }>("GET", "/admin/v1/endpoints/tiny");
     expect(status.replicas).toMatchObject({ desired: 1, ready: 1 });
-    expect(status.replica_list).toHaveLength(1);
+    expect(status.replica_list.map((r) => r.id)).toEqual([replicaId]);
     const redis = new Redis(stack.redisUrl);
     try {
       const queues = new Set<string>();
       for (const key of await redis.keys("platform:{*}:meta"))
         queues.add(key.slice("platform:".length, -":meta".length));
-      expect([...queues].filter((q) => q.startsWith("{tiny@"))).toHaveLength(1);
+      expect([...queues].filter((q) => q.startsWith("{tiny@"))).toEqual([status.replica_list[0]!.queue ?? "{tiny@v1}"]);
       expect([...queues].filter((q) => /^\{(a1|a2|resumed|tuned)[@~]/.test(q))).toEqual([]);
     } finally {
       redis.disconnect();
