@@ -6,6 +6,13 @@ peft generate with each of them (and with the base), greedy in float32 by the pl
 adapters token for token (test/integration/adapters.test.ts). Run with the reference venv:
 
   .venv-ref/bin/python scripts/reference/make-lora.py BASE_DIR OUT_DIR
+  .venv-ref/bin/python scripts/reference/make-lora.py --greedy BASE_DIR [ADAPTER_DIR]
+
+The second form makes nothing: it prints the greedy reference of the base, or of the base with an
+existing PEFT adapter (a fine-tuning job's, say), on the same prompts plus one chat prompt (the
+tokenizer's chat template, a generation prompt after "say red"), each output ending before EOS if
+the model writes one within NEW_TOKENS: {"prompts", "new_tokens", "outputs", "min_gap"}
+(test/e2e/lifecycle.test.ts).
 
 Adapters (each lora_B non-zero and large enough that the greedy output differs from the base's):
   a1: r 4, alpha 8, q_proj + v_proj
@@ -33,7 +40,8 @@ ADAPTERS = {
 }
 
 
-def greedy(model, input_ids):
+def greedy(model, input_ids, eos=None):
+    """The argmax chain; with eos, it ends there as generation does (the eos not in the output)."""
     ids = list(input_ids)
     out, gaps = [], []
     with torch.no_grad():
@@ -42,6 +50,8 @@ def greedy(model, input_ids):
             top = torch.topk(logits, 2)
             gaps.append(float(top.values[0] - top.values[1]))
             nxt = int(top.indices[0])
+            if nxt == eos:
+                break
             out.append(nxt)
             ids.append(nxt)
     return out, min(gaps)
@@ -58,7 +68,23 @@ def load_base(base_dir):
     return AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
 
 
+def greedy_only(base_dir, adapter_dir):
+    tok = AutoTokenizer.from_pretrained(base_dir)
+    prompts = [tok(p)["input_ids"] for p in PROMPTS]
+    chat = tok.apply_chat_template([{"role": "user", "content": "say red"}], add_generation_prompt=True, return_dict=True)
+    prompts.append(list(chat["input_ids"]))
+    model = load_base(base_dir)
+    if adapter_dir is not None:
+        model = PeftModel.from_pretrained(model, adapter_dir).eval()
+    # A fine-tuned adapter learns to end its answers: the chain stops at EOS, as the platform's generation does.
+    runs = [greedy(model, p, tok.eos_token_id) for p in prompts]
+    json.dump({"prompts": prompts, "new_tokens": NEW_TOKENS, "outputs": [r[0] for r in runs],
+               "min_gap": min(r[1] for r in runs)}, sys.stdout)
+
+
 def main():
+    if sys.argv[1] == "--greedy":
+        return greedy_only(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
     base_dir, out_dir = sys.argv[1], sys.argv[2]
     tok = AutoTokenizer.from_pretrained(base_dir)
     prompts = [tok(p)["input_ids"] for p in PROMPTS]

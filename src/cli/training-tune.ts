@@ -68,18 +68,13 @@ export async function submitFineTune(opts: SubmitOptions): Promise<void> {
 
 /** Prints the job's events as they come (oldest first) until it ends; returns the ended job. */
 export async function followEvents(api: ApiClient, id: string, quiet: boolean): Promise<FineTuningJob> {
-  const seen = new Set<string>();
   const path = `/v1/fine_tuning/jobs/${encodeURIComponent(id)}`;
+  let newest: string | undefined; // the last event printed
   for (;;) {
     const job = await api.request<FineTuningJob>("GET", path);
-    const { data } = await api.request<{ data: FineTuneEvent[] }>("GET", `${path}/events?limit=100`);
-    for (const e of data.reverse()) {
-      if (seen.has(e.id)) continue;
-      seen.add(e.id);
-      if (!quiet) console.log(formatEvent(e));
-    }
-    // Only the newest 100 can come again: older ids need not be kept.
-    if (seen.size > 1000) for (const old of [...seen].slice(0, seen.size - 200)) seen.delete(old);
+    const fresh = await eventsSince(api, path, newest);
+    if (!quiet) for (const e of fresh) console.log(formatEvent(e));
+    newest = fresh.at(-1)?.id ?? newest;
     if (job.status === "succeeded" || job.status === "failed" || job.status === "cancelled") {
       if (!quiet)
         console.log(
@@ -90,6 +85,28 @@ export async function followEvents(api: ApiClient, id: string, quiet: boolean): 
       return job;
     }
     await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+/**
+ * The events after `since` (none: all of them), oldest first, paging back from the newest until it:
+ * more than a page comes between two polls of a fast run, and all at once when following a job
+ * that has already ended. Bounded by the job's capped event stream.
+ */
+async function eventsSince(api: ApiClient, path: string, since: string | undefined): Promise<FineTuneEvent[]> {
+  const out: FineTuneEvent[] = [];
+  for (let after = ""; ; ) {
+    const page = await api.request<{ data: FineTuneEvent[]; has_more: boolean }>(
+      "GET",
+      `${path}/events?limit=100${after ? `&after=${encodeURIComponent(after)}` : ""}`,
+    );
+    for (const e of page.data) {
+      if (e.id === since) return out.reverse();
+      out.push(e);
+    }
+    const last = page.data.at(-1);
+    if (!page.has_more || !last) return out.reverse();
+    after = last.id;
   }
 }
 
