@@ -5,12 +5,11 @@
  * models/<name>/<version>/ with a manifest, and recorded as kind "adapter". `registerAdapter` is
  * the entry for the platform's own adapters (a fine-tuning job's output directory).
  */
-import { createReadStream } from "node:fs";
 import { join } from "node:path";
 import { PlatformError } from "../contracts/errors.ts";
 import { adapterSummary, ADAPTER_FILES, checkAgainstBase, readAdapter, readBaseWeights } from "./adapter.ts";
 import { manifestDigest, sortManifest } from "./checkpoint.ts";
-import { type ImportDeps, importModel, type ImportRequest, saveRecord } from "./import.ts";
+import { type ImportDeps, importModel, type ImportRequest, saveRecord, storeDirectory } from "./import.ts";
 import type { ArtifactFile, RegisteredVersion, TrainingSummary, VersionRef } from "./version.ts";
 import { listModelVersions, nextVersion, resolveModelVersion } from "./versions.ts";
 
@@ -106,13 +105,7 @@ export async function importAdapter(
     ADAPTER_FILES.map((path) => ({ path, ...(files.get(path) as { size: number; sha256: string }) })),
   );
   const version = req.version ?? (await nextVersion(deps.ctl, req.name));
-  const artifact = `models/${req.name}/${version}`;
-  try {
-    for (const f of manifest) await deps.artifacts.put(`${artifact}/${f.path}`, createReadStream(join(dir, f.path)));
-  } catch (e) {
-    for (const f of manifest) await deps.artifacts.delete(`${artifact}/${f.path}`).catch(() => undefined);
-    throw e;
-  }
+  const artifact = await storeDirectory(deps, `models/${req.name}/${version}`, dir, manifest);
   // Served by its base's engine: the base's framework is the adapter's.
   return saveRecord(
     deps.ctl,

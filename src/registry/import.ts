@@ -282,14 +282,7 @@ async function importCheckpoint(
   if (req.framework === "llamacpp") requireConvertible(checkpoint.architecture);
   const manifest: ArtifactFile[] = sortManifest(names.map((path) => ({ path, ...scratch.files.get(path)! })));
   const version = req.version ?? (await nextVersion(deps.ctl, req.name));
-  const artifact = `models/${req.name}/${version}`;
-  try {
-    for (const f of manifest) await deps.artifacts.put(`${artifact}/${f.path}`, createReadStream(join(dir, f.path)));
-  } catch (e) {
-    // Nothing points at a partial copy; it is removed so a retry under the same version starts clean.
-    for (const f of manifest) await deps.artifacts.delete(`${artifact}/${f.path}`).catch(() => undefined);
-    throw e;
-  }
+  const artifact = await storeDirectory(deps, `models/${req.name}/${version}`, dir, manifest);
   return saveRecord(deps.ctl, req, {
     version,
     artifact,
@@ -301,6 +294,23 @@ async function importCheckpoint(
     checkpoint,
     task: req.task ?? defaultCheckpointTask(checkpoint),
   });
+}
+
+/** Copies a directory artifact's files (`manifest`, from `dir`) under `artifact` in the store; its key. */
+export async function storeDirectory(
+  deps: Pick<ImportDeps, "artifacts">,
+  artifact: string,
+  dir: string,
+  manifest: readonly ArtifactFile[],
+): Promise<string> {
+  try {
+    for (const f of manifest) await deps.artifacts.put(`${artifact}/${f.path}`, createReadStream(join(dir, f.path)));
+  } catch (e) {
+    // Nothing points at a partial copy; it is removed so a retry under the same version starts clean.
+    for (const f of manifest) await deps.artifacts.delete(`${artifact}/${f.path}`).catch(() => undefined);
+    throw e;
+  }
+  return artifact;
 }
 
 /** Records the version: what every version takes from its request, and what its kind adds. */
