@@ -12,7 +12,7 @@
  */
 import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { appendFile, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { appendFile, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -21,6 +21,8 @@ import { getLlama, LlamaLogLevel, type Token } from "node-llama-cpp";
 import OpenAI, { toFile } from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RegisteredVersion } from "../../src/registry/version.ts";
+import { sayDataset } from "../helpers/fine-tuning-data.ts";
+import { runLmEvalHf, writeChoiceTask } from "../helpers/lm-eval.ts";
 import { referencePython } from "../helpers/models.ts";
 import { type CliResult, runCli, type Stack, startStack } from "../helpers/stack.ts";
 
@@ -28,7 +30,6 @@ const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 const CHECKPOINT = join(repoRoot, "test", "fixtures", "hf", "llama");
 const MAKE_LORA = join(repoRoot, "scripts", "reference", "make-lora.py");
 const PERPLEXITY = join(repoRoot, "scripts", "reference", "perplexity.py");
-const LM_EVAL = join(repoRoot, "scripts", "reference", "lm-eval.py");
 const TASK = "platform_lifecycle_mc";
 
 const python = referencePython();
@@ -41,7 +42,6 @@ const skip =
       : undefined;
 if (skip) console.warn(`e2e/lifecycle.test.ts skipped: ${skip}`);
 
-const WORDS = ["red", "blue", "green", "cat", "dog", "sun", "moon", "tree"];
 const TEXTS = [
   "Once upon a time, there was a little girl named Lily.",
   "The little dog ran to the park.",
@@ -157,53 +157,14 @@ async function evaluate(target: string, dataset: string, metric: string): Promis
 async function lmEval(data: string, adapter?: string): Promise<{ acc: number; stderr: number }> {
   const taskDir = join(work, "tasks");
   await mkdir(taskDir, { recursive: true });
-  await writeFile(
-    join(taskDir, `${TASK}.yaml`),
-    [
-      `task: ${TASK}`,
-      "dataset_path: json",
-      "dataset_kwargs:",
-      "  data_files:",
-      `    test: ${JSON.stringify(data)}`,
-      "test_split: test",
-      "output_type: multiple_choice",
-      'doc_to_text: "{{context}}"',
-      'doc_to_choice: "{{choices}}"',
-      'doc_to_target: "{{answer}}"',
-      'target_delimiter: ""',
-      "metric_list:",
-      "  - metric: acc",
-      "",
-    ].join("\n"),
-  );
-  const output = join(work, `lm-eval-${adapter ? "adapter" : "base"}`);
-  await python3(
-    [
-      LM_EVAL,
-      "--model",
-      "hf",
-      "--model_args",
-      `pretrained=${CHECKPOINT},dtype=float32${adapter ? `,peft=${adapter}` : ""}`,
-      "--device",
-      "cpu",
-      "--tasks",
-      TASK,
-      "--include_path",
-      taskDir,
-      "--output_path",
-      output,
-    ],
-    {
-      HF_HUB_OFFLINE: "1",
-      HF_DATASETS_OFFLINE: "1",
-      HF_HOME: join(work, "hf-home"),
-      TOKENIZERS_PARALLELISM: "false",
-    },
-  );
-  const results = (await readdir(output, { recursive: true })).find((f) => /results_[^/]*\.json$/.test(f)) as string;
-  const metrics = (
-    JSON.parse(await readFile(join(output, results), "utf8")) as { results: Record<string, Record<string, number>> }
-  ).results[TASK] as Record<string, number>;
+  await writeChoiceTask(taskDir, TASK, data);
+  const { metrics } = await runLmEvalHf(python as string, {
+    checkpoint: CHECKPOINT,
+    adapter,
+    task: TASK,
+    taskDir,
+    output: join(work, `lm-eval-${adapter ? "adapter" : "base"}`),
+  });
   return { acc: metrics["acc,none"] as number, stderr: metrics["acc_stderr,none"] as number };
 }
 
@@ -227,18 +188,7 @@ afterAll(async () => {
 });
 
 describe.skipIf(skip !== undefined)("the model lifecycle on platform up", () => {
-  const train: string[] = [];
-  const valid: string[] = [];
-  for (let i = 0; i < 24; i++) {
-    const w = WORDS[i % WORDS.length];
-    const line = JSON.stringify({
-      messages: [
-        { role: "user", content: `say ${w}` },
-        { role: "assistant", content: `${w} ${w} ${w}` },
-      ],
-    });
-    (i % 6 === 0 ? valid : train).push(line);
-  }
+  const { train, valid } = sayDataset();
 
   it("registers the checkpoint as tiny@v1 and deploys it: one float32 replica", async () => {
     const r = await cli(
@@ -254,8 +204,8 @@ describe.skipIf(skip !== undefined)("the model lifecycle on platform up", () => 
   }, 240_000);
 
   it("fine-tunes through the CLI: the local files uploaded, --watch prints the losses, validation loss falls", async () => {
-    await writeFile(join(work, "train.jsonl"), `${train.join("\n")}\n`);
-    await writeFile(join(work, "valid.jsonl"), `${valid.join("\n")}\n`);
+    await writeFile(join(work, "train.jsonl"), train);
+    await writeFile(join(work, "valid.jsonl"), valid);
     const r = await cli([
       "training",
       "submit",
@@ -294,13 +244,8 @@ describe.skipIf(skip !== undefined)("the model lifecycle on platform up", () => 
   }, 300_000);
 
   it("fine-tunes through the openai client; its trainer child SIGKILLed after a checkpoint, it resumes and succeeds", async () => {
-    const upload = async (name: string, lines: string[]) =>
-      (
-        await client.files.create({
-          file: await toFile(Buffer.from(`${lines.join("\n")}\n`), name),
-          purpose: "fine-tune",
-        })
-      ).id;
+    const upload = async (name: string, text: string) =>
+      (await client.files.create({ file: await toFile(Buffer.from(text), name), purpose: "fine-tune" })).id;
     const created = await client.fineTuning.jobs.create({
       model: "tiny@v1",
       training_file: await upload("train.jsonl", train),

@@ -10,7 +10,7 @@
  * why, without the reference venv (scripts/reference/setup.sh).
  */
 import { spawn, spawnSync } from "node:child_process";
-import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -25,12 +25,12 @@ import { openStore } from "../../src/storage/index.ts";
 import { loadEngine } from "../../workers/engines/index.ts";
 import { startWorker } from "../../workers/worker.ts";
 import { type ServedCheckpoint, serveFloat32Checkpoint } from "../helpers/float32-checkpoint.ts";
+import { runLmEvalHf, writeChoiceTask } from "../helpers/lm-eval.ts";
 import { referencePython } from "../helpers/models.ts";
 
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 const CHECKPOINT = join(repoRoot, "test", "fixtures", "hf", "llama");
 const PERPLEXITY = join(repoRoot, "scripts", "reference", "perplexity.py");
-const LM_EVAL = join(repoRoot, "scripts", "reference", "lm-eval.py");
 const CLI = fileURLToPath(new URL("../helpers/evaluation-cli.ts", import.meta.url));
 const TASK = "platform_eval_mc";
 
@@ -196,58 +196,15 @@ describe.skipIf(skip !== undefined)("evaluation jobs", () => {
     const taskDir = join(served.dataDir, "tasks");
     await mkdir(taskDir, { recursive: true });
     // The platform appends each choice exactly as written: lm-eval's target_delimiter is "" to match.
-    const yaml = join(taskDir, `${TASK}.yaml`);
-    await writeFile(
-      yaml,
-      [
-        `task: ${TASK}`,
-        "dataset_path: json",
-        "dataset_kwargs:",
-        "  data_files:",
-        `    test: ${JSON.stringify(data)}`,
-        "test_split: test",
-        "output_type: multiple_choice",
-        'doc_to_text: "{{context}}"',
-        'doc_to_choice: "{{choices}}"',
-        'doc_to_target: "{{answer}}"',
-        'target_delimiter: ""',
-        "metric_list:",
-        "  - metric: acc",
-        "",
-      ].join("\n"),
-    );
-    const output = join(served.dataDir, "lm-eval-out");
-    await run(
-      python as string,
-      [
-        LM_EVAL,
-        "--model",
-        "hf",
-        "--model_args",
-        `pretrained=${CHECKPOINT},dtype=float32`,
-        "--device",
-        "cpu",
-        "--tasks",
-        TASK,
-        "--include_path",
-        taskDir,
-        "--log_samples",
-        "--output_path",
-        output,
-      ],
-      {
-        HF_HUB_OFFLINE: "1",
-        HF_DATASETS_OFFLINE: "1",
-        HF_HOME: join(served.dataDir, "hf-home"),
-        TOKENIZERS_PARALLELISM: "false",
-      },
-    );
-    const files = (await readdir(output, { recursive: true })).map((f) => join(output, f));
-    const results = files.find((f) => /results_[^/]*\.json$/.test(f)) as string;
-    const samplesFile = files.find((f) => new RegExp(`samples_${TASK}_[^/]*\\.jsonl$`).test(f)) as string;
-    const metrics = (JSON.parse(await readFile(results, "utf8")) as { results: Record<string, Record<string, number>> })
-      .results[TASK] as Record<string, number>;
-    const samples = (await readFile(samplesFile, "utf8"))
+    const yaml = await writeChoiceTask(taskDir, TASK, data);
+    const { metrics, samples: samplesFile } = await runLmEvalHf(python as string, {
+      checkpoint: CHECKPOINT,
+      task: TASK,
+      taskDir,
+      output: join(served.dataDir, "lm-eval-out"),
+      logSamples: true,
+    });
+    const samples = (await readFile(samplesFile as string, "utf8"))
       .split("\n")
       .filter((l) => l.trim() !== "")
       .map((l) => JSON.parse(l) as { doc_id: number; acc: number; filtered_resps: [string, string][] });

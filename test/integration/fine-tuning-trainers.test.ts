@@ -28,6 +28,7 @@ import { openStore } from "../../src/storage/index.ts";
 import { probeGpu } from "../../workers/trainer/gpu.ts";
 import { NoGpuError, startTrainer, type Trainer } from "../../workers/trainer/coordinator.ts";
 import { referencePython } from "../helpers/models.ts";
+import { sayDataset } from "../helpers/fine-tuning-data.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 import { runCli } from "../helpers/stack.ts";
 
@@ -35,19 +36,6 @@ const python = referencePython();
 const FIXTURE = new URL("../fixtures/hf/llama", import.meta.url).pathname;
 
 type Job = OpenAI.FineTuning.FineTuningJob & { waiting_for: string | null; resources: { gpu: number } };
-
-/** 8 chat examples, "say X" → "X X", and 2 for validation. */
-function dataset(): { train: string; valid: string } {
-  const line = (w: string) =>
-    JSON.stringify({
-      messages: [
-        { role: "user", content: `say ${w}` },
-        { role: "assistant", content: `${w} ${w}` },
-      ],
-    });
-  const words = ["red", "blue", "green", "cat", "dog", "sun", "moon", "tree"];
-  return { train: `${words.map(line).join("\n")}\n`, valid: `${[line("red"), line("dog")].join("\n")}\n` };
-}
 
 describe.skipIf(!python)(
   "fine-tuning trainers: GPU jobs go only to trainers that offer a GPU (needs .venv-ref)",
@@ -108,7 +96,7 @@ describe.skipIf(!python)(
         PLATFORM_API_KEY: key,
         PLATFORM_CONFIG_DIR: join(dir, "cli-config"),
       };
-      const data = dataset();
+      const data = sayDataset(10); // 8 to train, 2 to validate
       const upload = async (name: string, text: string) =>
         (await client.files.create({ file: await toFile(Buffer.from(text), name), purpose: "fine-tune" })).id;
       trainFile = await upload("train.jsonl", data.train);

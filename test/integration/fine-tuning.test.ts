@@ -28,29 +28,11 @@ import { startTrainer, type Trainer } from "../../workers/trainer/coordinator.ts
 import { referencePython, tinyModelPath } from "../helpers/models.ts";
 import { scrape, total } from "../helpers/metrics-text.ts";
 import { runCli } from "../helpers/stack.ts";
+import { sayDataset } from "../helpers/fine-tuning-data.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
 const python = referencePython();
 const FIXTURE = new URL("../fixtures/hf/llama", import.meta.url).pathname;
-const WORDS = ["red", "blue", "green", "cat", "dog", "sun", "moon", "tree"];
-
-/** 20 training and 4 validation chat examples: "say X" → "X X X". */
-function dataset(): { train: string; valid: string } {
-  const train: string[] = [];
-  const valid: string[] = [];
-  for (let i = 0; i < 24; i++) {
-    const w = WORDS[i % WORDS.length];
-    const line = JSON.stringify({
-      messages: [
-        { role: "user", content: `say ${w}` },
-        { role: "assistant", content: `${w} ${w} ${w}` },
-      ],
-    });
-    (i % 6 === 0 ? valid : train).push(line);
-  }
-  return { train: `${train.join("\n")}\n`, valid: `${valid.join("\n")}\n` };
-}
-
 type Env = {
   redis: PrivateRedis;
   ctl: Control;
@@ -124,7 +106,7 @@ function loraJob(env: Env, suffix: string, epochs = 3) {
 
 describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, peft)", () => {
   let env: Env;
-  const data = dataset();
+  const data = sayDataset();
 
   beforeAll(async () => {
     const redis = await privateRedis();
