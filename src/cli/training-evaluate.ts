@@ -94,47 +94,13 @@ export function registerEvaluate(training: Command): void {
       const task = flags.task === undefined ? undefined : await taskDataset(flags.task);
       const dataset = await datasetId(api, task?.path ?? (flags.dataset as string), flags.json === true);
       const metric = flags.metric ?? task?.metric;
-      const body = (model: string) => ({
-        model,
+      const body = (t: string) => ({
+        model: t,
         dataset,
         ...(metric ? { metric } : {}),
         ...(maxTokens ? { max_tokens: maxTokens } : {}),
       });
-      const progress = new Progress();
-      let temporary: TemporaryEndpoints | undefined;
-      /** `<model>@<version>` of each version served by a temporary endpoint of this run. */
-      const onTemporary = new Set<string>();
-      const created: Evaluation[] = [];
-      let finished: Evaluation[];
-      try {
-        for (const t of targets) {
-          const evaluation = await api
-            .request<Evaluation>("POST", "/admin/v1/evaluations", body(t))
-            .catch(async (e) => {
-              if (!flags.deploy || !(e instanceof CliError) || !/\(model_not_deployed\)$/.test(e.message)) throw e;
-              temporary ??= new TemporaryEndpoints(api, progress, {
-                purpose: "evaluation",
-                interruption: "interrupted: the evaluations on temporary endpoints were cancelled",
-              });
-              const [, version] = (t.split(":")[0] as string).split("@") as [string, string];
-              onTemporary.add(`${model}@${await deployFor(api, temporary, model, version, e, progress)}`);
-              return api.request<Evaluation>("POST", "/admin/v1/evaluations", body(t));
-            });
-          created.push(evaluation);
-        }
-        finished = await waitFor(api, created, flags.json === true, progress, temporary?.signal);
-      } catch (e) {
-        // Their endpoint goes now: they could not finish.
-        for (const c of created)
-          if (onTemporary.has(`${c.base.name}@${c.base.version}`))
-            await api
-              .request("POST", `/admin/v1/evaluations/${encodeURIComponent(c.id)}/cancel`)
-              .catch(() => undefined);
-        throw temporary?.signal.aborted ? temporary.signal.reason : e;
-      } finally {
-        progress.done();
-        await temporary?.close();
-      }
+      const finished = await evaluateAll(api, model, targets.map(body), flags.deploy, flags.json === true);
       const failed = finished.find((e) => e.state !== "succeeded");
       if (failed)
         throw new CliError(
@@ -179,6 +145,50 @@ async function datasetId(api: ApiClient, dataset: string, quiet: boolean): Promi
     throw new CliError(`--dataset ${dataset}: upload failed: ${err?.message ?? `HTTP ${res.status}`}`);
   }
   return ((await res.json()) as { id: string }).id;
+}
+
+/**
+ * Creates an evaluation of each target and waits for them all. A version no endpoint serves (the
+ * 409) gets a temporary endpoint unless `deploy` is false; the evaluations on one are cancelled
+ * when the run fails or is interrupted, as their endpoint goes with it.
+ */
+async function evaluateAll(
+  api: ApiClient,
+  model: string,
+  requests: { model: string }[],
+  deploy: boolean,
+  quiet: boolean,
+): Promise<Evaluation[]> {
+  const progress = new Progress();
+  let temporary: TemporaryEndpoints | undefined;
+  /** `<model>@<version>` of each version served by a temporary endpoint of this run. */
+  const onTemporary = new Set<string>();
+  const created: Evaluation[] = [];
+  try {
+    for (const request of requests) {
+      const evaluation = await api.request<Evaluation>("POST", "/admin/v1/evaluations", request).catch(async (e) => {
+        if (!deploy || !(e instanceof CliError) || !/\(model_not_deployed\)$/.test(e.message)) throw e;
+        temporary ??= new TemporaryEndpoints(api, progress, {
+          purpose: "evaluation",
+          interruption: "interrupted: the evaluations on temporary endpoints were cancelled",
+        });
+        // `<model>@<version>[:<adapter>]`: an adapter is served by its base's endpoint.
+        const version = (request.model.split(":")[0] as string).split("@")[1] as string;
+        onTemporary.add(`${model}@${await deployFor(api, temporary, model, version, e, progress)}`);
+        return api.request<Evaluation>("POST", "/admin/v1/evaluations", request);
+      });
+      created.push(evaluation);
+    }
+    return await waitFor(api, created, quiet, progress, temporary?.signal);
+  } catch (e) {
+    for (const c of created)
+      if (onTemporary.has(`${c.base.name}@${c.base.version}`))
+        await api.request("POST", `/admin/v1/evaluations/${encodeURIComponent(c.id)}/cancel`).catch(() => undefined);
+    throw temporary?.signal.aborted ? temporary.signal.reason : e;
+  } finally {
+    progress.done();
+    await temporary?.close();
+  }
 }
 
 /**

@@ -48,7 +48,8 @@ beforeAll(async () => {
   }
   const res = await stack.admin("PUT", "/admin/v1/endpoints/ev", {
     model: { name: "ev", version: "v1" },
-    resources: { replicas: 1, parallel: 4 },
+    runtime: { dtype: "float32" },
+    resources: { replicas: 1, parallel: 3 },
   });
   expect(res.status, JSON.stringify(res.body)).toBe(200);
   await stack.waitFor(
@@ -86,7 +87,20 @@ describe("platform training evaluate on platform up", () => {
 
   it("evaluates a version no endpoint serves on a temporary endpoint <model>--eval-<version>, removed afterwards", async () => {
     expect(await endpointNames()).toEqual(["ev"]);
-    const run = await runCli(["training", "evaluate", "ev@v2", "--dataset", questions, "--json"], stack.env);
+    const running = runCli(["training", "evaluate", "ev@v2", "--dataset", questions, "--json"], stack.env);
+    // While it runs: the temporary endpoint has ev's settings, one replica.
+    let deployed: { config: { model: object; runtime: object; resources: object } } | undefined;
+    await stack.waitFor(async () => {
+      const r = await stack.admin<NonNullable<typeof deployed>>("GET", "/admin/v1/endpoints/ev--eval-v2");
+      if (r.status === 200) deployed = r.body;
+      return deployed !== undefined;
+    }, "ev--eval-v2 to be deployed");
+    expect(deployed?.config).toMatchObject({
+      model: { name: "ev", version: "v2" },
+      runtime: { dtype: "float32" },
+      resources: { replicas: 1, parallel: 3 },
+    });
+    const run = await running;
     expect(run.code, run.stderr).toBe(0);
     expect(run.stderr).toContain(
       "no endpoint serves ev@v2: deploying the temporary endpoint ev--eval-v2; it is removed at the end (ev's settings, 1 replica)",
