@@ -2,22 +2,22 @@
  * `platform inference benchmark <model>`: load an endpoint through the gateway at several
  * concurrency levels and, with --configs, compare deployments that differ in one field by
  * deploying each as a temporary endpoint beside it (removed at the end, on Ctrl-C and on failure
- * too). Measuring is benchmark-measure.ts, the files benchmark-report.ts.
+ * too: temporary-endpoints.ts). Measuring is benchmark-measure.ts, the files benchmark-report.ts.
  */
 import { mkdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
 import type { Command } from "commander";
 import { parseDuration } from "../contracts/duration.ts";
 import { endpointQueueName } from "../contracts/engines.ts";
 import type { DeploymentConfig } from "../contracts/deployment.ts";
 import { NAME_PATTERN } from "../contracts/deployment.ts";
-import type { EndpointStatus } from "../endpoints/status.ts";
 import type { Api, RequestSpec } from "./benchmark-measure.ts";
 import type { BenchmarkReport, ConfigurationResult } from "./benchmark-report.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
 import { printJson, printTable } from "./output.ts";
+import { Progress } from "./progress.ts";
+import { type EndpointInfo, TemporaryEndpoints, temporaryName, waitAvailable } from "./temporary-endpoints.ts";
 
 type Flags = {
   concurrency: string;
@@ -34,12 +34,10 @@ type Flags = {
   json?: boolean;
 };
 
-type Status = EndpointStatus & { base_url: string; config: DeploymentConfig };
+type Status = EndpointInfo;
 
 const DEFAULT_PROMPT =
   "Once upon a time, in a small village at the edge of a great forest, there lived a curious girl who";
-/** Long enough for a vLLM replica to load a large model and capture its graphs. */
-const READY_TIMEOUT_MS = 20 * 60_000;
 const MAX_CONCURRENCY = 1024;
 /** Without --requests or --duration: enough rounds per level that its percentiles mean something, and a floor for low levels. */
 const defaultRequests = (concurrency: number) => Math.max(16, 4 * concurrency);
@@ -256,7 +254,7 @@ function candidates(model: string, base: Status | undefined, plan: Plan, flags: 
         .map(([k, v]) => `${k}=${v}`)
         .join(", "),
       fields,
-      endpoint: same ? model : temporaryName(model, slug),
+      endpoint: same ? model : temporaryName(model, "bench", slug),
       temporary: !same,
       runtime,
       varied: plan.axes.flatMap((a) => a.axis.fields),
@@ -266,46 +264,6 @@ function candidates(model: string, base: Status | undefined, plan: Plan, flags: 
 
 const sortKeys = (o: Record<string, unknown>) =>
   Object.fromEntries(Object.entries(o).sort(([a], [b]) => a.localeCompare(b)));
-
-/** `<model>--bench-<slug>`, the model's part shortened to fit the 63 characters a name may have. */
-function temporaryName(model: string, slug: string): string {
-  const suffix = `--bench-${slug}`;
-  return `${model.slice(0, 63 - suffix.length)}${suffix}`;
-}
-
-/**
- * Progress on stderr, so stdout stays the table or the JSON: one line redrawn in place on a
- * terminal; elsewhere (a file, a pipe, CI logs) a line every few seconds.
- */
-class Progress {
-  private readonly stream: NodeJS.WriteStream;
-  private readonly tty: boolean;
-  private drawn = false;
-  private lastLine = 0;
-  constructor(stream: NodeJS.WriteStream = process.stderr) {
-    this.stream = stream;
-    this.tty = stream.isTTY === true;
-  }
-  /** A line that stays. */
-  line(text: string): void {
-    this.stream.write(this.tty && this.drawn ? `\r\x1b[K${text}\n` : `${text}\n`);
-    this.drawn = false;
-    this.lastLine = Date.now();
-  }
-  /** A passing state, replaced by the next. */
-  status(text: string): void {
-    if (this.tty) {
-      this.stream.write(`\r${text}\x1b[K`);
-      this.drawn = true;
-    } else if (Date.now() - this.lastLine >= 5_000) {
-      this.line(text);
-    }
-  }
-  done(): void {
-    if (this.tty && this.drawn) this.stream.write("\r\x1b[K");
-    this.drawn = false;
-  }
-}
 
 async function benchmark(model: string, flags: Flags): Promise<void> {
   const plan = await parseFlags(model, flags);
@@ -330,24 +288,11 @@ async function benchmark(model: string, flags: Flags): Promise<void> {
   // The measured endpoint first, before any temporary one shares its queue; then one temporary at a time.
   const order = [...planned.filter((c) => !c.temporary), ...planned.filter((c) => c.temporary)];
 
-  const controller = new AbortController();
-  const deployed = new Set<string>();
-  let interrupted = false;
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (interrupted) {
-      progress.line(
-        `${signal} again: exiting without removing ${deployed.size > 0 ? [...deployed].join(", ") : "anything"}`,
-      );
-      process.exit(130);
-    }
-    interrupted = true;
-    progress.line(
-      `${signal}: stopping${deployed.size > 0 ? `, removing ${[...deployed].join(", ")}` : ""} (again to exit at once)`,
-    );
-    controller.abort(new CliError("interrupted: nothing written", 130));
-  };
-  process.on("SIGINT", onSignal);
-  process.on("SIGTERM", onSignal);
+  const temporary = new TemporaryEndpoints(api, progress, {
+    purpose: "benchmark",
+    interruption: "interrupted: nothing written",
+  });
+  const signal = temporary.signal;
 
   const started = new Date();
   const results = new Map<Candidate, ConfigurationResult>();
@@ -381,9 +326,9 @@ async function benchmark(model: string, flags: Flags): Promise<void> {
       try {
         // A measured endpoint still starting is waited for too; one scaled to zero or degraded is measured as it is (the warm-up wakes it).
         const status = candidate.temporary
-          ? await deployTemporary(api, base as Status, candidate, deployed, progress, tag, controller.signal)
+          ? await temporary.deploy(temporaryConfig(base as Status, candidate), tag)
           : base && (base.state === "pending" || base.state === "failed")
-            ? await waitAvailable(api, model, progress, tag, controller.signal)
+            ? await waitAvailable(api, model, progress, tag, signal)
             : base;
         if (status) {
           result.version = status.version;
@@ -397,13 +342,13 @@ async function benchmark(model: string, flags: Flags): Promise<void> {
             );
         }
         progress.status(`${tag} warm-up request`);
-        const warm = await sendStreamed(spec(candidate.endpoint), controller.signal);
+        const warm = await sendStreamed(spec(candidate.endpoint), signal);
         if (!warm.ok) throw new CliError(warm.error ?? "the warm-up request failed");
         for (const c of plan.concurrency) {
           const total = plan.durationMs === undefined ? (plan.requests ?? defaultRequests(c)) : undefined;
           const level = await runLevel(
             { concurrency: c, requests: total, durationMs: plan.durationMs },
-            () => sendStreamed(spec(candidate.endpoint), controller.signal),
+            () => sendStreamed(spec(candidate.endpoint), signal),
             (p) => {
               const of =
                 total !== undefined
@@ -420,13 +365,13 @@ async function benchmark(model: string, flags: Flags): Promise<void> {
           );
         }
       } catch (e) {
-        if (controller.signal.aborted) throw controller.signal.reason;
+        if (signal.aborted) throw signal.reason;
         // The measured endpoint failing is the run failing; a temporary configuration failing is one row.
         if (!candidate.temporary) throw e;
         result.error = e instanceof Error ? e.message : String(e);
         progress.line(`${tag} failed: ${result.error}`);
       } finally {
-        if (candidate.temporary) await remove(api, candidate.endpoint, deployed, progress, tag);
+        if (candidate.temporary) await temporary.remove(candidate.endpoint, tag);
       }
     }
   } catch (e) {
@@ -435,9 +380,7 @@ async function benchmark(model: string, flags: Flags): Promise<void> {
     throw e;
   } finally {
     progress.done();
-    for (const name of [...deployed]) await remove(api, name, deployed, progress, "");
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
+    await temporary.close();
     closeConnections();
   }
 
@@ -495,28 +438,10 @@ async function baseStatus(api: ApiClient, model: string, plan: Plan): Promise<St
   return undefined;
 }
 
-/** Deploys the candidate beside the measured endpoint and waits until it serves. */
-async function deployTemporary(
-  api: ApiClient,
-  base: Status,
-  candidate: Candidate,
-  deployed: Set<string>,
-  progress: Progress,
-  tag: string,
-  signal: AbortSignal,
-): Promise<Status> {
-  const path = `/admin/v1/endpoints/${encodeURIComponent(candidate.endpoint)}`;
-  const existing = await api.request<Status>("GET", path).then(
-    (s) => s,
-    () => undefined,
-  );
-  if (existing) {
-    throw new CliError(
-      `an endpoint named ${candidate.endpoint} exists already (another benchmark running, or one that was killed left it); remove it with \`curl -X DELETE -H "Authorization: Bearer $KEY" ${api.baseUrl}${path}\` and run again`,
-    );
-  }
+/** The candidate's deployment: the measured endpoint's, with the candidate's runtime, beside it. */
+function temporaryConfig(base: Status, candidate: Candidate): DeploymentConfig & { endpoint: string } {
   const { autoscaling: _autoscaling, ...config } = base.config;
-  const body: DeploymentConfig = {
+  return {
     ...config,
     endpoint: candidate.endpoint,
     // The version the measured endpoint runs, not whatever "latest" means now.
@@ -525,59 +450,6 @@ async function deployTemporary(
     // As many replicas as the measured endpoint wants now (autoscaling may have moved it), and no autoscaling: a fixed size compares.
     resources: { ...config.resources, replicas: Math.max(1, base.replicas.desired) },
   };
-  deployed.add(candidate.endpoint);
-  await api.request("PUT", path, body);
-  progress.line(
-    `${tag} deployed ${candidate.endpoint} (${base.model}@${base.version}, ${body.resources.replicas} replica(s))`,
-  );
-  return waitAvailable(api, candidate.endpoint, progress, tag, signal);
-}
-
-/** Polls until a replica serves: measuring a starting endpoint would time its start-up. */
-async function waitAvailable(
-  api: ApiClient,
-  name: string,
-  progress: Progress,
-  tag: string,
-  signal: AbortSignal,
-): Promise<Status> {
-  const path = `/admin/v1/endpoints/${encodeURIComponent(name)}`;
-  const t0 = Date.now();
-  for (;;) {
-    const status = await api.request<Status>("GET", path);
-    if (status.state === "available") return status;
-    if (status.state === "failed")
-      throw new CliError(`${name} failed to start: ${status.errors.join("; ") || "no replica became ready"}`);
-    if (Date.now() - t0 > READY_TIMEOUT_MS)
-      throw new CliError(`${name} was not available after ${READY_TIMEOUT_MS / 60_000} minutes (${status.state})`);
-    progress.status(
-      `${tag} waiting for ${name}: ${status.state}, ${status.replicas.ready}/${status.replicas.desired} ready, ${Math.round((Date.now() - t0) / 1000)} s`,
-    );
-    await sleep(1_000, undefined, { signal });
-  }
-}
-
-async function remove(
-  api: ApiClient,
-  name: string,
-  deployed: Set<string>,
-  progress: Progress,
-  tag: string,
-): Promise<void> {
-  if (!deployed.has(name)) return;
-  try {
-    await api.request("DELETE", `/admin/v1/endpoints/${encodeURIComponent(name)}`);
-    deployed.delete(name);
-    progress.line(`${tag ? `${tag} ` : ""}removed ${name}`);
-  } catch (e) {
-    const message = e instanceof Error ? e.message : String(e);
-    // Never deployed (the PUT failed): nothing to remove.
-    if (/\(model_not_found\)$/.test(message)) {
-      deployed.delete(name);
-      return;
-    }
-    progress.line(`could not remove ${name}: ${message}; remove it with DELETE /admin/v1/endpoints/${name}`);
-  }
 }
 
 /**

@@ -1,6 +1,7 @@
 /**
  * Transfer progress on stderr (stdout stays clean for `--json`): a bar redrawn
  * in place on a terminal, a line per 10% when stderr is a file or a pipe.
+ * Also the status line of long commands (benchmark, evaluation).
  */
 import { formatBytes } from "../contracts/bytes.ts";
 
@@ -38,4 +39,38 @@ export function progressReporter(label: string, stream: NodeJS.WriteStream = pro
       if (tty && drawn) stream.write("\n");
     },
   };
+}
+
+/**
+ * Progress of a long command on stderr, so stdout stays the table or the JSON: one line redrawn in
+ * place on a terminal; elsewhere (a file, a pipe, CI logs) a line every few seconds.
+ */
+export class Progress {
+  private readonly stream: NodeJS.WriteStream;
+  private readonly tty: boolean;
+  private drawn = false;
+  private lastLine = 0;
+  constructor(stream: NodeJS.WriteStream = process.stderr) {
+    this.stream = stream;
+    this.tty = stream.isTTY === true;
+  }
+  /** A line that stays. */
+  line(text: string): void {
+    this.stream.write(this.tty && this.drawn ? `\r\x1b[K${text}\n` : `${text}\n`);
+    this.drawn = false;
+    this.lastLine = Date.now();
+  }
+  /** A passing state, replaced by the next. */
+  status(text: string): void {
+    if (this.tty) {
+      this.stream.write(`\r${text}\x1b[K`);
+      this.drawn = true;
+    } else if (Date.now() - this.lastLine >= 5_000) {
+      this.line(text);
+    }
+  }
+  done(): void {
+    if (this.tty && this.drawn) this.stream.write("\r\x1b[K");
+    this.drawn = false;
+  }
 }

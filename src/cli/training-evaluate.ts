@@ -1,10 +1,18 @@
-/** `platform training evaluate`: evaluation jobs on model versions and adapters (docs/evaluation.md). */
+/**
+ * `platform training evaluate`: evaluation jobs on model versions and adapters (docs/evaluation.md).
+ * A version no endpoint serves is evaluated on a temporary endpoint `<model>--eval-<version>`,
+ * deployed for the run and removed at its end, on failure and on Ctrl-C (temporary-endpoints.ts).
+ */
 import { existsSync, openAsBlob, statSync } from "node:fs";
 import { basename, resolve } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Command } from "commander";
+import type { DeploymentConfig } from "../contracts/deployment.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
 import { printJson, printTable } from "./output.ts";
+import { Progress } from "./progress.ts";
+import { type EndpointInfo, TemporaryEndpoints, temporaryName } from "./temporary-endpoints.ts";
 import { taskDataset } from "./training-task.ts";
 
 type Evaluation = {
@@ -12,6 +20,7 @@ type Evaluation = {
   model: string;
   metric: string;
   state: string;
+  base: { name: string; version: string };
   items: number;
   done: number;
   dataset_sha256: string;
@@ -34,6 +43,8 @@ type Flags = {
   json?: boolean;
   compare?: string;
   maxTokens?: string;
+  /** false with --no-deploy. */
+  deploy: boolean;
 };
 
 const METRICS = ["perplexity", "accuracy", "exact_match"];
@@ -44,7 +55,7 @@ export function registerEvaluate(training: Command): void {
   training
     .command("evaluate <target>")
     .description(
-      "evaluate a deployed model version (<model>@<version>) or adapter (<model>@<version>:<adapter>) on a JSONL dataset: perplexity, multiple-choice accuracy or exact match, as transformers and lm-evaluation-harness compute them",
+      "evaluate a model version (<model>@<version>) or adapter (<model>@<version>:<adapter>) on a JSONL dataset: perplexity, multiple-choice accuracy or exact match, as transformers and lm-evaluation-harness compute them; a version no endpoint serves is evaluated on a temporary endpoint <model>--eval-<version> (removed at the end)",
     )
     .option(
       "--dataset <uri|file>",
@@ -59,6 +70,10 @@ export function registerEvaluate(training: Command): void {
     .option(
       "--compare <v1,v2>",
       "evaluate two versions (or version:adapter) of <model> on the same dataset and print both with the difference and its 95% interval",
+    )
+    .option(
+      "--no-deploy",
+      "refuse a version no endpoint serves (409 model_not_deployed) instead of deploying a temporary endpoint for it (an admin key's)",
     )
     .option("--json", 'print {"metric", "value", "n", "stderr"} (with --compare: both and the difference)')
     .action(async (target: string, flags: Flags) => {
@@ -79,17 +94,13 @@ export function registerEvaluate(training: Command): void {
       const task = flags.task === undefined ? undefined : await taskDataset(flags.task);
       const dataset = await datasetId(api, task?.path ?? (flags.dataset as string), flags.json === true);
       const metric = flags.metric ?? task?.metric;
-      const created: Evaluation[] = [];
-      for (const t of targets)
-        created.push(
-          await api.request<Evaluation>("POST", "/admin/v1/evaluations", {
-            model: t,
-            dataset,
-            ...(metric ? { metric } : {}),
-            ...(maxTokens ? { max_tokens: maxTokens } : {}),
-          }),
-        );
-      const finished = await waitFor(api, created, flags.json === true);
+      const body = (t: string) => ({
+        model: t,
+        dataset,
+        ...(metric ? { metric } : {}),
+        ...(maxTokens ? { max_tokens: maxTokens } : {}),
+      });
+      const finished = await evaluateAll(api, model, targets.map(body), flags.deploy, flags.json === true);
       const failed = finished.find((e) => e.state !== "succeeded");
       if (failed)
         throw new CliError(
@@ -136,7 +147,97 @@ async function datasetId(api: ApiClient, dataset: string, quiet: boolean): Promi
   return ((await res.json()) as { id: string }).id;
 }
 
-async function waitFor(api: ApiClient, jobs: Evaluation[], quiet: boolean): Promise<Evaluation[]> {
+/**
+ * Creates an evaluation of each target and waits for them all. A version no endpoint serves (the
+ * 409) gets a temporary endpoint unless `deploy` is false; the evaluations on one are cancelled
+ * when the run fails or is interrupted, as their endpoint goes with it.
+ */
+async function evaluateAll(
+  api: ApiClient,
+  model: string,
+  requests: { model: string }[],
+  deploy: boolean,
+  quiet: boolean,
+): Promise<Evaluation[]> {
+  const progress = new Progress();
+  let temporary: TemporaryEndpoints | undefined;
+  /** `<model>@<version>` of each version served by a temporary endpoint of this run. */
+  const onTemporary = new Set<string>();
+  const created: Evaluation[] = [];
+  try {
+    for (const request of requests) {
+      const evaluation = await api.request<Evaluation>("POST", "/admin/v1/evaluations", request).catch(async (e) => {
+        if (!deploy || !(e instanceof CliError) || !/\(model_not_deployed\)$/.test(e.message)) throw e;
+        temporary ??= new TemporaryEndpoints(api, progress, {
+          purpose: "evaluation",
+          interruption: "interrupted: the evaluations on temporary endpoints were cancelled",
+        });
+        // `<model>@<version>[:<adapter>]`: an adapter is served by its base's endpoint.
+        const version = (request.model.split(":")[0] as string).split("@")[1] as string;
+        onTemporary.add(`${model}@${await deployFor(api, temporary, model, version, e, progress)}`);
+        return api.request<Evaluation>("POST", "/admin/v1/evaluations", request);
+      });
+      created.push(evaluation);
+    }
+    return await waitFor(api, created, quiet, progress, temporary?.signal);
+  } catch (e) {
+    for (const c of created)
+      if (onTemporary.has(`${c.base.name}@${c.base.version}`))
+        await api.request("POST", `/admin/v1/evaluations/${encodeURIComponent(c.id)}/cancel`).catch(() => undefined);
+    throw temporary?.signal.aborted ? temporary.signal.reason : e;
+  } finally {
+    progress.done();
+    await temporary?.close();
+  }
+}
+
+/**
+ * Deploys `<model>--eval-<version>` for a version no endpoint serves (`refusal`, the 409), with the
+ * settings of the endpoint serving the model's other version when there is one (so the numbers
+ * come from the same engine settings, e.g. dtype), else the defaults; one replica. Its version, resolved.
+ */
+async function deployFor(
+  api: ApiClient,
+  temporary: TemporaryEndpoints,
+  model: string,
+  version: string,
+  refusal: CliError,
+  progress: Progress,
+): Promise<string> {
+  let endpoints: EndpointInfo[];
+  try {
+    endpoints = (await api.request<{ data: EndpointInfo[] }>("GET", "/admin/v1/endpoints")).data;
+  } catch (e) {
+    if (e instanceof CliError && /\(permission_denied\)$/.test(e.message))
+      throw new CliError(`${refusal.message}; deploying a temporary endpoint for it takes an admin key: ${e.message}`);
+    throw e;
+  }
+  const ofModel = endpoints.filter((e) => e.config.model.name === model);
+  const like =
+    ofModel.find((e) => e.endpoint === model) ??
+    ofModel.find((e) => e.variant_of === undefined && !/--(bench|eval)-/.test(e.endpoint)) ??
+    ofModel[0];
+  const name = temporaryName(model, "eval", version);
+  const settings = like ? (({ autoscaling: _autoscaling, ...config }) => config)(like.config) : undefined;
+  const config: DeploymentConfig & { endpoint: string } = {
+    endpoint: name,
+    model: { ...settings?.model, name: model, version },
+    runtime: settings?.runtime ?? {},
+    resources: { ...(settings?.resources ?? { parallel: 4 }), replicas: 1 },
+  };
+  progress.line(
+    `no endpoint serves ${model}@${version}: deploying the temporary endpoint ${name}; it is removed at the end (${like ? `${like.endpoint}'s settings` : "default settings"}, 1 replica)`,
+  );
+  return (await temporary.deploy(config, "")).version;
+}
+
+async function waitFor(
+  api: ApiClient,
+  jobs: Evaluation[],
+  quiet: boolean,
+  progress: Progress,
+  signal?: AbortSignal,
+): Promise<Evaluation[]> {
   let current = jobs;
   let shown = "";
   for (;;) {
@@ -144,13 +245,15 @@ async function waitFor(api: ApiClient, jobs: Evaluation[], quiet: boolean): Prom
       current.map((e) => api.request<Evaluation>("GET", `/admin/v1/evaluations/${encodeURIComponent(e.id)}`)),
     );
     const line = current.map((e) => `${e.model} ${e.metric}: ${e.state} ${e.done}/${e.items}`).join(" · ");
-    if (!quiet && line !== shown) process.stderr.write(process.stderr.isTTY ? `\r${line}\x1b[K` : `${line}\n`);
+    const final = current.every((e) => ["succeeded", "failed", "cancelled"].includes(e.state));
+    // On a terminal one line redrawn, kept at the end; elsewhere a line per change.
+    if (!quiet && process.stderr.isTTY) {
+      if (final) progress.line(line);
+      else if (line !== shown) progress.status(line);
+    } else if (!quiet && line !== shown) progress.line(line);
     shown = line;
-    if (current.every((e) => ["succeeded", "failed", "cancelled"].includes(e.state))) {
-      if (!quiet && process.stderr.isTTY) process.stderr.write("\n");
-      return current;
-    }
-    await new Promise((r) => setTimeout(r, 500));
+    if (final) return current;
+    await sleep(500, undefined, signal ? { signal } : undefined);
   }
 }
 

@@ -6,7 +6,8 @@
  * checkpoint exists and the job resuming from it; the resulting adapter and two more
  * (scripts/reference/make-lora.py) served beside the base from that one replica and one queue, each
  * token for token as transformers + peft; perplexity and multiple-choice accuracy of base and adapter
- * held to transformers and lm-eval's hf backend; an A/B test that requires evaluations, and its status
+ * held to transformers and lm-eval's hf backend; tiny@v2, served by no endpoint, evaluated on a temporary
+ * one the CLI deploys and removes; an A/B test that requires evaluations, and its status
  * showing them. Skips, saying why, without the reference venv (scripts/reference/setup.sh).
  * LIFECYCLE_OUTPUTS=<file> writes the CLI's outputs there (the README's examples).
  */
@@ -74,6 +75,8 @@ let tuned: OpenAI.FineTuning.FineTuningJob;
 let tunedDir: string;
 /** The one replica `tiny` started with. */
 let replicaId: string;
+/** tiny@v1's perplexity on texts.jsonl, float32 as `tiny` serves it. */
+let v1Perplexity: number;
 const outputs = process.env.LIFECYCLE_OUTPUTS;
 
 /** Runs the CLI against the stack; with LIFECYCLE_OUTPUTS set, records the command and its output. */
@@ -414,6 +417,7 @@ describe.skipIf(skip !== undefined)("the model lifecycle on platform up", () => 
       ) as { perplexity: number };
       expect(ppl).toMatchObject({ metric: "perplexity", n: TEXTS.length });
       expect(Math.abs(ppl.value - want.perplexity) / want.perplexity, target).toBeLessThanOrEqual(1e-3);
+      if (!dir) v1Perplexity = ppl.value;
 
       const acc = await evaluate(target, "questions.jsonl", "accuracy");
       const lm = await lmEval(questions, dir);
@@ -434,9 +438,27 @@ describe.skipIf(skip !== undefined)("the model lifecycle on platform up", () => 
       expect(r.code, r.stderr).toBe(0);
       expect(r.stdout).toContain(`registered tiny@${v}`);
     }
-    await deploy("tiny-next", "v2");
-    const v2 = await evaluate("tiny@v2", "texts.jsonl", "perplexity");
-    expect(v2.n).toBe(TEXTS.length);
+    // tiny@v2 is served by no endpoint: the CLI evaluates it on a temporary one with tiny's settings, then removes it.
+    const evaluated = await cli([
+      "training",
+      "evaluate",
+      "tiny@v2",
+      "--dataset",
+      "texts.jsonl",
+      "--metric",
+      "perplexity",
+      "--json",
+    ]);
+    expect(evaluated.code, evaluated.stderr).toBe(0);
+    expect(evaluated.stderr).toContain(
+      "no endpoint serves tiny@v2: deploying the temporary endpoint tiny--eval-v2; it is removed at the end (tiny's settings, 1 replica)",
+    );
+    expect(evaluated.stderr).toContain("removed tiny--eval-v2");
+    expect((await stack.admin("GET", "/admin/v1/endpoints/tiny--eval-v2")).status).toBe(404);
+    const v2 = JSON.parse(evaluated.stdout) as Eval;
+    expect(v2).toMatchObject({ metric: "perplexity", n: TEXTS.length });
+    // The same checkpoint served float32 as tiny is: v1's number (llama.cpp's default float16 KV cache would move it by up to 2e-2).
+    expect(Math.abs(v2.value - v1Perplexity) / v1Perplexity).toBeLessThanOrEqual(1e-3);
 
     const refused = await cli([
       "inference",
