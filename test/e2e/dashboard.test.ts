@@ -110,6 +110,40 @@ describe.skipIf(!haveChromium)("the web dashboard", () => {
     expect((await page.context().cookies()).length).toBe(0);
   });
 
+  it("lists the registered versions with their evaluation results (training evaluate)", {
+    timeout: 120_000,
+  }, async () => {
+    const form = new FormData();
+    form.append("purpose", "batch");
+    const texts = ["Once upon a time there was a girl.", "The dog ran to the park."];
+    form.append("file", new Blob([texts.map((text) => JSON.stringify({ text })).join("\n")]), "texts.jsonl");
+    const upload = await fetch(`${stack.baseUrl}/v1/files`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${stack.apiKey}` },
+      body: form,
+    });
+    expect(upload.status).toBe(200);
+    const file = (await upload.json()) as { id: string };
+    const created = await stack.admin<{ id: string }>("POST", "/admin/v1/evaluations", {
+      model: "dash@v1",
+      dataset: file.id,
+      metric: "perplexity",
+    });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    await stack.waitFor(
+      async () =>
+        (await stack.admin<{ state: string }>("GET", `/admin/v1/evaluations/${created.body.id}`)).body.state ===
+        "succeeded",
+      "the evaluation of dash@v1",
+    );
+    await page.reload();
+    await card().waitFor();
+    await expect
+      .poll(() => page.getByTestId("evaluations-dash@v1").textContent(), { timeout: 15_000 })
+      .toMatch(/^perplexity [0-9.e+]+ ± [0-9.e+]+ \(n 2\)$/);
+    expect(await page.getByTestId("evaluations-dash@v2").textContent()).toBe("–");
+  });
+
   it("starts a 50/50 A/B test with v2 from the page and shows the split", { timeout: 180_000 }, async () => {
     const form = card().getByTestId("abtest-form");
     await form.locator("input[name=split]").fill("v1=50,v2=50");
