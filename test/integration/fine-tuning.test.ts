@@ -7,7 +7,7 @@
  * adapter of an uninterrupted run with the same seed, cancel stops the child, bad dataset lines
  * are named, a GGUF-only base is refused, another organization sees nothing, admission is bounded.
  */
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -32,6 +32,12 @@ import { sayDataset } from "../helpers/fine-tuning-data.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
 const python = referencePython();
+// The official Python client, where it is installed (.ci/run's .venv-py, named by PLATFORM_TEST_PYTHON).
+const PYTHON_CLIENT = process.env.PLATFORM_TEST_PYTHON ?? "python3";
+const pythonClient = spawnSync(PYTHON_CLIENT, ["-c", "import openai"], { stdio: "ignore" }).status === 0;
+if (!pythonClient)
+  console.warn(`fine-tuning.test: ${PYTHON_CLIENT} has no openai package; the Python client test skips`);
+const PYTHON_FINE_TUNE = new URL("../helpers/openai_fine_tune.py", import.meta.url).pathname;
 const FIXTURE = new URL("../fixtures/hf/llama", import.meta.url).pathname;
 type Env = {
   redis: PrivateRedis;
@@ -225,6 +231,53 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     ) as { valid_loss: number };
     expect(Math.abs(scored.valid_loss - (losses.at(-1) as number)) / (losses.at(-1) as number)).toBeLessThan(1e-5);
   });
+
+  it.skipIf(!pythonClient)(
+    "works with the official Python client too (OpenAI's fields only: the defaults fill the rest)",
+    async () => {
+      const train = join(env.dir, "py-train.jsonl");
+      const valid = join(env.dir, "py-valid.jsonl");
+      await writeFile(train, data.train);
+      await writeFile(valid, data.valid);
+      // Asynchronously: the gateway and the trainer it talks to run in this process.
+      const child = spawn(PYTHON_CLIENT, [PYTHON_FINE_TUNE, `${env.gateway.url}/v1`, "tiny-hf@v1", train, valid], {
+        env: { ...process.env, OPENAI_API_KEY: env.cliEnv.PLATFORM_API_KEY },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let out = "";
+      let err = "";
+      child.stdout.on("data", (d) => (out += d));
+      child.stderr.on("data", (d) => (err += d));
+      const code = await new Promise<number | null>((resolve) => child.once("close", resolve));
+      expect(code, err.slice(-3000)).toBe(0);
+      const run = JSON.parse(out) as {
+        job: OpenAI.FineTuning.FineTuningJob;
+        events: { message: string; data: { valid_loss?: number } | null }[];
+        checkpoints: { step_number: number }[];
+        listed: boolean;
+      };
+      expect(run.job).toMatchObject({
+        object: "fine_tuning.job",
+        status: "succeeded",
+        model: "tiny-hf@v1",
+        fine_tuned_model: "tiny-hf:py-words",
+        seed: 11,
+        error: null,
+      });
+      expect(run.job.hyperparameters).toMatchObject({ n_epochs: 2, batch_size: 1 });
+      const losses = run.events.flatMap((e) => (typeof e.data?.valid_loss === "number" ? [e.data.valid_loss] : []));
+      expect(losses.length).toBe(3); // before training and after each epoch
+      expect(losses.at(-1)).toBeLessThan(losses[0] as number);
+      expect(run.events.at(-1)?.message).toBe("The job has successfully completed");
+      expect(run.checkpoints.map((c) => c.step_number)).toContain(20); // the first epoch's end
+      expect(run.listed).toBe(true);
+      expect((await listModelVersions(env.ctl, "py-words"))[0]?.adapter?.base).toEqual({
+        name: "tiny-hf",
+        version: "v1",
+      });
+    },
+    300_000,
+  );
 
   it("resumes from its checkpoint after the trainer's child is SIGKILLed, ending with the same adapter as the uninterrupted run", async () => {
     expect(uninterrupted?.status).toBe("succeeded");
