@@ -4,17 +4,15 @@
  * test/helpers/fake-vllm.ts, named by VLLM_BIN (there is no GPU and no vLLM on these machines).
  * Chat, streaming, cancellation reaching vLLM, and failover when the child dies.
  */
-import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CHAT_REPLY, fakeLogprob, fakePieces, KV_CACHE_USAGE, STORY } from "../helpers/fake-vllm.ts";
+import { CHAT_REPLY, fakeLogprob, fakePieces, KV_CACHE_USAGE, STORY, writeFakeVllmBin } from "../helpers/fake-vllm.ts";
 import { alive } from "../helpers/processes.ts";
 import { type Stack, startStack } from "../helpers/stack.ts";
 
-const fakeSource = fileURLToPath(new URL("../helpers/fake-vllm.ts", import.meta.url));
 type Status = {
   state: string;
   replica_list: { id: string; pid: number; state: string; error?: string; health_port?: number }[];
@@ -28,9 +26,7 @@ let client: OpenAI;
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "vllm-path-"));
-  const bin = join(dir, "vllm");
-  await writeFile(bin, `#!/usr/bin/env node\nimport { main } from ${JSON.stringify(fakeSource)};\nmain();\n`);
-  await chmod(bin, 0o755);
+  const bin = await writeFakeVllmBin(dir);
   record = join(dir, "record.json");
   // vLLM reads a checkpoint directory or a file; the fake only needs a path that exists.
   const model = join(dir, "model.safetensors");

@@ -27,7 +27,9 @@
  * in usage. Streamed requests ignore `echo`, and generated tokens carry no logprobs.
  */
 import { appendFileSync, existsSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { chmod, writeFile } from "node:fs/promises";
+import { delimiter, dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 
 /** What every completion says, one token per piece. */
@@ -99,6 +101,23 @@ export function renderChat(messages: { role: string; content: string }[]): strin
 function flag(argv: string[], name: string): string | undefined {
   const i = argv.indexOf(name);
   return i >= 0 ? argv[i + 1] : undefined;
+}
+
+/**
+ * Writes `<dir>/vllm`, an executable that runs this fake as `vllm serve` would run: the `bin` a
+ * test's vLLM engine launches. Its path.
+ */
+export async function writeFakeVllmBin(dir: string): Promise<string> {
+  const bin = join(dir, "vllm");
+  const source = fileURLToPath(import.meta.url);
+  await writeFile(bin, `#!/usr/bin/env node\nimport { main } from ${JSON.stringify(source)};\nmain();\n`);
+  await chmod(bin, 0o755);
+  return bin;
+}
+
+/** The launcher's `#!/usr/bin/env node` must find this Node (type stripping), not an older one on PATH. */
+export function fakeVllmPath(): string {
+  return `${dirname(process.execPath)}${delimiter}${process.env.PATH ?? ""}`;
 }
 
 export function main(): void {

@@ -7,9 +7,9 @@
  * so each output line says which adapter produced it. The adapter is a real PEFT directory of the
  * suite's tiny Llama checkpoint, registered through the registry (checked against the base).
  */
-import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { delimiter, dirname, join } from "node:path";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type BatchCoordinator, startBatchCoordinator } from "../../src/batch/coordinator.ts";
@@ -25,13 +25,12 @@ import { openStore } from "../../src/storage/index.ts";
 import { adapterCacheDir, ReplicaAdapters } from "../../workers/adapters.ts";
 import { loadVllm } from "../../workers/engines/vllm.ts";
 import { type RunningWorker, startWorker } from "../../workers/worker.ts";
-import { STORY } from "../helpers/fake-vllm.ts";
+import { STORY, fakeVllmPath, writeFakeVllmBin } from "../helpers/fake-vllm.ts";
 import { privateRedis } from "../helpers/redis.ts";
 import { writeSafetensors } from "../helpers/safetensors.ts";
 
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 const CHECKPOINT = join(repoRoot, "test", "fixtures", "hf", "llama");
-const fakeSource = fileURLToPath(new URL("../helpers/fake-vllm.ts", import.meta.url));
 
 let redis: Awaited<ReturnType<typeof privateRedis>>;
 let dir: string;
@@ -62,9 +61,7 @@ beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "batch-adapter-"));
   storage = join(dir, "storage");
   await mkdir(storage);
-  const bin = join(dir, "vllm");
-  await writeFile(bin, `#!/usr/bin/env node\nimport { main } from ${JSON.stringify(fakeSource)};\nmain();\n`);
-  await chmod(bin, 0o755);
+  const bin = await writeFakeVllmBin(dir);
   const settings = {
     ...loadSettings({ PLATFORM_DATA_DIR: join(dir, "data"), PLATFORM_STORAGE_ROOTS: storage }),
     redisUrl: redis.url,
@@ -101,8 +98,7 @@ beforeAll(async () => {
         resources: endpoint.config.resources,
         lora: true,
         bin,
-        // The launcher's `#!/usr/bin/env node` must find this Node (type stripping), not an older one on PATH.
-        env: { PATH: `${dirname(process.execPath)}${delimiter}${process.env.PATH ?? ""}` },
+        env: { PATH: fakeVllmPath() },
         log: () => undefined,
       }),
   });

@@ -1,26 +1,22 @@
 // LoRA adapters on the vLLM engine against the fake `vllm serve` (test/helpers/fake-vllm.ts), in the
 // style of vllm-engine.test.ts: the flags that enable LoRA, loading adapters through vLLM's API on
 // first use, requests naming the adapter as their model, and the bound on adapters kept registered.
-import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { delimiter, dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Resources, Runtime } from "../../src/contracts/deployment.ts";
 import { PlatformError } from "../../src/contracts/errors.ts";
 import { loadVllm, type VllmEngine, type VllmOptions, vllmArgs } from "../../workers/engines/vllm.ts";
-import { STORY } from "../helpers/fake-vllm.ts";
+import { STORY, fakeVllmPath, writeFakeVllmBin } from "../helpers/fake-vllm.ts";
 
-const fakeSource = fileURLToPath(new URL("../helpers/fake-vllm.ts", import.meta.url));
 let dir: string;
 let bin: string;
 let records = 0;
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "vllm-adapters-"));
-  bin = join(dir, "vllm");
-  await writeFile(bin, `#!/usr/bin/env node\nimport { main } from ${JSON.stringify(fakeSource)};\nmain();\n`);
-  await chmod(bin, 0o755);
+  bin = await writeFakeVllmBin(dir);
 });
 
 afterAll(async () => {
@@ -83,7 +79,7 @@ function options(runtime: object, lora: boolean): VllmOptions & { record: string
     lora,
     runtime: Runtime.parse(runtime),
     resources: Resources.parse({ parallel: 3 }),
-    env: { FAKE_VLLM_RECORD: record, PATH: `${dirname(process.execPath)}${delimiter}${process.env.PATH ?? ""}` },
+    env: { FAKE_VLLM_RECORD: record, PATH: fakeVllmPath() },
     log: () => undefined,
   };
 }

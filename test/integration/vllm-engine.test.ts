@@ -3,10 +3,9 @@
 // what is tested; vLLM's own behaviour is mimicked by the fake.
 import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { delimiter, dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { alive } from "../helpers/processes.ts";
 import { WORKER_ALLOCATOR_ENV } from "../../src/process/worker-env.ts";
@@ -30,9 +29,10 @@ import {
   TOO_LONG_MESSAGE,
   UNHEALTHY_POLLS,
   VOCABULARY_SIZE,
+  fakeVllmPath,
+  writeFakeVllmBin,
 } from "../helpers/fake-vllm.ts";
 
-const fakeSource = fileURLToPath(new URL("../helpers/fake-vllm.ts", import.meta.url));
 let dir: string;
 /** The fake `vllm`, given as settings.vllm.bin (VLLM_BIN) would be. */
 let bin: string;
@@ -40,9 +40,7 @@ let records = 0;
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "vllm-engine-"));
-  bin = join(dir, "vllm");
-  await writeFile(bin, `#!/usr/bin/env node\nimport { main } from ${JSON.stringify(fakeSource)};\nmain();\n`);
-  await chmod(bin, 0o755);
+  bin = await writeFakeVllmBin(dir);
 });
 
 afterAll(async () => {
@@ -178,7 +176,7 @@ function options(
     // The launcher's `#!/usr/bin/env node` must find this Node (type stripping), not an older one on PATH.
     env: {
       FAKE_VLLM_RECORD: record,
-      PATH: `${dirname(process.execPath)}${delimiter}${process.env.PATH ?? ""}`,
+      PATH: fakeVllmPath(),
       ...env,
     },
     log: () => undefined,

@@ -6,10 +6,9 @@
  * scores are `fakeLogprob`), so the numbers are checked against those scores, not a real model's:
  * there is no GPU and no vLLM here.
  */
-import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { delimiter, dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { deployEndpoint, getEndpoint } from "../../src/endpoints/store.ts";
@@ -22,10 +21,8 @@ import { loadSettings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { loadVllm } from "../../workers/engines/vllm.ts";
 import { type RunningWorker, startWorker } from "../../workers/worker.ts";
-import { fakeLogprob, fakePieces } from "../helpers/fake-vllm.ts";
+import { fakeLogprob, fakePieces, fakeVllmPath, writeFakeVllmBin } from "../helpers/fake-vllm.ts";
 import { privateRedis } from "../helpers/redis.ts";
-
-const fakeSource = fileURLToPath(new URL("../helpers/fake-vllm.ts", import.meta.url));
 
 let redis: Awaited<ReturnType<typeof privateRedis>>;
 let dir: string;
@@ -42,9 +39,7 @@ beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "vllm-evaluation-"));
   storage = join(dir, "storage");
   await mkdir(storage);
-  const bin = join(dir, "vllm");
-  await writeFile(bin, `#!/usr/bin/env node\nimport { main } from ${JSON.stringify(fakeSource)};\nmain();\n`);
-  await chmod(bin, 0o755);
+  const bin = await writeFakeVllmBin(dir);
   record = join(dir, "record.json");
   const settings = {
     ...loadSettings({ PLATFORM_DATA_DIR: dir, PLATFORM_STORAGE_ROOTS: storage }),
@@ -72,8 +67,7 @@ beforeAll(async () => {
         runtime: endpoint.config.runtime,
         resources: endpoint.config.resources,
         bin,
-        // The launcher's `#!/usr/bin/env node` must find this Node (type stripping), not an older one on PATH.
-        env: { FAKE_VLLM_RECORD: record, PATH: `${dirname(process.execPath)}${delimiter}${process.env.PATH ?? ""}` },
+        env: { FAKE_VLLM_RECORD: record, PATH: fakeVllmPath() },
         log: () => undefined,
       }),
   });
