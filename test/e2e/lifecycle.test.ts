@@ -24,6 +24,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RegisteredVersion } from "../../src/registry/version.ts";
 import { sayDataset } from "../helpers/fine-tuning-data.ts";
 import { runLmEvalHf, writeChoiceTask } from "../helpers/lm-eval.ts";
+import { QUESTIONS as EVALUATION_QUESTIONS, TEXTS } from "../helpers/evaluation-data.ts";
 import { referencePython } from "../helpers/models.ts";
 import { type CliResult, runCli, type Stack, startStack } from "../helpers/stack.ts";
 
@@ -43,20 +44,8 @@ const skip =
       : undefined;
 if (skip) console.warn(`e2e/lifecycle.test.ts skipped: ${skip}`);
 
-const TEXTS = [
-  "Once upon a time, there was a little girl named Lily.",
-  "The little dog ran to the park.",
-  "Lily and Tom played with a big red ball in the garden. They were very happy.",
-  "One day, a boy went to the store with his mom.",
-];
-const QUESTIONS: [string, string[], number][] = [
-  ["Once upon a time, there was a little", [" girl", " dog named Max", " tree"], 0],
-  ["The little dog ran to the", [" park", " big red ball", " house with a red door"], 0],
-  ["Lily and Tom played with a ", ["ball", "little cat in the garden", "toy"], 0],
-  ["One day, a boy went to the", [" store", " big blue sea", " park with his mom"], 2],
-  ["She was very happy because she had a new", [" toy", " friend", " red hat with a flower"], 1],
-  ["The cat sat on the ", ["mat", "big soft bed", "tree"], 0],
-];
+/** Six of the evaluation tests' questions: enough for lm-eval to compare with, quick on two cores. */
+const QUESTIONS = EVALUATION_QUESTIONS.slice(0, 6);
 
 type Greedy = { prompts: number[][]; new_tokens: number; outputs: number[][]; min_gap: number };
 type MadeLora = {
