@@ -218,7 +218,15 @@ class BatchRun {
     try {
       await out.checkParts();
       const scope = this.spec.scope;
-      if (scope?.output) await this.storage.confine(out.partsUri, scopeViewer(scope), "output");
+      if (scope?.output) {
+        try {
+          await this.storage.confine(out.partsUri, scopeViewer(scope), "output");
+        } catch (e) {
+          // Replaced between the two checks (a file where the directory was): that is the failure to report.
+          await out.checkParts();
+          throw e;
+        }
+      }
     } catch (e) {
       if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
       if (e instanceof PlatformError)

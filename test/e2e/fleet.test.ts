@@ -386,7 +386,9 @@ describe("failover", () => {
       answered++;
       return { i, prompt, status: res.status, body };
     });
-    await stack.waitFor(async () => answered >= 10, "the first answers");
+    // Early, with most of the work still queued: a replica in_flight at its last heartbeat is surely
+    // still busy when it is killed (a later kill could land after it drained its share).
+    await stack.waitFor(async () => answered >= 2, "the first answers");
     const busy = await (async () => {
       for (;;) {
         const victim = (await status("fo")).replica_list.find((r) => r.state === "ready" && r.in_flight > 0);
