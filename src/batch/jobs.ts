@@ -17,11 +17,10 @@ import {
   type CreateBatchRequestInput,
   KEPT_OUTPUT,
 } from "./schema.ts";
-import { describeIssues } from "../contracts/issues.ts";
 import { COORDINATOR_QUEUE } from "../contracts/naming.ts";
 import { canSee, type Principal } from "../contracts/orgs.ts";
 import type { Control } from "../redis/connection.ts";
-import { PlatformError, withDetail } from "../contracts/errors.ts";
+import { PlatformError, parseRequest, withDetail } from "../contracts/errors.ts";
 import { QueueBase } from "../queue/base.ts";
 import { openObject, parseStorageUri, type S3Settings, StorageError, type StorageLocation } from "../storage/index.ts";
 import { sameFile, StoragePolicy } from "../storage/policy.ts";
@@ -98,16 +97,7 @@ export class BatchJobs {
       adapter?: string;
     } = {},
   ): Promise<BatchJob> {
-    const parsed = CreateBatchRequest.safeParse(body);
-    if (!parsed.success) {
-      throw new PlatformError(
-        400,
-        "invalid_request",
-        describeIssues(parsed.error),
-        parsed.error.issues[0]?.path.join(".") || null,
-      );
-    }
-    const request = parsed.data;
+    const request = parseRequest(CreateBatchRequest, body);
     // `<endpoint>:<adapter>`: the endpoint's version and queue, every record with the adapter (as OpenAI batches).
     const target = request.model.includes(":")
       ? await resolveAdapterTarget(this.ctl, request.model, request.version)

@@ -1,4 +1,6 @@
 import type { JobError } from "./job.ts";
+import type { z } from "zod";
+import { describeIssues } from "./issues.ts";
 
 /**
  * The one error type that crosses module boundaries. It carries what the
@@ -82,4 +84,19 @@ export function errorTypeFor(status: number): ErrorType {
   if (status === 429) return "rate_limit_error";
   if (status >= 500) return "server_error";
   return "invalid_request_error";
+}
+
+/**
+ * A request body checked against its schema: a 400 `invalid_request` naming every bad field
+ * (`describeIssues`), the first one as `param`. The nouns' `create` methods take bodies through it.
+ */
+export function parseRequest<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
+  const parsed = schema.safeParse(body);
+  if (parsed.success) return parsed.data;
+  throw new PlatformError(
+    400,
+    "invalid_request",
+    describeIssues(parsed.error),
+    parsed.error.issues[0]?.path.join(".") || null,
+  );
 }

@@ -10,8 +10,7 @@ import { isAbsolute } from "node:path";
 import type { Queue } from "bullmq";
 import type { BatchFiles } from "../batch/files.ts";
 import { endpointQueueName } from "../contracts/engines.ts";
-import { PlatformError } from "../contracts/errors.ts";
-import { describeIssues } from "../contracts/issues.ts";
+import { PlatformError, parseRequest } from "../contracts/errors.ts";
 import { EVALUATION_QUEUE, queueName } from "../contracts/naming.ts";
 import { canSee, isOperator, type Principal } from "../contracts/orgs.ts";
 import { DEFAULT_ORG } from "../contracts/orgs.ts";
@@ -67,15 +66,7 @@ export class Evaluations {
   }
 
   async create(body: unknown, viewer?: Viewer): Promise<PublicEvaluation> {
-    const parsed = CreateEvaluationRequest.safeParse(body);
-    if (!parsed.success)
-      throw new PlatformError(
-        400,
-        "invalid_request",
-        describeIssues(parsed.error),
-        parsed.error.issues[0]?.path.join(".") || null,
-      );
-    const request = parsed.data;
+    const request = parseRequest(CreateEvaluationRequest, body);
     const target = parseTarget(request.model) as NonNullable<ReturnType<typeof parseTarget>>;
     const base = await resolveModelVersion(this.ctl, target.model, target.version);
     if (taskOf(base) === "embed")

@@ -8,8 +8,7 @@ import { randomBytes } from "node:crypto";
 import { isAbsolute } from "node:path";
 import type { Queue } from "bullmq";
 import { ModelName } from "../contracts/deployment.ts";
-import { PlatformError } from "../contracts/errors.ts";
-import { describeIssues } from "../contracts/issues.ts";
+import { PlatformError, parseRequest } from "../contracts/errors.ts";
 import { FINE_TUNING_QUEUE, gpuQueueOf } from "../contracts/naming.ts";
 import { canSee, type Principal } from "../contracts/orgs.ts";
 import { QueueBase } from "../queue/base.ts";
@@ -75,15 +74,7 @@ export class FineTuningJobs {
   }
 
   async create(body: unknown, viewer: Viewer): Promise<FineTuningJob> {
-    const parsed = CreateFineTuneRequest.safeParse(body);
-    if (!parsed.success)
-      throw new PlatformError(
-        400,
-        "invalid_request",
-        describeIssues(parsed.error),
-        parsed.error.issues[0]?.path.join(".") || null,
-      );
-    const request = parsed.data;
+    const request = parseRequest(CreateFineTuneRequest, body);
     const base = await trainableBase(this.ctl, request.model);
     const method = request.method?.training ?? "lora";
     const hp = { ...request.hyperparameters, ...request.method?.supervised?.hyperparameters };
