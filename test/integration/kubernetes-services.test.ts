@@ -23,7 +23,8 @@ import {
   SERVICE_LABELS,
   serviceObjectName,
 } from "../../scaler/backends/kubernetes-service-manifests.ts";
-import { KubernetesServiceBackend, parseLogLines, timestampKey } from "../../scaler/backends/kubernetes-services.ts";
+import { parseLogLines, timestampKey } from "../../scaler/backends/kubernetes-pod-logs.ts";
+import { KubernetesServiceBackend } from "../../scaler/backends/kubernetes-services.ts";
 import type { EnvironmentParts, ServiceReports } from "../../scaler/service-backend.ts";
 import { type Release, ServiceRecord, type ServiceReplica } from "../../src/services/record.ts";
 import { FakeKubernetesApi, kubeletTimestamp } from "../helpers/fake-kubernetes-api.ts";
