@@ -71,7 +71,7 @@ describe("services through a container engine", () => {
 
   it("podman: pulls by digest with the session, runs on the host's network with values by name only", async () => {
     const runner = engineRunner("podman", { authFile: join(dir, "auth.json"), bin: join(dir, "podman") });
-    const prepared = await runner.prepare("127.0.0.1:5000/acme/items", DIGEST);
+    const prepared = await runner.prepare("127.0.0.1:5000/acme/items", DIGEST, "acme");
     expect(calls()).toContain(
       `podman pull --quiet --authfile ${join(dir, "auth.json")} --tls-verify=false 127.0.0.1:5000/acme/items@${DIGEST}`,
     );
@@ -99,11 +99,11 @@ describe("services through a container engine", () => {
 
   it("docker: the pull session as DOCKER_CONFIG's config.json; a failed pull names the engine, never the password", async () => {
     const runner = engineRunner("docker", { authFile: join(dir, "auth.json"), bin: join(dir, "docker") });
-    await runner.prepare("127.0.0.1:5000/acme/items", DIGEST);
+    await runner.prepare("127.0.0.1:5000/acme/items", DIGEST, "acme");
     expect(calls()).toContain(`docker pull --quiet 127.0.0.1:5000/acme/items@${DIGEST}`);
     expect(calls()).toContain(`config ${readFileSync(join(dir, "auth.json"), "utf8")}`);
     const failing = engineRunner("podman", { authFile: join(dir, "auth.json"), bin: join(dir, "missing-podman") });
-    await expect(failing.prepare("127.0.0.1:5000/acme/items", DIGEST)).rejects.toThrow(
+    await expect(failing.prepare("127.0.0.1:5000/acme/items", DIGEST, "acme")).rejects.toThrow(
       /^pulling 127.0.0.1:5000\/acme\/items@sha256:c+ with podman failed: /,
     );
   });
