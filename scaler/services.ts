@@ -34,7 +34,10 @@ export async function createServiceBackend(
   if (kind === "kubernetes") {
     // Loaded only for this backend, as the replica backend's client is (scaler/main.ts).
     const { KubernetesServiceBackend } = await import("./backends/kubernetes-services.ts");
-    const backend = new KubernetesServiceBackend(settings.kubernetes, reports);
+    const { CLUSTER_GRANT_TTL_MS } = await import("./backends/kubernetes-pull-secrets.ts");
+    const backend = new KubernetesServiceBackend(settings.kubernetes, reports, {
+      pullAuth: (org, repository) => pullAuth.resolve(org, repository, CLUSTER_GRANT_TTL_MS),
+    });
     await backend.refresh();
     return backend;
   }
