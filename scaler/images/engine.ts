@@ -80,7 +80,7 @@ export function engineRunner(
           const last = secrets.reduce((t, s) => t.split(s).join("***"), text.split("\n").at(-1) ?? "no output");
           const refused = /unauthorized|authentication required|denied|401/i.test(last);
           throw new Error(
-            `pulling ${reference} with ${engine} failed: ${last}${refused ? `;${refusedHint(auth, repository.split("/")[0] as string)}` : ""}`,
+            `pulling ${reference} with ${engine} failed: ${last}${refused ? refusedHint(auth, repository.split("/")[0] as string) : ""}`,
           );
         } finally {
           if (dockerConfig) await rm(dockerConfig, { recursive: true, force: true });
