@@ -27,7 +27,9 @@ import {
   type ServiceManifestOptions,
   serviceSelector,
 } from "./kubernetes-service-manifests.ts";
+import type { PullAuthSource } from "../images/pull-auth.ts";
 import { LOG_LIMITS, parseLogLines, PodLogTailer } from "./kubernetes-pod-logs.ts";
+import { PullSecrets } from "./kubernetes-pull-secrets.ts";
 import { call, defaultNamespace, isNotFound, KubernetesApiError } from "./kubernetes.ts";
 
 export interface KubernetesServiceBackendOptions {
@@ -40,6 +42,8 @@ export interface KubernetesServiceBackendOptions {
   observeIntervalMs?: number;
   /** How often each service's pods' logs are read at most. Default 2 s. */
   logIntervalMs?: number;
+  /** The organization's pull credential for a repository: a pull Secret per service (kubernetes-pull-secrets.ts). */
+  pullAuth?: PullAuthSource;
 }
 
 type Snapshot = { at: number; deployments: Map<string, V1Deployment>; pods: Map<string, V1Pod[]> };
@@ -77,6 +81,7 @@ export class KubernetesServiceBackend implements ServiceBackend {
   private readonly logs: PodLogTailer;
 
   private readonly reports: ServiceReports;
+  private readonly pullSecrets: PullSecrets | undefined;
 
   /** `settings`: settings.kubernetes in the scaler (its namespace, or the scaler pod's); `reports`: src/services/reports.ts. */
   constructor(settings: KubernetesSettings, reports: ServiceReports, options: KubernetesServiceBackendOptions = {}) {
@@ -91,6 +96,7 @@ export class KubernetesServiceBackend implements ServiceBackend {
       ...(options.imagePullSecrets ? { imagePullSecrets: options.imagePullSecrets } : {}),
       ...(options.imagePullPolicy ? { imagePullPolicy: options.imagePullPolicy } : {}),
     };
+    this.pullSecrets = options.pullAuth && new PullSecrets(this.core, this.manifestOptions, options.pullAuth);
     this.observeIntervalMs = options.observeIntervalMs ?? 2000;
     this.logs = new PodLogTailer(this.core, this.namespace, reports, options.logIntervalMs ?? 2000);
   }
@@ -104,7 +110,8 @@ export class KubernetesServiceBackend implements ServiceBackend {
     let failure: unknown;
     try {
       await this.ensureEnvironment(service, releaseToRun(service).revision);
-      const deployment = await this.ensureDeployment(service, snapshot.deployments.get(key));
+      const pullSecret = await this.pullSecrets?.ensure(service);
+      const deployment = await this.ensureDeployment(service, snapshot.deployments.get(key), pullSecret);
       snapshot.deployments.set(key, deployment);
       await this.ensureService(service);
       await this.reportRollout(service, deployment, snapshot.pods.get(key) ?? []);
@@ -140,6 +147,7 @@ export class KubernetesServiceBackend implements ServiceBackend {
         this.core.deleteNamespacedService({ name: s.metadata!.name!, namespace: ns }),
       );
     await this.deleteEnvironments(key, labelSelector, () => true);
+    await this.pullSecrets?.delete(org, name);
     for (const pod of this.reported.get(key)?.pods ?? []) {
       await this.reports.replicaGone(org, name, pod);
       this.logs.forgetPod(pod);
@@ -235,8 +243,16 @@ export class KubernetesServiceBackend implements ServiceBackend {
   }
 
   /** Creates the Deployment, or replaces it when what it should run changed; else leaves it alone. */
-  private async ensureDeployment(service: ServiceRecord, current: V1Deployment | undefined): Promise<V1Deployment> {
-    const desired = buildServiceDeployment(service, releaseToRun(service), this.manifestOptions);
+  private async ensureDeployment(
+    service: ServiceRecord,
+    current: V1Deployment | undefined,
+    pullSecret: string | undefined,
+  ): Promise<V1Deployment> {
+    const { imagePullSecrets = [] } = this.manifestOptions;
+    const desired = buildServiceDeployment(service, releaseToRun(service), {
+      ...this.manifestOptions,
+      imagePullSecrets: pullSecret ? [...imagePullSecrets, pullSecret] : imagePullSecrets,
+    });
     const name = desired.metadata!.name!;
     const ns = this.namespace;
     if (!current) {

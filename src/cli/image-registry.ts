@@ -20,6 +20,7 @@ import { findBuilder, loginBuilder } from "./image-build.ts";
 import { askRegistry, authFilesOf, isPlainHttp, registryHost } from "./image-session.ts";
 import { printJson } from "./output.ts";
 import { BUILDERS } from "./platformrc.ts";
+import { registerRegistryCredentials } from "./registry-credentials.ts";
 import { findWorkspace, WORKSPACE_FILE, workspaceSettings } from "./workspace.ts";
 
 type Options = { username?: string; passwordStdin?: boolean; builder?: string; json?: boolean };
@@ -80,6 +81,7 @@ async function platformCredentials(
 
 export function registerImageRegistry(program: Command): void {
   const registry = program.command("registry").description("the image registry `platform publish` pushes to");
+  registerRegistryCredentials(registry, readPassword);
   registry
     .command("login [host]")
     .description("log the image builder in to the workspace's image registry (default: imageRepository's host)")

@@ -45,6 +45,7 @@ import { serviceRoutes } from "./routes/services.ts";
 import { SecretBox } from "../services/secrets.ts";
 import { protoRoutes } from "./routes/protos.ts";
 import { registryTokenRoutes } from "./routes/registry-token.ts";
+import { registryCredentialRoutes } from "./routes/registry-credentials.ts";
 import { signinRoutes } from "./routes/signin.ts";
 import { OidcProvider } from "../signin/oidc.ts";
 import { tokenRefreshRoutes, tokenRoutes } from "./routes/tokens.ts";
@@ -231,6 +232,10 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       rolloutDeadlineMs: settings.services.rolloutDeadlineMs,
       baseUrl: () => baseUrl,
     }),
+  );
+  app.route(
+    "/admin/v1/registry-credentials",
+    registryCredentialRoutes(ctl, settings, () => (box ??= SecretBox.load(settings.services))),
   );
   // The rest needs an admin of the caller's organization, and what the install shares an operator.
   app.use("/admin/v1/*", requireAdmin());

@@ -201,6 +201,7 @@ describe("platform init", () => {
       "builder",
       "image-registry",
       "image-session",
+      "pull-credential",
       "service-rollout",
       "service-replicas",
       "service-route",

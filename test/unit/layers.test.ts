@@ -24,7 +24,7 @@ const LAYERS: string[][] = [
   ["src/registry", "src/replicas", "src/usage", "src/orgs", "src/protos"],
   ["src/ratelimit", "src/endpoints", "src/images"],
   ["src/keys", "src/users", "src/autoscaling", "src/services"],
-  ["src/queue", "src/tokens"],
+  ["src/queue", "src/tokens", "src/pull-credentials"],
   ["src/abtests", "src/signin"],
   ["src/batch"],
   // Evaluations read datasets as batch reads its inputs.
