@@ -2,7 +2,7 @@
 # Makes .venv-grpc, the Python that `platform proto generate --lang python` runs in the tests:
 # grpcio-tools (its protoc, with the python, pyi and gRPC generators) and the protobuf and grpcio
 # runtimes the generated code imports, from the machine's pip mirrors (scripts/pip-index.sh); and
-# what a Python service scaffold (src/cli/scaffold/python.ts) runs and tests with: psycopg (with
+# what a Python service scaffold (src/scaffold/python.ts) runs and tests with: psycopg (with
 # its bundled libpq), prometheus-client, pytest, ruff (the scaffold's linter and formatter) and
 # setuptools (test/e2e/service-python.test.ts builds the scaffold's wheel offline with it).
 # Idempotent, time-bounded and failing soft: without it the Python generation test skips, saying

@@ -15,7 +15,7 @@ import { dirname } from "node:path";
 import { z } from "zod";
 import { type CliSettings, loadCliSettings } from "../settings/cli.ts";
 import { CliError } from "./errors.ts";
-import { findWorkspace } from "./workspace.ts";
+import { findWorkspace } from "../workspace/find.ts";
 
 export const RegistryEntry = z.object({
   api_key: z.string().min(1).optional(),

@@ -16,11 +16,10 @@ import { loadToolSettings } from "../settings/tools.ts";
 import { ApiClient } from "./client.ts";
 import { normalizeBaseUrl } from "./credentials.ts";
 import { CliError } from "./errors.ts";
-import { findBuilder, loginBuilder } from "./image-build.ts";
-import { askRegistry, authFilesOf, isPlainHttp, registryHost } from "./image-session.ts";
+import { BUILDERS, findBuilder, loginBuilder } from "../images/build.ts";
+import { askRegistry, authFilesOf, isPlainHttp, registryHost } from "../images/session.ts";
 import { printJson } from "./output.ts";
-import { BUILDERS } from "./platformrc.ts";
-import { findWorkspace, WORKSPACE_FILE, workspaceSettings } from "./workspace.ts";
+import { findWorkspace, WORKSPACE_FILE, workspaceSettings } from "../workspace/find.ts";
 
 type Options = { username?: string; passwordStdin?: boolean; builder?: string; json?: boolean };
 

@@ -16,9 +16,9 @@ import { loadCliSettings } from "../settings/cli.ts";
 import { ApiClient } from "./client.ts";
 import { findCredentials, normalizeBaseUrl } from "./credentials.ts";
 import { CliError } from "./errors.ts";
-import { DEFAULT_LANGUAGE, DEFAULT_PROTO_ROOT, PlatformrcFile, WorkspaceConfig } from "./platformrc.ts";
+import { DEFAULT_LANGUAGE, DEFAULT_PROTO_ROOT, PlatformrcFile, WorkspaceConfig } from "../workspace/config.ts";
 import { probeOrg, probeRegistry } from "./probe.ts";
-import { deriveImageRepository, WORKSPACE_FILE } from "./workspace.ts";
+import { deriveImageRepository, WORKSPACE_FILE } from "../workspace/find.ts";
 
 /** Where the gateway serves the schema shipped in schemas/ (src/gateway/app.ts), named by each file's `$schema`. */
 export const SCHEMA_PATH = "/schemas/platformrc.schema.json";

@@ -6,14 +6,14 @@
 import type { Command } from "commander";
 import { formatBytes } from "../contracts/bytes.ts";
 import { ProtoPackageName, ProtoVersionName } from "../protos/names.ts";
-import { formatFinding, protoWorkspace } from "./buf.ts";
-import { LANGUAGES } from "./platformrc.ts";
+import { formatFinding } from "../protos/buf.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
 import { printJson, printTable } from "./output.ts";
-import { generate } from "./proto-generate.ts";
-import { lintProtos } from "./proto-lint.ts";
-import { fetchVersion, listPackages, listVersions, publish } from "./proto-registry.ts";
+import { generate, LANGUAGES } from "../protos/generate.ts";
+import { lintProtos } from "../protos/lint.ts";
+import { fetchVersion, listPackages, listVersions, publish } from "../protos/catalog.ts";
+import { protoWorkspace } from "../workspace/protos.ts";
 
 const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
 const time = (seconds: number) => new Date(seconds * 1000).toISOString().replace(/\.\d+Z$/, "Z");

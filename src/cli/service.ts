@@ -7,16 +7,15 @@
  */
 import type { Command } from "commander";
 import { z } from "zod";
-import { protoWorkspace } from "./buf.ts";
 import { CliError } from "./errors.ts";
-import { type Language, LANGUAGES } from "./platformrc.ts";
-import { GENERATED_DIR, generate } from "./proto-generate.ts";
-import { discoverService } from "./scaffold/discover.ts";
-import { scaffoldNode } from "./scaffold/node.ts";
-import { scaffoldPython } from "./scaffold/python.ts";
-import type { Scaffolder } from "./scaffold/types.ts";
-import { writeScaffold } from "./scaffold/write.ts";
-import { requireWorkspace } from "./workspace.ts";
+import { GENERATED_DIR, generate, type Language, LANGUAGES } from "../protos/generate.ts";
+import { discoverService } from "../scaffold/discover.ts";
+import { scaffoldNode } from "../scaffold/node.ts";
+import { scaffoldPython } from "../scaffold/python.ts";
+import type { Scaffolder } from "../scaffold/types.ts";
+import { writeScaffold } from "../scaffold/write.ts";
+import { requireWorkspace } from "../workspace/find.ts";
+import { protoWorkspace } from "../workspace/protos.ts";
 
 export const SCAFFOLDERS: Record<Language, Scaffolder> = { node: scaffoldNode, python: scaffoldPython };
 

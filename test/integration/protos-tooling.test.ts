@@ -16,8 +16,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { lintWorkspace } from "../../src/cli/proto-lint.ts";
-import { findWorkspace } from "../../src/cli/workspace.ts";
+import { lintWorkspace } from "../../src/workspace/protos.ts";
+import { findWorkspace } from "../../src/workspace/find.ts";
 import { grpcPython, ITEMS_PATH, makeWorkspace, writeFiles } from "../helpers/protos.ts";
 import { runCli } from "../helpers/stack.ts";
 

@@ -14,7 +14,7 @@ import {
   updateCredentials,
   writeCredentials,
 } from "../../src/cli/credentials.ts";
-import { findWorkspace } from "../../src/cli/workspace.ts";
+import { findWorkspace } from "../../src/workspace/find.ts";
 import { type CliSettings, loadCliSettings } from "../../src/settings/cli.ts";
 
 let dir: string;

@@ -30,6 +30,10 @@ const LAYERS: string[][] = [
   // Evaluations read datasets as batch reads its inputs.
   ["src/evaluation"],
   ["src/finetuning"],
+  // The workspace's side: its .platformrc.json, then what commands build in it (service scaffolds,
+  // published images).
+  ["src/workspace"],
+  ["src/scaffold", "src/publish"],
   // Roles. The CLI starts the others (`platform up`, `platform worker`), so it sits above them.
   ["src/gateway", "workers", "scaler"],
   ["src/cli"],

@@ -9,8 +9,8 @@ import { join } from "node:path";
 import { z } from "zod";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bufYaml } from "../../src/cli/init.ts";
-import { IMAGE_REPOSITORY_PATTERN, platformrcJsonSchema, unknownKeys } from "../../src/cli/platformrc.ts";
-import { deriveImageRepository, findWorkspace, requireWorkspace } from "../../src/cli/workspace.ts";
+import { IMAGE_REPOSITORY_PATTERN, platformrcJsonSchema, unknownKeys } from "../../src/workspace/config.ts";
+import { deriveImageRepository, findWorkspace, requireWorkspace } from "../../src/workspace/find.ts";
 import { loadToolSettings } from "../../src/settings/tools.ts";
 
 const SHIPPED = new URL("../../schemas/platformrc.schema.json", import.meta.url);

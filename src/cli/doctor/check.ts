@@ -9,7 +9,7 @@ import type { ToolSettings } from "../../settings/tools.ts";
 import type { ApiClient } from "../client.ts";
 import type { Credentials } from "../credentials.ts";
 import type { RegistryProbe } from "../probe.ts";
-import type { Workspace, WorkspaceSettings } from "../workspace.ts";
+import type { Workspace, WorkspaceSettings } from "../../workspace/find.ts";
 
 export type CheckStatus = "ok" | "warn" | "fail" | "skip";
 

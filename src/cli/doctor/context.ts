@@ -6,7 +6,7 @@ import { ApiClient } from "../client.ts";
 import { findCredentials } from "../credentials.ts";
 import { CliError } from "../errors.ts";
 import { probeRegistry } from "../probe.ts";
-import { findWorkspace, workspaceSettings } from "../workspace.ts";
+import { findWorkspace, workspaceSettings } from "../../workspace/find.ts";
 import type { Caller, DoctorContext, ExecResult } from "./check.ts";
 
 /** Long enough for `git status` in a large tree; a hung tool must not hang doctor. */

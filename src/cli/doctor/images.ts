@@ -5,9 +5,8 @@
  * same call with the stored credentials answers 200). None is required: nothing before
  * `platform publish` builds or pushes, and publish asks the same questions before it builds.
  */
-import { BUILDER_INFO } from "../image-build.ts";
-import { authFilesOf, askRegistry, isPlainHttp, registryHost, storedSession } from "../image-session.ts";
-import { BUILDERS, type Builder } from "../platformrc.ts";
+import { BUILDER_INFO, BUILDERS, type Builder } from "../../images/build.ts";
+import { authFilesOf, askRegistry, isPlainHttp, registryHost, storedSession } from "../../images/session.ts";
 import { type CheckResult, type DoctorCheck, type DoctorContext, fail, ok, skip, warn } from "./check.ts";
 
 type Found = { builder: Builder; version: string; works: boolean; why: string };

@@ -3,7 +3,7 @@
  * workspace's protos, hands each language the same input, and writes the files it returns (never
  * replacing one without --force).
  */
-import type { MessageSummary, PackageSummary, ServiceSummary } from "../../protos/descriptors.ts";
+import type { MessageSummary, PackageSummary, ServiceSummary } from "../protos/descriptors.ts";
 
 export type ScaffoldInput = {
   /** The service's name as the team types it (`items`): directory-safe, lowercase, `-` allowed. */

@@ -6,8 +6,8 @@
  * `--example` fills in the seed's ItemService, so it needs that shape and says what is missing.
  */
 import { join } from "node:path";
-import type { MessageSummary, RpcSummary } from "../../protos/descriptors.ts";
-import { CliError } from "../errors.ts";
+import type { MessageSummary, RpcSummary } from "../protos/descriptors.ts";
+import { CommandError } from "../process/command-error.ts";
 import { renderDir, TEMPLATES_DIR, type TemplateValues } from "./templates.ts";
 import type { ScaffoldFile, ScaffoldInput, Scaffolder } from "./types.ts";
 
@@ -222,7 +222,7 @@ export function exampleShape(input: ScaffoldInput): { paginated: boolean; item: 
   need(messageOf(input, create?.output), "item", (t) => t === item?.full_name);
   need(messageOf(input, list?.output), "items", (t) => t === `repeated ${item?.full_name}`);
   if (problems.length > 0 || !item)
-    throw new CliError(
+    throw new CommandError(
       `--example implements the seed's ItemService (GetItem, ListItems, CreateItem and Item {id, name, description}), but ${input.service.full_name} differs: ${problems.join("; ")}. Scaffold without --example, or shape the proto like the seed's`,
     );
   const req = messageOf(input, list?.input);

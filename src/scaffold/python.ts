@@ -6,7 +6,7 @@
  * `tests/test_service.py` follow the proto's RPCs (python/service.ts), and the README says how to run, test, build, publish and deploy it.
  * docs/scaffolds.md ("Python") says what each file is and why.
  */
-import { CliError } from "../errors.ts";
+import { CommandError } from "../process/command-error.ts";
 import { moduleOf, packageName } from "./python/names.ts";
 import { exampleShape, servicePy, testsPy } from "./python/service.ts";
 import { renderDir, TEMPLATES_DIR } from "./templates.ts";
@@ -14,7 +14,7 @@ import type { ScaffoldFile, ScaffoldInput, Scaffolder } from "./types.ts";
 
 export const scaffoldPython: Scaffolder = async (input) => {
   if (!/^[a-z][a-z0-9-]*$/.test(input.name))
-    throw new CliError(
+    throw new CommandError(
       `service name ${JSON.stringify(input.name)}: use lowercase letters, digits and -, starting with a letter`,
     );
   // Checked before anything is rendered, so a proto without the example's shape writes nothing.

@@ -10,7 +10,7 @@
  */
 import { readFile } from "node:fs/promises";
 import type { ToolSettings } from "../settings/tools.ts";
-import type { Builder } from "./platformrc.ts";
+import type { Builder } from "./build.ts";
 
 /** The host (and port) of a repository `host[:port]/path`. */
 export function registryHost(repository: string): string {

@@ -4,8 +4,8 @@
  * (every RPC called through a real gRPC stub). Everything that does not depend on the proto is a
  * file under templates/service/python/.
  */
-import type { FieldSummary, RpcSummary } from "../../../protos/descriptors.ts";
-import { CliError } from "../../errors.ts";
+import type { FieldSummary, RpcSummary } from "../../protos/descriptors.ts";
+import { CommandError } from "../../process/command-error.ts";
 import type { ScaffoldInput } from "../types.ts";
 import { Imports, messageOf, messageRef, moduleOf, snakeCase } from "./names.ts";
 
@@ -64,7 +64,7 @@ export function exampleShape(input: ScaffoldInput): ExampleShape {
       `${list.output} has no field items of type repeated ${item}`,
     );
   if (problems.length > 0 || !create || !list || !item)
-    throw new CliError(
+    throw new CommandError(
       `--example implements the seed's ItemService (CreateItem(name, description) → item, GetItem(id) → item, ` +
         `ListItems → items, on an Item with string id, name and description), and ${input.service.full_name} ` +
         `does not have that shape: ${problems.join("; ")}. Scaffold it without --example and write the handlers in service.py`,
