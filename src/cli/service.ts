@@ -51,7 +51,7 @@ export function registerService(program: Command): void {
     .command("create <name>")
     .description("scaffold a service for one of the workspace's proto services, at the workspace root")
     .option("--lang <lang>", `${LANGUAGES.join(" or ")} (default: the workspace's language)`)
-    .option("--example", "the seed's reference ItemService (CreateItem, GetItem, ListItems) instead of empty handlers")
+    .option("--example", "the example ItemService (CreateItem, GetItem, ListItems) instead of empty handlers")
     .option("--service <pkg.Service>", "the proto service to implement, where the name does not decide it")
     .option("--force", "replace files that already exist")
     .action(async (name: string, opts: Options) => {

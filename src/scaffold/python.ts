@@ -42,7 +42,7 @@ function readme(input: ScaffoldInput, pkg: string): string {
   const image = input.imageRepository ?? `<registry>/<org>/${name}`;
   const rpcs = service.rpcs.map((r) => `\`${r.name}\``).join(", ");
   const example = input.example
-    ? `It is the seed's reference ItemService: \`CreateItem\` stores an item under a generated id (an empty
+    ? `It is the example ItemService: \`CreateItem\` stores an item under a generated id (an empty
 name is \`INVALID_ARGUMENT\`), \`GetItem\` reads it back (a missing id is \`NOT_FOUND\`, \`item <id> not
 found\`), \`ListItems\` lists items in creation order, a page at a time when the request has
 \`page_size\`/\`page_token\`. Items live in PostgreSQL when \`DATABASE_URL\` is set (the \`items\` table of

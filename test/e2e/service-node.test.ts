@@ -1,6 +1,6 @@
 /**
  * `platform service create --lang node` as a team runs it, in temporary git workspaces holding the
- * seed's ItemService: the plain scaffold installs from the npm registry, builds, lints and passes
+ * example ItemService: the plain scaffold installs from the npm registry, builds, lints and passes
  * its own tests (every RPC answers unimplemented); `--example` does the same, its tests also against
  * a private PostgreSQL, and then the built service runs against that PostgreSQL: Create, Get and
  * List through a Connect client from here, a restart of the service and of PostgreSQL, and the item
@@ -148,7 +148,7 @@ describe("service create: finding the service and refusing to overwrite", () => 
     expect(empty.stderr).toContain("the workspace's protos declare no service");
   });
 
-  it("says which parts of the seed's shape --example misses", async () => {
+  it("says which parts of the example's shape --example misses", async () => {
     const other = await workspace();
     await writeFiles(other, {
       "proto/platform/items/v1/items.proto": ITEMS_PROTO.replace(
@@ -158,7 +158,7 @@ describe("service create: finding the service and refusing to overwrite", () => 
     });
     const r = await cli(["service", "create", "items", "--lang", "node", "--example"], other);
     expect(r.code).toBe(1);
-    expect(r.stderr).toContain("--example implements the seed's ItemService");
+    expect(r.stderr).toContain("--example implements the example ItemService");
     expect(r.stderr).toContain("no RPC CreateItem");
     expect(r.stderr).toContain("platform.items.v1.Item has no string field description");
     expect(await readdir(other)).not.toContain("package.json");
