@@ -17,7 +17,7 @@ import { ApiClient } from "./client.ts";
 import { normalizeBaseUrl } from "./credentials.ts";
 import { CliError } from "./errors.ts";
 import { BUILDERS, findBuilder, loginBuilder } from "../images/build.ts";
-import { askRegistry, authFilesOf, isPlainHttp, registryHost } from "../images/session.ts";
+import { askImageRegistry, authFilesOf, isPlainHttp, imageRegistryHost } from "../images/session.ts";
 import { printJson } from "./output.ts";
 import { findWorkspace, WORKSPACE_FILE, workspaceSettings } from "../workspace/find.ts";
 
@@ -82,7 +82,7 @@ export function registerImageRegistry(program: Command): void {
   registry
     .command("login [host]")
     .description("log the image builder in to the workspace's image registry (default: imageRepository's host)")
-    .option("--username <user>", "the registry user (with --password-stdin); without it, the platform's token")
+    .option("--username <user>", "the image registry's user (with --password-stdin); without it, the platform's token")
     .option("--password-stdin", "read the password from stdin")
     .option("--builder <builder>", `${BUILDERS.join(", ")} (default: build.builder, else the first installed)`)
     .option("--json", "print the outcome as JSON")
@@ -101,7 +101,7 @@ export function registerImageRegistry(program: Command): void {
       const found = await findWorkspace();
       const settings = found && workspaceSettings(found);
       const repository = settings?.imageRepository;
-      const host = hostArg ?? (repository && registryHost(repository));
+      const host = hostArg ?? (repository && imageRegistryHost(repository));
       if (!host)
         throw new CliError(
           found
@@ -118,7 +118,7 @@ export function registerImageRegistry(program: Command): void {
       const authFile = authFilesOf(builder, loadToolSettings()).writes;
       await loginBuilder(builder, host, credentials, { plainHttp, authFile });
       // The builder checked the password; asking the registry here says what publish will see.
-      const answer = await askRegistry(host, { plainHttp, credentials });
+      const answer = await askImageRegistry(host, { plainHttp, credentials });
       if (answer.status !== "ok")
         throw new CliError(
           `${builder} logged in to ${host}, but GET ${answer.url} with the session answers ${answer.status === "unauthorized" ? "401" : answer.message}; check the registry's authentication (${WORKSPACE_FILE}: imageRepository)`,

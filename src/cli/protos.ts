@@ -1,6 +1,6 @@
 /**
  * `platform proto lint|generate|publish|list|versions|fetch`: the team's API contracts, checked with
- * buf and the platform's conventions, turned into stubs, and kept in the platform's registry per
+ * buf and the platform's conventions, turned into stubs, and kept in the platform's proto catalog per
  * organization, package and version (docs/protos.md).
  */
 import type { Command } from "commander";
@@ -21,7 +21,7 @@ const time = (seconds: number) => new Date(seconds * 1000).toISOString().replace
 export function registerProtos(program: Command): void {
   const proto = program
     .command("proto")
-    .description("API contracts: lint .proto files, generate stubs, publish them to the platform's registry");
+    .description("API contracts: lint .proto files, generate stubs, publish them to the platform's proto catalog");
 
   proto
     .command("lint")
@@ -62,7 +62,9 @@ export function registerProtos(program: Command): void {
 
   proto
     .command("publish")
-    .description("publish the workspace's packages to the registry (refused if a change breaks the previous version)")
+    .description(
+      "publish the workspace's packages to the proto catalog (refused if a change breaks the previous version)",
+    )
     .option(
       "--version <X.Y.Z>",
       "the version (default: 1.0.0 first, then the next minor; the next major with --allow-breaking)",

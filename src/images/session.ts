@@ -13,7 +13,7 @@ import type { ToolSettings } from "../settings/tools.ts";
 import type { Builder } from "./build.ts";
 
 /** The host (and port) of a repository `host[:port]/path`. */
-export function registryHost(repository: string): string {
+export function imageRegistryHost(repository: string): string {
   return repository.split("/")[0] as string;
 }
 
@@ -81,7 +81,7 @@ export async function storedSession(host: string, files: string[]): Promise<Stor
   return store ? { kind: "helper", ...store } : { kind: "none", searched: files };
 }
 
-export type RegistryAnswer =
+export type ImageRegistryAnswer =
   /** 200: in (with the credentials given, or the registry is open). */
   | { status: "ok"; url: string }
   /** 401: the credentials were refused, or none were given to a registry that needs them. */
@@ -104,10 +104,10 @@ function bearerChallenge(header: string | null): Record<string, string> | undefi
  * exchange Docker Distribution's token auth asks for (the realm's token endpoint, given the same
  * credentials). Any answer from a registry (200 or 401) means it is reachable.
  */
-export async function askRegistry(
+export async function askImageRegistry(
   host: string,
   options: { plainHttp: boolean; credentials?: { username: string; password: string } },
-): Promise<RegistryAnswer> {
+): Promise<ImageRegistryAnswer> {
   const url = `${options.plainHttp ? "http" : "https"}://${host}/v2/`;
   const basic = options.credentials
     ? `Basic ${Buffer.from(`${options.credentials.username}:${options.credentials.password}`).toString("base64")}`

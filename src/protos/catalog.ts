@@ -1,7 +1,7 @@
 /**
- * The proto registry from the workspace's side (docs/protos.md): `publish` builds each package's
+ * The proto catalog from the workspace's side (docs/protos.md): `publish` builds each package's
  * image with buf, refuses a change that breaks the package's previous version (buf breaking
- * against that version's image, fetched from the registry) unless allowed, and sends the image
+ * against that version's image, fetched from the catalog) unless allowed, and sends the image
  * and the sources; `fetch` writes a version back, confined to the directory it is given.
  */
 import { createHash } from "node:crypto";
@@ -116,7 +116,7 @@ async function plan(
 
   const against = join(tmp, `${pkg}-${latest.version}.binpb`);
   const previous = await download(api, `${versionsPath(pkg)}/${latest.version}/image`);
-  if (!previous) throw new CommandError(`${pkg}@${latest.version}: its image is gone from the registry`);
+  if (!previous) throw new CommandError(`${pkg}@${latest.version}: its image is gone from the proto catalog`);
   await writeFile(against, previous);
   const check = await runBuf(
     ["breaking", "--against", against, "--exclude-imports", "--error-format", "json"],

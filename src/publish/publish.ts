@@ -9,7 +9,14 @@ import { access } from "node:fs/promises";
 import { join } from "node:path";
 import { type Builder, buildImage, findBuilder, pushImage } from "../images/build.ts";
 import type { ImageRecord } from "../images/record.ts";
-import { askRegistry, authFilesOf, isPlainHttp, notLoggedIn, registryHost, storedSession } from "../images/session.ts";
+import {
+  askImageRegistry,
+  authFilesOf,
+  isPlainHttp,
+  notLoggedIn,
+  imageRegistryHost,
+  storedSession,
+} from "../images/session.ts";
 import { CommandError } from "../process/command-error.ts";
 import { loadToolSettings } from "../settings/tools.ts";
 import { requireWorkspace, WORKSPACE_FILE } from "../workspace/find.ts";
@@ -60,7 +67,10 @@ async function checkSession(builder: Builder, host: string, plainHttp: boolean):
   const stored = await storedSession(host, authFilesOf(builder, loadToolSettings()).reads);
   if (stored.kind === "helper") return;
   // Without a session, the registry may still be open (200): only its 401 means "log in".
-  const answer = await askRegistry(host, { plainHttp, ...(stored.kind === "basic" ? { credentials: stored } : {}) });
+  const answer = await askImageRegistry(host, {
+    plainHttp,
+    ...(stored.kind === "basic" ? { credentials: stored } : {}),
+  });
   if (answer.status === "ok") return;
   if (answer.status === "unauthorized") throw new CommandError(notLoggedIn(host), 1, { plain: true });
   const what =
@@ -92,7 +102,7 @@ export async function publishImage(opts: PublishOptions): Promise<ImageRecord> {
   const dirty = commit.changed.length > 0;
   const tag = `${version}-${commit.sha}${dirty ? "-dirty" : ""}`;
   const service = repository.split("/").at(-1) as string;
-  const host = registryHost(repository);
+  const host = imageRegistryHost(repository);
   const plainHttp = isPlainHttp(host, ws.settings.registryUrl);
 
   const builder = await findBuilder(opts.builder ?? ws.settings.build.builder);

@@ -31,7 +31,7 @@ export const WorkspaceConfig = z.object({
     .regex(/^https?:\/\/[^\s/?#]+[^\s?#]*$/, { message: REGISTRY_URL_ERROR, abort: true })
     .refine((text) => URL.canParse(text), REGISTRY_URL_ERROR)
     .describe(
-      "The platform's base URL (its gateway): it holds the proto registry, the service catalog and the dev center, and commands run in this workspace talk to it.",
+      "The platform's base URL (its gateway): it holds the proto catalog, the service catalog and the dev center, and commands run in this workspace talk to it.",
     ),
   orgId: OrgId.describe("The organization the workspace's protos, services and images belong to."),
   imageRepository: z
