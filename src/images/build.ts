@@ -13,6 +13,8 @@ import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises
 import { homedir, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { CommandError } from "../process/command-error.ts";
+import { loadToolSettings } from "../settings/tools.ts";
+import { loopbackHosts, withLoopbackRegistries } from "./registries-conf.ts";
 
 /** In the order `platform publish` looks for them when a workspace's `build.builder` names none. */
 export const BUILDERS = ["docker", "podman", "buildah"] as const;
@@ -28,11 +30,12 @@ export type RunResult = { code: number; output: string };
 export function runTool(
   program: string,
   args: string[],
-  options: { cwd?: string; input?: string; echo?: boolean } = {},
+  options: { cwd?: string; input?: string; echo?: boolean; env?: Record<string, string> } = {},
 ): Promise<RunResult | undefined> {
   return new Promise((resolve, reject) => {
     const child = spawn(program, args, {
       cwd: options.cwd,
+      ...(options.env ? { env: { ...process.env, ...options.env } } : {}),
       stdio: [options.input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
     });
     let output = "";
@@ -158,7 +161,11 @@ export async function buildImage(req: BuildRequest): Promise<void> {
     ...(req.builder === "docker" ? [] : await buildSecrets()),
     req.context,
   ];
-  const ran = await runTool(req.builder, args, { cwd: req.context, echo: true });
+  // docker allows loopback registries itself; buildah and podman need them named (registries-conf.ts).
+  const hosts = req.builder === "docker" ? [] : loopbackHosts(await readFile(req.dockerfile, "utf8"), req.buildArgs);
+  const ran = await withLoopbackRegistries(hosts, loadToolSettings().registriesConfFiles, (env) =>
+    runTool(req.builder, args, { cwd: req.context, echo: true, env }),
+  );
   if (!ran) throw new CommandError(`${req.builder} is not installed`);
   if (ran.code !== 0)
     throw new CommandError(`${req.builder} build failed (exit ${ran.code}); its output is above:\n${tail(ran.output)}`);
