@@ -22,7 +22,7 @@ export const SCAFFOLDERS: Record<Language, Scaffolder> = { node: scaffoldNode, p
 /** What to do after the scaffold is written, per language. */
 const NEXT_STEPS: Record<Language, string[]> = {
   node: [
-    "npm install && npm test        # the tests start the server and call every RPC",
+    "npm ci && npm test             # installs package-lock.json's versions; the tests call every RPC",
     "git add -A && git commit -m 'scaffold the service'",
     "platform registry login && platform publish",
   ],

@@ -73,10 +73,11 @@ the only indexes, \`--index-url\` the first and \`--extra-index-url\` the others
 \`\`\`sh
 python3 -m venv .venv
 set -- $(python3 -m pip config get global.extra-index-url)   # the configured mirrors, if any
-.venv/bin/pip install --index-url "$1" --extra-index-url "$2" -e '.[dev]'
+.venv/bin/pip install --index-url "$1" --extra-index-url "$2" -c requirements.lock -e '.[dev]'
 \`\`\`
 
-Elsewhere, \`.venv/bin/pip install -e '.[dev]'\`. Then \`platform proto generate --lang python\`
+Elsewhere, \`.venv/bin/pip install -c requirements.lock -e '.[dev]'\`. \`requirements.lock\` pins every package
+(the image's build installs with it too): change a version in \`pyproject.toml\` and in it together. Then \`platform proto generate --lang python\`
 writes the stubs into \`src/__generated__/\` with \`.venv/bin/python\` (its \`grpcio-tools\`, so the
 stubs match the installed \`protobuf\`): \`platform service create\` ran it already where a Python
 with grpcio-tools was there; run it again after changing the proto, and commit the stubs.
