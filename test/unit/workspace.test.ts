@@ -8,7 +8,7 @@ import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bufYaml } from "../../src/cli/init.ts";
+import { bufYaml } from "../../src/workspace/init.ts";
 import { IMAGE_REPOSITORY_PATTERN, platformrcJsonSchema, unknownKeys } from "../../src/workspace/config.ts";
 import { deriveImageRepository, findWorkspace, requireWorkspace } from "../../src/workspace/find.ts";
 import { loadToolSettings } from "../../src/settings/tools.ts";

@@ -5,7 +5,7 @@ import type { ToolSettings } from "../../settings/tools.ts";
 import { ApiClient } from "../client.ts";
 import { findCredentials } from "../credentials.ts";
 import { CliError } from "../errors.ts";
-import { probeRegistry } from "../probe.ts";
+import { probePlatform } from "../probe.ts";
 import { findWorkspace, workspaceSettings } from "../../workspace/find.ts";
 import type { Caller, DoctorContext, ExecResult } from "./check.ts";
 
@@ -33,7 +33,7 @@ export function doctorContext(cli: CliSettings, tools: ToolSettings): DoctorCont
   });
   const probe = once(async () => {
     const { url } = await registry();
-    return url === undefined ? undefined : probeRegistry(url);
+    return url === undefined ? undefined : probePlatform(url);
   });
   const api = once(async () => {
     const { credentials } = await registry();
