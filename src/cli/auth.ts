@@ -17,7 +17,7 @@ import {
 import { CliError } from "./errors.ts";
 import { orgFlag } from "./orgs.ts";
 import { printJson, printTable } from "./output.ts";
-import { openBrowser, signInWithBrowser, signInWithDevice } from "./signin.ts";
+import { openBrowser, signInWithBrowser, signInWithDevice } from "../signin/client.ts";
 
 /** `GET /admin/v1/whoami` (src/gateway/routes/tokens.ts). */
 type Whoami = {

@@ -5,6 +5,7 @@
  */
 import type { Readable } from "node:stream";
 import { type CliSettings, loadCliSettings } from "../settings/cli.ts";
+import { reach } from "../process/reach.ts";
 import { type Credentials, resolveCredentials, updateCredentials } from "./credentials.ts";
 import { CliError } from "./errors.ts";
 
@@ -12,16 +13,6 @@ import { CliError } from "./errors.ts";
 const REFRESH_MARGIN_MS = 60_000;
 
 type ErrorBody = { error?: { message?: string; code?: string } };
-
-/** fetch, with a platform that cannot be reached as one line naming it (`baseUrl`) and why. */
-export async function reach(baseUrl: string, url: string, init: RequestInit): Promise<Response> {
-  try {
-    return await fetch(url, init);
-  } catch (e) {
-    const cause = (e as { cause?: { code?: string } }).cause?.code ?? (e as Error).message;
-    throw new CliError(`cannot reach the platform at ${baseUrl} (${cause}). Is \`platform up\` running?`);
-  }
-}
 
 export class ApiClient {
   private creds: Credentials;

@@ -9,6 +9,7 @@
  * never into an error, a log line or `--json`.
  */
 import { readFile } from "node:fs/promises";
+import { CommandError } from "../process/command-error.ts";
 import type { ToolSettings } from "../settings/tools.ts";
 import type { Builder } from "./build.ts";
 
@@ -148,3 +149,22 @@ export async function askImageRegistry(
 
 /** The line `platform publish` exits with when the registry refuses it, word for word (docs/publish.md). */
 export const notLoggedIn = (host: string) => `not logged in to ${host}: run platform registry login`;
+
+/** Where an image registry sends builders for tokens: its `Bearer` challenge's realm, or why there is none. */
+export async function tokenRealm(host: string, plainHttp: boolean): Promise<string> {
+  const url = `${plainHttp ? "http" : "https"}://${host}/v2/`;
+  let res: Response;
+  try {
+    res = await fetch(url, { signal: AbortSignal.timeout(10_000) });
+  } catch (e) {
+    const cause = (e as { cause?: { code?: string } }).cause?.code ?? (e as Error).message;
+    throw new CommandError(`cannot reach the image registry at ${url} (${cause})`);
+  }
+  const challenge = res.headers.get("www-authenticate") ?? "";
+  const realm = /^bearer\s.*realm="([^"]+)"/i.exec(challenge)?.[1];
+  if (res.status !== 401 || !realm)
+    throw new CommandError(
+      `${host} does not take platform tokens (GET /v2/ answered ${res.status}${challenge ? ` with ${challenge.split(" ")[0]} auth` : ""}): log in with --username <user> --password-stdin`,
+    );
+  return realm;
+}
