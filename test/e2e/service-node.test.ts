@@ -218,7 +218,7 @@ describe.skipIf(noRegistry !== undefined)("service create --lang node: install, 
           expect(await deps(dir)).toEqual(await deps(installed));
           const lock = (d: string) => readFile(join(d, "package-lock.json"), "utf8");
           expect(await lock(dir)).toBe(await lock(installed));
-          // The same lock, installed by `npm ci` above: a hard-linked copy, which `npm install` only checks (s, not a minute).
+          // The same lock, installed by `npm ci` above: a hard-linked copy, which `npm install` only checks (seconds, where `npm ci` takes 90).
           await exec("cp", ["-al", join(installed, "node_modules"), join(dir, "node_modules")]);
           await step(
             "example: npm install (checks the copy)",
