@@ -1,8 +1,8 @@
 /**
  * `platform service create <name> --lang node|python [--example] [--service <pkg.Service>] [--force]`:
  * scaffolds, at the workspace root, a service implementing one of the workspace's proto services
- * (docs/scaffolds.md). The service is found in the protos (scaffold/discover.ts), each language
- * writes its files from the same input (scaffold/types.ts), nothing is replaced without --force,
+ * (docs/scaffolds.md). The service is found in the protos (src/scaffold/discover.ts), each language
+ * writes its files from the same input (src/scaffold/types.ts), nothing is replaced without --force,
  * and the stubs are generated for the language, so the scaffold builds and tests at once.
  */
 import type { Command } from "commander";
