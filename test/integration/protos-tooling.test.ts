@@ -283,7 +283,7 @@ describe("proto fetch", () => {
   let server: Server;
   let baseUrl: string;
   beforeAll(async () => {
-    // A registry that answers with paths that would escape --out.
+    // A proto catalog that answers with paths that would escape --out.
     server = createServer((req, res) => {
       const path = req.url?.endsWith("/1.0.0") ? "/tmp/escape.proto" : "../../escape.proto";
       res.setHeader("content-type", "application/json");
@@ -311,7 +311,7 @@ describe("proto fetch", () => {
     ]) {
       const r = await runCli(["proto", "fetch", spec as string, "--out", join(parent, "a/b")], fetchEnv, parent);
       expect(r.code).toBe(1);
-      expect(r.stderr).toContain(`the registry sent an unsafe path: ${path}`);
+      expect(r.stderr).toContain(`the proto catalog sent an unsafe path: ${path}`);
     }
     expect(await readdir(parent)).toEqual([]);
     const bad = await runCli(["proto", "fetch", "Platform.Evil@1", "--out", parent], fetchEnv, parent);
