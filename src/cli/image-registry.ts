@@ -13,8 +13,8 @@
  */
 import { type Command, Option } from "commander";
 import { loadToolSettings } from "../settings/tools.ts";
-import { ApiClient } from "./client.ts";
-import { normalizeBaseUrl } from "./credentials.ts";
+import { ApiClient } from "../client/api.ts";
+import { normalizeBaseUrl } from "../client/credentials.ts";
 import { CliError } from "./errors.ts";
 import { BUILDERS, type Builder, findBuilder, loginBuilder } from "../images/build.ts";
 import { askImageRegistry, authFilesOf, imageRegistryHost, isPlainHttp, tokenRealm } from "../images/session.ts";

@@ -4,7 +4,7 @@
  * answer is data with the problem named, so init can exit on it and doctor can print its fix.
  */
 import type { Org } from "../orgs/org.ts";
-import type { ApiClient } from "./client.ts";
+import type { ApiClient } from "../client/api.ts";
 
 const PROBE_TIMEOUT_MS = 5_000;
 

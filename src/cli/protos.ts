@@ -7,7 +7,7 @@ import type { Command } from "commander";
 import { formatBytes } from "../contracts/bytes.ts";
 import { ProtoPackageName, ProtoVersionName } from "../protos/names.ts";
 import { formatFinding } from "../protos/buf.ts";
-import { ApiClient } from "./client.ts";
+import { ApiClient } from "../client/api.ts";
 import { CliError } from "./errors.ts";
 import { printJson, printTable } from "./output.ts";
 import { generate, LANGUAGES } from "../protos/generate.ts";

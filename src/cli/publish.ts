@@ -5,7 +5,6 @@
 import { type Command, InvalidArgumentError, Option } from "commander";
 import { BUILDERS, type Builder } from "../images/build.ts";
 import { publishImage } from "../publish/publish.ts";
-import { ApiClient } from "./client.ts";
 import { printJson } from "./output.ts";
 
 const BUILD_ARG = /^([A-Za-z_][A-Za-z0-9_]*)=(.*)$/s;
@@ -43,7 +42,6 @@ export function registerPublish(program: Command): void {
         allowDirty: opts.allowDirty ?? false,
         ...(opts.builder ? { builder: opts.builder } : {}),
         buildArgs: opts.buildArg,
-        connect: () => ApiClient.fromCredentials(),
         note: (line) => console.error(line),
       });
       if (opts.json) return printJson(record);

@@ -7,6 +7,7 @@
  */
 import { access } from "node:fs/promises";
 import { join } from "node:path";
+import { ApiClient } from "../client/api.ts";
 import { type Builder, buildImage, findBuilder, pushImage } from "../images/build.ts";
 import type { ImageRecord } from "../images/record.ts";
 import {
@@ -22,28 +23,19 @@ import { loadToolSettings } from "../settings/tools.ts";
 import { requireWorkspace, WORKSPACE_FILE } from "../workspace/find.ts";
 import { commitOf, declaredPackages, versionOf } from "./source.ts";
 
-/** The platform's HTTP API as publishing uses it: the CLI's ApiClient. */
-export type PublishApi = {
-  readonly baseUrl: string;
-  send(method: string, path: string): Promise<Response>;
-  request<T>(method: string, path: string, body?: unknown): Promise<T>;
-};
-
 export type PublishOptions = {
   allowDirty: boolean;
   /** The builder the command names; else the workspace's `build.builder`, else the first that works. */
   builder?: Builder;
   /** Added to (and over) the workspace's `build.args`. */
   buildArgs: Record<string, string>;
-  /** The API, signed in: asked for once the cheap local checks have passed. */
-  connect: () => Promise<PublishApi>;
   /** A line for the user that is no error (a proto package not published yet). */
   note: (line: string) => void;
 };
 
 /** Each package at its latest published version; one not published yet is left out, with a note. */
 async function implementedProtos(
-  api: PublishApi,
+  api: ApiClient,
   packages: string[],
   note: (line: string) => void,
 ): Promise<{ package: string; version: string }[]> {
@@ -107,7 +99,8 @@ export async function publishImage(opts: PublishOptions): Promise<ImageRecord> {
 
   const builder = await findBuilder(opts.builder ?? ws.settings.build.builder);
   await checkSession(builder, host, plainHttp);
-  const api = await opts.connect();
+  // Signed in only once the cheap local checks have passed.
+  const api = await ApiClient.fromCredentials();
   const me = await api.request<{ org: string }>("GET", "/admin/v1/whoami");
   if (me.org !== ws.settings.orgId)
     throw new CommandError(

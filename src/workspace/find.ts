@@ -17,7 +17,7 @@ export type Workspace = { root: string; file: string; config: WorkspaceConfig };
 
 /** A workspace's keys with their defaults filled in: what the commands run in it use. */
 export type WorkspaceSettings = {
-  /** As written: `normalizeBaseUrl` (src/cli/credentials.ts) before building URLs on it, as commands resolve it. */
+  /** As written: `normalizeBaseUrl` (src/client/credentials.ts) before building URLs on it, as commands resolve it. */
   registryUrl: string;
   orgId: string;
   /** Undefined where the file names none and none can be derived (see deriveImageRepository). */

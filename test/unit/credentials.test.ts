@@ -13,7 +13,7 @@ import {
   resolveRegistry,
   updateCredentials,
   writeCredentials,
-} from "../../src/cli/credentials.ts";
+} from "../../src/client/credentials.ts";
 import { findWorkspace } from "../../src/workspace/find.ts";
 import { type CliSettings, loadCliSettings } from "../../src/settings/cli.ts";
 

@@ -5,7 +5,7 @@
  * they come; Ctrl-C ends it as a finished command (exit 0), as `kubectl logs -f` does.
  */
 import type { Command } from "commander";
-import { ApiClient } from "../client.ts";
+import { ApiClient } from "../../client/api.ts";
 import { CliError } from "../errors.ts";
 import { failure, servicePath } from "./api.ts";
 import { wholeNumber } from "../flags.ts";

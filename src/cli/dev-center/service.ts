@@ -9,7 +9,7 @@ import { Argument, type Command } from "commander";
 import { formatBytes } from "../../contracts/bytes.ts";
 import { ImageRepository } from "../../images/names.ts";
 import { MAX_OVERVIEW_BYTES, RepoType } from "../../services/names.ts";
-import { ApiClient } from "../client.ts";
+import { ApiClient } from "../../client/api.ts";
 import { wholeNumber } from "../flags.ts";
 import { CliError } from "../errors.ts";
 import { printJson, printTable } from "../output.ts";

@@ -6,8 +6,8 @@
  */
 import type { CliSettings } from "../../settings/cli.ts";
 import type { ToolSettings } from "../../settings/tools.ts";
-import type { ApiClient } from "../client.ts";
-import type { Credentials } from "../credentials.ts";
+import type { ApiClient } from "../../client/api.ts";
+import type { Credentials } from "../../client/credentials.ts";
 import type { PlatformProbe } from "../probe.ts";
 import type { Workspace, WorkspaceSettings } from "../../workspace/find.ts";
 

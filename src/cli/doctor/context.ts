@@ -2,8 +2,8 @@
 import { execFile } from "node:child_process";
 import type { CliSettings } from "../../settings/cli.ts";
 import type { ToolSettings } from "../../settings/tools.ts";
-import { ApiClient } from "../client.ts";
-import { findCredentials } from "../credentials.ts";
+import { ApiClient } from "../../client/api.ts";
+import { findCredentials } from "../../client/credentials.ts";
 import { CliError } from "../errors.ts";
 import { probePlatform } from "../probe.ts";
 import { findWorkspace, workspaceSettings } from "../../workspace/find.ts";
