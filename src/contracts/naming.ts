@@ -66,7 +66,7 @@ export function controlKeys(prefix: string) {
     tokenRefresh: (sha256: string) => `${cp}:token-refresh:${sha256}`, // string -> session id, or "used:<id>" once rotated; TTL: the session's end
     tokensOfOrg: (org: string) => `${cp}:tokens-org:${org}`, // zset session id -> end ms; trimmed on write, expires with its last
     tokensOfSubject: (subject: string) => `${cp}:tokens-subject:${subject}`, // zset as above, per "<key|user>:<id>"
-    // The proto registry (src/protos/): per organization, so another's packages are not even addressable.
+    // The proto catalog (src/protos/): per organization, so another's packages are not even addressable.
     protoPackages: (org: string) => `${cp}:proto-packages:${org}`, // hash package -> summary JSON (latest, count, times)
     protoVersions: (orgPackage: string) => `${cp}:proto-versions:${orgPackage}`, // "<org>/<package>": hash version -> record JSON; objects under protos/<org>/<package>/<version>/
     // Published service images (src/images/): per organization, bounded (src/images/store.ts).

@@ -30,6 +30,12 @@ const LAYERS: string[][] = [
   // Evaluations read datasets as batch reads its inputs.
   ["src/evaluation"],
   ["src/finetuning"],
+  // The workspace's side: its .platformrc.json; the platform's API client and the credentials it
+  // signs in with (which find the platform's URL in the workspace); then what commands build in a
+  // workspace (service scaffolds, published images).
+  ["src/workspace"],
+  ["src/client"],
+  ["src/scaffold", "src/publish"],
   // Roles. The CLI starts the others (`platform up`, `platform worker`), so it sits above them.
   ["src/gateway", "workers", "scaler"],
   ["src/cli"],

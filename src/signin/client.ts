@@ -1,5 +1,6 @@
 /**
- * The CLI's side of signing in (docs/signin.md). In a browser, as a native app (RFC 8252): a
+ * Signing in from the command line, the native client's side (docs/signin.md; `platform auth
+ * login` calls it). In a browser, as a native app (RFC 8252): a
  * listener on 127.0.0.1 and a random port receives the authorization code, a random `state` ties
  * the answer to this sign-in, and PKCE (S256) ties the code to this process. Without one, the
  * device authorization grant (RFC 8628): a URL and a short code to enter elsewhere, and polling.
@@ -9,16 +10,9 @@ import { spawn } from "node:child_process";
 import { createServer, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { platform } from "node:os";
-import {
-  CALLBACK_PATH,
-  CLI_CLIENT_ID,
-  DEVICE_GRANT,
-  pkceChallenge,
-  randomSecret,
-  sameSecret,
-} from "../signin/oauth.ts";
-import { reach } from "./client.ts";
-import { CliError } from "./errors.ts";
+import { CALLBACK_PATH, CLI_CLIENT_ID, DEVICE_GRANT, pkceChallenge, randomSecret, sameSecret } from "./oauth.ts";
+import { CommandError } from "../process/command-error.ts";
+import { reach } from "../process/reach.ts";
 
 /** What the token endpoint answers (src/gateway/routes/oauth.ts). */
 export type SignedIn = {
@@ -62,7 +56,9 @@ async function tokenRequest(baseUrl: string, form: Record<string, string>): Prom
 }
 
 const refusedBy = (e: TokenError) =>
-  new CliError(`the platform refused the sign-in: ${e.error}${e.error_description ? ` (${e.error_description})` : ""}`);
+  new CommandError(
+    `the platform refused the sign-in: ${e.error}${e.error_description ? ` (${e.error_description})` : ""}`,
+  );
 
 function answerBrowser(res: ServerResponse, status: number, message: string): void {
   const text = message.replace(/[&<>"]/g, (ch) => `&#${ch.charCodeAt(0)};`);
@@ -101,16 +97,16 @@ export async function signInWithBrowser(baseUrl: string, open: (url: string) => 
   /** The browser's answer, judged: only one with this sign-in's state is taken, then traded with the verifier. */
   const judge = async (answer: URLSearchParams): Promise<SignedIn> => {
     if (!sameSecret(answer.get("state") ?? "", state))
-      throw new CliError(
+      throw new CommandError(
         "refused the browser's answer: its state is not this sign-in's (a forged or stale redirect); nothing was stored. Run platform auth login again.",
       );
     const error = answer.get("error");
     if (error)
-      throw new CliError(
+      throw new CommandError(
         error === "access_denied" ? "the sign-in was denied in the browser" : `the sign-in did not complete: ${error}`,
       );
     const code = answer.get("code");
-    if (!code) throw new CliError("the browser's answer carries no code; run platform auth login again");
+    if (!code) throw new CommandError("the browser's answer carries no code; run platform auth login again");
     const result = await tokenRequest(baseUrl, {
       grant_type: "authorization_code",
       code,
@@ -124,7 +120,7 @@ export async function signInWithBrowser(baseUrl: string, open: (url: string) => 
   try {
     return await new Promise<SignedIn>((resolve, reject) => {
       const timer = setTimeout(
-        () => reject(new CliError("no answer from the browser in 10 minutes; run platform auth login again")),
+        () => reject(new CommandError("no answer from the browser in 10 minutes; run platform auth login again")),
         WAIT_MS,
       );
       server.on("request", (req, res) => {
@@ -180,7 +176,7 @@ export async function signInWithDevice(baseUrl: string, show: (text: string) => 
   for (;;) {
     await new Promise((r) => setTimeout(r, interval));
     if (Date.now() > deadline)
-      throw new CliError("the code expired before it was approved; run platform auth login --no-browser again");
+      throw new CommandError("the code expired before it was approved; run platform auth login --no-browser again");
     const result = await tokenRequest(baseUrl, { grant_type: DEVICE_GRANT, device_code: started.device_code });
     if (!("error" in result)) return result as SignedIn;
     switch (result.error) {
@@ -190,9 +186,9 @@ export async function signInWithDevice(baseUrl: string, show: (text: string) => 
         interval = result.interval ? result.interval * 1000 : interval + 5_000;
         continue;
       case "expired_token":
-        throw new CliError("the code expired before it was approved; run platform auth login --no-browser again");
+        throw new CommandError("the code expired before it was approved; run platform auth login --no-browser again");
       case "access_denied":
-        throw new CliError("the sign-in was denied in the browser");
+        throw new CommandError("the sign-in was denied in the browser");
       default:
         throw refusedBy(result);
     }

@@ -6,7 +6,7 @@
 import { existsSync } from "node:fs";
 import { chmod, mkdir, writeFile } from "node:fs/promises";
 import { dirname, isAbsolute, join, normalize, sep } from "node:path";
-import { CliError } from "../errors.ts";
+import { CommandError } from "../process/command-error.ts";
 import type { ScaffoldFile } from "./types.ts";
 
 export type WriteResult = { written: string[]; replaced: string[] };
@@ -26,7 +26,7 @@ export async function writeScaffold(root: string, files: ScaffoldFile[], force: 
   }
   const existing = files.filter((f) => existsSync(checkedPath(root, f.path))).map((f) => f.path);
   if (existing.length > 0 && !force)
-    throw new CliError(
+    throw new CommandError(
       `${existing.length} of the scaffold's files already ${existing.length === 1 ? "exists" : "exist"}, nothing written: ${existing.join(", ")}; move them away, or pass --force to replace them`,
     );
   for (const f of files) {

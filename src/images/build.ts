@@ -12,8 +12,13 @@ import { spawn } from "node:child_process";
 import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { homedir, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { CliError } from "./errors.ts";
-import { BUILDERS, type Builder } from "./platformrc.ts";
+import { CommandError } from "../process/command-error.ts";
+import { loadToolSettings } from "../settings/tools.ts";
+import { loopbackHosts, withLoopbackRegistries } from "./registries-conf.ts";
+
+/** In the order `platform publish` looks for them when a workspace's `build.builder` names none. */
+export const BUILDERS = ["docker", "podman", "buildah"] as const;
+export type Builder = (typeof BUILDERS)[number];
 
 export type RunResult = { code: number; output: string };
 
@@ -25,11 +30,12 @@ export type RunResult = { code: number; output: string };
 export function runTool(
   program: string,
   args: string[],
-  options: { cwd?: string; input?: string; echo?: boolean } = {},
+  options: { cwd?: string; input?: string; echo?: boolean; env?: Record<string, string> } = {},
 ): Promise<RunResult | undefined> {
   return new Promise((resolve, reject) => {
     const child = spawn(program, args, {
       cwd: options.cwd,
+      ...(options.env ? { env: { ...process.env, ...options.env } } : {}),
       stdio: [options.input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
     });
     let output = "";
@@ -74,7 +80,9 @@ export async function findBuilder(named?: Builder): Promise<Builder> {
   if (named) {
     const why = await whyNot(named);
     if (why)
-      throw new CliError(`${why} (named by --builder or build.builder in .platformrc.json): mend it or name another`);
+      throw new CommandError(
+        `${why} (named by --builder or build.builder in .platformrc.json): mend it or name another`,
+      );
     return named;
   }
   const reasons: string[] = [];
@@ -83,7 +91,7 @@ export async function findBuilder(named?: Builder): Promise<Builder> {
     if (!why) return builder;
     reasons.push(why);
   }
-  throw new CliError(
+  throw new CommandError(
     `no working image builder: ${reasons.join("; ")}. Install or start one of ${BUILDERS.join(", ")} (docs/publish.md)`,
   );
 }
@@ -153,10 +161,14 @@ export async function buildImage(req: BuildRequest): Promise<void> {
     ...(req.builder === "docker" ? [] : await buildSecrets()),
     req.context,
   ];
-  const ran = await runTool(req.builder, args, { cwd: req.context, echo: true });
-  if (!ran) throw new CliError(`${req.builder} is not installed`);
+  // docker allows loopback registries itself; buildah and podman need them named (registries-conf.ts).
+  const hosts = req.builder === "docker" ? [] : loopbackHosts(await readFile(req.dockerfile, "utf8"), req.buildArgs);
+  const ran = await withLoopbackRegistries(hosts, loadToolSettings().registriesConfFiles, (env) =>
+    runTool(req.builder, args, { cwd: req.context, echo: true, env }),
+  );
+  if (!ran) throw new CommandError(`${req.builder} is not installed`);
   if (ran.code !== 0)
-    throw new CliError(`${req.builder} build failed (exit ${ran.code}); its output is above:\n${tail(ran.output)}`);
+    throw new CommandError(`${req.builder} build failed (exit ${ran.code}); its output is above:\n${tail(ran.output)}`);
 }
 
 /**
@@ -190,13 +202,13 @@ export async function pushImage(
       await rm(dir, { recursive: true, force: true });
     }
   }
-  if (!ran) throw new CliError(`${builder} is not installed`);
+  if (!ran) throw new CommandError(`${builder} is not installed`);
   if (ran.code !== 0) {
-    if (isAuthFailure(ran.output)) throw new CliError(options.notLoggedIn, 1, { plain: true });
-    throw new CliError(`${builder} push of ${reference} failed (exit ${ran.code}):\n${tail(ran.output)}`);
+    if (isAuthFailure(ran.output)) throw new CommandError(options.notLoggedIn, 1, { plain: true });
+    throw new CommandError(`${builder} push of ${reference} failed (exit ${ran.code}):\n${tail(ran.output)}`);
   }
   if (!digest || !/^sha256:[0-9a-f]{64}$/.test(digest))
-    throw new CliError(`${builder} pushed ${reference} but did not say its digest; check the registry`);
+    throw new CommandError(`${builder} pushed ${reference} but did not say its digest; check the registry`);
   return digest;
 }
 
@@ -223,12 +235,12 @@ export async function loginBuilder(
     ["login", ...tlsFlags(builder, options.plainHttp), "--username", credentials.username, "--password-stdin", host],
     { input: `${credentials.password}\n` },
   );
-  if (!ran) throw new CliError(`${builder} is not installed`);
+  if (!ran) throw new CommandError(`${builder} is not installed`);
   if (ran.code === 0) return;
   // The builder's output never holds the password (it came on stdin), but it is cut to its tail anyway.
   if (isAuthFailure(ran.output))
-    throw new CliError(
+    throw new CommandError(
       `${host} refused the username or password for ${credentials.username}: check them and try again`,
     );
-  throw new CliError(`${builder} login ${host} failed (exit ${ran.code}):\n${tail(ran.output, 5)}`);
+  throw new CommandError(`${builder} login ${host} failed (exit ${ran.code}):\n${tail(ran.output, 5)}`);
 }

@@ -6,7 +6,7 @@
  * `tests/test_service.py` follow the proto's RPCs (python/service.ts), and the README says how to run, test, build, publish and deploy it.
  * docs/scaffolds.md ("Python") says what each file is and why.
  */
-import { CliError } from "../errors.ts";
+import { CommandError } from "../process/command-error.ts";
 import { moduleOf, packageName } from "./python/names.ts";
 import { exampleShape, servicePy, testsPy } from "./python/service.ts";
 import { renderDir, TEMPLATES_DIR } from "./templates.ts";
@@ -14,7 +14,7 @@ import type { ScaffoldFile, ScaffoldInput, Scaffolder } from "./types.ts";
 
 export const scaffoldPython: Scaffolder = async (input) => {
   if (!/^[a-z][a-z0-9-]*$/.test(input.name))
-    throw new CliError(
+    throw new CommandError(
       `service name ${JSON.stringify(input.name)}: use lowercase letters, digits and -, starting with a letter`,
     );
   // Checked before anything is rendered, so a proto without the example's shape writes nothing.
@@ -42,7 +42,7 @@ function readme(input: ScaffoldInput, pkg: string): string {
   const image = input.imageRepository ?? `<registry>/<org>/${name}`;
   const rpcs = service.rpcs.map((r) => `\`${r.name}\``).join(", ");
   const example = input.example
-    ? `It is the seed's reference ItemService: \`CreateItem\` stores an item under a generated id (an empty
+    ? `It is the example ItemService: \`CreateItem\` stores an item under a generated id (an empty
 name is \`INVALID_ARGUMENT\`), \`GetItem\` reads it back (a missing id is \`NOT_FOUND\`, \`item <id> not
 found\`), \`ListItems\` lists items in creation order, a page at a time when the request has
 \`page_size\`/\`page_token\`. Items live in PostgreSQL when \`DATABASE_URL\` is set (the \`items\` table of
@@ -73,10 +73,11 @@ the only indexes, \`--index-url\` the first and \`--extra-index-url\` the others
 \`\`\`sh
 python3 -m venv .venv
 set -- $(python3 -m pip config get global.extra-index-url)   # the configured mirrors, if any
-.venv/bin/pip install --index-url "$1" --extra-index-url "$2" -e '.[dev]'
+.venv/bin/pip install --index-url "$1" --extra-index-url "$2" -c requirements.lock -e '.[dev]'
 \`\`\`
 
-Elsewhere, \`.venv/bin/pip install -e '.[dev]'\`. Then \`platform proto generate --lang python\`
+Elsewhere, \`.venv/bin/pip install -c requirements.lock -e '.[dev]'\`. \`requirements.lock\` pins every package
+(the image's build installs with it too): change a version in \`pyproject.toml\` and in it together. Then \`platform proto generate --lang python\`
 writes the stubs into \`src/__generated__/\` with \`.venv/bin/python\` (its \`grpcio-tools\`, so the
 stubs match the installed \`protobuf\`): \`platform service create\` ran it already where a Python
 with grpcio-tools was there; run it again after changing the proto, and commit the stubs.

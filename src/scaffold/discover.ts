@@ -12,9 +12,16 @@ import {
   type PackageSummary,
   type ServiceSummary,
   summarizePackage,
-} from "../../protos/descriptors.ts";
-import { bufFailure, type Finding, formatFinding, type ProtoWorkspace, parseBufFindings, runBuf } from "../buf.ts";
-import { CliError } from "../errors.ts";
+} from "../protos/descriptors.ts";
+import {
+  bufFailure,
+  type Finding,
+  formatFinding,
+  type ProtoWorkspace,
+  parseBufFindings,
+  runBuf,
+} from "../protos/buf.ts";
+import { CommandError } from "../process/command-error.ts";
 
 export type Discovered = {
   service: ServiceSummary;
@@ -27,7 +34,7 @@ export type Discovered = {
 /** The workspace's image with imports, as buf builds it; compile errors are listed. */
 export async function buildImage(ws: ProtoWorkspace): Promise<FileDescriptorSet> {
   if (ws.files.length === 0)
-    throw new CliError(
+    throw new CommandError(
       `no .proto files in ${ws.modules.map((m) => `${m}/`).join(", ")}: write the service's contract first (docs/protos.md), then run platform service create`,
     );
   const run = await runBuf(["build", "--error-format", "json", "-o", "-"], ws.root);
@@ -40,7 +47,7 @@ export async function buildImage(ws: ProtoWorkspace): Promise<FileDescriptorSet>
       // Not findings: buf's own failure, reported as it is below.
     }
     if (findings.length > 0)
-      throw new CliError(
+      throw new CommandError(
         `the protos do not compile (\`platform proto lint\` shows every finding):\n${findings.map(formatFinding).join("\n")}`,
       );
     throw bufFailure("buf build", run);
@@ -99,7 +106,7 @@ export function pickService(name: string, services: ServiceSummary[], explicit?:
     const byShort = services.filter((s) => s.name === explicit);
     const hit = byFull ?? (byShort.length === 1 ? byShort[0] : undefined);
     if (hit) return hit;
-    throw new CliError(
+    throw new CommandError(
       services.length === 0
         ? `--service ${explicit}: the workspace's protos declare no service`
         : `--service ${explicit}: no such service${byShort.length > 1 ? " (several have that name: give the full name)" : ""}; the workspace's protos declare ${found}`,
@@ -107,7 +114,7 @@ export function pickService(name: string, services: ServiceSummary[], explicit?:
     );
   }
   if (services.length === 0)
-    throw new CliError(
+    throw new CommandError(
       "the workspace's protos declare no service: add one (service ItemService { rpc GetItem(...) returns (...); }) and run platform proto lint",
     );
   const key = nameKey(name);
@@ -117,7 +124,7 @@ export function pickService(name: string, services: ServiceSummary[], explicit?:
   if (matches.length === 1) return matches[0]!;
   if (matches.length === 0 && services.length === 1) return services[0]!;
   const candidates = (matches.length > 0 ? matches : services).map((s) => s.full_name).join(", ");
-  throw new CliError(
+  throw new CommandError(
     `${matches.length > 1 ? `several services match "${name}"` : `no service matches "${name}"`}: ${candidates}; name one with --service <package.Service>`,
     2,
   );

@@ -3,12 +3,12 @@
  * workspace's protos, hands each language the same input, and writes the files it returns (never
  * replacing one without --force).
  */
-import type { MessageSummary, PackageSummary, ServiceSummary } from "../../protos/descriptors.ts";
+import type { MessageSummary, PackageSummary, ServiceSummary } from "../protos/descriptors.ts";
 
 export type ScaffoldInput = {
   /** The service's name as the team types it (`items`): directory-safe, lowercase, `-` allowed. */
   name: string;
-  /** `--example`: the seed's reference implementation instead of handlers that answer Unimplemented. */
+  /** `--example`: the example ItemService instead of handlers that answer Unimplemented. */
   example: boolean;
   /** The proto service the scaffold implements (`platform.items.v1.ItemService`). */
   service: ServiceSummary;

@@ -1,18 +1,14 @@
 /**
  * `.platformrc.json`'s schema: the one definition of its keys, from which the JSON Schema shipped
  * with the CLI (schemas/platformrc.schema.json, for editors) is generated. The file holds what was
- * written, so no key has a zod default here: workspace.ts fills the defaults in, and the JSON
+ * written, so no key has a zod default here: find.ts fills the defaults in, and the JSON
  * Schema shows them (`default`) to editors.
  */
 import { z } from "zod";
 import { OrgId } from "../contracts/orgs.ts";
 
-export const LANGUAGES = ["node", "python"] as const;
-export type Language = (typeof LANGUAGES)[number];
-
-/** In the order `platform publish` looks for them when `build.builder` names none. */
-export const BUILDERS = ["docker", "podman", "buildah"] as const;
-export type Builder = (typeof BUILDERS)[number];
+import { BUILDERS } from "../images/build.ts";
+import { LANGUAGES, type Language } from "../protos/generate.ts";
 
 export const DEFAULT_PROTO_ROOT = "proto";
 export const DEFAULT_LANGUAGE: Language = "node";
@@ -35,7 +31,7 @@ export const WorkspaceConfig = z.object({
     .regex(/^https?:\/\/[^\s/?#]+[^\s?#]*$/, { message: REGISTRY_URL_ERROR, abort: true })
     .refine((text) => URL.canParse(text), REGISTRY_URL_ERROR)
     .describe(
-      "The platform's base URL (its gateway): it holds the proto registry, the service catalog and the dev center, and commands run in this workspace talk to it.",
+      "The platform's base URL (its gateway): it holds the proto catalog, the service catalog and the dev center, and commands run in this workspace talk to it.",
     ),
   orgId: OrgId.describe("The organization the workspace's protos, services and images belong to."),
   imageRepository: z

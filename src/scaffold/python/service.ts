@@ -1,11 +1,11 @@
 /**
  * The parts of a Python scaffold that follow the proto: `service.py` (one handler per RPC, each
- * answering UNIMPLEMENTED, or the seed's ItemService for `--example`) and `tests/test_service.py`
+ * answering UNIMPLEMENTED, or the example ItemService for `--example`) and `tests/test_service.py`
  * (every RPC called through a real gRPC stub). Everything that does not depend on the proto is a
  * file under templates/service/python/.
  */
-import type { FieldSummary, RpcSummary } from "../../../protos/descriptors.ts";
-import { CliError } from "../../errors.ts";
+import type { FieldSummary, RpcSummary } from "../../protos/descriptors.ts";
+import { CommandError } from "../../process/command-error.ts";
 import type { ScaffoldInput } from "../types.ts";
 import { Imports, messageOf, messageRef, moduleOf, snakeCase } from "./names.ts";
 
@@ -25,7 +25,7 @@ function field(input: ScaffoldInput, message: string, name: string): FieldSummar
 }
 
 /**
- * Checks that the service has the seed's ItemService shape (CreateItem(name) → item, GetItem(id) →
+ * Checks that the service has the example ItemService shape (CreateItem(name) → item, GetItem(id) →
  * item, ListItems → items, on an Item with string id and name), naming every gap when it has not.
  */
 export function exampleShape(input: ScaffoldInput): ExampleShape {
@@ -64,8 +64,8 @@ export function exampleShape(input: ScaffoldInput): ExampleShape {
       `${list.output} has no field items of type repeated ${item}`,
     );
   if (problems.length > 0 || !create || !list || !item)
-    throw new CliError(
-      `--example implements the seed's ItemService (CreateItem(name, description) → item, GetItem(id) → item, ` +
+    throw new CommandError(
+      `--example implements the example ItemService (CreateItem(name, description) → item, GetItem(id) → item, ` +
         `ListItems → items, on an Item with string id, name and description), and ${input.service.full_name} ` +
         `does not have that shape: ${problems.join("; ")}. Scaffold it without --example and write the handlers in service.py`,
     );
@@ -129,7 +129,7 @@ function serviceHeader(input: ScaffoldInput, example: boolean): string[] {
     ? [
         '"""',
         `Handlers of ${input.service.full_name} (${proto}):`,
-        "the seed's reference ItemService. Items live in PostgreSQL when DATABASE_URL is set, in memory",
+        "the example ItemService. Items live in PostgreSQL when DATABASE_URL is set, in memory",
         "otherwise (store.py). The messages and the servicer base class come from the stubs",
         "`platform proto generate --lang python` writes in src/__generated__/.",
         '"""',

@@ -1,16 +1,16 @@
 /**
- * The proto registry from the workspace's side (docs/protos.md): `publish` builds each package's
+ * The proto catalog from the workspace's side (docs/protos.md): `publish` builds each package's
  * image with buf, refuses a change that breaks the package's previous version (buf breaking
- * against that version's image, fetched from the registry) unless allowed, and sends the image
+ * against that version's image, fetched from the catalog) unless allowed, and sends the image
  * and the sources; `fetch` writes a version back, confined to the directory it is given.
  */
 import { createHash } from "node:crypto";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
-import { decodeImage } from "../protos/descriptors.ts";
-import { nextVersion, ProtoFilePath, ProtoPackageName, ProtoVersionName } from "../protos/names.ts";
-import type { ProtoPackage, PublicProtoVersion } from "../protos/record.ts";
+import { decodeImage } from "./descriptors.ts";
+import { nextVersion, ProtoFilePath, ProtoPackageName, ProtoVersionName } from "./names.ts";
+import type { ProtoPackage, PublicProtoVersion } from "./record.ts";
 import {
   bufFailure,
   type Finding,
@@ -20,17 +20,22 @@ import {
   runBuf,
   workspacePath,
 } from "./buf.ts";
-import type { ApiClient } from "./client.ts";
-import { CliError } from "./errors.ts";
-import { lintProtos } from "./proto-lint.ts";
-import { WORKSPACE_FILE } from "./workspace.ts";
+import { CommandError } from "../process/command-error.ts";
+import { lintProtos } from "./lint.ts";
+
+/** The platform's HTTP API as the catalog uses it: the CLI's ApiClient, signed in to the workspace's organization. */
+export type CatalogApi = {
+  readonly baseUrl: string;
+  send(method: string, path: string): Promise<Response>;
+  request<T>(method: string, path: string, body?: unknown): Promise<T>;
+};
 
 const sha256 = (bytes: Uint8Array | string) => createHash("sha256").update(bytes).digest("hex");
 
 const versionsPath = (pkg: string) => `/admin/v1/protos/${encodeURIComponent(pkg)}/versions`;
 
 /** A GET through the client; undefined for a 404 (a package not published yet), the server's message otherwise. */
-async function download(api: ApiClient, path: string): Promise<Buffer | undefined> {
+async function download(api: CatalogApi, path: string): Promise<Buffer | undefined> {
   const res = await api.send("GET", path);
   if (res.status === 404) return undefined;
   const body = Buffer.from(await res.arrayBuffer());
@@ -41,10 +46,12 @@ async function download(api: ApiClient, path: string): Promise<Buffer | undefine
   } catch {
     // Not the API's envelope: the status says enough.
   }
-  throw new CliError(`GET ${path}: ${error?.message ?? `HTTP ${res.status}`}${error?.code ? ` (${error.code})` : ""}`);
+  throw new CommandError(
+    `GET ${path}: ${error?.message ?? `HTTP ${res.status}`}${error?.code ? ` (${error.code})` : ""}`,
+  );
 }
 
-async function downloadJson<T>(api: ApiClient, path: string): Promise<T | undefined> {
+async function downloadJson<T>(api: CatalogApi, path: string): Promise<T | undefined> {
   const body = await download(api, path);
   return body === undefined ? undefined : (JSON.parse(body.toString()) as T);
 }
@@ -79,7 +86,7 @@ function ruleSets(ws: ProtoWorkspace): string {
 
 async function plan(
   ws: ProtoWorkspace,
-  api: ApiClient,
+  api: CatalogApi,
   tmp: string,
   pkg: string,
   names: string[],
@@ -109,7 +116,7 @@ async function plan(
 
   const against = join(tmp, `${pkg}-${latest.version}.binpb`);
   const previous = await download(api, `${versionsPath(pkg)}/${latest.version}/image`);
-  if (!previous) throw new CliError(`${pkg}@${latest.version}: its image is gone from the registry`);
+  if (!previous) throw new CommandError(`${pkg}@${latest.version}: its image is gone from the proto catalog`);
   await writeFile(against, previous);
   const check = await runBuf(
     ["breaking", "--against", against, "--exclude-imports", "--error-format", "json"],
@@ -130,20 +137,20 @@ async function plan(
 /** Lints, plans every package, refuses if any breaks its previous version, then publishes them in order. */
 export async function publish(
   ws: ProtoWorkspace,
-  api: ApiClient,
+  api: CatalogApi,
   options: { version?: string; allowBreaking: boolean },
 ): Promise<PublishOutcome[]> {
   const { findings } = await lintProtos(ws);
   if (findings.length > 0)
-    throw new CliError(
+    throw new CommandError(
       `the protos do not lint clean; fix these first (\`platform proto lint\`):\n${findings.map(formatFinding).join("\n")}`,
     );
-  if (ws.files.length === 0) throw new CliError(`no .proto files in ${ws.modules.join(", ")}: nothing to publish`);
+  if (ws.files.length === 0) throw new CommandError(`no .proto files in ${ws.modules.join(", ")}: nothing to publish`);
   if (ws.orgId !== undefined) {
     const me = await api.request<{ org: string }>("GET", "/admin/v1/whoami");
     if (me.org !== ws.orgId)
-      throw new CliError(
-        `${WORKSPACE_FILE} names organization "${ws.orgId}", but your credentials for ${api.baseUrl} are for "${me.org}": sign in to ${ws.orgId} (platform auth login) or correct orgId`,
+      throw new CommandError(
+        `${ws.configFile} names organization "${ws.orgId}", but your credentials for ${api.baseUrl} are for "${me.org}": sign in to ${ws.orgId} (platform auth login) or correct orgId`,
       );
   }
   const tmp = await mkdtemp(join(tmpdir(), "platform-publish-"));
@@ -152,7 +159,7 @@ export async function publish(
     for (const [pkg, names] of await packagesOf(ws)) plans.push(await plan(ws, api, tmp, pkg, names, options));
     const refused = plans.filter((p) => p.breaking.length > 0 && !options.allowBreaking);
     if (refused.length > 0)
-      throw new CliError(
+      throw new CommandError(
         refused
           .map(
             (p) =>
@@ -177,11 +184,11 @@ export async function publish(
   }
 }
 
-export async function listPackages(api: ApiClient): Promise<ProtoPackage[]> {
+export async function listPackages(api: CatalogApi): Promise<ProtoPackage[]> {
   return (await api.request<{ data: ProtoPackage[] }>("GET", "/admin/v1/protos")).data;
 }
 
-export async function listVersions(api: ApiClient, pkg: string): Promise<PublicProtoVersion[]> {
+export async function listVersions(api: CatalogApi, pkg: string): Promise<PublicProtoVersion[]> {
   return (await api.request<{ data: PublicProtoVersion[] }>("GET", versionsPath(pkg))).data;
 }
 
@@ -190,35 +197,35 @@ export function parseSpec(spec: string): { pkg: string; version: string } {
   const at = spec.lastIndexOf("@");
   const [pkg, version] = at < 0 ? [spec, "latest"] : [spec.slice(0, at), spec.slice(at + 1)];
   const p = ProtoPackageName.safeParse(pkg);
-  if (!p.success) throw new CliError(`<package>: ${p.error.issues[0]?.message}`, 2);
+  if (!p.success) throw new CommandError(`<package>: ${p.error.issues[0]?.message}`, 2);
   if (version !== "latest") {
     const v = ProtoVersionName.safeParse(version);
-    if (!v.success) throw new CliError(`@<version>: ${v.error.issues[0]?.message}`, 2);
+    if (!v.success) throw new CommandError(`@<version>: ${v.error.issues[0]?.message}`, 2);
   }
   return { pkg, version };
 }
 
 /**
  * `out/<path>` for a path the server sent, or an error: every path is checked against the form
- * the registry stores, then again as a path, so no answer can write outside `out`.
+ * the proto catalog stores, then again as a path, so no answer can write outside `out`.
  */
 function confined(out: string, path: string): string {
-  if (!ProtoFilePath.safeParse(path).success) throw new CliError(`the registry sent an unsafe path: ${path}`);
+  if (!ProtoFilePath.safeParse(path).success) throw new CommandError(`the proto catalog sent an unsafe path: ${path}`);
   const target = resolve(out, path);
   const rel = relative(out, target);
   if (rel === "" || isAbsolute(rel) || rel === ".." || rel.startsWith(`..${sep}`))
-    throw new CliError(`the registry sent a path outside ${out}: ${path}`);
+    throw new CommandError(`the proto catalog sent a path outside ${out}: ${path}`);
   return target;
 }
 
 /** Writes a version's sources (at their paths) and its image (`<package>-<version>.binpb`) under `out`. */
-export async function fetchVersion(api: ApiClient, spec: string, outDir: string): Promise<{ written: string[] }> {
+export async function fetchVersion(api: CatalogApi, spec: string, outDir: string): Promise<{ written: string[] }> {
   const { pkg, version } = parseSpec(spec);
   const out = resolve(outDir);
   const record = await api.request<PublicProtoVersion>("GET", `${versionsPath(pkg)}/${version}`);
   // The image's name is made of the version the server sent: checked like the paths.
   if (!ProtoVersionName.safeParse(record.version).success)
-    throw new CliError(`the registry sent an invalid version: ${record.version}`);
+    throw new CommandError(`the proto catalog sent an invalid version: ${record.version}`);
   const base = `${versionsPath(pkg)}/${record.version}`;
   const downloads: { target: string; bytes: Buffer }[] = [];
   for (const file of record.files) {
@@ -226,12 +233,12 @@ export async function fetchVersion(api: ApiClient, spec: string, outDir: string)
     const url = `${base}/files/${file.path.split("/").map(encodeURIComponent).join("/")}`;
     const bytes = await download(api, url);
     if (!bytes || sha256(bytes) !== file.sha256)
-      throw new CliError(`${pkg}@${record.version}: ${file.path} does not match its recorded sha256`);
+      throw new CommandError(`${pkg}@${record.version}: ${file.path} does not match its recorded sha256`);
     downloads.push({ target, bytes });
   }
   const image = await download(api, `${base}/image`);
   if (!image || sha256(image) !== record.image.sha256)
-    throw new CliError(`${pkg}@${record.version}: the image does not match its recorded sha256`);
+    throw new CommandError(`${pkg}@${record.version}: the image does not match its recorded sha256`);
   downloads.push({ target: join(out, `${pkg}-${record.version}.binpb`), bytes: image });
   // Everything is checked before anything is written: a failed fetch leaves `out` as it was.
   for (const d of downloads) {

@@ -1,20 +1,15 @@
 /**
- * The team's workspace: `.platformrc.json` at its root (its keys: platformrc.ts), found by walking
+ * The team's workspace: `.platformrc.json` at its root (its keys: config.ts), found by walking
  * up from the current directory as git finds `.git`. Every error about it names the file and the
  * field, and exits 2; `config` is the file as written, `workspaceSettings` fills in the defaults.
  */
 import { readFile } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import { describeIssues } from "../contracts/issues.ts";
-import { CliError } from "./errors.ts";
-import {
-  type Builder,
-  DEFAULT_LANGUAGE,
-  DEFAULT_PROTO_ROOT,
-  IMAGE_REPOSITORY_PATTERN,
-  type Language,
-  WorkspaceConfig,
-} from "./platformrc.ts";
+import { CommandError } from "../process/command-error.ts";
+import type { Builder } from "../images/build.ts";
+import type { Language } from "../protos/generate.ts";
+import { DEFAULT_LANGUAGE, DEFAULT_PROTO_ROOT, IMAGE_REPOSITORY_PATTERN, WorkspaceConfig } from "./config.ts";
 
 export const WORKSPACE_FILE = ".platformrc.json";
 
@@ -22,7 +17,7 @@ export type Workspace = { root: string; file: string; config: WorkspaceConfig };
 
 /** A workspace's keys with their defaults filled in: what the commands run in it use. */
 export type WorkspaceSettings = {
-  /** As written: `normalizeBaseUrl` (credentials.ts) before building URLs on it, as commands resolve it. */
+  /** As written: `normalizeBaseUrl` (src/client/credentials.ts) before building URLs on it, as commands resolve it. */
   registryUrl: string;
   orgId: string;
   /** Undefined where the file names none and none can be derived (see deriveImageRepository). */
@@ -39,7 +34,7 @@ export async function findWorkspace(from: string = process.cwd()): Promise<Works
     const file = join(dir, WORKSPACE_FILE);
     const raw = await readFile(file, "utf8").catch((e: NodeJS.ErrnoException) => {
       if (e.code === "ENOENT" || e.code === "ENOTDIR") return undefined;
-      throw new CliError(`${file}: cannot read it (${e.code ?? e.message})`);
+      throw new CommandError(`${file}: cannot read it (${e.code ?? e.message})`);
     });
     if (raw !== undefined) return { root: dir, file, config: parseWorkspace(file, raw) };
     if (dirname(dir) === dir) return undefined;
@@ -52,7 +47,7 @@ export async function requireWorkspace(
 ): Promise<Workspace & { settings: WorkspaceSettings }> {
   const found = await findWorkspace(from);
   if (!found)
-    throw new CliError(
+    throw new CommandError(
       `not in a workspace: no ${WORKSPACE_FILE} in ${resolve(from)} or above it; run \`platform init --registry-url <url> --org-id <id>\` at the repository's root`,
       2,
     );
@@ -90,9 +85,9 @@ function parseWorkspace(file: string, raw: string): WorkspaceConfig {
   try {
     json = JSON.parse(raw);
   } catch {
-    throw new CliError(`${file}: not valid JSON`, 2);
+    throw new CommandError(`${file}: not valid JSON`, 2);
   }
   const parsed = WorkspaceConfig.safeParse(json);
-  if (!parsed.success) throw new CliError(`${file}: ${describeIssues(parsed.error)}`, 2);
+  if (!parsed.success) throw new CommandError(`${file}: ${describeIssues(parsed.error)}`, 2);
   return parsed.data;
 }

@@ -9,11 +9,12 @@
  * never into an error, a log line or `--json`.
  */
 import { readFile } from "node:fs/promises";
+import { CommandError } from "../process/command-error.ts";
 import type { ToolSettings } from "../settings/tools.ts";
-import type { Builder } from "./platformrc.ts";
+import type { Builder } from "./build.ts";
 
 /** The host (and port) of a repository `host[:port]/path`. */
-export function registryHost(repository: string): string {
+export function imageRegistryHost(repository: string): string {
   return repository.split("/")[0] as string;
 }
 
@@ -81,7 +82,7 @@ export async function storedSession(host: string, files: string[]): Promise<Stor
   return store ? { kind: "helper", ...store } : { kind: "none", searched: files };
 }
 
-export type RegistryAnswer =
+export type ImageRegistryAnswer =
   /** 200: in (with the credentials given, or the registry is open). */
   | { status: "ok"; url: string }
   /** 401: the credentials were refused, or none were given to a registry that needs them. */
@@ -104,10 +105,10 @@ function bearerChallenge(header: string | null): Record<string, string> | undefi
  * exchange Docker Distribution's token auth asks for (the realm's token endpoint, given the same
  * credentials). Any answer from a registry (200 or 401) means it is reachable.
  */
-export async function askRegistry(
+export async function askImageRegistry(
   host: string,
   options: { plainHttp: boolean; credentials?: { username: string; password: string } },
-): Promise<RegistryAnswer> {
+): Promise<ImageRegistryAnswer> {
   const url = `${options.plainHttp ? "http" : "https"}://${host}/v2/`;
   const basic = options.credentials
     ? `Basic ${Buffer.from(`${options.credentials.username}:${options.credentials.password}`).toString("base64")}`
@@ -148,3 +149,22 @@ export async function askRegistry(
 
 /** The line `platform publish` exits with when the registry refuses it, word for word (docs/publish.md). */
 export const notLoggedIn = (host: string) => `not logged in to ${host}: run platform registry login`;
+
+/** Where an image registry sends builders for tokens: its `Bearer` challenge's realm, or why there is none. */
+export async function tokenRealm(host: string, plainHttp: boolean): Promise<string> {
+  const url = `${plainHttp ? "http" : "https"}://${host}/v2/`;
+  let res: Response;
+  try {
+    res = await fetch(url, { signal: AbortSignal.timeout(10_000) });
+  } catch (e) {
+    const cause = (e as { cause?: { code?: string } }).cause?.code ?? (e as Error).message;
+    throw new CommandError(`cannot reach the image registry at ${url} (${cause})`);
+  }
+  const challenge = res.headers.get("www-authenticate") ?? "";
+  const realm = /^bearer\s.*realm="([^"]+)"/i.exec(challenge)?.[1];
+  if (res.status !== 401 || !realm)
+    throw new CommandError(
+      `${host} does not take platform tokens (GET /v2/ answered ${res.status}${challenge ? ` with ${challenge.split(" ")[0]} auth` : ""}): log in with --username <user> --password-stdin`,
+    );
+  return realm;
+}

@@ -21,7 +21,6 @@ import { mkdir, mkdtemp, readdir, readFile, rm, rmdir, writeFile } from "node:fs
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join, relative, sep } from "node:path";
-import type { Language } from "./platformrc.ts";
 import {
   bufFailure,
   formatFinding,
@@ -32,7 +31,11 @@ import {
   runProgram,
   workspacePath,
 } from "./buf.ts";
-import { CliError } from "./errors.ts";
+import { CommandError } from "../process/command-error.ts";
+
+/** The languages stubs are generated in (a workspace's `language`). */
+export const LANGUAGES = ["node", "python"] as const;
+export type Language = (typeof LANGUAGES)[number];
 
 export const GENERATED_DIR = "src/__generated__";
 
@@ -66,10 +69,10 @@ async function filesUnder(dir: string): Promise<string[]> {
 }
 
 /** buf's own failure, or its compile findings one a line. */
-function generateFailure(what: string, run: Run): CliError {
+function generateFailure(what: string, run: Run): CommandError {
   const findings = run.code === 100 ? parseBufFindings(run.stdout.toString()) : [];
   if (findings.length === 0) return bufFailure(what, run);
-  return new CliError(
+  return new CommandError(
     `the protos do not compile (\`platform proto lint\` shows every finding):\n${findings.map(formatFinding).join("\n")}`,
   );
 }
@@ -134,7 +137,7 @@ async function generatePython(
     ws.root,
   ).catch((e: NodeJS.ErrnoException) => ({ code: 1, stdout: Buffer.alloc(0), stderr: e.code ?? e.message }));
   if (probe.code !== 0)
-    throw new CliError(
+    throw new CommandError(
       `proto generate --lang python needs grpcio-tools in ${python} (${probe.stderr.trim().split("\n").at(-1)}): ` +
         `install it with \`${python} -m pip install grpcio-tools\` (pip mirrors: pass them as --index-url/--extra-index-url), ` +
         "or name an interpreter that has it with --python",
@@ -158,7 +161,7 @@ async function generatePython(
     ],
     ws.root,
   );
-  if (run.code !== 0) throw new CliError(`grpc_tools.protoc failed: ${run.stderr.trim() || `exit ${run.code}`}`);
+  if (run.code !== 0) throw new CommandError(`grpc_tools.protoc failed: ${run.stderr.trim() || `exit ${run.code}`}`);
   const files: Output[] = [];
   for (const path of await filesUnder(stubs)) {
     const source = workspacePath(ws, path.replace(/_pb2(?:_grpc)?\.pyi?$/, ".proto"));
@@ -169,7 +172,7 @@ async function generatePython(
   const seen = new Set<string>();
   for (const f of files) {
     if (seen.has(f.path))
-      throw new CliError(
+      throw new CommandError(
         `two protos generate ${f.path} once the platform/ root is dropped: move the one outside platform/`,
       );
     seen.add(f.path);
@@ -219,7 +222,7 @@ export async function generate(
   options: { python?: string } = {},
 ): Promise<GenerateResult> {
   if (ws.files.length === 0)
-    throw new CliError(`no .proto files in ${ws.modules.join(", ")} (buf.yaml's modules): nothing to generate`);
+    throw new CommandError(`no .proto files in ${ws.modules.join(", ")} (buf.yaml's modules): nothing to generate`);
   const out = await mkdtemp(join(tmpdir(), "platform-generate-"));
   try {
     const { generator, files } =

@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import type { ScaffoldFile } from "./types.ts";
 
 /** templates/service/ beside src/ in the CLI's package. */
-export const TEMPLATES_DIR = fileURLToPath(new URL("../../../templates/service/", import.meta.url));
+export const TEMPLATES_DIR = fileURLToPath(new URL("../../templates/service/", import.meta.url));
 
 /** Files whose real names npm or git would treat specially in the CLI's own repository. */
 const RENAMED: Record<string, string> = { gitignore: ".gitignore", dockerignore: ".dockerignore" };

@@ -3,11 +3,11 @@
  * templates/service/node/ (`common/`, then `plain/` or `example/`), rendered with the service's
  * names, plus what depends on the proto's shape and is generated here: `src/service.ts` with one
  * handler per RPC (any proto, any streaming kind) and, for the plain scaffold, a test calling each.
- * `--example` fills in the seed's ItemService, so it needs that shape and says what is missing.
+ * `--example` fills in the example ItemService, so it needs that shape and says what is missing.
  */
 import { join } from "node:path";
-import type { MessageSummary, RpcSummary } from "../../protos/descriptors.ts";
-import { CliError } from "../errors.ts";
+import type { MessageSummary, RpcSummary } from "../protos/descriptors.ts";
+import { CommandError } from "../process/command-error.ts";
 import { renderDir, TEMPLATES_DIR, type TemplateValues } from "./templates.ts";
 import type { ScaffoldFile, ScaffoldInput, Scaffolder } from "./types.ts";
 
@@ -192,7 +192,7 @@ function field(message: MessageSummary | undefined, name: string) {
 }
 
 /**
- * What `--example` needs of the proto (the seed's ItemService), and whether ListItems pages.
+ * What `--example` needs of the proto (the example ItemService), and whether ListItems pages.
  * Every missing piece is listed, so one run tells the whole story.
  */
 export function exampleShape(input: ScaffoldInput): { paginated: boolean; item: MessageSummary } {
@@ -222,8 +222,8 @@ export function exampleShape(input: ScaffoldInput): { paginated: boolean; item: 
   need(messageOf(input, create?.output), "item", (t) => t === item?.full_name);
   need(messageOf(input, list?.output), "items", (t) => t === `repeated ${item?.full_name}`);
   if (problems.length > 0 || !item)
-    throw new CliError(
-      `--example implements the seed's ItemService (GetItem, ListItems, CreateItem and Item {id, name, description}), but ${input.service.full_name} differs: ${problems.join("; ")}. Scaffold without --example, or shape the proto like the seed's`,
+    throw new CommandError(
+      `--example implements the example ItemService (GetItem, ListItems, CreateItem and Item {id, name, description}), but ${input.service.full_name} differs: ${problems.join("; ")}. Scaffold without --example, or shape the proto like the example ItemService`,
     );
   const req = messageOf(input, list?.input);
   const res = messageOf(input, list?.output);

@@ -3,7 +3,7 @@
  * generate --lang python` writes for a proto file (rooted below `platform/`, which would shadow the
  * standard library's `platform` module), and the Python reference to a message class.
  */
-import type { MessageSummary } from "../../../protos/descriptors.ts";
+import type { MessageSummary } from "../../protos/descriptors.ts";
 import type { ScaffoldInput } from "../types.ts";
 
 /** `items` → `items_service`: never the generated stubs' own top-level package (`items`). */

@@ -3,7 +3,7 @@
  * `@bufbuild/buf` installs beside the CLI, never one on PATH or a download, so every machine
  * checks with the same version offline. The workspace's rules are its `buf.yaml` (which
  * `platform init` writes), so `buf lint` in an editor agrees with `platform proto lint`; the proto
- * root and language come from `.platformrc.json`.
+ * root and language come from the workspace file (src/workspace/protos.ts reads it).
  */
 import { spawn } from "node:child_process";
 import { readdir, readFile } from "node:fs/promises";
@@ -12,9 +12,8 @@ import { isAbsolute, join, normalize, relative, sep } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { describeIssues } from "../contracts/issues.ts";
-import { CliError } from "./errors.ts";
-import type { Language } from "./platformrc.ts";
-import { findWorkspace, WORKSPACE_FILE, type Workspace, workspaceSettings } from "./workspace.ts";
+import { CommandError } from "../process/command-error.ts";
+import type { Language } from "./generate.ts";
 
 /** The package @bufbuild/buf installs for each platform (its own table, scripts/platform.ts). */
 const BUF_PACKAGES: Record<string, string> = {
@@ -36,7 +35,7 @@ export function bufBinary(): string {
   } catch {
     // Reported below with the fix.
   }
-  throw new CliError(
+  throw new CommandError(
     `buf is not installed with the CLI for ${platform} (${pkg ?? "no @bufbuild/buf build for this platform"}): reinstall the CLI's dependencies (npm ci)`,
   );
 }
@@ -112,12 +111,25 @@ export function sortFindings(findings: Finding[]): Finding[] {
 }
 
 /** The lines buf prints when it fails for a reason other than findings (a bad buf.yaml, say). */
-export function bufFailure(what: string, run: Run): CliError {
-  return new CliError(`${what} failed: ${run.stderr.trim() || run.stdout.toString().trim() || `exit ${run.code}`}`);
+export function bufFailure(what: string, run: Run): CommandError {
+  return new CommandError(`${what} failed: ${run.stderr.trim() || run.stdout.toString().trim() || `exit ${run.code}`}`);
 }
+
+/** What the workspace file says about the protos: src/workspace/protos.ts reads it. */
+export type ProtoSettings = {
+  root: string;
+  /** The file `orgId`, `protoRoot` and `language` come from, as errors name it (`.platformrc.json`). */
+  configFile: string;
+  orgId: string | undefined;
+  /** Checked to lie inside the root (`insideRoot`). */
+  protoRoot: string;
+  language: Language;
+};
 
 export type ProtoWorkspace = {
   root: string;
+  /** The file `orgId`, `protoRoot` and `language` come from, as errors name it. */
+  configFile: string;
   /** `.platformrc.json`'s `orgId`: the organization the workspace publishes to, when it names one. */
   orgId: string | undefined;
   /** `.platformrc.json`'s `protoRoot` (default `proto`), relative to the root. */
@@ -142,17 +154,11 @@ const BufYaml = z.object({
 });
 
 /** A relative directory inside the workspace, as written in a config file; `what` names it in errors. */
-function insideRoot(value: string, what: string): string {
+export function insideRoot(value: string, what: string): string {
   const path = normalize(value);
   if (isAbsolute(value) || path === ".." || path.startsWith(`..${sep}`))
-    throw new CliError(`${what}: expected a directory inside the workspace, got "${value}"`, 2);
+    throw new CommandError(`${what}: expected a directory inside the workspace, got "${value}"`, 2);
   return path.split(sep).join("/");
-}
-
-/** The workspace's proto root (checked to lie inside it) and language, defaults filled in. */
-function protoSettings(workspace: Workspace): { protoRoot: string; language: Language } {
-  const { protoRoot, language } = workspaceSettings(workspace);
-  return { protoRoot: insideRoot(protoRoot, `${WORKSPACE_FILE}: protoRoot`), language };
 }
 
 async function protoFilesUnder(root: string, dir: string): Promise<string[]> {
@@ -167,44 +173,37 @@ async function protoFilesUnder(root: string, dir: string): Promise<string[]> {
     .map((e) => relative(root, join(e.parentPath, e.name)).split(sep).join("/"));
 }
 
-/**
- * The workspace the proto commands work in: the nearest `.platformrc.json` (or `workspace`) and
- * its `buf.yaml`, which must exist: its rules are the ones checked.
- */
-export async function protoWorkspace(workspace?: Workspace): Promise<ProtoWorkspace> {
-  const ws = workspace ?? (await findWorkspace());
-  if (!ws)
-    throw new CliError(
-      `no ${WORKSPACE_FILE} in this directory or any above it: run \`platform init\` at your repository's root first`,
-    );
-  const { protoRoot, language } = protoSettings(ws);
+/** The workspace the proto commands work in: its settings and its `buf.yaml`, which must exist: its rules are the ones checked. */
+export async function readProtoWorkspace(ws: ProtoSettings): Promise<ProtoWorkspace> {
+  const { protoRoot, language, configFile } = ws;
   const file = join(ws.root, "buf.yaml");
   const raw = await readFile(file, "utf8").catch((e: NodeJS.ErrnoException) => {
     if (e.code === "ENOENT")
-      throw new CliError(
+      throw new CommandError(
         `no buf.yaml in ${ws.root}: run \`platform init\` (it writes buf.yaml with the lint and breaking rules)`,
       );
-    throw new CliError(`${file}: cannot read it (${e.code ?? e.message})`);
+    throw new CommandError(`${file}: cannot read it (${e.code ?? e.message})`);
   });
   let yaml: unknown;
   try {
     yaml = parseYaml(raw);
   } catch (e) {
-    throw new CliError(`${file}: not valid YAML (${(e as Error).message.split("\n")[0]})`, 2);
+    throw new CommandError(`${file}: not valid YAML (${(e as Error).message.split("\n")[0]})`, 2);
   }
   const parsed = BufYaml.safeParse(yaml);
-  if (!parsed.success) throw new CliError(`${file}: ${describeIssues(parsed.error)}`, 2);
+  if (!parsed.success) throw new CommandError(`${file}: ${describeIssues(parsed.error)}`, 2);
   const modules = parsed.data.modules.map((m) => insideRoot(m.path, `${file}: modules.path`));
   // Two files name where the protos are; were they to differ, buf would check other files than the platform's.
   if (!modules.includes(protoRoot))
-    throw new CliError(
-      `${file}: no module has path "${protoRoot}", the protoRoot of ${WORKSPACE_FILE}: add \`- path: ${protoRoot}\` under modules`,
+    throw new CommandError(
+      `${file}: no module has path "${protoRoot}", the protoRoot of ${configFile}: add \`- path: ${protoRoot}\` under modules`,
       2,
     );
   const files = (await Promise.all(modules.map((m) => protoFilesUnder(ws.root, m)))).flat().sort();
   return {
     root: ws.root,
-    orgId: ws.config.orgId,
+    configFile,
+    orgId: ws.orgId,
     protoRoot,
     language,
     modules,

@@ -6,18 +6,16 @@
  * image buf builds, so every finding reads `path:line:column: RULE: message`.
  */
 import type { FileDescriptorProto } from "@bufbuild/protobuf/wkt";
-import { decodeImage, SOURCE_PATH, type Span, spanOf } from "../protos/descriptors.ts";
+import { decodeImage, SOURCE_PATH, type Span, spanOf } from "./descriptors.ts";
 import {
   bufFailure,
   type Finding,
   type ProtoWorkspace,
   parseBufFindings,
-  protoWorkspace,
   runBuf,
   sortFindings,
   workspacePath,
 } from "./buf.ts";
-import type { Workspace } from "./workspace.ts";
 
 /** `platform.<domain>.v<major>`: the platform's packages, one per domain and major version. */
 const PACKAGE_SHAPE = /^platform\.[a-z][a-z0-9_]*\.v[1-9][0-9]*$/;
@@ -71,14 +69,8 @@ function conventions(path: string, file: FileDescriptorProto): Finding[] {
 
 /**
  * Lints the workspace's protos: buf's findings (COMPILE for a file that does not compile) and
- * the platform's. Throws a CliError naming the fix where there is no workspace (none given and
- * none found from the current directory), no buf.yaml, or buf fails for another reason. A
- * workspace without .proto files lints clean, with no files. `platform doctor` calls this.
+ * the platform's. A workspace without .proto files lints clean, with no files.
  */
-export async function lintWorkspace(workspace?: Workspace): Promise<LintReport> {
-  return lintProtos(await protoWorkspace(workspace));
-}
-
 export async function lintProtos(ws: ProtoWorkspace): Promise<LintReport> {
   if (ws.files.length === 0) return { files: [], findings: [] };
   const [lint, build] = await Promise.all([
