@@ -10,13 +10,8 @@ import { verifyApiKey } from "../keys/store.ts";
 import type { Control } from "../redis/connection.ts";
 import { isCliToken } from "../tokens/token.ts";
 import { verifyToken } from "../tokens/store.ts";
+import { CallerCache } from "./callers.ts";
 import type { Caller, GatewayEnv } from "./env.ts";
-
-/**
- * Verified callers are remembered briefly so the hot path skips its Redis round trips; a revoked
- * key or token therefore stops working within CALLER_CACHE_MS (a token also at its expiry).
- */
-const CALLER_CACHE_MS = 5000;
 
 /** The message an expired or revoked CLI token gets; the CLI shows it as it is. */
 export function sessionExpired(c: Context): PlatformError {
@@ -53,18 +48,11 @@ export async function verifyBearer(ctl: Control, bearer: string): Promise<Caller
   };
 }
 
-export function requireCaller(ctl: Control): MiddlewareHandler<GatewayEnv> {
-  const cache = new Map<string, { caller: Caller; until: number }>();
-  const verify = async (bearer: string) => {
-    const hit = cache.get(bearer);
-    if (hit && hit.until > Date.now()) return hit.caller;
-    const caller = await verifyBearer(ctl, bearer);
-    if (caller) {
-      if (cache.size > 10_000) cache.clear();
-      cache.set(bearer, { caller, until: Math.min(Date.now() + CALLER_CACHE_MS, caller.token?.expires ?? Infinity) });
-    } else cache.delete(bearer);
-    return caller;
-  };
+/**
+ * `callers`: the gateway's memory of verified callers, which revocations clear at once (callers.ts);
+ * without one (or before it is started), every request is verified against Redis.
+ */
+export function requireCaller(ctl: Control, callers = new CallerCache(ctl)): MiddlewareHandler<GatewayEnv> {
   return async (c, next) => {
     const header = c.req.header("authorization");
     const match = header?.match(/^Bearer\s+(.+)$/i);
@@ -76,7 +64,7 @@ export function requireCaller(ctl: Control): MiddlewareHandler<GatewayEnv> {
       );
     }
     const bearer = match[1].trim();
-    const caller = await verify(bearer);
+    const caller = await callers.verify(bearer, () => verifyBearer(ctl, bearer));
     if (!caller) {
       // Unknown, expired and revoked tokens read the same: nothing tells a guesser which.
       if (isCliToken(bearer)) throw sessionExpired(c);
