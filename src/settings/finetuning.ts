@@ -34,7 +34,13 @@ export type FineTuningSettings = {
   dataset: { maxBytes: number; maxLines: number; maxLineBytes: number };
 };
 
-/** The reference venv of a source checkout (scripts/reference/setup.sh), when there is one. */
+/** The one command that makes the trainer's Python (scripts/setup-python.sh): every message about a missing one names it. */
+export const SETUP_PYTHON = "npm run setup:python";
+
+/** How to give the trainer a Python with torch, transformers and peft: the fix those messages give. */
+export const TRAINER_PYTHON_FIX = `run \`${SETUP_PYTHON}\` in the platform's checkout (it makes .venv-ref, which the trainer finds by itself) or set PLATFORM_TRAINER_PYTHON to a Python with torch, transformers and peft`;
+
+/** The reference venv of a source checkout (`npm run setup:python`), when there is one. */
 const CHECKOUT_VENV = join(fileURLToPath(new URL("../../", import.meta.url)), ".venv-ref", "bin", "python");
 
 export function fineTuningSettings(e: z.infer<z.ZodObject<typeof fineTuningShape>>): FineTuningSettings {

@@ -14,6 +14,7 @@ import { addEvent, readJob, updateIfActive } from "../../src/finetuning/store.ts
 import { type Coordinator, startCoordinator } from "../../src/queue/coordinator.ts";
 import type { Control } from "../../src/redis/connection.ts";
 import type { FineTuningSettings, Settings } from "../../src/settings/index.ts";
+import { TRAINER_PYTHON_FIX } from "../../src/settings/finetuning.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { describeOffer, probeGpu } from "./gpu.ts";
 import { runFineTune } from "./run.ts";
@@ -54,7 +55,7 @@ export async function startTrainer(ctl: Control, settings: Settings, options: Tr
     throw new NoGpuError(
       probe?.torch
         ? `--gpu: this trainer's torch (${probe.torch}) sees no GPU (torch.cuda.is_available() is false): check the NVIDIA driver and that the pod got its nvidia.com/gpu, or run the trainer without --gpu`
-        : "--gpu: this trainer's Python has no torch; set PLATFORM_TRAINER_PYTHON to one with torch, transformers and peft (`platform doctor` checks it)",
+        : `--gpu: this trainer's Python has no torch: ${TRAINER_PYTHON_FIX} (\`platform doctor\` checks it)`,
     );
   const artifacts = openStore(settings.artifactsUrl, settings.storage?.s3);
   const deps = {
