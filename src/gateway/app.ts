@@ -195,7 +195,9 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     storage,
     files: new BatchFiles(ctl, admin.imports.artifacts),
     settings: settings.fineTuning,
+    watchTrainers: true,
   });
+  await fineTuning.start();
   registerFineTuningMetrics(metrics.registry, fineTuning);
   app.route("/v1/fine_tuning", fineTuningRoutes(fineTuning));
   // Deployed services' RPCs: the same keys, rate limits and body limits, with errors in Connect's
