@@ -11,7 +11,7 @@ import type { Queue, Worker } from "bullmq";
 import { QueueBase } from "../queue/base.ts";
 import type { Control } from "../redis/connection.ts";
 import { logger } from "../telemetry/log.ts";
-import { addEvent, readJob, updateIfActive } from "./store.ts";
+import { addEvent, readJob, requeueIfUntaken } from "./store.ts";
 
 const log = logger("fine-tuning");
 
@@ -52,9 +52,9 @@ export function waitingForGpu(gpu: number): string {
 export async function markRequeued(ctl: Control, queue: Queue, id: string, heartbeatMs: number): Promise<void> {
   const job = await readJob(ctl, id);
   if (job?.fields.status !== "running") return;
-  // Taken again already (its new trainer says so itself).
+  // Taken again already (its new trainer says so itself), now or by the time the record is written.
   if ((await queue.getJobState(id)) === "active") return;
-  if (!(await updateIfActive(ctl, id, { status: "queued" }))) return;
+  if (!(await requeueIfUntaken(ctl, id, job.fields.taken_at))) return;
   const seconds = Math.round(heartbeatMs / 1000);
   await addEvent(
     ctl,

@@ -52,7 +52,12 @@ export async function runFineTune(deps: RunDeps, id: string, handoff: AbortSigna
   await mkdir(join(work, "checkpoints"), { recursive: true });
   try {
     const previous = (await listCheckpoints(ctl, id))[0];
-    await updateIfActive(ctl, id, { status: "running", ...(job.fields.started_at ? {} : { started_at: Date.now() }) });
+    const now = Date.now();
+    await updateIfActive(ctl, id, {
+      status: "running",
+      taken_at: now,
+      ...(job.fields.started_at ? {} : { started_at: now }),
+    });
     await event(
       previous
         ? `Trainer took over the job; resuming from the checkpoint at step ${previous.step_number}`
