@@ -5,7 +5,7 @@
  * check and put back in its queue, and its record here goes back to `queued`, with an event saying
  * why. Trainers check their own queues; every gateway also checks both (TrainerWatch), since a GPU
  * job's queue has no other reader once its only GPU trainer is gone. So no job shows `running` for
- * longer than the window (plus a third of it) after its trainer died.
+ * longer than the window (and a second: the check's period) after its trainer died.
  */
 import type { Queue, Worker } from "bullmq";
 import { QueueBase } from "../queue/base.ts";
@@ -21,9 +21,13 @@ export const MAX_STALLS = 20;
 /** The BullMQ worker name of a watcher: it takes no jobs, so it never counts as a trainer. */
 export const WATCHER = "trainer-watch";
 
-/** What BullMQ is told: how long a hold lasts unrenewed, and how often jobs held by nobody are looked for. */
+/**
+ * What BullMQ is told: how long a hold lasts unrenewed, and how often jobs held by nobody are looked
+ * for. The look is one cheap script per queue and period for the whole install (BullMQ lets one
+ * checker run per period, and the last one's period holds the others off: all must use the same).
+ */
 export function holdTimings(heartbeatMs: number): { lockDurationMs: number; stalledIntervalMs: number } {
-  return { lockDurationMs: heartbeatMs, stalledIntervalMs: Math.max(100, Math.round(heartbeatMs / 3)) };
+  return { lockDurationMs: heartbeatMs, stalledIntervalMs: Math.max(100, Math.min(1000, Math.round(heartbeatMs / 3))) };
 }
 
 /**

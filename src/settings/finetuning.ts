@@ -34,7 +34,7 @@ export type FineTuningSettings = {
   maxRestarts: number;
   /**
    * How long a trainer may be silent before its job is taken back: it renews its hold on each job
-   * twice in this time, and a job held by none is found within a third of it more (src/finetuning/stalls.ts).
+   * twice in this time, and a job held by none is found within a second more (src/finetuning/trainers.ts).
    */
   heartbeatMs: number;
   dataset: { maxBytes: number; maxLines: number; maxLineBytes: number };

@@ -304,7 +304,7 @@ describe.skipIf(!python)(
 
         child.kill("SIGKILL");
         await exited;
-        // Within the window (and a third of it, the stall check's period), plus this machine's slack.
+        // Within the window and the stall check's period (a third of it here), plus this machine's slack.
         await expect
           .poll(async () => retrieve(job.id), { timeout: 2 * HEARTBEAT_MS, interval: 50 })
           .toMatchObject({ status: "queued", waiting_for: "gpu_trainer" });

@@ -27,7 +27,7 @@ export type TrainerOptions = {
   jobsPerProcess?: number;
   /** Default: the settings' heartbeat window (PLATFORM_TRAINER_HEARTBEAT_MS, src/finetuning/trainers.ts). */
   lockDurationMs?: number;
-  /** Default: a third of the heartbeat window. */
+  /** Default: a third of the heartbeat window, at most a second (src/finetuning/trainers.ts). */
   stalledIntervalMs?: number;
   queue?: string;
   settings?: FineTuningSettings;
