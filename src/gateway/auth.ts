@@ -4,10 +4,11 @@
  * operator.
  */
 import type { Context, MiddlewareHandler } from "hono";
-import { PlatformError } from "../contracts/errors.ts";
+import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { isOperator } from "../contracts/orgs.ts";
 import { verifyApiKey } from "../keys/store.ts";
 import type { Control } from "../redis/connection.ts";
+import { withinRedisWait } from "../redis/wait.ts";
 import { isCliToken } from "../tokens/token.ts";
 import { verifyToken } from "../tokens/store.ts";
 import { CallerCache } from "./callers.ts";
@@ -49,6 +50,28 @@ export async function verifyBearer(ctl: Control, bearer: string): Promise<Caller
 }
 
 /**
+ * verifyBearer, answered within REDIS_WAIT_MS: while Redis is away (and the gateway remembers no
+ * caller, having lost its subscription: callers.ts), a request gets a 503 rather than waiting.
+ */
+async function verifyAnswering(ctl: Control, bearer: string): Promise<Caller | undefined> {
+  try {
+    return await withinRedisWait(verifyBearer(ctl, bearer), ctl.redis);
+  } catch (e) {
+    // ioredis' message names the Redis address: it stays in the gateway log.
+    throw withDetail(
+      new PlatformError(
+        503,
+        "queue_unavailable",
+        "could not check the credential: Redis is unavailable, retry shortly",
+        null,
+        1,
+      ),
+      e,
+    );
+  }
+}
+
+/**
  * `callers`: the gateway's memory of verified callers, which revocations clear at once (callers.ts);
  * without one (or before it is started), every request is verified against Redis.
  */
@@ -64,7 +87,7 @@ export function requireCaller(ctl: Control, callers = new CallerCache(ctl)): Mid
       );
     }
     const bearer = match[1].trim();
-    const caller = await callers.verify(bearer, () => verifyBearer(ctl, bearer));
+    const caller = await callers.verify(bearer, () => verifyAnswering(ctl, bearer));
     if (!caller) {
       // Unknown, expired and revoked tokens read the same: nothing tells a guesser which.
       if (isCliToken(bearer)) throw sessionExpired(c);
