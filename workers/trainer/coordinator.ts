@@ -91,18 +91,28 @@ export async function startTrainer(ctl: Control, settings: Settings, options: Tr
   const onFailed = async (data: TrainJobData, error: Error): Promise<void> => {
     const id = data.job_id;
     console.error(`[fine-tuning ${id}] failed:`, error);
+    // BullMQ fails a job its trainers kept dying on (MAX_STALLS) when the next one takes it.
+    const lost = /stalled more than allowable limit/.test(error.message);
+    const code = lost ? "trainer_lost" : "trainer_error";
     await updateIfActive(ctl, id, {
       status: "failed",
       finished_at: Date.now(),
       error: {
-        code: "trainer_error",
-        message: `the job failed unexpectedly and was retried without success; job id ${id}, the trainer log has the details`,
+        code,
+        message: lost
+          ? `the trainer running the job died ${MAX_STALLS} times (killed, out of memory, or cut off from Redis); job id ${id}, the trainers' logs have the details`
+          : `the job failed unexpectedly and was retried without success; job id ${id}, the trainer log has the details`,
         param: null,
       },
     });
-    await addEvent(ctl, id, "error", "Job failed: the trainer could not run it");
+    await addEvent(
+      ctl,
+      id,
+      "error",
+      lost ? `Job failed: its trainer died ${MAX_STALLS} times` : "Job failed: the trainer could not run it",
+    );
     await release(ctl, id);
-    health?.finished("failed", "trainer_error");
+    health?.finished("failed", code);
   };
   const queue = options.queue ?? FINE_TUNING_QUEUE;
   const coordinators: Coordinator[] = [];
