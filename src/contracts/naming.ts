@@ -60,6 +60,7 @@ export function controlKeys(prefix: string) {
     orgs: `${cp}:orgs`, // hash organization id -> record JSON (`default` is never stored: src/orgs/store.ts)
     users: `${cp}:users`, // hash user id -> record JSON (people signed in through an identity provider, src/users/)
     userByIdentity: `${cp}:user-identities`, // hash "<issuer>\n<subject>" -> user id
+    callerEvents: `${plain}:caller-events`, // pub/sub: a key, token or user was revoked or changed ("key:<id>", "token:<id>", "user:<id>": ids only, src/keys/changes.ts)
     // CLI tokens (src/tokens/store.ts): every key expires with what it describes, so nothing grows.
     token: (id: string) => `${cp}:token:${id}`, // hash: one session (its access and refresh token hashes), TTL: its end
     tokenAccess: (sha256: string) => `${cp}:token-access:${sha256}`, // string -> session id, TTL: the access token's expiry
