@@ -200,7 +200,8 @@ export async function countRecords(input: Input, stopped: () => boolean): Promis
  * The input's bytes from `start`: a held input's from its handle, up to the
  * size it had when opened; otherwise re-opened where it broke off if the
  * connection fails: a long job reads slowly, and one dropped connection must
- * not cost it a restart.
+ * not cost it a restart. Its own loop rather than p-retry's (withStorageRetries): a read that
+ * made progress starts its count of failures over, and a generator yields between attempts.
  */
 export async function* readInput(input: Input, start: number, retries = 5): AsyncGenerator<Buffer> {
   if (input.held) {
