@@ -5,7 +5,6 @@
  * `batches` queue.
  */
 import { randomBytes } from "node:crypto";
-import { isAbsolute } from "node:path";
 import { Readable } from "node:stream";
 import type { Queue } from "bullmq";
 import {
@@ -22,8 +21,9 @@ import { canSee, type Principal } from "../contracts/orgs.ts";
 import type { Control } from "../redis/connection.ts";
 import { PlatformError, parseRequest, withDetail } from "../contracts/errors.ts";
 import { QueueBase } from "../queue/base.ts";
-import { openObject, parseStorageUri, type S3Settings, StorageError, type StorageLocation } from "../storage/index.ts";
-import { sameFile, StoragePolicy } from "../storage/policy.ts";
+import { StorageError } from "../storage/index.ts";
+import { checkOutput, type Located, locate } from "../storage/located.ts";
+import { StoragePolicy } from "../storage/policy.ts";
 import { readParts } from "../storage/shared.ts";
 import { resolveAdapterTarget } from "./adapter-target.ts";
 import type { BatchFiles, BatchResultFiles } from "./files.ts";
@@ -199,16 +199,10 @@ export class BatchJobs {
           `input: "${given}" names a directory or prefix; give the JSONL object itself`,
           "input",
         );
-      input = viewer
-        ? { ...(await this.storage.confine(given, viewer, "input")), given, confined: true }
-        : trusted(given, "input");
+      input = await locate(this.storage, given, viewer, "input");
     }
-    const output: Located =
-      request.output === undefined
-        ? this.keptOutput()
-        : viewer
-          ? { ...(await this.storage.confine(request.output, viewer, "output")), given: request.output, confined: true }
-          : trusted(request.output, "output");
+    const output =
+      request.output === undefined ? this.keptOutput() : await locate(this.storage, request.output, viewer, "output");
     return { input, output };
   }
 
@@ -419,72 +413,12 @@ function visible(record: BatchJob, viewer: Viewer | undefined): boolean {
   return viewer === undefined || canSee(viewer, { id: record.created_by, org: record.org });
 }
 
-/** A job's input or output: its real location, as the client gave it, and as messages show it. */
-export type Located = { uri: string; given: string; shown: string; confined: boolean };
-
-/**
- * Trusted callers (no viewer) name locations directly. The coordinator may
- * run on another machine, so a relative path would name a different file
- * there: only absolute ones are accepted.
- */
-function trusted(uri: string, field: "input" | "output"): Located {
-  let location: StorageLocation;
-  try {
-    location = parseStorageUri(uri);
-  } catch (e) {
-    if (e instanceof StorageError) throw new PlatformError(400, "invalid_uri", e.message, field);
-    throw e;
-  }
-  if (!/^[a-z][a-z0-9+.-]+:/i.test(uri) && !isAbsolute(uri)) {
-    throw new PlatformError(
-      400,
-      "invalid_uri",
-      `${field}: "${uri}" is a relative path; send an absolute path, a file:// URL or s3://bucket/key`,
-      field,
-    );
-  }
-  const canonical = `${location.url}${uri.endsWith("/") && !location.url.endsWith("/") ? "/" : ""}`;
-  return { uri: canonical, given: uri, shown: canonical, confined: false };
-}
-
 /** The [real, shown] prefix pairs for one location: the object itself, or for an output its directory. */
 function pairs(located: Located, output: boolean): [string, string][] {
   if (!output) return [[located.uri, located.shown]];
   const named = /\.jsonl$/i.test(located.uri);
   const dir = (u: string) => (named ? u.slice(0, u.lastIndexOf("/") + 1) : u.endsWith("/") ? u : `${u}/`);
   return [[dir(located.uri), dir(located.shown)]];
-}
-
-/** Output equal to input is refused; an existing output object too, unless the request may overwrite it. */
-async function checkOutput(input: Located, output: Located, overwrite: boolean, s3: S3Settings): Promise<void> {
-  if (!/\.jsonl$/i.test(output.uri)) return; // a prefix receives <job id>.jsonl, a name no object has yet
-  if (await sameFile(input.uri, output.uri)) {
-    throw new PlatformError(
-      400,
-      "output_is_input",
-      `output: "${output.given}" is the input itself; writing it would destroy the input. Choose another output`,
-      "output",
-    );
-  }
-  let exists = false;
-  try {
-    const { store, key } = openObject(output.uri, s3);
-    try {
-      exists = (await store.head(key)) !== null;
-    } finally {
-      store.close();
-    }
-  } catch {
-    // Cannot tell now (storage down, a directory in the way): the coordinator checks again before writing.
-  }
-  if (exists && !overwrite) {
-    throw new PlatformError(
-      409,
-      "output_exists",
-      `output: "${output.given}" already exists; send "overwrite": true (CLI: --overwrite) to replace it, or choose another output`,
-      "output",
-    );
-  }
 }
 
 function dropUndefined<T extends object>(o: T): T {
