@@ -5,10 +5,9 @@
  * `batches` queue.
  */
 import { randomBytes } from "node:crypto";
-import { Readable } from "node:stream";
+import type { Readable } from "node:stream";
 import type { Queue } from "bullmq";
 import {
-  BatchCheckpoint,
   type BatchJobList,
   type BatchJob,
   BatchSampling,
@@ -21,29 +20,23 @@ import { canSee, type Principal } from "../contracts/orgs.ts";
 import type { Control } from "../redis/connection.ts";
 import { PlatformError, parseRequest, withDetail } from "../contracts/errors.ts";
 import { QueueBase } from "../queue/base.ts";
-import { StorageError } from "../storage/index.ts";
 import { checkOutput, type Located, locate } from "../storage/located.ts";
 import { StoragePolicy } from "../storage/policy.ts";
-import { readParts } from "../storage/shared.ts";
 import { resolveAdapterTarget } from "./adapter-target.ts";
 import type { BatchFiles, BatchResultFiles } from "./files.ts";
-import { outputLocation } from "./output.ts";
+import { readOutput } from "./job-output.ts";
 import {
-  type BatchSpec,
   createRecord,
   hiddenFailure,
   isFinal,
   listIds,
   NOT_RESUMABLE,
   type OpenAiSpec,
-  outputUri,
   readRecord,
   readResultFiles,
   readSpec,
   reopenFailed,
   requestCancel,
-  scopeViewer,
-  showPaths,
   updateIfActive,
 } from "./store.ts";
 
@@ -267,53 +260,7 @@ export class BatchJobs {
    */
   async output(id: string, viewer?: Viewer): Promise<Readable> {
     const record = await this.get(id, viewer);
-    const spec = (await readSpec(this.ctl, id)) as BatchSpec;
-    // Judged again, as the coordinator does before every run: the owner may have replaced a
-    // directory on the way with a link (to another tenant's area) since the job wrote there.
-    if (spec.scope?.output) await this.storage.confine(outputUri(spec), scopeViewer(spec.scope), "output");
-    const raw = await this.ctl.redis.get(this.ctl.keys.batchCheckpoint(id));
-    const checkpoint = raw ? BatchCheckpoint.parse(JSON.parse(raw)) : undefined;
-    const out = outputLocation(outputUri(spec), id, this.storage.s3);
-    const shown = (e: unknown) => {
-      out.store.close();
-      if (e instanceof StorageError)
-        return new PlatformError(
-          e.code === "not_found" ? 404 : 503,
-          e.code === "not_found" ? "output_not_found" : "storage_error",
-          showPaths(spec, e.message),
-        );
-      return e;
-    };
-    if (record.output_file !== null || checkpoint?.assembled) {
-      try {
-        const stream = await out.store.get(out.resultKey);
-        stream.once("close", () => out.store.close());
-        return stream;
-      } catch (e) {
-        throw shown(e);
-      }
-    }
-    const parts = checkpoint?.parts ?? 0;
-    if (parts === 0) {
-      out.store.close();
-      throw new PlatformError(404, "no_output", `batch job ${id} (${record.state}) has no completed records yet`, "id");
-    }
-    const keys = Array.from({ length: parts }, (_, i) => out.partKey(i));
-    // The first part is opened here, so a missing part is an HTTP error rather than a cut stream.
-    try {
-      (await out.store.get(keys[0] as string)).destroy();
-    } catch (e) {
-      throw shown(e);
-    }
-    return Readable.from(
-      (async function* () {
-        try {
-          yield* readParts(out.store, keys);
-        } finally {
-          out.store.close();
-        }
-      })(),
-    );
+    return readOutput(this.ctl, this.storage, record);
   }
 
   /** `jobId`: the coordinator job's id, the batch's own for its first run. */
