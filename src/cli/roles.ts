@@ -21,7 +21,7 @@ export function registerRoles(program: Command): void {
       const where = settings.redisUrl;
       const [{ runGatewayProcess }, { bootstrapAtStart }, { maskRedisUrl }] = await Promise.all([
         import("../gateway/main.ts"),
-        import("./keys.ts"),
+        import("../keys/bootstrap.ts"),
         import("../redis/connection.ts"),
       ]);
       await runGatewayProcess({

@@ -35,7 +35,7 @@ import { configureLogging, logLine } from "../telemetry/log.ts";
 import { startTracing, stopTracing } from "../telemetry/tracing.ts";
 import { CliError } from "./errors.ts";
 import { readCredentials, writeCredentials } from "./credentials.ts";
-import { bootstrapAtStart } from "./keys.ts";
+import { bootstrapAtStart } from "../keys/bootstrap.ts";
 import { progressReporter } from "./progress.ts";
 import { taskFlag } from "./training.ts";
 
