@@ -18,11 +18,7 @@ export async function submitFineTune(opts: SubmitOptions): Promise<void> {
   if (opts.method !== "lora" && opts.method !== "full")
     throw new CliError(`--method: expected lora or full, got "${opts.method}"`, 2);
   const method = opts.method;
-  const epochs = wholeFlag("--epochs", opts.epochs);
-  const rank = wholeFlag("--lora-rank", opts.loraRank);
-  const seed = wholeFlag("--seed", opts.seed, 0);
-  const alpha = numberFlag("--lora-alpha", opts.loraAlpha);
-  const rate = numberFlag("--learning-rate", opts.learningRate);
+  const { epochs, loraRank: rank, seed, loraAlpha: alpha, learningRate: rate } = opts;
   if (method === "full" && (rank !== undefined || alpha !== undefined))
     throw new CliError("--lora-rank and --lora-alpha apply to --method lora only", 2);
   const api = await ApiClient.fromCredentials();
@@ -133,18 +129,4 @@ async function datasetRef(api: ApiClient, flag: string, given: string, quiet: bo
       `${flag}: upload failed: ${body.error?.message ?? `HTTP ${res.status}`}${body.error?.code ? ` (${body.error.code})` : ""}`,
     );
   return body.id;
-}
-
-function wholeFlag(flag: string, raw: string | undefined, min = 1): number | undefined {
-  if (raw === undefined) return undefined;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < min) throw new CliError(`${flag}: expected a whole number ≥ ${min}, got "${raw}"`, 2);
-  return n;
-}
-
-function numberFlag(flag: string, raw: string | undefined): number | undefined {
-  if (raw === undefined) return undefined;
-  const n = Number(raw);
-  if (!Number.isFinite(n) || n <= 0) throw new CliError(`${flag}: expected a positive number, got "${raw}"`, 2);
-  return n;
 }

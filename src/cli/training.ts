@@ -6,6 +6,7 @@ import type { Command } from "commander";
 import { ModelTask, type RegisteredVersion, taskOf } from "../registry/version.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
+import { positiveNumber, wholeNumber } from "./flags.ts";
 import { formatBytes } from "../contracts/bytes.ts";
 import { formatCount, printJson, printTable } from "./output.ts";
 import { progressReporter } from "./progress.ts";
@@ -40,11 +41,11 @@ export function registerTraining(program: Command): void {
     .option("--dataset <uri>", "fine-tune on this JSONL training file (chat messages or prompt/completion lines)")
     .option("--validation <uri>", "fine-tune: a JSONL validation file, scored after each epoch")
     .option("--method <method>", "fine-tune: lora (an adapter of the base) or full (a new model)", "lora")
-    .option("--epochs <n>", "fine-tune: passes over the dataset")
-    .option("--learning-rate <x>", "fine-tune: the optimizer's learning rate")
-    .option("--lora-rank <r>", "fine-tune: the LoRA rank")
-    .option("--lora-alpha <a>", "fine-tune: the LoRA alpha")
-    .option("--seed <s>", "fine-tune: the random seed (same seed, same data: same adapter)")
+    .option("--epochs <n>", "fine-tune: passes over the dataset", wholeNumber(1))
+    .option("--learning-rate <x>", "fine-tune: the optimizer's learning rate", positiveNumber)
+    .option("--lora-rank <r>", "fine-tune: the LoRA rank", wholeNumber(1))
+    .option("--lora-alpha <a>", "fine-tune: the LoRA alpha", positiveNumber)
+    .option("--seed <s>", "fine-tune: the random seed (same seed, same data: same adapter)", wholeNumber(0))
     .option("--watch", "fine-tune: follow the job's events until it ends")
     .option("--json", "print the record as JSON")
     .action(async (opts: SubmitOptions) => {
@@ -121,11 +122,11 @@ export type SubmitOptions = {
   dataset?: string;
   validation?: string;
   method: string;
-  epochs?: string;
-  learningRate?: string;
-  loraRank?: string;
-  loraAlpha?: string;
-  seed?: string;
+  epochs?: number;
+  learningRate?: number;
+  loraRank?: number;
+  loraAlpha?: number;
+  seed?: number;
   watch?: boolean;
   json?: boolean;
 };
