@@ -56,10 +56,13 @@ export function wholeNumberList(min = 0, max = Number.MAX_SAFE_INTEGER): (text: 
   };
 }
 
-/** `parse`, or null for the word "none" (a limit removed: `keys update --rpm none`). */
-export function orNone<T>(parse: (text: string) => T): (text: string) => T | null {
+/**
+ * `parse`, or the word "none" (a limit removed: `keys update --rpm none`). "none" and not null:
+ * commander stores a parser's null as "".
+ */
+export function orNone<T>(parse: (text: string) => T): (text: string) => T | "none" {
   return (text) => {
-    if (text === "none") return null;
+    if (text === "none") return "none";
     try {
       return parse(text);
     } catch (e) {

@@ -153,10 +153,10 @@ export function registerKeys(program: Command): void {
 
 const KEY_ID = /^key_[0-9a-f]{12}$/;
 
-/** One limit's value, or null (with `keys update`) for "none": the limit removed. */
-type Limit = number | null;
-type ScopeFlags = Partial<Record<LimitField, Limit>>;
-/** `--model-limit`s gathered: each model's limits, or null (`<model>:none`) to remove them all. */
+/** One limit's value, or (with `keys update`) "none": the limit removed. */
+type Limit = number | "none";
+type ScopeFlags = Partial<Record<LimitField, number | null>>;
+/** `--model-limit`s gathered, as the API takes them: each model's limits, or null (`<model>:none`) to remove them all. */
 type ModelLimits = Record<string, ScopeFlags | null>;
 type LimitFlags = { rpm?: Limit; tpm?: Limit; maxConcurrency?: Limit; modelLimit: ModelLimits };
 
@@ -206,7 +206,8 @@ export function modelLimit(update: boolean): (spec: string, all: ModelLimits) =>
       const field = LIMIT_NAMES[name?.trim() ?? ""];
       if (!field || text === undefined) throw new InvalidArgumentError(`"${part}" is not a limit; ${form}`);
       try {
-        limits[field] = number(text.trim());
+        const value = number(text.trim());
+        limits[field] = value === "none" ? null : value;
       } catch (e) {
         throw new InvalidArgumentError(`${name}: ${(e as Error).message}`);
       }
@@ -218,9 +219,10 @@ export function modelLimit(update: boolean): (spec: string, all: ModelLimits) =>
 /** The parsed flags as the management API's `limits` (src/ratelimit/limits.ts); undefined when none was given. */
 export function limitsFromFlags(flags: LimitFlags): KeyLimitsChange | undefined {
   const out: KeyLimitsChange = {};
-  if (flags.rpm !== undefined) out.rpm = flags.rpm;
-  if (flags.tpm !== undefined) out.tpm = flags.tpm;
-  if (flags.maxConcurrency !== undefined) out.max_concurrency = flags.maxConcurrency;
+  const limit = (value: Limit) => (value === "none" ? null : value);
+  if (flags.rpm !== undefined) out.rpm = limit(flags.rpm);
+  if (flags.tpm !== undefined) out.tpm = limit(flags.tpm);
+  if (flags.maxConcurrency !== undefined) out.max_concurrency = limit(flags.maxConcurrency);
   if (Object.keys(flags.modelLimit).length > 0) out.models = flags.modelLimit;
   return Object.keys(out).length > 0 ? out : undefined;
 }

@@ -10,10 +10,8 @@ import type { Command } from "commander";
 import { LocalBackend } from "../../scaler/backends/local.ts";
 import { startScaler } from "../../scaler/run.ts";
 import { createServiceBackend } from "../../scaler/services.ts";
-import { isOperator } from "../contracts/orgs.ts";
 import { startGatewayRole } from "../gateway/main.ts";
-import { bootstrapAtStart } from "../keys/bootstrap.ts";
-import { countApiKeys, createApiKey, verifyApiKey } from "../keys/store.ts";
+import { bootstrapAtStart, operatorKey } from "../keys/bootstrap.ts";
 import { bounded, onStopSignals } from "../process/shutdown.ts";
 import { WORKER_NODE_FLAGS } from "../process/worker-env.ts";
 import { type Control, connectControl, maskRedisUrl } from "../redis/connection.ts";
@@ -221,17 +219,8 @@ async function bootstrapKey(
   const saved = Object.entries(file.registries)
     .sort(([a], [b]) => Number(b === file.default) - Number(a === file.default))
     .flatMap(([, entry]) => (entry.api_key ? [entry.api_key] : []));
-  for (const key of saved) {
-    const record = await verifyApiKey(ctl, key);
-    if (record && isOperator(record)) return key;
-  }
-  const existing = saved.length > 0;
-  const first = (await countApiKeys(ctl)) === 0;
-  const { key } = await createApiKey(
-    ctl,
-    first ? "bootstrap-admin" : `admin-${new Date().toISOString().slice(0, 10)}`,
-    "admin",
-  );
-  if (existing) console.log(`note: the key in ${cli.credentialsFile} is not valid here; a new admin key replaces it`);
+  const { key, minted } = await operatorKey(ctl, saved);
+  if (minted && saved.length > 0)
+    console.log(`note: the key in ${cli.credentialsFile} is not valid here; a new admin key replaces it`);
   return key;
 }

@@ -1,12 +1,22 @@
 /**
- * Registering the operator's first admin key (PLATFORM_BOOTSTRAP_ADMIN_KEY, a Secret) by its hash:
- * at every start of a long-running process (`gateway`, `up`), and by `platform keys bootstrap`.
+ * The first admin key: the operator's (PLATFORM_BOOTSTRAP_ADMIN_KEY, a Secret), registered by its
+ * hash at every start of a long-running process (`gateway`, `up`) and by `platform keys bootstrap`;
+ * or, for `up` without one, a key the CLI kept or a new one.
  * Refusals are PlatformErrors: 400 for a key that is bad input, others for a failed operation.
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import { PlatformError } from "../contracts/errors.ts";
+import { isOperator } from "../contracts/orgs.ts";
 import type { Control } from "../redis/connection.ts";
-import { type BootstrapOutcome, bootstrapAdminKey, weakKeyReason } from "./store.ts";
+import {
+  BOOTSTRAP_KEY_NAME,
+  type BootstrapOutcome,
+  bootstrapAdminKey,
+  countApiKeys,
+  createApiKey,
+  verifyApiKey,
+  weakKeyReason,
+} from "./store.ts";
 
 /** How long a start waits for Redis: a cluster may start the gateway before Redis answers. */
 const REDIS_WAIT_MS = 60_000;
@@ -58,4 +68,20 @@ export async function runBootstrap(ctl: Control, key: string, where: string): Pr
     await sleep(1_000);
   }
   return bootstrapAdminKey(ctl, key);
+}
+
+/**
+ * `platform up`'s admin key on one machine, where no operator supplies one: the first of `saved`
+ * (keys the CLI kept) that is an operator's here, else a newly minted operator key (an admin of
+ * the install's own organization), named as the bootstrap key when it is the first key of all.
+ */
+export async function operatorKey(ctl: Control, saved: string[]): Promise<{ key: string; minted: boolean }> {
+  for (const key of saved) {
+    const record = await verifyApiKey(ctl, key);
+    if (record && isOperator(record)) return { key, minted: false };
+  }
+  const first = (await countApiKeys(ctl)) === 0;
+  const name = first ? BOOTSTRAP_KEY_NAME : `admin-${new Date().toISOString().slice(0, 10)}`;
+  const { key } = await createApiKey(ctl, name, "admin");
+  return { key, minted: true };
 }

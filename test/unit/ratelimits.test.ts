@@ -50,11 +50,25 @@ describe("the CLI's limit flags", () => {
       max_concurrency: 2,
       models: { tiny: { rpm: 5, tpm: 100 }, big: { max_concurrency: 1 } },
     });
-    expect(limitsFromFlags({ tpm: null, modelLimit: gather(true, ["tiny:none", "big:rpm=none"]) })).toEqual({
+    expect(limitsFromFlags({ tpm: "none", modelLimit: gather(true, ["tiny:none", "big:rpm=none"]) })).toEqual({
       tpm: null,
       models: { tiny: null, big: { rpm: null } },
     });
     expect(limitsFromFlags({ modelLimit: {} })).toBeUndefined();
+  });
+
+  it("parses the flags as commander hands them over, none included", async () => {
+    const program = new Command().exitOverride();
+    registerKeys(program);
+    let parsed: Parameters<typeof limitsFromFlags>[0] | undefined;
+    program.commands[0]?.commands.find((c) => c.name() === "update")?.action((_id, opts) => (parsed = opts));
+    const args = ["--tpm", "none", "--rpm", "7", "--model-limit", "tiny:none", "--model-limit", "big:tpm=5"];
+    await program.parseAsync(["keys", "update", "key_0123456789ab", ...args], { from: "user" });
+    expect(limitsFromFlags(parsed as NonNullable<typeof parsed>)).toEqual({
+      rpm: 7,
+      tpm: null,
+      models: { tiny: null, big: { tpm: 5 } },
+    });
   });
 
   it("names the flag and the value of bad input, before the command runs", async () => {
