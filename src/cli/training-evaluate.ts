@@ -8,6 +8,7 @@ import { basename, resolve } from "node:path";
 import type { Command } from "commander";
 import type { PublicEvaluation } from "../evaluation/jobs.ts";
 import type { Comparison } from "../evaluation/metrics.ts";
+import { Metric } from "../evaluation/schema.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
 import { wholeNumber } from "./flags.ts";
@@ -29,7 +30,7 @@ type Flags = {
   deploy: boolean;
 };
 
-const METRICS = ["perplexity", "accuracy", "exact_match"];
+const METRICS: readonly string[] = Metric.options;
 const TARGET =
   /^([A-Za-z0-9][A-Za-z0-9._-]{0,62})(?:@([A-Za-z0-9][A-Za-z0-9._-]{0,62}))?(?::([A-Za-z0-9][A-Za-z0-9._-]{0,62}))?$/;
 
