@@ -31,10 +31,10 @@ const LAYERS: string[][] = [
   // Evaluations read datasets as batch reads its inputs.
   ["src/evaluation"],
   ["src/finetuning"],
-  // Clients of a running platform: the benchmark drives endpoints through the HTTP API.
-  ["src/benchmark"],
   // Roles. The CLI starts the others (`platform up`, `platform worker`), so it sits above them.
   ["src/gateway", "workers", "scaler"],
+  // Clients of a running platform, as the CLI is: the benchmark drives endpoints through the HTTP API.
+  ["src/benchmark"],
   ["src/cli"],
 ];
 
