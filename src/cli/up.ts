@@ -3,6 +3,7 @@
  * Redis (unless REDIS_URL is set), the gateway, the local replica backend with
  * its reconciler and autoscaler, and workers as child processes. Ctrl-C stops all of it.
  */
+import { existsSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -10,13 +11,16 @@ import type { Command } from "commander";
 import { LocalBackend } from "../../scaler/backends/local.ts";
 import { startScaler } from "../../scaler/run.ts";
 import { createServiceBackend } from "../../scaler/services.ts";
+import { NAME_PATTERN } from "../contracts/deployment.ts";
+import { announceStates, deployFromSource, endpointNameFor } from "../endpoints/from-source.ts";
 import { startGatewayRole } from "../gateway/main.ts";
 import { bootstrapAtStart, operatorKey } from "../keys/bootstrap.ts";
 import { bounded, onStopSignals } from "../process/shutdown.ts";
 import { WORKER_NODE_FLAGS } from "../process/worker-env.ts";
 import { type Control, connectControl, maskRedisUrl } from "../redis/connection.ts";
 import { ensurePrivateDir, startEmbeddedRedis } from "../redis/embedded.ts";
-import { type CliSettings, loadSettings } from "../settings/index.ts";
+import { taskOf } from "../registry/version.ts";
+import { type CliSettings, loadSettings, type Settings } from "../settings/index.ts";
 import { parseStorageRoot, type StorageRoot } from "../storage/policy.ts";
 import { configureLogging, logLine } from "../telemetry/log.ts";
 import { startTracing, stopTracing } from "../telemetry/tracing.ts";
@@ -24,9 +28,14 @@ import { readCredentials, writeCredentials } from "./credentials.ts";
 import { CliError } from "./errors.ts";
 import { wholeNumber } from "./flags.ts";
 import { taskFlag } from "./training.ts";
-import { announceWhenAvailable, type ModelFlags, registerAndDeploy } from "./up-model.ts";
+import { progressReporter } from "./progress.ts";
 
-type UpFlags = ModelFlags & {
+type UpFlags = {
+  model?: string;
+  name?: string;
+  task?: string;
+  replicas: number;
+  parallel?: number;
   host: string;
   port: number;
   dataDir?: string;
@@ -157,7 +166,7 @@ async function up(flags: UpFlags): Promise<void> {
 
   let endpointName: string | undefined;
   try {
-    if (flags.model) endpointName = await registerAndDeploy(ctl, settings, flags);
+    if (flags.model) endpointName = await deployModel(ctl, settings, flags);
   } catch (e) {
     log(`error: ${(e as Error).message}`);
     await shutdown("error", 1);
@@ -183,7 +192,7 @@ async function up(flags: UpFlags): Promise<void> {
   log(`  redis      ${maskRedisUrl(redisUrl)}${redis ? ` (embedded, AOF on; password in ${redis.passwordFile})` : ""}`);
   log("Press Ctrl-C to stop.");
   log("");
-  if (endpointName) void announceWhenAvailable(ctl, endpointName, event);
+  if (endpointName) void announceStates(ctl, endpointName, event);
 }
 
 function upStorageRoots(dataDir: string, extra: string[]): StorageRoot[] {
@@ -223,4 +232,28 @@ async function bootstrapKey(
   if (minted && saved.length > 0)
     console.log(`note: the key in ${cli.credentialsFile} is not valid here; a new admin key replaces it`);
   return key;
+}
+
+/** `--model`, checked, then registered (once) and deployed: src/endpoints/from-source.ts. Its endpoint name. */
+async function deployModel(ctl: Control, settings: Settings, flags: UpFlags): Promise<string> {
+  const source = flags.model as string;
+  const remote = /^(https?|hf|s3):\/\//.test(source);
+  const path = source.startsWith("file://") ? fileURLToPath(source) : resolve(source);
+  if (!remote && !existsSync(path)) throw new CliError(`--model ${source}: no such file`);
+  const name = flags.name ?? endpointNameFor(source);
+  if (!NAME_PATTERN.test(name))
+    throw new CliError(`--name "${name}": use letters, digits, ".", "_" or "-" (1-63 characters)`);
+  // A remote download can take minutes: say how far it got.
+  const progress = remote ? progressReporter(`downloading ${name}`, process.stdout) : undefined;
+  const registered = await deployFromSource(ctl, settings, {
+    source: remote ? source : path,
+    remote,
+    name,
+    task: taskFlag(flags.task),
+    replicas: flags.replicas,
+    parallel: flags.parallel,
+    onProgress: progress && ((p) => progress.update(p.received, p.total)),
+  }).finally(() => progress?.done());
+  if (registered) console.log(`registered ${name}@${registered.version} from ${source} (task ${taskOf(registered)})`);
+  return name;
 }
