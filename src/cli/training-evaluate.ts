@@ -6,15 +6,16 @@
 import { existsSync, openAsBlob, statSync } from "node:fs";
 import { basename, resolve } from "node:path";
 import type { Command } from "commander";
+import { PlatformError } from "../contracts/errors.ts";
 import type { PublicEvaluation } from "../evaluation/jobs.ts";
 import type { Comparison } from "../evaluation/metrics.ts";
+import { taskDataset } from "../evaluation/lm-eval-task.ts";
 import { Metric } from "../evaluation/schema.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
 import { wholeNumber } from "./flags.ts";
 import { printJson, printTable } from "./output.ts";
 import { Progress } from "./progress.ts";
-import { taskDataset } from "./training-task.ts";
 
 type Evaluation = PublicEvaluation;
 type Compared = { a: Evaluation; b: Evaluation } & Comparison;
@@ -72,7 +73,12 @@ export function registerEvaluate(training: Command): void {
       if (flags.compare === undefined && m[2] === undefined)
         throw new CliError(`${target}: name the version, e.g. ${model}@v1 (or pass --compare v1,v2)`, 2);
       const api = await ApiClient.fromCredentials();
-      const task = flags.task === undefined ? undefined : await taskDataset(flags.task);
+      const task =
+        flags.task === undefined
+          ? undefined
+          : await taskDataset(flags.task).catch((e: unknown) => {
+              throw e instanceof PlatformError ? new CliError(`--task ${e.message}`, 2) : e;
+            });
       const dataset = await datasetId(api, task?.path ?? (flags.dataset as string), flags.json === true);
       const metric = flags.metric ?? task?.metric;
       const body = (t: string) => ({
