@@ -3,7 +3,7 @@
  * (it runs on this machine and its storage roots hold them) or they travel through the API,
  * uploaded as /v1/files and downloaded atomically.
  */
-import { existsSync, openAsBlob, realpathSync } from "node:fs";
+import { existsSync, realpathSync } from "node:fs";
 import { basename, dirname, join, resolve, sep } from "node:path";
 import { Readable } from "node:stream";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
@@ -13,6 +13,7 @@ import { writeFileAtomically } from "../storage/shared.ts";
 import { fileUrl } from "../storage/uri.ts";
 import type { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
+import { uploadFile } from "./upload.ts";
 
 export type UploadMode = "auto" | "always" | "never";
 
@@ -60,11 +61,7 @@ function real(path: string): string {
 export async function uploadInput(api: ApiClient, path: string, quiet: boolean): Promise<string> {
   if (!existsSync(path)) throw new CliError(`--input ${path}: no such file`, 2);
   if (!quiet) process.stderr.write(`uploading ${path} (the gateway does not share this machine's files)...\n`);
-  const form = new FormData();
-  form.set("purpose", "batch");
-  form.set("file", await openAsBlob(path), basename(path));
-  const res = await send(api, "POST", "/v1/files", { body: form });
-  return ((await res.json()) as { id: string }).id;
+  return uploadFile(api, path, "batch", `--input ${path}`);
 }
 
 /**

@@ -3,8 +3,8 @@
  * A version no endpoint serves is evaluated on a temporary endpoint `<model>--eval-<version>`,
  * deployed for the run and removed at its end, on failure and on Ctrl-C (src/evaluation/client.ts).
  */
-import { existsSync, openAsBlob, statSync } from "node:fs";
-import { basename, resolve } from "node:path";
+import { existsSync, statSync } from "node:fs";
+import { resolve } from "node:path";
 import type { Command } from "commander";
 import { PlatformError } from "../contracts/errors.ts";
 import type { PublicEvaluation } from "../evaluation/jobs.ts";
@@ -16,6 +16,7 @@ import { CliError } from "./errors.ts";
 import { wholeNumber } from "./flags.ts";
 import { printJson, printTable } from "./output.ts";
 import { Progress } from "./progress.ts";
+import { uploadFile } from "./upload.ts";
 
 type Evaluation = PublicEvaluation;
 type Compared = { a: Evaluation; b: Evaluation } & Comparison;
@@ -123,15 +124,7 @@ async function datasetId(api: ApiClient, dataset: string, quiet: boolean): Promi
     throw new CliError(`--dataset ${dataset}: no such file`, 2);
   }
   if (!quiet) process.stderr.write(`uploading ${dataset}...\n`);
-  const form = new FormData();
-  form.set("purpose", "batch");
-  form.set("file", await openAsBlob(path), basename(path));
-  const res = await api.send("POST", "/v1/files", { body: form });
-  if (!res.ok) {
-    const err = ((await res.json().catch(() => ({}))) as { error?: { message?: string } }).error;
-    throw new CliError(`--dataset ${dataset}: upload failed: ${err?.message ?? `HTTP ${res.status}`}`);
-  }
-  return ((await res.json()) as { id: string }).id;
+  return uploadFile(api, path, "batch", `--dataset ${dataset}`);
 }
 
 /** Runs them (src/evaluation/client.ts), showing their progress on stderr unless --json. */

@@ -4,12 +4,12 @@
  * it is and confined by the gateway as batch inputs are. `--watch` follows the job's events (the
  * loss as it trains) until it ends, and exits non-zero unless it succeeded.
  */
-import { existsSync, openAsBlob, statSync } from "node:fs";
-import { basename } from "node:path";
+import { existsSync, statSync } from "node:fs";
 import { BASE_LEARNING_RATE, type FineTuneEvent, type FineTuningJob } from "../finetuning/schema.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
 import { printJson } from "./output.ts";
+import { uploadFile } from "./upload.ts";
 import type { SubmitOptions } from "./training.ts";
 
 export async function submitFineTune(opts: SubmitOptions): Promise<void> {
@@ -119,14 +119,5 @@ async function datasetRef(api: ApiClient, flag: string, given: string, quiet: bo
   if (!existsSync(path)) throw new CliError(`${flag} ${given}: no such file`, 2);
   if (!statSync(path).isFile()) throw new CliError(`${flag} ${given}: not a file (give the JSONL file)`, 2);
   if (!quiet) process.stderr.write(`uploading ${given}...\n`);
-  const form = new FormData();
-  form.set("purpose", "fine-tune");
-  form.set("file", await openAsBlob(path), basename(path));
-  const res = await api.send("POST", "/v1/files", { body: form });
-  const body = (await res.json().catch(() => ({}))) as { id?: string; error?: { message?: string; code?: string } };
-  if (!res.ok || !body.id)
-    throw new CliError(
-      `${flag}: upload failed: ${body.error?.message ?? `HTTP ${res.status}`}${body.error?.code ? ` (${body.error.code})` : ""}`,
-    );
-  return body.id;
+  return uploadFile(api, path, "fine-tune", flag);
 }
