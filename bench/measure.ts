@@ -6,7 +6,7 @@
  */
 import { Agent, request as httpRequest } from "node:http";
 
-export { median, percentile } from "../src/cli/benchmark-stats.ts";
+export { median, percentile } from "../src/benchmark/stats.ts";
 
 const agent = new Agent({ keepAlive: true, maxSockets: 64 });
 

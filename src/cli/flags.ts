@@ -43,3 +43,31 @@ export function realNumber(bounds: { above?: number; min?: number; max?: number 
 }
 
 export const positiveNumber = realNumber({ above: 0 });
+
+/** A comma-separated list of whole numbers within [min, max], repeats dropped: `--concurrency 1,4,16`. */
+export function wholeNumberList(min = 0, max = Number.MAX_SAFE_INTEGER): (text: string) => number[] {
+  const one = wholeNumber(min, max);
+  return (text) => {
+    try {
+      return [...new Set(text.split(",").map(one))];
+    } catch {
+      throw new InvalidArgumentError(`expected comma-separated whole numbers from ${min} to ${max}`);
+    }
+  };
+}
+
+/**
+ * `parse`, or the word "none" (a limit removed: `keys update --rpm none`). "none" and not null:
+ * commander stores a parser's null as "".
+ */
+export function orNone<T>(parse: (text: string) => T): (text: string) => T | "none" {
+  return (text) => {
+    if (text === "none") return "none";
+    try {
+      return parse(text);
+    } catch (e) {
+      if (e instanceof InvalidArgumentError) throw new InvalidArgumentError(`${e.message} or none`);
+      throw e;
+    }
+  };
+}

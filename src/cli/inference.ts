@@ -12,17 +12,18 @@ import { registerBatch } from "./batch.ts";
 import { registerBenchmark } from "./benchmark.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
+import { wholeNumber } from "./flags.ts";
 import { printJson, printTable } from "./output.ts";
 
 type DeployFlags = {
   config?: string;
   model?: string;
   version?: string;
-  replicas?: string;
+  replicas?: number;
   gpuType?: string;
   quantization?: string;
   speculativeModel?: string;
-  numSpeculativeTokens?: string;
+  numSpeculativeTokens?: number;
   json?: boolean;
 };
 
@@ -39,11 +40,11 @@ export function registerInference(program: Command): void {
     .option("--config <file>", "deployment YAML (endpoint, model.*, runtime.*, resources.*)")
     .option("--model <name>", "registered model name")
     .option("--version <version>", "model version or latest", undefined)
-    .option("--replicas <n>", "initial replica count")
+    .option("--replicas <n>", "initial replica count", wholeNumber(0))
     .option("--gpu-type <type>", "GPU/instance type")
     .option("--quantization <int8|int4>", "llama.cpp: Q8_0 / Q4_0 made by the platform; vLLM: fp8 / bitsandbytes")
     .option("--speculative-model <name>", "draft model for speculative decoding")
-    .option("--num-speculative-tokens <n>", "tokens proposed per speculative step")
+    .option("--num-speculative-tokens <n>", "tokens proposed per speculative step", wholeNumber(0))
     .option("--json", "print the endpoint record as JSON")
     .action(async (flags: DeployFlags) => {
       const config = await buildConfig(flags);
@@ -147,19 +148,12 @@ async function buildConfig(flags: DeployFlags): Promise<DeploymentConfig> {
   const resources = (input.resources ?? {}) as Record<string, unknown>;
   if (flags.model) model.name = flags.model;
   if (flags.version) model.version = flags.version;
-  if (flags.replicas !== undefined) resources.replicas = integer("--replicas", flags.replicas);
+  if (flags.replicas !== undefined) resources.replicas = flags.replicas;
   if (flags.gpuType) resources.gpu_type = flags.gpuType;
   if (flags.quantization) runtime.quantization = flags.quantization;
   if (flags.speculativeModel) runtime.speculative_model = flags.speculativeModel;
-  if (flags.numSpeculativeTokens !== undefined)
-    runtime.num_speculative_tokens = integer("--num-speculative-tokens", flags.numSpeculativeTokens);
+  if (flags.numSpeculativeTokens !== undefined) runtime.num_speculative_tokens = flags.numSpeculativeTokens;
   const parsed = DeploymentConfig.safeParse({ ...input, model, runtime, resources });
   if (!parsed.success) throw new CliError(`${flags.config ?? "deployment"}: ${describeIssues(parsed.error)}`, 2);
   return parsed.data;
-}
-
-function integer(flag: string, value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 0) throw new CliError(`${flag}: expected a non-negative integer, got "${value}"`, 2);
-  return n;
 }

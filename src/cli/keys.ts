@@ -1,15 +1,16 @@
 /** `platform keys create|update|list|revoke|bootstrap`. */
 import { readFile } from "node:fs/promises";
-import type { Command } from "commander";
+import { type Command, InvalidArgumentError } from "commander";
 import { NAME_PATTERN } from "../contracts/deployment.ts";
 import { describeLimits, type KeyLimitsChange, type LimitField } from "../ratelimit/limits.ts";
+import { describeBootstrap, runBootstrap } from "../keys/bootstrap.ts";
 import type { ApiKey } from "../keys/key.ts";
-import { bootstrapAdminKey, type BootstrapOutcome, generateApiKey, weakKeyReason } from "../keys/store.ts";
-import { type Control, connectControl, maskRedisUrl } from "../redis/connection.ts";
-import { PlatformError } from "../contracts/errors.ts";
+import { generateApiKey, weakKeyReason } from "../keys/store.ts";
+import { connectControl, maskRedisUrl } from "../redis/connection.ts";
 import { loadSettings } from "../settings/index.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
+import { orNone, wholeNumber } from "./flags.ts";
 import { orgFlag } from "./orgs.ts";
 import { printJson, printTable } from "./output.ts";
 
@@ -29,7 +30,7 @@ export function registerKeys(program: Command): void {
       if (opts.role !== "admin" && opts.role !== "user")
         throw new CliError(`--role: expected admin or user, got "${opts.role}"`, 2);
       const org = orgFlag(opts.org);
-      const limits = limitsFromFlags(opts, false);
+      const limits = limitsFromFlags(opts);
       const api = await ApiClient.fromCredentials();
       const created = await api.request<PublicKey & { key: string }>("POST", "/admin/v1/keys", {
         name,
@@ -57,7 +58,7 @@ export function registerKeys(program: Command): void {
           `<id> "${id}": expected a key id such as key_0123456789ab (\`platform keys list\` shows them)`,
           2,
         );
-      const limits = limitsFromFlags(opts, true);
+      const limits = limitsFromFlags(opts);
       if (!limits)
         throw new CliError(
           "nothing to change: give --rpm, --tpm, --max-concurrency or --model-limit (a number, or none to remove the limit)",
@@ -152,82 +153,77 @@ export function registerKeys(program: Command): void {
 
 const KEY_ID = /^key_[0-9a-f]{12}$/;
 
-type LimitFlags = { rpm?: string; tpm?: string; maxConcurrency?: string; modelLimit: string[] };
+/** One limit's value, or (with `keys update`) "none": the limit removed. */
+type Limit = number | "none";
+type ScopeFlags = Partial<Record<LimitField, number | null>>;
+/** `--model-limit`s gathered, as the API takes them: each model's limits, or null (`<model>:none`) to remove them all. */
+type ModelLimits = Record<string, ScopeFlags | null>;
+type LimitFlags = { rpm?: Limit; tpm?: Limit; maxConcurrency?: Limit; modelLimit: ModelLimits };
+
+const LIMIT = wholeNumber(1, 1_000_000_000);
+const LIMIT_NAMES: Record<string, LimitField> = {
+  rpm: "rpm",
+  tpm: "tpm",
+  "max-concurrency": "max_concurrency",
+  max_concurrency: "max_concurrency",
+};
 
 /** The limit flags `keys create` and `keys update` share; `update` also takes `none`. */
 function limitOptions(command: Command, update = false): Command {
   const value = update ? "<n|none>" : "<n>";
+  const limit = update ? orNone(LIMIT) : LIMIT;
   return command
-    .option(`--rpm ${value}`, "requests per minute (any 60 s)")
-    .option(`--tpm ${value}`, "tokens per minute, prompt + completion (reserved at admission, settled at completion)")
-    .option(`--max-concurrency ${value}`, "requests in flight at once")
+    .option(`--rpm ${value}`, "requests per minute (any 60 s)", limit)
+    .option(
+      `--tpm ${value}`,
+      "tokens per minute, prompt + completion (reserved at admission, settled at completion)",
+      limit,
+    )
+    .option(`--max-concurrency ${value}`, "requests in flight at once", limit)
     .option(
       "--model-limit <spec>",
       `limits for one model through this key, on top of the key's own: <model>:rpm=N,tpm=N,max-concurrency=N${update ? " (N or none; <model>:none removes them all)" : ""}; repeatable`,
-      (spec: string, all: string[]) => [...all, spec],
-      [],
+      modelLimit(update),
+      {},
     );
 }
 
-/**
- * The flags as the management API's `limits` (src/ratelimit/limits.ts), checked here so bad input
- * exits 2 naming the flag before anything is sent. Undefined when no limit flag was given.
- */
-export function limitsFromFlags(flags: LimitFlags, update: boolean): KeyLimitsChange | undefined {
-  const out: KeyLimitsChange = {};
-  const scope = (
-    target: Partial<Record<LimitField, number | null>>,
-    field: LimitField,
-    text: string | undefined,
-    flag: string,
-  ) => {
-    if (text === undefined) return;
-    if (update && text === "none") {
-      target[field] = null;
-      return;
-    }
-    const n = Number(text);
-    if (!/^\d+$/.test(text) || !Number.isSafeInteger(n) || n < 1 || n > 1_000_000_000) {
-      throw new CliError(
-        `${flag}: expected a whole number from 1 to 1000000000${update ? " or none" : ""}, got "${text}"`,
-        2,
-      );
-    }
-    target[field] = n;
-  };
-  scope(out, "rpm", flags.rpm, "--rpm");
-  scope(out, "tpm", flags.tpm, "--tpm");
-  scope(out, "max_concurrency", flags.maxConcurrency, "--max-concurrency");
-  for (const spec of flags.modelLimit) {
+/** `--model-limit <model>:rpm=N,...` (or, to update, `<model>:none`), added to those before it. */
+export function modelLimit(update: boolean): (spec: string, all: ModelLimits) => ModelLimits {
+  const form = `expected <model>:rpm=N,tpm=N,max-concurrency=N${update ? " or <model>:none" : ""}`;
+  const number = update ? orNone(LIMIT) : LIMIT;
+  return (spec, all) => {
     const m = /^([^:]+):(.+)$/.exec(spec);
-    const form = `expected <model>:rpm=N,tpm=N,max-concurrency=N${update ? " or <model>:none" : ""}`;
-    if (!m || !NAME_PATTERN.test(m[1] as string)) throw new CliError(`--model-limit "${spec}": ${form}`, 2);
+    if (!m || !NAME_PATTERN.test(m[1] as string)) throw new InvalidArgumentError(form);
     const [, model, rest] = m as unknown as [string, string, string];
-    out.models ??= {};
     if (rest === "none") {
-      if (!update)
-        throw new CliError(
-          `--model-limit "${spec}": none removes limits, so it belongs to \`keys update\`; ${form}`,
-          2,
-        );
-      out.models[model] = null;
-      continue;
+      if (!update) throw new InvalidArgumentError(`none removes limits, so it belongs to \`keys update\`; ${form}`);
+      return { ...all, [model]: null };
     }
-    const limits: Partial<Record<LimitField, number | null>> = { ...out.models[model] };
+    const limits: ScopeFlags = { ...all[model] };
     for (const part of rest.split(",")) {
       const [name, text] = part.split("=");
-      const field = (
-        { rpm: "rpm", tpm: "tpm", "max-concurrency": "max_concurrency", max_concurrency: "max_concurrency" } as Record<
-          string,
-          LimitField
-        >
-      )[name?.trim() ?? ""];
-      if (!field || text === undefined)
-        throw new CliError(`--model-limit "${spec}": "${part}" is not a limit; ${form}`, 2);
-      scope(limits, field, text.trim(), `--model-limit "${spec}"`);
+      const field = LIMIT_NAMES[name?.trim() ?? ""];
+      if (!field || text === undefined) throw new InvalidArgumentError(`"${part}" is not a limit; ${form}`);
+      try {
+        const value = number(text.trim());
+        limits[field] = value === "none" ? null : value;
+      } catch (e) {
+        throw new InvalidArgumentError(`${name}: ${(e as Error).message}`);
+      }
     }
-    out.models[model] = limits;
-  }
+    return { ...all, [model]: limits };
+  };
+}
+
+/** The parsed flags as the management API's `limits` (src/ratelimit/limits.ts); undefined when none was given. */
+export function limitsFromFlags(flags: LimitFlags): KeyLimitsChange | undefined {
+  const out: KeyLimitsChange = {};
+  const limit = (value: Limit) => (value === "none" ? null : value);
+  if (flags.rpm !== undefined) out.rpm = limit(flags.rpm);
+  if (flags.tpm !== undefined) out.tpm = limit(flags.tpm);
+  if (flags.maxConcurrency !== undefined) out.max_concurrency = limit(flags.maxConcurrency);
+  if (Object.keys(flags.modelLimit).length > 0) out.models = flags.modelLimit;
   return Object.keys(out).length > 0 ? out : undefined;
 }
 
@@ -236,58 +232,5 @@ async function readKeyFile(path: string): Promise<string> {
     return (await readFile(path, "utf8")).trim();
   } catch (e) {
     throw new CliError(`--from-file ${path}: cannot read it (${(e as NodeJS.ErrnoException).code ?? "error"})`, 2);
-  }
-}
-
-export function describeBootstrap(done: BootstrapOutcome): string {
-  return done.outcome === "created"
-    ? `bootstrap admin key registered as ${done.record.id}; Redis holds only its SHA-256, the key itself stays in your Secret`
-    : `bootstrap admin key already registered (${done.record.id}); nothing changed`;
-}
-
-/**
- * The bootstrap a long-running process runs at every start (`gateway`, `up`; idempotent, so a
- * cluster needs no separate first-run step). A weak key stops it. A different key already
- * registered is logged and the process serves on: a changed Secret must not take the platform
- * down (compose would restart it forever), and the admin key registered before still works.
- * Resolves whether this key is the registered one.
- */
-export async function bootstrapAtStart(ctl: Control, key: string, where: string): Promise<boolean> {
-  const weak = weakKeyReason(key);
-  if (weak) throw new CliError(`PLATFORM_BOOTSTRAP_ADMIN_KEY is too weak: ${weak}`, 2);
-  try {
-    console.log(describeBootstrap(await runBootstrap(ctl, key, where)));
-    return true;
-  } catch (e) {
-    if (!(e instanceof CliError) || e.exitCode !== 1) throw e;
-    console.error(`bootstrap: ${e.message}`);
-    return false;
-  }
-}
-
-/**
- * Register the bootstrap key, waiting a bounded time for Redis (a cluster may
- * start the gateway before Redis answers). Server-side refusals become CLI errors.
- */
-export async function runBootstrap(ctl: Control, key: string, where: string): Promise<BootstrapOutcome> {
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    const ok = await Promise.race([
-      ctl.redis.ping().then(
-        () => true,
-        () => false,
-      ),
-      new Promise<boolean>((r) => setTimeout(() => r(false), 5_000).unref()),
-    ]);
-    if (ok) break;
-    if (Date.now() > deadline)
-      throw new CliError(`cannot reach Redis at ${where} (REDIS_URL); is it running, and is the password right?`);
-    await new Promise((r) => setTimeout(r, 1_000));
-  }
-  try {
-    return await bootstrapAdminKey(ctl, key);
-  } catch (e) {
-    if (e instanceof PlatformError) throw new CliError(e.message, e.status === 400 ? 2 : 1);
-    throw e;
   }
 }

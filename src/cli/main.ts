@@ -70,5 +70,7 @@ try {
     process.exit(e.exitCode);
   }
   console.error(`error: ${e instanceof Error ? e.message : String(e)}`);
-  process.exit(1);
+  // Domain code the CLI calls refuses bad input as a 400, as it would to an HTTP client: exit 2 too.
+  const { PlatformError } = await import("../contracts/errors.ts");
+  process.exit(e instanceof PlatformError && e.status === 400 ? 2 : 1);
 }

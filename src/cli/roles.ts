@@ -7,28 +7,19 @@ import type { Command } from "commander";
 import { trimMemoryWhenIdle } from "../process/idle-memory.ts";
 import { loadSettings } from "../settings/index.ts";
 import { CliError } from "./errors.ts";
+import { wholeNumber } from "./flags.ts";
 
 export function registerRoles(program: Command): void {
   program
     .command("gateway")
     .description("run the HTTP gateway alone (clusters run several of these against one Redis)")
     .option("--host <host>", "address to bind", "0.0.0.0")
-    .option("--port <port>", "port", "8000")
-    .action(async (opts: { host: string; port: string }) => {
-      const settings = loadSettings();
-      if (!settings.redisUrl) throw new CliError("REDIS_URL is not set; the gateway needs the platform's Redis", 2);
-      const bootstrapKey = settings.bootstrapAdminKey;
-      const where = settings.redisUrl;
-      const [{ runGatewayProcess }, { bootstrapAtStart }, { maskRedisUrl }] = await Promise.all([
-        import("../gateway/main.ts"),
-        import("./keys.ts"),
-        import("../redis/connection.ts"),
-      ]);
-      await runGatewayProcess({
-        host: opts.host,
-        port: Number(opts.port),
-        beforeListen: bootstrapKey ? (ctl) => bootstrapAtStart(ctl, bootstrapKey, maskRedisUrl(where)) : undefined,
-      });
+    .option("--port <port>", "port", wholeNumber(0, 65535), 8000)
+    .action(async (opts: { host: string; port: number }) => {
+      if (!loadSettings().redisUrl)
+        throw new CliError("REDIS_URL is not set; the gateway needs the platform's Redis", 2);
+      const { runGatewayProcess } = await import("../gateway/main.ts");
+      await runGatewayProcess({ host: opts.host, port: opts.port });
     });
 
   program
@@ -40,6 +31,7 @@ export function registerRoles(program: Command): void {
     .option(
       "--health-port <port>",
       "serve /livez, /readyz and /metrics on this port (0: any free port, published in the replica record)",
+      wholeNumber(0, 65535),
     )
     .option(
       "--standby",
@@ -50,7 +42,7 @@ export function registerRoles(program: Command): void {
         endpoint?: string;
         replicaId?: string;
         revision?: string;
-        healthPort?: string;
+        healthPort?: number;
         standby?: boolean;
       }) => {
         if ((opts.endpoint === undefined) === !opts.standby)
@@ -60,7 +52,7 @@ export function registerRoles(program: Command): void {
           endpoint: opts.endpoint,
           replicaId: opts.replicaId,
           revision: opts.revision,
-          healthPort: opts.healthPort ? Number(opts.healthPort) : undefined,
+          healthPort: opts.healthPort,
         });
       },
     );
@@ -69,25 +61,21 @@ export function registerRoles(program: Command): void {
     .command("scaler")
     .description("run the autoscaler and replica reconciler (one acts at a time, through a lease in Redis)")
     .option("--backend <kind>", "where replicas run: local (child processes) or kubernetes (Deployments)", "local")
-    .option("--interval-ms <ms>", "time between scaler ticks", "1000")
-    .option("--lease-ttl-ms <ms>", "how soon a standby scaler takes over from a dead one (default: max(5000, 3 ticks))")
+    .option("--interval-ms <ms>", "time between scaler ticks", wholeNumber(1), 1000)
+    .option(
+      "--lease-ttl-ms <ms>",
+      "how soon a standby scaler takes over from a dead one (default: max(5000, 3 ticks))",
+      wholeNumber(1),
+    )
     .option("--holder-id <id>", "name shown as the lease holder (default: <hostname>-<pid>)")
-    .action(async (opts: { backend: string; intervalMs: string; leaseTtlMs?: string; holderId?: string }) => {
+    .action(async (opts: { backend: string; intervalMs: number; leaseTtlMs?: number; holderId?: string }) => {
       if (opts.backend !== "local" && opts.backend !== "kubernetes")
         throw new CliError(`--backend: expected local or kubernetes, got "${opts.backend}"`, 2);
-      const intervalMs = positive("--interval-ms", opts.intervalMs);
-      const leaseTtlMs = opts.leaseTtlMs === undefined ? undefined : positive("--lease-ttl-ms", opts.leaseTtlMs);
+      const { intervalMs, leaseTtlMs } = opts;
       if (!loadSettings().redisUrl)
         throw new CliError("REDIS_URL is not set; the scaler needs the platform's Redis", 2);
       const { runScalerProcess } = await import("../../scaler/main.ts");
       trimMemoryWhenIdle();
       await runScalerProcess({ backend: opts.backend, intervalMs, leaseTtlMs, holderId: opts.holderId });
     });
-}
-
-function positive(flag: string, value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n <= 0)
-    throw new CliError(`${flag}: expected a positive whole number of milliseconds, got "${value}"`, 2);
-  return n;
 }

@@ -11,7 +11,7 @@ import { CliError } from "./errors.ts";
 import { GENERATED_DIR, generate, type Language, LANGUAGES } from "../protos/generate.ts";
 import { discoverService } from "../scaffold/discover.ts";
 import { scaffoldNode } from "../scaffold/node.ts";
-import { scaffoldPython } from "../scaffold/python.ts";
+import { scaffoldPython } from "../scaffold/python/index.ts";
 import type { Scaffolder } from "../scaffold/types.ts";
 import { writeScaffold } from "../scaffold/write.ts";
 import { requireWorkspace } from "../workspace/find.ts";

@@ -1,40 +1,26 @@
 /**
  * `platform training evaluate`: evaluation jobs on model versions and adapters (docs/evaluation.md).
  * A version no endpoint serves is evaluated on a temporary endpoint `<model>--eval-<version>`,
- * deployed for the run and removed at its end, on failure and on Ctrl-C (temporary-endpoints.ts).
+ * deployed for the run and removed at its end, on failure and on Ctrl-C (src/evaluation/client.ts).
  */
-import { existsSync, openAsBlob, statSync } from "node:fs";
-import { basename, resolve } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
+import { existsSync, statSync } from "node:fs";
+import { resolve } from "node:path";
 import type { Command } from "commander";
-import { type DeploymentConfig, NAME_PART } from "../contracts/deployment.ts";
+import { NAME_PART } from "../contracts/deployment.ts";
+import { PlatformError } from "../contracts/errors.ts";
+import type { PublicEvaluation } from "../evaluation/jobs.ts";
+import type { Comparison } from "../evaluation/metrics.ts";
+import { taskDataset } from "../evaluation/lm-eval-task.ts";
+import { Metric } from "../evaluation/schema.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
+import { wholeNumber } from "./flags.ts";
 import { printJson, printTable } from "./output.ts";
 import { Progress } from "./progress.ts";
-import { type EndpointInfo, TemporaryEndpoints, temporaryName } from "./temporary-endpoints.ts";
-import { taskDataset } from "./training-task.ts";
+import { uploadFile } from "./upload.ts";
 
-type Evaluation = {
-  id: string;
-  model: string;
-  metric: string;
-  state: string;
-  base: { name: string; version: string };
-  items: number;
-  done: number;
-  dataset_sha256: string;
-  result: { metric: string; value: number; n: number; stderr: number | null; boundary_merges?: number } | null;
-  error: { code: string; message: string } | null;
-};
-type Comparison = {
-  a: Evaluation;
-  b: Evaluation;
-  difference: number;
-  stderr: number | null;
-  ci95: [number, number] | null;
-  method: "paired" | "unpaired";
-};
+type Evaluation = PublicEvaluation;
+type Compared = { a: Evaluation; b: Evaluation } & Comparison;
 
 type Flags = {
   dataset?: string;
@@ -42,12 +28,12 @@ type Flags = {
   task?: string;
   json?: boolean;
   compare?: string;
-  maxTokens?: string;
+  maxTokens?: number;
   /** false with --no-deploy. */
   deploy: boolean;
 };
 
-const METRICS = ["perplexity", "accuracy", "exact_match"];
+const METRICS: readonly string[] = Metric.options;
 const TARGET = new RegExp(`^(${NAME_PART})(?:@(${NAME_PART}))?(?::(${NAME_PART}))?$`);
 
 export function registerEvaluate(training: Command): void {
@@ -65,7 +51,7 @@ export function registerEvaluate(training: Command): void {
       "--task <yaml>",
       "a local lm-eval task YAML (multiple_choice or generate_until over a local JSON/JSONL dataset), turned into the dataset",
     )
-    .option("--max-tokens <n>", "exact_match: the most tokens generated per answer (default 256)")
+    .option("--max-tokens <n>", "exact_match: the most tokens generated per answer (default 256)", wholeNumber(1, 4096))
     .option(
       "--compare <v1,v2>",
       "evaluate two versions (or version:adapter) of <model> on the same dataset and print both with the difference and its 95% interval",
@@ -82,15 +68,18 @@ export function registerEvaluate(training: Command): void {
         throw new CliError(`--metric ${flags.metric}: use perplexity, accuracy or exact_match`, 2);
       if ((flags.dataset === undefined) === (flags.task === undefined))
         throw new CliError("name the data with --dataset <file or URI> or --task <lm-eval task YAML> (one of them)", 2);
-      const maxTokens = flags.maxTokens === undefined ? undefined : Number(flags.maxTokens);
-      if (maxTokens !== undefined && !(Number.isInteger(maxTokens) && maxTokens >= 1 && maxTokens <= 4096))
-        throw new CliError(`--max-tokens ${flags.maxTokens}: a whole number from 1 to 4096`, 2);
+      const maxTokens = flags.maxTokens;
       const model = m[1] as string;
       const targets = flags.compare === undefined ? [target] : compareTargets(model, flags.compare);
       if (flags.compare === undefined && m[2] === undefined)
         throw new CliError(`${target}: name the version, e.g. ${model}@v1 (or pass --compare v1,v2)`, 2);
       const api = await ApiClient.fromCredentials();
-      const task = flags.task === undefined ? undefined : await taskDataset(flags.task);
+      const task =
+        flags.task === undefined
+          ? undefined
+          : await taskDataset(flags.task).catch((e: unknown) => {
+              throw e instanceof PlatformError ? new CliError(`--task ${e.message}`, 2) : e;
+            });
       const dataset = await datasetId(api, task?.path ?? (flags.dataset as string), flags.json === true);
       const metric = flags.metric ?? task?.metric;
       const body = (t: string) => ({
@@ -99,7 +88,7 @@ export function registerEvaluate(training: Command): void {
         ...(metric ? { metric } : {}),
         ...(maxTokens ? { max_tokens: maxTokens } : {}),
       });
-      const finished = await evaluateAll(api, model, targets.map(body), flags.deploy, flags.json === true);
+      const finished = await evaluate(api, model, targets.map(body), flags);
       const failed = finished.find((e) => e.state !== "succeeded");
       if (failed)
         throw new CliError(
@@ -107,7 +96,7 @@ export function registerEvaluate(training: Command): void {
         );
       if (finished.length === 1) return printOne(finished[0] as Evaluation, flags.json === true);
       const [a, b] = finished as [Evaluation, Evaluation];
-      const comparison = await api.request<Comparison>(
+      const comparison = await api.request<Compared>(
         "GET",
         `/admin/v1/evaluations/compare?a=${encodeURIComponent(a.id)}&b=${encodeURIComponent(b.id)}`,
       );
@@ -132,124 +121,37 @@ async function datasetId(api: ApiClient, dataset: string, quiet: boolean): Promi
     throw new CliError(`--dataset ${dataset}: no such file`, 2);
   }
   if (!quiet) process.stderr.write(`uploading ${dataset}...\n`);
-  const form = new FormData();
-  form.set("purpose", "batch");
-  form.set("file", await openAsBlob(path), basename(path));
-  const res = await api.send("POST", "/v1/files", { body: form });
-  if (!res.ok) {
-    const err = ((await res.json().catch(() => ({}))) as { error?: { message?: string } }).error;
-    throw new CliError(`--dataset ${dataset}: upload failed: ${err?.message ?? `HTTP ${res.status}`}`);
-  }
-  return ((await res.json()) as { id: string }).id;
+  return uploadFile(api, path, "batch", `--dataset ${dataset}`);
 }
 
-/**
- * Creates an evaluation of each target and waits for them all. A version no endpoint serves (the
- * 409) gets a temporary endpoint unless `deploy` is false; the evaluations on one are cancelled
- * when the run fails or is interrupted, as their endpoint goes with it.
- */
-async function evaluateAll(
+/** Runs them (src/evaluation/client.ts), showing their progress on stderr unless --json. */
+async function evaluate(
   api: ApiClient,
   model: string,
   requests: { model: string }[],
-  deploy: boolean,
-  quiet: boolean,
+  flags: Flags,
 ): Promise<Evaluation[]> {
+  const { evaluateAll } = await import("../evaluation/client.ts");
   const progress = new Progress();
-  let temporary: TemporaryEndpoints | undefined;
-  /** `<model>@<version>` of each version served by a temporary endpoint of this run. */
-  const onTemporary = new Set<string>();
-  const created: Evaluation[] = [];
+  const quiet = flags.json === true;
+  let shown = "";
   try {
-    for (const request of requests) {
-      const evaluation = await api.request<Evaluation>("POST", "/admin/v1/evaluations", request).catch(async (e) => {
-        if (!deploy || !(e instanceof CliError) || !/\(model_not_deployed\)$/.test(e.message)) throw e;
-        temporary ??= new TemporaryEndpoints(api, progress, {
-          purpose: "evaluation",
-          interruption: "interrupted: the evaluations on temporary endpoints were cancelled",
-        });
-        // `<model>@<version>[:<adapter>]`: an adapter is served by its base's endpoint.
-        const version = (request.model.split(":")[0] as string).split("@")[1] as string;
-        onTemporary.add(`${model}@${await deployFor(api, temporary, model, version, e, progress)}`);
-        return api.request<Evaluation>("POST", "/admin/v1/evaluations", request);
-      });
-      created.push(evaluation);
-    }
-    return await waitFor(api, created, quiet, progress, temporary?.signal);
-  } catch (e) {
-    for (const c of created)
-      if (onTemporary.has(`${c.base.name}@${c.base.version}`))
-        await api.request("POST", `/admin/v1/evaluations/${encodeURIComponent(c.id)}/cancel`).catch(() => undefined);
-    throw temporary?.signal.aborted ? temporary.signal.reason : e;
+    return await evaluateAll(api, model, requests, {
+      deploy: flags.deploy,
+      progress,
+      interruption: new CliError("interrupted: the evaluations on temporary endpoints were cancelled", 130),
+      onUpdate: (current, final) => {
+        const line = current.map((e) => `${e.model} ${e.metric}: ${e.state} ${e.done}/${e.items}`).join(" · ");
+        // On a terminal one line redrawn, kept at the end; elsewhere a line per change.
+        if (!quiet && process.stderr.isTTY) {
+          if (final) progress.line(line);
+          else if (line !== shown) progress.status(line);
+        } else if (!quiet && line !== shown) progress.line(line);
+        shown = line;
+      },
+    });
   } finally {
     progress.done();
-    await temporary?.close();
-  }
-}
-
-/**
- * Deploys `<model>--eval-<version>` for a version no endpoint serves (`refusal`, the 409), with the
- * settings of the endpoint serving the model's other version when there is one (so the numbers
- * come from the same engine settings, e.g. dtype), else the defaults; one replica. Its version, resolved.
- */
-async function deployFor(
-  api: ApiClient,
-  temporary: TemporaryEndpoints,
-  model: string,
-  version: string,
-  refusal: CliError,
-  progress: Progress,
-): Promise<string> {
-  let endpoints: EndpointInfo[];
-  try {
-    endpoints = (await api.request<{ data: EndpointInfo[] }>("GET", "/admin/v1/endpoints")).data;
-  } catch (e) {
-    if (e instanceof CliError && /\(permission_denied\)$/.test(e.message))
-      throw new CliError(`${refusal.message}; deploying a temporary endpoint for it takes an admin key: ${e.message}`);
-    throw e;
-  }
-  const ofModel = endpoints.filter((e) => e.config.model.name === model);
-  const like =
-    ofModel.find((e) => e.endpoint === model) ??
-    ofModel.find((e) => e.variant_of === undefined && !/--(bench|eval)-/.test(e.endpoint)) ??
-    ofModel[0];
-  const name = temporaryName(model, "eval", version);
-  const settings = like ? (({ autoscaling: _autoscaling, ...config }) => config)(like.config) : undefined;
-  const config: DeploymentConfig & { endpoint: string } = {
-    endpoint: name,
-    model: { ...settings?.model, name: model, version },
-    runtime: settings?.runtime ?? {},
-    resources: { ...(settings?.resources ?? { parallel: 4 }), replicas: 1 },
-  };
-  progress.line(
-    `no endpoint serves ${model}@${version}: deploying the temporary endpoint ${name}; it is removed at the end (${like ? `${like.endpoint}'s settings` : "default settings"}, 1 replica)`,
-  );
-  return (await temporary.deploy(config, "")).version;
-}
-
-async function waitFor(
-  api: ApiClient,
-  jobs: Evaluation[],
-  quiet: boolean,
-  progress: Progress,
-  signal?: AbortSignal,
-): Promise<Evaluation[]> {
-  let current = jobs;
-  let shown = "";
-  for (;;) {
-    current = await Promise.all(
-      current.map((e) => api.request<Evaluation>("GET", `/admin/v1/evaluations/${encodeURIComponent(e.id)}`)),
-    );
-    const line = current.map((e) => `${e.model} ${e.metric}: ${e.state} ${e.done}/${e.items}`).join(" · ");
-    const final = current.every((e) => ["succeeded", "failed", "cancelled"].includes(e.state));
-    // On a terminal one line redrawn, kept at the end; elsewhere a line per change.
-    if (!quiet && process.stderr.isTTY) {
-      if (final) progress.line(line);
-      else if (line !== shown) progress.status(line);
-    } else if (!quiet && line !== shown) progress.line(line);
-    shown = line;
-    if (final) return current;
-    await sleep(500, undefined, signal ? { signal } : undefined);
   }
 }
 
@@ -272,7 +174,7 @@ function printOne(e: Evaluation, json: boolean): void {
   );
 }
 
-function printComparison(c: Comparison, json: boolean): void {
+function printComparison(c: Compared, json: boolean): void {
   const ra = c.a.result as NonNullable<Evaluation["result"]>;
   const rb = c.b.result as NonNullable<Evaluation["result"]>;
   if (json) {

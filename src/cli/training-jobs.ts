@@ -3,6 +3,7 @@ import type { Command } from "commander";
 import type { FineTuneEvent, FineTuningJob } from "../finetuning/schema.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
+import { wholeNumber } from "./flags.ts";
 import { printJson, printTable } from "./output.ts";
 import { followEvents, formatEvent } from "./training-tune.ts";
 
@@ -14,12 +15,10 @@ export function registerTrainingJobs(training: Command): void {
   jobs
     .command("list")
     .description("your organization's fine-tuning jobs, newest first")
-    .option("--limit <n>", "how many", "20")
+    .option("--limit <n>", "how many", wholeNumber(1, 100), 20)
     .option("--json", "print JSON")
-    .action(async (opts: { limit: string; json?: boolean }) => {
-      const limit = Number(opts.limit);
-      if (!Number.isInteger(limit) || limit < 1 || limit > 100)
-        throw new CliError(`--limit: expected 1 to 100, got "${opts.limit}"`, 2);
+    .action(async (opts: { limit: number; json?: boolean }) => {
+      const { limit } = opts;
       const api = await ApiClient.fromCredentials();
       const { data } = await api.request<{ data: FineTuningJob[] }>("GET", `/v1/fine_tuning/jobs?limit=${limit}`);
       if (opts.json) return printJson(data);

@@ -4,12 +4,12 @@
  * it is and confined by the gateway as batch inputs are. `--watch` follows the job's events (the
  * loss as it trains) until it ends, and exits non-zero unless it succeeded.
  */
-import { existsSync, openAsBlob, statSync } from "node:fs";
-import { basename } from "node:path";
+import { existsSync, statSync } from "node:fs";
 import { BASE_LEARNING_RATE, type FineTuneEvent, type FineTuningJob } from "../finetuning/schema.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
 import { printJson } from "./output.ts";
+import { uploadFile } from "./upload.ts";
 import type { SubmitOptions } from "./training.ts";
 
 export async function submitFineTune(opts: SubmitOptions): Promise<void> {
@@ -18,11 +18,7 @@ export async function submitFineTune(opts: SubmitOptions): Promise<void> {
   if (opts.method !== "lora" && opts.method !== "full")
     throw new CliError(`--method: expected lora or full, got "${opts.method}"`, 2);
   const method = opts.method;
-  const epochs = wholeFlag("--epochs", opts.epochs);
-  const rank = wholeFlag("--lora-rank", opts.loraRank);
-  const seed = wholeFlag("--seed", opts.seed, 0);
-  const alpha = numberFlag("--lora-alpha", opts.loraAlpha);
-  const rate = numberFlag("--learning-rate", opts.learningRate);
+  const { epochs, loraRank: rank, seed, loraAlpha: alpha, learningRate: rate } = opts;
   if (method === "full" && (rank !== undefined || alpha !== undefined))
     throw new CliError("--lora-rank and --lora-alpha apply to --method lora only", 2);
   const api = await ApiClient.fromCredentials();
@@ -123,28 +119,5 @@ async function datasetRef(api: ApiClient, flag: string, given: string, quiet: bo
   if (!existsSync(path)) throw new CliError(`${flag} ${given}: no such file`, 2);
   if (!statSync(path).isFile()) throw new CliError(`${flag} ${given}: not a file (give the JSONL file)`, 2);
   if (!quiet) process.stderr.write(`uploading ${given}...\n`);
-  const form = new FormData();
-  form.set("purpose", "fine-tune");
-  form.set("file", await openAsBlob(path), basename(path));
-  const res = await api.send("POST", "/v1/files", { body: form });
-  const body = (await res.json().catch(() => ({}))) as { id?: string; error?: { message?: string; code?: string } };
-  if (!res.ok || !body.id)
-    throw new CliError(
-      `${flag}: upload failed: ${body.error?.message ?? `HTTP ${res.status}`}${body.error?.code ? ` (${body.error.code})` : ""}`,
-    );
-  return body.id;
-}
-
-function wholeFlag(flag: string, raw: string | undefined, min = 1): number | undefined {
-  if (raw === undefined) return undefined;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < min) throw new CliError(`${flag}: expected a whole number ≥ ${min}, got "${raw}"`, 2);
-  return n;
-}
-
-function numberFlag(flag: string, raw: string | undefined): number | undefined {
-  if (raw === undefined) return undefined;
-  const n = Number(raw);
-  if (!Number.isFinite(n) || n <= 0) throw new CliError(`${flag}: expected a positive number, got "${raw}"`, 2);
-  return n;
+  return uploadFile(api, path, "fine-tune", flag);
 }

@@ -1,16 +1,18 @@
 /** `platform training submit|list`: the model registry. */
-import { createReadStream, existsSync, readdirSync, statSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { createReadStream, existsSync, statSync } from "node:fs";
+import { resolve } from "node:path";
 import { Transform } from "node:stream";
 import type { Command } from "commander";
 import { ModelTask, type RegisteredVersion, taskOf } from "../registry/version.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
+import { positiveNumber, wholeNumber } from "./flags.ts";
 import { formatBytes } from "../contracts/bytes.ts";
 import { formatCount, printJson, printTable } from "./output.ts";
 import { progressReporter } from "./progress.ts";
 import { SOURCE_SCHEMES } from "../registry/sources.ts";
-import { isCheckpointFile, isModuleDirectory } from "../registry/checkpoint.ts";
+import { checkpointFiles, tarSize, type UploadFile } from "../registry/checkpoint-upload.ts";
+import { PlatformError } from "../contracts/errors.ts";
 import { writeTar } from "../registry/tar.ts";
 import { registerEvaluate } from "./training-evaluate.ts";
 import { evaluations } from "./abtest.ts";
@@ -40,11 +42,11 @@ export function registerTraining(program: Command): void {
     .option("--dataset <uri>", "fine-tune on this JSONL training file (chat messages or prompt/completion lines)")
     .option("--validation <uri>", "fine-tune: a JSONL validation file, scored after each epoch")
     .option("--method <method>", "fine-tune: lora (an adapter of the base) or full (a new model)", "lora")
-    .option("--epochs <n>", "fine-tune: passes over the dataset")
-    .option("--learning-rate <x>", "fine-tune: the optimizer's learning rate")
-    .option("--lora-rank <r>", "fine-tune: the LoRA rank")
-    .option("--lora-alpha <a>", "fine-tune: the LoRA alpha")
-    .option("--seed <s>", "fine-tune: the random seed (same seed, same data: same adapter)")
+    .option("--epochs <n>", "fine-tune: passes over the dataset", wholeNumber(1))
+    .option("--learning-rate <x>", "fine-tune: the optimizer's learning rate", positiveNumber)
+    .option("--lora-rank <r>", "fine-tune: the LoRA rank", wholeNumber(1))
+    .option("--lora-alpha <a>", "fine-tune: the LoRA alpha", positiveNumber)
+    .option("--seed <s>", "fine-tune: the random seed (same seed, same data: same adapter)", wholeNumber(0))
     .option("--watch", "fine-tune: follow the job's events until it ends")
     .option("--json", "print the record as JSON")
     .action(async (opts: SubmitOptions) => {
@@ -121,11 +123,11 @@ export type SubmitOptions = {
   dataset?: string;
   validation?: string;
   method: string;
-  epochs?: string;
-  learningRate?: string;
-  loraRank?: string;
-  loraAlpha?: string;
-  seed?: string;
+  epochs?: number;
+  learningRate?: number;
+  loraRank?: number;
+  loraAlpha?: number;
+  seed?: number;
   watch?: boolean;
   json?: boolean;
 };
@@ -140,14 +142,13 @@ async function register(opts: SubmitOptions & { source: string }): Promise<void>
   let record: RegisteredVersion;
   if (local) {
     // Uploading makes a local file work against a remote gateway too; a directory goes as a tar stream of its checkpoint files.
-    const files = statSync(local).isDirectory() ? checkpointFiles(local) : undefined;
+    const files = statSync(local).isDirectory() ? sourceFiles(local) : undefined;
     if (opts.base === undefined && files?.some((f) => f.name === "adapter_config.json"))
       throw new CliError(
         `--source ${opts.source} is a LoRA adapter (it holds adapter_config.json): name the version it adapts with --base <model>@<version>`,
         2,
       );
-    // A tar stream: each file's 512-byte header and its data padded to 512-byte blocks, then two zero blocks.
-    const size = files ? files.reduce((n, f) => n + 512 + Math.ceil(f.size / 512) * 512, 1024) : statSync(local).size;
+    const size = files ? tarSize(files) : statSync(local).size;
     const progress = progressReporter("uploading");
     let sent = 0;
     const counter = new Transform({
@@ -238,29 +239,13 @@ function localFile(source: string): string | undefined {
   return path;
 }
 
-/**
- * A local checkpoint directory's files, as the registry takes them (config, tokenizer, safetensors, sentence-transformers
- * modules' `<n>_<Name>/config.json`; the rest, such as README.md or .git, stays behind). Links are followed: the directory
- * is the user's own (a Hugging Face cache snapshot is all links).
- */
-function checkpointFiles(dir: string): { name: string; size: number }[] {
-  const files: { name: string; size: number }[] = [];
-  for (const entry of readdirSync(dir).sort()) {
-    const name = isModuleDirectory(entry) ? `${entry}/config.json` : entry;
-    if (!isCheckpointFile(name)) continue;
-    const info = statSync(join(dir, name), { throwIfNoEntry: false });
-    if (info?.isFile()) files.push({ name, size: info.size });
+/** `--source`'s checkpoint directory files (src/registry/checkpoint-upload.ts); bad input exits 2. */
+function sourceFiles(dir: string): UploadFile[] {
+  try {
+    return checkpointFiles(dir);
+  } catch (e) {
+    throw e instanceof PlatformError ? new CliError(`--source ${e.message}`, 2) : e;
   }
-  // A PEFT adapter directory goes as its two files (a training output's tokenizer copies and README stay behind).
-  if (files.some((f) => f.name === "adapter_config.json")) {
-    return files.filter((f) => f.name === "adapter_config.json" || f.name === "adapter_model.safetensors");
-  }
-  if (!files.some((f) => f.name === "config.json"))
-    throw new CliError(
-      `--source ${dir}: a directory must be a Hugging Face-style checkpoint (config.json, tokenizer.json or tokenizer.model, *.safetensors) or a PEFT adapter (adapter_config.json, adapter_model.safetensors); it has neither config.json nor adapter_config.json`,
-      2,
-    );
-  return files;
 }
 
 /** `--task` (of `training submit` and `up`) as a task; anything else is bad input (exit 2). */

@@ -3,50 +3,41 @@
  * Redis (unless REDIS_URL is set), the gateway, the local replica backend with
  * its reconciler and autoscaler, and workers as child processes. Ctrl-C stops all of it.
  */
-import { createHash } from "node:crypto";
-import { createReadStream, existsSync, statSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
-import { basename, join, resolve } from "node:path";
-import { pipeline } from "node:stream/promises";
+import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Command } from "commander";
-import { WORKER_NODE_FLAGS } from "../process/worker-env.ts";
 import { LocalBackend } from "../../scaler/backends/local.ts";
 import { startScaler } from "../../scaler/run.ts";
 import { createServiceBackend } from "../../scaler/services.ts";
-import { startBatchCoordinator } from "../batch/index.ts";
-import { startEvaluationCoordinator } from "../evaluation/index.ts";
-import { DeploymentConfig, NAME_PATTERN } from "../contracts/deployment.ts";
-import { isOperator } from "../contracts/orgs.ts";
-import { taskOf } from "../registry/version.ts";
-import { countApiKeys, createApiKey, verifyApiKey } from "../keys/store.ts";
-import { ensurePrivateDir, startEmbeddedRedis } from "../redis/embedded.ts";
-import { deployEndpoint, findEndpoint, getEndpoint } from "../endpoints/store.ts";
+import { NAME_PATTERN } from "../contracts/deployment.ts";
+import { announceStates, deployFromSource, endpointNameFor } from "../endpoints/from-source.ts";
+import { startGatewayRole } from "../gateway/main.ts";
+import { bootstrapAtStart, operatorKey } from "../keys/bootstrap.ts";
+import { bounded, onStopSignals } from "../process/shutdown.ts";
+import { WORKER_NODE_FLAGS } from "../process/worker-env.ts";
 import { type Control, connectControl, maskRedisUrl } from "../redis/connection.ts";
-import { endpointStatus } from "../endpoints/status.ts";
-import { trimMemoryWhenIdle } from "../process/idle-memory.ts";
-import { startGateway } from "../gateway/app.ts";
-import { importModel } from "../registry/import.ts";
-import { listModelVersions } from "../registry/versions.ts";
+import { ensurePrivateDir, startEmbeddedRedis } from "../redis/embedded.ts";
+import { taskOf } from "../registry/version.ts";
 import { type CliSettings, loadSettings, type Settings } from "../settings/index.ts";
-import { openStore } from "../storage/index.ts";
 import { parseStorageRoot, type StorageRoot } from "../storage/policy.ts";
 import { configureLogging, logLine } from "../telemetry/log.ts";
 import { startTracing, stopTracing } from "../telemetry/tracing.ts";
-import { CliError } from "./errors.ts";
 import { readCredentials, writeCredentials } from "./credentials.ts";
-import { bootstrapAtStart } from "./keys.ts";
-import { progressReporter } from "./progress.ts";
+import { CliError } from "./errors.ts";
+import { wholeNumber } from "./flags.ts";
 import { taskFlag } from "./training.ts";
+import { progressReporter } from "./progress.ts";
 
 type UpFlags = {
   model?: string;
   name?: string;
   task?: string;
-  replicas: string;
-  parallel?: string;
+  replicas: number;
+  parallel?: number;
   host: string;
-  port: string;
+  port: number;
   dataDir?: string;
   storageRoot: string[];
 };
@@ -66,10 +57,10 @@ export function registerUp(program: Command): void {
       "--task <task>",
       "what --model serves: embed (/v1/embeddings) or generate; default: embed for encoder models (BERT family), generate otherwise",
     )
-    .option("--replicas <n>", "replicas for --model", "1")
-    .option("--parallel <n>", "sequences each replica serves at once")
+    .option("--replicas <n>", "replicas for --model", wholeNumber(0), 1)
+    .option("--parallel <n>", "sequences each replica serves at once", wholeNumber(1))
     .option("--host <host>", "gateway address", "127.0.0.1")
-    .option("--port <port>", "gateway port (0: any free port)", "8000")
+    .option("--port <port>", "gateway port (0: any free port)", wholeNumber(0, 65535), 8000)
     .option("--data-dir <dir>", "where Redis, artifacts and logs live (env PLATFORM_DATA_DIR)")
     .option(
       "--storage-root <uri>",
@@ -113,12 +104,8 @@ async function up(flags: UpFlags): Promise<void> {
   const ctl = connectControl(redisUrl, settings.prefix);
   const apiKey = await bootstrapKey(ctl, settings.bootstrapAdminKey, settings.cli);
 
-  const gateway = await startGateway({
-    ctl,
-    settings: { ...settings, redisUrl },
-    host: flags.host,
-    port: Number(flags.port),
-  });
+  const role = await startGatewayRole(ctl, { ...settings, redisUrl }, { host: flags.host, port: flags.port });
+  const { gateway } = role;
   const backend = new LocalBackend({
     ctl,
     workerCommand: [process.execPath, ...WORKER_NODE_FLAGS, BIN, "worker"],
@@ -141,8 +128,6 @@ async function up(flags: UpFlags): Promise<void> {
   // Services (docs/services.md): processes run from published images, beside the model replicas.
   const services = await createServiceBackend("local", ctl, settings, (m) => event(`[services] ${m}`));
   const scaler = await startScaler(ctl, backend, { log: event, services });
-  const coordinator = await startBatchCoordinator(ctl, { ...settings, redisUrl });
-  const evaluator = await startEvaluationCoordinator(ctl, settings);
   // Fine-tuning jobs train here too (docs/fine-tuning.md); clusters run `platform trainer` instead.
   // GPU jobs too when the trainer's torch sees a GPU; otherwise it says they wait for a GPU trainer.
   const trainer = await (await import("../../workers/trainer/coordinator.ts")).startTrainer(
@@ -150,7 +135,6 @@ async function up(flags: UpFlags): Promise<void> {
     { ...settings, redisUrl },
     { gpu: "auto", log: (line) => event(line) },
   );
-  trimMemoryWhenIdle({ busy: () => gateway.awaiting() > 0 });
 
   let stopping = false;
   /** `code`: 0 for a stop asked for (a signal), 1 when `up` could not do what it was told. */
@@ -166,26 +150,23 @@ async function up(flags: UpFlags): Promise<void> {
     stopping = true;
     log(`\n${signal}: stopping (draining replicas, then the gateway and Redis)...`);
     // Each step is bounded, so a dead dependency can never leave `up` hanging.
-    await bounded(coordinator.stop(), 10_000);
-    await bounded(evaluator.stop(), 10_000);
+    await role.stopCoordinators();
     await bounded(trainer.stop(), 10_000);
     await bounded(scaler.stop(), 5_000);
     await bounded(Promise.all([backend.close(), services.close()]), settings.drainTimeoutMs + 20_000);
-    await bounded(gateway.close(), 5_000);
+    await role.close();
     await stopTracing();
     await bounded(ctl.redis.quit(), 2_000);
     await redis?.stop();
     log("stopped.");
     process.exit(code);
   };
-  process.on("SIGINT", () => void shutdown("SIGINT"));
-  process.on("SIGTERM", () => void shutdown("SIGTERM"));
-  // A closed terminal: the same clean stop, rather than Node's default of dying on the spot.
-  process.on("SIGHUP", () => void shutdown("SIGHUP"));
+  // SIGHUP, a closed terminal: the same clean stop, rather than Node's default of dying on the spot.
+  onStopSignals((signal) => void shutdown(signal), ["SIGINT", "SIGTERM", "SIGHUP"]);
 
   let endpointName: string | undefined;
   try {
-    if (flags.model) endpointName = await registerAndDeploy(ctl, settings, flags);
+    if (flags.model) endpointName = await deployModel(ctl, settings, flags);
   } catch (e) {
     log(`error: ${(e as Error).message}`);
     await shutdown("error", 1);
@@ -211,7 +192,7 @@ async function up(flags: UpFlags): Promise<void> {
   log(`  redis      ${maskRedisUrl(redisUrl)}${redis ? ` (embedded, AOF on; password in ${redis.passwordFile})` : ""}`);
   log("Press Ctrl-C to stop.");
   log("");
-  if (endpointName) void announceWhenAvailable(ctl, endpointName, event);
+  if (endpointName) void announceStates(ctl, endpointName, event);
 }
 
 function upStorageRoots(dataDir: string, extra: string[]): StorageRoot[] {
@@ -227,10 +208,6 @@ function upStorageRoots(dataDir: string, extra: string[]): StorageRoot[] {
     }
   }
   return roots;
-}
-
-function bounded(work: Promise<unknown>, ms: number): Promise<unknown> {
-  return Promise.race([work.catch(() => undefined), new Promise((r) => setTimeout(r, ms).unref())]);
 }
 
 /**
@@ -251,111 +228,32 @@ async function bootstrapKey(
   const saved = Object.entries(file.registries)
     .sort(([a], [b]) => Number(b === file.default) - Number(a === file.default))
     .flatMap(([, entry]) => (entry.api_key ? [entry.api_key] : []));
-  for (const key of saved) {
-    const record = await verifyApiKey(ctl, key);
-    if (record && isOperator(record)) return key;
-  }
-  const existing = saved.length > 0;
-  const first = (await countApiKeys(ctl)) === 0;
-  const { key } = await createApiKey(
-    ctl,
-    first ? "bootstrap-admin" : `admin-${new Date().toISOString().slice(0, 10)}`,
-    "admin",
-  );
-  if (existing) console.log(`note: the key in ${cli.credentialsFile} is not valid here; a new admin key replaces it`);
+  const { key, minted } = await operatorKey(ctl, saved);
+  if (minted && saved.length > 0)
+    console.log(`note: the key in ${cli.credentialsFile} is not valid here; a new admin key replaces it`);
   return key;
 }
 
-async function registerAndDeploy(ctl: Control, settings: Settings, flags: UpFlags): Promise<string> {
+/** `--model`, checked, then registered (once) and deployed: src/endpoints/from-source.ts. Its endpoint name. */
+async function deployModel(ctl: Control, settings: Settings, flags: UpFlags): Promise<string> {
   const source = flags.model as string;
-  const isRemote = /^(https?|hf|s3):\/\//.test(source);
+  const remote = /^(https?|hf|s3):\/\//.test(source);
   const path = source.startsWith("file://") ? fileURLToPath(source) : resolve(source);
-  if (!isRemote && !existsSync(path)) throw new CliError(`--model ${source}: no such file`);
+  if (!remote && !existsSync(path)) throw new CliError(`--model ${source}: no such file`);
   const name = flags.name ?? endpointNameFor(source);
   if (!NAME_PATTERN.test(name))
     throw new CliError(`--name "${name}": use letters, digits, ".", "_" or "-" (1-63 characters)`);
-  const task = taskFlag(flags.task);
-
-  // The same artifact registered before is reused rather than copied again. A checkpoint directory
-  // (registered for llama.cpp, so converted to GGUF at replica start) is recognised by its path.
-  const directory = !isRemote && statSync(path).isDirectory();
-  const digest = isRemote || directory ? undefined : await sha256(path);
-  const versions = await listModelVersions(ctl, name);
-  // A version registered for another task than --task asks for is not the same registration.
-  let version = versions.find(
-    (v) =>
-      (digest ? v.sha256 === digest : v.source === (isRemote ? source : path)) &&
-      (task === undefined || taskOf(v) === task),
-  )?.version;
-  if (!version) {
-    // A remote download can take minutes: say how far it got.
-    const progress = isRemote ? progressReporter(`downloading ${name}`, process.stdout) : undefined;
-    const record = await importModel(
-      {
-        ctl,
-        artifacts: openStore(settings.artifactsUrl, settings.storage.s3),
-        scratchDir: join(settings.dataDir, "tmp"),
-        sources: settings.sources,
-        s3: settings.storage.s3,
-      },
-      {
-        name,
-        framework: "llamacpp",
-        source: isRemote ? source : path,
-        task,
-        onProgress: progress && ((p) => progress.update(p.received, p.total)),
-      },
-    ).finally(() => progress?.done());
-    version = record.version;
-    console.log(`registered ${name}@${version} from ${source} (task ${taskOf(record)})`);
-  }
-  const existing = await findEndpoint(ctl, name);
-  const replicas = Number(flags.replicas);
-  if (!Number.isInteger(replicas) || replicas < 0)
-    throw new CliError(`--replicas: expected a non-negative integer, got "${flags.replicas}"`);
-  if (existing?.version !== version || existing.desired_replicas !== replicas) {
-    const config = DeploymentConfig.parse({
-      endpoint: name,
-      model: { name, version, framework: "llamacpp" },
-      resources: {
-        ...existing?.config.resources,
-        replicas,
-        ...(flags.parallel ? { parallel: Number(flags.parallel) } : {}),
-      },
-      runtime: existing?.config.runtime ?? {},
-    });
-    await deployEndpoint(ctl, config);
-  }
+  // A remote download can take minutes: say how far it got.
+  const progress = remote ? progressReporter(`downloading ${name}`, process.stdout) : undefined;
+  const registered = await deployFromSource(ctl, settings, {
+    source: remote ? source : path,
+    remote,
+    name,
+    task: taskFlag(flags.task),
+    replicas: flags.replicas,
+    parallel: flags.parallel,
+    onProgress: progress && ((p) => progress.update(p.received, p.total)),
+  }).finally(() => progress?.done());
+  if (registered) console.log(`registered ${name}@${registered.version} from ${source} (task ${taskOf(registered)})`);
   return name;
-}
-
-export function endpointNameFor(source: string): string {
-  const file = basename(source.split("?")[0] ?? source).replace(/\.gguf$/i, "");
-  return (
-    file
-      .replace(/[^a-z0-9._-]/gi, "-")
-      .replace(/^[^a-z0-9]+/i, "")
-      .slice(0, 63) || "model"
-  );
-}
-
-async function sha256(path: string): Promise<string> {
-  const hash = createHash("sha256");
-  await pipeline(createReadStream(path), hash);
-  return hash.digest("hex");
-}
-
-async function announceWhenAvailable(ctl: Control, name: string, log: (line: string) => void): Promise<void> {
-  let last = "";
-  for (;;) {
-    await new Promise((r) => setTimeout(r, 500));
-    const endpoint = await getEndpoint(ctl, name).catch(() => undefined);
-    if (!endpoint) return;
-    const s = await endpointStatus(ctl, endpoint, { waiting: 0, active: 0 }).catch(() => undefined);
-    if (!s || s.state === last) continue;
-    last = s.state;
-    log(
-      `[endpoint] ${name}: ${s.state} (${s.replicas.ready}/${s.replicas.desired} ready)${s.errors.length ? ` — ${s.errors.join("; ")}` : ""}`,
-    );
-  }
 }

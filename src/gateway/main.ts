@@ -1,44 +1,73 @@
 /**
- * The gateway process (`platform gateway`): the HTTP gateway, a batch and an evaluation coordinator against one
- * Redis, until SIGTERM. Stateless: clusters run several against the same Redis.
+ * The gateway role, assembled once for the two processes that run it: `platform gateway` (alone,
+ * against the cluster's Redis, until SIGTERM; stateless, so clusters run several) and `platform up`
+ * (beside the scaler and the workers). The role is the HTTP gateway with a batch and an evaluation
+ * coordinator: every gateway can pick up (or resume) a job.
  */
 import { startBatchCoordinator } from "../batch/index.ts";
 import { startEvaluationCoordinator } from "../evaluation/index.ts";
-import { type Control, connectControl } from "../redis/connection.ts";
-import { loadSettings } from "../settings/index.ts";
+import { bootstrapAtStart } from "../keys/bootstrap.ts";
+import { trimMemoryWhenIdle } from "../process/idle-memory.ts";
+import { bounded, onStopSignals } from "../process/shutdown.ts";
+import { type Control, connectControl, maskRedisUrl } from "../redis/connection.ts";
+import { loadSettings, type Settings } from "../settings/index.ts";
 import { configureLogging, logger } from "../telemetry/log.ts";
 import { startTracing, stopTracing } from "../telemetry/tracing.ts";
-import { trimMemoryWhenIdle } from "../process/idle-memory.ts";
-import { startGateway } from "./app.ts";
+import { type RunningGateway, startGateway } from "./app.ts";
 
-export type GatewayProcessOptions = {
-  host: string;
-  port: number;
-  /** Runs once Redis is connected, before the gateway listens (the CLI registers PLATFORM_BOOTSTRAP_ADMIN_KEY here). */
-  beforeListen?: (ctl: Control) => Promise<unknown>;
+export type GatewayRole = {
+  gateway: RunningGateway;
+  /** Stops taking batch and evaluation work: the first step of a stop, before what runs the jobs goes. */
+  stopCoordinators: () => Promise<void>;
+  /** Closes the server: the last step before Redis. */
+  close: () => Promise<void>;
 };
 
-export async function runGatewayProcess(options: GatewayProcessOptions): Promise<void> {
-  const settings = loadSettings();
-  if (!settings.redisUrl) throw new Error("REDIS_URL is not set; the gateway needs the platform's Redis");
-  configureLogging(settings.logging, { role: "gateway", defaultFormat: "json" });
-  await startTracing(settings.tracing, "gateway");
-  const ctl = connectControl(settings.redisUrl, settings.prefix);
-  await options.beforeListen?.(ctl);
-  const gateway = await startGateway({ ctl, settings, host: options.host, port: options.port });
-  // Every gateway also coordinates batch jobs: any of them can pick up (or resume) a job.
+/** The gateway, listening on `host`:`port`, and its coordinators; `settings.redisUrl` is the Redis `ctl` talks to. */
+export async function startGatewayRole(
+  ctl: Control,
+  settings: Settings & { redisUrl: string },
+  listen: { host: string; port: number },
+): Promise<GatewayRole> {
+  const gateway = await startGateway({ ctl, settings, host: listen.host, port: listen.port });
   const coordinator = await startBatchCoordinator(ctl, settings);
   const evaluator = await startEvaluationCoordinator(ctl, settings);
-  logger("gateway").info({ url: gateway.url }, `gateway listening on ${gateway.url}`);
   trimMemoryWhenIdle({ busy: () => gateway.awaiting() > 0 });
+  return {
+    gateway,
+    stopCoordinators: async () => {
+      await bounded(coordinator.stop(), 10_000);
+      await bounded(evaluator.stop(), 10_000);
+    },
+    close: async () => {
+      await bounded(gateway.close(), 5_000);
+    },
+  };
+}
+
+/**
+ * `platform gateway`: registers PLATFORM_BOOTSTRAP_ADMIN_KEY when set (every start: idempotent),
+ * then serves until SIGTERM or SIGINT; a second one exits at once.
+ */
+export async function runGatewayProcess(listen: { host: string; port: number }): Promise<void> {
+  const settings = loadSettings();
+  const { redisUrl } = settings;
+  if (!redisUrl) throw new Error("REDIS_URL is not set; the gateway needs the platform's Redis");
+  configureLogging(settings.logging, { role: "gateway", defaultFormat: "json" });
+  await startTracing(settings.tracing, "gateway");
+  const ctl = connectControl(redisUrl, settings.prefix);
+  if (settings.bootstrapAdminKey) await bootstrapAtStart(ctl, settings.bootstrapAdminKey, maskRedisUrl(redisUrl));
+  const role = await startGatewayRole(ctl, { ...settings, redisUrl }, listen);
+  logger("gateway").info({ url: role.gateway.url }, `gateway listening on ${role.gateway.url}`);
+  let stopping = false;
   const stop = async () => {
-    await coordinator.stop();
-    await evaluator.stop();
-    await gateway.close();
+    if (stopping) process.exit(1);
+    stopping = true;
+    await role.stopCoordinators();
+    await role.close();
     await stopTracing();
-    await ctl.redis.quit();
+    await bounded(ctl.redis.quit(), 2_000);
     process.exit(0);
   };
-  process.once("SIGTERM", () => void stop());
-  process.once("SIGINT", () => void stop());
+  onStopSignals(() => void stop());
 }

@@ -77,8 +77,16 @@ export type CoreSettings = {
   bootstrapAdminKey: string | undefined;
 };
 
+/**
+ * PLATFORM_DATA_DIR, else `$XDG_DATA_HOME/platform`, else `~/.local/share/platform`. Also read
+ * straight from the environment by client commands that keep files there (the benchmark's reports).
+ */
+export function dataDirOf(e: { PLATFORM_DATA_DIR?: string; XDG_DATA_HOME?: string }): string {
+  return e.PLATFORM_DATA_DIR ?? join(e.XDG_DATA_HOME || join(homedir(), ".local", "share"), "platform");
+}
+
 export function coreSettings(e: CoreEnv): CoreSettings {
-  const dataDir = e.PLATFORM_DATA_DIR ?? join(e.XDG_DATA_HOME ?? join(homedir(), ".local", "share"), "platform");
+  const dataDir = dataDirOf(e);
   return {
     redisUrl: e.REDIS_URL && e.REDIS_PASSWORD ? withPassword(e.REDIS_URL, e.REDIS_PASSWORD) : e.REDIS_URL,
     prefix: e.PLATFORM_PREFIX,

@@ -9,13 +9,13 @@ import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { notApplied } from "../../src/contracts/engines.ts";
-import type { LevelResult } from "../../src/cli/benchmark-measure.ts";
-import type { BenchmarkReport, ConfigurationResult } from "../../src/cli/benchmark-report.ts";
-import type { Summary } from "../../src/cli/benchmark-stats.ts";
+import type { LevelResult } from "../../src/benchmark/measure.ts";
+import type { BenchmarkReport, ConfigurationResult } from "../../src/benchmark/report.ts";
+import type { Summary } from "../../src/benchmark/stats.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { BIN, runCli, type Stack, sleep, startStack } from "../helpers/stack.ts";
 
@@ -128,6 +128,21 @@ describe("platform inference benchmark", () => {
     // Progress went to stderr, and so did the paths (stdout is the JSON alone).
     expect(r.stderr).toMatch(/concurrency 1: 4 ok, 0 failed/);
     expect(r.stderr).toContain(`HTML: ${report.files.html}`);
+  });
+
+  it("without --out, writes the report under the data directory and says where", async () => {
+    const data = join(work, "data");
+    const r = await runCli(
+      ["inference", "benchmark", "tiny", "--concurrency", "1", "--requests", "1", "--max-tokens", "2", "--json"],
+      { ...stack.env, PLATFORM_DATA_DIR: data },
+    );
+    expect(r.code, r.stderr).toBe(0);
+    const report = JSON.parse(r.stdout) as Report;
+    const dir = dirname(report.files.json);
+    expect(dirname(dir)).toBe(join(data, "benchmarks"));
+    expect(dir).toMatch(/\/benchmark-tiny-\d{8}-\d{6}Z$/);
+    await expectFiles(report, dir);
+    expect(r.stderr).toContain(`report: ${dir}`);
   });
 
   it("prints a table and both paths; --duration and the completions API", async () => {
@@ -313,8 +328,11 @@ describe("platform inference benchmark", () => {
 
   it("bad input exits 2 naming the flag and the form; an unknown model exits 1 with the server's message", async () => {
     const bad: [string[], RegExp][] = [
-      [["--concurrency", "1,x"], /--concurrency: expected comma-separated integers/],
-      [["--requests", "0"], /--requests: expected a positive integer, got "0"/],
+      [
+        ["--concurrency", "1,x"],
+        /option '--concurrency <list>' argument '1,x' is invalid\. expected comma-separated whole numbers/,
+      ],
+      [["--requests", "0"], /option '--requests <n>' argument '0' is invalid\. expected a whole number ≥ 1/],
       [["--requests", "4", "--duration", "5s"], /--requests and --duration: give one of them/],
       [["--duration", "5"], /--duration: expected "<n>s"/],
       [

@@ -14,7 +14,7 @@ import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
 import { runBuf } from "../../src/protos/buf.ts";
-import { scaffoldPython } from "../../src/scaffold/python.ts";
+import { scaffoldPython } from "../../src/scaffold/python/index.ts";
 import type { ScaffoldInput } from "../../src/scaffold/types.ts";
 import { decodeImage, summarizePackage } from "../../src/protos/descriptors.ts";
 import { type Postgres, postgresUnavailable, startPostgres } from "../helpers/postgres.ts";

@@ -5,7 +5,7 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { closeConnections, sendStreamed } from "../../src/cli/benchmark-measure.ts";
+import { closeConnections, sendStreamed } from "../../src/benchmark/measure.ts";
 
 const head = { id: "chatcmpl-1", object: "chat.completion.chunk", created: 0, model: "m" };
 const text = (content: string) => ({

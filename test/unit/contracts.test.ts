@@ -7,7 +7,7 @@ import { describeIssues } from "../../src/contracts/issues.ts";
 import { JobPayload } from "../../src/contracts/job.ts";
 import { COORDINATOR_QUEUE, controlKeys, queueName } from "../../src/contracts/naming.ts";
 import { RegisteredVersion } from "../../src/registry/version.ts";
-import { endpointNameFor } from "../../src/cli/up.ts";
+import { endpointNameFor } from "../../src/endpoints/from-source.ts";
 import { deriveState } from "../../src/endpoints/status.ts";
 import { toMessages, toParams } from "../../src/contracts/openai.ts";
 import { huggingFaceUrl } from "../../src/registry/sources.ts";

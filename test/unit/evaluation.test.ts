@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { taskDataset } from "../../src/cli/training-task.ts";
+import { taskDataset } from "../../src/evaluation/lm-eval-task.ts";
 import { DatasetError, parseDataset } from "../../src/evaluation/dataset.ts";
 import { compare, summarize } from "../../src/evaluation/metrics.ts";
 import { parseTarget } from "../../src/evaluation/schema.ts";

@@ -1,7 +1,7 @@
 /** The pure parts of rate limits: limit changes, the CLI's limit flags, reset durations, reservations. */
 import { describe, expect, it } from "vitest";
-import { limitsFromFlags } from "../../src/cli/keys.ts";
-import { CliError } from "../../src/cli/errors.ts";
+import { Command, CommanderError } from "commander";
+import { limitsFromFlags, modelLimit, registerKeys } from "../../src/cli/keys.ts";
 import { applyLimitsChange, describeLimits, hasLimits } from "../../src/ratelimit/limits.ts";
 import { parseDimensions, parseSince } from "../../src/usage/query.ts";
 import { formatReset } from "../../src/ratelimit/headers.ts";
@@ -38,42 +38,68 @@ describe("limit changes", () => {
 
 describe("the CLI's limit flags", () => {
   it("builds the API's limits, none only where removing makes sense", () => {
+    const gather = (update: boolean, specs: string[]) => specs.reduce((all, spec) => modelLimit(update)(spec, all), {});
     expect(
-      limitsFromFlags(
-        { rpm: "60", maxConcurrency: "2", modelLimit: ["tiny:rpm=5,tpm=100", "big:max-concurrency=1"] },
-        false,
-      ),
+      limitsFromFlags({
+        rpm: 60,
+        maxConcurrency: 2,
+        modelLimit: gather(false, ["tiny:rpm=5,tpm=100", "big:max-concurrency=1"]),
+      }),
     ).toEqual({
       rpm: 60,
       max_concurrency: 2,
       models: { tiny: { rpm: 5, tpm: 100 }, big: { max_concurrency: 1 } },
     });
-    expect(limitsFromFlags({ tpm: "none", modelLimit: ["tiny:none", "big:rpm=none"] }, true)).toEqual({
+    expect(limitsFromFlags({ tpm: "none", modelLimit: gather(true, ["tiny:none", "big:rpm=none"]) })).toEqual({
       tpm: null,
       models: { tiny: null, big: { rpm: null } },
     });
-    expect(limitsFromFlags({ modelLimit: [] }, true)).toBeUndefined();
+    expect(limitsFromFlags({ modelLimit: {} })).toBeUndefined();
   });
 
-  it("names the flag of bad input (exit 2)", () => {
-    const bad = (flags: Parameters<typeof limitsFromFlags>[0], update = false) => {
-      try {
-        limitsFromFlags(flags, update);
-      } catch (e) {
-        expect(e).toBeInstanceOf(CliError);
-        return [(e as CliError).exitCode, (e as CliError).message];
-      }
-      throw new Error("accepted");
+  it("parses the flags as commander hands them over, none included", async () => {
+    const program = new Command().exitOverride();
+    registerKeys(program);
+    let parsed: Parameters<typeof limitsFromFlags>[0] | undefined;
+    program.commands[0]?.commands.find((c) => c.name() === "update")?.action((_id, opts) => (parsed = opts));
+    const args = ["--tpm", "none", "--rpm", "7", "--model-limit", "tiny:none", "--model-limit", "big:tpm=5"];
+    await program.parseAsync(["keys", "update", "key_0123456789ab", ...args], { from: "user" });
+    expect(limitsFromFlags(parsed as NonNullable<typeof parsed>)).toEqual({
+      rpm: 7,
+      tpm: null,
+      models: { tiny: null, big: { tpm: 5 } },
+    });
+  });
+
+  it("names the flag and the value of bad input, before the command runs", async () => {
+    const bad = async (args: string[]) => {
+      let written = "";
+      const program = new Command()
+        .exitOverride()
+        .configureOutput({ writeErr: (text) => (written += text), writeOut: () => undefined });
+      registerKeys(program);
+      const error = await program.parseAsync(["keys", ...args], { from: "user" }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      // main.ts exits 2 on a CommanderError.
+      expect(error).toBeInstanceOf(CommanderError);
+      return written;
     };
-    expect(bad({ rpm: "1e3", modelLimit: [] })).toEqual([
-      2,
-      '--rpm: expected a whole number from 1 to 1000000000, got "1e3"',
-    ]);
-    expect(bad({ tpm: "none", modelLimit: [] })[1]).toMatch(/^--tpm/);
-    expect(bad({ modelLimit: ["tiny"] })[1]).toMatch(/^--model-limit "tiny"/);
-    expect(bad({ modelLimit: ["bad name:rpm=1"] })[1]).toMatch(/^--model-limit/);
-    expect(bad({ modelLimit: ["tiny:rpm=0"] }, true)[1]).toMatch(
-      /^--model-limit "tiny:rpm=0": expected a whole number/,
+    expect(await bad(["create", "x", "--rpm", "1e3"])).toBe(
+      "error: option '--rpm <n>' argument '1e3' is invalid. expected a whole number from 1 to 1000000000\n",
+    );
+    expect(await bad(["create", "x", "--tpm", "none"])).toMatch(/option '--tpm <n>' argument 'none' is invalid/);
+    expect(await bad(["update", "key_0123456789ab", "--tpm", "0"])).toMatch(
+      /option '--tpm <n\|none>' argument '0' is invalid\. expected a whole number from 1 to 1000000000 or none/,
+    );
+    expect(await bad(["create", "x", "--model-limit", "tiny"])).toMatch(
+      /option '--model-limit <spec>' argument 'tiny' is invalid\. expected <model>:rpm=N/,
+    );
+    expect(await bad(["create", "x", "--model-limit", "bad name:rpm=1"])).toMatch(/'--model-limit <spec>'/);
+    expect(await bad(["create", "x", "--model-limit", "tiny:none"])).toMatch(/none removes limits/);
+    expect(await bad(["update", "key_0123456789ab", "--model-limit", "tiny:rpm=0"])).toMatch(
+      /argument 'tiny:rpm=0' is invalid\. rpm: expected a whole number from 1 to 1000000000 or none/,
     );
   });
 });

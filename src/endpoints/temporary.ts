@@ -1,15 +1,14 @@
 /**
- * Endpoints a CLI command deploys for its own use and removes when it ends — at the end, on
- * failure, and on Ctrl-C (SIGINT) or SIGTERM: `inference benchmark --configs` (`<model>--bench-…`)
- * and `training evaluate` of a version no endpoint serves (`<model>--eval-<version>`). A second
- * signal exits at once, saying what is left behind.
+ * Endpoints a client deploys through the HTTP API for its own use and removes when it ends — at
+ * the end, on failure, and on Ctrl-C (SIGINT) or SIGTERM: the benchmark's `--configs`
+ * (`<model>--bench-…`) and the evaluation of a version no endpoint serves
+ * (`<model>--eval-<version>`). A second signal exits at once, saying what is left behind.
  */
 import { setTimeout as sleep } from "node:timers/promises";
+import type { PlatformApi, Reporter } from "../contracts/client.ts";
+import { isApiError } from "../contracts/client.ts";
 import type { DeploymentConfig } from "../contracts/deployment.ts";
-import type { EndpointStatus } from "../endpoints/status.ts";
-import type { ApiClient } from "./client.ts";
-import { CliError } from "./errors.ts";
-import type { Progress } from "./progress.ts";
+import type { EndpointStatus } from "./status.ts";
 
 /** What `GET /admin/v1/endpoints/<name>` answers an admin. */
 export type EndpointInfo = EndpointStatus & { base_url: string; config: DeploymentConfig };
@@ -24,8 +23,8 @@ export function temporaryName(model: string, kind: string, slug: string): string
 }
 
 export class TemporaryEndpoints {
-  private readonly api: ApiClient;
-  private readonly progress: Progress;
+  private readonly api: PlatformApi;
+  private readonly progress: Reporter;
   /** Who deploys them, for the message about a name already taken ("benchmark", "evaluation"). */
   private readonly purpose: string;
   private readonly deployed = new Set<string>();
@@ -41,17 +40,17 @@ export class TemporaryEndpoints {
     this.progress.line(`${signal}: stopping${names ? `, removing ${names}` : ""} (again to exit at once)`);
     this.controller.abort(this.interruption);
   };
-  private readonly interruption: CliError;
+  private readonly interruption: Error;
 
   /**
-   * Takes over SIGINT and SIGTERM until `close()`: they abort `signal` (with `interruption`, exit
-   * 130) so the command unwinds through its `finally`, which calls `close()`.
+   * Takes over SIGINT and SIGTERM until `close()`: they abort `signal` with `interruption` (the
+   * CLI's exits 130) so the command unwinds through its `finally`, which calls `close()`.
    */
-  constructor(api: ApiClient, progress: Progress, options: { purpose: string; interruption: string }) {
+  constructor(api: PlatformApi, progress: Reporter, options: { purpose: string; interruption: Error }) {
     this.api = api;
     this.progress = progress;
     this.purpose = options.purpose;
-    this.interruption = new CliError(options.interruption, 130);
+    this.interruption = options.interruption;
     process.on("SIGINT", this.onSignal);
     process.on("SIGTERM", this.onSignal);
   }
@@ -70,7 +69,7 @@ export class TemporaryEndpoints {
       () => undefined,
     );
     if (existing) {
-      throw new CliError(
+      throw new Error(
         `an endpoint named ${name} exists already (another ${this.purpose} running, or one that was killed left it); remove it with \`curl -X DELETE -H "Authorization: Bearer $KEY" ${this.api.baseUrl}${path}\` and run again`,
       );
     }
@@ -93,7 +92,7 @@ export class TemporaryEndpoints {
     } catch (e) {
       const message = e instanceof Error ? e.message : String(e);
       // Never deployed (the PUT failed): nothing to remove.
-      if (/\(model_not_found\)$/.test(message)) {
+      if (isApiError(e, "model_not_found")) {
         this.deployed.delete(name);
         return;
       }
@@ -114,9 +113,9 @@ export class TemporaryEndpoints {
 
 /** Polls until a replica serves: measuring or evaluating a starting endpoint would wait on its start-up. */
 export async function waitAvailable(
-  api: ApiClient,
+  api: PlatformApi,
   name: string,
-  progress: Progress,
+  progress: Reporter,
   tag: string,
   signal: AbortSignal,
 ): Promise<EndpointInfo> {
@@ -126,9 +125,9 @@ export async function waitAvailable(
     const status = await api.request<EndpointInfo>("GET", path);
     if (status.state === "available") return status;
     if (status.state === "failed")
-      throw new CliError(`${name} failed to start: ${status.errors.join("; ") || "no replica became ready"}`);
+      throw new Error(`${name} failed to start: ${status.errors.join("; ") || "no replica became ready"}`);
     if (Date.now() - t0 > READY_TIMEOUT_MS)
-      throw new CliError(`${name} was not available after ${READY_TIMEOUT_MS / 60_000} minutes (${status.state})`);
+      throw new Error(`${name} was not available after ${READY_TIMEOUT_MS / 60_000} minutes (${status.state})`);
     progress.status(
       `${tag ? `${tag} ` : ""}waiting for ${name}: ${status.state}, ${status.replicas.ready}/${status.replicas.desired} ready, ${Math.round((Date.now() - t0) / 1000)} s`,
     );

@@ -1,6 +1,6 @@
 /**
- * `training evaluate --task <yaml>`: a local lm-evaluation-harness task turned into the platform's
- * dataset lines, written to a temp file the CLI then uploads. What is read (docs/evaluation.md):
+ * A local lm-evaluation-harness task turned into the platform's dataset lines, written to a temp
+ * file (`training evaluate --task <yaml>` then uploads it). What is read (docs/evaluation.md):
  * `output_type` multiple_choice (→ accuracy) or generate_until (→ exact_match); `dataset_path: json`
  * with `dataset_kwargs.data_files` (or a .json/.jsonl path) on this machine; the split named by
  * `test_split`, else `validation_split`; `description`; `doc_to_text`, `doc_to_choice`,
@@ -12,12 +12,13 @@ import { readFileSync, writeFileSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, isAbsolute, join, resolve } from "node:path";
 import { parse } from "yaml";
-import { CliError } from "./errors.ts";
+import { PlatformError } from "../contracts/errors.ts";
 
 type Doc = Record<string, unknown>;
 
 export async function taskDataset(yamlPath: string): Promise<{ path: string; metric: "accuracy" | "exact_match" }> {
-  const fail = (message: string) => new CliError(`--task ${yamlPath}: ${message}`, 2);
+  // Bad input (400), naming the file: the CLI puts its flag before it.
+  const fail = (message: string) => new PlatformError(400, "invalid_task", `${yamlPath}: ${message}`);
   let task: Record<string, unknown>;
   try {
     task = parse(readFileSync(yamlPath, "utf8")) as Record<string, unknown>;
@@ -65,7 +66,7 @@ export async function taskDataset(yamlPath: string): Promise<{ path: string; met
   return { path, metric: type === "multiple_choice" ? "accuracy" : "exact_match" };
 }
 
-function readDocs(task: Record<string, unknown>, base: string, fail: (m: string) => CliError): Doc[] {
+function readDocs(task: Record<string, unknown>, base: string, fail: (m: string) => PlatformError): Doc[] {
   const split = (task.test_split ?? task.validation_split) as string | undefined;
   if (typeof split !== "string") throw fail("test_split (or validation_split): name the split to evaluate");
   let file: unknown;
@@ -105,7 +106,7 @@ function readDocs(task: Record<string, unknown>, base: string, fail: (m: string)
 }
 
 /** A field name, a `{{ field }}` template (fields, `.key` and `[index]` only), a number or a list. */
-function render(spec: unknown, doc: Doc, key: string, fail: (m: string) => CliError): unknown {
+function render(spec: unknown, doc: Doc, key: string, fail: (m: string) => PlatformError): unknown {
   if (typeof spec === "number" || Array.isArray(spec)) return spec;
   if (typeof spec !== "string") throw fail(`${key}: expected a field name or a "{{ field }}" template`);
   if (spec in doc) return doc[spec];
@@ -116,7 +117,7 @@ function render(spec: unknown, doc: Doc, key: string, fail: (m: string) => CliEr
   return spec.replace(/\{\{\s*([^{}]+?)\s*\}\}/g, (_, expr: string) => String(lookup(expr, doc, key, fail)));
 }
 
-function lookup(expr: string, doc: Doc, key: string, fail: (m: string) => CliError): unknown {
+function lookup(expr: string, doc: Doc, key: string, fail: (m: string) => PlatformError): unknown {
   if (!/^[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*|\[\d+\])*$/.test(expr))
     throw fail(`${key}: "{{ ${expr} }}" is not supported; use a field, field.key or field[0]`);
   let value: unknown = doc;
@@ -128,7 +129,7 @@ function lookup(expr: string, doc: Doc, key: string, fail: (m: string) => CliErr
   return value;
 }
 
-function asText(value: unknown, where: string, fail: (m: string) => CliError): string {
+function asText(value: unknown, where: string, fail: (m: string) => PlatformError): string {
   if (typeof value === "string") return value;
   if (typeof value === "number") return String(value);
   throw fail(`${where}: expected text`);

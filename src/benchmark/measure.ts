@@ -7,7 +7,7 @@ import type { ClientRequest, IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import { createParser } from "eventsource-parser";
 import { http } from "../process/node-http.ts";
-import { type Summary, summarize } from "./benchmark-stats.ts";
+import { type Summary, summarize } from "./stats.ts";
 
 export type Api = "chat" | "completions";
 

@@ -6,11 +6,11 @@
  * `tests/test_service.py` follow the proto's RPCs (python/service.ts), and the README says how to run, test, build, publish and deploy it.
  * docs/scaffolds.md ("Python") says what each file is and why.
  */
-import { CommandError } from "../process/command-error.ts";
-import { moduleOf, packageName } from "./python/names.ts";
-import { exampleShape, servicePy, testsPy } from "./python/service.ts";
-import { renderDir, TEMPLATES_DIR } from "./templates.ts";
-import type { ScaffoldFile, ScaffoldInput, Scaffolder } from "./types.ts";
+import { CommandError } from "../../process/command-error.ts";
+import { moduleOf, packageName } from "./names.ts";
+import { exampleShape, servicePy, testsPy } from "./service.ts";
+import { renderDir, TEMPLATES_DIR } from "../templates.ts";
+import type { ScaffoldFile, ScaffoldInput, Scaffolder } from "../types.ts";
 
 export const scaffoldPython: Scaffolder = async (input) => {
   if (!/^[a-z][a-z0-9-]*$/.test(input.name))
