@@ -27,7 +27,6 @@ export default defineConfig({
           include: ["test/unit/**/*.test.ts"],
           pool: "threads",
           isolate: false,
-          testTimeout: 10_000,
         },
       },
       {
