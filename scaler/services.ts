@@ -4,6 +4,9 @@
  * ServiceReportStore with the platform's secrets key.
  */
 import type { Control } from "../src/redis/connection.ts";
+import { loadTokenKey } from "../src/pull-credentials/grant.ts";
+import { PullAuthResolver } from "../src/pull-credentials/resolve.ts";
+import { PullCredentials } from "../src/pull-credentials/store.ts";
 import { ServiceReportStore } from "../src/services/reports.ts";
 import { SecretBox } from "../src/services/secrets.ts";
 import type { Settings } from "../src/settings/index.ts";
@@ -15,25 +18,36 @@ import type { ServiceBackend } from "./service-backend.ts";
 export async function createServiceBackend(
   kind: "local" | "kubernetes",
   ctl: Control,
-  settings: Pick<Settings, "services" | "kubernetes">,
+  settings: Pick<Settings, "services" | "kubernetes" | "registryToken">,
   onEvent: (message: string) => void,
 ): Promise<ServiceBackend> {
-  const reports = new ServiceReportStore(ctl, await SecretBox.load(settings.services));
+  const box = await SecretBox.load(settings.services);
+  const reports = new ServiceReportStore(ctl, box);
+  // Whose credential pulls an organization's images (src/pull-credentials/resolve.ts).
+  const { keyFile, issuer } = settings.registryToken;
+  const pullAuth = new PullAuthResolver({
+    credentials: new PullCredentials(ctl, async () => box),
+    ...(keyFile ? { tokenKey: loadTokenKey(keyFile) } : {}),
+    issuer,
+    operatorFile: settings.services.pullAuthFile,
+  });
   if (kind === "kubernetes") {
     // Loaded only for this backend, as the replica backend's client is (scaler/main.ts).
     const { KubernetesServiceBackend } = await import("./backends/kubernetes-services.ts");
-    const backend = new KubernetesServiceBackend(settings.kubernetes, reports);
+    const { CLUSTER_GRANT_TTL_MS } = await import("./backends/kubernetes-pull-secrets.ts");
+    const backend = new KubernetesServiceBackend(settings.kubernetes, reports, {
+      pullAuth: (org, repository) => pullAuth.resolve(org, repository, CLUSTER_GRANT_TTL_MS),
+    });
     await backend.refresh();
     return backend;
   }
-  const { runtime, pullAuthFile, imageCacheDir } = settings.services;
+  const { runtime, imageCacheDir } = settings.services;
   const engine = runtime === "auto" ? await workingEngine() : runtime === "unshare" ? undefined : runtime;
   onEvent(`images run with ${engine ?? "unshare (pulled by skopeo, unpacked, run as the image's user)"}`);
+  const auth = (org: string, repository: string) => pullAuth.resolve(org, repository);
   return new LocalServiceBackend({
     reports,
-    runner: engine
-      ? engineRunner(engine, { authFile: pullAuthFile })
-      : imageRunner({ cacheDir: imageCacheDir, authFile: pullAuthFile }),
+    runner: engine ? engineRunner(engine, { auth }) : imageRunner({ cacheDir: imageCacheDir, auth }),
     onEvent,
   });
 }

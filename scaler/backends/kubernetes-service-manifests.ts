@@ -279,6 +279,40 @@ export function buildServiceEnvironment(
   };
 }
 
+/** `<service object name>-pull`: the service's image-pull Secret (revisions are `r<id>`, so never the same name). */
+export function pullSecretName(org: string, name: string): string {
+  return `${serviceObjectName(org, name)}-pull`;
+}
+
+/** The pull Secret's `app.kubernetes.io/name`: not SERVICES_SELECTOR's, so collecting a service's revisions leaves it alone. */
+export const PULL_SECRET_APP_NAME = "platform-service-pull";
+
+/**
+ * The service's image-pull credential as a `kubernetes.io/dockerconfigjson` Secret
+ * (docs/services.md, "Pulling from a private registry"): the organization's own credential for
+ * the image's registry, or the platform's pull grant for its repository. One per service, named
+ * only in that service's Deployment (`imagePullSecrets`), so only the kubelet pulling that
+ * organization's pods uses it; no pod reads Secrets (no service account token). Mutable: a grant
+ * is renewed in place.
+ */
+export function buildPullSecret(
+  service: ServiceRecord,
+  dockerConfigJson: string,
+  options: ServiceManifestOptions,
+): V1Secret {
+  return {
+    apiVersion: "v1",
+    kind: "Secret",
+    metadata: {
+      name: pullSecretName(service.org, service.name),
+      namespace: options.namespace,
+      labels: { ...baseLabels(service), [SERVICE_LABELS.name]: PULL_SECRET_APP_NAME },
+    },
+    type: "kubernetes.io/dockerconfigjson",
+    stringData: { ".dockerconfigjson": dockerConfigJson },
+  };
+}
+
 /** A stable in-cluster address for the service, across every ready replica of any revision. */
 export function buildServiceService(service: ServiceRecord, options: ServiceManifestOptions): V1Service {
   return withHash<V1Service>({

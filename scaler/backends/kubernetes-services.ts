@@ -5,12 +5,11 @@
  * reconciler tick, so it writes only what changed and reads the cluster through one shared
  * snapshot (a list of the services' Deployments and one of their pods, at most every
  * `observeIntervalMs`, however many services), from which it reports replicas and rollout
- * outcomes; pods' logs are polled, bounded, and forwarded to the ServiceReports.
+ * outcomes; pods' logs are tailed by kubernetes-pod-logs.ts.
  */
 import { AppsV1Api, CoreV1Api, KubeConfig } from "@kubernetes/client-node";
 import type { V1Deployment, V1Pod } from "@kubernetes/client-node";
 import type { KubernetesSettings } from "../../src/settings/kubernetes.ts";
-import { logger } from "../../src/telemetry/log.ts";
 import type { ServiceBackend, ServiceRecord, ServiceReports } from "../service-backend.ts";
 import {
   buildServiceDeployment,
@@ -28,26 +27,10 @@ import {
   type ServiceManifestOptions,
   serviceSelector,
 } from "./kubernetes-service-manifests.ts";
+import type { PullAuthSource } from "../images/pull-auth.ts";
+import { LOG_LIMITS, parseLogLines, PodLogTailer } from "./kubernetes-pod-logs.ts";
+import { PullSecrets } from "./kubernetes-pull-secrets.ts";
 import { call, defaultNamespace, isNotFound, KubernetesApiError } from "./kubernetes.ts";
-
-const log = logger("services-kubernetes");
-
-/** Log polling bounds: what one request may return, how far back a poll reaches, how much of a new pod. */
-export const LOG_LIMITS = {
-  /** Bytes per request (`limitBytes`): a chatty pod is read in slices, one per poll. */
-  bytesPerPoll: 256 * 1024,
-  /** A poll never reaches further back than this (`sinceSeconds`): a backend that fell behind skips ahead. */
-  maxLookbackSeconds: 300,
-  /** A pod seen for the first time: its last lines only (`tailLines`). */
-  firstTailLines: 200,
-  /** Seconds added to each poll's window: the kubelet's clock is not the scaler's; duplicates are dropped by timestamp. */
-  skewSeconds: 2,
-  /** Characters kept of one line. */
-  lineChars: 8192,
-  /** Log lines put in a failed rollout's reason, per pod, and pods looked at. */
-  reasonLines: 10,
-  reasonPods: 2,
-} as const;
 
 export interface KubernetesServiceBackendOptions {
   /** Default: `KubeConfig.loadFromDefault()` (KUBECONFIG, ~/.kube/config, or in-cluster). */
@@ -59,12 +42,11 @@ export interface KubernetesServiceBackendOptions {
   observeIntervalMs?: number;
   /** How often each service's pods' logs are read at most. Default 2 s. */
   logIntervalMs?: number;
+  /** The organization's pull credential for a repository: a pull Secret per service (kubernetes-pull-secrets.ts). */
+  pullAuth?: PullAuthSource;
 }
 
 type Snapshot = { at: number; deployments: Map<string, V1Deployment>; pods: Map<string, V1Pod[]> };
-
-/** Where a pod's log was read up to: the last line's timestamp (comparable form) and the lines at exactly that time. */
-type LogCursor = { key: string; atMs: number; atKey: Set<string>; restarts: number };
 
 const keyOf = (org: string, name: string) => `${org}/${name}`;
 
@@ -74,30 +56,6 @@ function serviceKey(labels: Record<string, string> | undefined): string | undefi
   return org && name ? keyOf(org, name) : undefined;
 }
 
-/**
- * The kubelet writes RFC 3339 with up to nine fraction digits, trailing zeros dropped
- * ("...:05.1Z" is later than "...:05.05Z"): padded to nine, the strings order as the times do.
- */
-export function timestampKey(time: string): string | undefined {
-  const m = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z$/.exec(time);
-  return m ? `${m[1]}.${(m[2] ?? "").padEnd(9, "0")}` : undefined;
-}
-
-/** `<timestamp> <text>` lines (timestamps=true), complete ones only: a read cut by limitBytes ends mid-line. */
-export function parseLogLines(body: string): { time: string; key: string; text: string }[] {
-  const lines = body.split("\n");
-  lines.pop(); // after the last "\n": empty, or a line cut short
-  const out: { time: string; key: string; text: string }[] = [];
-  for (const line of lines) {
-    const space = line.indexOf(" ");
-    const time = space > 0 ? line.slice(0, space) : line;
-    const key = timestampKey(time);
-    if (key) out.push({ time, key, text: space > 0 ? line.slice(space + 1) : "" });
-  }
-  return out;
-}
-
-const isBadRequest = (error: unknown) => error instanceof KubernetesApiError && error.status === 400;
 const isConflict = (error: unknown) => error instanceof KubernetesApiError && error.status === 409;
 
 export class KubernetesServiceBackend implements ServiceBackend {
@@ -107,9 +65,6 @@ export class KubernetesServiceBackend implements ServiceBackend {
   private readonly core: CoreV1Api;
   private readonly manifestOptions: ServiceManifestOptions;
   private readonly observeIntervalMs: number;
-  private readonly logIntervalMs: number;
-  /** Pods that started before this are read from here on, not from their start (their lines were forwarded before a restart of the scaler). */
-  private readonly startedAt = Date.now();
   private snapshot: Snapshot | undefined;
   private snapshotting: Promise<Snapshot> | undefined;
   /** Services applied or seen in the cluster, as "<org>/<name>". */
@@ -123,10 +78,10 @@ export class KubernetesServiceBackend implements ServiceBackend {
   /** Per service: the rollout whose outcome was reported, and the settled rollout whose old revisions' objects were collected. */
   private readonly finished = new Map<string, number>();
   private readonly collected = new Map<string, string>();
-  private readonly logCursors = new Map<string, LogCursor>();
-  private readonly logPolled = new Map<string, number>();
+  private readonly logs: PodLogTailer;
 
   private readonly reports: ServiceReports;
+  private readonly pullSecrets: PullSecrets | undefined;
 
   /** `settings`: settings.kubernetes in the scaler (its namespace, or the scaler pod's); `reports`: src/services/reports.ts. */
   constructor(settings: KubernetesSettings, reports: ServiceReports, options: KubernetesServiceBackendOptions = {}) {
@@ -141,8 +96,9 @@ export class KubernetesServiceBackend implements ServiceBackend {
       ...(options.imagePullSecrets ? { imagePullSecrets: options.imagePullSecrets } : {}),
       ...(options.imagePullPolicy ? { imagePullPolicy: options.imagePullPolicy } : {}),
     };
+    this.pullSecrets = options.pullAuth && new PullSecrets(this.core, this.manifestOptions, options.pullAuth);
     this.observeIntervalMs = options.observeIntervalMs ?? 2000;
-    this.logIntervalMs = options.logIntervalMs ?? 2000;
+    this.logs = new PodLogTailer(this.core, this.namespace, reports, options.logIntervalMs ?? 2000);
   }
 
   async apply(service: ServiceRecord): Promise<void> {
@@ -154,7 +110,8 @@ export class KubernetesServiceBackend implements ServiceBackend {
     let failure: unknown;
     try {
       await this.ensureEnvironment(service, releaseToRun(service).revision);
-      const deployment = await this.ensureDeployment(service, snapshot.deployments.get(key));
+      const pullSecret = await this.pullSecrets?.ensure(service);
+      const deployment = await this.ensureDeployment(service, snapshot.deployments.get(key), pullSecret);
       snapshot.deployments.set(key, deployment);
       await this.ensureService(service);
       await this.reportRollout(service, deployment, snapshot.pods.get(key) ?? []);
@@ -163,7 +120,7 @@ export class KubernetesServiceBackend implements ServiceBackend {
       failure = error;
     }
     await this.reportReplicas(service, snapshot);
-    await this.pollLogs(service, snapshot.pods.get(key) ?? []);
+    await this.logs.poll(service, snapshot.pods.get(key) ?? []);
     if (failure !== undefined) throw failure;
   }
 
@@ -190,14 +147,15 @@ export class KubernetesServiceBackend implements ServiceBackend {
         this.core.deleteNamespacedService({ name: s.metadata!.name!, namespace: ns }),
       );
     await this.deleteEnvironments(key, labelSelector, () => true);
+    await this.pullSecrets?.delete(org, name);
     for (const pod of this.reported.get(key)?.pods ?? []) {
       await this.reports.replicaGone(org, name, pod);
-      this.logCursors.delete(pod);
+      this.logs.forgetPod(pod);
     }
     this.reported.delete(key);
     this.known.delete(key);
     this.serviceHashes.delete(key);
-    this.logPolled.delete(key);
+    this.logs.forgetService(org, name);
     this.finished.delete(key);
     this.collected.delete(key);
     for (const e of this.environments) if (e.startsWith(`${key}/`)) this.environments.delete(e);
@@ -285,8 +243,16 @@ export class KubernetesServiceBackend implements ServiceBackend {
   }
 
   /** Creates the Deployment, or replaces it when what it should run changed; else leaves it alone. */
-  private async ensureDeployment(service: ServiceRecord, current: V1Deployment | undefined): Promise<V1Deployment> {
-    const desired = buildServiceDeployment(service, releaseToRun(service), this.manifestOptions);
+  private async ensureDeployment(
+    service: ServiceRecord,
+    current: V1Deployment | undefined,
+    pullSecret: string | undefined,
+  ): Promise<V1Deployment> {
+    const { imagePullSecrets = [] } = this.manifestOptions;
+    const desired = buildServiceDeployment(service, releaseToRun(service), {
+      ...this.manifestOptions,
+      imagePullSecrets: pullSecret ? [...imagePullSecrets, pullSecret] : imagePullSecrets,
+    });
     const name = desired.metadata!.name!;
     const ns = this.namespace;
     if (!current) {
@@ -387,8 +353,9 @@ export class KubernetesServiceBackend implements ServiceBackend {
       if (!secrets) continue;
       const restarted =
         (pod.status?.containerStatuses?.find((c) => c.name === SERVICE_CONTAINER)?.restartCount ?? 0) > 0;
-      const text = await this.readLog(name, { previous: restarted, tailLines: LOG_LIMITS.reasonLines })
-        .catch(() => (restarted ? this.readLog(name, { tailLines: LOG_LIMITS.reasonLines }) : ""))
+      const text = await this.logs
+        .read(name, { previous: restarted, tailLines: LOG_LIMITS.reasonLines })
+        .catch(() => (restarted ? this.logs.read(name, { tailLines: LOG_LIMITS.reasonLines }) : ""))
         .catch(() => "");
       for (const line of parseLogLines(text)) lines.push(`  ${line.text.slice(0, 500)}`);
     }
@@ -453,104 +420,9 @@ export class KubernetesServiceBackend implements ServiceBackend {
     for (const gone of last?.pods ?? []) {
       if (pods.has(gone)) continue;
       await this.reports.replicaGone(service.org, service.name, gone);
-      this.logCursors.delete(gone);
+      this.logs.forgetPod(gone);
     }
     this.reported.set(key, { at: snapshot.at, pods });
-  }
-
-  /**
-   * Reads each pod's new lines, at most every `logIntervalMs` per service. The client has no
-   * `sinceTime`, so a read asks for `sinceSeconds` back to the last line forwarded (plus the
-   * clock skew allowance, at most `maxLookbackSeconds`) and drops what it already forwarded by
-   * timestamp; `limitBytes` bounds each read, a cut line is read again next time. A container
-   * that restarted has its previous instance's last lines read first. A log that cannot be
-   * read (a container still waiting) is tried again next time; it never fails `apply`.
-   */
-  private async pollLogs(service: ServiceRecord, pods: V1Pod[]): Promise<void> {
-    const key = keyOf(service.org, service.name);
-    const now = Date.now();
-    if (now - (this.logPolled.get(key) ?? 0) < this.logIntervalMs) return;
-    this.logPolled.set(key, now);
-    for (const pod of pods) {
-      const name = pod.metadata?.name;
-      const container = pod.status?.containerStatuses?.find((c) => c.name === SERVICE_CONTAINER);
-      if (
-        !name ||
-        !container ||
-        (!container.state?.running && !container.state?.terminated && !container.lastState?.terminated)
-      )
-        continue;
-      const tag = pod.metadata?.annotations?.[SERVICE_ANNOTATIONS.tag] ?? "";
-      const cursor = this.logCursors.get(name);
-      const restarts = container.restartCount ?? 0;
-      const window = (fromMs: number) =>
-        Math.min(LOG_LIMITS.maxLookbackSeconds, Math.max(1, Math.ceil((now - fromMs) / 1000) + LOG_LIMITS.skewSeconds));
-      const podStart = pod.status?.startTime ? new Date(pod.status.startTime).getTime() : now;
-      const query = cursor
-        ? { sinceSeconds: window(cursor.atMs) }
-        : podStart < this.startedAt
-          ? { sinceSeconds: window(this.startedAt) }
-          : { tailLines: LOG_LIMITS.firstTailLines };
-      const next: LogCursor = cursor ?? { key: "", atMs: 0, atKey: new Set(), restarts: 0 };
-      // The instance before a restart first (its lines are older), when this one has not been read since.
-      if (restarts > next.restarts) await this.readAndForward(service, name, tag, next, { ...query, previous: true });
-      next.restarts = restarts;
-      if (container.state?.running || container.state?.terminated)
-        await this.readAndForward(service, name, tag, next, query);
-      this.logCursors.set(name, next);
-    }
-  }
-
-  private async readAndForward(
-    service: ServiceRecord,
-    pod: string,
-    tag: string,
-    cursor: LogCursor,
-    query: { sinceSeconds?: number; tailLines?: number; previous?: boolean },
-  ): Promise<void> {
-    let body: string;
-    try {
-      body = await this.readLog(pod, query);
-    } catch (error) {
-      if (!isBadRequest(error) && !isNotFound(error))
-        log.debug({ service: keyOf(service.org, service.name), pod }, `reading the log: ${(error as Error).message}`);
-      return;
-    }
-    await this.forward(service, pod, tag, cursor, body);
-  }
-
-  private async forward(service: ServiceRecord, pod: string, tag: string, cursor: LogCursor, body: string) {
-    for (const line of parseLogLines(body)) {
-      if (line.key < cursor.key || (line.key === cursor.key && cursor.atKey.has(line.text))) continue;
-      if (line.key > cursor.key) {
-        cursor.key = line.key;
-        cursor.atKey = new Set();
-        cursor.atMs = Date.parse(line.time);
-      }
-      cursor.atKey.add(line.text);
-      await this.reports.log(service.org, service.name, {
-        replica: pod,
-        tag,
-        text: line.text.slice(0, LOG_LIMITS.lineChars),
-        at: cursor.atMs,
-      });
-    }
-  }
-
-  private async readLog(
-    pod: string,
-    query: { sinceSeconds?: number; tailLines?: number; previous?: boolean },
-  ): Promise<string> {
-    return call(`read log of pod ${this.namespace}/${pod}`, () =>
-      this.core.readNamespacedPodLog({
-        name: pod,
-        namespace: this.namespace,
-        container: SERVICE_CONTAINER,
-        timestamps: true,
-        limitBytes: LOG_LIMITS.bytesPerPoll,
-        ...query,
-      }),
-    );
   }
 
   private async ignoreNotFound(operation: string, request: () => Promise<unknown>): Promise<void> {

@@ -21,8 +21,11 @@ import { backoffDelay, nextFailures } from "../backoff.ts";
 
 /** How a published image becomes a process (scaler/images/; tests stand in host processes). */
 export interface ImageRunner {
-  /** Pulls, verifies and unpacks the image (once per digest); rejects with a reason a user can act on. */
-  prepare(repository: string, digest: string): Promise<unknown>;
+  /**
+   * Pulls, verifies and unpacks the image (once per digest) with `org`'s pull credential; rejects
+   * with a reason a user can act on.
+   */
+  prepare(repository: string, digest: string, org: string): Promise<unknown>;
   /** Starts the image's command with exactly `env` added to the image's own, in a process group of its own. */
   spawn(prepared: unknown, env: Record<string, string>): ChildProcess;
 }
@@ -168,7 +171,7 @@ export class LocalServiceBackend implements ServiceBackend {
     try {
       const [env, prepared, port, metricsPort] = await Promise.all([
         this.reports.environment(org, name, proc.revision),
-        this.options.runner.prepare(image_repository, proc.digest),
+        this.options.runner.prepare(image_repository, proc.digest, org),
         freePort(),
         repo_type === "python" ? freePort() : Promise.resolve(undefined),
       ]);

@@ -8,12 +8,14 @@
  * proxy signals of an attached `run`), so the backend stops it as it stops any replica.
  */
 import { execFile } from "node:child_process";
-import { mkdtemp, readFile, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ImageRunner } from "../backends/local-services.ts";
 import { spawnWatched } from "../../src/process/watchdog.ts";
+import type { PullAuth } from "../../src/pull-credentials/resolve.ts";
 import { isLoopbackRegistry, secretsIn } from "./pull.ts";
+import { type PullAuthSource, refusedHint, withAuthFile } from "./pull-auth.ts";
 import { STOP_TIMEOUT_S } from "./run.ts";
 
 export type ContainerEngine = "docker" | "podman";
@@ -42,44 +44,50 @@ export async function workingEngine(
   return undefined;
 }
 
-export function engineRunner(engine: ContainerEngine, options: { authFile?: string; bin?: string } = {}): ImageRunner {
+export function engineRunner(
+  engine: ContainerEngine,
+  options: { authFile?: string; auth?: PullAuthSource; bin?: string } = {},
+): ImageRunner {
   const bin = options.bin ?? engine;
-  // docker reads credentials from DOCKER_CONFIG/config.json, whose "auths" are an auth.json's.
-  let dockerConfig: Promise<string> | undefined;
-  const engineEnv = async (): Promise<NodeJS.ProcessEnv> => {
-    const base = { PATH: process.env.PATH, HOME: process.env.HOME, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR };
-    if (engine !== "docker" || !options.authFile) return base;
-    const authFile = options.authFile;
-    dockerConfig ??= (async () => {
-      const dir = await mkdtemp(join(tmpdir(), "platform-docker-config-"));
-      await writeFile(join(dir, "config.json"), await readFile(authFile), { mode: 0o600 });
-      return dir;
-    })();
-    return { ...base, DOCKER_CONFIG: await dockerConfig };
-  };
+  const operator: PullAuth = options.authFile ? { source: "operator", authFile: options.authFile } : { source: "none" };
+  const base = () => ({ PATH: process.env.PATH, HOME: process.env.HOME, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR });
   return {
-    prepare: async (repository, digest) => {
+    prepare: async (repository, digest, org) => {
       const reference = `${repository}@${digest}`;
-      const env = await engineEnv();
-      const args =
-        engine === "podman"
-          ? [
-              "pull",
-              "--quiet",
-              ...(options.authFile ? ["--authfile", options.authFile] : []),
-              ...(isLoopbackRegistry(repository) ? ["--tls-verify=false"] : []),
-              reference,
-            ]
-          : ["pull", "--quiet", reference];
-      try {
-        await run(bin, args, env, 30 * 60_000);
-      } catch (e) {
-        const secrets = options.authFile ? await secretsIn(options.authFile) : [];
-        const text = ((e as { stderr?: string }).stderr || (e as Error).message).trim();
-        const last = secrets.reduce((t, s) => t.split(s).join("***"), text.split("\n").at(-1) ?? "no output");
-        throw new Error(`pulling ${reference} with ${engine} failed: ${last}`);
-      }
-      return { reference, env } satisfies Prepared;
+      const auth = options.auth ? await options.auth(org, repository) : operator;
+      await withAuthFile(auth, async (authFile) => {
+        // docker reads credentials from DOCKER_CONFIG/config.json, whose "auths" are an auth.json's:
+        // a private copy for this pull, removed with it.
+        const dockerConfig =
+          engine === "docker" && authFile ? await mkdtemp(join(tmpdir(), "platform-docker-config-")) : undefined;
+        try {
+          if (dockerConfig && authFile)
+            await writeFile(join(dockerConfig, "config.json"), await readFile(authFile), { mode: 0o600 });
+          const args =
+            engine === "podman"
+              ? [
+                  "pull",
+                  "--quiet",
+                  ...(authFile ? ["--authfile", authFile] : []),
+                  ...(isLoopbackRegistry(repository) ? ["--tls-verify=false"] : []),
+                  reference,
+                ]
+              : ["pull", "--quiet", reference];
+          await run(bin, args, dockerConfig ? { ...base(), DOCKER_CONFIG: dockerConfig } : base(), 30 * 60_000);
+        } catch (e) {
+          const secrets = authFile ? await secretsIn(authFile) : [];
+          const text = ((e as { stderr?: string }).stderr || (e as Error).message).trim();
+          const last = secrets.reduce((t, s) => t.split(s).join("***"), text.split("\n").at(-1) ?? "no output");
+          const refused = /unauthorized|authentication required|denied|401/i.test(last);
+          throw new Error(
+            `pulling ${reference} with ${engine} failed: ${last}${refused ? refusedHint(auth, repository.split("/")[0] as string) : ""}`,
+          );
+        } finally {
+          if (dockerConfig) await rm(dockerConfig, { recursive: true, force: true });
+        }
+      });
+      // The image is local now (`run --pull=never`): running it needs no credential.
+      return { reference, env: base() } satisfies Prepared;
     },
     spawn: (prepared, env) => {
       const { reference, env: engineEnvironment } = prepared as Prepared;

@@ -13,6 +13,7 @@ import { createReadStream, existsSync } from "node:fs";
 import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { arch } from "node:os";
 import { join } from "node:path";
+import { isLoopbackHost } from "../../src/pull-credentials/names.ts";
 
 /** What a layer's blob is, as the manifest says. */
 export type ImageLayer = { digest: string; mediaType: string; size: number; path: string };
@@ -49,6 +50,16 @@ export type PullOptions = {
   cacheDir: string;
   /** A containers auth.json (`buildah login` writes it); without it skopeo's own default. */
   authFile?: string;
+  /**
+   * What a refused pull says after "not logged in to <host>": the fix for whoever can act on it
+   * (runner.ts names the organization's `platform registry credentials set`). Default: the operator's file.
+   */
+  refusedHint?: string;
+  /**
+   * Ask the registry for the manifest even when the digest is cached, with these credentials: a
+   * cached image is run for an organization only if its own pull would have been allowed.
+   */
+  checkAccess?: boolean;
   /** The skopeo to run (tests); default `skopeo` on PATH. */
   skopeo?: string;
 };
@@ -74,11 +85,7 @@ type ManifestList = { mediaType?: string; manifests?: Descriptor[] };
 const DIGEST = /^sha256:([0-9a-f]{64})$/;
 
 /** 127.0.0.0/8, localhost, [::1]: the only registries spoken to over plain HTTP (docs/publish.md, "TLS"). */
-export function isLoopbackRegistry(repository: string): boolean {
-  const host = repository.split("/")[0] as string;
-  const name = host.startsWith("[") ? host.slice(0, host.indexOf("]") + 1) : (host.split(":")[0] as string);
-  return name === "localhost" || name === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(name);
-}
+export const isLoopbackRegistry = (repository: string) => isLoopbackHost(repository.split("/")[0] as string);
 
 /** Node's name for the machine's architecture, as images name it. */
 const GOARCH: Record<string, string> = { x64: "amd64", arm64: "arm64", arm: "arm", ppc64: "ppc64le", s390x: "s390x" };
@@ -87,7 +94,7 @@ const inFlight = new Map<string, Promise<PulledImage>>();
 
 /**
  * The image `repository@digest`, pulled into `cacheDir` (or found there) and verified. Concurrent
- * pulls of one digest into one cache share one skopeo.
+ * pulls of one digest into one cache with one credential share one skopeo.
  */
 export function pullImage(options: PullOptions): Promise<PulledImage> {
   const hex = DIGEST.exec(options.digest)?.[1];
@@ -95,7 +102,8 @@ export function pullImage(options: PullOptions): Promise<PulledImage> {
     return Promise.reject(new Error(`not an image digest: ${options.digest} (expected sha256:<64 hex digits>)`));
   if (!/^[^\s@:/]+(?::\d+)?(?:\/[^\s@:]+)+$/.test(options.repository) && !options.repository.startsWith("["))
     return Promise.reject(new Error(`not an image repository: ${options.repository} (expected host[:port]/path)`));
-  const key = `${options.cacheDir}\0${options.repository}\0${options.digest}`;
+  // Per credential too: one organization's pull never stands in for another's.
+  const key = `${options.cacheDir}\0${options.repository}\0${options.digest}\0${options.authFile ?? ""}`;
   let pull = inFlight.get(key);
   if (!pull) {
     pull = pullOnce(options, hex).finally(() => inFlight.delete(key));
@@ -108,7 +116,10 @@ async function pullOnce(options: PullOptions, hex: string): Promise<PulledImage>
   const dir = join(options.cacheDir, "pulled", hex);
   // A folder there was renamed into place only after every blob was verified: reading its
   // manifest and config back (small) is enough; the layers are not hashed again.
-  if (existsSync(dir)) return readPulled(options, dir, false);
+  if (existsSync(dir)) {
+    if (options.checkAccess) await skopeoInspectRaw(options, await failure(options));
+    return readPulled(options, dir, false);
+  }
   await mkdir(join(options.cacheDir, "pulled"), { recursive: true });
   const temp = await mkdtemp(join(options.cacheDir, "pulled", `.pull-${hex.slice(0, 12)}-`));
   try {
@@ -186,6 +197,31 @@ function pickFromList(list: ManifestList, what: string): Descriptor {
   return found;
 }
 
+/** How a failed skopeo reads: credentials masked, a refusal with its fix. */
+async function failure(options: PullOptions): Promise<(text: string) => Error> {
+  const secrets = options.authFile ? await secretsIn(options.authFile) : [];
+  const what = `${options.repository}@${options.digest}`;
+  return (text: string) => {
+    const masked = secrets.reduce((t, s) => t.split(s).join("***"), text);
+    const host = options.repository.split("/")[0] as string;
+    if (/unauthorized|authentication required|401|denied|invalid username\/password/i.test(masked))
+      return new Error(
+        `pulling ${what} failed: not logged in to ${host}${options.refusedHint ?? (options.authFile ? " (the platform's pull session, PLATFORM_IMAGE_PULL_AUTH_FILE, is not accepted)" : " (the platform has no pull session: PLATFORM_IMAGE_PULL_AUTH_FILE)")}`,
+      );
+    if (/manifest unknown/i.test(masked))
+      return new Error(`pulling ${what} failed: the registry holds no image with that digest in ${options.repository}`);
+    const last =
+      masked
+        .trim()
+        .split("\n")
+        .filter((l) => l.trim())
+        .at(-1) ?? "no output";
+    // skopeo logs as logrus does: `time=… level=fatal msg="…"`; the message is what says something.
+    const message = last.replace(/^.*?level=\w+ msg="?/, "").replace(/"$/, "");
+    return new Error(`pulling ${what} failed: skopeo: ${message}`);
+  };
+}
+
 async function skopeoCopy(options: PullOptions, dest: string): Promise<void> {
   const source = `docker://${options.repository}@${options.digest}`;
   const args = [
@@ -196,28 +232,7 @@ async function skopeoCopy(options: PullOptions, dest: string): Promise<void> {
     source,
     `dir:${dest}`,
   ];
-  const secrets = options.authFile ? await secretsIn(options.authFile) : [];
-  const failed = (text: string) => {
-    const masked = secrets.reduce((t, s) => t.split(s).join("***"), text);
-    const host = options.repository.split("/")[0] as string;
-    if (/unauthorized|authentication required|401|denied|invalid username\/password/i.test(masked))
-      return new Error(
-        `pulling ${options.repository}@${options.digest} failed: not logged in to ${host}${options.authFile ? " (the platform's pull session, PLATFORM_IMAGE_PULL_AUTH_FILE, is not accepted)" : " (the platform has no pull session: PLATFORM_IMAGE_PULL_AUTH_FILE)"}`,
-      );
-    if (/manifest unknown/i.test(masked))
-      return new Error(
-        `pulling ${options.repository}@${options.digest} failed: the registry holds no image with that digest in ${options.repository}`,
-      );
-    const last =
-      masked
-        .trim()
-        .split("\n")
-        .filter((l) => l.trim())
-        .at(-1) ?? "no output";
-    // skopeo logs as logrus does: `time=… level=fatal msg="…"`; the message is what says something.
-    const message = last.replace(/^.*?level=\w+ msg="?/, "").replace(/"$/, "");
-    return new Error(`pulling ${options.repository}@${options.digest} failed: skopeo: ${message}`);
-  };
+  const failed = await failure(options);
   await new Promise<void>((resolve, reject) => {
     execFile(
       options.skopeo ?? "skopeo",
@@ -234,23 +249,26 @@ async function skopeoCopy(options: PullOptions, dest: string): Promise<void> {
   // skopeo's `dir:` keeps the list it picked from only under `--all`; keep it ourselves (a second
   // `skopeo inspect --raw`, only for a list) so the picked manifest can be tied to the digest asked for.
   const bytes = await readFile(join(dest, "manifest.json"));
-  if (`sha256:${sha256(bytes)}` !== options.digest) {
-    const raw = await new Promise<Buffer>((resolve, reject) =>
-      execFile(
-        options.skopeo ?? "skopeo",
-        [
-          "inspect",
-          "--raw",
-          ...(options.authFile ? ["--authfile", options.authFile] : []),
-          ...(isLoopbackRegistry(options.repository) ? ["--tls-verify=false"] : []),
-          source,
-        ],
-        { encoding: "buffer", maxBuffer: 16 * 1024 * 1024 },
-        (error, stdout, stderr) => (error ? reject(failed(stderr.toString("utf8"))) : resolve(stdout)),
-      ),
-    );
-    await writeFile(join(dest, "list.manifest.json"), raw);
-  }
+  if (`sha256:${sha256(bytes)}` !== options.digest)
+    await writeFile(join(dest, "list.manifest.json"), await skopeoInspectRaw(options, failed));
+}
+
+/** The manifest (or list) as the registry serves it: also the cheapest "may I pull this?". */
+function skopeoInspectRaw(options: PullOptions, failed: (text: string) => Error): Promise<Buffer> {
+  return new Promise<Buffer>((resolve, reject) =>
+    execFile(
+      options.skopeo ?? "skopeo",
+      [
+        "inspect",
+        "--raw",
+        ...(options.authFile ? ["--authfile", options.authFile] : []),
+        ...(isLoopbackRegistry(options.repository) ? ["--tls-verify=false"] : []),
+        `docker://${options.repository}@${options.digest}`,
+      ],
+      { encoding: "buffer", timeout: 60_000, maxBuffer: 16 * 1024 * 1024 },
+      (error, stdout, stderr) => (error ? reject(failed(stderr.toString("utf8") || error.message)) : resolve(stdout)),
+    ),
+  );
 }
 
 /** The passwords and `auth` values of a containers auth.json, to mask: never shown in an error. */

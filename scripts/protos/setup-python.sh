@@ -2,9 +2,10 @@
 # Makes .venv-grpc, the Python that `platform proto generate --lang python` runs in the tests:
 # grpcio-tools (its protoc, with the python, pyi and gRPC generators) and the protobuf and grpcio
 # runtimes the generated code imports, from the machine's pip mirrors (scripts/pip-index.sh); and
-# what a Python service scaffold (src/cli/scaffold/python.ts) runs and tests with: psycopg (with
+# what a Python service scaffold (src/scaffold/python.ts) runs and tests with: psycopg (with
 # its bundled libpq), prometheus-client, pytest, ruff (the scaffold's linter and formatter) and
-# setuptools (test/e2e/service-python.test.ts builds the scaffold's wheel offline with it).
+# setuptools (test/e2e/service-python.test.ts builds the scaffold's wheel offline with it), at the
+# versions the Python template's requirements.lock pins.
 # Idempotent, time-bounded and failing soft: without it the Python generation test skips, saying
 # so. Prints the python path on success.
 set -u
@@ -25,7 +26,7 @@ if [ ! -x "$VENV/bin/python" ] && ! python3 -m venv "$VENV" >/dev/null 2>&1; the
   exit 0
 fi
 source scripts/pip-index.sh
-if ! timeout 300 "$VENV/bin/pip" install -q --timeout 30 --retries 1 "${index[@]}" grpcio-tools grpcio protobuf "psycopg[binary]" prometheus-client pytest ruff setuptools >"$VENV/install.log" 2>&1; then
+if ! timeout 300 "$VENV/bin/pip" install -q --timeout 30 --retries 1 "${index[@]}" -c templates/service/python/common/requirements.lock grpcio-tools grpcio protobuf "psycopg[binary]" prometheus-client pytest ruff setuptools >"$VENV/install.log" 2>&1; then
   echo "note: grpcio-tools could not be installed (the end of $VENV/install.log says why); the Python proto generation test will skip" >&2
   tail -5 "$VENV/install.log" >&2
   exit 0

@@ -5,7 +5,7 @@
 import { type Command, Option } from "commander";
 import { TokenId, type TokenRecord } from "../tokens/token.ts";
 import { type CliSettings, loadCliSettings } from "../settings/cli.ts";
-import { ApiClient } from "./client.ts";
+import { ApiClient } from "../client/api.ts";
 import {
   type CredentialsFile,
   normalizeBaseUrl,
@@ -13,11 +13,11 @@ import {
   resolveRegistry,
   updateCredentials,
   writeCredentials,
-} from "./credentials.ts";
+} from "../client/credentials.ts";
 import { CliError } from "./errors.ts";
 import { orgFlag } from "./orgs.ts";
 import { printJson, printTable } from "./output.ts";
-import { openBrowser, signInWithBrowser, signInWithDevice } from "./signin.ts";
+import { openBrowser, signInWithBrowser, signInWithDevice } from "../signin/client.ts";
 
 /** `GET /admin/v1/whoami` (src/gateway/routes/tokens.ts). */
 type Whoami = {

@@ -5,7 +5,7 @@
 import type { Command } from "commander";
 import { ImageServiceName } from "../images/names.ts";
 import type { ImageRecord } from "../images/record.ts";
-import { ApiClient } from "./client.ts";
+import { ApiClient } from "../client/api.ts";
 import { CliError } from "./errors.ts";
 import { printJson, printTable } from "./output.ts";
 

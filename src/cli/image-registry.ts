@@ -11,18 +11,18 @@
  * `platform auth login`), as `aws ecr get-login-password` does: the registry only ever sees the
  * org-scoped JWTs the gateway trades it for.
  */
-import type { Command } from "commander";
+import { type Command, Option } from "commander";
 import { loadToolSettings } from "../settings/tools.ts";
-import { ApiClient } from "./client.ts";
-import { normalizeBaseUrl } from "./credentials.ts";
+import { ApiClient } from "../client/api.ts";
+import { normalizeBaseUrl } from "../client/credentials.ts";
 import { CliError } from "./errors.ts";
-import { findBuilder, loginBuilder } from "./image-build.ts";
-import { askRegistry, authFilesOf, isPlainHttp, registryHost } from "./image-session.ts";
+import { BUILDERS, type Builder, findBuilder, loginBuilder } from "../images/build.ts";
+import { askImageRegistry, authFilesOf, imageRegistryHost, isPlainHttp, tokenRealm } from "../images/session.ts";
 import { printJson } from "./output.ts";
-import { BUILDERS } from "./platformrc.ts";
-import { findWorkspace, WORKSPACE_FILE, workspaceSettings } from "./workspace.ts";
+import { registerRegistryCredentials } from "./registry-credentials.ts";
+import { findWorkspace, WORKSPACE_FILE, workspaceSettings } from "../workspace/find.ts";
 
-type Options = { username?: string; passwordStdin?: boolean; builder?: string; json?: boolean };
+type Options = { username?: string; passwordStdin?: boolean; builder?: Builder; json?: boolean };
 
 /** All of stdin, without the one line ending `echo` and most password managers add. */
 async function readPassword(): Promise<string> {
@@ -38,25 +38,6 @@ async function readPassword(): Promise<string> {
     .replace(/\r?\n$/, "");
   if (password === "") throw new CliError("--password-stdin: stdin was empty; pipe the password in", 2);
   return password;
-}
-
-/** Where the registry sends builders for tokens: its `Bearer` challenge's realm, or why there is none. */
-async function tokenRealm(host: string, plainHttp: boolean): Promise<string> {
-  const url = `${plainHttp ? "http" : "https"}://${host}/v2/`;
-  let res: Response;
-  try {
-    res = await fetch(url, { signal: AbortSignal.timeout(10_000) });
-  } catch (e) {
-    const cause = (e as { cause?: { code?: string } }).cause?.code ?? (e as Error).message;
-    throw new CliError(`cannot reach the image registry at ${url} (${cause})`);
-  }
-  const challenge = res.headers.get("www-authenticate") ?? "";
-  const realm = /^bearer\s.*realm="([^"]+)"/i.exec(challenge)?.[1];
-  if (res.status !== 401 || !realm)
-    throw new CliError(
-      `${host} does not take platform tokens (GET /v2/ answered ${res.status}${challenge ? ` with ${challenge.split(" ")[0]} auth` : ""}): log in with --username <user> --password-stdin`,
-    );
-  return realm;
 }
 
 /**
@@ -80,17 +61,19 @@ async function platformCredentials(
 
 export function registerImageRegistry(program: Command): void {
   const registry = program.command("registry").description("the image registry `platform publish` pushes to");
+  registerRegistryCredentials(registry, readPassword);
   registry
     .command("login [host]")
     .description("log the image builder in to the workspace's image registry (default: imageRepository's host)")
-    .option("--username <user>", "the registry user (with --password-stdin); without it, the platform's token")
+    .option("--username <user>", "the image registry's user (with --password-stdin); without it, the platform's token")
     .option("--password-stdin", "read the password from stdin")
-    .option("--builder <builder>", `${BUILDERS.join(", ")} (default: build.builder, else the first installed)`)
+    .addOption(
+      new Option("--builder <builder>", "the image builder (default: build.builder, else the first installed)").choices(
+        BUILDERS,
+      ),
+    )
     .option("--json", "print the outcome as JSON")
     .action(async (hostArg: string | undefined, opts: Options) => {
-      const named = BUILDERS.find((b) => b === opts.builder);
-      if (opts.builder !== undefined && !named)
-        throw new CliError(`--builder: expected ${BUILDERS.join(", ")} (got "${opts.builder}")`, 2);
       if (opts.passwordStdin && opts.username === undefined)
         throw new CliError("--password-stdin needs --username <user>", 2);
       if (opts.username !== undefined && !opts.passwordStdin)
@@ -102,7 +85,7 @@ export function registerImageRegistry(program: Command): void {
       const found = await findWorkspace();
       const settings = found && workspaceSettings(found);
       const repository = settings?.imageRepository;
-      const host = hostArg ?? (repository && registryHost(repository));
+      const host = hostArg ?? (repository && imageRegistryHost(repository));
       if (!host)
         throw new CliError(
           found
@@ -110,7 +93,7 @@ export function registerImageRegistry(program: Command): void {
             : `no registry to log in to: name one (platform registry login <host>), or run it in a workspace (${WORKSPACE_FILE})`,
           2,
         );
-      const builder = await findBuilder(named ?? settings?.build.builder);
+      const builder = await findBuilder(opts.builder ?? settings?.build.builder);
       const plainHttp = isPlainHttp(host, settings?.registryUrl);
       const credentials =
         opts.username === undefined
@@ -119,7 +102,7 @@ export function registerImageRegistry(program: Command): void {
       const authFile = authFilesOf(builder, loadToolSettings()).writes;
       await loginBuilder(builder, host, credentials, { plainHttp, authFile });
       // The builder checked the password; asking the registry here says what publish will see.
-      const answer = await askRegistry(host, { plainHttp, credentials });
+      const answer = await askImageRegistry(host, { plainHttp, credentials });
       if (answer.status !== "ok")
         throw new CliError(
           `${builder} logged in to ${host}, but GET ${answer.url} with the session answers ${answer.status === "unauthorized" ? "401" : answer.message}; check the registry's authentication (${WORKSPACE_FILE}: imageRepository)`,

@@ -2,7 +2,7 @@
 import type { Command } from "commander";
 import { ORG_ID_ERROR, ORG_ID_PATTERN } from "../contracts/orgs.ts";
 import type { Org } from "../orgs/org.ts";
-import { ApiClient } from "./client.ts";
+import { ApiClient } from "../client/api.ts";
 import { CliError } from "./errors.ts";
 import { printJson, printTable } from "./output.ts";
 

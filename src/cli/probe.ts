@@ -1,19 +1,19 @@
 /**
- * What `platform init` and `platform doctor` ask a registry before trusting it: is the URL a
+ * What `platform init` and `platform doctor` ask a platform URL before trusting it: is the URL a
  * platform gateway (and which version), and may these credentials see the organization. Each
  * answer is data with the problem named, so init can exit on it and doctor can print its fix.
  */
 import type { Org } from "../orgs/org.ts";
-import type { ApiClient } from "./client.ts";
+import type { ApiClient } from "../client/api.ts";
 
 const PROBE_TIMEOUT_MS = 5_000;
 
-export type RegistryProbe =
+export type PlatformProbe =
   | { ok: true; version: string }
   | { ok: false; problem: "unreachable" | "not_a_platform"; message: string };
 
 /** `GET <url>/healthz`: a platform gateway answers `{"status": "ok", "version"}`. */
-export async function probeRegistry(url: string, timeoutMs = PROBE_TIMEOUT_MS): Promise<RegistryProbe> {
+export async function probePlatform(url: string, timeoutMs = PROBE_TIMEOUT_MS): Promise<PlatformProbe> {
   let res: Response;
   try {
     res = await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(timeoutMs) });

@@ -1,19 +1,19 @@
 /**
  * `platform proto lint|generate|publish|list|versions|fetch`: the team's API contracts, checked with
- * buf and the platform's conventions, turned into stubs, and kept in the platform's registry per
+ * buf and the platform's conventions, turned into stubs, and kept in the platform's proto catalog per
  * organization, package and version (docs/protos.md).
  */
 import type { Command } from "commander";
 import { formatBytes } from "../contracts/bytes.ts";
 import { ProtoPackageName, ProtoVersionName } from "../protos/names.ts";
-import { formatFinding, protoWorkspace } from "./buf.ts";
-import { LANGUAGES } from "./platformrc.ts";
-import { ApiClient } from "./client.ts";
+import { formatFinding } from "../protos/buf.ts";
+import { ApiClient } from "../client/api.ts";
 import { CliError } from "./errors.ts";
 import { printJson, printTable } from "./output.ts";
-import { generate } from "./proto-generate.ts";
-import { lintProtos } from "./proto-lint.ts";
-import { fetchVersion, listPackages, listVersions, publish } from "./proto-registry.ts";
+import { generate, LANGUAGES } from "../protos/generate.ts";
+import { lintProtos } from "../protos/lint.ts";
+import { fetchVersion, listPackages, listVersions, publish } from "../protos/catalog.ts";
+import { protoWorkspace } from "../workspace/protos.ts";
 
 const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
 const time = (seconds: number) => new Date(seconds * 1000).toISOString().replace(/\.\d+Z$/, "Z");
@@ -21,7 +21,7 @@ const time = (seconds: number) => new Date(seconds * 1000).toISOString().replace
 export function registerProtos(program: Command): void {
   const proto = program
     .command("proto")
-    .description("API contracts: lint .proto files, generate stubs, publish them to the platform's registry");
+    .description("API contracts: lint .proto files, generate stubs, publish them to the platform's proto catalog");
 
   proto
     .command("lint")
@@ -62,7 +62,9 @@ export function registerProtos(program: Command): void {
 
   proto
     .command("publish")
-    .description("publish the workspace's packages to the registry (refused if a change breaks the previous version)")
+    .description(
+      "publish the workspace's packages to the proto catalog (refused if a change breaks the previous version)",
+    )
     .option(
       "--version <X.Y.Z>",
       "the version (default: 1.0.0 first, then the next minor; the next major with --allow-breaking)",

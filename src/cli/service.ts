@@ -1,29 +1,28 @@
 /**
  * `platform service create <name> --lang node|python [--example] [--service <pkg.Service>] [--force]`:
  * scaffolds, at the workspace root, a service implementing one of the workspace's proto services
- * (docs/scaffolds.md). The service is found in the protos (scaffold/discover.ts), each language
- * writes its files from the same input (scaffold/types.ts), nothing is replaced without --force,
+ * (docs/scaffolds.md). The service is found in the protos (src/scaffold/discover.ts), each language
+ * writes its files from the same input (src/scaffold/types.ts), nothing is replaced without --force,
  * and the stubs are generated for the language, so the scaffold builds and tests at once.
  */
 import type { Command } from "commander";
 import { z } from "zod";
-import { protoWorkspace } from "./buf.ts";
 import { CliError } from "./errors.ts";
-import { type Language, LANGUAGES } from "./platformrc.ts";
-import { GENERATED_DIR, generate } from "./proto-generate.ts";
-import { discoverService } from "./scaffold/discover.ts";
-import { scaffoldNode } from "./scaffold/node.ts";
-import { scaffoldPython } from "./scaffold/python.ts";
-import type { Scaffolder } from "./scaffold/types.ts";
-import { writeScaffold } from "./scaffold/write.ts";
-import { requireWorkspace } from "./workspace.ts";
+import { GENERATED_DIR, generate, type Language, LANGUAGES } from "../protos/generate.ts";
+import { discoverService } from "../scaffold/discover.ts";
+import { scaffoldNode } from "../scaffold/node.ts";
+import { scaffoldPython } from "../scaffold/python.ts";
+import type { Scaffolder } from "../scaffold/types.ts";
+import { writeScaffold } from "../scaffold/write.ts";
+import { requireWorkspace } from "../workspace/find.ts";
+import { protoWorkspace } from "../workspace/protos.ts";
 
 export const SCAFFOLDERS: Record<Language, Scaffolder> = { node: scaffoldNode, python: scaffoldPython };
 
 /** What to do after the scaffold is written, per language. */
 const NEXT_STEPS: Record<Language, string[]> = {
   node: [
-    "npm install && npm test        # the tests start the server and call every RPC",
+    "npm ci && npm test             # installs package-lock.json's versions; the tests call every RPC",
     "git add -A && git commit -m 'scaffold the service'",
     "platform registry login && platform publish",
   ],
@@ -52,7 +51,7 @@ export function registerService(program: Command): void {
     .command("create <name>")
     .description("scaffold a service for one of the workspace's proto services, at the workspace root")
     .option("--lang <lang>", `${LANGUAGES.join(" or ")} (default: the workspace's language)`)
-    .option("--example", "the seed's reference ItemService (CreateItem, GetItem, ListItems) instead of empty handlers")
+    .option("--example", "the example ItemService (CreateItem, GetItem, ListItems) instead of empty handlers")
     .option("--service <pkg.Service>", "the proto service to implement, where the name does not decide it")
     .option("--force", "replace files that already exist")
     .action(async (name: string, opts: Options) => {

@@ -2,6 +2,7 @@
 import type { Command } from "commander";
 import { loadSettings } from "../settings/index.ts";
 import { CliError } from "./errors.ts";
+import { wholeNumber } from "./flags.ts";
 
 export function registerTrainerRole(program: Command): void {
   program
@@ -13,7 +14,12 @@ export function registerTrainerRole(program: Command): void {
       "--gpu",
       "offer a GPU: also take jobs that ask for one (resources.gpu); refuses to start unless the trainer's torch sees a GPU",
     )
-    .action(async (opts: { jobs: string; threads: string; gpu?: boolean }) => {
+    .option(
+      "--health-port <port>",
+      "serve /livez, /readyz and /metrics on this port, as a worker does (0: any free port, printed)",
+      wholeNumber(0, 65535),
+    )
+    .action(async (opts: { jobs: string; threads: string; gpu?: boolean; healthPort?: number }) => {
       const jobs = Number(opts.jobs);
       const threads = Number(opts.threads);
       if (!Number.isInteger(jobs) || jobs < 1)
@@ -25,7 +31,7 @@ export function registerTrainerRole(program: Command): void {
       const { runTrainerProcess } = await import("../../workers/trainer/main.ts");
       const { NoGpuError } = await import("../../workers/trainer/coordinator.ts");
       try {
-        await runTrainerProcess({ jobs, threads, gpu: opts.gpu === true });
+        await runTrainerProcess({ jobs, threads, gpu: opts.gpu === true, healthPort: opts.healthPort });
       } catch (e) {
         if (e instanceof NoGpuError) throw new CliError(e.message, 1);
         throw e;

@@ -60,17 +60,19 @@ export function controlKeys(prefix: string) {
     orgs: `${cp}:orgs`, // hash organization id -> record JSON (`default` is never stored: src/orgs/store.ts)
     users: `${cp}:users`, // hash user id -> record JSON (people signed in through an identity provider, src/users/)
     userByIdentity: `${cp}:user-identities`, // hash "<issuer>\n<subject>" -> user id
+    callerEvents: `${plain}:caller-events`, // pub/sub: a key, token or user was revoked or changed ("key:<id>", "token:<id>", "user:<id>": ids only, src/keys/changes.ts)
     // CLI tokens (src/tokens/store.ts): every key expires with what it describes, so nothing grows.
     token: (id: string) => `${cp}:token:${id}`, // hash: one session (its access and refresh token hashes), TTL: its end
     tokenAccess: (sha256: string) => `${cp}:token-access:${sha256}`, // string -> session id, TTL: the access token's expiry
     tokenRefresh: (sha256: string) => `${cp}:token-refresh:${sha256}`, // string -> session id, or "used:<id>" once rotated; TTL: the session's end
     tokensOfOrg: (org: string) => `${cp}:tokens-org:${org}`, // zset session id -> end ms; trimmed on write, expires with its last
     tokensOfSubject: (subject: string) => `${cp}:tokens-subject:${subject}`, // zset as above, per "<key|user>:<id>"
-    // The proto registry (src/protos/): per organization, so another's packages are not even addressable.
+    // The proto catalog (src/protos/): per organization, so another's packages are not even addressable.
     protoPackages: (org: string) => `${cp}:proto-packages:${org}`, // hash package -> summary JSON (latest, count, times)
     protoVersions: (orgPackage: string) => `${cp}:proto-versions:${orgPackage}`, // "<org>/<package>": hash version -> record JSON; objects under protos/<org>/<package>/<version>/
     // Published service images (src/images/): per organization, bounded (src/images/store.ts).
     images: (org: string) => `${cp}:images:${org}`, // hash "<service>:<tag>" -> record JSON
+    pullCredentials: (org: string) => `${cp}:pull-credentials:${org}`, // hash registry host -> entry JSON (username, sealed password, who, when): src/pull-credentials/
     // Deployed services (src/services/): per organization; "<org>/<name>" names one service's keys.
     services: `${cp}:services`, // hash "<org>/<name>" -> record JSON (every organization's: the reconciler reads them all)
     serviceRollouts: (orgName: string) => `${cp}:service-rollouts:${orgName}`, // hash rollout id -> rollout JSON, the latest MAX_ROLLOUTS_KEPT

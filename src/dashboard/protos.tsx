@@ -1,5 +1,5 @@
 /**
- * The dashboard's proto registry section (docs/protos.md): the signed-in organization's packages,
+ * The dashboard's proto catalog section (docs/protos.md): the signed-in organization's packages,
  * a package's versions, and a version's services (with their RPCs) and messages (with their
  * fields), as `GET /admin/v1/protos...` gives them. Versions never change, so a version's details
  * are read once; the package list is polled like the rest of the page.

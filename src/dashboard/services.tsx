@@ -6,13 +6,13 @@
  * and undo. Everything is read from `/admin/v1/services` with the admin key, polled every 2 s; the
  * open service is kept in the URL's hash (`#service=<name>`), so a page can be linked to.
  */
-import type { ComponentChildren } from "preact";
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, api, scrapeMetrics, session } from "./api.ts";
 import { Chart, format, HISTORY, LatencyChart } from "./chart.tsx";
-import { type Block, type Inline, parseMarkdown } from "./markdown.ts";
+import { Markdown } from "./markdown-view.tsx";
 import { parseMetrics, type Scrape } from "./metrics.ts";
 import { type ServicePoint, servicePointBetween } from "./service-metrics.ts";
+import { Table } from "./table.tsx";
 
 const POLL_MS = 2_000;
 /** Log lines the page shows (the newest). */
@@ -414,22 +414,6 @@ function PageBody(props: { page: Page; points: ServicePoint[]; act: (what: strin
   );
 }
 
-function Table(props: { testId: string; head: string[]; children: ComponentChildren[] }) {
-  if (props.children.length === 0) return <p class="hint">none</p>;
-  return (
-    <table data-testid={props.testId}>
-      <thead>
-        <tr>
-          {props.head.map((h) => (
-            <th>{h}</th>
-          ))}
-        </tr>
-      </thead>
-      <tbody>{props.children}</tbody>
-    </table>
-  );
-}
-
 /** The logs route's NDJSON (not JSON, so not through `api`), the newest LOG_TAIL lines. */
 async function readLogs(name: string): Promise<LogLine[]> {
   const key = session.get();
@@ -447,48 +431,4 @@ async function readLogs(name: string): Promise<LogLine[]> {
     }
   }
   return lines.slice(-LOG_TAIL);
-}
-
-/** The overview: markdown.ts's tree as elements; text is only ever a text node. */
-export function Markdown(props: { text: string }) {
-  return <>{parseMarkdown(props.text).map(block)}</>;
-}
-
-function block(b: Block) {
-  switch (b.kind) {
-    case "heading": {
-      // h1/h2 belong to the page; an overview's headings start below the service's own h3.
-      const Tag = (["h4", "h5", "h6", "h6", "h6", "h6"] as const)[b.level - 1] ?? "h6";
-      return <Tag>{b.children.map(inline)}</Tag>;
-    }
-    case "paragraph":
-      return <p>{b.children.map(inline)}</p>;
-    case "list": {
-      const items = b.items.map((item) => <li>{item.map(inline)}</li>);
-      return b.ordered ? <ol>{items}</ol> : <ul>{items}</ul>;
-    }
-    case "code":
-      return (
-        <pre>
-          <code>{b.text}</code>
-        </pre>
-      );
-  }
-}
-
-function inline(i: Inline) {
-  switch (i.kind) {
-    case "text":
-      return i.text;
-    case "code":
-      return <code>{i.text}</code>;
-    case "strong":
-      return <strong>{i.children.map(inline)}</strong>;
-    case "link":
-      return (
-        <a href={i.href} target="_blank" rel="noopener noreferrer nofollow">
-          {i.children.map(inline)}
-        </a>
-      );
-  }
 }

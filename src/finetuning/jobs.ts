@@ -42,8 +42,9 @@ import {
   trimJobs,
   updateIfActive,
 } from "./store.ts";
+import { countTrainers, TrainerWatch, waitingForGpu } from "./trainers.ts";
 
-export { FINE_TUNING_QUEUE, gpuQueueOf };
+export { FINE_TUNING_QUEUE, gpuQueueOf, waitingForGpu };
 export type TrainJobData = { job_id: string };
 
 export const DEFAULTS = { n_epochs: 3, batch_size: 1, learning_rate_multiplier: 1 };
@@ -58,11 +59,19 @@ export class FineTuningJobs {
   private readonly gpuQueue: Queue<TrainJobData>;
   private readonly storage: StoragePolicy;
   private readonly files: BatchFiles | undefined;
+  private readonly watch: TrainerWatch | undefined;
   readonly settings: FineTuningSettings;
 
   constructor(
     ctl: Control,
-    options: { queue?: string; storage?: StoragePolicy; files?: BatchFiles; settings?: FineTuningSettings } = {},
+    options: {
+      queue?: string;
+      storage?: StoragePolicy;
+      files?: BatchFiles;
+      settings?: FineTuningSettings;
+      /** Also look for jobs whose trainer died (trainers.ts); gateways do. Call start() then. */
+      watchTrainers?: boolean;
+    } = {},
   ) {
     this.ctl = ctl;
     this.storage = options.storage ?? new StoragePolicy();
@@ -71,6 +80,14 @@ export class FineTuningJobs {
     this.queues = new QueueBase(ctl);
     this.queue = this.queues.queueNamed<TrainJobData>(options.queue ?? FINE_TUNING_QUEUE);
     this.gpuQueue = this.queues.queueNamed<TrainJobData>(gpuQueueOf(options.queue ?? FINE_TUNING_QUEUE));
+    this.watch = options.watchTrainers
+      ? new TrainerWatch(ctl, [this.queue.name, this.gpuQueue.name], this.settings.heartbeatMs)
+      : undefined;
+  }
+
+  /** Starts the watch for jobs whose trainer died, where asked for. */
+  async start(): Promise<void> {
+    await this.watch?.start();
   }
 
   async create(body: unknown, viewer: Viewer): Promise<FineTuningJob> {
@@ -237,16 +254,9 @@ export class FineTuningJobs {
     return spec.gpu > 0 ? this.gpuQueue : this.queue;
   }
 
-  /**
-   * Trainers reading the GPU queue now (BullMQ names its workers' connections: CLIENT LIST).
-   * Undefined where the server refuses CLIENT LIST (some managed Redis): then nothing is claimed.
-   */
-  private async gpuTrainers(): Promise<number | undefined> {
-    try {
-      return await this.gpuQueue.getWorkersCount();
-    } catch {
-      return undefined;
-    }
+  /** Trainers reading the GPU queue now (trainers.ts). */
+  private gpuTrainers(): Promise<number | undefined> {
+    return countTrainers(this.gpuQueue);
   }
 
   /** `gpu_trainer` for a queued GPU job while no trainer offers a GPU; `memo` holds one look per call. */
@@ -365,16 +375,12 @@ export class FineTuningJobs {
   }
 
   async close(): Promise<void> {
+    await this.watch?.close();
     await this.queues.close();
   }
 }
 
 type Located = { uri: string; given: string };
-
-/** The event a GPU job gets when no trainer offering a GPU is running: it waits, it never trains on CPU. */
-export function waitingForGpu(gpu: number): string {
-  return `Waiting for a GPU trainer: the job asks for resources.gpu ${gpu} and no trainer offering a GPU is running; it stays queued until one starts (\`platform trainer --gpu\`, or deploy/'s GPU trainer)`;
-}
 
 /**
  * The base version a job trains from: `<name>@<version>` (or `<name>`, its newest), registered as a

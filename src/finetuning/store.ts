@@ -23,6 +23,7 @@ export const MAX_EVENTS = 2000;
 export const MAX_CHECKPOINTS = 10;
 
 const updateActive = new LuaScript(import.meta.url, "update-if-active");
+const requeue = new LuaScript(import.meta.url, "requeue");
 
 export type FineTuneProgress = {
   status?: Exclude<FineTuneStatus, "validating_files">;
@@ -34,6 +35,8 @@ export type FineTuneProgress = {
   result_version?: string;
   error?: FineTuneError;
   restarts?: number;
+  /** When a trainer last took the job (each take differs: a requeue read before it changes nothing). */
+  taken_at?: number;
 };
 
 export async function createRecord(ctl: Control, spec: FineTuneSpec): Promise<void> {
@@ -85,6 +88,11 @@ export async function updateIfActive(ctl: Control, id: string, progress: FineTun
   }
   if (args.length === 0) return true;
   return (await updateActive.run(ctl.redis, [ctl.keys.fineTuningJob(id)], args)) === 1;
+}
+
+/** A running job back to `queued` (its trainer died), unless a trainer took it after `takenAt` was read. */
+export async function requeueIfUntaken(ctl: Control, id: string, takenAt: string | undefined): Promise<boolean> {
+  return (await requeue.run(ctl.redis, [ctl.keys.fineTuningJob(id)], [takenAt ?? ""])) === 1;
 }
 
 export async function isEnded(ctl: Control, id: string): Promise<boolean> {

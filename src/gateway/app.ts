@@ -34,6 +34,7 @@ import { fineTuningRoutes } from "./routes/fine-tuning.ts";
 import { FineTuningJobs } from "../finetuning/jobs.ts";
 import { registerFineTuningMetrics } from "../finetuning/metrics.ts";
 import { requireAdmin, requireCaller, requireOperator } from "./auth.ts";
+import { CallerCache } from "./callers.ts";
 import type { GatewayEnv } from "./env.ts";
 import { asPlatformError, errorResponse } from "./errors.ts";
 import { bodyLimits } from "./input-bounds.ts";
@@ -45,6 +46,7 @@ import { serviceRoutes } from "./routes/services.ts";
 import { SecretBox } from "../services/secrets.ts";
 import { protoRoutes } from "./routes/protos.ts";
 import { registryTokenRoutes } from "./routes/registry-token.ts";
+import { registryCredentialRoutes } from "./routes/registry-credentials.ts";
 import { signinRoutes } from "./routes/signin.ts";
 import { OidcProvider } from "../signin/oidc.ts";
 import { tokenRefreshRoutes, tokenRoutes } from "./routes/tokens.ts";
@@ -178,7 +180,10 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     limiter,
     onReject: (t, kind) => metrics.rateLimited.inc({ model_name: t.model, version: t.version, reason: `key_${kind}` }),
   });
-  const caller = requireCaller(ctl);
+  // Verified callers, forgotten at once when revoked or changed (callers.ts).
+  const callers = new CallerCache(ctl);
+  await callers.start();
+  const caller = requireCaller(ctl, callers);
   app.use("/v1/*", caller, meter, limits);
   app.route("/v1", openAiRoutes(router, textContext, settings.structured.limits));
   app.route("/v1/usage", usageRoutes(ctl, { flush: () => meter.drain() }));
@@ -191,7 +196,9 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     storage,
     files: new BatchFiles(ctl, admin.imports.artifacts),
     settings: settings.fineTuning,
+    watchTrainers: true,
   });
+  await fineTuning.start();
   registerFineTuningMetrics(metrics.registry, fineTuning);
   app.route("/v1/fine_tuning", fineTuningRoutes(fineTuning));
   // Deployed services' RPCs: the same keys, rate limits and body limits, with errors in Connect's
@@ -231,6 +238,10 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       rolloutDeadlineMs: settings.services.rolloutDeadlineMs,
       baseUrl: () => baseUrl,
     }),
+  );
+  app.route(
+    "/admin/v1/registry-credentials",
+    registryCredentialRoutes(ctl, settings, () => (box ??= SecretBox.load(settings.services))),
   );
   // The rest needs an admin of the caller's organization, and what the install shares an operator.
   app.use("/admin/v1/*", requireAdmin());
@@ -304,6 +315,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       limiter.close();
       stopCountingBatch();
       await router.close();
+      await callers.close();
       await dispatcher.close();
       await batchJobs.close();
       await evaluations.close();

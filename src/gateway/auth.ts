@@ -4,19 +4,15 @@
  * operator.
  */
 import type { Context, MiddlewareHandler } from "hono";
-import { PlatformError } from "../contracts/errors.ts";
+import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { isOperator } from "../contracts/orgs.ts";
 import { verifyApiKey } from "../keys/store.ts";
 import type { Control } from "../redis/connection.ts";
+import { withinRedisWait } from "../redis/wait.ts";
 import { isCliToken } from "../tokens/token.ts";
 import { verifyToken } from "../tokens/store.ts";
+import { CallerCache } from "./callers.ts";
 import type { Caller, GatewayEnv } from "./env.ts";
-
-/**
- * Verified callers are remembered briefly so the hot path skips its Redis round trips; a revoked
- * key or token therefore stops working within CALLER_CACHE_MS (a token also at its expiry).
- */
-const CALLER_CACHE_MS = 5000;
 
 /** The message an expired or revoked CLI token gets; the CLI shows it as it is. */
 export function sessionExpired(c: Context): PlatformError {
@@ -53,18 +49,33 @@ export async function verifyBearer(ctl: Control, bearer: string): Promise<Caller
   };
 }
 
-export function requireCaller(ctl: Control): MiddlewareHandler<GatewayEnv> {
-  const cache = new Map<string, { caller: Caller; until: number }>();
-  const verify = async (bearer: string) => {
-    const hit = cache.get(bearer);
-    if (hit && hit.until > Date.now()) return hit.caller;
-    const caller = await verifyBearer(ctl, bearer);
-    if (caller) {
-      if (cache.size > 10_000) cache.clear();
-      cache.set(bearer, { caller, until: Math.min(Date.now() + CALLER_CACHE_MS, caller.token?.expires ?? Infinity) });
-    } else cache.delete(bearer);
-    return caller;
-  };
+/**
+ * verifyBearer, answered within REDIS_WAIT_MS: while Redis is away (and the gateway remembers no
+ * caller, having lost its subscription: callers.ts), a request gets a 503 rather than waiting.
+ */
+async function verifyAnswering(ctl: Control, bearer: string): Promise<Caller | undefined> {
+  try {
+    return await withinRedisWait(verifyBearer(ctl, bearer), ctl.redis);
+  } catch (e) {
+    // ioredis' message names the Redis address: it stays in the gateway log.
+    throw withDetail(
+      new PlatformError(
+        503,
+        "queue_unavailable",
+        "could not check the credential: Redis is unavailable, retry shortly",
+        null,
+        1,
+      ),
+      e,
+    );
+  }
+}
+
+/**
+ * `callers`: the gateway's memory of verified callers, which revocations clear at once (callers.ts);
+ * without one (or before it is started), every request is verified against Redis.
+ */
+export function requireCaller(ctl: Control, callers = new CallerCache(ctl)): MiddlewareHandler<GatewayEnv> {
   return async (c, next) => {
     const header = c.req.header("authorization");
     const match = header?.match(/^Bearer\s+(.+)$/i);
@@ -76,7 +87,7 @@ export function requireCaller(ctl: Control): MiddlewareHandler<GatewayEnv> {
       );
     }
     const bearer = match[1].trim();
-    const caller = await verify(bearer);
+    const caller = await callers.verify(bearer, () => verifyAnswering(ctl, bearer));
     if (!caller) {
       // Unknown, expired and revoked tokens read the same: nothing tells a guesser which.
       if (isCliToken(bearer)) throw sessionExpired(c);

@@ -1,7 +1,7 @@
 /**
  * What the images noun accepts as names (docs/publish.md): image repositories with their registry
  * host, the service name (a repository's last component), tags and digests. Checked alike by
- * `.platformrc.json` (src/cli/platformrc.ts), `platform publish` and the gateway's image records.
+ * `.platformrc.json` (src/workspace/config.ts), `platform publish` and the gateway's image records.
  */
 import { z } from "zod";
 

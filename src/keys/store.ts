@@ -5,6 +5,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { applyLimitsChange, type KeyLimits, type KeyLimitsChange } from "../ratelimit/limits.ts";
 import { ApiKey, type ApiKeyRole } from "./key.ts";
+import { announceCallerChange } from "./changes.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import { DEFAULT_ORG, isOperator } from "../contracts/orgs.ts";
 import { getOrg } from "../orgs/store.ts";
@@ -101,8 +102,7 @@ async function readApiKey(ctl: Control, id: string, org?: string): Promise<{ raw
 /**
  * Changes a key's limits (src/ratelimit/limits.ts: a number sets, null removes). A compare-and-set
  * on the stored record, retried when another change came first, so two admins' changes both land
- * and a key revoked meanwhile is not brought back. Gateways see the change within their key cache's
- * lifetime (src/gateway/auth.ts).
+ * and a key revoked meanwhile is not brought back. Gateways see the change at once (changes.ts).
  */
 export async function updateApiKeyLimits(
   ctl: Control,
@@ -115,7 +115,10 @@ export async function updateApiKeyLimits(
     const { limits: _old, ...rest } = current;
     const limits = applyLimitsChange(current.limits, change);
     const next: ApiKey = limits ? { ...rest, limits } : rest;
-    if (await swapStored(ctl.redis, ctl.keys.apiKeys, id, raw, JSON.stringify(next))) return next;
+    if (await swapStored(ctl.redis, ctl.keys.apiKeys, id, raw, JSON.stringify(next))) {
+      await announceCallerChange(ctl, { kind: "key", id });
+      return next;
+    }
     if (attempt >= 10)
       throw new PlatformError(
         409,
@@ -141,7 +144,7 @@ export async function listApiKeys(ctl: Control, org?: string): Promise<ApiKey[]>
 export type RevokedInvalidKey = { id: string; invalid: string; hash?: undefined };
 
 /**
- * Removes a key. One whose record does not parse is revoked all the same
+ * Removes a key, on every gateway at once (changes.ts). One whose record does not parse is revoked all the same
  * (it is the one an admin most wants gone): its hash entries are found by id.
  * `org` as for getApiKey: an organization's admin revokes its own keys only.
  */
@@ -154,6 +157,7 @@ export async function revokeApiKey(ctl: Control, id: string, org?: string): Prom
   const revoke = ctl.redis.multi().hdel(ctl.keys.apiKeys, id);
   if (hashes.length > 0) revoke.hdel(ctl.keys.apiKeyByHash, ...hashes);
   await revoke.exec();
+  await announceCallerChange(ctl, { kind: "key", id });
   return parsed.ok ? parsed.value : { id, invalid: parsed.invalid.error };
 }
 

@@ -1,7 +1,7 @@
 /**
  * Reading built images: a `FileDescriptorSet` in binary (what `buf build -o image.binpb` writes; buf's
  * own image format is the same message with an extension protobuf-es keeps as unknown fields). The
- * registry checks a published image with it and lists a version's services, RPCs and messages; the
+ * catalog checks a published image with it and lists a version's services, RPCs and messages; the
  * CLI places its lint findings with `spanOf`.
  */
 import {

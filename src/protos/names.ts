@@ -1,5 +1,5 @@
 /**
- * What the proto registry accepts as names: proto packages, versions (semantic, X.Y.Z) and source
+ * What the proto catalog accepts as names: proto packages, versions (semantic, X.Y.Z) and source
  * paths. Checked alike by the gateway (path parameters, the publish body) and by the CLI (what it
  * sends, and what it writes on `proto fetch`), so no name can turn into a path outside its folder.
  */

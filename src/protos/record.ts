@@ -1,5 +1,5 @@
 /**
- * The proto registry's records in Redis: one per published version, and one summary per package
+ * The proto catalog's records in Redis: one per published version, and one summary per package
  * (kept by the publish script, so listing packages is one read). Images and sources live in the
  * artifact store, named by the version's `upload` (store.ts).
  */

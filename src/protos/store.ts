@@ -1,5 +1,5 @@
 /**
- * The proto registry: per organization, package and version, the built image (a binary
+ * The proto catalog: per organization, package and version, the built image (a binary
  * FileDescriptorSet with source info) and the package's source files. Records in Redis (record.ts;
  * bounded per organization and package by settings.protos), bytes in the artifact store under
  * `protos/<org>/<package>/<version>/<upload>/` (`image.binpb`, `sources/<path>`). A version is
@@ -21,7 +21,7 @@ import { ProtoPackage, ProtoVersion } from "./record.ts";
 const publishScript = new LuaScript(import.meta.url, "publish");
 
 export type ProtoLimits = { maxPackages: number; maxVersions: number };
-export type ProtoRegistry = { ctl: Control; artifacts: ObjectStore; limits: ProtoLimits };
+export type ProtoCatalog = { ctl: Control; artifacts: ObjectStore; limits: ProtoLimits };
 
 export type PublishInput = {
   package: string;
@@ -89,7 +89,7 @@ function checkUpload(input: PublishInput): PackageSummary {
 }
 
 export async function publishVersion(
-  reg: ProtoRegistry,
+  reg: ProtoCatalog,
   org: string,
   publisher: { id: string; name: string },
   input: PublishInput,
@@ -147,12 +147,12 @@ export async function publishVersion(
   throw new PlatformError(
     409,
     "proto_limit_reached",
-    `the registry holds at most ${limit} ${what} (${setting}); ask the operator to raise it`,
+    `the proto catalog holds at most ${limit} ${what} (${setting}); ask the operator to raise it`,
   );
 }
 
 /** The organization's packages, by name. */
-export async function listPackages(reg: ProtoRegistry, org: string): Promise<ProtoPackage[]> {
+export async function listPackages(reg: ProtoCatalog, org: string): Promise<ProtoPackage[]> {
   const key = reg.ctl.keys.protoPackages(org);
   return Object.entries(await reg.ctl.redis.hgetall(key))
     .flatMap(([name, raw]) => {
@@ -163,7 +163,7 @@ export async function listPackages(reg: ProtoRegistry, org: string): Promise<Pro
 }
 
 /** A package's versions, the highest first; a package the organization does not have is a 404. */
-export async function listVersions(reg: ProtoRegistry, org: string, pkg: string): Promise<ProtoVersion[]> {
+export async function listVersions(reg: ProtoCatalog, org: string, pkg: string): Promise<ProtoVersion[]> {
   const key = reg.ctl.keys.protoVersions(`${org}/${pkg}`);
   const all = await reg.ctl.redis.hgetall(key);
   if (Object.keys(all).length === 0) throw packageNotFound(pkg);
@@ -176,7 +176,7 @@ export async function listVersions(reg: ProtoRegistry, org: string, pkg: string)
 }
 
 /** One version, or `latest` (the highest); 404 for a package or version the organization does not have. */
-export async function getVersion(reg: ProtoRegistry, org: string, pkg: string, version: string): Promise<ProtoVersion> {
+export async function getVersion(reg: ProtoCatalog, org: string, pkg: string, version: string): Promise<ProtoVersion> {
   const { ctl } = reg;
   let name = version;
   if (version === "latest") {
@@ -205,17 +205,17 @@ export async function getVersion(reg: ProtoRegistry, org: string, pkg: string, v
   return parsed.value;
 }
 
-export async function readImage(reg: ProtoRegistry, record: ProtoVersion): Promise<Buffer> {
+export async function readImage(reg: ProtoCatalog, record: ProtoVersion): Promise<Buffer> {
   return buffer(await reg.artifacts.get(`${prefixOf(record)}/image.binpb`));
 }
 
 /** What the version declares, read from its image. */
-export async function describeVersion(reg: ProtoRegistry, record: ProtoVersion): Promise<PackageSummary> {
+export async function describeVersion(reg: ProtoCatalog, record: ProtoVersion): Promise<PackageSummary> {
   return summarizePackage(decodeImage(await readImage(reg, record)), record.package);
 }
 
 /** One of the version's source files; a path it does not have is a 404. */
-export async function readSource(reg: ProtoRegistry, record: ProtoVersion, path: string): Promise<Readable> {
+export async function readSource(reg: ProtoCatalog, record: ProtoVersion, path: string): Promise<Readable> {
   if (!record.files.some((f) => f.path === path))
     throw new PlatformError(
       404,

@@ -27,6 +27,8 @@ export type CoordinatorOptions<T> = {
   onFailed: (data: T, error: Error) => Promise<void>;
   /** For the log line when onFailed itself fails. */
   label: (data: T) => string;
+  /** This process's stalled-job check put job `id` back in the queue: its coordinator died. */
+  onStalled?: (id: string) => void;
 };
 
 export type Coordinator = {
@@ -75,6 +77,7 @@ export async function startCoordinator<T>(
       running.get(id)?.abort("superseded");
     }
   });
+  if (options.onStalled) worker.on("stalled", (id: string) => options.onStalled?.(id));
   worker.on("failed", (job, error) => {
     if (!job) return;
     void (async () => {

@@ -33,6 +33,7 @@ export type InvalidEntryKind =
   | "proto_package"
   | "proto_version"
   | "image"
+  | "pull_credential"
   | "service"
   | "service_replica"
   | "evaluation"

@@ -9,7 +9,7 @@
 import { create, createFileRegistry, type FileRegistry } from "@bufbuild/protobuf";
 import { type FileDescriptorProto, FileDescriptorSetSchema } from "@bufbuild/protobuf/wkt";
 import { decodeImage } from "../protos/descriptors.ts";
-import { getVersion, type ProtoRegistry, readImage } from "../protos/store.ts";
+import { getVersion, type ProtoCatalog, readImage } from "../protos/store.ts";
 import { type Control, duplicate, type RedisClient } from "../redis/connection.ts";
 import { logger } from "../telemetry/log.ts";
 import { protocolOf, type UpstreamProtocol } from "./names.ts";
@@ -37,7 +37,7 @@ type Loaded = {
 
 export class ServiceDirectory {
   private readonly ctl: Control;
-  private readonly protos: ProtoRegistry;
+  private readonly protos: ProtoCatalog;
   private loaded: Loaded | undefined;
   private loadedAt = 0;
   private dirty = true;
@@ -46,7 +46,7 @@ export class ServiceDirectory {
   /** Descriptor registries by the releases' proto versions, built once each. */
   private readonly registries = new Map<string, Promise<FileRegistry>>();
 
-  constructor(ctl: Control, protos: ProtoRegistry) {
+  constructor(ctl: Control, protos: ProtoCatalog) {
     this.ctl = ctl;
     this.protos = protos;
   }

@@ -7,7 +7,7 @@
  */
 import { PlatformError } from "../contracts/errors.ts";
 import { getImage } from "../images/store.ts";
-import { getVersion, type ProtoRegistry } from "../protos/store.ts";
+import { getVersion, type ProtoCatalog } from "../protos/store.ts";
 import type { Control } from "../redis/connection.ts";
 import type { RepoType } from "./names.ts";
 import type { Release, Rollout, ServiceRecord } from "./record.ts";
@@ -38,7 +38,7 @@ export type DeployInput = {
 
 export type RolloutRequest = { tag: string } | { restart: true } | { undo: true };
 
-export type RolloutContext = { ctl: Control; protos: ProtoRegistry; box: SecretBox; deadlineMs: number };
+export type RolloutContext = { ctl: Control; protos: ProtoCatalog; box: SecretBox; deadlineMs: number };
 
 /** The published image a release runs: 404 naming how to publish when the tag was never recorded. */
 async function publishedImage(ctl: Control, org: string, repository: string, tag: string) {
@@ -54,7 +54,7 @@ async function publishedImage(ctl: Control, org: string, repository: string, tag
 }
 
 /** The RPC services (`<package>.<Service>`) the image's proto packages declare. */
-async function rpcServicesOf(reg: ProtoRegistry, org: string, protos: Release["protos"]): Promise<string[]> {
+async function rpcServicesOf(reg: ProtoCatalog, org: string, protos: Release["protos"]): Promise<string[]> {
   const names = new Set<string>();
   for (const p of protos) {
     const record = await getVersion(reg, org, p.package, p.version).catch(() => undefined);

@@ -30,7 +30,7 @@ export type CliSettings = {
   credentialsFile: string;
   /**
    * Win over the credentials file, so scripts and CI need no file: the registry unless a command
-   * names one or the workspace's `.platformrc.json` does (src/cli/credentials.ts), and its key.
+   * names one or the workspace's `.platformrc.json` does (src/client/credentials.ts), and its key.
    */
   baseUrl: string | undefined;
   apiKey: string | undefined;

@@ -1,7 +1,7 @@
 /**
  * The fine-tuning section (docs/fine-tuning.md): the trainer's Python, the admission bound per
- * organization, how many job records are kept, how often a killed trainer child is restarted, and
- * the dataset bounds.
+ * organization, how many job records are kept, how often a killed trainer child is restarted, how
+ * long a silent trainer keeps its job, and the dataset bounds.
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
@@ -18,6 +18,7 @@ export const fineTuningShape = {
   PLATFORM_FINETUNE_MAX_ACTIVE: count(4),
   PLATFORM_FINETUNE_MAX_JOBS: count(500),
   PLATFORM_FINETUNE_MAX_RESTARTS: count(3),
+  PLATFORM_TRAINER_HEARTBEAT_MS: count(30_000),
   PLATFORM_FINETUNE_MAX_DATASET_BYTES: count(256 * 1024 * 1024),
   PLATFORM_FINETUNE_MAX_DATASET_LINES: count(1_000_000),
 };
@@ -31,10 +32,21 @@ export type FineTuningSettings = {
   maxJobsPerOrg: number;
   /** Times a trainer child killed by a signal is restarted from its last checkpoint. */
   maxRestarts: number;
+  /**
+   * How long a trainer may be silent before its job is taken back: it renews its hold on each job
+   * twice in this time, and a job held by none is found within a second more (src/finetuning/trainers.ts).
+   */
+  heartbeatMs: number;
   dataset: { maxBytes: number; maxLines: number; maxLineBytes: number };
 };
 
-/** The reference venv of a source checkout (scripts/reference/setup.sh), when there is one. */
+/** The one command that makes the trainer's Python (scripts/setup-python.sh): every message about a missing one names it. */
+export const SETUP_PYTHON = "npm run setup:python";
+
+/** How to give the trainer a Python with torch, transformers and peft: the fix those messages give. */
+export const TRAINER_PYTHON_FIX = `run \`${SETUP_PYTHON}\` in the platform's checkout (it makes .venv-ref, which the trainer finds by itself) or set PLATFORM_TRAINER_PYTHON to a Python with torch, transformers and peft`;
+
+/** The reference venv of a source checkout (`npm run setup:python`), when there is one. */
 const CHECKOUT_VENV = join(fileURLToPath(new URL("../../", import.meta.url)), ".venv-ref", "bin", "python");
 
 export function fineTuningSettings(e: z.infer<z.ZodObject<typeof fineTuningShape>>): FineTuningSettings {
@@ -43,6 +55,7 @@ export function fineTuningSettings(e: z.infer<z.ZodObject<typeof fineTuningShape
     maxActivePerOrg: e.PLATFORM_FINETUNE_MAX_ACTIVE,
     maxJobsPerOrg: e.PLATFORM_FINETUNE_MAX_JOBS,
     maxRestarts: e.PLATFORM_FINETUNE_MAX_RESTARTS,
+    heartbeatMs: e.PLATFORM_TRAINER_HEARTBEAT_MS,
     dataset: {
       maxBytes: e.PLATFORM_FINETUNE_MAX_DATASET_BYTES,
       maxLines: e.PLATFORM_FINETUNE_MAX_DATASET_LINES,

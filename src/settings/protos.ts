@@ -1,5 +1,5 @@
 /**
- * The proto registry section (docs/protos.md): how large one publish may be (its request body:
+ * The proto catalog section (docs/protos.md): how large one publish may be (its request body:
  * the image and the sources) and how many packages an organization and versions a package may
  * hold, so what one organization publishes cannot grow Redis or the artifact store without bound.
  */

@@ -13,6 +13,7 @@ export const toolsShape = {
   KUBERNETES_SERVICE_HOST: optional(z.string()),
   DOCKER_CONFIG: optional(z.string()),
   REGISTRY_AUTH_FILE: optional(z.string()),
+  CONTAINERS_REGISTRIES_CONF: optional(z.string()),
   XDG_RUNTIME_DIR: optional(z.string()),
   XDG_CONFIG_HOME: optional(z.string()),
 };
@@ -32,6 +33,11 @@ export type ToolSettings = {
   containersAuthFile: string;
   /** Where docker keeps its sessions: `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`. */
   dockerConfigFile: string;
+  /**
+   * The registries.conf buildah and podman read (containers-registries.conf(5)): the first of these
+   * that exists. CONTAINERS_REGISTRIES_CONF alone where set, else the user's, then the system's.
+   */
+  registriesConfFiles: string[];
 };
 
 export function toolSettings(e: z.infer<z.ZodObject<typeof toolsShape>>): ToolSettings {
@@ -50,6 +56,9 @@ export function toolSettings(e: z.infer<z.ZodObject<typeof toolsShape>>): ToolSe
     ],
     containersAuthFile,
     dockerConfigFile,
+    registriesConfFiles: e.CONTAINERS_REGISTRIES_CONF
+      ? [e.CONTAINERS_REGISTRIES_CONF]
+      : [join(homedir(), ".config", "containers", "registries.conf"), "/etc/containers/registries.conf"],
   };
 }
 

@@ -12,6 +12,7 @@ import { randomBytes } from "node:crypto";
 import { listOrgs } from "../orgs/store.ts";
 import type { KeyLimits } from "../ratelimit/limits.ts";
 import { findApiKey, hashSecret } from "../keys/store.ts";
+import { announceCallerChange } from "../keys/changes.ts";
 import type { Control } from "../redis/connection.ts";
 import { parseStored } from "../redis/stored.ts";
 import { LuaScript } from "../redis/scripts.ts";
@@ -192,6 +193,8 @@ export async function refreshToken(
   )) as [string, string?];
   if (outcome === "reused") return reused(ctl, id);
   if (outcome !== "ok") return { ok: false, reason: outcome as RefreshRefusal, id };
+  // The traded access token no longer works: gateways that remember it forget it.
+  await announceCallerChange(ctl, { kind: "token", id });
   const record: TokenRecord = { ...session.record, expires: Number(expires), refreshed: session.record.refreshed + 1 };
   return {
     ok: true,
@@ -243,7 +246,7 @@ export async function listTokens(
   return records.sort((a, b) => b.created - a.created);
 }
 
-/** Ends a session: its access and refresh tokens stop working at once. Undefined when there was none. */
+/** Ends a session: its access and refresh tokens stop working at once, on every gateway (src/keys/changes.ts). Undefined when there was none. */
 export async function revokeToken(ctl: Control, id: string): Promise<TokenRecord | undefined> {
   const session = await readSession(ctl, id);
   if (!session) return undefined;
@@ -254,6 +257,7 @@ export async function revokeToken(ctl: Control, id: string): Promise<TokenRecord
     .zrem(ctl.keys.tokensOfOrg(record.org), id)
     .zrem(ctl.keys.tokensOfSubject(subjectKey(record.subject)), id)
     .exec();
+  await announceCallerChange(ctl, { kind: "token", id });
   return record;
 }
 

@@ -34,6 +34,9 @@ export async function upsertUser(ctl: Control, who: SignedIn): Promise<User> {
     updated: now,
   });
   await ctl.redis.hset(ctl.keys.users, id, JSON.stringify(record));
+  // Gateways drop the user's cached tokens at once (the channel's format: src/keys/changes.ts).
+  if (before && (before.org !== record.org || before.role !== record.role))
+    await ctl.redis.publish(ctl.keys.callerEvents, `user:${id}`).catch(() => 0);
   return record;
 }
 

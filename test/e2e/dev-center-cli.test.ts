@@ -327,7 +327,9 @@ describe("service deploy", () => {
       "50",
     );
     expect(badReplicas.code).toBe(2);
-    expect(badReplicas.stderr).toMatch(/--replicas: expected a whole number from 1 to 20/);
+    expect(badReplicas.stderr).toMatch(
+      /--replicas <n>' argument '50' is invalid\. expected a whole number from 1 to 20/,
+    );
     expect(sent).toEqual([]);
   });
 

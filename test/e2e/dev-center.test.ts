@@ -141,7 +141,7 @@ describe.skipIf(unavailable !== undefined)("the dev center: deploy, call, roll o
 
   it("service create → publish → deploy: the rollout completes and status shows the replica ready", async () => {
     expect((await cli(["service", "create", "items", "--lang", "node", "--example"])).code).toBe(0);
-    await npmInstall(timings, "npm install", work);
+    await npmInstall(timings, "npm ci", work);
     const tag = await publish("scaffold the service");
     const refused = await cli(["dev-center", "service", "deploy", "items", "--tag", "0.0.9-0000000"]);
     expect(refused.code).toBe(1);

@@ -1,6 +1,6 @@
 /**
- * The proto registry through a real `platform up`, as a team uses it (docs/protos.md): a user key
- * of organization `acme` publishes the seed's ItemService from its workspace (1.0.0), a compatible
+ * The proto catalog through a real `platform up`, as a team uses it (docs/protos.md): a user key
+ * of organization `acme` publishes the example ItemService from its workspace (1.0.0), a compatible
  * change (1.1.0), a deletion that only the FILE rules call breaking (refused under FILE, then a
  * minor under WIRE_JSON), a breaking rename (refused with buf's findings, then 2.0.0 with
  * --allow-breaking); `proto versions` lists them, `proto fetch` writes them back, the API lists each

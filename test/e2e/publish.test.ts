@@ -4,7 +4,8 @@
  * loopback with htpasswd authentication, buildah with private vfs storage and sessions, a stand-in
  * Node base image made by scripts/services/make-base-image.sh and passed as NODE_IMAGE. A small
  * fixture service (a package.json and a Node HTTP server answering a Connect unary JSON call) in a
- * temp git workspace whose ItemService proto is published first. Publishing before logging in is
+ * temp git workspace whose ItemService proto is published first. The base image is only in the
+ * loopback registry (plain HTTP), so the build pulls it from there. Publishing before logging in is
  * the one line saying to log in; after `registry login`, publish pushes `<version>-<sha>`, which
  * `skopeo inspect` shows with its digest and labels; the record is listed for the organization and
  * not found by another's; a dirty tree is refused, or tagged -dirty with --allow-dirty; doctor's
@@ -139,6 +140,8 @@ describe.skipIf(unavailable !== undefined)("platform publish", () => {
     buildah = await privateBuildah();
 
     baseImage = await pushBaseImage(buildah, registry, USER, PASSWORD, "node");
+    // Only in the loopback registry (plain HTTP) from here: publish's build has to pull it from there.
+    execFileSync("buildah", ["rmi", baseImage], { env: buildah.env, stdio: "ignore" });
 
     work = await mkdtemp(join(tmpdir(), "platform-publish-"));
     repository = `${registry.host}/acme/items`;
@@ -260,6 +263,8 @@ describe.skipIf(unavailable !== undefined)("platform publish", () => {
     const started = Date.now();
     const r = await cli(["publish"]);
     expect(r.code, r.stderr).toBe(0);
+    // The base image came from the loopback registry, in plain HTTP, through the team's session.
+    expect(r.stderr).toContain(`Trying to pull ${baseImage}...`);
     const tag = `1.4.0-${sha}`;
     const [pushed, recorded] = r.stdout.trimEnd().split("\n");
     expect(pushed).toMatch(new RegExp(`^pushed ${repository.replace(/[.]/g, "\\.")}:${tag}@sha256:[0-9a-f]{64}$`));

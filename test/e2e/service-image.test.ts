@@ -131,7 +131,7 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
   it("service create → npm install and test → commit → publish refused before login → publish after it", async () => {
     const created = await cli(["service", "create", "items", "--lang", "node", "--example"]);
     expect(created.code, created.stderr).toBe(0);
-    await npmInstall(timings, "npm install", work);
+    await npmInstall(timings, "npm ci", work);
     await step(timings, "npm test", work, "npm", ["test"]);
     git("add", "-A");
     git("commit", "-q", "-m", "scaffold the service");

@@ -1,21 +1,24 @@
 /**
  * `platform service create --lang node` as a team runs it, in temporary git workspaces holding the
- * seed's ItemService: the plain scaffold installs from the npm registry, builds, lints and passes
+ * example ItemService: the plain scaffold installs from the npm registry, builds, lints and passes
  * its own tests (every RPC answers unimplemented); `--example` does the same, its tests also against
  * a private PostgreSQL, and then the built service runs against that PostgreSQL: Create, Get and
  * List through a Connect client from here, a restart of the service and of PostgreSQL, and the item
  * is still there. Also: existing files are refused without --force, and a name or --service that
  * matches no service, several services, or none declared, are errors listing what was found.
  *
- * Both scaffolds install the same dependencies (checked): the plain one installs from the registry
- * through an npm cache kept between runs (in the temp directory, with `--prefer-offline`), and the
- * example starts from a hard-linked copy of its node_modules, so its `npm install` only checks it.
+ * Both scaffolds install the same dependencies (checked) with `npm ci`, from the package-lock.json
+ * the template ships: the plain one with an empty npm cache of its own, so every package comes from
+ * the registry as on a new machine (a lock naming a version the registry lacks fails here). The
+ * example has the same lock (checked) and starts from a hard-linked copy of that node_modules, so
+ * its `npm install` only checks it.
  * Skipped, saying why, where the npm registry cannot be reached; the PostgreSQL steps where a
  * private cluster cannot start (test/helpers/postgres.ts).
  */
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { pathToFileURL } from "node:url";
 import { promisify } from "node:util";
@@ -35,8 +38,11 @@ const noPostgres = postgresUnavailable();
 if (noPostgres) console.warn(`service create --lang node: the PostgreSQL steps skipped: ${noPostgres}`);
 
 const dirs: string[] = [];
-/** The plain scaffold's workspace once its install succeeded: the example starts from its node_modules. */
+/** The plain scaffold's workspace once its install succeeded: the example's dependencies are compared with it. */
 let installed: string | undefined;
+/** An npm cache of this run's own: empty for the plain scaffold's install (a cold cache), then warm. */
+const coldCache = await mkdtemp(join(tmpdir(), "platform-scaffold-cold-npm-"));
+dirs.push(coldCache);
 const timings: Record<string, number> = {};
 afterAll(async () => {
   for (const dir of dirs) await rm(dir, { recursive: true, force: true });
@@ -54,7 +60,7 @@ const cli = (args: string[], cwd: string): Promise<CliResult> => runCli(args, { 
 
 const step = (label: string, cwd: string, program: string, args: string[], env: NodeJS.ProcessEnv = {}) =>
   runStep(timings, label, cwd, program, args, env);
-const install = (label: string, cwd: string) => npmInstall(timings, label, cwd);
+const install = (label: string, cwd: string) => npmInstall(timings, label, cwd, coldCache);
 
 /** Every file under `dir` (without .git and node_modules) with its sha256. */
 async function snapshot(dir: string): Promise<Record<string, string>> {
@@ -81,7 +87,7 @@ describe("service create: finding the service and refusing to overwrite", () => 
     expect(first.stdout).toContain("wrote    src/service.ts");
     expect(first.stdout).toContain("wrote    src/__generated__/platform/items/v1/items_pb.ts");
     expect(first.stdout).toContain("platform.items.v1.ItemService scaffolded in node");
-    expect(first.stdout).toContain("npm install && npm test");
+    expect(first.stdout).toContain("npm ci && npm test");
     const service = await readFile(join(dir, "src/service.ts"), "utf8");
     for (const rpc of ["getItem", "listItems", "createItem"])
       expect(service).toContain(`async ${rpc}(_request, _context)`);
@@ -148,7 +154,7 @@ describe("service create: finding the service and refusing to overwrite", () => 
     expect(empty.stderr).toContain("the workspace's protos declare no service");
   });
 
-  it("says which parts of the seed's shape --example misses", async () => {
+  it("says which parts of the example's shape --example misses", async () => {
     const other = await workspace();
     await writeFiles(other, {
       "proto/platform/items/v1/items.proto": ITEMS_PROTO.replace(
@@ -158,7 +164,7 @@ describe("service create: finding the service and refusing to overwrite", () => 
     });
     const r = await cli(["service", "create", "items", "--lang", "node", "--example"], other);
     expect(r.code).toBe(1);
-    expect(r.stderr).toContain("--example implements the seed's ItemService");
+    expect(r.stderr).toContain("--example implements the example ItemService");
     expect(r.stderr).toContain("no RPC CreateItem");
     expect(r.stderr).toContain("platform.items.v1.Item has no string field description");
     expect(await readdir(other)).not.toContain("package.json");
@@ -172,7 +178,7 @@ describe.skipIf(noRegistry !== undefined)("service create --lang node: install, 
       const dir = await workspace();
       const created = await cli(["service", "create", "items", "--lang", "node"], dir);
       expect(created.code, created.stderr).toBe(0);
-      await install("plain: npm install", dir);
+      await install("plain: npm ci (cold cache)", dir);
       installed = dir;
       await step("plain: npm run build", dir, "npm", ["run", "build"]);
       await step("plain: npm run lint", dir, "npm", ["run", "lint"]);
@@ -202,7 +208,7 @@ describe.skipIf(noRegistry !== undefined)("service create --lang node: install, 
     });
 
     it(
-      "installs (from the plain scaffold's node_modules), builds, lints and passes its own tests, in memory and in PostgreSQL",
+      "installs (the plain scaffold's node_modules, the same lock), builds, lints and passes its own tests, in memory and in PostgreSQL",
       async () => {
         if (installed) {
           const deps = async (d: string) => {
@@ -210,9 +216,20 @@ describe.skipIf(noRegistry !== undefined)("service create --lang node: install, 
             return { dependencies: pkg.dependencies, devDependencies: pkg.devDependencies };
           };
           expect(await deps(dir)).toEqual(await deps(installed));
+          const lock = (d: string) => readFile(join(d, "package-lock.json"), "utf8");
+          expect(await lock(dir)).toBe(await lock(installed));
+          // The same lock, installed by `npm ci` above: a hard-linked copy, which `npm install` only checks (seconds, where `npm ci` takes 90).
           await exec("cp", ["-al", join(installed, "node_modules"), join(dir, "node_modules")]);
-        }
-        await install("example: npm install", dir);
+          await step(
+            "example: npm install (checks the copy)",
+            dir,
+            "npm",
+            ["install", "--prefer-offline", "--no-audit", "--no-fund"],
+            {
+              npm_config_cache: coldCache,
+            },
+          );
+        } else await install("example: npm ci", dir);
         await step("example: npm run build", dir, "npm", ["run", "build"]);
         await step("example: npm run lint", dir, "npm", ["run", "lint"]);
         // A database of the tests' own: they empty its items table, and the service below uses the default one.

@@ -1,6 +1,6 @@
 /**
  * `platform service create <name> --lang python` end to end, in a temporary git workspace with the
- * seed's ItemService: each scaffold is clean under its own ruff settings; the plain one passes its
+ * example ItemService: each scaffold is clean under its own ruff settings; the plain one passes its
  * own pytest (every RPC UNIMPLEMENTED) and builds a wheel (offline) holding the service and its
  * stubs, as its Dockerfile installs it; the `--example` one passes its pytest in memory and against
  * a private PostgreSQL, and, run as `python -m items_service` with DATABASE_URL, keeps what
@@ -13,9 +13,9 @@ import { readFile, rm, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
-import { runBuf } from "../../src/cli/buf.ts";
-import { scaffoldPython } from "../../src/cli/scaffold/python.ts";
-import type { ScaffoldInput } from "../../src/cli/scaffold/types.ts";
+import { runBuf } from "../../src/protos/buf.ts";
+import { scaffoldPython } from "../../src/scaffold/python.ts";
+import type { ScaffoldInput } from "../../src/scaffold/types.ts";
 import { decodeImage, summarizePackage } from "../../src/protos/descriptors.ts";
 import { type Postgres, postgresUnavailable, startPostgres } from "../helpers/postgres.ts";
 import { grpcPython, makeWorkspace } from "../helpers/protos.ts";
@@ -166,7 +166,7 @@ describe.skipIf(!PYTHON)("platform service create --lang python", () => {
     const input = await scaffoldInput(dir, true);
     const service = { ...input.service, rpcs: input.service.rpcs.filter((r) => r.name !== "GetItem") };
     await expect(scaffoldPython({ ...input, service })).rejects.toThrow(
-      /--example implements the seed's ItemService .* platform\.items\.v1\.ItemService does not have that shape: no GetItem RPC\. Scaffold it without --example/,
+      /--example implements the example ItemService .* platform\.items\.v1\.ItemService does not have that shape: no GetItem RPC\. Scaffold it without --example/,
     );
   });
 

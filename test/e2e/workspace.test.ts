@@ -201,6 +201,7 @@ describe("platform init", () => {
       "builder",
       "image-registry",
       "image-session",
+      "pull-credential",
       "service-rollout",
       "service-replicas",
       "service-route",
@@ -257,7 +258,7 @@ describe("platform init", () => {
 
     const offline = await runCli(["init", "--registry-url", down, "--org-id", "acme", "--offline"], env, root);
     expect(offline.code, offline.stderr).toBe(0);
-    expect(offline.stderr).toContain("--offline: the registry and the organization were not checked");
+    expect(offline.stderr).toContain("--offline: the platform and the organization were not checked");
     expect(JSON.parse(await readFile(join(root, ".platformrc.json"), "utf8"))).toMatchObject({
       registryUrl: down,
       imageRepository: `${new URL(down).host}/acme/offline`,

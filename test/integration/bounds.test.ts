@@ -429,7 +429,8 @@ describe("error messages", () => {
   }, async () => {
     const logged = captureLogs();
     try {
-      // Freshly verified key (the gateway caches it briefly): what fails next is the queue, not auth.
+      // Freshly verified key; with Redis gone the gateway forgets it (src/gateway/callers.ts), and
+      // checking it again, or the queue, answers 503 within REDIS_WAIT_MS.
       expect((await call("/v1/models", { method: "GET" })).status).toBe(200);
       await redis.stop();
       const res = await call("/v1/completions", {

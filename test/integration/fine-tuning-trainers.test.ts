@@ -4,9 +4,12 @@
  * CPU trainers run (they train CPU jobs meanwhile), and a trainer offering a GPU takes it.
  * This machine has no CUDA: the GPU-offering trainer's Python is a stand-in that answers the
  * trainer's GPU probe with "cuda: true" and runs train.py with the real reference Python (which then
- * trains on the CPU, and says so). Also: `--gpu` refuses a trainer whose torch sees no GPU, and
- * `fine_tuned_model` names the endpoint serving the base (or the base's name when none does).
+ * trains on the CPU, and says so). Also: `--gpu` refuses a trainer whose torch sees no GPU,
+ * `fine_tuned_model` names the endpoint serving the base (or the base's name when none does), and a
+ * GPU trainer SIGKILLed mid-job (`platform trainer --gpu --health-port 0`, its probes and metrics
+ * read first) leaves its job queued again, waiting for a GPU trainer, within the heartbeat window.
  */
+import { spawn } from "node:child_process";
 import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -30,9 +33,12 @@ import { NoGpuError, startTrainer, type Trainer } from "../../workers/trainer/co
 import { referencePython } from "../helpers/models.ts";
 import { sayDataset } from "../helpers/fine-tuning-data.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
-import { runCli } from "../helpers/stack.ts";
+import { scrape, total } from "../helpers/metrics-text.ts";
+import { BIN, runCli } from "../helpers/stack.ts";
 
 const python = referencePython();
+/** The heartbeat window here (PLATFORM_TRAINER_HEARTBEAT_MS; 30 s by default): short, so a dead trainer is noticed fast. */
+const HEARTBEAT_MS = 2000;
 const FIXTURE = new URL("../fixtures/hf/llama", import.meta.url).pathname;
 
 type Job = OpenAI.FineTuning.FineTuningJob & { waiting_for: string | null; resources: { gpu: number } };
@@ -81,7 +87,10 @@ describe.skipIf(!python)(
     beforeAll(async () => {
       redis = await privateRedis();
       dir = await mkdtemp(join(tmpdir(), "platform-ft-trainers-"));
-      settings = { ...loadSettings({ PLATFORM_DATA_DIR: dir }), redisUrl: redis.url };
+      settings = {
+        ...loadSettings({ PLATFORM_DATA_DIR: dir, PLATFORM_TRAINER_HEARTBEAT_MS: String(HEARTBEAT_MS) }),
+        redisUrl: redis.url,
+      };
       ctl = connectControl(redis.url, settings.prefix);
       const deps = { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dir, "tmp") };
       await importModel(deps, { name: "tiny-hf", framework: "llamacpp", source: FIXTURE });
@@ -256,6 +265,70 @@ describe.skipIf(!python)(
       });
       expect(cli.code).toBe(1);
       expect(cli.stderr).toMatch(/--gpu: this trainer's torch \(.+\) sees no GPU/);
+    });
+
+    it("a GPU job whose trainer is SIGKILLed is queued again, waiting for a GPU trainer, within the heartbeat window", async () => {
+      for (const t of trainers.splice(0)) await t.stop();
+      const child = spawn(process.execPath, [BIN, "trainer", "--gpu", "--health-port", "0"], {
+        env: {
+          ...process.env,
+          REDIS_URL: redis.url,
+          PLATFORM_DATA_DIR: dir,
+          PLATFORM_TRAINER_PYTHON: standIn,
+          PLATFORM_TRAINER_HEARTBEAT_MS: String(HEARTBEAT_MS),
+        },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let out = "";
+      child.stdout.on("data", (d) => (out += d));
+      child.stderr.on("data", (d) => (out += d));
+      const exited = new Promise((resolve) => child.once("exit", resolve));
+      try {
+        await expect.poll(() => out, { timeout: 60_000 }).toContain("waiting for fine-tuning jobs (CPU and GPU)");
+        const port = /\/livez, \/readyz and \/metrics on port (\d+)/.exec(out)?.[1];
+        expect(port, out).toBeDefined();
+        const health = `http://127.0.0.1:${port}`;
+        expect((await fetch(`${health}/livez`)).status).toBe(200);
+        const ready = await fetch(`${health}/readyz`);
+        expect(ready.status).toBe(200);
+        expect(await ready.json()).toMatchObject({ state: "ready", offers_gpu: true, running: 0 });
+        expect(total(await scrape(`${health}/metrics`), "platform_trainer_offers_gpu")).toBe(1);
+
+        const job = await create("tiny-gpu-lost", 1);
+        await expect
+          .poll(async () => (await retrieve(job.id)).status, { timeout: 60_000, interval: 50 })
+          .toBe("running");
+        const metrics = await scrape(`${health}/metrics`);
+        expect(total(metrics, "platform_trainer_jobs_running", { queue: "gpu" })).toBe(1);
+        expect(total(metrics, "platform_trainer_jobs_running", { queue: "cpu" })).toBe(0);
+
+        child.kill("SIGKILL");
+        await exited;
+        // Within the window and the stall check's period (a third of it here), plus this machine's slack.
+        await expect
+          .poll(async () => retrieve(job.id), { timeout: 2 * HEARTBEAT_MS, interval: 50 })
+          .toMatchObject({ status: "queued", waiting_for: "gpu_trainer" });
+        const said = await messages(job.id);
+        expect(said.at(-2)).toMatchObject({
+          level: "warn",
+          message: expect.stringMatching(/^The trainer running this job stopped \(no heartbeat for 2 s/),
+        });
+        expect(said.at(-1)).toMatchObject({
+          level: "warn",
+          message: expect.stringContaining("Waiting for a GPU trainer"),
+        });
+        const queues = new QueueBase(ctl);
+        try {
+          expect(await (await queues.queueNamed(gpuQueueOf(FINE_TUNING_QUEUE)).getJob(job.id))?.getState()).toBe(
+            "waiting",
+          );
+        } finally {
+          await queues.close();
+        }
+        expect((await client.fineTuning.jobs.cancel(job.id)).status).toBe("cancelled");
+      } finally {
+        child.kill("SIGKILL");
+      }
     });
   },
 );

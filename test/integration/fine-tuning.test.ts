@@ -481,6 +481,7 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
       expect(job.status).toBe("failed");
       expect(job.error?.code).toBe("trainer_unavailable");
       expect(job.error?.message).toContain("PLATFORM_TRAINER_PYTHON");
+      expect(job.error?.message).toContain("`npm run setup:python`");
       expect(job.error?.message).not.toMatch(/\/tmp|\/work|Traceback/);
     } finally {
       await env.trainer.stop();

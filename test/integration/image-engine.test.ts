@@ -6,7 +6,7 @@
  * with the platform process even when that is SIGKILLed, and which engine `auto` picks.
  */
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -71,7 +71,7 @@ describe("services through a container engine", () => {
 
   it("podman: pulls by digest with the session, runs on the host's network with values by name only", async () => {
     const runner = engineRunner("podman", { authFile: join(dir, "auth.json"), bin: join(dir, "podman") });
-    const prepared = await runner.prepare("127.0.0.1:5000/acme/items", DIGEST);
+    const prepared = await runner.prepare("127.0.0.1:5000/acme/items", DIGEST, "acme");
     expect(calls()).toContain(
       `podman pull --quiet --authfile ${join(dir, "auth.json")} --tls-verify=false 127.0.0.1:5000/acme/items@${DIGEST}`,
     );
@@ -99,13 +99,50 @@ describe("services through a container engine", () => {
 
   it("docker: the pull session as DOCKER_CONFIG's config.json; a failed pull names the engine, never the password", async () => {
     const runner = engineRunner("docker", { authFile: join(dir, "auth.json"), bin: join(dir, "docker") });
-    await runner.prepare("127.0.0.1:5000/acme/items", DIGEST);
+    await runner.prepare("127.0.0.1:5000/acme/items", DIGEST, "acme");
     expect(calls()).toContain(`docker pull --quiet 127.0.0.1:5000/acme/items@${DIGEST}`);
     expect(calls()).toContain(`config ${readFileSync(join(dir, "auth.json"), "utf8")}`);
     const failing = engineRunner("podman", { authFile: join(dir, "auth.json"), bin: join(dir, "missing-podman") });
-    await expect(failing.prepare("127.0.0.1:5000/acme/items", DIGEST)).rejects.toThrow(
+    await expect(failing.prepare("127.0.0.1:5000/acme/items", DIGEST, "acme")).rejects.toThrow(
       /^pulling 127.0.0.1:5000\/acme\/items@sha256:c+ with podman failed: /,
     );
+  });
+
+  it("an organization's credential: a private auth file for the one pull, removed after; never in argv", async () => {
+    const auth = async (org: string) =>
+      org === "acme"
+        ? ({ source: "organization", host: "127.0.0.1:5000", username: "team", password: SECRET } as const)
+        : ({ source: "none" } as const);
+    const docker = engineRunner("docker", { auth, bin: join(dir, "docker") });
+    await docker.prepare("127.0.0.1:5000/acme/items", DIGEST, "acme");
+    const configLine =
+      calls()
+        .split("\n")
+        .findLast((l) => l.startsWith("config ")) ?? "";
+    expect(JSON.parse(configLine.slice("config ".length)).auths["127.0.0.1:5000"].auth).toBe(
+      Buffer.from(`team:${SECRET}`).toString("base64"),
+    );
+    const podman = engineRunner("podman", { auth, bin: join(dir, "podman") });
+    await podman.prepare("127.0.0.1:5000/acme/items", DIGEST, "acme");
+    const pull =
+      calls()
+        .split("\n")
+        .findLast((l) => l.startsWith("podman pull")) ?? "";
+    const file = /--authfile (\S+)/.exec(pull)?.[1] as string;
+    expect(file).toMatch(/platform-pull-[^/]+\/auth\.json$/);
+    expect(existsSync(file)).toBe(false);
+    await podman.prepare("127.0.0.1:5000/rival/items", DIGEST, "rival");
+    expect(
+      calls()
+        .split("\n")
+        .findLast((l) => l.startsWith("podman pull")),
+    ).toBe(`podman pull --quiet --tls-verify=false 127.0.0.1:5000/rival/items@${DIGEST}`);
+    expect(
+      calls()
+        .split("\n")
+        .filter((l) => !l.startsWith("config "))
+        .join("\n"),
+    ).not.toContain(SECRET);
   });
 
   it("a service ends with the platform process, even when that is SIGKILLed", async () => {

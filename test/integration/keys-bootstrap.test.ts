@@ -13,7 +13,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiKey, verifyApiKey, weakKeyReason } from "../../src/keys/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
-import { credentialsPath, writeCredentials } from "../../src/cli/credentials.ts";
+import { credentialsPath, writeCredentials } from "../../src/client/credentials.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
 const BIN = join(import.meta.dirname, "..", "..", "bin", "platform.js");

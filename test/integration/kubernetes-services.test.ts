@@ -17,13 +17,15 @@ import {
   maskSecrets,
   PYTHON_METRICS_PORT,
   podReplica,
+  pullSecretName,
   releaseToRun,
   revisionObjectName,
   rolloutOutcome,
   SERVICE_LABELS,
   serviceObjectName,
 } from "../../scaler/backends/kubernetes-service-manifests.ts";
-import { KubernetesServiceBackend, parseLogLines, timestampKey } from "../../scaler/backends/kubernetes-services.ts";
+import { parseLogLines, timestampKey } from "../../scaler/backends/kubernetes-pod-logs.ts";
+import { KubernetesServiceBackend } from "../../scaler/backends/kubernetes-services.ts";
 import type { EnvironmentParts, ServiceReports } from "../../scaler/service-backend.ts";
 import { type Release, ServiceRecord, type ServiceReplica } from "../../src/services/record.ts";
 import { FakeKubernetesApi, kubeletTimestamp } from "../helpers/fake-kubernetes-api.ts";
@@ -628,6 +630,41 @@ describe("KubernetesServiceBackend against an API server", () => {
     // A scaler that starts finds the services already in the cluster.
     const fresh = backend();
     expect(await fresh.refresh()).toEqual(["other/items"]);
+  });
+
+  it("an organization's pull credential: a dockerconfigjson Secret only its own Deployment names, kept across rollouts, removed with it", async () => {
+    const PASSWORD = "pull-pa55-9d1e";
+    const k8s = new KubernetesServiceBackend({ namespace: NAMESPACE, configMapName: "c", secretName: "s" }, reports, {
+      kubeConfig,
+      observeIntervalMs: 0,
+      logIntervalMs: 0,
+      pullAuth: async (org, repository) =>
+        org === "acme"
+          ? { source: "organization", host: repository.split("/")[0] as string, username: "team", password: PASSWORD }
+          : { source: "none" },
+    });
+    await k8s.apply(record());
+    reports.environments.set("r1", { env: {}, secrets: {} });
+    await k8s.apply(record({ org: "other" }));
+    const pull = pullSecretName("acme", "items");
+    const secret = api.object("secrets", NAMESPACE, pull)!;
+    expectValid(secret, Secret);
+    expect(secret.type).toBe("kubernetes.io/dockerconfigjson");
+    const config = JSON.parse(Buffer.from(secret.data[".dockerconfigjson"], "base64").toString());
+    expect(config).toEqual({
+      auths: { "registry.example.com": { auth: Buffer.from(`team:${PASSWORD}`).toString("base64") } },
+    });
+    expect(api.deployment(NAMESPACE, NAME)!.spec.template.spec.imagePullSecrets).toEqual([{ name: pull }]);
+    const other = api.deployment(NAMESPACE, serviceObjectName("other", "items"))!;
+    expect(other.spec.template.spec.imagePullSecrets).toBeUndefined();
+    expect(api.objectNames("secrets", NAMESPACE)).not.toContain(pullSecretName("other", "items"));
+    // Unchanged: nothing written again; a settled rollout's collection leaves it alone.
+    api.requests.length = 0;
+    await k8s.apply(record({ current: release("1.0.0", DIGEST_A, "r1") }, { phase: "complete" }));
+    expect(api.writes().filter((w) => w.includes("/secrets"))).toEqual([]);
+    expect(api.objectNames("secrets", NAMESPACE)).toContain(pull);
+    await k8s.remove("acme", "items");
+    expect(api.objectNames("secrets", NAMESPACE)).not.toContain(pull);
   });
 
   it("fails a rollout whose environment the cluster refuses at once, and keeps reporting what runs", async () => {

@@ -1,5 +1,5 @@
 /**
- * The proto registry's store against a real Redis and a file artifact store (src/protos/store.ts):
+ * The proto catalog's store against a real Redis and a file artifact store (src/protos/store.ts):
  * versions are immutable (409), the package's latest is the highest version whatever the order of
  * publishing, what a publish sends must be a self-contained image of the package with exactly its
  * sources, the settings' bounds hold and leave nothing behind, and organizations never meet.
@@ -16,7 +16,7 @@ import {
   getVersion,
   listPackages,
   listVersions,
-  type ProtoRegistry,
+  type ProtoCatalog,
   publishVersion,
 } from "../../src/protos/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
@@ -67,7 +67,7 @@ function image(pkg = PKG, name = FILE, imports: string[] = []): Uint8Array {
 let redis: PrivateRedis;
 let ctl: Control;
 let dir: string;
-let reg: ProtoRegistry;
+let reg: ProtoCatalog;
 
 const publish = (version: string, overrides: Partial<Parameters<typeof publishVersion>[3]> = {}, org = "acme") =>
   publishVersion(reg, org, WHO, {

@@ -16,8 +16,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { lintWorkspace } from "../../src/cli/proto-lint.ts";
-import { findWorkspace } from "../../src/cli/workspace.ts";
+import { lintWorkspace } from "../../src/workspace/protos.ts";
+import { findWorkspace } from "../../src/workspace/find.ts";
 import { grpcPython, ITEMS_PATH, makeWorkspace, writeFiles } from "../helpers/protos.ts";
 import { runCli } from "../helpers/stack.ts";
 
@@ -283,7 +283,7 @@ describe("proto fetch", () => {
   let server: Server;
   let baseUrl: string;
   beforeAll(async () => {
-    // A registry that answers with paths that would escape --out.
+    // A proto catalog that answers with paths that would escape --out.
     server = createServer((req, res) => {
       const path = req.url?.endsWith("/1.0.0") ? "/tmp/escape.proto" : "../../escape.proto";
       res.setHeader("content-type", "application/json");
@@ -311,7 +311,7 @@ describe("proto fetch", () => {
     ]) {
       const r = await runCli(["proto", "fetch", spec as string, "--out", join(parent, "a/b")], fetchEnv, parent);
       expect(r.code).toBe(1);
-      expect(r.stderr).toContain(`the registry sent an unsafe path: ${path}`);
+      expect(r.stderr).toContain(`the proto catalog sent an unsafe path: ${path}`);
     }
     expect(await readdir(parent)).toEqual([]);
     const bad = await runCli(["proto", "fetch", "Platform.Evil@1", "--out", parent], fetchEnv, parent);

@@ -1,5 +1,5 @@
 /**
- * The CLI's credentials file and workspace file (src/cli/credentials.ts, workspace.ts): one entry
+ * The CLI's credentials file and workspace file (src/client/credentials.ts, src/workspace/find.ts): one entry
  * per registry, the old one-key form read and migrated, 0600 in a 0700 directory written whole,
  * concurrent writers serialized by the lock, and `.platformrc.json` found by walking up.
  */
@@ -13,8 +13,8 @@ import {
   resolveRegistry,
   updateCredentials,
   writeCredentials,
-} from "../../src/cli/credentials.ts";
-import { findWorkspace } from "../../src/cli/workspace.ts";
+} from "../../src/client/credentials.ts";
+import { findWorkspace } from "../../src/workspace/find.ts";
 import { type CliSettings, loadCliSettings } from "../../src/settings/cli.ts";
 
 let dir: string;

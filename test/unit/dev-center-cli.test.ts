@@ -3,9 +3,11 @@
  * (errors name the key or the line, never the value), the number and duration flags, and the rows
  * and lines people read (tables, `--watch`'s change lines, short digests, durations).
  */
+import { Command, CommanderError } from "commander";
 import { describe, expect, it } from "vitest";
 import { parseAssignments, parseDotenv, parseKeys, redact } from "../../src/cli/dev-center/assignments.ts";
-import { integerFlag, sinceFlag } from "../../src/cli/dev-center/flags.ts";
+import { sinceFlag } from "../../src/cli/dev-center/flags.ts";
+import { registerDevCenter } from "../../src/cli/dev-center/index.ts";
 import {
   elapsed,
   historyRows,
@@ -101,22 +103,41 @@ describe("redact", () => {
 });
 
 describe("flags", () => {
-  it("--replicas, --port, --tail: whole numbers in range", () => {
-    expect(integerFlag("--replicas", "3", 1, 20)).toBe(3);
-    for (const bad of ["0", "21", "1.5", "two", "", "-1"])
-      expect(errorOf(() => integerFlag("--replicas", bad, 1, 20)).message).toMatch(
-        /^--replicas: expected a whole number from 1 to 20/,
+  /** The message commander refuses `args` with (after `platform dev-center`), before any action runs. */
+  async function refusal(...args: string[]): Promise<string> {
+    const program = new Command().exitOverride().configureOutput({ writeErr: () => {}, writeOut: () => {} });
+    registerDevCenter(program);
+    const e = await program.parseAsync(["dev-center", ...args], { from: "user" }).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(e).toBeInstanceOf(CommanderError);
+    expect((e as CommanderError).code).toBe("commander.invalidArgument");
+    return (e as CommanderError).message;
+  }
+
+  it("--replicas, --port, --tail, <replicas>: whole numbers in range, refused before anything runs", async () => {
+    for (const bad of ["0", "21", "1.5", "two", "-1"])
+      expect(await refusal("service", "deploy", "items", "--tag", "1.0.0", "--replicas", bad)).toContain(
+        `option '--replicas <n>' argument '${bad}' is invalid. expected a whole number from 1 to 20`,
       );
+    expect(await refusal("service", "deploy", "items", "--tag", "1.0.0", "--port", "70000")).toContain(
+      "expected a whole number from 1 to 65535",
+    );
+    expect(await refusal("service", "scale", "items", "21")).toContain("expected a whole number from 1 to 20");
+    expect(await refusal("logs", "items", "--tail", "x")).toContain("expected a whole number from 0 to 100000");
   });
 
-  it("--since: the platform's durations and hours, sent in the platform's form", () => {
+  it("--since: the platform's durations and hours, sent in the platform's form", async () => {
     expect(sinceFlag("10m")).toBe("10m");
     expect(sinceFlag("90s")).toBe("90s");
     expect(sinceFlag("120s")).toBe("2m");
     expect(sinceFlag("2h")).toBe("120m");
     expect(sinceFlag("1.5h")).toBe("90m");
     for (const bad of ["10", "0s", "1d", "m", "-5m"])
-      expect(errorOf(() => sinceFlag(bad)).message).toMatch(/^--since: expected "<n>s" \(also <n>ms, <n>m, <n>h\)/);
+      expect(await refusal("logs", "items", "--since", bad)).toContain(
+        `option '--since <duration>' argument '${bad}' is invalid. expected "<n>s" (also <n>ms, <n>m, <n>h)`,
+      );
   });
 });
 

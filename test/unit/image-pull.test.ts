@@ -109,6 +109,19 @@ describe("pullImage", () => {
     expect(await pullImage({ repository: REPO, digest, cacheDir, skopeo: "/nonexistent" })).toEqual(image);
   });
 
+  it("with checkAccess, runs a cached image only when the registry lets this credential read its manifest", async () => {
+    const digest = layout();
+    const image = await pullImage({ repository: REPO, digest, cacheDir, skopeo });
+    fakeSkopeo("reading manifest: unauthorized: authentication required");
+    const hint = " (no pull credential for registry.example.com:5000); an admin of the organization runs: …";
+    await expect(
+      pullImage({ repository: REPO, digest, cacheDir, skopeo, checkAccess: true, refusedHint: hint }),
+    ).rejects.toThrow(`failed: not logged in to registry.example.com:5000${hint}`);
+    expect(await pullImage({ repository: REPO, digest, cacheDir, skopeo })).toEqual(image);
+    fakeSkopeo();
+    expect(await pullImage({ repository: REPO, digest, cacheDir, skopeo, checkAccess: true })).toEqual(image);
+  });
+
   it("refuses a manifest that is not the digest asked for, and a corrupted blob", async () => {
     layout();
     const other = `sha256:${"1".repeat(64)}`;

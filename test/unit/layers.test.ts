@@ -24,12 +24,18 @@ const LAYERS: string[][] = [
   ["src/registry", "src/replicas", "src/usage", "src/orgs", "src/protos"],
   ["src/ratelimit", "src/endpoints", "src/images"],
   ["src/keys", "src/users", "src/autoscaling", "src/services"],
-  ["src/queue", "src/tokens"],
+  ["src/queue", "src/tokens", "src/pull-credentials"],
   ["src/abtests", "src/signin"],
   ["src/batch"],
   // Evaluations read datasets as batch reads its inputs.
   ["src/evaluation"],
   ["src/finetuning"],
+  // The workspace's side: its .platformrc.json; the platform's API client and the credentials it
+  // signs in with (which find the platform's URL in the workspace); then what commands build in a
+  // workspace (service scaffolds, published images).
+  ["src/workspace"],
+  ["src/client"],
+  ["src/scaffold", "src/publish"],
   // Roles. The CLI starts the others (`platform up`, `platform worker`), so it sits above them.
   ["src/gateway", "workers", "scaler"],
   ["src/cli"],

@@ -1,4 +1,4 @@
-/** The proto registry's names (src/protos/names.ts): versions in semantic order, the default next version, safe paths. */
+/** The proto catalog's names (src/protos/names.ts): versions in semantic order, the default next version, safe paths. */
 import { describe, expect, it } from "vitest";
 import {
   compareVersions,

@@ -1,5 +1,5 @@
 /**
- * Finding the proto service a scaffold implements (src/cli/scaffold/discover.ts): names matched to
+ * Finding the proto service a scaffold implements (src/scaffold/discover.ts): names matched to
  * services, --service, the errors that list what was found, and the messages handed to the
  * scaffolds; with buf building real workspaces. Also the templates' substitution and the Node
  * scaffold's handlers for every streaming kind.
@@ -7,13 +7,13 @@
 import { rm } from "node:fs/promises";
 import { afterAll, describe, expect, it } from "vitest";
 import type { ServiceSummary } from "../../src/protos/descriptors.ts";
-import { protoWorkspace } from "../../src/cli/buf.ts";
+import { protoWorkspace } from "../../src/workspace/protos.ts";
 import { CliError } from "../../src/cli/errors.ts";
-import { discoverService, nameKey, pickService } from "../../src/cli/scaffold/discover.ts";
-import { exampleShape, scaffoldNode } from "../../src/cli/scaffold/node.ts";
-import { render } from "../../src/cli/scaffold/templates.ts";
-import type { ScaffoldInput } from "../../src/cli/scaffold/types.ts";
-import { findWorkspace } from "../../src/cli/workspace.ts";
+import { discoverService, nameKey, pickService } from "../../src/scaffold/discover.ts";
+import { exampleShape, scaffoldNode } from "../../src/scaffold/node.ts";
+import { render } from "../../src/scaffold/templates.ts";
+import type { ScaffoldInput } from "../../src/scaffold/types.ts";
+import { findWorkspace } from "../../src/workspace/find.ts";
 import { ITEMS_PROTO, makeWorkspace, writeFiles } from "../helpers/protos.ts";
 
 const dirs: string[] = [];

@@ -1,5 +1,5 @@
 /**
- * Writing a scaffold (src/cli/scaffold/write.ts): all or nothing without --force, every existing
+ * Writing a scaffold (src/scaffold/write.ts): all or nothing without --force, every existing
  * file named; --force replaces; no path leaves the workspace; executable files stay executable.
  */
 import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { CliError } from "../../src/cli/errors.ts";
-import { writeScaffold } from "../../src/cli/scaffold/write.ts";
+import { writeScaffold } from "../../src/scaffold/write.ts";
 
 let root: string;
 beforeEach(async () => {

@@ -7,7 +7,7 @@
 import { describe, expect, it } from "vitest";
 import type { ChatMessage, SamplingParams, TokenLogprob } from "../../src/contracts/job.ts";
 import type { ChatTools, TextRequest } from "../../workers/engines/engine.ts";
-import { readVllmStream, vllmRequestBody } from "../../workers/engines/vllm-client.ts";
+import { readVllmStream, vllmRequestBody } from "../../workers/engines/vllm-protocol.ts";
 
 const WEATHER: ChatTools["tools"][number] = {
   type: "function",

@@ -8,9 +8,9 @@ import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bufYaml } from "../../src/cli/init.ts";
-import { IMAGE_REPOSITORY_PATTERN, platformrcJsonSchema, unknownKeys } from "../../src/cli/platformrc.ts";
-import { deriveImageRepository, findWorkspace, requireWorkspace } from "../../src/cli/workspace.ts";
+import { bufYaml } from "../../src/workspace/init.ts";
+import { IMAGE_REPOSITORY_PATTERN, platformrcJsonSchema, unknownKeys } from "../../src/workspace/config.ts";
+import { deriveImageRepository, findWorkspace, requireWorkspace } from "../../src/workspace/find.ts";
 import { loadToolSettings } from "../../src/settings/tools.ts";
 
 const SHIPPED = new URL("../../schemas/platformrc.schema.json", import.meta.url);
@@ -156,6 +156,10 @@ describe("the tools section", () => {
       ],
       containersAuthFile: runAuth,
       dockerConfigFile: join(homedir(), ".docker", "config.json"),
+      registriesConfFiles: [
+        join(homedir(), ".config", "containers", "registries.conf"),
+        "/etc/containers/registries.conf",
+      ],
     });
     expect(loadToolSettings({ KUBERNETES_SERVICE_HOST: "10.0.0.1" }).kubernetes).toBe("in-cluster");
     const set = loadToolSettings({
@@ -169,7 +173,13 @@ describe("the tools section", () => {
       registryAuthFiles: ["/run/user/1000/containers/auth.json", "/cfg/containers/auth.json", "/d/config.json"],
       containersAuthFile: "/run/user/1000/containers/auth.json",
       dockerConfigFile: "/d/config.json",
+      registriesConfFiles: [
+        join(homedir(), ".config", "containers", "registries.conf"),
+        "/etc/containers/registries.conf",
+      ],
     });
+    // CONTAINERS_REGISTRIES_CONF, where set, is the only registries.conf buildah and podman read.
+    expect(loadToolSettings({ CONTAINERS_REGISTRIES_CONF: "/r.conf" }).registriesConfFiles).toEqual(["/r.conf"]);
     expect(loadToolSettings({ REGISTRY_AUTH_FILE: "/a.json", XDG_RUNTIME_DIR: "/run" }).registryAuthFiles[0]).toBe(
       "/a.json",
     );

@@ -4,7 +4,7 @@
  * batches concurrent requests itself (continuous batching), so the engine only
  * has to keep up to `parallel` requests open at once. This file puts the three
  * parts together: the flags (vllm-flags.ts), the child process (vllm-process.ts)
- * and the HTTP client (vllm-client.ts); docs/engines.md ("vLLM") describes them.
+ *, the HTTP client (vllm-client.ts) and vLLM's wire (vllm-protocol.ts); docs/engines.md ("vLLM") describes them.
  */
 import { withoutWorkerAllocator } from "../../src/process/worker-env.ts";
 import { DEFAULT_MAX_LORAS, VLLM } from "../../src/contracts/engines.ts";

@@ -11,17 +11,23 @@
  */
 import { FINE_TUNING_QUEUE, gpuQueueOf, type TrainJobData } from "../../src/finetuning/jobs.ts";
 import { addEvent, readJob, updateIfActive } from "../../src/finetuning/store.ts";
+import { holdTimings, MAX_STALLS, markRequeued } from "../../src/finetuning/trainers.ts";
+import { QueueBase } from "../../src/queue/base.ts";
 import { type Coordinator, startCoordinator } from "../../src/queue/coordinator.ts";
 import type { Control } from "../../src/redis/connection.ts";
 import type { FineTuningSettings, Settings } from "../../src/settings/index.ts";
+import { TRAINER_PYTHON_FIX } from "../../src/settings/finetuning.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { describeOffer, probeGpu } from "./gpu.ts";
+import type { QueueKind, TrainerHealth } from "./health.ts";
 import { runFineTune } from "./run.ts";
 
 export type TrainerOptions = {
   /** Jobs this process trains at once. Default 1: a training run uses the machine. */
   jobsPerProcess?: number;
+  /** Default: the settings' heartbeat window (PLATFORM_TRAINER_HEARTBEAT_MS, src/finetuning/trainers.ts). */
   lockDurationMs?: number;
+  /** Default: a third of the heartbeat window, at most a second (src/finetuning/trainers.ts). */
   stalledIntervalMs?: number;
   queue?: string;
   settings?: FineTuningSettings;
@@ -34,6 +40,8 @@ export type TrainerOptions = {
   gpu?: boolean | "auto";
   /** Where the line saying what the trainer offers goes (default: stdout). */
   log?: (line: string) => void;
+  /** Told of runs and state, for `--health-port` (health.ts). */
+  health?: TrainerHealth;
 };
 
 /**
@@ -54,7 +62,7 @@ export async function startTrainer(ctl: Control, settings: Settings, options: Tr
     throw new NoGpuError(
       probe?.torch
         ? `--gpu: this trainer's torch (${probe.torch}) sees no GPU (torch.cuda.is_available() is false): check the NVIDIA driver and that the pod got its nvidia.com/gpu, or run the trainer without --gpu`
-        : "--gpu: this trainer's Python has no torch; set PLATFORM_TRAINER_PYTHON to one with torch, transformers and peft (`platform doctor` checks it)",
+        : `--gpu: this trainer's Python has no torch: ${TRAINER_PYTHON_FIX} (\`platform doctor\` checks it)`,
     );
   const artifacts = openStore(settings.artifactsUrl, settings.storage?.s3);
   const deps = {
@@ -65,60 +73,104 @@ export async function startTrainer(ctl: Control, settings: Settings, options: Tr
     settings: tuning,
     threads: options.threads ?? 1,
   };
-  const run = async (data: TrainJobData, signal: AbortSignal): Promise<string> => {
-    const end = await runFineTune(deps, data.job_id, signal);
-    if (end !== "handed_off") await release(ctl, data.job_id);
-    return end;
-  };
+  const health = options.health;
+  const runOn =
+    (kind: QueueKind) =>
+    async (data: TrainJobData, signal: AbortSignal): Promise<string> => {
+      if (health) health.running[kind]++;
+      try {
+        const end = await runFineTune(deps, data.job_id, signal);
+        if (end !== "handed_off") await release(ctl, data.job_id);
+        if (health && (end === "succeeded" || end === "failed" || end === "cancelled"))
+          health.finished(end, end === "failed" ? await errorCode(ctl, data.job_id) : undefined);
+        return end;
+      } finally {
+        if (health) health.running[kind]--;
+      }
+    };
   const onFailed = async (data: TrainJobData, error: Error): Promise<void> => {
     const id = data.job_id;
     console.error(`[fine-tuning ${id}] failed:`, error);
+    // BullMQ fails a job its trainers kept dying on (MAX_STALLS) when the next one takes it.
+    const lost = /stalled more than allowable limit/.test(error.message);
+    const code = lost ? "trainer_lost" : "trainer_error";
     await updateIfActive(ctl, id, {
       status: "failed",
       finished_at: Date.now(),
       error: {
-        code: "trainer_error",
-        message: `the job failed unexpectedly and was retried without success; job id ${id}, the trainer log has the details`,
+        code,
+        message: lost
+          ? `the trainer running the job died ${MAX_STALLS} times (killed, out of memory, or cut off from Redis); job id ${id}, the trainers' logs have the details`
+          : `the job failed unexpectedly and was retried without success; job id ${id}, the trainer log has the details`,
         param: null,
       },
     });
-    await addEvent(ctl, id, "error", "Job failed: the trainer could not run it");
+    await addEvent(
+      ctl,
+      id,
+      "error",
+      lost ? `Job failed: its trainer died ${MAX_STALLS} times` : "Job failed: the trainer could not run it",
+    );
     await release(ctl, id);
+    health?.finished("failed", code);
   };
   const queue = options.queue ?? FINE_TUNING_QUEUE;
   const coordinators: Coordinator[] = [];
-  const start = async (name: string) => {
+  const queues = new QueueBase(ctl);
+  const timings = holdTimings(tuning.heartbeatMs);
+  const lockDurationMs = options.lockDurationMs ?? timings.lockDurationMs;
+  const start = async (name: string, kind: QueueKind) => {
+    const records = queues.queueNamed(name);
     coordinators.push(
-      await startCoordinator(ctl, run, {
+      await startCoordinator(ctl, runOn(kind), {
         queue: name,
         concurrency: options.jobsPerProcess ?? 1,
-        lockDurationMs: options.lockDurationMs,
-        stalledIntervalMs: options.stalledIntervalMs,
-        maxStalls: 20,
+        lockDurationMs,
+        stalledIntervalMs: options.stalledIntervalMs ?? timings.stalledIntervalMs,
+        maxStalls: MAX_STALLS,
         label: (data) => `fine-tuning ${data.job_id}`,
         onFailed,
+        // Another trainer's job, back in the queue: its record says so until a trainer takes it.
+        onStalled: (id) =>
+          void markRequeued(ctl, records, id, lockDurationMs).catch((e: unknown) =>
+            console.error(`[fine-tuning ${id}] could not mark it queued again:`, e),
+          ),
       }),
     );
   };
   let stopped = false;
-  await start(queue);
+  await start(queue, "cpu");
+  if (health) health.state.serving = true;
   const offersGpu = (async () => {
     const seen = await probing;
     if (!seen) return false;
     const offers = seen.cuda && !stopped;
     (options.log ?? console.log)(describeOffer(seen, seen.cuda));
-    if (offers) await start(gpuQueueOf(queue));
+    if (offers) await start(gpuQueueOf(queue), "gpu");
+    if (health) health.state.offersGpu = offers;
     return offers;
   })();
   return {
     offersGpu,
     stop: async () => {
       stopped = true;
+      if (health) health.state.serving = false;
       await offersGpu.catch(() => false);
       await Promise.all(coordinators.map((c) => c.stop()));
+      await queues.close();
       artifacts.close();
     },
   };
+}
+
+/** The error code a failed job's record holds (for the trainer's metrics). */
+async function errorCode(ctl: Control, id: string): Promise<string | undefined> {
+  const raw = (await readJob(ctl, id))?.fields.error;
+  try {
+    return raw ? (JSON.parse(raw) as { code?: string }).code : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** An ended job no longer counts against its organization's admission bound. */

@@ -4,6 +4,7 @@
  */
 import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
+import { TRAINER_PYTHON_FIX } from "../../src/settings/finetuning.ts";
 
 export const PROBE_SCRIPT = fileURLToPath(new URL("./probe.py", import.meta.url));
 
@@ -33,6 +34,6 @@ export function probeGpu(python: string): Promise<GpuProbe> {
 export function describeOffer(probe: GpuProbe, offersGpu: boolean): string {
   if (offersGpu) return `trainer: offers a GPU (${probe.name ?? "CUDA"}, torch ${probe.torch}): takes GPU and CPU jobs`;
   if (probe.torch === null)
-    return "trainer: the trainer's Python has no torch (PLATFORM_TRAINER_PYTHON; `platform doctor` checks it); jobs fail until it does";
+    return `trainer: the trainer's Python has no torch: ${TRAINER_PYTHON_FIX} (\`platform doctor\` checks it); jobs fail until it does`;
   return `trainer: torch ${probe.torch} sees no GPU: CPU jobs only; jobs with resources.gpu wait for a trainer that offers one (\`platform trainer --gpu\` on a GPU machine)`;
 }

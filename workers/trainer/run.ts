@@ -7,6 +7,7 @@
  */
 import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
+import { TRAINER_PYTHON_FIX } from "../../src/settings/finetuning.ts";
 import type { FineTuningSettings } from "../../src/settings/index.ts";
 import type { FineTuneSpec } from "../../src/finetuning/schema.ts";
 import { addEvent, isEnded, listCheckpoints, readJob, updateIfActive } from "../../src/finetuning/store.ts";
@@ -51,7 +52,12 @@ export async function runFineTune(deps: RunDeps, id: string, handoff: AbortSigna
   await mkdir(join(work, "checkpoints"), { recursive: true });
   try {
     const previous = (await listCheckpoints(ctl, id))[0];
-    await updateIfActive(ctl, id, { status: "running", ...(job.fields.started_at ? {} : { started_at: Date.now() }) });
+    const now = Date.now();
+    await updateIfActive(ctl, id, {
+      status: "running",
+      taken_at: now,
+      ...(job.fields.started_at ? {} : { started_at: now }),
+    });
     await event(
       previous
         ? `Trainer took over the job; resuming from the checkpoint at step ${previous.step_number}`
@@ -177,7 +183,7 @@ export async function runFineTune(deps: RunDeps, id: string, handoff: AbortSigna
       if (end.spawnError || /ModuleNotFoundError/.test(end.stderr))
         return await fail(
           "trainer_unavailable",
-          `this trainer's Python ${end.spawnError ? "could not be started" : "lacks torch, transformers or peft"}; set PLATFORM_TRAINER_PYTHON to one that has them (\`platform doctor\` checks it) and submit the job again`,
+          `this trainer's Python ${end.spawnError ? "could not be started" : "lacks torch, transformers or peft"}: ${TRAINER_PYTHON_FIX} (\`platform doctor\` checks it), then submit the job again`,
         );
       return await fail(
         "training_failed",

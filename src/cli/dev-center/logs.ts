@@ -5,14 +5,15 @@
  * they come; Ctrl-C ends it as a finished command (exit 0), as `kubectl logs -f` does.
  */
 import type { Command } from "commander";
-import { ApiClient } from "../client.ts";
+import { ApiClient } from "../../client/api.ts";
 import { CliError } from "../errors.ts";
 import { failure, servicePath } from "./api.ts";
-import { integerFlag, sinceFlag } from "./flags.ts";
+import { wholeNumber } from "../flags.ts";
+import { sinceFlag } from "./flags.ts";
 
 export type LogLine = { at: number; replica: string; tag: string; text: string };
 
-type Flags = { follow?: boolean; replica?: string; since?: string; tail?: string };
+type Flags = { follow?: boolean; replica?: string; since?: string; tail?: number };
 
 /** One log line as printed; the text's own line end is dropped (console.log adds one). */
 export const formatLogLine = (l: LogLine): string => `[${l.replica} ${l.tag}] ${l.text.replace(/\r?\n$/, "")}`;
@@ -23,12 +24,12 @@ export function registerLogs(devCenter: Command): void {
     .description("the output of a service's replicas")
     .option("-f, --follow", "keep printing lines as they come (Ctrl-C ends it)")
     .option("--replica <id>", "only this replica's")
-    .option("--since <duration>", "only lines from this long ago on, e.g. 10m, 30s, 2h")
-    .option("--tail <n>", "only the last n lines (then, with -f, the new ones)")
+    .option("--since <duration>", "only lines from this long ago on, e.g. 10m, 30s, 2h", sinceFlag)
+    .option("--tail <n>", "only the last n lines (then, with -f, the new ones)", wholeNumber(0, 100_000))
     .action(async (name: string, flags: Flags) => {
       const query = new URLSearchParams();
-      if (flags.tail !== undefined) query.set("tail", String(integerFlag("--tail", flags.tail, 0, 100_000)));
-      if (flags.since !== undefined) query.set("since", sinceFlag(flags.since));
+      if (flags.tail !== undefined) query.set("tail", String(flags.tail));
+      if (flags.since !== undefined) query.set("since", flags.since);
       if (flags.replica !== undefined) query.set("replica", flags.replica);
       if (flags.follow) query.set("follow", "true");
       const path = `${servicePath(name, "/logs")}${query.size > 0 ? `?${query}` : ""}`;

@@ -5,7 +5,7 @@
  */
 import type { Command } from "commander";
 import type { Rollout } from "../../services/record.ts";
-import { ApiClient } from "../client.ts";
+import { ApiClient } from "../../client/api.ts";
 import { CliError } from "../errors.ts";
 import { printJson, printTable } from "../output.ts";
 import { imageTag, type ServiceStatus, servicePath } from "./api.ts";

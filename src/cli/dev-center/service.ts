@@ -5,18 +5,18 @@
  * is enough.
  */
 import { readFile, stat } from "node:fs/promises";
-import type { Command } from "commander";
+import { Argument, type Command } from "commander";
 import { formatBytes } from "../../contracts/bytes.ts";
 import { ImageRepository } from "../../images/names.ts";
 import { MAX_OVERVIEW_BYTES, RepoType } from "../../services/names.ts";
-import { ApiClient } from "../client.ts";
+import { ApiClient } from "../../client/api.ts";
+import { wholeNumber } from "../flags.ts";
 import { CliError } from "../errors.ts";
 import { printJson, printTable } from "../output.ts";
-import type { Language } from "../platformrc.ts";
-import { findWorkspace, workspaceSettings } from "../workspace.ts";
+import type { Language } from "../../protos/generate.ts";
+import { findWorkspace, workspaceSettings } from "../../workspace/find.ts";
 import { imageTag, SERVICES, type ServiceView, serviceName, servicePath } from "./api.ts";
 import { parseAssignments } from "./assignments.ts";
-import { integerFlag } from "./flags.ts";
 import {
   HISTORY_HEAD,
   historyRows,
@@ -37,8 +37,8 @@ type DeployFlags = {
   tag: string;
   repoType?: string;
   imageRepository?: string;
-  replicas?: string;
-  port?: string;
+  replicas?: number;
+  port?: number;
   env: string[];
   wait?: boolean;
   json?: boolean;
@@ -53,8 +53,8 @@ export function registerServiceCommands(devCenter: Command): void {
     .requiredOption("--tag <tag>", "the image tag to run, as `platform publish` printed it")
     .option("--repo-type <type>", "js or python (default: from the workspace's language)")
     .option("--image-repository <repo>", "host[:port]/path (default: the workspace's imageRepository)")
-    .option("--replicas <n>", "how many replicas (1-20; default: the platform's)")
-    .option("--port <port>", "the port the image listens on (default: the platform's)")
+    .option("--replicas <n>", "how many replicas (1-20; default: the platform's)", wholeNumber(1, 20))
+    .option("--port <port>", "the port the image listens on (default: the platform's)", wholeNumber(1, 65535))
     .option("--env <KEY=VALUE>", "an environment variable (repeatable)", (v: string, all: string[]) => [...all, v], [])
     .option("--wait", "follow the rollout until it completes or fails (exit 1 when it fails)")
     .option("--json", "print the service as JSON")
@@ -109,11 +109,11 @@ export function registerServiceCommands(devCenter: Command): void {
     });
 
   service
-    .command("scale <name> <replicas>")
+    .command("scale <name>")
+    .addArgument(new Argument("<replicas>", "how many replicas run (1 to 20)").argParser(wholeNumber(1, 20)))
     .description("change how many replicas run (1 to 20); the serving release, at once, no rollout")
-    .action(async (name: string, count: string) => {
+    .action(async (name: string, replicas: number) => {
       const path = servicePath(name, "/replicas");
-      const replicas = integerFlag("<replicas>", count, 1, 20);
       const api = await ApiClient.fromCredentials();
       await api.request("PUT", path, { replicas });
       console.log(`${name}: ${replicas} replica(s) wanted; platform dev-center rollout status ${name} shows them`);
@@ -171,8 +171,8 @@ async function deployBody(name: string, flags: DeployFlags): Promise<Record<stri
     tag,
     repo_type: repoType,
     image_repository: repo.data,
-    ...(flags.replicas !== undefined ? { replicas: integerFlag("--replicas", flags.replicas, 1, 20) } : {}),
-    ...(flags.port !== undefined ? { port: integerFlag("--port", flags.port, 1, 65535) } : {}),
+    ...(flags.replicas !== undefined ? { replicas: flags.replicas } : {}),
+    ...(flags.port !== undefined ? { port: flags.port } : {}),
     ...(Object.keys(env).length > 0 ? { env } : {}),
   };
 }

@@ -7,7 +7,7 @@
  */
 import { readFile } from "node:fs/promises";
 import type { Command } from "commander";
-import { ApiClient } from "../client.ts";
+import { ApiClient } from "../../client/api.ts";
 import { CliError } from "../errors.ts";
 import { printJson, printTable } from "../output.ts";
 import { servicePath, type VarEntry } from "./api.ts";

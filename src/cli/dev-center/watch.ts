@@ -4,7 +4,7 @@
  * in one line: complete (exit 0) or failed with the reason (exit 1). The rollout's own deadline
  * (record.ts, `deadline_ms`) is what bounds the wait: the platform fails a rollout that overruns it.
  */
-import type { ApiClient } from "../client.ts";
+import type { ApiClient } from "../../client/api.ts";
 import { CliError } from "../errors.ts";
 import { type ServiceStatus, servicePath } from "./api.ts";
 import { watchLines } from "./format.ts";

@@ -6,10 +6,10 @@
  */
 import type { CliSettings } from "../../settings/cli.ts";
 import type { ToolSettings } from "../../settings/tools.ts";
-import type { ApiClient } from "../client.ts";
-import type { Credentials } from "../credentials.ts";
-import type { RegistryProbe } from "../probe.ts";
-import type { Workspace, WorkspaceSettings } from "../workspace.ts";
+import type { ApiClient } from "../../client/api.ts";
+import type { Credentials } from "../../client/credentials.ts";
+import type { PlatformProbe } from "../probe.ts";
+import type { Workspace, WorkspaceSettings } from "../../workspace/find.ts";
 
 export type CheckStatus = "ok" | "warn" | "fail" | "skip";
 
@@ -51,7 +51,7 @@ export type DoctorContext = {
    */
   registry: () => Promise<{ url: string | undefined; credentials: Credentials | undefined }>;
   /** The registry's `/healthz`; undefined without a registry. */
-  probe: () => Promise<RegistryProbe | undefined>;
+  probe: () => Promise<PlatformProbe | undefined>;
   /** The management API client for the registry's credentials; undefined without them. */
   api: () => Promise<ApiClient | undefined>;
   /** `GET /admin/v1/whoami` with the credentials; rejects with why they were not accepted. */

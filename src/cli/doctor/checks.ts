@@ -7,6 +7,7 @@ import type { DoctorCheck } from "./check.ts";
 import { clusterCheck } from "./cluster.ts";
 import { builderCheck, imageRegistryCheck, imageSessionCheck } from "./images.ts";
 import { protosCheck } from "./protos.ts";
+import { pullCredentialCheck } from "./pull-credential.ts";
 import { serviceReplicasCheck, serviceRolloutCheck, serviceRouteCheck } from "./services.ts";
 import { credentialsCheck, organizationCheck, registryCheck } from "./registry.ts";
 import { cliCheck } from "./runtime.ts";
@@ -26,6 +27,7 @@ export const DOCTOR_CHECKS: readonly DoctorCheck[] = [
   builderCheck,
   imageRegistryCheck,
   imageSessionCheck,
+  pullCredentialCheck,
   serviceRolloutCheck,
   serviceReplicasCheck,
   serviceRouteCheck,

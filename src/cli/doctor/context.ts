@@ -2,11 +2,11 @@
 import { execFile } from "node:child_process";
 import type { CliSettings } from "../../settings/cli.ts";
 import type { ToolSettings } from "../../settings/tools.ts";
-import { ApiClient } from "../client.ts";
-import { findCredentials } from "../credentials.ts";
+import { ApiClient } from "../../client/api.ts";
+import { findCredentials } from "../../client/credentials.ts";
 import { CliError } from "../errors.ts";
-import { probeRegistry } from "../probe.ts";
-import { findWorkspace, workspaceSettings } from "../workspace.ts";
+import { probePlatform } from "../probe.ts";
+import { findWorkspace, workspaceSettings } from "../../workspace/find.ts";
 import type { Caller, DoctorContext, ExecResult } from "./check.ts";
 
 /** Long enough for `git status` in a large tree; a hung tool must not hang doctor. */
@@ -33,7 +33,7 @@ export function doctorContext(cli: CliSettings, tools: ToolSettings): DoctorCont
   });
   const probe = once(async () => {
     const { url } = await registry();
-    return url === undefined ? undefined : probeRegistry(url);
+    return url === undefined ? undefined : probePlatform(url);
   });
   const api = once(async () => {
     const { credentials } = await registry();

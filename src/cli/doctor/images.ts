@@ -5,9 +5,8 @@
  * same call with the stored credentials answers 200). None is required: nothing before
  * `platform publish` builds or pushes, and publish asks the same questions before it builds.
  */
-import { BUILDER_INFO } from "../image-build.ts";
-import { authFilesOf, askRegistry, isPlainHttp, registryHost, storedSession } from "../image-session.ts";
-import { BUILDERS, type Builder } from "../platformrc.ts";
+import { BUILDER_INFO, BUILDERS, type Builder } from "../../images/build.ts";
+import { authFilesOf, askImageRegistry, isPlainHttp, imageRegistryHost, storedSession } from "../../images/session.ts";
 import { type CheckResult, type DoctorCheck, type DoctorContext, fail, ok, skip, warn } from "./check.ts";
 
 type Found = { builder: Builder; version: string; works: boolean; why: string };
@@ -66,7 +65,7 @@ async function registryOf(ctx: DoctorContext): Promise<{ host: string; plainHttp
   const ws = await ctx.workspace().catch(() => undefined);
   const repository = ws?.settings.imageRepository;
   if (!ws || !repository) return skip("not checked: no image repository (above)");
-  const host = registryHost(repository);
+  const host = imageRegistryHost(repository);
   return { host, plainHttp: isPlainHttp(host, ws.settings.registryUrl) };
 }
 
@@ -77,7 +76,7 @@ export const imageRegistryCheck: DoctorCheck = {
   run: async (ctx) => {
     const where = await registryOf(ctx);
     if (!("host" in where)) return where;
-    const answer = await askRegistry(where.host, { plainHttp: where.plainHttp });
+    const answer = await askImageRegistry(where.host, { plainHttp: where.plainHttp });
     const details = { host: where.host, url: answer.url };
     if (answer.status === "ok") return ok(`${answer.url} answers (open: no login needed)`, details);
     if (answer.status === "unauthorized") return ok(`${answer.url} answers (login needed)`, details);
@@ -107,7 +106,7 @@ export const imageSessionCheck: DoctorCheck = {
         `not checked: ${builder} keeps the session with ${host} in docker-credential-${stored.helper}, which doctor does not query`,
         `if \`platform publish\` is refused, ${login}`,
       );
-    const answer = await askRegistry(host, { plainHttp, credentials: stored });
+    const answer = await askImageRegistry(host, { plainHttp, credentials: stored });
     const details = { host, builder, file: stored.file, username: stored.username };
     if (answer.status === "ok") return ok(`${host} accepts ${stored.username}'s session (${stored.file})`, details);
     if (answer.status === "unauthorized")

@@ -1,7 +1,7 @@
 /** Doctor's protos check: the workspace's `.proto` files lint clean, as `platform proto lint` says. */
-import { formatFinding } from "../buf.ts";
+import { formatFinding } from "../../protos/buf.ts";
 import { CliError } from "../errors.ts";
-import { lintWorkspace } from "../proto-lint.ts";
+import { lintWorkspace } from "../../workspace/protos.ts";
 import { type DoctorCheck, fail, ok, skip } from "./check.ts";
 
 /** Findings shown under the failure, at most; `platform proto lint` lists them all. */

@@ -1,5 +1,5 @@
 /** Doctor's checks of local tools: buf from the CLI's own install, and git with a clean tree. */
-import { bufBinary } from "../buf.ts";
+import { bufBinary } from "../../protos/buf.ts";
 import { type DoctorCheck, fail, ok } from "./check.ts";
 
 export const bufCheck: DoctorCheck = {

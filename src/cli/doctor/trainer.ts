@@ -3,6 +3,7 @@
  * .venv-ref, else python3) imports torch, transformers and peft. Not required: a machine that never
  * trains (a gateway, a client) has no use for them.
  */
+import { TRAINER_PYTHON_FIX } from "../../settings/finetuning.ts";
 import { loadSettings } from "../../settings/index.ts";
 import { type DoctorCheck, fail, ok } from "./check.ts";
 
@@ -15,7 +16,7 @@ export const trainerCheck: DoctorCheck = {
   required: false,
   run: async (ctx) => {
     const python = loadSettings().fineTuning.python;
-    const fix = `point PLATFORM_TRAINER_PYTHON at a Python with torch, transformers and peft (scripts/reference/setup.sh makes .venv-ref)`;
+    const fix = TRAINER_PYTHON_FIX;
     const res = await ctx.exec(python, ["-c", PROBE]);
     if (!res) return fail(`${python}: not found`, fix);
     if (res.code !== 0) {

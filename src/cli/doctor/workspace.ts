@@ -1,8 +1,8 @@
 /** Doctor's `.platformrc.json` check: found at or above the current directory, valid, and without keys this CLI does not know. */
 import { readFile } from "node:fs/promises";
 import { CliError } from "../errors.ts";
-import { unknownKeys } from "../platformrc.ts";
-import { WORKSPACE_FILE } from "../workspace.ts";
+import { unknownKeys } from "../../workspace/config.ts";
+import { WORKSPACE_FILE } from "../../workspace/find.ts";
 import { type DoctorCheck, fail, ok, warn } from "./check.ts";
 
 export const workspaceCheck: DoctorCheck = {

@@ -3,7 +3,7 @@
  * pushed, so the dev center can refuse to deploy a tag that was never published. Every route works
  * within the caller's organization: another organization's images are not there to find (404,
  * absent from lists), for its admins and operators too. Any key or token of the organization may
- * record one, not only admins: publishing is part of shipping a service, like the proto registry.
+ * record one, not only admins: publishing is part of shipping a service, like the proto catalog.
  *
  *   POST /                       {service, repository, tag, digest, git_sha, dirty, version, protos} → 201 the record (200 replacing the same tag)
  *   GET  /?service=<name>        → {data: [records]}, newest first

@@ -1,5 +1,5 @@
 /**
- * The proto registry under /admin/v1/protos (docs/protos.md). Every route works within the
+ * The proto catalog under /admin/v1/protos (docs/protos.md). Every route works within the
  * caller's organization: another organization's packages are not there to find (404, absent from
  * lists), for its admins and for operators too. Any key or token of the organization may publish,
  * not only admins: publishing is part of shipping a service, and it cannot destroy anything, as
@@ -23,7 +23,7 @@ import {
   getVersion,
   listPackages,
   listVersions,
-  type ProtoRegistry,
+  type ProtoCatalog,
   publishVersion,
   readImage,
   readSource,
@@ -58,7 +58,7 @@ function fileParam(requestPath: string): string {
 
 const VersionParam = z.union([z.literal("latest"), ProtoVersionName]);
 
-export function protoRoutes(reg: ProtoRegistry) {
+export function protoRoutes(reg: ProtoCatalog) {
   const app = new Hono<GatewayEnv>();
   const versionOf = (c: Context<GatewayEnv>) =>
     getVersion(

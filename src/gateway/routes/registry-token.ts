@@ -8,36 +8,24 @@
  *   GET /auth/registry-token?service=<registry>&scope=repository:<org>/<name>:pull,push[&scope=…]
  *     → {token, access_token, expires_in, issued_at}; 401 with a Basic challenge for no or bad credentials
  *
+ * The scaler's pull grants (user `platform-pull-grant`, src/pull-credentials/grant.ts) are the
+ * other credential: they get pull, on the repositories they name, and nothing else.
+ *
  * Without PLATFORM_REGISTRY_TOKEN_KEY the route answers 404 registry_tokens_off.
  */
-import { createPrivateKey, type KeyObject } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { Hono } from "hono";
 import { PlatformError } from "../../contracts/errors.ts";
 import { grantedAccess, signRegistryToken } from "../../images/registry-token.ts";
+import { GRANT_USERNAME, grantAccess, loadTokenKey, verifyPullGrant } from "../../pull-credentials/grant.ts";
 import type { Control } from "../../redis/connection.ts";
 import type { RegistryTokenSettings } from "../../settings/registry-token.ts";
 import { verifyBearer } from "../auth.ts";
 import type { GatewayEnv } from "../env.ts";
 
-/** The key, read once at start: a missing or wrong key stops the gateway, not the first push. */
-function loadKey(file: string): KeyObject {
-  let key: KeyObject;
-  try {
-    key = createPrivateKey(readFileSync(file));
-  } catch (e) {
-    throw new Error(`PLATFORM_REGISTRY_TOKEN_KEY: cannot read a private key from ${file} (${(e as Error).message})`);
-  }
-  if (key.asymmetricKeyType !== "ec" || key.asymmetricKeyDetails?.namedCurve !== "prime256v1")
-    throw new Error(
-      `PLATFORM_REGISTRY_TOKEN_KEY: ${file} is not an EC P-256 key (openssl ecparam -name prime256v1 -genkey -noout)`,
-    );
-  return key;
-}
-
 export function registryTokenRoutes(ctl: Control, settings: RegistryTokenSettings) {
   const app = new Hono<GatewayEnv>();
-  const key = settings.keyFile === undefined ? undefined : loadKey(settings.keyFile);
+  // Read once at start: a missing or wrong key stops the gateway, not the first push.
+  const key = settings.keyFile === undefined ? undefined : loadTokenKey(settings.keyFile);
 
   app.get("/", async (c) => {
     if (!key)
@@ -57,9 +45,13 @@ export function registryTokenRoutes(ctl: Control, settings: RegistryTokenSetting
     const basic = /^Basic\s+(.+)$/i.exec(c.req.header("authorization") ?? "")?.[1];
     if (!basic) throw refuse();
     const decoded = Buffer.from(basic, "base64").toString("utf8");
+    const username = decoded.slice(0, Math.max(0, decoded.indexOf(":")));
     const password = decoded.slice(decoded.indexOf(":") + 1);
-    const caller = password ? await verifyBearer(ctl, password) : undefined;
-    if (!caller) throw refuse();
+    // The scaler's own pull grant (src/pull-credentials/grant.ts), or a platform credential.
+    const grant = username === GRANT_USERNAME ? verifyPullGrant(key, settings.issuer, password) : undefined;
+    const caller = grant ? undefined : password ? await verifyBearer(ctl, password) : undefined;
+    if (!grant && !caller) throw refuse();
+    const org = grant ? grant.org : (caller?.org as string);
     const service = c.req.query("service");
     if (!service || service.length > 255)
       throw new PlatformError(
@@ -71,16 +63,18 @@ export function registryTokenRoutes(ctl: Control, settings: RegistryTokenSetting
     const scopes = c.req.queries("scope") ?? [];
     if (scopes.length > 20)
       throw new PlatformError(400, "invalid_request", "scope: at most 20 scopes per request", "scope");
+    const access = grantedAccess(
+      scopes.flatMap((s) => s.split(" ")),
+      org,
+    );
     const signed = signRegistryToken({
       key,
       issuer: settings.issuer,
       service,
-      subject: `${caller.org}/${caller.name}`,
-      access: grantedAccess(
-        scopes.flatMap((s) => s.split(" ")),
-        caller.org,
-      ),
-      ttlMs: settings.ttlMs,
+      subject: `${org}/${grant ? GRANT_USERNAME : caller?.name}`,
+      access: grant ? grantAccess(grant, access) : access,
+      // A token from a grant lives no longer than the grant.
+      ttlMs: grant ? Math.min(settings.ttlMs, grant.expires - Date.now()) : settings.ttlMs,
     });
     return c.json({
       token: signed.token,

@@ -10,7 +10,7 @@ import { z } from "zod";
 import { PlatformError } from "../../contracts/errors.ts";
 import { DURATION_ERROR, parseDuration } from "../../contracts/duration.ts";
 import { ImageRepository, ImageTag } from "../../images/names.ts";
-import type { ProtoRegistry } from "../../protos/store.ts";
+import type { ProtoCatalog } from "../../protos/store.ts";
 import { type Control, duplicate } from "../../redis/connection.ts";
 import { followLogs, readLogs } from "../../services/logs.ts";
 import { EnvName, EnvValue, MAX_ENV_ENTRIES, MAX_OVERVIEW_BYTES, RepoType, ServiceName } from "../../services/names.ts";
@@ -25,7 +25,7 @@ import { parseBody, pathParam } from "../errors.ts";
 
 export type ServiceRoutesOptions = {
   ctl: Control;
-  protos: ProtoRegistry;
+  protos: ProtoCatalog;
   box: () => Promise<SecretBox>;
   rolloutDeadlineMs: number;
   baseUrl: () => string;

@@ -1,0 +1,114 @@
+/**
+ * The gateway's memory of verified callers (auth.ts). A hit skips the Redis round trips of verifying
+ * a bearer; a revocation or a change of a key, token or user (src/keys/changes.ts) drops the caller
+ * at once, on every gateway, through a subscription of its own. The lifetime (CALLER_CACHE_MS) is
+ * only the fallback for a message that never came; while the subscription is down nothing is
+ * remembered, and whatever was is forgotten, since messages may have been missed meanwhile.
+ */
+import { type CallerChange, decodeCallerChange } from "../keys/changes.ts";
+import { type Control, duplicate, type RedisClient } from "../redis/connection.ts";
+import type { Caller } from "./env.ts";
+
+/** How long a verified caller is remembered when no change is heard of it. */
+export const CALLER_CACHE_MS = 5000;
+
+/** Bearers remembered at most; past it the memory starts over (bounded whatever the traffic). */
+const MAX_ENTRIES = 10_000;
+
+export class CallerCache {
+  private readonly ctl: Control;
+  private readonly entries = new Map<string, { caller: Caller; until: number }>();
+  private subscriber: RedisClient | undefined;
+  /** Whether messages are being heard now: only then is anything remembered. */
+  private listening = false;
+  /** Counts changes heard and subscriptions lost: a verification that began before one is not remembered. */
+  private generation = 0;
+  private closed = false;
+
+  constructor(ctl: Control) {
+    this.ctl = ctl;
+  }
+
+  async start(): Promise<void> {
+    const subscriber = duplicate(this.ctl);
+    this.subscriber = subscriber;
+    subscriber.on("message", (_channel: string, message: string) => {
+      const change = decodeCallerChange(message);
+      if (change) this.forget(change);
+    });
+    // ioredis reconnects and subscribes again by itself; until this subscribe answers, messages may be lost.
+    const lost = () => {
+      this.listening = false;
+      this.clear();
+    };
+    subscriber.on("close", lost);
+    subscriber.on("end", lost);
+    subscriber.on("error", lost);
+    subscriber.on("ready", () => {
+      if (!this.listening && !this.closed) void this.listen();
+    });
+    await this.listen();
+  }
+
+  /** (Re)subscribes; once Redis has answered, messages are heard again and what was remembered is gone. */
+  private async listen(): Promise<void> {
+    try {
+      await this.subscriber?.subscribe(this.ctl.keys.callerEvents);
+    } catch {
+      return; // the next "ready" tries again
+    }
+    if (this.closed) return;
+    this.clear();
+    this.listening = true;
+  }
+
+  /** The caller `bearer` verified as, if remembered and still current. */
+  get(bearer: string): Caller | undefined {
+    const hit = this.entries.get(bearer);
+    if (!hit) return undefined;
+    if (hit.until > Date.now()) return hit.caller;
+    this.entries.delete(bearer);
+    return undefined;
+  }
+
+  /** Verifies with `verify` unless remembered; remembers the answer if no change was heard meanwhile. */
+  async verify(bearer: string, verify: () => Promise<Caller | undefined>): Promise<Caller | undefined> {
+    const hit = this.get(bearer);
+    if (hit) return hit;
+    const generation = this.generation;
+    const caller = await verify();
+    if (!caller || !this.listening || generation !== this.generation) return caller;
+    if (this.entries.size >= MAX_ENTRIES) this.entries.clear();
+    this.entries.set(bearer, {
+      caller,
+      until: Math.min(Date.now() + CALLER_CACHE_MS, caller.token?.expires ?? Number.POSITIVE_INFINITY),
+    });
+    return caller;
+  }
+
+  /** Drops every caller the change concerns: a key or user and the tokens acting as it, or one token. */
+  forget(change: CallerChange): void {
+    this.generation++;
+    for (const [bearer, { caller }] of this.entries) {
+      if (change.kind === "token" ? caller.token?.id === change.id : caller.id === change.id)
+        this.entries.delete(bearer);
+    }
+  }
+
+  clear(): void {
+    this.generation++;
+    this.entries.clear();
+  }
+
+  /** How many callers are remembered (tests, metrics). */
+  get size(): number {
+    return this.entries.size;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.listening = false;
+    this.clear();
+    await this.subscriber?.quit().catch(() => undefined);
+  }
+}
