@@ -25,6 +25,7 @@ export default defineConfig({
         test: {
           name: "unit",
           include: ["test/unit/**/*.test.ts"],
+          setupFiles: ["test/unit-tier.ts"],
           pool: "threads",
           isolate: false,
         },
