@@ -7,7 +7,7 @@ import { existsSync, openAsBlob, statSync } from "node:fs";
 import { basename, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Command } from "commander";
-import type { DeploymentConfig } from "../contracts/deployment.ts";
+import { type DeploymentConfig, NAME_PART } from "../contracts/deployment.ts";
 import { ApiClient } from "./client.ts";
 import { CliError } from "./errors.ts";
 import { printJson, printTable } from "./output.ts";
@@ -48,8 +48,7 @@ type Flags = {
 };
 
 const METRICS = ["perplexity", "accuracy", "exact_match"];
-const TARGET =
-  /^([A-Za-z0-9][A-Za-z0-9._-]{0,62})(?:@([A-Za-z0-9][A-Za-z0-9._-]{0,62}))?(?::([A-Za-z0-9][A-Za-z0-9._-]{0,62}))?$/;
+const TARGET = new RegExp(`^(${NAME_PART})(?:@(${NAME_PART}))?(?::(${NAME_PART}))?$`);
 
 export function registerEvaluate(training: Command): void {
   training
@@ -119,10 +118,7 @@ export function registerEvaluate(training: Command): void {
 /** `--compare v1,v2` (each may carry `:<adapter>`) as two targets of `model`. */
 function compareTargets(model: string, list: string): [string, string] {
   const parts = list.split(",").map((s) => s.trim());
-  if (
-    parts.length !== 2 ||
-    parts.some((p) => !/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}(?::[A-Za-z0-9][A-Za-z0-9._-]{0,62})?$/.test(p))
-  )
+  if (parts.length !== 2 || parts.some((p) => !new RegExp(`^${NAME_PART}(?::${NAME_PART})?$`).test(p)))
     throw new CliError(`--compare ${list}: expected two versions, e.g. v1,v2 (or v1,v1:my-adapter)`, 2);
   return [`${model}@${parts[0]}`, `${model}@${parts[1]}`];
 }
