@@ -2,7 +2,7 @@
  * The queue contract: what goes on a model queue and what comes back.
  *
  * This module is public. Other services may enqueue directly into BullMQ with
- * these payloads (see README, "Queue contract for producers"), so every change
+ * these payloads (see docs/queue-contract.md), so every change
  * here must stay backward compatible within `v: 1`.
  */
 import { z } from "zod";

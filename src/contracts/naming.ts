@@ -18,7 +18,7 @@
 /**
  * BullMQ forbids ":" in queue names, hence "@"; the braces are the queue's hash tag. `variant`:
  * engine settings that change answers (servingVariant in engines.ts); none for the default queue
- * that producers address (README, "Queue contract for producers").
+ * that producers address (docs/queue-contract.md).
  */
 export function queueName(model: string, version: string, variant = ""): string {
   return variant === "" ? `{${model}@${version}}` : `{${model}@${version}~${variant}}`;

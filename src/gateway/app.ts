@@ -268,7 +268,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   app.route("/auth/registry-token", registryTokenRoutes(ctl, settings.registryToken));
   app.route("/auth", oauthRoutes(signin));
   app.route("/auth", signinRoutes(signin));
-  // The web dashboard's static files (README "Dashboard"): no key for the files, the page asks for one.
+  // The web dashboard's static files (docs/dashboard.md): no key for the files, the page asks for one.
   app.route("/dashboard", dashboardRoutes());
 
   app.notFound((c) =>

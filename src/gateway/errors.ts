@@ -1,4 +1,4 @@
-/** Every error the gateway returns, in the OpenAI error envelope (contracts/errors.ts; README, "HTTP API"). */
+/** Every error the gateway returns, in the OpenAI error envelope (contracts/errors.ts; docs/http-api.md). */
 import type { Context } from "hono";
 import { z } from "zod";
 import { describeIssues } from "../contracts/issues.ts";

@@ -7,7 +7,7 @@
  * arrives, so failures before generation (context too long, no such model
  * version on the worker) come back as ordinary HTTP errors. After that, an
  * error becomes one `data: {"error": ...}` event and the stream ends without
- * `[DONE]` (documented in the README).
+ * `[DONE]` (documented in docs/http-api.md, "Streaming").
  */
 import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";

@@ -2,7 +2,7 @@
  * The reply-stream codec: a worker appends each job event as one entry
  * `job <id> e <json>` to the stream the job names (`reply.stream`), and
  * producers read those entries back by field name. Both sides live here so
- * the format is written and read in one place (README, "Queue contract").
+ * the format is written and read in one place (docs/queue-contract.md).
  */
 import type { RedisClient } from "../redis/connection.ts";
 import { JobEvent, REPLY_STREAM_TTL_MS } from "../contracts/job.ts";

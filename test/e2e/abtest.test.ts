@@ -178,19 +178,24 @@ describe("an A/B test", () => {
   }, async () => {
     let stop = false;
     const background: Promise<{ status: number; version: string | null }>[] = [];
+    let answered = 0;
     const load = (async () => {
       while (!stop) {
-        background.push(complete("ab"));
+        background.push(complete("ab").finally(() => answered++));
         await new Promise((r) => setTimeout(r, 5));
       }
     })();
     const update = await stack.admin("PUT", "/admin/v1/endpoints/ab/abtest", { split: "v1=10,v2=90", sticky: null });
     expect(update.status, JSON.stringify(update.body)).toBe(200);
-    await new Promise((r) => setTimeout(r, 1500));
+    // Requests are answered under the new weights before the test stops.
+    const beforeStop = answered;
+    await expect.poll(() => answered).toBeGreaterThanOrEqual(beforeStop + 100);
     const stopped = await runCli(["inference", "abtest", "stop", "ab", "--keep", "v2"], stack.env);
     expect(stopped.code, stopped.stderr).toBe(0);
     expect(stopped.stdout).toMatch(/all traffic on v2/);
-    await new Promise((r) => setTimeout(r, 1500));
+    // And after it stopped, while v1 drains.
+    const afterStop = answered;
+    await expect.poll(() => answered).toBeGreaterThanOrEqual(afterStop + 100);
     stop = true;
     await load;
     const results = await Promise.all(background);

@@ -222,7 +222,12 @@ describe.skipIf(unavailable !== undefined)("the dev center: deploy, call, roll o
       }
     })();
     const rolled = await cli(["dev-center", "rollout", "start", "items", tag, "--wait"]);
-    await new Promise((r) => setTimeout(r, 3000)); // past the old replica's drain
+    // The calls go on past the old replica's drain, until only the new tag's replica is left.
+    const replicaTags = async () =>
+      JSON.parse((await cli(["dev-center", "rollout", "status", "items", "--json"])).stdout).replicas.map(
+        (r: { tag: string }) => r.tag,
+      );
+    await expect.poll(replicaTags, { timeout: 60_000, interval: 500 }).toEqual([tag]);
     looping = false;
     await loop;
     expect(rolled.code, `${rolled.stdout}${rolled.stderr}`).toBe(0);

@@ -192,9 +192,8 @@ describe.skipIf(unavailable !== undefined)("a published image, pulled by digest 
 
   it("a second pull comes from the cache without skopeo", async () => {
     const cacheDir = join(work, "cache");
-    const start = Date.now();
+    // No skopeo to run: the cache alone answers (how fast: npm run bench:images).
     const image = await pullImage({ repository, digest, cacheDir, authFile, skopeo: "/nonexistent/skopeo" });
-    expect(Date.now() - start).toBeLessThan(1000);
     expect(image.manifestDigest).toBe(digest);
     expect(await unpackImage(image, cacheDir)).toBe(join(cacheDir, "rootfs", digest.slice("sha256:".length)));
   });

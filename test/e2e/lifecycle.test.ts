@@ -260,11 +260,11 @@ describe.skipIf(skip !== undefined)("the model lifecycle on platform up", () => 
     expect(pids.length).toBeGreaterThan(0);
     for (const pid of pids) process.kill(pid, "SIGKILL");
 
-    let job = created;
-    while (!["succeeded", "failed", "cancelled"].includes(job.status)) {
-      await new Promise((r) => setTimeout(r, 200));
-      job = await client.fineTuning.jobs.retrieve(created.id);
-    }
+    // Bounded by the test's own timeout.
+    await expect
+      .poll(async () => (await client.fineTuning.jobs.retrieve(created.id)).status, { timeout: 600_000, interval: 200 })
+      .toMatch(/^(succeeded|failed|cancelled)$/);
+    const job = await client.fineTuning.jobs.retrieve(created.id);
     expect(job.error).toBeNull();
     expect(job.status).toBe("succeeded");
     expect(job.fine_tuned_model).toBe("tiny:resumed");

@@ -87,7 +87,8 @@ describe("updating an endpoint", () => {
         await sleep(50);
       }
     })();
-    await sleep(1_000);
+    // The clients are answered before the update starts.
+    await expect.poll(() => traffic.counts.ok).toBeGreaterThanOrEqual(3);
     const deployed = await runCli(["inference", "deploy", "--model", NAME, "--quantization", "int8"], stack.env);
     expect(deployed.code, deployed.stderr).toBe(0);
     expect(deployed.stdout).toMatch(/rolling out: its replicas start beside those of roll@v1/);
@@ -102,7 +103,9 @@ describe("updating an endpoint", () => {
       "the update to take the traffic and the previous replicas to drain",
       120_000,
     );
-    await sleep(1_000);
+    // And are answered by the new replicas alone.
+    const answered = traffic.counts.ok;
+    await expect.poll(() => traffic.counts.ok).toBeGreaterThanOrEqual(answered + 3);
     watching = false;
     await watch;
     const counts = await traffic.stop();
@@ -142,7 +145,9 @@ describe("updating an endpoint", () => {
     expect(shown.stdout).toMatch(/updating: roll@v1 \(revision \w+\) → roll@v1 \(revision \w+\), 0\/1 ready/);
     expect(shown.stdout).toMatch(/update failed: .*trained context length/);
     expect(shown.stdout).toMatch(/the previous deployment keeps serving/);
-    await sleep(1_000);
+    // It does: the clients are still answered.
+    const answered = traffic.counts.ok;
+    await expect.poll(() => traffic.counts.ok).toBeGreaterThanOrEqual(answered + 3);
 
     // Deploying what serves undoes the update: no rollout, the failing replicas gone.
     expect((await deploy({ quantization: "int8" })).status).toBe(200);

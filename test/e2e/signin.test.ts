@@ -24,7 +24,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { pkceChallenge, randomSecret } from "../../src/signin/oauth.ts";
 import { issueToken } from "../../src/tokens/store.ts";
-import { BIN, type CliResult, runCli, type Stack, sleep, startStack } from "../helpers/stack.ts";
+import { BIN, type CliResult, runCli, type Stack, startStack } from "../helpers/stack.ts";
 
 const CHROMIUM = "/usr/bin/chromium";
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -595,7 +595,8 @@ describe.skipIf(!haveChromium)("signing the CLI in", () => {
         }),
         { mode: 0o600 },
       );
-      await sleep(2_000);
+      // The session has ended once Redis has let its record expire (at the end of its refresh window).
+      await expect.poll(() => ctl.redis.exists(ctl.keys.token(grant.record.id))).toBe(0);
       const expired = await runCli(["auth", "status"], envFor(config));
       expect([expired.code, expired.stderr.trim(), expired.stdout]).toEqual([
         1,

@@ -136,7 +136,7 @@ describe("every URI a user key names is confined", () => {
       key,
     );
     expect(res).toMatchObject({ status: 403, body: { error: { code: "storage_forbidden", param: "output" } } });
-    await sleep(500);
+    // Refused before a job exists: nothing runs afterwards that could write it, so no wait is needed.
     expect(existsSync(target)).toBe(false);
     // An existing .jsonl outside is not replaced either (the old route replaced any file the server could write).
     await writeFile(join(outside, "victim.jsonl"), "precious\n");

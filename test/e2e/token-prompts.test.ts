@@ -11,7 +11,7 @@ import OpenAI, { toFile } from "openai";
 import type { Completion } from "openai/resources/completions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sharedModelPath, tinyModelPath } from "../helpers/models.ts";
-import { sleep, type Stack, startStack } from "../helpers/stack.ts";
+import { type Stack, startStack } from "../helpers/stack.ts";
 
 const MODEL = "storyteller";
 const TEXT = "Once upon a time";
@@ -167,11 +167,10 @@ describe("an OpenAI batch of /v1/completions lines", () => {
       endpoint: "/v1/completions",
       completion_window: "24h",
     });
-    for (const started = Date.now(); !["completed", "failed", "cancelled"].includes(batch.status); ) {
-      expect(Date.now() - started, `batch still ${batch.status}`).toBeLessThan(60_000);
-      await sleep(200);
-      batch = await client.batches.retrieve(batch.id);
-    }
+    await expect
+      .poll(async () => (await client.batches.retrieve(batch.id)).status, { timeout: 60_000, interval: 200 })
+      .toMatch(/^(completed|failed|cancelled)$/);
+    batch = await client.batches.retrieve(batch.id);
     expect(batch).toMatchObject({ status: "completed", request_counts: { total: 4, completed: 2, failed: 2 } });
     const lines = async (id: string | null | undefined) =>
       (await (await client.files.content(id as string)).text())

@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
 import { type OtlpReceiver, type ReceivedSpan, startOtlpReceiver } from "../helpers/otlp-receiver.ts";
-import { type Stack, sleep, startStack } from "../helpers/stack.ts";
+import { type Stack, startStack } from "../helpers/stack.ts";
 
 const MODULE_LOG = fileURLToPath(new URL("../helpers/module-log.ts", import.meta.url));
 const SERVER = 2;
@@ -182,7 +182,18 @@ describe("tracing on: OTLP export to a local receiver", () => {
       { "x-request-id": "req_trace_unsampled", traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00" },
     );
     expect(res.status).toBe(200);
-    await sleep(1_000);
+    // A sampled request after it: once its spans from the gateway and the worker have arrived, any
+    // span of the unsampled one (ended earlier, in the same processes) would have arrived too.
+    const after = await post(
+      stack,
+      "/v1/completions",
+      { model: "tiny", prompt: "hi", max_tokens: 2 },
+      {
+        "x-request-id": "req_trace_after_unsampled",
+      },
+    );
+    expect(after.status).toBe(200);
+    await spansOf("req_trace_after_unsampled");
     expect(
       receiver.spans.slice(before).filter((s) => s.attributes["platform.request_id"] === "req_trace_unsampled"),
     ).toEqual([]);

@@ -48,7 +48,7 @@ const reader = base.reader(stream, { blockMs: 5000 });
 while (!done) {
   const read = await reader.readOnce(onEvents);
   // A job BullMQ fails on its own (its replicas died with it twice) puts no event on the
-  // stream: while the stream is quiet, ask the queue (README, queue contract).
+  // stream: while the stream is quiet, ask the queue (docs/queue-contract.md).
   if (read === 0 && (await streamed.getState()) === "failed") {
     console.error(
       `job ${streamed.id} failed without an event: ${(await queue.getJob(streamed.id as string))?.failedReason}`,

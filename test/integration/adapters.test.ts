@@ -233,14 +233,14 @@ describe.skipIf(skip !== undefined)("LoRA adapters on one replica", () => {
     expect(stats.loads).toBeGreaterThan(3);
     expect(stats.evictions).toBe(stats.loads - stats.loaded);
     // `status` shows what the replica holds loaded, from its heartbeat.
-    let shown: string[] = [];
-    for (let i = 0; i < 300 && shown.length === 0; i++) {
+    const adapters = async () => {
       const res = await fetch(`${gateway.url}/admin/v1/endpoints/tiny`, {
         headers: { authorization: `Bearer ${key}` },
       });
-      shown = ((await res.json()) as { adapters: string[] }).adapters;
-      if (shown.length === 0) await new Promise((r) => setTimeout(r, 100));
-    }
+      return ((await res.json()) as { adapters: string[] }).adapters;
+    };
+    await expect.poll(async () => (await adapters()).length, { timeout: 30_000 }).toBeGreaterThan(0);
+    const shown = await adapters();
     expect(shown.length).toBeGreaterThan(0);
     expect(shown.length).toBeLessThanOrEqual(2);
     for (const a of shown) expect(["a1@v1", "a2@v1", "a3@v1"]).toContain(a);
@@ -315,15 +315,15 @@ describe.skipIf(skip !== undefined)("LoRA adapters on one replica", () => {
         file: await toFile(Buffer.from(lines.join("\n")), "a2.jsonl"),
         purpose: "batch",
       });
-      let batch = await client.batches.create({
+      const created = await client.batches.create({
         input_file_id: file.id,
         endpoint: "/v1/completions",
         completion_window: "24h",
       });
-      for (let i = 0; i < 600 && !["completed", "failed", "cancelled", "expired"].includes(batch.status); i++) {
-        await new Promise((r) => setTimeout(r, 100));
-        batch = await client.batches.retrieve(batch.id);
-      }
+      await expect
+        .poll(async () => (await client.batches.retrieve(created.id)).status, { timeout: 60_000 })
+        .toMatch(/^(completed|failed|cancelled|expired)$/);
+      const batch = await client.batches.retrieve(created.id);
       expect(batch.status, JSON.stringify(batch)).toBe("completed");
       expect(batch.request_counts).toMatchObject({ total: 3, completed: 3, failed: 0 });
       const output = (await (await client.files.content(batch.output_file_id as string)).text())

@@ -243,10 +243,9 @@ describe("jobs lost with a Redis failover", () => {
       );
       // What a promoted replica that never got the write looks like: the job is simply not there.
       await quick.queue("lost", "v1").remove(handle.id);
-      const t0 = Date.now();
+      // job_lost, not the 504 timeout the request would otherwise end with a minute later.
       const e = await refusal(handle.events.next());
       expect([e.status, e.code, e.retryAfter]).toEqual([503, "job_lost", 1]);
-      expect(Date.now() - t0).toBeLessThan(10_000);
     } finally {
       await quick.close();
     }

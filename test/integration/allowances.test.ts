@@ -89,9 +89,8 @@ describe("grants", () => {
     const second = await allowances.admit(id, scopes, 10);
     expect(second.grant).toBeDefined();
     expect(second.verdict.scopes[0]).toMatchObject({ requests: 2, tokens: 10 + 2 * 10 });
-    // Past its lifetime, the 63 requests and their tokens not used are back.
-    await new Promise((r) => setTimeout(r, 500));
-    expect(await a.redis.zcard(log)).toBe(2);
+    // Past its lifetime (its timer gives it back), the 63 requests and their tokens not used are back.
+    await expect.poll(() => a.redis.zcard(log)).toBe(2);
     expect(Number(await a.redis.hget(tokens, "sum"))).toBe(10 + 20);
     // A request that arrives then is checked again (and brings a new grant).
     expect((await allowances.admit(id, scopes, 10)).grant).toBeUndefined();
@@ -163,9 +162,9 @@ describe("grants", () => {
     });
     const third = await allowances.admit(id, scopes, 0);
     expect(third.slot).toBe(second.slot);
-    await new Promise((r) => setTimeout(r, 400));
-    // The grant is over: its free slots are back, the one its running request holds is not.
-    expect(await a.redis.zcard(slots)).toBe(2);
+    // Once the grant is over (its timer gives it back): its free slots are back, the one its running
+    // request holds is not.
+    await expect.poll(() => a.redis.zcard(slots)).toBe(2);
     expect(allowances.finishOf(third, undefined)).toMatchObject({ release: true, slot: third.slot });
     await limiter.end({ keyId: id, scopes, member: third.member, actual: undefined, release: true, slot: third.slot });
     await limiter.end({ keyId: id, scopes, ...allowances.finishOf(first, undefined) });

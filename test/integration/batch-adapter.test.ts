@@ -149,11 +149,9 @@ async function input(): Promise<string> {
 async function run(body: Record<string, unknown>): Promise<{ job: Job; outputs: string[] }> {
   const created = await api<Job>("POST", "/v1/batch-jobs", body);
   expect(created.status, JSON.stringify(created.body)).toBe(201);
-  let job = created.body;
-  for (let i = 0; i < 600 && !["completed", "failed", "cancelled"].includes(job.state); i++) {
-    await new Promise((r) => setTimeout(r, 100));
-    job = (await api<Job>("GET", `/v1/batch-jobs/${job.id}`)).body;
-  }
+  const current = async () => (await api<Job>("GET", `/v1/batch-jobs/${created.body.id}`)).body;
+  await expect.poll(async () => (await current()).state, { timeout: 60_000 }).toMatch(/^(completed|failed|cancelled)$/);
+  const job = await current();
   expect(job.state, JSON.stringify(job.error)).toBe("completed");
   const lines = (await readFile(fileURLToPath(job.output_file as string), "utf8")).trimEnd().split("\n");
   return { job, outputs: lines.map((l) => (JSON.parse(l) as { output: string }).output) };

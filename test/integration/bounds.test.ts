@@ -315,6 +315,7 @@ describe("records that do not parse", () => {
     await ctl.redis.sadd(ctl.keys.models, "bad:model");
     await ctl.redis.hset(ctl.keys.modelVersions("tiny"), "v9", JSON.stringify({ name: "tiny", version: "v9" }));
     await ctl.redis.publish(ctl.keys.endpointEvents, "garbage");
+    // A short wait for something that must not happen: the gateway reads the garbage event and goes on.
     await new Promise((r) => setTimeout(r, 100));
 
     const models = await call("/v1/models", { method: "GET" });

@@ -91,12 +91,11 @@ type Evaluation = {
 async function evaluate(body: Record<string, unknown>): Promise<Evaluation> {
   const created = await api<Evaluation>("POST", "/admin/v1/evaluations", body);
   expect(created.status, JSON.stringify(created.body)).toBe(201);
-  for (let i = 0; i < 1200; i++) {
-    const { body: e } = await api<Evaluation>("GET", `/admin/v1/evaluations/${created.body.id}`);
-    if (["succeeded", "failed", "cancelled"].includes(e.state)) return e;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`evaluation ${created.body.id} did not finish`);
+  const evaluation = async () => (await api<Evaluation>("GET", `/admin/v1/evaluations/${created.body.id}`)).body;
+  await expect
+    .poll(async () => (await evaluation()).state, { timeout: 120_000, message: `evaluation ${created.body.id}` })
+    .toMatch(/^(succeeded|failed|cancelled)$/);
+  return evaluation();
 }
 
 async function dataset(name: string, lines: unknown[]): Promise<string> {
@@ -401,12 +400,9 @@ describe.skipIf(skip !== undefined)("evaluation jobs", () => {
     }
     const cancelled = await api<Evaluation>("POST", `/admin/v1/evaluations/${created.body.id}/cancel`);
     expect(cancelled.status).toBe(200);
-    let e = cancelled.body;
-    for (let i = 0; i < 300 && e.state !== "cancelled"; i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      e = (await api<Evaluation>("GET", `/admin/v1/evaluations/${created.body.id}`)).body;
-    }
-    expect(e.state).toBe("cancelled");
+    const evaluation = async () => (await api<Evaluation>("GET", `/admin/v1/evaluations/${created.body.id}`)).body;
+    await expect.poll(async () => (await evaluation()).state, { timeout: 30_000 }).toBe("cancelled");
+    const e = await evaluation();
     expect(e.result).toBeNull();
     expect((e as Evaluation & { done: number }).done).toBeLessThan(400);
   }, 60_000);

@@ -60,12 +60,12 @@ describe.skipIf(!python)(
     const trainers: Trainer[] = [];
 
     const retrieve = async (id: string) => (await client.fineTuning.jobs.retrieve(id)) as Job;
+    // Bounded by the test's own timeout.
     const waitForEnd = async (id: string): Promise<Job> => {
-      for (;;) {
-        const job = await retrieve(id);
-        if (["succeeded", "failed", "cancelled"].includes(job.status)) return job;
-        await new Promise((r) => setTimeout(r, 200));
-      }
+      await expect
+        .poll(async () => (await retrieve(id)).status, { timeout: 600_000, interval: 200 })
+        .toMatch(/^(succeeded|failed|cancelled)$/);
+      return retrieve(id);
     };
     const messages = async (id: string) => {
       const out: { level: string; message: string }[] = [];

@@ -83,11 +83,11 @@ function trainerChildren(): number[] {
 }
 
 async function waitForEnd(client: OpenAI, id: string): Promise<OpenAI.FineTuning.FineTuningJob> {
-  for (;;) {
-    const job = await client.fineTuning.jobs.retrieve(id);
-    if (["succeeded", "failed", "cancelled"].includes(job.status)) return job;
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  // Bounded by the test's own timeout.
+  await expect
+    .poll(async () => (await client.fineTuning.jobs.retrieve(id)).status, { timeout: 600_000, interval: 200 })
+    .toMatch(/^(succeeded|failed|cancelled)$/);
+  return client.fineTuning.jobs.retrieve(id);
 }
 
 async function allEvents(client: OpenAI, id: string): Promise<OpenAI.FineTuning.FineTuningJobEvent[]> {

@@ -338,16 +338,14 @@ describe("batch metrics", () => {
         concurrency: 2,
       }),
     );
-    let state = "";
-    for (let i = 0; i < 600 && state !== "completed"; i++) {
+    const state = async () => {
       const job = await fetch(`${gateway.url}/v1/batch-jobs/${created.id}`, {
         headers: { authorization: `Bearer ${key}` },
       });
-      state = ((await job.json()) as { state: string }).state;
-      if (state === "failed" || state === "cancelled") throw new Error(`batch job ${state}`);
-      if (state !== "completed") await new Promise((r) => setTimeout(r, 100));
-    }
-    expect(state).toBe("completed");
+      return ((await job.json()) as { state: string }).state;
+    };
+    await expect.poll(state, { timeout: 60_000 }).toMatch(/^(completed|failed|cancelled)$/);
+    expect(await state()).toBe("completed");
     const after = await snapshot();
     const g = (name: string, match: Record<string, string> = {}) =>
       moved(before.gateway, after.gateway, name, { ...TINY, source: "batch", ...match });

@@ -263,8 +263,8 @@ describe("remote model sources", () => {
     expect(r.body.error.code).toBe("source_timeout");
     expect(r.body.error.message).toContain("PLATFORM_SOURCES_TIMEOUT_MS");
     expect(r.body.error.message).not.toContain("IDLE");
+    // Not before the limit (the error, not the clock, says it was the limit that ended it).
     expect(elapsed).toBeGreaterThanOrEqual(1400);
-    expect(elapsed).toBeLessThan(8000);
     expect(await versions("trickled")).toEqual([]);
     expect(await scratch()).toEqual([]);
   });

@@ -107,12 +107,11 @@ async function evaluate(name: string, lines: unknown[]): Promise<Evaluation> {
   await writeFile(path, `${lines.map((l) => JSON.stringify(l)).join("\n")}\n`);
   const created = await api<Evaluation>("POST", "/admin/v1/evaluations", { model: "vl@v1", dataset: path });
   expect(created.status, JSON.stringify(created.body)).toBe(201);
-  for (let i = 0; i < 600; i++) {
-    const { body: e } = await api<Evaluation>("GET", `/admin/v1/evaluations/${created.body.id}`);
-    if (["succeeded", "failed", "cancelled"].includes(e.state)) return e;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`evaluation ${created.body.id} did not finish`);
+  const evaluation = async () => (await api<Evaluation>("GET", `/admin/v1/evaluations/${created.body.id}`)).body;
+  await expect
+    .poll(async () => (await evaluation()).state, { timeout: 60_000, message: `evaluation ${created.body.id}` })
+    .toMatch(/^(succeeded|failed|cancelled)$/);
+  return evaluation();
 }
 
 /** The fake model's log-likelihood of a text's tokens, each given the ones before it (the first given BOS). */
