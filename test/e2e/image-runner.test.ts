@@ -192,7 +192,7 @@ describe.skipIf(unavailable !== undefined)("a published image, pulled by digest 
 
   it("a second pull comes from the cache without skopeo", async () => {
     const cacheDir = join(work, "cache");
-    // No skopeo to run: the cache alone answers (how fast: npm run bench:images).
+    // No skopeo to run: the cache alone answers (how fast: npm run bench:image-pull).
     const image = await pullImage({ repository, digest, cacheDir, authFile, skopeo: "/nonexistent/skopeo" });
     expect(image.manifestDigest).toBe(digest);
     expect(await unpackImage(image, cacheDir)).toBe(join(cacheDir, "rootfs", digest.slice("sha256:".length)));

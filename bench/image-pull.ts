@@ -1,5 +1,5 @@
 /**
- * `npm run bench:images`: what the image cache (scaler/images/pull.ts) saves a replica that starts
+ * `npm run bench:image-pull`: what the image cache (scaler/images/pull.ts) saves a replica that starts
  * from a published image. A pull by digest through skopeo from a local registry, into an empty
  * cache, against the same pull answered from the cache (no skopeo run at all), rounds taking
  * turns, medians, as a ratio measured in the same run. test/e2e/image-runner.test.ts proves the
@@ -30,7 +30,7 @@ const PASSWORD = `pw-${process.pid}-${Date.now()}`;
 
 const unavailable = imageToolsUnavailable();
 if (unavailable) {
-  console.log(`bench:images skipped: ${unavailable}`);
+  console.log(`bench:image-pull skipped: ${unavailable}`);
   process.exit(0);
 }
 
