@@ -20,7 +20,8 @@ import { DeploymentConfig, NAME_PATTERN } from "../contracts/deployment.ts";
 import { isOperator } from "../contracts/orgs.ts";
 import { taskOf } from "../registry/version.ts";
 import { countApiKeys, createApiKey, verifyApiKey } from "../keys/store.ts";
-import { ensurePrivateDir, startEmbeddedRedis } from "../redis/embedded.ts";
+import { ensurePrivateDir } from "../redis/embedded.ts";
+import { superviseEmbeddedRedis } from "../redis/supervisor.ts";
 import { deployEndpoint, findEndpoint, getEndpoint } from "../endpoints/store.ts";
 import { type Control, connectControl, maskRedisUrl } from "../redis/connection.ts";
 import { endpointStatus } from "../endpoints/status.ts";
@@ -105,9 +106,11 @@ async function up(flags: UpFlags): Promise<void> {
 
   const redis = settings.redisUrl
     ? undefined
-    : await startEmbeddedRedis(join(settings.dataDir, "redis"), {
+    : await superviseEmbeddedRedis(join(settings.dataDir, "redis"), {
         onNote: (line) => console.log(line),
+        onEvent: event,
         server: settings.queue.redisServer,
+        budget: { restarts: settings.queue.redisRestarts, windowMs: settings.queue.redisRestartWindowMs },
       });
   const redisUrl = settings.redisUrl ?? (redis as NonNullable<typeof redis>).url;
   const ctl = connectControl(redisUrl, settings.prefix);
@@ -178,6 +181,14 @@ async function up(flags: UpFlags): Promise<void> {
     log("stopped.");
     process.exit(code);
   };
+  // Redis could not be kept running: no job can be handed back, so the replicas are killed, not drained.
+  redis?.onGiveUp(async (line) => {
+    log(line);
+    stopping = true;
+    await backend.kill();
+    await bounded(services.close(), 2_000);
+    process.exit(1);
+  });
   process.on("SIGINT", () => void shutdown("SIGINT"));
   process.on("SIGTERM", () => void shutdown("SIGTERM"));
   // A closed terminal: the same clean stop, rather than Node's default of dying on the spot.

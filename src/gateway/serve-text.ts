@@ -123,8 +123,9 @@ export async function serveText<R, C extends StreamChunk>(
       const err = clientError(c, e);
       // After the headers: the error handler never sees this one.
       serving.failed(err);
-      await serving.cancel();
       await send(errorEnvelope(err));
+      // Not awaited: with Redis away the cancellation waits for it, and the client must not.
+      void serving.cancel().catch(() => undefined);
     }
   });
 }
