@@ -28,6 +28,11 @@ export type RedisOutage = {
   /** True while the connection is not ready (reconnecting, or never connected yet). */
   readonly down: boolean;
   /**
+   * When the connection last came back from an outage (0: none since the watch began). Whatever should have
+   * been written to Redis meanwhile (a heartbeat) could not be: silence before this is no sign.
+   */
+  readonly readyAt: number;
+  /**
    * Calls `listener` once the connection has been down for `afterMs` on end (at once if it
    * already has); returns the unsubscribe. A listener, not a shared promise: a promise raced by
    * every request would keep a reaction per request for as long as Redis stays up.
@@ -43,6 +48,7 @@ export function outageOf(redis: Watched, afterMs = REDIS_WAIT_MS): RedisOutage {
   if (known) return known;
   let timer: NodeJS.Timeout | undefined;
   let lasting: Error | undefined;
+  let readyAt = 0;
   const listeners = new Set<(e: Error) => void>();
   const down = () => {
     if (timer) return;
@@ -57,6 +63,7 @@ export function outageOf(redis: Watched, afterMs = REDIS_WAIT_MS): RedisOutage {
   redis.on("reconnecting", down);
   redis.on("end", down);
   redis.on("ready", () => {
+    if (timer) readyAt = Date.now(); // back from an outage; the first connection is none
     clearTimeout(timer);
     timer = undefined;
     lasting = undefined;
@@ -64,6 +71,9 @@ export function outageOf(redis: Watched, afterMs = REDIS_WAIT_MS): RedisOutage {
   const watch: RedisOutage = {
     get down() {
       return redis.status !== "ready";
+    },
+    get readyAt() {
+      return readyAt;
     },
     onLasting: (listener) => {
       if (lasting) {
