@@ -593,6 +593,18 @@ for (let round = 0; round < ROUNDS; round++) {
 }
 stackEchoWorker.kill("SIGTERM");
 await once(stackEchoWorker, "exit");
+// Reply entries one streamed generation costs (src/queue/replies.ts gathers a stream's tokens):
+// what every token would otherwise cost the worker, Redis, the gateway and the client.
+const replyStreams = (await stackCtl.redis.keys(`${stackSettings.prefix}:cp:replies:*`)) as string[];
+const entriesAddedTo = async (k: string) => {
+  const info = (await stackCtl.redis.call("XINFO", "STREAM", k)) as unknown[];
+  return Number(info[info.indexOf("entries-added") + 1]);
+};
+const allReplyEntries = async () =>
+  (await Promise.all(replyStreams.map((k) => entriesAddedTo(k).catch(() => 0)))).reduce((a, b) => a + b, 0);
+const entriesBefore = await allReplyEntries();
+const streamedTokens = await platformGenerate(0, prompts[0] as string);
+const replyEntriesPerToken = ((await allReplyEntries()) - entriesBefore) / streamedTokens;
 const throughput = [1, 4].map((streams) => {
   const ratios = realRounds.map(
     (r) => (r.rates[streams] as { platform: number }).platform / (r.rates[streams] as { direct: number }).direct,
@@ -867,6 +879,7 @@ const results = {
     })),
   },
   throughput,
+  reply_entries_per_streamed_token: replyEntriesPerToken,
   cli: cliRounds,
   rss,
 };
@@ -906,7 +919,9 @@ console.log(
 console.log(
   `1-token chat ÷ (queue floor + engine paced), by round: ${oneTokenRatios.map((x) => f(x, 2)).join(", ")} → ${f(oneTokenRatio, 2)} ±${f(oneTokenSpread, 2)}`,
 );
-console.log("tokens/s, platform (streamed) vs direct:");
+console.log(
+  `tokens/s, platform (streamed) vs direct (${f(replyEntriesPerToken, 3)} reply entries per streamed token: ${f(1 / replyEntriesPerToken, 1)} tokens an entry):`,
+);
 for (const t of throughput)
   console.log(
     `  ${t.streams} stream(s): ${f(t.platform_tokens_per_s, 0)} vs ${f(t.direct_tokens_per_s, 0)} → ratio ${f(t.ratio, 3)} ±${f(t.ratio_spread, 3)} (by round: ${t.ratios.map((x) => f(x, 3)).join(", ")})`,
