@@ -8,8 +8,8 @@ export function registerTrainerRole(program: Command): void {
   program
     .command("trainer")
     .description("run a fine-tuning trainer alone (needs REDIS_URL and the Python stack: torch, transformers, peft)")
-    .option("--jobs <n>", "fine-tuning jobs this process trains at once", "1")
-    .option("--threads <n>", "CPU threads torch uses per job", "1")
+    .option("--jobs <n>", "fine-tuning jobs this process trains at once", wholeNumber(1, 64), 1)
+    .option("--threads <n>", "CPU threads torch uses per job", wholeNumber(1, 1024), 1)
     .option(
       "--gpu",
       "offer a GPU: also take jobs that ask for one (resources.gpu); refuses to start unless the trainer's torch sees a GPU",
@@ -19,13 +19,8 @@ export function registerTrainerRole(program: Command): void {
       "serve /livez, /readyz and /metrics on this port, as a worker does (0: any free port, printed)",
       wholeNumber(0, 65535),
     )
-    .action(async (opts: { jobs: string; threads: string; gpu?: boolean; healthPort?: number }) => {
-      const jobs = Number(opts.jobs);
-      const threads = Number(opts.threads);
-      if (!Number.isInteger(jobs) || jobs < 1)
-        throw new CliError(`--jobs: expected a positive whole number, got "${opts.jobs}"`, 2);
-      if (!Number.isInteger(threads) || threads < 1)
-        throw new CliError(`--threads: expected a positive whole number, got "${opts.threads}"`, 2);
+    .action(async (opts: { jobs: number; threads: number; gpu?: boolean; healthPort?: number }) => {
+      const { jobs, threads } = opts;
       if (!loadSettings().redisUrl)
         throw new CliError("REDIS_URL is not set; the trainer needs the platform's Redis", 2);
       const { runTrainerProcess } = await import("../../workers/trainer/main.ts");
