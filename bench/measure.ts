@@ -14,7 +14,12 @@ const agent = new Agent({ keepAlive: true, maxSockets: 64 });
  * POSTs JSON and resolves with the parsed answer; a status of 300 or more rejects with the body.
  * A string body is sent as it is (JSON already written, so a load's requests cost its sender nothing).
  */
-export function postJson<T>(url: string, body: unknown, headers: Record<string, string> = {}): Promise<T> {
+export async function postJson<T>(url: string, body: unknown, headers: Record<string, string> = {}): Promise<T> {
+  return JSON.parse(await postText(url, body, headers)) as T;
+}
+
+/** The same, resolving with the answer's text as it came (a stream's events, all of them). */
+export function postText(url: string, body: unknown, headers: Record<string, string> = {}): Promise<string> {
   const payload = typeof body === "string" ? body : JSON.stringify(body);
   return new Promise((resolve, reject) => {
     const req = httpRequest(
@@ -29,9 +34,7 @@ export function postJson<T>(url: string, body: unknown, headers: Record<string, 
         res.setEncoding("utf8");
         res.on("data", (chunk: string) => (text += chunk));
         res.on("end", () =>
-          (res.statusCode ?? 500) < 300
-            ? resolve(JSON.parse(text) as T)
-            : reject(new Error(`HTTP ${res.statusCode}: ${text}`)),
+          (res.statusCode ?? 500) < 300 ? resolve(text) : reject(new Error(`HTTP ${res.statusCode}: ${text}`)),
         );
       },
     );

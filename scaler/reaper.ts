@@ -11,6 +11,7 @@ import type { Endpoint } from "../src/endpoints/endpoint.ts";
 import { listReplicas } from "../src/replicas/heartbeats.ts";
 import type { QueueBase } from "../src/queue/base.ts";
 import { reclaimJobs } from "../src/queue/reclaim.ts";
+import { outageOf } from "../src/redis/outage.ts";
 import { DEFAULT_HEARTBEAT_MS } from "../src/settings/queue.ts";
 
 export const SILENT_BEATS = 2.5;
@@ -21,12 +22,14 @@ export async function reapSilentReplicas(
   log: (line: string) => void,
   now = Date.now(),
 ): Promise<void> {
+  // A replica could not beat while this scaler's Redis was away (restarting): its silence counts from the return.
+  const back = outageOf(queues.ctl.redis).readyAt;
   for (const endpoint of endpoints) {
     const replicas = await listReplicas(queues.ctl, endpoint.name);
     for (const replica of replicas) {
       if (
         replica.state === "failed" ||
-        now - replica.heartbeat <= SILENT_BEATS * (replica.heartbeat_ms ?? DEFAULT_HEARTBEAT_MS)
+        now - Math.max(replica.heartbeat, back) <= SILENT_BEATS * (replica.heartbeat_ms ?? DEFAULT_HEARTBEAT_MS)
       )
         continue;
       const { requeued, failed } = await reclaimJobs(queues, replica);

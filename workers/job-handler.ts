@@ -19,7 +19,7 @@ import {
 import { type SchemaLimits, schemaLimitError } from "../src/contracts/schema-limits.ts";
 import { isCancelled } from "../src/queue/cancel.ts";
 import { keepAnswer } from "../src/queue/kept-answers.ts";
-import { appendReply } from "../src/queue/replies.ts";
+import { appendReply, TokenCoalescer } from "../src/queue/replies.ts";
 import { causeFields, logger } from "../src/telemetry/log.ts";
 import type { Source } from "../src/telemetry/request-metrics.ts";
 import { type JobTrace, traceFieldsOf, traceJob } from "../src/telemetry/tracing.ts";
@@ -137,18 +137,24 @@ export class JobHandler {
       const started = performance.now();
       let firstText: number | undefined;
       let lastText = started;
+      // A stream's tokens, a few to a reply entry (src/queue/replies.ts).
+      const tokens =
+        payload.stream && payload.reply
+          ? new TokenCoalescer((event) => void this.emit(payload, jobId, event))
+          : undefined;
       const onText = (text: string, logprobs?: TokenLogprob[]) => {
         const now = performance.now();
         if (firstText === undefined) firstText = now;
         else metrics?.interToken(source, (now - lastText) / 1000);
         lastText = now;
-        if (payload.stream)
-          void this.emit(payload, jobId, logprobs ? { type: "token", text, logprobs } : { type: "token", text });
+        tokens?.push(text, logprobs);
       };
       let result: JobResult;
       try {
         result = await this.run(payload, abort.signal, onText);
       } finally {
+        // The tokens still waiting go before the job's last event.
+        tokens?.flush();
         // Before the reply's round trip: a prefetched job can use the sequence meanwhile.
         this.slots.release();
         w.generating.delete(jobId);

@@ -23,10 +23,11 @@ import { adapterCacheDir, hasAdapters, ReplicaAdapters } from "./adapters.ts";
 import { openStore } from "../src/storage/index.ts";
 
 /**
- * How often a worker started by `up` checks its parent and its Redis connection (a cheap
- * getppid). An `up` killed outright leaves its Redis running for a few seconds
- * (REDIS_GRACE_AFTER_PARENT_S) so that its workers can hand their jobs back: the sooner they
- * notice, the more of that time is theirs.
+ * How often a worker started by `up` checks its parent (a cheap getppid). An `up` killed outright
+ * leaves its Redis running for a few seconds (REDIS_GRACE_AFTER_PARENT_S) so that its workers can
+ * hand their jobs back: the sooner they notice, the more of that time is theirs. Redis itself
+ * going away is ridden out: `up` restarts it (src/redis/supervisor.ts), and the connections come
+ * back by themselves; an `up` that gives up on Redis exits, which this check sees.
  */
 const WATCH_EVERY_MS = 100;
 /** After the drain deadline, the drain gets this long to hand jobs back and clean up. */
@@ -54,7 +55,7 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
   // Before the first job, standby workers included: the SDK (when on) is loaded while nothing waits.
   await startTracing(settings.tracing, "worker");
   const ctl = connectControl(settings.redisUrl, settings.prefix);
-  // Until the worker runs, losing the parent or Redis just ends the process.
+  // Until the worker runs, losing the parent just ends the process.
   let lost: (why: string) => void = (why) => {
     log.warn(`${why}: exiting`);
     process.exit(0);
@@ -62,12 +63,8 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
   // Started by `platform up`: never outlive it, even if it was killed without a chance to stop us.
   if (settings.worker.exitWithParent) {
     const parent = process.ppid;
-    let lastReady = Date.now();
     setInterval(() => {
-      if (process.ppid !== parent) return lost("the process that started this worker is gone");
-      if (ctl.redis.status === "ready") lastReady = Date.now();
-      else if (Date.now() - lastReady > settings.redisGraceMs)
-        lost(`Redis unreachable for ${settings.redisGraceMs} ms`);
+      if (process.ppid !== parent) lost("the process that started this worker is gone");
     }, WATCH_EVERY_MS).unref();
   }
   // A standby worker gives back what loading llama.cpp used while it waits; a serving one, when it has no job.
@@ -132,7 +129,7 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
   process.on("SIGTERM", () => void stop(0, settings.drainTimeoutMs));
   process.on("SIGINT", () => void stop(0, settings.drainTimeoutMs));
   process.on("SIGHUP", () => void stop(0, settings.drainTimeoutMs));
-  // Parent or Redis gone: nobody waits for answers, so generations are aborted and their jobs
+  // Parent gone: nobody waits for answers, so generations are aborted and their jobs
   // handed back at once.
   lost = (why) => void stop(0, 0, why);
   try {

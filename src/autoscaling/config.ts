@@ -1,5 +1,5 @@
 /**
- * The auto-scaling configuration document (the seed's YAML), applied with
+ * The auto-scaling configuration document (YAML, docs/autoscaling.md), applied with
  * `platform inference autoscale <model> --config <file>`:
  *
  * ```yaml
@@ -38,7 +38,7 @@ export const MAX_REPLICAS_LIMIT = 64;
  *   replicas are added only once the work exceeds what the replicas already
  *   run at once (pending = waiting + active).
  * - `scale_up_cooldown: 30s`: Ray Serve's upscale delay.
- * - `scale_down_cooldown: 60s`: the seed's example; paces removal one replica
+ * - `scale_down_cooldown: 60s`: the documented example; paces removal one replica
  *   a minute once the delay has passed.
  * - `scale_down_delay: 5m`: KEDA's cooldown period; between Knative's 0 s (cheap
  *   pods) and Ray Serve's 600 s, because reloading a model costs far more than

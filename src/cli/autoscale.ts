@@ -2,7 +2,7 @@
  * `platform inference autoscale <model> --config <file>` applies an autoscaling
  * file; `platform inference autoscale status <model> [--json]` shows what the
  * scaler sees and why it last acted. One command takes both forms, so either
- * line works exactly as the seed writes it.
+ * line works exactly as the product's documentation writes it.
  */
 import { readFile } from "node:fs/promises";
 import type { Command } from "commander";

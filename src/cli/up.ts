@@ -17,8 +17,9 @@ import { startGatewayRole } from "../gateway/server/main.ts";
 import { bootstrapAtStart, operatorKey } from "../keys/bootstrap.ts";
 import { bounded, onStopSignals } from "../process/shutdown.ts";
 import { WORKER_NODE_FLAGS } from "../process/worker-env.ts";
+import { superviseEmbeddedRedis } from "../redis/supervisor.ts";
 import { type Control, connectControl, maskRedisUrl } from "../redis/connection.ts";
-import { ensurePrivateDir, startEmbeddedRedis } from "../redis/embedded.ts";
+import { ensurePrivateDir } from "../redis/embedded.ts";
 import { taskOf } from "../registry/version.ts";
 import { type CliSettings, loadSettings, type Settings } from "../settings/index.ts";
 import { parseStorageRoot, type StorageRoot } from "../storage/policy.ts";
@@ -96,9 +97,11 @@ async function up(flags: UpFlags): Promise<void> {
 
   const redis = settings.redisUrl
     ? undefined
-    : await startEmbeddedRedis(join(settings.dataDir, "redis"), {
+    : await superviseEmbeddedRedis(join(settings.dataDir, "redis"), {
         onNote: (line) => console.log(line),
+        onEvent: event,
         server: settings.queue.redisServer,
+        budget: { restarts: settings.queue.redisRestarts, windowMs: settings.queue.redisRestartWindowMs },
       });
   const redisUrl = settings.redisUrl ?? (redis as NonNullable<typeof redis>).url;
   const ctl = connectControl(redisUrl, settings.prefix);
@@ -161,6 +164,14 @@ async function up(flags: UpFlags): Promise<void> {
     log("stopped.");
     process.exit(code);
   };
+  // Redis could not be kept running: no job can be handed back, so the replicas are killed, not drained.
+  redis?.onGiveUp(async (line) => {
+    log(line);
+    stopping = true;
+    await backend.kill();
+    await bounded(services.close(), 2_000);
+    process.exit(1);
+  });
   // SIGHUP, a closed terminal: the same clean stop, rather than Node's default of dying on the spot.
   onStopSignals((signal) => void shutdown(signal), ["SIGINT", "SIGTERM", "SIGHUP"]);
 

@@ -1,6 +1,6 @@
 /**
- * The deployment configuration document (the seed's YAML) and its validation.
- * Every field of the seed is accepted; fields the chosen engine cannot honour
+ * The deployment configuration document (YAML, docs/deployment.md) and its validation.
+ * Every documented field is accepted; fields the chosen engine cannot honour
  * are kept and reported by `status` as not applied (which those are: engines.ts).
  */
 import { z } from "zod";

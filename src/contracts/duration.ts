@@ -1,5 +1,5 @@
 /**
- * Durations as the seed writes them: `<n>s`, and also `<n>ms` and `<n>m`.
+ * Durations as the configuration files write them: `<n>s`, and also `<n>ms` and `<n>m`.
  * A bare number is rejected because its unit would be a guess.
  */
 import { z } from "zod";

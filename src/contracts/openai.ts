@@ -347,7 +347,7 @@ export type TextCompletion = Head<"text_completion"> & { choices: TextChoice<Pub
 export type TextCompletionChunk = Head<"text_completion"> &
   StreamChunk & { choices: TextChoice<PublicFinishReason | null>[] };
 
-/** The seed's generate route (the README documents it): one choice, and the version that answered. */
+/** The platform's own generate route (docs/http-api.md): one choice, and the version that answered. */
 export type Generation = Head<"generation"> & {
   version: string;
   output: string;

@@ -73,6 +73,8 @@ export async function serveText<R, C extends StreamChunk>(
     const send = (data: C | ErrorEnvelope) => sse.writeSSE({ data: JSON.stringify(data) });
     const withUsage = (chunk: C): C => (options.includeUsage ? { ...chunk, usage: null } : chunk);
     const lastToken: (number | undefined)[] = [];
+    // One labels object for the stream: each text delta observes the inter-token gap with it.
+    const itlLabels = { ...served, source: "online" as const };
     const streamed: number[] = [];
     const results: TextResult[] = [];
     for (let i = 0; i < choices; i++) await send(withUsage(format.chunk(base, i, { first: true })));
@@ -81,7 +83,7 @@ export async function serveText<R, C extends StreamChunk>(
         if (event.type === "token") {
           const now = performance.now();
           const last = lastToken[index];
-          if (last !== undefined) ctx.metrics.interToken.observe({ ...served, source: "online" }, (now - last) / 1000);
+          if (last !== undefined) ctx.metrics.interToken.observe(itlLabels, (now - last) / 1000);
           lastToken[index] = now;
           await send(
             withUsage(
@@ -123,8 +125,9 @@ export async function serveText<R, C extends StreamChunk>(
       const err = clientError(c, e);
       // After the headers: the error handler never sees this one.
       serving.failed(err);
-      await serving.cancel();
       await send(errorEnvelope(err));
+      // Not awaited: with Redis away the cancellation waits for it, and the client must not.
+      void serving.cancel().catch(() => undefined);
     }
   });
 }

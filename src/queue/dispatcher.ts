@@ -15,6 +15,7 @@
 import { randomUUID } from "node:crypto";
 import { JOB_SCHEMA_VERSION, type JobEvent, type JobPayloadInput, RETRY_AFTER_S } from "../contracts/job.ts";
 import type { Control } from "../redis/connection.ts";
+import { outageOf, redisUnavailable } from "../redis/outage.ts";
 import { withinRedisWait } from "../redis/wait.ts";
 import { currentTraceparent } from "../telemetry/tracing.ts";
 import { PlatformError, withDetail } from "../contracts/errors.ts";
@@ -143,6 +144,7 @@ export class Dispatcher extends QueueBase {
     // that holds it without a free sequence fails it itself at the queue deadline.)
     let waitingUntil = queueDeadline ?? Infinity;
     const lostJobCheckMs = this.lostJobCheckMs;
+    const outage = outageOf(this.ctl.redis);
     let nextCheck = Date.now() + lostJobCheckMs;
     let missingBefore = false;
     async function* events(): AsyncGenerator<JobEvent, void, undefined> {
@@ -194,14 +196,23 @@ export class Dispatcher extends QueueBase {
               `no answer within ${options.timeoutMs} ms; the request was cancelled`,
             );
           const sleep = Math.min(left, waitingUntil - Date.now(), nextCheck - Date.now());
+          // Redis away for long: no answer can come (and none be cancelled) until it is back.
+          let lasted = false;
+          const unsubscribe = outage.onLasting(() => {
+            lasted = true;
+            wake?.();
+          });
           await new Promise<void>((resolve) => {
             const timer = setTimeout(resolve, sleep);
             wake = () => {
               clearTimeout(timer);
               resolve();
             };
+            if (lasted) wake();
           });
+          unsubscribe();
           wake = undefined;
+          if (lasted && buffer.length === 0) throw redisUnavailable();
         }
       } finally {
         waiters.delete(id);

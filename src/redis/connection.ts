@@ -12,13 +12,13 @@ export type Control = {
   redis: RedisClient;
   /** Options of each node connection (the only one, unless `clusterNodes` is set). */
   redisOptions: RedisOptions;
-  /** The seed nodes when REDIS_URL names a Redis Cluster. */
+  /** The startup nodes when REDIS_URL names a Redis Cluster. */
   clusterNodes?: ClusterNode[];
   prefix: string;
   keys: ControlKeys;
 };
 
-/** What REDIS_URL says: a node's connection options, and the seed nodes if it names a Cluster. */
+/** What REDIS_URL says: a node's connection options, and the startup nodes if it names a Cluster. */
 export type RedisUrlOptions = RedisOptions & { clusterNodes?: ClusterNode[] };
 
 const FORMS =

@@ -25,6 +25,12 @@ export type EmbeddedRedis = {
   passwordFile: string;
   /** Process id of redis-server itself (not of its watchdog). */
   pid: number;
+  /** The port it listens on (a restart takes the same one: the URL its clients hold stays good). */
+  port: number;
+  /** Its log, named when it fails. */
+  logfile: string;
+  /** Settles when redis-server has ended, however it ended, with how (`code 1`, `signal SIGKILL`). */
+  exited: Promise<string>;
   /** Graceful by default (SIGTERM, so the AOF is flushed); `fast` gives it 2 s before SIGKILL. */
   stop: (options?: { fast?: boolean }) => Promise<void>;
 };
@@ -104,6 +110,10 @@ function config(o: {
     "protected-mode yes",
     ...auth,
     `dir ${o.dir}`,
+    // A redis-server killed outright (kill -9, the OOM killer) loses nothing it acknowledged: it
+    // write(2)s the AOF before it replies, and the kernel keeps what was written. `everysec` leaves
+    // only a machine crash's last second at risk; `always` would fsync every write, which costs
+    // milliseconds per command on ordinary disks (docs/fleet.md, "When the embedded Redis dies").
     "appendonly yes",
     "appendfsync everysec",
     'save ""',
@@ -172,10 +182,13 @@ async function stopStale(pidfile: string, dir: string, onNote: (line: string) =>
   }
 }
 
-/** `server`: the redis-server to run (settings.queue.redisServer, PLATFORM_REDIS_SERVER); default the one on PATH. */
+/**
+ * `server`: the redis-server to run (settings.queue.redisServer, PLATFORM_REDIS_SERVER); default the
+ * one on PATH. `port`: the one to listen on (a restart's); default a free one.
+ */
 export async function startEmbeddedRedis(
   dataDir: string,
-  options: { onNote?: (line: string) => void; server?: string } = {},
+  options: { onNote?: (line: string) => void; server?: string; port?: number } = {},
 ): Promise<EmbeddedRedis> {
   // Absolute from here on: Redis changes into `dir` before it reads the logfile and pidfile paths.
   const dir = resolve(dataDir);
@@ -183,7 +196,7 @@ export async function startEmbeddedRedis(
   await ensurePrivateDir(dir, onNote);
   const server = options.server ?? "redis-server";
   const version = await serverVersion(server);
-  const port = await freePort();
+  const port = options.port ?? (await freePort());
   const logfile = join(dir, "redis.log");
   const pidfile = join(dir, "redis.pid");
   const confFile = join(dir, CONFIG_FILE);
@@ -197,7 +210,9 @@ export async function startEmbeddedRedis(
   // group, so a terminal's Ctrl-C does not stop Redis before the workers have drained.
   const watched = spawnWatched(server, [confFile], { graceSeconds: REDIS_GRACE_AFTER_PARENT_S });
   const child = watched.process;
-  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  const exited = new Promise<string>((resolve) =>
+    child.once("exit", (code, signal) => resolve(signal ? `signal ${signal}` : `code ${code}`)),
+  );
   const spawnError = new Promise<Error>((resolve) => child.once("error", resolve));
   const user = version[0] >= 6 ? REDIS_USER : "";
   const url = `redis://${user}:${password}@127.0.0.1:${port}`;
@@ -224,7 +239,7 @@ export async function startEmbeddedRedis(
     for (let i = 0; ; i++) {
       const failed = await Promise.race([
         spawnError,
-        exited.then((code) => new Error(`redis-server exited with code ${code}`)),
+        exited.then((how) => new Error(`redis-server exited (${how})`)),
         new Promise<undefined>((r) => setTimeout(() => r(undefined), 100)),
       ]);
       if (failed) {
@@ -252,6 +267,9 @@ export async function startEmbeddedRedis(
     displayUrl,
     passwordFile,
     pid,
+    port,
+    logfile,
+    exited,
     stop: async ({ fast = false } = {}) => {
       if (child.exitCode !== null || child.signalCode !== null) return;
       // The watchdog's cue: SIGTERM to Redis now, which flushes the AOF.

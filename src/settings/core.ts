@@ -33,7 +33,6 @@ export const coreShape = {
   PLATFORM_ADMIN_STORAGE_ROOTS: z.string().optional(),
   PLATFORM_REQUEST_TIMEOUT_MS: z.coerce.number().int().positive().default(600_000),
   PLATFORM_DRAIN_TIMEOUT_MS: z.coerce.number().int().nonnegative().default(30_000),
-  PLATFORM_REDIS_GRACE_MS: z.coerce.number().int().positive().default(5_000),
   PLATFORM_MAX_REQUEST_BYTES: z.coerce.number().int().positive().optional(),
   /** The old name of PLATFORM_MAX_REQUEST_BYTES, still honoured when the new one is unset. */
   PLATFORM_MAX_BODY_BYTES: z.coerce.number().int().positive().optional(),
@@ -65,8 +64,6 @@ export type CoreSettings = {
   requestTimeoutMs: number;
   /** How long a stopping worker may finish its generations before they are aborted and requeued. */
   drainTimeoutMs: number;
-  /** How long a worker started by `up` waits for an unreachable Redis before it exits. */
-  redisGraceMs: number;
   /** Body limit of the JSON API routes (chat, completions, generate, embeddings, management). */
   maxRequestBytes: number;
   /** Body limit of `POST /v1/files` uploads. */
@@ -96,7 +93,6 @@ export function coreSettings(e: CoreEnv): CoreSettings {
     adminStorageRoots: parseStorageRoots(e.PLATFORM_ADMIN_STORAGE_ROOTS, "PLATFORM_ADMIN_STORAGE_ROOTS"),
     requestTimeoutMs: e.PLATFORM_REQUEST_TIMEOUT_MS,
     drainTimeoutMs: e.PLATFORM_DRAIN_TIMEOUT_MS,
-    redisGraceMs: e.PLATFORM_REDIS_GRACE_MS,
     // Small by default: a JSON request holds a prompt, and whatever it holds is copied into Redis.
     maxRequestBytes: e.PLATFORM_MAX_REQUEST_BYTES ?? e.PLATFORM_MAX_BODY_BYTES ?? 2 * 1024 * 1024,
     maxFileBytes: e.PLATFORM_MAX_FILE_BYTES,

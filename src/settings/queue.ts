@@ -16,6 +16,13 @@ export const queueShape = {
     .string()
     .min(1, "expected a redis-server executable (a path or a name on PATH)")
     .default("redis-server"),
+  /** How often `up` restarts an embedded Redis that died, within the window, before it gives up (docs/fleet.md). */
+  PLATFORM_REDIS_RESTARTS: z.coerce
+    .number({ message: "expected a whole number of restarts" })
+    .int()
+    .nonnegative()
+    .default(5),
+  PLATFORM_REDIS_RESTART_WINDOW_MS: positiveMs(60_000),
   PLATFORM_MAX_QUEUE_DEPTH: z.coerce
     .number({ message: "expected a whole number of requests" })
     .int()
@@ -33,12 +40,13 @@ export const queueShape = {
 
 type QueueEnv = z.infer<z.ZodObject<typeof queueShape>>;
 
-export type QueueSettings = { redisServer: string };
+/** `redisRestarts` within `redisRestartWindowMs`: the embedded Redis's restart budget (src/redis/supervisor.ts). */
+export type QueueSettings = { redisServer: string; redisRestarts: number; redisRestartWindowMs: number };
 /** Gateway-wide defaults; an endpoint's `resources.max_queue_depth` / `max_queue_wait` override them. */
 export type AdmissionSettings = { maxQueueDepth: number; maxQueueWaitMs: number };
 export type HeartbeatSettings = { intervalMs: number };
 /**
- * `exitWithParent`: a worker started by `up` watches it and Redis, and exits when either is gone.
+ * `exitWithParent`: a worker started by `up` watches it, and exits when it is gone (a Redis outage it rides out).
  * `standby`: the local backend keeps a spare worker process loaded, to start replicas from.
  * `metrics`: the local backend gives each worker a health port, for /metrics.
  */
@@ -51,7 +59,11 @@ export function queueSections(e: QueueEnv): {
   worker: WorkerSettings;
 } {
   return {
-    queue: { redisServer: e.PLATFORM_REDIS_SERVER },
+    queue: {
+      redisServer: e.PLATFORM_REDIS_SERVER,
+      redisRestarts: e.PLATFORM_REDIS_RESTARTS,
+      redisRestartWindowMs: e.PLATFORM_REDIS_RESTART_WINDOW_MS,
+    },
     admission: { maxQueueDepth: e.PLATFORM_MAX_QUEUE_DEPTH, maxQueueWaitMs: e.PLATFORM_MAX_QUEUE_WAIT_MS },
     heartbeats: { intervalMs: e.PLATFORM_HEARTBEAT_MS },
     worker: {

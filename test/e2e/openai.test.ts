@@ -151,7 +151,7 @@ describe("completions, generate, models", () => {
     expect(text).toBe(res.choices[0]?.text);
   });
 
-  it("serves the seed's generate route", async () => {
+  it("serves the platform's generate route", async () => {
     const res = await fetch(`${stack.baseUrl}/v1/inference/${MODEL}/generate`, {
       method: "POST",
       headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" },

@@ -1,6 +1,6 @@
 /**
  * A team's workspace for the proto tests, as `platform init` leaves it (`.platformrc.json`, the
- * `buf.yaml` it writes) with the seed's ItemService, and the Python with grpcio-tools that
+ * `buf.yaml` it writes) with the example ItemService, and the Python with grpcio-tools that
  * `proto generate --lang python` runs in.
  */
 import { execFileSync } from "node:child_process";
@@ -26,7 +26,7 @@ breaking:
     - WIRE_JSON
 `;
 
-/** The seed's reference ItemService. */
+/** The example ItemService. */
 export const ITEMS_PROTO = `syntax = "proto3";
 
 package platform.items.v1;

@@ -1,6 +1,6 @@
 /**
  * `platform proto lint` and `proto generate` in a workspace as `platform init` leaves it, with the
- * real CLI, the real buf, protoc-gen-es and grpcio-tools: the seed's ItemService lints clean, a bad
+ * real CLI, the real buf, protoc-gen-es and grpcio-tools: the example ItemService lints clean, a bad
  * proto fails with `path:line:column` findings (buf's and the platform's), the TypeScript stubs
  * type-check against @bufbuild/protobuf and run, the Python stubs import beside the standard
  * library's `platform` and serve a real gRPC call (skipped, saying so, without a Python that has
@@ -64,7 +64,7 @@ afterAll(async () => {
 });
 
 describe("proto lint", () => {
-  it("passes the seed's ItemService, with a one-line summary", async () => {
+  it("passes the example ItemService, with a one-line summary", async () => {
     const dir = await workspace();
     const r = await runCli(["proto", "lint"], env, dir);
     expect(r.code, r.stderr).toBe(0);

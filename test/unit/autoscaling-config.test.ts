@@ -29,7 +29,7 @@ function errorOf(input: unknown): string {
 }
 
 describe("autoscaling configuration", () => {
-  it("parses the seed's file, durations in milliseconds", () => {
+  it("parses the documented file, durations in milliseconds", () => {
     expect(parseAutoscalingConfig(parseYaml(SEED))).toEqual({
       ok: true,
       value: {

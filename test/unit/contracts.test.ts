@@ -19,7 +19,7 @@ const errorsOf = (input: unknown) => {
 };
 
 describe("deployment config", () => {
-  it("accepts the seed's fields and fills defaults", () => {
+  it("accepts every documented field and fills defaults", () => {
     const c = DeploymentConfig.parse({ model: { name: "m" } });
     expect(c.model.version).toBe("latest");
     expect(c.resources).toMatchObject({ replicas: 1, parallel: 4 });

@@ -98,7 +98,7 @@ describe("REDIS_URL", () => {
 });
 
 describe("REDIS_URL naming a Redis Cluster", () => {
-  it("lists the seed nodes and carries credentials and TLS to every node connection", () => {
+  it("lists the startup nodes and carries credentials and TLS to every node connection", () => {
     expect(redisOptionsFromUrl("redis+cluster://team:p%40ss@10.0.0.1:7000,node-b,[::1]:7002")).toMatchObject({
       clusterNodes: [
         { host: "10.0.0.1", port: 7000 },

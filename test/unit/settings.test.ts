@@ -14,10 +14,9 @@ describe("loadSettings", () => {
       dataDir: join(homedir(), ".local", "share", "platform"),
       requestTimeoutMs: 600_000,
       drainTimeoutMs: 30_000,
-      redisGraceMs: 5_000,
       maxRequestBytes: 2 * 1024 * 1024,
     });
-    expect(s.queue).toEqual({ redisServer: "redis-server" });
+    expect(s.queue).toEqual({ redisServer: "redis-server", redisRestarts: 5, redisRestartWindowMs: 60_000 });
     expect(s.admission).toEqual({ maxQueueDepth: 1000, maxQueueWaitMs: 60_000 });
     expect(s.heartbeats).toEqual({ intervalMs: 1000 });
     expect(s.worker).toEqual({ exitWithParent: false, standby: true, metrics: false });

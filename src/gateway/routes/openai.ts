@@ -1,4 +1,4 @@
-/** The OpenAI-compatible routes and the seed's generate route, all under /v1 (the protocol: src/contracts/openai.ts). */
+/** The OpenAI-compatible routes and the platform's own generate route, all under /v1 (the protocol: src/contracts/openai.ts). */
 import { type Context, Hono } from "hono";
 import { PlatformError } from "../../contracts/errors.ts";
 import { checkSchemaLimits, type SchemaLimits } from "../../contracts/schema-limits.ts";

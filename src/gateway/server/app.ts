@@ -51,6 +51,7 @@ import { signinRoutes } from "../routes/signin.ts";
 import { OidcProvider } from "../../signin/oidc.ts";
 import { tokenRefreshRoutes, tokenRoutes } from "../routes/tokens.ts";
 import { rateLimit } from "../ratelimit.ts";
+import { redisDown } from "../redis-down.ts";
 import { randomHex } from "../random-id.ts";
 import { usageRoutes } from "../routes/usage.ts";
 import { rpcRoutes } from "../routes/rpc.ts";
@@ -160,6 +161,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   app.get("/schemas/platformrc.schema.json", async (c) =>
     c.body(await readFile(PLATFORMRC_SCHEMA, "utf8"), 200, { "content-type": "application/schema+json" }),
   );
+  // Redis away: every request from here on is answered within seconds (503, Retry-After), none hangs.
+  app.use(redisDown(ctl.redis));
   app.get("/readyz", async (c) => {
     const ok = await ctl.redis.ping().then(
       () => true,
