@@ -27,7 +27,7 @@ import { createApiKey } from "../src/keys/store.ts";
 import { startEmbeddedRedis } from "../src/redis/embedded.ts";
 import { deployEndpoint } from "../src/endpoints/store.ts";
 import { connectControl } from "../src/redis/connection.ts";
-import { startGateway } from "../src/gateway/app.ts";
+import { startGateway } from "../src/gateway/server/app.ts";
 import { IDLE_CHECK_MS } from "../src/process/idle-memory.ts";
 import { importModel } from "../src/registry/import.ts";
 import { loadSettings } from "../src/settings/index.ts";

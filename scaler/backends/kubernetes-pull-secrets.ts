@@ -10,8 +10,8 @@
  */
 import { createHash } from "node:crypto";
 import type { CoreV1Api } from "@kubernetes/client-node";
-import type { PullAuthSource } from "../images/pull-auth.ts";
-import { authJson } from "../images/pull-auth.ts";
+import type { PullAuthSource } from "../pull-auth.ts";
+import { authJson } from "../pull-auth.ts";
 import type { ServiceRecord } from "../service-backend.ts";
 import { buildPullSecret, pullSecretName, type ServiceManifestOptions } from "./kubernetes-service-manifests.ts";
 import { call, isNotFound, KubernetesApiError } from "./kubernetes.ts";

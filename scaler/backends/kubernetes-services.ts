@@ -27,7 +27,7 @@ import {
   type ServiceManifestOptions,
   serviceSelector,
 } from "./kubernetes-service-manifests.ts";
-import type { PullAuthSource } from "../images/pull-auth.ts";
+import type { PullAuthSource } from "../pull-auth.ts";
 import { LOG_LIMITS, parseLogLines, PodLogTailer } from "./kubernetes-pod-logs.ts";
 import { PullSecrets } from "./kubernetes-pull-secrets.ts";
 import { call, defaultNamespace, isNotFound, KubernetesApiError } from "./kubernetes.ts";

@@ -15,7 +15,7 @@ import type { ImageRunner } from "../backends/local-services.ts";
 import { spawnWatched } from "../../src/process/watchdog.ts";
 import type { PullAuth } from "../../src/pull-credentials/resolve.ts";
 import { isLoopbackRegistry, secretsIn } from "./pull.ts";
-import { type PullAuthSource, refusedHint, withAuthFile } from "./pull-auth.ts";
+import { type PullAuthSource, refusedHint, withAuthFile } from "../pull-auth.ts";
 import { STOP_TIMEOUT_S } from "./run.ts";
 
 export type ContainerEngine = "docker" | "podman";

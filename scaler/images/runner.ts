@@ -8,7 +8,7 @@
  */
 import type { ImageRunner } from "../backends/local-services.ts";
 import { pullImage } from "./pull.ts";
-import { type PullAuthSource, refusedHint, withAuthFile } from "./pull-auth.ts";
+import { type PullAuthSource, refusedHint, withAuthFile } from "../pull-auth.ts";
 import { type ImageProcessSpec, imageProcessSpec, spawnImageProcess } from "./run.ts";
 import { unpackImage } from "./unpack.ts";
 

@@ -7,9 +7,9 @@ import { type AbTest, formatSplit, parseSplit, SplitError, Sticky } from "../abt
 import type { VariantStats } from "../abtests/store.ts";
 import type { StoredResult } from "../evaluation/schema.ts";
 import type { EndpointStatus } from "../endpoints/status.ts";
-import { ApiClient } from "./client.ts";
-import { CliError } from "./errors.ts";
-import { formatCount, printJson, printTable } from "./output.ts";
+import { ApiClient } from "../client/api.ts";
+import { CliError } from "./common/errors.ts";
+import { formatCount, printJson, printTable } from "./common/output.ts";
 
 type Variant = {
   version: string;

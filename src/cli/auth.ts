@@ -14,9 +14,9 @@ import {
   updateCredentials,
   writeCredentials,
 } from "../client/credentials.ts";
-import { CliError } from "./errors.ts";
+import { CliError } from "./common/errors.ts";
 import { orgFlag } from "./orgs.ts";
-import { printJson, printTable } from "./output.ts";
+import { printJson, printTable } from "./common/output.ts";
 import { openBrowser, signInWithBrowser, signInWithDevice } from "../signin/client.ts";
 
 /** `GET /admin/v1/whoami` (src/gateway/routes/tokens.ts). */

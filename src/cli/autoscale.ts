@@ -9,9 +9,9 @@ import type { Command } from "commander";
 import { parse as parseYaml } from "yaml";
 import { describeAutoscaling, formatDuration, parseAutoscalingConfig } from "../autoscaling/config.ts";
 import type { AutoscalingStatus } from "../autoscaling/store.ts";
-import { ApiClient } from "./client.ts";
-import { CliError } from "./errors.ts";
-import { printJson, printTable } from "./output.ts";
+import { ApiClient } from "../client/api.ts";
+import { CliError } from "./common/errors.ts";
+import { printJson, printTable } from "./common/output.ts";
 
 type Flags = { config?: string; json?: boolean };
 

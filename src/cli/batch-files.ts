@@ -11,9 +11,9 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { isStorageError } from "../storage/errors.ts";
 import { writeFileAtomically } from "../storage/shared.ts";
 import { fileUrl } from "../storage/uri.ts";
-import type { ApiClient } from "./client.ts";
-import { CliError } from "./errors.ts";
-import { uploadFile } from "./upload.ts";
+import type { ApiClient } from "../client/api.ts";
+import { CliError } from "./common/errors.ts";
+import { uploadFile } from "./common/upload.ts";
 
 export type UploadMode = "auto" | "always" | "never";
 

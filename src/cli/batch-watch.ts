@@ -4,10 +4,10 @@
  */
 import type { BatchJob } from "../batch/schema.ts";
 import { FINAL_BATCH_STATES, KEPT_OUTPUT } from "../batch/schema.ts";
-import type { ApiClient } from "./client.ts";
-import { CliError } from "./errors.ts";
-import { printJson } from "./output.ts";
-import { bar, Progress } from "./progress.ts";
+import type { ApiClient } from "../client/api.ts";
+import { CliError } from "./common/errors.ts";
+import { printJson } from "./common/output.ts";
+import { bar, Progress } from "./common/progress.ts";
 
 const POLL_MS = 1000;
 

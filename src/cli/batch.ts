@@ -10,10 +10,10 @@ import type { BatchJob, BatchJobList, CreateBatchRequestInput } from "../batch/s
 import { loadCliSettings } from "../settings/cli.ts";
 import { absoluteUri, downloadOutput, localPath, notShared, uploadInput, uploadMode } from "./batch-files.ts";
 import { done, finishWatch, printStatus, watch } from "./batch-watch.ts";
-import { ApiClient } from "./client.ts";
-import { CliError } from "./errors.ts";
-import { realNumber, wholeNumber } from "./flags.ts";
-import { printJson, printTable } from "./output.ts";
+import { ApiClient } from "../client/api.ts";
+import { CliError } from "./common/errors.ts";
+import { realNumber, wholeNumber } from "./common/flags.ts";
+import { printJson, printTable } from "./common/output.ts";
 
 type SubmitFlags = {
   model: string;

@@ -10,11 +10,11 @@ import type { BenchmarkPlan } from "../benchmark/run.ts";
 import { parseDuration } from "../contracts/duration.ts";
 import { NAME_PATTERN } from "../contracts/deployment.ts";
 import { dataDirOf } from "../settings/core.ts";
-import { ApiClient } from "./client.ts";
-import { CliError } from "./errors.ts";
-import { wholeNumber, wholeNumberList } from "./flags.ts";
-import { printJson, printTable } from "./output.ts";
-import { Progress } from "./progress.ts";
+import { ApiClient } from "../client/api.ts";
+import { CliError } from "./common/errors.ts";
+import { wholeNumber, wholeNumberList } from "./common/flags.ts";
+import { printJson, printTable } from "./common/output.ts";
+import { Progress } from "./common/progress.ts";
 
 type Flags = {
   concurrency: number[];

@@ -6,8 +6,8 @@ import type { Command } from "commander";
 import { ImageServiceName } from "../images/names.ts";
 import type { ImageRecord } from "../images/record.ts";
 import { ApiClient } from "../client/api.ts";
-import { CliError } from "./errors.ts";
-import { printJson, printTable } from "./output.ts";
+import { CliError } from "./common/errors.ts";
+import { printJson, printTable } from "./common/output.ts";
 
 const time = (seconds: number) => new Date(seconds * 1000).toISOString().replace(/\.\d+Z$/, "Z");
 

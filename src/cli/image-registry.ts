@@ -15,10 +15,10 @@ import { type Command, Option } from "commander";
 import { loadToolSettings } from "../settings/tools.ts";
 import { ApiClient } from "../client/api.ts";
 import { normalizeBaseUrl } from "../client/credentials.ts";
-import { CliError } from "./errors.ts";
+import { CliError } from "./common/errors.ts";
 import { BUILDERS, type Builder, findBuilder, loginBuilder } from "../images/build.ts";
 import { askImageRegistry, authFilesOf, imageRegistryHost, isPlainHttp, tokenRealm } from "../images/session.ts";
-import { printJson } from "./output.ts";
+import { printJson } from "./common/output.ts";
 import { registerRegistryCredentials } from "./registry-credentials.ts";
 import { findWorkspace, WORKSPACE_FILE, workspaceSettings } from "../workspace/find.ts";
 

@@ -10,10 +10,10 @@ import { registerAbtest } from "./abtest.ts";
 import { registerAutoscale } from "./autoscale.ts";
 import { registerBatch } from "./batch.ts";
 import { registerBenchmark } from "./benchmark.ts";
-import { ApiClient } from "./client.ts";
-import { CliError } from "./errors.ts";
-import { wholeNumber } from "./flags.ts";
-import { printJson, printTable } from "./output.ts";
+import { ApiClient } from "../client/api.ts";
+import { CliError } from "./common/errors.ts";
+import { wholeNumber } from "./common/flags.ts";
+import { printJson, printTable } from "./common/output.ts";
 
 type DeployFlags = {
   config?: string;

@@ -11,11 +11,11 @@ import { describeIssues } from "../contracts/issues.ts";
 import { loadCliSettings } from "../settings/cli.ts";
 import { ApiClient } from "../client/api.ts";
 import { findCredentials, normalizeBaseUrl } from "../client/credentials.ts";
-import { CliError } from "./errors.ts";
+import { CliError } from "./common/errors.ts";
 import { DEFAULT_LANGUAGE, DEFAULT_PROTO_ROOT, WorkspaceConfig } from "../workspace/config.ts";
 import { deriveImageRepository } from "../workspace/find.ts";
 import { createWorkspace, refuseExisting, workspaceRoot } from "../workspace/init.ts";
-import { probeOrg, probePlatform } from "./probe.ts";
+import { probeOrg, probePlatform } from "./common/probe.ts";
 
 type InitFlags = {
   registryUrl: string;

@@ -8,11 +8,11 @@ import type { ApiKey } from "../keys/key.ts";
 import { generateApiKey, weakKeyReason } from "../keys/store.ts";
 import { connectControl, maskRedisUrl } from "../redis/connection.ts";
 import { loadSettings } from "../settings/index.ts";
-import { ApiClient } from "./client.ts";
-import { CliError } from "./errors.ts";
-import { orNone, wholeNumber } from "./flags.ts";
+import { ApiClient } from "../client/api.ts";
+import { CliError } from "./common/errors.ts";
+import { orNone, wholeNumber } from "./common/flags.ts";
 import { orgFlag } from "./orgs.ts";
-import { printJson, printTable } from "./output.ts";
+import { printJson, printTable } from "./common/output.ts";
 
 type PublicKey = Omit<ApiKey, "hash">;
 

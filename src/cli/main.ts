@@ -6,7 +6,7 @@
  */
 import { Command, CommanderError } from "commander";
 import { PLATFORM_VERSION } from "../contracts/version.ts";
-import { CliError } from "./errors.ts";
+import { CliError } from "./common/errors.ts";
 
 type Register = (program: Command) => void;
 

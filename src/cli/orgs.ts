@@ -3,8 +3,8 @@ import type { Command } from "commander";
 import { ORG_ID_ERROR, ORG_ID_PATTERN } from "../contracts/orgs.ts";
 import type { Org } from "../orgs/org.ts";
 import { ApiClient } from "../client/api.ts";
-import { CliError } from "./errors.ts";
-import { printJson, printTable } from "./output.ts";
+import { CliError } from "./common/errors.ts";
+import { printJson, printTable } from "./common/output.ts";
 
 export function registerOrgs(program: Command): void {
   const orgs = program.command("orgs").description("organizations: the boundary around keys, tokens, jobs and files");

@@ -5,7 +5,7 @@
 import { type Command, InvalidArgumentError, Option } from "commander";
 import { BUILDERS, type Builder } from "../images/build.ts";
 import { publishImage } from "../publish/publish.ts";
-import { printJson } from "./output.ts";
+import { printJson } from "./common/output.ts";
 
 const BUILD_ARG = /^([A-Za-z_][A-Za-z0-9_]*)=(.*)$/s;
 

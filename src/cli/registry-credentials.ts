@@ -8,9 +8,9 @@ import type { Command } from "commander";
 import type { z } from "zod";
 import { RegistryHost, RegistryPassword, RegistryUsername } from "../pull-credentials/names.ts";
 import type { PullCredentialInfo } from "../pull-credentials/store.ts";
-import { ApiClient } from "./client.ts";
-import { CliError } from "./errors.ts";
-import { printJson, printTable } from "./output.ts";
+import { ApiClient } from "../client/api.ts";
+import { CliError } from "./common/errors.ts";
+import { printJson, printTable } from "./common/output.ts";
 
 const time = (seconds: number) => new Date(seconds * 1000).toISOString().replace(/\.\d+Z$/, "Z");
 

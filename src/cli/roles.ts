@@ -6,8 +6,8 @@
 import type { Command } from "commander";
 import { trimMemoryWhenIdle } from "../process/idle-memory.ts";
 import { loadSettings } from "../settings/index.ts";
-import { CliError } from "./errors.ts";
-import { wholeNumber } from "./flags.ts";
+import { CliError } from "./common/errors.ts";
+import { wholeNumber } from "./common/flags.ts";
 
 export function registerRoles(program: Command): void {
   program
@@ -18,7 +18,7 @@ export function registerRoles(program: Command): void {
     .action(async (opts: { host: string; port: number }) => {
       if (!loadSettings().redisUrl)
         throw new CliError("REDIS_URL is not set; the gateway needs the platform's Redis", 2);
-      const { runGatewayProcess } = await import("../gateway/main.ts");
+      const { runGatewayProcess } = await import("../gateway/server/main.ts");
       await runGatewayProcess({ host: opts.host, port: opts.port });
     });
 
@@ -74,7 +74,7 @@ export function registerRoles(program: Command): void {
       const { intervalMs, leaseTtlMs } = opts;
       if (!loadSettings().redisUrl)
         throw new CliError("REDIS_URL is not set; the scaler needs the platform's Redis", 2);
-      const { runScalerProcess } = await import("../../scaler/main.ts");
+      const { runScalerProcess } = await import("../../scaler/start/main.ts");
       trimMemoryWhenIdle();
       await runScalerProcess({ backend: opts.backend, intervalMs, leaseTtlMs, holderId: opts.holderId });
     });

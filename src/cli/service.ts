@@ -7,7 +7,7 @@
  */
 import type { Command } from "commander";
 import { z } from "zod";
-import { CliError } from "./errors.ts";
+import { CliError } from "./common/errors.ts";
 import { GENERATED_DIR, generate, type Language, LANGUAGES } from "../protos/generate.ts";
 import { discoverService } from "../scaffold/discover.ts";
 import { scaffoldNode } from "../scaffold/node.ts";

@@ -1,8 +1,8 @@
 /** `platform trainer`: the fine-tuning trainer as a role of its own (docs/fine-tuning.md), for clusters. */
 import type { Command } from "commander";
 import { loadSettings } from "../settings/index.ts";
-import { CliError } from "./errors.ts";
-import { wholeNumber } from "./flags.ts";
+import { CliError } from "./common/errors.ts";
+import { wholeNumber } from "./common/flags.ts";
 
 export function registerTrainerRole(program: Command): void {
   program

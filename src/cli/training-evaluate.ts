@@ -12,12 +12,12 @@ import type { PublicEvaluation } from "../evaluation/jobs.ts";
 import type { Comparison } from "../evaluation/metrics.ts";
 import { taskDataset } from "../evaluation/lm-eval-task.ts";
 import { Metric } from "../evaluation/schema.ts";
-import { ApiClient } from "./client.ts";
-import { CliError } from "./errors.ts";
-import { wholeNumber } from "./flags.ts";
-import { printJson, printTable } from "./output.ts";
-import { Progress } from "./progress.ts";
-import { uploadFile } from "./upload.ts";
+import { ApiClient } from "../client/api.ts";
+import { CliError } from "./common/errors.ts";
+import { wholeNumber } from "./common/flags.ts";
+import { printJson, printTable } from "./common/output.ts";
+import { Progress } from "./common/progress.ts";
+import { uploadFile } from "./common/upload.ts";
 
 type Evaluation = PublicEvaluation;
 type Compared = { a: Evaluation; b: Evaluation } & Comparison;

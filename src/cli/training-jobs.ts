@@ -1,10 +1,10 @@
 /** `platform training jobs list|show|cancel|events`: fine-tuning jobs (docs/fine-tuning.md). */
 import type { Command } from "commander";
 import type { FineTuneEvent, FineTuningJob } from "../finetuning/schema.ts";
-import { ApiClient } from "./client.ts";
-import { CliError } from "./errors.ts";
-import { wholeNumber } from "./flags.ts";
-import { printJson, printTable } from "./output.ts";
+import { ApiClient } from "../client/api.ts";
+import { CliError } from "./common/errors.ts";
+import { wholeNumber } from "./common/flags.ts";
+import { printJson, printTable } from "./common/output.ts";
 import { followEvents, formatEvent } from "./training-tune.ts";
 
 const path = (id: string) => `/v1/fine_tuning/jobs/${encodeURIComponent(id)}`;

@@ -6,10 +6,10 @@
  */
 import { existsSync, statSync } from "node:fs";
 import { BASE_LEARNING_RATE, type FineTuneEvent, type FineTuningJob } from "../finetuning/schema.ts";
-import { ApiClient } from "./client.ts";
-import { CliError } from "./errors.ts";
-import { printJson } from "./output.ts";
-import { uploadFile } from "./upload.ts";
+import { ApiClient } from "../client/api.ts";
+import { CliError } from "./common/errors.ts";
+import { printJson } from "./common/output.ts";
+import { uploadFile } from "./common/upload.ts";
 import type { SubmitOptions } from "./training.ts";
 
 export async function submitFineTune(opts: SubmitOptions): Promise<void> {

@@ -10,10 +10,10 @@ import { fileURLToPath } from "node:url";
 import type { Command } from "commander";
 import { LocalBackend } from "../../scaler/backends/local.ts";
 import { startScaler } from "../../scaler/run.ts";
-import { createServiceBackend } from "../../scaler/services.ts";
+import { createServiceBackend } from "../../scaler/start/services.ts";
 import { NAME_PATTERN } from "../contracts/deployment.ts";
 import { announceStates, deployFromSource, endpointNameFor } from "../endpoints/from-source.ts";
-import { startGatewayRole } from "../gateway/main.ts";
+import { startGatewayRole } from "../gateway/server/main.ts";
 import { bootstrapAtStart, operatorKey } from "../keys/bootstrap.ts";
 import { bounded, onStopSignals } from "../process/shutdown.ts";
 import { WORKER_NODE_FLAGS } from "../process/worker-env.ts";
@@ -25,11 +25,11 @@ import { type CliSettings, loadSettings, type Settings } from "../settings/index
 import { parseStorageRoot, type StorageRoot } from "../storage/policy.ts";
 import { configureLogging, logLine } from "../telemetry/log.ts";
 import { startTracing, stopTracing } from "../telemetry/tracing.ts";
-import { readCredentials, writeCredentials } from "./credentials.ts";
-import { CliError } from "./errors.ts";
-import { wholeNumber } from "./flags.ts";
+import { readCredentials, writeCredentials } from "../client/credentials.ts";
+import { CliError } from "./common/errors.ts";
+import { wholeNumber } from "./common/flags.ts";
 import { taskFlag } from "./training.ts";
-import { progressReporter } from "./progress.ts";
+import { progressReporter } from "./common/progress.ts";
 
 type UpFlags = {
   model?: string;

@@ -11,9 +11,9 @@ import {
   type UsageReport,
   type UsageRow,
 } from "../usage/query.ts";
-import { ApiClient } from "./client.ts";
-import { CliError } from "./errors.ts";
-import { printJson, printTable } from "./output.ts";
+import { ApiClient } from "../client/api.ts";
+import { CliError } from "./common/errors.ts";
+import { printJson, printTable } from "./common/output.ts";
 
 type UsageFlags = { key?: string; model?: string; version?: string; since: string; by: string; json?: boolean };
 

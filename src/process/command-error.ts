@@ -1,7 +1,7 @@
 /**
  * The error a command reports as one line, without a stack trace. The client-side tooling under
  * src/ (workspace, protos, images, scaffold, publish) throws it so that `platform` prints it as
- * it is and exits with its code; src/cli/errors.ts names it CliError.
+ * it is and exits with its code; src/cli/common/errors.ts names it CliError.
  */
 
 /**

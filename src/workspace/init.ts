@@ -11,7 +11,7 @@ import type { Language } from "../protos/generate.ts";
 import { DEFAULT_PROTO_ROOT, PlatformrcFile } from "./config.ts";
 import { WORKSPACE_FILE } from "./find.ts";
 
-/** Where the gateway serves the schema shipped in schemas/ (src/gateway/app.ts), named by each file's `$schema`. */
+/** Where the gateway serves the schema shipped in schemas/ (src/gateway/server/app.ts), named by each file's `$schema`. */
 export const SCHEMA_PATH = "/schemas/platformrc.schema.json";
 
 export const BUF_FILE = "buf.yaml";

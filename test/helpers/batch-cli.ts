@@ -4,7 +4,7 @@
  */
 import { Command, CommanderError } from "commander";
 import { registerBatch } from "../../src/cli/batch.ts";
-import { CliError } from "../../src/cli/errors.ts";
+import { CliError } from "../../src/cli/common/errors.ts";
 
 const program = new Command().name("platform").exitOverride().enablePositionalOptions();
 registerBatch(program.command("inference"));

@@ -4,7 +4,7 @@
  */
 import { Command, CommanderError } from "commander";
 import { registerAbtest } from "../../src/cli/abtest.ts";
-import { CliError } from "../../src/cli/errors.ts";
+import { CliError } from "../../src/cli/common/errors.ts";
 import { registerTraining } from "../../src/cli/training.ts";
 
 const program = new Command().name("platform").exitOverride().enablePositionalOptions();

@@ -10,7 +10,7 @@ import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import type { RegisteredVersion } from "../../src/registry/version.ts";
 import { deployEndpoint } from "../../src/endpoints/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
-import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
+import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
 import { importModel } from "../../src/registry/import.ts";
 import { loadSettings, type Settings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { captureLogs } from "../helpers/logs.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import type { Control } from "../../src/redis/connection.ts";
-import type { RunningGateway } from "../../src/gateway/app.ts";
+import type { RunningGateway } from "../../src/gateway/server/app.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { type TinyGateway, startTinyGateway } from "../helpers/gateway.ts";

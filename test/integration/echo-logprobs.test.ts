@@ -11,7 +11,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { RunningGateway } from "../../src/gateway/app.ts";
+import type { RunningGateway } from "../../src/gateway/server/app.ts";
 import { referencePython } from "../helpers/models.ts";
 import { type ServedCheckpoint, serveFloat32Checkpoint } from "../helpers/float32-checkpoint.ts";
 

@@ -20,7 +20,7 @@ import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { FINE_TUNING_QUEUE, gpuQueueOf } from "../../src/contracts/naming.ts";
 import { deleteEndpoint, deployEndpoint } from "../../src/endpoints/store.ts";
 import { servingEndpointName } from "../../src/finetuning/served.ts";
-import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
+import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { createOrg } from "../../src/orgs/store.ts";
 import { QueueBase } from "../../src/queue/base.ts";

@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiKey } from "../../src/keys/store.ts";
 import type { Control } from "../../src/redis/connection.ts";
-import type { RunningGateway } from "../../src/gateway/app.ts";
+import type { RunningGateway } from "../../src/gateway/server/app.ts";
 import { type TinyGateway, startTinyGateway } from "../helpers/gateway.ts";
 
 let tiny: TinyGateway;

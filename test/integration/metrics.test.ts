@@ -14,7 +14,7 @@ import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { deployEndpoint, getEndpoint } from "../../src/endpoints/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
-import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
+import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
 import { importModel } from "../../src/registry/import.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";

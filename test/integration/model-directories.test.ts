@@ -18,7 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RegisteredVersion } from "../../src/registry/version.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
-import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
+import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
 import { manifestDigest } from "../../src/registry/checkpoint.ts";
 import { localArtifact } from "../../src/registry/materialize.ts";
 import { Header } from "tar";

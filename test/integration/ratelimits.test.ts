@@ -11,7 +11,7 @@ import { createApiKey } from "../../src/keys/store.ts";
 import { RateLimiter, type Scope, stateKey } from "../../src/ratelimit/limiter.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { queryUsage, recordUsage } from "../../src/usage/counters.ts";
-import type { RunningGateway } from "../../src/gateway/app.ts";
+import type { RunningGateway } from "../../src/gateway/server/app.ts";
 import { Allowances } from "../../src/ratelimit/allowances.ts";
 import { Settlements } from "../../src/ratelimit/settlements.ts";
 import { startRedisCluster } from "../helpers/cluster.ts";

@@ -14,7 +14,7 @@ import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
+import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { createOrg } from "../../src/orgs/store.ts";
 import { loadTokenKey, mintPullGrant } from "../../src/pull-credentials/grant.ts";
@@ -24,7 +24,7 @@ import { PullCredentials } from "../../src/pull-credentials/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { SecretBox } from "../../src/services/secrets.ts";
 import { loadSettings } from "../../src/settings/index.ts";
-import { withAuthFile } from "../../scaler/images/pull-auth.ts";
+import { withAuthFile } from "../../scaler/pull-auth.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
 const PASSWORD = "pull-pa55-never-shown-9d1e";

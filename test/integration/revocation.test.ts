@@ -5,7 +5,7 @@
  * gateway whose subscription drops forgets every caller it remembered.
  */
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
+import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
 import { createApiKey, hashSecret } from "../../src/keys/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { issueToken } from "../../src/tokens/store.ts";

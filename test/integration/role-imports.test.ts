@@ -29,7 +29,7 @@ describe("what each role loads", () => {
   });
 
   it("a gateway: no llama.cpp, no Kubernetes client, no AWS SDK until an S3 store is opened", () => {
-    const { packages } = loadedBy("src/gateway/main.ts");
+    const { packages } = loadedBy("src/gateway/server/main.ts");
     expect(packages).toContain("hono");
     expect(
       packages.filter((p) => p === "node-llama-cpp" || p.startsWith("@kubernetes/") || p.startsWith("@aws-sdk/")),
@@ -37,7 +37,7 @@ describe("what each role loads", () => {
   });
 
   it("the scaler: no llama.cpp or AWS SDK", () => {
-    const { packages } = loadedBy("scaler/main.ts");
+    const { packages } = loadedBy("scaler/start/main.ts");
     expect(packages.filter((p) => p === "node-llama-cpp" || p.startsWith("@aws-sdk/"))).toEqual([]);
   });
 });

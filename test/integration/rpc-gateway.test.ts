@@ -26,7 +26,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiKey } from "../../src/keys/store.ts";
 import { createOrg } from "../../src/orgs/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
-import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
+import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
 import type { RpcTarget } from "../../src/gateway/rpc/types.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { freePort, type PrivateRedis, privateRedis } from "../helpers/redis.ts";

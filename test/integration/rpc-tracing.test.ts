@@ -7,7 +7,7 @@ import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
+import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { loadSettings } from "../../src/settings/index.ts";

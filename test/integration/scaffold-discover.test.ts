@@ -8,7 +8,7 @@ import { rm } from "node:fs/promises";
 import { afterAll, describe, expect, it } from "vitest";
 import type { ServiceSummary } from "../../src/protos/descriptors.ts";
 import { protoWorkspace } from "../../src/workspace/protos.ts";
-import { CliError } from "../../src/cli/errors.ts";
+import { CliError } from "../../src/cli/common/errors.ts";
 import { discoverService, nameKey, pickService } from "../../src/scaffold/discover.ts";
 import { exampleShape, scaffoldNode } from "../../src/scaffold/node.ts";
 import { render } from "../../src/scaffold/templates.ts";

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { deployEndpoint, getEndpoint } from "../../src/endpoints/store.ts";
 import { type EvaluationCoordinator, startEvaluationCoordinator } from "../../src/evaluation/index.ts";
-import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
+import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { importModel } from "../../src/registry/import.ts";

@@ -1,7 +1,7 @@
-/** The list and "none" argParsers of src/cli/flags.ts: values as commander hands them over, refusals as it prints them. */
+/** The list and "none" argParsers of src/cli/common/flags.ts: values as commander hands them over, refusals as it prints them. */
 import { Command, CommanderError } from "commander";
 import { describe, expect, it } from "vitest";
-import { orNone, wholeNumber, wholeNumberList } from "../../src/cli/flags.ts";
+import { orNone, wholeNumber, wholeNumberList } from "../../src/cli/common/flags.ts";
 
 /** Parses `args` for one option, resolving its value or what commander wrote on stderr. */
 async function parse(flags: string, parser: (text: string) => unknown, args: string[]) {

@@ -1,6 +1,6 @@
-/** The CLI's one progress display (src/cli/progress.ts), on a terminal and off one. */
+/** The CLI's one progress display (src/cli/common/progress.ts), on a terminal and off one. */
 import { describe, expect, it } from "vitest";
-import { bar, Progress, progressReporter } from "../../src/cli/progress.ts";
+import { bar, Progress, progressReporter } from "../../src/cli/common/progress.ts";
 
 function stream(tty: boolean) {
   const out: string[] = [];

@@ -21,7 +21,7 @@ import {
   watchLines,
 } from "../../src/cli/dev-center/format.ts";
 import { formatLogLine } from "../../src/cli/dev-center/logs.ts";
-import { CliError } from "../../src/cli/errors.ts";
+import { CliError } from "../../src/cli/common/errors.ts";
 import { digestOf, OWNER, rollout, serviceRecord, statusReplica, T0 } from "../helpers/service-records.ts";
 
 /** The CliError `fn` throws (failing the test when it throws none or another). */

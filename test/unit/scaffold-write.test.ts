@@ -6,7 +6,7 @@ import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { CliError } from "../../src/cli/errors.ts";
+import { CliError } from "../../src/cli/common/errors.ts";
 import { writeScaffold } from "../../src/scaffold/write.ts";
 
 let root: string;

@@ -6,7 +6,7 @@
 import { ImageTag } from "../../images/names.ts";
 import type { Release, Rollout, RolloutPhase, ServiceRecord, ServiceReplica } from "../../services/record.ts";
 import { ServiceName } from "../../services/names.ts";
-import { CliError } from "../errors.ts";
+import { CliError } from "../common/errors.ts";
 
 /** A variable or secret as the API lists it; a secret never carries `value`. */
 export type VarEntry = {

@@ -4,7 +4,7 @@
  * never the value: a secret pasted in the wrong place must not end up in a terminal's scrollback.
  */
 import { EnvName, EnvValue } from "../../services/names.ts";
-import { CliError } from "../errors.ts";
+import { CliError } from "../common/errors.ts";
 
 const ASSIGNMENT = /^([^=]*)=(.*)$/s;
 

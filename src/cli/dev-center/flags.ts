@@ -1,4 +1,4 @@
-/** The dev-center's `--since` flag, a commander `argParser` (number flags: src/cli/flags.ts). */
+/** The dev-center's `--since` flag, a commander `argParser` (number flags: src/cli/common/flags.ts). */
 import { InvalidArgumentError } from "commander";
 import { DURATION_ERROR, formatDuration, parseDuration } from "../../contracts/duration.ts";
 

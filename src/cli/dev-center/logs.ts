@@ -6,9 +6,9 @@
  */
 import type { Command } from "commander";
 import { ApiClient } from "../../client/api.ts";
-import { CliError } from "../errors.ts";
+import { CliError } from "../common/errors.ts";
 import { failure, servicePath } from "./api.ts";
-import { wholeNumber } from "../flags.ts";
+import { wholeNumber } from "../common/flags.ts";
 import { sinceFlag } from "./flags.ts";
 
 export type LogLine = { at: number; replica: string; tag: string; text: string };

@@ -6,8 +6,8 @@
 import type { Command } from "commander";
 import type { Rollout } from "../../services/record.ts";
 import { ApiClient } from "../../client/api.ts";
-import { CliError } from "../errors.ts";
-import { printJson, printTable } from "../output.ts";
+import { CliError } from "../common/errors.ts";
+import { printJson, printTable } from "../common/output.ts";
 import { imageTag, type ServiceStatus, servicePath } from "./api.ts";
 import { describeRollout, HISTORY_HEAD, historyRows, REPLICA_HEAD, replicaRows, statusHeadline } from "./format.ts";
 import { followRollout } from "./watch.ts";

@@ -8,8 +8,8 @@
 import { readFile } from "node:fs/promises";
 import type { Command } from "commander";
 import { ApiClient } from "../../client/api.ts";
-import { CliError } from "../errors.ts";
-import { printJson, printTable } from "../output.ts";
+import { CliError } from "../common/errors.ts";
+import { printJson, printTable } from "../common/output.ts";
 import { servicePath, type VarEntry } from "./api.ts";
 import { parseAssignments, parseDotenv, parseKeys, redact } from "./assignments.ts";
 import { VAR_HEAD, varRows } from "./format.ts";

@@ -5,7 +5,7 @@
  * (record.ts, `deadline_ms`) is what bounds the wait: the platform fails a rollout that overruns it.
  */
 import type { ApiClient } from "../../client/api.ts";
-import { CliError } from "../errors.ts";
+import { CliError } from "../common/errors.ts";
 import { type ServiceStatus, servicePath } from "./api.ts";
 import { watchLines } from "./format.ts";
 

@@ -8,7 +8,7 @@ import type { CliSettings } from "../../settings/cli.ts";
 import type { ToolSettings } from "../../settings/tools.ts";
 import type { ApiClient } from "../../client/api.ts";
 import type { Credentials } from "../../client/credentials.ts";
-import type { PlatformProbe } from "../probe.ts";
+import type { PlatformProbe } from "../common/probe.ts";
 import type { Workspace, WorkspaceSettings } from "../../workspace/find.ts";
 
 export type CheckStatus = "ok" | "warn" | "fail" | "skip";

@@ -4,8 +4,8 @@ import type { CliSettings } from "../../settings/cli.ts";
 import type { ToolSettings } from "../../settings/tools.ts";
 import { ApiClient } from "../../client/api.ts";
 import { findCredentials } from "../../client/credentials.ts";
-import { CliError } from "../errors.ts";
-import { probePlatform } from "../probe.ts";
+import { CliError } from "../common/errors.ts";
+import { probePlatform } from "../common/probe.ts";
 import { findWorkspace, workspaceSettings } from "../../workspace/find.ts";
 import type { Caller, DoctorContext, ExecResult } from "./check.ts";
 

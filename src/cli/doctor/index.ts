@@ -5,7 +5,7 @@
 import type { Command } from "commander";
 import { loadCliSettings } from "../../settings/cli.ts";
 import { loadToolSettings } from "../../settings/tools.ts";
-import { printJson } from "../output.ts";
+import { printJson } from "../common/output.ts";
 import { type CheckResult, type CheckStatus, type DoctorCheck, type DoctorContext, fail } from "./check.ts";
 import { DOCTOR_CHECKS } from "./checks.ts";
 import { doctorContext } from "./context.ts";

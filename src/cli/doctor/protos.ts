@@ -1,6 +1,6 @@
 /** Doctor's protos check: the workspace's `.proto` files lint clean, as `platform proto lint` says. */
 import { formatFinding } from "../../protos/buf.ts";
-import { CliError } from "../errors.ts";
+import { CliError } from "../common/errors.ts";
 import { lintWorkspace } from "../../workspace/protos.ts";
 import { type DoctorCheck, fail, ok, skip } from "./check.ts";
 

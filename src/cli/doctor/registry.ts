@@ -3,8 +3,8 @@
  * for it are present, live and accepted, and they see the workspace's organization.
  */
 import { PLATFORM_VERSION } from "../../contracts/version.ts";
-import { CliError } from "../errors.ts";
-import { probeOrg } from "../probe.ts";
+import { CliError } from "../common/errors.ts";
+import { probeOrg } from "../common/probe.ts";
 import { type CheckResult, type DoctorCheck, type DoctorContext, fail, ok, skip, warn } from "./check.ts";
 
 const LOGIN_FIX = "run `platform auth login` (or `platform auth login --api-key <key>` in scripts)";

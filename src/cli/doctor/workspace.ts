@@ -1,6 +1,6 @@
 /** Doctor's `.platformrc.json` check: found at or above the current directory, valid, and without keys this CLI does not know. */
 import { readFile } from "node:fs/promises";
-import { CliError } from "../errors.ts";
+import { CliError } from "../common/errors.ts";
 import { unknownKeys } from "../../workspace/config.ts";
 import { WORKSPACE_FILE } from "../../workspace/find.ts";
 import { type DoctorCheck, fail, ok, warn } from "./check.ts";

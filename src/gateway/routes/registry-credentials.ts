@@ -33,7 +33,7 @@ export function registryCredentialRoutes(
 ) {
   const credentials = new PullCredentials(ctl, box);
   const { keyFile, issuer } = settings.registryToken;
-  // The scaler's question, asked the same way (scaler/services.ts), for `platform doctor`.
+  // The scaler's question, asked the same way (scaler/start/services.ts), for `platform doctor`.
   const resolver = new PullAuthResolver({
     credentials,
     ...(keyFile ? { tokenKey: loadTokenKey(keyFile) } : {}),

@@ -1,7 +1,7 @@
 /** A local file sent to the gateway as /v1/files: batch inputs, evaluation and fine-tuning datasets. */
 import { openAsBlob } from "node:fs";
 import { basename } from "node:path";
-import type { ApiClient } from "./client.ts";
+import type { ApiClient } from "../../client/api.ts";
 import { CliError } from "./errors.ts";
 
 /** Uploads `path` and resolves its file id; `what` (the flag and its value) names it in the error. */

@@ -4,7 +4,7 @@
  * (benchmark, evaluation, a batch job followed) report through Progress; transfers through
  * progressReporter, which draws a byte bar with it.
  */
-import { formatBytes } from "../contracts/bytes.ts";
+import { formatBytes } from "../../contracts/bytes.ts";
 
 export class Progress {
   private readonly stream: NodeJS.WriteStream;

@@ -5,13 +5,13 @@
  */
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { connectControl } from "../src/redis/connection.ts";
-import { loadSettings } from "../src/settings/index.ts";
-import { configureLogging, logLine } from "../src/telemetry/log.ts";
-import type { ReplicaBackend } from "./backend.ts";
-import { WORKER_NODE_FLAGS } from "../src/process/worker-env.ts";
-import { LocalBackend } from "./backends/local.ts";
-import { startScaler } from "./run.ts";
+import { connectControl } from "../../src/redis/connection.ts";
+import { loadSettings } from "../../src/settings/index.ts";
+import { configureLogging, logLine } from "../../src/telemetry/log.ts";
+import type { ReplicaBackend } from "../backend.ts";
+import { WORKER_NODE_FLAGS } from "../../src/process/worker-env.ts";
+import { LocalBackend } from "../backends/local.ts";
+import { startScaler } from "../run.ts";
 import { createServiceBackend } from "./services.ts";
 
 export type ScalerProcessOptions = {
@@ -21,7 +21,7 @@ export type ScalerProcessOptions = {
   holderId?: string;
 };
 
-const BIN = fileURLToPath(new URL("../bin/platform.js", import.meta.url));
+const BIN = fileURLToPath(new URL("../../bin/platform.js", import.meta.url));
 
 export async function runScalerProcess(options: ScalerProcessOptions): Promise<void> {
   const settings = loadSettings();
@@ -32,7 +32,7 @@ export async function runScalerProcess(options: ScalerProcessOptions): Promise<v
   let backend: ReplicaBackend;
   if (options.backend === "kubernetes") {
     // The Kubernetes client costs ~85 MiB resident: loaded only for this backend.
-    const { KubernetesBackend } = await import("./backends/kubernetes.ts");
+    const { KubernetesBackend } = await import("../backends/kubernetes.ts");
     const k8s = new KubernetesBackend(settings.kubernetes);
     // Learn which worker Deployments exist, so ones whose endpoint is gone get removed.
     await k8s.refresh();

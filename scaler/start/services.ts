@@ -3,17 +3,17 @@
  * processes from published images, or Kubernetes Deployments, reporting into Redis through one
  * ServiceReportStore with the platform's secrets key.
  */
-import type { Control } from "../src/redis/connection.ts";
-import { loadTokenKey } from "../src/pull-credentials/grant.ts";
-import { PullAuthResolver } from "../src/pull-credentials/resolve.ts";
-import { PullCredentials } from "../src/pull-credentials/store.ts";
-import { ServiceReportStore } from "../src/services/reports.ts";
-import { SecretBox } from "../src/services/secrets.ts";
-import type { Settings } from "../src/settings/index.ts";
-import { LocalServiceBackend } from "./backends/local-services.ts";
-import { engineRunner, workingEngine } from "./images/engine.ts";
-import { imageRunner } from "./images/runner.ts";
-import type { ServiceBackend } from "./service-backend.ts";
+import type { Control } from "../../src/redis/connection.ts";
+import { loadTokenKey } from "../../src/pull-credentials/grant.ts";
+import { PullAuthResolver } from "../../src/pull-credentials/resolve.ts";
+import { PullCredentials } from "../../src/pull-credentials/store.ts";
+import { ServiceReportStore } from "../../src/services/reports.ts";
+import { SecretBox } from "../../src/services/secrets.ts";
+import type { Settings } from "../../src/settings/index.ts";
+import { LocalServiceBackend } from "../backends/local-services.ts";
+import { engineRunner, workingEngine } from "../images/engine.ts";
+import { imageRunner } from "../images/runner.ts";
+import type { ServiceBackend } from "../service-backend.ts";
 
 export async function createServiceBackend(
   kind: "local" | "kubernetes",
@@ -32,9 +32,9 @@ export async function createServiceBackend(
     operatorFile: settings.services.pullAuthFile,
   });
   if (kind === "kubernetes") {
-    // Loaded only for this backend, as the replica backend's client is (scaler/main.ts).
-    const { KubernetesServiceBackend } = await import("./backends/kubernetes-services.ts");
-    const { CLUSTER_GRANT_TTL_MS } = await import("./backends/kubernetes-pull-secrets.ts");
+    // Loaded only for this backend, as the replica backend's client is (scaler/start/main.ts).
+    const { KubernetesServiceBackend } = await import("../backends/kubernetes-services.ts");
+    const { CLUSTER_GRANT_TTL_MS } = await import("../backends/kubernetes-pull-secrets.ts");
     const backend = new KubernetesServiceBackend(settings.kubernetes, reports, {
       pullAuth: (org, repository) => pullAuth.resolve(org, repository, CLUSTER_GRANT_TTL_MS),
     });

@@ -4,15 +4,15 @@
  * (beside the scaler and the workers). The role is the HTTP gateway with a batch and an evaluation
  * coordinator: every gateway can pick up (or resume) a job.
  */
-import { startBatchCoordinator } from "../batch/index.ts";
-import { startEvaluationCoordinator } from "../evaluation/index.ts";
-import { bootstrapAtStart } from "../keys/bootstrap.ts";
-import { trimMemoryWhenIdle } from "../process/idle-memory.ts";
-import { bounded, onStopSignals } from "../process/shutdown.ts";
-import { type Control, connectControl, maskRedisUrl } from "../redis/connection.ts";
-import { loadSettings, type Settings } from "../settings/index.ts";
-import { configureLogging, logger } from "../telemetry/log.ts";
-import { startTracing, stopTracing } from "../telemetry/tracing.ts";
+import { startBatchCoordinator } from "../../batch/index.ts";
+import { startEvaluationCoordinator } from "../../evaluation/index.ts";
+import { bootstrapAtStart } from "../../keys/bootstrap.ts";
+import { trimMemoryWhenIdle } from "../../process/idle-memory.ts";
+import { bounded, onStopSignals } from "../../process/shutdown.ts";
+import { type Control, connectControl, maskRedisUrl } from "../../redis/connection.ts";
+import { loadSettings, type Settings } from "../../settings/index.ts";
+import { configureLogging, logger } from "../../telemetry/log.ts";
+import { startTracing, stopTracing } from "../../telemetry/tracing.ts";
 import { type RunningGateway, startGateway } from "./app.ts";
 
 export type GatewayRole = {
