@@ -11,6 +11,7 @@ import { formatCount, printJson, printTable } from "./output.ts";
 import { progressReporter } from "./progress.ts";
 import { SOURCE_SCHEMES } from "../registry/sources.ts";
 import { isCheckpointFile, isModuleDirectory } from "../registry/checkpoint.ts";
+import { isPipelineComponent, isPipelineFile } from "../registry/pipeline-files.ts";
 import { writeTar } from "../registry/tar.ts";
 import { registerEvaluate } from "./training-evaluate.ts";
 import { evaluations } from "./abtest.ts";
@@ -246,6 +247,15 @@ function localFile(source: string): string | undefined {
 function checkpointFiles(dir: string): { name: string; size: number }[] {
   const files: { name: string; size: number }[] = [];
   for (const entry of readdirSync(dir).sort()) {
+    // A diffusers pipeline's component folder (unet/, vae/, ...): its files (src/registry/pipeline-files.ts).
+    if (isPipelineComponent(entry) && statSync(join(dir, entry), { throwIfNoEntry: false })?.isDirectory()) {
+      for (const inner of readdirSync(join(dir, entry)).sort()) {
+        const info = statSync(join(dir, entry, inner), { throwIfNoEntry: false });
+        if (isPipelineFile(`${entry}/${inner}`) && info?.isFile())
+          files.push({ name: `${entry}/${inner}`, size: info.size });
+      }
+      continue;
+    }
     const name = isModuleDirectory(entry) ? `${entry}/config.json` : entry;
     if (!isCheckpointFile(name)) continue;
     const info = statSync(join(dir, name), { throwIfNoEntry: false });
@@ -255,6 +265,7 @@ function checkpointFiles(dir: string): { name: string; size: number }[] {
   if (files.some((f) => f.name === "adapter_config.json")) {
     return files.filter((f) => f.name === "adapter_config.json" || f.name === "adapter_model.safetensors");
   }
+  if (files.some((f) => f.name === "model_index.json")) return files;
   if (!files.some((f) => f.name === "config.json"))
     throw new CliError(
       `--source ${dir}: a directory must be a Hugging Face-style checkpoint (config.json, tokenizer.json or tokenizer.model, *.safetensors) or a PEFT adapter (adapter_config.json, adapter_model.safetensors); it has neither config.json nor adapter_config.json`,
