@@ -16,6 +16,7 @@ import { isCheckpointFile, isModuleDirectory, MAX_CHECKPOINT_FILES, uploadedEntr
 import { downloadFile, listHubRepo, parseHubRepo } from "./download.ts";
 import type { SourceRequest } from "./fetch.ts";
 import { checkSourceScheme, huggingFaceUrl } from "./sources.ts";
+import { componentFiles, isPipelineComponent } from "./pipeline-files.ts";
 import { readTar } from "./tar.ts";
 
 /** A fetched checkpoint's files by their path in the directory. */
@@ -160,6 +161,10 @@ async function fromLocalDirectory(
       const info = await lstat(join(path, name)).catch(() => undefined);
       if (info?.isSymbolicLink()) throw linked(name);
       if (info?.isFile()) files.push({ name, size: info.size });
+    } else if (isPipelineComponent(entry.name)) {
+      // A diffusers pipeline's component folder (src/registry/pipeline-files.ts).
+      if (entry.isSymbolicLink()) throw linked(entry.name);
+      if (entry.isDirectory()) files.push(...(await componentFiles(path, entry.name, linked)));
     }
     if (files.length > MAX_CHECKPOINT_FILES) throw tooManyFiles();
   }

@@ -31,6 +31,8 @@ import {
   type RegisteredVersion,
   type TrainingSummary,
 } from "./version.ts";
+import { importPipeline } from "./diffusers.ts";
+import { isPipelineFile } from "./pipeline-files.ts";
 import { nextVersion, saveModelVersion, versionExists } from "./versions.ts";
 
 export type ImportRequest = SourceRequest & {
@@ -116,7 +118,10 @@ async function importCheckpoint(
   policy: SourcePolicy,
 ): Promise<RegisteredVersion> {
   const files = await fetchCheckpoint(req, dir, policy, deps.s3);
-  const names = [...files.keys()];
+  const all = [...files.keys()];
+  // A diffusers pipeline (model_index.json): src/registry/diffusers.ts. Elsewhere its folders' names mean nothing.
+  if (all.includes("model_index.json")) return importPipeline(deps, req, dir, files);
+  const names = all.filter((name) => !isPipelineFile(name));
   if (names.includes("adapter_config.json")) return importAdapter(deps, req, dir, files);
   if (req.base !== undefined)
     throw new PlatformError(

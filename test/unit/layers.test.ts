@@ -25,7 +25,7 @@ const LAYERS: string[][] = [
   ["src/formats"],
   // Nouns, each owning its store, logic and metrics.
   ["src/registry", "src/replicas", "src/usage", "src/orgs", "src/protos"],
-  ["src/ratelimit", "src/endpoints", "src/images"],
+  ["src/ratelimit", "src/endpoints", "src/images", "src/image-files"],
   ["src/keys", "src/users", "src/autoscaling", "src/services"],
   ["src/queue", "src/tokens", "src/pull-credentials"],
   ["src/abtests", "src/signin"],
