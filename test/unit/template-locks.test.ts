@@ -17,7 +17,8 @@ const standIn = (text: string) => text.replace(/\{\{\w+\}\}/g, "x");
 
 const SECTIONS = ["dependencies", "devDependencies", "optionalDependencies", "peerDependencies"] as const;
 type Manifest = Partial<Record<(typeof SECTIONS)[number], Record<string, string>>> & { name?: string };
-type Lock = { name?: string; lockfileVersion?: number; packages: Record<string, Manifest & { version?: string }> };
+type Entry = Manifest & { version?: string; peerDependenciesMeta?: Record<string, { optional?: boolean }> };
+type Lock = { name?: string; lockfileVersion?: number; packages: Record<string, Entry> };
 
 /** What differs between a package.json and its lock, one line each; empty when they agree. */
 function nodeMismatches(manifest: Manifest, lock: Lock): string[] {
@@ -35,6 +36,33 @@ function nodeMismatches(manifest: Manifest, lock: Lock): string[] {
       if (!(name in want)) wrong.push(`${section}.${name}: in the lock, not in package.json`);
   }
   return wrong;
+}
+
+/** Whether `dep`, needed by the package at `path`, has an entry where Node would look for it. */
+function resolves(lock: Lock, path: string, dep: string): boolean {
+  for (let at = path; ; ) {
+    if (lock.packages[`${at ? `${at}/` : ""}node_modules/${dep}`]) return true;
+    if (!at) return false;
+    const i = at.lastIndexOf("/node_modules/");
+    at = i < 0 ? "" : at.slice(0, i);
+  }
+}
+
+/**
+ * Dependencies (optional ones and required peers included) that an entry names and the lock has no
+ * entry for: `npm ci` refuses such a lock ("Missing: … from lock file"). A registry that does not
+ * serve a package's platform-specific optional dependency leaves one (lock-templates.mjs refuses to
+ * write it).
+ */
+function unlocked(lock: Lock): string[] {
+  return Object.entries(lock.packages).flatMap(([path, entry]) =>
+    [
+      ...Object.keys({ ...entry.dependencies, ...entry.optionalDependencies }),
+      ...Object.keys(entry.peerDependencies ?? {}).filter((peer) => !entry.peerDependenciesMeta?.[peer]?.optional),
+    ]
+      .filter((dep) => !resolves(lock, path, dep))
+      .map((dep) => `${dep} (of ${path || "the root"})`),
+  );
 }
 
 /** A distribution's name as pip compares them (PEP 503). */
@@ -75,6 +103,26 @@ describe("the Node template's package-lock.json", () => {
     expect(lock.lockfileVersion).toBe(3);
     // Rendered with the service's name, as package.json is.
     expect([lock.name, lock.packages[""]?.name]).toEqual(["{{name}}", "{{name}}"]);
+  });
+
+  it("has an entry for every dependency its entries name, optional ones included, as `npm ci` wants", () => {
+    expect(unlocked(lock)).toEqual([]);
+  });
+
+  it("the check fails on an optional dependency the lock has no entry for", () => {
+    // As vite 8.4.0 locked from a registry that does not serve its Windows-only optional dependency.
+    const vite = lock.packages["node_modules/vite"];
+    const gap: Lock = {
+      ...lock,
+      packages: {
+        ...lock.packages,
+        "node_modules/vite": {
+          ...vite,
+          optionalDependencies: { ...vite?.optionalDependencies, "napi-win-x": "^0.1.0" },
+        },
+      },
+    };
+    expect(unlocked(gap)).toEqual(["napi-win-x (of node_modules/vite)"]);
   });
 
   it("the check fails on a changed range, an added and a removed dependency", () => {
