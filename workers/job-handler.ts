@@ -26,6 +26,8 @@ import { type JobTrace, traceFieldsOf, traceJob } from "../src/telemetry/tracing
 import { diedWithEngine } from "./engine-lost.ts";
 import type { AdapterResolver } from "./adapters.ts";
 import type { AppliedAdapter, Engine, GenerationHooks, TextRequest } from "./engines/engine.ts";
+import type { ObjectStore } from "../src/storage/store.ts";
+import { runImageJob } from "./image-job.ts";
 import type { WorkerMetrics } from "./metrics.ts";
 import type { Slots } from "./slots.ts";
 import type { WorkerState } from "./state.ts";
@@ -40,8 +42,12 @@ export class JobHandler {
   private readonly metrics: WorkerMetrics | undefined;
   private readonly schemaLimits: SchemaLimits;
   private readonly adapters: AdapterResolver | undefined;
+  private readonly images: ObjectStore | undefined;
 
-  /** `schemaLimits`: a producer may enqueue directly, so a job's JSON schemas are held to them here too. */
+  /**
+   * `schemaLimits`: a producer may enqueue directly, so a job's JSON schemas are held to them here too.
+   * `images`: where image jobs' PNGs are written (the artifact store).
+   */
   constructor(
     w: WorkerState,
     engine: Engine,
@@ -49,8 +55,10 @@ export class JobHandler {
     metrics: WorkerMetrics | undefined,
     schemaLimits: SchemaLimits,
     adapters?: AdapterResolver,
+    images?: ObjectStore,
   ) {
     this.adapters = adapters;
+    this.images = images;
     this.w = w;
     this.engine = engine;
     this.slots = slots;
@@ -77,7 +85,7 @@ export class JobHandler {
     const source: Source = (job.opts.priority ?? 0) >= BATCH_PRIORITY ? "batch" : "online";
     const taken = performance.now();
     const overLimit =
-      payload.kind === "embedding"
+      payload.kind === "embedding" || payload.kind === "image"
         ? undefined
         : schemaLimitError(
             {
@@ -132,7 +140,7 @@ export class JobHandler {
         version: payload.version,
         replica: w.replicaId,
         attempt: job.attemptsStarted,
-        maxTokens: payload.kind === "embedding" ? undefined : payload.params.max_tokens,
+        maxTokens: payload.kind === "embedding" || payload.kind === "image" ? undefined : payload.params.max_tokens,
       });
       const started = performance.now();
       let firstText: number | undefined;
@@ -147,7 +155,7 @@ export class JobHandler {
       };
       let result: JobResult;
       try {
-        result = await this.run(payload, abort.signal, onText);
+        result = await this.run(payload, jobId, abort.signal, onText);
       } finally {
         // Before the reply's round trip: a prefetched job can use the sequence meanwhile.
         this.slots.release();
@@ -156,6 +164,7 @@ export class JobHandler {
       const ended = performance.now();
       if (w.releasing.has(jobId)) return await release(job, token);
       result.queued_ms = queuedMs;
+      if (result.type === "image") result.generation_ms = ended - started;
       if (result.type === "text") {
         // For the gateway's TTFT of a non-streaming request (src/gateway/metrics.ts, nonStreamingTtft).
         result.generation_ms = ended - started;
@@ -200,8 +209,13 @@ export class JobHandler {
   /** The job's adapter as the engine applies it: a 400 where this replica cannot apply one. */
   private async adapterOf(payload: JobPayload): Promise<AppliedAdapter | undefined> {
     if (payload.adapter === undefined) return undefined;
-    if (payload.kind === "embedding")
-      throw new PlatformError(400, "invalid_request", "adapters apply to text generation, not embeddings", "adapter");
+    if (payload.kind === "embedding" || payload.kind === "image")
+      throw new PlatformError(
+        400,
+        "invalid_request",
+        `adapters apply to text generation, not ${payload.kind}s`,
+        "adapter",
+      );
     if (!this.engine.servesAdapters || !this.adapters)
       throw new PlatformError(
         400,
@@ -212,8 +226,19 @@ export class JobHandler {
     return this.adapters.resolve(payload.adapter);
   }
 
-  private async run(payload: JobPayload, signal: AbortSignal, onToken: GenerationHooks["onText"]): Promise<JobResult> {
+  private async run(
+    payload: JobPayload,
+    jobId: string,
+    signal: AbortSignal,
+    onToken: GenerationHooks["onText"],
+  ): Promise<JobResult> {
     const adapter = await this.adapterOf(payload);
+    if (payload.kind === "image") {
+      const deps = { engine: this.engine, store: this.images, replica: this.w.replicaId };
+      return runImageJob(deps, payload, signal, (step, steps) => {
+        if (payload.stream) void this.emit(payload, jobId, { type: "progress", step, steps });
+      });
+    }
     if (payload.kind === "embedding") {
       const out = await this.engine.embed(payload.input);
       return { type: "embedding", embeddings: out.embeddings, usage: out.usage, replica: this.w.replicaId };

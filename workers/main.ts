@@ -86,9 +86,10 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
   const model = await resolveModelVersion(ctl, endpoint.config.model.name, endpoint.version);
   const replicaId = assigned.replicaId ?? `${endpoint.name}-${randomBytes(4).toString("hex")}`;
   let modelPath = "";
+  const artifacts = openStore(settings.artifactsUrl, settings.storage.s3);
   const adapters = new ReplicaAdapters({
     ctl,
-    store: openStore(settings.artifactsUrl, settings.storage.s3),
+    store: artifacts,
     cacheDir: adapterCacheDir(settings.dataDir),
     replicaId,
     endpoint,
@@ -103,10 +104,12 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
     heartbeatMs: settings.heartbeats.intervalMs,
     schemaLimits: settings.structured.limits,
     adapters,
+    images: endpoint.framework === "diffusers" ? artifacts : undefined,
     loadEngine: async (describeWeights) => {
       modelPath = await modelFile(settings, ctl, endpoint, model, replicaId, describeWeights);
       return loadEngine(endpoint, modelPath, {
         vllm: settings.vllm,
+        images: settings.images,
         draftModelPath: await draftFile(settings, ctl, endpoint, replicaId),
         grammarTimeoutMs: settings.structured.grammarTimeoutMs,
         // vLLM reserves LoRA memory only when adapters may come: set max_loras, or have one registered.

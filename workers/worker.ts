@@ -14,6 +14,7 @@ import { drain } from "./drain.ts";
 import { watchEngine } from "./engine-lost.ts";
 import type { AdapterResolver } from "./adapters.ts";
 import type { Engine } from "./engines/engine.ts";
+import type { ObjectStore } from "../src/storage/store.ts";
 import { loadMetrics, serveHealth } from "./health-server.ts";
 import { type Heartbeat, startHeartbeat } from "./heartbeat.ts";
 import { JobHandler } from "./job-handler.ts";
@@ -43,6 +44,8 @@ export type WorkerOptions = {
   schemaLimits?: SchemaLimits;
   /** Resolves jobs' LoRA adapters (workers/adapters.ts); absent: jobs naming one are refused. */
   adapters?: AdapterResolver;
+  /** Where image jobs write their PNGs (the artifact store, which the gateway reads them from). */
+  images?: ObjectStore;
 };
 
 export type RunningWorker = {
@@ -90,6 +93,7 @@ async function serve(
     metrics,
     options.schemaLimits ?? DEFAULT_SCHEMA_LIMITS,
     options.adapters,
+    options.images,
   );
   w.queueWorker = queueWorker(w, engine.parallel, jobs.handle);
   w.state = "ready";

@@ -14,7 +14,7 @@ export const ModelName = z
   .regex(NAME_PATTERN, 'expected letters, digits, ".", "_" or "-" (1-63 characters, starting with a letter or digit)');
 export const ModelVersion = z.string().regex(VERSION_PATTERN, 'expected a version such as "v1", or "latest"');
 
-export const Framework = z.enum(["llamacpp", "vllm"]);
+export const Framework = z.enum(["llamacpp", "vllm", "diffusers"]);
 export type Framework = z.infer<typeof Framework>;
 
 const memory = z.string().regex(/^\d+(\.\d+)?(Gi|Mi)$/, 'expected "<n>Gi" (or "<n>Mi")');

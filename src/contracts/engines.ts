@@ -88,7 +88,39 @@ export const VLLM: EngineDescriptor = {
   },
 };
 
-export const ENGINES: Readonly<Record<Framework, EngineDescriptor>> = { llamacpp: LLAMACPP, vllm: VLLM };
+/**
+ * Hugging Face diffusers (workers/engines/diffusers.ts): a Python child that runs the pipeline with torch.
+ * Text-model fields have no counterpart in a diffusion pipeline.
+ */
+export const DIFFUSERS: EngineDescriptor = {
+  framework: "diffusers",
+  fields: {
+    "runtime.gpu_memory_utilization": false,
+    "runtime.max_model_len": false,
+    "runtime.tensor_parallel_size": (c) => c.runtime.tensor_parallel_size === 1,
+    // torch_dtype of from_pretrained: auto is float16 on a GPU, float32 on the CPU.
+    "runtime.dtype": true,
+    "runtime.quantization": false,
+    "runtime.speculative_model": false,
+    "runtime.num_speculative_tokens": false,
+    "runtime.max_loras": false,
+    "runtime.max_lora_rank": false,
+    // gpu > 0: CUDA through torch where the node has it, else the CPU (the replica logs which).
+    "resources.gpu": true,
+    "resources.gpu_type": false,
+    "resources.memory": false,
+    // torch's intra-op threads.
+    "resources.cpu": true,
+    // Images one replica holds at once; the child makes them one pipeline call at a time (PLATFORM_IMAGES_MAX_BATCH).
+    "resources.parallel": true,
+  },
+};
+
+export const ENGINES: Readonly<Record<Framework, EngineDescriptor>> = {
+  llamacpp: LLAMACPP,
+  vllm: VLLM,
+  diffusers: DIFFUSERS,
+};
 
 /** The fields this deployment sets that `engine` does not honour, for `status` to report. */
 export function notAppliedBy(engine: EngineDescriptor, config: DeploymentConfig): string[] {

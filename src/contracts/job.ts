@@ -10,7 +10,7 @@ import { z } from "zod";
 export const JOB_SCHEMA_VERSION = 1 as const;
 
 /** BullMQ job names, one per kind of work. */
-export const JobKind = z.enum(["chat", "completion", "generate", "embedding", "batch_record"]);
+export const JobKind = z.enum(["chat", "completion", "generate", "embedding", "batch_record", "image"]);
 export type JobKind = z.infer<typeof JobKind>;
 
 /**
@@ -132,7 +132,7 @@ const common = {
   request_id: z.string().min(1),
   model: z.string().min(1),
   version: z.string().min(1),
-  /** Ask the worker to emit `token` events (requires `reply`). */
+  /** Ask the worker to emit `token` events (requires `reply`); an image job emits `progress` events instead. */
   stream: z.boolean().default(false),
   reply: ReplyTo.optional(),
   /** Epoch milliseconds after which nobody waits for the answer: the worker skips it. */
@@ -217,15 +217,57 @@ export const BatchRecordJob = z.object({
   params: PromptParams.default({}),
 });
 
-export const JobPayload = z.discriminatedUnion("kind", [ChatJob, CompletionJob, EmbeddingJob, BatchRecordJob]);
+/** The longest image prompt (or negative prompt) a job takes, in characters; text encoders read far less. */
+export const MAX_IMAGE_PROMPT_CHARS = 16_000;
+/** The most denoising steps a job may ask for; diffusers' schedulers are trained for 1000. */
+export const MAX_IMAGE_STEPS = 500;
+/** The largest image side a job may ask for, in pixels; the model's own supported sizes are checked at the gateway. */
+export const MAX_IMAGE_SIDE = 4096;
+/** The largest random seed: torch takes 64 bits, JSON numbers are exact to 2^53. */
+export const MAX_IMAGE_SEED = Number.MAX_SAFE_INTEGER;
+
+/**
+ * How one image is made. Absent: the pipeline's own defaults (diffusers': 50 steps, guidance 7.5
+ * for Stable Diffusion) and, for the seed, a random one that the result reports.
+ */
+export const ImageParams = z.object({
+  num_inference_steps: z.number().int().min(1).max(MAX_IMAGE_STEPS).optional(),
+  guidance_scale: z.number().min(0).max(100).optional(),
+  /** The same seed, prompt, size, steps and guidance give the same image on the same replica build. */
+  seed: z.number().int().min(0).max(MAX_IMAGE_SEED).optional(),
+});
+export type ImageParams = z.infer<typeof ImageParams>;
+
+/** One image to generate (docs/images.md): a request for `n` images is `n` jobs, choice i seeded with seed + i. */
+export const ImageJob = z.object({
+  ...common,
+  kind: z.literal("image"),
+  prompt: z.string().min(1).max(MAX_IMAGE_PROMPT_CHARS),
+  negative_prompt: z.string().max(MAX_IMAGE_PROMPT_CHARS).optional(),
+  width: z.number().int().min(8).max(MAX_IMAGE_SIDE),
+  height: z.number().int().min(8).max(MAX_IMAGE_SIDE),
+  params: ImageParams.default({}),
+});
+export type ImageJob = z.infer<typeof ImageJob>;
+
+export const JobPayload = z.discriminatedUnion("kind", [
+  ChatJob,
+  CompletionJob,
+  EmbeddingJob,
+  BatchRecordJob,
+  ImageJob,
+]);
 export type JobPayload = z.infer<typeof JobPayload>;
 export type JobPayloadInput = z.input<typeof JobPayload>;
-export type TextJob = Exclude<JobPayload, z.infer<typeof EmbeddingJob>>;
+export type TextJob = Exclude<JobPayload, z.infer<typeof EmbeddingJob> | ImageJob>;
 
 export const Usage = z.object({
   prompt_tokens: z.number().int().nonnegative(),
   completion_tokens: z.number().int().nonnegative(),
   total_tokens: z.number().int().nonnegative(),
+  /** Image jobs only: images made, and the denoising steps they took. */
+  images: z.number().int().nonnegative().optional(),
+  steps: z.number().int().nonnegative().optional(),
 });
 export type Usage = z.infer<typeof Usage>;
 
@@ -303,7 +345,29 @@ export const EmbeddingResult = z.object({
 });
 export type EmbeddingResult = z.infer<typeof EmbeddingResult>;
 
-export const JobResult = z.discriminatedUnion("type", [TextResult, EmbeddingResult]);
+/**
+ * An image job's result. The PNG is not on the reply stream (images are large; replies are bounded
+ * entries): the replica wrote it to the artifact store under `image.key` (`images/...`), and the
+ * gateway reads it from there, answers with it, and deletes it, or keeps it for a `url` answer.
+ * `usage.prompt_tokens`: the text encoder's tokens of the prompt (and negative prompt);
+ * `completion_tokens` 0; `images` 1 and `steps` the denoising steps run.
+ */
+export const ImageResult = z.object({
+  type: z.literal("image"),
+  image: z.object({ key: z.string().min(1).max(512), bytes: z.number().int().nonnegative() }),
+  width: z.number().int().positive(),
+  height: z.number().int().positive(),
+  /** The seed it was made with (the job's, or the one the replica drew). */
+  seed: z.number().int().nonnegative(),
+  steps: z.number().int().nonnegative(),
+  usage: Usage,
+  replica: z.string(),
+  queued_ms: z.number().nonnegative().optional(),
+  generation_ms: z.number().nonnegative().optional(),
+});
+export type ImageResult = z.infer<typeof ImageResult>;
+
+export const JobResult = z.discriminatedUnion("type", [TextResult, EmbeddingResult, ImageResult]);
 export type JobResult = z.infer<typeof JobResult>;
 
 /**
@@ -316,7 +380,7 @@ export type JobReceipt = { type: JobResult["type"]; usage: Usage; replica: strin
 export function receiptOf(result: JobResult): JobReceipt {
   return result.type === "text"
     ? { type: "text", finish_reason: result.finish_reason, usage: result.usage, replica: result.replica }
-    : { type: "embedding", usage: result.usage, replica: result.replica };
+    : { type: result.type, usage: result.usage, replica: result.replica };
 }
 
 /**
@@ -343,6 +407,8 @@ export const JobEvent = z.discriminatedUnion("type", [
   z.object({ type: z.literal("started"), replica: z.string(), attempt: z.number().int() }),
   /** `logprobs`: the tokens this text came from, when asked for. */
   z.object({ type: z.literal("token"), text: z.string(), logprobs: z.array(TokenLogprob).optional() }),
+  /** An image job with `stream`: denoising steps done so far, of `steps`. */
+  z.object({ type: z.literal("progress"), step: z.number().int().nonnegative(), steps: z.number().int().positive() }),
   z.object({ type: z.literal("done"), result: JobResult }),
   z.object({ type: z.literal("error"), error: JobError }),
 ]);

@@ -33,8 +33,8 @@ import { PlatformError } from "./errors.ts";
 /** Ignored: they label, log or bill a request, never change its answer. */
 const INFORMATIONAL = ["user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"];
 
-/** A body with these fields; any other non-null field is refused, naming it. */
-function openAiBody<T extends z.ZodRawShape>(shape: T) {
+/** A body with these fields; any other non-null field is refused, naming it and the doc that lists them. */
+export function openAiBody<T extends z.ZodRawShape>(shape: T, doc = "docs/chat.md") {
   const known = new Set([...Object.keys(shape), ...INFORMATIONAL]);
   return z
     .looseObject(shape)
@@ -44,7 +44,7 @@ function openAiBody<T extends z.ZodRawShape>(shape: T) {
         ctx.addIssue({
           code: "custom",
           path: [key],
-          message: "is not supported by this server; remove it (docs/chat.md lists the supported fields)",
+          message: `is not supported by this server; remove it (${doc} lists the supported fields)`,
         });
       }
     })

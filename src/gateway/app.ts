@@ -38,6 +38,7 @@ import type { GatewayEnv } from "./env.ts";
 import { asPlatformError, errorResponse } from "./errors.ts";
 import { bodyLimits } from "./input-bounds.ts";
 import { openAiRoutes } from "./routes/openai.ts";
+import { openAiImageRoutes } from "./routes/openai-images.ts";
 import { oauthRoutes } from "./routes/oauth.ts";
 import { orgRoutes } from "./routes/orgs.ts";
 import { imageRoutes } from "./routes/images.ts";
@@ -181,6 +182,14 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const caller = requireCaller(ctl);
   app.use("/v1/*", caller, meter, limits);
   app.route("/v1", openAiRoutes(router, textContext, settings.structured.limits));
+  app.route(
+    "/v1",
+    openAiImageRoutes(router, textContext, {
+      ctl,
+      artifacts: admin.imports.artifacts,
+      urlTtlMs: settings.images.urlTtlMs,
+    }),
+  );
   app.route("/v1/usage", usageRoutes(ctl, { flush: () => meter.drain() }));
   const batchFiles = new BatchFiles(ctl, admin.imports.artifacts);
   const batchJobs = new BatchJobs(ctl, { storage, files: batchFiles });

@@ -7,6 +7,7 @@
 import { Counter, Gauge, Registry } from "prom-client";
 import { invalidEntryCounts } from "../redis/stored.ts";
 import type { BatchRecordReport } from "../batch/metrics.ts";
+import { imageMetrics } from "../telemetry/image-metrics.ts";
 import {
   type Answered,
   type Failure,
@@ -37,6 +38,8 @@ export class GatewayMetrics {
   readonly promptTokens = this.vllm.promptTokens;
   readonly generationTokens = this.vllm.generationTokens;
   readonly success = this.vllm.success;
+  /** Images made, their steps, time per image and per step (src/telemetry/image-metrics.ts). */
+  readonly images = imageMetrics(this.registry);
   /** Every request answered, success or error: the denominator of error rates. */
   readonly requests = new Counter({
     name: "platform_requests_total",

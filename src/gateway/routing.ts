@@ -10,7 +10,7 @@ import type { RedisClient } from "../redis/connection.ts";
 import { type AbTest, pickVariant } from "../abtests/schema.ts";
 import { NAME_PATTERN, VERSION_PATTERN } from "../contracts/deployment.ts";
 import type { Endpoint } from "../endpoints/endpoint.ts";
-import { type ModelTask, type RegisteredVersion, taskOf } from "../registry/version.ts";
+import { type ModelTask, type PipelineSummary, type RegisteredVersion, taskOf } from "../registry/version.ts";
 import { readAbTests } from "../abtests/store.ts";
 import { serving } from "../endpoints/rollout.ts";
 import { readEndpoints } from "../endpoints/store.ts";
@@ -37,6 +37,8 @@ export type Target = {
   abtest: boolean;
   bound: PromptBound | undefined;
   task: ModelTask | undefined;
+  /** An image model's pipeline (sizes it takes), from its record. */
+  pipeline?: PipelineSummary;
   /** `model: "<endpoint>:<adapter>"`: the adapter version the job applies, `<name>@<version>` (docs/adapters.md). */
   adapter?: string;
   /** What metrics and usage name the request by: `name`, or `<endpoint>:<adapter>`. */
@@ -44,7 +46,7 @@ export type Target = {
 };
 
 /** What the gateway knows of a deployed version without a Redis round trip: its prompt bound and its task. */
-type VersionFacts = { bound: PromptBound | undefined; task: ModelTask | undefined };
+type VersionFacts = { bound: PromptBound | undefined; task: ModelTask | undefined; pipeline?: PipelineSummary };
 
 /** Who is asking, for sticky A/B tests: the API key's id and the request's headers. */
 export type Caller = { keyId?: string; header: (name: string) => string | undefined };
@@ -196,7 +198,7 @@ export class Router {
     } else if (test?.state === "stopping" && test.keep !== undefined) {
       endpoint = versions.get(test.keep) ?? own;
     }
-    const { bound, task } = await this.factsOf(endpoint);
+    const { bound, task, pipeline } = await this.factsOf(endpoint);
     return {
       name,
       endpoint,
@@ -205,6 +207,7 @@ export class Router {
       abtest: test !== undefined,
       bound,
       task,
+      pipeline,
       label: name,
     };
   }
@@ -220,6 +223,7 @@ export class Router {
     const facts: VersionFacts = {
       bound: promptBound(endpoint.framework, endpoint.config.runtime.max_model_len, model?.gguf ?? model?.checkpoint),
       task: model ? taskOf(model) : undefined,
+      pipeline: model?.pipeline,
     };
     if (this.facts.size > 1000) this.facts.clear();
     if (model) this.facts.set(key, facts);
@@ -298,6 +302,23 @@ function stickyValue(test: AbTest, caller: Caller | undefined): string | undefin
  */
 export function requireTask(t: Target, needed: ModelTask): void {
   if (t.task === undefined || t.task === needed) return;
+  if (t.task === "image") {
+    throw new PlatformError(
+      400,
+      needed === "embed" ? "model_not_embedding" : "model_not_generative",
+      `The model \`${t.name}\` makes images: use /v1/images/generations with it.`,
+      "model",
+    );
+  }
+  if (needed === "image") {
+    const route = t.task === "embed" ? "/v1/embeddings" : "/v1/chat/completions or /v1/completions";
+    throw new PlatformError(
+      400,
+      "model_not_image",
+      `The model \`${t.name}\` serves ${t.task === "embed" ? "embeddings" : "text generation"}, not images: use ${route} with it. Images come from a diffusers pipeline registered with task image (docs/images.md).`,
+      "model",
+    );
+  }
   if (needed === "embed") {
     throw new PlatformError(
       400,

@@ -16,7 +16,8 @@ export type Reservation = { promptTokens: number; maxTokens: number | undefined 
 export type ReservedJob =
   | { kind: "chat"; messages: ChatMessage[]; params?: SamplingParams }
   | { kind: "completion" | "generate" | "batch_record"; prompt: Prompt; params?: SamplingParams }
-  | { kind: "embedding"; input: EmbeddingItem[] };
+  | { kind: "embedding"; input: EmbeddingItem[] }
+  | { kind: "image"; prompt: string; negative_prompt?: string };
 
 /**
  * About 4 bytes per token, as in common English BPE vocabularies. Only the reservation uses it:
@@ -38,6 +39,9 @@ export function reservationOf(job: ReservedJob): Reservation {
       return { promptTokens: countTokens([job.prompt]), maxTokens: job.params?.max_tokens };
     case "embedding":
       return { promptTokens: countTokens(job.input), maxTokens: 0 };
+    // An image's tokens are its prompt's (the text encoder reads them); nothing is generated as text.
+    case "image":
+      return { promptTokens: estimateTokens([job.prompt, job.negative_prompt ?? ""]), maxTokens: 0 };
   }
 }
 

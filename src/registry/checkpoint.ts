@@ -10,6 +10,7 @@ import { join } from "node:path";
 import type { ArtifactFile, CheckpointSummary } from "./version.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import { SafetensorsCheckpoint, SafetensorsError } from "./convert/safetensors.ts";
+import { isPipelineFile } from "./pipeline-files.ts";
 
 /** The files a checkpoint is made of, besides the weights (`*.safetensors`): configuration, tokenizer, chat template. */
 const CHECKPOINT_FILES = new Set([
@@ -32,6 +33,8 @@ const CHECKPOINT_FILES = new Set([
   "config_sentence_transformers.json",
   // A PEFT LoRA adapter's configuration (its weights are adapter_model.safetensors): src/registry/adapter.ts.
   "adapter_config.json",
+  // A diffusers pipeline's index; its components' files lie in their folders (pipeline-files.ts).
+  "model_index.json",
 ]);
 
 /** One path segment, no leading dot: nothing that could name a parent, a hidden file or another directory. */
@@ -62,7 +65,7 @@ export const MAX_CHECKPOINT_FILES = 1024;
  * module's `<n>_<Name>/config.json`. Other files (README, .git, PyTorch .bin, original/) are left out.
  */
 export function isCheckpointFile(path: string): boolean {
-  if (isModuleConfig(path)) return true;
+  if (isModuleConfig(path) || isPipelineFile(path)) return true;
   return SAFE_NAME.test(path) && (CHECKPOINT_FILES.has(path) || path.endsWith(".safetensors"));
 }
 
@@ -73,7 +76,13 @@ export function isCheckpointFile(path: string): boolean {
  */
 export function uploadedEntryName(raw: string): string | undefined {
   const name = raw.replace(/^(\.\/)+/, "");
-  if (name.includes("/") && !name.startsWith("/") && !name.split("/").includes("..") && !isModuleConfig(name))
+  if (
+    name.includes("/") &&
+    !name.startsWith("/") &&
+    !name.split("/").includes("..") &&
+    !isModuleConfig(name) &&
+    !isPipelineFile(name)
+  )
     return undefined;
   return checkEntryName(raw);
 }
@@ -85,7 +94,7 @@ export function checkEntryName(raw: string): string {
   if (name.startsWith("/"))
     throw invalid(`entry ${shown} is an absolute path; a checkpoint's files are named relative to its directory`);
   if (name.split("/").includes("..")) throw invalid(`entry ${shown} climbs out of the directory ("..")`);
-  if (isModuleConfig(name)) return name;
+  if (isModuleConfig(name) || isPipelineFile(name)) return name;
   if (name.includes("/"))
     throw invalid(
       `entry ${shown} is in a subdirectory; a checkpoint's files lie at the top of its directory (or are a sentence-transformers module's <n>_<Name>/config.json)`,

@@ -50,6 +50,8 @@ import {
   readGgufInfo,
 } from "./gguf/index.ts";
 import { readTar } from "./tar.ts";
+import { componentFiles, isPipelineComponent, isPipelineFile } from "./pipeline-files.ts";
+import { importPipeline } from "./diffusers.ts";
 import { nextVersion, saveModelVersion, versionExists } from "./versions.ts";
 
 export type ImportRequest = {
@@ -267,7 +269,10 @@ async function importCheckpoint(
       }
     }
   }
-  const names = [...scratch.files.keys()];
+  const all = [...scratch.files.keys()];
+  // A diffusers pipeline (model_index.json): src/registry/diffusers.ts. Elsewhere its folders' names mean nothing.
+  if (all.includes("model_index.json")) return importPipeline(deps, req, dir, scratch.files);
+  const names = all.filter((name) => !isPipelineFile(name));
   if (names.includes("adapter_config.json")) return importAdapter(deps, req, dir, scratch.files);
   if (req.base !== undefined)
     throw new PlatformError(
@@ -380,6 +385,10 @@ async function fromLocalDirectory(
       const info = await lstat(join(path, name)).catch(() => undefined);
       if (info?.isSymbolicLink()) throw linked(name);
       if (info?.isFile()) files.push({ name, size: info.size });
+    } else if (isPipelineComponent(entry.name)) {
+      // A diffusers pipeline's component folder (src/registry/pipeline-files.ts).
+      if (entry.isSymbolicLink()) throw linked(entry.name);
+      if (entry.isDirectory()) files.push(...(await componentFiles(path, entry.name, linked)));
     }
     if (files.length > MAX_CHECKPOINT_FILES) throw tooManyFiles();
   }

@@ -60,6 +60,28 @@ export type CheckpointSummary = z.infer<typeof CheckpointSummary>;
 export const ArtifactKind = z.enum(["gguf", "hf", "adapter"]);
 export type ArtifactKind = z.infer<typeof ArtifactKind>;
 
+/** What a diffusers pipeline directory says about itself (model_index.json and its components' configs): src/registry/diffusers.ts. */
+export const PipelineSummary = z.object({
+  /** model_index.json's `_class_name` ("StableDiffusionPipeline"). */
+  pipeline_class: z.string(),
+  /** The size it was trained at: the denoiser's sample_size times the VAE's scale factor. */
+  default_width: z.number().int().positive(),
+  default_height: z.number().int().positive(),
+  /** Width and height must be multiples of this (the VAE's scale factor times the denoiser's downsampling). */
+  size_multiple: z.number().int().positive(),
+  /** The largest width or height taken: twice the default. */
+  max_side: z.number().int().positive(),
+  /** The scheduler's class ("DDIMScheduler"). */
+  scheduler: z.string().nullable(),
+  /** The denoiser's weights' dtype ("float32", "float16"), from its safetensors header. */
+  dtype: z.string().nullable(),
+  /** The pipeline's component folders, sorted ("scheduler", "text_encoder", "tokenizer", "unet", "vae"). */
+  components: z.array(z.string()),
+  /** Elements of every tensor of every component. */
+  parameters: z.number().int().nullable(),
+});
+export type PipelineSummary = z.infer<typeof PipelineSummary>;
+
 /** A model version by name: `<name>@<version>`'s parts. */
 export const VersionRef = z.object({ name: ModelName, version: ModelVersion });
 export type VersionRef = z.infer<typeof VersionRef>;
@@ -97,10 +119,11 @@ export const TrainingSummary = z.object({
 export type TrainingSummary = z.infer<typeof TrainingSummary>;
 
 /**
- * What a model version serves: text generation (chat, completions, generate, batches) or
- * embeddings (/v1/embeddings). The gateway refuses the other routes with a 400 saying so.
+ * What a model version serves: text generation (chat, completions, generate, batches),
+ * embeddings (/v1/embeddings) or images (/v1/images/generations). The gateway refuses the other
+ * routes with a 400 saying so.
  */
-export const ModelTask = z.enum(["generate", "embed"]);
+export const ModelTask = z.enum(["generate", "embed", "image"]);
 export type ModelTask = z.infer<typeof ModelTask>;
 
 /** GGUF `general.architecture`s of encoder-only models: llama.cpp runs them for embeddings only. */
@@ -168,6 +191,8 @@ export const RegisteredVersion = z.object({
   manifest: z.array(ArtifactFile).optional(),
   /** "hf" only: the checkpoint's metadata. */
   checkpoint: CheckpointSummary.optional(),
+  /** A diffusers pipeline directory ("hf" with model_index.json, task "image"): what it is. */
+  pipeline: PipelineSummary.optional(),
   /** "adapter" only: what it adapts. */
   adapter: AdapterSummary.optional(),
   /** Versions a fine-tuning job made: how. */

@@ -30,6 +30,7 @@ import { type FineTuningSettings, fineTuningSettings, fineTuningShape } from "./
 import type { TracingSettings } from "../telemetry/tracing.ts";
 import { tracingSettings, tracingShape } from "./tracing.ts";
 import { type VllmSettings, vllmSettings, vllmShape } from "./vllm.ts";
+import { type ImagesSettings, imagesSettings, imagesShape } from "./images.ts";
 
 export type {
   AdmissionSettings,
@@ -49,6 +50,7 @@ export type {
   TokenSettings,
   TracingSettings,
   VllmSettings,
+  ImagesSettings,
   WorkerSettings,
 };
 
@@ -67,6 +69,8 @@ export type Settings = CoreSettings & {
   structured: StructuredSettings;
   /** VLLM_BIN, PLATFORM_VLLM_START_TIMEOUT_MS. */
   vllm: VllmSettings;
+  /** PLATFORM_IMAGES_PYTHON, PLATFORM_IMAGES_START_TIMEOUT_MS, PLATFORM_IMAGES_MAX_BATCH, PLATFORM_IMAGES_URL_TTL_MS. */
+  images: ImagesSettings;
   /** PLATFORM_WORKER_*, PLATFORM_K8S_NAMESPACE, PLATFORM_GPU_TYPE_LABEL, POD_NAME, POD_NAMESPACE. */
   kubernetes: KubernetesSettings;
   /** AWS_*, PLATFORM_S3_FORCE_PATH_STYLE. */
@@ -98,6 +102,7 @@ const Env = z
     ...queueShape,
     ...structuredShape,
     ...vllmShape,
+    ...imagesShape,
     ...kubernetesShape,
     ...storageShape,
     ...tokensShape,
@@ -125,6 +130,7 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     ...queueSections(e),
     structured: structuredSettings(e),
     vllm: vllmSettings(e),
+    images: imagesSettings(e),
     kubernetes: kubernetesSettings(e),
     storage: storageSettings(e),
     tokens: tokenSettings(e),

@@ -23,7 +23,7 @@ const LAYERS: string[][] = [
   ["src/settings"],
   // Nouns, each owning its store, logic and metrics.
   ["src/registry", "src/replicas", "src/usage", "src/orgs", "src/protos"],
-  ["src/ratelimit", "src/endpoints", "src/images"],
+  ["src/ratelimit", "src/endpoints", "src/images", "src/image-files"],
   ["src/keys", "src/users", "src/autoscaling", "src/services"],
   ["src/queue", "src/tokens"],
   ["src/abtests", "src/signin"],

@@ -49,6 +49,27 @@ export type GenerationHooks = {
   signal?: AbortSignal;
 };
 
+/** One image to make (an `image` job, src/contracts/job.ts): the seed is always set (the job's, or one drawn for it). */
+export type ImageRequest = {
+  prompt: string;
+  negative_prompt?: string;
+  width: number;
+  height: number;
+  /** Absent: the engine's default (DIFFUSERS_DEFAULTS). */
+  steps?: number;
+  guidance?: number;
+  seed: number;
+};
+
+export type ImageOutput = { png: Buffer; steps: number; promptTokens: number };
+
+export type ImageHooks = {
+  /** After each denoising step: steps done, of `steps`. */
+  onStep?: (step: number, steps: number) => void;
+  /** Aborting stops the generation at its next step; the promise rejects with a 499 `cancelled`. */
+  signal?: AbortSignal;
+};
+
 export interface Engine {
   readonly name: string;
   /** Sequences served at once. */
@@ -58,6 +79,8 @@ export interface Engine {
   generate(request: TextRequest, hooks: GenerationHooks): Promise<TextOutput>;
   /** One embedding per item, in order; an item that does not fit the context is a 400 naming it (`input[i]`). */
   embed(inputs: EmbeddingItem[]): Promise<{ embeddings: number[][]; usage: Usage }>;
+  /** Image engines (diffusers): one image; text engines leave it out, and image jobs are refused with a 400. */
+  generateImage?(request: ImageRequest, hooks: ImageHooks): Promise<ImageOutput>;
   /** With speculative decoding: the draft tokens the model accepted (validated) and rejected (refuted) so far. */
   speculation?(): { validated: number; refuted: number } | undefined;
   /**

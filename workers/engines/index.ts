@@ -1,6 +1,6 @@
 /** Picks and loads the engine an endpoint's framework names. */
 import type { Endpoint } from "../../src/endpoints/endpoint.ts";
-import type { VllmSettings } from "../../src/settings/index.ts";
+import type { ImagesSettings, VllmSettings } from "../../src/settings/index.ts";
 import type { Engine } from "./engine.ts";
 import { loadLlamaCpp } from "./llamacpp.ts";
 
@@ -11,10 +11,30 @@ import { loadLlamaCpp } from "./llamacpp.ts";
 export async function loadEngine(
   endpoint: Endpoint,
   modelPath: string,
-  extra: { vllm?: VllmSettings; draftModelPath?: string; grammarTimeoutMs?: number; vllmLora?: boolean } = {},
+  extra: {
+    vllm?: VllmSettings;
+    images?: ImagesSettings;
+    draftModelPath?: string;
+    grammarTimeoutMs?: number;
+    vllmLora?: boolean;
+  } = {},
 ): Promise<Engine> {
   const vllm = extra.vllm;
   const { runtime, resources } = endpoint.config;
+  if (endpoint.framework === "diffusers") {
+    const { loadDiffusers } = await import("./diffusers.ts");
+    const images = extra.images;
+    return loadDiffusers({
+      modelPath,
+      python: images?.python ?? "python3",
+      parallel: resources.parallel,
+      gpu: (resources.gpu ?? 0) > 0,
+      dtype: runtime.dtype,
+      threads: resources.cpu,
+      maxBatch: images?.maxBatch,
+      startTimeoutMs: images?.startTimeoutMs,
+    });
+  }
   if (endpoint.framework === "vllm") {
     const { loadVllm } = await import("./vllm.ts");
     return loadVllm({

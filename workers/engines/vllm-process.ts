@@ -18,6 +18,14 @@ const OUTPUT_TAIL_LINES = 30;
 
 type ExitInfo = { code: number | null; signal: NodeJS.Signals | null; error?: Error };
 
+/** How errors name the child (the diffusers engine supervises its Python child with this class too). */
+export type ChildNames = { engine: string; install: string; timeoutSetting: string };
+const VLLM_NAMES: ChildNames = {
+  engine: "vLLM",
+  install: "Install vLLM on this node or set VLLM_BIN to its executable.",
+  timeoutSetting: "PLATFORM_VLLM_START_TIMEOUT_MS",
+};
+
 /** The `vllm serve` child: its output tail, its exit, and stopping it with everything it started. */
 export class VllmProcess {
   readonly pid: number | undefined;
@@ -28,9 +36,17 @@ export class VllmProcess {
   private readonly tail: string[] = [];
   private readonly outputClosed: Promise<unknown>;
   private readonly killOnExit = () => this.signal("SIGKILL");
+  private readonly names: ChildNames;
 
-  constructor(bin: string, args: string[], env: NodeJS.ProcessEnv, log: (line: string) => void) {
+  constructor(
+    bin: string,
+    args: string[],
+    env: NodeJS.ProcessEnv,
+    log: (line: string) => void,
+    names: ChildNames = VLLM_NAMES,
+  ) {
     this.bin = bin;
+    this.names = names;
     // Under the pipe watchdog (src/process/watchdog.ts): a worker killed outright (SIGKILL, OOM) runs no
     // exit handler, and vLLM would hold the GPU on. Its own process group: vLLM starts engine-core
     // and tensor-parallel workers, and all of them must go when it does.
@@ -69,7 +85,7 @@ export class VllmProcess {
         throw new PlatformError(
           503,
           "engine_start_timeout",
-          `vLLM did not become healthy within ${Math.round(timeoutMs / 1000)} s (PLATFORM_VLLM_START_TIMEOUT_MS); last output:\n${this.tail.join("\n")}`,
+          `${this.names.engine} did not become healthy within ${Math.round(timeoutMs / 1000)} s (${this.names.timeoutSetting}); last output:\n${this.tail.join("\n")}`,
         );
       }
       await Promise.race([sleep(HEALTH_POLL_MS), this.exited]);
@@ -78,13 +94,13 @@ export class VllmProcess {
 
   /** Why the server is not there, for errors after start-up. */
   describeExit(): string {
-    if (!this.exit) return "vLLM is not answering";
+    if (!this.exit) return `${this.names.engine} is not answering`;
     const how = this.exit.error
       ? this.exit.error.message
       : this.exit.signal
         ? `signal ${this.exit.signal}`
         : `code ${this.exit.code}`;
-    return `vLLM exited (${how}); last output:\n${this.tail.join("\n")}`;
+    return `${this.names.engine} exited (${how}); last output:\n${this.tail.join("\n")}`;
   }
 
   async stop(graceMs: number): Promise<void> {
@@ -123,13 +139,17 @@ export class VllmProcess {
       return new PlatformError(
         500,
         "engine_start_failed",
-        `could not run vLLM ("${this.bin}"): ${why}. Install vLLM on this node or set VLLM_BIN to its executable.`,
+        `could not run ${this.names.engine} ("${this.bin}"): ${why}. ${this.names.install}`,
       );
     }
     // The last lines usually say why (a traceback, "CUDA out of memory", …); let the pipes drain first.
     await settlesWithin(this.outputClosed, 2_000);
     const how = exit.signal ? `was killed by ${exit.signal}` : `exited with code ${exit.code}`;
-    return new PlatformError(500, "engine_start_failed", `vLLM ${how} before it was ready:\n${this.tail.join("\n")}`);
+    return new PlatformError(
+      500,
+      "engine_start_failed",
+      `${this.names.engine} ${how} before it was ready:\n${this.tail.join("\n")}`,
+    );
   }
 
   private signal(signal: NodeJS.Signals): void {

@@ -202,6 +202,6 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
 }
 
 /** The caller as sticky A/B tests see it. */
-function callerOf(c: Context<GatewayEnv>): Caller {
+export function callerOf(c: Context<GatewayEnv>): Caller {
   return { keyId: c.get("caller")?.id, header: (name) => c.req.header(name) };
 }
