@@ -1,5 +1,5 @@
 /**
- * `npm run bench:quantize`: what the platform's own quantizer (src/registry/quantize/) does to a
+ * `npm run bench:quantize`: what the platform's own quantizer (src/formats/quantize/) does to a
  * model, issue 11's bench. For stories260K (the tiny test model where ../shared is absent), each of
  * none / int8 (Q8_0) / int4 (Q4_0): file size, the time to quantize, decode tokens/s through
  * node-llama-cpp directly (same prompts, same thread count, variants taking turns round by round,
@@ -13,7 +13,7 @@ import { mkdir, mkdtemp, rm, stat, writeFile } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import type { Token } from "node-llama-cpp";
-import { quantizeGguf } from "../src/registry/quantize/file.ts";
+import { quantizeGguf } from "../src/formats/quantize/file.ts";
 import { sharedModelPath, tinyModelPath } from "../test/helpers/models.ts";
 import {
   commonPrefix,

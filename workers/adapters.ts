@@ -2,7 +2,7 @@
  * A replica's LoRA adapters (docs/adapters.md): a job's `adapter` ("<name>@<version>") resolved to
  * what its engine loads. The version must be an adapter of this replica's model version; its files
  * come from the artifact store (checked against its manifest) into the node's cache, and for
- * llama.cpp its GGUF conversion (src/registry/convert/lora.ts) is made once per adapter and base
+ * llama.cpp its GGUF conversion (src/formats/convert/lora.ts) is made once per adapter and base
  * and kept in the store like a checkpoint's. Which adapters stay loaded is the engine's business.
  */
 import { join } from "node:path";

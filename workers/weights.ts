@@ -9,7 +9,7 @@ import type { Control } from "../src/redis/connection.ts";
 import { convertedModel } from "../src/registry/converted.ts";
 import type { DerivedDeps, DerivedFile } from "../src/registry/derived.ts";
 import { localArtifact } from "../src/registry/materialize.ts";
-import { quantizedModel } from "../src/registry/quantize/cache.ts";
+import { quantizedModel } from "../src/registry/quantized.ts";
 import type { RegisteredVersion } from "../src/registry/version.ts";
 import { resolveDraftModel } from "../src/registry/versions.ts";
 import type { Settings } from "../src/settings/index.ts";

@@ -5,11 +5,9 @@
  * `batches` queue.
  */
 import { randomBytes } from "node:crypto";
-import { isAbsolute } from "node:path";
-import { Readable } from "node:stream";
+import type { Readable } from "node:stream";
 import type { Queue } from "bullmq";
 import {
-  BatchCheckpoint,
   type BatchJobList,
   type BatchJob,
   BatchSampling,
@@ -22,28 +20,23 @@ import { canSee, type Principal } from "../contracts/orgs.ts";
 import type { Control } from "../redis/connection.ts";
 import { PlatformError, parseRequest, withDetail } from "../contracts/errors.ts";
 import { QueueBase } from "../queue/base.ts";
-import { openObject, parseStorageUri, type S3Settings, StorageError, type StorageLocation } from "../storage/index.ts";
-import { sameFile, StoragePolicy } from "../storage/policy.ts";
-import { readParts } from "../storage/shared.ts";
+import { checkOutput, type Located, locate } from "../storage/located.ts";
+import { StoragePolicy } from "../storage/policy.ts";
 import { resolveAdapterTarget } from "./adapter-target.ts";
 import type { BatchFiles, BatchResultFiles } from "./files.ts";
-import { outputLocation } from "./output.ts";
+import { readOutput } from "./job-output.ts";
 import {
-  type BatchSpec,
   createRecord,
   hiddenFailure,
   isFinal,
   listIds,
   NOT_RESUMABLE,
   type OpenAiSpec,
-  outputUri,
   readRecord,
   readResultFiles,
   readSpec,
   reopenFailed,
   requestCancel,
-  scopeViewer,
-  showPaths,
   updateIfActive,
 } from "./store.ts";
 
@@ -199,16 +192,10 @@ export class BatchJobs {
           `input: "${given}" names a directory or prefix; give the JSONL object itself`,
           "input",
         );
-      input = viewer
-        ? { ...(await this.storage.confine(given, viewer, "input")), given, confined: true }
-        : trusted(given, "input");
+      input = await locate(this.storage, given, viewer, "input");
     }
-    const output: Located =
-      request.output === undefined
-        ? this.keptOutput()
-        : viewer
-          ? { ...(await this.storage.confine(request.output, viewer, "output")), given: request.output, confined: true }
-          : trusted(request.output, "output");
+    const output =
+      request.output === undefined ? this.keptOutput() : await locate(this.storage, request.output, viewer, "output");
     return { input, output };
   }
 
@@ -273,53 +260,7 @@ export class BatchJobs {
    */
   async output(id: string, viewer?: Viewer): Promise<Readable> {
     const record = await this.get(id, viewer);
-    const spec = (await readSpec(this.ctl, id)) as BatchSpec;
-    // Judged again, as the coordinator does before every run: the owner may have replaced a
-    // directory on the way with a link (to another tenant's area) since the job wrote there.
-    if (spec.scope?.output) await this.storage.confine(outputUri(spec), scopeViewer(spec.scope), "output");
-    const raw = await this.ctl.redis.get(this.ctl.keys.batchCheckpoint(id));
-    const checkpoint = raw ? BatchCheckpoint.parse(JSON.parse(raw)) : undefined;
-    const out = outputLocation(outputUri(spec), id, this.storage.s3);
-    const shown = (e: unknown) => {
-      out.store.close();
-      if (e instanceof StorageError)
-        return new PlatformError(
-          e.code === "not_found" ? 404 : 503,
-          e.code === "not_found" ? "output_not_found" : "storage_error",
-          showPaths(spec, e.message),
-        );
-      return e;
-    };
-    if (record.output_file !== null || checkpoint?.assembled) {
-      try {
-        const stream = await out.store.get(out.resultKey);
-        stream.once("close", () => out.store.close());
-        return stream;
-      } catch (e) {
-        throw shown(e);
-      }
-    }
-    const parts = checkpoint?.parts ?? 0;
-    if (parts === 0) {
-      out.store.close();
-      throw new PlatformError(404, "no_output", `batch job ${id} (${record.state}) has no completed records yet`, "id");
-    }
-    const keys = Array.from({ length: parts }, (_, i) => out.partKey(i));
-    // The first part is opened here, so a missing part is an HTTP error rather than a cut stream.
-    try {
-      (await out.store.get(keys[0] as string)).destroy();
-    } catch (e) {
-      throw shown(e);
-    }
-    return Readable.from(
-      (async function* () {
-        try {
-          yield* readParts(out.store, keys);
-        } finally {
-          out.store.close();
-        }
-      })(),
-    );
+    return readOutput(this.ctl, this.storage, record);
   }
 
   /** `jobId`: the coordinator job's id, the batch's own for its first run. */
@@ -419,72 +360,12 @@ function visible(record: BatchJob, viewer: Viewer | undefined): boolean {
   return viewer === undefined || canSee(viewer, { id: record.created_by, org: record.org });
 }
 
-/** A job's input or output: its real location, as the client gave it, and as messages show it. */
-export type Located = { uri: string; given: string; shown: string; confined: boolean };
-
-/**
- * Trusted callers (no viewer) name locations directly. The coordinator may
- * run on another machine, so a relative path would name a different file
- * there: only absolute ones are accepted.
- */
-function trusted(uri: string, field: "input" | "output"): Located {
-  let location: StorageLocation;
-  try {
-    location = parseStorageUri(uri);
-  } catch (e) {
-    if (e instanceof StorageError) throw new PlatformError(400, "invalid_uri", e.message, field);
-    throw e;
-  }
-  if (!/^[a-z][a-z0-9+.-]+:/i.test(uri) && !isAbsolute(uri)) {
-    throw new PlatformError(
-      400,
-      "invalid_uri",
-      `${field}: "${uri}" is a relative path; send an absolute path, a file:// URL or s3://bucket/key`,
-      field,
-    );
-  }
-  const canonical = `${location.url}${uri.endsWith("/") && !location.url.endsWith("/") ? "/" : ""}`;
-  return { uri: canonical, given: uri, shown: canonical, confined: false };
-}
-
 /** The [real, shown] prefix pairs for one location: the object itself, or for an output its directory. */
 function pairs(located: Located, output: boolean): [string, string][] {
   if (!output) return [[located.uri, located.shown]];
   const named = /\.jsonl$/i.test(located.uri);
   const dir = (u: string) => (named ? u.slice(0, u.lastIndexOf("/") + 1) : u.endsWith("/") ? u : `${u}/`);
   return [[dir(located.uri), dir(located.shown)]];
-}
-
-/** Output equal to input is refused; an existing output object too, unless the request may overwrite it. */
-async function checkOutput(input: Located, output: Located, overwrite: boolean, s3: S3Settings): Promise<void> {
-  if (!/\.jsonl$/i.test(output.uri)) return; // a prefix receives <job id>.jsonl, a name no object has yet
-  if (await sameFile(input.uri, output.uri)) {
-    throw new PlatformError(
-      400,
-      "output_is_input",
-      `output: "${output.given}" is the input itself; writing it would destroy the input. Choose another output`,
-      "output",
-    );
-  }
-  let exists = false;
-  try {
-    const { store, key } = openObject(output.uri, s3);
-    try {
-      exists = (await store.head(key)) !== null;
-    } finally {
-      store.close();
-    }
-  } catch {
-    // Cannot tell now (storage down, a directory in the way): the coordinator checks again before writing.
-  }
-  if (exists && !overwrite) {
-    throw new PlatformError(
-      409,
-      "output_exists",
-      `output: "${output.given}" already exists; send "overwrite": true (CLI: --overwrite) to replace it, or choose another output`,
-      "output",
-    );
-  }
 }
 
 function dropUndefined<T extends object>(o: T): T {

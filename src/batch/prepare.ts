@@ -11,6 +11,9 @@ import { constants } from "node:fs";
 import { type FileHandle, open, readlink, stat } from "node:fs/promises";
 import type { BatchCheckpoint } from "./schema.ts";
 import { type RegisteredVersion, taskOf } from "../registry/version.ts";
+import { endpointQueueName } from "../contracts/engines.ts";
+import { queueName } from "../contracts/naming.ts";
+import { serving } from "../endpoints/rollout.ts";
 import { listEndpoints } from "../endpoints/store.ts";
 import type { Control } from "../redis/connection.ts";
 import { PlatformError } from "../contracts/errors.ts";
@@ -63,6 +66,20 @@ export async function checkDeployed(ctl: Control, spec: BatchSpec, version: stri
     "model_not_deployed",
     `no endpoint serves ${spec.model}@${version}${latest}${hint} (\`platform inference deploy --model ${spec.model} --version ${version}\`)`,
   );
+}
+
+/**
+ * The queue a batch of `model`@`version` goes to when its request named no endpoint: the version's
+ * default queue when an endpoint with default engine settings serves it (or none serves it yet),
+ * else the first serving endpoint's (engines.ts `endpointQueueName`).
+ */
+export async function queueServing(ctl: Control, model: string, version: string): Promise<string> {
+  const queues = (await listEndpoints(ctl))
+    .map(serving)
+    .filter((e) => e.config.model.name === model && e.version === version)
+    .map(endpointQueueName);
+  const byDefault = queueName(model, version);
+  return queues.includes(byDefault) ? byDefault : (queues[0] ?? byDefault);
 }
 
 export type Input = {
@@ -200,7 +217,8 @@ export async function countRecords(input: Input, stopped: () => boolean): Promis
  * The input's bytes from `start`: a held input's from its handle, up to the
  * size it had when opened; otherwise re-opened where it broke off if the
  * connection fails: a long job reads slowly, and one dropped connection must
- * not cost it a restart.
+ * not cost it a restart. Its own loop rather than p-retry's (withStorageRetries): a read that
+ * made progress starts its count of failures over, and a generator yields between attempts.
  */
 export async function* readInput(input: Input, start: number, retries = 5): AsyncGenerator<Buffer> {
   if (input.held) {

@@ -11,24 +11,19 @@
  * What the storage policy judged is what the job uses: a local input is read
  * from one handle whose identity is the object judged, and the parts
  * directory is held open and judged again before every part written, the
- * assembly and the clean-up (a client can write in its output directory too).
+ * assembly and the clean-up (a client can write in its output directory too:
+ * run-checks.ts). The output is assembled from the parts at the end (assemble.ts).
  */
-import { BatchCheckpoint } from "./schema.ts";
-import { endpointQueueName } from "../contracts/engines.ts";
-import { serving } from "../endpoints/rollout.ts";
-import { queueName } from "../contracts/naming.ts";
-import { listEndpoints } from "../endpoints/store.ts";
-import type { Control } from "../redis/connection.ts";
-import { LuaScript } from "../redis/scripts.ts";
-import { PlatformError } from "../contracts/errors.ts";
-import { isStorageError } from "../storage/index.ts";
-import type { ConfinedUri, StoragePolicy } from "../storage/policy.ts";
 import type { SamplingParams } from "../contracts/job.ts";
 import type { SchemaLimits } from "../contracts/schema-limits.ts";
+import type { Control } from "../redis/connection.ts";
+import { LuaScript } from "../redis/scripts.ts";
+import { isStorageError } from "../storage/index.ts";
+import type { StoragePolicy } from "../storage/policy.ts";
+import { OutputAssembly } from "./assemble.ts";
 import { formatFor, type LineFormat } from "./formats.ts";
 import { isBlank, readLines, type Work } from "./input.ts";
-import { type BatchResultFiles, registerResultFiles, type ResultObject } from "./files.ts";
-import { type OutputLocation, type Outcome, outputLocation, selectLines, withStorageRetries } from "./output.ts";
+import { type OutputLocation, type Outcome, outputLocation, withStorageRetries } from "./output.ts";
 import {
   BatchFailure,
   checkDeployed,
@@ -39,11 +34,13 @@ import {
   type Input,
   openInput,
   openOutput,
+  queueServing,
   readInput,
   resolveVersion,
 } from "./prepare.ts";
-import { Changes, Meter } from "./throughput.ts";
 import { RecordJobs } from "./record-jobs.ts";
+import { asFailure, checkParts, checkUris } from "./run-checks.ts";
+import { BatchCheckpoint } from "./schema.ts";
 import {
   type BatchSpec,
   cancelRequested,
@@ -54,9 +51,9 @@ import {
   outputUri,
   readRecord,
   readSpec,
-  scopeViewer,
   updateIfActive,
 } from "./store.ts";
+import { Changes, Meter } from "./throughput.ts";
 
 /** handed_off: stopped for a process shutdown, to be resumed; superseded: another coordinator owns the job now. */
 export type RunEnd = "completed" | "failed" | "cancelled" | "handed_off" | "superseded";
@@ -141,7 +138,7 @@ class BatchRun {
     await updateIfActive(this.ctl, this.spec.id, { state: "running", started: record.started ?? Date.now() });
     const ticker = this.startTicker();
     try {
-      const input = await this.checkStorage();
+      const input = await checkUris(this.spec, this.storage);
       const version = record.resolved_version ?? (await resolveVersion(this.ctl, this.spec));
       await updateIfActive(this.ctl, this.spec.id, { resolved_version: version });
       await checkDeployed(this.ctl, this.spec, version);
@@ -152,7 +149,12 @@ class BatchRun {
         this.spec.input,
         this.storage.s3,
       );
-      this.out = await openOutput(outputUri(this.spec), this.spec.id, (out) => this.checkParts(out), this.storage.s3);
+      this.out = await openOutput(
+        outputUri(this.spec),
+        this.spec.id,
+        (out) => checkParts(this.spec, this.storage, out),
+        this.storage.s3,
+      );
       if (!(await this.loadCheckpoint(this.input))) return await this.afterStop();
       if (this.checkpoint.assembled) return await this.finish("completed");
       const queue = this.spec.queue ?? (await queueServing(this.ctl, this.spec.model, version));
@@ -186,52 +188,6 @@ class BatchRun {
       if (this.input) await closeInput(this.input);
       this.input?.store.close();
       this.out?.store.close();
-    }
-  }
-
-  /**
-   * The client-named URIs are checked again on every run: the roots may have
-   * changed, or a symlink been planted, since the job was created. Returns
-   * the input as judged (where it really is now, and its identity).
-   */
-  private async checkStorage(): Promise<ConfinedUri | undefined> {
-    const scope = this.spec.scope;
-    if (!scope) return undefined;
-    const viewer = scopeViewer(scope);
-    try {
-      const input = scope.input ? await this.storage.confine(inputUri(this.spec), viewer, "input") : undefined;
-      if (scope.output) await this.storage.confine(outputUri(this.spec), viewer, "output");
-      return input;
-    } catch (e) {
-      if (e instanceof PlatformError)
-        throw new BatchFailure(e.code === "storage_forbidden" ? "storage_forbidden" : "storage_error", e.message);
-      throw e;
-    }
-  }
-
-  /**
-   * The parts directory must be the job's own: not a link, still the
-   * directory held, and for a client-named output inside the key's areas
-   * (a directory above it may have been swapped for a link).
-   */
-  private async checkParts(out: OutputLocation): Promise<void> {
-    try {
-      await out.checkParts();
-      const scope = this.spec.scope;
-      if (scope?.output) {
-        try {
-          await this.storage.confine(out.partsUri, scopeViewer(scope), "output");
-        } catch (e) {
-          // Replaced between the two checks (a file where the directory was): that is the failure to report.
-          await out.checkParts();
-          throw e;
-        }
-      }
-    } catch (e) {
-      if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
-      if (e instanceof PlatformError)
-        throw new BatchFailure(e.code === "storage_forbidden" ? "storage_forbidden" : "storage_error", e.message);
-      throw e;
     }
   }
 
@@ -387,7 +343,7 @@ class BatchRun {
     const out = this.out as OutputLocation;
     const text = `${batch.slots.map((s) => this.format.render(s, s.outcome as Outcome)).join("\n")}\n`;
     if (this.input) await checkInput(this.input, this.spec.input);
-    await this.checkParts(out);
+    await checkParts(this.spec, this.storage, out);
     try {
       await withStorageRetries(() => out.store.put(out.partKey(batch.index), text));
     } catch (e) {
@@ -480,19 +436,23 @@ class BatchRun {
   private async finish(state: "completed" | "cancelled"): Promise<RunEnd> {
     const out = this.out as OutputLocation;
     const parts = Array.from({ length: this.checkpoint.parts }, (_, i) => out.partKey(i));
+    const assembly = new OutputAssembly({
+      ctl: this.ctl,
+      spec: this.spec,
+      storage: this.storage,
+      out,
+      assembling: this.checkpoint.assembling === true,
+      markAssembling: () => this.saveCheckpoint({ ...this.checkpoint, assembling: true }),
+    });
     if (!this.checkpoint.assembled) {
       // A cancelled job's parts are its output whatever its input became.
       if (this.input && state === "completed") await checkInput(this.input, this.spec.input);
-      // The assembly reads the parts: through a link it would copy what the link leads to.
-      await this.checkParts(out);
-      if (this.format.failed) await this.assembleApart(out, parts, this.format.failed);
-      else await this.assemble(out, parts);
-      this.checkpoint = { ...this.checkpoint, assembled: true };
-      await this.ctl.redis.set(this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(this.checkpoint));
+      await assembly.assemble(parts, this.format.failed);
+      await this.saveCheckpoint({ ...this.checkpoint, assembled: true });
     }
     // Recorded before the state that shows them, and again by a run that finishes the job again (same ids).
-    const files = this.format.failed ? await this.registerResultFiles(out) : undefined;
-    await this.removeParts(parts);
+    const files = this.format.failed ? await assembly.registerFiles() : undefined;
+    await assembly.removeParts(parts);
     await updateIfActive(this.ctl, this.spec.id, {
       state,
       output_file: out.store.uri(out.resultKey),
@@ -505,87 +465,6 @@ class BatchRun {
     });
     await this.dropWorkingKeys();
     return state;
-  }
-
-  /** Every line into the one result, which an existing object is never silently replaced by. */
-  private async assemble(out: OutputLocation, parts: string[]): Promise<void> {
-    const overwrite = this.spec.overwrite === true;
-    if (!overwrite && !(await this.assembledBefore(parts))) {
-      await this.checkStorage();
-      // Marked first: a run that dies after placing the result finds it its own (assembledBefore).
-      this.checkpoint = { ...this.checkpoint, assembling: true };
-      await this.ctl.redis.set(this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(this.checkpoint));
-      try {
-        await withStorageRetries(() => out.store.concat(parts, out.resultKey, { overwrite: false }));
-      } catch (e) {
-        if (isStorageError(e, "exists")) {
-          throw new BatchFailure(
-            "output_exists",
-            `${out.store.uri(out.resultKey)}: an object already exists there and the job may not replace it (submit with "overwrite": true to allow that); the completed records are kept`,
-          );
-        }
-        if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
-        throw e;
-      }
-    } else if (overwrite) {
-      await this.checkStorage();
-      try {
-        await withStorageRetries(() => out.store.concat(parts, out.resultKey));
-      } catch (e) {
-        if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
-        throw e;
-      }
-    }
-  }
-
-  /**
-   * A format that keeps failures apart (the OpenAI shape): answers into the
-   * result, failures into the error object, each in input order; no error
-   * object when nothing failed. Both are the server's own objects named by
-   * the job id (the shape's output is always files/), so a run that redoes
-   * this after dying before the checkpoint recorded it replaces them with the
-   * same bytes from the same parts, and put() is atomic: no `overwrite` to honour.
-   */
-  private async assembleApart(out: OutputLocation, parts: string[], failed: (line: string) => boolean): Promise<void> {
-    await this.checkStorage();
-    try {
-      // The answers' pass counts the failures it leaves out; a retried pass counts afresh.
-      let failures = { count: 0 };
-      await withStorageRetries(() => {
-        failures = { count: 0 };
-        return out.store.put(
-          out.resultKey,
-          selectLines(out.store, parts, (line) => !failed(line), failures),
-        );
-      });
-      if (failures.count > 0)
-        await withStorageRetries(() =>
-          out.store.put(out.errorKey, selectLines(out.store, parts, failed, { count: 0 })),
-        );
-    } catch (e) {
-      if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
-      throw e;
-    }
-  }
-
-  /**
-   * The output and error files as /v1/files shows them: each only when it
-   * holds a line (OpenAI's ids are null otherwise). Judged by the objects
-   * themselves, so a run that finds the assembly already done records the same.
-   */
-  private async registerResultFiles(out: OutputLocation): Promise<BatchResultFiles> {
-    const sized = async (key: string): Promise<ResultObject | null> => {
-      const head = await withStorageRetries(() => out.store.head(key)).catch((e: unknown) => {
-        if (isStorageError(e)) throw new BatchFailure("storage_error", e.message);
-        throw e;
-      });
-      return head && head.size > 0 ? { key, bytes: head.size } : null;
-    };
-    return registerResultFiles(
-      this.ctl,
-      { id: this.spec.id, owner: this.spec.created_by, org: this.spec.org, finished: Date.now() },
-      { output: await sized(out.resultKey), errors: await sized(out.errorKey) },
-    );
   }
 
   /**
@@ -606,38 +485,9 @@ class BatchRun {
     return "failed";
   }
 
-  /** The result is in place from an earlier run of this job that stopped before recording it. */
-  private async assembledBefore(parts: string[]): Promise<boolean> {
-    if (!this.checkpoint.assembling) return false;
-    const out = this.out as OutputLocation;
-    const existing = await out.store.head(out.resultKey).catch(() => null);
-    if (existing === null) return false;
-    let size = 0;
-    for (const key of parts) size += (await out.store.head(key))?.size ?? Number.NaN;
-    return size === existing.size;
-  }
-
-  /**
-   * Best effort: what is left is only clutter. A parts directory that is a
-   * link, or no longer the one this run held, is left alone: deleting through
-   * it could delete what it leads to.
-   */
-  private async removeParts(parts: string[]): Promise<void> {
-    const out = this.out;
-    if (!out) return;
-    if (
-      !(await this.checkParts(out).then(
-        () => true,
-        () => false,
-      ))
-    )
-      return;
-    // Local: everything in the directory (the parts, and the temp file of a part whose writer was
-    // killed mid-write) goes through the held handle, then the directory itself.
-    await out.clearParts().catch(() => undefined);
-    for (let i = 0; i < parts.length; i += 100) {
-      await Promise.all(parts.slice(i, i + 100).map((key) => out.store.delete(key).catch(() => undefined)));
-    }
+  private async saveCheckpoint(next: BatchCheckpoint): Promise<void> {
+    this.checkpoint = next;
+    await this.ctl.redis.set(this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(next));
   }
 
   private async dropWorkingKeys(): Promise<void> {
@@ -672,24 +522,4 @@ class BatchRun {
       })();
     }, TICK_MS);
   }
-}
-
-function asFailure(e: unknown): BatchFailure | undefined {
-  if (e instanceof BatchFailure) return e;
-  if (isStorageError(e)) return new BatchFailure("storage_error", e.message);
-  return undefined;
-}
-
-/**
- * The queue a batch of `model`@`version` goes to when its request named no endpoint: the version's
- * default queue when an endpoint with default engine settings serves it (or none serves it yet),
- * else the first serving endpoint's (engines.ts `endpointQueueName`).
- */
-async function queueServing(ctl: Control, model: string, version: string): Promise<string> {
-  const queues = (await listEndpoints(ctl))
-    .map(serving)
-    .filter((e) => e.config.model.name === model && e.version === version)
-    .map(endpointQueueName);
-  const byDefault = queueName(model, version);
-  return queues.includes(byDefault) ? byDefault : (queues[0] ?? byDefault);
 }

@@ -15,6 +15,7 @@ import {
 } from "./schema.ts";
 import type { Control } from "../redis/connection.ts";
 import { LuaScript } from "../redis/scripts.ts";
+import { updateIfActive as updateActiveHash } from "../redis/stored.ts";
 import type { S3Settings } from "../storage/index.ts";
 import type { StorageViewer } from "../storage/policy.ts";
 import { DEFAULT_ORG } from "../contracts/orgs.ts";
@@ -175,10 +176,6 @@ export type BatchProgress = {
   openai_files?: BatchResultFiles;
 };
 
-// Writes from a coordinator that lost its job (or lags behind a cancel) must
-// not resurrect a finished job, so every progress write checks the state first.
-const updateActive = new LuaScript(import.meta.url, "update-if-active");
-
 export async function createRecord(ctl: Control, spec: BatchSpec): Promise<void> {
   await ctl.redis
     .multi()
@@ -216,15 +213,12 @@ export async function readResultFiles(ctl: Control, id: string): Promise<BatchRe
   return parsed.data;
 }
 
-/** Returns false when the job is already final (nothing was written). */
+/**
+ * Returns false when the job is already final (nothing was written): writes from a coordinator
+ * that lost its job (or lags behind a cancel) must not resurrect a finished job.
+ */
 export async function updateIfActive(ctl: Control, id: string, progress: BatchProgress): Promise<boolean> {
-  const args: string[] = [];
-  for (const [field, value] of Object.entries(progress)) {
-    if (value === undefined) continue;
-    args.push(field, typeof value === "object" ? JSON.stringify(value) : String(value));
-  }
-  if (args.length === 0) return true;
-  return (await updateActive.run(ctl.redis, [ctl.keys.batch(id)], args)) === 1;
+  return updateActiveHash(ctl.redis, ctl.keys.batch(id), { field: "state", final: FINAL_BATCH_STATES }, progress);
 }
 
 // Only a failed job goes back to the queue; what it wrote and its checkpoint stay.

@@ -6,6 +6,7 @@
 import { existsSync, openAsBlob, statSync } from "node:fs";
 import { basename, resolve } from "node:path";
 import type { Command } from "commander";
+import { NAME_PART } from "../contracts/deployment.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import type { PublicEvaluation } from "../evaluation/jobs.ts";
 import type { Comparison } from "../evaluation/metrics.ts";
@@ -32,8 +33,7 @@ type Flags = {
 };
 
 const METRICS: readonly string[] = Metric.options;
-const TARGET =
-  /^([A-Za-z0-9][A-Za-z0-9._-]{0,62})(?:@([A-Za-z0-9][A-Za-z0-9._-]{0,62}))?(?::([A-Za-z0-9][A-Za-z0-9._-]{0,62}))?$/;
+const TARGET = new RegExp(`^(${NAME_PART})(?:@(${NAME_PART}))?(?::(${NAME_PART}))?$`);
 
 export function registerEvaluate(training: Command): void {
   training
@@ -106,10 +106,7 @@ export function registerEvaluate(training: Command): void {
 /** `--compare v1,v2` (each may carry `:<adapter>`) as two targets of `model`. */
 function compareTargets(model: string, list: string): [string, string] {
   const parts = list.split(",").map((s) => s.trim());
-  if (
-    parts.length !== 2 ||
-    parts.some((p) => !/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}(?::[A-Za-z0-9][A-Za-z0-9._-]{0,62})?$/.test(p))
-  )
+  if (parts.length !== 2 || parts.some((p) => !new RegExp(`^${NAME_PART}(?::${NAME_PART})?$`).test(p)))
     throw new CliError(`--compare ${list}: expected two versions, e.g. v1,v2 (or v1,v1:my-adapter)`, 2);
   return [`${model}@${parts[0]}`, `${model}@${parts[1]}`];
 }

@@ -6,8 +6,11 @@
 import { z } from "zod";
 import { DURATION_ERROR, parseDuration } from "./duration.ts";
 
-export const NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,62}$/i;
-export const VERSION_PATTERN = /^[a-z0-9][a-z0-9._-]{0,62}$/i;
+/** A name (model, version, adapter) without anchors, for patterns that join several, such as `<name>@<version>`. */
+export const NAME_PART = "[A-Za-z0-9][A-Za-z0-9._-]{0,62}";
+export const NAME_PATTERN = new RegExp(`^${NAME_PART}$`);
+/** A version is named as a model is. */
+export const VERSION_PATTERN = NAME_PATTERN;
 
 export const ModelName = z
   .string()

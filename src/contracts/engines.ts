@@ -33,7 +33,7 @@ export type EngineDescriptor = {
 
 /**
  * node-llama-cpp (workers/engines/llamacpp.ts): the GGUF fixes precision, except that `runtime.quantization` has
- * the replica load the platform's own Q8_0/Q4_0 copy of it (src/registry/quantize/); GPU memory sizing has no
+ * the replica load the platform's own Q8_0/Q4_0 copy of it (src/formats/quantize/); GPU memory sizing has no
  * counterpart there.
  */
 export const LLAMACPP: EngineDescriptor = {

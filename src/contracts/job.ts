@@ -6,6 +6,7 @@
  * here must stay backward compatible within `v: 1`.
  */
 import { z } from "zod";
+import { NAME_PART } from "./deployment.ts";
 
 export const JOB_SCHEMA_VERSION = 1 as const;
 
@@ -156,7 +157,7 @@ const common = {
    */
   adapter: z
     .string()
-    .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}@[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, "an adapter is <name>@<version>")
+    .regex(new RegExp(`^${NAME_PART}@${NAME_PART}$`), "an adapter is <name>@<version>")
     .optional(),
 };
 

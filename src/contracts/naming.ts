@@ -117,7 +117,7 @@ export function controlKeys(prefix: string) {
     fineTuningActive: (org: string) => `${cp}:ftactive:${org}`, // set of queued or running job ids (admission)
     fineTuningEvents: (id: string) => `${plain}:ftjob:{${id}}:events`, // stream: the job's events, capped
     files: `${cp}:files`, // hash file id -> record JSON (OpenAI-style /v1/files; bytes in the artifact store)
-    quantizeLock: (artifact: string) => `${plain}:quantize-lock:${artifact}`, // string with TTL: the replica quantizing "<sha256>:<type>" (src/registry/quantize/cache.ts)
+    quantizeLock: (artifact: string) => `${plain}:quantize-lock:${artifact}`, // string with TTL: the replica quantizing "<sha256>:<type>" (src/registry/quantized.ts)
     convertLock: (digest: string) => `${plain}:convert-lock:${digest}`, // string with TTL: the replica converting the checkpoint with this manifest digest to GGUF (src/registry/converted.ts)
     // One API key's rate-limit state: `<this>:<scope>:<part>` (src/ratelimit/limiter.ts). In one slot, the key id
     // being the tag, since one script touches it all; different keys spread over the nodes.

@@ -1,7 +1,7 @@
 /** Endpoint records: what is deployed, at which version, with how many replicas wanted. */
 import type { DeploymentConfig } from "../contracts/deployment.ts";
 import { Endpoint } from "./endpoint.ts";
-import { deployRefusal } from "../registry/quantize/plan.ts";
+import { deployRefusal } from "../formats/quantize/plan.ts";
 import { resolveDraftModel, resolveModelVersion } from "../registry/versions.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import { type InvalidEntry, parseStored, swapStored } from "../redis/stored.ts";
@@ -142,7 +142,7 @@ export async function deployEndpoint(ctl: Control, config: DeploymentConfig): Pr
       "model.framework",
     );
   }
-  // llama.cpp replicas quantize the GGUF themselves (src/registry/quantize/): a model that cannot be is refused now, not at replica start.
+  // llama.cpp replicas quantize the GGUF themselves (src/formats/quantize/): a model that cannot be is refused now, not at replica start.
   const refusal =
     framework === "llamacpp" && config.runtime.quantization
       ? deployRefusal(model.gguf?.quantization, config.runtime.quantization)

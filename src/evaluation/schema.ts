@@ -3,7 +3,7 @@
  * stored on a version, and the per-item scores a comparison pairs.
  */
 import { z } from "zod";
-import { ModelName, ModelVersion } from "../contracts/deployment.ts";
+import { ModelName, ModelVersion, NAME_PART } from "../contracts/deployment.ts";
 
 export const Metric = z.enum(["perplexity", "accuracy", "exact_match"]);
 export type Metric = z.infer<typeof Metric>;
@@ -16,8 +16,7 @@ export const LINE_SHAPES: Record<Metric, string> = {
 };
 
 /** `<model>@<version>` or `<model>@<version>:<adapter>` (the adapter's newest version on that base). */
-const TARGET =
-  /^([A-Za-z0-9][A-Za-z0-9._-]{0,62})@([A-Za-z0-9][A-Za-z0-9._-]{0,62})(?::([A-Za-z0-9][A-Za-z0-9._-]{0,62}))?$/;
+const TARGET = new RegExp(`^(${NAME_PART})@(${NAME_PART})(?::(${NAME_PART}))?$`);
 
 export type Target = { model: string; version: string; adapter?: string };
 

@@ -4,8 +4,8 @@
  * (bounded: the oldest ended jobs go first), a capped stream of events and a capped list of
  * checkpoints per job.
  */
-import { LuaScript } from "../redis/scripts.ts";
 import type { Control } from "../redis/connection.ts";
+import { updateIfActive as updateActiveHash } from "../redis/stored.ts";
 import type { ObjectStore } from "../storage/store.ts";
 import {
   FINAL_STATUSES,
@@ -21,8 +21,6 @@ import {
 export const MAX_EVENTS = 2000;
 /** Checkpoint records kept per job, newest first. */
 export const MAX_CHECKPOINTS = 10;
-
-const updateActive = new LuaScript(import.meta.url, "update-if-active");
 
 export type FineTuneProgress = {
   status?: Exclude<FineTuneStatus, "validating_files">;
@@ -76,15 +74,12 @@ export async function readJob(ctl: Control, id: string): Promise<StoredJob | und
   return { spec: JSON.parse(fields.spec) as FineTuneSpec, fields };
 }
 
-/** Returns false when the job has already ended (nothing was written). */
+/**
+ * Returns false when the job has already ended (nothing was written): a trainer that lost its
+ * job, or lags behind a cancel, must not bring an ended job back.
+ */
 export async function updateIfActive(ctl: Control, id: string, progress: FineTuneProgress): Promise<boolean> {
-  const args: string[] = [];
-  for (const [field, value] of Object.entries(progress)) {
-    if (value === undefined) continue;
-    args.push(field, typeof value === "object" ? JSON.stringify(value) : String(value));
-  }
-  if (args.length === 0) return true;
-  return (await updateActive.run(ctl.redis, [ctl.keys.fineTuningJob(id)], args)) === 1;
+  return updateActiveHash(ctl.redis, ctl.keys.fineTuningJob(id), { field: "status", final: FINAL_STATUSES }, progress);
 }
 
 export async function isEnded(ctl: Control, id: string): Promise<boolean> {

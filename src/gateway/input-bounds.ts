@@ -7,7 +7,7 @@
 import { Transform } from "node:stream";
 import type { MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
-import type { GgufSummary } from "../registry/version.ts";
+import type { GgufSummary } from "../formats/gguf/summary.ts";
 import type { Framework } from "../contracts/deployment.ts";
 import type { EmbeddingItem } from "../contracts/job.ts";
 import { formatBytes } from "../contracts/bytes.ts";

@@ -12,10 +12,30 @@ import type { RedisClient } from "./connection.ts";
 import { LuaScript } from "./scripts.ts";
 
 const swapField = new LuaScript(import.meta.url, "swap-field");
+const updateActive = new LuaScript(import.meta.url, "update-if-active");
 
 /** Replaces `field` of `hash` with `next` if it still holds `read`; false when it changed meanwhile. */
 export async function swapStored(redis: RedisClient, hash: string, field: string, read: string, next: string) {
   return (await swapField.run(redis, [hash], [field, read, next])) === 1;
+}
+
+/**
+ * Writes `fields` (objects as JSON, undefined ones skipped) to the job hash `key` unless its
+ * `state.field` is missing or one of `state.final`; false when it was (nothing written).
+ */
+export async function updateIfActive(
+  redis: RedisClient,
+  key: string,
+  state: { field: string; final: readonly string[] },
+  fields: Record<string, unknown>,
+): Promise<boolean> {
+  const args: string[] = [];
+  for (const [field, value] of Object.entries(fields)) {
+    if (value === undefined) continue;
+    args.push(field, typeof value === "object" ? JSON.stringify(value) : String(value));
+  }
+  if (args.length === 0) return true;
+  return (await updateActive.run(redis, [key], [state.field, state.final.length, ...state.final, ...args])) === 1;
 }
 
 const log = logger("records");

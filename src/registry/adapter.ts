@@ -11,10 +11,10 @@ import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { PlatformError } from "../contracts/errors.ts";
 import type { ObjectStore } from "../storage/store.ts";
-import { LLAMA_FAMILY } from "./convert/llama.ts";
-import { ggufWeightName, hfWeightName, LoraError, type LoraPair, pairTensors } from "./convert/lora.ts";
-import { SafetensorsCheckpoint, SafetensorsError } from "./convert/safetensors.ts";
-import { readGgufInfo } from "./gguf/index.ts";
+import { LLAMA_FAMILY } from "../formats/convert/llama.ts";
+import { ggufWeightName, hfWeightName, LoraError, type LoraPair, pairTensors } from "../formats/convert/lora.ts";
+import { SafetensorsCheckpoint, SafetensorsError } from "../formats/convert/safetensors.ts";
+import { readGgufInfo } from "../formats/gguf/index.ts";
 import { localArtifact } from "./materialize.ts";
 import type { AdapterSummary, RegisteredVersion, VersionRef } from "./version.ts";
 

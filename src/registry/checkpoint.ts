@@ -9,7 +9,7 @@ import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { ArtifactFile, CheckpointSummary } from "./version.ts";
 import { PlatformError } from "../contracts/errors.ts";
-import { SafetensorsCheckpoint, SafetensorsError } from "./convert/safetensors.ts";
+import { SafetensorsCheckpoint, SafetensorsError } from "../formats/convert/safetensors.ts";
 import { isPipelineFile } from "./pipeline-files.ts";
 
 /** The files a checkpoint is made of, besides the weights (`*.safetensors`): configuration, tokenizer, chat template. */

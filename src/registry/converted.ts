@@ -1,14 +1,14 @@
 /**
  * The GGUF conversion of a Hugging Face-style checkpoint, for llama.cpp replicas: made once per
- * manifest digest by the converter (src/registry/convert), kept in the artifact store under
+ * manifest digest by the converter (src/formats/convert), kept in the artifact store under
  * converted/<digest>/model.gguf and shared like a quantized copy (src/registry/derived.ts).
  * Converting at replica start rather than at registration keeps minutes of CPU off the gateway
  * and lets a version registered before its family had a converter be served once it has one.
  */
 import { createHash } from "node:crypto";
 import { readAdapter } from "./adapter.ts";
-import { convertCheckpoint } from "./convert/index.ts";
-import { convertLoraAdapter } from "./convert/lora.ts";
+import { convertCheckpoint } from "../formats/convert/index.ts";
+import { convertLoraAdapter } from "../formats/convert/lora.ts";
 import { derivedFile, type DerivedDeps, type DerivedFile } from "./derived.ts";
 
 /** `digest`: the version's manifest digest, a hex SHA-256 (records.ts `Sha256`, checked when its record was read). */

@@ -10,7 +10,7 @@ import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { PlatformError } from "../contracts/errors.ts";
 import { manifestDigest, sortManifest } from "./checkpoint.ts";
-import { SafetensorsCheckpoint, SafetensorsError } from "./convert/safetensors.ts";
+import { SafetensorsCheckpoint, SafetensorsError } from "../formats/convert/safetensors.ts";
 import { type ImportDeps, type ImportRequest, saveRecord, storeDirectory } from "./import.ts";
 import type { ArtifactFile, PipelineSummary, RegisteredVersion } from "./version.ts";
 import { nextVersion } from "./versions.ts";

@@ -7,6 +7,7 @@
  */
 import { createHash } from "node:crypto";
 import { open } from "node:fs/promises";
+import pRetry from "p-retry";
 import { z } from "zod";
 import { PlatformError } from "../contracts/errors.ts";
 import type { SourcePolicy } from "../settings/sources.ts";
@@ -14,7 +15,8 @@ import { isBrokenOff, openRemote } from "./sources.ts";
 
 /** Resumes after a broken connection, then the download fails with the last error. */
 export const MAX_RESUMES = 5;
-const RESUME_BACKOFF_MS = 200;
+/** Waits before each resume: 0.2 s doubling, at most 1 s. */
+const RESUME_BACKOFF = { retries: MAX_RESUMES, minTimeout: 200, factor: 2, maxTimeout: 1_000 };
 
 export type DownloadOptions = {
   hub?: boolean;
@@ -42,8 +44,9 @@ export async function downloadFile(
     let size = 0;
     let resumes = 0;
     let etag: string | undefined;
-    for (;;) {
-      try {
+    await pRetry(
+      async (attempt) => {
+        resumes = attempt - 1;
         const res = await openRemote(url, policy, {
           hub: options.hub,
           start: size,
@@ -64,13 +67,9 @@ export async function downloadFile(
           hash.update(chunk);
           size += chunk.length;
         }
-        break;
-      } catch (e) {
-        if (!isBrokenOff(e) || resumes >= MAX_RESUMES) throw e;
-        resumes++;
-        await new Promise((r) => setTimeout(r, RESUME_BACKOFF_MS * resumes));
-      }
-    }
+      },
+      { ...RESUME_BACKOFF, shouldRetry: ({ error }) => isBrokenOff(error) },
+    );
     const sha256 = hash.digest("hex");
     const expected = options.sha256 ?? etag;
     if (expected !== undefined && expected !== sha256) {

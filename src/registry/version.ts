@@ -1,22 +1,7 @@
 /** A registered model version: its artifact, what it serves, and what its files say about it. */
 import { z } from "zod";
 import { Framework, ModelName, ModelVersion } from "../contracts/deployment.ts";
-
-export const GgufSummary = z.object({
-  architecture: z.string().nullable(),
-  parameters: z.number().int().nullable(),
-  context_length: z.number().int().nullable(),
-  quantization: z.string().nullable(),
-  chat_template: z.boolean(),
-  /** `tokenizer.ggml.model`: "llama" (SentencePiece), "gpt2" (byte-level BPE), "bert" (WordPiece), ... Absent on versions registered before it was recorded. */
-  tokenizer: z.string().nullable().optional(),
-  /**
-   * UTF-8 bytes of the vocabulary's longest token: the gateway's cheap bound on a prompt's
-   * token count (src/gateway/input-bounds.ts). Absent on versions registered before it was recorded.
-   */
-  max_token_bytes: z.number().int().positive().nullable().optional(),
-});
-export type GgufSummary = z.infer<typeof GgufSummary>;
+import { GgufSummary } from "../formats/gguf/summary.ts";
 
 /**
  * A SHA-256 in lowercase hex. Checked on the way out of Redis too: a version's digest names cache

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { convertCheckpoint } from "../../src/registry/convert/index.ts";
+import { convertCheckpoint } from "../../src/formats/convert/index.ts";
 import { TINY_BERT, writeTinyBert } from "../fixtures/tiny-bert.ts";
 import { bertEmbedding, bertInput, cosine } from "../helpers/bert-reference.ts";
 import { tinyModelPath } from "../helpers/models.ts";

@@ -19,7 +19,7 @@ import OpenAI from "openai";
 import type { Token } from "node-llama-cpp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RegisteredVersion } from "../../src/registry/version.ts";
-import { supportedArchitectures } from "../../src/registry/convert/index.ts";
+import { supportedArchitectures } from "../../src/formats/convert/index.ts";
 import { startS3, type S3Server } from "../helpers/batch-env.ts";
 import { expectedManifest, TEST_ARCHITECTURE, writeCheckpoint } from "../helpers/checkpoints.ts";
 import { CHAT_REPLY } from "../helpers/fake-vllm.ts";
@@ -29,7 +29,7 @@ import { bertEmbedding, bertInput, cosine } from "../helpers/bert-reference.ts";
 import { openModel } from "../helpers/quality.ts";
 
 const BUCKET = "platform-e2e-models";
-/** The converter's own tiny Llama checkpoint (src/registry/convert's fixtures), when this tree has it. */
+/** The converter's own tiny Llama checkpoint (src/formats/convert's fixtures), when this tree has it. */
 const LLAMA_FIXTURE = fileURLToPath(new URL("../fixtures/hf/llama", import.meta.url));
 
 type Status = { state: string; errors: string[]; weights: string[]; replicas: { ready: number; failed: number } };

@@ -9,8 +9,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readGgufInfo } from "../../src/registry/gguf/read.ts";
-import { quantizeGguf } from "../../src/registry/quantize/file.ts";
+import { readGgufInfo } from "../../src/formats/gguf/read.ts";
+import { quantizeGguf } from "../../src/formats/quantize/file.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { runCli, type Stack, startStack } from "../helpers/stack.ts";
 

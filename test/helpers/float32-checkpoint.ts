@@ -13,7 +13,7 @@ import { deployEndpoint, getEndpoint } from "../../src/endpoints/store.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
-import { convertCheckpoint } from "../../src/registry/convert/index.ts";
+import { convertCheckpoint } from "../../src/formats/convert/index.ts";
 import { importModel } from "../../src/registry/import.ts";
 import { loadSettings, type Settings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";

@@ -42,8 +42,8 @@ async function buildCached(key: string, options: TinyLlamaOptions): Promise<stri
   const hash = createHash("sha256").update(key);
   for (const source of [
     "../fixtures/tiny-llama.ts",
-    "../../src/registry/gguf/format.ts",
-    "../../src/registry/gguf/write.ts",
+    "../../src/formats/gguf/format.ts",
+    "../../src/formats/gguf/write.ts",
   ]) {
     hash.update(await readFile(new URL(source, import.meta.url)));
   }

@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type RunningGateway, startGateway } from "../../src/gateway/app.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
-import { readGgufInfo } from "../../src/registry/gguf/index.ts";
+import { readGgufInfo } from "../../src/formats/gguf/index.ts";
 import { writeTar } from "../../src/registry/tar.ts";
 import type { RegisteredVersion } from "../../src/registry/version.ts";
 import { loadSettings } from "../../src/settings/index.ts";

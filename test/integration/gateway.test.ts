@@ -73,6 +73,19 @@ describe("gateway edges", () => {
     expect((await errorOf(res)).code).toBe("unknown_route");
   });
 
+  it("invalid_json for a body that is not JSON, on every route that reads one", async () => {
+    for (const [path, init] of [
+      ["/v1/chat/completions", {}],
+      ["/v1/fine_tuning/jobs", {}],
+      ["/admin/v1/evaluations", { key: admin }],
+      ["/admin/v1/endpoints/tiny/autoscaling", { key: admin, method: "PUT" }],
+    ] as const) {
+      const res = await call(path, { ...init, body: "{not json" });
+      expect(res.status, path).toBe(400);
+      expect(await errorOf(res), path).toMatchObject({ code: "invalid_json", type: "invalid_request_error" });
+    }
+  });
+
   it("400 for invalid JSON and for wrong types, naming the field", async () => {
     const bad = await call("/v1/chat/completions", { body: "{not json" });
     expect(bad.status).toBe(400);

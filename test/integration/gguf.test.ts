@@ -15,10 +15,10 @@ import {
   layoutGguf,
   readGgufInfo,
   writeGgufFile,
-} from "../../src/registry/gguf/index.ts";
-import { fp16ToFp32, fp32ToFp16, quantizeQ4_0, quantizeQ8_0 } from "../../src/registry/quantize/blocks.ts";
-import { quantizeGguf } from "../../src/registry/quantize/file.ts";
-import { deployRefusal, QuantizationError } from "../../src/registry/quantize/plan.ts";
+} from "../../src/formats/gguf/index.ts";
+import { fp16ToFp32, fp32ToFp16, quantizeQ4_0, quantizeQ8_0 } from "../../src/formats/quantize/blocks.ts";
+import { quantizeGguf } from "../../src/formats/quantize/file.ts";
+import { deployRefusal, QuantizationError } from "../../src/formats/quantize/plan.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 
 let dir: string;

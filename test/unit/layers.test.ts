@@ -21,6 +21,8 @@ const LAYERS: string[][] = [
   ["src/process"],
   ["src/redis", "src/storage"],
   ["src/settings"],
+  // Model file formats (GGUF, conversion to it, quantization): file work the catalog and replicas use.
+  ["src/formats"],
   // Nouns, each owning its store, logic and metrics.
   ["src/registry", "src/replicas", "src/usage", "src/orgs", "src/protos"],
   ["src/ratelimit", "src/endpoints", "src/images", "src/image-files"],

@@ -1,6 +1,6 @@
-/** The LoRA converter's naming (src/registry/convert/lora.ts): PEFT tensor pairs and llama.cpp's weight names. */
+/** The LoRA converter's naming (src/formats/convert/lora.ts): PEFT tensor pairs and llama.cpp's weight names. */
 import { describe, expect, it } from "vitest";
-import { ggufWeightName, hfWeightName, LoraError, pairTensors } from "../../src/registry/convert/lora.ts";
+import { ggufWeightName, hfWeightName, LoraError, pairTensors } from "../../src/formats/convert/lora.ts";
 
 describe("LoRA tensor names", () => {
   it("maps the attention and MLP projections to llama.cpp's names and back", () => {

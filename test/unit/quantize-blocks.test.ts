@@ -12,7 +12,7 @@ import {
   fp32ToFp16,
   quantizeQ4_0,
   quantizeQ8_0,
-} from "../../src/registry/quantize/blocks.ts";
+} from "../../src/formats/quantize/blocks.ts";
 
 function block(values: Record<number, number>): Float32Array {
   const x = new Float32Array(32);

@@ -220,7 +220,7 @@ class LlamaCppEngine implements Engine {
   private embeddingContext: Promise<LlamaEmbeddingContext> | undefined;
   /** An encoder (BERT and kin: non-causal attention) embeds and cannot generate. */
   private readonly encoderOnly: boolean;
-  /** The converter recorded a sentence-transformers Normalize module (src/registry/convert/bert.ts). */
+  /** The converter recorded a sentence-transformers Normalize module (src/formats/convert/bert.ts). */
   private readonly normalizeEmbeddings: boolean;
   /** LoRA adapters' contexts beside the base's. */
   readonly adapters: AdapterLanes;

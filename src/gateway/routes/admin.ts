@@ -30,7 +30,7 @@ import { abTestRoutes } from "./admin-abtests.ts";
 import { adminKeyRoutes } from "./admin-keys.ts";
 import { scrapeTargetRoutes } from "./scrape-targets.ts";
 import type { GatewayEnv } from "../env.ts";
-import { asPlatformError, parseBody, pathParam } from "../errors.ts";
+import { asPlatformError, parseBody, pathParam, readJson } from "../errors.ts";
 import { limitStream } from "../input-bounds.ts";
 
 const log = logger("gateway");
@@ -304,17 +304,7 @@ export function adminRoutes(deps: AdminDeps) {
 
   app.put("/endpoints/:name/autoscaling", async (c) => {
     const name = pathParam(c, "name", ModelName);
-    let body: unknown;
-    try {
-      body = await c.req.json();
-    } catch (e) {
-      throw new PlatformError(
-        400,
-        "invalid_json",
-        `request body is not valid JSON (${(e as Error).message}); send the autoscaling file as JSON`,
-      );
-    }
-    const settings = parseAutoscalingBody(body, name);
+    const settings = parseAutoscalingBody(await readJson(c, "send the autoscaling file as JSON"), name);
     const endpoint = await getEndpoint(ctl, name);
     await setAutoscaling(ctl, name, settings);
     const depth = await readQueueDepth(deps.dispatcher.queueNamed(servingQueue(endpoint)));

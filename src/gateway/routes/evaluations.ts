@@ -13,24 +13,20 @@
  */
 import { Hono } from "hono";
 import { z } from "zod";
+import { NAME_PART } from "../../contracts/deployment.ts";
 import { PlatformError } from "../../contracts/errors.ts";
 import type { Evaluations } from "../../evaluation/index.ts";
 import type { GatewayEnv } from "../env.ts";
+import { readJson } from "../errors.ts";
 
 const ListQuery = z.object({ limit: z.coerce.number().int().min(1).max(100).default(20) });
-const TARGET = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}@[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
+const TARGET = new RegExp(`^${NAME_PART}@${NAME_PART}$`);
 
 export function evaluationRoutes(evaluations: Evaluations) {
   const app = new Hono<GatewayEnv>();
 
   app.post("/", async (c) => {
-    let body: unknown;
-    try {
-      body = await c.req.json();
-    } catch {
-      throw new PlatformError(400, "invalid_json", "the body is not valid JSON");
-    }
-    return c.json(await evaluations.create(body, c.get("caller")), 201);
+    return c.json(await evaluations.create(await readJson(c), c.get("caller")), 201);
   });
 
   app.get("/", async (c) => {

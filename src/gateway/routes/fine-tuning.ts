@@ -13,6 +13,7 @@ import { z } from "zod";
 import type { FineTuningJobs } from "../../finetuning/jobs.ts";
 import { PlatformError } from "../../contracts/errors.ts";
 import type { GatewayEnv } from "../env.ts";
+import { readJson } from "../errors.ts";
 
 const Page = z.object({
   limit: z.coerce.number().int().min(1).max(100, "expected at most 100").optional(),
@@ -33,13 +34,7 @@ export function fineTuningRoutes(jobs: FineTuningJobs) {
   const app = new Hono<GatewayEnv>();
 
   app.post("/jobs", async (c) => {
-    let body: unknown;
-    try {
-      body = await c.req.json();
-    } catch {
-      throw new PlatformError(400, "invalid_request", "the body must be a JSON object", null);
-    }
-    return c.json(await jobs.create(body, c.get("caller")));
+    return c.json(await jobs.create(await readJson(c), c.get("caller")));
   });
 
   app.get("/jobs", async (c) => {

@@ -3,7 +3,7 @@
  * adapter file llama.cpp loads (`llama_adapter_lora_init`), as llama.cpp's convert_lora_to_gguf.py
  * writes it: `general.type` "adapter", `adapter.type` "lora", `adapter.lora.alpha`, and per
  * adapted weight `<gguf name>.lora_a` (ggml dims [in, r]) and `.lora_b` ([r, out]). The names are
- * the base's as src/registry/convert/llama.ts writes them, and lora_b of attn_q/attn_k gets the same
+ * the base's as src/formats/convert/llama.ts writes them, and lora_b of attn_q/attn_k gets the same
  * RoPE row permutation the base's q/k weights got (B's rows are the weight's output rows; A is not
  * touched). The base's GGUF file, the one the replica loads, supplies the architecture, the head
  * counts and the shapes every pair is checked against.

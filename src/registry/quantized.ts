@@ -4,10 +4,10 @@
  * source bytes and type reuses it, on this node or any other. Made under a Redis lease per
  * (sha256, type) by the shared derived-file cache (src/registry/derived.ts).
  */
-import { readGgufInfo } from "../gguf/read.ts";
-import { derivedFile, type DerivedDeps, type DerivedFile } from "../derived.ts";
-import { quantizeGguf } from "./file.ts";
-import { planQuantization, type Quantization, TARGETS } from "./plan.ts";
+import { readGgufInfo } from "../formats/gguf/read.ts";
+import { derivedFile, type DerivedDeps, type DerivedFile } from "./derived.ts";
+import { quantizeGguf } from "../formats/quantize/file.ts";
+import { planQuantization, type Quantization, TARGETS } from "../formats/quantize/plan.ts";
 
 export type QuantizedDeps = DerivedDeps;
 
