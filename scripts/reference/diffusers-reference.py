@@ -17,11 +17,15 @@ import base64
 import io
 import json
 import sys
+import warnings
 
 import numpy as np
 import torch
 from diffusers import DiffusionPipeline
 from PIL import Image
+
+# torch_dtype, which every diffusers release takes; newer ones also name it dtype and warn about the old name.
+warnings.filterwarnings("ignore", message=".*torch_dtype.*")
 
 
 def call(pipe, req, seeds):

@@ -22,10 +22,14 @@ import json
 import queue
 import sys
 import threading
+import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch
 from diffusers import DiffusionPipeline
+
+# torch_dtype, which every diffusers release takes; newer ones also name it dtype and warn about the old name.
+warnings.filterwarnings("ignore", message=".*torch_dtype.*")
 
 DTYPES = {"float32": torch.float32, "float": torch.float32, "float16": torch.float16, "half": torch.float16, "bfloat16": torch.bfloat16}
 MAX_BODY = 1 << 20
@@ -170,6 +174,15 @@ class Engine:
         return sum(len(tok(t, truncation=True).input_ids) for t in texts)
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # A client that went away (the engine cancelled, the worker stopped) is not worth a traceback.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 def handler_for(engine):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -247,8 +260,7 @@ def main():
         torch.set_num_threads(args.threads)
     engine = Engine(args)
     threading.Thread(target=engine.run, daemon=True).start()
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler_for(engine))
-    server.daemon_threads = True
+    server = Server(("127.0.0.1", args.port), handler_for(engine))
     print(f"diffusers engine ready: {json.dumps(engine.info())}", flush=True)
     server.serve_forever()
 
