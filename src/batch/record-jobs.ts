@@ -22,6 +22,7 @@ import {
   JOB_SCHEMA_VERSION,
   type JobError,
   type JobPayloadInput,
+  ImageResult,
   type SamplingParams,
   TextResult,
 } from "../contracts/job.ts";
@@ -148,19 +149,21 @@ export class RecordJobs extends QueueBase {
         ...(this.options.adapter ? { adapter: this.options.adapter } : {}),
         stream: false,
         reply: { stream: this.replies.key },
-        params,
       };
-      // Chat records (OpenAI batch files) go as chat jobs: batch_record carries a prompt only.
+      // Chat records (OpenAI batch files) go as chat jobs, image records as image jobs: batch_record carries a prompt only.
       const payload: JobPayloadInput =
         work.kind === "chat"
-          ? { ...common, kind: "chat", messages: work.messages }
-          : {
-              ...common,
-              kind: "batch_record",
-              batch_id: this.options.batchId,
-              record_id: recordId,
-              prompt: work.prompt,
-            };
+          ? { ...common, params, kind: "chat", messages: work.messages }
+          : work.kind === "image"
+            ? { ...common, kind: "image", ...work.image }
+            : {
+                ...common,
+                params,
+                kind: "batch_record",
+                batch_id: this.options.batchId,
+                record_id: recordId,
+                prompt: work.prompt,
+              };
       const add = () =>
         this.modelQueue.add(payload.kind, payload, {
           jobId: id,
@@ -383,6 +386,16 @@ const KeptOutcome: z.ZodType<Outcome> = z.union([
     prompt_tokens: z.number().optional(),
     completion_tokens: z.number().optional(),
     finish_reason: TextResult.shape.finish_reason.optional(),
+    image: z
+      .object({
+        key: z.string().optional(),
+        uri: z.string().optional(),
+        seed: z.number(),
+        steps: z.number(),
+        width: z.number(),
+        height: z.number(),
+      })
+      .optional(),
   }),
   z.object({
     ok: z.literal(false),
@@ -410,6 +423,20 @@ function unreadable(): Outcome {
 }
 
 function fromResult(value: unknown): Answer {
+  const image = ImageResult.safeParse(value);
+  if (image.success) {
+    const { usage, seed, steps, width, height, queued_ms, generation_ms } = image.data;
+    return {
+      ok: true,
+      text: "",
+      tokens: usage.total_tokens,
+      prompt_tokens: usage.prompt_tokens,
+      completion_tokens: 0,
+      finish_reason: "stop",
+      image: { key: image.data.image.key, seed, steps, width, height },
+      timing: { queued_ms, generation_ms },
+    };
+  }
   const parsed = TextResult.safeParse(value);
   if (!parsed.success)
     return {
