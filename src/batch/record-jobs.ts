@@ -88,7 +88,7 @@ export class RecordJobs extends QueueBase {
   private cancelled = false;
   private checking: Promise<void> = Promise.resolve();
   /** Records answered since the last write to the usage counters (written every CHECK_EVERY_MS and at close). */
-  private unrecorded = { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0 };
+  private unrecorded = { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0, images: 0, steps: 0 };
   /** Keeps the final answers among a read's entries; the reader moves past them only then. */
   private readonly keep: EntryHandler;
 
@@ -218,7 +218,7 @@ export class RecordJobs extends QueueBase {
     const counts = this.unrecorded;
     const labels = this.options.usage;
     if (!labels || counts.requests === 0) return;
-    this.unrecorded = { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0 };
+    this.unrecorded = { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0, images: 0, steps: 0 };
     await recordUsage(this.ctl, { ...labels, version: this.options.version, ...counts }).catch((e: unknown) => {
       console.error(`[batch ${this.options.batchId}] usage not recorded: ${(e as Error).message}`);
     });
@@ -287,6 +287,10 @@ export class RecordJobs extends QueueBase {
     if (answer.ok) {
       this.unrecorded.prompt_tokens += answer.prompt_tokens ?? 0;
       this.unrecorded.completion_tokens += answer.completion_tokens ?? 0;
+      if (answer.image) {
+        this.unrecorded.images += 1;
+        this.unrecorded.steps += answer.image.steps;
+      }
     } else if (answer.code !== "cancelled") this.unrecorded.errors += 1;
     if (!answer.ok) {
       // A record stopped by the job's cancellation has no status: 499, as a client that left.

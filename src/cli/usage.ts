@@ -74,6 +74,8 @@ function printReport(report: UsageReport): void {
         ? `${row.key} (${row.key_name})`
         : (row.key ?? "")
       : String(row[dim as "model" | "version"] ?? "");
+  // Image columns only where images were made (docs/images.md): text-only reports keep their shape.
+  const images = report.data.some((r) => (r.images ?? 0) > 0);
   printTable(
     [
       ...report.by.map((d) => HEADS[d] as string),
@@ -83,6 +85,7 @@ function printReport(report: UsageReport): void {
       "TOTAL TOKENS",
       "ERRORS",
       "RATE LIMITED",
+      ...(images ? ["IMAGES", "STEPS"] : []),
     ],
     report.data.map((r) => [
       ...report.by.map((d) => cell(r, d)),
@@ -92,6 +95,7 @@ function printReport(report: UsageReport): void {
       r.total_tokens,
       r.errors,
       r.rate_limited,
+      ...(images ? [r.images ?? 0, r.steps ?? 0] : []),
     ]),
   );
   console.log(span);

@@ -91,7 +91,7 @@ export class RequestMeter {
   private target: { model: string; version: string } | undefined;
   private scopes: Scope[] = [];
   private reported = false;
-  private usage: Pick<Usage, "prompt_tokens" | "completion_tokens"> | undefined;
+  private usage: Pick<Usage, "prompt_tokens" | "completion_tokens" | "images" | "steps"> | undefined;
   private failed = false;
   private ended = false;
 
@@ -152,7 +152,7 @@ export class RequestMeter {
   }
 
   /** The worker's count for the request: settles its tokens and is what usage records. */
-  complete(usage: Pick<Usage, "prompt_tokens" | "completion_tokens">): void {
+  complete(usage: Pick<Usage, "prompt_tokens" | "completion_tokens" | "images" | "steps">): void {
     this.usage = usage;
     // Arrived after the client left: the reservation kept then is corrected now.
     if (this.ended && this.target) {
@@ -167,6 +167,8 @@ export class RequestMeter {
         ...this.target,
         prompt_tokens: usage.prompt_tokens,
         completion_tokens: usage.completion_tokens,
+        images: usage.images,
+        steps: usage.steps,
       });
     }
   }
@@ -201,6 +203,8 @@ export class RequestMeter {
       requests: 1,
       prompt_tokens: this.usage?.prompt_tokens,
       completion_tokens: this.usage?.completion_tokens,
+      images: this.usage?.images,
+      steps: this.usage?.steps,
       errors: errored ? 1 : 0,
     });
   }

@@ -32,6 +32,8 @@ const LETTER: Record<UsageMetric, string> = {
   completion_tokens: "c",
   errors: "e",
   rate_limited: "l",
+  images: "i",
+  steps: "s",
 };
 const METRIC_OF = Object.fromEntries(Object.entries(LETTER).map(([m, l]) => [l, m])) as Record<string, UsageMetric>;
 
@@ -185,5 +187,5 @@ export async function queryUsage(
 }
 
 function zero(): UsageCounts {
-  return { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0, rate_limited: 0 };
+  return { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0, rate_limited: 0, images: 0, steps: 0 };
 }

@@ -11,7 +11,16 @@ export const MINUTE_RETENTION_MS = 48 * 3_600_000;
 /** Hour buckets are kept this long: the furthest a query reaches back. */
 export const HOUR_RETENTION_MS = 90 * 86_400_000;
 
-export const USAGE_METRICS = ["requests", "prompt_tokens", "completion_tokens", "errors", "rate_limited"] as const;
+/** `images` and `steps`: what image requests made (docs/images.md); 0 for text models. */
+export const USAGE_METRICS = [
+  "requests",
+  "prompt_tokens",
+  "completion_tokens",
+  "errors",
+  "rate_limited",
+  "images",
+  "steps",
+] as const;
 export type UsageMetric = (typeof USAGE_METRICS)[number];
 export type UsageCounts = Record<UsageMetric, number>;
 

@@ -67,6 +67,8 @@ export function usageRoutes(ctl: Control, options: UsageRoutesOptions = {}) {
       total_tokens: r.prompt_tokens + r.completion_tokens,
       errors: r.errors,
       rate_limited: r.rate_limited,
+      images: r.images,
+      steps: r.steps,
     }));
     const report: UsageReport = {
       object: "usage",
