@@ -28,15 +28,19 @@ export function registerTraining(program: Command): void {
       "register a new version of a model from a source location, register a LoRA adapter of a base version (--source holding adapter_config.json, with --base), or fine-tune a base version on a dataset (--dataset, with --base)",
     )
     .requiredOption("--name <name>", "model name (for a fine-tune or an adapter: the new adapter's or model's name)")
-    .option("--framework <framework>", "serving framework: llamacpp or vllm", "llamacpp")
+    .option(
+      "--framework <framework>",
+      "serving framework: llamacpp, vllm or diffusers (a diffusers pipeline directory gets diffusers)",
+      "llamacpp",
+    )
     .option(
       "--source <source>",
-      "a GGUF file, a Hugging Face-style directory or a PEFT adapter directory: local path, file://, https://, hf://org/repo[@rev][/file.gguf], s3://bucket/key or s3://bucket/prefix/",
+      "a GGUF file, a Hugging Face-style directory, a diffusers pipeline directory or a PEFT adapter directory: local path, file://, https://, hf://org/repo[@rev][/file.gguf], s3://bucket/key or s3://bucket/prefix/",
     )
     .option("--version <version>", "explicit version (default: the next v1, v2, ...)")
     .option(
       "--task <task>",
-      "what it serves: embed (/v1/embeddings) or generate (chat, completions); default: embed for encoder models (BERT family), generate otherwise",
+      "what it serves: embed (/v1/embeddings), generate (chat, completions) or image (/v1/images/generations); default: image for diffusers pipelines, embed for encoder models (BERT family), generate otherwise",
     )
     .option("--base <model@version>", "the base model version an adapter adapts, or a fine-tune starts from")
     .option("--dataset <uri>", "fine-tune on this JSONL training file (chat messages or prompt/completion lines)")
@@ -252,6 +256,6 @@ function sourceFiles(dir: string): UploadFile[] {
 export function taskFlag(value: string | undefined): ModelTask | undefined {
   if (value === undefined) return undefined;
   const task = ModelTask.safeParse(value).data;
-  if (task === undefined) throw new CliError(`--task ${value}: use embed or generate`, 2);
+  if (task === undefined) throw new CliError(`--task ${value}: use embed, generate or image`, 2);
   return task;
 }

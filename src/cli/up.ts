@@ -192,6 +192,10 @@ async function up(flags: UpFlags): Promise<void> {
   log(`  redis      ${maskRedisUrl(redisUrl)}${redis ? ` (embedded, AOF on; password in ${redis.passwordFile})` : ""}`);
   log("Press Ctrl-C to stop.");
   log("");
+  // Image endpoints need torch and diffusers in PLATFORM_IMAGES_PYTHON; said once known (docs/images.md).
+  void import("../../workers/engines/diffusers.ts")
+    .then(({ imagesSupport }) => imagesSupport(settings.images.python))
+    .then((s) => event(`images: ${s.line}`));
   if (endpointName) void announceStates(ctl, endpointName, event);
 }
 

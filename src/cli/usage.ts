@@ -74,7 +74,7 @@ function printReport(report: UsageReport): void {
         ? `${row.key} (${row.key_name})`
         : (row.key ?? "")
       : String(row[dim as "model" | "version"] ?? "");
-  // Image columns only where images were made (docs/images.md): text-only reports keep their shape.
+  // Image columns only where images were made (older gateways do not report them).
   const images = report.data.some((r) => (r.images ?? 0) > 0);
   printTable(
     [

@@ -33,7 +33,7 @@ export const ImageGenerationRequest = openAiBody(
       })
       .nullish(),
     style: z
-      .null({ message: "style is not supported: a diffusion pipeline has no style switch; describe it in the prompt" })
+      .null({ message: "not supported: a diffusion pipeline has no style switch; describe the style in the prompt" })
       .optional(),
     negative_prompt: z.string().max(MAX_IMAGE_PROMPT_CHARS).nullish(),
     num_inference_steps: ImageParams.shape.num_inference_steps.unwrap().nullish(),

@@ -5,6 +5,8 @@ import type { Framework } from "../contracts/deployment.ts";
 export const kubernetesShape = {
   PLATFORM_WORKER_IMAGE: z.string().min(1).optional(),
   PLATFORM_VLLM_WORKER_IMAGE: z.string().min(1).optional(),
+  /** deploy/diffusers-worker.Dockerfile's image, for `framework: diffusers` endpoints. */
+  PLATFORM_DIFFUSERS_WORKER_IMAGE: z.string().min(1).optional(),
   PLATFORM_K8S_NAMESPACE: z.string().min(1).optional(),
   PLATFORM_WORKER_CONFIGMAP: z.string().min(1).default("platform-config"),
   PLATFORM_WORKER_SECRET: z.string().min(1).default("platform-secrets"),
@@ -53,7 +55,14 @@ export function kubernetesSettings(e: z.infer<z.ZodObject<typeof kubernetesShape
   const [secret, key] = e.PLATFORM_WORKER_REDIS_SECRET.split("/");
   return {
     ...(e.PLATFORM_WORKER_IMAGE ? { image: e.PLATFORM_WORKER_IMAGE } : {}),
-    ...(e.PLATFORM_VLLM_WORKER_IMAGE ? { imageByFramework: { vllm: e.PLATFORM_VLLM_WORKER_IMAGE } } : {}),
+    ...(e.PLATFORM_VLLM_WORKER_IMAGE || e.PLATFORM_DIFFUSERS_WORKER_IMAGE
+      ? {
+          imageByFramework: {
+            ...(e.PLATFORM_VLLM_WORKER_IMAGE ? { vllm: e.PLATFORM_VLLM_WORKER_IMAGE } : {}),
+            ...(e.PLATFORM_DIFFUSERS_WORKER_IMAGE ? { diffusers: e.PLATFORM_DIFFUSERS_WORKER_IMAGE } : {}),
+          },
+        }
+      : {}),
     ...(e.PLATFORM_K8S_NAMESPACE ? { namespace: e.PLATFORM_K8S_NAMESPACE } : {}),
     configMapName: e.PLATFORM_WORKER_CONFIGMAP,
     secretName: e.PLATFORM_WORKER_SECRET,

@@ -11,7 +11,7 @@ export const MINUTE_RETENTION_MS = 48 * 3_600_000;
 /** Hour buckets are kept this long: the furthest a query reaches back. */
 export const HOUR_RETENTION_MS = 90 * 86_400_000;
 
-/** `images` and `steps`: what image requests made (docs/images.md); 0 for text models. */
+/** `images` and `steps`: images generated and their denoising steps (docs/images.md). */
 export const USAGE_METRICS = [
   "requests",
   "prompt_tokens",

@@ -238,7 +238,7 @@ describe("tasks chosen at registration", () => {
 
     const bad = await runCli(["training", "submit", "--name", "tiny", "--source", tiny, "--task", "rerank"], stack.env);
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toContain("--task rerank: use embed or generate");
+    expect(bad.stderr).toContain("--task rerank: use embed, generate or image");
     const embed = await runCli(
       ["training", "submit", "--name", "tiny", "--source", tiny, "--version", "v2", "--task", "embed", "--json"],
       stack.env,
@@ -273,7 +273,7 @@ describe("platform up --task", () => {
       expect(await other.stop()).toBe(0);
     }
     await expect(startStack({ model: await tinyModelPath(), args: ["--task", "rerank"] })).rejects.toThrow(
-      /--task rerank: use embed or generate/,
+      /--task rerank: use embed, generate or image/,
     );
   });
 });

@@ -23,6 +23,8 @@ import { modelFile } from "../../workers/weights.ts";
 import { type RunningWorker, startWorker } from "../../workers/worker.ts";
 import { startTinyGateway, type TinyGateway } from "../helpers/gateway.ts";
 import { referencePython } from "../helpers/models.ts";
+import { scrape, total } from "../helpers/metrics-text.ts";
+import type { Engine } from "../../workers/engines/engine.ts";
 
 const python = referencePython();
 const ROOT = new URL("../../", import.meta.url).pathname;
@@ -44,6 +46,7 @@ let dir: string;
 let pipelineDir: string;
 let tiny: TinyGateway;
 let worker: RunningWorker | undefined;
+let engine: Engine;
 let model: RegisteredVersion;
 let user: string;
 let other: string;
@@ -68,10 +71,12 @@ beforeAll(async () => {
     endpoint,
     replicaId: "pic-1",
     images: openStore(settings.artifactsUrl),
-    loadEngine: async (describe) =>
-      loadEngine(endpoint, await modelFile(settings, ctl, endpoint, model, "pic-1", describe), {
+    loadEngine: async (describe) => {
+      engine = await loadEngine(endpoint, await modelFile(settings, ctl, endpoint, model, "pic-1", describe), {
         images: imagesSettings,
-      }),
+      });
+      return engine;
+    },
   });
   await worker.ready;
   user = (await createApiKey(tiny.ctl, "user", "user")).key;
@@ -204,6 +209,41 @@ describe.skipIf(!usable)("images", () => {
     },
     300_000,
   );
+
+  it("counts images and steps in usage and metrics", async () => {
+    const res = await fetch(`${tiny.gateway.url}/v1/usage?since=1h&by=model&model=pic`, {
+      headers: { authorization: `Bearer ${user}` },
+    });
+    const rows = ((await res.json()) as { data: { model: string; images: number; steps: number; requests: number }[] })
+      .data;
+    // This key's requests so far: 1 image of 4 steps, 2 of 2, 1 of 2 (and the Python client's, where it ran).
+    expect(rows[0]?.images).toBeGreaterThanOrEqual(4);
+    expect(rows[0]?.steps).toBeGreaterThanOrEqual(10);
+    const samples = await scrape(`${tiny.gateway.url}/metrics`);
+    expect(total(samples, "platform_images_total", { model_name: "pic" })).toBeGreaterThanOrEqual(4);
+    expect(total(samples, "platform_image_steps_total", { model_name: "pic" })).toBeGreaterThanOrEqual(10);
+    expect(total(samples, "platform_image_step_seconds_count", { model_name: "pic" })).toBeGreaterThanOrEqual(4);
+  });
+
+  it("stops a generation mid-way when its request is cancelled, and serves on", async () => {
+    const abort = new AbortController();
+    const seen: number[] = [];
+    const image = (engine.generateImage as NonNullable<Engine["generateImage"]>).bind(engine);
+    const cancelled = image(
+      { prompt: "a dog", width: 64, height: 64, steps: 400, guidance: 7.5, seed: 1 },
+      {
+        signal: abort.signal,
+        onStep: (step) => {
+          seen.push(step);
+          if (step === 2) abort.abort();
+        },
+      },
+    );
+    await expect(cancelled).rejects.toMatchObject({ status: 499, code: "cancelled" });
+    expect(Math.max(...seen)).toBeLessThan(400);
+    const next = await image({ prompt: "a dog", width: 64, height: 64, steps: 1, guidance: 7.5, seed: 1 }, {});
+    expect(next.png.subarray(1, 4).toString()).toBe("PNG");
+  }, 300_000);
 
   it("refuses a size the pipeline does not take, naming the sizes it does", async () => {
     const res = await post("/v1/images/generations", { model: "pic", prompt: "a cat", size: "66x66" });

@@ -210,3 +210,24 @@ async function* ndjson(body: ReadableStream<Uint8Array>): AsyncGenerator<ChildEv
     }
   }
 }
+
+/**
+ * Whether `python` can run the engine: a line for `platform up` ("torch 2.x and diffusers 0.y, on
+ * CUDA") or why not. Importing torch and diffusers takes seconds, so callers do not wait on it to start.
+ */
+export async function imagesSupport(python: string): Promise<{ ok: boolean; line: string }> {
+  const { execFile } = await import("node:child_process");
+  const probe =
+    "import torch, diffusers, transformers; print(torch.__version__, diffusers.__version__, 'CUDA' if torch.cuda.is_available() else 'CPU')";
+  return new Promise((resolve) => {
+    execFile(python, ["-c", probe], { timeout: 180_000 }, (error, stdout) => {
+      const [torch, diffusers, device] = stdout.trim().split(/\s+/);
+      if (error || !device)
+        resolve({
+          ok: false,
+          line: `not available: ${python} cannot import torch and diffusers (\`npm run setup:python\`, or set PLATFORM_IMAGES_PYTHON)`,
+        });
+      else resolve({ ok: true, line: `torch ${torch}, diffusers ${diffusers} (${python}), on ${device}` });
+    });
+  });
+}
