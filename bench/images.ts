@@ -87,13 +87,20 @@ try {
   for (let r = 0; r < ROUNDS; r++) {
     // Alternating which side goes first, so neither always follows the other's idle time.
     const seed = 100 + r * per;
+    let d: number;
+    let p: number;
     if (r % 2 === 0) {
-      directS += await block(viaDirect, per, seed);
-      platformS += await block(viaPlatform, per, seed);
+      d = await block(viaDirect, per, seed);
+      p = await block(viaPlatform, per, seed);
     } else {
-      platformS += await block(viaPlatform, per, seed);
-      directS += await block(viaDirect, per, seed);
+      p = await block(viaPlatform, per, seed);
+      d = await block(viaDirect, per, seed);
     }
+    directS += d;
+    platformS += p;
+    console.log(
+      `  round ${r + 1}: direct ${((d / per) * 1000).toFixed(0)} ms/image, platform ${((p / per) * 1000).toFixed(0)} ms/image`,
+    );
   }
   const n = per * ROUNDS;
   const directRate = n / directS;
