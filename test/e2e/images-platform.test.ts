@@ -4,7 +4,8 @@
  * image batch submitted with `platform inference batch` that survives a SIGKILL of its worker
  * mid-job (each record answered once, one PNG each, equal to the online answer for the same seed),
  * usage in images and steps (`platform usage`), a per-key request limit, organizations, and the
- * dashboard's playground in headless chromium. Skips, saying so, without torch and diffusers (the
+ * dashboard's playground in headless chromium, an A/B test between two image versions, and scaling
+ * from zero on queue depth. Skips, saying so, without torch and diffusers (the
  * playground without /usr/bin/chromium).
  */
 import { spawnSync } from "node:child_process";
@@ -77,7 +78,8 @@ beforeAll(async () => {
   if (made.status !== 0) throw new Error(`make-tiny-diffusers failed:\n${made.stderr.slice(-3000)}`);
   stack = await startStack({
     model: pipeline,
-    args: ["--name", "pic"],
+    // The scratch directory is a storage root: the A/B test registers the pipeline again from there.
+    args: ["--name", "pic", "--storage-root", scratch],
     env: { PLATFORM_IMAGES_PYTHON: python as string },
   });
 }, LONG);
@@ -252,6 +254,73 @@ describe.skipIf(!usable || !haveChromium)("the dashboard's image playground", ()
       } finally {
         await browser.close();
       }
+    },
+    LONG,
+  );
+});
+
+describe.skipIf(!usable)("image versions on the fleet", () => {
+  type AbStatus = { abtest: { state: string } | null };
+  type Scaling = { decisions: { action: string; reason: string }[] };
+
+  it(
+    "an A/B test splits image requests between two versions",
+    async () => {
+      // v2: the same pipeline registered again (the same weights: what is checked is the traffic split).
+      const reg = await stack.admin("POST", "/admin/v1/models", {
+        name: "pic",
+        framework: "diffusers",
+        source: join(scratch, "tiny-sd"),
+        version: "v2",
+      });
+      expect(reg.status, JSON.stringify(reg.body)).toBe(201);
+      const started = await stack.admin("PUT", "/admin/v1/endpoints/pic/abtest", { split: "v1=50,v2=50" });
+      expect(started.status, JSON.stringify(started.body)).toBe(200);
+      await stack.waitFor(
+        async () =>
+          (await stack.admin<AbStatus>("GET", "/admin/v1/endpoints/pic/abtest")).body.abtest?.state === "running",
+        "the A/B test to run",
+        LONG,
+      );
+      const seen = new Map<string, number>();
+      for (let i = 0; i < 12; i++) {
+        const res = await generate({ prompt: `split ${i}`, size: "64x64", num_inference_steps: 1, seed: i });
+        expect(res.status).toBe(200);
+        await res.arrayBuffer();
+        const version = res.headers.get("x-model-version") as string;
+        seen.set(version, (seen.get(version) ?? 0) + 1);
+      }
+      expect([...seen.keys()].sort()).toEqual(["v1", "v2"]);
+      const stopped = await stack.admin("DELETE", "/admin/v1/endpoints/pic/abtest?keep=v1");
+      expect(stopped.status, JSON.stringify(stopped.body)).toBe(200);
+    },
+    LONG,
+  );
+
+  it(
+    "scales an image endpoint from zero on its queue's depth",
+    async () => {
+      const res = await stack.admin("PUT", "/admin/v1/endpoints/pic", {
+        model: { name: "pic", version: "v1" },
+        resources: { replicas: 0, parallel: 1 },
+        autoscaling: {
+          min_replicas: 0,
+          max_replicas: 1,
+          scale_up_cooldown: "1s",
+          scale_down_cooldown: "1s",
+          scale_down_delay: "600s",
+        },
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      await stack.waitFor(
+        async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/pic")).body.state === "scaled_to_zero",
+        "pic scaled to zero",
+        LONG,
+      );
+      const woken = await generate({ prompt: "wake up", size: "64x64", num_inference_steps: 1, seed: 3 });
+      expect(woken.status, await woken.clone().text()).toBe(200);
+      const scaling = (await stack.admin<Scaling>("GET", "/admin/v1/endpoints/pic/autoscaling")).body;
+      expect(scaling.decisions.find((d) => d.action === "scale_up")?.reason).toMatch(/scale from zero/);
     },
     LONG,
   );
