@@ -9,8 +9,8 @@ import { formOf, text } from "./forms.ts";
 type ImagesResponse = { data: { b64_json: string; seed: number }[]; usage: { steps: number } };
 
 /** Diffusers endpoints make images: a card shows the playground for them. */
-export function isImageEndpoint(config: { model: { framework?: string } }): boolean {
-  return config.model.framework === "diffusers";
+export function isImageEndpoint(e: { framework?: string; config: { model: { framework?: string } } }): boolean {
+  return (e.framework ?? e.config.model.framework) === "diffusers";
 }
 
 export function Playground(props: { endpoint: string }) {
