@@ -275,7 +275,7 @@ describe.skipIf(!usable)("image versions on the fleet", () => {
       });
       expect(reg.status, JSON.stringify(reg.body)).toBe(201);
       const started = await stack.admin("PUT", "/admin/v1/endpoints/pic/abtest", { split: "v1=50,v2=50" });
-      expect(started.status, JSON.stringify(started.body)).toBe(200);
+      expect(started.status, JSON.stringify(started.body)).toBe(201);
       await stack.waitFor(
         async () =>
           (await stack.admin<AbStatus>("GET", "/admin/v1/endpoints/pic/abtest")).body.abtest?.state === "running",
