@@ -7,6 +7,7 @@
 import type { Control } from "../redis/connection.ts";
 import { type Coordinator, startCoordinator } from "../queue/coordinator.ts";
 import type { Settings } from "../settings/index.ts";
+import { openStore } from "../storage/index.ts";
 import { StoragePolicy } from "../storage/policy.ts";
 import { COORDINATOR_QUEUE, type CoordinatorJobData } from "./jobs.ts";
 import { hiddenFailure, keptPartial, readSpec, updateIfActive } from "./store.ts";
@@ -32,9 +33,11 @@ export async function startBatchCoordinator(
 ): Promise<BatchCoordinator> {
   // The roots and the S3 settings both come from the settings, and travel together.
   const storage = StoragePolicy.fromSettings(settings);
+  // Where replicas write image records' PNGs, before the run moves them to the job's output.
+  const artifacts = openStore(settings.artifactsUrl, settings.storage.s3);
   return startCoordinator<CoordinatorJobData>(
     ctl,
-    (data, signal) => runBatch(ctl, data.batch_id, signal, storage, settings.structured.limits),
+    (data, signal) => runBatch(ctl, data.batch_id, signal, storage, settings.structured.limits, artifacts),
     {
       queue: options.queue ?? COORDINATOR_QUEUE,
       concurrency: options.jobsPerProcess ?? 4,

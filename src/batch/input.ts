@@ -10,6 +10,7 @@ import type { z } from "zod";
 import { BatchInputLine, lineId } from "./schema.ts";
 import type { ChatMessage, Prompt, SamplingParams } from "../contracts/job.ts";
 import { describeIssues } from "../contracts/issues.ts";
+import type { ImageWork } from "./image-records.ts";
 
 export const DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024;
 
@@ -89,7 +90,10 @@ export function isBlank(line: InputLine): boolean {
 }
 
 /** What one record asks the model for. */
-export type Work = { kind: "prompt"; prompt: Prompt } | { kind: "chat"; messages: ChatMessage[] };
+export type Work =
+  | { kind: "prompt"; prompt: Prompt }
+  | { kind: "chat"; messages: ChatMessage[] }
+  | { kind: "image"; image: ImageWork };
 
 export type ParsedEntry =
   | { ok: true; line: number; id: string; work: Work; params: SamplingParams }

@@ -15,6 +15,7 @@ import { basename, dirname } from "node:path";
 import pRetry from "p-retry";
 import type { BatchOutputLine } from "./schema.ts";
 import type { FinishReason } from "../contracts/job.ts";
+import type { ImageOutcome } from "./image-records.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import {
   FileStore,
@@ -135,6 +136,8 @@ export type Outcome =
       prompt_tokens?: number;
       completion_tokens?: number;
       finish_reason?: FinishReason;
+      /** An image record's answer (image-records.ts); `text` is then empty. */
+      image?: ImageOutcome;
     }
   | { ok: false; code: string; message: string; status?: number; param?: string | null };
 

@@ -22,6 +22,7 @@ import {
   JOB_SCHEMA_VERSION,
   type JobError,
   type JobPayloadInput,
+  ImageResult,
   type SamplingParams,
   TextResult,
 } from "../contracts/job.ts";
@@ -87,7 +88,7 @@ export class RecordJobs extends QueueBase {
   private cancelled = false;
   private checking: Promise<void> = Promise.resolve();
   /** Records answered since the last write to the usage counters (written every CHECK_EVERY_MS and at close). */
-  private unrecorded = { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0 };
+  private unrecorded = { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0, images: 0, steps: 0 };
   /** Keeps the final answers among a read's entries; the reader moves past them only then. */
   private readonly keep: EntryHandler;
 
@@ -148,19 +149,21 @@ export class RecordJobs extends QueueBase {
         ...(this.options.adapter ? { adapter: this.options.adapter } : {}),
         stream: false,
         reply: { stream: this.replies.key },
-        params,
       };
-      // Chat records (OpenAI batch files) go as chat jobs: batch_record carries a prompt only.
+      // Chat records (OpenAI batch files) go as chat jobs, image records as image jobs: batch_record carries a prompt only.
       const payload: JobPayloadInput =
         work.kind === "chat"
-          ? { ...common, kind: "chat", messages: work.messages }
-          : {
-              ...common,
-              kind: "batch_record",
-              batch_id: this.options.batchId,
-              record_id: recordId,
-              prompt: work.prompt,
-            };
+          ? { ...common, params, kind: "chat", messages: work.messages }
+          : work.kind === "image"
+            ? { ...common, kind: "image", ...work.image }
+            : {
+                ...common,
+                params,
+                kind: "batch_record",
+                batch_id: this.options.batchId,
+                record_id: recordId,
+                prompt: work.prompt,
+              };
       const add = () =>
         this.modelQueue.add(payload.kind, payload, {
           jobId: id,
@@ -215,7 +218,7 @@ export class RecordJobs extends QueueBase {
     const counts = this.unrecorded;
     const labels = this.options.usage;
     if (!labels || counts.requests === 0) return;
-    this.unrecorded = { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0 };
+    this.unrecorded = { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0, images: 0, steps: 0 };
     await recordUsage(this.ctl, { ...labels, version: this.options.version, ...counts }).catch((e: unknown) => {
       console.error(`[batch ${this.options.batchId}] usage not recorded: ${(e as Error).message}`);
     });
@@ -284,6 +287,10 @@ export class RecordJobs extends QueueBase {
     if (answer.ok) {
       this.unrecorded.prompt_tokens += answer.prompt_tokens ?? 0;
       this.unrecorded.completion_tokens += answer.completion_tokens ?? 0;
+      if (answer.image) {
+        this.unrecorded.images += 1;
+        this.unrecorded.steps += answer.image.steps;
+      }
     } else if (answer.code !== "cancelled") this.unrecorded.errors += 1;
     if (!answer.ok) {
       // A record stopped by the job's cancellation has no status: 499, as a client that left.
@@ -383,6 +390,16 @@ const KeptOutcome: z.ZodType<Outcome> = z.union([
     prompt_tokens: z.number().optional(),
     completion_tokens: z.number().optional(),
     finish_reason: TextResult.shape.finish_reason.optional(),
+    image: z
+      .object({
+        key: z.string().optional(),
+        uri: z.string().optional(),
+        seed: z.number(),
+        steps: z.number(),
+        width: z.number(),
+        height: z.number(),
+      })
+      .optional(),
   }),
   z.object({
     ok: z.literal(false),
@@ -410,6 +427,20 @@ function unreadable(): Outcome {
 }
 
 function fromResult(value: unknown): Answer {
+  const image = ImageResult.safeParse(value);
+  if (image.success) {
+    const { usage, seed, steps, width, height, queued_ms, generation_ms } = image.data;
+    return {
+      ok: true,
+      text: "",
+      tokens: usage.total_tokens,
+      prompt_tokens: usage.prompt_tokens,
+      completion_tokens: 0,
+      finish_reason: "stop",
+      image: { key: image.data.image.key, seed, steps, width, height },
+      timing: { queued_ms, generation_ms },
+    };
+  }
   const parsed = TextResult.safeParse(value);
   if (!parsed.success)
     return {

@@ -18,10 +18,13 @@ import type { SamplingParams } from "../contracts/job.ts";
 import type { SchemaLimits } from "../contracts/schema-limits.ts";
 import type { Control } from "../redis/connection.ts";
 import { LuaScript } from "../redis/scripts.ts";
-import { isStorageError } from "../storage/index.ts";
+import { resolveModelVersion } from "../registry/versions.ts";
+import { taskOf } from "../registry/version.ts";
+import { isStorageError, type ObjectStore } from "../storage/index.ts";
 import type { StoragePolicy } from "../storage/policy.ts";
 import { OutputAssembly } from "./assemble.ts";
 import { formatFor, type LineFormat } from "./formats.ts";
+import { imageFormat, placeImage } from "./image-records.ts";
 import { isBlank, readLines, type Work } from "./input.ts";
 import { type OutputLocation, type Outcome, outputLocation, withStorageRetries } from "./output.ts";
 import {
@@ -78,7 +81,8 @@ const advanceCheckpoint = new LuaScript(import.meta.url, "advance-checkpoint");
 
 /**
  * `storage`: the roots as configured now, against which a job's client-named URIs are checked again;
- * `schemaLimits`: the bounds on a line's JSON schemas, checked as each line is read.
+ * `schemaLimits`: the bounds on a line's JSON schemas, checked as each line is read;
+ * `artifacts`: the artifact store, where replicas write an image model's PNGs (image-records.ts).
  */
 export async function runBatch(
   ctl: Control,
@@ -86,17 +90,19 @@ export async function runBatch(
   handoff: AbortSignal,
   storage: StoragePolicy,
   schemaLimits: SchemaLimits,
+  artifacts?: ObjectStore,
 ): Promise<RunEnd> {
   const spec = await readSpec(ctl, batchId);
   if (!spec) return "failed";
-  return new BatchRun(ctl, spec, handoff, storage, schemaLimits).execute();
+  return new BatchRun(ctl, spec, handoff, storage, schemaLimits, artifacts).execute();
 }
 
 class BatchRun {
   private readonly ctl: Control;
   private readonly spec: BatchSpec;
   private readonly storage: StoragePolicy;
-  private readonly format: LineFormat;
+  private format: LineFormat;
+  private readonly artifacts: ObjectStore | undefined;
   private readonly changes = new Changes();
   private readonly meter = new Meter();
   private readonly open: Batch[] = [];
@@ -119,8 +125,16 @@ class BatchRun {
   private stopReason: StopReason | undefined;
   private fatalError: unknown;
 
-  constructor(ctl: Control, spec: BatchSpec, handoff: AbortSignal, storage: StoragePolicy, schemaLimits: SchemaLimits) {
+  constructor(
+    ctl: Control,
+    spec: BatchSpec,
+    handoff: AbortSignal,
+    storage: StoragePolicy,
+    schemaLimits: SchemaLimits,
+    artifacts: ObjectStore | undefined,
+  ) {
     this.ctl = ctl;
+    this.artifacts = artifacts;
     this.spec = spec;
     this.storage = storage;
     this.format = formatFor(spec, schemaLimits);
@@ -142,6 +156,7 @@ class BatchRun {
       const version = record.resolved_version ?? (await resolveVersion(this.ctl, this.spec));
       await updateIfActive(this.ctl, this.spec.id, { resolved_version: version });
       await checkDeployed(this.ctl, this.spec, version);
+      await this.useImageRecords(version);
       // The object judged, by its identity: a name swapped since is input_changed.
       this.input = await openInput(
         input?.uri ?? inputUri(this.spec),
@@ -189,6 +204,18 @@ class BatchRun {
       this.input?.store.close();
       this.out?.store.close();
     }
+  }
+
+  /** An image model's records are image records (image-records.ts), whose PNGs the artifact store holds first. */
+  private async useImageRecords(version: string): Promise<void> {
+    const record = await resolveModelVersion(this.ctl, this.spec.model, version);
+    if (taskOf(record) !== "image") return;
+    if (this.spec.openai || !this.artifacts)
+      throw new BatchFailure(
+        "model_not_text",
+        `${this.spec.model}@${version} makes images: OpenAI batch files (/v1/batches) carry text requests; submit image records with \`platform batch\` or POST /v1/batch-jobs (docs/batch.md)`,
+      );
+    this.format = imageFormat(record.pipeline);
   }
 
   private stop(reason: StopReason): void {
@@ -279,19 +306,34 @@ class BatchRun {
     this.sending++;
     batch.pending++;
     slot.sent = true;
-    jobs.run(slot.line, slot.id, work, params).then(
-      (outcome) => {
-        this.sending--;
-        batch.pending--;
-        if (this.stopReason === "cancel") return; // answers cut short by the cancel are not results
-        this.settle(batch, slot, outcome);
-        this.kickFlush();
-      },
-      (e: unknown) => {
-        this.sending--;
-        this.fatal(e);
-      },
-    );
+    jobs
+      .run(slot.line, slot.id, work, params)
+      .then((outcome) => (work.kind === "image" ? this.placeImage(slot.id, outcome) : outcome))
+      .then(
+        (outcome) => {
+          this.sending--;
+          batch.pending--;
+          if (this.stopReason === "cancel") return; // answers cut short by the cancel are not results
+          this.settle(batch, slot, outcome);
+          this.kickFlush();
+        },
+        (e: unknown) => {
+          this.sending--;
+          this.fatal(e);
+        },
+      );
+  }
+
+  /** An image record's PNG, from the artifact store to the output, before its line can be written. */
+  private async placeImage(id: string, outcome: Outcome): Promise<Outcome> {
+    const out = this.out as OutputLocation;
+    await checkParts(this.spec, this.storage, out);
+    try {
+      return await withStorageRetries(() => placeImage(this.artifacts as ObjectStore, out, id, outcome));
+    } catch (e) {
+      if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
+      throw e;
+    }
   }
 
   private settle(batch: Batch, slot: Slot, outcome: Outcome): void {

@@ -119,41 +119,63 @@ export function renderHtml(report: BenchmarkReport): string {
         points: c.levels.map((l) => ({ x: l.concurrency, y: pick(l)?.p99 ?? null })),
       },
     ]);
+  const images = report.settings.api === "images";
   const charts =
     xs.length === 0
       ? ["<p>No configuration was measured.</p>"]
-      : [
-          lineChart(
-            "Output tokens per second",
-            "tokens/s",
-            xs,
-            rate((l) => l.output_tokens_per_s),
-          ),
-          lineChart(
-            "Requests per second",
-            "requests/s",
-            xs,
-            rate((l) => l.requests_per_s),
-          ),
-          lineChart(
-            "Time to first token",
-            "ms",
-            xs,
-            latency((l) => l.ttft_ms),
-          ),
-          lineChart(
-            "Inter-token latency",
-            "ms",
-            xs,
-            latency((l) => l.itl_ms),
-          ),
-          lineChart(
-            "End-to-end latency",
-            "ms",
-            xs,
-            latency((l) => l.e2e_ms),
-          ),
-        ];
+      : images
+        ? [
+            lineChart(
+              "Images per second",
+              "images/s",
+              xs,
+              rate((l) => l.images_per_s ?? 0),
+            ),
+            lineChart(
+              "Time per image",
+              "ms",
+              xs,
+              latency((l) => l.image_ms ?? null),
+            ),
+            lineChart(
+              "Time per denoising step",
+              "ms",
+              xs,
+              latency((l) => l.step_ms ?? null),
+            ),
+          ]
+        : [
+            lineChart(
+              "Output tokens per second",
+              "tokens/s",
+              xs,
+              rate((l) => l.output_tokens_per_s),
+            ),
+            lineChart(
+              "Requests per second",
+              "requests/s",
+              xs,
+              rate((l) => l.requests_per_s),
+            ),
+            lineChart(
+              "Time to first token",
+              "ms",
+              xs,
+              latency((l) => l.ttft_ms),
+            ),
+            lineChart(
+              "Inter-token latency",
+              "ms",
+              xs,
+              latency((l) => l.itl_ms),
+            ),
+            lineChart(
+              "End-to-end latency",
+              "ms",
+              xs,
+              latency((l) => l.e2e_ms),
+            ),
+          ];
   // The caveat rides with the name wherever a reader looks first.
   const legend = configs
     .map(
@@ -170,11 +192,17 @@ export function renderHtml(report: BenchmarkReport): string {
         : "4 × concurrency requests per level (at least 16)";
   const warnings = notes(report);
   const row = (c: ConfigurationResult, l: LevelResult) =>
-    `<tr><td>${esc(c.name)}</td><td>${l.concurrency}</td><td>${l.completed}</td><td>${l.errors}</td><td>${formatRate(l.requests_per_s)}</td><td>${formatRate(l.output_tokens_per_s)}</td>` +
-    [l.ttft_ms, l.itl_ms, l.e2e_ms, l.tpot_ms]
-      .map((m) => `<td>${formatMs(m?.p50)}</td><td>${formatMs(m?.p90)}</td><td>${formatMs(m?.p99)}</td>`)
-      .join("") +
-    "</tr>";
+    images
+      ? `<tr><td>${esc(c.name)}</td><td>${l.concurrency}</td><td>${l.completed}</td><td>${l.errors}</td><td>${formatRate(l.requests_per_s)}</td><td>${formatRate(l.images_per_s ?? 0)}</td>` +
+        [l.image_ms ?? null, l.step_ms ?? null, l.e2e_ms]
+          .map((m) => `<td>${formatMs(m?.p50)}</td><td>${formatMs(m?.p90)}</td><td>${formatMs(m?.p99)}</td>`)
+          .join("") +
+        "</tr>"
+      : `<tr><td>${esc(c.name)}</td><td>${l.concurrency}</td><td>${l.completed}</td><td>${l.errors}</td><td>${formatRate(l.requests_per_s)}</td><td>${formatRate(l.output_tokens_per_s)}</td>` +
+        [l.ttft_ms, l.itl_ms, l.e2e_ms, l.tpot_ms]
+          .map((m) => `<td>${formatMs(m?.p50)}</td><td>${formatMs(m?.p90)}</td><td>${formatMs(m?.p99)}</td>`)
+          .join("") +
+        "</tr>";
   const rows = configs.flatMap((c) =>
     c.levels.length === 0
       ? [`<tr><td>${esc(c.name)}</td><td colspan="17">failed: ${esc(c.error ?? "not measured")}</td></tr>`]
@@ -212,7 +240,7 @@ td:first-child, th:first-child { text-align: left; }
 </head>
 <body>
 <h1>Benchmark: ${esc(report.model)}</h1>
-<div class="meta">${esc(report.base_url)} · ${esc(report.started)} → ${esc(report.finished)} · ${s.api === "chat" ? "streamed chat completions" : "streamed completions"}, ${esc(load)}, up to ${s.max_tokens} output tokens, a ${s.prompt_chars}-character prompt, temperature ${s.temperature}, ${s.warmup_requests} warm-up request per configuration (not counted)</div>
+<div class="meta">${esc(report.base_url)} · ${esc(report.started)} → ${esc(report.finished)} · ${images ? `image generations (${esc(s.size ?? "the model's default size")}, ${s.steps ?? "the pipeline's default"} steps, b64_json), ${esc(load)}, a ${s.prompt_chars}-character prompt` : `${s.api === "chat" ? "streamed chat completions" : "streamed completions"}, ${esc(load)}, up to ${s.max_tokens} output tokens, a ${s.prompt_chars}-character prompt, temperature ${s.temperature}`}, ${s.warmup_requests} warm-up request per configuration (not counted)</div>
 ${warnings.length > 0 ? `<h2>Read this first</h2>\n<ul class="notes">${warnings.map((w) => `<li>${esc(w)}</li>`).join("")}</ul>` : ""}
 <h2>Charts</h2>
 <div class="legend">${legend} <span class="key">latency charts: solid p50, dashed p99</span></div>
@@ -225,12 +253,18 @@ ${configRows.join("\n")}
 </table>
 <h2>Figures</h2>
 <table>
-<tr><th rowspan="2">configuration</th><th rowspan="2">concurrency</th><th rowspan="2">ok</th><th rowspan="2">errors</th><th rowspan="2">req/s</th><th rowspan="2">output tok/s</th><th colspan="3">TTFT ms</th><th colspan="3">ITL ms</th><th colspan="3">E2E ms</th><th colspan="3">TPOT ms</th></tr>
-<tr>${"<th>p50</th><th>p90</th><th>p99</th>".repeat(4)}</tr>
+${images ? IMAGE_HEAD : TEXT_HEAD}
 ${rows.join("\n")}
 </table>
-<p class="meta">TTFT: from sending a request to its first chunk of text. ITL: the gaps between successive chunks of text, over all requests. E2E: from sending to the end of the stream. TPOT: (E2E − TTFT) / (output tokens − 1), per request. Rates: successful requests and their output tokens (the usage the gateway reports) over the level's wall time. Percentiles are nearest-rank.</p>
+${images ? IMAGE_LEGEND : ""}<p class="meta">TTFT: from sending a request to its first chunk of text. ITL: the gaps between successive chunks of text, over all requests. E2E: from sending to the end of the stream. TPOT: (E2E − TTFT) / (output tokens − 1), per request. Rates: successful requests and their output tokens (the usage the gateway reports) over the level's wall time. Percentiles are nearest-rank.</p>
 </body>
 </html>
 `;
 }
+
+const TEXT_HEAD = `<tr><th rowspan="2">configuration</th><th rowspan="2">concurrency</th><th rowspan="2">ok</th><th rowspan="2">errors</th><th rowspan="2">req/s</th><th rowspan="2">output tok/s</th><th colspan="3">TTFT ms</th><th colspan="3">ITL ms</th><th colspan="3">E2E ms</th><th colspan="3">TPOT ms</th></tr>
+<tr>${"<th>p50</th><th>p90</th><th>p99</th>".repeat(4)}</tr>`;
+const IMAGE_HEAD = `<tr><th rowspan="2">configuration</th><th rowspan="2">concurrency</th><th rowspan="2">ok</th><th rowspan="2">errors</th><th rowspan="2">req/s</th><th rowspan="2">images/s</th><th colspan="3">ms per image</th><th colspan="3">ms per step</th><th colspan="3">E2E ms</th></tr>
+<tr>${"<th>p50</th><th>p90</th><th>p99</th>".repeat(3)}</tr>`;
+const IMAGE_LEGEND =
+  "<p class=\"meta\">Per image: a request's end-to-end time over the images it made; per step: over the denoising steps they took (the usage the gateway reports). Images/s: images made over the level's wall time.</p>";

@@ -9,7 +9,8 @@ import { createParser } from "eventsource-parser";
 import { http } from "../process/node-http.ts";
 import { type Summary, summarize } from "./stats.ts";
 
-export type Api = "chat" | "completions";
+/** `images`: POST /v1/images/generations (images.ts), for diffusers endpoints. */
+export type Api = "chat" | "completions" | "images";
 
 export type RequestSpec = {
   /** The gateway's origin, without /v1. */
@@ -19,6 +20,9 @@ export type RequestSpec = {
   model: string;
   prompt: string;
   maxTokens: number;
+  /** Image requests: `<width>x<height>` (absent: the model's default) and denoising steps (absent: the pipeline's). */
+  size?: string;
+  steps?: number;
 };
 
 /** One request as the client saw it; times in ms from the moment it was sent. */
@@ -33,6 +37,9 @@ export type RequestSample = {
   output_tokens: number;
   prompt_tokens: number;
   tokens_exact: boolean;
+  /** Image requests: the images made and the denoising steps they took (the answer's usage). */
+  images?: number;
+  steps?: number;
   error?: string;
 };
 
@@ -55,12 +62,20 @@ export type LevelResult = {
   e2e_ms: Summary | null;
   /** Time per output token after the first, per request: (e2e - ttft) / (tokens - 1). */
   tpot_ms: Summary | null;
+  /** Image requests only: images per second over the level, time per image and per denoising step, per request. */
+  images_per_s?: number;
+  image_ms?: Summary | null;
+  step_ms?: Summary | null;
 };
 
 // One keep-alive pool for the whole run: a new TCP (or TLS) connection per request would be
 // counted in every TTFT, which no long-running client pays.
 const httpAgent = new http.Agent({ keepAlive: true, maxSockets: Number.POSITIVE_INFINITY });
 const httpsAgent = new HttpsAgent({ keepAlive: true, maxSockets: Number.POSITIVE_INFINITY });
+
+export function agentFor(https: boolean): typeof httpAgent {
+  return https ? httpsAgent : httpAgent;
+}
 
 export function closeConnections(): void {
   httpAgent.destroy();
@@ -180,7 +195,7 @@ function describeError(error: { message?: string; code?: string }): string {
   return `${error.message ?? "the request failed"}${error.code ? ` (${error.code})` : ""}`;
 }
 
-function httpError(status: number, text: string): string {
+export function httpError(status: number, text: string): string {
   try {
     const err = (JSON.parse(text) as { error?: { message?: string; code?: string } }).error;
     if (err) return `HTTP ${status}: ${describeError(err)}`;
@@ -265,5 +280,17 @@ export function levelResult(concurrency: number, samples: RequestSample[], durat
     itl_ms: rounded(summarize(ok.flatMap((s) => s.itl_ms))),
     e2e_ms: rounded(summarize(ok.map((s) => s.e2e_ms))),
     tpot_ms: rounded(summarize(tpot)),
+    ...(ok.some((s) => s.images !== undefined) ? imageFigures(ok, durationS) : {}),
+  };
+}
+
+/** Time per image and per step, per request (its end-to-end time over what it made), and images/s. */
+function imageFigures(ok: RequestSample[], durationS: number) {
+  const made = ok.filter((s) => (s.images ?? 0) > 0);
+  const images = made.reduce((sum, s) => sum + (s.images ?? 0), 0);
+  return {
+    images_per_s: round3(durationS > 0 ? images / durationS : 0),
+    image_ms: rounded(summarize(made.map((s) => s.e2e_ms / (s.images as number)))),
+    step_ms: rounded(summarize(made.filter((s) => (s.steps ?? 0) > 0).map((s) => s.e2e_ms / (s.steps as number)))),
   };
 }

@@ -47,6 +47,9 @@ export type BenchmarkReport = {
     /** Per level; null with a request count. */
     duration_s: number | null;
     max_tokens: number;
+    /** Image requests only: the size and steps asked for (null: the model's defaults). */
+    size?: string | null;
+    steps?: number | null;
     prompt_chars: number;
     temperature: number;
     /** Sent to each configuration before its levels and left out of every figure. */
@@ -76,7 +79,18 @@ const triple = (s: Summary | null) =>
 
 // ---- terminal ----
 
-export function tableHead(): string[] {
+export function tableHead(report?: BenchmarkReport): string[] {
+  if (report?.settings.api === "images")
+    return [
+      "CONFIG",
+      "CONC",
+      "OK/ERR",
+      "REQ/S",
+      "IMAGES/S",
+      "MS/IMAGE p50/p90/p99",
+      "MS/STEP p50/p90/p99",
+      "E2E MS p50/p90/p99",
+    ];
   return [
     "CONFIG",
     "CONC",
@@ -92,6 +106,17 @@ export function tableHead(): string[] {
 export function tableRows(report: BenchmarkReport): (string | number)[][] {
   return report.configurations.flatMap((c) => {
     if (c.levels.length === 0) return [[c.name, "-", "-", "-", "-", "-", "-", `failed: ${c.error ?? "not measured"}`]];
+    if (report.settings.api === "images")
+      return c.levels.map((l) => [
+        c.name,
+        l.concurrency,
+        `${l.completed}/${l.errors}`,
+        formatRate(l.requests_per_s),
+        formatRate(l.images_per_s ?? 0),
+        triple(l.image_ms ?? null),
+        triple(l.step_ms ?? null),
+        triple(l.e2e_ms),
+      ]);
     return c.levels.map((l) => [
       c.name,
       l.concurrency,

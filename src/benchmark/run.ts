@@ -11,6 +11,7 @@ import { endpointQueueName } from "../contracts/engines.ts";
 import { type EndpointInfo, TemporaryEndpoints, waitAvailable } from "../endpoints/temporary.ts";
 import { type Candidate, type ConfigAxes, candidates, type Speculative, temporaryConfig } from "./configs.ts";
 import { renderHtml } from "./html.ts";
+import { sendImage } from "./images.ts";
 import { type Api, closeConnections, type RequestSpec, runLevel, sendStreamed } from "./measure.ts";
 import { type BenchmarkReport, type ConfigurationResult, formatRate } from "./report.ts";
 
@@ -23,6 +24,9 @@ export type BenchmarkPlan = {
   prompt: string;
   maxTokens: number;
   api: Api;
+  /** Image requests (api "images"): their size and denoising steps; absent: the model's defaults. */
+  size?: string;
+  steps?: number;
   axes: ConfigAxes;
   speculative: Speculative;
   /** The report's directory (benchmark.json, benchmark.html); the caller creates it. */
@@ -38,6 +42,8 @@ export const defaultRequests = (concurrency: number) => Math.max(16, 4 * concurr
 /** Everything checked against the platform before anything is deployed or measured. */
 export async function prepareBenchmark(api: PlatformApi, plan: BenchmarkPlan): Promise<Prepared> {
   const base = await baseStatus(api, plan);
+  // A diffusers endpoint makes images: it is measured with image requests whatever --api said.
+  if (base?.framework === "diffusers") plan = { ...plan, api: "images" };
   return { plan, base, planned: candidates(plan.model, base, plan.axes, plan.speculative) };
 }
 
@@ -70,7 +76,10 @@ export async function runBenchmark(
     model: endpoint,
     prompt: plan.prompt,
     maxTokens: plan.maxTokens,
+    size: plan.size,
+    steps: plan.steps,
   });
+  const send = plan.api === "images" ? sendImage : sendStreamed;
   try {
     for (const [i, candidate] of order.entries()) {
       const tag =
@@ -109,13 +118,13 @@ export async function runBenchmark(
             );
         }
         progress.status(`${tag} warm-up request`);
-        const warm = await sendStreamed(spec(candidate.endpoint), signal);
+        const warm = await send(spec(candidate.endpoint), signal);
         if (!warm.ok) throw new Error(warm.error ?? "the warm-up request failed");
         for (const c of plan.concurrency) {
           const total = plan.durationMs === undefined ? (plan.requests ?? defaultRequests(c)) : undefined;
           const level = await runLevel(
             { concurrency: c, requests: total, durationMs: plan.durationMs },
-            () => sendStreamed(spec(candidate.endpoint), signal),
+            () => send(spec(candidate.endpoint), signal),
             (p) => {
               const of =
                 total !== undefined
@@ -128,7 +137,7 @@ export async function runBenchmark(
           );
           result.levels.push(level);
           progress.line(
-            `${tag} concurrency ${c}: ${level.completed} ok, ${level.errors} failed, ${formatRate(level.requests_per_s)} req/s, ${formatRate(level.output_tokens_per_s)} output tok/s in ${level.duration_s.toFixed(1)} s`,
+            `${tag} concurrency ${c}: ${level.completed} ok, ${level.errors} failed, ${formatRate(level.requests_per_s)} req/s, ${level.images_per_s !== undefined ? `${formatRate(level.images_per_s)} images/s` : `${formatRate(level.output_tokens_per_s)} output tok/s`} in ${level.duration_s.toFixed(1)} s`,
           );
         }
       } catch (e) {
@@ -162,6 +171,7 @@ export async function runBenchmark(
       requests_per_level: plan.requests ?? null,
       duration_s: plan.durationMs === undefined ? null : plan.durationMs / 1000,
       max_tokens: plan.maxTokens,
+      ...(plan.api === "images" ? { size: plan.size ?? null, steps: plan.steps ?? null } : {}),
       prompt_chars: plan.prompt.length,
       temperature: 0,
       warmup_requests: 1,

@@ -49,7 +49,10 @@ export function registerBatch(inference: Command): void {
       "registered model name (an endpoint must serve the version), or <endpoint>:<adapter> for a LoRA adapter of the endpoint's version",
     )
     .option("--version <version>", "model version or latest (with <endpoint>:<adapter>: leave it out)", "latest")
-    .requiredOption("--input <uri>", 'JSONL input object; each line {"id", "prompt", "max_tokens"}')
+    .requiredOption(
+      "--input <uri>",
+      'JSONL input object; each line {"id", "prompt", "max_tokens"}, or for an image model {"id", "prompt", "size", "seed", ...} (one PNG per line beside the result: docs/batch.md)',
+    )
     .requiredOption(
       "--output <uri>",
       "a prefix or directory (receives <job id>.jsonl) or an object URI ending in .jsonl",

@@ -24,6 +24,8 @@ type Flags = {
   promptFile?: string;
   maxTokens: number;
   api: string;
+  size?: string;
+  steps?: number;
   configs: string[];
   speculativeModel?: string;
   numSpeculativeTokens?: number;
@@ -58,7 +60,13 @@ export function registerBenchmark(inference: Command): void {
     .option("--prompt <text>", "the prompt of every request")
     .option("--prompt-file <file>", "the prompt of every request, read from a file (all of it)")
     .option("--max-tokens <n>", "output tokens per request, at most", wholeNumber(1), 128)
-    .option("--api <api>", "chat (/v1/chat/completions) or completions (/v1/completions)", "chat")
+    .option(
+      "--api <api>",
+      "chat (/v1/chat/completions), completions (/v1/completions) or images (/v1/images/generations; what a diffusers endpoint always gets)",
+      "chat",
+    )
+    .option("--size <WxH>", "image requests: the size, e.g. 512x512 (default: the model's)")
+    .option("--steps <n>", "image requests: denoising steps (default: the pipeline's)", wholeNumber(1))
     .option(
       "--configs <field=values>",
       "compare deployments: quantization=none,int8,int4 or speculative=off,on; each value runs on a temporary endpoint <model>--bench-<value> (repeatable: every combination)",
@@ -105,8 +113,10 @@ export async function parseFlags(model: string, flags: Flags, now = new Date()):
       `${flags.promptFile !== undefined ? "--prompt-file" : "--prompt"}: expected some text, got none`,
       2,
     );
-  if (flags.api !== "chat" && flags.api !== "completions")
-    throw new CliError(`--api: expected chat or completions, got "${flags.api}"`, 2);
+  if (flags.api !== "chat" && flags.api !== "completions" && flags.api !== "images")
+    throw new CliError(`--api: expected chat, completions or images, got "${flags.api}"`, 2);
+  if (flags.size !== undefined && !/^\d{1,5}x\d{1,5}$/.test(flags.size))
+    throw new CliError(`--size: expected <width>x<height>, e.g. 512x512, got "${flags.size}"`, 2);
   const axes = configAxes(flags.configs);
   if (
     (flags.speculativeModel !== undefined || flags.numSpeculativeTokens !== undefined) &&
@@ -130,6 +140,8 @@ export async function parseFlags(model: string, flags: Flags, now = new Date()):
     prompt,
     maxTokens: flags.maxTokens,
     api: flags.api,
+    size: flags.size,
+    steps: flags.steps,
     axes,
     speculative: { model: flags.speculativeModel, tokens: flags.numSpeculativeTokens },
     // Not the current directory: run from a checkout, a report folder there would be one more untracked thing.
@@ -186,7 +198,7 @@ async function benchmark(model: string, flags: Flags): Promise<void> {
     printJson(report);
     console.error(`JSON: ${report.files.json}\nHTML: ${report.files.html}`);
   } else {
-    printTable(tableHead(), tableRows(report));
+    printTable(tableHead(report), tableRows(report));
     for (const note of notes(report)) console.log(`note: ${note}`);
     console.log(`JSON: ${report.files.json}`);
     console.log(`HTML: ${report.files.html}`);

@@ -95,6 +95,8 @@ export type EndpointStatus = {
   model: string;
   version: string;
   requested_version: string;
+  /** The engine serving it (the deployment's `model.framework`, or its version's when the deployment names none). */
+  framework?: string;
   replicas: { desired: number; ready: number; starting: number; draining: number; failed: number };
   queue: { waiting: number; active: number };
   errors: string[];

@@ -6,6 +6,7 @@ import type { Point } from "./metrics.ts";
 
 import { type Act, formOf, text } from "./forms.ts";
 import { evaluationText } from "./catalog.tsx";
+import { isImageEndpoint, Playground } from "./playground.tsx";
 
 export function EndpointCard(props: {
   endpoint: EndpointStatus;
@@ -84,6 +85,7 @@ export function EndpointCard(props: {
         <dd data-testid="split">{test ? `${splitText} (${test.state})` : "none"}</dd>
       </dl>
       {e.errors.length > 0 && <p class="error">{e.errors.join("; ")}</p>}
+      {isImageEndpoint(e) && <Playground endpoint={e.endpoint} />}
       {test && (
         <table class="variants" data-testid="variants">
           <thead>

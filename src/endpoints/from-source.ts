@@ -61,7 +61,7 @@ export async function deployFromSource(
   if (existing?.version !== version || existing.desired_replicas !== d.replicas) {
     const config = DeploymentConfig.parse({
       endpoint: name,
-      model: { name, version, framework: "llamacpp" },
+      model: { name, version },
       resources: {
         ...existing?.config.resources,
         replicas: d.replicas,

@@ -6,6 +6,7 @@ import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { PlatformError } from "../contracts/errors.ts";
 import { isCheckpointFile, isModuleDirectory } from "./checkpoint.ts";
+import { isPipelineComponent, isPipelineFile } from "./pipeline-files.ts";
 
 export type UploadFile = { name: string; size: number };
 
@@ -18,6 +19,15 @@ export type UploadFile = { name: string; size: number };
 export function checkpointFiles(dir: string): UploadFile[] {
   const files: UploadFile[] = [];
   for (const entry of readdirSync(dir).sort()) {
+    // A diffusers pipeline's component folder (unet/, vae/, ...): its files (pipeline-files.ts).
+    if (isPipelineComponent(entry) && statSync(join(dir, entry), { throwIfNoEntry: false })?.isDirectory()) {
+      for (const inner of readdirSync(join(dir, entry)).sort()) {
+        const info = statSync(join(dir, entry, inner), { throwIfNoEntry: false });
+        if (isPipelineFile(`${entry}/${inner}`) && info?.isFile())
+          files.push({ name: `${entry}/${inner}`, size: info.size });
+      }
+      continue;
+    }
     const name = isModuleDirectory(entry) ? `${entry}/config.json` : entry;
     if (!isCheckpointFile(name)) continue;
     const info = statSync(join(dir, name), { throwIfNoEntry: false });
@@ -27,6 +37,7 @@ export function checkpointFiles(dir: string): UploadFile[] {
   if (files.some((f) => f.name === "adapter_config.json")) {
     return files.filter((f) => f.name === "adapter_config.json" || f.name === "adapter_model.safetensors");
   }
+  if (files.some((f) => f.name === "model_index.json")) return files;
   if (!files.some((f) => f.name === "config.json"))
     throw new PlatformError(
       400,

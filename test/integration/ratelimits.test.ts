@@ -223,6 +223,8 @@ describe("the limiter's scripts", () => {
         completion_tokens: known * 6,
         errors: 0,
         rate_limited: 0,
+        images: 0,
+        steps: 0,
       },
     ]);
 
@@ -287,6 +289,8 @@ describe("usage counters", () => {
         completion_tokens: 3,
         errors: 1,
         rate_limited: 0,
+        images: 0,
+        steps: 0,
       },
       {
         key: a.key,
@@ -297,6 +301,8 @@ describe("usage counters", () => {
         completion_tokens: 4,
         errors: 0,
         rate_limited: 0,
+        images: 0,
+        steps: 0,
       },
       {
         key: "key_222222222222",
@@ -307,12 +313,23 @@ describe("usage counters", () => {
         completion_tokens: 0,
         errors: 0,
         rate_limited: 3,
+        images: 0,
+        steps: 0,
       },
     ]);
     expect(hour.from).toBe(Math.floor((now - 60 * min) / min) * min);
     const twoHours = await queryUsage(ctl, { sinceMs: 120 * min, by: ["model"], key: a.key, now });
     expect(twoHours.rows).toEqual([
-      { model: "m1", requests: 4, prompt_tokens: 21, completion_tokens: 12, errors: 1, rate_limited: 0 },
+      {
+        model: "m1",
+        requests: 4,
+        prompt_tokens: 21,
+        completion_tokens: 12,
+        errors: 1,
+        rate_limited: 0,
+        images: 0,
+        steps: 0,
+      },
     ]);
     const week = await queryUsage(ctl, { sinceMs: 7 * 86_400_000, by: ["version"], model: "m1", now });
     expect(week.rows.map((r) => [r.version, r.requests, r.prompt_tokens])).toEqual([
@@ -363,7 +380,16 @@ describe("usage counters", () => {
     )
       rows = await read();
     expect(rows).toEqual([
-      { model: "m3", requests: 50, prompt_tokens: 150, completion_tokens: 100, errors: 5, rate_limited: 0 },
+      {
+        model: "m3",
+        requests: 50,
+        prompt_tokens: 150,
+        completion_tokens: 100,
+        errors: 5,
+        rate_limited: 0,
+        images: 0,
+        steps: 0,
+      },
     ]);
     // Four counters in its minute's hash and its hour's (one each per request would be 310).
     expect((await hincrbys()) - before).toBeLessThanOrEqual(16);
