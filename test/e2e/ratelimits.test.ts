@@ -203,6 +203,8 @@ describe("one budget across gateway processes", () => {
         total_tokens: usage.prompt + usage.completion,
         errors: 0,
         rate_limited: 140,
+        images: 0,
+        steps: 0,
       },
     ]);
     expect(usage.completion).toBe(120);
@@ -391,6 +393,8 @@ describe("usage", () => {
       total_tokens: totals.prompt + totals.completion,
       errors: 1,
       rate_limited: 0,
+      images: 0,
+      steps: 0,
     };
     const expectedEmbed = {
       key: id,
@@ -403,6 +407,8 @@ describe("usage", () => {
       total_tokens: embedded,
       errors: 0,
       rate_limited: 0,
+      images: 0,
+      steps: 0,
     };
     const byModel = (rows: UsageRow[]) => [...rows].sort((a, b) => String(a.model).localeCompare(String(b.model)));
     expect(byModel(await usageOnce(key, "since=1h", (rows) => rows.reduce((n, r) => n + r.requests, 0) === 8))).toEqual(
@@ -474,6 +480,8 @@ describe("usage", () => {
         total_tokens: all.total,
         errors: 1,
         rate_limited: 0,
+        images: 0,
+        steps: 0,
       },
     ]);
   });
