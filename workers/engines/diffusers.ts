@@ -4,6 +4,7 @@
  * process group, ended with the worker however it ends). This engine posts one image per request and
  * reads the child's NDJSON answer: a line per denoising step, then the PNG. docs/engines.md ("diffusers").
  */
+import { spawnWatched } from "../../src/process/watchdog.ts";
 import { PlatformError } from "../../src/contracts/errors.ts";
 import type { EmbeddingItem, Usage } from "../../src/contracts/job.ts";
 import { freePort } from "../../src/process/free-port.ts";
@@ -216,18 +217,26 @@ async function* ndjson(body: ReadableStream<Uint8Array>): AsyncGenerator<ChildEv
  * CUDA") or why not. Importing torch and diffusers takes seconds, so callers do not wait on it to start.
  */
 export async function imagesSupport(python: string): Promise<{ ok: boolean; line: string }> {
-  const { execFile } = await import("node:child_process");
   const probe =
     "import torch, diffusers, transformers; print(torch.__version__, diffusers.__version__, 'CUDA' if torch.cuda.is_available() else 'CPU')";
-  return new Promise((resolve) => {
-    execFile(python, ["-c", probe], { timeout: 180_000 }, (error, stdout) => {
-      const [torch, diffusers, device] = stdout.trim().split(/\s+/);
-      if (error || !device)
-        resolve({
-          ok: false,
-          line: `not available: ${python} cannot import torch and diffusers (\`npm run setup:python\`, or set PLATFORM_IMAGES_PYTHON)`,
-        });
-      else resolve({ ok: true, line: `torch ${torch}, diffusers ${diffusers} (${python}), on ${device}` });
-    });
+  // Under the watchdog: the probe takes seconds, and must not outlive an `up` stopped (or killed) meanwhile.
+  const watched = spawnWatched(python, ["-c", probe], { output: "pipe" });
+  let stdout = "";
+  watched.process.stdout?.on("data", (chunk: Buffer) => {
+    if (stdout.length < 4096) stdout += chunk.toString("utf8");
   });
+  const timer = setTimeout(() => watched.stop(), 180_000);
+  timer.unref();
+  const code = await new Promise<number | null>((resolve) => {
+    watched.process.on("close", (c) => resolve(c));
+    watched.process.on("error", () => resolve(null));
+  });
+  clearTimeout(timer);
+  const [torch, diffusers, device] = stdout.trim().split(/\s+/);
+  if (code !== 0 || !device)
+    return {
+      ok: false,
+      line: `not available: ${python} cannot import torch and diffusers (\`npm run setup:python\`, or set PLATFORM_IMAGES_PYTHON)`,
+    };
+  return { ok: true, line: `torch ${torch}, diffusers ${diffusers} (${python}), on ${device}` };
 }
