@@ -7,14 +7,17 @@
 import type { MiddlewareHandler } from "hono";
 import type { RedisClient } from "../redis/connection.ts";
 import { outageOf, redisUnavailable } from "../redis/outage.ts";
+import { REDIS_WAIT_MS } from "../redis/wait.ts";
 
 export function redisDown(redis: RedisClient): MiddlewareHandler {
   const outage = outageOf(redis);
   return async (_c, next) => {
-    if (outage.down) throw redisUnavailable();
+    if (outage.down) throw redisUnavailable(`Redis is not connected (connection ${redis.status})`);
     let unsubscribe = () => undefined as unknown;
     const lasted = new Promise<never>((_, reject) => {
-      unsubscribe = outage.onLasting(() => reject(redisUnavailable()));
+      unsubscribe = outage.onLasting(() =>
+        reject(redisUnavailable(`Redis did not answer within ${REDIS_WAIT_MS} ms (connection ${redis.status})`)),
+      );
     });
     const handled = next();
     // The handler keeps running if the outage wins; whatever it ends with then is not the answer.

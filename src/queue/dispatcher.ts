@@ -16,7 +16,7 @@ import { randomUUID } from "node:crypto";
 import { JOB_SCHEMA_VERSION, type JobEvent, type JobPayloadInput, RETRY_AFTER_S } from "../contracts/job.ts";
 import type { Control } from "../redis/connection.ts";
 import { outageOf, redisUnavailable } from "../redis/outage.ts";
-import { withinRedisWait } from "../redis/wait.ts";
+import { REDIS_WAIT_MS, withinRedisWait } from "../redis/wait.ts";
 import { currentTraceparent } from "../telemetry/tracing.ts";
 import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { QueueBase } from "./base.ts";
@@ -212,7 +212,8 @@ export class Dispatcher extends QueueBase {
           });
           unsubscribe();
           wake = undefined;
-          if (lasted && buffer.length === 0) throw redisUnavailable();
+          if (lasted && buffer.length === 0)
+            throw redisUnavailable(`Redis did not answer within ${REDIS_WAIT_MS} ms while a reply was awaited`);
         }
       } finally {
         waiters.delete(id);

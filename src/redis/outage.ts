@@ -4,21 +4,23 @@
  * commands while it reconnects and never fails them (BullMQ needs that), so the state is read
  * from the connection's events rather than from failed commands.
  */
-import { PlatformError } from "../contracts/errors.ts";
+import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { REDIS_WAIT_MS } from "./wait.ts";
 
 /** An embedded Redis is back within a second or two of dying; a failover takes a few more. */
 export const REDIS_DOWN_RETRY_AFTER_S = 2;
 
 /** What a request hears while Redis is away: 503 with Retry-After, as any overload (the code the queue's other Redis failures use). */
-export function redisUnavailable(): PlatformError {
-  return new PlatformError(
+export function redisUnavailable(detail?: string): PlatformError {
+  const err = new PlatformError(
     503,
     "queue_unavailable",
     "the platform's Redis is unavailable (restarting or failing over); retry shortly",
     null,
     REDIS_DOWN_RETRY_AFTER_S,
   );
+  // The connection's state goes to the log with the request id, never to the client (gateway/errors.ts).
+  return detail === undefined ? err : withDetail(err, new Error(detail));
 }
 
 /** What the watch reads: an ioredis Redis or Cluster. */
