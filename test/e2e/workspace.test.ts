@@ -57,6 +57,9 @@ async function shell(name: string, extra: NodeJS.ProcessEnv = {}): Promise<NodeJ
     PLATFORM_BASE_URL: undefined,
     PLATFORM_API_KEY: undefined,
     PLATFORM_CONFIG_DIR: config,
+    // The trainer check imports torch (seconds per doctor run) where the checkout has .venv-ref;
+    // these tests are about the workspace, so doctor asks a Python that answers at once.
+    PLATFORM_TRAINER_PYTHON: "python3",
     ...extra,
   };
 }
