@@ -2,7 +2,7 @@
 """
 What diffusers itself makes of a prompt, for the image proof (test/integration/images.test.ts): the
 pipeline directory is loaded with DiffusionPipeline.from_pretrained in float32 on the CPU and called
-directly, one image per call, with a torch.Generator seeded by the seed.
+directly, one image per call, with a torch.Generator seeded by the request's random seed.
 
   .venv-ref/bin/python scripts/reference/diffusers-reference.py PIPELINE_DIR '<json>' [PNG ...]
 

@@ -229,7 +229,7 @@ export const MAX_IMAGE_SEED = Number.MAX_SAFE_INTEGER;
 
 /**
  * How one image is made. Absent: the pipeline's own defaults (diffusers': 50 steps, guidance 7.5
- * for Stable Diffusion) and, for the seed, a random one that the result reports.
+ * for Stable Diffusion) and, for the random seed, one drawn that the result reports.
  */
 export const ImageParams = z.object({
   num_inference_steps: z.number().int().min(1).max(MAX_IMAGE_STEPS).optional(),
@@ -358,7 +358,7 @@ export const ImageResult = z.object({
   image: z.object({ key: z.string().min(1).max(512), bytes: z.number().int().nonnegative() }),
   width: z.number().int().positive(),
   height: z.number().int().positive(),
-  /** The seed it was made with (the job's, or the one the replica drew). */
+  /** The random seed it was made with (the job's, or the one the replica drew). */
   seed: z.number().int().nonnegative(),
   steps: z.number().int().nonnegative(),
   usage: Usage,

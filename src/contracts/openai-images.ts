@@ -91,7 +91,7 @@ export function imageJobFields(body: ImageGenerationRequest, size: { width: numb
   };
 }
 
-/** One image of the answer: OpenAI's `b64_json` or `url`, and (an extension) the seed that made it. */
+/** One image of the answer: OpenAI's `b64_json` or `url`, and (an extension) the random seed that made it. */
 export type ImageData = { b64_json?: string; url?: string; revised_prompt?: string; seed: number };
 
 /** OpenAI's response, with gpt-image's usage shape plus `images` and `steps`. */

@@ -49,7 +49,7 @@ export type GenerationHooks = {
   signal?: AbortSignal;
 };
 
-/** One image to make (an `image` job, src/contracts/job.ts): the seed is always set (the job's, or one drawn for it). */
+/** One image to make (an `image` job, src/contracts/job.ts): the random seed is always set (the job's, or one drawn for it). */
 export type ImageRequest = {
   prompt: string;
   negative_prompt?: string;
