@@ -9,11 +9,9 @@
 import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { PlatformError } from "../contracts/errors.ts";
-import { manifestDigest, sortManifest } from "./checkpoint.ts";
 import { SafetensorsCheckpoint, SafetensorsError } from "../formats/convert/safetensors.ts";
-import { type ImportDeps, type ImportRequest, saveRecord, storeDirectory } from "./import.ts";
-import type { ArtifactFile, PipelineSummary, RegisteredVersion } from "./version.ts";
-import { nextVersion } from "./versions.ts";
+import { type ImportDeps, type ImportRequest, saveRecord, storeFetched } from "./import.ts";
+import type { PipelineSummary, RegisteredVersion } from "./version.ts";
 import { requireKind } from "./adapter-register.ts";
 
 const DTYPES: Record<string, string> = { F32: "float32", F16: "float16", BF16: "bfloat16", F64: "float64" };
@@ -37,23 +35,10 @@ export async function importPipeline(
   await requireKind(deps, req.name, "model");
   const names = [...files.keys()];
   const pipeline = await summarizePipeline(dir, names);
-  const manifest: ArtifactFile[] = sortManifest(names.map((path) => ({ path, ...files.get(path)! })));
-  const version = req.version ?? (await nextVersion(deps.ctl, req.name));
-  const artifact = await storeDirectory(deps, `models/${req.name}/${version}`, dir, manifest);
   return saveRecord(
     deps.ctl,
     { ...req, framework: "diffusers" },
-    {
-      version,
-      artifact,
-      sha256: manifestDigest(manifest),
-      size_bytes: manifest.reduce((n, f) => n + f.size, 0),
-      gguf: null,
-      kind: "hf",
-      manifest,
-      pipeline,
-      task: "image",
-    },
+    { ...(await storeFetched(deps, req, dir, files, names)), pipeline, task: "image" },
   );
 }
 

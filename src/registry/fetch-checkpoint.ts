@@ -15,7 +15,7 @@ import type { ObjectStore } from "../storage/store.ts";
 import { isCheckpointFile, isModuleDirectory, MAX_CHECKPOINT_FILES, uploadedEntryName } from "./checkpoint.ts";
 import { downloadFile, listHubRepo, parseHubRepo } from "./download.ts";
 import type { SourceRequest } from "./fetch.ts";
-import { checkSourceScheme, huggingFaceUrl } from "./sources.ts";
+import { checkSourceScheme, huggingFaceUrl, sourceStorageError } from "./sources.ts";
 import { componentFiles, isPipelineComponent } from "./pipeline-files.ts";
 import { readTar } from "./tar.ts";
 
@@ -197,15 +197,7 @@ async function fromStore(
     if (total.known > policy.maxBytes) throw checkpointTooLarge(policy);
     for (const f of files) await addFile(scratch, f.name, progressed(await store.get(f.key), total, req), policy);
   } catch (e) {
-    if (e instanceof StorageError) {
-      const missing = e.code === "not_found" || e.code === "no_such_bucket";
-      throw new PlatformError(
-        missing ? 404 : 502,
-        missing ? "source_not_found" : "source_unreadable",
-        `source: "${req.source}": ${missing ? "no such bucket or prefix" : `cannot read it (${e.code})`}`,
-        "source",
-      );
-    }
+    if (e instanceof StorageError) throw sourceStorageError(e, req.source, "no such bucket or prefix");
     throw e;
   }
 }

@@ -134,20 +134,33 @@ async function importCheckpoint(
   const checkpoint = await summarizeCheckpoint(dir, names);
   // llama.cpp serves it converted: refused now, with nothing stored, when no converter knows it.
   if (req.framework === "llamacpp") requireConvertible(checkpoint.architecture);
+  return saveRecord(deps.ctl, req, {
+    ...(await storeFetched(deps, req, dir, files, names)),
+    checkpoint,
+    task: req.task ?? defaultCheckpointTask(checkpoint),
+  });
+}
+
+/** Stores the fetched files `names` (from `dir`) as the next version's directory artifact: the record's storage fields. */
+export async function storeFetched(
+  deps: ImportDeps,
+  req: ImportRequest,
+  dir: string,
+  files: ReadonlyMap<string, { size: number; sha256: string }>,
+  names: readonly string[],
+) {
   const manifest: ArtifactFile[] = sortManifest(names.map((path) => ({ path, ...files.get(path)! })));
   const version = req.version ?? (await nextVersion(deps.ctl, req.name));
   const artifact = await storeDirectory(deps, `models/${req.name}/${version}`, dir, manifest);
-  return saveRecord(deps.ctl, req, {
+  return {
     version,
     artifact,
     sha256: manifestDigest(manifest),
     size_bytes: manifest.reduce((n, f) => n + f.size, 0),
     gguf: null,
-    kind: "hf",
+    kind: "hf" as const,
     manifest,
-    checkpoint,
-    task: req.task ?? defaultCheckpointTask(checkpoint),
-  });
+  };
 }
 
 /** Copies a directory artifact's files (`manifest`, from `dir`) under `artifact` in the store; its key. */

@@ -13,6 +13,7 @@ import { Transform } from "node:stream";
 import { PlatformError } from "../contracts/errors.ts";
 import { http } from "../process/node-http.ts";
 import { DEFAULT_HF_ENDPOINT, type SourcePolicy } from "../settings/sources.ts";
+import type { StorageError } from "../storage/index.ts";
 import { refusedKind } from "./addresses.ts";
 
 export type SourceProgress = { received: number; total: number | null };
@@ -334,4 +335,18 @@ function counted(
   res.pipe(out);
   onProgress?.({ received, total });
   return out;
+}
+
+/**
+ * A storage failure while reading a registration's source, as the client sees it: 404 for a
+ * missing bucket, prefix or object (`what`), 502 for anything else, naming the source as written.
+ */
+export function sourceStorageError(e: StorageError, source: string, what: string): PlatformError {
+  const missing = e.code === "not_found" || e.code === "no_such_bucket";
+  return new PlatformError(
+    missing ? 404 : 502,
+    missing ? "source_not_found" : "source_unreadable",
+    `source: "${source}": ${missing ? what : `cannot read it (${e.code})`}`,
+    "source",
+  );
 }

@@ -49,9 +49,14 @@ export const TRAINER_PYTHON_FIX = `run \`${SETUP_PYTHON}\` in the platform's che
 /** The reference venv of a source checkout (`npm run setup:python`), when there is one. */
 const CHECKOUT_VENV = join(fileURLToPath(new URL("../../", import.meta.url)), ".venv-ref", "bin", "python");
 
+/** A Python the platform runs (the trainer's, the image engine's): the one set, else the checkout's .venv-ref, else python3. */
+export function pythonOf(set: string | undefined): string {
+  return set ?? (existsSync(CHECKOUT_VENV) ? CHECKOUT_VENV : "python3");
+}
+
 export function fineTuningSettings(e: z.infer<z.ZodObject<typeof fineTuningShape>>): FineTuningSettings {
   return {
-    python: e.PLATFORM_TRAINER_PYTHON ?? (existsSync(CHECKOUT_VENV) ? CHECKOUT_VENV : "python3"),
+    python: pythonOf(e.PLATFORM_TRAINER_PYTHON),
     maxActivePerOrg: e.PLATFORM_FINETUNE_MAX_ACTIVE,
     maxJobsPerOrg: e.PLATFORM_FINETUNE_MAX_JOBS,
     maxRestarts: e.PLATFORM_FINETUNE_MAX_RESTARTS,

@@ -3,10 +3,8 @@
  * may take to load a pipeline, how many same-shaped images one pipeline call may make, and how long a
  * `url` answer's image is kept.
  */
-import { existsSync } from "node:fs";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { z } from "zod";
+import { pythonOf } from "./finetuning.ts";
 import { optional, positiveMs } from "./parse.ts";
 
 export const imagesShape = {
@@ -30,12 +28,9 @@ export const imagesShape = {
 
 export type ImagesSettings = { python: string; startTimeoutMs: number; maxBatch: number; urlTtlMs: number };
 
-/** The reference venv of a source checkout (`npm run setup:python`), when there is one. */
-const CHECKOUT_VENV = join(fileURLToPath(new URL("../../", import.meta.url)), ".venv-ref", "bin", "python");
-
 export function imagesSettings(e: z.infer<z.ZodObject<typeof imagesShape>>): ImagesSettings {
   return {
-    python: e.PLATFORM_IMAGES_PYTHON ?? (existsSync(CHECKOUT_VENV) ? CHECKOUT_VENV : "python3"),
+    python: pythonOf(e.PLATFORM_IMAGES_PYTHON),
     startTimeoutMs: e.PLATFORM_IMAGES_START_TIMEOUT_MS,
     maxBatch: e.PLATFORM_IMAGES_MAX_BATCH,
     urlTtlMs: e.PLATFORM_IMAGES_URL_TTL_MS,

@@ -22,7 +22,7 @@ import { errorEnvelope, PlatformError } from "../../contracts/errors.ts";
 import { causeFields, logger } from "../../telemetry/log.ts";
 import type { Dispatcher } from "../../queue/dispatcher.ts";
 import { type ImportDeps, importModel, type ImportRequest } from "../../registry/import.ts";
-import type { SourceProgress } from "../../registry/sources.ts";
+import { type SourceProgress, sourceStorageError } from "../../registry/sources.ts";
 import { listModelVersions } from "../../registry/versions.ts";
 import { openObject, openStore, StorageError } from "../../storage/index.ts";
 import { StoragePolicy, type StorageViewer } from "../../storage/policy.ts";
@@ -178,15 +178,7 @@ async function openConfinedSource(
     stream.once("close", () => store.close());
     return { body: stream };
   } catch (e) {
-    if (e instanceof StorageError) {
-      const missing = e.code === "not_found" || e.code === "no_such_bucket";
-      throw new PlatformError(
-        missing ? 404 : 502,
-        missing ? "source_not_found" : "source_unreadable",
-        `source: "${source}": ${missing ? "no such file or object" : `cannot read it (${e.code})`}`,
-        "source",
-      );
-    }
+    if (e instanceof StorageError) throw sourceStorageError(e, source, "no such file or object");
     throw e;
   }
 }
