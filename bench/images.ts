@@ -4,7 +4,7 @@
  * diffusers engine's own Python child (workers/engines/diffusers/server.py) driven from this process,
  * with nothing between; the platform side is `platform up` with the same pipeline directory:
  * POST /v1/images/generations → gateway → queue → worker → the same child. Concurrency 1, the same
- * prompt, size, steps and seeds on both, run in alternating rounds so a busy neighbour on a shared
+ * prompt, size, steps and seeds on both, image by image in turn so a busy neighbour on a shared
  * machine slows both sides alike. Target: the platform at ≥ 0.95 of direct throughput on CPU.
  *
  *   npm run bench:images [-- --images 24 --rounds 4 --steps 8 --size 64x64 --pipeline <dir>]
@@ -70,36 +70,41 @@ const viaPlatform = async (seed: number) => {
   return Buffer.from(r.data[0]?.b64_json ?? "", "base64").length;
 };
 
-/** `n` images one after another (concurrency 1): their wall time in seconds. */
-async function block(send: (seed: number) => Promise<number>, n: number, seed0: number): Promise<number> {
+/** One image through `send`: its wall time in seconds. */
+async function timed(send: (seed: number) => Promise<number>, seed: number): Promise<number> {
   const t0 = performance.now();
-  for (let i = 0; i < n; i++) await send(seed0 + i);
+  await send(seed);
   return (performance.now() - t0) / 1000;
 }
 
 try {
   // Warm both: the first call of a pipeline pays for its lazy set-up.
-  await block(viaDirect, 2, 0);
-  await block(viaPlatform, 2, 0);
+  for (const seed of [0, 1]) {
+    await timed(viaDirect, seed);
+    await timed(viaPlatform, seed);
+  }
   const per = Math.max(1, Math.round(IMAGES / ROUNDS));
   let directS = 0;
   let platformS = 0;
   for (let r = 0; r < ROUNDS; r++) {
-    // Alternating which side goes first, so neither always follows the other's idle time.
-    const seed = 100 + r * per;
-    let d: number;
-    let p: number;
-    if (r % 2 === 0) {
-      d = await block(viaDirect, per, seed);
-      p = await block(viaPlatform, per, seed);
-    } else {
-      p = await block(viaPlatform, per, seed);
-      d = await block(viaDirect, per, seed);
+    // Image by image, each side in turn, the first alternating: a neighbour's burst (or the host's
+    // steal on a VM) falls on both sides alike rather than on one side's block of images.
+    let d = 0;
+    let p = 0;
+    for (let i = 0; i < per; i++) {
+      const seed = 100 + r * per + i;
+      if ((r + i) % 2 === 0) {
+        d += await timed(viaDirect, seed);
+        p += await timed(viaPlatform, seed);
+      } else {
+        p += await timed(viaPlatform, seed);
+        d += await timed(viaDirect, seed);
+      }
     }
     directS += d;
     platformS += p;
     console.log(
-      `  round ${r + 1}: direct ${((d / per) * 1000).toFixed(0)} ms/image, platform ${((p / per) * 1000).toFixed(0)} ms/image`,
+      `  round ${r + 1}: direct ${((d / per) * 1000).toFixed(0)} ms/image, platform ${((p / per) * 1000).toFixed(0)} ms/image, ratio ${(d / p).toFixed(3)}`,
     );
   }
   const n = per * ROUNDS;
@@ -107,7 +112,7 @@ try {
   const platformRate = n / platformS;
   const ratio = platformRate / directRate;
   console.log(
-    `bench:images: ${n} images per side, ${WIDTH}x${HEIGHT}, ${STEPS} steps, concurrency 1, ${ROUNDS} alternating rounds`,
+    `bench:images: ${n} images per side, ${WIDTH}x${HEIGHT}, ${STEPS} steps, concurrency 1, interleaved image by image in ${ROUNDS} rounds`,
   );
   console.log(
     `  direct (diffusers child, no platform)  ${directRate.toFixed(3)} images/s  ${((directS / n) * 1000).toFixed(0)} ms/image  ${((directS / n / STEPS) * 1000).toFixed(1)} ms/step`,

@@ -155,12 +155,16 @@ async function submitChoices(
   return handles;
 }
 
-/** Each prompt is read once whatever the number of choices; every choice may generate up to max_tokens. */
+/**
+ * Each prompt is read once whatever the number of choices; every choice may generate up to
+ * max_tokens. A request counts as one toward rpm whatever its choices, but each image is a request.
+ */
 function forChoices(submissions: Submission[], n: number): Reservation {
   const each = submissions.map(reservationOf);
   const promptTokens = each.reduce((sum, r) => sum + r.promptTokens, 0);
   const maxTokens = each[0]?.maxTokens;
-  return { promptTokens, maxTokens: maxTokens === undefined ? undefined : maxTokens * n * each.length };
+  const requests = submissions.some((s) => s.kind === "image") ? n * submissions.length : 1;
+  return { promptTokens, maxTokens: maxTokens === undefined ? undefined : maxTokens * n * each.length, requests };
 }
 
 /**

@@ -70,8 +70,16 @@ export class Allowances {
     this.lifetimeMs = options.lifetimeMs ?? GRANT_LIFETIME_MS;
   }
 
-  /** Admits a request of `tokens` from a grant held here, or through the script (asking for a grant on the way). */
-  async admit(keyId: string, scopes: Scope[], tokens: number): Promise<Ticket> {
+  /**
+   * Admits a request of `tokens` from a grant held here, or through the script (asking for a grant
+   * on the way). A request that counts as several (`requests`, an image request's images) always
+   * goes through the script: a grant's units are one request each.
+   */
+  async admit(keyId: string, scopes: Scope[], tokens: number, requests = 1): Promise<Ticket> {
+    if (requests > 1) {
+      const member = randomUUID();
+      return { verdict: await this.limiter.admit(keyId, scopes, member, tokens, undefined, requests), member };
+    }
     const sig = signature(keyId, scopes);
     const held = this.grants.get(sig);
     if (held && performance.now() >= held.deadline) this.retire(sig, held);

@@ -125,10 +125,18 @@ export class RateLimiter {
    * Admits a request of `tokens` (or refuses it) against every scope at once: all or nothing.
    * With `grant`, the same script may also pre-admit more requests and slots for this process to
    * hand out itself (allowances.ts); it holds and renews the granted slots until each is
-   * released by `end` or given back.
+   * released by `end` or given back. `requests`: how many requests it counts as toward rpm (an
+   * image request: one per image); it holds one concurrency slot whatever the count.
    */
-  async admit(keyId: string, scopes: Scope[], member: string, tokens: number, grant?: GrantRequest): Promise<Verdict> {
-    const verdict = await this.run("admit", keyId, scopes, member, tokens, grant);
+  async admit(
+    keyId: string,
+    scopes: Scope[],
+    member: string,
+    tokens: number,
+    grant?: GrantRequest,
+    requests = 1,
+  ): Promise<Verdict> {
+    const verdict = await this.run("admit", keyId, scopes, member, tokens, grant, requests);
     if (verdict.admitted && limitsConcurrency(scopes)) {
       const slots = scopes
         .filter((s) => s.limits.max_concurrency !== undefined)
@@ -199,6 +207,7 @@ export class RateLimiter {
     member: string,
     tokens: number,
     grant?: GrantRequest,
+    requests = 1,
   ): Promise<Verdict> {
     const args: (string | number)[] = [mode, member, Math.max(0, Math.round(tokens)), this.windowMs, this.leaseMs];
     args.push(
@@ -206,6 +215,7 @@ export class RateLimiter {
       Math.max(0, Math.round(grant?.share ?? 0)),
       grant?.slots ?? 0,
       grant?.lifetimeMs ?? 0,
+      Math.max(1, Math.round(requests)),
     );
     for (const s of scopes) args.push(s.limits.rpm ?? 0, s.limits.tpm ?? 0, s.limits.max_concurrency ?? 0);
     const raw = (await check.run(this.ctl.redis, this.keysOf(keyId, scopes), args)) as (number | string)[];
@@ -230,11 +240,11 @@ export class RateLimiter {
       exceeded,
       scopes: states,
     };
-    const requests = Number(raw[4 + 4 * scopes.length]);
-    if (requests > 0) {
+    const grantedRequests = Number(raw[4 + 4 * scopes.length]);
+    if (grantedRequests > 0) {
       const slots = Number(raw[5 + 4 * scopes.length]);
       verdict.granted = {
-        members: Array.from({ length: requests }, (_, k) => `${member}:${k + 1}`),
+        members: Array.from({ length: grantedRequests }, (_, k) => `${member}:${k + 1}`),
         slots: Array.from({ length: slots }, (_, k) => `${member}:s${k + 1}`),
       };
     }

@@ -133,7 +133,7 @@ export class RequestMeter {
     const scopes = scopesFor(this.key.limits, limited.model);
     if (scopes.length > 0) {
       const ticket = await this.check(() =>
-        this.allowances.admit(this.key.id, scopes, reservedTokens(scopes, reservation)),
+        this.allowances.admit(this.key.id, scopes, reservedTokens(scopes, reservation), reservation.requests),
       );
       const verdict = ticket.verdict;
       this.setHeaders(verdict, this.response.header);
@@ -141,7 +141,13 @@ export class RequestMeter {
         const first = verdict.exceeded[0];
         this.options.onReject?.(target, first?.kind ?? "requests");
         this.settlements.add(undefined, { key: this.key.id, ...target, rate_limited: 1 });
-        throw refusal(this.key.id, verdict, reservedTokens(scopes, reservation), this.options.limiter.windowMs);
+        throw refusal(
+          this.key.id,
+          verdict,
+          reservation,
+          reservedTokens(scopes, reservation),
+          this.options.limiter.windowMs,
+        );
       }
       this.scopes = scopes;
       this.ticket = ticket;

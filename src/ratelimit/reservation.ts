@@ -9,8 +9,12 @@ import type { Scope } from "./limiter.ts";
 /** Completion tokens reserved for a request that sets no max_tokens (never more than its tpm allows); settled to the real count. */
 export const DEFAULT_COMPLETION_RESERVATION = 256;
 
-/** What a request will cost in tokens before it runs: its prompt, estimated, and the completion it may produce. */
-export type Reservation = { promptTokens: number; maxTokens: number | undefined };
+/**
+ * What a request will cost before it runs: its prompt's tokens, estimated, the completion it may
+ * produce, and how many requests it counts as toward rpm (1 unless said: an image request counts
+ * one per image).
+ */
+export type Reservation = { promptTokens: number; maxTokens: number | undefined; requests?: number };
 
 /** What of a queue job (contracts/job.ts) its reservation reads. */
 export type ReservedJob =

@@ -188,12 +188,28 @@ describe.skipIf(!usable)("image generation on the platform", () => {
 
   it("an image is a request to a key's rate limit; another organization reaches neither its image URLs nor its image batches", async () => {
     const limited = cliJson<{ key: string }>(
-      await runCli(["keys", "create", "one-a-minute", "--rpm", "1", "--json"], stack.env),
+      await runCli(["keys", "create", "three-a-minute", "--rpm", "3", "--json"], stack.env),
     );
-    expect((await generate({ prompt: "one", size: "64x64", num_inference_steps: 1 }, limited.key)).status).toBe(200);
-    const refused = await generate({ prompt: "two", size: "64x64", num_inference_steps: 1 }, limited.key);
+    const two = await generate({ prompt: "one", size: "64x64", num_inference_steps: 1, n: 2 }, limited.key);
+    expect(two.status).toBe(200);
+    expect(two.headers.get("x-ratelimit-remaining-requests")).toBe("1");
+    const refused = await generate({ prompt: "two", size: "64x64", num_inference_steps: 1, n: 2 }, limited.key);
     expect(refused.status).toBe(429);
     expect(refused.headers.get("retry-after")).toBeTruthy();
+    expect(((await refused.json()) as { error: { message: string } }).error.message).toContain(
+      "limit 3, used 2, requested 2",
+    );
+    const one = await generate({ prompt: "three", size: "64x64", num_inference_steps: 1 }, limited.key);
+    expect(one.status).toBe(200);
+    const tooMany = cliJson<{ key: string }>(
+      await runCli(["keys", "create", "three-more", "--rpm", "3", "--json"], stack.env),
+    );
+    const never = await generate({ prompt: "four", size: "64x64", num_inference_steps: 1, n: 4 }, tooMany.key);
+    expect(never.status).toBe(429);
+    expect(((await never.json()) as { error: { param: string; message: string } }).error).toMatchObject({
+      param: "n",
+      message: expect.stringContaining("asks for 4 images, each counted as a request"),
+    });
 
     // Models and endpoints are the install's (docs/security.md); what a key made with them is its organization's.
     const made = await generate({ prompt: "mine", size: "64x64", num_inference_steps: 1, response_format: "url" });

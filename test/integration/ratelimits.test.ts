@@ -78,6 +78,28 @@ describe("the limiter's scripts", () => {
     b.close();
   });
 
+  it("counts an admission as several requests when asked (an image request's images), all or none", async () => {
+    const limiter = new RateLimiter(ctl);
+    const allowances = new Allowances(limiter);
+    const id = "key_wwwwwwwwwwww";
+    const scopes = [scope("key", { rpm: 5, max_concurrency: 10 })];
+    const three = (await allowances.admit(id, scopes, 0, 3)).verdict;
+    expect(three).toMatchObject({ admitted: true, scopes: [{ requests: 3, in_flight: 1 }] });
+    // 3 + 3 > 5: refused whole, with the wait until the entries that make room have left.
+    const again = await limiter.admit(id, scopes, "x2", 0, undefined, 3);
+    expect(again).toMatchObject({ admitted: false, never: false, scopes: [{ requests: 3 }] });
+    expect(again.exceeded.map((e) => e.kind)).toEqual(["requests"]);
+    expect(again.retry_after_ms).toBeGreaterThan(50_000);
+    expect((await limiter.admit(id, scopes, "x3", 0, undefined, 2)).admitted).toBe(true);
+    expect((await limiter.admit(id, scopes, "x4", 0)).admitted).toBe(false);
+    // More than the limit at once can never fit: no wait helps.
+    expect(await limiter.admit("key_wwwwwwwwwww2", scopes, "x5", 0, undefined, 6)).toMatchObject({
+      admitted: false,
+      never: true,
+    });
+    limiter.close();
+  });
+
   it("reserves tokens at admission, settles them to the real count, and says when a request would fit", async () => {
     const limiter = new RateLimiter(ctl);
     const scopes = [scope("key", { tpm: 1000 })];

@@ -4,10 +4,12 @@
 -- KEYS: per scope its `w` (log), `t` (tokens) and `s` (slots).
 -- ARGV: mode ("admit" or "peek"), member, tokens, window ms, lease ms, then the grant asked for
 -- with an admission (most requests, tokens each, most slots, lifetime ms; 0 requests: none),
--- then per scope rpm, tpm, max concurrency (0: none).
+-- the requests the admission counts as (an image request: one per image), then per scope rpm,
+-- tpm, max concurrency (0: none).
 -- Returns {admitted, retry after ms, never, "i:kind,..." exceeded, then per scope requests, tokens,
 -- in flight, reset ms, then the requests and slots granted}. Granted requests are the members
--- `<member>:1..n`, granted slots `<member>:s1..n`.
+-- `<member>:1..n`, granted slots `<member>:s1..n`; an admission counted as w requests logs
+-- `<member>:r2..w` beside `<member>` (entries without tokens).
 --
 -- It runs before every limited request is queued, and Redis runs it while the request waits, so
 -- its admission reads and writes as little as it can (9 commands for a scope with all three
@@ -30,6 +32,7 @@ local nowText = string.format('%d', now)
 local mode, member, need = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local window, lease = tonumber(ARGV[4]), tonumber(ARGV[5])
 local grantMax, share, slotsMax, life = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local weight = tonumber(ARGV[10])
 local admit = mode == 'admit'
 local horizon = now - window
 local rearm = math.floor(window / 10)
@@ -38,7 +41,7 @@ local state = {}
 local wait, never, exceeded = 0, 0, {}
 for i = 0, n - 1 do
   local w, tk, s = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
-  local rpm, tpm, conc = tonumber(ARGV[10 + 3 * i]), tonumber(ARGV[11 + 3 * i]), tonumber(ARGV[12 + 3 * i])
+  local rpm, tpm, conc = tonumber(ARGV[11 + 3 * i]), tonumber(ARGV[12 + 3 * i]), tonumber(ARGV[13 + 3 * i])
   local log = rpm > 0 or tpm > 0
   local old = redis.call('ZRANGEBYSCORE', w, '-inf', horizon)
   local sum, armed, freed = 0, 0, 0
@@ -69,10 +72,15 @@ for i = 0, n - 1 do
     inflight = redis.call('ZCOUNT', s, '(' .. nowText, '+inf')
   end
   if admit then
-    if rpm > 0 and count + 1 > rpm then
-      local e = redis.call('ZRANGE', w, count - rpm, count - rpm, 'WITHSCORES')
-      wait = math.max(wait, tonumber(e[2]) + window - now)
+    if rpm > 0 and count + weight > rpm then
       exceeded[#exceeded + 1] = i .. ':requests'
+      if weight > rpm then
+        never = 1
+      else
+        -- It fits once the oldest count + weight - rpm entries have left the window.
+        local e = redis.call('ZRANGE', w, count + weight - rpm - 1, count + weight - rpm - 1, 'WITHSCORES')
+        wait = math.max(wait, tonumber(e[2]) + window - now)
+      end
     end
     if tpm > 0 and sum + need > tpm then
       exceeded[#exceeded + 1] = i .. ':tokens'
@@ -107,9 +115,9 @@ local granted, slotted = 0, 0
 if admit and #exceeded == 0 and grantMax > 0 then
   local b, c, needsSlots = grantMax, slotsMax, false
   for i = 0, n - 1 do
-    local rpm, tpm, conc = tonumber(ARGV[10 + 3 * i]), tonumber(ARGV[11 + 3 * i]), tonumber(ARGV[12 + 3 * i])
+    local rpm, tpm, conc = tonumber(ARGV[11 + 3 * i]), tonumber(ARGV[12 + 3 * i]), tonumber(ARGV[13 + 3 * i])
     local st = state[i + 1]
-    if rpm > 0 then b = math.min(b, math.floor((rpm - st[1] - 1) / GRANT_FRACTION)) end
+    if rpm > 0 then b = math.min(b, math.floor((rpm - st[1] - weight) / GRANT_FRACTION)) end
     if tpm > 0 then b = math.min(b, math.floor((tpm - st[2] - need) / (GRANT_FRACTION * math.max(share, 1)))) end
     if conc > 0 then
       needsSlots = true
@@ -130,16 +138,20 @@ if admit and #exceeded == 0 then
   admitted = 1
   for i = 0, n - 1 do
     local w, tk, s = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
-    local rpm, tpm, conc = tonumber(ARGV[10 + 3 * i]), tonumber(ARGV[11 + 3 * i]), tonumber(ARGV[12 + 3 * i])
+    local rpm, tpm, conc = tonumber(ARGV[11 + 3 * i]), tonumber(ARGV[12 + 3 * i]), tonumber(ARGV[13 + 3 * i])
     local st = state[i + 1]
     if rpm > 0 or tpm > 0 then
       local entries, fields = {score, member}, {}
+      for k = 2, weight do
+        entries[#entries + 1] = score
+        entries[#entries + 1] = member .. ':r' .. k
+      end
       for k = 1, granted do
         entries[#entries + 1] = score
         entries[#entries + 1] = member .. ':' .. k
       end
       redis.call('ZADD', w, unpack(entries))
-      st[1] = st[1] + 1 + granted
+      st[1] = st[1] + weight + granted
       if tpm > 0 then
         st[2] = st[2] + need + granted * share
         fields = {member, ARGV[3]}
@@ -190,7 +202,7 @@ for i = 0, n - 1 do
   -- A sum changed by entries leaving the window and not written with a reservation.
   if st[4] then redis.call('HSET', KEYS[3 * i + 2], 'sum', st[2]) end
   local reset = 0
-  if admitted == 1 and (tonumber(ARGV[10 + 3 * i]) > 0 or tonumber(ARGV[11 + 3 * i]) > 0) then
+  if admitted == 1 and (tonumber(ARGV[11 + 3 * i]) > 0 or tonumber(ARGV[12 + 3 * i]) > 0) then
     -- Its newest entry is the one just added.
     reset = tonumber(score) - now + window
   else
