@@ -1,7 +1,9 @@
 /**
  * Image records of a batch job (docs/batch.md, "Image records"): the JSONL line an image model's
- * job reads, the output line it writes, and where each record's PNG goes: beside the result, as
- * `<record id>.png`, copied there from the artifact store where the replica wrote it.
+ * job reads, the output line it writes, and where each record's PNG goes: in the folder named as
+ * the result beside it (`<job id>/<record id>.png` beside `<job id>.jsonl`), copied there from the
+ * artifact store where the replica wrote it. Output lines name each PNG relative to the result, so
+ * the names hold wherever the result is read: in the output location, or downloaded beside it.
  */
 import { posix } from "node:path";
 import { z } from "zod";
@@ -16,6 +18,8 @@ import type { Outcome } from "./output.ts";
 
 /** A record id that names its PNG: a file name, nothing that could reach outside the output location. */
 const IMAGE_RECORD_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+/** A PNG's name in an output line, relative to the result: `<result's name>/<record id>.png`. */
+export const IMAGE_REFERENCE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}\/[A-Za-z0-9][A-Za-z0-9._-]{0,127}\.png$/;
 
 /** One line of an image model's input: the fields of POST /v1/images/generations that make one image. */
 export const ImageInputLine = z
@@ -52,7 +56,10 @@ export type ImageWork = {
   params: ImageParams;
 };
 
-/** An image record's answer: the PNG's key in the artifact store until placed, then its URI. */
+/**
+ * An image record's answer: the PNG's key in the artifact store until placed, then its name
+ * relative to the result (`uri`, a relative URI reference: IMAGE_REFERENCE).
+ */
 export type ImageOutcome = { key?: string; uri?: string; seed: number; steps: number; width: number; height: number };
 
 /** The platform's own lines for an image model: `pipeline` says which sizes it takes. */
@@ -108,16 +115,22 @@ export function imageOutputLine(id: string, outcome: Outcome): string {
   });
 }
 
-/** Where record `id`'s PNG goes: beside the result object (`resultKey`). */
+/** Record `id`'s PNG relative to the result: in the folder named as the result, less `.jsonl`. */
+export function imageReference(resultKey: string, id: string): string {
+  return `${posix.basename(resultKey).replace(/\.jsonl$/i, "")}/${id}.png`;
+}
+
+/** Where record `id`'s PNG goes: its reference, beside the result object (`resultKey`). */
 export function imageOutputKey(resultKey: string, id: string): string {
   const dir = posix.dirname(resultKey);
-  return dir === "." ? `${id}.png` : `${dir}/${id}.png`;
+  const reference = imageReference(resultKey, id);
+  return dir === "." ? reference : `${dir}/${reference}`;
 }
 
 /**
  * Moves a record's PNG from the artifact store to the output: copied, then removed from the
  * artifacts. Idempotent: a run resumed after the copy (the artifact gone, the PNG in place) finds
- * it there. The outcome then names the PNG's URI instead of the artifact key.
+ * it there. The outcome then names the PNG relative to the result instead of the artifact key.
  */
 export async function placeImage(
   artifacts: ObjectStore,
@@ -128,7 +141,7 @@ export async function placeImage(
   if (!outcome.ok || !outcome.image?.key) return outcome;
   const { key, ...image } = outcome.image;
   const dest = imageOutputKey(out.resultKey, id);
-  const placed: Outcome = { ...outcome, image: { ...image, uri: out.store.uri(dest) } };
+  const placed: Outcome = { ...outcome, image: { ...image, uri: imageReference(out.resultKey, id) } };
   if (!isImageKey(key))
     return { ok: false, code: "invalid_result", message: "the worker named an image outside images/" };
   let png: Buffer;

@@ -1,26 +1,30 @@
 /**
  * Reading a batch job's results back (GET /v1/batch-jobs/<id>/output): the result object of a
- * finished job, or the parts written so far, in order, of a failed, cancelled or running one.
+ * finished job, or the parts written so far, in order, of a failed, cancelled or running one; and an
+ * image job's PNGs, by the name its output lines give (GET /v1/batch-jobs/<id>/output/<name>).
  */
+import { posix } from "node:path";
 import { Readable } from "node:stream";
 import { PlatformError } from "../contracts/errors.ts";
 import type { Control } from "../redis/connection.ts";
 import { StorageError } from "../storage/index.ts";
 import type { StoragePolicy } from "../storage/policy.ts";
 import { readParts } from "../storage/shared.ts";
-import { outputLocation } from "./output.ts";
+import { IMAGE_REFERENCE } from "./image-records.ts";
+import { type OutputLocation, outputLocation } from "./output.ts";
 import { type BatchJob, BatchCheckpoint } from "./schema.ts";
 import { type BatchSpec, outputUri, readSpec, scopeViewer, showPaths } from "./store.ts";
 
-/** `record`: the job, already found visible to whoever asks. */
-export async function readOutput(ctl: Control, storage: StoragePolicy, record: BatchJob): Promise<Readable> {
-  const spec = (await readSpec(ctl, record.id)) as BatchSpec;
+/** The job's output location, confined again, with how its storage errors are shown. */
+async function openOutput(
+  storage: StoragePolicy,
+  spec: BatchSpec,
+  id: string,
+): Promise<{ out: OutputLocation; shown: (e: unknown) => unknown }> {
   // Judged again, as the coordinator does before every run: the owner may have replaced a
   // directory on the way with a link (to another tenant's area) since the job wrote there.
   if (spec.scope?.output) await storage.confine(outputUri(spec), scopeViewer(spec.scope), "output");
-  const raw = await ctl.redis.get(ctl.keys.batchCheckpoint(record.id));
-  const checkpoint = raw ? BatchCheckpoint.parse(JSON.parse(raw)) : undefined;
-  const out = outputLocation(outputUri(spec), record.id, storage.s3);
+  const out = outputLocation(outputUri(spec), id, storage.s3);
   const shown = (e: unknown) => {
     out.store.close();
     if (e instanceof StorageError)
@@ -31,6 +35,49 @@ export async function readOutput(ctl: Control, storage: StoragePolicy, record: B
       );
     return e;
   };
+  return { out, shown };
+}
+
+/**
+ * One PNG of an image job, by the name its output line gives (`<result's name>/<record id>.png`,
+ * relative to the result): a name of any other shape, or one that is not there, is a 404.
+ */
+export async function readImage(
+  ctl: Control,
+  storage: StoragePolicy,
+  record: BatchJob,
+  name: string,
+): Promise<Readable> {
+  const notFound = () =>
+    new PlatformError(
+      404,
+      "output_not_found",
+      `batch job ${record.id} has no image ${JSON.stringify(name.slice(0, 300))}`,
+      "name",
+    );
+  const spec = (await readSpec(ctl, record.id)) as BatchSpec;
+  const { out, shown } = await openOutput(storage, spec, record.id);
+  const folder = `${posix.basename(out.resultKey).replace(/\.jsonl$/i, "")}/`;
+  if (!IMAGE_REFERENCE.test(name) || !name.startsWith(folder)) {
+    out.store.close();
+    throw notFound();
+  }
+  const dir = posix.dirname(out.resultKey);
+  try {
+    const stream = await out.store.get(dir === "." ? name : `${dir}/${name}`);
+    stream.once("close", () => out.store.close());
+    return stream;
+  } catch (e) {
+    throw shown(e);
+  }
+}
+
+/** `record`: the job, already found visible to whoever asks. */
+export async function readOutput(ctl: Control, storage: StoragePolicy, record: BatchJob): Promise<Readable> {
+  const spec = (await readSpec(ctl, record.id)) as BatchSpec;
+  const { out, shown } = await openOutput(storage, spec, record.id);
+  const raw = await ctl.redis.get(ctl.keys.batchCheckpoint(record.id));
+  const checkpoint = raw ? BatchCheckpoint.parse(JSON.parse(raw)) : undefined;
   if (record.output_file !== null || checkpoint?.assembled) {
     try {
       const stream = await out.store.get(out.resultKey);

@@ -24,7 +24,7 @@ import { checkOutput, type Located, locate } from "../storage/located.ts";
 import { StoragePolicy } from "../storage/policy.ts";
 import { resolveAdapterTarget } from "./adapter-target.ts";
 import type { BatchFiles, BatchResultFiles } from "./files.ts";
-import { readOutput } from "./job-output.ts";
+import { readImage, readOutput } from "./job-output.ts";
 import {
   createRecord,
   hiddenFailure,
@@ -261,6 +261,12 @@ export class BatchJobs {
   async output(id: string, viewer?: Viewer): Promise<Readable> {
     const record = await this.get(id, viewer);
     return readOutput(this.ctl, this.storage, record);
+  }
+
+  /** One PNG of an image job, by the name its output line gives. */
+  async image(id: string, name: string, viewer?: Viewer): Promise<Readable> {
+    const record = await this.get(id, viewer);
+    return readImage(this.ctl, this.storage, record, name);
   }
 
   /** `jobId`: the coordinator job's id, the batch's own for its first run. */

@@ -3,11 +3,14 @@
  * (it runs on this machine and its storage roots hold them) or they travel through the API,
  * uploaded as /v1/files and downloaded atomically.
  */
-import { existsSync, realpathSync } from "node:fs";
+import { createReadStream, existsSync, realpathSync, statSync } from "node:fs";
+import { mkdir } from "node:fs/promises";
+import { createInterface } from "node:readline";
 import { basename, dirname, join, resolve, sep } from "node:path";
 import { Readable } from "node:stream";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { IMAGE_REFERENCE } from "../batch/image-records.ts";
 import { isStorageError } from "../storage/errors.ts";
 import { writeFileAtomically } from "../storage/shared.ts";
 import { fileUrl } from "../storage/uri.ts";
@@ -65,19 +68,44 @@ export async function uploadInput(api: ApiClient, path: string, quiet: boolean):
 }
 
 /**
+ * Where `platform inference batch download --to` writes: a directory (an existing one, or a path
+ * ending in "/") receives `<job id>.jsonl`; anything else names the file. Default: ./<job id>.jsonl.
+ */
+export function downloadTarget(id: string, to: string | undefined): string {
+  if (to === undefined) return resolve(`${id}.jsonl`);
+  const dir = /[\\/]$/.test(to) || (existsSync(to) && statSync(to).isDirectory());
+  return resolve(dir ? join(to, `${id}.jsonl`) : to);
+}
+
+/**
  * Streams the job's output into `to` the way the platform writes its own
  * results (a temp file beside it, fsynced, renamed or linked into place, the
  * directory fsynced), so a failed download leaves no half file. Without
  * `overwrite` an existing file is never replaced, even one that appeared
- * while the job ran or the bytes arrived.
+ * while the job ran or the bytes arrived. An image job's PNGs follow into the
+ * folder beside it that its lines name (`<name>/<record id>.png`); returns a line that says where
+ * they went (empty for a text job).
  */
-export async function downloadOutput(api: ApiClient, id: string, to: string, overwrite: boolean): Promise<void> {
+export async function downloadOutput(api: ApiClient, id: string, to: string, overwrite: boolean): Promise<string> {
+  await mkdir(dirname(to), { recursive: true });
+  await download(api, id, `/v1/batch-jobs/${encodeURIComponent(id)}/output`, to, overwrite);
+  const names = await imageNames(to);
+  for (const name of names) {
+    await mkdir(join(dirname(to), dirname(name)), { recursive: true });
+    const path = `/v1/batch-jobs/${encodeURIComponent(id)}/output/${name.split("/").map(encodeURIComponent).join("/")}`;
+    await download(api, id, path, join(dirname(to), name), overwrite);
+  }
+  const folders = [...new Set(names.map((n) => join(dirname(to), dirname(n))))];
+  return names.length === 0 ? "" : `${names.length} PNGs in ${folders.join(", ")}${sep}`;
+}
+
+async function download(api: ApiClient, id: string, path: string, to: string, overwrite: boolean): Promise<void> {
   const exists = () =>
     new CliError(
       `${to}: the file exists; pass --overwrite to replace it, or fetch the result elsewhere with \`platform inference batch download ${id} --to <path>\``,
     );
   if (!overwrite && existsSync(to)) throw exists();
-  const res = await send(api, "GET", `/v1/batch-jobs/${encodeURIComponent(id)}/output`, {});
+  const res = await send(api, "GET", path, {});
   try {
     await writeFileAtomically(to, Readable.fromWeb(res.body as WebReadableStream<Uint8Array>), fileUrl(to), {
       replace: overwrite,
@@ -86,6 +114,23 @@ export async function downloadOutput(api: ApiClient, id: string, to: string, ove
     if (isStorageError(e, "exists")) throw exists();
     throw new CliError(`${to}: cannot write (${(e as Error).message})`);
   }
+}
+
+/** The PNGs a downloaded result names (image jobs' success lines), each a safe relative name. */
+async function imageNames(result: string): Promise<string[]> {
+  const names: string[] = [];
+  const lines = createInterface({ input: createReadStream(result), crlfDelay: Number.POSITIVE_INFINITY });
+  for await (const line of lines) {
+    if (!line.includes('"image"')) continue;
+    let image: unknown;
+    try {
+      image = (JSON.parse(line) as { image?: unknown }).image;
+    } catch {
+      continue;
+    }
+    if (typeof image === "string" && IMAGE_REFERENCE.test(image)) names.push(image);
+  }
+  return names;
 }
 
 /** A request whose body is not JSON (uploads, downloads); errors as ApiClient reports them. */

@@ -4,11 +4,19 @@
  * `batch status|cancel|list`. Talks to /v1/batch-jobs on the gateway.
  */
 import { existsSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import type { Command } from "commander";
 import type { BatchJob, BatchJobList, CreateBatchRequestInput } from "../batch/schema.ts";
 import { loadCliSettings } from "../settings/cli.ts";
-import { absoluteUri, downloadOutput, localPath, notShared, uploadInput, uploadMode } from "./batch-files.ts";
+import {
+  absoluteUri,
+  downloadOutput,
+  downloadTarget,
+  localPath,
+  notShared,
+  uploadInput,
+  uploadMode,
+} from "./batch-files.ts";
 import { done, finishWatch, printStatus, watch } from "./batch-watch.ts";
 import { ApiClient } from "../client/api.ts";
 import { CliError } from "./common/errors.ts";
@@ -111,8 +119,8 @@ export function registerBatch(inference: Command): void {
         const ended = await watch(api, job, flags.json === true, download === undefined);
         if (download && ended.state === "completed") {
           const to = /\.jsonl$/i.test(download) ? download : join(download, `${job.id}.jsonl`);
-          await downloadOutput(api, job.id, to, flags.overwrite === true);
-          if (!flags.json) console.log(`output: ${to}`);
+          const images = await downloadOutput(api, job.id, to, flags.overwrite === true);
+          if (!flags.json) console.log(`output: ${to}${images ? `\nimages: ${images}` : ""}`);
         }
         return finishWatch(ended);
       }
@@ -156,13 +164,17 @@ export function registerBatch(inference: Command): void {
   batch
     .command("download <job_id>")
     .description("save a job's result (or, for a failed or running job, the records completed so far) to a local file")
-    .option("--to <path>", "the file to write (default ./<job id>.jsonl)")
+    .option(
+      "--to <path>",
+      "the file to write, or a directory (an existing one, or ending in /) for <job id>.jsonl (default ./<job id>.jsonl); an image job's PNGs go beside it",
+    )
     .option("--overwrite", "replace the file if it exists (without it an existing file is refused)")
     .action(async (id: string, opts: { to?: string; overwrite?: boolean }) => {
       const api = await ApiClient.fromCredentials();
-      const to = resolve(opts.to ?? `${id}.jsonl`);
-      await downloadOutput(api, id, to, opts.overwrite === true);
+      const to = downloadTarget(id, opts.to);
+      const images = await downloadOutput(api, id, to, opts.overwrite === true);
       console.log(to);
+      if (images) console.log(images);
     });
 
   batch

@@ -138,13 +138,14 @@ describe.skipIf(!usable)("image generation on the platform", () => {
       for (const [i, l] of lines.entries())
         expect(l).toMatchObject({
           status: "success",
-          image: `file://${join(out, `img-${i}.png`)}`,
+          image: `${id}/img-${i}.png`,
           seed: 1000 + i,
           steps: 3,
         });
-      // One PNG per record and nothing else; none left behind in the artifact store.
-      expect((await readdir(out)).sort()).toEqual(
-        [`${id}.jsonl`, ...Array.from({ length: RECORDS }, (_, i) => `img-${i}.png`)].sort(),
+      // One PNG per record, in the folder named as the result, and nothing else; none left behind in the artifact store.
+      expect((await readdir(out)).sort()).toEqual([id, `${id}.jsonl`].sort());
+      expect((await readdir(join(out, id))).sort()).toEqual(
+        Array.from({ length: RECORDS }, (_, i) => `img-${i}.png`).sort(),
       );
       const left = await readdir(join(stack.dataDir, "artifacts", "images"), { recursive: true }).catch(() => []);
       expect(left.filter((f) => String(f).endsWith(".png"))).toEqual([]);
@@ -156,7 +157,48 @@ describe.skipIf(!usable)("image generation on the platform", () => {
         expect(res.status).toBe(200);
         const body = (await res.json()) as { data: { b64_json: string; seed: number }[] };
         const online = Buffer.from(body.data[0]?.b64_json as string, "base64");
-        expect(online.equals(await readFile(join(out, `img-${i}.png`))), `record img-${i}`).toBe(true);
+        expect(online.equals(await readFile(join(out, id, `img-${i}.png`))), `record img-${i}`).toBe(true);
+      }
+
+      // A result the server keeps (the input uploaded, as for a gateway on another machine): the
+      // download brings the PNGs with it, beside the result as its lines name them.
+      const kept = join(dir, "kept");
+      const keptInput = join(dir, "two.jsonl");
+      await writeFile(keptInput, `${[0, 1].map((i) => JSON.stringify(record(i))).join("\n")}\n`);
+      const watched = await runCli(
+        [
+          "inference",
+          "batch",
+          "--model",
+          "pic",
+          "--input",
+          keptInput,
+          "--output",
+          `${kept}/`,
+          "--upload",
+          "always",
+          "--watch",
+        ],
+        stack.env,
+      );
+      expect(watched.code, watched.stderr).toBe(0);
+      const keptId = watched.stdout.split("\n")[0]?.trim() as string;
+      expect(watched.stdout).toContain(`images: 2 PNGs in ${join(kept, keptId)}/`);
+      for (const i of [0, 1])
+        expect(
+          (await readFile(join(kept, keptId, `img-${i}.png`))).equals(await readFile(join(out, id, `img-${i}.png`))),
+        ).toBe(true);
+      const again = join(dir, "again");
+      const downloaded = await runCli(["inference", "batch", "download", keptId, "--to", `${again}/`], stack.env);
+      expect(downloaded.code, downloaded.stderr).toBe(0);
+      expect((await readdir(again)).sort()).toEqual([keptId, `${keptId}.jsonl`].sort());
+      expect((await readdir(join(again, keptId))).sort()).toEqual(["img-0.png", "img-1.png"]);
+      // Only names of the job's own PNGs are served.
+      for (const name of [`${keptId}/img-7.png`, `${keptId}/..%2F${keptId}.jsonl`, `other/img-0.png`]) {
+        const res = await fetch(`${stack.baseUrl}/v1/batch-jobs/${keptId}/output/${name}`, {
+          headers: { authorization: `Bearer ${stack.apiKey}` },
+        });
+        expect(res.status, name).toBe(404);
       }
     },
     LONG,
@@ -167,19 +209,20 @@ describe.skipIf(!usable)("image generation on the platform", () => {
     expect(res.status).toBe(200);
     await stack.waitFor(async () => {
       const u = (await stack.admin<{ data: { images: number }[] }>("GET", "/v1/usage?by=model&since=1h")).body;
-      return (u.data[0]?.images ?? 0) >= 2 * RECORDS + 2;
+      return (u.data[0]?.images ?? 0) >= 2 * RECORDS + 4;
     }, "usage to be written");
     const usage = cliJson<{
       data: { model: string; version: string; images: number; steps: number; requests: number }[];
     }>(await runCli(["usage", "--by", "model,version", "--json"], stack.env));
-    // The batch's 20 records (and the replayed record's retry is not counted twice), 20 online, one request of 2.
+    // The batch's 20 records (and the replayed record's retry is not counted twice), 20 online, the
+    // kept batch's 2 records, one request of 2.
     expect(usage.data).toEqual([
       expect.objectContaining({
         model: "pic",
         version: "v1",
-        requests: 2 * RECORDS + 1,
-        images: 2 * RECORDS + 2,
-        steps: 2 * RECORDS * 3 + 4,
+        requests: 2 * RECORDS + 3,
+        images: 2 * RECORDS + 4,
+        steps: 2 * RECORDS * 3 + 2 * 3 + 4,
       }),
     ]);
     const table = await runCli(["usage", "--by", "model"], stack.env);
@@ -228,6 +271,11 @@ describe.skipIf(!usable)("image generation on the platform", () => {
       headers: { authorization: `Bearer ${outsider.key}` },
     });
     expect(peek.status).toBe(404);
+    const pngUrl = `${stack.baseUrl}/v1/batch-jobs/${jobs[0]?.id}/output/${jobs[0]?.id}/img-0.png`;
+    const mine = await fetch(pngUrl, { headers: { authorization: `Bearer ${stack.apiKey}` } });
+    expect([mine.status, mine.headers.get("content-type")]).toEqual([200, "image/png"]);
+    const notMine = await fetch(pngUrl, { headers: { authorization: `Bearer ${outsider.key}` } });
+    expect(notMine.status).toBe(404);
   });
 });
 

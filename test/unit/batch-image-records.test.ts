@@ -5,7 +5,13 @@ import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { imageFormat, imageOutputKey, placeImage } from "../../src/batch/image-records.ts";
+import {
+  IMAGE_REFERENCE,
+  imageFormat,
+  imageOutputKey,
+  imageReference,
+  placeImage,
+} from "../../src/batch/image-records.ts";
 import type { Outcome } from "../../src/batch/output.ts";
 import { levelResult } from "../../src/benchmark/measure.ts";
 import { imageKey } from "../../src/image-files/keys.ts";
@@ -65,12 +71,12 @@ describe("image record lines", () => {
       ok: true,
       text: "",
       tokens: 6,
-      image: { uri: "file:///o/cat-1.png", seed: 1, steps: 4, width: 64, height: 64 },
+      image: { uri: "batch_1/cat-1.png", seed: 1, steps: 4, width: 64, height: 64 },
     };
     expect(JSON.parse(format.render({ line: 1, id: "cat-1" }, ok))).toEqual({
       id: "cat-1",
       status: "success",
-      image: "file:///o/cat-1.png",
+      image: "batch_1/cat-1.png",
       seed: 1,
       steps: 4,
       width: 64,
@@ -93,9 +99,13 @@ describe("placing a record's PNG", () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  it("lies beside the result", () => {
-    expect(imageOutputKey("batch_1.jsonl", "cat")).toBe("cat.png");
-    expect(imageOutputKey("runs/result.jsonl", "cat")).toBe("runs/cat.png");
+  it("lies in the folder named as the result, beside it: one job's PNGs never meet another's", () => {
+    expect(imageOutputKey("batch_1.jsonl", "cat")).toBe("batch_1/cat.png");
+    expect(imageOutputKey("runs/result.jsonl", "cat")).toBe("runs/result/cat.png");
+    expect(imageReference("runs/result.jsonl", "cat")).toBe("result/cat.png");
+    expect(IMAGE_REFERENCE.test("result/cat.png")).toBe(true);
+    for (const bad of ["../cat.png", "result/../cat.png", "/etc/cat.png", "cat.png", "a/b/cat.png", "result/.png"])
+      expect(IMAGE_REFERENCE.test(bad), bad).toBe(false);
   });
 
   it("moves it from the artifact store once; a resumed run finds it in place; a lost one fails the record", async () => {
@@ -103,8 +113,8 @@ describe("placing a record's PNG", () => {
     await artifacts.put(key, Buffer.from("png bytes"));
     const answered: Outcome = { ok: true, text: "", tokens: 2, image: { key, seed: 3, steps: 2, width: 8, height: 8 } };
     const placed = await placeImage(artifacts, { store: out, resultKey: "b.jsonl" }, "dog", answered);
-    expect(placed).toEqual({ ...answered, image: { uri: out.uri("dog.png"), seed: 3, steps: 2, width: 8, height: 8 } });
-    expect(await readFile(join(dir, "out", "dog.png"), "utf8")).toBe("png bytes");
+    expect(placed).toEqual({ ...answered, image: { uri: "b/dog.png", seed: 3, steps: 2, width: 8, height: 8 } });
+    expect(await readFile(join(dir, "out", "b", "dog.png"), "utf8")).toBe("png bytes");
     expect(await artifacts.head(key)).toBeNull();
     // The coordinator died after the move, before the part: the kept answer still names the artifact.
     expect(await placeImage(artifacts, { store: out, resultKey: "b.jsonl" }, "dog", answered)).toEqual(placed);

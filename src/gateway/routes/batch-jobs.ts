@@ -8,6 +8,7 @@
  *   POST /:id/cancel       cancel                              → batch_job
  *   POST /:id/resume       a failed job back to the queue      → batch_job (409 when resuming cannot help)
  *   GET  /:id/output       the result, or the parts written so far, as JSONL
+ *   GET  /:id/output/<d>/<f>.png  an image job's PNG, by the name its output line gives
  *
  * Input and output URIs are confined to the key's storage areas (GET /v1/storage).
  * A job whose input is an uploaded file may name no output: the server keeps
@@ -52,6 +53,16 @@ export function batchRoutes(deps: BatchRouteDeps) {
   app.get("/:id/output", async (c) => {
     const stream = await jobs.output(c.req.param("id"), c.get("caller"));
     return c.body(Readable.toWeb(stream) as ReadableStream, 200, { "content-type": "application/x-ndjson" });
+  });
+
+  // An image job's PNG, by the name its output line gives (`<result's name>/<record id>.png`).
+  app.get("/:id/output/:folder/:file", async (c) => {
+    const name = `${c.req.param("folder")}/${c.req.param("file")}`;
+    const stream = await jobs.image(c.req.param("id"), name, c.get("caller"));
+    return c.body(Readable.toWeb(stream) as ReadableStream, 200, {
+      "content-type": "image/png",
+      "cache-control": "private, no-store",
+    });
   });
 
   return app;
