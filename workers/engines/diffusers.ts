@@ -99,7 +99,7 @@ export async function loadDiffusers(options: DiffusersOptions): Promise<Diffuser
 
 type ChildEvent =
   | { type: "step"; step: number; steps: number }
-  | { type: "done"; png: string; prompt_tokens: number }
+  | { type: "done"; png: string; prompt_tokens: number; batch: number }
   | { type: "cancelled" }
   | { type: "error"; message: string };
 
@@ -177,7 +177,12 @@ export class DiffusersEngine implements Engine {
       for await (const event of ndjson(res.body)) {
         if (event.type === "step") hooks.onStep?.(event.step, event.steps);
         else if (event.type === "done")
-          return { png: Buffer.from(event.png, "base64"), steps, promptTokens: event.prompt_tokens };
+          return {
+            png: Buffer.from(event.png, "base64"),
+            steps,
+            promptTokens: event.prompt_tokens,
+            batch: event.batch,
+          };
         else if (event.type === "cancelled") throw cancelled();
         else throw new PlatformError(500, "engine_error", `the pipeline failed: ${event.message}`);
       }
@@ -185,6 +190,14 @@ export class DiffusersEngine implements Engine {
     } finally {
       hooks.signal?.removeEventListener("abort", cancel);
     }
+  }
+
+  /** The child's queue now: requests waiting for a pipeline call, and images in the current one. */
+  async queue(): Promise<{ waiting: number; running: number }> {
+    const res = await fetch(`${this.baseUrl}/queue`).catch((e: unknown) => {
+      throw new PlatformError(502, "engine_error", `${this.child.describeExit()} (${(e as Error).message})`);
+    });
+    return (await res.json()) as { waiting: number; running: number };
   }
 
   async dispose(): Promise<void> {

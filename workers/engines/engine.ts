@@ -61,7 +61,13 @@ export type ImageRequest = {
   seed: number;
 };
 
-export type ImageOutput = { png: Buffer; steps: number; promptTokens: number };
+export type ImageOutput = {
+  png: Buffer;
+  steps: number;
+  promptTokens: number;
+  /** Images the pipeline call that made this one made: 1 alone, more where same-shaped requests share a call. */
+  batch?: number;
+};
 
 export type ImageHooks = {
   /** After each denoising step: steps done, of `steps`. */

@@ -6,10 +6,13 @@ loopback port (the watchdog holds the child's stdin, so stdio cannot carry the p
 
   GET  /health    200 once the pipeline is loaded (the port is bound only then)
   GET  /info      the pipeline's class, default size, scheduler, device and dtype
+  GET  /queue     {"waiting": requests not yet in a pipeline call, "running": images in the current one}
   POST /generate  {"id", "prompt", "negative_prompt"?, "width", "height", "steps", "guidance", "seed"}
                   answers NDJSON lines: {"type":"step","step":k,"steps":n} per denoising step, then
-                  {"type":"done","png":<base64>} or {"type":"cancelled"} or {"type":"error","message"}
-  POST /cancel    {"id"}: that request stops at its next step (callback_on_step_end)
+                  {"type":"done","png":<base64>,"prompt_tokens":t,"batch":b} (b: the images its pipeline
+                  call made) or {"type":"cancelled"} or {"type":"error","message"}
+  POST /cancel    {"id"}: a waiting request leaves the queue at once; a running one stops at its next
+                  step (callback_on_step_end) once every image of its call is cancelled
 
 One thread runs the pipeline. Requests waiting with the same size, steps, guidance and negative prompt
 presence go in one pipeline call (up to --max-batch): each image has its own torch.Generator seeded
@@ -66,6 +69,7 @@ class Engine:
         self.pipe.set_progress_bar_config(disable=True)
         self.max_batch = max(1, args.max_batch)
         self.pending = []
+        self.running = []
         self.lock = threading.Condition()
         self.by_id = {}
 
@@ -90,12 +94,22 @@ class Engine:
             self.pending.append(req)
             self.lock.notify()
 
+    def queue(self):
+        with self.lock:
+            return {"waiting": len(self.pending), "running": len(self.running)}
+
     def cancel(self, rid):
         with self.lock:
             req = self.by_id.get(rid)
-            if req is not None:
-                req.cancelled = True
-            return req is not None
+            if req is None:
+                return False
+            req.cancelled = True
+            # Still waiting: answered now, not when its turn comes (a whole pipeline call later).
+            if req in self.pending:
+                self.pending.remove(req)
+                self.by_id.pop(rid, None)
+                req.events.put({"type": "cancelled"})
+            return True
 
     def take(self):
         """The oldest waiting request and those of the same shape behind it, up to max_batch."""
@@ -120,6 +134,8 @@ class Engine:
                     r.events.put({"type": "cancelled"})
                 else:
                     batch.append(r)
+            with self.lock:
+                self.running = batch
             if batch:
                 try:
                     self.generate(batch)
@@ -127,6 +143,7 @@ class Engine:
                     for r in batch:
                         r.events.put({"type": "error", "message": f"{type(e).__name__}: {e}"[:2000]})
             with self.lock:
+                self.running = []
                 for r in batch:
                     self.by_id.pop(r.id, None)
 
@@ -163,7 +180,7 @@ class Engine:
             buf = io.BytesIO()
             image.save(buf, format="PNG")
             png = base64.b64encode(buf.getvalue()).decode("ascii")
-            r.events.put({"type": "done", "png": png, "prompt_tokens": self.tokens(r)})
+            r.events.put({"type": "done", "png": png, "prompt_tokens": self.tokens(r), "batch": len(batch)})
 
     def tokens(self, r):
         """The text encoder's tokens of the prompt and negative prompt (what it reads: truncated to its length)."""
@@ -209,6 +226,8 @@ def handler_for(engine):
                 self.reply(200, {"ok": True})
             elif self.path == "/info":
                 self.reply(200, engine.info())
+            elif self.path == "/queue":
+                self.reply(200, engine.queue())
             else:
                 self.reply(404, {"error": "not found"})
 
