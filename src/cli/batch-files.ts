@@ -3,7 +3,7 @@
  * (it runs on this machine and its storage roots hold them) or they travel through the API,
  * uploaded as /v1/files and downloaded atomically.
  */
-import { createReadStream, existsSync, realpathSync, statSync } from "node:fs";
+import { createReadStream, existsSync, realpathSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { createInterface } from "node:readline";
 import { basename, dirname, join, resolve, sep } from "node:path";
@@ -68,13 +68,13 @@ export async function uploadInput(api: ApiClient, path: string, quiet: boolean):
 }
 
 /**
- * Where `platform inference batch download --to` writes: a directory (an existing one, or a path
- * ending in "/") receives `<job id>.jsonl`; anything else names the file. Default: ./<job id>.jsonl.
+ * Where `platform inference batch download --to` writes, read as `--output` is: a path ending in
+ * `.jsonl` names the file; any other is a directory that receives `<job id>.jsonl`. Default:
+ * ./<job id>.jsonl.
  */
 export function downloadTarget(id: string, to: string | undefined): string {
   if (to === undefined) return resolve(`${id}.jsonl`);
-  const dir = /[\\/]$/.test(to) || (existsSync(to) && statSync(to).isDirectory());
-  return resolve(dir ? join(to, `${id}.jsonl`) : to);
+  return resolve(/\.jsonl$/i.test(to) ? to : join(to, `${id}.jsonl`));
 }
 
 /**

@@ -4,7 +4,6 @@
  * `batch status|cancel|list`. Talks to /v1/batch-jobs on the gateway.
  */
 import { existsSync } from "node:fs";
-import { join } from "node:path";
 import type { Command } from "commander";
 import type { BatchJob, BatchJobList, CreateBatchRequestInput } from "../batch/schema.ts";
 import { loadCliSettings } from "../settings/cli.ts";
@@ -118,7 +117,7 @@ export function registerBatch(inference: Command): void {
       if (flags.watch) {
         const ended = await watch(api, job, flags.json === true, download === undefined);
         if (download && ended.state === "completed") {
-          const to = /\.jsonl$/i.test(download) ? download : join(download, `${job.id}.jsonl`);
+          const to = downloadTarget(job.id, download);
           const images = await downloadOutput(api, job.id, to, flags.overwrite === true);
           if (!flags.json) console.log(`output: ${to}${images ? `\nimages: ${images}` : ""}`);
         }
@@ -128,7 +127,7 @@ export function registerBatch(inference: Command): void {
       console.log(job.id);
       if (download)
         console.error(
-          `the gateway keeps the result; fetch it when the job ends with \`platform inference batch download ${job.id} --to ${download}\``,
+          `the gateway keeps the result; fetch it when the job ends with \`platform inference batch download ${job.id} --to ${/\.jsonl$/i.test(download) ? download : `${download}/`}\``,
         );
       else if (process.stdout.isTTY) console.error(`follow it with \`platform inference batch status ${job.id}\``);
     });
@@ -166,7 +165,7 @@ export function registerBatch(inference: Command): void {
     .description("save a job's result (or, for a failed or running job, the records completed so far) to a local file")
     .option(
       "--to <path>",
-      "the file to write, or a directory (an existing one, or ending in /) for <job id>.jsonl (default ./<job id>.jsonl); an image job's PNGs go beside it",
+      "the file to write (a name ending in .jsonl), or a directory for <job id>.jsonl, as --output reads it (default ./<job id>.jsonl); an image job's PNGs go beside it",
     )
     .option("--overwrite", "replace the file if it exists (without it an existing file is refused)")
     .action(async (id: string, opts: { to?: string; overwrite?: boolean }) => {
