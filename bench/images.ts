@@ -9,18 +9,15 @@
  *
  *   npm run bench:images [-- --images 24 --rounds 4 --steps 8 --size 64x64 --pipeline <dir>]
  */
-import { spawnSync } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { loadDiffusers } from "../workers/engines/diffusers.ts";
-import { referencePython } from "../test/helpers/models.ts";
+import { makeTinyPipeline, referencePython } from "../test/helpers/models.ts";
 import { startStack } from "../test/helpers/stack.ts";
 import { postJson } from "./measure.ts";
 
-const ROOT = fileURLToPath(new URL("../", import.meta.url));
 const { values } = parseArgs({
   options: {
     images: { type: "string", default: "24" },
@@ -45,10 +42,7 @@ if (!python) {
 const scratch = await mkdtemp(join(tmpdir(), "bench-images-"));
 const pipeline = values.pipeline ?? join(scratch, "tiny-sd");
 if (!values.pipeline) {
-  const made = spawnSync(python, [join(ROOT, "scripts/reference/make-tiny-diffusers.py"), pipeline], {
-    encoding: "utf8",
-  });
-  if (made.status !== 0) throw new Error(`make-tiny-diffusers failed:\n${made.stderr.slice(-2000)}`);
+  makeTinyPipeline(python, pipeline);
 }
 
 const direct = await loadDiffusers({ modelPath: pipeline, python, parallel: 1, gpu: false });

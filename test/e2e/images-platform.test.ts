@@ -16,19 +16,12 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { referencePython } from "../helpers/models.ts";
+import { diffusersPython, makeTinyPipeline } from "../helpers/models.ts";
 import { type CliResult, runCli, type Stack, startStack } from "../helpers/stack.ts";
 
-const python = referencePython();
+const python = diffusersPython("images-platform.test");
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
-const usable =
-  python !== undefined &&
-  spawnSync(python, ["-c", "import torch, diffusers, transformers, PIL"], { stdio: "ignore", timeout: 180_000 })
-    .status === 0;
-if (!usable)
-  console.warn(
-    "images-platform.test: skipped: no Python with torch and diffusers (.venv-ref or PLATFORM_TEST_PYTHON_REF; `npm run setup:python` makes it)",
-  );
+const usable = python !== undefined;
 
 const CHROMIUM = "/usr/bin/chromium";
 const haveChromium = existsSync(CHROMIUM);
@@ -71,11 +64,7 @@ beforeAll(async () => {
   if (!usable) return;
   scratch = await mkdtemp(join(tmpdir(), "images-platform-"));
   const pipeline = join(scratch, "tiny-sd");
-  const made = spawnSync(python as string, [join(ROOT, "scripts/reference/make-tiny-diffusers.py"), pipeline], {
-    encoding: "utf8",
-    timeout: 300_000,
-  });
-  if (made.status !== 0) throw new Error(`make-tiny-diffusers failed:\n${made.stderr.slice(-3000)}`);
+  makeTinyPipeline(python as string, pipeline);
   stack = await startStack({
     model: pipeline,
     // The scratch directory is a storage root: the A/B test registers the pipeline again from there.

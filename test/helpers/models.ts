@@ -1,5 +1,6 @@
 // Model files for tests: the shared real model when this checkout has one, and a
 // self-made tiny model that is always available.
+import { spawnSync } from "node:child_process";
 import { createHash, randomUUID } from "node:crypto";
 import { existsSync } from "node:fs";
 import { mkdir, readFile, rename, rm } from "node:fs/promises";
@@ -75,4 +76,30 @@ export function referencePython(): string | undefined {
   if (fromEnv !== undefined && fromEnv !== "") return existsSync(fromEnv) ? fromEnv : undefined;
   const venv = join(repoRoot, ".venv-ref", "bin", "python");
   return existsSync(venv) ? venv : undefined;
+}
+
+/**
+ * The reference Python where it can run the image engine (torch, diffusers, transformers, PIL);
+ * otherwise undefined, and a line saying that `test` skips.
+ */
+export function diffusersPython(test: string): string | undefined {
+  const python = referencePython();
+  const usable =
+    python !== undefined &&
+    spawnSync(python, ["-c", "import torch, diffusers, transformers, PIL"], { stdio: "ignore", timeout: 180_000 })
+      .status === 0;
+  if (usable) return python;
+  console.warn(
+    `${test}: skipped: no Python with torch and diffusers (.venv-ref or PLATFORM_TEST_PYTHON_REF; \`npm run setup:python\` makes it)`,
+  );
+  return undefined;
+}
+
+/** Makes the tiny random Stable Diffusion pipeline (64×64) at `dir` with diffusers itself. */
+export function makeTinyPipeline(python: string, dir: string): void {
+  const made = spawnSync(python, [join(repoRoot, "scripts/reference/make-tiny-diffusers.py"), dir], {
+    encoding: "utf8",
+    timeout: 300_000,
+  });
+  if (made.status !== 0) throw new Error(`make-tiny-diffusers failed (${made.status}):\n${made.stderr.slice(-3000)}`);
 }

@@ -15,18 +15,11 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ImageHooks, ImageOutput, ImageRequest } from "../../workers/engines/engine.ts";
 import { type DiffusersEngine, loadDiffusers } from "../../workers/engines/diffusers.ts";
-import { referencePython } from "../helpers/models.ts";
+import { diffusersPython, makeTinyPipeline } from "../helpers/models.ts";
 
-const python = referencePython();
+const python = diffusersPython("images-batching.test");
 const ROOT = new URL("../../", import.meta.url).pathname;
-const usable =
-  python !== undefined &&
-  spawnSync(python, ["-c", "import torch, diffusers, transformers, PIL"], { stdio: "ignore", timeout: 180_000 })
-    .status === 0;
-if (!usable)
-  console.warn(
-    "images-batching.test: skipped: no Python with torch and diffusers (.venv-ref or PLATFORM_TEST_PYTHON_REF; `npm run setup:python` makes it)",
-  );
+const usable = python !== undefined;
 
 /** The shape the batched requests share (size, steps, guidance, no negative prompt), and their prompt. */
 const SHAPE = { prompt: "a photo of a red cat", width: 64, height: 64, steps: 4, guidance: 7.5 };
@@ -46,7 +39,7 @@ beforeAll(async () => {
   if (!usable) return;
   dir = await mkdtemp(join(tmpdir(), "images-batching-test-"));
   pipelineDir = join(dir, "tiny-sd");
-  run(python as string, [join(ROOT, "scripts/reference/make-tiny-diffusers.py"), pipelineDir]);
+  makeTinyPipeline(python as string, pipelineDir);
   engine = await loadDiffusers({
     modelPath: pipelineDir,
     python: python as string,
