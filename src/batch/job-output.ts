@@ -3,14 +3,13 @@
  * finished job, or the parts written so far, in order, of a failed, cancelled or running one; and an
  * image job's PNGs, by the name its output lines give (GET /v1/batch-jobs/<id>/output/<name>).
  */
-import { posix } from "node:path";
 import { Readable } from "node:stream";
 import { PlatformError } from "../contracts/errors.ts";
 import type { Control } from "../redis/connection.ts";
 import { StorageError } from "../storage/index.ts";
 import type { StoragePolicy } from "../storage/policy.ts";
 import { readParts } from "../storage/shared.ts";
-import { IMAGE_REFERENCE } from "./image-records.ts";
+import { IMAGE_REFERENCE, imageOutputKey, imageReference } from "./image-records.ts";
 import { type OutputLocation, outputLocation } from "./output.ts";
 import { type BatchJob, BatchCheckpoint } from "./schema.ts";
 import { type BatchSpec, outputUri, readSpec, scopeViewer, showPaths } from "./store.ts";
@@ -57,14 +56,13 @@ export async function readImage(
     );
   const spec = (await readSpec(ctl, record.id)) as BatchSpec;
   const { out, shown } = await openOutput(storage, spec, record.id);
-  const folder = `${posix.basename(out.resultKey).replace(/\.jsonl$/i, "")}/`;
-  if (!IMAGE_REFERENCE.test(name) || !name.startsWith(folder)) {
+  const id = name.slice(name.indexOf("/") + 1, -".png".length);
+  if (!IMAGE_REFERENCE.test(name) || imageReference(out.resultKey, id) !== name) {
     out.store.close();
     throw notFound();
   }
-  const dir = posix.dirname(out.resultKey);
   try {
-    const stream = await out.store.get(dir === "." ? name : `${dir}/${name}`);
+    const stream = await out.store.get(imageOutputKey(out.resultKey, id));
     stream.once("close", () => out.store.close());
     return stream;
   } catch (e) {
