@@ -150,10 +150,31 @@ export async function isOurRedis(pid: number, dir: string): Promise<boolean | "u
   return cwd !== undefined && resolve(cwd) === resolve(dir);
 }
 
+/** The parent of `pid`, from /proc (after the last ")": a command name may hold spaces and parentheses). */
+async function parentOf(pid: number): Promise<number | undefined> {
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => "");
+  const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+  return Number.isInteger(ppid) && ppid > 1 ? ppid : undefined;
+}
+
+/**
+ * The `platform up` that runs Redis `pid`, if it still runs: Redis runs under its watchdog, whose
+ * parent is the `up` that started it. A killed `up`'s watchdog has been handed to init (or a
+ * subreaper, which is no `up`): that Redis is stale.
+ */
+async function runningUp(pid: number): Promise<number | undefined> {
+  const watchdog = await parentOf(pid);
+  const owner = watchdog === undefined ? undefined : await parentOf(watchdog);
+  if (owner === undefined || owner === process.pid) return undefined;
+  const argv = (await readFile(`/proc/${owner}/cmdline`, "utf8").catch(() => "")).split("\0");
+  return argv.includes("up") ? owner : undefined;
+}
+
 /**
  * A Redis left running by an `up` that was killed outright would hold the AOF: stop it first —
- * but only if the pidfile's process is verifiably this directory's Redis. A stale pidfile may
- * name any process by now.
+ * but only if the pidfile's process is verifiably this directory's Redis (a stale pidfile may
+ * name any process by now), and never while the `up` that started it still runs: that is a
+ * second `up` on the same data directory, refused.
  */
 async function stopStale(pidfile: string, dir: string, onNote: (line: string) => void): Promise<void> {
   const pid = Number((await readFile(pidfile, "utf8").catch(() => "")).trim());
@@ -171,6 +192,11 @@ async function stopStale(pidfile: string, dir: string, onNote: (line: string) =>
       );
     return;
   }
+  const owner = await runningUp(pid);
+  if (owner !== undefined)
+    throw new Error(
+      `another \`platform up\` (process ${owner}) is running on this data directory (its Redis: ${dir}); stop it first (Ctrl-C in its terminal, or \`kill ${owner}\`), or give this one its own --data-dir`,
+    );
   process.kill(pid, "SIGTERM");
   for (let i = 0; i < 50; i++) {
     await new Promise((r) => setTimeout(r, 100));

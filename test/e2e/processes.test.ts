@@ -125,6 +125,40 @@ describe("one stack, attacked from inside", () => {
     expect((await environOf(stack.process.pid as number)).filter((v) => v.startsWith("MALLOC_"))).toEqual([]);
   });
 
+  it("a second `up` on the same data directory is refused while the first runs, and the first serves on", async () => {
+    const redisPid = async () => {
+      const redis = new Redis(stack.redisUrl);
+      try {
+        return Number(/process_id:(\d+)/.exec(await redis.info("server"))?.[1]);
+      } finally {
+        redis.disconnect();
+      }
+    };
+    const before = await redisPid();
+    const env = { ...stack.env, PLATFORM_BASE_URL: undefined, PLATFORM_API_KEY: undefined };
+    const second = spawn(process.execPath, [BIN, "up", "--port", "0"], { env, stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    second.stdout.on("data", (d) => (out += d));
+    second.stderr.on("data", (d) => (out += d));
+    const code = await new Promise<number | null>((resolve) => {
+      // Were it to start, it would serve until stopped: stop it, and the assertions below say why.
+      const started = setTimeout(() => second.kill("SIGINT"), 60_000);
+      second.once("exit", (c) => {
+        clearTimeout(started);
+        resolve(c);
+      });
+    });
+    expect(out).toMatch(
+      new RegExp(`another \`platform up\` \\(process ${stack.process.pid}\\) is running on this data directory`),
+    );
+    expect(out).toMatch(/give this one its own --data-dir/);
+    expect(code).toBe(1);
+    expect(await redisPid()).toBe(before);
+    expect(
+      (await client.completions.create({ model: "tiny", prompt: "hi", max_tokens: 2 })).usage?.completion_tokens,
+    ).toBe(2);
+  }, 90_000);
+
   it("a worker past its drain deadline aborts its generation and hands the job back", async () => {
     const before = (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.replica_list[0] as {
       id: string;
