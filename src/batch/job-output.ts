@@ -54,10 +54,12 @@ export async function readImage(
       `batch job ${record.id} has no image ${JSON.stringify(name.slice(0, 300))}`,
       "name",
     );
+  // A name of the wrong shape is refused before any storage is touched.
+  if (!IMAGE_REFERENCE.test(name)) throw notFound();
   const spec = (await readSpec(ctl, record.id)) as BatchSpec;
   const { out, shown } = await openOutput(storage, spec, record.id);
   const id = name.slice(name.indexOf("/") + 1, -".png".length);
-  if (!IMAGE_REFERENCE.test(name) || imageReference(out.resultKey, id) !== name) {
+  if (imageReference(out.resultKey, id) !== name) {
     out.store.close();
     throw notFound();
   }
