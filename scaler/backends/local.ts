@@ -73,6 +73,9 @@ export class LocalBackend implements ReplicaBackend {
   }
 
   async scale(endpoint: Endpoint, replicas: number): Promise<void> {
+    // Closed or killed: the scaler may still be running (a second Ctrl-C kills before it stops),
+    // and a replica started now would outlive `up`.
+    if (this.closed) return;
     let pool = this.pools.get(endpoint.name);
     if (!pool) {
       pool = { endpoint, wanted: replicas, replicas: [], backoff: new Map() };
