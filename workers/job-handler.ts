@@ -18,6 +18,7 @@ import {
 } from "../src/contracts/job.ts";
 import { type SchemaLimits, schemaLimitError } from "../src/contracts/schema-limits.ts";
 import { isCancelled } from "../src/queue/cancel.ts";
+import { bandOf } from "../src/queue/fair-share.ts";
 import { keepAnswer } from "../src/queue/kept-answers.ts";
 import { appendReply, TokenCoalescer } from "../src/queue/replies.ts";
 import { causeFields, logger } from "../src/telemetry/log.ts";
@@ -122,8 +123,10 @@ export class JobHandler {
       abort.abort();
     }
     let span: JobTrace | undefined;
+    // Its turn among the jobs waiting here for a sequence (workers/slots.ts): band, then tenant.
+    const rank = { band: bandOf(job.opts.priority), flow: payload.tenant?.org ?? "" };
     try {
-      await this.slots.acquire(abort.signal, payload.queue_deadline);
+      await this.slots.acquire(abort.signal, payload.queue_deadline, rank);
       w.generating.add(jobId);
       if (payload.stream)
         void this.emit(payload, jobId, { type: "started", replica: w.replicaId, attempt: job.attemptsStarted });
@@ -164,7 +167,7 @@ export class JobHandler {
         // The tokens still waiting go before the job's last event.
         tokens?.flush();
         // Before the reply's round trip: a prefetched job can use the sequence meanwhile.
-        this.slots.release();
+        this.slots.release(rank.flow);
         w.generating.delete(jobId);
       }
       const ended = performance.now();

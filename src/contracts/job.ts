@@ -127,6 +127,10 @@ const ChatParams = SamplingParams.refine((p) => p.max_tokens !== 0 && p.echo !==
  */
 export const ReplyTo = z.object({ stream: z.string().min(1) });
 
+/** A request's `priority` (vLLM's field): lower is served first; 0 is the default. */
+export const MIN_PRIORITY = -10;
+export const MAX_PRIORITY = 10;
+
 const common = {
   v: z.literal(JOB_SCHEMA_VERSION),
   /** Echoed in events and logs; the gateway uses its x-request-id. */
@@ -159,6 +163,16 @@ const common = {
     .string()
     .regex(new RegExp(`^${NAME_PART}@${NAME_PART}$`), "an adapter is <name>@<version>")
     .optional(),
+  /**
+   * vLLM's `priority`: lower is served first (online work is served in bands, one per value;
+   * src/queue/fair-share.ts). The vLLM engine passes it on to vLLM's own priority scheduling.
+   */
+  priority: z.number().int().min(MIN_PRIORITY).max(MAX_PRIORITY).optional(),
+  /**
+   * Who the job is for: its fair share is its organization's, then its key's (the gateway sets it;
+   * a replica shares its sequences by it). Ids, never secrets.
+   */
+  tenant: z.object({ org: z.string().min(1).max(128), key: z.string().min(1).max(128) }).optional(),
 };
 
 export const ChatJob = z.object({
@@ -416,10 +430,12 @@ export const JobEvent = z.discriminatedUnion("type", [
 export type JobEvent = z.infer<typeof JobEvent>;
 
 /**
- * BullMQ priorities: jobs without a priority are served before any job with
- * one, so online work carries none and batch records carry BATCH_PRIORITY.
+ * BullMQ priorities: jobs without a priority are served before any job with one (a producer's
+ * online jobs); the gateway's online jobs take priorities in bands below BATCH_PRIORITY
+ * (src/queue/fair-share.ts), and batch records carry BATCH_PRIORITY, BullMQ's largest, so online
+ * work is always served first.
  */
-export const BATCH_PRIORITY = 10;
+export const BATCH_PRIORITY = 2_097_151;
 
 /** Redis pub/sub channel (under the key prefix) on which cancellations are announced. */
 export const CANCEL_CHANNEL = "cancel";

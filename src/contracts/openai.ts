@@ -17,8 +17,10 @@ import {
   type FinishReason,
   FunctionTool,
   MAX_EMBEDDING_INPUTS,
+  MAX_PRIORITY,
   MAX_TOKEN_ID,
   MAX_TOOLS,
+  MIN_PRIORITY,
   type Prompt,
   type PromptTokenLogprob,
   SamplingParams,
@@ -83,6 +85,8 @@ const stops = bounds.stop.unwrap();
 /** At least one token: only a completion that echoes its prompt may ask for none (CompletionRequest). */
 const generatedTokens = bounds.max_tokens.unwrap().positive();
 
+const PRIORITY_RANGE = `expected an integer from ${MIN_PRIORITY} to ${MAX_PRIORITY} (lower is served first)`;
+
 /** More choices per request are more queued jobs: bounded like any other input. */
 export const MAX_CHOICES = 16;
 
@@ -94,6 +98,13 @@ const sampling = {
   n: z.number().int().min(1).max(MAX_CHOICES, `n is at most ${MAX_CHOICES}`).nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
+  /** vLLM's field: lower is served first (src/queue/fair-share.ts); absent: the key's default, else 0. */
+  priority: z
+    .number()
+    .int(PRIORITY_RANGE)
+    .min(MIN_PRIORITY, PRIORITY_RANGE)
+    .max(MAX_PRIORITY, PRIORITY_RANGE)
+    .nullish(),
 };
 
 export const ChatCompletionRequest = openAiBody({

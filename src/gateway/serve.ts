@@ -13,16 +13,20 @@ import type { JobError, JobEvent, Usage } from "../contracts/job.ts";
 import type { Endpoint } from "../endpoints/endpoint.ts";
 import type { AdmissionLimits } from "../queue/admission.ts";
 import type { JobHandle, Submission } from "../queue/dispatcher.ts";
-import { type Reservation, reservationOf } from "../ratelimit/reservation.ts";
+import { DEFAULT_COMPLETION_RESERVATION, type Reservation, reservationOf } from "../ratelimit/reservation.ts";
 import { meterOf } from "./ratelimit.ts";
 import type { Answered, Served } from "../telemetry/request-metrics.ts";
 import { onClientGone } from "./client-gone.ts";
+import type { Caller } from "./env.ts";
 import type { GatewayMetrics } from "./metrics.ts";
 import type { Target } from "./routing.ts";
 
 export type ServeContext = {
-  /** `queue`: the endpoint's (engines.ts `endpointQueueName`). */
-  submit: (submission: Submission, options: { queueWaitMs?: number; queue: string }) => Promise<JobHandle>;
+  /** `queue`: the endpoint's (engines.ts `endpointQueueName`); `cost`: the job's estimated tokens, for its fair share. */
+  submit: (
+    submission: Submission,
+    options: { queueWaitMs?: number; queue: string; cost?: number },
+  ) => Promise<JobHandle>;
   metrics: GatewayMetrics;
   /** Admission control (src/queue/admission.ts): throws the 429/503 to answer instead of queueing. */
   admit?: (endpoint: Endpoint) => Promise<AdmissionLimits>;
@@ -85,7 +89,13 @@ export async function serve(
   );
   const limits = ctx.admit ? await ctx.admit(target.endpoint) : undefined;
   const queue = endpointQueueName(target.endpoint);
-  const handles = await submitChoices(ctx, submissions, n, { queueWaitMs: limits?.maxQueueWaitMs, queue });
+  // Its fair share is its organization's, then its key's (src/queue/fair-share.ts).
+  const caller = c.get("caller") as Caller | undefined;
+  const tenant = caller && { org: caller.org, key: caller.id };
+  const handles = await submitChoices(ctx, tenant ? submissions.map((s) => ({ ...s, tenant })) : submissions, n, {
+    queueWaitMs: limits?.maxQueueWaitMs,
+    queue,
+  });
   const cancel = async () => {
     await Promise.all(handles.map((h) => h.cancel()));
   };
@@ -145,7 +155,9 @@ async function submitChoices(
     return { ...submission, params: { ...submission.params, seed: submission.params.seed + i } };
   };
   const jobs = submissions.flatMap((submission) => Array.from({ length: n }, (_, i) => seeded(submission, i)));
-  const settled = await Promise.allSettled(jobs.map((job) => ctx.submit(job, options)));
+  const settled = await Promise.allSettled(
+    jobs.map((job) => ctx.submit(job, { ...options, cost: job.tenant && estimatedTokens(job) })),
+  );
   const handles = settled.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
   const failure = settled.find((s) => s.status === "rejected");
   if (failure) {
@@ -153,6 +165,12 @@ async function submitChoices(
     throw failure.reason;
   }
   return handles;
+}
+
+/** What a job may cost in tokens before it runs: its prompt, estimated, and all it may generate. */
+function estimatedTokens(job: Submission): number {
+  const r = reservationOf(job);
+  return r.promptTokens + (r.maxTokens ?? DEFAULT_COMPLETION_RESERVATION);
 }
 
 /**

@@ -21,6 +21,7 @@ import { currentTraceparent } from "../telemetry/tracing.ts";
 import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { QueueBase } from "./base.ts";
 import { cancelJobs } from "./cancel.ts";
+import { placeFairly } from "./fair-share.ts";
 import { replyHandler } from "./replies.ts";
 import type { StreamReader } from "./stream-reader.ts";
 
@@ -37,6 +38,11 @@ export type SubmitOptions = {
   queueWaitMs?: number;
   /** The endpoint's queue (engines.ts `endpointQueueName`); absent: the model version's default queue. */
   queue?: string;
+  /**
+   * The job's estimated tokens (prompt plus what it may generate). With the submission's `tenant`,
+   * the job takes its fair place in its priority band (fair-share.ts); without, it goes unprioritized.
+   */
+  cost?: number;
 };
 
 export type JobHandle = {
@@ -99,7 +105,9 @@ export class Dispatcher extends QueueBase {
     // Registered before the job exists, so not even the first event can be missed. Removed with
     // the job's last event: a caller that stops reading once it has its answer (and so never
     // resumes the generator into its `finally`) must not leave it here for the gateway's lifetime.
+    let settle: ((tokens: number) => void) | undefined;
     this.waiters.set(id, (event) => {
+      if (event.type === "done") settle?.(event.result.usage.total_tokens);
       buffer.push(event);
       if (event.type === "done" || event.type === "error") this.waiters.delete(id);
       wake?.();
@@ -116,13 +124,27 @@ export class Dispatcher extends QueueBase {
       ...(traceparent && { traceparent }),
     };
     const queue = options.queue ? this.queueNamed(options.queue) : this.queue(submission.model, submission.version);
+    const redis = this.ctl.redis;
     try {
-      // No priority: online work goes before batch records (BATCH_PRIORITY). The answer travels on
-      // the reply stream (and the queue's event stream), never read from the job afterwards: a
-      // finished online job is deleted at once, so no prompt outlives its request.
+      // Its place in its band (fair-share.ts); every band goes before batch records (BATCH_PRIORITY).
+      let priority: number | undefined;
+      if (submission.tenant && options.cost !== undefined) {
+        const placed = await withinRedisWait(
+          placeFairly(redis, queue.qualifiedName, queue.keys.prioritized as string, {
+            tenant: submission.tenant,
+            priority: submission.priority ?? 0,
+            tokens: options.cost,
+          }),
+          redis,
+        );
+        priority = placed.bullPriority;
+        settle = (tokens) => void placed.settle(redis, tokens).catch(() => undefined);
+      }
+      // The answer travels on the reply stream (and the queue's event stream), never read from the
+      // job afterwards: a finished online job is deleted at once, so no prompt outlives its request.
       await withinRedisWait(
-        queue.add(submission.kind, payload, { jobId: id, removeOnComplete: true, removeOnFail: true }),
-        this.ctl.redis,
+        queue.add(submission.kind, payload, { jobId: id, removeOnComplete: true, removeOnFail: true, priority }),
+        redis,
       );
     } catch (e) {
       this.waiters.delete(id);

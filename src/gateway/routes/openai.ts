@@ -34,6 +34,8 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
     ctx.metrics.routed(c.req.raw, { model_name: t.label, version: t.version });
     return t;
   };
+  /** The request's priority band, on the job (absent: the default band, src/queue/fair-share.ts). */
+  const priorityOf = (body: { priority?: number | null }) => (body.priority != null ? { priority: body.priority } : {});
   /** The adapter a `<endpoint>:<adapter>` model names, on the job (absent: the base). */
   const adapterOf = (t: Target) => (t.adapter ? { adapter: t.adapter } : {});
 
@@ -61,6 +63,7 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
           model: t.model,
           version: t.version,
           ...adapterOf(t),
+          ...priorityOf(body),
           messages,
           params,
           ...(body.tools?.length
@@ -101,6 +104,7 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
         model: t.model,
         version: t.version,
         ...adapterOf(t),
+        ...priorityOf(body),
         prompt,
         params,
       })),

@@ -142,8 +142,10 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   });
   const textContext = {
     metrics,
-    submit: (submission: Parameters<Dispatcher["submit"]>[0], options: { queueWaitMs?: number; queue: string }) =>
-      dispatcher.submit(submission, { timeoutMs: settings.requestTimeoutMs, ...options }),
+    submit: (
+      submission: Parameters<Dispatcher["submit"]>[0],
+      options: { queueWaitMs?: number; queue: string; cost?: number },
+    ) => dispatcher.submit(submission, { timeoutMs: settings.requestTimeoutMs, ...options }),
     admit: (endpoint: Endpoint) => admission.admit(endpoint),
     onOutcome: (target: Target, outcome: VariantOutcome) =>
       void recordVariantOutcome(ctl, target.name, target.version, outcome).catch(() => undefined),

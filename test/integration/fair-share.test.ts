@@ -1,0 +1,167 @@
+/**
+ * Priority bands and fair share between tenants on one endpoint's queue (src/queue/fair-share.ts),
+ * against real Redis and a real worker on the shared tiny model: the order replicas start jobs
+ * in, asserted on the `started` events of the reply stream (their order is the order the worker
+ * took a sequence for them). The jobs are queued before the replica starts, so the order is the
+ * queue's and the replica's choice alone, not the machine's speed.
+ */
+import { randomUUID } from "node:crypto";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { endpointQueueName } from "../../src/contracts/engines.ts";
+import { DeploymentConfig } from "../../src/contracts/deployment.ts";
+import { BATCH_PRIORITY, JOB_SCHEMA_VERSION } from "../../src/contracts/job.ts";
+import type { Endpoint } from "../../src/endpoints/endpoint.ts";
+import { Dispatcher, type Submission } from "../../src/queue/dispatcher.ts";
+import { type Control, connectControl } from "../../src/redis/connection.ts";
+import { loadLlamaCpp } from "../../workers/engines/llamacpp.ts";
+import { type RunningWorker, startWorker } from "../../workers/worker.ts";
+import { sharedModelPath } from "../helpers/models.ts";
+import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
+
+const modelPath = sharedModelPath();
+if (!modelPath) console.warn("fair-share.test.ts: skipped, ../shared/models/stories260K is absent");
+
+let server: PrivateRedis;
+let ctl: Control;
+let dispatcher: Dispatcher;
+let worker: RunningWorker | undefined;
+
+beforeAll(async () => {
+  server = await privateRedis();
+  ctl = connectControl(server.url, `test-fair-${randomUUID().slice(0, 8)}`);
+  dispatcher = new Dispatcher(ctl, "gw-fair");
+});
+
+afterEach(async () => {
+  await worker?.drain({ deadlineMs: 0 });
+  worker = undefined;
+});
+
+afterAll(async () => {
+  await dispatcher?.close();
+  ctl?.redis.disconnect();
+  await server?.stop();
+});
+
+function endpoint(name: string): Endpoint {
+  return {
+    name,
+    config: DeploymentConfig.parse({ endpoint: name, model: { name, version: "v1" }, resources: { parallel: 1 } }),
+    version: "v1",
+    framework: "llamacpp",
+    desired_replicas: 1,
+    created: Date.now(),
+    updated: Date.now(),
+  };
+}
+
+type Sent = { label: string; org: string; key?: string; priority?: number };
+
+/**
+ * Queues `jobs` in order on a fresh endpoint (after `before`), then starts its one replica (one
+ * sequence): the labels in the order the replica started them, and when each answer came.
+ */
+async function run(jobs: Sent[], before: (queue: string, model: string) => Promise<void> = async () => undefined) {
+  const e = endpoint(`fair${randomUUID().slice(0, 6)}`);
+  const queue = endpointQueueName(e);
+  await before(queue, e.name);
+  const order: string[] = [];
+  const doneAt: number[] = [];
+  const handles = [];
+  for (const job of jobs) {
+    const submission: Submission = {
+      kind: "completion",
+      request_id: job.label,
+      model: e.name,
+      version: "v1",
+      prompt: "Once upon a time",
+      params: { max_tokens: 24, temperature: 0 },
+      stream: true,
+      tenant: { org: job.org, key: job.key ?? `${job.org}-key` },
+      ...(job.priority !== undefined && { priority: job.priority }),
+    };
+    handles.push({ job, handle: await dispatcher.submit(submission, { timeoutMs: 120_000, queue, cost: 40 }) });
+  }
+  worker = startWorker({
+    ctl,
+    endpoint: e,
+    replicaId: `${e.name}-1`,
+    loadEngine: () => loadLlamaCpp({ modelPath: modelPath as string, parallel: 1, threads: 1 }),
+  });
+  await worker.ready;
+  await Promise.all(
+    handles.map(async ({ job, handle }) => {
+      for await (const event of handle.events) {
+        if (event.type === "started") order.push(job.label);
+        if (event.type === "done") doneAt.push(Date.now());
+        if (event.type === "error") throw new Error(`${job.label}: ${event.error.message}`);
+      }
+    }),
+  );
+  return { order, doneAt };
+}
+
+const startOrder = async (jobs: Sent[]) => (await run(jobs)).order;
+
+const flood = (org: string, n: number, priority?: number): Sent[] =>
+  Array.from({ length: n }, (_, i) => ({ label: `${org}${i}`, org, priority }));
+
+describe.skipIf(!modelPath)("fair share and priority", () => {
+  it("a quiet organization's request, sent after another's flood, is served next, not behind the flood", async () => {
+    const order = await startOrder([...flood("a", 10), { label: "quiet", org: "b" }]);
+    // The flood's first job came first and holds the sequence; the quiet one is next.
+    expect(order).toEqual([
+      "a0",
+      "quiet",
+      ...flood("a", 10)
+        .slice(1)
+        .map((j) => j.label),
+    ]);
+  }, 120_000);
+
+  it("two flooding organizations are served in turn, whatever their flood's size", async () => {
+    const order = await startOrder([...flood("a", 6), ...flood("b", 3)]);
+    expect(order).toEqual(["a0", "b0", "a1", "b1", "a2", "b2", "a3", "a4", "a5"]);
+  }, 120_000);
+
+  it("an organization's keys split the organization's one share", async () => {
+    // Org a floods on two keys, org c on one (queued after): c's jobs go every other turn or so,
+    // where a share per key would give it every third.
+    const jobs: Sent[] = [
+      ...Array.from({ length: 4 }, (_, i) => [
+        { label: `x${i}`, org: "a", key: "x" },
+        { label: `y${i}`, org: "a", key: "y" },
+      ]).flat(),
+      ...flood("c", 4),
+    ];
+    const order = await startOrder(jobs);
+    // Each key's first job starts at the band's virtual time (a tie); from then on a's two keys
+    // advance twice as fast as c's one.
+    expect(order).toEqual(["x0", "y0", "c0", "x1", "c1", "y1", "c2", "x2", "c3", "y2", "x3", "y3"]);
+  }, 120_000);
+
+  it("a better priority band goes first; batch records and a lower band come after", async () => {
+    let batch: { queue: string; id: string } | undefined;
+    const { order, doneAt } = await run(
+      [...flood("low", 3, 5), { label: "urgent", org: "a", priority: -3 }, { label: "normal", org: "a" }],
+      async (queue, model) => {
+        // A batch record queued before it all still runs last.
+        batch = { queue, id: `batch-${randomUUID()}` };
+        const data = { v: JOB_SCHEMA_VERSION, kind: "batch_record", request_id: batch.id, model, version: "v1" };
+        const record = { batch_id: "b1", record_id: "r1" };
+        await dispatcher
+          .queueNamed(queue)
+          .add(
+            "batch_record",
+            { ...data, ...record, prompt: "Once upon a time", params: { max_tokens: 24, temperature: 0 } },
+            { jobId: batch.id, priority: BATCH_PRIORITY, removeOnFail: true },
+          );
+      },
+    );
+    expect(order).toEqual(["urgent", "normal", "low0", "low1", "low2"]);
+    const { queue, id } = batch as { queue: string; id: string };
+    await expect.poll(() => dispatcher.queueNamed(queue).getJobState(id), { timeout: 30_000 }).toBe("completed");
+    const finished = (await dispatcher.queueNamed(queue).getJob(id))?.finishedOn ?? 0;
+    expect(finished).toBeGreaterThanOrEqual(Math.max(...doneAt));
+  }, 120_000);
+});
