@@ -45,4 +45,27 @@ describe("Slots (a replica's sequences, with prefetched jobs waiting for them)",
     // The timed-out waiter is gone: the slot is free again for a new caller.
     await slots.acquire(never(), Date.now() + 30);
   });
+
+  it("gives a freed slot to the best band, then to the tenant holding fewest, then first come", async () => {
+    const slots = new Slots(2);
+    await slots.acquire(never(), undefined, { band: 10, flow: "flood" });
+    await slots.acquire(never(), undefined, { band: 10, flow: "flood" });
+    const order: string[] = [];
+    const wait = (label: string, band: number, flow: string) =>
+      slots.acquire(never(), undefined, { band, flow }).then(() => order.push(label));
+    const waiting = [
+      wait("flood-2", 10, "flood"),
+      wait("flood-3", 10, "flood"),
+      wait("quiet", 10, "quiet"),
+      wait("batch", 21, "other"),
+      wait("urgent", 3, "flood"),
+    ];
+    for (let i = 0; i < waiting.length; i++) {
+      slots.release("flood");
+      await new Promise((r) => setTimeout(r, 0));
+    }
+    await Promise.all(waiting);
+    // urgent: its band; quiet: its tenant holds nothing where the flood holds a slot; batch last.
+    expect(order).toEqual(["urgent", "quiet", "flood-2", "flood-3", "batch"]);
+  });
 });
