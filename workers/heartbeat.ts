@@ -33,6 +33,8 @@ export function startHeartbeat(w: WorkerState, heartbeatMs: number): Heartbeat {
         parallel: w.engine?.parallel ?? w.endpoint.config.resources.parallel,
         error: w.error,
         queue_worker: w.queueWorker?.id,
+        lane: w.queueWorker?.laneName,
+        lane_worker: w.queueWorker?.lane.id,
         revision: revisionId(w.endpoint),
         queue: endpointQueueName(w.endpoint),
         heartbeat_ms: heartbeatMs,

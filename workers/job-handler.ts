@@ -20,6 +20,8 @@ import { type SchemaLimits, schemaLimitError } from "../src/contracts/schema-lim
 import { isCancelled } from "../src/queue/cancel.ts";
 import { bandOf } from "../src/queue/fair-share.ts";
 import { keepAnswer } from "../src/queue/kept-answers.ts";
+import { QueueBase } from "../src/queue/base.ts";
+import { moveWaiting, sharedOf } from "../src/queue/lanes.ts";
 import { appendReply, TokenCoalescer } from "../src/queue/replies.ts";
 import { causeFields, logger } from "../src/telemetry/log.ts";
 import type { Source } from "../src/telemetry/request-metrics.ts";
@@ -44,6 +46,8 @@ export class JobHandler {
   private readonly schemaLimits: SchemaLimits;
   private readonly adapters: AdapterResolver | undefined;
   private readonly images: ObjectStore | undefined;
+  /** For handing a lane's job back to its shared queue. */
+  private readonly queues: QueueBase;
 
   /**
    * `schemaLimits`: a producer may enqueue directly, so a job's JSON schemas are held to them here too.
@@ -58,6 +62,7 @@ export class JobHandler {
     adapters?: AdapterResolver,
     images?: ObjectStore,
   ) {
+    this.queues = new QueueBase(w.ctl);
     this.adapters = adapters;
     this.images = images;
     this.w = w;
@@ -171,7 +176,7 @@ export class JobHandler {
         w.generating.delete(jobId);
       }
       const ended = performance.now();
-      if (w.releasing.has(jobId)) return await release(job, token);
+      if (w.releasing.has(jobId)) return await release(job, token, this.queues);
       result.queued_ms = queuedMs;
       if (result.type === "image") result.generation_ms = ended - started;
       if (result.type === "text") {
@@ -201,7 +206,7 @@ export class JobHandler {
       return payload.reply ? receiptOf(result) : result;
     } catch (e) {
       if (e instanceof WaitingError) throw e;
-      if (w.releasing.has(jobId)) return await release(job, token);
+      if (w.releasing.has(jobId)) return await release(job, token, this.queues);
       // The engine's process died under the job (its connection broke first): not the request's
       // failure. The replica goes down and the job is reclaimed with it, so it is left as it is.
       if (await diedWithEngine(w, e)) return await new Promise<never>(() => undefined);
@@ -298,8 +303,12 @@ export class JobHandler {
  * from the start. If Redis is gone this cannot happen; the job's lock then lapses and BullMQ's
  * stalled-job check requeues it.
  */
-async function release(job: Job, token: string | undefined): Promise<never> {
+async function release(job: Job, token: string | undefined, queues: QueueBase): Promise<never> {
   if (token !== undefined) await job.moveToWait(token);
+  // A lane's job goes to the shared queue: this replica serves its lane no more (src/queue/lanes.ts).
+  const shared = sharedOf(job.queueName);
+  if (shared)
+    await moveWaiting(queues.ctl.redis, queues.queueNamed(job.queueName), queues.queueNamed(shared), job.id as string);
   throw new WaitingError();
 }
 

@@ -1,10 +1,12 @@
 /**
- * Taking jobs: the BullMQ worker on the endpoint's queue, how many jobs it holds at once and how
- * soon another replica gets them back should this one die.
+ * Taking jobs: the BullMQ workers on the endpoint's queue and on this replica's own lane
+ * (src/queue/lanes.ts), how many jobs they hold at once and how soon another replica gets them
+ * back should this one die.
  */
 import type { Processor, Worker } from "bullmq";
 import { endpointQueueName } from "../src/contracts/engines.ts";
 import { QueueBase } from "../src/queue/base.ts";
+import { laneName } from "../src/queue/lanes.ts";
 import { MAX_REPLICA_LOSSES } from "../src/queue/reclaim.ts";
 import type { WorkerState } from "./state.ts";
 
@@ -15,11 +17,36 @@ import type { WorkerState } from "./state.ts";
  */
 const PREFETCH_FACTOR = 2;
 
-/** Created stopped: the caller runs it once the replica's heartbeat names it (`queue_worker`). */
-export function queueWorker(w: WorkerState, parallel: number, handle: Processor): Worker {
-  return new QueueBase(w.ctl).workerNamed(endpointQueueName(w.endpoint), handle, {
-    // Jobs beyond the engine's sequences wait in `slots` (workers/slots.ts).
-    concurrency: parallel * PREFETCH_FACTOR,
+/** The replica's two BullMQ workers: the shared queue's and its lane's, run and closed together. */
+export class QueueWorkers {
+  readonly shared: Worker;
+  readonly lane: Worker;
+  readonly laneName: string;
+
+  constructor(shared: Worker, lane: Worker, name: string) {
+    this.shared = shared;
+    this.lane = lane;
+    this.laneName = name;
+  }
+
+  /** The shared queue's worker id: the replica's jobs' locks there start with it (src/queue/reclaim.ts). */
+  get id(): string {
+    return this.shared.id;
+  }
+
+  async run(): Promise<void> {
+    await Promise.all([this.shared.run(), this.lane.run()]);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([this.shared.close(), this.lane.close()]);
+  }
+}
+
+/** Created stopped: the caller runs them once the replica's heartbeat names them (`queue_worker`, `lane_worker`). */
+export function queueWorker(w: WorkerState, parallel: number, handle: Processor): QueueWorkers {
+  const base = new QueueBase(w.ctl);
+  const options = {
     // A dead replica's jobs are taken back as soon as its supervisor or the scaler learns of the
     // death (src/queue/reclaim.ts). Should nobody notice, its lock (renewed every 2.5 s) lapses
     // within 5 s and a check (every 2 s) requeues the job: 9 s at most, not BullMQ's default 30 s.
@@ -29,5 +56,14 @@ export function queueWorker(w: WorkerState, parallel: number, handle: Processor)
     maxStalledCount: MAX_REPLICA_LOSSES,
     // Started only once the heartbeat names this BullMQ worker: a job it holds is always traceable to it.
     autorun: false,
-  });
+  };
+  const queue = endpointQueueName(w.endpoint);
+  const lane = laneName(queue, w.replicaId);
+  return new QueueWorkers(
+    // Jobs beyond the engine's sequences wait in `slots` (workers/slots.ts).
+    base.workerNamed(queue, handle, { ...options, concurrency: parallel * PREFETCH_FACTOR }),
+    // Its lane's jobs wait there a short time only (lanes.ts): one each per sequence is enough.
+    base.workerNamed(lane, handle, { ...options, concurrency: parallel }),
+    lane,
+  );
 }

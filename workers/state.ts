@@ -2,7 +2,7 @@
  * What the parts of a worker share (workers/worker.ts puts them together), in one object passed to
  * each: who the replica is, its lifecycle as the heartbeat publishes it, and the jobs it holds.
  */
-import type { Worker } from "bullmq";
+import type { QueueWorkers } from "./queue-worker.ts";
 import type { Endpoint } from "../src/endpoints/endpoint.ts";
 import type { Control, RedisClient } from "../src/redis/connection.ts";
 import type { ReplicaState } from "../src/replicas/replica.ts";
@@ -24,8 +24,8 @@ export class WorkerState {
   engine: Engine | undefined;
   /** Why the engine's process ended, once it has (Engine.lost). */
   engineLost: string | undefined;
-  /** The BullMQ worker taking this replica's jobs; the heartbeat names it before it takes one. */
-  queueWorker: Worker | undefined;
+  /** The BullMQ workers taking this replica's jobs; the heartbeat names them before they take one. */
+  queueWorker: QueueWorkers | undefined;
   /** Where cancellations are heard (src/queue/cancel.ts). */
   cancels: RedisClient | undefined;
   /** The port the health server listens on (port 0 asks for any free one), once it does. */

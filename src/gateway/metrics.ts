@@ -59,6 +59,12 @@ export class GatewayMetrics {
     labelNames: ["model_name", "version", "reason"],
     registers: [this.registry],
   });
+  readonly prefixRoutes = new Counter({
+    name: "platform_prefix_route_total",
+    help: "Online jobs given a replica's lane by their prompt's prefix: taken there (affine) or moved to the shared queue (spilled)",
+    labelNames: ["outcome"],
+    registers: [this.registry],
+  });
   readonly invalidRecords = new Counter({
     name: "platform_invalid_records_total",
     help: "Distinct records in Redis this process skipped because they do not parse (logged once each with the key)",

@@ -12,7 +12,8 @@ import { PlatformError, publicJobError } from "../contracts/errors.ts";
 import type { JobError, JobEvent, Usage } from "../contracts/job.ts";
 import type { Endpoint } from "../endpoints/endpoint.ts";
 import type { AdmissionLimits } from "../queue/admission.ts";
-import type { JobHandle, Submission } from "../queue/dispatcher.ts";
+import type { JobHandle, Submission, SubmitOptions } from "../queue/dispatcher.ts";
+import { chooseReplica, prefixOf } from "../queue/lanes.ts";
 import { DEFAULT_COMPLETION_RESERVATION, type Reservation, reservationOf } from "../ratelimit/reservation.ts";
 import { meterOf } from "./ratelimit.ts";
 import type { Answered, Served } from "../telemetry/request-metrics.ts";
@@ -25,7 +26,7 @@ export type ServeContext = {
   /** `queue`: the endpoint's (engines.ts `endpointQueueName`); `cost`: the job's estimated tokens, for its fair share. */
   submit: (
     submission: Submission,
-    options: { queueWaitMs?: number; queue: string; cost?: number },
+    options: Pick<SubmitOptions, "queueWaitMs" | "queue" | "cost" | "lane">,
   ) => Promise<JobHandle>;
   metrics: GatewayMetrics;
   /** Admission control (src/queue/admission.ts): throws the 429/503 to answer instead of queueing. */
@@ -95,6 +96,7 @@ export async function serve(
   const handles = await submitChoices(ctx, tenant ? submissions.map((s) => ({ ...s, tenant })) : submissions, n, {
     queueWaitMs: limits?.maxQueueWaitMs,
     queue,
+    lanes: limits?.lanes,
   });
   const cancel = async () => {
     await Promise.all(handles.map((h) => h.cancel()));
@@ -148,7 +150,7 @@ async function submitChoices(
   ctx: ServeContext,
   submissions: Submission[],
   n: number,
-  options: { queueWaitMs?: number; queue: string },
+  { lanes, ...options }: { queueWaitMs?: number; queue: string; lanes?: AdmissionLimits["lanes"] },
 ): Promise<JobHandle[]> {
   const seeded = (submission: Submission, i: number): Submission => {
     if (i === 0 || submission.kind === "embedding" || submission.params?.seed === undefined) return submission;
@@ -156,7 +158,9 @@ async function submitChoices(
   };
   const jobs = submissions.flatMap((submission) => Array.from({ length: n }, (_, i) => seeded(submission, i)));
   const settled = await Promise.allSettled(
-    jobs.map((job) => ctx.submit(job, { ...options, cost: job.tenant && estimatedTokens(job) })),
+    jobs.map((job) =>
+      ctx.submit(job, { ...options, cost: job.tenant && estimatedTokens(job), lane: lanes && laneOf(job, lanes) }),
+    ),
   );
   const handles = settled.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
   const failure = settled.find((s) => s.status === "rejected");
@@ -165,6 +169,15 @@ async function submitChoices(
     throw failure.reason;
   }
   return handles;
+}
+
+/** The lane of the replica the job's prompt prefix hashes to (src/queue/lanes.ts); that replica's load counts it. */
+function laneOf(job: Submission, lanes: NonNullable<AdmissionLimits["lanes"]>): SubmitOptions["lane"] {
+  const prefix = prefixOf(job);
+  const replica = prefix === undefined ? undefined : chooseReplica(prefix, lanes.replicas);
+  if (!replica) return undefined;
+  replica.load += 1;
+  return { name: replica.lane, maxDepth: replica.parallel, waitMs: lanes.waitMs };
 }
 
 /** What a job may cost in tokens before it runs: its prompt, estimated, and all it may generate. */

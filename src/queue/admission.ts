@@ -26,8 +26,14 @@ import { listReplicas } from "../replicas/heartbeats.ts";
 import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { ADMISSION_DEFAULTS } from "../settings/queue.ts";
 import type { QueueBase } from "./base.ts";
+import type { LaneReplica } from "./lanes.ts";
 
-export type AdmissionLimits = { maxQueueDepth: number; maxQueueWaitMs: number };
+export type AdmissionLimits = {
+  maxQueueDepth: number;
+  maxQueueWaitMs: number;
+  /** The ready replicas' lanes, for prefix-affine dispatch (lanes.ts); absent: affinity off or under two replicas. */
+  lanes?: { replicas: LaneReplica[]; waitMs: number };
+};
 
 export type RejectReason = "queue_full" | "no_capacity";
 
@@ -48,6 +54,8 @@ type Capacity = {
   error: string | undefined;
   scalesFromZero: boolean;
   scalesUp: boolean;
+  /** The ready replicas that serve a lane; `load` is counted up here as jobs are routed, until the next read. */
+  lanes: LaneReplica[];
 };
 
 export type AdmissionOptions = {
@@ -58,6 +66,8 @@ export type AdmissionOptions = {
   /** Default 500 ms. */
   capacityCacheMs?: number;
   onReject?: (endpoint: Endpoint, reason: RejectReason) => void;
+  /** How long a job waits in its replica's lane (settings.admission.laneWaitMs); absent: no lanes. */
+  laneWaitMs?: number;
 };
 
 export class Admission {
@@ -125,7 +135,10 @@ export class Admission {
     if (waitingEntry.value > 0 && capacity.scalesUp) this.wakeScaler(endpoint.name);
     // Counted here until the next read from Redis includes it.
     waitingEntry.value += 1;
-    return limits;
+    const waitMs = this.options.laneWaitMs;
+    return waitMs !== undefined && capacity.lanes.length > 1
+      ? { ...limits, lanes: { replicas: capacity.lanes, waitMs } }
+      : limits;
   }
 
   private async readWaiting(queue: string): Promise<number> {
@@ -149,6 +162,9 @@ export class Admission {
       error: mine.find((r) => r.error)?.error,
       scalesFromZero: autoscaling?.enabled === true && autoscaling.max_replicas >= 1,
       scalesUp: autoscaling?.enabled === true && endpoint.desired_replicas < autoscaling.max_replicas,
+      lanes: mine.flatMap((r) =>
+        r.state === "ready" && r.lane ? [{ id: r.id, lane: r.lane, load: r.in_flight, parallel: r.parallel }] : [],
+      ),
     };
   }
 

@@ -22,6 +22,7 @@ import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { QueueBase } from "./base.ts";
 import { cancelJobs } from "./cancel.ts";
 import { placeFairly } from "./fair-share.ts";
+import { moveWaiting } from "./lanes.ts";
 import { replyHandler } from "./replies.ts";
 import type { StreamReader } from "./stream-reader.ts";
 
@@ -43,6 +44,12 @@ export type SubmitOptions = {
    * the job takes its fair place in its priority band (fair-share.ts); without, it goes unprioritized.
    */
   cost?: number;
+  /**
+   * The lane of the replica the prompt's prefix hashes to (lanes.ts): the job goes there unless
+   * `maxDepth` jobs already wait in it, and moves to the shared queue if no replica took it
+   * within `waitMs`.
+   */
+  lane?: { name: string; maxDepth: number; waitMs: number };
 };
 
 export type JobHandle = {
@@ -68,6 +75,8 @@ export type DispatcherOptions = {
    * on its way from the reply stream.
    */
   lostJobCheckMs?: number;
+  /** A job given a lane was taken from it (`affine`) or went to the shared queue (`spilled`). */
+  onPrefixRoute?: (outcome: "affine" | "spilled") => void;
 };
 
 export class Dispatcher extends QueueBase {
@@ -76,10 +85,12 @@ export class Dispatcher extends QueueBase {
   private readonly waiters = new Map<string, (event: JobEvent) => void>();
   private lastTrim = Date.now();
   private readonly lostJobCheckMs: number;
+  private readonly onPrefixRoute: DispatcherOptions["onPrefixRoute"];
 
   constructor(ctl: Control, gatewayId: string, options: DispatcherOptions = {}) {
     super(ctl);
     this.lostJobCheckMs = options.lostJobCheckMs ?? 5000;
+    this.onPrefixRoute = options.onPrefixRoute;
     this.replyStream = ctl.keys.replyStream(gatewayId);
     this.replies = this.reader(this.replyStream);
     const route = replyHandler(`dispatcher ${this.replyStream}`, (jobId, event) => this.waiters.get(jobId)?.(event));
@@ -125,6 +136,11 @@ export class Dispatcher extends QueueBase {
     };
     const queue = options.queue ? this.queueNamed(options.queue) : this.queue(submission.model, submission.version);
     const redis = this.ctl.redis;
+    // Where the job is now: its replica's lane while it waits there, else the shared queue.
+    let current = queue;
+    const lane = options.lane && this.queueNamed(options.lane.name);
+    const route = this.onPrefixRoute;
+    let laneUntil = Infinity;
     try {
       // Its place in its band (fair-share.ts); every band goes before batch records (BATCH_PRIORITY).
       let priority: number | undefined;
@@ -142,8 +158,15 @@ export class Dispatcher extends QueueBase {
       }
       // The answer travels on the reply stream (and the queue's event stream), never read from the
       // job afterwards: a finished online job is deleted at once, so no prompt outlives its request.
+      if (lane && options.lane) {
+        const depth = await withinRedisWait(lane.getJobCountByTypes("wait", "prioritized"), redis);
+        if (depth < options.lane.maxDepth) {
+          current = lane;
+          laneUntil = Date.now() + options.lane.waitMs;
+        } else route?.("spilled");
+      }
       await withinRedisWait(
-        queue.add(submission.kind, payload, { jobId: id, removeOnComplete: true, removeOnFail: true, priority }),
+        current.add(submission.kind, payload, { jobId: id, removeOnComplete: true, removeOnFail: true, priority }),
         redis,
       );
     } catch (e) {
@@ -174,9 +197,20 @@ export class Dispatcher extends QueueBase {
         for (;;) {
           const event = buffer.shift();
           if (event) {
+            if (laneUntil !== Infinity && current === lane) route?.("affine");
+            laneUntil = Infinity;
             waitingUntil = Infinity;
             yield event;
             if (event.type === "done" || event.type === "error") return;
+            continue;
+          }
+          if (Date.now() >= laneUntil) {
+            laneUntil = Infinity;
+            // Not taken by its replica in time: any replica may take it now.
+            if (lane && (await moveWaiting(redis, lane, queue, id).catch(() => false))) {
+              current = queue;
+              route?.("spilled");
+            } else route?.("affine");
             continue;
           }
           if (Date.now() >= waitingUntil) {
@@ -197,7 +231,10 @@ export class Dispatcher extends QueueBase {
           }
           if (Date.now() >= nextCheck) {
             nextCheck = Date.now() + lostJobCheckMs;
-            const missing = (await queue.getJobState(id).catch(() => "not known")) === "unknown";
+            // A lane's job may have moved to the shared queue (its replica died: reclaim.ts).
+            const stateIn = (q: typeof queue) => q.getJobState(id).catch(() => "not known");
+            const missing =
+              (await stateIn(current)) === "unknown" && (current === queue || (await stateIn(queue)) === "unknown");
             if (missing && missingBefore && buffer.length === 0) {
               throw new PlatformError(
                 503,
@@ -217,7 +254,7 @@ export class Dispatcher extends QueueBase {
               "timeout",
               `no answer within ${options.timeoutMs} ms; the request was cancelled`,
             );
-          const sleep = Math.min(left, waitingUntil - Date.now(), nextCheck - Date.now());
+          const sleep = Math.min(left, waitingUntil - Date.now(), nextCheck - Date.now(), laneUntil - Date.now());
           // Redis away for long: no answer can come (and none be cancelled) until it is back.
           let lasted = false;
           const unsubscribe = outage.onLasting(() => {
@@ -243,8 +280,11 @@ export class Dispatcher extends QueueBase {
     }
 
     const stillWaiting = async () => {
-      const state = await queue.getJobState(id).catch(() => "unknown");
-      return state === "waiting" || state === "prioritized";
+      const waiting = async (q: typeof queue) => {
+        const state = await q.getJobState(id).catch(() => "unknown");
+        return state === "waiting" || state === "prioritized";
+      };
+      return (await waiting(current)) || (current !== queue && (await waiting(queue)));
     };
     let cancelled = false;
     const cancel = async () => {
@@ -252,6 +292,7 @@ export class Dispatcher extends QueueBase {
       cancelled = true;
       this.waiters.delete(id);
       await cancelJobs(this.ctl, queue, [id]);
+      if (lane) await lane.remove(id).catch(() => undefined);
     };
     return { id, events: events(), cancel };
   }

@@ -10,11 +10,12 @@
  * publishes its BullMQ worker id in its heartbeat record (`queue_worker`), so
  * its jobs are the active ones whose lock starts with that id.
  */
-import { Job } from "bullmq";
+import { Job, type Queue } from "bullmq";
 import type { JobEvent } from "../contracts/job.ts";
 import type { Replica } from "../replicas/replica.ts";
 import type { QueueBase } from "./base.ts";
 import { jobErrorFromFailure } from "./failures.ts";
+import { moveWaiting } from "./lanes.ts";
 import { appendReply } from "./replies.ts";
 
 /**
@@ -28,17 +29,44 @@ const LOST_TOO_OFTEN = "job stalled more than allowable limit";
 
 export type Reclaimed = { requeued: string[]; failed: string[] };
 
-/** Hands the replica's active jobs back to its queue (or fails those that lost too many replicas). */
+/** Hands the replica's active jobs back to its queue (or fails those that lost too many replicas), and its lane's jobs to the shared queue. */
 export async function reclaimJobs(base: QueueBase, replica: Replica): Promise<Reclaimed> {
   const done: Reclaimed = { requeued: [], failed: [] };
   if (!replica.queue_worker) return done; // a replica of an older release: the lock lapses as before
   const queue = replica.queue ? base.queueNamed(replica.queue) : base.queue(replica.model, replica.version);
+  await reclaimActive(base, queue, replica.queue_worker, replica, done, async (job, token) => {
+    // The lock check inside moveToWait makes this a no-op for a job another caller already moved.
+    return (await job.moveToWait(token).catch(() => -1)) >= 0;
+  });
+  if (replica.lane && replica.lane_worker) {
+    const redis = base.ctl.redis;
+    const lane = base.queueNamed(replica.lane);
+    await reclaimActive(base, lane, replica.lane_worker, replica, done, async (job, token) => {
+      if ((await job.moveToWait(token).catch(() => -1)) < 0) return false;
+      return moveWaiting(redis, lane, queue, job.id as string);
+    });
+    // Its lane's waiting jobs: nobody serves the lane now, any replica may take them.
+    const waiting = await lane.getJobs(["waiting", "prioritized"]);
+    await Promise.all(waiting.map((job) => moveWaiting(redis, lane, queue, job.id as string).catch(() => false)));
+  }
+  return done;
+}
+
+/** The active jobs of `queue` whose lock is `worker`'s: each counts the loss, then `requeue` or fail. */
+async function reclaimActive(
+  base: QueueBase,
+  queue: Queue,
+  worker: string,
+  replica: Replica,
+  done: Reclaimed,
+  requeue: (job: Job, token: string) => Promise<boolean>,
+): Promise<void> {
   const redis = base.ctl.redis;
   const active = await redis.lrange(queue.keys.active as string, 0, -1);
-  if (active.length === 0) return done;
+  if (active.length === 0) return;
   // Every key below carries the queue's hash tag, so one pipeline serves under Redis Cluster too.
   const locks = await redis.mget(active.map((id) => `${queue.toKey(id)}:lock`));
-  const mine = `${replica.queue_worker}:`;
+  const mine = `${worker}:`;
   await Promise.all(
     active.map(async (id, i) => {
       const token = locks[i];
@@ -56,13 +84,11 @@ export async function reclaimJobs(base: QueueBase, replica: Replica): Promise<Re
         await tell({ type: "error", error: jobErrorFromFailure(LOST_TOO_OFTEN) });
         return;
       }
-      // The lock check inside moveToWait makes this a no-op for a job another caller already moved.
-      if ((await job.moveToWait(token).catch(() => -1)) < 0) return;
+      if (!(await requeue(job, token))) return;
       done.requeued.push(id);
       // The attempt ended: a stream that already sent tokens cannot be resumed, so the gateway
       // ends it with `replica_lost`; other requests just wait for the next attempt.
       await tell({ type: "started", replica: `(requeued after replica ${replica.id} stopped)`, attempt: 0 });
     }),
   );
-  return done;
 }

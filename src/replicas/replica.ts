@@ -20,6 +20,9 @@ export const Replica = z.object({
   error: z.string().optional(),
   /** The replica's BullMQ worker id: its jobs' locks start with it (src/queue/reclaim.ts). */
   queue_worker: z.string().optional(),
+  /** Its own lane (src/queue/lanes.ts) and the BullMQ worker id that serves it; absent from older releases. */
+  lane: z.string().max(512).optional(),
+  lane_worker: z.string().optional(),
   /** The endpoint's revision it runs (src/endpoints/rollout.ts `revisionId`); absent from older releases. */
   revision: z.string().max(64).optional(),
   /** The queue it serves (its endpoint's, engines.ts `endpointQueueName`); absent from older releases: the version's default. */

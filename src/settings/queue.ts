@@ -7,6 +7,8 @@ import { Flag, flag, positiveMs } from "./parse.ts";
 
 /** Deep enough for any burst a few replicas can absorb; a minute is as long as clients usually wait. */
 export const ADMISSION_DEFAULTS = { maxQueueDepth: 1000, maxQueueWaitMs: 60_000 } as const;
+/** Long enough for a busy replica's next sequence to free on a small model, short against a request's wait. */
+export const DEFAULT_LANE_WAIT_MS = 500;
 /** A beat a second: a dead replica drops out of every count within a few seconds (its record lives 4 beats). */
 export const DEFAULT_HEARTBEAT_MS = 1000;
 
@@ -30,6 +32,10 @@ export const queueShape = {
     .default(ADMISSION_DEFAULTS.maxQueueDepth),
   PLATFORM_MAX_QUEUE_WAIT_MS: positiveMs(ADMISSION_DEFAULTS.maxQueueWaitMs),
   PLATFORM_HEARTBEAT_MS: positiveMs(DEFAULT_HEARTBEAT_MS),
+  /** Prefix-affine dispatch (src/queue/lanes.ts): off, every job goes to the shared queue. */
+  PLATFORM_PREFIX_AFFINITY: flag(true),
+  /** How long a job waits in its replica's lane before any replica may take it. */
+  PLATFORM_LANE_WAIT_MS: positiveMs(DEFAULT_LANE_WAIT_MS),
   /** Set by `up` (through the local backend) in its workers' environment, never by hand. */
   PLATFORM_EXIT_WITH_PARENT: Flag,
   /** The local backend keeps one loaded worker waiting for its endpoint (docs/fleet.md, "Standby worker"). */
@@ -43,7 +49,12 @@ type QueueEnv = z.infer<z.ZodObject<typeof queueShape>>;
 /** `redisRestarts` within `redisRestartWindowMs`: the embedded Redis's restart budget (src/redis/supervisor.ts). */
 export type QueueSettings = { redisServer: string; redisRestarts: number; redisRestartWindowMs: number };
 /** Gateway-wide defaults; an endpoint's `resources.max_queue_depth` / `max_queue_wait` override them. */
-export type AdmissionSettings = { maxQueueDepth: number; maxQueueWaitMs: number };
+export type AdmissionSettings = {
+  maxQueueDepth: number;
+  maxQueueWaitMs: number;
+  /** Prefix-affine dispatch's lane wait (src/queue/lanes.ts); undefined: affinity off. */
+  laneWaitMs?: number;
+};
 export type HeartbeatSettings = { intervalMs: number };
 /**
  * `exitWithParent`: a worker started by `up` watches it, and exits when it is gone (a Redis outage it rides out).
@@ -64,7 +75,11 @@ export function queueSections(e: QueueEnv): {
       redisRestarts: e.PLATFORM_REDIS_RESTARTS,
       redisRestartWindowMs: e.PLATFORM_REDIS_RESTART_WINDOW_MS,
     },
-    admission: { maxQueueDepth: e.PLATFORM_MAX_QUEUE_DEPTH, maxQueueWaitMs: e.PLATFORM_MAX_QUEUE_WAIT_MS },
+    admission: {
+      maxQueueDepth: e.PLATFORM_MAX_QUEUE_DEPTH,
+      maxQueueWaitMs: e.PLATFORM_MAX_QUEUE_WAIT_MS,
+      laneWaitMs: e.PLATFORM_PREFIX_AFFINITY ? e.PLATFORM_LANE_WAIT_MS : undefined,
+    },
     heartbeats: { intervalMs: e.PLATFORM_HEARTBEAT_MS },
     worker: {
       exitWithParent: e.PLATFORM_EXIT_WITH_PARENT,

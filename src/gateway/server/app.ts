@@ -12,7 +12,7 @@ import { PlatformError } from "../../contracts/errors.ts";
 import type { Endpoint } from "../../endpoints/endpoint.ts";
 import { PLATFORM_VERSION } from "../../contracts/version.ts";
 import { Admission } from "../../queue/admission.ts";
-import { Dispatcher } from "../../queue/dispatcher.ts";
+import { Dispatcher, type SubmitOptions } from "../../queue/dispatcher.ts";
 import type { Settings } from "../../settings/index.ts";
 import { openStore } from "../../storage/index.ts";
 import { countBatchRecords, registerBatchMetrics } from "../../batch/metrics.ts";
@@ -85,7 +85,9 @@ export type RunningGateway = { url: string; awaiting: () => number; close: () =>
 
 export async function startGateway(options: GatewayOptions): Promise<RunningGateway> {
   const { ctl, settings } = options;
-  const dispatcher = new Dispatcher(ctl, randomUUID());
+  const dispatcher = new Dispatcher(ctl, randomUUID(), {
+    onPrefixRoute: (outcome) => metrics.prefixRoutes.inc({ outcome }),
+  });
   const router = new Router(ctl);
   await router.start();
   // Deployed services, for /rpc/* and the replica gauges (docs/services.md).
@@ -138,13 +140,14 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const stopCountingBatch = countBatchRecords((r) => metrics.batchRecord(r));
   const admission = new Admission(dispatcher, {
     defaults: settings.admission,
+    laneWaitMs: settings.admission.laneWaitMs,
     onReject: (endpoint, reason) => metrics.rateLimited.inc({ ...servedOf(endpoint), reason }),
   });
   const textContext = {
     metrics,
     submit: (
       submission: Parameters<Dispatcher["submit"]>[0],
-      options: { queueWaitMs?: number; queue: string; cost?: number },
+      options: Pick<SubmitOptions, "queueWaitMs" | "queue" | "cost" | "lane">,
     ) => dispatcher.submit(submission, { timeoutMs: settings.requestTimeoutMs, ...options }),
     admit: (endpoint: Endpoint) => admission.admit(endpoint),
     onOutcome: (target: Target, outcome: VariantOutcome) =>
