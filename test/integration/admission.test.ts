@@ -79,15 +79,19 @@ async function refusal(p: Promise<unknown>): Promise<PlatformError> {
 
 describe("admission", () => {
   it("reads gateway-wide defaults from the environment, and per-endpoint limits from resources", () => {
-    expect(loadSettings({}).admission).toEqual({ maxQueueDepth: 1000, maxQueueWaitMs: 60_000 });
-    const env = loadSettings({ PLATFORM_MAX_QUEUE_DEPTH: "50", PLATFORM_MAX_QUEUE_WAIT_MS: "1500" }).admission;
-    expect(env).toEqual({ maxQueueDepth: 50, maxQueueWaitMs: 1500 });
+    expect(loadSettings({}).admission).toEqual({ maxQueueDepth: 1000, maxQueueWaitMs: 60_000, laneWaitMs: 500 });
+    const env = loadSettings({
+      PLATFORM_MAX_QUEUE_DEPTH: "50",
+      PLATFORM_MAX_QUEUE_WAIT_MS: "1500",
+      PLATFORM_PREFIX_AFFINITY: "0",
+    }).admission;
+    expect(env).toEqual({ maxQueueDepth: 50, maxQueueWaitMs: 1500, laneWaitMs: undefined });
     expect(() => loadSettings({ PLATFORM_MAX_QUEUE_DEPTH: "0" })).toThrow(/PLATFORM_MAX_QUEUE_DEPTH/);
     expect(limitsFor(endpoint("x", 1, { max_queue_depth: 7, max_queue_wait: "2m" }), env)).toEqual({
       maxQueueDepth: 7,
       maxQueueWaitMs: 120_000,
     });
-    expect(limitsFor(endpoint("x", 1), env)).toEqual(env);
+    expect(limitsFor(endpoint("x", 1), env)).toEqual({ maxQueueDepth: 50, maxQueueWaitMs: 1500 });
     expect(
       DeploymentConfig.safeParse({ model: { name: "x" }, resources: { max_queue_wait: "60" } }).error?.issues[0]
         ?.message,

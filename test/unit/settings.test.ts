@@ -17,7 +17,7 @@ describe("loadSettings", () => {
       maxRequestBytes: 2 * 1024 * 1024,
     });
     expect(s.queue).toEqual({ redisServer: "redis-server", redisRestarts: 5, redisRestartWindowMs: 60_000 });
-    expect(s.admission).toEqual({ maxQueueDepth: 1000, maxQueueWaitMs: 60_000 });
+    expect(s.admission).toEqual({ maxQueueDepth: 1000, maxQueueWaitMs: 60_000, laneWaitMs: 500 });
     expect(s.heartbeats).toEqual({ intervalMs: 1000 });
     expect(s.worker).toEqual({ exitWithParent: false, standby: true, metrics: false });
     expect(s.vllm).toEqual({ bin: "vllm", startTimeoutMs: 15 * 60_000 });
