@@ -12,6 +12,7 @@ import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { BATCH_PRIORITY, JOB_SCHEMA_VERSION } from "../../src/contracts/job.ts";
 import type { Endpoint } from "../../src/endpoints/endpoint.ts";
 import { Dispatcher, type Submission } from "../../src/queue/dispatcher.ts";
+import { decodeReplyEntry } from "../../src/queue/replies.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { loadLlamaCpp } from "../../workers/engines/llamacpp.ts";
 import { type RunningWorker, startWorker } from "../../workers/worker.ts";
@@ -61,14 +62,17 @@ type Sent = { label: string; org: string; key?: string; priority?: number };
  * Queues `jobs` in order on a fresh endpoint (after `before`), then starts its one replica (one
  * sequence): the labels in the order the replica started them, and when each answer came.
  */
-async function run(jobs: Sent[], before: (queue: string, model: string) => Promise<void> = async () => undefined) {
+async function run(
+  jobs: (Sent | Sent[])[],
+  before: (queue: string, model: string) => Promise<void> = async () => undefined,
+  through: Dispatcher = dispatcher,
+) {
   const e = endpoint(`fair${randomUUID().slice(0, 6)}`);
   const queue = endpointQueueName(e);
   await before(queue, e.name);
   const order: string[] = [];
-  const startedAt: number[] = [];
   const handles = [];
-  for (const job of jobs) {
+  const submit = async (job: Sent) => {
     const submission: Submission = {
       kind: "completion",
       request_id: job.label,
@@ -80,8 +84,11 @@ async function run(jobs: Sent[], before: (queue: string, model: string) => Promi
       tenant: { org: job.org, key: job.key ?? `${job.org}-key` },
       ...(job.priority !== undefined && { priority: job.priority }),
     };
-    handles.push({ job, handle: await dispatcher.submit(submission, { timeoutMs: 120_000, queue, cost: 40 }) });
-  }
+    return { job, handle: await through.submit(submission, { timeoutMs: 120_000, queue, cost: 40 }) };
+  };
+  // A burst is sent at once, as a client's concurrent requests are: its jobs are placed before any is queued.
+  for (const job of jobs)
+    handles.push(...(Array.isArray(job) ? await Promise.all(job.map(submit)) : [await submit(job)]));
   worker = startWorker({
     ctl,
     endpoint: e,
@@ -92,18 +99,15 @@ async function run(jobs: Sent[], before: (queue: string, model: string) => Promi
   await Promise.all(
     handles.map(async ({ job, handle }) => {
       for await (const event of handle.events) {
-        if (event.type === "started") {
-          order.push(job.label);
-          startedAt.push(Date.now());
-        }
+        if (event.type === "started") order.push(job.label);
         if (event.type === "error") throw new Error(`${job.label}: ${event.error.message}`);
       }
     }),
   );
-  return { order, startedAt };
+  return { order };
 }
 
-const startOrder = async (jobs: Sent[]) => (await run(jobs)).order;
+const startOrder = async (jobs: (Sent | Sent[])[]) => (await run(jobs)).order;
 
 const flood = (org: string, n: number, priority?: number): Sent[] =>
   Array.from({ length: n }, (_, i) => ({ label: `${org}${i}`, org, priority }));
@@ -119,6 +123,11 @@ describe.skipIf(!modelPath)("fair share and priority", () => {
         .slice(1)
         .map((j) => j.label),
     ]);
+  }, 120_000);
+
+  it("a quiet organization's request is served next even after a flood sent as one burst", async () => {
+    const order = await startOrder([flood("a", 10), { label: "quiet", org: "b" }]);
+    expect(order.indexOf("quiet")).toBe(1);
   }, 120_000);
 
   it("two flooding organizations are served in turn, whatever their flood's size", async () => {
@@ -143,28 +152,48 @@ describe.skipIf(!modelPath)("fair share and priority", () => {
   }, 120_000);
 
   it("a better priority band goes first; batch records and a lower band come after", async () => {
-    let batch: { queue: string; id: string } | undefined;
-    const { order, startedAt } = await run(
-      [...flood("low", 3, 5), { label: "urgent", org: "a", priority: -3 }, { label: "normal", org: "a" }],
-      async (queue, model) => {
-        // A batch record queued before it all still runs last.
-        batch = { queue, id: `batch-${randomUUID()}` };
-        const data = { v: JOB_SCHEMA_VERSION, kind: "batch_record", request_id: batch.id, model, version: "v1" };
-        const record = { batch_id: "b1", record_id: "r1" };
-        await dispatcher
-          .queueNamed(queue)
-          .add(
+    // A dispatcher of its own, so its reply stream holds this test's events alone, in the order
+    // the replica wrote them: the batch record's `started` lands among the online jobs' own.
+    const own = new Dispatcher(ctl, "gw-fair-bands");
+    const batchId = `batch-${randomUUID()}`;
+    try {
+      const { order } = await run(
+        [...flood("low", 3, 5), { label: "urgent", org: "a", priority: -3 }, { label: "normal", org: "a" }],
+        async (queue, model) => {
+          // A batch record queued before it all still runs last.
+          await own.queueNamed(queue).add(
             "batch_record",
-            { ...data, ...record, prompt: "Once upon a time", params: { max_tokens: 64, temperature: 0 } },
-            { jobId: batch.id, priority: BATCH_PRIORITY, removeOnFail: true },
+            {
+              v: JOB_SCHEMA_VERSION,
+              kind: "batch_record",
+              request_id: batchId,
+              model,
+              version: "v1",
+              batch_id: "b1",
+              record_id: "r1",
+              prompt: "Once upon a time",
+              params: { max_tokens: 8, temperature: 0 },
+              stream: true,
+              reply: { stream: own.replyStream },
+            },
+            { jobId: batchId, priority: BATCH_PRIORITY, removeOnComplete: true, removeOnFail: true },
           );
-      },
-    );
-    expect(order).toEqual(["urgent", "normal", "low0", "low1", "low2"]);
-    const { queue, id } = batch as { queue: string; id: string };
-    await expect.poll(() => dispatcher.queueNamed(queue).getJobState(id), { timeout: 30_000 }).toBe("completed");
-    const finished = (await dispatcher.queueNamed(queue).getJob(id))?.finishedOn ?? 0;
-    // It had the one sequence only after the last online job had it (and had generated for it).
-    expect(finished).toBeGreaterThanOrEqual(Math.max(...startedAt));
+        },
+        own,
+      );
+      expect(order).toEqual(["urgent", "normal", "low0", "low1", "low2"]);
+      const started = async () => {
+        const entries = (await ctl.redis.xrange(own.replyStream, "-", "+")) as [string, string[]][];
+        return entries.flatMap(([, fields]) => {
+          const entry = decodeReplyEntry(fields);
+          return "event" in entry && entry.event.type === "started" ? [entry.jobId] : [];
+        });
+      };
+      // Six starts, the batch record's last.
+      await expect.poll(async () => (await started()).length, { timeout: 30_000 }).toBe(6);
+      expect((await started()).at(-1)).toBe(batchId);
+    } finally {
+      await own.close();
+    }
   }, 120_000);
 });

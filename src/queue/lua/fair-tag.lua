@@ -16,15 +16,21 @@ local SHIFT = 4294967296
 local first = redis.call("ZRANGEBYSCORE", KEYS[1], string.format("%.0f", lo * SHIFT),
   "(" .. string.format("%.0f", (lo + width) * SHIFT),
   "WITHSCORES", "LIMIT", 0, 1)
-local v = 0
+local v
 if #first == 0 then
-  -- Nobody waits in the band: every flow starts even, and the tags start over from the band's bottom.
-  redis.call("DEL", KEYS[2])
+  -- Nobody waits in the band: every flow is even, at the latest finish tag (not 0: jobs of a burst
+  -- whose adds have not landed yet still count). Back to the bottom once that is past half the band.
+  local last = redis.call("ZRANGE", KEYS[2], -1, -1, "WITHSCORES")
+  v = #last == 0 and 0 or math.floor(tonumber(last[2]))
+  if v > width / 2 then
+    redis.call("DEL", KEYS[2])
+    v = 0
+  end
 else
   v = math.floor(tonumber(first[2]) / SHIFT) - lo
-  -- A flow whose jobs are all behind the virtual time is even with it: forgotten (the set stays small).
-  redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", v)
 end
+-- A flow whose jobs are all behind the virtual time is even with it: forgotten (the set stays small).
+redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", v)
 local prefix = org .. "\n"
 local keys = 1
 for _, m in ipairs(redis.call("ZRANGEBYSCORE", KEYS[2], "(" .. v, "+inf")) do
