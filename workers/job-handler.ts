@@ -274,6 +274,7 @@ export class JobHandler {
                 : undefined,
           }
         : { kind: "prompt" as const, adapter, prompt: payload.prompt, params: payload.params };
+    if (payload.priority !== undefined) request.priority = payload.priority;
     // Always observed: the first text's time is reported even when nothing is streamed.
     const out = await this.engine.generate(request, { signal, onText: onToken });
     return { type: "text", ...out, replica: this.w.replicaId };

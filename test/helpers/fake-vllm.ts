@@ -220,6 +220,14 @@ export function main(): void {
       ? renderChat(b.messages as { role: string; content: string }[])
       : (ids?.join(" ") ?? String(b.prompt));
     if (promptText.includes("TOO_LONG")) return sendError(res, 400, "BadRequestError", TOO_LONG_MESSAGE);
+    // vLLM's check (engine/processor.py): a priority needs --scheduling-policy priority.
+    if (b.priority !== undefined && b.priority !== 0 && flag(argv, "--scheduling-policy") !== "priority")
+      return sendError(
+        res,
+        400,
+        "BadRequestError",
+        `Got priority ${String(b.priority)} but Priority scheduling is not enabled.`,
+      );
     if (b.max_tokens === 0 && !(b.echo === true && !chat))
       return sendError(res, 400, "BadRequestError", "max_tokens must be at least 1, got 0.");
     if (!chat && b.stream !== true) return completion(res, b, ids);

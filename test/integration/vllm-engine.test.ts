@@ -76,6 +76,9 @@ describe("vllmArgs", () => {
       "m",
       "--max-num-seqs",
       "4",
+      "--enable-prefix-caching",
+      "--scheduling-policy",
+      "priority",
       "--disable-uvicorn-access-log",
     ]);
   });
@@ -318,6 +321,13 @@ describe("a running vLLM engine", () => {
     expect(out.text).toBe(STORY.slice(0, 8).join("")); // ends before " fox"
     expect(out.finish_reason).toBe("stop");
     expect((await lastBody(opts.record, "/v1/completions"))?.stop).toEqual([" fox"]);
+  });
+
+  it("passes a job's priority to vLLM's priority scheduling (which the server was started with)", async () => {
+    const out = await engine.generate({ kind: "prompt", prompt: "Once", params: { max_tokens: 2 }, priority: -3 }, {});
+    expect(out.text).toBe(STORY.slice(0, 2).join(""));
+    expect((await lastBody(opts.record, "/v1/completions"))?.priority).toBe(-3);
+    expect((await started(opts.record)).argv).toContain("--enable-prefix-caching");
   });
 
   it("streams a chat through /v1/chat/completions, where vLLM applies the chat template", async () => {

@@ -30,7 +30,11 @@ export type TextRequest =
   (
     | { kind: "prompt"; prompt: Prompt; params: SamplingParams }
     | { kind: "chat"; messages: ChatMessage[]; params: SamplingParams; tools?: ChatTools }
-  ) & { adapter?: AppliedAdapter };
+  ) & {
+    adapter?: AppliedAdapter;
+    /** The job's priority (vLLM's field, lower first), for an engine that schedules by it (vLLM); others' order is the worker's. */
+    priority?: number;
+  };
 
 export type TextOutput = {
   text: string;

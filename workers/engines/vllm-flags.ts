@@ -78,6 +78,9 @@ export function vllmArgs(options: VllmArgsOptions): string[] {
   }
   // The worker never sends more than `parallel` requests at once; vLLM's larger default only reserves memory for nothing.
   args.push("--max-num-seqs", String(resources.parallel));
+  // Prefix-affine dispatch sends a conversation's turns to this replica (src/queue/lanes.ts): vLLM's
+  // own prefix cache reuses them; a job's priority band reaches vLLM's scheduler (src/queue/fair-share.ts).
+  args.push("--enable-prefix-caching", "--scheduling-policy", "priority");
   // The health poll and every request would otherwise print an access-log line. (Request logging is off by default in current vLLM, and its old --disable-log-requests flag is gone.)
   args.push("--disable-uvicorn-access-log");
   return args;

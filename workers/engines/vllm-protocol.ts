@@ -52,6 +52,8 @@ export function vllmRequestBody(request: TextRequest, servedName: string): Recor
     // /v1/completions keeps OpenAI's legacy form: an integer count of alternatives.
     ...(p.logprobs &&
       (chat ? { logprobs: true, top_logprobs: p.top_logprobs ?? 0 } : { logprobs: p.top_logprobs ?? 0 })),
+    // vLLM's priority scheduling (vllm-flags.ts: --scheduling-policy priority) orders its waiting requests by it.
+    ...(request.priority !== undefined && { priority: request.priority }),
     stream: true,
     // continuous_usage_stats (vLLM's own) puts usage on every chunk, so a cancelled generation still reports what it used.
     stream_options: { include_usage: true, continuous_usage_stats: true },
