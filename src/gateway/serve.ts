@@ -26,7 +26,7 @@ export type ServeContext = {
   /** `queue`: the endpoint's (engines.ts `endpointQueueName`); `cost`: the job's estimated tokens, for its fair share. */
   submit: (
     submission: Submission,
-    options: Pick<SubmitOptions, "queueWaitMs" | "queue" | "cost" | "lane">,
+    options: Pick<SubmitOptions, "queueWaitMs" | "queue" | "cost" | "lane" | "idle">,
   ) => Promise<JobHandle>;
   metrics: GatewayMetrics;
   /** Admission control (src/queue/admission.ts): throws the 429/503 to answer instead of queueing. */
@@ -97,6 +97,8 @@ export async function serve(
     queueWaitMs: limits?.maxQueueWaitMs,
     queue,
     lanes: limits?.lanes,
+    // One job alone may skip the fair-share tag; a request of several jobs is placed job by job.
+    idle: limits?.idle === true && submissions.length * n === 1,
   });
   const cancel = async () => {
     await Promise.all(handles.map((h) => h.cancel()));
@@ -150,7 +152,7 @@ async function submitChoices(
   ctx: ServeContext,
   submissions: Submission[],
   n: number,
-  { lanes, ...options }: { queueWaitMs?: number; queue: string; lanes?: AdmissionLimits["lanes"] },
+  { lanes, ...options }: { queueWaitMs?: number; queue: string; lanes?: AdmissionLimits["lanes"]; idle: boolean },
 ): Promise<JobHandle[]> {
   const seeded = (submission: Submission, i: number): Submission => {
     if (i === 0 || submission.kind === "embedding" || submission.params?.seed === undefined) return submission;

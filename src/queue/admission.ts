@@ -26,11 +26,17 @@ import { listReplicas } from "../replicas/heartbeats.ts";
 import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { ADMISSION_DEFAULTS } from "../settings/queue.ts";
 import type { QueueBase } from "./base.ts";
+import { onlineWaiting } from "./fair-share.ts";
 import type { LaneReplica } from "./lanes.ts";
 
 export type AdmissionLimits = {
   maxQueueDepth: number;
   maxQueueWaitMs: number;
+  /**
+   * Nothing waited in the queue at the last read, nor was admitted since: the job may take its
+   * band's head without the fair-share script (fair-share.ts), saving a round trip when idle.
+   */
+  idle?: boolean;
   /** The ready replicas' lanes, for prefix-affine dispatch (lanes.ts); absent: affinity off or under two replicas. */
   lanes?: { replicas: LaneReplica[]; waitMs: number };
 };
@@ -133,18 +139,17 @@ export class Admission {
     // Requests already wait: every replica is full. A scaler tick now, not at its next interval,
     // lets a load step start a replica as soon as it begins (the policy still decides).
     if (waitingEntry.value > 0 && capacity.scalesUp) this.wakeScaler(endpoint.name);
+    const idle = waitingEntry.value === 0;
     // Counted here until the next read from Redis includes it.
     waitingEntry.value += 1;
     const waitMs = this.options.laneWaitMs;
-    return waitMs !== undefined && capacity.lanes.length > 1
-      ? { ...limits, lanes: { replicas: capacity.lanes, waitMs } }
-      : limits;
+    const lanes = waitMs !== undefined && capacity.lanes.length > 1 ? { replicas: capacity.lanes, waitMs } : undefined;
+    return { ...limits, idle, ...(lanes && { lanes }) };
   }
 
   private async readWaiting(queue: string): Promise<number> {
     // Online requests only: batch records are prioritized below them, so they never delay one.
-    const counts = await this.queues.queueNamed(queue).getJobCounts("waiting");
-    return counts.waiting ?? 0;
+    return onlineWaiting(this.ctl.redis, this.queues.queueNamed(queue));
   }
 
   /** The replicas that serve `queue` (an endpoint's traffic goes to one queue: during an update, the previous deployment's). */

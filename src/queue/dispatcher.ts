@@ -21,7 +21,7 @@ import { currentTraceparent } from "../telemetry/tracing.ts";
 import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { QueueBase } from "./base.ts";
 import { cancelJobs } from "./cancel.ts";
-import { placeFairly } from "./fair-share.ts";
+import { bandHead, placeFairly } from "./fair-share.ts";
 import { moveWaiting } from "./lanes.ts";
 import { replyHandler } from "./replies.ts";
 import type { StreamReader } from "./stream-reader.ts";
@@ -44,6 +44,8 @@ export type SubmitOptions = {
    * the job takes its fair place in its priority band (fair-share.ts); without, it goes unprioritized.
    */
   cost?: number;
+  /** Nothing waits in the queue (admission's view): a fair job takes its band's head, no tag computed. */
+  idle?: boolean;
   /**
    * The lane of the replica the prompt's prefix hashes to (lanes.ts): the job goes there unless
    * `maxDepth` jobs already wait in it, and moves to the shared queue if no replica took it
@@ -144,7 +146,9 @@ export class Dispatcher extends QueueBase {
     try {
       // Its place in its band (fair-share.ts); every band goes before batch records (BATCH_PRIORITY).
       let priority: number | undefined;
-      if (submission.tenant && options.cost !== undefined) {
+      if (submission.tenant && options.cost !== undefined && options.idle)
+        priority = bandHead(submission.priority ?? 0);
+      else if (submission.tenant && options.cost !== undefined) {
         const placed = await withinRedisWait(
           placeFairly(redis, queue.qualifiedName, queue.keys.prioritized as string, {
             tenant: submission.tenant,

@@ -14,6 +14,7 @@
  * priority are served before them all, as BullMQ serves unprioritized jobs first.
  */
 import { BATCH_PRIORITY, MAX_PRIORITY, MIN_PRIORITY } from "../contracts/job.ts";
+import type { Queue } from "bullmq";
 import type { RedisClient } from "../redis/connection.ts";
 import { LuaScript } from "../redis/scripts.ts";
 
@@ -45,6 +46,24 @@ export function bandOf(bullPriority: number | undefined): number {
 }
 
 const tag = new LuaScript(import.meta.url, "fair-tag");
+
+/** BullMQ's score of a prioritized job: priority × 2³² + a counter. */
+const SCORE_SHIFT = 2 ** 32;
+
+/** Online jobs waiting in `queue`: a producer's unprioritized ones and every band's, not batch records. */
+export async function onlineWaiting(redis: RedisClient, queue: Queue): Promise<number> {
+  const [[, plain], [, banded]] = (await redis
+    .pipeline()
+    .llen(queue.keys.wait as string)
+    .zcount(queue.keys.prioritized as string, "-inf", `(${BATCH_PRIORITY * SCORE_SHIFT}`)
+    .exec()) as [[unknown, number], [unknown, number]];
+  return plain + banded;
+}
+
+/** A job's priority at the head of its band, for a queue where nothing waits (no tag to compute). */
+export function bandHead(priority: number): number {
+  return bandBase(priority);
+}
 
 /** The flows of the band of `priority` on the queue whose keys start with `queueKey` (BullMQ's `<prefix>:<queue>`, in its hash slot). */
 const flowsKey = (queueKey: string, priority: number) => `${queueKey}:fair:${priority}`;

@@ -13,6 +13,7 @@ import { setAutoscaling } from "../../src/autoscaling/store.ts";
 import { type Control, connectControl, duplicate, type RedisClient } from "../../src/redis/connection.ts";
 import { removeReplica, writeReplica } from "../../src/replicas/heartbeats.ts";
 import { detailOf, PlatformError } from "../../src/contracts/errors.ts";
+import { BATCH_PRIORITY } from "../../src/contracts/job.ts";
 import { Admission, limitsFor } from "../../src/queue/admission.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { Dispatcher } from "../../src/queue/dispatcher.ts";
@@ -113,7 +114,7 @@ describe("admission", () => {
     const sub: RedisClient = duplicate(ctl);
     await sub.subscribe(ctl.keys.scalerWakeup);
     sub.on("message", (_c, m: string) => wakeups.push(m));
-    await expect(admission.admit(zero)).resolves.toEqual({ maxQueueDepth: 1000, maxQueueWaitMs: 60_000 });
+    await expect(admission.admit(zero)).resolves.toEqual({ maxQueueDepth: 1000, maxQueueWaitMs: 60_000, idle: true });
     for (let i = 0; i < 50 && wakeups.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
     expect(wakeups).toEqual(["zero"]);
     await sub.quit();
@@ -155,12 +156,15 @@ describe("admission", () => {
     await replica("full", "full-1", "ready");
     const queue = dispatcher.queue("full", "v1");
     await queue.add("completion", {});
+    // A gateway's online job waits in its priority band: it counts.
+    await queue.add("completion", {}, { priority: 1000 });
     // Batch records wait at a lower priority: they never delay an online request, so they do not count.
-    await queue.addBulk(Array.from({ length: 5 }, () => ({ name: "batch_record", data: {}, opts: { priority: 10 } })));
+    await queue.addBulk(
+      Array.from({ length: 5 }, () => ({ name: "batch_record", data: {}, opts: { priority: BATCH_PRIORITY } })),
+    );
     // A long cache: only this gateway's own admissions move the count after the first read.
     const admission = new Admission(dispatcher, { depthCacheMs: 60_000 });
-    await admission.admit(e); // 1 waiting → 2
-    await admission.admit(e); // 2 → 3
+    await admission.admit(e); // 2 waiting → 3
     const err = await refusal(admission.admit(e));
     expect([err.status, err.code, err.type, err.retryAfter]).toEqual([429, "queue_full", "rate_limit_error", 2]);
     expect(err.message).toMatch(/3 requests are already waiting for "full" \(max_queue_depth 3\)/);

@@ -147,7 +147,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     metrics,
     submit: (
       submission: Parameters<Dispatcher["submit"]>[0],
-      options: Pick<SubmitOptions, "queueWaitMs" | "queue" | "cost" | "lane">,
+      options: Pick<SubmitOptions, "queueWaitMs" | "queue" | "cost" | "lane" | "idle">,
     ) => dispatcher.submit(submission, { timeoutMs: settings.requestTimeoutMs, ...options }),
     admit: (endpoint: Endpoint) => admission.admit(endpoint),
     onOutcome: (target: Target, outcome: VariantOutcome) =>
