@@ -77,27 +77,35 @@ export async function serveText<R, C extends StreamChunk>(
     const itlLabels = { ...served, source: "online" as const };
     const streamed: number[] = [];
     const results: TextResult[] = [];
+    // A choice whose replica died mid-stream: the next attempt's text, checked against what was sent.
+    const replays = new Map<number, Replay>();
+    const sent: string[] = [];
     for (let i = 0; i < choices; i++) await send(withUsage(format.chunk(base, i, { first: true })));
     try {
       for await (const { index, event } of mergeEvents(serving.events, firsts)) {
         if (event.type === "token") {
+          const replay = replays.get(index);
+          const text = replay ? replay.next(event.text, event.logprobs !== undefined) : event.text;
+          if (replay?.done) replays.delete(index);
+          if (text === "") continue;
           const now = performance.now();
           const last = lastToken[index];
           if (last !== undefined) ctx.metrics.interToken.observe(itlLabels, (now - last) / 1000);
           lastToken[index] = now;
           await send(
-            withUsage(
-              format.chunk(base, index, { text: event.text, logprobs: event.logprobs, offset: streamed[index] ?? 0 }),
-            ),
+            withUsage(format.chunk(base, index, { text, logprobs: event.logprobs, offset: streamed[index] ?? 0 })),
           );
-          streamed[index] = (streamed[index] ?? 0) + event.text.length;
+          streamed[index] = (streamed[index] ?? 0) + text.length;
+          sent[index] = (sent[index] ?? "") + text;
         } else if (event.type === "started") {
-          // A second start means the first replica died mid-stream and the job was retried:
-          // the client already has a prefix of a different generation, so end with an error.
-          throw new PlatformError(502, "replica_lost", "the replica serving this stream stopped; retry the request");
+          // A second start: the replica died mid-stream and another took the job. Its text goes on
+          // the stream once it has repeated, exactly, what the client already has (docs/fleet.md).
+          if (sent[index]) replays.set(index, new Replay(sent[index]));
         } else if (event.type === "error") {
           throw publicJobError(event.error);
         } else if (event.type === "done" && event.result.type === "text") {
+          // The new attempt ended short of what was sent: it cannot be the same answer.
+          if (replays.has(index)) replays.get(index)?.next("\u0000", false);
           const result = event.result;
           results[index] = result;
           // What the engine could only say at the end (a tool call, text it had to parse first) comes whole.
@@ -130,6 +138,39 @@ export async function serveText<R, C extends StreamChunk>(
       void serving.cancel().catch(() => undefined);
     }
   });
+}
+
+/**
+ * What a retried choice's new attempt sends while it repeats the text the client already has: the
+ * part past it, once it is past it. A deterministic generation (greedy, or seeded) repeats it
+ * exactly, and the stream goes on as if nothing happened; one that differs cannot be joined to
+ * what was sent, and ends with 502 `replica_lost` as before. Logprobs are carried per token and
+ * cannot be split: a stream with them ends so too.
+ */
+class Replay {
+  private readonly expected: string;
+  private at = 0;
+
+  constructor(expected: string) {
+    this.expected = expected;
+  }
+
+  get done(): boolean {
+    return this.at >= this.expected.length;
+  }
+
+  /** The part of `text` to send (empty while it only repeats). */
+  next(text: string, logprobs: boolean): string {
+    const overlap = Math.min(text.length, this.expected.length - this.at);
+    if (logprobs || text.slice(0, overlap) !== this.expected.slice(this.at, this.at + overlap))
+      throw new PlatformError(
+        502,
+        "replica_lost",
+        "the replica serving this stream stopped, and its replacement's answer differs from what was sent (only greedy or seeded generation can go on); retry the request",
+      );
+    this.at += overlap;
+    return text.slice(overlap);
+  }
 }
 
 /** Each prompt is read once whatever the number of choices (its `n` choices are together); completions add up. */

@@ -86,8 +86,8 @@ async function reclaimActive(
       }
       if (!(await requeue(job, token))) return;
       done.requeued.push(id);
-      // The attempt ended: a stream that already sent tokens cannot be resumed, so the gateway
-      // ends it with `replica_lost`; other requests just wait for the next attempt.
+      // The attempt ended: the next one starts over; a stream that already sent tokens goes on once
+      // the new attempt has repeated them (src/gateway/serve-text.ts, Replay); other requests just wait.
       await tell({ type: "started", replica: `(requeued after replica ${replica.id} stopped)`, attempt: 0 });
     }),
   );
