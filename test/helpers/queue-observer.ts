@@ -33,10 +33,10 @@ export class QueueObserver {
     redisUrl: string,
     prefix: string,
     queue: string,
-    options: { keepLog?: boolean } = {},
+    options: { keepLog?: boolean; fromStart?: boolean } = {},
   ): Promise<QueueObserver> {
     const observer = new QueueObserver(redisUrl, `${prefix}:${queue}:events`, options.keepLog ?? false);
-    const info = await observer.info();
+    const info = options.fromStart ? { added: 0, lastId: "0-0" } : await observer.info();
     observer.baseAdded = info.added;
     observer.reader = new StreamReader(new Redis(redisUrl, { maxRetriesPerRequest: null }), observer.key, {
       from: info.lastId,
@@ -121,4 +121,72 @@ export class QueueObserver {
 function field(fields: string[], name: string): string | undefined {
   for (let i = 0; i < fields.length; i += 2) if (fields[i] === name) return fields[i + 1];
   return undefined;
+}
+
+/**
+ * A queue and its replicas' lanes (src/queue/lanes.ts) watched as one: a job may run from a lane
+ * or from the shared queue, and move from one to the other. Lanes that appear later (a new
+ * replica's) are found every 200 ms and read from their start.
+ */
+export class LanesObserver {
+  private readonly observers: QueueObserver[];
+  private readonly known: Set<string>;
+  private readonly timer: NodeJS.Timeout;
+  private finding: Promise<void> = Promise.resolve();
+
+  private constructor(observers: QueueObserver[], known: Set<string>, find: () => Promise<void>) {
+    this.observers = observers;
+    this.known = known;
+    this.timer = setInterval(() => {
+      this.finding = this.finding.then(find, () => undefined);
+    }, 200);
+  }
+
+  static async start(redisUrl: string, prefix: string, queue: string, options: { keepLog?: boolean } = {}) {
+    const lanes = async () => {
+      const probe = new Redis(redisUrl);
+      try {
+        const keys = await probe.keys(`${prefix}:${queue}~lane~*:events`);
+        return keys.map((k) => k.slice(prefix.length + 1, -":events".length));
+      } finally {
+        probe.disconnect();
+      }
+    };
+    const known = new Set(await lanes());
+    const observers = await Promise.all(
+      [queue, ...known].map((q) => QueueObserver.start(redisUrl, prefix, q, options)),
+    );
+    const self: LanesObserver = new LanesObserver(observers, known, async () => {
+      for (const lane of await lanes()) {
+        if (self.known.has(lane)) continue;
+        self.known.add(lane);
+        self.observers.push(await QueueObserver.start(redisUrl, prefix, lane, { ...options, fromStart: true }));
+      }
+    });
+    return self;
+  }
+
+  count(jobId: string, event: string): number {
+    return this.observers.reduce((n, o) => n + o.count(jobId, event), 0);
+  }
+
+  takenJobIds(): string[] {
+    return [...new Set(this.observers.flatMap((o) => o.takenJobIds()))];
+  }
+
+  events(): ObservedEvent[] {
+    return this.observers.flatMap((o) => o.events());
+  }
+
+  async drain(): Promise<{ lost: number }> {
+    await this.finding;
+    const each = await Promise.all(this.observers.map((o) => o.drain()));
+    return { lost: each.reduce((n, d) => n + d.lost, 0) };
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    await this.finding;
+    await Promise.all(this.observers.map((o) => o.stop()));
+  }
 }
