@@ -224,3 +224,17 @@ describe("model version records", () => {
     expect(RegisteredVersion.safeParse({ ...record, kind: "hf", manifest }).success).toBe(false);
   });
 });
+
+describe("a request's priority (vLLM's field)", () => {
+  it("takes an integer from -10 to 10 on chat and completions, and names the range otherwise", async () => {
+    const { ChatCompletionRequest, CompletionRequest } = await import("../../src/contracts/openai.ts");
+    const chat = { model: "m", messages: [{ role: "user", content: "hi" }] };
+    expect(ChatCompletionRequest.parse({ ...chat, priority: -3 }).priority).toBe(-3);
+    expect(CompletionRequest.parse({ model: "m", prompt: "x", priority: 10 }).priority).toBe(10);
+    for (const priority of [11, -11, 1.5]) {
+      const issue = ChatCompletionRequest.safeParse({ ...chat, priority }).error?.issues[0];
+      expect(issue?.path).toEqual(["priority"]);
+      expect(issue?.message).toBe("expected an integer from -10 to 10 (lower is served first)");
+    }
+  });
+});
