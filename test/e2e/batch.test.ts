@@ -69,7 +69,13 @@ let reference: string;
 beforeAll(async () => {
   scratch = await mkdtemp(join(tmpdir(), "platform-batch-"));
   const model = await tinyModelPath();
-  stack = await startStack({ model, args: ["--name", MODEL, "--replicas", "2", "--parallel", "4"] });
+  // Prefix-affine dispatch off: the priority test reads the order of online and batch jobs on one
+  // queue's event stream, where a replica's lane would keep online jobs on a stream of their own.
+  stack = await startStack({
+    model,
+    args: ["--name", MODEL, "--replicas", "2", "--parallel", "4"],
+    env: { PLATFORM_PREFIX_AFFINITY: "false" },
+  });
   ctl = connectControl(stack.redisUrl, "platform");
   queues = new QueueBase(ctl);
   // Our own coordinator queue: a coordinator the stack may run never takes these jobs.
