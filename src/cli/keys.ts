@@ -2,6 +2,7 @@
 import { readFile } from "node:fs/promises";
 import { type Command, InvalidArgumentError } from "commander";
 import { NAME_PATTERN } from "../contracts/deployment.ts";
+import { MAX_PRIORITY, MIN_PRIORITY } from "../contracts/job.ts";
 import { describeLimits, type KeyLimitsChange, type LimitField } from "../ratelimit/limits.ts";
 import { describeBootstrap, runBootstrap } from "../keys/bootstrap.ts";
 import type { ApiKey } from "../keys/key.ts";
@@ -61,7 +62,7 @@ export function registerKeys(program: Command): void {
       const limits = limitsFromFlags(opts);
       if (!limits)
         throw new CliError(
-          "nothing to change: give --rpm, --tpm, --max-concurrency or --model-limit (a number, or none to remove the limit)",
+          "nothing to change: give --rpm, --tpm, --max-concurrency, --model-limit or --priority (a number, or none to remove it)",
           2,
         );
       const api = await ApiClient.fromCredentials();
@@ -158,7 +159,17 @@ type Limit = number | "none";
 type ScopeFlags = Partial<Record<LimitField, number | null>>;
 /** `--model-limit`s gathered, as the API takes them: each model's limits, or null (`<model>:none`) to remove them all. */
 type ModelLimits = Record<string, ScopeFlags | null>;
-type LimitFlags = { rpm?: Limit; tpm?: Limit; maxConcurrency?: Limit; modelLimit: ModelLimits };
+type LimitFlags = { rpm?: Limit; tpm?: Limit; maxConcurrency?: Limit; modelLimit: ModelLimits; priority?: Limit };
+
+/** `--priority`: the key's default priority band, lower first (src/queue/fair-share.ts). */
+function priorityOf(text: string): number {
+  const n = Number(text);
+  if (!/^\s*-?\d+\s*$/.test(text) || n < MIN_PRIORITY || n > MAX_PRIORITY)
+    throw new InvalidArgumentError(
+      `expected a whole number from ${MIN_PRIORITY} to ${MAX_PRIORITY} (lower is served first)`,
+    );
+  return n;
+}
 
 const LIMIT = wholeNumber(1, 1_000_000_000);
 const LIMIT_NAMES: Record<string, LimitField> = {
@@ -180,6 +191,11 @@ function limitOptions(command: Command, update = false): Command {
       limit,
     )
     .option(`--max-concurrency ${value}`, "requests in flight at once", limit)
+    .option(
+      `--priority ${update ? "<p|none>" : "<p>"}`,
+      `the priority band of its requests that name none, ${MIN_PRIORITY} to ${MAX_PRIORITY}, lower first (default 0)`,
+      update ? orNone(priorityOf) : priorityOf,
+    )
     .option(
       "--model-limit <spec>",
       `limits for one model through this key, on top of the key's own: <model>:rpm=N,tpm=N,max-concurrency=N${update ? " (N or none; <model>:none removes them all)" : ""}; repeatable`,
@@ -223,6 +239,7 @@ export function limitsFromFlags(flags: LimitFlags): KeyLimitsChange | undefined 
   if (flags.rpm !== undefined) out.rpm = limit(flags.rpm);
   if (flags.tpm !== undefined) out.tpm = limit(flags.tpm);
   if (flags.maxConcurrency !== undefined) out.max_concurrency = limit(flags.maxConcurrency);
+  if (flags.priority !== undefined) out.priority = limit(flags.priority);
   if (Object.keys(flags.modelLimit).length > 0) out.models = flags.modelLimit;
   return Object.keys(out).length > 0 ? out : undefined;
 }

@@ -93,7 +93,14 @@ export async function serve(
   // Its fair share is its organization's, then its key's (src/queue/fair-share.ts).
   const caller = c.get("caller") as Caller | undefined;
   const tenant = caller && { org: caller.org, key: caller.id };
-  const handles = await submitChoices(ctx, tenant ? submissions.map((s) => ({ ...s, tenant })) : submissions, n, {
+  // A request that names no priority is in its key's default band.
+  const keyPriority = caller?.limits?.priority;
+  const placed = (s: Submission): Submission => ({
+    ...s,
+    ...(tenant && { tenant }),
+    ...(s.priority === undefined && keyPriority !== undefined && { priority: keyPriority }),
+  });
+  const handles = await submitChoices(ctx, submissions.map(placed), n, {
     queueWaitMs: limits?.maxQueueWaitMs,
     queue,
     lanes: limits?.lanes,

@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { ModelName } from "../contracts/deployment.ts";
+import { MAX_PRIORITY, MIN_PRIORITY } from "../contracts/job.ts";
 
 /** A sanity bound: large enough for any real budget, small enough that Lua's doubles stay exact. */
 const MAX_LIMIT = 1_000_000_000;
@@ -21,8 +22,18 @@ export const ScopeLimits = z.object({
 });
 export type ScopeLimits = z.infer<typeof ScopeLimits>;
 
-/** As stored on an API key record; `models` limits one model's traffic through the key, on top of the key's own. */
-export const KeyLimits = ScopeLimits.extend({ models: z.record(ModelName, ScopeLimits).optional() });
+const PRIORITY_RANGE = `expected an integer from ${MIN_PRIORITY} to ${MAX_PRIORITY} (lower is served first)`;
+/** A key's default priority band for requests that name none (src/queue/fair-share.ts); not a limit. */
+const priority = z.number().int(PRIORITY_RANGE).min(MIN_PRIORITY, PRIORITY_RANGE).max(MAX_PRIORITY, PRIORITY_RANGE);
+
+/**
+ * As stored on an API key record; `models` limits one model's traffic through the key, on top of
+ * the key's own; `priority`: the key's default priority band.
+ */
+export const KeyLimits = ScopeLimits.extend({
+  models: z.record(ModelName, ScopeLimits).optional(),
+  priority: priority.optional(),
+});
 export type KeyLimits = z.infer<typeof KeyLimits>;
 
 export const LIMIT_FIELDS = ["rpm", "tpm", "max_concurrency"] as const;
@@ -39,7 +50,7 @@ export function hasLimits(limits: KeyLimits | undefined): boolean {
 
 /** The management API's input when a key is created: the stored shape, unknown fields refused. */
 export const KeyLimitsInput = ScopeLimits.strict()
-  .extend({ models: z.record(ModelName, ScopeLimits.strict()).optional() })
+  .extend({ models: z.record(ModelName, ScopeLimits.strict()).optional(), priority: priority.optional() })
   .strict();
 
 /** A change: a number sets a limit, null removes it, a field left out stays as it is; `models.<name>: null` removes that model's limits. */
@@ -47,6 +58,8 @@ const change = limit.nullable().optional();
 const ScopeChange = z.object({ rpm: change, tpm: change, max_concurrency: change }).strict();
 export const KeyLimitsChange = ScopeChange.extend({
   models: z.record(ModelName, ScopeChange.nullable()).optional(),
+  /** A number sets the key's default priority, null removes it (band 0). */
+  priority: priority.nullable().optional(),
 }).strict();
 export type KeyLimitsChange = z.infer<typeof KeyLimitsChange>;
 
@@ -60,8 +73,10 @@ export function applyLimitsChange(current: KeyLimits | undefined, change: KeyLim
     }
     return hasScopeLimits(next) ? next : undefined;
   };
-  const { models: modelChanges, ...own } = change;
+  const { models: modelChanges, priority: priorityChange, ...own } = change;
   const result: KeyLimits = { ...scope(current, own) };
+  const kept = priorityChange === undefined ? current?.priority : priorityChange;
+  if (kept !== null && kept !== undefined) result.priority = kept;
   const models: Record<string, ScopeLimits> = { ...current?.models };
   for (const [name, delta] of Object.entries(modelChanges ?? {})) {
     const next = delta === null ? undefined : scope(models[name], delta);
@@ -69,7 +84,7 @@ export function applyLimitsChange(current: KeyLimits | undefined, change: KeyLim
     else delete models[name];
   }
   if (Object.keys(models).length > 0) result.models = models;
-  return hasLimits(result) ? result : undefined;
+  return hasLimits(result) || result.priority !== undefined ? result : undefined;
 }
 
 /** `rpm 60, tpm 10000, concurrency 2; tiny: rpm 10`, or `-`: the limits as one line for tables. */
@@ -82,8 +97,8 @@ export function describeLimits(limits: KeyLimits | undefined): string {
     ]
       .filter(Boolean)
       .join(", ");
-  if (!hasLimits(limits)) return "-";
   const parts = hasScopeLimits(limits) ? [one(limits as ScopeLimits)] : [];
   for (const [name, s] of Object.entries(limits?.models ?? {})) if (hasScopeLimits(s)) parts.push(`${name}: ${one(s)}`);
-  return parts.join("; ");
+  if (limits?.priority !== undefined) parts.push(`priority ${limits.priority}`);
+  return parts.length === 0 ? "-" : parts.join("; ");
 }

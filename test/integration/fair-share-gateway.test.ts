@@ -44,6 +44,8 @@ beforeAll(async () => {
   await createOrg(ctl, "quiet");
   keys.flood = (await createApiKey(ctl, "flood", "admin")).key;
   keys.quiet = (await createApiKey(ctl, "quiet", "admin", undefined, "quiet")).key;
+  // A key whose requests are in band -2 unless they say otherwise.
+  keys.vip = (await createApiKey(ctl, "vip", "admin", { priority: -2 })).key;
   await importModel(
     { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(dataDir, "tmp") },
     { name: "tiny", framework: "llamacpp", source: modelPath },
@@ -61,7 +63,7 @@ afterAll(async () => {
 });
 
 describe.skipIf(!modelPath)("fair share through the gateway", () => {
-  it("serves a quiet organization's request, and a better priority, before another organization's flood", async () => {
+  it("serves a better band (the request's priority, else its key's) first, then a quiet organization's request before another's flood", async () => {
     const endpoint = await getEndpoint(ctl, "tiny");
     const queue = new QueueBase(ctl).queueNamed(endpointQueueName(endpoint));
     const order: string[] = [];
@@ -84,6 +86,8 @@ describe.skipIf(!modelPath)("fair share through the gateway", () => {
     for (let i = 0; i < 6; i++) await send(`flood${i}`, keys.flood as string);
     await send("quiet", keys.quiet as string);
     await send("urgent", keys.flood as string, { priority: -1 });
+    await send("vip", keys.vip as string);
+    await send("vip-asks-less", keys.vip as string, { priority: 3 });
     worker = startWorker({
       ctl,
       endpoint,
@@ -95,6 +99,18 @@ describe.skipIf(!modelPath)("fair share through the gateway", () => {
     // The better band first; then the quiet organization's one request at the band's head, where
     // first come first served would have put it behind the six of the flood. (flood0 found the
     // queue idle and took the head without a tag; flood1 was placed level with it.)
-    expect(order).toEqual(["urgent", "flood0", "flood1", "quiet", "flood2", "flood3", "flood4", "flood5"]);
+    // The key's default band (-2) goes first; a request's own priority overrides it (3: last).
+    expect(order).toEqual([
+      "vip",
+      "urgent",
+      "flood0",
+      "flood1",
+      "quiet",
+      "flood2",
+      "flood3",
+      "flood4",
+      "flood5",
+      "vip-asks-less",
+    ]);
   }, 120_000);
 });

@@ -154,3 +154,17 @@ describe("reservations and headers", () => {
     expect(DEFAULT_COMPLETION_RESERVATION).toBeGreaterThan(0);
   });
 });
+
+describe("a key's default priority", () => {
+  it("is kept, changed and removed like a limit, is shown, and alone costs no rate-limit round trip", () => {
+    const set = applyLimitsChange(undefined, { priority: -2 });
+    expect(set).toEqual({ priority: -2 });
+    expect(hasLimits(set)).toBe(false);
+    expect(describeLimits(set)).toBe("priority -2");
+    const both = applyLimitsChange(set, { rpm: 10 });
+    expect(both).toEqual({ rpm: 10, priority: -2 });
+    expect(describeLimits(both)).toBe("rpm 10; priority -2");
+    expect(applyLimitsChange(both, { priority: null })).toEqual({ rpm: 10 });
+    expect(applyLimitsChange(set, { priority: null })).toBeUndefined();
+  });
+});
