@@ -36,12 +36,15 @@ export type LaneReplica = { id: string; lane: string; load: number; parallel: nu
 /**
  * The text whose hash picks a replica: what a conversation's turns share, its messages up to the
  * first user turn (a system prompt and the first question), or a prompt's head; at most PREFIX_CHARS.
+ * Undefined for work with no cache to reuse (embeddings, images): it goes to the shared queue.
  */
 export function prefixOf(job: {
   kind: string;
   messages?: { role: string; content: string }[];
   prompt?: unknown;
 }): string | undefined {
+  // Only text generation has a cache to reuse (an image job's prompt does not).
+  if (job.kind !== "chat" && job.kind !== "completion" && job.kind !== "generate") return undefined;
   if (job.messages) {
     const first = job.messages.findIndex((m) => m.role === "user");
     const shared = first < 0 ? job.messages : job.messages.slice(0, first + 1);
