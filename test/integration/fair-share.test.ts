@@ -6,6 +6,9 @@
  * queue's and the replica's choice alone, not the machine's speed.
  */
 import { randomUUID } from "node:crypto";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { endpointQueueName } from "../../src/contracts/engines.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
@@ -14,8 +17,11 @@ import type { Endpoint } from "../../src/endpoints/endpoint.ts";
 import { Dispatcher, type Submission } from "../../src/queue/dispatcher.ts";
 import { decodeReplyEntry } from "../../src/queue/replies.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
+import type { Engine } from "../../workers/engines/engine.ts";
 import { loadLlamaCpp } from "../../workers/engines/llamacpp.ts";
+import { loadVllm } from "../../workers/engines/vllm.ts";
 import { type RunningWorker, startWorker } from "../../workers/worker.ts";
+import { fakeVllmPath, writeFakeVllmBin } from "../helpers/fake-vllm.ts";
 import { sharedModelPath } from "../helpers/models.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
@@ -66,6 +72,8 @@ async function run(
   jobs: (Sent | Sent[])[],
   before: (queue: string, model: string) => Promise<void> = async () => undefined,
   through: Dispatcher = dispatcher,
+  loadEngine: (e: Endpoint) => Promise<Engine> = () =>
+    loadLlamaCpp({ modelPath: modelPath as string, parallel: 1, threads: 1 }),
 ) {
   const e = endpoint(`fair${randomUUID().slice(0, 6)}`);
   const queue = endpointQueueName(e);
@@ -93,7 +101,7 @@ async function run(
     ctl,
     endpoint: e,
     replicaId: `${e.name}-1`,
-    loadEngine: () => loadLlamaCpp({ modelPath: modelPath as string, parallel: 1, threads: 1 }),
+    loadEngine: () => loadEngine(e),
   });
   await worker.ready;
   await Promise.all(
@@ -194,6 +202,40 @@ describe.skipIf(!modelPath)("fair share and priority", () => {
       expect((await started()).at(-1)).toBe(batchId);
     } finally {
       await own.close();
+    }
+  }, 120_000);
+
+  it("gives a vLLM replica (the stand-in) the same order, and each job's priority for vLLM's own scheduling", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "platform-fair-vllm-"));
+    try {
+      const bin = await writeFakeVllmBin(dir);
+      const record = join(dir, "record.json");
+      const weights = join(dir, "model.safetensors");
+      await writeFile(weights, "weights");
+      const { order } = await run(
+        [...flood("a", 3), { label: "quiet", org: "b" }, { label: "urgent", org: "a", priority: -3 }],
+        undefined,
+        dispatcher,
+        (e) =>
+          loadVllm({
+            modelPath: weights,
+            servedName: e.name,
+            runtime: e.config.runtime,
+            resources: e.config.resources,
+            bin,
+            env: { FAKE_VLLM_RECORD: record, PATH: fakeVllmPath() },
+            log: () => undefined,
+          }),
+      );
+      expect(order).toEqual(["urgent", "a0", "quiet", "a1", "a2"]);
+      const bodies = (await readFile(`${record}.requests.jsonl`, "utf8"))
+        .split("\n")
+        .filter(Boolean)
+        .map((line) => (JSON.parse(line) as { path: string; body: { priority?: number } }).body)
+        .filter((b) => b && "prompt" in b && (b as { max_tokens?: number }).max_tokens === 24);
+      expect(bodies.map((b) => b.priority ?? 0)).toEqual([-3, 0, 0, 0, 0]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
     }
   }, 120_000);
 });
