@@ -13,17 +13,14 @@ import { z } from "zod";
 import { describeIssues } from "../contracts/issues.ts";
 import { type ErrorEnvelope, errorEnvelope, PlatformError } from "../contracts/errors.ts";
 import { type SchemaLimits, schemaLimitError } from "../contracts/schema-limits.ts";
+import { ChatCompletionRequest, type ChatCompletion, chatFormat, toMessages } from "../contracts/openai/chat.ts";
+import { toParams } from "../contracts/openai/common.ts";
 import {
-  ChatCompletionRequest,
-  type ChatCompletion,
-  chatFormat,
   CompletionRequest,
   completionFormat,
   promptsOf,
   type TextCompletion,
-  toMessages,
-  toParams,
-} from "../contracts/openai.ts";
+} from "../contracts/openai/completions.ts";
 import type { Prompt } from "../contracts/job.ts";
 import type { LineFormat } from "./formats.ts";
 import { failure, idOf, type InputLine, jsonObject, type ParsedEntry } from "./input.ts";

@@ -76,7 +76,7 @@ export const ResponseFormat = z.discriminatedUnion("type", [
 ]);
 export type ResponseFormat = z.infer<typeof ResponseFormat>;
 
-/** The sampling bounds, here once: the OpenAI routes take the same ones (contracts/openai.ts). */
+/** The sampling bounds, here once: the OpenAI routes take the same ones (contracts/openai/common.ts). */
 export const SamplingParams = z.object({
   /** Absent: generate until the end of the context window. 0 (generate nothing) only with `echo`: see PromptParams. */
   max_tokens: z.number().int().nonnegative().optional(),

@@ -1,7 +1,7 @@
 /**
  * Serving one text request (chat, completion or generate): through the fabric (serve.ts), then
  * either the whole answer or its tokens relayed as SSE, in the route's format
- * (src/contracts/openai.ts).
+ * (src/contracts/openai/).
  *
  * Streaming: headers are sent only once the first token (or the result)
  * arrives, so failures before generation (context too long, no such model
@@ -13,7 +13,7 @@ import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
 import { type ErrorEnvelope, errorEnvelope, PlatformError, publicJobError } from "../contracts/errors.ts";
 import type { JobEvent, TextResult, Usage } from "../contracts/job.ts";
-import type { ResponseBase, StreamChunk, TextFormat } from "../contracts/openai.ts";
+import type { ResponseBase, StreamChunk, TextFormat } from "../contracts/openai/common.ts";
 import type { Submission } from "../queue/dispatcher.ts";
 import { nonStreamingTtft } from "../telemetry/request-metrics.ts";
 import { clientError } from "./errors.ts";

@@ -9,7 +9,8 @@ import { COORDINATOR_QUEUE, controlKeys, queueName } from "../../src/contracts/n
 import { RegisteredVersion } from "../../src/registry/version.ts";
 import { endpointNameFor } from "../../src/endpoints/from-source.ts";
 import { deriveState } from "../../src/endpoints/status.ts";
-import { toMessages, toParams } from "../../src/contracts/openai.ts";
+import { toMessages } from "../../src/contracts/openai/chat.ts";
+import { toParams } from "../../src/contracts/openai/common.ts";
 import { huggingFaceUrl } from "../../src/registry/sources.ts";
 import { plainChatPrompt } from "../../workers/engines/engine.ts";
 

@@ -1,23 +1,18 @@
-/** The OpenAI-compatible routes and the platform's own generate route, all under /v1 (the protocol: src/contracts/openai.ts). */
+/** The OpenAI-compatible routes and the platform's own generate route, all under /v1 (the protocol: src/contracts/openai/). */
 import { type Context, Hono } from "hono";
 import { PlatformError } from "../../contracts/errors.ts";
 import { checkSchemaLimits, type SchemaLimits } from "../../contracts/schema-limits.ts";
+import { ChatCompletionRequest, chatFormat, toMessages } from "../../contracts/openai/chat.ts";
+import { toParams } from "../../contracts/openai/common.ts";
 import {
-  ChatCompletionRequest,
-  chatFormat,
   CompletionRequest,
   completionFormat,
-  EmbeddingRequest,
-  embeddingItems,
-  embeddingList,
   GenerateRequest,
   generateFormat,
-  type ModelList,
-  modelEntry,
   promptsOf,
-  toMessages,
-  toParams,
-} from "../../contracts/openai.ts";
+} from "../../contracts/openai/completions.ts";
+import { EmbeddingRequest, embeddingItems, embeddingList } from "../../contracts/openai/embeddings.ts";
+import { type ModelList, modelEntry } from "../../contracts/openai/models.ts";
 import type { GatewayEnv } from "../env.ts";
 import { parseBody } from "../errors.ts";
 import { checkEmbeddingBound, checkPromptBound } from "../input-bounds.ts";
