@@ -19,7 +19,7 @@ import { nonStreamingTtft } from "../telemetry/request-metrics.ts";
 import { clientError } from "./errors.ts";
 import { randomHex } from "./random-id.ts";
 import type { Target } from "./routing.ts";
-import { serve, type ServeContext } from "./serve.ts";
+import { type Serving, serve, type ServeContext } from "./serve.ts";
 
 /**
  * `submissions`: one per prompt (several only on /v1/completions), each answered with `n` choices,
@@ -50,14 +50,7 @@ export async function serveText<R, C extends StreamChunk>(
   // Streamed: the first token's arrival here. Otherwise the worker's report says when it was made.
   const firstTokenSeconds = firsts.some((f) => f.type === "token") ? serving.elapsed() : undefined;
 
-  const finish = (results: TextResult[]): Usage => {
-    const e2eSeconds = serving.elapsed();
-    const usage = usageOf(results, n);
-    const first = results[0] as TextResult;
-    const ttftSeconds = firstTokenSeconds ?? nonStreamingTtft(e2eSeconds, first);
-    serving.answered({ usage, finish_reason: first.finish_reason, e2eSeconds, ttftSeconds, queuedMs: first.queued_ms });
-    return usage;
-  };
+  const finish = (results: TextResult[]): Usage => recordAnswer(serving, results, n, firstTokenSeconds);
 
   if (!options.stream) {
     const results = firsts.map((f) => {
@@ -91,12 +84,8 @@ export async function serveText<R, C extends StreamChunk>(
             ),
           );
           streamed[index] = (streamed[index] ?? 0) + event.text.length;
-        } else if (event.type === "started") {
-          // A second start means the first replica died mid-stream and the job was retried:
-          // the client already has a prefix of a different generation, so end with an error.
-          throw new PlatformError(502, "replica_lost", "the replica serving this stream stopped; retry the request");
-        } else if (event.type === "error") {
-          throw publicJobError(event.error);
+        } else if (event.type === "started" || event.type === "error") {
+          throw streamFailure(event);
         } else if (event.type === "done" && event.result.type === "text") {
           const result = event.result;
           results[index] = result;
@@ -132,6 +121,30 @@ export async function serveText<R, C extends StreamChunk>(
   });
 }
 
+/**
+ * A stream's job that failed, or started again: a second start means the first replica died
+ * mid-stream and the job was retried; the client already has a prefix of a different generation,
+ * so the stream ends with an error.
+ */
+export function streamFailure(event: Extract<JobEvent, { type: "started" | "error" }>): PlatformError {
+  return event.type === "error"
+    ? publicJobError(event.error)
+    : new PlatformError(502, "replica_lost", "the replica serving this stream stopped; retry the request");
+}
+
+/**
+ * The request's answer recorded (metrics, A/B outcome, usage: serve.ts) once every choice has its
+ * result; `firstTokenSeconds` where the first token was streamed. Its usage, all choices together.
+ */
+export function recordAnswer(serving: Serving, results: TextResult[], n: number, firstTokenSeconds?: number): Usage {
+  const e2eSeconds = serving.elapsed();
+  const usage = usageOf(results, n);
+  const first = results[0] as TextResult;
+  const ttftSeconds = firstTokenSeconds ?? nonStreamingTtft(e2eSeconds, first);
+  serving.answered({ usage, finish_reason: first.finish_reason, e2eSeconds, ttftSeconds, queuedMs: first.queued_ms });
+  return usage;
+}
+
 /** Each prompt is read once whatever the number of choices (its `n` choices are together); completions add up. */
 function usageOf(results: TextResult[], n: number): Usage {
   const prompt = results.reduce((sum, r, i) => sum + (i % n === 0 ? r.usage.prompt_tokens : 0), 0);
@@ -143,7 +156,7 @@ function usageOf(results: TextResult[], n: number): Usage {
  * The choices' events as they come, each tagged with its choice, starting from each one's first
  * meaningful event (already read), until every choice has ended.
  */
-async function* mergeEvents(
+export async function* mergeEvents(
   streams: AsyncGenerator<JobEvent>[],
   firsts: JobEvent[],
 ): AsyncGenerator<{ index: number; event: JobEvent }> {

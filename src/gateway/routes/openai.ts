@@ -23,14 +23,7 @@ import { serveText } from "../serve-text.ts";
 /** `schemaLimits`: the bounds on a request's JSON schemas, checked before anything is routed or queued. */
 export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: SchemaLimits) {
   const app = new Hono<GatewayEnv>();
-  /** Routing, remembered for metrics: an error from here on counts under this endpoint and version. */
-  const route = async (c: Context<GatewayEnv>, model: string) => {
-    const t = await router.resolve(model, callerOf(c));
-    ctx.metrics.routed(c.req.raw, { model_name: t.label, version: t.version });
-    return t;
-  };
-  /** The adapter a `<endpoint>:<adapter>` model names, on the job (absent: the base). */
-  const adapterOf = (t: Target) => (t.adapter ? { adapter: t.adapter } : {});
+  const route = (c: Context<GatewayEnv>, model: string) => routeModel(router, ctx, c, model);
 
   app.post("/chat/completions", async (c) => {
     const body = await parseBody(c, ChatCompletionRequest);
@@ -195,6 +188,21 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
 
   return app;
 }
+
+/** Routing, remembered for metrics: an error from here on counts under this endpoint and version. */
+export async function routeModel(
+  router: Router,
+  ctx: ServeContext,
+  c: Context<GatewayEnv>,
+  model: string,
+): Promise<Target> {
+  const t = await router.resolve(model, callerOf(c));
+  ctx.metrics.routed(c.req.raw, { model_name: t.label, version: t.version });
+  return t;
+}
+
+/** The adapter a `<endpoint>:<adapter>` model names, on the job (absent: the base). */
+export const adapterOf = (t: Target) => (t.adapter ? { adapter: t.adapter } : {});
 
 /** The caller as sticky A/B tests see it. */
 export function callerOf(c: Context<GatewayEnv>): Caller {
