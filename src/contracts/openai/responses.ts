@@ -54,13 +54,19 @@ const functionName = z
   .regex(/^[a-zA-Z0-9_-]{1,64}$/, "a function name is 1 to 64 letters, digits, '_' or '-'");
 
 /** A Responses function tool is flat: `{type, name, parameters}` where chat nests them under `function`. */
-const ResponsesTool = z.object({
-  type: z.literal("function", { error: (issue) => toolTypeMessage(issue.input) }),
-  name: functionName,
-  description: z.string().max(4096).nullish(),
-  parameters: JsonSchema.nullish(),
-  strict: z.boolean().nullish(),
-});
+const ResponsesTool = z.discriminatedUnion(
+  "type",
+  [
+    z.object({
+      type: z.literal("function"),
+      name: functionName,
+      description: z.string().max(4096).nullish(),
+      parameters: JsonSchema.nullish(),
+      strict: z.boolean().nullish(),
+    }),
+  ],
+  { error: (issue) => toolTypeMessage((issue.input as { type?: unknown } | undefined)?.type) },
+);
 
 const ResponsesToolChoice = z.union(
   [z.enum(["none", "auto", "required"]), z.object({ type: z.literal("function"), name: z.string().min(1).max(64) })],
@@ -156,9 +162,7 @@ const IGNORED = {
 export const ResponseCreateRequest = openAiBody(
   {
     model: z.string().min(1),
-    input: z.union([z.string(), z.array(InputItem).max(MAX_INPUT_ITEMS)], {
-      error: () => "expected a string or a list of input items",
-    }),
+    input: z.union([z.string(), z.array(InputItem).max(MAX_INPUT_ITEMS)]),
     instructions: z.string().nullish(),
     max_output_tokens: generatedTokens.nullish(),
     ...orNull({ temperature: bounds.temperature, top_p: bounds.top_p, seed: bounds.seed }),
