@@ -21,10 +21,15 @@ import {
 } from "../../contracts/openai/responses.ts";
 import {
   asInputItem,
+  completedResponse,
   itemList,
   listedItems,
   type NewId,
+  outputItems,
+  ResponseEvents,
+  type ResponseObject,
   responseShell,
+  type StreamEvent,
 } from "../../contracts/openai/responses-output.ts";
 import { checkSchemaLimits, type SchemaLimits } from "../../contracts/schema-limits.ts";
 import type { ResponseStore } from "../../responses/store.ts";
@@ -34,7 +39,7 @@ import { checkPromptBound } from "../input-bounds.ts";
 import { randomHex } from "../random-id.ts";
 import { type Router, requireTask } from "../routing.ts";
 import type { ServeContext } from "../serve.ts";
-import { serveResponse } from "../serve-response.ts";
+import { serveEvents } from "../serve-events.ts";
 import { adapterOf, routeModel } from "./openai.ts";
 
 const newId: NewId = (prefix) => `${prefix}${randomHex(24)}`;
@@ -99,7 +104,20 @@ export function responsesRoutes(router: Router, ctx: ServeContext, schemaLimits:
     );
     const keep = body.store ?? true;
     const caller = c.get("caller");
-    return serveResponse(
+    const shell = responseShell(body, newId("resp_"), Math.floor(Date.now() / 1000), keep);
+    /** Kept before the client has it, so a retrieve right after finds it. */
+    const finished = async (response: ResponseObject): Promise<ResponseObject> => {
+      if (!keep) return response;
+      const stored = await store.save(org, {
+        response,
+        input,
+        context: [...context, ...response.output.map(asInputItem)],
+        owner: caller.id,
+      });
+      // Larger than the organization may keep at all: answered, not kept, and said so.
+      return stored ? response : { ...response, store: false };
+    };
+    return serveEvents(
       c,
       ctx,
       {
@@ -122,18 +140,20 @@ export function responsesRoutes(router: Router, ctx: ServeContext, schemaLimits:
       {
         stream: body.stream ?? false,
         target: t,
-        shell: responseShell(body, newId("resp_"), Math.floor(Date.now() / 1000), keep),
-        newId,
-        finished: async (response) => {
-          if (!keep) return response;
-          const stored = await store.save(org, {
-            response,
-            input,
-            context: [...context, ...response.output.map(asInputItem)],
-            owner: caller.id,
-          });
-          // Larger than the organization may keep at all: answered, not kept, and said so.
-          return stored ? response : { ...response, store: false };
+        whole: (result) => finished(completedResponse(shell, outputItems(result, newId), result)),
+        events: () => {
+          const events = new ResponseEvents(newId);
+          return {
+            started: () => events.started(shell),
+            text: (delta) => events.text(delta),
+            finish: async (result) => {
+              const done = events.finish(shell, result);
+              const response = await finished(done.response);
+              const last = done.events.pop() as StreamEvent;
+              return [...done.events, { ...last, response }];
+            },
+            failed: (err) => [events.failed(shell, { code: err.code, message: err.message })],
+          };
         },
       },
     );

@@ -40,6 +40,7 @@ import { asPlatformError, errorResponse } from "../errors.ts";
 import { bodyLimits } from "../input-bounds.ts";
 import { openAiRoutes } from "../routes/openai.ts";
 import { responsesRoutes } from "../routes/responses.ts";
+import { anthropicRoutes } from "../routes/anthropic.ts";
 import { ResponseStore } from "../../responses/store.ts";
 import { openAiImageRoutes } from "../routes/openai-images.ts";
 import { oauthRoutes } from "../routes/oauth.ts";
@@ -192,6 +193,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const caller = requireCaller(ctl, callers);
   app.use("/v1/*", caller, meter, limits);
   app.route("/v1", openAiRoutes(router, textContext, settings.structured.limits));
+  app.route("/v1", anthropicRoutes(router, textContext, settings.structured.limits));
   app.route(
     "/v1",
     responsesRoutes(router, textContext, settings.structured.limits, new ResponseStore(ctl, settings.responses)),

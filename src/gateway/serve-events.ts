@@ -1,68 +1,69 @@
 /**
- * Serving one Responses API request (routes/responses.ts): its chat job through the fabric
- * (serve.ts), then the response whole, or streamed as OpenAI's typed events
- * (contracts/openai/responses-output.ts). As chat's streams (serve-text.ts): the headers wait for
- * the first token, so a refusal before generation is an ordinary HTTP error; a failure after it
- * is a `response.failed` event, and the stream ends.
+ * Serving one chat job for an API whose stream is typed events rather than chunks: OpenAI's
+ * Responses API (routes/responses.ts) and Anthropic's Messages API (routes/anthropic.ts). The
+ * job goes through the fabric (serve.ts); the answer comes whole, or as the API's events
+ * (its `EventStream`). As chat's streams (serve-text.ts): the headers wait for the first token,
+ * so a refusal before generation is an ordinary HTTP error; a failure after it is the API's own
+ * error event, and the stream ends.
  */
 import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
 import { PlatformError } from "../contracts/errors.ts";
 import type { TextResult } from "../contracts/job.ts";
-import {
-  completedResponse,
-  type NewId,
-  outputItems,
-  type ResponseObject,
-  ResponseEvents,
-  type StreamEvent,
-} from "../contracts/openai/responses-output.ts";
 import type { Submission } from "../queue/dispatcher.ts";
 import { clientError } from "./errors.ts";
 import type { Target } from "./routing.ts";
 import { serve, type ServeContext } from "./serve.ts";
 import { mergeEvents, recordAnswer, streamFailure } from "./serve-text.ts";
 
-export type ResponseServing = {
-  stream: boolean;
-  target: Target;
-  /** The response before generation (responseShell). */
-  shell: ResponseObject;
-  newId: NewId;
-  /** The finished response, before the client has it (storing it): what the client is sent. */
-  finished: (response: ResponseObject) => Promise<ResponseObject>;
+type Event = { type: string };
+
+/** One stream's events, in its API's words; each is sent as an SSE event named by its `type`. */
+export type EventStream = {
+  started(): Event[];
+  /** A text delta (the first opens the text block). */
+  text(delta: string): Event[];
+  /** The answer's end; awaited before the last events are sent (a stored response is kept first). */
+  finish(result: TextResult): Promise<Event[]>;
+  failed(err: PlatformError): Event[];
 };
 
-export async function serveResponse(
+export type EventServing = {
+  stream: boolean;
+  target: Target;
+  /** The whole answer of a request that did not stream. */
+  whole: (result: TextResult) => Promise<unknown>;
+  /** The stream's events, made once the first token is there. */
+  events: () => EventStream;
+};
+
+export async function serveEvents(
   c: Context,
   ctx: ServeContext,
   submission: Submission,
-  options: ResponseServing,
+  options: EventServing,
 ): Promise<Response> {
-  const { shell, newId } = options;
   const serving = await serve(c, ctx, [{ ...submission, stream: options.stream }], { target: options.target });
   const [first] = serving.firsts;
 
   if (!options.stream) {
     if (first?.type !== "done" || first.result.type !== "text")
       throw new PlatformError(500, "internal_error", "worker sent an unexpected result");
-    const result = first.result;
-    recordAnswer(serving, [result], 1);
-    const response = completedResponse(shell, outputItems(result, newId), result);
-    return c.json(await options.finished(response));
+    recordAnswer(serving, [first.result], 1);
+    return c.json(await options.whole(first.result));
   }
 
   const firstTokenSeconds = first?.type === "token" ? serving.elapsed() : undefined;
   return streamSSE(c, async (sse) => {
     sse.onAbort(() => void serving.cancel());
-    const send = async (events: StreamEvent[]) => {
+    const send = async (events: Event[]) => {
       for (const event of events) await sse.writeSSE({ event: event.type, data: JSON.stringify(event) });
     };
-    const events = new ResponseEvents(newId);
+    const events = options.events();
     const itlLabels = { ...serving.served, source: "online" as const };
     let lastToken: number | undefined;
     let streamed = false;
-    await send(events.started(shell));
+    await send(events.started());
     try {
       let result: TextResult | undefined;
       for await (const { event } of mergeEvents(serving.events, serving.firsts)) {
@@ -82,14 +83,11 @@ export async function serveResponse(
       recordAnswer(serving, [result], 1, firstTokenSeconds);
       // What the engine could only say at the end (text it had to parse first) comes whole.
       if (!streamed && result.text !== "") await send(events.text(result.text));
-      const finished = events.finish(shell, result);
-      const response = await options.finished(finished.response);
-      const last = finished.events.pop() as StreamEvent;
-      await send([...finished.events, { ...last, response }]);
+      await send(await events.finish(result));
     } catch (e) {
       const err = clientError(c, e);
       serving.failed(err);
-      await send([events.failed(shell, { code: err.code, message: err.message })]);
+      await send(events.failed(err));
       void serving.cancel().catch(() => undefined);
     }
   });
