@@ -2,7 +2,7 @@
  * Anthropic's Messages API end to end (issue 40), on one `platform up` stack serving the suite's
  * tiny model: @anthropic-ai/sdk (messages.create, messages.stream, tools and the tool_result round
  * trip, countTokens, its error classes from Anthropic's envelope, x-api-key auth) and LangChain's
- * ChatAnthropic pointed at the platform.
+ * ChatAnthropic pointed at the platform; and vLLM's /tokenize and /detokenize on the same stack.
  */
 import Anthropic from "@anthropic-ai/sdk";
 import { ChatAnthropic } from "@langchain/anthropic";
@@ -215,5 +215,58 @@ describe("LangChain's ChatAnthropic", () => {
     }).bindTools([weather], { tool_choice: { type: "tool", name: "get_weather" } });
     const answer = await model.invoke("Weather?");
     expect(answer.tool_calls?.[0]).toMatchObject({ name: "get_weather", args: { city: expect.any(String) } });
+  });
+});
+
+describe("POST /tokenize and /detokenize (vLLM's shapes)", () => {
+  const post = async (path: string, body: unknown, key = stack.apiKey) => {
+    const res = await fetch(`${stack.baseUrl}${path}`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+  };
+  const openaiPost = async (path: string, body: unknown) =>
+    (await post(`/v1${path}`, body)).body as { usage: { prompt_tokens: number } };
+
+  it("tokenizes a prompt as a completion reads it, and a chat as a chat request's prompt is", async () => {
+    const prompt = "Once upon a time";
+    const tokenized = await post("/tokenize", { model: MODEL, prompt });
+    expect(tokenized.status, JSON.stringify(tokenized.body)).toBe(200);
+    const { count, max_model_len, tokens } = tokenized.body as {
+      count: number;
+      max_model_len: number;
+      tokens: number[];
+    };
+    expect(count).toBe(tokens.length);
+    expect(max_model_len).toBe(4096);
+    const completion = await openaiPost("/completions", { model: MODEL, prompt, max_tokens: 1 });
+    expect(count).toBe(completion.usage.prompt_tokens);
+    expect((await post("/v1/tokenize", { model: MODEL, prompt })).body).toEqual(tokenized.body);
+
+    const messages = [{ role: "user", content: prompt }];
+    const chat = await post("/tokenize", { model: MODEL, messages });
+    const asked = await openaiPost("/chat/completions", { model: MODEL, messages, max_tokens: 1 });
+    expect(chat.body.count).toBe(asked.usage.prompt_tokens);
+
+    const bare = (await post("/tokenize", { model: MODEL, prompt, add_special_tokens: false })).body as {
+      tokens: number[];
+    };
+    expect(bare.tokens.length).toBeLessThanOrEqual(count);
+    const back = await post("/detokenize", { model: MODEL, tokens: bare.tokens });
+    expect(back.status).toBe(200);
+    expect(String(back.body.prompt).trimStart()).toBe(prompt);
+  });
+
+  it("refuses bad input naming the field, and callers without a key", async () => {
+    const unknown = await post("/tokenize", { model: MODEL, prompt: "x", return_token_strs: true });
+    expect(unknown.status).toBe(400);
+    expect(unknown.body.error).toMatchObject({ param: "return_token_strs" });
+    const huge = await post("/detokenize", { model: MODEL, tokens: [2 ** 30] });
+    expect(huge.status).toBe(400);
+    expect(huge.body.error).toMatchObject({ param: "tokens", message: expect.stringMatching(/^tokens\[0\]: token/) });
+    expect((await post("/tokenize", { model: "nope", prompt: "x" })).status).toBe(404);
+    expect((await post("/tokenize", { model: MODEL, prompt: "x" }, "sk-plat-wrong")).status).toBe(401);
   });
 });

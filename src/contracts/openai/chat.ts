@@ -24,7 +24,7 @@ import {
 const contentPart = z.object({ type: z.literal("text"), text: z.string() });
 const content = z.union([z.string(), z.array(contentPart), z.null()]).optional();
 
-const message = z.discriminatedUnion("role", [
+export const ChatRequestMessage = z.discriminatedUnion("role", [
   // "developer" is OpenAI's newer name for "system".
   z.object({ role: z.enum(["system", "developer", "user"]), content, name: z.string().optional() }),
   z.object({
@@ -42,7 +42,7 @@ const message = z.discriminatedUnion("role", [
 
 export const ChatCompletionRequest = openAiBody({
   model: z.string().min(1),
-  messages: z.array(message).min(1, "messages must contain at least one message"),
+  messages: z.array(ChatRequestMessage).min(1, "messages must contain at least one message"),
   max_completion_tokens: generatedTokens.nullish(),
   logprobs: z.nullable(bounds.logprobs),
   top_logprobs: z.nullable(bounds.top_logprobs),
