@@ -4,7 +4,7 @@
  * usage and metrics; POST /messages/count_tokens counts the prompt as the model's tokenizer and
  * chat template read it. Errors on these routes are in Anthropic's envelope (errors.ts).
  */
-import { Hono } from "hono";
+import { type Context, Hono } from "hono";
 import {
   blockStop,
   CountTokensRequest,
@@ -22,8 +22,8 @@ import {
   toParams,
   anthropicError,
 } from "../../contracts/anthropic.ts";
-import { PlatformError } from "../../contracts/errors.ts";
 import type { SamplingParams } from "../../contracts/job.ts";
+import type { Submission } from "../../queue/dispatcher.ts";
 import { checkSchemaLimits, type SchemaLimits } from "../../contracts/schema-limits.ts";
 import type { GatewayEnv } from "../env.ts";
 import { parseBody } from "../errors.ts";
@@ -33,8 +33,7 @@ import { type Router, requireTask } from "../routing.ts";
 import type { ServeContext } from "../serve.ts";
 import { serveEvents } from "../serve-events.ts";
 import { adapterOf, routeModel } from "./openai.ts";
-import type { Context } from "hono";
-import type { Submission } from "../../queue/dispatcher.ts";
+import { tokenizeJob } from "./tokenize.ts";
 
 export function anthropicRoutes(router: Router, ctx: ServeContext, schemaLimits: SchemaLimits) {
   const app = new Hono<GatewayEnv>();
@@ -66,7 +65,7 @@ export function anthropicRoutes(router: Router, ctx: ServeContext, schemaLimits:
       params,
       ...(tools ? { tools, ...toChatToolChoice(body.tool_choice) } : {}),
     };
-    return { target: t, submission };
+    return { target: t, submission, messages, tools };
   };
 
   app.post("/messages", async (c) => {
@@ -104,18 +103,13 @@ export function anthropicRoutes(router: Router, ctx: ServeContext, schemaLimits:
     });
   });
 
-  // Counted as a replica reads it: the prompt of a one-token generation, whose usage is the count.
+  // Counted as a replica reads it: the chat job's prompt, rendered by the model's own template (a tokenize job).
   app.post("/messages/count_tokens", async (c) => {
     const body = await parseBody(c, CountTokensRequest);
-    const { target, submission } = await chatJob(c, body, { max_tokens: 1 });
-    return serveEvents(c, ctx, submission, {
-      stream: false,
-      target,
-      whole: async (result) => ({ input_tokens: result.usage.prompt_tokens }),
-      events: () => {
-        throw new PlatformError(500, "internal_error", "count_tokens does not stream");
-      },
-    });
+    const { target, messages, tools } = await chatJob(c, body, {});
+    const counted = body.tool_choice?.type === "none" ? undefined : tools;
+    const result = await tokenizeJob(ctx, c, target, { messages, ...(counted ? { tools: counted } : {}) });
+    return c.json({ input_tokens: result.tokens.length });
   });
 
   return app;
