@@ -87,6 +87,7 @@ describe("the openai npm client", () => {
       model: MODEL,
       input: "Once upon a time",
       max_output_tokens: 10,
+      temperature: 0,
       stream: true,
     });
     const events = [];
@@ -112,8 +113,13 @@ describe("the openai npm client", () => {
     const last = events.at(-1);
     const output = last?.type === "response.incomplete" ? last.response.output : [];
     expect(output).toMatchObject([{ type: "message", content: [{ type: "output_text", text: deltas.join("") }] }]);
-    // The stream helper's final response is the same one, whole.
-    const helper = client.responses.stream({ model: MODEL, input: "Once upon a time", max_output_tokens: 10 });
+    // The stream helper's final response: the same greedy text, whole.
+    const helper = client.responses.stream({
+      model: MODEL,
+      input: "Once upon a time",
+      max_output_tokens: 10,
+      temperature: 0,
+    });
     const final = await helper.finalResponse();
     expect(final.output_text).toBe(deltas.join(""));
   });

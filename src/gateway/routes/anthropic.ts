@@ -23,7 +23,6 @@ import {
   anthropicError,
 } from "../../contracts/anthropic.ts";
 import type { SamplingParams } from "../../contracts/job.ts";
-import type { Submission } from "../../queue/dispatcher.ts";
 import { checkSchemaLimits, type SchemaLimits } from "../../contracts/schema-limits.ts";
 import type { GatewayEnv } from "../env.ts";
 import { parseBody } from "../errors.ts";
@@ -32,7 +31,7 @@ import { randomHex } from "../random-id.ts";
 import { type Router, requireTask } from "../routing.ts";
 import type { ServeContext } from "../serve.ts";
 import { serveEvents } from "../serve-events.ts";
-import { adapterOf, routeModel } from "./openai.ts";
+import { chatSubmission, routeModel } from "./openai.ts";
 import { tokenizeJob } from "./tokenize.ts";
 
 export function anthropicRoutes(router: Router, ctx: ServeContext, schemaLimits: SchemaLimits) {
@@ -55,16 +54,7 @@ export function anthropicRoutes(router: Router, ctx: ServeContext, schemaLimits:
       params.max_tokens,
       "messages",
     );
-    const submission: Submission = {
-      kind: "chat",
-      request_id: c.get("requestId"),
-      model: t.model,
-      version: t.version,
-      ...adapterOf(t),
-      messages,
-      params,
-      ...(tools ? { tools, ...toChatToolChoice(body.tool_choice) } : {}),
-    };
+    const submission = chatSubmission(c, t, messages, params, { tools, ...toChatToolChoice(body.tool_choice) });
     return { target: t, submission, messages, tools };
   };
 

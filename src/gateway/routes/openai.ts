@@ -1,6 +1,8 @@
 /** The OpenAI-compatible routes and the platform's own generate route, all under /v1 (the protocol: src/contracts/openai/). */
 import { type Context, Hono } from "hono";
 import { PlatformError } from "../../contracts/errors.ts";
+import type { ChatMessage, FunctionTool, SamplingParams, ToolChoice } from "../../contracts/job.ts";
+import type { Submission } from "../../queue/dispatcher.ts";
 import { checkSchemaLimits, type SchemaLimits } from "../../contracts/schema-limits.ts";
 import { ChatCompletionRequest, chatFormat, toMessages } from "../../contracts/openai/chat.ts";
 import { toParams } from "../../contracts/openai/common.ts";
@@ -43,22 +45,11 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
       ctx,
       chatFormat,
       [
-        {
-          kind: "chat",
-          request_id: c.get("requestId"),
-          model: t.model,
-          version: t.version,
-          ...adapterOf(t),
-          messages,
-          params,
-          ...(body.tools?.length
-            ? {
-                tools: body.tools,
-                tool_choice: body.tool_choice ?? undefined,
-                parallel_tool_calls: body.parallel_tool_calls ?? undefined,
-              }
-            : {}),
-        },
+        chatSubmission(c, t, messages, params, {
+          tools: body.tools ?? undefined,
+          tool_choice: body.tool_choice ?? undefined,
+          parallel_tool_calls: body.parallel_tool_calls ?? undefined,
+        }),
       ],
       {
         stream: body.stream ?? false,
@@ -203,6 +194,31 @@ export async function routeModel(
 
 /** The adapter a `<endpoint>:<adapter>` model names, on the job (absent: the base). */
 export const adapterOf = (t: Target) => (t.adapter ? { adapter: t.adapter } : {});
+
+/**
+ * The chat job of a request routed to `t`, whichever API it came in (chat completions, the
+ * Responses and Messages APIs): the tools only where there are some.
+ */
+export function chatSubmission(
+  c: Context<GatewayEnv>,
+  t: Target,
+  messages: ChatMessage[],
+  params: SamplingParams,
+  tools: { tools?: FunctionTool[]; tool_choice?: ToolChoice; parallel_tool_calls?: boolean },
+): Submission {
+  return {
+    kind: "chat",
+    request_id: c.get("requestId"),
+    model: t.model,
+    version: t.version,
+    ...adapterOf(t),
+    messages,
+    params,
+    ...(tools.tools?.length
+      ? { tools: tools.tools, tool_choice: tools.tool_choice, parallel_tool_calls: tools.parallel_tool_calls }
+      : {}),
+  };
+}
 
 /** The caller as sticky A/B tests see it. */
 export function callerOf(c: Context<GatewayEnv>): Caller {

@@ -40,7 +40,7 @@ import { randomHex } from "../random-id.ts";
 import { type Router, requireTask } from "../routing.ts";
 import type { ServeContext } from "../serve.ts";
 import { serveEvents } from "../serve-events.ts";
-import { adapterOf, routeModel } from "./openai.ts";
+import { chatSubmission, routeModel } from "./openai.ts";
 
 const newId: NewId = (prefix) => `${prefix}${randomHex(24)}`;
 
@@ -120,23 +120,12 @@ export function responsesRoutes(router: Router, ctx: ServeContext, schemaLimits:
     return serveEvents(
       c,
       ctx,
-      {
-        kind: "chat",
-        request_id: c.get("requestId"),
-        model: t.model,
-        version: t.version,
-        ...adapterOf(t),
-        messages,
-        params,
-        // tool_choice "none" with no tools asks for nothing: the job carries no tools then.
-        ...(tools
-          ? {
-              tools,
-              tool_choice: toChatToolChoice(body.tool_choice),
-              parallel_tool_calls: body.parallel_tool_calls ?? undefined,
-            }
-          : {}),
-      },
+      // tool_choice "none" with no tools asks for nothing: the job carries no tools then.
+      chatSubmission(c, t, messages, params, {
+        tools,
+        tool_choice: toChatToolChoice(body.tool_choice),
+        parallel_tool_calls: body.parallel_tool_calls ?? undefined,
+      }),
       {
         stream: body.stream ?? false,
         target: t,
