@@ -6,13 +6,12 @@
  */
 import { z } from "zod";
 import { describeIssues } from "../contracts/issues.ts";
-import type { SamplingParams } from "../contracts/job.ts";
 import {
   inputItems,
   ResponseCreateRequest,
   responsesParam,
   toChatMessages,
-  toResponseFormat,
+  toParams,
   withInstructions,
 } from "../contracts/openai/responses.ts";
 import { type SchemaLimits, schemaLimitError } from "../contracts/schema-limits.ts";
@@ -54,15 +53,7 @@ export function parseResponsesLine(
     );
   const messages = withInstructions(request.instructions, toChatMessages(inputItems(request.input)));
   if (messages.length === 0) return failure(n, id, "invalid_request", "body.input: send at least one input item");
-  const params = Object.fromEntries(
-    Object.entries({
-      max_tokens: request.max_output_tokens ?? undefined,
-      temperature: request.temperature ?? undefined,
-      top_p: request.top_p ?? undefined,
-      seed: request.seed ?? undefined,
-      response_format: toResponseFormat(request.text?.format),
-    }).filter(([, v]) => v !== undefined),
-  ) as SamplingParams;
+  const params = toParams(request);
   const overLimit = schemaLimitError({ response_format: params.response_format }, schemaLimits);
   if (overLimit) return failure(n, id, overLimit.code, `body.${responsesParam(overLimit.message)}`);
   return { ok: true, line: n, id, work: { kind: "chat", messages }, params };

@@ -15,6 +15,7 @@ import {
   JsonSchema,
   MAX_TOOLS,
   type ResponseFormat,
+  type SamplingParams,
   type ToolCall,
   type ToolChoice,
 } from "../job.ts";
@@ -264,6 +265,18 @@ export function toResponseFormat(format: TextFormat | null | undefined): Respons
       ...(format.strict != null ? { strict: format.strict } : {}),
     },
   };
+}
+
+/** The chat job's sampling parameters; absent fields stay absent (a batch record stores only what was set). */
+export function toParams(body: ResponseCreateRequest): SamplingParams {
+  const params: SamplingParams = {
+    max_tokens: body.max_output_tokens ?? undefined,
+    temperature: body.temperature ?? undefined,
+    top_p: body.top_p ?? undefined,
+    seed: body.seed ?? undefined,
+    response_format: toResponseFormat(body.text?.format),
+  };
+  return Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined)) as SamplingParams;
 }
 
 /** Chat's names for the request's schemas, in schema-limit errors (param and message), as the Responses body names them. */

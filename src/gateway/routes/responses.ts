@@ -7,7 +7,6 @@
 import { type Context, Hono } from "hono";
 import { z } from "zod";
 import { PlatformError } from "../../contracts/errors.ts";
-import type { SamplingParams } from "../../contracts/job.ts";
 import {
   inputItems,
   MAX_INPUT_ITEMS,
@@ -16,7 +15,7 @@ import {
   toChatMessages,
   toChatToolChoice,
   toChatTools,
-  toResponseFormat,
+  toParams,
   withInstructions,
 } from "../../contracts/openai/responses.ts";
 import {
@@ -81,13 +80,7 @@ export function responsesRoutes(router: Router, ctx: ServeContext, schemaLimits:
     if (messages.length === 0)
       throw new PlatformError(400, "invalid_request", "send at least one input item or instructions", "input");
     const tools = toChatTools(body.tools);
-    const params = definedOnly({
-      max_tokens: body.max_output_tokens ?? undefined,
-      temperature: body.temperature ?? undefined,
-      top_p: body.top_p ?? undefined,
-      seed: body.seed ?? undefined,
-      response_format: toResponseFormat(body.text?.format),
-    });
+    const params = toParams(body);
     try {
       checkSchemaLimits({ response_format: params.response_format, tools }, schemaLimits);
     } catch (e) {
@@ -180,8 +173,4 @@ export function responsesRoutes(router: Router, ctx: ServeContext, schemaLimits:
   });
 
   return app;
-}
-
-function definedOnly(params: SamplingParams): SamplingParams {
-  return Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined)) as SamplingParams;
 }
