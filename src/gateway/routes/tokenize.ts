@@ -1,5 +1,5 @@
 /**
- * POST /tokenize and /detokenize, vLLM's shapes (src/contracts/tokenize.ts), mounted at the root
+ * POST /tokenize and /detokenize, vLLM's shapes (src/contracts/openai/tokenize.ts), mounted at the root
  * as vLLM and llama.cpp's server have them and under /v1: a `tokenize` job on the model's replicas
  * (their own tokenizer and chat template), through the same routing, keys and limits as chat.
  */
@@ -12,7 +12,7 @@ import {
   type Tokenized,
   tokenizeForm,
   tokenizeInput,
-} from "../../contracts/tokenize.ts";
+} from "../../contracts/openai/tokenize.ts";
 import type { GatewayEnv } from "../env.ts";
 import { parseBody, readJson } from "../errors.ts";
 import { type Router, requireTask, type Target } from "../routing.ts";

@@ -3,12 +3,12 @@
  * (routes/tokenize.ts): `{model, prompt}` or `{model, messages}` (rendered by the model's chat
  * template, as a chat job's prompt is) → `{count, max_model_len, tokens}`; `{model, tokens}` →
  * `{prompt}`. Both become a `tokenize` job (job.ts). Fields vLLM has that this server cannot
- * honour are refused naming them, as on the OpenAI routes.
+ * honour are refused naming them, as on the OpenAI routes (vLLM serves them beside its OpenAI API).
  */
 import { z } from "zod";
-import { FunctionTool, MAX_TOKEN_ID, MAX_TOOLS, type TokenizeJob } from "./job.ts";
-import { ChatRequestMessage, toMessages } from "./openai/chat.ts";
-import { openAiBody } from "./openai/common.ts";
+import { FunctionTool, MAX_TOKEN_ID, MAX_TOOLS, type TokenizeJob } from "../job.ts";
+import { ChatRequestMessage, toMessages } from "./chat.ts";
+import { openAiBody } from "./common.ts";
 
 const DOC = "docs/http-api.md, Tokenize";
 
