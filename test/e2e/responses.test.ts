@@ -10,7 +10,7 @@ import { spawnSync } from "node:child_process";
 import { createOpenAI } from "@ai-sdk/openai";
 import { Agent, OpenAIProvider, Runner, setTracingDisabled, tool as agentTool } from "@openai/agents";
 import { generateObject, generateText, streamText } from "ai";
-import OpenAI from "openai";
+import OpenAI, { toFile } from "openai";
 import { zodTextFormat } from "openai/helpers/zod";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
@@ -356,5 +356,48 @@ describe("the AI SDK's default openai() provider", () => {
       maxOutputTokens: 200,
     });
     expect(Pet.parse(object)).toEqual(object);
+  });
+});
+
+describe("the Batch API's /v1/responses lines", () => {
+  it("answers each line as the online route does, as a response object", async () => {
+    const body = (input: string) => ({ model: MODEL, input, max_output_tokens: 4, temperature: 0 });
+    const lines = [
+      { custom_id: "a", method: "POST", url: "/v1/responses", body: body("Once upon a time") },
+      { custom_id: "b", method: "POST", url: "/v1/responses", body: { ...body("x"), tools: [weatherTool] } },
+    ];
+    const file = await client.files.create({
+      file: await toFile(Buffer.from(lines.map((l) => JSON.stringify(l)).join("\n")), "responses.jsonl"),
+      purpose: "batch",
+    });
+    const created = await client.batches.create({
+      input_file_id: file.id,
+      endpoint: "/v1/responses",
+      completion_window: "24h",
+    });
+    await expect
+      .poll(async () => (await client.batches.retrieve(created.id)).status, { timeout: 120_000, interval: 500 })
+      .toBe("completed");
+    const batch = await client.batches.retrieve(created.id);
+    expect(batch.request_counts).toEqual({ total: 2, completed: 1, failed: 1 });
+    const [answer] = (await (await client.files.content(batch.output_file_id as string)).text())
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
+    const online = await client.responses.create({ ...body("Once upon a time"), store: false });
+    expect(answer.response.body).toMatchObject({
+      object: "response",
+      status: "incomplete",
+      output: [{ type: "message", content: [{ type: "output_text", text: online.output_text }] }],
+      usage: { input_tokens: online.usage?.input_tokens, output_tokens: 4 },
+    });
+    const [refused] = (await (await client.files.content(batch.error_file_id as string)).text())
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
+    expect(refused).toMatchObject({
+      custom_id: "b",
+      error: { message: expect.stringMatching(/body\.tools: not available in a batch/) },
+    });
   });
 });
