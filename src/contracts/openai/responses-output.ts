@@ -6,7 +6,7 @@
  * result (job.ts TextResult); the request side is responses.ts.
  */
 import type { FinishReason, ToolCall, Usage } from "../job.ts";
-import type { InputItem, ResponseCreateRequest, TextFormat } from "./responses.ts";
+import type { InputItem, ResponseCreateRequest, ResponseTextFormat } from "./responses.ts";
 
 type Status = "in_progress" | "completed" | "incomplete" | "failed";
 type OutputText = { type: "output_text"; text: string; annotations: never[]; logprobs: never[] };
@@ -60,7 +60,7 @@ export type ResponseObject = {
   reasoning: { effort: null; summary: null };
   store: boolean;
   temperature: number | null;
-  text: { format: TextFormat };
+  text: { format: ResponseTextFormat };
   tool_choice: NonNullable<ResponseCreateRequest["tool_choice"]>;
   tools: EchoedTool[];
   top_p: number | null;

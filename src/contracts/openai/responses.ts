@@ -75,7 +75,7 @@ const ResponsesToolChoice = z.union(
 );
 
 /** `text.format`: the same constrained decoding as chat's `response_format`. */
-const TextFormat = z.discriminatedUnion(
+const ResponseTextFormat = z.discriminatedUnion(
   "type",
   [
     z.object({ type: z.literal("text") }),
@@ -90,7 +90,7 @@ const TextFormat = z.discriminatedUnion(
   ],
   { error: () => 'expected a format of type "text", "json_object" or "json_schema"' },
 );
-export type TextFormat = z.infer<typeof TextFormat>;
+export type ResponseTextFormat = z.infer<typeof ResponseTextFormat>;
 
 const IMAGES_OR_FILES = "images, files and audio are not supported by this server's text models; send input_text parts";
 
@@ -170,7 +170,9 @@ export const ResponseCreateRequest = openAiBody(
     tools: z.array(ResponsesTool).max(MAX_TOOLS).nullish(),
     tool_choice: ResponsesToolChoice.nullish(),
     parallel_tool_calls: z.boolean().nullish(),
-    text: z.object({ format: TextFormat.nullish(), verbosity: z.enum(["low", "medium", "high"]).nullish() }).nullish(),
+    text: z
+      .object({ format: ResponseTextFormat.nullish(), verbosity: z.enum(["low", "medium", "high"]).nullish() })
+      .nullish(),
     stream: z.boolean().nullish(),
     store: z.boolean().nullish(),
     previous_response_id: z.string().min(1).max(128).nullish(),
@@ -253,7 +255,7 @@ export function toChatToolChoice(choice: ResponseCreateRequest["tool_choice"]): 
   return typeof choice === "string" ? choice : { type: "function", function: { name: choice.name } };
 }
 
-export function toResponseFormat(format: TextFormat | null | undefined): ResponseFormat | undefined {
+export function toResponseFormat(format: ResponseTextFormat | null | undefined): ResponseFormat | undefined {
   if (!format || format.type === "text") return undefined;
   if (format.type === "json_object") return format;
   return {
