@@ -28,7 +28,7 @@ import type { Source } from "../src/telemetry/request-metrics.ts";
 import { type JobTrace, traceFieldsOf, traceJob } from "../src/telemetry/tracing.ts";
 import { diedWithEngine } from "./engine-lost.ts";
 import type { AdapterResolver } from "./adapters.ts";
-import type { AppliedAdapter, Engine, GenerationHooks, TextRequest } from "./engines/engine.ts";
+import { type AppliedAdapter, type Engine, type GenerationHooks, type TextRequest, usage } from "./engines/engine.ts";
 import type { ObjectStore } from "../src/storage/store.ts";
 import { runImageJob } from "./image-job.ts";
 import type { WorkerMetrics } from "./metrics.ts";
@@ -91,7 +91,7 @@ export class JobHandler {
     const source: Source = (job.opts.priority ?? 0) >= BATCH_PRIORITY ? "batch" : "online";
     const taken = performance.now();
     const overLimit =
-      payload.kind === "embedding" || payload.kind === "image"
+      payload.kind === "embedding" || payload.kind === "image" || payload.kind === "tokenize"
         ? undefined
         : schemaLimitError(
             {
@@ -148,7 +148,7 @@ export class JobHandler {
         version: payload.version,
         replica: w.replicaId,
         attempt: job.attemptsStarted,
-        maxTokens: payload.kind === "embedding" || payload.kind === "image" ? undefined : payload.params.max_tokens,
+        maxTokens: "params" in payload && payload.kind !== "image" ? payload.params.max_tokens : undefined,
       });
       const started = performance.now();
       let firstText: number | undefined;
@@ -223,7 +223,7 @@ export class JobHandler {
   /** The job's adapter as the engine applies it: a 400 where this replica cannot apply one. */
   private async adapterOf(payload: JobPayload): Promise<AppliedAdapter | undefined> {
     if (payload.adapter === undefined) return undefined;
-    if (payload.kind === "embedding" || payload.kind === "image")
+    if (payload.kind === "embedding" || payload.kind === "image" || payload.kind === "tokenize")
       throw new PlatformError(
         400,
         "invalid_request",
@@ -252,6 +252,17 @@ export class JobHandler {
       return runImageJob(deps, payload, signal, (step, steps) => {
         if (payload.stream) void this.emit(payload, jobId, { type: "progress", step, steps });
       });
+    }
+    if (payload.kind === "tokenize") {
+      if (!this.engine.tokenize)
+        throw new PlatformError(
+          400,
+          "invalid_request",
+          `this replica's engine (${this.engine.name}) does not tokenize`,
+        );
+      const out = await this.engine.tokenize(payload.input);
+      const counted = "tokens" in payload.input ? payload.input.tokens.length : out.tokens.length;
+      return { type: "tokens", ...out, usage: usage(counted, 0), replica: this.w.replicaId };
     }
     if (payload.kind === "embedding") {
       const out = await this.engine.embed(payload.input);

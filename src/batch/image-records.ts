@@ -9,7 +9,7 @@ import { posix } from "node:path";
 import { z } from "zod";
 import { describeIssues } from "../contracts/issues.ts";
 import { ImageParams, MAX_IMAGE_PROMPT_CHARS } from "../contracts/job.ts";
-import { imageSize, type SizeRule } from "../contracts/openai-images.ts";
+import { imageSize, type SizeRule } from "../contracts/openai/images.ts";
 import { isImageKey } from "../image-files/keys.ts";
 import { isStorageError, type ObjectStore } from "../storage/index.ts";
 import type { LineFormat } from "./formats.ts";

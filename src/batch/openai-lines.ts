@@ -1,6 +1,7 @@
 /**
  * OpenAI batch lines. Input: `{custom_id, method: "POST", url, body}` with the
- * body of a /v1/completions or /v1/chat/completions request. Output, one
+ * body of a /v1/completions, /v1/chat/completions or /v1/responses request (the last as the chat
+ * job it becomes online, never stored: responses.ts). Output, one
  * shape for both of OpenAI's files: `{id, custom_id, response: {status_code,
  * request_id, body}, error}`. A request the model answered has a `response`
  * (200 and the completion: the output file; 4xx/5xx and the error envelope:
@@ -13,24 +14,29 @@ import { z } from "zod";
 import { describeIssues } from "../contracts/issues.ts";
 import { type ErrorEnvelope, errorEnvelope, PlatformError } from "../contracts/errors.ts";
 import { type SchemaLimits, schemaLimitError } from "../contracts/schema-limits.ts";
+import { ChatCompletionRequest, type ChatCompletion, chatFormat, toMessages } from "../contracts/openai/chat.ts";
+import { toParams } from "../contracts/openai/common.ts";
 import {
-  ChatCompletionRequest,
-  type ChatCompletion,
-  chatFormat,
   CompletionRequest,
   completionFormat,
   promptsOf,
   type TextCompletion,
-  toMessages,
-  toParams,
-} from "../contracts/openai.ts";
+} from "../contracts/openai/completions.ts";
 import type { Prompt } from "../contracts/job.ts";
+import {
+  completedResponse,
+  type NewId,
+  outputItems,
+  type ResponseObject,
+  responseShell,
+} from "../contracts/openai/responses-output.ts";
 import type { LineFormat } from "./formats.ts";
+import { parseResponsesLine } from "./responses-lines.ts";
 import { failure, idOf, type InputLine, jsonObject, type ParsedEntry } from "./input.ts";
 import type { Outcome } from "./output.ts";
 import type { BatchSpec, OpenAiSpec } from "./store.ts";
 
-type ResponseBody = ChatCompletion | TextCompletion | ErrorEnvelope;
+type ResponseBody = ChatCompletion | TextCompletion | ResponseObject | ErrorEnvelope;
 
 /** A line of either file: an answer or an HTTP error (`response`), or a request that could not be sent (`error`). */
 type OutputLine = {
@@ -58,6 +64,7 @@ export function openAiFormat(spec: BatchSpec, openai: OpenAiSpec, schemaLimits: 
   const token = (line: number, kind: string) =>
     createHash("sha256").update(`${spec.id}:${line}:${kind}`).digest("hex").slice(0, 24);
   const chat = openai.endpoint === "/v1/chat/completions";
+  const responses = openai.endpoint === "/v1/responses";
   const format = chat ? chatFormat : completionFormat;
 
   const parse = (line: InputLine): ParsedEntry => {
@@ -71,6 +78,7 @@ export function openAiFormat(spec: BatchSpec, openai: OpenAiSpec, schemaLimits: 
     // The expected values, never the line's own: error lines must not copy input into the output.
     if (head.data.url !== openai.endpoint)
       return failure(n, id, "invalid_request", `url: expected "${openai.endpoint}", the batch's endpoint`);
+    if (responses) return parseResponsesLine(n, id, value.body, openai.served_model, schemaLimits);
     const body = (chat ? ChatCompletionRequest : CompletionRequest).safeParse(value.body);
     if (!body.success) {
       // Named as fields of the line: `body.messages[0].role`.
@@ -136,7 +144,20 @@ export function openAiFormat(spec: BatchSpec, openai: OpenAiSpec, schemaLimits: 
       } satisfies OutputLine);
     }
     let body: ResponseBody;
-    if (outcome.ok) {
+    if (outcome.ok && responses) {
+      const answer = {
+        text: outcome.text,
+        finish_reason: outcome.finish_reason === "length" ? ("length" as const) : ("stop" as const),
+        usage: {
+          prompt_tokens: outcome.prompt_tokens ?? 0,
+          completion_tokens: outcome.completion_tokens ?? 0,
+          total_tokens: outcome.tokens,
+        },
+      };
+      const newId: NewId = (prefix) => `${prefix}${token(record.line, prefix)}`;
+      const shell = responseShell({ model: openai.served_model, input: "" }, newId("resp_"), created, false);
+      body = completedResponse(shell, outputItems(answer, newId), answer);
+    } else if (outcome.ok) {
       const usage = {
         prompt_tokens: outcome.prompt_tokens ?? 0,
         completion_tokens: outcome.completion_tokens ?? 0,

@@ -25,7 +25,7 @@ import { type OutputLocation, outputLocation } from "./output.ts";
 
 /** A job created through the OpenAI Batch API shape (/v1/batches): its lines are OpenAI requests. */
 export type OpenAiSpec = {
-  endpoint: "/v1/completions" | "/v1/chat/completions";
+  endpoint: "/v1/completions" | "/v1/chat/completions" | "/v1/responses";
   /** The name requests use as `body.model` (an endpoint name, as in /v1/completions). */
   served_model: string;
   input_file_id: string;

@@ -11,7 +11,7 @@ import { NAME_PART } from "./deployment.ts";
 export const JOB_SCHEMA_VERSION = 1 as const;
 
 /** BullMQ job names, one per kind of work. */
-export const JobKind = z.enum(["chat", "completion", "generate", "embedding", "batch_record", "image"]);
+export const JobKind = z.enum(["chat", "completion", "generate", "embedding", "batch_record", "image", "tokenize"]);
 export type JobKind = z.infer<typeof JobKind>;
 
 /**
@@ -76,7 +76,7 @@ export const ResponseFormat = z.discriminatedUnion("type", [
 ]);
 export type ResponseFormat = z.infer<typeof ResponseFormat>;
 
-/** The sampling bounds, here once: the OpenAI routes take the same ones (contracts/openai.ts). */
+/** The sampling bounds, here once: the OpenAI routes take the same ones (contracts/openai/common.ts). */
 export const SamplingParams = z.object({
   /** Absent: generate until the end of the context window. 0 (generate nothing) only with `echo`: see PromptParams. */
   max_tokens: z.number().int().nonnegative().optional(),
@@ -265,16 +265,34 @@ export const ImageJob = z.object({
 });
 export type ImageJob = z.infer<typeof ImageJob>;
 
+/**
+ * A text as the model's tokenizer reads it, a chat as its template renders it (what a chat job's
+ * prompt would be), or token ids back to text: vLLM's and llama.cpp's /tokenize and /detokenize.
+ * Nothing is generated; the result is a `tokens` one.
+ */
+export const TokenizeJob = z.object({
+  ...common,
+  kind: z.literal("tokenize"),
+  input: z.union([
+    /** `add_special_tokens` (default true): the BOS token the engine puts before a text prompt, as vLLM's. */
+    z.object({ prompt: z.string(), add_special_tokens: z.boolean().optional() }),
+    z.object({ messages: z.array(ChatMessage).min(1), tools: z.array(FunctionTool).max(MAX_TOOLS).optional() }),
+    z.object({ tokens: z.array(z.number().int().min(0).max(MAX_TOKEN_ID)) }),
+  ]),
+});
+export type TokenizeJob = z.infer<typeof TokenizeJob>;
+
 export const JobPayload = z.discriminatedUnion("kind", [
   ChatJob,
   CompletionJob,
   EmbeddingJob,
   BatchRecordJob,
   ImageJob,
+  TokenizeJob,
 ]);
 export type JobPayload = z.infer<typeof JobPayload>;
 export type JobPayloadInput = z.input<typeof JobPayload>;
-export type TextJob = Exclude<JobPayload, z.infer<typeof EmbeddingJob> | ImageJob>;
+export type TextJob = Exclude<JobPayload, z.infer<typeof EmbeddingJob> | ImageJob | TokenizeJob>;
 
 export const Usage = z.object({
   prompt_tokens: z.number().int().nonnegative(),
@@ -382,7 +400,20 @@ export const ImageResult = z.object({
 });
 export type ImageResult = z.infer<typeof ImageResult>;
 
-export const JobResult = z.discriminatedUnion("type", [TextResult, EmbeddingResult, ImageResult]);
+/** A tokenize job's result: the ids (of a text or chat), the text (of ids), and the model's window. */
+export const TokensResult = z.object({
+  type: z.literal("tokens"),
+  tokens: z.array(z.number().int()),
+  text: z.string(),
+  max_model_len: z.number().int().positive(),
+  /** `prompt_tokens`: the tokens counted; nothing generated. */
+  usage: Usage,
+  replica: z.string(),
+  queued_ms: z.number().nonnegative().optional(),
+});
+export type TokensResult = z.infer<typeof TokensResult>;
+
+export const JobResult = z.discriminatedUnion("type", [TextResult, EmbeddingResult, ImageResult, TokensResult]);
 export type JobResult = z.infer<typeof JobResult>;
 
 /**

@@ -118,6 +118,9 @@ export function controlKeys(prefix: string) {
     fineTuningCheckpoints: (id: string) => `${cp}:ftjob:${id}:checkpoints`, // list of checkpoint JSON, newest first, capped
     fineTuningActive: (org: string) => `${cp}:ftactive:${org}`, // set of queued or running job ids (admission)
     fineTuningEvents: (id: string) => `${plain}:ftjob:{${id}}:events`, // stream: the job's events, capped
+    // Stored responses (src/responses/store.ts), one slot per organization: `<this>:index` (zset id -> expiry ms),
+    // `<this>:sizes` (hash id -> bytes), `<this>:r:<id>` (string JSON with TTL).
+    responses: (org: string) => `${plain}:responses:{${org}}`,
     files: `${cp}:files`, // hash file id -> record JSON (OpenAI-style /v1/files; bytes in the artifact store)
     quantizeLock: (artifact: string) => `${plain}:quantize-lock:${artifact}`, // string with TTL: the replica quantizing "<sha256>:<type>" (src/registry/quantized.ts)
     convertLock: (digest: string) => `${plain}:convert-lock:${digest}`, // string with TTL: the replica converting the checkpoint with this manifest digest to GGUF (src/registry/converted.ts)

@@ -78,15 +78,15 @@ async function verifyAnswering(ctl: Control, bearer: string): Promise<Caller | u
 export function requireCaller(ctl: Control, callers = new CallerCache(ctl)): MiddlewareHandler<GatewayEnv> {
   return async (c, next) => {
     const header = c.req.header("authorization");
-    const match = header?.match(/^Bearer\s+(.+)$/i);
-    if (!match?.[1]) {
+    // Anthropic's clients send the key as `x-api-key`: the same platform keys.
+    const bearer = (header?.match(/^Bearer\s+(.+)$/i)?.[1] ?? c.req.header("x-api-key"))?.trim();
+    if (!bearer) {
       throw new PlatformError(
         401,
         "invalid_api_key",
-        "You didn't provide an API key. Send it as `Authorization: Bearer <key>`; `platform keys create` makes one.",
+        "You didn't provide an API key. Send it as `Authorization: Bearer <key>` (or `x-api-key: <key>`); `platform keys create` makes one.",
       );
     }
-    const bearer = match[1].trim();
     const caller = await callers.verify(bearer, () => verifyAnswering(ctl, bearer));
     if (!caller) {
       // Unknown, expired and revoked tokens read the same: nothing tells a guesser which.

@@ -1,6 +1,7 @@
-/** Every error the gateway returns, in the OpenAI error envelope (contracts/errors.ts; docs/http-api.md). */
+/** Every error the gateway returns, in the OpenAI error envelope (contracts/errors.ts; docs/http-api.md), or Anthropic's on its routes. */
 import type { Context } from "hono";
 import { z } from "zod";
+import { anthropicError, anthropicStatus, isMessagesPath } from "../contracts/anthropic.ts";
 import { describeIssues } from "../contracts/issues.ts";
 import { detailOf, errorEnvelope, PlatformError } from "../contracts/errors.ts";
 import { causeFields, logger } from "../telemetry/log.ts";
@@ -47,9 +48,11 @@ export function clientError(c: Context, e: unknown): PlatformError {
   );
 }
 
+/** In OpenAI's envelope, or Anthropic's on the Messages API's routes (contracts/anthropic.ts). */
 export function errorResponse(c: Context, e: unknown): Response {
   const err = clientError(c, e);
   if (err.retryAfter !== undefined) c.header("Retry-After", String(err.retryAfter));
+  if (isMessagesPath(c.req.path)) return c.json(anthropicError(err), anthropicStatus(err) as 400);
   return c.json(errorEnvelope(err), err.status as 400);
 }
 

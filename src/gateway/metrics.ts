@@ -147,7 +147,8 @@ export class GatewayMetrics {
 /** The inference route a path belongs to (errors on other routes are not inference requests). */
 export function inferenceKind(method: string, path: string): RequestKind | undefined {
   if (method !== "POST") return undefined;
-  if (path === "/v1/chat/completions") return "chat";
+  // The Responses and Messages APIs run chat jobs.
+  if (path === "/v1/chat/completions" || path === "/v1/responses" || path === "/v1/messages") return "chat";
   if (path === "/v1/completions") return "completion";
   if (path === "/v1/embeddings") return "embedding";
   if (/^\/v1\/inference\/[^/]+\/generate$/.test(path)) return "generate";

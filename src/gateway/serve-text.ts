@@ -1,7 +1,7 @@
 /**
  * Serving one text request (chat, completion or generate): through the fabric (serve.ts), then
  * either the whole answer or its tokens relayed as SSE, in the route's format
- * (src/contracts/openai.ts).
+ * (src/contracts/openai/).
  *
  * Streaming: headers are sent only once the first token (or the result)
  * arrives, so failures before generation (context too long, no such model
@@ -13,13 +13,13 @@ import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
 import { type ErrorEnvelope, errorEnvelope, PlatformError, publicJobError } from "../contracts/errors.ts";
 import type { JobEvent, TextResult, Usage } from "../contracts/job.ts";
-import type { ResponseBase, StreamChunk, TextFormat } from "../contracts/openai.ts";
+import type { ResponseBase, StreamChunk, TextFormat } from "../contracts/openai/common.ts";
 import type { Submission } from "../queue/dispatcher.ts";
 import { nonStreamingTtft } from "../telemetry/request-metrics.ts";
 import { clientError } from "./errors.ts";
 import { randomHex } from "./random-id.ts";
 import type { Target } from "./routing.ts";
-import { serve, type ServeContext } from "./serve.ts";
+import { type Serving, serve, type ServeContext } from "./serve.ts";
 
 /**
  * `submissions`: one per prompt (several only on /v1/completions), each answered with `n` choices,
@@ -50,14 +50,7 @@ export async function serveText<R, C extends StreamChunk>(
   // Streamed: the first token's arrival here. Otherwise the worker's report says when it was made.
   const firstTokenSeconds = firsts.some((f) => f.type === "token") ? serving.elapsed() : undefined;
 
-  const finish = (results: TextResult[]): Usage => {
-    const e2eSeconds = serving.elapsed();
-    const usage = usageOf(results, n);
-    const first = results[0] as TextResult;
-    const ttftSeconds = firstTokenSeconds ?? nonStreamingTtft(e2eSeconds, first);
-    serving.answered({ usage, finish_reason: first.finish_reason, e2eSeconds, ttftSeconds, queuedMs: first.queued_ms });
-    return usage;
-  };
+  const finish = (results: TextResult[]): Usage => recordAnswer(serving, results, n, firstTokenSeconds);
 
   if (!options.stream) {
     const results = firsts.map((f) => {
@@ -102,7 +95,7 @@ export async function serveText<R, C extends StreamChunk>(
           // the stream once it has repeated, exactly, what the client already has (docs/fleet.md).
           if (sent[index]) replays.set(index, new Replay(sent[index]));
         } else if (event.type === "error") {
-          throw publicJobError(event.error);
+          throw streamFailure(event);
         } else if (event.type === "done" && event.result.type === "text") {
           // The new attempt ended short of what was sent: it cannot be the same answer.
           if (replays.has(index)) replays.get(index)?.next("\u0000", false);
@@ -173,6 +166,30 @@ class Replay {
   }
 }
 
+/**
+ * A stream's job that failed, or started again: a second start means the first replica died
+ * mid-stream and the job was retried; the client already has a prefix of a different generation,
+ * so the stream ends with an error.
+ */
+export function streamFailure(event: Extract<JobEvent, { type: "started" | "error" }>): PlatformError {
+  return event.type === "error"
+    ? publicJobError(event.error)
+    : new PlatformError(502, "replica_lost", "the replica serving this stream stopped; retry the request");
+}
+
+/**
+ * The request's answer recorded (metrics, A/B outcome, usage: serve.ts) once every choice has its
+ * result; `firstTokenSeconds` where the first token was streamed. Its usage, all choices together.
+ */
+export function recordAnswer(serving: Serving, results: TextResult[], n: number, firstTokenSeconds?: number): Usage {
+  const e2eSeconds = serving.elapsed();
+  const usage = usageOf(results, n);
+  const first = results[0] as TextResult;
+  const ttftSeconds = firstTokenSeconds ?? nonStreamingTtft(e2eSeconds, first);
+  serving.answered({ usage, finish_reason: first.finish_reason, e2eSeconds, ttftSeconds, queuedMs: first.queued_ms });
+  return usage;
+}
+
 /** Each prompt is read once whatever the number of choices (its `n` choices are together); completions add up. */
 function usageOf(results: TextResult[], n: number): Usage {
   const prompt = results.reduce((sum, r, i) => sum + (i % n === 0 ? r.usage.prompt_tokens : 0), 0);
@@ -184,7 +201,7 @@ function usageOf(results: TextResult[], n: number): Usage {
  * The choices' events as they come, each tagged with its choice, starting from each one's first
  * meaningful event (already read), until every choice has ended.
  */
-async function* mergeEvents(
+export async function* mergeEvents(
   streams: AsyncGenerator<JobEvent>[],
   firsts: JobEvent[],
 ): AsyncGenerator<{ index: number; event: JobEvent }> {

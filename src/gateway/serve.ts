@@ -162,7 +162,7 @@ async function submitChoices(
   { lanes, ...options }: { queueWaitMs?: number; queue: string; lanes?: AdmissionLimits["lanes"]; idle: boolean },
 ): Promise<JobHandle[]> {
   const seeded = (submission: Submission, i: number): Submission => {
-    if (i === 0 || submission.kind === "embedding" || submission.params?.seed === undefined) return submission;
+    if (i === 0 || !("params" in submission) || submission.params?.seed === undefined) return submission;
     return { ...submission, params: { ...submission.params, seed: submission.params.seed + i } };
   };
   const jobs = submissions.flatMap((submission) => Array.from({ length: n }, (_, i) => seeded(submission, i)));

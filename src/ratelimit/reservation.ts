@@ -3,7 +3,7 @@
  * and the completion it may produce. The worker's exact count replaces it when the request
  * completes (settled by the request's end, meter.ts).
  */
-import type { ChatMessage, EmbeddingItem, Prompt, SamplingParams } from "../contracts/job.ts";
+import type { ChatMessage, EmbeddingItem, Prompt, SamplingParams, TokenizeJob } from "../contracts/job.ts";
 import type { Scope } from "./limiter.ts";
 
 /** Completion tokens reserved for a request that sets no max_tokens (never more than its tpm allows); settled to the real count. */
@@ -21,7 +21,8 @@ export type ReservedJob =
   | { kind: "chat"; messages: ChatMessage[]; params?: SamplingParams }
   | { kind: "completion" | "generate" | "batch_record"; prompt: Prompt; params?: SamplingParams }
   | { kind: "embedding"; input: EmbeddingItem[] }
-  | { kind: "image"; prompt: string; negative_prompt?: string };
+  | { kind: "image"; prompt: string; negative_prompt?: string }
+  | { kind: "tokenize"; input: TokenizeJob["input"] };
 
 /**
  * About 4 bytes per token, as in common English BPE vocabularies. Only the reservation uses it:
@@ -46,6 +47,13 @@ export function reservationOf(job: ReservedJob): Reservation {
     // An image's tokens are its prompt's (the text encoder reads them); nothing is generated as text.
     case "image":
       return { promptTokens: estimateTokens([job.prompt, job.negative_prompt ?? ""]), maxTokens: 0 };
+    // Counted as what it reads: nothing is generated.
+    case "tokenize": {
+      const input = job.input;
+      if ("tokens" in input) return { promptTokens: input.tokens.length, maxTokens: 0 };
+      const texts = "prompt" in input ? [input.prompt] : input.messages.map((m) => m.content);
+      return { promptTokens: estimateTokens(texts), maxTokens: 0 };
+    }
   }
 }
 

@@ -31,6 +31,7 @@ import type { TracingSettings } from "../telemetry/tracing.ts";
 import { tracingSettings, tracingShape } from "./tracing.ts";
 import { type VllmSettings, vllmSettings, vllmShape } from "./vllm.ts";
 import { type ImagesSettings, imagesSettings, imagesShape } from "./images.ts";
+import { type ResponsesSettings, responsesSettings, responsesShape } from "./responses.ts";
 
 export type {
   AdmissionSettings,
@@ -71,6 +72,7 @@ export type Settings = CoreSettings & {
   vllm: VllmSettings;
   /** PLATFORM_IMAGES_PYTHON, PLATFORM_IMAGES_START_TIMEOUT_MS, PLATFORM_IMAGES_MAX_BATCH, PLATFORM_IMAGES_URL_TTL_MS. */
   images: ImagesSettings;
+  responses: ResponsesSettings;
   /** PLATFORM_WORKER_*, PLATFORM_K8S_NAMESPACE, PLATFORM_GPU_TYPE_LABEL, POD_NAME, POD_NAMESPACE. */
   kubernetes: KubernetesSettings;
   /** AWS_*, PLATFORM_S3_FORCE_PATH_STYLE. */
@@ -103,6 +105,7 @@ const Env = z
     ...structuredShape,
     ...vllmShape,
     ...imagesShape,
+    ...responsesShape,
     ...kubernetesShape,
     ...storageShape,
     ...tokensShape,
@@ -131,6 +134,7 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     structured: structuredSettings(e),
     vllm: vllmSettings(e),
     images: imagesSettings(e),
+    responses: responsesSettings(e),
     kubernetes: kubernetesSettings(e),
     storage: storageSettings(e),
     tokens: tokenSettings(e),

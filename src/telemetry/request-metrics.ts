@@ -17,7 +17,7 @@ export function servedOf(endpoint: { name: string; version: string; variant_of?:
 }
 
 /** What a request asked for: the API route, or a batch job's record. */
-export type RequestKind = "chat" | "completion" | "generate" | "embedding" | "batch_record" | "image";
+export type RequestKind = "chat" | "completion" | "generate" | "embedding" | "batch_record" | "image" | "tokenize";
 
 /** What the gateway learned of one request that got its answer. */
 export type Answered = {

@@ -150,6 +150,8 @@ export function main(): void {
   const lora = argv.includes("--enable-lora") && process.env.VLLM_ALLOW_RUNTIME_LORA_UPDATING === "True";
   /** Adapters loaded through the API: name → path. */
   const adapters = new Map<string, string>();
+  /** The pieces /tokenize has made, by id, for /detokenize (the fake's ids are hashes). */
+  const spoken = new Map<number, string>();
 
   const server = createServer(async (req, res) => {
     const body = req.method === "POST" ? await readJson(req) : undefined;
@@ -186,10 +188,21 @@ export function main(): void {
       return;
     }
     if (req.url === "/tokenize" && req.method === "POST") {
-      const t = (body ?? {}) as { prompt?: unknown; add_special_tokens?: boolean };
-      if (typeof t.prompt !== "string") return sendError(res, 400, "BadRequestError", "prompt: Field required");
-      const tokens = [...(t.add_special_tokens === false ? [] : [BOS.id]), ...fakePieces(t.prompt).map(fakeId)];
+      const t = (body ?? {}) as { prompt?: unknown; messages?: unknown; add_special_tokens?: boolean };
+      // A chat is rendered as /v1/chat/completions renders it (with the generation prompt).
+      const text = Array.isArray(t.messages) ? renderChat(t.messages) : t.prompt;
+      if (typeof text !== "string") return sendError(res, 400, "BadRequestError", "prompt: Field required");
+      const pieces = fakePieces(text);
+      for (const piece of pieces) spoken.set(fakeId(piece), piece);
+      const tokens = [...(t.add_special_tokens === false ? [] : [BOS.id]), ...pieces.map(fakeId)];
       sendJson(res, 200, { count: tokens.length, max_model_len: 2048, tokens, token_strs: null });
+      return;
+    }
+    if (req.url === "/detokenize" && req.method === "POST") {
+      const ids = ((body ?? {}) as { tokens?: number[] }).tokens ?? [];
+      sendJson(res, 200, {
+        prompt: ids.map((id) => (id === BOS.id ? BOS.text : (spoken.get(id) ?? "<unk>"))).join(""),
+      });
       return;
     }
     const route = req.url === "/v1/completions" || req.url === "/v1/chat/completions" || req.url === "/v1/embeddings";

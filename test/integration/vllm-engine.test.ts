@@ -516,6 +516,23 @@ describe("a running vLLM engine", () => {
     expect(e).toMatchObject({ status: 400, code: "unsupported_by_model", param: "input" });
     expect((e as Error).message).toContain("The model does not support Embeddings API");
   });
+
+  it("tokenizes through vLLM's /tokenize and /detokenize: a prompt with its BOS, a chat as rendered, ids to text", async () => {
+    const prompt = await engine.tokenize({ prompt: "Once upon a time" });
+    expect(prompt.tokens).toHaveLength(5);
+    expect(prompt.tokens[0]).toBe(1);
+    expect(prompt.max_model_len).toBe(2048);
+    const bare = await engine.tokenize({ prompt: "Once upon a time", add_special_tokens: false });
+    expect(bare.tokens).toEqual(prompt.tokens.slice(1));
+    const chat = await engine.tokenize({ messages: [{ role: "user", content: "Once upon a time" }] });
+    expect(await lastBody(opts.record, "/tokenize")).toMatchObject({ add_generation_prompt: true, model: "stories" });
+    expect(chat.tokens.length).toBeGreaterThan(prompt.tokens.length);
+    expect(await engine.tokenize({ tokens: bare.tokens })).toEqual({
+      tokens: bare.tokens,
+      text: "Once upon a time",
+      max_model_len: 2048,
+    });
+  });
 });
 
 describe("a vLLM engine serving an embedding model", () => {

@@ -9,7 +9,8 @@ import { COORDINATOR_QUEUE, controlKeys, queueName } from "../../src/contracts/n
 import { RegisteredVersion } from "../../src/registry/version.ts";
 import { endpointNameFor } from "../../src/endpoints/from-source.ts";
 import { deriveState } from "../../src/endpoints/status.ts";
-import { toMessages, toParams } from "../../src/contracts/openai.ts";
+import { toMessages } from "../../src/contracts/openai/chat.ts";
+import { toParams } from "../../src/contracts/openai/common.ts";
 import { huggingFaceUrl } from "../../src/registry/sources.ts";
 import { plainChatPrompt } from "../../workers/engines/engine.ts";
 
@@ -227,7 +228,8 @@ describe("model version records", () => {
 
 describe("a request's priority (vLLM's field)", () => {
   it("takes an integer from -10 to 10 on chat and completions, and names the range otherwise", async () => {
-    const { ChatCompletionRequest, CompletionRequest } = await import("../../src/contracts/openai.ts");
+    const { ChatCompletionRequest } = await import("../../src/contracts/openai/chat.ts");
+    const { CompletionRequest } = await import("../../src/contracts/openai/completions.ts");
     const chat = { model: "m", messages: [{ role: "user", content: "hi" }] };
     expect(ChatCompletionRequest.parse({ ...chat, priority: -3 }).priority).toBe(-3);
     expect(CompletionRequest.parse({ model: "m", prompt: "x", priority: 10 }).priority).toBe(10);

@@ -7,7 +7,7 @@ import { defaultTask, taskOf } from "../../src/registry/version.ts";
 import { PlatformError } from "../../src/contracts/errors.ts";
 import { checkEmbeddingBound } from "../../src/gateway/input-bounds.ts";
 import { reservationOf } from "../../src/ratelimit/reservation.ts";
-import { embeddingItems, EmbeddingRequest } from "../../src/contracts/openai.ts";
+import { embeddingItems, EmbeddingRequest } from "../../src/contracts/openai/embeddings.ts";
 
 const refusal = (fn: () => unknown) => {
   try {

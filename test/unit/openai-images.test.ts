@@ -1,8 +1,8 @@
-/** The Images API request as the gateway reads it (src/contracts/openai-images.ts): fields, sizes, jobs. */
+/** The Images API request as the gateway reads it (src/contracts/openai/images.ts): fields, sizes, jobs. */
 import { describe, expect, it } from "vitest";
 import { PlatformError } from "../../src/contracts/errors.ts";
 import { ImageJob } from "../../src/contracts/job.ts";
-import { ImageGenerationRequest, imageJobFields, imageSize } from "../../src/contracts/openai-images.ts";
+import { ImageGenerationRequest, imageJobFields, imageSize } from "../../src/contracts/openai/images.ts";
 
 const SD15 = { default_width: 512, default_height: 512, size_multiple: 64, max_side: 1024 };
 

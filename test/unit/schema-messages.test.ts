@@ -12,12 +12,9 @@ import { RequestLine } from "../../src/batch/openai-lines.ts";
 import { CreateBatchRequest } from "../../src/batch/schema.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { describeIssues } from "../../src/contracts/issues.ts";
-import {
-  ChatCompletionRequest,
-  CompletionRequest,
-  EmbeddingRequest,
-  GenerateRequest,
-} from "../../src/contracts/openai.ts";
+import { ChatCompletionRequest } from "../../src/contracts/openai/chat.ts";
+import { CompletionRequest, GenerateRequest } from "../../src/contracts/openai/completions.ts";
+import { EmbeddingRequest } from "../../src/contracts/openai/embeddings.ts";
 import { RegisterBody } from "../../src/gateway/routes/admin.ts";
 import { AbTestBody } from "../../src/gateway/routes/admin-abtests.ts";
 import { CreateBody, UpdateBody } from "../../src/gateway/routes/admin-keys.ts";

@@ -7,6 +7,7 @@ import type {
   FunctionTool,
   Prompt,
   SamplingParams,
+  TokenizeJob,
   TokenLogprob,
   ToolCall,
   ToolChoice,
@@ -89,6 +90,11 @@ export interface Engine {
   generate(request: TextRequest, hooks: GenerationHooks): Promise<TextOutput>;
   /** One embedding per item, in order; an item that does not fit the context is a 400 naming it (`input[i]`). */
   embed(inputs: EmbeddingItem[]): Promise<{ embeddings: number[][]; usage: Usage }>;
+  /**
+   * Text engines: a text as the tokenizer reads it (with the BOS token unless `add_special_tokens`
+   * is false), a chat as the chat job would render it, or ids back to text (job.ts TokenizeJob).
+   */
+  tokenize?(input: TokenizeJob["input"]): Promise<{ tokens: number[]; text: string; max_model_len: number }>;
   /** Image engines (diffusers): one image; text engines leave it out, and image jobs are refused with a 400. */
   generateImage?(request: ImageRequest, hooks: ImageHooks): Promise<ImageOutput>;
   /** With speculative decoding: the draft tokens the model accepted (validated) and rejected (refuted) so far. */

@@ -30,6 +30,7 @@ import type {
   FinishReason,
   Prompt,
   SamplingParams,
+  TokenizeJob,
 } from "../../src/contracts/job.ts";
 import { PlatformError } from "../../src/contracts/errors.ts";
 import { DEFAULT_GRAMMAR_TIMEOUT_MS } from "../../src/settings/structured.ts";
@@ -569,6 +570,29 @@ class LlamaCppEngine implements Engine {
       }),
       { validated: 0, refuted: 0 },
     );
+  }
+
+  /** As a job would read it: the BOS its prompt gets at decode first (run), a chat rendered as render() does. */
+  async tokenize(input: TokenizeJob["input"]): Promise<{ tokens: number[]; text: string; max_model_len: number }> {
+    const max_model_len = this.context.contextSize;
+    if ("tokens" in input)
+      return {
+        tokens: input.tokens,
+        text: this.model.detokenize(this.checkedTokenIds(input.tokens, "tokens", "tokens")),
+        max_model_len,
+      };
+    const rendered =
+      "prompt" in input
+        ? this.render({ kind: "prompt", prompt: input.prompt, params: {} }).tokens
+        : this.render({
+            kind: "chat",
+            messages: input.messages,
+            params: {},
+            tools: input.tools?.length ? { tools: input.tools } : undefined,
+          }).tokens;
+    const special = !("prompt" in input) || input.add_special_tokens !== false;
+    const tokens = special && this.bos !== null ? [this.bos, ...rendered] : rendered;
+    return { tokens: tokens.map(Number), text: this.model.detokenize(rendered), max_model_len };
   }
 
   async dispose(): Promise<void> {

@@ -5,7 +5,7 @@
  * (vllm-protocol.ts maps the wire both ways), so both engines fail alike (docs/engines.md, "Requests").
  */
 import type { z } from "zod";
-import type { EmbeddingItem, Usage } from "../../src/contracts/job.ts";
+import type { EmbeddingItem, TokenizeJob, Usage } from "../../src/contracts/job.ts";
 import { PlatformError } from "../../src/contracts/errors.ts";
 import { type GenerationHooks, type TextOutput, type TextRequest, usage } from "./engine.ts";
 import {
@@ -14,6 +14,8 @@ import {
   echoedPrompt,
   httpError,
   readVllmStream,
+  Detokenized,
+  Tokenized,
   TokenizeResponse,
   vllmEchoBody,
   vllmRequestBody,
@@ -130,6 +132,35 @@ export class VllmClient {
       throw new PlatformError(502, "engine_error", "vLLM answered /v1/embeddings with an unexpected body");
     const embeddings = [...parsed.data.data].sort((a, b) => a.index - b.index).map((d) => d.embedding);
     return { embeddings, usage: usage(parsed.data.usage.prompt_tokens, 0) };
+  }
+
+  /** vLLM's own /tokenize (a chat with the generation prompt, as a chat job renders it) or /detokenize. */
+  async tokenize(input: TokenizeJob["input"]): Promise<{ tokens: number[]; text: string; max_model_len: number }> {
+    const model = this.servedName;
+    if ("tokens" in input) {
+      const res = await this.post("/detokenize", { model, tokens: input.tokens });
+      if (!res.ok) throw await httpError(res, "detokenize");
+      const parsed = Detokenized.safeParse(await res.json().catch(() => undefined));
+      if (!parsed.success)
+        throw new PlatformError(502, "engine_error", "vLLM answered /detokenize with an unexpected body");
+      // The window is only on /tokenize's answer: asked for with no text.
+      const window = await this.tokenize({ prompt: "", add_special_tokens: false });
+      return { tokens: input.tokens, text: parsed.data.prompt, max_model_len: window.max_model_len };
+    }
+    const body =
+      "prompt" in input
+        ? { model, prompt: input.prompt, add_special_tokens: input.add_special_tokens ?? true }
+        : { model, messages: input.messages, tools: input.tools, add_generation_prompt: true };
+    const res = await this.post("/tokenize", body);
+    if (!res.ok) throw await httpError(res, "tokenize");
+    const parsed = Tokenized.safeParse(await res.json().catch(() => undefined));
+    if (!parsed.success)
+      throw new PlatformError(502, "engine_error", "vLLM answered /tokenize with an unexpected body");
+    return {
+      tokens: parsed.data.tokens,
+      text: "prompt" in input ? input.prompt : "",
+      max_model_len: parsed.data.max_model_len,
+    };
   }
 
   /**

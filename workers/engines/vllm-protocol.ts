@@ -306,6 +306,9 @@ export const EchoResponse = z.object({
 });
 
 export const TokenizeResponse = z.object({ tokens: z.array(z.number().int()) });
+/** What the tokenize job reads of vLLM's /tokenize and /detokenize. */
+export const Tokenized = TokenizeResponse.extend({ max_model_len: z.number().int().positive() });
+export const Detokenized = z.object({ prompt: z.string() });
 
 export const EmbeddingResponse = z.object({
   data: z.array(z.object({ index: z.number().int(), embedding: z.array(z.number()) })),
@@ -327,7 +330,7 @@ const UNSUPPORTED_API = /does not support .*API/i;
 /** `prompt`: the completion's, so that a token id vLLM refuses is named by its place, as llama.cpp names it. */
 export async function httpError(
   res: Response,
-  api: "completions" | "chat" | "embeddings",
+  api: "completions" | "chat" | "embeddings" | "tokenize" | "detokenize",
   prompt?: Prompt,
 ): Promise<PlatformError> {
   const raw = await res.text().catch(() => "");

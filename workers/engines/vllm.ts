@@ -8,7 +8,7 @@
  */
 import { withoutWorkerAllocator } from "../../src/process/worker-env.ts";
 import { DEFAULT_MAX_LORAS, VLLM } from "../../src/contracts/engines.ts";
-import type { EmbeddingItem, Usage } from "../../src/contracts/job.ts";
+import type { EmbeddingItem, TokenizeJob, Usage } from "../../src/contracts/job.ts";
 import { PlatformError } from "../../src/contracts/errors.ts";
 import { freePort } from "../../src/process/free-port.ts";
 import { VLLM_DEFAULTS } from "../../src/settings/vllm.ts";
@@ -209,6 +209,10 @@ export class VllmEngine implements Engine {
       throw e;
     }
     return entry;
+  }
+
+  tokenize(input: TokenizeJob["input"]): Promise<{ tokens: number[]; text: string; max_model_len: number }> {
+    return this.client.tokenize(input);
   }
 
   embed(inputs: EmbeddingItem[]): Promise<{ embeddings: number[][]; usage: Usage }> {

@@ -36,8 +36,8 @@ import { parseBody } from "../errors.ts";
 
 export const CreateBatch = z.object({
   input_file_id: z.string().min(1),
-  endpoint: z.enum(["/v1/completions", "/v1/chat/completions"], {
-    message: 'expected "/v1/chat/completions" or "/v1/completions"',
+  endpoint: z.enum(["/v1/completions", "/v1/chat/completions", "/v1/responses"], {
+    message: 'expected "/v1/chat/completions", "/v1/completions" or "/v1/responses"',
   }),
   completion_window: z.literal("24h", { message: 'only "24h" is supported' }).default("24h"),
   metadata: z.record(z.string(), z.string()).nullish(),

@@ -1,5 +1,5 @@
 /**
- * POST /v1/images/generations, as OpenAI's (src/contracts/openai-images.ts; docs/images.md): one
+ * POST /v1/images/generations, as OpenAI's (src/contracts/openai/images.ts; docs/images.md): one
  * image job per image through the fabric (serve.ts: rate limits, admission, cancellation, usage,
  * A/B outcomes), the PNGs read from the artifact store where the replicas wrote them, answered as
  * base64 (and deleted) or kept behind an expiring URL: GET /v1/images/files/<id>.png, served to
@@ -15,7 +15,7 @@ import {
   type ImagesResponse,
   imageJobFields,
   imageSize,
-} from "../../contracts/openai-images.ts";
+} from "../../contracts/openai/images.ts";
 import { keepForUrl, openImage, readImage, sweepImages } from "../../image-files/urls.ts";
 import type { Control } from "../../redis/connection.ts";
 import type { ObjectStore } from "../../storage/store.ts";

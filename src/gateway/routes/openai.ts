@@ -1,23 +1,20 @@
-/** The OpenAI-compatible routes and the platform's own generate route, all under /v1 (the protocol: src/contracts/openai.ts). */
+/** The OpenAI-compatible routes and the platform's own generate route, all under /v1 (the protocol: src/contracts/openai/). */
 import { type Context, Hono } from "hono";
 import { PlatformError } from "../../contracts/errors.ts";
+import type { ChatMessage, FunctionTool, SamplingParams, ToolChoice } from "../../contracts/job.ts";
+import type { Submission } from "../../queue/dispatcher.ts";
 import { checkSchemaLimits, type SchemaLimits } from "../../contracts/schema-limits.ts";
+import { ChatCompletionRequest, chatFormat, toMessages } from "../../contracts/openai/chat.ts";
+import { toParams } from "../../contracts/openai/common.ts";
 import {
-  ChatCompletionRequest,
-  chatFormat,
   CompletionRequest,
   completionFormat,
-  EmbeddingRequest,
-  embeddingItems,
-  embeddingList,
   GenerateRequest,
   generateFormat,
-  type ModelList,
-  modelEntry,
   promptsOf,
-  toMessages,
-  toParams,
-} from "../../contracts/openai.ts";
+} from "../../contracts/openai/completions.ts";
+import { EmbeddingRequest, embeddingItems, embeddingList } from "../../contracts/openai/embeddings.ts";
+import { type ModelList, modelEntry } from "../../contracts/openai/models.ts";
 import type { GatewayEnv } from "../env.ts";
 import { parseBody } from "../errors.ts";
 import { checkEmbeddingBound, checkPromptBound } from "../input-bounds.ts";
@@ -28,16 +25,7 @@ import { serveText } from "../serve-text.ts";
 /** `schemaLimits`: the bounds on a request's JSON schemas, checked before anything is routed or queued. */
 export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: SchemaLimits) {
   const app = new Hono<GatewayEnv>();
-  /** Routing, remembered for metrics: an error from here on counts under this endpoint and version. */
-  const route = async (c: Context<GatewayEnv>, model: string) => {
-    const t = await router.resolve(model, callerOf(c));
-    ctx.metrics.routed(c.req.raw, { model_name: t.label, version: t.version });
-    return t;
-  };
-  /** The request's priority band, on the job (absent: the default band, src/queue/fair-share.ts). */
-  const priorityOf = (body: { priority?: number | null }) => (body.priority != null ? { priority: body.priority } : {});
-  /** The adapter a `<endpoint>:<adapter>` model names, on the job (absent: the base). */
-  const adapterOf = (t: Target) => (t.adapter ? { adapter: t.adapter } : {});
+  const route = (c: Context<GatewayEnv>, model: string) => routeModel(router, ctx, c, model);
 
   app.post("/chat/completions", async (c) => {
     const body = await parseBody(c, ChatCompletionRequest);
@@ -58,21 +46,12 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
       chatFormat,
       [
         {
-          kind: "chat",
-          request_id: c.get("requestId"),
-          model: t.model,
-          version: t.version,
-          ...adapterOf(t),
+          ...chatSubmission(c, t, messages, params, {
+            tools: body.tools ?? undefined,
+            tool_choice: body.tool_choice ?? undefined,
+            parallel_tool_calls: body.parallel_tool_calls ?? undefined,
+          }),
           ...priorityOf(body),
-          messages,
-          params,
-          ...(body.tools?.length
-            ? {
-                tools: body.tools,
-                tool_choice: body.tool_choice ?? undefined,
-                parallel_tool_calls: body.parallel_tool_calls ?? undefined,
-              }
-            : {}),
         },
       ],
       {
@@ -203,6 +182,49 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
   });
 
   return app;
+}
+
+/** Routing, remembered for metrics: an error from here on counts under this endpoint and version. */
+export async function routeModel(
+  router: Router,
+  ctx: ServeContext,
+  c: Context<GatewayEnv>,
+  model: string,
+): Promise<Target> {
+  const t = await router.resolve(model, callerOf(c));
+  ctx.metrics.routed(c.req.raw, { model_name: t.label, version: t.version });
+  return t;
+}
+
+/** The request's priority band, on the job (absent: its key's default band, src/gateway/serve.ts). */
+const priorityOf = (body: { priority?: number | null }) => (body.priority != null ? { priority: body.priority } : {});
+
+/** The adapter a `<endpoint>:<adapter>` model names, on the job (absent: the base). */
+export const adapterOf = (t: Target) => (t.adapter ? { adapter: t.adapter } : {});
+
+/**
+ * The chat job of a request routed to `t`, whichever API it came in (chat completions, the
+ * Responses and Messages APIs): the tools only where there are some.
+ */
+export function chatSubmission(
+  c: Context<GatewayEnv>,
+  t: Target,
+  messages: ChatMessage[],
+  params: SamplingParams,
+  tools: { tools?: FunctionTool[]; tool_choice?: ToolChoice; parallel_tool_calls?: boolean },
+): Submission {
+  return {
+    kind: "chat",
+    request_id: c.get("requestId"),
+    model: t.model,
+    version: t.version,
+    ...adapterOf(t),
+    messages,
+    params,
+    ...(tools.tools?.length
+      ? { tools: tools.tools, tool_choice: tools.tool_choice, parallel_tool_calls: tools.parallel_tool_calls }
+      : {}),
+  };
 }
 
 /** The caller as sticky A/B tests see it. */

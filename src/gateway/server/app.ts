@@ -39,6 +39,10 @@ import type { GatewayEnv } from "../env.ts";
 import { asPlatformError, errorResponse } from "../errors.ts";
 import { bodyLimits } from "../input-bounds.ts";
 import { openAiRoutes } from "../routes/openai.ts";
+import { responsesRoutes } from "../routes/responses.ts";
+import { anthropicRoutes } from "../routes/anthropic.ts";
+import { tokenizeRoutes } from "../routes/tokenize.ts";
+import { ResponseStore } from "../../responses/store.ts";
 import { openAiImageRoutes } from "../routes/openai-images.ts";
 import { oauthRoutes } from "../routes/oauth.ts";
 import { orgRoutes } from "../routes/orgs.ts";
@@ -195,6 +199,16 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const caller = requireCaller(ctl, callers);
   app.use("/v1/*", caller, meter, limits);
   app.route("/v1", openAiRoutes(router, textContext, settings.structured.limits));
+  app.route("/v1", anthropicRoutes(router, textContext, settings.structured.limits));
+  // vLLM's and llama.cpp server's paths, at the root as theirs are, and under /v1.
+  app.use("/tokenize", caller, meter, limits);
+  app.use("/detokenize", caller, meter, limits);
+  app.route("/", tokenizeRoutes(router, textContext));
+  app.route("/v1", tokenizeRoutes(router, textContext));
+  app.route(
+    "/v1",
+    responsesRoutes(router, textContext, settings.structured.limits, new ResponseStore(ctl, settings.responses)),
+  );
   app.route(
     "/v1",
     openAiImageRoutes(router, textContext, {

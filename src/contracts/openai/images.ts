@@ -5,9 +5,9 @@
  * num_inference_steps, guidance_scale, seed); any other field that would change the image is a 400.
  */
 import { z } from "zod";
-import { PlatformError } from "./errors.ts";
-import { ImageParams, MAX_IMAGE_PROMPT_CHARS } from "./job.ts";
-import { openAiBody } from "./openai.ts";
+import { PlatformError } from "../errors.ts";
+import { ImageParams, MAX_IMAGE_PROMPT_CHARS } from "../job.ts";
+import { openAiBody } from "./common.ts";
 
 /** OpenAI's bound on `n`. */
 export const MAX_IMAGES_PER_REQUEST = 10;
