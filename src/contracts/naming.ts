@@ -49,6 +49,7 @@ export function controlKeys(prefix: string) {
     models: `${cp}:models`, // set of model names
     modelVersions: (name: string) => `${cp}:model:${name}:versions`, // hash version -> record JSON
     modelCounter: (name: string) => `${cp}:model:${name}:counter`,
+    modelOwners: `${cp}:model-owners`, // hash model name -> organization that made it (src/registry/owners.ts); absent: the operator's
     endpoints: `${cp}:endpoints`, // hash name -> record JSON
     endpointEvents: `${plain}:endpoint-events`, // pub/sub: endpoint changed (a channel, not a key: no slot)
     replicas: (endpoint: string) => `${cp}:replicas:${endpoint}`, // zset replicaId -> heartbeat ms
