@@ -361,18 +361,14 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
         timeout: 60_000,
       })
       .toBe(true);
-    expect(total(await scrape(`${env.gateway.url}/metrics`), "platform_fine_tuning_jobs", { status: "running" })).toBe(
-      1,
-    );
+    expect(total(await scrape(env.gateway.metricsUrl), "platform_fine_tuning_jobs", { status: "running" })).toBe(1);
     const cancelled = await env.acme.fineTuning.jobs.cancel(created.id);
     expect(cancelled.status).toBe("cancelled");
     await expect.poll(() => trainerChildren().length).toBe(0);
     expect((await env.acme.fineTuning.jobs.retrieve(created.id)).status).toBe("cancelled");
     expect(await listModelVersions(env.ctl, "acme.tiny-cancelled")).toEqual([]);
     await expect
-      .poll(async () =>
-        total(await scrape(`${env.gateway.url}/metrics`), "platform_fine_tuning_jobs", { status: "running" }),
-      )
+      .poll(async () => total(await scrape(env.gateway.metricsUrl), "platform_fine_tuning_jobs", { status: "running" }))
       .toBe(0);
   });
 
