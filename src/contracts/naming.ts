@@ -86,6 +86,7 @@ export function controlKeys(prefix: string) {
     // Sign-in (src/signin/): every key lives minutes at most; secrets (flow cookies, codes) are named by their SHA-256.
     signinFlow: (sha256: string) => `${signin}:flow:${sha256}`, // hash: one browser's sign-in in progress, TTL 10 min
     signinOpen: `${signin}:open`, // zset "<kind>:<sha256>" -> expiry ms: caps the flows and device codes open at once
+    signinOpensBy: (bucket: string, minute: string) => `${signin}:opens:${bucket}:${minute}`, // counter, TTL 2 min: sign-ins one client address opened this minute
     authCode: (sha256: string) => `${signin}:code:${sha256}`, // hash: what an authorization code is bound to, TTL 60 s
     deviceCode: (sha256: string) => `${signin}:device:${sha256}`, // hash: a device authorization (RFC 8628), TTL its life + 1 min
     userCode: (sha256: string) => `${signin}:user-code:${sha256}`, // string -> its device code's SHA-256, until approved or denied

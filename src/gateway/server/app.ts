@@ -286,6 +286,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     ctl,
     lifetimes: settings.tokens,
     publicUrl: settings.signin.publicUrl,
+    opensPerMinute: settings.signin.opensPerMinute,
+    proxyHops: settings.signin.proxyHops,
     oidc: settings.signin.oidc && new OidcProvider(settings.signin.oidc),
   };
   app.use("/auth/*", limits);
