@@ -47,7 +47,8 @@ USER 1000:1000
 # Not /app: the start directory is a storage root, and the code is nobody's batch input.
 VOLUME ["/data", "/models", "/work"]
 WORKDIR /work
-EXPOSE 8000
+# The API; 9464 is the metrics port (PLATFORM_METRICS_PORT), for the scraper only.
+EXPOSE 8000 9464
 ENTRYPOINT ["node", "/app/bin/platform.js"]
 # The gateway alone (binds 0.0.0.0:8000); set PLATFORM_BOOTSTRAP_ADMIN_KEY for the first admin key.
 CMD ["gateway"]

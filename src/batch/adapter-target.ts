@@ -8,14 +8,20 @@ import { servingQueue } from "../endpoints/rollout.ts";
 import { getEndpoint } from "../endpoints/store.ts";
 import type { Control } from "../redis/connection.ts";
 import { pickAdapterVersion } from "../registry/adapter-register.ts";
+import type { NameViewer } from "../registry/owners.ts";
 import { listModelVersions } from "../registry/versions.ts";
 
 export type AdapterTarget = { model: string; version: string; adapter: string; queue: string };
 
 /** `model`: `<endpoint>:<adapter>` (CreateBatchRequest checked both names); `version`: the request's; only "latest" (the default) or the endpoint's own version fits an adapter. */
-export async function resolveAdapterTarget(ctl: Control, model: string, version: string): Promise<AdapterTarget> {
+export async function resolveAdapterTarget(
+  ctl: Control,
+  model: string,
+  version: string,
+  viewer?: NameViewer,
+): Promise<AdapterTarget> {
   const [endpointName, adapterName] = model.split(":") as [string, string];
-  const endpoint = await getEndpoint(ctl, endpointName);
+  const endpoint = await getEndpoint(ctl, endpointName, viewer);
   const base = { name: endpoint.config.model.name, version: endpoint.version };
   if (version !== "latest" && version !== base.version)
     throw new PlatformError(
@@ -24,7 +30,12 @@ export async function resolveAdapterTarget(ctl: Control, model: string, version:
       `version: ${model} runs on the version the endpoint ${endpoint.name} serves (${base.name}@${base.version}), not ${version}; leave version out`,
       "version",
     );
-  const picked = pickAdapterVersion(await listModelVersions(ctl, adapterName), adapterName, base, endpoint.name);
+  const picked = pickAdapterVersion(
+    await listModelVersions(ctl, adapterName, viewer),
+    adapterName,
+    base,
+    endpoint.name,
+  );
   return {
     model: base.name,
     version: base.version,

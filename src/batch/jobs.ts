@@ -93,7 +93,7 @@ export class BatchJobs {
     const request = parseRequest(CreateBatchRequest, body);
     // `<endpoint>:<adapter>`: the endpoint's version and queue, every record with the adapter (as OpenAI batches).
     const target = request.model.includes(":")
-      ? await resolveAdapterTarget(this.ctl, request.model, request.version)
+      ? await resolveAdapterTarget(this.ctl, request.model, request.version, viewer)
       : undefined;
     const { input, output } = options.internal ?? (await this.locate(request, viewer));
     const id = `batch_${randomBytes(12).toString("hex")}`;

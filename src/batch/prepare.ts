@@ -17,6 +17,7 @@ import { serving } from "../endpoints/rollout.ts";
 import { listEndpoints } from "../endpoints/store.ts";
 import type { Control } from "../redis/connection.ts";
 import { PlatformError } from "../contracts/errors.ts";
+import { DEFAULT_ORG } from "../contracts/orgs.ts";
 import { resolveModelVersion } from "../registry/versions.ts";
 import { fromFsError } from "../storage/errors.ts";
 import { isStorageError, type ObjectStore, openObject, parseStorageUri, type S3Settings } from "../storage/index.ts";
@@ -37,7 +38,9 @@ export class BatchFailure extends Error {
 export async function resolveVersion(ctl: Control, spec: BatchSpec): Promise<string> {
   let record: RegisteredVersion;
   try {
-    record = await resolveModelVersion(ctl, spec.model, spec.version);
+    // Another organization's model is the same model_not_found as a name never registered (src/registry/owners.ts).
+    const viewer = spec.scope && { org: spec.scope.org ?? DEFAULT_ORG, role: spec.scope.role };
+    record = await resolveModelVersion(ctl, spec.model, spec.version, viewer);
   } catch (e) {
     if (e instanceof PlatformError && e.status === 404) throw new BatchFailure("model_not_found", e.message);
     throw e;

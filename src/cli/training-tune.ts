@@ -47,8 +47,10 @@ export async function submitFineTune(opts: SubmitOptions): Promise<void> {
   });
   if (opts.json && !opts.watch) return printJson(job);
   if (!opts.json) {
+    // The name the result is registered under: in the organization's namespace (`<org>.<name>`).
+    const name = job.user_provided_suffix ?? opts.name;
     console.log(
-      `fine-tuning job ${job.id} ${job.status}: ${job.model} → ${method === "lora" ? `adapter ${opts.name}` : `model ${opts.name}`} (${method}, ${job.hyperparameters.n_epochs} epochs, seed ${job.seed})`,
+      `fine-tuning job ${job.id} ${job.status}: ${job.model} → ${method === "lora" ? `adapter ${name}` : `model ${name}`} (${method}, ${job.hyperparameters.n_epochs} epochs, seed ${job.seed})`,
     );
     if (!opts.watch) console.log(`follow it: platform training jobs events ${job.id} --follow`);
   }

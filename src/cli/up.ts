@@ -39,6 +39,7 @@ type UpFlags = {
   parallel?: number;
   host: string;
   port: number;
+  metricsPort?: number;
   dataDir?: string;
   storageRoot: string[];
 };
@@ -62,6 +63,11 @@ export function registerUp(program: Command): void {
     .option("--parallel <n>", "sequences each replica serves at once", wholeNumber(1))
     .option("--host <host>", "gateway address", "127.0.0.1")
     .option("--port <port>", "gateway port (0: any free port)", wholeNumber(0, 65535), 8000)
+    .option(
+      "--metrics-port <port>",
+      "the gateway's Prometheus /metrics port, apart from the API (env PLATFORM_METRICS_PORT, default 9464; any free port with --port 0)",
+      wholeNumber(0, 65535),
+    )
     .option("--data-dir <dir>", "where Redis, artifacts and logs live (env PLATFORM_DATA_DIR)")
     .option(
       "--storage-root <uri>",
@@ -107,7 +113,11 @@ async function up(flags: UpFlags): Promise<void> {
   const ctl = connectControl(redisUrl, settings.prefix);
   const apiKey = await bootstrapKey(ctl, settings.bootstrapAdminKey, settings.cli);
 
-  const role = await startGatewayRole(ctl, { ...settings, redisUrl }, { host: flags.host, port: flags.port });
+  const role = await startGatewayRole(
+    ctl,
+    { ...settings, redisUrl },
+    { host: flags.host, port: flags.port, metricsPort: flags.metricsPort },
+  );
   const { gateway } = role;
   const backend = new LocalBackend({
     ctl,
@@ -191,6 +201,7 @@ async function up(flags: UpFlags): Promise<void> {
   log("platform is up");
   log(`  base URL   ${gateway.url}/v1`);
   log(`  dashboard  ${gateway.url}/dashboard (sign in with the admin API key)`);
+  log(`  metrics    ${gateway.metricsUrl} (Prometheus, no key: keep this port off the public network)`);
   if (endpointName) log(`  endpoint   ${endpointName} (starting; \`platform inference status ${endpointName}\`)`);
   if (!settings.bootstrapAdminKey) log(`  API key    ${apiKey}`);
   else

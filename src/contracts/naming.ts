@@ -49,6 +49,7 @@ export function controlKeys(prefix: string) {
     models: `${cp}:models`, // set of model names
     modelVersions: (name: string) => `${cp}:model:${name}:versions`, // hash version -> record JSON
     modelCounter: (name: string) => `${cp}:model:${name}:counter`,
+    modelOwners: `${cp}:model-owners`, // hash model name -> organization that made it (src/registry/owners.ts); absent: the operator's
     endpoints: `${cp}:endpoints`, // hash name -> record JSON
     endpointEvents: `${plain}:endpoint-events`, // pub/sub: endpoint changed (a channel, not a key: no slot)
     replicas: (endpoint: string) => `${cp}:replicas:${endpoint}`, // zset replicaId -> heartbeat ms
@@ -85,6 +86,7 @@ export function controlKeys(prefix: string) {
     // Sign-in (src/signin/): every key lives minutes at most; secrets (flow cookies, codes) are named by their SHA-256.
     signinFlow: (sha256: string) => `${signin}:flow:${sha256}`, // hash: one browser's sign-in in progress, TTL 10 min
     signinOpen: `${signin}:open`, // zset "<kind>:<sha256>" -> expiry ms: caps the flows and device codes open at once
+    signinOpensBy: (bucket: string, minute: string) => `${signin}:opens:${bucket}:${minute}`, // counter, TTL 2 min: sign-ins one client address opened this minute
     authCode: (sha256: string) => `${signin}:code:${sha256}`, // hash: what an authorization code is bound to, TTL 60 s
     deviceCode: (sha256: string) => `${signin}:device:${sha256}`, // hash: a device authorization (RFC 8628), TTL its life + 1 min
     userCode: (sha256: string) => `${signin}:user-code:${sha256}`, // string -> its device code's SHA-256, until approved or denied

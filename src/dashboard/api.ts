@@ -53,10 +53,14 @@ export async function api<T>(method: string, path: string, body?: unknown): Prom
   return parsed as T;
 }
 
-/** /metrics takes no key (docs/observability.md); plain text. */
+/**
+ * The gateway's metrics as the key may read them (docs/observability.md, "The metrics port"): all
+ * of them for an operator, its organization's series for anyone else; plain text.
+ */
 export async function scrapeMetrics(): Promise<string> {
-  const res = await fetch("/metrics");
-  if (!res.ok) throw new ApiError(res.status, String(res.status), `GET /metrics answered ${res.status}`);
+  const key = session.get();
+  const res = await fetch("/admin/v1/metrics", { headers: key ? { authorization: `Bearer ${key}` } : {} });
+  if (!res.ok) throw new ApiError(res.status, String(res.status), `GET /admin/v1/metrics answered ${res.status}`);
   return res.text();
 }
 

@@ -2,6 +2,7 @@
 import type { DeploymentConfig } from "../contracts/deployment.ts";
 import { Endpoint } from "./endpoint.ts";
 import { deployRefusal } from "../formats/quantize/plan.ts";
+import { mayUse, type NameViewer, ownerOf } from "../registry/owners.ts";
 import { resolveDraftModel, resolveModelVersion } from "../registry/versions.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import { type InvalidEntry, parseStored, swapStored } from "../redis/stored.ts";
@@ -51,9 +52,13 @@ export async function findEndpoint(ctl: Control, name: string): Promise<Endpoint
   );
 }
 
-export async function getEndpoint(ctl: Control, name: string): Promise<Endpoint> {
+/**
+ * The endpoint `name`, or a 404. With `viewer`, an endpoint serving another organization's model
+ * is the same 404 (src/registry/owners.ts).
+ */
+export async function getEndpoint(ctl: Control, name: string, viewer?: NameViewer): Promise<Endpoint> {
   const found = await findEndpoint(ctl, name);
-  if (!found) {
+  if (!found || (viewer && !mayUse(viewer, await ownerOf(ctl, found.config.model.name)))) {
     throw new PlatformError(
       404,
       "model_not_found",

@@ -18,7 +18,7 @@ import { serving } from "../endpoints/rollout.ts";
 import { listEndpoints } from "../endpoints/store.ts";
 import { QueueBase } from "../queue/base.ts";
 import type { Control } from "../redis/connection.ts";
-import { taskOf } from "../registry/version.ts";
+import { taskOf, type VersionRef } from "../registry/version.ts";
 import { listModelVersions, resolveModelVersion } from "../registry/versions.ts";
 import { parseStorageUri, StorageError } from "../storage/index.ts";
 import { StoragePolicy } from "../storage/policy.ts";
@@ -68,7 +68,7 @@ export class Evaluations {
   async create(body: unknown, viewer?: Viewer): Promise<PublicEvaluation> {
     const request = parseRequest(CreateEvaluationRequest, body);
     const target = parseTarget(request.model) as NonNullable<ReturnType<typeof parseTarget>>;
-    const base = await resolveModelVersion(this.ctl, target.model, target.version);
+    const base = await resolveModelVersion(this.ctl, target.model, target.version, viewer);
     if (taskOf(base) === "embed")
       throw new PlatformError(
         400,
@@ -76,7 +76,7 @@ export class Evaluations {
         `model: ${base.name}@${base.version} is an embedding model; evaluations score text with a generative model`,
         "model",
       );
-    const adapter = target.adapter ? await this.resolveAdapter(target.adapter, base.name, base.version) : null;
+    const adapter = target.adapter ? await this.resolveAdapter(target.adapter, base, viewer) : null;
     const queue = await this.servingQueue(base.name, base.version);
     const source = await this.locate(request.dataset, viewer);
     const bytes = await readDatasetBytes(source.uri, source.identity, request.dataset, this.storage.s3);
@@ -222,8 +222,9 @@ export class Evaluations {
   }
 
   /** The adapter's newest version whose base is `model`@`version`, as `<name>@<version>`. */
-  private async resolveAdapter(name: string, model: string, version: string): Promise<string> {
-    const versions = (await listModelVersions(this.ctl, name)).filter(
+  private async resolveAdapter(name: string, base: VersionRef, viewer?: Viewer): Promise<string> {
+    const { name: model, version } = base;
+    const versions = (await listModelVersions(this.ctl, name, viewer)).filter(
       (v) => v.adapter?.base.name === model && v.adapter.base.version === version,
     );
     const newest = versions.at(-1);

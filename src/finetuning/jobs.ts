@@ -13,6 +13,7 @@ import { FINE_TUNING_QUEUE, gpuQueueOf } from "../contracts/naming.ts";
 import { canSee, type Principal } from "../contracts/orgs.ts";
 import { QueueBase } from "../queue/base.ts";
 import type { Control } from "../redis/connection.ts";
+import { checkNameFor, type NameViewer, ownedName } from "../registry/owners.ts";
 import { resolveModelVersion } from "../registry/versions.ts";
 import type { RegisteredVersion } from "../registry/version.ts";
 import { openObject, parseStorageUri, StorageError } from "../storage/index.ts";
@@ -92,7 +93,7 @@ export class FineTuningJobs {
 
   async create(body: unknown, viewer: Viewer): Promise<FineTuningJob> {
     const request = parseRequest(CreateFineTuneRequest, body);
-    const base = await trainableBase(this.ctl, request.model);
+    const base = await trainableBase(this.ctl, request.model, viewer);
     const method = request.method?.training ?? "lora";
     const hp = { ...request.hyperparameters, ...request.method?.supervised?.hyperparameters };
     const resolve = <K extends keyof typeof DEFAULTS>(k: K): number => {
@@ -112,9 +113,16 @@ export class FineTuningJobs {
     const validated = validation ? await this.check(validation, "validation_file") : undefined;
     const hex = randomBytes(12).toString("hex");
     const id = `ftjob-${hex}`;
-    const resultName = request.suffix ?? `${base.name}-ft-${hex.slice(0, 8)}`.slice(0, 63);
+    // The organization's namespace (src/registry/owners.ts): `<org>.<suffix>`, never another's name.
+    const resultName = ownedName(viewer.org, request.suffix ?? `${base.name}-ft-${hex.slice(0, 8)}`.slice(0, 40));
     if (!ModelName.safeParse(resultName).success)
-      throw new PlatformError(400, "invalid_request", `suffix: "${resultName}" is not a valid model name`, "suffix");
+      throw new PlatformError(
+        400,
+        "invalid_request",
+        `suffix: "${resultName}" is not a valid model name (the result is named "<organization>.<suffix>", at most 63 letters, digits, ".", "_" or "-"); choose a shorter suffix`,
+        "suffix",
+      );
+    await checkNameFor(this.ctl, resultName, viewer.org);
     const lora = request.method?.lora ?? LoraOptions.parse({});
     const spec: FineTuneSpec = {
       id,
@@ -387,13 +395,13 @@ type Located = { uri: string; given: string };
  * Hugging Face checkpoint. A GGUF-only version or an adapter is refused (400): training needs the
  * checkpoint's weights in the form torch loads.
  */
-export async function trainableBase(ctl: Control, model: string): Promise<RegisteredVersion> {
+export async function trainableBase(ctl: Control, model: string, viewer?: NameViewer): Promise<RegisteredVersion> {
   const [name = "", version = "latest", ...rest] = model.split("@");
   if (rest.length > 0 || !ModelName.safeParse(name).success)
     throw new PlatformError(400, "invalid_request", `model: "${model}" is not <model>@<version>`, "model");
   let base: RegisteredVersion;
   try {
-    base = await resolveModelVersion(ctl, name, version);
+    base = await resolveModelVersion(ctl, name, version, viewer);
   } catch (e) {
     if (e instanceof PlatformError && e.status === 404)
       throw new PlatformError(404, "model_not_found", `model: ${e.message}`, "model");

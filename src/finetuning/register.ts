@@ -12,7 +12,15 @@ import type { ObjectStore } from "../storage/store.ts";
 
 export type RegisterDeps = { ctl: Control; artifacts: ObjectStore; scratchDir: string };
 
-type Trained = { name: string; base: RegisteredVersion; dir: string; source: string; training: TrainingSummary };
+/** `owner`: the job's organization, which the result's name belongs to (src/registry/owners.ts). */
+type Trained = {
+  name: string;
+  base: RegisteredVersion;
+  dir: string;
+  source: string;
+  training: TrainingSummary;
+  owner: string;
+};
 
 export function registerTrainedAdapter(deps: RegisterDeps, req: Trained): Promise<RegisteredVersion> {
   return registerAdapter(deps, {
@@ -20,6 +28,7 @@ export function registerTrainedAdapter(deps: RegisterDeps, req: Trained): Promis
     base: { name: req.base.name, version: req.base.version },
     dir: req.dir,
     training: req.training,
+    owner: req.owner,
   });
 }
 
@@ -31,5 +40,6 @@ export function registerTrainedModel(deps: RegisterDeps, req: Trained): Promise<
     source: req.source,
     directory: { path: req.dir },
     training: req.training,
+    owner: req.owner,
   });
 }

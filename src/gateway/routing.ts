@@ -20,6 +20,7 @@ import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { withinRedisWait } from "../redis/wait.ts";
 import { listModelVersions, resolveModelVersion } from "../registry/versions.ts";
 import { pickAdapterVersion } from "../registry/adapter-register.ts";
+import { mayUse, type NameViewer } from "../registry/owners.ts";
 import { type PromptBound, promptBound } from "./input-bounds.ts";
 
 /**
@@ -45,11 +46,32 @@ export type Target = {
   label: string;
 };
 
-/** What the gateway knows of a deployed version without a Redis round trip: its prompt bound and its task. */
-type VersionFacts = { bound: PromptBound | undefined; task: ModelTask | undefined; pipeline?: PipelineSummary };
+/**
+ * What the gateway knows of a deployed version without a Redis round trip: its prompt bound, its
+ * task, and the organization that made it (src/registry/owners.ts; undefined: the operator's).
+ */
+type VersionFacts = {
+  bound: PromptBound | undefined;
+  task: ModelTask | undefined;
+  pipeline?: PipelineSummary;
+  owner?: string;
+};
 
-/** Who is asking, for sticky A/B tests: the API key's id and the request's headers. */
-export type Caller = { keyId?: string; header: (name: string) => string | undefined };
+/**
+ * Who is asking: the API key's id and the request's headers (sticky A/B tests), and its
+ * organization and role (what another organization made is answered as if it did not exist).
+ */
+export type Caller = { keyId?: string; header: (name: string) => string | undefined; viewer?: NameViewer };
+
+/** The 404 for a model that does not exist, the same for one another organization made. */
+function unknownModel(name: string): PlatformError {
+  return new PlatformError(
+    404,
+    "model_not_found",
+    `The model \`${name}\` does not exist or you do not have access to it. GET /v1/models lists the models served here.`,
+    "model",
+  );
+}
 
 const MAX_STALENESS_MS = 2000;
 
@@ -110,7 +132,7 @@ export class Router {
         'The model does not exist: an adapter is named "<endpoint>:<adapter>", the adapter\'s name 1-63 letters, digits, ".", "_" or "-". GET /v1/models lists the adapters served here.',
         "model",
       );
-    const adapter = await this.adapterFor(adapterName, target);
+    const adapter = await this.adapterFor(adapterName, target, caller?.viewer);
     return { ...target, adapter: `${adapter.name}@${adapter.version}`, label: `${target.name}:${adapterName}` };
   }
 
@@ -118,8 +140,9 @@ export class Router {
    * The newest version of adapter `name` whose base is what the target runs (its model@version),
    * or a 404 saying what is missing and how to fix it.
    */
-  private async adapterFor(name: string, t: Target): Promise<RegisteredVersion> {
-    return pickAdapterVersion(await this.adapterVersions(name), name, { name: t.model, version: t.version }, t.name);
+  private async adapterFor(name: string, t: Target, viewer: NameViewer): Promise<RegisteredVersion> {
+    const versions = (await this.adapterVersions(name)).filter((v) => mayUse(viewer, v.owner));
+    return pickAdapterVersion(versions, name, { name: t.model, version: t.version }, t.name);
   }
 
   /** Adapter versions by name, oldest first, read at most every MAX_STALENESS_MS per name. */
@@ -134,14 +157,14 @@ export class Router {
 
   /**
    * What `/v1/models` lists for adapters: `<endpoint>:<adapter>` for each adapter with a version
-   * whose base is the endpoint's own serving version.
+   * whose base is the endpoint's own serving version, of those `viewer` may see.
    */
-  async adapterEntries(): Promise<{ id: string; created: number }[]> {
+  async adapterEntries(viewer: NameViewer): Promise<{ id: string; created: number }[]> {
     await this.current();
-    const all = await listModelVersions(this.ctl);
+    const all = await listModelVersions(this.ctl, undefined, viewer);
     const out = new Map<string, number>();
     for (const e of this.cache.values()) {
-      if (e.variant_of) continue;
+      if (e.variant_of || !(await this.visible(e, viewer))) continue;
       for (const v of all) {
         if (v.kind !== "adapter" || v.adapter?.base.name !== e.config.model.name) continue;
         if (v.adapter.base.version !== e.version) continue;
@@ -150,6 +173,11 @@ export class Router {
       }
     }
     return [...out.entries()].sort((a, b) => (a[0] < b[0] ? -1 : 1)).map(([id, created]) => ({ id, created }));
+  }
+
+  /** Whether `viewer` may see the endpoint: what it serves is the operator's or its organization's. */
+  async visible(endpoint: Endpoint, viewer: NameViewer): Promise<boolean> {
+    return mayUse(viewer, (await this.factsOf(endpoint)).owner);
   }
 
   private async resolveModel(model: string, caller?: Caller): Promise<Target> {
@@ -167,14 +195,7 @@ export class Router {
     }
     await this.current();
     const own = this.cache.get(name);
-    if (!own || own.variant_of) {
-      throw new PlatformError(
-        404,
-        "model_not_found",
-        `The model \`${name}\` does not exist or you do not have access to it. GET /v1/models lists the models served here.`,
-        "model",
-      );
-    }
+    if (!own || own.variant_of || !(await this.visible(own, caller?.viewer))) throw unknownModel(name);
     const versions = this.deployments.get(name) ?? new Map([[own.version, own]]);
     const test = this.tests.get(name);
     let endpoint = own;
@@ -224,6 +245,7 @@ export class Router {
       bound: promptBound(endpoint.framework, endpoint.config.runtime.max_model_len, model?.gguf ?? model?.checkpoint),
       task: model ? taskOf(model) : undefined,
       pipeline: model?.pipeline,
+      owner: model?.owner,
     };
     if (this.facts.size > 1000) this.facts.clear();
     if (model) this.facts.set(key, facts);

@@ -132,7 +132,15 @@ export async function importAdapter(
  */
 export async function registerAdapter(
   deps: ImportDeps,
-  input: { name: string; version?: string; base: VersionRef; dir: string; training?: TrainingSummary },
+  input: {
+    name: string;
+    version?: string;
+    base: VersionRef;
+    dir: string;
+    training?: TrainingSummary;
+    /** The organization that made it (src/registry/owners.ts). */
+    owner?: string;
+  },
 ): Promise<RegisteredVersion> {
   return importModel(deps, {
     name: input.name,
@@ -142,6 +150,7 @@ export async function registerAdapter(
     directory: { path: input.dir },
     base: `${input.base.name}@${input.base.version}`,
     training: input.training,
+    owner: input.owner,
   });
 }
 

@@ -48,6 +48,8 @@ export type ImportRequest = SourceRequest & {
   base?: string;
   /** Versions a fine-tuning job made: how (kept on the record). */
   training?: TrainingSummary;
+  /** The organization that made it (a fine-tuning job's): its name is claimed for it (src/registry/owners.ts). */
+  owner?: string;
 };
 
 /**
@@ -193,6 +195,7 @@ export async function saveRecord(
     created: Date.now(),
     ...fields,
     ...(req.training ? { training: req.training } : {}),
+    ...(req.owner ? { owner: req.owner } : {}),
   };
   await saveModelVersion(ctl, record);
   return record;

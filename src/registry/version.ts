@@ -1,6 +1,7 @@
 /** A registered model version: its artifact, what it serves, and what its files say about it. */
 import { z } from "zod";
 import { Framework, ModelName, ModelVersion } from "../contracts/deployment.ts";
+import { OrgId } from "../contracts/orgs.ts";
 import { GgufSummary } from "../formats/gguf/summary.ts";
 
 /**
@@ -182,5 +183,10 @@ export const RegisteredVersion = z.object({
   adapter: AdapterSummary.optional(),
   /** Versions a fine-tuning job made: how. */
   training: TrainingSummary.optional(),
+  /**
+   * The organization that made it (a fine-tuning job's result): listed and served only to it and
+   * the operator (src/registry/owners.ts). Absent: the operator's, install-wide.
+   */
+  owner: OrgId.optional(),
 });
 export type RegisteredVersion = z.infer<typeof RegisteredVersion>;

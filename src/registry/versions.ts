@@ -4,8 +4,14 @@ import { RegisteredVersion } from "./version.ts";
 import { parseStored, reportInvalid } from "../redis/stored.ts";
 import type { Control } from "../redis/connection.ts";
 import { PlatformError } from "../contracts/errors.ts";
+import { claimName, mayUse, type NameViewer, ownerOf } from "./owners.ts";
 
-export async function listModelVersions(ctl: Control, name?: string): Promise<RegisteredVersion[]> {
+/** Every version (of `name`), oldest first; with `viewer`, only those it may see (src/registry/owners.ts). */
+export async function listModelVersions(
+  ctl: Control,
+  name?: string,
+  viewer?: NameViewer,
+): Promise<RegisteredVersion[]> {
   const names = name ? [name] : (await ctl.redis.smembers(ctl.keys.models)).sort();
   const out: RegisteredVersion[] = [];
   for (const n of names) {
@@ -22,7 +28,7 @@ export async function listModelVersions(ctl: Control, name?: string): Promise<Re
     for (const [field, raw] of Object.entries(all)) {
       // One unreadable version hides itself, not the whole registry.
       const parsed = parseStored(RegisteredVersion, raw, "model_version", `${ctl.keys.modelVersions(n)} ${field}`);
-      if (parsed.ok) versions.push(parsed.value);
+      if (parsed.ok && mayUse(viewer, parsed.value.owner)) versions.push(parsed.value);
     }
     out.push(...versions.sort((a, b) => a.created - b.created));
   }
@@ -42,7 +48,9 @@ export async function versionExists(ctl: Control, name: string, version: string)
   return (await ctl.redis.hexists(ctl.keys.modelVersions(name), version)) === 1;
 }
 
+/** Saves a new version; its name is claimed for its owner first, or refused (409) where another holds it. */
 export async function saveModelVersion(ctl: Control, record: RegisteredVersion): Promise<void> {
+  await claimName(ctl, record.name, record.owner ?? null);
   const created = await ctl.redis.hsetnx(ctl.keys.modelVersions(record.name), record.version, JSON.stringify(record));
   if (created === 0) {
     throw new PlatformError(
@@ -55,23 +63,34 @@ export async function saveModelVersion(ctl: Control, record: RegisteredVersion):
   await ctl.redis.sadd(ctl.keys.models, record.name);
 }
 
-/** A version by name, or the newest one for "latest". */
-export async function resolveModelVersion(ctl: Control, name: string, version: string): Promise<RegisteredVersion> {
+function notRegistered(name: string): PlatformError {
+  return new PlatformError(
+    404,
+    "model_not_found",
+    `model "${name}" is not registered; register it with \`platform training submit --name ${name} --source <path>\``,
+    "model",
+  );
+}
+
+/**
+ * A version by name, or the newest one for "latest". With `viewer`, another organization's model
+ * is the same 404 as a name that is not registered (src/registry/owners.ts).
+ */
+export async function resolveModelVersion(
+  ctl: Control,
+  name: string,
+  version: string,
+  viewer?: NameViewer,
+): Promise<RegisteredVersion> {
+  const hidden = viewer !== undefined && !mayUse(viewer, await ownerOf(ctl, name));
   if (version === "latest") {
-    const all = await listModelVersions(ctl, name);
-    const newest = all.at(-1);
-    if (!newest)
-      throw new PlatformError(
-        404,
-        "model_not_found",
-        `model "${name}" is not registered; register it with \`platform training submit --name ${name} --source <path>\``,
-        "model",
-      );
+    const newest = hidden ? undefined : (await listModelVersions(ctl, name)).at(-1);
+    if (!newest) throw notRegistered(name);
     return newest;
   }
-  const raw = await ctl.redis.hget(ctl.keys.modelVersions(name), version);
+  const raw = hidden ? null : await ctl.redis.hget(ctl.keys.modelVersions(name), version);
   if (!raw) {
-    const exists = (await ctl.redis.sismember(ctl.keys.models, name)) === 1;
+    const exists = !hidden && (await ctl.redis.sismember(ctl.keys.models, name)) === 1;
     throw new PlatformError(
       404,
       "model_not_found",

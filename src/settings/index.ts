@@ -10,6 +10,7 @@ import { type CoreSettings, coreSettings, coreShape } from "./core.ts";
 import { type KubernetesSettings, kubernetesSettings, kubernetesShape } from "./kubernetes.ts";
 import type { LoggingSettings } from "../telemetry/log.ts";
 import { loggingSettings, loggingShape } from "./logging.ts";
+import { type MetricsSettings, metricsSettings, metricsShape } from "./metrics.ts";
 import {
   type AdmissionSettings,
   type HeartbeatSettings,
@@ -40,6 +41,7 @@ export type {
   HeartbeatSettings,
   KubernetesSettings,
   LoggingSettings,
+  MetricsSettings,
   ProtoSettings,
   RegistryTokenSettings,
   ServicesSettings,
@@ -94,6 +96,8 @@ export type Settings = CoreSettings & {
   tracing: TracingSettings;
   /** PLATFORM_LOG_FORMAT, PLATFORM_LOG_LEVEL. */
   logging: LoggingSettings;
+  /** PLATFORM_METRICS_PORT, PLATFORM_METRICS_ON_API_PORT. */
+  metrics: MetricsSettings;
 };
 
 /** One object, so one parse reports every bad variable at once rather than the first of each section. */
@@ -117,6 +121,7 @@ const Env = z
     ...cliShape,
     ...tracingShape,
     ...loggingShape,
+    ...metricsShape,
   })
   .superRefine((e, ctx) => {
     checkStorage(e, ctx);
@@ -146,5 +151,6 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     cli: cliSettings(e),
     tracing: tracingSettings(e),
     logging: loggingSettings(e),
+    metrics: metricsSettings(e),
   };
 }

@@ -43,6 +43,19 @@ export const signinShape = {
   PLATFORM_OIDC_ORG_CLAIM: optional(claimName),
   PLATFORM_OIDC_ROLE_CLAIM: optional(claimName),
   PLATFORM_OIDC_GROUPS_CLAIM: optional(claimName),
+  /** Sign-ins (browser flows, device codes) one client address may open a minute (src/signin/per-client.ts). */
+  PLATFORM_SIGNIN_OPENS_PER_MINUTE: z.coerce
+    .number({ message: "expected a whole number of sign-ins a minute" })
+    .int("expected a whole number of sign-ins a minute")
+    .positive("expected a whole number of sign-ins a minute, at least 1")
+    .default(30),
+  /** Trusted proxies in front of the gateway (an ingress: 1): the client address is read from X-Forwarded-For that many hops from the right. */
+  PLATFORM_TRUSTED_PROXY_HOPS: z.coerce
+    .number({ message: "expected the number of trusted proxies in front of the gateway (0: none)" })
+    .int("expected the number of trusted proxies in front of the gateway (0: none)")
+    .min(0, "expected the number of trusted proxies in front of the gateway (0: none)")
+    .max(10, "expected at most 10 trusted proxies")
+    .default(0),
 };
 
 type SigninEnv = z.infer<z.ZodObject<typeof signinShape>>;
@@ -65,6 +78,10 @@ export type SigninSettings = {
   publicUrl: string | undefined;
   /** Undefined: no identity provider, people sign in with an API key. */
   oidc: OidcSettings | undefined;
+  /** Sign-ins one client address may open a minute. */
+  opensPerMinute: number;
+  /** Trusted proxies in front of the gateway, whose X-Forwarded-For names the client. */
+  proxyHops: number;
 };
 
 const CLIENT = ["PLATFORM_OIDC_ISSUER", "PLATFORM_OIDC_CLIENT_ID", "PLATFORM_OIDC_CLIENT_SECRET"] as const;
@@ -86,6 +103,8 @@ export function signinSettings(e: SigninEnv): SigninSettings {
   const clientSecret = e.PLATFORM_OIDC_CLIENT_SECRET;
   return {
     publicUrl: e.PLATFORM_PUBLIC_URL?.replace(/\/+$/, ""),
+    opensPerMinute: e.PLATFORM_SIGNIN_OPENS_PER_MINUTE,
+    proxyHops: e.PLATFORM_TRUSTED_PROXY_HOPS,
     oidc:
       issuer && clientId && clientSecret
         ? {

@@ -163,7 +163,7 @@ describe("one bad record never breaks everyone", () => {
     expect(listed.status).toBe(200);
     expect(listed.body.data.map((e) => e.endpoint)).toEqual(["tiny"]);
     expect(listed.body.invalid).toEqual([{ name: "garbage", error: "not valid JSON" }]);
-    const metrics = await fetch(`${stack.baseUrl}/metrics`);
+    const metrics = await fetch(stack.metricsUrl);
     expect(metrics.status).toBe(200);
     expect(await metrics.text()).toMatch(/platform_invalid_records_total\{kind="endpoint"\} 1/);
     // Logged once, by key, without its contents.

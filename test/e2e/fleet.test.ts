@@ -111,7 +111,7 @@ describe("admission control", () => {
     for (const r of responses.filter((x) => x.status === 200)) {
       expect(((await r.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens).toBe(600);
     }
-    const metrics = await (await fetch(`${stack.baseUrl}/metrics`)).text();
+    const metrics = await (await fetch(stack.metricsUrl)).text();
     expect(metrics).toContain(
       `platform_rate_limit_rejections_total{model_name="adm",version="v1",reason="queue_full"} ${rejected.length}`,
     );

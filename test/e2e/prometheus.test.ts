@@ -85,7 +85,7 @@ describe.skipIf(!binary)("Prometheus scraping a running stack", () => {
     );
     prometheus = await startPrometheus(binary as string, {
       jobs: [
-        { job: "platform-gateway", targets: [new URL(stack.baseUrl).host] },
+        { job: "platform-gateway", targets: [new URL(stack.metricsUrl).host] },
         { job: "platform-workers", targets: [`127.0.0.1:${healthPort}`] },
       ],
       ruleFiles: [RULES],

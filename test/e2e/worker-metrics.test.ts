@@ -42,7 +42,10 @@ describe("worker metrics under platform up", () => {
       "a worker with a health port",
     );
     const targets = (await withMetrics.admin<TargetGroup[]>("GET", "/admin/v1/scrape-targets")).body;
-    expect(targets[0]).toEqual({ targets: [new URL(withMetrics.baseUrl).host], labels: { platform_role: "gateway" } });
+    expect(targets[0]).toEqual({
+      targets: [new URL(withMetrics.metricsUrl).host],
+      labels: { platform_role: "gateway" },
+    });
     const workers = targets.filter((t) => t.labels.platform_role === "worker");
     expect(workers).toHaveLength(1);
     const worker = workers[0] as TargetGroup;

@@ -12,6 +12,8 @@ export const BIN = fileURLToPath(new URL("../../bin/platform.js", import.meta.ur
 
 export type Stack = {
   baseUrl: string;
+  /** The gateway's metrics port's /metrics (docs/observability.md, "The metrics port"). */
+  metricsUrl: string;
   apiKey: string;
   redisUrl: string;
   dataDir: string;
@@ -59,6 +61,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   }
   const baseUrl = (out.match(/base URL\s+(\S+)\/v1/) ?? [])[1] as string;
   const apiKey = (out.match(/API key\s+(\S+)/) ?? [])[1] as string;
+  const metricsUrl = (out.match(/metrics\s+(http:\/\/\S+\/metrics)/) ?? [])[1] as string;
   // `up` prints the URL with its password masked and says where the password is kept.
   const shownRedisUrl = (out.match(/redis\s+(rediss?:\/\/\S+)/) ?? [])[1] as string;
   const passwordFile = (out.match(/password in (\S+)\)/) ?? [])[1];
@@ -83,6 +86,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   };
   const stack: Stack = {
     baseUrl,
+    metricsUrl,
     apiKey,
     redisUrl,
     dataDir: join(dir, "data"),

@@ -278,7 +278,7 @@ describe.skipIf(skip !== undefined)("LoRA adapters on one replica", () => {
       temperature: 0,
     });
     expect(res.status, await res.clone().text()).toBe(200);
-    const metrics = await (await fetch(`${gateway.url}/metrics`)).text();
+    const metrics = await (await fetch(gateway.metricsUrl)).text();
     expect(metrics).toMatch(/vllm:generation_tokens_total\{[^}]*model_name="tiny:a1"/);
     const usage = await fetch(`${gateway.url}/v1/usage?by=model`, { headers: { authorization: `Bearer ${key}` } });
     expect(usage.status).toBe(200);

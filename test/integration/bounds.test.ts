@@ -357,7 +357,7 @@ describe("records that do not parse", () => {
     expect(keys.status).toBe(200);
     expect(((await keys.json()) as { data: unknown[] }).data).toHaveLength(2);
 
-    const metrics = await fetch(`${gateway.url}/metrics`);
+    const metrics = await fetch(gateway.metricsUrl);
     expect(metrics.status).toBe(200);
     const text = await metrics.text();
     expect(text).toMatch(/platform_replicas_desired\{model_name="tiny",version="v1"\} 1/);

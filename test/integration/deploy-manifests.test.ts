@@ -113,11 +113,16 @@ function checkGatewayAndScaler(objects: Json[], namespace: string): Json {
   expect(g.args).toEqual(["gateway", "--port", "8000"]);
   expect(g.readinessProbe.httpGet.path).toBe("/readyz");
   expect(g.livenessProbe.httpGet.path).toBe("/healthz");
+  // Metrics on a port of their own (PLATFORM_METRICS_PORT), which the Service does not expose.
   expect(gateway.spec.template.metadata.annotations).toMatchObject({
     "prometheus.io/scrape": "true",
-    "prometheus.io/port": "8000",
+    "prometheus.io/port": "9464",
   });
-  expect(find(objects, "Service", "platform-gateway")!.spec.ports[0].port).toBe(8000);
+  expect(g.ports.find((p: Json) => p.name === "metrics")?.containerPort).toBe(9464);
+  expect(g.env.find((e: Json) => e.name === "PLATFORM_METRICS_PORT")?.value).toBe("9464");
+  const service = find(objects, "Service", "platform-gateway")!;
+  expect(service.spec.ports.map((p: Json) => p.port)).toEqual([8000]);
+  expect(service.metadata.annotations?.["prometheus.io/port"]).toBeUndefined();
 
   const scaler = find(objects, "Deployment", "platform-scaler")!;
   expect(scaler.spec.replicas).toBe(1);
@@ -377,6 +382,12 @@ describe("deploy/ files outside kustomize", () => {
     expect(gateway.metrics_path).toBe("/metrics");
     expect(gateway.kubernetes_sd_configs[0].role).toBe("pod");
     expect(gateway.relabel_configs.some((r: Json) => r.action === "keep" && r.regex === "platform-gateway")).toBe(true);
+    // The gateway's metrics port, by its name in deploy/base/gateway.yaml.
+    expect(
+      gateway.relabel_configs.some(
+        (r: Json) => r.action === "keep" && r.source_labels[0] === "__meta_kubernetes_pod_container_port_name",
+      ) && gateway.relabel_configs.some((r: Json) => r.regex === "metrics"),
+    ).toBe(true);
     // Workers: the scaler's pods, on the port it names "health" (its probes and /metrics).
     const workers = jobs.find((j) => j.job_name === "platform-workers")!;
     expect(workers.metrics_path).toBe("/metrics");
@@ -385,7 +396,7 @@ describe("deploy/ files outside kustomize", () => {
       .template.spec!.containers[0]!.ports![0]!;
     expect(workers.relabel_configs.some((r: Json) => r.action === "keep" && r.regex === port.name)).toBe(true);
     expect(port.containerPort).toBe(WORKER_HEALTH_PORT);
-    expect(jobs.find((j) => j.job_name === "platform-compose")!.static_configs[0].targets).toEqual(["platform:8000"]);
+    expect(jobs.find((j) => j.job_name === "platform-compose")!.static_configs[0].targets).toEqual(["platform:9464"]);
     expect(config.rule_files).toEqual(["alerts.yml"]);
   });
 
@@ -396,7 +407,7 @@ describe("deploy/ files outside kustomize", () => {
     const gateway = parseAllDocuments(readFileSync(join(ROOT, "deploy/base/gateway.yaml"), "utf8"))
       .map((d) => d.toJSON() as Json)
       .find((o) => o.kind === "Deployment")!;
-    const gatewayPort = gateway.spec.template.spec.containers[0].ports[0].name;
+    const gatewayPort = gateway.spec.template.spec.containers[0].ports.find((p: Json) => p.containerPort === 9464).name;
     expect(
       monitors.map((m) => [
         m.kind,

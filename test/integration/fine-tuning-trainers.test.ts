@@ -177,8 +177,8 @@ describe.skipIf(!python)(
       expect(done.status).toBe("succeeded");
       // Endpoints mm-chat and zz-chat serve tiny-hf@v1 (the first test deployed them): the first by
       // name, as GET /v1/models lists it for clients.
-      expect(done.fine_tuned_model).toBe("mm-chat:tiny-cpu");
-      expect((await client.models.list()).data.map((m) => m.id)).toContain("mm-chat:tiny-cpu");
+      expect(done.fine_tuned_model).toBe("mm-chat:acme.tiny-cpu");
+      expect((await client.models.list()).data.map((m) => m.id)).toContain("mm-chat:acme.tiny-cpu");
 
       // The CPU trainer finished a job submitted after the GPU job and never took the GPU job.
       const queues = new QueueBase(ctl);
@@ -209,7 +209,7 @@ describe.skipIf(!python)(
       const trained = await waitForEnd(gpuJob.id);
       expect(trained.error).toBeNull();
       expect(trained.status).toBe("succeeded");
-      expect(trained.fine_tuned_model).toBe("mm-chat:tiny-gpu");
+      expect(trained.fine_tuned_model).toBe("mm-chat:acme.tiny-gpu");
       // Its train.py ran through the GPU machine's Python, asked for CUDA; the stand-in has none, and the job says so.
       const ran = await readFile(standInLog, "utf8");
       expect(ran).toContain(`/trainer/${gpuJob.id}/`);

@@ -172,7 +172,7 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     const job = await waitForEnd(env.acme, created.id);
     expect(job.error).toBeNull();
     expect(job.status).toBe("succeeded");
-    expect(job.fine_tuned_model).toBe("tiny-hf:tiny-words");
+    expect(job.fine_tuned_model).toBe("tiny-hf:acme.tiny-words");
     expect(job.trained_tokens).toBeGreaterThan(0);
     uninterrupted = job;
 
@@ -191,7 +191,7 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     expect(checkpoints.data[0]?.id).toMatch(/^ftckpt-/);
     expect(checkpoints.data.map((c) => c.step_number)).toContain(40); // an epoch's end
 
-    const [version] = await listModelVersions(env.ctl, "tiny-words");
+    const [version] = await listModelVersions(env.ctl, "acme.tiny-words");
     expect(version).toMatchObject({ kind: "adapter", version: "v1", framework: "llamacpp" });
     expect(version?.adapter).toMatchObject({
       base: { name: "tiny-hf", version: "v1" },
@@ -260,7 +260,7 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
         object: "fine_tuning.job",
         status: "succeeded",
         model: "tiny-hf@v1",
-        fine_tuned_model: "tiny-hf:py-words",
+        fine_tuned_model: "tiny-hf:acme.py-words",
         seed: 11,
         error: null,
       });
@@ -271,7 +271,7 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
       expect(run.events.at(-1)?.message).toBe("The job has successfully completed");
       expect(run.checkpoints.map((c) => c.step_number)).toContain(20); // the first epoch's end
       expect(run.listed).toBe(true);
-      expect((await listModelVersions(env.ctl, "py-words"))[0]?.adapter?.base).toEqual({
+      expect((await listModelVersions(env.ctl, "acme.py-words"))[0]?.adapter?.base).toEqual({
         name: "tiny-hf",
         version: "v1",
       });
@@ -302,8 +302,8 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     ).toBe(true);
     expect(messages.some((m) => /^Resumed from the checkpoint at step \d+$/.test(m))).toBe(true);
     expect(job.trained_tokens).toBe(uninterrupted.trained_tokens);
-    const [killed] = await listModelVersions(env.ctl, "tiny-words-killed");
-    const [straight] = await listModelVersions(env.ctl, "tiny-words");
+    const [killed] = await listModelVersions(env.ctl, "acme.tiny-words-killed");
+    const [straight] = await listModelVersions(env.ctl, "acme.tiny-words");
     // Same seed, data order, optimizer and scheduler state: the same bytes.
     expect(killed?.manifest).toEqual(straight?.manifest);
     expect(killed?.training?.final_validation_loss).toBe(straight?.training?.final_validation_loss);
@@ -349,8 +349,8 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     expect(messages.some((m) => /^Trainer took over the job; resuming from the checkpoint at step \d+$/.test(m))).toBe(
       true,
     );
-    const [moved] = await listModelVersions(env.ctl, "tiny-words-moved");
-    const [straight] = await listModelVersions(env.ctl, "tiny-words");
+    const [moved] = await listModelVersions(env.ctl, "acme.tiny-words-moved");
+    const [straight] = await listModelVersions(env.ctl, "acme.tiny-words");
     expect(moved?.manifest).toEqual(straight?.manifest);
   });
 
@@ -361,18 +361,14 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
         timeout: 60_000,
       })
       .toBe(true);
-    expect(total(await scrape(`${env.gateway.url}/metrics`), "platform_fine_tuning_jobs", { status: "running" })).toBe(
-      1,
-    );
+    expect(total(await scrape(env.gateway.metricsUrl), "platform_fine_tuning_jobs", { status: "running" })).toBe(1);
     const cancelled = await env.acme.fineTuning.jobs.cancel(created.id);
     expect(cancelled.status).toBe("cancelled");
     await expect.poll(() => trainerChildren().length).toBe(0);
     expect((await env.acme.fineTuning.jobs.retrieve(created.id)).status).toBe("cancelled");
-    expect(await listModelVersions(env.ctl, "tiny-cancelled")).toEqual([]);
+    expect(await listModelVersions(env.ctl, "acme.tiny-cancelled")).toEqual([]);
     await expect
-      .poll(async () =>
-        total(await scrape(`${env.gateway.url}/metrics`), "platform_fine_tuning_jobs", { status: "running" }),
-      )
+      .poll(async () => total(await scrape(env.gateway.metricsUrl), "platform_fine_tuning_jobs", { status: "running" }))
       .toBe(0);
   });
 
@@ -410,12 +406,12 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     expect(run.stderr).toContain("uploading");
     expect(run.code, run.stderr).toBe(0);
     expect(run.stdout).toMatch(
-      /fine-tuning job ftjob-[0-9a-f]{24} queued: tiny-hf@v1 → adapter tiny-cli \(lora, 2 epochs, seed 3\)/,
+      /fine-tuning job ftjob-[0-9a-f]{24} queued: tiny-hf@v1 → adapter acme.tiny-cli \(lora, 2 epochs, seed 3\)/,
     );
     expect(run.stdout).toMatch(/Step 1\/40: training loss=\d+\.\d{4}/);
     expect(run.stdout).toMatch(/Step 40: validation loss=\d+\.\d{4}/);
-    expect(run.stdout).toContain("succeeded: tiny-hf:tiny-cli (tiny-cli@v1)");
-    const [version] = await listModelVersions(env.ctl, "tiny-cli");
+    expect(run.stdout).toContain("succeeded: tiny-hf:acme.tiny-cli (acme.tiny-cli@v1)");
+    const [version] = await listModelVersions(env.ctl, "acme.tiny-cli");
     expect(version?.training?.hyperparameters).toMatchObject({
       n_epochs: 2,
       learning_rate: 0.01,
@@ -426,9 +422,9 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     const list = await runCli(["training", "jobs", "list", "--json"], env.cliEnv);
     expect(list.code, list.stderr).toBe(0);
     const listed = JSON.parse(list.stdout) as { id: string; fine_tuned_model: string }[];
-    expect(listed[0]?.fine_tuned_model).toBe("tiny-hf:tiny-cli");
+    expect(listed[0]?.fine_tuned_model).toBe("tiny-hf:acme.tiny-cli");
     const events = await runCli(["training", "jobs", "events", listed[0]?.id as string], env.cliEnv);
-    expect(events.stdout).toContain("Registered adapter tiny-cli@v1");
+    expect(events.stdout).toContain("Registered adapter acme.tiny-cli@v1");
 
     // Bad flags: exit 2, naming the flag; a bad dataset: exit 1, naming the line.
     const flag = await runCli(
@@ -462,8 +458,8 @@ describe.skipIf(!python)("fine-tuning (needs .venv-ref: torch, transformers, pef
     } as unknown as OpenAI.FineTuning.JobCreateParams);
     const job = await waitForEnd(env.acme, created.id);
     expect(job.error).toBeNull();
-    expect(job.fine_tuned_model).toBe("tiny-full@v1");
-    const [version] = await listModelVersions(env.ctl, "tiny-full");
+    expect(job.fine_tuned_model).toBe("acme.tiny-full@v1");
+    const [version] = await listModelVersions(env.ctl, "acme.tiny-full");
     expect(version).toMatchObject({ kind: "hf", checkpoint: { architecture: "LlamaForCausalLM" } });
     expect(version?.training).toMatchObject({ method: "full", job_id: job.id });
     expect(version?.manifest?.map((f) => f.path)).toContain("tokenizer.json");

@@ -146,7 +146,7 @@ describe("gateway edges", () => {
   });
 
   it("serves Prometheus metrics under the vLLM names", async () => {
-    const res = await fetch(`${gateway.url}/metrics`);
+    const res = await fetch(gateway.metricsUrl);
     const text = await res.text();
     expect(text).toContain("vllm:num_requests_waiting");
     expect(text).toMatch(/platform_replicas_desired\{model_name="tiny",version="v1"\} 1/);

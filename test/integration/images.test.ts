@@ -216,7 +216,7 @@ describe.skipIf(!usable)("images", () => {
     // This key's requests so far: 1 image of 4 steps, 2 of 2, 1 of 2 (and the Python client's, where it ran).
     expect(rows[0]?.images).toBeGreaterThanOrEqual(4);
     expect(rows[0]?.steps).toBeGreaterThanOrEqual(10);
-    const samples = await scrape(`${tiny.gateway.url}/metrics`);
+    const samples = await scrape(tiny.gateway.metricsUrl);
     expect(total(samples, "platform_images_total", { model_name: "pic" })).toBeGreaterThanOrEqual(4);
     expect(total(samples, "platform_image_steps_total", { model_name: "pic" })).toBeGreaterThanOrEqual(10);
     expect(total(samples, "platform_image_step_seconds_count", { model_name: "pic" })).toBeGreaterThanOrEqual(4);

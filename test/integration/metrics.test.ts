@@ -118,7 +118,7 @@ async function ok<T>(res: Response): Promise<T> {
 type Usage = { prompt_tokens: number; completion_tokens: number };
 type Snapshot = { gateway: Sample[]; worker: Sample[] };
 const snapshot = async (): Promise<Snapshot> => ({
-  gateway: await scrape(`${gateway.url}/metrics`),
+  gateway: await scrape(gateway.metricsUrl),
   worker: await scrape(workerMetricsUrl),
 });
 
@@ -250,7 +250,7 @@ describe("request metrics", () => {
 
   it("embeddings are counted: prompt tokens, latency, success, on the gateway and the replica", async () => {
     const embedSnapshot = async (): Promise<Snapshot> => ({
-      gateway: await scrape(`${gateway.url}/metrics`),
+      gateway: await scrape(gateway.metricsUrl),
       worker: await scrape(embedWorkerMetricsUrl),
     });
     const before = await embedSnapshot();

@@ -513,7 +513,7 @@ describe("a gRPC upstream, transcoded", () => {
 
 describe("metrics", () => {
   it("counts calls by code and times them", async () => {
-    const text = await (await fetch(`${gateway.url}/metrics`)).text();
+    const text = await (await fetch(gateway.metricsUrl)).text();
     const method = `method="${SERVICE}/GetItem"`;
     expect(text).toContain(`platform_rpc_requests_total{org="default",service="items",${method},code="ok"}`);
     expect(text).toContain(`platform_rpc_requests_total{org="default",service="items",${method},code="not_found"}`);

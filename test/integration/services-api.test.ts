@@ -259,7 +259,7 @@ describe("/admin/v1/services", () => {
         __metrics_path__: "/metrics",
       },
     });
-    const metrics = await (await fetch(`${gateway.url}/metrics`)).text();
+    const metrics = await (await fetch(gateway.metricsUrl)).text();
     expect(metrics).toContain('platform_service_replicas{org="acme",service="items",state="ready"} 1');
     expect(metrics).toContain('platform_service_replicas_desired{org="acme",service="items"} 1');
   });

@@ -3,6 +3,7 @@
  * PKCE S256 against RFC 7636's own example, user codes, how ID-token claims place a person, the
  * PLATFORM_OIDC_* settings, and the pages' escaping and headers.
  */
+import { clientAddress, clientBucket } from "../../src/signin/per-client.ts";
 import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
 import { pageHeaders } from "../../src/gateway/page-headers.ts";
@@ -132,7 +133,12 @@ describe("the sign-in settings", () => {
   };
 
   it("has no provider by default, and reads one with its defaults", () => {
-    expect(loadSettings({}).signin).toEqual({ publicUrl: undefined, oidc: undefined });
+    expect(loadSettings({}).signin).toEqual({
+      publicUrl: undefined,
+      oidc: undefined,
+      opensPerMinute: 30,
+      proxyHops: 0,
+    });
     expect(loadSettings({ ...oidc, PLATFORM_PUBLIC_URL: "https://platform.example.com/" }).signin).toEqual({
       publicUrl: "https://platform.example.com",
       oidc: {
@@ -143,6 +149,8 @@ describe("the sign-in settings", () => {
         scopes: "openid profile email",
         claims: { org: "org", role: "role", groups: undefined },
       },
+      opensPerMinute: 30,
+      proxyHops: 0,
     });
     expect(
       loadSettings({
@@ -214,5 +222,24 @@ describe("the sign-in pages", () => {
       "1 hour",
       "2 seconds",
     ]);
+  });
+});
+
+describe("client addresses for sign-in limits (src/signin/per-client.ts)", () => {
+  it("counts an IPv6 client by its /64 and an IPv4-mapped one as IPv4", () => {
+    expect(clientBucket("2001:db8:1:2:aaaa::1")).toBe("2001:db8:1:2::/64");
+    expect(clientBucket("2001:db8:1:2:bbbb:cccc:dddd:eeee")).toBe("2001:db8:1:2::/64");
+    expect(clientBucket("2001:db8::1")).toBe("2001:db8:0:0::/64");
+    expect(clientBucket("::1")).toBe("0:0:0:0::/64");
+    expect(clientBucket("::ffff:10.1.2.3")).toBe("10.1.2.3");
+    expect(clientBucket("10.1.2.3")).toBe("10.1.2.3");
+    expect(clientBucket("not an address")).toBe("unknown");
+  });
+
+  it("believes X-Forwarded-For only as far as the trusted proxies go", () => {
+    expect(clientAddress("10.0.0.9", "1.2.3.4", 0)).toBe("10.0.0.9");
+    expect(clientAddress("10.0.0.9", "6.6.6.6, 1.2.3.4", 1)).toBe("1.2.3.4");
+    expect(clientAddress("10.0.0.9", "6.6.6.6, 1.2.3.4, 10.0.0.8", 2)).toBe("1.2.3.4");
+    expect(clientAddress("10.0.0.9", undefined, 1)).toBe("10.0.0.9");
   });
 });

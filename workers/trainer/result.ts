@@ -45,7 +45,7 @@ export async function registerResult(
   // A cancel that came while the result was written wins: nothing is registered.
   if (await isEnded(deps.ctl, spec.id)) return "cancelled";
   const registerDeps = { ctl: deps.ctl, artifacts: deps.artifacts, scratchDir: join(deps.dataDir, "tmp") };
-  const req = { name: spec.result_name, base, dir: out, source: `fine-tuning://${spec.id}`, training };
+  const req = { name: spec.result_name, base, dir: out, source: `fine-tuning://${spec.id}`, training, owner: spec.org };
   const record =
     spec.method === "lora"
       ? await registerTrainedAdapter(registerDeps, req)

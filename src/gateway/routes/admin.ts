@@ -59,6 +59,8 @@ export type AdminDeps = {
   dispatcher: Dispatcher;
   imports: ImportDeps;
   baseUrl: () => string;
+  /** The metrics port's /metrics (metrics-port.ts), the gateway's scrape target. */
+  metricsUrl?: () => string;
   maxModelBytes?: number;
   storage?: StoragePolicy;
 };
@@ -286,7 +288,7 @@ export function adminRoutes(deps: AdminDeps) {
   });
 
   app.route("/endpoints", abTestRoutes(deps));
-  app.route("/scrape-targets", scrapeTargetRoutes(ctl, deps.baseUrl));
+  app.route("/scrape-targets", scrapeTargetRoutes(ctl, deps.metricsUrl ?? deps.baseUrl));
 
   app.get("/endpoints/:name/autoscaling", async (c) => {
     const endpoint = await getEndpoint(ctl, pathParam(c, "name", ModelName));

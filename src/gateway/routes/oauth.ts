@@ -19,7 +19,8 @@ import { CLI_CLIENT_ID, DEVICE_GRANT } from "../../signin/oauth.ts";
 import { logger } from "../../telemetry/log.ts";
 import type { TokenGrant, TokenRecord } from "../../tokens/token.ts";
 import type { GatewayEnv } from "../env.ts";
-import { baseUrlOf, formFields, type SigninDeps } from "./signin.ts";
+import { allowOpenFrom } from "../../signin/per-client.ts";
+import { baseUrlOf, formFields, requestAddress, type SigninDeps } from "./signin.ts";
 
 const log = logger("signin");
 
@@ -37,7 +38,7 @@ type OAuthError =
   | "access_denied"
   | "temporarily_unavailable";
 
-function oauthError(c: Context, status: 400 | 401 | 503, error: OAuthError, description: string, extra = {}) {
+function oauthError(c: Context, status: 400 | 401 | 429 | 503, error: OAuthError, description: string, extra = {}) {
   return c.json({ error, error_description: description, ...extra }, status);
 }
 
@@ -63,7 +64,8 @@ function tokenResponse(c: Context, grant: TokenGrant & { record: TokenRecord }) 
   });
 }
 
-export function oauthRoutes({ ctl, lifetimes, publicUrl }: SigninDeps) {
+export function oauthRoutes(deps: SigninDeps) {
+  const { ctl, lifetimes, publicUrl } = deps;
   const app = new Hono<GatewayEnv>();
   // RFC 6749 §5.1: nothing here is ever cached.
   app.use(async (c, next) => {
@@ -141,6 +143,18 @@ export function oauthRoutes({ ctl, lifetimes, publicUrl }: SigninDeps) {
     if (form.client_id !== CLI_CLIENT_ID) {
       refused(c, "unknown_client", "device authorization");
       return oauthError(c, 401, "invalid_client", `unknown client; the platform CLI is "${CLI_CLIENT_ID}"`);
+    }
+    const verdict = await allowOpenFrom(ctl, requestAddress(c, deps.proxyHops), deps.opensPerMinute);
+    if (verdict !== "allowed") {
+      // Once per address and minute: a flood does not flood the log.
+      if (verdict === "refused-first") refused(c, "too_many_from_client", "device authorization");
+      c.header("retry-after", "60");
+      return oauthError(
+        c,
+        429,
+        "temporarily_unavailable",
+        "too many sign-ins were started from this address; try again in a minute",
+      );
     }
     const started = await startDevice(ctl);
     if (!started) {

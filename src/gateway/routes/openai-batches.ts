@@ -133,14 +133,15 @@ export function openAiBatchRoutes(deps: OpenAiBatchDeps) {
     }
     // `<endpoint>:<adapter>` (docs/adapters.md): the endpoint's version, each record with the adapter.
     const colon = served.indexOf(":");
-    const endpoint = await getEndpoint(deps.ctl, colon < 0 ? served : served.slice(0, colon));
+    // Another organization's model or adapter is the same 404 as one that does not exist (src/registry/owners.ts).
+    const endpoint = await getEndpoint(deps.ctl, colon < 0 ? served : served.slice(0, colon), who);
     const adapterName = served.slice(colon + 1);
     const adapter =
       colon < 0
         ? undefined
         : pickAdapterVersion(
             // A name that cannot be registered is not looked up (it would become a Redis key).
-            NAME_PATTERN.test(adapterName) ? await listModelVersions(deps.ctl, adapterName) : [],
+            NAME_PATTERN.test(adapterName) ? await listModelVersions(deps.ctl, adapterName, who) : [],
             adapterName,
             { name: endpoint.config.model.name, version: endpoint.version },
             endpoint.name,

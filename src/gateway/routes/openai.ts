@@ -160,14 +160,18 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
   });
 
   app.get("/models", async (c) => {
+    const viewer = callerOf(c).viewer;
     const endpoints = await router.endpoints();
+    // What another organization made is not listed (src/registry/owners.ts).
+    const visible: typeof endpoints = [];
+    for (const e of endpoints) if (!e.variant_of && (await router.visible(e, viewer))) visible.push(e);
     // A/B variants are versions of an endpoint, not models of their own: `name@version` reaches them.
     const list: ModelList = {
       object: "list",
       data: [
-        ...endpoints.filter((e) => !e.variant_of).map((e) => modelEntry(e.name, e.created)),
+        ...visible.map((e) => modelEntry(e.name, e.created)),
         // Each endpoint's adapters, as clients name them (docs/adapters.md).
-        ...(await router.adapterEntries()).map((a) => modelEntry(a.id, a.created * 1000)),
+        ...(await router.adapterEntries(viewer)).map((a) => modelEntry(a.id, a.created * 1000)),
       ],
     };
     return c.json(list);
@@ -175,9 +179,10 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
 
   app.get("/models/:id", async (c) => {
     const id = c.req.param("id");
-    const t = await router.resolve(id);
+    const caller = callerOf(c);
+    const t = await router.resolve(id, caller);
     if (!t.adapter) return c.json(modelEntry(id, t.endpoint.created));
-    const created = (await router.adapterEntries()).find((a) => a.id === id)?.created;
+    const created = (await router.adapterEntries(caller.viewer)).find((a) => a.id === id)?.created;
     return c.json(modelEntry(id, (created ?? Math.floor(t.endpoint.created / 1000)) * 1000));
   });
 
@@ -229,5 +234,6 @@ export function chatSubmission(
 
 /** The caller as sticky A/B tests see it. */
 export function callerOf(c: Context<GatewayEnv>): Caller {
-  return { keyId: c.get("caller")?.id, header: (name) => c.req.header(name) };
+  const who = c.get("caller");
+  return { keyId: who?.id, header: (name) => c.req.header(name), viewer: who && { org: who.org, role: who.role } };
 }

@@ -16,7 +16,13 @@
 import { Hono } from "hono";
 import { PlatformError } from "../../contracts/errors.ts";
 import { grantedAccess, signRegistryToken } from "../../images/registry-token.ts";
-import { GRANT_USERNAME, grantAccess, loadTokenKey, verifyPullGrant } from "../../pull-credentials/grant.ts";
+import {
+  GRANT_AUDIENCE,
+  GRANT_USERNAME,
+  grantAccess,
+  loadTokenKey,
+  verifyPullGrant,
+} from "../../pull-credentials/grant.ts";
 import type { Control } from "../../redis/connection.ts";
 import type { RegistryTokenSettings } from "../../settings/registry-token.ts";
 import { verifyBearer } from "../auth.ts";
@@ -58,6 +64,15 @@ export function registryTokenRoutes(ctl: Control, settings: RegistryTokenSetting
         400,
         "invalid_request",
         "service: expected the registry's service name, as its challenge names it",
+        "service",
+      );
+    // A token for the grant audience would pass the grant check: a pull grant of the caller's own
+    // making, not the scaler's (docs/security.md, "Anonymous callers"). No registry is named so.
+    if (service.toLowerCase() === GRANT_AUDIENCE)
+      throw new PlatformError(
+        400,
+        "invalid_request",
+        `service: "${GRANT_AUDIENCE}" is the platform's own pull-grant audience, not a registry's; name the registry's service as its challenge does`,
         "service",
       );
     const scopes = c.req.queries("scope") ?? [];

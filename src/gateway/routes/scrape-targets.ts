@@ -1,6 +1,6 @@
 /**
  * `GET /admin/v1/scrape-targets`: what a Prometheus should scrape, in its HTTP service-discovery
- * format (`http_sd_configs`): this gateway and every live replica that serves /metrics (a
+ * format (`http_sd_configs`): this gateway (its metrics port) and every live replica that serves /metrics (a
  * health port in its heartbeat record). On one machine (`platform up` with
  * PLATFORM_WORKER_METRICS) that finds the workers' ephemeral ports; in Kubernetes, PodMonitors
  * (deploy/prometheus/) find pods directly and this route is not needed. Deployed services'
@@ -18,10 +18,11 @@ import type { GatewayEnv } from "../env.ts";
 
 type TargetGroup = { targets: string[]; labels: Record<string, string> };
 
-export function scrapeTargetRoutes(ctl: Control, baseUrl: () => string) {
+/** `gatewayUrl`: where the gateway's own metrics are read (its metrics port). */
+export function scrapeTargetRoutes(ctl: Control, gatewayUrl: () => string) {
   const app = new Hono<GatewayEnv>();
   app.get("/", async (c) => {
-    const groups: TargetGroup[] = [{ targets: [new URL(baseUrl()).host], labels: { platform_role: "gateway" } }];
+    const groups: TargetGroup[] = [{ targets: [new URL(gatewayUrl()).host], labels: { platform_role: "gateway" } }];
     const here = hostname();
     for (const endpoint of await listEndpoints(ctl)) {
       for (const r of await listReplicas(ctl, endpoint.name)) {

@@ -34,7 +34,8 @@ import {
   readFlow,
   updateFlow,
 } from "../../signin/flows.ts";
-import { CLI_CLIENT_ID, loopbackRedirect, PKCE_PATTERN } from "../../signin/oauth.ts";
+import { CLI_CLIENT_ID, loopbackRedirect, PKCE_PATTERN, randomSecret, sameSecret } from "../../signin/oauth.ts";
+import { allowOpenFrom, clientAddress } from "../../signin/per-client.ts";
 import type { OidcProvider } from "../../signin/oidc.ts";
 import { logger } from "../../telemetry/log.ts";
 import type { TokenLifetimes } from "../../tokens/store.ts";
@@ -46,6 +47,8 @@ import { consentPage, devicePage, messagePage, type Requester, signInPage } from
 const log = logger("signin");
 
 const COOKIE = "platform_signin";
+/** The device page's CSRF secret before any flow exists (GET /device allocates nothing). */
+const DEVICE_COOKIE = "platform_device";
 const START_AGAIN = "Start again from the terminal: platform auth login.";
 
 export type SigninDeps = {
@@ -54,7 +57,17 @@ export type SigninDeps = {
   /** PLATFORM_PUBLIC_URL: the gateway as browsers reach it; unset, each request's own origin. */
   publicUrl: string | undefined;
   oidc: OidcProvider | undefined;
+  /** Sign-ins one client address may open a minute, and the trusted proxies in front (src/signin/per-client.ts). */
+  opensPerMinute: number;
+  proxyHops: number;
 };
+
+/** The client address a request came from: its socket's peer, or what trusted proxies say (per-client.ts). */
+export function requestAddress(c: Context, proxyHops: number): string {
+  const peer = (c.env as { incoming?: { socket?: { remoteAddress?: string } } } | undefined)?.incoming?.socket
+    ?.remoteAddress;
+  return clientAddress(peer, c.req.header("x-forwarded-for"), proxyHops);
+}
 
 export function baseUrlOf(c: Context, publicUrl: string | undefined): string {
   return publicUrl ?? new URL(c.req.url).origin;
@@ -93,7 +106,7 @@ function requesterOf(flow: Flow): Requester {
     : { kind: "device", userCode: flow.user_code ?? "" };
 }
 
-export function signinRoutes({ ctl, lifetimes, publicUrl, oidc }: SigninDeps) {
+export function signinRoutes({ ctl, lifetimes, publicUrl, oidc, opensPerMinute, proxyHops }: SigninDeps) {
   const app = new Hono<GatewayEnv>();
   app.use(pageHeaders({ scripts: false }), async (c, next) => {
     await next();
@@ -132,6 +145,21 @@ export function signinRoutes({ ctl, lifetimes, publicUrl, oidc }: SigninDeps) {
       secure: baseUrlOf(c, publicUrl).startsWith("https:"),
     });
     return opened.flow;
+  };
+  /** Counts a sign-in opened by this request's client address; false past its share (per-client.ts). */
+  const fromHere = async (c: Context<GatewayEnv>) => {
+    const verdict = await allowOpenFrom(ctl, requestAddress(c, proxyHops), opensPerMinute);
+    // Once per address and minute: a flood does not flood the log.
+    if (verdict === "refused-first") refused(c, "too_many_from_client");
+    return verdict === "allowed";
+  };
+  const tooManyHere = (c: Context<GatewayEnv>) => {
+    c.header("retry-after", "60");
+    return page(
+      c,
+      429,
+      messagePage("Try again soon", "Too many sign-ins were started from here; try again in a minute."),
+    );
   };
   const tooMany = (c: Context<GatewayEnv>) => {
     refused(c, "too_many_open");
@@ -188,6 +216,7 @@ export function signinRoutes({ ctl, lifetimes, publicUrl, oidc }: SigninDeps) {
       if (q.state) back.searchParams.set("state", q.state);
       return c.redirect(back.href, 303);
     }
+    if (!(await fromHere(c))) return tooManyHere(c);
     const flow = await begin(c, {
       kind: "code",
       redirect_uri: redirect.href,
@@ -197,30 +226,45 @@ export function signinRoutes({ ctl, lifetimes, publicUrl, oidc }: SigninDeps) {
     return flow ? c.redirect("/auth/signin", 303) : tooMany(c);
   });
 
+  // A page view allocates nothing: the form's CSRF secret is a cookie of its own (double submit),
+  // kept by the browser alone; a flow is opened only for a user code that names a device waiting.
   app.get("/device", async (c) => {
-    const current = await readFlow(ctl, getCookie(c, COOKIE));
-    const flow = current?.kind === "device" && !current.device ? current : await begin(c, { kind: "device" });
-    if (!flow) return tooMany(c);
-    return page(c, 200, devicePage({ csrf: flow.csrf, userCode: c.req.query("user_code")?.slice(0, 20) }));
+    const csrf = getCookie(c, DEVICE_COOKIE)?.slice(0, 100) || randomSecret();
+    setCookie(c, DEVICE_COOKIE, csrf, {
+      httpOnly: true,
+      sameSite: "Lax",
+      path: "/auth/device",
+      maxAge: FLOW_TTL_MS / 1000,
+      secure: baseUrlOf(c, publicUrl).startsWith("https:"),
+    });
+    return page(c, 200, devicePage({ csrf, userCode: c.req.query("user_code")?.slice(0, 20) }));
   });
 
   app.post("/device", async (c) => {
-    const got = await posted(c);
-    if (got instanceof Response) return got;
-    const { flow, form } = got;
-    if (flow.kind !== "device" || flow.device) return c.redirect("/auth/signin", 303);
+    const form = (await formFields(c)) ?? {};
+    const csrf = getCookie(c, DEVICE_COOKIE);
+    if (!csrf || !form.csrf || !sameSecret(csrf, form.csrf)) {
+      refused(c, "csrf_mismatch");
+      return page(
+        c,
+        403,
+        messagePage("Sign-in refused", `This form was not sent from this browser's page. ${START_AGAIN}`),
+      );
+    }
+    // Every code entered counts against the client address: guessing is bounded as opening is.
+    if (!(await fromHere(c))) return tooManyHere(c);
     const device = await findDevice(ctl, form.user_code ?? "");
     if (!device) {
       refused(c, "wrong_user_code");
-      if (!(await countAttempt(ctl, flow)))
-        return page(c, 429, messagePage("Too many attempts", `That was the last try for this page. ${START_AGAIN}`));
       return page(
         c,
         400,
-        devicePage({ csrf: flow.csrf, userCode: form.user_code, error: "That code is not valid, or it has expired." }),
+        devicePage({ csrf, userCode: form.user_code, error: "That code is not valid, or it has expired." }),
       );
     }
-    await updateFlow(ctl, flow, { device: device.id, user_code: device.userCode });
+    const flow = await begin(c, { kind: "device", device: device.id, user_code: device.userCode });
+    if (!flow) return tooMany(c);
+    deleteCookie(c, DEVICE_COOKIE, { path: "/auth/device" });
     return c.redirect("/auth/signin", 303);
   });
 

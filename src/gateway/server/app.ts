@@ -17,6 +17,7 @@ import type { Settings } from "../../settings/index.ts";
 import { openStore } from "../../storage/index.ts";
 import { countBatchRecords, registerBatchMetrics } from "../../batch/metrics.ts";
 import { GatewayMetrics } from "../metrics.ts";
+import { metricsFor, serveMetrics } from "../metrics-port.ts";
 import { servedOf } from "../../telemetry/request-metrics.ts";
 import { registerScalingMetrics } from "../../autoscaling/metrics.ts";
 import { requestTelemetry } from "../../telemetry/tracing.ts";
@@ -83,9 +84,14 @@ export type GatewayOptions = {
   host: string;
   port: number;
   rpcResolver?: RpcResolver;
+  /**
+   * The metrics port (metrics-port.ts); default settings.metrics.port, or any free port (0) when
+   * `port` is 0 too, so gateways started side by side (tests) never collide on it.
+   */
+  metricsPort?: number;
 };
-/** `awaiting`: requests waiting for their answer from the queue. */
-export type RunningGateway = { url: string; awaiting: () => number; close: () => Promise<void> };
+/** `awaiting`: requests waiting for their answer from the queue; `metricsUrl`: the metrics port's /metrics. */
+export type RunningGateway = { url: string; metricsUrl: string; awaiting: () => number; close: () => Promise<void> };
 
 export async function startGateway(options: GatewayOptions): Promise<RunningGateway> {
   const { ctl, settings } = options;
@@ -102,12 +108,14 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   });
   await directory.start();
   let baseUrl = "";
+  let metricsUrl = "";
 
   const storage = StoragePolicy.fromSettings(settings);
   const admin = {
     ctl,
     dispatcher,
     baseUrl: () => baseUrl,
+    metricsUrl: () => metricsUrl,
     maxModelBytes: settings.maxModelBytes,
     storage,
     imports: {
@@ -180,9 +188,11 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     );
     return c.json({ status: ok ? "ready" : "redis unreachable" }, ok ? 200 : 503);
   });
-  app.get("/metrics", async (c) =>
-    c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }),
-  );
+  // Every organization's series, without a key: only where the operator asks for it (metrics-port.ts).
+  if (settings.metrics.onApiPort)
+    app.get("/metrics", async (c) =>
+      c.text(await metrics.registry.metrics(), 200, { "content-type": metrics.registry.contentType }),
+    );
 
   // After authentication: only a key holder can make the gateway read a body at all.
   const limits = bodyLimits(settings);
@@ -246,7 +256,10 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   app.use("/admin/v1/tokens/refresh", limits);
   app.route("/admin/v1/tokens/refresh", tokenRefreshRoutes(tokens));
   app.use("/admin/v1/*", caller, limits);
-  // Any caller: who it is, its tokens, its organization.
+  // Any caller: who it is, its tokens, its organization; the metrics it may read (the dashboard's).
+  app.get("/admin/v1/metrics", async (c) =>
+    c.text(await metricsFor(metrics.registry, c.get("caller")), 200, { "content-type": metrics.registry.contentType }),
+  );
   app.route("/admin/v1", tokenRoutes(tokens));
   app.route("/admin/v1/orgs", orgRoutes(ctl));
   // Any caller of an organization, on its own organization's packages (routes/protos.ts says why).
@@ -292,6 +305,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     ctl,
     lifetimes: settings.tokens,
     publicUrl: settings.signin.publicUrl,
+    opensPerMinute: settings.signin.opensPerMinute,
+    proxyHops: settings.signin.proxyHops,
     oidc: settings.signin.oidc && new OidcProvider(settings.signin.oidc),
   };
   app.use("/auth/*", limits);
@@ -329,9 +344,18 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const address = server.address();
   const port = typeof address === "object" && address ? address.port : options.port;
   baseUrl = `http://${options.host.includes(":") ? `[${options.host}]` : options.host}:${port}`;
+  const metricsPort = options.metricsPort ?? (options.port === 0 ? 0 : settings.metrics.port);
+  const metricsListener = await serveMetrics(metrics.registry, options.host, metricsPort).catch(async (e: unknown) => {
+    await new Promise<void>((resolve) => http.close(() => resolve()));
+    throw new Error(
+      `the metrics port ${metricsPort} cannot be opened (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}); set PLATFORM_METRICS_PORT to a free port`,
+    );
+  });
+  metricsUrl = metricsListener.url;
 
   return {
     url: baseUrl,
+    metricsUrl,
     awaiting: () => dispatcher.awaiting,
     close: async () => {
       const closed = new Promise<void>((resolve) => http.close(() => resolve()));
@@ -340,6 +364,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       const cut = setTimeout(() => http.closeAllConnections(), 3_000);
       await closed;
       clearTimeout(cut);
+      await metricsListener.close();
       rpc.close();
       await directory.close();
       await meter.close();

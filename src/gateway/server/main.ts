@@ -27,9 +27,9 @@ export type GatewayRole = {
 export async function startGatewayRole(
   ctl: Control,
   settings: Settings & { redisUrl: string },
-  listen: { host: string; port: number },
+  listen: { host: string; port: number; metricsPort?: number },
 ): Promise<GatewayRole> {
-  const gateway = await startGateway({ ctl, settings, host: listen.host, port: listen.port });
+  const gateway = await startGateway({ ctl, settings, ...listen });
   const coordinator = await startBatchCoordinator(ctl, settings);
   const evaluator = await startEvaluationCoordinator(ctl, settings);
   trimMemoryWhenIdle({ busy: () => gateway.awaiting() > 0 });
@@ -58,7 +58,10 @@ export async function runGatewayProcess(listen: { host: string; port: number }):
   const ctl = connectControl(redisUrl, settings.prefix);
   if (settings.bootstrapAdminKey) await bootstrapAtStart(ctl, settings.bootstrapAdminKey, maskRedisUrl(redisUrl));
   const role = await startGatewayRole(ctl, { ...settings, redisUrl }, listen);
-  logger("gateway").info({ url: role.gateway.url }, `gateway listening on ${role.gateway.url}`);
+  logger("gateway").info(
+    { url: role.gateway.url, metrics: role.gateway.metricsUrl },
+    `gateway listening on ${role.gateway.url}; metrics on ${role.gateway.metricsUrl}`,
+  );
   let stopping = false;
   const stop = async () => {
     if (stopping) process.exit(1);
