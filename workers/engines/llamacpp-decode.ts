@@ -32,10 +32,11 @@ export type DecodeOptions = {
   onText?: (text: string, logprobs?: TokenLogprob[]) => void;
 };
 
-/** `stoppedBy`: the stop string that ended it (stop "stop"). */
+/** `stoppedBy`: the stop string that ended it (stop "stop"); `cachedTokens`: the prompt's tokens its cache held. */
 export type Decoded = {
   text: string;
   completionTokens: number;
+  cachedTokens: number;
   stop: "eog" | "stop" | "length" | "aborted";
   stoppedBy?: string;
   logprobs?: TokenLogprob[];
@@ -142,6 +143,7 @@ export async function decode(
   return {
     text: emitted,
     completionTokens: generated.length,
+    cachedTokens: prompt.length - input.length,
     stop,
     ...(stoppedBy === undefined ? {} : { stoppedBy }),
     ...(wantLogprobs ? { logprobs: allLogprobs } : {}),
