@@ -2,8 +2,13 @@
  * A context's free sequences, chosen by what their KV caches hold: a request takes the free sequence
  * whose cached tokens share the longest prefix with its prompt (ties: the least recently used), so a
  * conversation's next turn lands where its earlier turns are cached and only the rest is evaluated.
- * A finished request's cache stays on its sequence until another request takes that sequence (as
- * llama-server's slots keep theirs, picked by prompt similarity).
+ * A finished request's cache stays on its sequence until another request takes that sequence.
+ *
+ * As llama-server picks its slots (`--slot-prompt-similarity`, 0.5 by default), a match counts only
+ * when it holds more than half of the prompt: otherwise a new conversation, whose first tokens (BOS,
+ * the template's header) every cache shares, would land on the sequence holding the last one and
+ * discard it, where a free sequence holding nothing worth keeping is at hand. Such a request takes
+ * the least recently used free sequence (one never used first).
  */
 import type { LlamaContextSequence, Token } from "node-llama-cpp";
 
@@ -32,12 +37,15 @@ export class SequencePool {
   take(prompt: readonly Token[]): Taken | undefined {
     let best: Taken | undefined;
     let bestAt = -1;
+    const worth = (cached: number) => (cached * 2 > prompt.length ? cached : 0);
     for (const [i, sequence] of this.free.entries()) {
       const cached = matched(sequence, prompt);
+      const score = worth(cached);
+      const bestScore = best === undefined ? -1 : worth(best.cached);
       const better =
         best === undefined ||
-        cached > best.cached ||
-        (cached === best.cached && this.lastUsed(sequence) < this.lastUsed(best.sequence));
+        score > bestScore ||
+        (score === bestScore && this.lastUsed(sequence) < this.lastUsed(best.sequence));
       if (better) {
         best = { sequence, cached };
         bestAt = i;
