@@ -7,7 +7,7 @@
  */
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
-import { mkdir, rm } from "node:fs/promises";
+import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -38,12 +38,21 @@ export async function llamaServer(log: (line: string) => void = console.error): 
   const dir = join(benchCache(), `llama-server-${tag}-native`);
   const bin = join(dir, "build", "bin", "llama-server");
   if (existsSync(bin)) return bin;
+  // Another run building it now: wait for that one rather than start over.
+  const lock = `${dir}.building`;
+  const builder = Number(await readFile(lock, "utf8").catch(() => "0"));
+  if (builder > 0 && alive(builder)) {
+    log(`llama-server is being built by process ${builder}; waiting for it`);
+    while (alive(builder) && !existsSync(bin)) await new Promise((r) => setTimeout(r, 5000));
+    return existsSync(bin) ? bin : { skipped: `process ${builder} did not finish building ${bin}` };
+  }
   for (const tool of ["cmake", "git", "c++"])
     if (spawnSync(tool, ["--version"], { stdio: "ignore" }).status !== 0)
       return { skipped: `${tool} is not installed: llama-server cannot be built from node-llama-cpp's source` };
   log(`building llama-server ${tag} from node-llama-cpp's bundled source into ${dir} (once; ~10 minutes on 2 cores)`);
   await rm(dir, { recursive: true, force: true });
   await mkdir(dir, { recursive: true });
+  await writeFile(lock, String(process.pid));
   const src = join(dir, "src");
   await run("git", ["clone", "--quiet", join(LLAMA_DIR, "gitRelease.bundle"), src]);
   await run("cmake", [
@@ -60,8 +69,18 @@ export async function llamaServer(log: (line: string) => void = console.error): 
     "-DBUILD_SHARED_LIBS=OFF",
   ]);
   await run("cmake", ["--build", join(dir, "build"), "--target", "llama-server", "-j", "2"]);
+  await rm(lock, { force: true });
   if (!existsSync(bin)) return { skipped: `the build finished without ${bin}` };
   return bin;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) console.log(await llamaServer());

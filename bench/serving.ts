@@ -57,6 +57,15 @@ const THREADS = Number(process.env.BENCH_THREADS ?? 1);
 const PARALLEL = Number(process.env.BENCH_PARALLEL ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
 const CONTEXT = 4096;
+/** BENCH_SMOKE=1: two short conversations per trace, to check the harness (figures mean nothing). */
+const SHAPES = Object.fromEntries(
+  TRACES.map((t) => [
+    t,
+    process.env.BENCH_SMOKE === "1"
+      ? { ...TRACE_SHAPES[t], conversations: 2, turns: Math.min(2, TRACE_SHAPES[t].turns), maxTokens: 8 }
+      : TRACE_SHAPES[t],
+  ]),
+) as typeof TRACE_SHAPES;
 const only = process.env.BENCH_TRACES?.split(",") as TraceName[] | undefined;
 const traces = TRACES.filter((t) => !only || only.includes(t));
 const halfRange = (xs: number[]) => (xs.length === 0 ? 0 : (Math.max(...xs) - Math.min(...xs)) / 2);
@@ -204,7 +213,7 @@ async function directPeer(): Promise<Peer> {
 
 // ------------------------------------------------------------------ the rounds
 
-const server = await llamaServer(log);
+const server = process.env.BENCH_LLAMA_SERVER === "0" ? { skipped: "BENCH_LLAMA_SERVER=0" } : await llamaServer(log);
 const serverSkipped = typeof server === "string" ? undefined : server.skipped;
 if (serverSkipped) log(`llama-server skipped: ${serverSkipped}`);
 const makers: [string, () => Promise<Peer>][] = [
@@ -231,9 +240,9 @@ try {
   for (let round = 0; round < ROUNDS; round++) {
     for (const trace of traces) {
       // Fresh texts per round (the seed): no peer finds a previous round's conversations cached.
-      const conversations = traceConversations(trace, TRACE_SHAPES[trace], 39 + round);
+      const conversations = traceConversations(trace, SHAPES[trace], 39 + round);
       for (const peer of peers) {
-        const run = await runTrace(conversations, TRACE_SHAPES[trace].concurrency, peer.send);
+        const run = await runTrace(conversations, SHAPES[trace].concurrency, peer.send);
         const result = traceResult(trace, run);
         const byPeer = results[trace] ?? {};
         results[trace] = byPeer;
