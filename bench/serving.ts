@@ -157,7 +157,8 @@ async function llamaServerPeer(bin: string): Promise<Peer> {
 async function directPeer(): Promise<Peer> {
   const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
   const model = await llama.loadModel({ modelPath: gguf });
-  const context = await model.createContext({ sequences: PARALLEL, contextSize: CONTEXT * PARALLEL, threads: THREADS });
+  // contextSize is per sequence in node-llama-cpp (llama-server's -c is the whole context).
+  const context = await model.createContext({ sequences: PARALLEL, contextSize: CONTEXT, threads: THREADS });
   const free: LlamaContextSequence[] = Array.from({ length: PARALLEL }, () => context.getSequence());
   const template = new JinjaTemplateChatWrapper({ template: String(model.fileInfo.metadata.tokenizer?.chat_template) });
   const render = (messages: ChatTurnMessage[]) =>

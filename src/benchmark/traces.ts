@@ -9,7 +9,7 @@
  * The texts are seeded, so every run and every peer sends the same requests. A trace runs its
  * conversations on `concurrency` closed-loop clients, each conversation's turns in order.
  */
-import { type RequestSpec, sendStreamed } from "./measure.ts";
+import { type RequestSample, type RequestSpec, sendStreamed } from "./measure.ts";
 import { percentile, type Summary, summarize } from "./stats.ts";
 
 export const TRACES = ["multi-turn", "agentic", "decode"] as const;
@@ -77,21 +77,11 @@ export function traceConversations(name: TraceName, shape: TraceShape = TRACE_SH
   }));
 }
 
-/** One turn as the client saw it; times in ms from the moment it was sent. */
-export type TurnSample = {
-  turn: number;
-  ok: boolean;
-  ttft_ms?: number;
-  itl_ms: number[];
-  e2e_ms: number;
-  output_tokens: number;
-  prompt_tokens: number;
-  /** usage.prompt_tokens_details.cached_tokens (llama-server: timings.cache_n); absent where not reported. */
-  cached_tokens?: number;
-  /** The answer, sent back as the assistant's message of the next turn. */
-  text: string;
-  error?: string;
-};
+/** One turn as the client saw it (times in ms from the moment it was sent); `text` is sent back as the next turn's assistant message. */
+export type TurnSample = Pick<
+  RequestSample,
+  "ok" | "ttft_ms" | "itl_ms" | "e2e_ms" | "output_tokens" | "prompt_tokens" | "cached_tokens" | "error"
+> & { turn: number; text: string };
 
 /** Sends one chat request (streamed) and times it. */
 export type SendChat = (messages: ChatTurnMessage[], maxTokens: number) => Promise<Omit<TurnSample, "turn">>;
@@ -102,18 +92,12 @@ export function httpChat(
   signal: AbortSignal = new AbortController().signal,
 ): SendChat {
   return async (messages, maxTokens) => {
-    const s = await sendStreamed({ ...target, api: "chat", prompt: "", messages, maxTokens }, signal, true);
-    return {
-      ok: s.ok,
-      ...(s.ttft_ms !== undefined ? { ttft_ms: s.ttft_ms } : {}),
-      itl_ms: s.itl_ms,
-      e2e_ms: s.e2e_ms,
-      output_tokens: s.output_tokens,
-      prompt_tokens: s.prompt_tokens,
-      ...(s.cached_tokens !== undefined ? { cached_tokens: s.cached_tokens } : {}),
-      text: s.text ?? "",
-      ...(s.error !== undefined ? { error: s.error } : {}),
-    };
+    const {
+      text,
+      tokens_exact: _,
+      ...sample
+    } = await sendStreamed({ ...target, api: "chat", prompt: "", messages, maxTokens }, signal, true);
+    return { ...sample, text: text ?? "" };
   };
 }
 
