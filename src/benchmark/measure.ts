@@ -19,6 +19,8 @@ export type RequestSpec = {
   api: Api;
   model: string;
   prompt: string;
+  /** Chat only: the whole conversation instead of one user message of `prompt` (traces.ts). */
+  messages?: { role: string; content: string }[];
   maxTokens: number;
   /** Image requests: `<width>x<height>` (absent: the model's default) and denoising steps (absent: the pipeline's). */
   size?: string;
@@ -36,6 +38,10 @@ export type RequestSample = {
   /** From the usage chunk when the gateway sent one, else the text chunks counted. */
   output_tokens: number;
   prompt_tokens: number;
+  /** The prompt tokens the server found cached (usage.prompt_tokens_details; llama-server's timings.cache_n). */
+  cached_tokens?: number;
+  /** The answer's text, when asked for (`keepText`): a trace sends it back as the next turn's assistant message. */
+  text?: string;
   tokens_exact: boolean;
   /** Image requests: the images made and the denoising steps they took (the answer's usage). */
   images?: number;
@@ -87,7 +93,7 @@ export function closeConnections(): void {
  * cost lands in the inter-token figures (bench/measure.ts, docs/performance.md). Failures are
  * samples (ok: false), not exceptions; only `signal` rejects.
  */
-export function sendStreamed(spec: RequestSpec, signal: AbortSignal): Promise<RequestSample> {
+export function sendStreamed(spec: RequestSpec, signal: AbortSignal, keepText = false): Promise<RequestSample> {
   const url = new URL(`${spec.baseUrl}/v1/${spec.api === "chat" ? "chat/completions" : "completions"}`);
   const common = {
     model: spec.model,
@@ -98,14 +104,16 @@ export function sendStreamed(spec: RequestSpec, signal: AbortSignal): Promise<Re
   };
   const body = JSON.stringify(
     spec.api === "chat"
-      ? { ...common, messages: [{ role: "user", content: spec.prompt }] }
+      ? { ...common, messages: spec.messages ?? [{ role: "user", content: spec.prompt }] }
       : { ...common, prompt: spec.prompt },
   );
   const https = url.protocol === "https:";
   return new Promise((resolve, reject) => {
     const started = performance.now();
     const texts: number[] = [];
-    let usage: { prompt_tokens?: number; completion_tokens?: number } | undefined;
+    let answer = "";
+    let usage: StreamEvent["usage"] | undefined;
+    let cacheN: number | undefined;
     let failure: string | undefined;
     let done = false;
     let settled = false;
@@ -117,6 +125,7 @@ export function sendStreamed(spec: RequestSpec, signal: AbortSignal): Promise<Re
       const first = texts[0];
       const gaps = texts.slice(1).map((t, i) => t - (texts[i] as number));
       const message = error ?? failure ?? (done ? undefined : "the stream ended without [DONE]");
+      const cached = usage?.prompt_tokens_details?.cached_tokens ?? cacheN;
       resolve({
         ok: message === undefined,
         ...(first !== undefined ? { ttft_ms: first - started } : {}),
@@ -124,6 +133,8 @@ export function sendStreamed(spec: RequestSpec, signal: AbortSignal): Promise<Re
         e2e_ms: e2e,
         output_tokens: usage?.completion_tokens ?? texts.length,
         prompt_tokens: usage?.prompt_tokens ?? 0,
+        ...(cached !== undefined ? { cached_tokens: cached } : {}),
+        ...(keepText ? { text: answer } : {}),
         tokens_exact: usage?.completion_tokens !== undefined,
         ...(message !== undefined ? { error: message } : {}),
       });
@@ -148,9 +159,13 @@ export function sendStreamed(spec: RequestSpec, signal: AbortSignal): Promise<Re
       }
       if (event.error) failure = describeError(event.error);
       if (event.usage) usage = event.usage;
+      if (typeof event.timings?.cache_n === "number") cacheN = event.timings.cache_n;
       const choice = event.choices?.[0];
       const text = spec.api === "chat" ? choice?.delta?.content : choice?.text;
-      if (typeof text === "string" && text !== "") texts.push(performance.now());
+      if (typeof text === "string" && text !== "") {
+        texts.push(performance.now());
+        if (keepText) answer += text;
+      }
     };
     const onResponse = (res: IncomingMessage) => {
       res.setEncoding("utf8");
@@ -187,7 +202,13 @@ export function sendStreamed(spec: RequestSpec, signal: AbortSignal): Promise<Re
 
 type StreamEvent = {
   choices?: { delta?: { content?: string | null }; text?: string }[];
-  usage?: { prompt_tokens?: number; completion_tokens?: number } | null;
+  usage?: {
+    prompt_tokens?: number;
+    completion_tokens?: number;
+    prompt_tokens_details?: { cached_tokens?: number };
+  } | null;
+  /** llama-server's own figures: `cache_n` prompt tokens taken from its slot's cache. */
+  timings?: { cache_n?: number };
   error?: { message?: string; code?: string };
 };
 

@@ -6,6 +6,7 @@ import { mkdir, readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { type Command, Option } from "commander";
 import { AXES } from "../benchmark/configs.ts";
+import { TRACE_SHAPES, TRACES, type TraceName } from "../benchmark/traces.ts";
 import type { BenchmarkPlan } from "../benchmark/run.ts";
 import { parseDuration } from "../contracts/duration.ts";
 import { NAME_PATTERN } from "../contracts/deployment.ts";
@@ -31,6 +32,7 @@ type Flags = {
   numSpeculativeTokens?: number;
   out?: string;
   json?: boolean;
+  trace?: string;
 };
 
 const DEFAULT_PROMPT =
@@ -79,8 +81,14 @@ export function registerBenchmark(inference: Command): void {
       "--out <dir>",
       "where the JSON and HTML reports go (default: <data dir>/benchmarks/benchmark-<model>-<timestamp>, the data dir being PLATFORM_DATA_DIR or ~/.local/share/platform)",
     )
+    .option(
+      "--trace <name>",
+      `instead of levels: a trace a team sends (${TRACES.join(", ")}), in its own shape (docs/performance.md, "Serving traces"): TTFT per turn, inter-token latency, tokens/s, cached share`,
+    )
     .option("--json", "print the report as JSON instead of the table")
-    .action(async (model: string, flags: Flags) => benchmark(model, flags));
+    .action(async (model: string, flags: Flags) =>
+      flags.trace === undefined ? benchmark(model, flags) : traceBenchmark(model, flags),
+    );
 }
 
 /** Every flag checked before anything is sent: bad input exits 2 naming the flag and the form. */
@@ -208,4 +216,60 @@ async function benchmark(model: string, flags: Flags): Promise<void> {
     throw new CliError(
       `${failed.length} of ${report.configurations.length} configurations could not be measured: ${failed.map((c) => `${c.name}: ${c.error}`).join("; ")}`,
     );
+}
+
+/** `--trace`: one trace against the endpoint through the gateway; the JSON goes to --out as trace-<name>.json. */
+async function traceBenchmark(model: string, flags: Flags): Promise<void> {
+  const trace = flags.trace as string;
+  if (!(TRACES as readonly string[]).includes(trace))
+    throw new CliError(`--trace: expected ${TRACES.join(", ")}, got "${trace}"`, 2);
+  if (flags.configs.length > 0 || flags.api !== "chat")
+    throw new CliError("--trace: sends chat requests to the endpoint as it is; leave out --configs and --api", 2);
+  const plan = await parseFlags(model, flags);
+  const { httpChat, runTrace, traceConversations, traceResult } = await import("../benchmark/traces.ts");
+  const { closeConnections } = await import("../benchmark/measure.ts");
+  const name = trace as TraceName;
+  const shape = TRACE_SHAPES[name];
+  const api = await ApiClient.fromCredentials();
+  const send = httpChat({ baseUrl: api.baseUrl, apiKey: await api.bearer(), model });
+  const progress = new Progress();
+  const turns = shape.conversations * shape.turns;
+  const run = await runTrace(traceConversations(name, shape), shape.concurrency, send, (done) =>
+    progress.status(`${name}: ${done}/${turns} requests`),
+  ).finally(() => {
+    progress.done();
+    closeConnections();
+  });
+  const result = { model, shape, ...traceResult(name, run) };
+  await mkdir(plan.out, { recursive: true });
+  const file = join(plan.out, `trace-${name}.json`);
+  const { writeFile } = await import("node:fs/promises");
+  await writeFile(file, `${JSON.stringify(result, null, 2)}\n`);
+  if (flags.json) printJson(result);
+  else {
+    const ms = (x: number | null | undefined) => (x === null || x === undefined ? "—" : x.toFixed(0));
+    printTable(
+      ["FIGURE", "VALUE"],
+      [
+        ["requests (errors)", `${result.turns} (${result.errors})`],
+        ["wall", `${result.wall_s.toFixed(1)} s`],
+        ["output tokens/s", result.output_tokens_per_s.toFixed(1)],
+        ["TTFT first turns p50", `${ms(result.ttft_first_p50)} ms`],
+        ["TTFT later turns p50 / p95", `${ms(result.ttft_later_p50)} / ${ms(result.ttft_later_p95)} ms`],
+        ...result.ttft_by_turn.map((t) => [`TTFT turn ${t.turn + 1} p50 / p95`, `${ms(t.p50)} / ${ms(t.p95)} ms`]),
+        [
+          "inter-token p50 / p95",
+          `${result.itl_ms?.p50.toFixed(1) ?? "—"} / ${result.itl_p95_ms?.toFixed(1) ?? "—"} ms`,
+        ],
+        [
+          "cached share of prompt tokens",
+          result.cached_share === null ? "not reported" : result.cached_share.toFixed(3),
+        ],
+      ],
+    );
+    for (const e of result.error_samples) console.log(`error: ${e}`);
+    console.log(`JSON: ${file}`);
+  }
+  if (result.errors === result.turns)
+    throw new CliError(`every request of the ${name} trace failed: ${result.error_samples.join("; ")}`);
 }

@@ -76,11 +76,14 @@ function printReport(report: UsageReport): void {
       : String(row[dim as "model" | "version"] ?? "");
   // Image columns only where images were made (older gateways do not report them).
   const images = report.data.some((r) => (r.images ?? 0) > 0);
+  // Cached prompt tokens likewise: only where a replica's KV cache served some.
+  const cached = report.data.some((r) => (r.cached_tokens ?? 0) > 0);
   printTable(
     [
       ...report.by.map((d) => HEADS[d] as string),
       "REQUESTS",
       "PROMPT TOKENS",
+      ...(cached ? ["CACHED TOKENS"] : []),
       "COMPLETION TOKENS",
       "TOTAL TOKENS",
       "ERRORS",
@@ -91,6 +94,7 @@ function printReport(report: UsageReport): void {
       ...report.by.map((d) => cell(r, d)),
       r.requests,
       r.prompt_tokens,
+      ...(cached ? [r.cached_tokens ?? 0] : []),
       r.completion_tokens,
       r.total_tokens,
       r.errors,

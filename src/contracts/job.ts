@@ -298,6 +298,8 @@ export const Usage = z.object({
   prompt_tokens: z.number().int().nonnegative(),
   completion_tokens: z.number().int().nonnegative(),
   total_tokens: z.number().int().nonnegative(),
+  /** Text engines that keep a KV cache: how many of the prompt's tokens it held, so were not evaluated again (OpenAI's field). */
+  prompt_tokens_details: z.object({ cached_tokens: z.number().int().nonnegative() }).optional(),
   /** Image jobs only: images made, and the denoising steps they took. */
   images: z.number().int().nonnegative().optional(),
   steps: z.number().int().nonnegative().optional(),

@@ -40,6 +40,13 @@ export class GatewayMetrics {
   readonly success = this.vllm.success;
   /** Images made, their steps, time per image and per step (src/telemetry/image-metrics.ts). */
   readonly images = imageMetrics(this.registry);
+  /** Prompt tokens a replica's KV cache already held (part of vllm:prompt_tokens_total), where the engine counts them. */
+  readonly cachedPromptTokens = new Counter({
+    name: "platform_prompt_tokens_cached_total",
+    help: "Prompt tokens found in a replica's KV cache and not evaluated again (part of vllm:prompt_tokens_total)",
+    labelNames: ["model_name", "version", "source"],
+    registers: [this.registry],
+  });
   /** Every request answered, success or error: the denominator of error rates. */
   readonly requests = new Counter({
     name: "platform_requests_total",
@@ -117,6 +124,8 @@ export class GatewayMetrics {
     if (a.ttftSeconds !== undefined) this.ttft.observe(labels, a.ttftSeconds);
     if (a.queuedMs !== undefined) this.queueTime.observe(labels, a.queuedMs / 1000);
     this.promptTokens.inc(labels, a.usage.prompt_tokens);
+    const cached = a.usage.prompt_tokens_details?.cached_tokens;
+    if (cached !== undefined) this.cachedPromptTokens.inc(labels, cached);
     this.generationTokens.inc(labels, a.usage.completion_tokens);
     this.success.inc({ ...labels, finished_reason: a.finish_reason });
   }

@@ -190,11 +190,22 @@ export function recordAnswer(serving: Serving, results: TextResult[], n: number,
   return usage;
 }
 
-/** Each prompt is read once whatever the number of choices (its `n` choices are together); completions add up. */
+/**
+ * Each prompt is read once whatever the number of choices (its `n` choices are together); completions
+ * add up. Cached prompt tokens are reported (OpenAI's `prompt_tokens_details`) where the engine counts them.
+ */
 function usageOf(results: TextResult[], n: number): Usage {
-  const prompt = results.reduce((sum, r, i) => sum + (i % n === 0 ? r.usage.prompt_tokens : 0), 0);
+  const firsts = results.filter((_, i) => i % n === 0);
+  const prompt = firsts.reduce((sum, r) => sum + r.usage.prompt_tokens, 0);
   const completion = results.reduce((sum, r) => sum + r.usage.completion_tokens, 0);
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+  const counted = firsts.filter((r) => r.usage.prompt_tokens_details !== undefined);
+  const cached = counted.reduce((sum, r) => sum + (r.usage.prompt_tokens_details?.cached_tokens ?? 0), 0);
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    total_tokens: prompt + completion,
+    ...(counted.length > 0 ? { prompt_tokens_details: { cached_tokens: cached } } : {}),
+  };
 }
 
 /**

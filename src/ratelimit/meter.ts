@@ -91,7 +91,9 @@ export class RequestMeter {
   private target: { model: string; version: string } | undefined;
   private scopes: Scope[] = [];
   private reported = false;
-  private usage: Pick<Usage, "prompt_tokens" | "completion_tokens" | "images" | "steps"> | undefined;
+  private usage:
+    | Pick<Usage, "prompt_tokens" | "completion_tokens" | "images" | "steps" | "prompt_tokens_details">
+    | undefined;
   private failed = false;
   private ended = false;
 
@@ -158,7 +160,9 @@ export class RequestMeter {
   }
 
   /** The worker's count for the request: settles its tokens and is what usage records. */
-  complete(usage: Pick<Usage, "prompt_tokens" | "completion_tokens" | "images" | "steps">): void {
+  complete(
+    usage: Pick<Usage, "prompt_tokens" | "completion_tokens" | "images" | "steps" | "prompt_tokens_details">,
+  ): void {
     this.usage = usage;
     // Arrived after the client left: the reservation kept then is corrected now.
     if (this.ended && this.target) {
@@ -172,6 +176,7 @@ export class RequestMeter {
         key: this.key.id,
         ...this.target,
         prompt_tokens: usage.prompt_tokens,
+        cached_tokens: usage.prompt_tokens_details?.cached_tokens,
         completion_tokens: usage.completion_tokens,
         images: usage.images,
         steps: usage.steps,
@@ -208,6 +213,7 @@ export class RequestMeter {
       ...this.target,
       requests: 1,
       prompt_tokens: this.usage?.prompt_tokens,
+      cached_tokens: this.usage?.prompt_tokens_details?.cached_tokens,
       completion_tokens: this.usage?.completion_tokens,
       images: this.usage?.images,
       steps: this.usage?.steps,

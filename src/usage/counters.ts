@@ -29,6 +29,7 @@ const BUCKETS: ["m" | "h", number, number][] = [
 const LETTER: Record<UsageMetric, string> = {
   requests: "r",
   prompt_tokens: "p",
+  cached_tokens: "k",
   completion_tokens: "c",
   errors: "e",
   rate_limited: "l",
@@ -187,5 +188,14 @@ export async function queryUsage(
 }
 
 function zero(): UsageCounts {
-  return { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0, rate_limited: 0, images: 0, steps: 0 };
+  return {
+    requests: 0,
+    prompt_tokens: 0,
+    cached_tokens: 0,
+    completion_tokens: 0,
+    errors: 0,
+    rate_limited: 0,
+    images: 0,
+    steps: 0,
+  };
 }

@@ -11,10 +11,14 @@ export const MINUTE_RETENTION_MS = 48 * 3_600_000;
 /** Hour buckets are kept this long: the furthest a query reaches back. */
 export const HOUR_RETENTION_MS = 90 * 86_400_000;
 
-/** `images` and `steps`: images generated and their denoising steps (docs/images.md). */
+/**
+ * `images` and `steps`: images generated and their denoising steps (docs/images.md);
+ * `cached_tokens`: the prompt tokens a replica's KV cache already held (part of `prompt_tokens`).
+ */
 export const USAGE_METRICS = [
   "requests",
   "prompt_tokens",
+  "cached_tokens",
   "completion_tokens",
   "errors",
   "rate_limited",

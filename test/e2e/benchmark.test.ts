@@ -16,6 +16,7 @@ import { notApplied } from "../../src/contracts/engines.ts";
 import type { LevelResult } from "../../src/benchmark/measure.ts";
 import type { BenchmarkReport, ConfigurationResult } from "../../src/benchmark/report.ts";
 import type { Summary } from "../../src/benchmark/stats.ts";
+import type { TraceResult } from "../../src/benchmark/traces.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { BIN, runCli, type Stack, sleep, startStack } from "../helpers/stack.ts";
 
@@ -326,6 +327,22 @@ describe("platform inference benchmark", () => {
     );
   });
 
+  it("--trace decode: the trace's requests, their figures and the cached share, in the JSON written to --out", async () => {
+    const out = join(work, "trace");
+    const r = await runCli(["inference", "benchmark", "tiny", "--trace", "decode", "--out", out, "--json"], stack.env);
+    expect(r.code, r.stderr).toBe(0);
+    const result = JSON.parse(r.stdout) as TraceResult & { shape: { conversations: number; maxTokens: number } };
+    expect(JSON.parse(await readFile(join(out, "trace-decode.json"), "utf8"))).toEqual(result);
+    expect(result).toMatchObject({ trace: "decode", turns: result.shape.conversations, errors: 0 });
+    expect(result.output_tokens_per_s).toBeGreaterThan(0);
+    expect(result.ttft_by_turn.map((t) => t.turn)).toEqual([0]);
+    expect(result.ttft_first_p50).toBeGreaterThan(0);
+    // The platform reports cached prompt tokens: the short prompts share at least their first token.
+    expect(result.cached_share).toBeGreaterThan(0);
+    expect(result.cached_share).toBeLessThan(1);
+    expectOrdered(result.itl_ms);
+  });
+
   it("bad input exits 2 naming the flag and the form; an unknown model exits 1 with the server's message", async () => {
     const bad: [string[], RegExp][] = [
       [
@@ -341,6 +358,8 @@ describe("platform inference benchmark", () => {
       ],
       [["--configs", "dtype=float16"], /--configs "dtype=float16": expected <field>=<value>/],
       [["--configs", "speculative=off,on"], /--speculative-model: required with --configs speculative=on/],
+      [["--trace", "chatty"], /--trace: expected multi-turn, agentic, decode, got "chatty"/],
+      [["--trace", "decode", "--api", "completions"], /--trace: sends chat requests to the endpoint as it is/],
     ];
     for (const [args, message] of bad) {
       const r = await runCli(["inference", "benchmark", "tiny", "--out", join(work, "never"), ...args], stack.env);

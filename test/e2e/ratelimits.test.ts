@@ -98,6 +98,7 @@ type UsageRow = {
   version?: string;
   requests: number;
   prompt_tokens: number;
+  cached_tokens: number;
   completion_tokens: number;
   total_tokens: number;
   errors: number;
@@ -199,6 +200,7 @@ describe("one budget across gateway processes", () => {
         version: "v1",
         requests: 60,
         prompt_tokens: usage.prompt,
+        cached_tokens: expect.any(Number),
         completion_tokens: usage.completion,
         total_tokens: usage.prompt + usage.completion,
         errors: 0,
@@ -389,6 +391,7 @@ describe("usage", () => {
       version: "v1",
       requests: 7,
       prompt_tokens: totals.prompt,
+      cached_tokens: expect.any(Number),
       completion_tokens: totals.completion,
       total_tokens: totals.prompt + totals.completion,
       errors: 1,
@@ -403,6 +406,7 @@ describe("usage", () => {
       version: "v1",
       requests: 1,
       prompt_tokens: embedded,
+      cached_tokens: expect.any(Number),
       completion_tokens: 0,
       total_tokens: embedded,
       errors: 0,
@@ -476,6 +480,7 @@ describe("usage", () => {
         key_name: "metered",
         requests: 8,
         prompt_tokens: all.prompt,
+        cached_tokens: expect.any(Number),
         completion_tokens: totals.completion,
         total_tokens: all.total,
         errors: 1,

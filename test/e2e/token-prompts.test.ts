@@ -85,6 +85,7 @@ describe("token-id prompts", () => {
       prompt_tokens: prompt,
       completion_tokens: completion,
       total_tokens: prompt + completion,
+      prompt_tokens_details: { cached_tokens: expect.any(Number) },
     });
 
     const texts = await complete([TEXT, "The little dog"]);

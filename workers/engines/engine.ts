@@ -113,8 +113,14 @@ export interface Engine {
   dispose(): Promise<void>;
 }
 
-export function usage(prompt: number, completion: number): Usage {
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+/** `cached`: the prompt's tokens a KV cache already held (OpenAI's `prompt_tokens_details.cached_tokens`). */
+export function usage(prompt: number, completion: number, cached?: number): Usage {
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    total_tokens: prompt + completion,
+    ...(cached === undefined ? {} : { prompt_tokens_details: { cached_tokens: cached } }),
+  };
 }
 
 /**

@@ -6,16 +6,17 @@
  * recently used adapter context without a request in flight is disposed, and with it the adapter's
  * weights; a request that finds every adapter context busy waits for one to fall idle.
  */
-import type { LlamaContext, LlamaContextSequence, LlamaModel } from "node-llama-cpp";
+import type { LlamaContext, LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
 import { PlatformError } from "../../src/contracts/errors.ts";
 import { logger } from "../../src/telemetry/log.ts";
+import { SequencePool, type Taken } from "./llamacpp-sequences.ts";
 
 const log = logger("llamacpp");
 
-/** One context and its free sequences: the base's, or one adapter's. */
+/** One adapter's context and its free sequences (chosen by their caches, as the base's are). */
 export type Lane = {
   context: LlamaContext;
-  free: LlamaContextSequence[];
+  free: SequencePool;
   /** Sequences taken and not yet given back. */
   active: number;
   lastUsed: number;
@@ -54,15 +55,15 @@ export class AdapterLanes {
   }
 
   /**
-   * A sequence of `ref`'s context (its GGUF at `path`), made (and room made) when it has none.
-   * The lane counts the sequence as active until `release`.
+   * A sequence of `ref`'s context (its GGUF at `path`) for `prompt`, made (and room made) when it has
+   * none. The lane counts the sequence as active until `release`.
    */
-  async take(ref: string, path: string): Promise<{ lane: Lane; sequence: LlamaContextSequence }> {
+  async take(ref: string, path: string, prompt: readonly Token[]): Promise<{ lane: Lane; taken: Taken }> {
     const existing = this.lanes.get(ref);
-    if (existing && existing.free.length > 0) return this.claim(existing);
+    if (existing && existing.free.size > 0) return this.claim(existing, prompt);
     const run = this.lock.then(async () => {
       const lane = this.lanes.get(ref) ?? (await this.open(ref, path));
-      return this.claim(lane);
+      return this.claim(lane, prompt);
     });
     this.lock = run.catch(() => undefined);
     return run;
@@ -70,7 +71,7 @@ export class AdapterLanes {
 
   /** Gives a sequence back; an adapter context left with none in flight may now be evicted. */
   release(lane: Lane, sequence: LlamaContextSequence): void {
-    lane.free.push(sequence);
+    lane.free.give(sequence);
     lane.active--;
     if (lane.active === 0) {
       const waiting = this.idle;
@@ -84,13 +85,13 @@ export class AdapterLanes {
     this.lanes.clear();
   }
 
-  private claim(lane: Lane): { lane: Lane; sequence: LlamaContextSequence } {
-    const sequence = lane.free.pop();
+  private claim(lane: Lane, prompt: readonly Token[]): { lane: Lane; taken: Taken } {
+    const taken = lane.free.take(prompt);
     // The worker's slots never let more requests in than a context has sequences.
-    if (!sequence) throw new Error("an adapter context has no free sequence");
+    if (!taken) throw new Error("an adapter context has no free sequence");
     lane.active++;
     lane.lastUsed = performance.now();
-    return { lane, sequence };
+    return { lane, taken };
   }
 
   private async open(ref: string, path: string): Promise<Lane> {
@@ -114,8 +115,7 @@ export class AdapterLanes {
         "adapter",
       );
     }
-    const free: LlamaContextSequence[] = [];
-    for (let i = 0; i < context.totalSequences; i++) free.push(context.getSequence());
+    const free = new SequencePool(Array.from({ length: context.totalSequences }, () => context.getSequence()));
     const lane: Lane = { context, free, active: 0, lastUsed: performance.now(), adapterPath: path };
     this.lanes.set(ref, lane);
     this.loads++;

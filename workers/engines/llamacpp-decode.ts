@@ -17,6 +17,7 @@ import type {
 } from "node-llama-cpp";
 import type { PromptTokenLogprob, TokenLogprob } from "../../src/contracts/job.ts";
 import { evaluationState } from "./llamacpp-grammar.ts";
+import { type Lockstep, lockstepOf } from "./llamacpp-lockstep.ts";
 
 export type DecodeOptions = {
   maxTokens: number;
@@ -32,10 +33,11 @@ export type DecodeOptions = {
   onText?: (text: string, logprobs?: TokenLogprob[]) => void;
 };
 
-/** `stoppedBy`: the stop string that ended it (stop "stop"). */
+/** `stoppedBy`: the stop string that ended it (stop "stop"); `cachedTokens`: the prompt's tokens its cache held. */
 export type Decoded = {
   text: string;
   completionTokens: number;
+  cachedTokens: number;
   stop: "eog" | "stop" | "length" | "aborted";
   stoppedBy?: string;
   logprobs?: TokenLogprob[];
@@ -98,40 +100,53 @@ export async function decode(
       repeatPenalty: options.penalties && { punishTokens: () => generated, penalty: 1, ...options.penalties },
     },
   );
-  let stop: Decoded["stop"] = "eog";
-  for await (const out of evaluation) {
-    generated.push(out.token);
-    pendingTokens.push(out.token);
-    if (wantLogprobs) {
-      // As the text is decoded: the answer's first token without a preceding one.
-      const before = generated.length > 1 ? (generated[generated.length - 2] as Token) : undefined;
-      const probabilities = untempered(
-        (out as { probabilities?: Map<Token, number> }).probabilities,
-        options.sampling.temperature ?? 0,
-      );
-      const entry = logprobOf(model, out.token, before, probabilities, options.topLogprobs ?? 0);
-      pendingLogprobs.push(entry);
-      allLogprobs.push(entry);
-    }
-    // A character split across tokens is decoded once its last byte arrives.
-    const alone = model.detokenize([out.token]);
-    const waiting = alone.endsWith(PARTIAL_CHARACTER) && pendingTokens.length < 4 && !model.isSpecialToken(out.token);
-    if (!waiting) {
-      const text = model.detokenize(pendingTokens, false, generated.slice(0, generated.length - pendingTokens.length));
-      pendingTokens = [];
-      if (accept(text)) {
-        stop = "stop";
-        break;
+  let stop: Decoded["stop"];
+  // With a draft model a step yields several tokens from one decode: lockstep would only stall it.
+  const group = sequence.tokenPredictor ? undefined : lockstepOf(sequence.context);
+  let joined: Lockstep | undefined;
+  try {
+    stop = await loop();
+  } finally {
+    joined?.leave();
+  }
+  async function loop(): Promise<Decoded["stop"]> {
+    for await (const out of evaluation) {
+      generated.push(out.token);
+      pendingTokens.push(out.token);
+      if (wantLogprobs) {
+        // As the text is decoded: the answer's first token without a preceding one.
+        const before = generated.length > 1 ? (generated[generated.length - 2] as Token) : undefined;
+        const probabilities = untempered(
+          (out as { probabilities?: Map<Token, number> }).probabilities,
+          options.sampling.temperature ?? 0,
+        );
+        const entry = logprobOf(model, out.token, before, probabilities, options.topLogprobs ?? 0);
+        pendingLogprobs.push(entry);
+        allLogprobs.push(entry);
+      }
+      // A character split across tokens is decoded once its last byte arrives.
+      const alone = model.detokenize([out.token]);
+      const waiting = alone.endsWith(PARTIAL_CHARACTER) && pendingTokens.length < 4 && !model.isSpecialToken(out.token);
+      if (!waiting) {
+        const text = model.detokenize(
+          pendingTokens,
+          false,
+          generated.slice(0, generated.length - pendingTokens.length),
+        );
+        pendingTokens = [];
+        if (accept(text)) return "stop";
+      }
+      if (options.signal?.aborted) return "aborted";
+      if (generated.length >= options.maxTokens) return "length";
+      if (group) {
+        if (!joined) {
+          joined = group;
+          group.join();
+        }
+        await group.arrive();
       }
     }
-    if (options.signal?.aborted) {
-      stop = "aborted";
-      break;
-    }
-    if (generated.length >= options.maxTokens) {
-      stop = "length";
-      break;
-    }
+    return "eog";
   }
   // Ended without a stop string: what was held back is answer after all (trailing space of a grammar's answer excepted).
   if (stop !== "stop") {
@@ -142,6 +157,7 @@ export async function decode(
   return {
     text: emitted,
     completionTokens: generated.length,
+    cachedTokens: prompt.length - input.length,
     stop,
     ...(stoppedBy === undefined ? {} : { stoppedBy }),
     ...(wantLogprobs ? { logprobs: allLogprobs } : {}),

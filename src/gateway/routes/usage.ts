@@ -63,6 +63,7 @@ export function usageRoutes(ctl: Control, options: UsageRoutesOptions = {}) {
       ...(start !== undefined ? { start: new Date(start).toISOString() } : {}),
       requests: r.requests,
       prompt_tokens: r.prompt_tokens,
+      cached_tokens: r.cached_tokens,
       completion_tokens: r.completion_tokens,
       total_tokens: r.prompt_tokens + r.completion_tokens,
       errors: r.errors,
