@@ -18,7 +18,7 @@ import type { ServiceBackend } from "../service-backend.ts";
 export async function createServiceBackend(
   kind: "local" | "kubernetes",
   ctl: Control,
-  settings: Pick<Settings, "services" | "kubernetes" | "registryToken">,
+  settings: Pick<Settings, "services" | "kubernetes" | "registryToken" | "registries">,
   onEvent: (message: string) => void,
 ): Promise<ServiceBackend> {
   const box = await SecretBox.load(settings.services);
@@ -30,6 +30,7 @@ export async function createServiceBackend(
     ...(keyFile ? { tokenKey: loadTokenKey(keyFile) } : {}),
     issuer,
     operatorFile: settings.services.pullAuthFile,
+    registries: settings.registries,
   });
   if (kind === "kubernetes") {
     // Loaded only for this backend, as the replica backend's client is (scaler/start/main.ts).

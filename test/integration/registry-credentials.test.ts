@@ -77,6 +77,9 @@ beforeAll(async () => {
       PLATFORM_DATA_DIR: dataDir,
       PLATFORM_REGISTRY_TOKEN_KEY: keyFile,
       PLATFORM_IMAGE_PULL_AUTH_FILE: operatorFile,
+      // The trusting registry below listens on loopback: allowed here as `platform up` allows it
+      // (test/integration/outbound-registries.test.ts shows the default refusing it).
+      PLATFORM_IMAGE_REGISTRIES_ALLOWED_ADDRESSES: "127.0.0.1",
     }),
     redisUrl: redis.url,
   };
@@ -218,6 +221,7 @@ describe("pulls", () => {
       credentials: new PullCredentials(ctl, async () => box),
       tokenKey: loadTokenKey(settings.registryToken.keyFile as string),
       issuer: settings.registryToken.issuer,
+      registries: settings.registries,
     });
     const auth = await resolver.resolve("acme", `${trustingHost}/acme/items`);
     expect(auth).toMatchObject({ source: "token_server", username: "platform-pull-grant" });
