@@ -48,7 +48,9 @@ export async function createServiceBackend(
   const auth = (org: string, repository: string) => pullAuth.resolve(org, repository);
   return new LocalServiceBackend({
     reports,
-    runner: engine ? engineRunner(engine, { auth }) : imageRunner({ cacheDir: imageCacheDir, auth }),
+    runner: engine
+      ? engineRunner(engine, { auth, registries: settings.registries })
+      : imageRunner({ cacheDir: imageCacheDir, auth, registries: settings.registries }),
     onEvent,
   });
 }

@@ -28,9 +28,15 @@ export function checkRegistryHost(host: string, policy: RegistryPolicy, field = 
   );
 }
 
-/** The addresses the platform may connect to for `host`: any for a host the operator lists, else public ones and the allowed ranges. */
+/**
+ * The addresses the platform may connect to for `host` (`host[:port]`, as named or as a CONNECT
+ * names it): any for a host the operator lists, else public ones and the allowed ranges. A
+ * redirect's target is judged as its own host, never as the registry that sent it there.
+ */
 export function registryAddresses(host: string, policy: RegistryPolicy): AddressPolicy {
-  return { allowPrivate: policy.hosts.includes(host.toLowerCase()), allowedCidrs: policy.allowedCidrs };
+  const lower = host.toLowerCase();
+  const listed = policy.hosts.includes(lower) || policy.hosts.includes(lower.replace(/:(443|80)$/, ""));
+  return { allowPrivate: listed, allowedCidrs: policy.allowedCidrs };
 }
 
 /** How a registry at a refused address reads: the host as named and the kind of address, never the address. */
