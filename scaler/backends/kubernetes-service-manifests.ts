@@ -102,7 +102,6 @@ export interface ServiceManifestOptions {
   namespace: string;
   /** Secrets holding the credentials of the registry the services' images are pulled from. */
   imagePullSecrets?: string[];
-  imagePullPolicy?: "Always" | "IfNotPresent" | "Never";
 }
 
 function baseLabels(service: ServiceRecord): Record<string, string> {
@@ -222,7 +221,10 @@ export function buildServiceDeployment(
               name: SERVICE_CONTAINER,
               // Pinned by digest: the tag may be pushed again, the rollout runs what was published.
               image: `${service.image_repository}@${release.digest}`,
-              ...(options.imagePullPolicy ? { imagePullPolicy: options.imagePullPolicy } : {}),
+              // Always: the kubelet asks the registry with this pod's credentials at every start,
+              // so an image cached on the node (pulled for another organization) never runs for
+              // one whose own pull would be refused (docs/security.md, "Outbound calls a tenant names").
+              imagePullPolicy: "Always",
               ports,
               // The ConfigMap first: a secret of the same name as a variable wins (EnvironmentParts).
               envFrom: [{ configMapRef: { name: envName } }, { secretRef: { name: envName } }],

@@ -5,7 +5,7 @@
  */
 import type { Control } from "../../src/redis/connection.ts";
 import { loadTokenKey } from "../../src/pull-credentials/grant.ts";
-import { PullAuthResolver } from "../../src/pull-credentials/resolve.ts";
+import { operatorServes, PullAuthResolver } from "../../src/pull-credentials/resolve.ts";
 import { PullCredentials } from "../../src/pull-credentials/store.ts";
 import { ServiceReportStore } from "../../src/services/reports.ts";
 import { SecretBox } from "../../src/services/secrets.ts";
@@ -38,6 +38,7 @@ export async function createServiceBackend(
     const { CLUSTER_GRANT_TTL_MS } = await import("../backends/kubernetes-pull-secrets.ts");
     const backend = new KubernetesServiceBackend(settings.kubernetes, reports, {
       pullAuth: (org, repository) => pullAuth.resolve(org, repository, CLUSTER_GRANT_TTL_MS),
+      operatorServes: (org, repository) => operatorServes(org, repository, settings.registries),
     });
     await backend.refresh();
     return backend;

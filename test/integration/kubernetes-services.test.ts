@@ -27,6 +27,7 @@ import {
 import { parseLogLines, timestampKey } from "../../scaler/backends/kubernetes-pod-logs.ts";
 import { KubernetesServiceBackend } from "../../scaler/backends/kubernetes-services.ts";
 import type { EnvironmentParts, ServiceReports } from "../../scaler/service-backend.ts";
+import { operatorServes } from "../../src/pull-credentials/resolve.ts";
 import { type Release, ServiceRecord, type ServiceReplica } from "../../src/services/record.ts";
 import { FakeKubernetesApi, kubeletTimestamp } from "../helpers/fake-kubernetes-api.ts";
 
@@ -115,6 +116,8 @@ describe("service manifests", () => {
     expect(pod.securityContext).toEqual({ runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } });
     const c = pod.containers[0]!;
     expect(c.image).toBe(`${REPO}@${DIGEST_A}`);
+    // A node's cached image never runs without this pod's own pull being allowed.
+    expect(c.imagePullPolicy).toBe("Always");
     expect(c.ports).toEqual([{ name: "rpc", containerPort: 8080, protocol: "TCP" }]);
     expect(c.env).toEqual([
       { name: "PORT", value: "8080" },
@@ -665,6 +668,25 @@ describe("KubernetesServiceBackend against an API server", () => {
     expect(api.objectNames("secrets", NAMESPACE)).toContain(pull);
     await k8s.remove("acme", "items");
     expect(api.objectNames("secrets", NAMESPACE)).not.toContain(pull);
+  });
+
+  it("the operator's imagePullSecrets go only to services whose repository the operator lets their organization pull", async () => {
+    const k8s = new KubernetesServiceBackend({ namespace: NAMESPACE, configMapName: "c", secretName: "s" }, reports, {
+      kubeConfig,
+      observeIntervalMs: 0,
+      logIntervalMs: 0,
+      imagePullSecrets: ["operator-pull"],
+      operatorServes: (org, repository) =>
+        operatorServes(org, repository, { hosts: [], allowedCidrs: [], operatorScopes: undefined }),
+    });
+    await k8s.apply(record());
+    reports.environments.set("r1", { env: {}, secrets: {} });
+    // Another organization deploying acme's repository, hoping the operator's credential pulls it.
+    await k8s.apply(record({ org: "other" }));
+    expect(api.deployment(NAMESPACE, NAME)!.spec.template.spec.imagePullSecrets).toEqual([{ name: "operator-pull" }]);
+    const other = api.deployment(NAMESPACE, serviceObjectName("other", "items"))!;
+    expect(other.spec.template.spec.imagePullSecrets).toBeUndefined();
+    expect(other.spec.template.spec.containers[0].imagePullPolicy).toBe("Always");
   });
 
   it("fails a rollout whose environment the cluster refuses at once, and keeps reporting what runs", async () => {

@@ -186,6 +186,9 @@ describe("/admin/v1/registry-credentials", () => {
     // A grant is only ever for the organization's own repositories.
     expect(await source("rival", `${trustingHost}/acme/items`)).toBe("none");
     expect(await source("rival", "operator.test:5000/rival/items")).toBe("operator");
+    // The operator's credential serves an organization's own namespace only (PLATFORM_IMAGE_PULL_AUTH_SCOPE unset):
+    // rival naming acme's repository on the operator's registry gets none.
+    expect(await source("rival", "operator.test:5000/acme/items")).toBe("none");
     expect(await source("rival", `${HOST}/rival/items`)).toBe("none");
     const bad = await call("acme", "GET", "/source?repository=nope");
     expect(bad.status).toBe(400);
