@@ -15,11 +15,16 @@
  */
 import type { KeyObject } from "node:crypto";
 import { readFile } from "node:fs/promises";
-import { checkRegistryHost, refusedRegistry, registryAddresses } from "../images/registries.ts";
+import {
+  checkRegistryHost,
+  refusedRegistry,
+  registryAddresses,
+  registryHostOf as hostOf,
+} from "../images/registries.ts";
 import { probe } from "../outbound/guard.ts";
 import type { RegistryPolicy } from "../settings/registries.ts";
 import { GRANT_USERNAME, mintPullGrant } from "./grant.ts";
-import { hostOf, isLoopbackHost } from "./names.ts";
+import { isLoopbackHost } from "./names.ts";
 import type { PullCredentials } from "./store.ts";
 
 export type PullSource = "organization" | "token_server" | "operator" | "none";
