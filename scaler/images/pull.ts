@@ -12,11 +12,11 @@ import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import { createReadStream, existsSync } from "node:fs";
 import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/promises";
-import { arch } from "node:os";
+import { arch, tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AddressPolicy } from "../../src/outbound/addresses.ts";
-import { resolveAllowed } from "../../src/outbound/guard.ts";
-import { proxyEnvironment, withGuardedProxy } from "../../src/outbound/proxy.ts";
+import { literalRefusal, resolveAllowed } from "../../src/outbound/guard.ts";
+import { isolatedCommand, proxyEnvironment, withGuardedProxy } from "../../src/outbound/proxy.ts";
 import { isLoopbackHost } from "../../src/pull-credentials/names.ts";
 
 /** What a layer's blob is, as the manifest says. */
@@ -272,26 +272,53 @@ export async function checkReachable(
  */
 async function runSkopeo(options: PullOptions, args: string[], timeout: number): Promise<Buffer> {
   const bin = options.skopeo ?? "skopeo";
-  const exec = (env: NodeJS.ProcessEnv, refused: readonly string[]) =>
+  const missing = () =>
+    new Error(`pulling ${options.repository} needs skopeo, which is not installed: apt-get install skopeo`);
+  const exec = (command: { file: string; args: string[] }, env: NodeJS.ProcessEnv, refused: readonly string[]) =>
     new Promise<Buffer>((resolve, reject) =>
       execFile(
-        bin,
-        args,
+        command.file,
+        command.args,
         { encoding: "buffer", timeout, maxBuffer: 16 * 1024 * 1024, env },
         (error, stdout, stderr) => {
           if (!error) return resolve(stdout);
-          if ((error as NodeJS.ErrnoException).code === "ENOENT")
+          const text = stderr.toString("utf8");
+          if ((error as NodeJS.ErrnoException).code === "ENOENT" || (command.file !== bin && error.code === 127))
+            return reject(missing());
+          if (command.file !== bin && /^unshare: /m.test(text))
             return reject(
-              new Error(`pulling ${options.repository} needs skopeo, which is not installed: apt-get install skopeo`),
+              new Error(
+                `pulling ${options.repository} failed: the scaler cannot give skopeo a network namespace of its own (unshare --net needs user namespaces, or root)`,
+              ),
             );
-          reject(pullFailure(options, stderr.toString("utf8") || error.message, refused));
+          reject(pullFailure(options, text || error.message, refused));
         },
       ),
     );
   const addresses = options.addresses;
-  if (!addresses) return exec(process.env, []);
+  if (!addresses) return exec({ file: bin, args }, process.env, []);
   await checkReachable(options, addresses(options.repository.split("/")[0] as string));
-  return withGuardedProxy(addresses, (proxy) => exec({ ...process.env, ...proxyEnvironment(proxy) }, proxy.refused));
+  // Go (skopeo) dials loopback literals and `localhost` itself, never through a proxy: where the
+  // policy refuses loopback, skopeo runs where the host's loopback is not (src/outbound/proxy.ts).
+  // A loopback registry the operator allows is reached directly, as it must be.
+  const loopbackRefused =
+    literalRefusal("127.0.0.1", addresses("127.0.0.1:0")) !== undefined &&
+    literalRefusal("::1", addresses("[::1]:0")) !== undefined;
+  if (isLoopbackRegistry(options.repository) || !loopbackRefused)
+    return withGuardedProxy(addresses, (proxy) =>
+      exec({ file: bin, args }, { ...process.env, ...proxyEnvironment(proxy) }, proxy.refused),
+    );
+  const dir = await mkdtemp(join(tmpdir(), "platform-pull-proxy-"));
+  try {
+    const socket = join(dir, "proxy.sock");
+    return await withGuardedProxy(
+      addresses,
+      (proxy) => exec(isolatedCommand(socket, [bin, ...args]), process.env, proxy.refused),
+      { socket },
+    );
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 }
 
 async function skopeoCopy(options: PullOptions, dest: string): Promise<void> {

@@ -1,12 +1,13 @@
 /**
- * A forward proxy on loopback for a process the platform starts against a host a tenant names
- * (skopeo pulling an image), which cannot take the guarded lookup itself: every CONNECT it asks
- * for (the registry, a redirect's target such as blob storage) is resolved and checked here, at
- * the address actually connected to, so DNS is pinned and redirects are re-checked as for the
+ * A forward proxy for a process the platform starts against a host a tenant names (skopeo
+ * pulling an image), which cannot take the guarded lookup itself: every CONNECT it asks for (the
+ * registry, a redirect's target such as blob storage) is resolved and checked here, at the
+ * address actually connected to, so DNS is pinned and redirects are re-checked as for the
  * platform's own requests. TLS stays end to end (CONNECT tunnels it). Plain-HTTP proxy requests
- * are refused: only a loopback registry is spoken to over HTTP, and Go's clients reach loopback
- * literals and `localhost` directly (they never use a proxy for them), which the caller checks
- * before the process starts (docs/security.md, "Outbound calls a tenant names").
+ * are refused: only a loopback registry is spoken to over HTTP. Go's clients never use a proxy
+ * for loopback literals and `localhost`, so where loopback is refused the process runs in a
+ * network namespace whose only way out is this proxy (`isolatedCommand`); docs/security.md,
+ * "Outbound calls a tenant names".
  */
 import type { IncomingMessage } from "node:http";
 import { connect, type Socket } from "node:net";
@@ -15,7 +16,7 @@ import type { AddressPolicy } from "./addresses.ts";
 import { guardedLookup, literalRefusal } from "./guard.ts";
 
 export type GuardedProxy = {
-  /** `http://127.0.0.1:<port>`, for HTTPS_PROXY and HTTP_PROXY. */
+  /** `http://127.0.0.1:<port>`, for HTTPS_PROXY and HTTP_PROXY; the socket's path when it listens on one. */
   url: string;
   /** The kinds of address refused so far ("loopback", "private", "plain http"...), first first. */
   refused: string[];
@@ -30,6 +31,7 @@ const TARGET = /^(\[[0-9a-fA-F:.]+\]|[^:[\]/\s]+):(\d{1,5})$/;
 export async function withGuardedProxy<T>(
   policyFor: (hostPort: string) => AddressPolicy,
   use: (proxy: GuardedProxy) => Promise<T>,
+  where: { socket?: string } = {},
 ): Promise<T> {
   const refused: string[] = [];
   const sockets = new Set<Socket>();
@@ -50,35 +52,40 @@ export async function withGuardedProxy<T>(
       refused.push(kind);
       return client.end("HTTP/1.1 403 Forbidden\r\n\r\n");
     }
+    let refusedHere = false;
+    let established = false;
     const upstream = connect({
       host,
       port: Number(target[2]),
       lookup: guardedLookup(policy, (k) => {
         refused.push(k);
+        refusedHere = true;
         return Object.assign(new Error(`refused: ${k}`), { code: "EREFUSED" });
       }),
     });
     sockets.add(upstream);
     upstream.on("close", () => sockets.delete(upstream));
     upstream.once("connect", () => {
+      established = true;
       client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
       if (head.length > 0) upstream.write(head);
       upstream.pipe(client);
       client.pipe(upstream);
     });
     upstream.on("error", () => {
-      if (client.writable && upstream.connecting) client.end("HTTP/1.1 502 Bad Gateway\r\n\r\n");
-      else client.destroy();
+      if (established) return client.destroy();
+      client.end(refusedHere ? "HTTP/1.1 403 Forbidden\r\n\r\n" : "HTTP/1.1 502 Bad Gateway\r\n\r\n");
     });
     client.on("close", () => upstream.destroy());
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(0, "127.0.0.1", resolve);
+    if (where.socket) server.listen(where.socket, resolve);
+    else server.listen(0, "127.0.0.1", resolve);
   });
-  const { port } = server.address() as { port: number };
+  const url = where.socket ?? `http://127.0.0.1:${(server.address() as { port: number }).port}`;
   try {
-    return await use({ url: `http://127.0.0.1:${port}`, refused });
+    return await use({ url, refused });
   } finally {
     for (const s of sockets) s.destroy();
     await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -94,5 +101,49 @@ export function proxyEnvironment(proxy: GuardedProxy): Record<string, string> {
     http_proxy: proxy.url,
     NO_PROXY: "",
     no_proxy: "",
+  };
+}
+
+/**
+ * The command line that runs `argv` in a network namespace of its own (util-linux `unshare`; a
+ * user namespace too unless this process is root) whose only way out is the proxy's socket: a
+ * forwarder inside listens on its own loopback and passes each connection to `socket`, and `argv`
+ * runs with the proxy variables naming it. What Go dials itself (loopback literals, `localhost`)
+ * then reaches the namespace's own empty loopback, never the host's.
+ */
+export function isolatedCommand(socket: string, argv: string[]): { file: string; args: string[] } {
+  const forwarder = `
+const net = require("node:net"), { spawn } = require("node:child_process");
+const [socket, bin, ...args] = process.argv.slice(1);
+const server = net.createServer((c) => {
+  const u = net.connect(socket);
+  c.pipe(u).pipe(c);
+  u.on("error", () => c.destroy());
+  c.on("error", () => u.destroy());
+});
+server.listen(0, "127.0.0.1", () => {
+  const url = "http://127.0.0.1:" + server.address().port;
+  const env = { ...process.env, HTTPS_PROXY: url, https_proxy: url, HTTP_PROXY: url, http_proxy: url, NO_PROXY: "", no_proxy: "" };
+  const child = spawn(bin, args, { stdio: "inherit", env });
+  child.on("error", () => process.exit(127));
+  child.on("exit", (code) => process.exit(code ?? 1));
+});`;
+  const user = process.getuid?.() === 0 ? [] : ["--user", "--map-root-user"];
+  return {
+    file: "unshare",
+    args: [
+      ...user,
+      "--net",
+      "--",
+      "sh",
+      "-c",
+      'ip link set lo up && exec "$@"',
+      "sh",
+      process.execPath,
+      "-e",
+      forwarder,
+      socket,
+      ...argv,
+    ],
   };
 }

@@ -7,6 +7,7 @@
  * the registry sent.
  */
 import { execFileSync } from "node:child_process";
+import { chmodSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
 import { createServer as createTcpServer, type Server as TcpServer } from "node:net";
@@ -114,6 +115,46 @@ describe.skipIf(!hasSkopeo)("pulls a tenant aims (skopeo through the guarded pro
         `pulling ${registryHost}/beta/x@${DIGEST} failed: a connection of the pull went to a loopback address, which image registries may not be at (${registryHost} redirected there, or its name changed address)`,
       );
       expect((failed as Error).message).not.toContain(SECRET_WORDS);
+    },
+    60_000,
+  );
+
+  it.skipIf(redirectName === undefined)(
+    "off loopback, skopeo runs where the host's loopback is not: what Go dials itself reaches nothing, and the proxy is its only way out",
+    async () => {
+      const work = await mkdtemp(join(tmpdir(), "platform-pull-isolated-"));
+      // A stand-in skopeo doing what a redirect can make Go do: dial a loopback literal itself
+      // (Go never proxies those), then ask the proxy for a loopback name.
+      const standIn = join(work, "skopeo");
+      const script = `
+const net = require("node:net");
+const direct = net.connect(${targetPort}, "127.0.0.1");
+direct.on("connect", () => { console.error("reached the host's loopback"); process.exit(3); });
+direct.on("error", () => {
+  const proxy = new URL(process.env.HTTPS_PROXY);
+  const p = net.connect(Number(proxy.port), proxy.hostname, () =>
+    p.write("CONNECT ${redirectName}:${targetPort} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"));
+  p.on("data", (d) => { console.error(String(d).split("\\r\\n")[0]); process.exit(1); });
+  p.on("error", () => process.exit(2));
+});`;
+      writeFileSync(standIn, `#!/bin/sh\nexec '${process.execPath}' -e '${script.replace(/'/g, "'\\''")}'\n`);
+      chmodSync(standIn, 0o755);
+      const registryName = `${redirectName}:${registryHost.split(":")[1]}`;
+      try {
+        const failed = await pullImage({
+          repository: `${registryName}/beta/x`,
+          digest: DIGEST,
+          cacheDir,
+          addresses: addresses(policy([registryName])),
+          skopeo: standIn,
+        }).catch((e: Error) => e);
+        expect(reached).toBe(0);
+        expect((failed as Error).message).toBe(
+          `pulling ${registryName}/beta/x@${DIGEST} failed: a connection of the pull went to a loopback address, which image registries may not be at (${registryName} redirected there, or its name changed address)`,
+        );
+      } finally {
+        await rm(work, { recursive: true, force: true });
+      }
     },
     60_000,
   );
