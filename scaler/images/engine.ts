@@ -82,10 +82,14 @@ export function engineRunner(
           await run(bin, args, dockerConfig ? { ...base(), DOCKER_CONFIG: dockerConfig } : base(), 30 * 60_000);
         } catch (e) {
           // In the platform's words (pull.ts): nothing the engine or the registry printed is echoed.
+          if ((e as NodeJS.ErrnoException).code === "ENOENT")
+            throw new Error(`pulling ${reference} with ${engine} failed: ${bin} is not installed`);
           const text = ((e as { stderr?: string }).stderr || (e as Error).message).trim();
           throw pullFailure(
             { repository, digest, authFile, refusedHint: refusedHint(auth, registryHostOf(repository)) },
             text,
+            [],
+            engine,
           );
         } finally {
           if (dockerConfig) await rm(dockerConfig, { recursive: true, force: true });

@@ -212,16 +212,17 @@ function pickFromList(list: ManifestList, what: string): Descriptor {
  * A failed pull in the platform's words, naming the registry: nothing the registry (or skopeo, or
  * a container engine) printed is echoed, since a registry a tenant names could put anything there
  * (docs/security.md, "Outbound calls a tenant names"). `refused`: the kinds of address the guarded
- * proxy refused during the pull.
+ * proxy refused during the pull; `engine`: docker or podman, when one pulled instead of skopeo.
  */
 export function pullFailure(
   options: Pick<PullOptions, "repository" | "digest" | "authFile" | "refusedHint">,
   text: string,
   refused: readonly string[] = [],
+  engine?: string,
 ): Error {
   const what = `${options.repository}@${options.digest}`;
   const host = options.repository.split("/")[0] as string;
-  const say = (why: string) => new Error(`pulling ${what} failed: ${why}`);
+  const say = (why: string) => new Error(`pulling ${what}${engine ? ` with ${engine}` : ""} failed: ${why}`);
   if (refused.length > 0)
     return say(
       `a connection of the pull went to a ${refused[0]} address, which image registries may not be at (${host} redirected there, or its name changed address)`,
@@ -242,7 +243,7 @@ export function pullFailure(
   if (/toomanyrequests|\b429\b/i.test(text))
     return say(`${host} is limiting requests (HTTP 429); the pull is retried later`);
   if (/\b502\b|bad gateway/i.test(text)) return say(`${host} could not be reached`);
-  return say(`${host} did not serve the image (the scaler's skopeo could not copy it)`);
+  return say(`${host} did not serve the image (${engine ?? "the scaler's skopeo"} could not copy it)`);
 }
 
 /** The registry's address checked before a puller runs (a refused one is an error naming the registry and the settings). */
