@@ -223,6 +223,8 @@ export function pullFailure(
   const what = `${options.repository}@${options.digest}`;
   const host = options.repository.split("/")[0] as string;
   const say = (why: string) => new Error(`pulling ${what}${engine ? ` with ${engine}` : ""} failed: ${why}`);
+  if (refused[0] === "plain http")
+    return say(`${host} sent the pull to a plain-HTTP address, which is refused off this machine's loopback`);
   if (refused.length > 0)
     return say(
       `a connection of the pull went to a ${refused[0]} address, which image registries may not be at (${host} redirected there, or its name changed address)`,

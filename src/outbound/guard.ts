@@ -65,24 +65,23 @@ export type ProbeAnswer = { status: number; headers: IncomingHttpHeaders };
  */
 export function probe(
   url: URL,
-  options: { policy: AddressPolicy; refuse: Refuse; timeoutMs: number; headers?: Record<string, string> },
+  options: { policy: AddressPolicy; refuse: Refuse; timeoutMs: number },
 ): Promise<ProbeAnswer> {
   const kind = literalRefusal(url.hostname, options.policy);
   if (kind !== undefined) return Promise.reject(options.refuse(kind));
   return new Promise((resolve, reject) => {
     const request: RequestOptions = {
       method: "GET",
-      headers: { "user-agent": "platform", ...options.headers },
+      headers: { "user-agent": "platform" },
       agent: false,
       lookup: guardedLookup(options.policy, options.refuse),
-      timeout: options.timeoutMs,
     };
     const req = (url.protocol === "https:" ? httpsRequest : http.request)(url, request);
+    // The whole request, connect to headers.
     const timer = setTimeout(
       () => req.destroy(Object.assign(new Error("timed out"), { code: "ETIMEDOUT" })),
       options.timeoutMs,
     );
-    req.on("timeout", () => req.destroy(Object.assign(new Error("timed out"), { code: "ETIMEDOUT" })));
     req.on("error", (e) => {
       clearTimeout(timer);
       reject(e);

@@ -127,6 +127,8 @@ server.listen(0, "127.0.0.1", () => {
   const child = spawn(bin, args, { stdio: "inherit", env });
   child.on("error", () => process.exit(127));
   child.on("exit", (code) => process.exit(code ?? 1));
+  // A timeout's SIGTERM reaches the process, which would otherwise outlive its forwarder.
+  for (const signal of ["SIGTERM", "SIGINT"]) process.on(signal, () => child.kill(signal));
 });`;
   const user = process.getuid?.() === 0 ? [] : ["--user", "--map-root-user"];
   return {
