@@ -16,7 +16,8 @@ import { spawnWatched } from "../../src/process/watchdog.ts";
 import type { PullAuth } from "../../src/pull-credentials/resolve.ts";
 import { registryAddresses, registryHostOf } from "../../src/images/registries.ts";
 import type { RegistryPolicy } from "../../src/settings/registries.ts";
-import { checkReachable, isLoopbackRegistry, pullFailure } from "./pull.ts";
+import { pullFailure } from "../../src/images/pull-failure.ts";
+import { checkReachable, isLoopbackRegistry } from "./pull.ts";
 import { type PullAuthSource, refusedHint, withAuthFile } from "../pull-auth.ts";
 import { STOP_TIMEOUT_S } from "./run.ts";
 

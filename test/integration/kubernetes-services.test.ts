@@ -17,6 +17,7 @@ import {
   maskSecrets,
   PYTHON_METRICS_PORT,
   podReplica,
+  podTrouble,
   pullSecretName,
   releaseToRun,
   revisionObjectName,
@@ -313,6 +314,32 @@ describe("reading the cluster back", () => {
       )!.state,
     ).toBe("crashed");
     expect(podReplica(base({}, { deletionTimestamp: "2025-01-01T00:01:00Z" }), service, 5)!.state).toBe("draining");
+    // A failed pull is said in the platform's words: nothing the registry sent (through the kubelet) is echoed.
+    const pull = (message: string) =>
+      podTrouble({
+        status: {
+          containerStatuses: [
+            {
+              name: "service",
+              ready: false,
+              restartCount: 0,
+              image: `${REPO}@${DIGEST_A}`,
+              imageID: "",
+              state: { waiting: { reason: "ErrImagePull", message } },
+            },
+          ],
+        },
+      });
+    expect(
+      pull(
+        'failed to resolve reference: unexpected status 401 Unauthorized: {"errors":[{"message":"<the registry\'s words>"}]}',
+      ),
+    ).toBe(
+      `ErrImagePull: pulling ${REPO}@${DIGEST_A} with the kubelet failed: not logged in to registry.example.com; an admin of the organization runs: platform registry credentials set registry.example.com --username <user> --password-stdin`,
+    );
+    expect(pull("rpc error: <the registry's words>")).toBe(
+      `ErrImagePull: pulling ${REPO}@${DIGEST_A} with the kubelet failed: registry.example.com did not serve the image (the kubelet could not copy it)`,
+    );
     expect(podReplica(base({ podIP: "fd00::7" }), record({ repo_type: "python", port: 50051 }), 5)).toMatchObject({
       url: "http://[fd00::7]:50051",
       metrics_url: `http://[fd00::7]:${PYTHON_METRICS_PORT}/metrics`,
