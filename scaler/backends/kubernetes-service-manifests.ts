@@ -19,7 +19,9 @@ import type {
   V1Service,
 } from "@kubernetes/client-node";
 import type { Release, ServiceRecord, ServiceReplica } from "../../src/services/record.ts";
+import { fixPullCommand } from "../../src/pull-credentials/resolve.ts";
 import type { EnvironmentParts } from "../service-backend.ts";
+import { pullFailure } from "../../src/images/pull-failure.ts";
 
 export const SERVICE_APP_NAME = "platform-service";
 export const SERVICE_MANAGED_BY = "platform-scaler";
@@ -102,7 +104,6 @@ export interface ServiceManifestOptions {
   namespace: string;
   /** Secrets holding the credentials of the registry the services' images are pulled from. */
   imagePullSecrets?: string[];
-  imagePullPolicy?: "Always" | "IfNotPresent" | "Never";
 }
 
 function baseLabels(service: ServiceRecord): Record<string, string> {
@@ -222,7 +223,10 @@ export function buildServiceDeployment(
               name: SERVICE_CONTAINER,
               // Pinned by digest: the tag may be pushed again, the rollout runs what was published.
               image: `${service.image_repository}@${release.digest}`,
-              ...(options.imagePullPolicy ? { imagePullPolicy: options.imagePullPolicy } : {}),
+              // Always: the kubelet asks the registry with this pod's credentials at every start,
+              // so an image cached on the node (pulled for another organization) never runs for
+              // one whose own pull would be refused (docs/security.md, "Outbound calls a tenant names").
+              imagePullPolicy: "Always",
               ports,
               // The ConfigMap first: a secret of the same name as a variable wins (EnvironmentParts).
               envFrom: [{ configMapRef: { name: envName } }, { secretRef: { name: envName } }],
@@ -454,12 +458,37 @@ export function rolloutOutcome(
   return undefined;
 }
 
+/** The kubelet's waiting reasons for an image it could not pull. */
+const PULL_REASONS = new Set(["ErrImagePull", "ImagePullBackOff", "RegistryUnavailable", "ErrImageNeverPull"]);
+
+function kubeletPullTrouble(image: string, message: string): string {
+  const at = image.lastIndexOf("@");
+  const repository = at > 0 ? image.slice(0, at) : image;
+  const host = repository.split("/")[0] as string;
+  return pullFailure(
+    {
+      repository,
+      digest: at > 0 ? image.slice(at + 1) : "",
+      refusedHint: `; an admin of the organization runs: ${fixPullCommand(host)}`,
+    },
+    message,
+    [],
+    "the kubelet",
+  ).message;
+}
+
 /** What a pod says about why it is not ready, in one line: waiting reason, last exit, restarts. */
 export function podTrouble(pod: V1Pod): string | undefined {
   const container = pod.status?.containerStatuses?.find((c) => c.name === SERVICE_CONTAINER);
   const parts: string[] = [];
   const waiting = container?.state?.waiting;
-  if (waiting?.reason) parts.push(`${waiting.reason}${waiting.message ? `: ${waiting.message}` : ""}`);
+  if (waiting?.reason) {
+    // A pull's message is the kubelet's account of what the registry (one a tenant names) sent:
+    // said in the platform's words instead (scaler/images/pull.ts), never echoed.
+    const pulling = PULL_REASONS.has(waiting.reason) && container?.image;
+    const message = pulling ? kubeletPullTrouble(container.image as string, waiting.message ?? "") : waiting.message;
+    parts.push(`${waiting.reason}${message ? `: ${message}` : ""}`);
+  }
   const exited = container?.lastState?.terminated ?? container?.state?.terminated;
   if (exited) {
     const signal = signalName(exited.signal);

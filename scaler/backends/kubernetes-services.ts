@@ -37,7 +37,11 @@ export interface KubernetesServiceBackendOptions {
   kubeConfig?: KubeConfig;
   /** Secrets with the credentials of the registry services' images come from. */
   imagePullSecrets?: string[];
-  imagePullPolicy?: ServiceManifestOptions["imagePullPolicy"];
+  /**
+   * Which repositories the operator's `imagePullSecrets` serve each organization (PLATFORM_IMAGE_PULL_AUTH_SCOPE,
+   * src/pull-credentials/resolve.ts `operatorServes`); without it, every service gets them.
+   */
+  operatorServes?: (org: string, repository: string) => boolean;
   /** How often the cluster is listed at most (replicas and rollouts are read from that listing). Default 2 s. */
   observeIntervalMs?: number;
   /** How often each service's pods' logs are read at most. Default 2 s. */
@@ -82,6 +86,7 @@ export class KubernetesServiceBackend implements ServiceBackend {
 
   private readonly reports: ServiceReports;
   private readonly pullSecrets: PullSecrets | undefined;
+  private readonly operatorServes: ((org: string, repository: string) => boolean) | undefined;
 
   /** `settings`: settings.kubernetes in the scaler (its namespace, or the scaler pod's); `reports`: src/services/reports.ts. */
   constructor(settings: KubernetesSettings, reports: ServiceReports, options: KubernetesServiceBackendOptions = {}) {
@@ -94,8 +99,8 @@ export class KubernetesServiceBackend implements ServiceBackend {
     this.manifestOptions = {
       namespace: this.namespace,
       ...(options.imagePullSecrets ? { imagePullSecrets: options.imagePullSecrets } : {}),
-      ...(options.imagePullPolicy ? { imagePullPolicy: options.imagePullPolicy } : {}),
     };
+    this.operatorServes = options.operatorServes;
     this.pullSecrets = options.pullAuth && new PullSecrets(this.core, this.manifestOptions, options.pullAuth);
     this.observeIntervalMs = options.observeIntervalMs ?? 2000;
     this.logs = new PodLogTailer(this.core, this.namespace, reports, options.logIntervalMs ?? 2000);
@@ -248,7 +253,9 @@ export class KubernetesServiceBackend implements ServiceBackend {
     current: V1Deployment | undefined,
     pullSecret: string | undefined,
   ): Promise<V1Deployment> {
-    const { imagePullSecrets = [] } = this.manifestOptions;
+    // The operator's secrets only for the repositories it lets this organization pull with them.
+    const serves = this.operatorServes?.(service.org, service.image_repository) ?? true;
+    const imagePullSecrets = serves ? (this.manifestOptions.imagePullSecrets ?? []) : [];
     const desired = buildServiceDeployment(service, releaseToRun(service), {
       ...this.manifestOptions,
       imagePullSecrets: pullSecret ? [...imagePullSecrets, pullSecret] : imagePullSecrets,

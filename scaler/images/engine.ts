@@ -14,7 +14,10 @@ import { join } from "node:path";
 import type { ImageRunner } from "../backends/local-services.ts";
 import { spawnWatched } from "../../src/process/watchdog.ts";
 import type { PullAuth } from "../../src/pull-credentials/resolve.ts";
-import { isLoopbackRegistry, secretsIn } from "./pull.ts";
+import { registryAddresses, registryHostOf } from "../../src/images/registries.ts";
+import type { RegistryPolicy } from "../../src/settings/registries.ts";
+import { pullFailure } from "../../src/images/pull-failure.ts";
+import { checkReachable, isLoopbackRegistry } from "./pull.ts";
 import { type PullAuthSource, refusedHint, withAuthFile } from "../pull-auth.ts";
 import { STOP_TIMEOUT_S } from "./run.ts";
 
@@ -46,7 +49,7 @@ export async function workingEngine(
 
 export function engineRunner(
   engine: ContainerEngine,
-  options: { authFile?: string; auth?: PullAuthSource; bin?: string } = {},
+  options: { authFile?: string; auth?: PullAuthSource; bin?: string; registries?: RegistryPolicy } = {},
 ): ImageRunner {
   const bin = options.bin ?? engine;
   const operator: PullAuth = options.authFile ? { source: "operator", authFile: options.authFile } : { source: "none" };
@@ -55,6 +58,10 @@ export function engineRunner(
     prepare: async (repository, digest, org) => {
       const reference = `${repository}@${digest}`;
       const auth = options.auth ? await options.auth(org, repository) : operator;
+      // The engine resolves the registry itself (docker's daemon: no proxy of ours), so the
+      // address is checked here first; docs/security.md says what remains.
+      if (options.registries)
+        await checkReachable({ repository, digest }, registryAddresses(registryHostOf(repository), options.registries));
       await withAuthFile(auth, async (authFile) => {
         // docker reads credentials from DOCKER_CONFIG/config.json, whose "auths" are an auth.json's:
         // a private copy for this pull, removed with it.
@@ -75,12 +82,15 @@ export function engineRunner(
               : ["pull", "--quiet", reference];
           await run(bin, args, dockerConfig ? { ...base(), DOCKER_CONFIG: dockerConfig } : base(), 30 * 60_000);
         } catch (e) {
-          const secrets = authFile ? await secretsIn(authFile) : [];
+          // In the platform's words (pull.ts): nothing the engine or the registry printed is echoed.
+          if ((e as NodeJS.ErrnoException).code === "ENOENT")
+            throw new Error(`pulling ${reference} with ${engine} failed: ${bin} is not installed`);
           const text = ((e as { stderr?: string }).stderr || (e as Error).message).trim();
-          const last = secrets.reduce((t, s) => t.split(s).join("***"), text.split("\n").at(-1) ?? "no output");
-          const refused = /unauthorized|authentication required|denied|401/i.test(last);
-          throw new Error(
-            `pulling ${reference} with ${engine} failed: ${last}${refused ? refusedHint(auth, repository.split("/")[0] as string) : ""}`,
+          throw pullFailure(
+            { repository, digest, authFile, refusedHint: refusedHint(auth, registryHostOf(repository)) },
+            text,
+            [],
+            engine,
           );
         } finally {
           if (dockerConfig) await rm(dockerConfig, { recursive: true, force: true });

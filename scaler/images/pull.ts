@@ -4,15 +4,20 @@
  * docker manifest to OCI and so change the digest we were asked for), then every blob read back
  * and checked against its sha256 here, so what runs is exactly what was published whatever skopeo
  * did. A pull lands in a temp dir renamed into place only once verified: a crash never leaves a
- * cached image that looks complete. Errors never echo credentials (the auth file's secrets are
- * masked in whatever skopeo printed).
+ * cached image that looks complete. skopeo reaches the registry only at addresses the registry
+ * policy allows (checked first, then every connection through the guarded proxy), and errors are
+ * the platform's words: nothing skopeo or the registry printed is echoed.
  */
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import { createReadStream, existsSync } from "node:fs";
 import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/promises";
-import { arch } from "node:os";
+import { arch, tmpdir } from "node:os";
 import { join } from "node:path";
+import type { AddressPolicy } from "../../src/outbound/addresses.ts";
+import { literalRefusal, resolveAllowed } from "../../src/outbound/guard.ts";
+import { isolatedCommand, proxyEnvironment, withGuardedProxy } from "../../src/outbound/proxy.ts";
+import { pullFailure } from "../../src/images/pull-failure.ts";
 import { isLoopbackHost } from "../../src/pull-credentials/names.ts";
 
 /** What a layer's blob is, as the manifest says. */
@@ -60,6 +65,13 @@ export type PullOptions = {
    * cached image is run for an organization only if its own pull would have been allowed.
    */
   checkAccess?: boolean;
+  /**
+   * Where skopeo may connect, per `host[:port]` (src/images/registries.ts `registryAddresses`): the
+   * registry's address is checked before skopeo runs, and every connection it makes (a redirect's
+   * target judged as its own host) goes through the guarded proxy.
+   * The scaler always gives it; tests with a stand-in skopeo may not.
+   */
+  addresses?: (host: string) => AddressPolicy;
   /** The skopeo to run (tests); default `skopeo` on PATH. */
   skopeo?: string;
 };
@@ -117,7 +129,7 @@ async function pullOnce(options: PullOptions, hex: string): Promise<PulledImage>
   // A folder there was renamed into place only after every blob was verified: reading its
   // manifest and config back (small) is enough; the layers are not hashed again.
   if (existsSync(dir)) {
-    if (options.checkAccess) await skopeoInspectRaw(options, await failure(options));
+    if (options.checkAccess) await skopeoInspectRaw(options);
     return readPulled(options, dir, false);
   }
   await mkdir(join(options.cacheDir, "pulled"), { recursive: true });
@@ -197,29 +209,80 @@ function pickFromList(list: ManifestList, what: string): Descriptor {
   return found;
 }
 
-/** How a failed skopeo reads: credentials masked, a refusal with its fix. */
-async function failure(options: PullOptions): Promise<(text: string) => Error> {
-  const secrets = options.authFile ? await secretsIn(options.authFile) : [];
+/** The registry's address checked before a puller runs (a refused one is an error naming the registry and the settings). */
+export async function checkReachable(
+  options: Pick<PullOptions, "repository" | "digest" | "authFile" | "refusedHint">,
+  addresses: AddressPolicy,
+): Promise<void> {
+  const host = options.repository.split("/")[0] as string;
   const what = `${options.repository}@${options.digest}`;
-  return (text: string) => {
-    const masked = secrets.reduce((t, s) => t.split(s).join("***"), text);
-    const host = options.repository.split("/")[0] as string;
-    if (/unauthorized|authentication required|401|denied|invalid username\/password/i.test(masked))
-      return new Error(
-        `pulling ${what} failed: not logged in to ${host}${options.refusedHint ?? (options.authFile ? " (the platform's pull session, PLATFORM_IMAGE_PULL_AUTH_FILE, is not accepted)" : " (the platform has no pull session: PLATFORM_IMAGE_PULL_AUTH_FILE)")}`,
-      );
-    if (/manifest unknown/i.test(masked))
-      return new Error(`pulling ${what} failed: the registry holds no image with that digest in ${options.repository}`);
-    const last =
-      masked
-        .trim()
-        .split("\n")
-        .filter((l) => l.trim())
-        .at(-1) ?? "no output";
-    // skopeo logs as logrus does: `time=… level=fatal msg="…"`; the message is what says something.
-    const message = last.replace(/^.*?level=\w+ msg="?/, "").replace(/"$/, "");
-    return new Error(`pulling ${what} failed: skopeo: ${message}`);
-  };
+  await resolveAllowed(
+    new URL(`http://${host}`).hostname,
+    addresses,
+    (kind) =>
+      new Error(
+        `pulling ${what} failed: ${host} is at a ${kind} address, which image registries may not be at (the operator allows one with PLATFORM_IMAGE_REGISTRIES or PLATFORM_IMAGE_REGISTRIES_ALLOWED_ADDRESSES)`,
+      ),
+  ).catch((e: NodeJS.ErrnoException) => {
+    if (e.code === undefined) throw e;
+    throw pullFailure(options, e.code === "ENOTFOUND" || e.code === "EAI_AGAIN" ? "no such host" : e.code);
+  });
+}
+
+/**
+ * Runs skopeo with `args`: without `options.addresses` (a stand-in skopeo in tests) as it is;
+ * with them, once the registry's address is checked, and with every connection skopeo makes
+ * through the guarded proxy (src/outbound/proxy.ts).
+ */
+async function runSkopeo(options: PullOptions, args: string[], timeout: number): Promise<Buffer> {
+  const bin = options.skopeo ?? "skopeo";
+  const missing = () =>
+    new Error(`pulling ${options.repository} needs skopeo, which is not installed: apt-get install skopeo`);
+  const exec = (command: { file: string; args: string[] }, env: NodeJS.ProcessEnv, refused: readonly string[]) =>
+    new Promise<Buffer>((resolve, reject) =>
+      execFile(
+        command.file,
+        command.args,
+        { encoding: "buffer", timeout, maxBuffer: 16 * 1024 * 1024, env },
+        (error, stdout, stderr) => {
+          if (!error) return resolve(stdout);
+          const text = stderr.toString("utf8");
+          if ((error as NodeJS.ErrnoException).code === "ENOENT" || (command.file !== bin && error.code === 127))
+            return reject(missing());
+          if (command.file !== bin && /^unshare: /m.test(text))
+            return reject(
+              new Error(
+                `pulling ${options.repository} failed: the scaler cannot give skopeo a network namespace of its own (unshare --net needs user namespaces, or root)`,
+              ),
+            );
+          reject(pullFailure(options, text || error.message, refused));
+        },
+      ),
+    );
+  const addresses = options.addresses;
+  if (!addresses) return exec({ file: bin, args }, process.env, []);
+  await checkReachable(options, addresses(options.repository.split("/")[0] as string));
+  // Go (skopeo) dials loopback literals and `localhost` itself, never through a proxy: where the
+  // policy refuses loopback, skopeo runs where the host's loopback is not (src/outbound/proxy.ts).
+  // A loopback registry the operator allows is reached directly, as it must be.
+  const loopbackRefused =
+    literalRefusal("127.0.0.1", addresses("127.0.0.1:0")) !== undefined &&
+    literalRefusal("::1", addresses("[::1]:0")) !== undefined;
+  if (isLoopbackRegistry(options.repository) || !loopbackRefused)
+    return withGuardedProxy(addresses, (proxy) =>
+      exec({ file: bin, args }, { ...process.env, ...proxyEnvironment(proxy) }, proxy.refused),
+    );
+  const dir = await mkdtemp(join(tmpdir(), "platform-pull-proxy-"));
+  try {
+    const socket = join(dir, "proxy.sock");
+    return await withGuardedProxy(
+      addresses,
+      (proxy) => exec(isolatedCommand(socket, [bin, ...args]), process.env, proxy.refused),
+      { socket },
+    );
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 }
 
 async function skopeoCopy(options: PullOptions, dest: string): Promise<void> {
@@ -232,65 +295,27 @@ async function skopeoCopy(options: PullOptions, dest: string): Promise<void> {
     source,
     `dir:${dest}`,
   ];
-  const failed = await failure(options);
-  await new Promise<void>((resolve, reject) => {
-    execFile(
-      options.skopeo ?? "skopeo",
-      args,
-      { timeout: 30 * 60_000, maxBuffer: 16 * 1024 * 1024 },
-      (error, _stdout, stderr) => {
-        if (!error) return resolve();
-        if ((error as NodeJS.ErrnoException).code === "ENOENT")
-          return reject(new Error(`pulling ${source} needs skopeo, which is not installed: apt-get install skopeo`));
-        reject(failed(String(stderr) || error.message));
-      },
-    );
-  });
+  await runSkopeo(options, args, 30 * 60_000);
   // skopeo's `dir:` keeps the list it picked from only under `--all`; keep it ourselves (a second
   // `skopeo inspect --raw`, only for a list) so the picked manifest can be tied to the digest asked for.
   const bytes = await readFile(join(dest, "manifest.json"));
   if (`sha256:${sha256(bytes)}` !== options.digest)
-    await writeFile(join(dest, "list.manifest.json"), await skopeoInspectRaw(options, failed));
+    await writeFile(join(dest, "list.manifest.json"), await skopeoInspectRaw(options));
 }
 
 /** The manifest (or list) as the registry serves it: also the cheapest "may I pull this?". */
-function skopeoInspectRaw(options: PullOptions, failed: (text: string) => Error): Promise<Buffer> {
-  return new Promise<Buffer>((resolve, reject) =>
-    execFile(
-      options.skopeo ?? "skopeo",
-      [
-        "inspect",
-        "--raw",
-        ...(options.authFile ? ["--authfile", options.authFile] : []),
-        ...(isLoopbackRegistry(options.repository) ? ["--tls-verify=false"] : []),
-        `docker://${options.repository}@${options.digest}`,
-      ],
-      { encoding: "buffer", timeout: 60_000, maxBuffer: 16 * 1024 * 1024 },
-      (error, stdout, stderr) => (error ? reject(failed(stderr.toString("utf8") || error.message)) : resolve(stdout)),
-    ),
+function skopeoInspectRaw(options: PullOptions): Promise<Buffer> {
+  return runSkopeo(
+    options,
+    [
+      "inspect",
+      "--raw",
+      ...(options.authFile ? ["--authfile", options.authFile] : []),
+      ...(isLoopbackRegistry(options.repository) ? ["--tls-verify=false"] : []),
+      `docker://${options.repository}@${options.digest}`,
+    ],
+    60_000,
   );
-}
-
-/** The passwords and `auth` values of a containers auth.json, to mask: never shown in an error. */
-export async function secretsIn(authFile: string): Promise<string[]> {
-  try {
-    const auth = JSON.parse(await readFile(authFile, "utf8")) as {
-      auths?: Record<string, { auth?: string; password?: string; identitytoken?: string }>;
-    };
-    const out: string[] = [];
-    for (const entry of Object.values(auth.auths ?? {})) {
-      if (entry.auth) {
-        out.push(entry.auth);
-        const text = Buffer.from(entry.auth, "base64").toString("utf8");
-        out.push(text.slice(text.indexOf(":") + 1));
-      }
-      if (entry.password) out.push(entry.password);
-      if (entry.identitytoken) out.push(entry.identitytoken);
-    }
-    return out.filter((s) => s.length >= 4);
-  } catch {
-    return [];
-  }
 }
 
 const sha256 = (bytes: Buffer) => createHash("sha256").update(bytes).digest("hex");

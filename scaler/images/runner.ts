@@ -7,6 +7,8 @@
  * not pull itself. A success is remembered ACCESS_MEMO_MS, so restarts cost no registry request.
  */
 import type { ImageRunner } from "../backends/local-services.ts";
+import { registryAddresses } from "../../src/images/registries.ts";
+import type { RegistryPolicy } from "../../src/settings/registries.ts";
 import { pullImage } from "./pull.ts";
 import { type PullAuthSource, refusedHint, withAuthFile } from "../pull-auth.ts";
 import { type ImageProcessSpec, imageProcessSpec, spawnImageProcess } from "./run.ts";
@@ -14,9 +16,14 @@ import { unpackImage } from "./unpack.ts";
 
 const ACCESS_MEMO_MS = 10 * 60_000;
 
-export function imageRunner(options: { cacheDir: string; auth: PullAuthSource }): ImageRunner {
+export function imageRunner(options: {
+  cacheDir: string;
+  auth: PullAuthSource;
+  registries?: RegistryPolicy;
+}): ImageRunner {
   /** "<org>\0<repository>@<digest>" → until when a pull by that organization is known to be allowed. */
   const allowed = new Map<string, number>();
+  const { registries } = options;
   return {
     prepare: async (repository, digest, org) => {
       const auth = await options.auth(org, repository);
@@ -30,6 +37,8 @@ export function imageRunner(options: { cacheDir: string; auth: PullAuthSource })
           authFile,
           refusedHint: refusedHint(auth, repository.split("/")[0] as string),
           checkAccess,
+          // Where skopeo may connect: the registry policy's addresses per host (src/images/registries.ts).
+          ...(registries ? { addresses: (host: string) => registryAddresses(host, registries) } : {}),
         }),
       );
       if (allowed.size > 10_000) allowed.clear();

@@ -5,7 +5,7 @@
  */
 import type { Control } from "../../src/redis/connection.ts";
 import { loadTokenKey } from "../../src/pull-credentials/grant.ts";
-import { PullAuthResolver } from "../../src/pull-credentials/resolve.ts";
+import { operatorServes, PullAuthResolver } from "../../src/pull-credentials/resolve.ts";
 import { PullCredentials } from "../../src/pull-credentials/store.ts";
 import { ServiceReportStore } from "../../src/services/reports.ts";
 import { SecretBox } from "../../src/services/secrets.ts";
@@ -18,7 +18,7 @@ import type { ServiceBackend } from "../service-backend.ts";
 export async function createServiceBackend(
   kind: "local" | "kubernetes",
   ctl: Control,
-  settings: Pick<Settings, "services" | "kubernetes" | "registryToken">,
+  settings: Pick<Settings, "services" | "kubernetes" | "registryToken" | "registries">,
   onEvent: (message: string) => void,
 ): Promise<ServiceBackend> {
   const box = await SecretBox.load(settings.services);
@@ -30,6 +30,7 @@ export async function createServiceBackend(
     ...(keyFile ? { tokenKey: loadTokenKey(keyFile) } : {}),
     issuer,
     operatorFile: settings.services.pullAuthFile,
+    registries: settings.registries,
   });
   if (kind === "kubernetes") {
     // Loaded only for this backend, as the replica backend's client is (scaler/start/main.ts).
@@ -37,6 +38,7 @@ export async function createServiceBackend(
     const { CLUSTER_GRANT_TTL_MS } = await import("../backends/kubernetes-pull-secrets.ts");
     const backend = new KubernetesServiceBackend(settings.kubernetes, reports, {
       pullAuth: (org, repository) => pullAuth.resolve(org, repository, CLUSTER_GRANT_TTL_MS),
+      operatorServes: (org, repository) => operatorServes(org, repository, settings.registries),
     });
     await backend.refresh();
     return backend;
@@ -47,7 +49,9 @@ export async function createServiceBackend(
   const auth = (org: string, repository: string) => pullAuth.resolve(org, repository);
   return new LocalServiceBackend({
     reports,
-    runner: engine ? engineRunner(engine, { auth }) : imageRunner({ cacheDir: imageCacheDir, auth }),
+    runner: engine
+      ? engineRunner(engine, { auth, registries: settings.registries })
+      : imageRunner({ cacheDir: imageCacheDir, auth, registries: settings.registries }),
     onEvent,
   });
 }

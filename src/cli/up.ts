@@ -22,6 +22,7 @@ import { type Control, connectControl, maskRedisUrl } from "../redis/connection.
 import { ensurePrivateDir } from "../redis/embedded.ts";
 import { taskOf } from "../registry/version.ts";
 import { type CliSettings, loadSettings, type Settings } from "../settings/index.ts";
+import { UP_REGISTRY_ADDRESSES } from "../settings/registries.ts";
 import { parseStorageRoot, type StorageRoot } from "../storage/policy.ts";
 import { configureLogging, logLine } from "../telemetry/log.ts";
 import { startTracing, stopTracing } from "../telemetry/tracing.ts";
@@ -81,9 +82,10 @@ export function registerUp(program: Command): void {
 async function up(flags: UpFlags): Promise<void> {
   taskFlag(flags.task); // a bad one is refused before anything starts
   // --data-dir is PLATFORM_DATA_DIR given on the command line: the same setting, so everything derived from it follows.
-  const loaded = loadSettings(
-    flags.dataDir ? { ...process.env, PLATFORM_DATA_DIR: resolve(flags.dataDir) } : process.env,
-  );
+  // One machine, one operator: a registry on its loopback (the dev loop's) may be named unless the
+  // operator sets PLATFORM_IMAGE_REGISTRIES_ALLOWED_ADDRESSES (docs/security.md, "Outbound calls a tenant names").
+  const env = { PLATFORM_IMAGE_REGISTRIES_ALLOWED_ADDRESSES: UP_REGISTRY_ADDRESSES, ...process.env };
+  const loaded = loadSettings(flags.dataDir ? { ...env, PLATFORM_DATA_DIR: resolve(flags.dataDir) } : env);
   // One machine, one operator: its data dir's batch/ (where relative names go), the directory it was
   // started from (so relative paths in the CLI keep working), and whatever it names; see docs/security.md.
   const settings = {

@@ -36,9 +36,6 @@ export const RegistryPassword = z
   .refine((p) => Buffer.byteLength(p) <= MAX_PASSWORD_BYTES, `expected at most ${MAX_PASSWORD_BYTES} bytes`)
   .refine((p) => !/[\r\n]/.test(p), "expected one line (no line breaks)");
 
-/** The registry host of an image repository (`host[:port]/path`). */
-export const hostOf = (repository: string) => (repository.split("/")[0] as string).toLowerCase();
-
 /** 127.0.0.0/8, localhost, [::1]: the only registries spoken to over plain HTTP (docs/publish.md, "TLS"). */
 export function isLoopbackHost(host: string): boolean {
   const name = host.startsWith("[") ? host.slice(0, host.indexOf("]") + 1) : (host.split(":")[0] as string);

@@ -5,16 +5,14 @@
  * socket uses, so a name that re-resolves to an internal address between a
  * check and the connect cannot slip through). Size and time are bounded.
  */
-import { lookup as dnsLookup, type LookupAddress } from "node:dns";
 import type { IncomingHttpHeaders, IncomingMessage, RequestOptions } from "node:http";
 import { request as httpsRequest } from "node:https";
-import type { LookupFunction } from "node:net";
 import { Transform } from "node:stream";
 import { PlatformError } from "../contracts/errors.ts";
 import { http } from "../process/node-http.ts";
 import { DEFAULT_HF_ENDPOINT, type SourcePolicy } from "../settings/sources.ts";
 import type { StorageError } from "../storage/index.ts";
-import { refusedKind } from "./addresses.ts";
+import { guardedLookup, literalRefusal } from "../outbound/guard.ts";
 
 export type SourceProgress = { received: number; total: number | null };
 
@@ -89,24 +87,8 @@ function checkHop(url: URL, policy: SourcePolicy, previous: URL | undefined): vo
   }
   if (url.username || url.password)
     throw new PlatformError(400, "invalid_source", "source: credentials in the URL are not accepted", "source");
-  const host = url.hostname.replace(/^\[|\]$/g, "");
-  // Node connects to a literal address without any lookup, so it is checked here.
-  const kind = /^[\d.]+$|:/.test(host) ? refusedKind(host, policy) : undefined;
-  if (kind && kind !== "unparseable") throw forbidden(kind, hop);
-}
-
-/** A DNS lookup that drops addresses the policy refuses, so the socket can only connect to allowed ones. */
-function guardedLookup(policy: SourcePolicy, hop: string): LookupFunction {
-  return ((hostname: string, options: { all?: boolean; family?: number }, callback: (...args: unknown[]) => void) => {
-    dnsLookup(hostname, { family: options.family ?? 0, all: true }, (err, addresses: LookupAddress[]) => {
-      if (err) return callback(err);
-      const kinds = addresses.map((a) => refusedKind(a.address, policy));
-      const allowed = addresses.filter((_a, i) => kinds[i] === undefined);
-      if (allowed.length === 0) return callback(forbidden(kinds[0] ?? "non-public", hop));
-      if (options.all) return callback(null, allowed);
-      callback(null, allowed[0]!.address, allowed[0]!.family);
-    });
-  }) as LookupFunction;
+  const kind = literalRefusal(url.hostname, policy);
+  if (kind !== undefined) throw forbidden(kind, hop);
 }
 
 export type RemoteOptions = {
@@ -240,7 +222,12 @@ function get(
   named: string,
 ): Promise<IncomingMessage> {
   return new Promise((resolve, reject) => {
-    const options: RequestOptions = { method: "GET", headers, agent: false, lookup: guardedLookup(policy, hop) };
+    const options: RequestOptions = {
+      method: "GET",
+      headers,
+      agent: false,
+      lookup: guardedLookup(policy, (kind) => forbidden(kind, hop)),
+    };
     const send = url.protocol === "https:" ? httpsRequest : http.request;
     const req = send(url, options);
     const timer = setTimeout(() => req.destroy(totalTimeout(policy)), Math.max(0, deadline - Date.now()));

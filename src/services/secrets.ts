@@ -11,6 +11,8 @@ import { dirname } from "node:path";
 import type { ServicesSettings } from "../settings/services.ts";
 
 const VERSION = "v1";
+/** GCM's full 128-bit tag, as seal writes it; open accepts no other length. */
+const TAG_BYTES = 16;
 
 export class SecretBox {
   private readonly key: Buffer;
@@ -52,7 +54,7 @@ export class SecretBox {
 
   seal(value: string, context: string): string {
     const iv = randomBytes(12);
-    const cipher = createCipheriv("aes-256-gcm", this.key, iv);
+    const cipher = createCipheriv("aes-256-gcm", this.key, iv, { authTagLength: TAG_BYTES });
     cipher.setAAD(Buffer.from(context));
     const sealed = Buffer.concat([cipher.update(value, "utf8"), cipher.final()]);
     return [VERSION, iv, cipher.getAuthTag(), sealed]
@@ -64,10 +66,16 @@ export class SecretBox {
     const [version, iv, tag, data] = sealed.split(".");
     if (version !== VERSION || !iv || !tag || data === undefined)
       throw new Error(`a sealed secret (${context}) is not in the ${VERSION} form`);
-    const decipher = createDecipheriv("aes-256-gcm", this.key, Buffer.from(iv, "base64url"));
-    decipher.setAAD(Buffer.from(context));
-    decipher.setAuthTag(Buffer.from(tag, "base64url"));
     try {
+      // The tag's length is pinned: GCM checks only as many bytes as it is given, so a truncated
+      // tag (a few bytes, guessable) would otherwise be accepted.
+      const tagBytes = Buffer.from(tag, "base64url");
+      if (tagBytes.length !== TAG_BYTES) throw new Error("truncated tag");
+      const decipher = createDecipheriv("aes-256-gcm", this.key, Buffer.from(iv, "base64url"), {
+        authTagLength: TAG_BYTES,
+      });
+      decipher.setAAD(Buffer.from(context));
+      decipher.setAuthTag(tagBytes);
       return Buffer.concat([decipher.update(Buffer.from(data, "base64url")), decipher.final()]).toString("utf8");
     } catch {
       throw new Error(

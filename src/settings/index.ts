@@ -26,6 +26,7 @@ import { type StructuredSettings, structuredSettings, structuredShape } from "./
 import { checkTokens, type TokenSettings, tokenSettings, tokensShape } from "./tokens.ts";
 import { type ProtoSettings, protoSettings, protosShape } from "./protos.ts";
 import { type RegistryTokenSettings, registryTokenSettings, registryTokenShape } from "./registry-token.ts";
+import { type RegistryPolicy, registriesSettings, registriesShape } from "./registries.ts";
 import { type ServicesSettings, servicesSettings, servicesShape } from "./services.ts";
 import { type FineTuningSettings, fineTuningSettings, fineTuningShape } from "./finetuning.ts";
 import type { TracingSettings } from "../telemetry/tracing.ts";
@@ -43,6 +44,7 @@ export type {
   LoggingSettings,
   MetricsSettings,
   ProtoSettings,
+  RegistryPolicy,
   RegistryTokenSettings,
   ServicesSettings,
   FineTuningSettings,
@@ -85,6 +87,8 @@ export type Settings = CoreSettings & {
   protos: ProtoSettings;
   /** PLATFORM_REGISTRY_TOKEN_KEY, PLATFORM_REGISTRY_TOKEN_ISSUER, PLATFORM_REGISTRY_TOKEN_TTL_MS. */
   registryToken: RegistryTokenSettings;
+  /** Which image registries tenants may name, at which addresses, and whom the operator's pull credential serves. */
+  registries: RegistryPolicy;
   /** PLATFORM_SECRETS_KEY, PLATFORM_IMAGE_CACHE_DIR, PLATFORM_IMAGE_PULL_AUTH_FILE, PLATFORM_ROLLOUT_DEADLINE_MS, PLATFORM_SERVICE_RUNTIME. */
   services: ServicesSettings;
   fineTuning: FineTuningSettings;
@@ -115,6 +119,7 @@ const Env = z
     ...tokensShape,
     ...protosShape,
     ...registryTokenShape,
+    ...registriesShape,
     ...servicesShape,
     ...fineTuningShape,
     ...signinShape,
@@ -145,6 +150,7 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     tokens: tokenSettings(e),
     protos: protoSettings(e),
     registryToken: registryTokenSettings(e),
+    registries: registriesSettings(e),
     services: servicesSettings(e, core.dataDir, e.POD_NAME !== undefined),
     fineTuning: fineTuningSettings(e),
     signin: signinSettings(e),

@@ -35,12 +35,11 @@ export function parseCidr(text: string): string | undefined {
   return /^\d+$/.test(bitsText) && bits <= max ? `${address}/${bits}` : undefined;
 }
 
-export const sourcesShape = {
-  PLATFORM_SOURCES_ALLOW_HTTP: Flag,
-  PLATFORM_SOURCES_ALLOW_PRIVATE: Flag,
-  PLATFORM_SOURCES_ALLOWED_HOSTS: z
+/** Comma-separated addresses or CIDRs, as `address/bits` (parseCidr's form). */
+export const cidrList = (fallback: string) =>
+  z
     .string()
-    .default("")
+    .default(fallback)
     .transform((text, ctx) => {
       const items = text
         .split(",")
@@ -53,7 +52,12 @@ export const sourcesShape = {
           message: `expected comma-separated addresses or CIDRs (10.0.0.0/8, fd00::/8), got "${bad.join(", ")}"`,
         });
       return items.flatMap((t) => parseCidr(t) ?? []);
-    }),
+    });
+
+export const sourcesShape = {
+  PLATFORM_SOURCES_ALLOW_HTTP: Flag,
+  PLATFORM_SOURCES_ALLOW_PRIVATE: Flag,
+  PLATFORM_SOURCES_ALLOWED_HOSTS: cidrList(""),
   PLATFORM_SOURCES_TIMEOUT_MS: z.coerce
     .number()
     .int()

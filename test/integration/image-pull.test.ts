@@ -2,7 +2,7 @@
  * Pulling by digest (scaler/images/pull.ts) with a stand-in skopeo, a shell script that lays out
  * what a test prepared, so the checks after skopeo are tested on what no registry would serve: a
  * manifest of another digest, a corrupted layer, a manifest list (with and without an image for
- * this machine), skopeo's failure with a password in its output. Nothing of a failed pull stays in
+ * this machine), skopeo's failure (never echoed: the platform says why). Nothing of a failed pull stays in
  * the cache; a good one is found there next time.
  */
 import { createHash } from "node:crypto";
@@ -147,7 +147,7 @@ describe("pullImage", () => {
     );
   });
 
-  it("says what skopeo said, its secrets masked; a refusal as not logged in", async () => {
+  it("says why in the platform's words, echoing nothing skopeo or the registry printed; a refusal as not logged in", async () => {
     const authFile = join(work, "auth.json");
     const password = "s3cret-password";
     writeFileSync(
@@ -157,9 +157,15 @@ describe("pullImage", () => {
       }),
     );
     const digest = layout();
-    fakeSkopeo(`something broke near ${password}`);
-    const failed = pullImage({ repository: REPO, digest, cacheDir, skopeo, authFile });
-    await expect(failed).rejects.toThrow(`pulling ${REPO}@${digest} failed: skopeo: something broke near ***`);
+    fakeSkopeo(`something broke near ${password}, says <a registry's own words>`);
+    const failed = await pullImage({ repository: REPO, digest, cacheDir, skopeo, authFile }).catch((e: Error) => e);
+    expect((failed as Error).message).toBe(
+      `pulling ${REPO}@${digest} failed: registry.example.com:5000 did not serve the image (the scaler's skopeo could not copy it)`,
+    );
+    fakeSkopeo("pinging container registry 127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused");
+    await expect(pullImage({ repository: REPO, digest, cacheDir, skopeo })).rejects.toThrow(
+      /^pulling \S+ failed: registry\.example\.com:5000 refused the connection; is the registry running\?$/,
+    );
     fakeSkopeo("reading manifest: unauthorized: authentication required");
     await expect(pullImage({ repository: REPO, digest, cacheDir, skopeo, authFile })).rejects.toThrow(
       "failed: not logged in to registry.example.com:5000 (the platform's pull session, PLATFORM_IMAGE_PULL_AUTH_FILE, is not accepted)",

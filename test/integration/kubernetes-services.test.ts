@@ -17,6 +17,7 @@ import {
   maskSecrets,
   PYTHON_METRICS_PORT,
   podReplica,
+  podTrouble,
   pullSecretName,
   releaseToRun,
   revisionObjectName,
@@ -27,6 +28,7 @@ import {
 import { parseLogLines, timestampKey } from "../../scaler/backends/kubernetes-pod-logs.ts";
 import { KubernetesServiceBackend } from "../../scaler/backends/kubernetes-services.ts";
 import type { EnvironmentParts, ServiceReports } from "../../scaler/service-backend.ts";
+import { operatorServes } from "../../src/pull-credentials/resolve.ts";
 import { type Release, ServiceRecord, type ServiceReplica } from "../../src/services/record.ts";
 import { FakeKubernetesApi, kubeletTimestamp } from "../helpers/fake-kubernetes-api.ts";
 
@@ -115,6 +117,8 @@ describe("service manifests", () => {
     expect(pod.securityContext).toEqual({ runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } });
     const c = pod.containers[0]!;
     expect(c.image).toBe(`${REPO}@${DIGEST_A}`);
+    // A node's cached image never runs without this pod's own pull being allowed.
+    expect(c.imagePullPolicy).toBe("Always");
     expect(c.ports).toEqual([{ name: "rpc", containerPort: 8080, protocol: "TCP" }]);
     expect(c.env).toEqual([
       { name: "PORT", value: "8080" },
@@ -310,6 +314,32 @@ describe("reading the cluster back", () => {
       )!.state,
     ).toBe("crashed");
     expect(podReplica(base({}, { deletionTimestamp: "2025-01-01T00:01:00Z" }), service, 5)!.state).toBe("draining");
+    // A failed pull is said in the platform's words: nothing the registry sent (through the kubelet) is echoed.
+    const pull = (message: string) =>
+      podTrouble({
+        status: {
+          containerStatuses: [
+            {
+              name: "service",
+              ready: false,
+              restartCount: 0,
+              image: `${REPO}@${DIGEST_A}`,
+              imageID: "",
+              state: { waiting: { reason: "ErrImagePull", message } },
+            },
+          ],
+        },
+      });
+    expect(
+      pull(
+        'failed to resolve reference: unexpected status 401 Unauthorized: {"errors":[{"message":"<the registry\'s words>"}]}',
+      ),
+    ).toBe(
+      `ErrImagePull: pulling ${REPO}@${DIGEST_A} with the kubelet failed: not logged in to registry.example.com; an admin of the organization runs: platform registry credentials set registry.example.com --username <user> --password-stdin`,
+    );
+    expect(pull("rpc error: <the registry's words>")).toBe(
+      `ErrImagePull: pulling ${REPO}@${DIGEST_A} with the kubelet failed: registry.example.com did not serve the image (the kubelet could not copy it)`,
+    );
     expect(podReplica(base({ podIP: "fd00::7" }), record({ repo_type: "python", port: 50051 }), 5)).toMatchObject({
       url: "http://[fd00::7]:50051",
       metrics_url: `http://[fd00::7]:${PYTHON_METRICS_PORT}/metrics`,
@@ -665,6 +695,25 @@ describe("KubernetesServiceBackend against an API server", () => {
     expect(api.objectNames("secrets", NAMESPACE)).toContain(pull);
     await k8s.remove("acme", "items");
     expect(api.objectNames("secrets", NAMESPACE)).not.toContain(pull);
+  });
+
+  it("the operator's imagePullSecrets go only to services whose repository the operator lets their organization pull", async () => {
+    const k8s = new KubernetesServiceBackend({ namespace: NAMESPACE, configMapName: "c", secretName: "s" }, reports, {
+      kubeConfig,
+      observeIntervalMs: 0,
+      logIntervalMs: 0,
+      imagePullSecrets: ["operator-pull"],
+      operatorServes: (org, repository) =>
+        operatorServes(org, repository, { hosts: [], allowedCidrs: [], operatorScopes: undefined }),
+    });
+    await k8s.apply(record());
+    reports.environments.set("r1", { env: {}, secrets: {} });
+    // Another organization deploying acme's repository, hoping the operator's credential pulls it.
+    await k8s.apply(record({ org: "other" }));
+    expect(api.deployment(NAMESPACE, NAME)!.spec.template.spec.imagePullSecrets).toEqual([{ name: "operator-pull" }]);
+    const other = api.deployment(NAMESPACE, serviceObjectName("other", "items"))!;
+    expect(other.spec.template.spec.imagePullSecrets).toBeUndefined();
+    expect(other.spec.template.spec.containers[0].imagePullPolicy).toBe("Always");
   });
 
   it("fails a rollout whose environment the cluster refuses at once, and keeps reporting what runs", async () => {

@@ -77,6 +77,9 @@ beforeAll(async () => {
       PLATFORM_DATA_DIR: dataDir,
       PLATFORM_REGISTRY_TOKEN_KEY: keyFile,
       PLATFORM_IMAGE_PULL_AUTH_FILE: operatorFile,
+      // The trusting registry below listens on loopback: allowed here as `platform up` allows it
+      // (test/integration/outbound-registries.test.ts shows the default refusing it).
+      PLATFORM_IMAGE_REGISTRIES_ALLOWED_ADDRESSES: "127.0.0.1",
     }),
     redisUrl: redis.url,
   };
@@ -183,6 +186,9 @@ describe("/admin/v1/registry-credentials", () => {
     // A grant is only ever for the organization's own repositories.
     expect(await source("rival", `${trustingHost}/acme/items`)).toBe("none");
     expect(await source("rival", "operator.test:5000/rival/items")).toBe("operator");
+    // The operator's credential serves an organization's own namespace only (PLATFORM_IMAGE_PULL_AUTH_SCOPE unset):
+    // rival naming acme's repository on the operator's registry gets none.
+    expect(await source("rival", "operator.test:5000/acme/items")).toBe("none");
     expect(await source("rival", `${HOST}/rival/items`)).toBe("none");
     const bad = await call("acme", "GET", "/source?repository=nope");
     expect(bad.status).toBe(400);
@@ -218,6 +224,7 @@ describe("pulls", () => {
       credentials: new PullCredentials(ctl, async () => box),
       tokenKey: loadTokenKey(settings.registryToken.keyFile as string),
       issuer: settings.registryToken.issuer,
+      registries: settings.registries,
     });
     const auth = await resolver.resolve("acme", `${trustingHost}/acme/items`);
     expect(auth).toMatchObject({ source: "token_server", username: "platform-pull-grant" });

@@ -21,6 +21,8 @@ const LAYERS: string[][] = [
   ["src/process"],
   ["src/redis", "src/storage"],
   ["src/settings"],
+  // Requests to hosts a tenant names: the one guarded resolver (addresses, DNS pinned, no redirects followed).
+  ["src/outbound"],
   // Model file formats (GGUF, conversion to it, quantization): file work the catalog and replicas use.
   ["src/formats"],
   // Nouns, each owning its store, logic and metrics.

@@ -28,6 +28,16 @@ describe("SecretBox", () => {
     expect(() => box.open("plain text", here)).toThrow(/not in the v1 form/);
   });
 
+  it("refuses a truncated tag: GCM would check only the bytes given, so a short tag is a guessable one", () => {
+    const sealed = box.seal("postgresql://u:p@db/items", here);
+    const [v, iv, tag, data] = sealed.split(".") as [string, string, string, string];
+    for (const bytes of [1, 4, 8, 12, 15]) {
+      const short = Buffer.from(tag, "base64url").subarray(0, bytes).toString("base64url");
+      expect(() => box.open(`${v}.${iv}.${short}.${data}`, here)).toThrow(/does not open/);
+    }
+    expect(Buffer.from(tag, "base64url")).toHaveLength(16);
+  });
+
   it("takes PLATFORM_SECRETS_KEY as base64 or hex, and names a bad one", () => {
     const b64 = Buffer.alloc(32, 3).toString("base64");
     expect(loadSettings({ PLATFORM_SECRETS_KEY: b64 }).services.secretsKey).toEqual(Buffer.alloc(32, 3));

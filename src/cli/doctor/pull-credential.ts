@@ -31,10 +31,20 @@ export const pullCredentialCheck: DoctorCheck = {
         `/admin/v1/registry-credentials/source?repository=${encodeURIComponent(repository)}`,
       )
       .catch((e: Error) => e);
-    if (answer instanceof Error)
-      return /unknown_route/.test(answer.message)
-        ? skip("not checked: this platform predates per-organization pull credentials")
-        : warn(`could not ask the platform: ${answer.message}`, "run platform doctor again once the gateway answers");
+    if (answer instanceof Error) {
+      if (/unknown_route/.test(answer.message))
+        return skip("not checked: this platform predates per-organization pull credentials");
+      // The operator's registry policy refuses the repository's registry (docs/security.md, "Outbound calls a tenant names").
+      if (/may come only from|which image registries may not be at/.test(answer.message))
+        return warn(
+          answer.message,
+          "set imageRepository in .platformrc.json to a registry this platform allows (ask its operator)",
+        );
+      return warn(
+        `could not ask the platform: ${answer.message}`,
+        "run platform doctor again once the gateway answers",
+      );
+    }
     if (answer.source === "none")
       return warn(
         `the platform has no credential to pull ${repository} for your organization: a private registry refuses its deploys`,

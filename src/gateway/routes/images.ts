@@ -8,14 +8,19 @@
  *   POST /                       {service, repository, tag, digest, git_sha, dirty, version, protos} → 201 the record (200 replacing the same tag)
  *   GET  /?service=<name>        → {data: [records]}, newest first
  *   GET  /:service/tags/:tag     → the record
+ *
+ * A repository on a registry the operator does not let tenants name (PLATFORM_IMAGE_REGISTRIES) is
+ * a 403 `registry_not_allowed`.
  */
 import { Hono } from "hono";
 import { z } from "zod";
 import { PlatformError } from "../../contracts/errors.ts";
 import { GitSha, ImageDigest, ImageRepository, ImageServiceName, ImageTag } from "../../images/names.ts";
 import { ImageRecord } from "../../images/record.ts";
+import { checkRegistryHost, registryHostOf } from "../../images/registries.ts";
 import { getImage, listImages, recordImage } from "../../images/store.ts";
 import type { Control } from "../../redis/connection.ts";
+import type { RegistryPolicy } from "../../settings/registries.ts";
 import type { GatewayEnv } from "../env.ts";
 import { parseBody, pathParam } from "../errors.ts";
 
@@ -41,11 +46,12 @@ export const RecordBody = z
       });
   });
 
-export function imageRoutes(ctl: Control) {
+export function imageRoutes(ctl: Control, registries: RegistryPolicy) {
   const app = new Hono<GatewayEnv>();
 
   app.post("/", async (c) => {
     const body = await parseBody(c, RecordBody);
+    checkRegistryHost(registryHostOf(body.repository), registries);
     const caller = c.get("caller");
     const { record, replaced } = await recordImage(ctl, {
       ...body,

@@ -9,11 +9,17 @@
  *   PUT    /:host  {username, password} → 201 (200 replacing) {host, username, updated, by}
  *   DELETE /:host                     → {deleted: true}; 404 registry_credential_not_found
  *   GET    /source?repository=<repo>  → {repository, host, source: organization|token_server|operator|none}
+ *
+ * A registry the operator does not let tenants name (PLATFORM_IMAGE_REGISTRIES) is a 403
+ * `registry_not_allowed` on PUT and /source; /source probes a registry only through the guarded
+ * resolver (src/images/registries.ts), so a tenant cannot aim it at loopback or internal addresses.
  */
 import { Hono } from "hono";
 import { z } from "zod";
 import { PlatformError } from "../../contracts/errors.ts";
 import { ImageRepository } from "../../images/names.ts";
+import { checkRegistryHost, refusedRegistry, registryAddresses, registryHostOf } from "../../images/registries.ts";
+import { resolveAllowed } from "../../outbound/guard.ts";
 import { RegistryHost, RegistryPassword, RegistryUsername } from "../../pull-credentials/names.ts";
 import { loadTokenKey } from "../../pull-credentials/grant.ts";
 import { PullAuthResolver } from "../../pull-credentials/resolve.ts";
@@ -28,7 +34,7 @@ const SetBody = z.object({ username: RegistryUsername, password: RegistryPasswor
 
 export function registryCredentialRoutes(
   ctl: Control,
-  settings: Pick<Settings, "services" | "registryToken">,
+  settings: Pick<Settings, "services" | "registryToken" | "registries">,
   box: () => Promise<SecretBox>,
 ) {
   const credentials = new PullCredentials(ctl, box);
@@ -39,6 +45,7 @@ export function registryCredentialRoutes(
     ...(keyFile ? { tokenKey: loadTokenKey(keyFile) } : {}),
     issuer,
     operatorFile: settings.services.pullAuthFile,
+    registries: settings.registries,
   });
   const app = new Hono<GatewayEnv>();
   const admin = (role: string) => {
@@ -61,7 +68,17 @@ export function registryCredentialRoutes(
         `repository: ${repository.error.issues[0]?.message ?? "expected host/path"}`,
         "repository",
       );
-    const host = (repository.data.split("/")[0] as string).toLowerCase();
+    const host = registryHostOf(repository.data);
+    checkRegistryHost(host, settings.registries);
+    // A registry at an address the platform may not reach is said so (the pull would be refused too);
+    // a name that does not resolve is just "none".
+    await resolveAllowed(
+      new URL(`http://${host}`).hostname,
+      registryAddresses(host, settings.registries),
+      refusedRegistry(host),
+    ).catch((e: unknown) => {
+      if (e instanceof PlatformError) throw e;
+    });
     const source = await resolver.sourceFor(c.get("caller").org, repository.data);
     return c.json({ repository: repository.data, host, source });
   });
@@ -70,6 +87,7 @@ export function registryCredentialRoutes(
     const caller = c.get("caller");
     admin(caller.role);
     const host = pathParam(c, "host", RegistryHost);
+    checkRegistryHost(host, settings.registries, "host");
     const body = await parseBody(c, SetBody);
     const { info, replaced } = await credentials.set(caller.org, host, body.username, body.password, {
       id: caller.id,

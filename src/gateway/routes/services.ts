@@ -10,6 +10,7 @@ import { z } from "zod";
 import { PlatformError } from "../../contracts/errors.ts";
 import { DURATION_ERROR, parseDuration } from "../../contracts/duration.ts";
 import { ImageRepository, ImageTag } from "../../images/names.ts";
+import { checkRegistryHost, registryHostOf } from "../../images/registries.ts";
 import type { ProtoCatalog } from "../../protos/store.ts";
 import { type Control, duplicate } from "../../redis/connection.ts";
 import { followLogs, readLogs } from "../../services/logs.ts";
@@ -18,6 +19,7 @@ import type { ServiceRecord } from "../../services/record.ts";
 import { readReplicas } from "../../services/replicas.ts";
 import { deployService, startRollout } from "../../services/rollouts.ts";
 import type { SecretBox } from "../../services/secrets.ts";
+import type { RegistryPolicy } from "../../settings/registries.ts";
 import { deleteService, getService, listRollouts, listServices, updateService } from "../../services/store.ts";
 import { listVariables, setVariables, unsetVariable, type VariableKind } from "../../services/variables.ts";
 import type { GatewayEnv } from "../env.ts";
@@ -29,6 +31,8 @@ export type ServiceRoutesOptions = {
   box: () => Promise<SecretBox>;
   rolloutDeadlineMs: number;
   baseUrl: () => string;
+  /** Which registries a deploy may name (PLATFORM_IMAGE_REGISTRIES). */
+  registries: RegistryPolicy;
 };
 
 const Values = z
@@ -121,6 +125,7 @@ export function serviceRoutes(options: ServiceRoutesOptions) {
 
   app.post("/", async (c) => {
     const body = await parseBody(c, DeployBody);
+    checkRegistryHost(registryHostOf(body.image_repository), options.registries, "image_repository");
     const record = await deployService(await rc(), c.get("caller").org, who(c), body);
     return c.json(view(record), 201);
   });

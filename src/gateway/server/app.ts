@@ -264,7 +264,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   app.route("/admin/v1/orgs", orgRoutes(ctl));
   // Any caller of an organization, on its own organization's packages (routes/protos.ts says why).
   app.route("/admin/v1/protos", protoRoutes({ ctl, artifacts: admin.imports.artifacts, limits: settings.protos }));
-  app.route("/admin/v1/images", imageRoutes(ctl));
+  app.route("/admin/v1/images", imageRoutes(ctl, settings.registries));
   // Evaluation jobs (docs/evaluation.md): any caller of an organization, on its own organization's.
   const evaluations = new Evaluations(ctl, { storage, files: batchFiles });
   app.route("/admin/v1/evaluations", evaluationRoutes(evaluations));
@@ -281,6 +281,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       },
       rolloutDeadlineMs: settings.services.rolloutDeadlineMs,
       baseUrl: () => baseUrl,
+      registries: settings.registries,
     }),
   );
   app.route(

@@ -1,10 +1,9 @@
 /**
- * Which IP addresses a model source may connect to. Fetching a URL the client
- * names is a server-side request: without this, a tenant could make the
+ * Which IP addresses a request to a host a tenant names may connect to (model sources, image
+ * registries: guard.ts). Such a request is server-side: without this, a tenant could make the
  * platform read cloud metadata (169.254.169.254), Redis or any internal service.
  */
 import { BlockList, isIP } from "node:net";
-import type { SourcePolicy } from "../settings/sources.ts";
 
 /**
  * Ranges of `address/bits` CIDRs, a BlockList for each family of address checked. An IPv4 range
@@ -76,9 +75,10 @@ export function nonPublicKind(address: string): string | undefined {
   return kindIn("own", bare, family) ?? kindIn("carried", bare, family);
 }
 
-export type AddressPolicy = Pick<SourcePolicy, "allowPrivate" | "allowedCidrs">;
+/** What the operator allows beyond public addresses: everything, or these `address/bits` ranges. */
+export type AddressPolicy = { allowPrivate: boolean; allowedCidrs: readonly string[] };
 
-/** Undefined when the policy lets a source connect to `address`, else the kind of address refused. */
+/** Undefined when the policy lets a request connect to `address`, else the kind of address refused. */
 export function refusedKind(address: string, policy: AddressPolicy): string | undefined {
   const [bare, family] = checkable(address);
   if (isIP(bare) === 0) return "unparseable";
