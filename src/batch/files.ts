@@ -29,6 +29,9 @@ type StoredFile = z.infer<typeof StoredFile>;
 
 export const FILES_PREFIX = "files";
 
+/** An upload's bytes in the store, not yet a file. */
+export type Received = { id: string; key: string; size: number };
+
 /** The files an OpenAI-shape batch shows once it has ended: null where there is none (nothing answered, nothing failed). */
 export const BatchResultFiles = z.object({
   output_file_id: z.string().nullable(),
@@ -93,23 +96,32 @@ export class BatchFiles {
     return `${this.store.uri(FILES_PREFIX)}/`;
   }
 
-  async upload(filename: string, purpose: string, body: Body, viewer?: Viewer): Promise<FileObject> {
+  /** An upload's bytes stored under a fresh id, before its record: `record` makes it a file, `discard` drops it. */
+  async receive(body: Body): Promise<Received> {
     const id = `file-${randomBytes(12).toString("hex")}`;
     const key = `${FILES_PREFIX}/${id}.jsonl`;
     const { size } = await this.store.put(key, body);
+    return { id, key, size };
+  }
+
+  async discard(received: Received): Promise<void> {
+    await this.store.delete(received.key);
+  }
+
+  async record(received: Received, filename: string, purpose: string, viewer?: Viewer): Promise<FileObject> {
     const file: StoredFile = {
-      id,
+      id: received.id,
       object: "file",
-      bytes: size,
+      bytes: received.size,
       created_at: Math.floor(Date.now() / 1000),
       filename,
       purpose,
       status: "processed",
-      key,
+      key: received.key,
       owner: viewer?.id ?? null,
       ...(viewer ? { org: viewer.org } : {}),
     };
-    await this.ctl.redis.hset(this.ctl.keys.files, id, JSON.stringify(file));
+    await this.ctl.redis.hset(this.ctl.keys.files, received.id, JSON.stringify(file));
     return publicFile(file);
   }
 

@@ -15,7 +15,6 @@
  * order; both are files of the batch's key, like its input.
  */
 import { Readable } from "node:stream";
-import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { Hono } from "hono";
 import { z } from "zod";
 import { BatchFiles, type BatchResultFiles, FILES_PREFIX } from "../../batch/files.ts";
@@ -33,6 +32,7 @@ import { PlatformError } from "../../contracts/errors.ts";
 import type { ObjectStore } from "../../storage/index.ts";
 import type { GatewayEnv } from "../env.ts";
 import { parseBody } from "../errors.ts";
+import { readMultipart } from "../multipart.ts";
 
 export const CreateBatch = z.object({
   input_file_id: z.string().min(1),
@@ -57,7 +57,8 @@ const STATUS = {
   cancelled: "cancelled",
 } as const;
 
-export type OpenAiBatchDeps = { ctl: Control; artifacts: ObjectStore; jobs?: BatchJobs };
+/** `maxFileBytes`: an upload's body limit (PLATFORM_MAX_FILE_BYTES), counted as it streams. */
+export type OpenAiBatchDeps = { ctl: Control; artifacts: ObjectStore; jobs?: BatchJobs; maxFileBytes?: number };
 
 export function openAiBatchRoutes(deps: OpenAiBatchDeps) {
   const jobs = deps.jobs ?? new BatchJobs(deps.ctl);
@@ -82,16 +83,28 @@ export function openAiBatchRoutes(deps: OpenAiBatchDeps) {
     return toOpenAiBatch(record, openai, shown);
   };
 
+  // Streamed to the store as it arrives (gateway/multipart.ts); `purpose` may come before or after the file.
   app.post("/files", async (c) => {
-    const form = await c.req.parseBody();
-    const file = form.file;
-    if (!(file instanceof File))
-      throw new PlatformError(400, "invalid_request", "send the file as multipart/form-data field `file`", "file");
+    const form = await readMultipart(
+      c.req.raw,
+      {
+        maxBytes: deps.maxFileBytes ?? Number.POSITIVE_INFINITY,
+        setting: "PLATFORM_MAX_FILE_BYTES",
+        fileField: "file",
+      },
+      (stream) => files.receive(stream),
+      (received) => files.discard(received),
+    );
+    const { file } = form;
+    const purpose = form.fields.purpose;
     // "fine-tune": a fine-tuning dataset (src/finetuning), checked when a job names it.
-    if (form.purpose !== "batch" && form.purpose !== "fine-tune")
-      throw new PlatformError(400, "invalid_request", 'purpose: expected "batch" or "fine-tune"', "purpose");
-    const body = Readable.fromWeb(file.stream() as WebReadableStream<Uint8Array>);
-    return c.json(await files.upload(file.name || "input.jsonl", form.purpose, body, c.get("caller")));
+    if (!file || (purpose !== "batch" && purpose !== "fine-tune")) {
+      if (file) await files.discard(file.stored);
+      throw file
+        ? new PlatformError(400, "invalid_request", 'purpose: expected "batch" or "fine-tune"', "purpose")
+        : new PlatformError(400, "invalid_request", "send the file as multipart/form-data field `file`", "file");
+    }
+    return c.json(await files.record(file.stored, file.name || "input.jsonl", purpose, c.get("caller")));
   });
 
   app.get("/files", async (c) => {

@@ -203,7 +203,15 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const batchJobs = new BatchJobs(ctl, { storage, files: batchFiles });
   app.route("/v1/storage", storageRoutes(storage));
   app.route("/v1/batch-jobs", batchRoutes({ jobs: batchJobs }));
-  app.route("/v1", openAiBatchRoutes({ ctl, jobs: batchJobs, artifacts: admin.imports.artifacts }));
+  app.route(
+    "/v1",
+    openAiBatchRoutes({
+      ctl,
+      jobs: batchJobs,
+      artifacts: admin.imports.artifacts,
+      maxFileBytes: settings.maxFileBytes,
+    }),
+  );
   const fineTuning = new FineTuningJobs(ctl, {
     storage,
     files: new BatchFiles(ctl, admin.imports.artifacts),
