@@ -31,6 +31,7 @@ import type { TracingSettings } from "../telemetry/tracing.ts";
 import { tracingSettings, tracingShape } from "./tracing.ts";
 import { type VllmSettings, vllmSettings, vllmShape } from "./vllm.ts";
 import { type ImagesSettings, imagesSettings, imagesShape } from "./images.ts";
+import { type TenantSettings, tenantSettings, tenantsShape } from "./tenants.ts";
 
 export type {
   AdmissionSettings,
@@ -92,6 +93,8 @@ export type Settings = CoreSettings & {
   tracing: TracingSettings;
   /** PLATFORM_LOG_FORMAT, PLATFORM_LOG_LEVEL. */
   logging: LoggingSettings;
+  /** PLATFORM_RPC_MAX_MESSAGE_BYTES, PLATFORM_ORG_FILE_BYTES, PLATFORM_ORG_FILES, PLATFORM_FILE_TTL_S, PLATFORM_ORG_LOG_FOLLOWS. */
+  tenants: TenantSettings;
 };
 
 /** One object, so one parse reports every bad variable at once rather than the first of each section. */
@@ -114,6 +117,7 @@ const Env = z
     ...cliShape,
     ...tracingShape,
     ...loggingShape,
+    ...tenantsShape,
   })
   .superRefine((e, ctx) => {
     checkStorage(e, ctx);
@@ -142,5 +146,6 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     cli: cliSettings(e),
     tracing: tracingSettings(e),
     logging: loggingSettings(e),
+    tenants: tenantSettings(e),
   };
 }

@@ -50,7 +50,7 @@ async function bytesUnder(dir: string): Promise<number> {
 }
 
 /** One JSONL line of 1 MiB, repeated: the bytes of an upload of `size`. */
-const LINE = Buffer.from(`${JSON.stringify({ custom_id: "x", pad: "y".repeat(MiB - 40) })}\n`.slice(0, MiB - 1) + "\n");
+const LINE = Buffer.from(`${JSON.stringify({ custom_id: "x", pad: "y".repeat(MiB - 30) })}\n`);
 
 /** A multipart body of `size` file bytes, generated as it is sent (the purpose after the file, as some clients order it). */
 function body(size: number, hold: Promise<void>): { stream: ReadableStream<Uint8Array>; sha256: string } {
@@ -107,7 +107,7 @@ describe("file uploads stream to the store", () => {
     const sampler = setInterval(() => {
       rssPeak = Math.max(rssPeak, process.memoryUsage().rss);
     }, 5);
-    let release = () => undefined as void;
+    let release: () => void = () => undefined;
     const hold = new Promise<void>((resolve) => {
       release = resolve;
     });

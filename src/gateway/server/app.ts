@@ -227,6 +227,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     resolve: options.rpcResolver ?? ((org, rpcService) => directory.resolve(org, rpcService)),
     registry: metrics.registry,
     guards: [caller, meter, limits],
+    maxMessageBytes: settings.tenants.rpcMaxMessageBytes,
   });
   app.route("/rpc", rpc);
   // The refresh token is this route's credential, so it comes before authentication; Hono runs
