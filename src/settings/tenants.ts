@@ -7,7 +7,11 @@
 import { z } from "zod";
 
 const whole = (fallback: number, what = "a whole number") =>
-  z.coerce.number({ message: `expected ${what}` }).int().min(1, "expected at least 1").default(fallback);
+  z.coerce
+    .number({ message: `expected ${what}` })
+    .int()
+    .min(1, "expected at least 1")
+    .default(fallback);
 
 export const tenantsShape = {
   PLATFORM_RPC_MAX_MESSAGE_BYTES: whole(4 * 1024 * 1024, "a whole number of bytes"),
