@@ -56,6 +56,7 @@ import { redisDown } from "../redis-down.ts";
 import { randomHex } from "../random-id.ts";
 import { usageRoutes } from "../routes/usage.ts";
 import { rpcRoutes } from "../routes/rpc.ts";
+import { OrgLimitsCache } from "../../ratelimit/org-limits.ts";
 import type { RpcResolver } from "../rpc/types.ts";
 import { ServiceDirectory } from "../../services/directory.ts";
 import { registerServiceMetrics } from "../../services/metrics.ts";
@@ -179,9 +180,12 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const limits = bodyLimits(settings);
   // Rate limits and usage (ratelimit.ts): every /v1 response of a limited key carries its x-ratelimit-* headers.
   const limiter = new RateLimiter(ctl, { maxLifetimeMs: settings.requestTimeoutMs + 60_000 });
+  // An organization's limits across all its keys (operator-set, else the install's defaults).
+  const orgLimits = new OrgLimitsCache(ctl, settings.tenants.orgLimits);
   const meter = rateLimit({
     ctl,
     limiter,
+    orgLimits: (org) => orgLimits.of(org),
     onReject: (t, kind) => metrics.rateLimited.inc({ model_name: t.model, version: t.version, reason: `key_${kind}` }),
   });
   // Verified callers, forgotten at once when revoked or changed (callers.ts).
@@ -238,7 +242,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   app.use("/admin/v1/*", caller, limits);
   // Any caller: who it is, its tokens, its organization.
   app.route("/admin/v1", tokenRoutes(tokens));
-  app.route("/admin/v1/orgs", orgRoutes(ctl));
+  app.route("/admin/v1/orgs", orgRoutes(ctl, settings.tenants.orgLimits));
   // Any caller of an organization, on its own organization's packages (routes/protos.ts says why).
   app.route("/admin/v1/protos", protoRoutes({ ctl, artifacts: admin.imports.artifacts, limits: settings.protos }));
   app.route("/admin/v1/images", imageRoutes(ctl));
