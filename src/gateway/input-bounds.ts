@@ -64,14 +64,22 @@ export function bodyLimits(settings: Settings): MiddlewareHandler {
   };
 }
 
-/** Passes a streamed body through, failing it with 413 past `max` bytes (the declared length is checked first). */
-export function limitStream(declaredLength: string | undefined, max: number, setting: string): Transform {
-  if (declaredLength !== undefined && Number(declaredLength) > max) throw tooLarge(max, setting);
+/**
+ * Passes a streamed body through, failing it with 413 past `max` bytes (the declared length is
+ * checked first); `refusal`: the error instead of the setting's (a quota's).
+ */
+export function limitStream(
+  declaredLength: string | undefined,
+  max: number,
+  setting: string,
+  refusal: () => PlatformError = () => tooLarge(max, setting),
+): Transform {
+  if (declaredLength !== undefined && Number(declaredLength) > max) throw refusal();
   let seen = 0;
   return new Transform({
     transform(chunk: Buffer, _encoding, done) {
       seen += chunk.length;
-      if (seen > max) done(tooLarge(max, setting));
+      if (seen > max) done(refusal());
       else done(null, chunk);
     },
   });

@@ -17,6 +17,8 @@ export type MultipartLimits = {
   setting: string;
   /** The file field's name (`file`). */
   fileField: string;
+  /** The error past `maxBytes`, when it is not the setting's (a quota's). */
+  refusal?: () => PlatformError;
 };
 
 /** The text fields (each at most 1 KiB) and what `store` made of the file, if one came. */
@@ -83,7 +85,7 @@ export async function readMultipart<T>(
   try {
     await pipeline(
       body,
-      limitStream(req.headers.get("content-length") ?? undefined, limits.maxBytes, limits.setting),
+      limitStream(req.headers.get("content-length") ?? undefined, limits.maxBytes, limits.setting, limits.refusal),
       parser,
     );
   } catch (e) {

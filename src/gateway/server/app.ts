@@ -214,6 +214,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       jobs: batchJobs,
       artifacts: admin.imports.artifacts,
       maxFileBytes: settings.maxFileBytes,
+      quota: { bytes: settings.tenants.orgFileBytes, files: settings.tenants.orgFiles },
+      fileTtlS: settings.tenants.fileTtlS,
     }),
   );
   const fineTuning = new FineTuningJobs(ctl, {
