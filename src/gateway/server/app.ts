@@ -263,6 +263,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
         return box;
       },
       rolloutDeadlineMs: settings.services.rolloutDeadlineMs,
+      maxFollowsPerOrg: settings.tenants.orgLogFollows,
       baseUrl: () => baseUrl,
     }),
   );
