@@ -132,7 +132,8 @@ export class BatchFiles {
 
   /**
    * `expiresAfter`: seconds from now after which the file is removed (null: kept until deleted);
-   * `quota`: checked again here, since other uploads of the organization may have landed meanwhile.
+   * `quota`: checked again here, since other uploads of the organization may have landed meanwhile
+   * (the caller discards what it received when this refuses).
    */
   async record(
     received: Received,
@@ -143,10 +144,8 @@ export class BatchFiles {
   ): Promise<FileObject> {
     if (options.quota && viewer) {
       const usage = await this.usage(viewer.org);
-      if (usage.files + 1 > options.quota.files || usage.bytes + received.size > options.quota.bytes) {
-        await this.discard(received);
+      if (usage.files + 1 > options.quota.files || usage.bytes + received.size > options.quota.bytes)
         throw quotaExceeded(viewer.org, usage, options.quota, received.size);
-      }
     }
     const now = Math.floor(Date.now() / 1000);
     const file: StoredFile = {

@@ -139,30 +139,25 @@ export function openAiBatchRoutes(deps: OpenAiBatchDeps) {
       (stream) => files.receive(stream),
       (received) => files.discard(received),
     );
-    const { file } = form;
-    const purpose = form.fields.purpose;
-    let expiresAfter: number | null = deps.fileTtlS ? deps.fileTtlS : null;
-    let problem: PlatformError | undefined;
-    try {
-      expiresAfter = expiryOf(form.fields) ?? expiresAfter;
-    } catch (e) {
-      problem = e as PlatformError;
-    }
-    // "fine-tune": a fine-tuning dataset (src/finetuning), checked when a job names it.
+    const { file, fields } = form;
     if (!file)
-      problem = new PlatformError(400, "invalid_request", "send the file as multipart/form-data field `file`", "file");
-    else if (purpose !== "batch" && purpose !== "fine-tune")
-      problem ??= new PlatformError(400, "invalid_request", 'purpose: expected "batch" or "fine-tune"', "purpose");
-    if (problem || !file || (purpose !== "batch" && purpose !== "fine-tune")) {
-      if (file) await files.discard(file.stored);
-      throw problem;
-    }
-    return c.json(
-      await files.record(file.stored, file.name || "input.jsonl", purpose, caller, {
+      throw new PlatformError(400, "invalid_request", "send the file as multipart/form-data field `file`", "file");
+    try {
+      // "fine-tune": a fine-tuning dataset (src/finetuning), checked when a job names it.
+      const purpose = fields.purpose;
+      if (purpose !== "batch" && purpose !== "fine-tune")
+        throw new PlatformError(400, "invalid_request", 'purpose: expected "batch" or "fine-tune"', "purpose");
+      const expiresAfter = expiryOf(fields) ?? (deps.fileTtlS || null);
+      const recorded = await files.record(file.stored, file.name || "input.jsonl", purpose, caller, {
         expiresAfter,
         ...(quota ? { quota } : {}),
-      }),
-    );
+      });
+      return c.json(recorded);
+    } catch (e) {
+      // A form refused after its file was stored keeps nothing of it.
+      await files.discard(file.stored);
+      throw e;
+    }
   });
 
   app.get("/files", async (c) => {
