@@ -20,14 +20,38 @@ export const FileObject = z.object({
   filename: z.string(),
   purpose: z.string(),
   status: z.literal("processed"),
+  /** Epoch seconds after which the file is gone (an upload's `expires_after`); null: until deleted. */
+  expires_at: z.number().int().nullable().default(null),
 });
 export type FileObject = z.infer<typeof FileObject>;
 
-/** `org`: the owner's organization; absent on files older than organizations: the install's own. */
+/** `org`: the owner's organization; absent on files older than organizations: the install's own. Records older than expiry have no `expires_at`. */
 const StoredFile = FileObject.extend({ key: z.string(), owner: z.string().nullable(), org: z.string().optional() });
 type StoredFile = z.infer<typeof StoredFile>;
 
 export const FILES_PREFIX = "files";
+
+/** An upload's bytes in the store, not yet a file. */
+export type Received = { id: string; key: string; size: number };
+
+/** An organization's file quota (PLATFORM_ORG_FILE_BYTES, PLATFORM_ORG_FILES). */
+export type FileQuota = { bytes: number; files: number };
+
+/** What an organization's files take, the expired ones left out (and removed). */
+export type FileUsage = { bytes: number; files: number };
+
+export function quotaExceeded(org: string, usage: FileUsage, quota: FileQuota, adding?: number): PlatformError {
+  const gib = (n: number) => `${(n / 1024 ** 3).toFixed(2)} GiB`;
+  const what =
+    adding === undefined
+      ? `organization ${org} already keeps ${usage.files} files of ${gib(usage.bytes)}`
+      : `this upload of at least ${adding} bytes would take organization ${org} past its ${gib(quota.bytes)} (it keeps ${usage.files} files of ${gib(usage.bytes)})`;
+  return new PlatformError(
+    413,
+    "file_quota_exceeded",
+    `${what}; its file quota is ${quota.files} files and ${quota.bytes} bytes (PLATFORM_ORG_FILES, PLATFORM_ORG_FILE_BYTES). Delete files it no longer needs (DELETE /v1/files/{id}), upload with expires_after, or ask the operator for more`,
+  );
+}
 
 /** The files an OpenAI-shape batch shows once it has ended: null where there is none (nothing answered, nothing failed). */
 export const BatchResultFiles = z.object({
@@ -66,6 +90,7 @@ export async function registerResultFiles(
       filename: `${job.id}_${suffix}.jsonl`,
       purpose: "batch_output",
       status: "processed",
+      expires_at: null,
       key: `${FILES_PREFIX}/${result.key}`,
       owner: job.owner,
       ...(job.org ? { org: job.org } : {}),
@@ -93,23 +118,50 @@ export class BatchFiles {
     return `${this.store.uri(FILES_PREFIX)}/`;
   }
 
-  async upload(filename: string, purpose: string, body: Body, viewer?: Viewer): Promise<FileObject> {
+  /** An upload's bytes stored under a fresh id, before its record: `record` makes it a file, `discard` drops it. */
+  async receive(body: Body): Promise<Received> {
     const id = `file-${randomBytes(12).toString("hex")}`;
     const key = `${FILES_PREFIX}/${id}.jsonl`;
     const { size } = await this.store.put(key, body);
+    return { id, key, size };
+  }
+
+  async discard(received: Received): Promise<void> {
+    await this.store.delete(received.key);
+  }
+
+  /**
+   * `expiresAfter`: seconds from now after which the file is removed (null: kept until deleted);
+   * `quota`: checked again here, since other uploads of the organization may have landed meanwhile
+   * (the caller discards what it received when this refuses).
+   */
+  async record(
+    received: Received,
+    filename: string,
+    purpose: string,
+    viewer: Viewer | undefined,
+    options: { expiresAfter: number | null; quota?: FileQuota } = { expiresAfter: null },
+  ): Promise<FileObject> {
+    if (options.quota && viewer) {
+      const usage = await this.usage(viewer.org);
+      if (usage.files + 1 > options.quota.files || usage.bytes + received.size > options.quota.bytes)
+        throw quotaExceeded(viewer.org, usage, options.quota, received.size);
+    }
+    const now = Math.floor(Date.now() / 1000);
     const file: StoredFile = {
-      id,
+      id: received.id,
       object: "file",
-      bytes: size,
-      created_at: Math.floor(Date.now() / 1000),
+      bytes: received.size,
+      created_at: now,
       filename,
       purpose,
       status: "processed",
-      key,
+      expires_at: options.expiresAfter === null ? null : now + options.expiresAfter,
+      key: received.key,
       owner: viewer?.id ?? null,
       ...(viewer ? { org: viewer.org } : {}),
     };
-    await this.ctl.redis.hset(this.ctl.keys.files, id, JSON.stringify(file));
+    await this.ctl.redis.hset(this.ctl.keys.files, received.id, JSON.stringify(file));
     return publicFile(file);
   }
 
@@ -136,12 +188,38 @@ export class BatchFiles {
       filename: `${jobId}_output.jsonl`,
       purpose: "batch_output",
       status: "processed",
+      expires_at: null,
       key,
       owner: owner.id,
       org: owner.org,
     };
     await this.ctl.redis.hsetnx(this.ctl.keys.files, id, JSON.stringify(file));
     return id;
+  }
+
+  /** An organization's files (its batch results included), the expired ones removed on the way. */
+  async usage(org: string): Promise<FileUsage> {
+    const usage = { bytes: 0, files: 0 };
+    for (const f of await this.all()) {
+      if ((f.org ?? DEFAULT_ORG) !== org) continue;
+      usage.bytes += f.bytes;
+      usage.files += 1;
+    }
+    return usage;
+  }
+
+  /** Every live file; those past their `expires_at` are removed (bytes, then record) and left out. */
+  private async all(): Promise<StoredFile[]> {
+    const now = Math.floor(Date.now() / 1000);
+    const files = (await this.ctl.redis.hvals(this.ctl.keys.files)).map((raw) => StoredFile.parse(JSON.parse(raw)));
+    const expired = files.filter((f) => expiredAt(f, now));
+    for (const f of expired) await this.remove(f);
+    return files.filter((f) => !expiredAt(f, now));
+  }
+
+  private async remove(file: StoredFile): Promise<void> {
+    await this.store.delete(file.key);
+    await this.ctl.redis.hdel(this.ctl.keys.files, file.id);
   }
 
   async get(id: string, viewer?: Viewer): Promise<FileObject> {
@@ -154,8 +232,7 @@ export class BatchFiles {
   }
 
   async list(viewer?: Viewer): Promise<FileObject[]> {
-    const all = (await this.ctl.redis.hvals(this.ctl.keys.files)).map((raw) => StoredFile.parse(JSON.parse(raw)));
-    return all
+    return (await this.all())
       .filter((f) => visible(f, viewer))
       .sort((a, b) => b.created_at - a.created_at)
       .map(publicFile);
@@ -166,17 +243,21 @@ export class BatchFiles {
   }
 
   async delete(id: string, viewer?: Viewer): Promise<void> {
-    const file = await this.stored(id, viewer);
-    await this.store.delete(file.key);
-    await this.ctl.redis.hdel(this.ctl.keys.files, id);
+    await this.remove(await this.stored(id, viewer));
   }
 
   private async stored(id: string, viewer: Viewer | undefined): Promise<StoredFile> {
     const raw = await this.ctl.redis.hget(this.ctl.keys.files, id);
     const file = raw ? StoredFile.parse(JSON.parse(raw)) : undefined;
-    if (!file || !visible(file, viewer)) throw new PlatformError(404, "file_not_found", `no file "${id}"`, "file_id");
-    return file;
+    if (file && expiredAt(file, Math.floor(Date.now() / 1000))) await this.remove(file);
+    else if (file && visible(file, viewer)) return file;
+    // An expired file reads as one that never was: it is gone.
+    throw new PlatformError(404, "file_not_found", `no file "${id}"`, "file_id");
   }
+}
+
+function expiredAt(file: StoredFile, now: number): boolean {
+  return typeof file.expires_at === "number" && file.expires_at <= now;
 }
 
 function visible(file: StoredFile, viewer: Viewer | undefined): boolean {
@@ -185,5 +266,5 @@ function visible(file: StoredFile, viewer: Viewer | undefined): boolean {
 
 function publicFile(file: StoredFile): FileObject {
   const { key: _key, owner: _owner, org: _org, ...rest } = file;
-  return rest;
+  return { ...rest, expires_at: rest.expires_at ?? null };
 }

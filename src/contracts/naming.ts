@@ -59,6 +59,7 @@ export function controlKeys(prefix: string) {
     apiKeyByHash: `${cp}:apikey-hashes`, // hash sha256 -> id
     bootstrapKey: `${cp}:bootstrap-admin`, // string: sha256 of the operator's bootstrap admin key (`platform keys bootstrap`)
     orgs: `${cp}:orgs`, // hash organization id -> record JSON (`default` is never stored: src/orgs/store.ts)
+    orgLimits: `${cp}:org-limits`, // hash organization id -> traffic limits JSON an operator set (src/ratelimit/org-limits.ts)
     users: `${cp}:users`, // hash user id -> record JSON (people signed in through an identity provider, src/users/)
     userByIdentity: `${cp}:user-identities`, // hash "<issuer>\n<subject>" -> user id
     callerEvents: `${plain}:caller-events`, // pub/sub: a key, token or user was revoked or changed ("key:<id>", "token:<id>", "user:<id>": ids only, src/keys/changes.ts)
@@ -128,7 +129,7 @@ export function controlKeys(prefix: string) {
     convertLock: (digest: string) => `${plain}:convert-lock:${digest}`, // string with TTL: the replica converting the checkpoint with this manifest digest to GGUF (src/registry/converted.ts)
     // One API key's rate-limit state: `<this>:<scope>:<part>` (src/ratelimit/limiter.ts). In one slot, the key id
     // being the tag, since one script touches it all; different keys spread over the nodes.
-    rateLimit: (keyId: string) => `${plain}:ratelimit:{${keyId}}`,
+    rateLimit: (keyId: string) => `${plain}:ratelimit:{${keyId}}`, // also "org:<id>": an organization's limits across its keys
     // Usage counters: `usage("m:<epoch s>")` / `usage("h:<epoch s>")`, one hash per minute or hour bucket
     // (src/usage/counters.ts). One slot, so a request's counters are one pipeline and a query one more.
     usage: (bucket: string) => `${plain}:{usage}:${bucket}`,

@@ -47,31 +47,39 @@ function limit(maxSize: number, setting: string): MiddlewareHandler {
 }
 
 /**
- * One middleware for every route under /v1 and /admin/v1: file uploads and
- * proto publishes get their own limits, model uploads are counted as they stream (they may
- * be far larger than memory, see `limitStream`), everything else is JSON.
+ * One middleware for every route under /v1 and /admin/v1: proto publishes get their own
+ * limit, file and model uploads are counted as they stream (they may be far larger than
+ * memory, see `limitStream`), everything else is JSON.
  */
 export function bodyLimits(settings: Settings): MiddlewareHandler {
   const json = limit(settings.maxRequestBytes, "PLATFORM_MAX_REQUEST_BYTES");
-  const files = limit(settings.maxFileBytes, "PLATFORM_MAX_FILE_BYTES");
   const protos = limit(settings.protos.maxBytes, "PLATFORM_MAX_PROTO_BYTES");
   return async (c, next) => {
     if (c.req.method === "GET" || c.req.method === "HEAD") return next();
-    if (c.req.method === "POST" && c.req.path === "/v1/files") return files(c, next);
+    // Counted as they stream, never buffered (gateway/multipart.ts).
+    if (c.req.method === "POST" && c.req.path === "/v1/files") return next();
     if (c.req.method === "POST" && /^\/admin\/v1\/protos\/[^/]+\/versions$/.test(c.req.path)) return protos(c, next);
     if (c.req.method === "POST" && /^\/admin\/v1\/models\/[^/]+\/upload$/.test(c.req.path)) return next();
     return json(c, next);
   };
 }
 
-/** Passes a streamed body through, failing it with 413 past `max` bytes (the declared length is checked first). */
-export function limitStream(declaredLength: string | undefined, max: number, setting: string): Transform {
-  if (declaredLength !== undefined && Number(declaredLength) > max) throw tooLarge(max, setting);
+/**
+ * Passes a streamed body through, failing it with 413 past `max` bytes (the declared length is
+ * checked first); `refusal`: the error instead of the setting's (a quota's).
+ */
+export function limitStream(
+  declaredLength: string | undefined,
+  max: number,
+  setting: string,
+  refusal: () => PlatformError = () => tooLarge(max, setting),
+): Transform {
+  if (declaredLength !== undefined && Number(declaredLength) > max) throw refusal();
   let seen = 0;
   return new Transform({
     transform(chunk: Buffer, _encoding, done) {
       seen += chunk.length;
-      if (seen > max) done(tooLarge(max, setting));
+      if (seen > max) done(refusal());
       else done(null, chunk);
     },
   });

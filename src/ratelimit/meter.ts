@@ -19,7 +19,8 @@ import { causeFields, logger } from "../telemetry/log.ts";
 import { Allowances, type Ticket } from "./allowances.ts";
 import { rateLimitHeaders } from "./headers.ts";
 import { type Finish, type LimitKind, type RateLimiter, type Scope, scopesFor, type Verdict } from "./limiter.ts";
-import { hasLimits, type KeyLimits } from "./limits.ts";
+import { hasLimits, type KeyLimits, type ScopeLimits } from "./limits.ts";
+import { orgLimiterId } from "./org-limits.ts";
 import { refusal } from "./refusal.ts";
 import { type Reservation, reservedTokens } from "./reservation.ts";
 import { Settlements } from "./settlements.ts";
@@ -29,12 +30,14 @@ const log = logger("ratelimit");
 export type MeterOptions = {
   ctl: Control;
   limiter: RateLimiter;
+  /** The limits in force for an organization across all its keys (org-limits.ts); none: no such limits. */
+  orgLimits?: (org: string) => Promise<ScopeLimits | undefined>;
   /** A refusal, for metrics: the model and version it was for and the limit that refused it. */
   onReject?: (target: { model: string; version: string }, kind: LimitKind) => void;
 };
 
-/** The API key a request came with, as far as its meter reads it. */
-export type MeteredKey = { id: string; limits?: KeyLimits | undefined };
+/** The API key a request came with, as far as its meter reads it; `org`: its organization. */
+export type MeteredKey = { id: string; org?: string; limits?: KeyLimits | undefined };
 
 /** Where a meter meets its request: a header put on the response, and the client leaving before it has been sent. */
 export type MeteredResponse = {
@@ -90,6 +93,8 @@ export class RequestMeter {
   private ticket: Ticket | undefined;
   private target: { model: string; version: string } | undefined;
   private scopes: Scope[] = [];
+  /** The organization's admission, when it has limits: its limiter id, scope and ticket. */
+  private org: { id: string; scopes: Scope[]; ticket: Ticket } | undefined;
   private reported = false;
   private usage:
     | Pick<Usage, "prompt_tokens" | "completion_tokens" | "images" | "steps" | "prompt_tokens_details">
@@ -133,30 +138,54 @@ export class RequestMeter {
   ): Promise<void> {
     const target = { model: limited.usageModel ?? limited.model, version: limited.version };
     const scopes = scopesFor(this.key.limits, limited.model);
+    const orgLimits = this.key.org === undefined ? undefined : await this.check(() => this.orgLimitsOf());
     if (scopes.length > 0) {
       const ticket = await this.check(() =>
         this.allowances.admit(this.key.id, scopes, reservedTokens(scopes, reservation), reservation.requests),
       );
       const verdict = ticket.verdict;
       this.setHeaders(verdict, this.response.header);
-      if (!verdict.admitted) {
-        const first = verdict.exceeded[0];
-        this.options.onReject?.(target, first?.kind ?? "requests");
-        this.settlements.add(undefined, { key: this.key.id, ...target, rate_limited: 1 });
-        throw refusal(
-          this.key.id,
-          verdict,
-          reservation,
-          reservedTokens(scopes, reservation),
-          this.options.limiter.windowMs,
-        );
-      }
+      if (!verdict.admitted) this.refuse(target, this.key.id, scopes, verdict, reservation);
       this.scopes = scopes;
       this.ticket = ticket;
-      // A client that leaves frees its slot at once, not when the abandoned work ends.
-      this.response.onClientGone(() => this.end({ disconnected: true }));
     }
+    if (orgLimits) {
+      // Across every key of the organization: its own state, admitted after the key's (given back if refused).
+      const id = orgLimiterId(this.key.org as string);
+      const orgScopes: Scope[] = [{ name: "org", limits: orgLimits }];
+      const ticket = await this.check(() =>
+        this.allowances.admit(id, orgScopes, reservedTokens(orgScopes, reservation), reservation.requests),
+      );
+      if (!ticket.verdict.admitted) {
+        if (this.ticket) {
+          const undo = { keyId: this.key.id, scopes: this.scopes, ...this.allowances.finishOf(this.ticket, 0) };
+          this.ticket = undefined;
+          this.settlements.add(undo, { key: this.key.id, ...target });
+        }
+        this.refuse(target, id, orgScopes, ticket.verdict, reservation);
+      }
+      this.org = { id, scopes: orgScopes, ticket };
+    }
+    // A client that leaves frees its slot at once, not when the abandoned work ends.
+    if (this.ticket || this.org) this.response.onClientGone(() => this.end({ disconnected: true }));
     this.target = target;
+  }
+
+  private orgLimitsOf(): Promise<ScopeLimits | undefined> {
+    return this.options.orgLimits?.(this.key.org as string) ?? Promise.resolve(undefined);
+  }
+
+  private refuse(
+    target: { model: string; version: string },
+    limiterId: string,
+    scopes: Scope[],
+    verdict: Verdict,
+    reservation: Reservation,
+  ): never {
+    const first = verdict.exceeded[0];
+    this.options.onReject?.(target, first?.kind ?? "requests");
+    this.settlements.add(undefined, { key: this.key.id, ...target, rate_limited: 1 });
+    throw refusal(limiterId, verdict, reservation, reservedTokens(scopes, reservation), this.options.limiter.windowMs);
   }
 
   /** The worker's count for the request: settles its tokens and is what usage records. */
@@ -172,6 +201,12 @@ export class RequestMeter {
         member !== undefined && this.scopes.some((s) => s.limits.tpm !== undefined)
           ? { keyId: this.key.id, scopes: this.scopes, member, actual: total, release: false }
           : undefined;
+      const org = this.org;
+      if (org?.scopes.some((s) => s.limits.tpm !== undefined))
+        this.settlements.add(
+          { keyId: org.id, scopes: org.scopes, member: org.ticket.member, actual: total, release: false },
+          { key: this.key.id, ...this.target },
+        );
       this.settlements.add(settle, {
         key: this.key.id,
         ...this.target,
@@ -201,12 +236,18 @@ export class RequestMeter {
     const errored = this.failed || (!how.disconnected && !how.streamed && (how.status ?? 200) >= 400);
     let finish: Finish | undefined;
     if (this.ticket) {
-      const actual = this.usage
-        ? this.usage.prompt_tokens + this.usage.completion_tokens
-        : errored && !how.streamed
-          ? 0
-          : undefined;
+      const actual = this.actualOf(errored, how);
       finish = { keyId: this.key.id, scopes: this.scopes, ...this.allowances.finishOf(this.ticket, actual) };
+    }
+    if (this.org) {
+      const { id, scopes, ticket } = this.org;
+      this.settlements.add(
+        { keyId: id, scopes, ...this.allowances.finishOf(ticket, this.actualOf(errored, how)) },
+        {
+          key: this.key.id,
+          ...this.target,
+        },
+      );
     }
     this.settlements.add(finish, {
       key: this.key.id,
@@ -219,6 +260,12 @@ export class RequestMeter {
       steps: this.usage?.steps,
       errors: errored ? 1 : 0,
     });
+  }
+
+  /** The tokens a request's end settles to: the worker's count; 0 for an error before any output; else the reservation stands. */
+  private actualOf(errored: boolean, how: { streamed?: boolean }): number | undefined {
+    if (this.usage) return this.usage.prompt_tokens + this.usage.completion_tokens;
+    return errored && !how.streamed ? 0 : undefined;
   }
 
   /**

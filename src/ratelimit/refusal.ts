@@ -14,7 +14,7 @@ const WHAT: Record<LimitKind, string> = {
   concurrency: "requests in flight",
 };
 
-/** `verdict` refused a request (`reservation`, of `tokens` reserved) through API key `keyId`. */
+/** `verdict` refused a request (`reservation`, of `tokens` reserved) through API key `keyId` (or organization "org:<id>"). */
 export function refusal(
   keyId: string,
   verdict: Verdict,
@@ -25,7 +25,11 @@ export function refusal(
   const first = verdict.exceeded[0] as { scope: Scope; kind: LimitKind };
   const state = verdict.scopes.find((s) => s.scope === first.scope) as ScopeState;
   const where = (scope: Scope) =>
-    scope.name === "key" ? `API key ${keyId}` : `API key ${keyId} on model ${scope.name.slice("model:".length)}`;
+    scope.name === "org"
+      ? `organization ${keyId.slice("org:".length)} (all its keys; set by the operator)`
+      : scope.name === "key"
+        ? `API key ${keyId}`
+        : `API key ${keyId} on model ${scope.name.slice("model:".length)}`;
   const retryAfter = Math.max(1, Math.ceil(verdict.retry_after_ms / 1000));
   const requests = reservation.requests ?? 1;
   // More images in one request than a minute admits: no wait helps.

@@ -34,6 +34,7 @@ import { tracingSettings, tracingShape } from "./tracing.ts";
 import { type VllmSettings, vllmSettings, vllmShape } from "./vllm.ts";
 import { type ImagesSettings, imagesSettings, imagesShape } from "./images.ts";
 import { type ResponsesSettings, responsesSettings, responsesShape } from "./responses.ts";
+import { type TenantSettings, tenantSettings, tenantsShape } from "./tenants.ts";
 
 export type {
   AdmissionSettings,
@@ -102,6 +103,8 @@ export type Settings = CoreSettings & {
   logging: LoggingSettings;
   /** PLATFORM_METRICS_PORT, PLATFORM_METRICS_ON_API_PORT. */
   metrics: MetricsSettings;
+  /** PLATFORM_RPC_MAX_MESSAGE_BYTES, PLATFORM_ORG_FILE_BYTES, PLATFORM_ORG_FILES, PLATFORM_FILE_TTL_S, PLATFORM_ORG_LOG_FOLLOWS, PLATFORM_ORG_RPM, PLATFORM_ORG_TPM, PLATFORM_ORG_CONCURRENCY. */
+  tenants: TenantSettings;
 };
 
 /** One object, so one parse reports every bad variable at once rather than the first of each section. */
@@ -127,6 +130,7 @@ const Env = z
     ...tracingShape,
     ...loggingShape,
     ...metricsShape,
+    ...tenantsShape,
   })
   .superRefine((e, ctx) => {
     checkStorage(e, ctx);
@@ -158,5 +162,6 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     tracing: tracingSettings(e),
     logging: loggingSettings(e),
     metrics: metricsSettings(e),
+    tenants: tenantSettings(e),
   };
 }

@@ -96,6 +96,7 @@ describe("frames", () => {
       const reader = new FrameReader(
         () => true,
         (flags, payload) => seen.push([flags, payload && Buffer.from(payload).toString()]),
+        { bytes: 1024, whose: "answer" },
       );
       for (let at = 0; at < frames.length; at += size) reader.push(frames.subarray(at, at + size));
       expect(seen).toEqual([
@@ -112,6 +113,7 @@ describe("frames", () => {
     const reader = new FrameReader(
       (flags) => flags === 2,
       (_flags, payload) => seen.push(payload),
+      { bytes: 1024, whose: "answer" },
     );
     reader.push(envelope(0, Buffer.from("skipped")).subarray(0, 6));
     expect(reader.atBoundary).toBe(false);

@@ -34,6 +34,8 @@ export type RpcRoutesOptions = {
    * Connect's shape here while `/v1` keeps OpenAI's.
    */
   guards: MiddlewareHandler<GatewayEnv>[];
+  /** The largest message read or inflated, either way (PLATFORM_RPC_MAX_MESSAGE_BYTES). */
+  maxMessageBytes: number;
 };
 
 /** What usage and rate limits see of an RPC: no tokens (tokens-per-minute limits never refuse one). */
@@ -46,8 +48,8 @@ type CallRecord = { labels: RpcLabels; started: number; finished: boolean };
 export function rpcRoutes(options: RpcRoutesOptions): Hono<GatewayEnv> & { close: () => void } {
   const app = new Hono<GatewayEnv>();
   const metrics = new RpcMetrics(options.registry);
-  const connect = new ConnectUpstreams();
-  const grpc = new GrpcUpstreams();
+  const connect = new ConnectUpstreams(options.maxMessageBytes);
+  const grpc = new GrpcUpstreams(options.maxMessageBytes);
   // Per request, for the error handler: the call's labels once its service resolved.
   const calls = new WeakMap<Context, CallRecord>();
   const finish = (record: CallRecord, code: string) => {

@@ -33,6 +33,8 @@ export type ServiceRoutesOptions = {
   baseUrl: () => string;
   /** Which registries a deploy may name (PLATFORM_IMAGE_REGISTRIES). */
   registries: RegistryPolicy;
+  /** Open `logs?follow=true` streams one organization may hold on this gateway (PLATFORM_ORG_LOG_FOLLOWS). */
+  maxFollowsPerOrg?: number;
 };
 
 const Values = z
@@ -97,7 +99,7 @@ const ReplicasBody = z
   })
   .strict();
 
-/** Open `logs?follow=true` streams per gateway: each holds a Redis connection. */
+/** Open `logs?follow=true` streams per gateway: each holds a Redis connection. Per organization: PLATFORM_ORG_LOG_FOLLOWS. */
 const MAX_FOLLOWERS = 100;
 const MAX_TAIL = 5000;
 
@@ -115,6 +117,9 @@ export function serviceRoutes(options: ServiceRoutesOptions) {
     return { id: caller.id, name: caller.name };
   };
   let followers = 0;
+  // Per organization too, so that one organization cannot take every follower this gateway has.
+  const followersOf = new Map<string, number>();
+  const maxPerOrg = options.maxFollowsPerOrg ?? 8;
 
   /** The record as the API shows it: the gateway's base for Connect clients, and each RPC service's URL. */
   const view = (record: ServiceRecord) => ({
@@ -233,7 +238,17 @@ export function serviceRoutes(options: ServiceRoutesOptions) {
         null,
         5,
       );
+    const mine = followersOf.get(org) ?? 0;
+    if (mine >= maxPerOrg)
+      throw new PlatformError(
+        429,
+        "too_many_followers",
+        `organization ${org} already follows ${mine} logs on this gateway, its most (PLATFORM_ORG_LOG_FOLLOWS); close one and retry`,
+        null,
+        5,
+      );
     followers++;
+    followersOf.set(org, mine + 1);
     return stream(c, async (out) => {
       const reader = duplicate(ctl);
       let open = true;
@@ -252,6 +267,9 @@ export function serviceRoutes(options: ServiceRoutesOptions) {
         }
       } finally {
         followers--;
+        const left = (followersOf.get(org) ?? 1) - 1;
+        if (left > 0) followersOf.set(org, left);
+        else followersOf.delete(org);
         reader.disconnect();
       }
     });

@@ -6,7 +6,6 @@
  * stopped in a rollout) costs one retry on another, which is safe because nothing reached it.
  */
 import type { IncomingMessage } from "node:http";
-import { gunzipSync } from "node:zlib";
 import { withDetail, type PlatformError } from "../../contracts/errors.ts";
 import { http } from "../../process/node-http.ts";
 import {
@@ -18,8 +17,8 @@ import {
   envelope,
   rpcError,
 } from "./errors.ts";
-import { FrameReader } from "./frames.ts";
-import { callAbort, HOP_BY_HOP_RESPONSE_HEADERS, RoundRobin, retryable } from "./upstream.ts";
+import { FrameReader, inflate } from "./frames.ts";
+import { callAbort, passesToClient, RoundRobin, retryable } from "./upstream.ts";
 import type { RpcReplica } from "./types.ts";
 
 /** One call to forward. `finish` is called once when it is over, with its Connect code (`ok` for success). */
@@ -55,6 +54,12 @@ const MAX_ERROR_BODY = 64 * 1024;
 export class ConnectUpstreams {
   private readonly agent = new http.Agent({ keepAlive: true, keepAliveMsecs: 1_000, scheduling: "lifo" });
   private readonly turns = new RoundRobin();
+  /** The largest message of an answer (PLATFORM_RPC_MAX_MESSAGE_BYTES), read or inflated. */
+  private readonly maxMessageBytes: number;
+
+  constructor(maxMessageBytes: number) {
+    this.maxMessageBytes = maxMessageBytes;
+  }
 
   async forward(call: ForwardedCall): Promise<Response> {
     const { signal, done } = callAbort(call.timeoutMs, call.onClientGone);
@@ -74,7 +79,7 @@ export class ConnectUpstreams {
           throw unavailable(call.service, (again as AttemptFailed).cause);
         }
       }
-      return respond(res, call, signal, done);
+      return respond(res, call, signal, done, this.maxMessageBytes);
     } catch (e) {
       done();
       throw e;
@@ -113,15 +118,21 @@ function unavailable(service: string, cause: unknown): PlatformError {
 }
 
 /** The upstream's answer as the client's response: its status and headers, its body streamed through while its frames are watched for the final code. */
-function respond(res: IncomingMessage, call: ForwardedCall, signal: AbortSignal, done: () => void): Response {
+function respond(
+  res: IncomingMessage,
+  call: ForwardedCall,
+  signal: AbortSignal,
+  done: () => void,
+  maxMessageBytes: number,
+): Response {
   const headers = new Headers();
   for (const [name, value] of Object.entries(res.headers)) {
-    if (value === undefined || HOP_BY_HOP_RESPONSE_HEADERS.has(name)) continue;
+    if (value === undefined || !passesToClient(name)) continue;
     if (Array.isArray(value)) for (const v of value) headers.append(name, v);
     else headers.set(name, value);
   }
   const status = res.statusCode ?? 502;
-  const watch = codeWatch(call.shape, status, res.headers);
+  const watch = codeWatch(call.shape, status, res.headers, maxMessageBytes);
   let finished = false;
   const finish = (code: string) => {
     if (finished) return;
@@ -141,7 +152,13 @@ function respond(res: IncomingMessage, call: ForwardedCall, signal: AbortSignal,
       };
       res.on("data", (chunk: Buffer) => {
         if (closed) return;
-        watch.push(chunk);
+        try {
+          watch.push(chunk);
+        } catch (e) {
+          // A message over the cap: the client's stream is cut as a broken one would be.
+          fail((e as PlatformError).code ?? "resource_exhausted", e);
+          return;
+        }
         controller.enqueue(chunk);
         if ((controller.desiredSize ?? 1) <= 0) res.pause();
       });
@@ -199,7 +216,12 @@ const knownCode = (code: unknown): string | undefined =>
  * body's `code`), a Connect stream's end-stream message, gRPC-Web's `grpc-status` (in the headers
  * of a trailers-only answer, else in its trailer frame). Only those bytes are kept.
  */
-function codeWatch(shape: CallShape, status: number, headers: IncomingMessage["headers"]): CodeWatch {
+function codeWatch(
+  shape: CallShape,
+  status: number,
+  headers: IncomingMessage["headers"],
+  maxMessageBytes: number,
+): CodeWatch {
   if (shape === "unary") {
     if (status >= 200 && status < 300) return { push: () => undefined, end: () => "ok", atBoundary: true };
     const parts: Uint8Array[] = [];
@@ -214,7 +236,10 @@ function codeWatch(shape: CallShape, status: number, headers: IncomingMessage["h
         if (size > MAX_ERROR_BODY) return fallback;
         try {
           const bytes = Buffer.concat(parts);
-          const text = headers["content-encoding"] === "gzip" ? gunzipSync(bytes).toString() : bytes.toString();
+          const text =
+            headers["content-encoding"] === "gzip"
+              ? inflate(bytes, MAX_ERROR_BODY, "answer").toString()
+              : bytes.toString();
           return knownCode((JSON.parse(text) as { code?: unknown }).code) ?? fallback;
         } catch {
           return fallback;
@@ -239,7 +264,7 @@ function codeWatch(shape: CallShape, status: number, headers: IncomingMessage["h
     (flags, payload) => {
       if (!payload) return;
       try {
-        const bytes = flags & 0x01 && compressed === "gzip" ? gunzipSync(payload) : payload;
+        const bytes = flags & 0x01 && compressed === "gzip" ? inflate(payload, maxMessageBytes, "answer") : payload;
         const text = Buffer.from(bytes).toString();
         if (shape === "grpc-web") {
           const m = /^grpc-status:\s*(\d+)\s*$/im.exec(text);
@@ -252,6 +277,7 @@ function codeWatch(shape: CallShape, status: number, headers: IncomingMessage["h
         code = "unknown";
       }
     },
+    { bytes: maxMessageBytes, whose: "answer" },
   );
   return {
     push: (chunk) => reader.push(chunk),

@@ -7,7 +7,6 @@
  */
 import http2 from "node:http2";
 import type { IncomingHttpHeaders } from "node:http2";
-import { gunzipSync } from "node:zlib";
 import { type DescMethod, type FileRegistry, fromBinary, fromJson, toBinary, toJsonString } from "@bufbuild/protobuf";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import { PlatformError, withDetail } from "../../contracts/errors.ts";
@@ -23,8 +22,8 @@ import {
   percentDecode,
   rpcError,
 } from "./errors.ts";
-import { FrameReader } from "./frames.ts";
-import { callAbort, grpcTimeout, RoundRobin, retryable } from "./upstream.ts";
+import { FrameReader, inflate, messageTooLarge } from "./frames.ts";
+import { callAbort, grpcTimeout, passesToClient, RoundRobin, retryable } from "./upstream.ts";
 import type { RpcReplica } from "./types.ts";
 
 export type TranscodedCall = {
@@ -90,6 +89,12 @@ class AttemptFailed extends Error {
 export class GrpcUpstreams {
   private readonly sessions = new Map<string, Session>();
   private readonly turns = new RoundRobin();
+  /** The largest message read, sent or inflated, either way (PLATFORM_RPC_MAX_MESSAGE_BYTES). */
+  private readonly maxMessageBytes: number;
+
+  constructor(maxMessageBytes: number) {
+    this.maxMessageBytes = maxMessageBytes;
+  }
 
   async call(call: TranscodedCall): Promise<Response> {
     const method = call.registry.getService(call.rpcService)?.methods.find((m) => m.name === call.methodName);
@@ -101,7 +106,7 @@ export class GrpcUpstreams {
         `service ${call.rpcService} has no method ${call.methodName} in its published descriptors`,
       );
     }
-    const { codec, message } = requestOf(call, method);
+    const { codec, message } = requestOf(call, method, this.maxMessageBytes);
     const { signal, done } = callAbort(call.timeoutMs, call.onClientGone);
     const headers: http2.OutgoingHttpHeaders = {
       ...call.metadata,
@@ -183,6 +188,7 @@ export class GrpcUpstreams {
         reject(new AttemptFailed(e, reused));
         return;
       }
+      const max = this.maxMessageBytes;
       let listeners: ((bytes: Uint8Array) => void)[] = [];
       const early: Uint8Array[] = [];
       let failure: unknown;
@@ -193,15 +199,17 @@ export class GrpcUpstreams {
           let bytes: Uint8Array = payload;
           if (flags & 0x01) {
             try {
-              bytes = gunzipSync(payload);
+              bytes = inflate(payload, max, "answer");
             } catch (e) {
               failure = e;
+              stream.close(http2.constants.NGHTTP2_CANCEL);
               return;
             }
           }
           if (listeners.length === 0) early.push(bytes);
           else for (const fn of listeners) fn(bytes);
         },
+        { bytes: max, whose: "answer" },
       );
       let responded = false;
       let trailers: IncomingHttpHeaders | undefined;
@@ -212,6 +220,7 @@ export class GrpcUpstreams {
         stream.once("close", () => {
           if (!responded) return;
           if (signal.aborted) settle({ failed: signal.reason as PlatformError });
+          else if (failure instanceof PlatformError) settle({ failed: failure });
           else if (failure !== undefined)
             settle({ failed: withDetail(rpcError("internal", "the service's answer could not be read"), failure) });
           else if (trailers) settle({ trailers });
@@ -224,7 +233,16 @@ export class GrpcUpstreams {
             });
         });
       });
-      stream.on("data", (chunk: Buffer) => reader.push(chunk));
+      stream.on("data", (chunk: Buffer) => {
+        if (failure !== undefined) return;
+        try {
+          reader.push(chunk);
+        } catch (e) {
+          // A message over the cap: the call fails with it, and the replica stops sending.
+          failure = e;
+          stream.close(http2.constants.NGHTTP2_CANCEL);
+        }
+      });
       stream.once("response", (h) => {
         responded = true;
         // A trailers-only answer (an error before any message) carries the status in its headers.
@@ -272,7 +290,7 @@ function unavailable(service: string, cause: unknown): PlatformError {
 const bareType = (contentType: string | undefined) => contentType?.split(";")[0]?.trim().toLowerCase() ?? "";
 
 /** The call's request as the gRPC message's bytes, and the codec its answer is written in. */
-function requestOf(call: TranscodedCall, method: DescMethod): { codec: Codec; message: Uint8Array } {
+function requestOf(call: TranscodedCall, method: DescMethod, max: number): { codec: Codec; message: Uint8Array } {
   if (call.shape === "grpc-web") {
     throw rpcError(
       "unimplemented",
@@ -303,16 +321,16 @@ function requestOf(call: TranscodedCall, method: DescMethod): { codec: Codec; me
     codec = encoding;
     const text = call.query.get("message") ?? "";
     payload = call.query.get("base64") === "1" ? Buffer.from(text, "base64") : Buffer.from(text, "utf8");
-    payload = decompress(payload, call.query.get("compression") ?? undefined);
+    payload = decompress(payload, call.query.get("compression") ?? undefined, max);
   } else if (call.shape === "connect-stream") {
     const type = bareType(call.contentType);
     codec =
       type === "application/connect+json" ? "json" : type === "application/connect+proto" ? "proto" : unsupported(type);
-    payload = onlyMessage(call.body ?? new Uint8Array(), call.contentEncoding);
+    payload = onlyMessage(call.body ?? new Uint8Array(), call.contentEncoding, max);
   } else {
     const type = bareType(call.contentType);
     codec = type === "application/json" ? "json" : type === "application/proto" ? "proto" : unsupported(type);
-    payload = decompress(call.body ?? new Uint8Array(), call.contentEncoding);
+    payload = decompress(call.body ?? new Uint8Array(), call.contentEncoding, max);
   }
   if (codec === "proto") return { codec, message: payload };
   try {
@@ -334,12 +352,16 @@ function unsupported(type: string): never {
   throw new PlatformError(415, "invalid_argument", `unsupported content type "${type}" for a Connect call`);
 }
 
-function decompress(bytes: Uint8Array, encoding: string | undefined): Uint8Array {
-  if (encoding === undefined || encoding === "" || encoding === "identity") return bytes;
+function decompress(bytes: Uint8Array, encoding: string | undefined, max: number): Uint8Array {
+  if (encoding === undefined || encoding === "" || encoding === "identity") {
+    if (bytes.length > max) throw messageTooLarge(max, "request", bytes.length);
+    return bytes;
+  }
   if (encoding === "gzip") {
     try {
-      return gunzipSync(bytes);
+      return inflate(bytes, max, "request");
     } catch (e) {
+      if (e instanceof PlatformError) throw e;
       throw rpcError("invalid_argument", `the request is not valid gzip: ${(e as Error).message}`);
     }
   }
@@ -347,7 +369,7 @@ function decompress(bytes: Uint8Array, encoding: string | undefined): Uint8Array
 }
 
 /** A Connect stream's request: exactly one enveloped message for a server-streaming call. */
-function onlyMessage(body: Uint8Array, encoding: string | undefined): Uint8Array {
+function onlyMessage(body: Uint8Array, encoding: string | undefined, max: number): Uint8Array {
   const messages: Uint8Array[] = [];
   let compressed = false;
   const reader = new FrameReader(
@@ -356,13 +378,14 @@ function onlyMessage(body: Uint8Array, encoding: string | undefined): Uint8Array
       compressed ||= (flags & 0x01) !== 0;
       if (payload) messages.push(payload);
     },
+    { bytes: max, whose: "request" },
   );
   reader.push(body);
   if (messages.length !== 1 || !reader.atBoundary) {
     throw rpcError("invalid_argument", `a server-streaming call sends exactly one message, got ${messages.length}`);
   }
   const message = messages[0] as Uint8Array;
-  return compressed ? decompress(message, encoding) : message;
+  return compressed ? decompress(message, encoding, max) : message;
 }
 
 /** A message of `method`'s output in the caller's codec. */
@@ -450,7 +473,7 @@ async function unary(
   signal.removeEventListener("abort", abort);
   if ("failed" in end) throw end.failed;
   const headers = new Headers();
-  for (const [name, value] of metadataOf(answer.headers)) headers.append(name, value);
+  for (const [name, value] of metadataOf(answer.headers)) if (passesToClient(name)) headers.append(name, value);
   for (const [name, value] of metadataOf(end.trailers)) headers.append(`trailer-${name}`, value);
   const status = statusOf(answer.headers, end.trailers);
   if (status !== "ok") {
@@ -481,7 +504,7 @@ function streamed(
   done: () => void,
 ): Response {
   const headers = new Headers();
-  for (const [name, value] of metadataOf(answer.headers)) headers.append(name, value);
+  for (const [name, value] of metadataOf(answer.headers)) if (passesToClient(name)) headers.append(name, value);
   headers.set("content-type", `application/connect+${codec}`);
   let finished = false;
   const finish = (code: string) => {

@@ -1,7 +1,7 @@
 /**
  * What both upstream kinds share: the replica a call goes to (round-robin per deployed service,
  * the next one on a retry), which connection failures are safe to retry (nothing reached the
- * service), the headers that never cross the gateway, and the call's deadline.
+ * service), the headers that cross the gateway (either way), and the call's deadline.
  */
 import type { RpcReplica } from "./types.ts";
 import { rpcError } from "./errors.ts";
@@ -25,15 +25,32 @@ export const STRIPPED_REQUEST_HEADERS = new Set([
   "http2-settings",
 ]);
 
-export const HOP_BY_HOP_RESPONSE_HEADERS = new Set([
-  "connection",
-  "keep-alive",
-  "proxy-authenticate",
-  "proxy-connection",
-  "trailer",
-  "transfer-encoding",
-  "upgrade",
+/**
+ * What of a service's answer headers reaches the client: an allow-list, since the answer goes out
+ * on the gateway's origin (a tenant's `Set-Cookie`, `Location`, CORS or security headers must not
+ * speak for it). Connect's, gRPC's and gRPC-Web's own headers, Connect unary's `trailer-*`, the
+ * body's encoding, and the service's own metadata by the usual custom prefix `x-` (docs/services.md).
+ */
+const PROTOCOL_RESPONSE_HEADERS = new Set([
+  "content-type",
+  "content-length",
+  "content-encoding",
+  "accept-encoding",
+  "connect-content-encoding",
+  "connect-accept-encoding",
+  "grpc-status",
+  "grpc-message",
+  "grpc-status-details-bin",
+  "grpc-encoding",
+  "grpc-accept-encoding",
 ]);
+
+export function passesToClient(name: string): boolean {
+  const n = name.toLowerCase();
+  // The gateway's own x- headers are its own to set.
+  if (n === "x-request-id" || n.startsWith("x-ratelimit-")) return false;
+  return PROTOCOL_RESPONSE_HEADERS.has(n) || n.startsWith("trailer-") || n.startsWith("x-");
+}
 
 /** Connection failures after which the service cannot have seen the call. */
 const BEFORE_ANY_BYTE = new Set(["ECONNREFUSED", "EHOSTUNREACH", "ENETUNREACH", "EADDRNOTAVAIL", "ENOTFOUND"]);

@@ -61,6 +61,7 @@ import { redisDown } from "../redis-down.ts";
 import { randomHex } from "../random-id.ts";
 import { usageRoutes } from "../routes/usage.ts";
 import { rpcRoutes } from "../routes/rpc.ts";
+import { OrgLimitsCache } from "../../ratelimit/org-limits.ts";
 import type { RpcResolver } from "../rpc/types.ts";
 import { ServiceDirectory } from "../../services/directory.ts";
 import { registerServiceMetrics } from "../../services/metrics.ts";
@@ -198,9 +199,12 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const limits = bodyLimits(settings);
   // Rate limits and usage (ratelimit.ts): every /v1 response of a limited key carries its x-ratelimit-* headers.
   const limiter = new RateLimiter(ctl, { maxLifetimeMs: settings.requestTimeoutMs + 60_000 });
+  // An organization's limits across all its keys (operator-set, else the install's defaults).
+  const orgLimits = new OrgLimitsCache(ctl, settings.tenants.orgLimits);
   const meter = rateLimit({
     ctl,
     limiter,
+    orgLimits: (org) => orgLimits.of(org),
     onReject: (t, kind) => metrics.rateLimited.inc({ model_name: t.model, version: t.version, reason: `key_${kind}` }),
   });
   // Verified callers, forgotten at once when revoked or changed (callers.ts).
@@ -232,7 +236,17 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const batchJobs = new BatchJobs(ctl, { storage, files: batchFiles });
   app.route("/v1/storage", storageRoutes(storage));
   app.route("/v1/batch-jobs", batchRoutes({ jobs: batchJobs }));
-  app.route("/v1", openAiBatchRoutes({ ctl, jobs: batchJobs, artifacts: admin.imports.artifacts }));
+  app.route(
+    "/v1",
+    openAiBatchRoutes({
+      ctl,
+      jobs: batchJobs,
+      artifacts: admin.imports.artifacts,
+      maxFileBytes: settings.maxFileBytes,
+      quota: { bytes: settings.tenants.orgFileBytes, files: settings.tenants.orgFiles },
+      fileTtlS: settings.tenants.fileTtlS,
+    }),
+  );
   const fineTuning = new FineTuningJobs(ctl, {
     storage,
     files: new BatchFiles(ctl, admin.imports.artifacts),
@@ -248,6 +262,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     resolve: options.rpcResolver ?? ((org, rpcService) => directory.resolve(org, rpcService)),
     registry: metrics.registry,
     guards: [caller, meter, limits],
+    maxMessageBytes: settings.tenants.rpcMaxMessageBytes,
   });
   app.route("/rpc", rpc);
   // The refresh token is this route's credential, so it comes before authentication; Hono runs
@@ -261,7 +276,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     c.text(await metricsFor(metrics.registry, c.get("caller")), 200, { "content-type": metrics.registry.contentType }),
   );
   app.route("/admin/v1", tokenRoutes(tokens));
-  app.route("/admin/v1/orgs", orgRoutes(ctl));
+  app.route("/admin/v1/orgs", orgRoutes(ctl, settings.tenants.orgLimits));
   // Any caller of an organization, on its own organization's packages (routes/protos.ts says why).
   app.route("/admin/v1/protos", protoRoutes({ ctl, artifacts: admin.imports.artifacts, limits: settings.protos }));
   app.route("/admin/v1/images", imageRoutes(ctl, settings.registries));
@@ -280,6 +295,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
         return box;
       },
       rolloutDeadlineMs: settings.services.rolloutDeadlineMs,
+      maxFollowsPerOrg: settings.tenants.orgLogFollows,
       baseUrl: () => baseUrl,
       registries: settings.registries,
     }),
