@@ -174,7 +174,7 @@ describe("cached tokens through the gateway (tiny model, one replica of 2 sequen
   };
 
   it("chat and completions, streamed and not, report the cached share; usage records and the metric add it up", async () => {
-    const before = await scrape(`${gateway.url}/metrics`);
+    const before = await scrape(gateway.metricsUrl);
     const prompt = "Once upon a time there was a little dog who liked to run in the park with his friends.";
     const completion = { model: "tiny", prompt, max_tokens: 4, temperature: 0 };
     const c1 = await usageOf(await post("/v1/completions", completion));
@@ -207,7 +207,7 @@ describe("cached tokens through the gateway (tiny model, one replica of 2 sequen
     const all = [c1, c2, s2, h1, h2, h3, c3];
     const cached = all.reduce((n, u) => n + (cachedOf(u) ?? 0), 0);
 
-    const after = await scrape(`${gateway.url}/metrics`);
+    const after = await scrape(gateway.metricsUrl);
     const labels = { model_name: "tiny", version: "v1", source: "online" };
     expect(moved(before, after, "platform_prompt_tokens_cached_total", labels)).toBe(cached);
     expect(moved(before, after, "vllm:prompt_tokens_total", labels)).toBe(all.reduce((n, u) => n + u.prompt_tokens, 0));
