@@ -150,7 +150,8 @@ describe.skipIf(unavailable !== undefined)("a published image, pulled by digest 
     const port = await freePort();
     // A platform variable in this (the platform's) process: it must not reach the service.
     process.env.REDIS_URL = "redis://platform-secret@127.0.0.1:6379";
-    const child = spawnImageProcess(spec, { PORT: String(port), HOST: "127.0.0.1" });
+    const child = spawnImageProcess(spec, { PORT: String(port), HOST: "127.0.0.1" }, [port]);
+    const exited = new Promise((res) => child.once("exit", (code, signal) => res(signal ?? code)));
     let out = "";
     child.stdout?.on("data", (d) => (out += d));
     child.stderr?.on("data", (d) => (out += d));
@@ -181,7 +182,6 @@ describe.skipIf(unavailable !== undefined)("a published image, pulled by digest 
       expect(out).toContain(`listening on ${port}`);
     } finally {
       delete process.env.REDIS_URL;
-      const exited = new Promise((res) => child.once("exit", (code, signal) => res(signal ?? code)));
       if (child.exitCode === null && child.pid !== undefined) process.kill(-child.pid, "SIGTERM");
       expect(await exited).toBe("SIGTERM");
     }
