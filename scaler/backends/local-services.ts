@@ -182,12 +182,16 @@ export class LocalServiceBackend implements ServiceBackend {
       if (proc.stopping || this.closed) return;
       proc.url = `http://127.0.0.1:${port}`;
       proc.metricsUrl = metricsPort === undefined ? `${proc.url}/metrics` : `http://127.0.0.1:${metricsPort}/metrics`;
-      const child = this.options.runner.spawn(prepared, {
-        ...env,
-        PORT: String(port),
-        HOST: "127.0.0.1",
-        ...(metricsPort === undefined ? {} : { METRICS_PORT: String(metricsPort) }),
-      }, metricsPort === undefined ? [port] : [port, metricsPort]);
+      const child = this.options.runner.spawn(
+        prepared,
+        {
+          ...env,
+          PORT: String(port),
+          HOST: "127.0.0.1",
+          ...(metricsPort === undefined ? {} : { METRICS_PORT: String(metricsPort) }),
+        },
+        metricsPort === undefined ? [port] : [port, metricsPort],
+      );
       proc.child = child;
       proc.started = Date.now();
       proc.state = "starting";

@@ -34,7 +34,9 @@ type Prepared = { reference: string; env: NodeJS.ProcessEnv; user: string };
 /** The image's `User` as `--user` takes it, root (by name or id, or none) replaced unless allowed. */
 export function engineUser(user: string, allowRoot: boolean): string {
   const name = user.split(":")[0] ?? "";
-  return !allowRoot && (name === "" || name === "0" || name === "root") ? `${UNPRIVILEGED_ID}:${UNPRIVILEGED_ID}` : user;
+  return !allowRoot && (name === "" || name === "0" || name === "root")
+    ? `${UNPRIVILEGED_ID}:${UNPRIVILEGED_ID}`
+    : user;
 }
 
 function run(bin: string, args: string[], env: NodeJS.ProcessEnv, timeoutMs: number): Promise<string> {
@@ -103,7 +105,9 @@ export function engineRunner(
         }
       });
       // The image is local now (`run --pull=never`): running it needs no credential.
-      const user = (await run(bin, ["image", "inspect", "--format", "{{.Config.User}}", reference], base(), 60_000)).trim();
+      const user = (
+        await run(bin, ["image", "inspect", "--format", "{{.Config.User}}", reference], base(), 60_000)
+      ).trim();
       return { reference, env: base(), user: engineUser(user, options.allowRoot ?? false) } satisfies Prepared;
     },
     spawn: (prepared, env, ports) => {

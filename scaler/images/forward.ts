@@ -25,9 +25,15 @@ export function forwardPorts(dir: string, ports: number[], onError: (error: Erro
       client.once("error", end).once("close", end);
       upstream.once("error", end).once("close", end);
     });
-    server.once("error", (e) => onError(new Error(`the replica's port ${port} could not be opened on the host: ${e.message}`)));
+    server.once("error", (e) =>
+      onError(new Error(`the replica's port ${port} could not be opened on the host: ${e.message}`)),
+    );
     server.listen(port, "127.0.0.1");
     return server;
   });
-  return { close: () => servers.forEach((s) => s.close()) };
+  return {
+    close: () => {
+      for (const s of servers) s.close();
+    },
+  };
 }

@@ -21,7 +21,9 @@ export const UNPRIVILEGED_ID = 65534;
  * new PID namespace (proc mounted there), where the Perl below drops every privilege and starts
  * the service.
  */
-export function prepareScript(tools: Record<"mount" | "mkdir" | "rm" | "ln" | "ip" | "socat" | "unshare" | "perl", string>): string {
+export function prepareScript(
+  tools: Record<"mount" | "mkdir" | "rm" | "ln" | "ip" | "socat" | "unshare" | "perl", string>,
+): string {
   const [mount, mkdir, rm, ln, ip, socat, unshare, perl] = [
     tools.mount,
     tools.mkdir,
@@ -49,7 +51,7 @@ export function prepareScript(tools: Record<"mount" | "mkdir" | "rm" | "ln" | "i
     // The sandbox's own /etc/hosts (localhost only): never the host's, whose names say nothing inside.
     `if [ -d "$R/etc" ] && [ ! -L "$R/etc" ]; then ${rm} -rf "$R/etc/hosts"; printf '127.0.0.1\\tlocalhost\\n::1\\tlocalhost\\n' > "$R/etc/hosts"; fi`,
     `${ip} link set lo up`,
-    'IFS=,; for p in $P; do',
+    "IFS=,; for p in $P; do",
     `  ${socat} "UNIX-LISTEN:$S/$p.sock,fork,su=${UNPRIVILEGED_ID}" "TCP4:127.0.0.1:$p" 2>/dev/null &`,
     "done; unset IFS",
     `exec ${unshare} --pid --fork --mount-proc="$R/proc" -- ${perl} -e ${q(DROP_AND_EXEC)} "$S/env" "$R" "$W" "$U" "$G" "$@"`,

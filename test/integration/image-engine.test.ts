@@ -186,7 +186,14 @@ describe("services through a container engine", () => {
     platform.stdout?.on("data", (d) => (out += d));
     await expect.poll(() => out, { timeout: 10_000 }).toContain("listening");
     await expect
-      .poll(() => fetch(`http://127.0.0.1:${port}/`).then((r) => r.status, () => 0), { timeout: 10_000 })
+      .poll(
+        () =>
+          fetch(`http://127.0.0.1:${port}/`).then(
+            (r) => r.status,
+            () => 0,
+          ),
+        { timeout: 10_000 },
+      )
       .toBe(200);
     platform.kill("SIGKILL");
     await expect

@@ -198,7 +198,9 @@ describe("/admin/v1/services", () => {
     // Nothing was stored; PATH is the service's own (it only reaches its command, inside its image).
     const listed = await call("acme", "GET", "/admin/v1/services/items/env");
     expect(listed.body.data.map((v: { name: string }) => v.name)).toEqual(["GREETING", "LOG_LEVEL"]);
-    expect((await call("acme", "PUT", "/admin/v1/services/items/env", { values: { PATH: "/app/bin:/usr/bin" } })).status).toBe(200);
+    expect(
+      (await call("acme", "PUT", "/admin/v1/services/items/env", { values: { PATH: "/app/bin:/usr/bin" } })).status,
+    ).toBe(200);
     expect((await call("acme", "DELETE", "/admin/v1/services/items/env/PATH")).status).toBe(200);
   });
 
