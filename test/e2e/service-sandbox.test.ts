@@ -256,8 +256,9 @@ describe.skipIf(unavailable !== undefined)("a tenant's service cannot leave its 
       | undefined;
     expect(first, JSON.stringify(status)).toBeDefined();
     const peerPort = new URL(first?.url as string).port;
+    // Refused by the CLI as bad input (exit 2); the API refuses it as well (services-api.test.ts).
     const refused = await cli(["dev-center", "env", "set", "items", "LD_PRELOAD=/tmp/evil.so"]);
-    expect(refused.code).toBe(1);
+    expect(refused.code).toBe(2);
     expect(refused.stderr).toMatch(/LD_PRELOAD.*names starting with "LD_" steer the system's dynamic loader/);
     const set = await cli(["dev-center", "env", "set", "items", `PROBE_PORTS=${JSON.stringify({ peer: peerPort })}`]);
     expect(set.code, set.stderr).toBe(0);
