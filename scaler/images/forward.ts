@@ -3,37 +3,71 @@
  * replica lives in a network namespace of its own whose only interface is its loopback, so the
  * gateway reaches it through the scaler: a TCP listener on the host's loopback per port, each
  * connection piped to the Unix socket that the replica's forwarder (socat, inside its namespace)
- * listens on in the replica's runtime directory (0700, root's). No veth, no address but loopback.
+ * listens on in the replica's runtime directory (root's, 0711: nobody can list it). No veth, no
+ * address but loopback. The other way, for the ports of the host's loopback the operator lets
+ * services reach (PLATFORM_SERVICE_HOST_PORTS): a socat inside listens on the port and connects
+ * to `out-<port>.sock`, which this end connects to the host's port.
  */
+import { chmodSync } from "node:fs";
 import net from "node:net";
 import { join } from "node:path";
 
 export type Forwarding = { close: () => void };
 
-/** `127.0.0.1:<port>` on the host → `<dir>/<port>.sock`, for each port; `onError` hears a port that cannot listen. */
-export function forwardPorts(dir: string, ports: number[], onError: (error: Error) => void): Forwarding {
-  const servers = ports.map((port) => {
-    const server = net.createServer({ allowHalfOpen: true }, (client) => {
-      const upstream = net.connect({ path: join(dir, `${port}.sock`), allowHalfOpen: true });
-      client.pipe(upstream);
-      upstream.pipe(client);
-      // A replica not listening yet, or gone: the client's connection ends at once, as a refused one would.
-      const end = () => {
-        client.destroy();
-        upstream.destroy();
-      };
-      client.once("error", end).once("close", end);
-      upstream.once("error", end).once("close", end);
-    });
-    server.once("error", (e) =>
-      onError(new Error(`the replica's port ${port} could not be opened on the host: ${e.message}`)),
-    );
-    server.listen(port, "127.0.0.1");
-    return server;
-  });
+/**
+ * `127.0.0.1:<port>` on the host → `<dir>/<port>.sock`, for each of `ports`, and `<dir>/out-<port>.sock`
+ * → the host's `127.0.0.1:<port>` for each of `hostPorts`; `onError` hears one that cannot listen.
+ */
+export function forwardPorts(
+  dir: string,
+  ports: number[],
+  onError: (error: Error) => void,
+  hostPorts: number[] = [],
+): Forwarding {
+  const inbound = ports.map((port) =>
+    pipeServer(
+      () => net.connect({ path: join(dir, `${port}.sock`), allowHalfOpen: true }),
+      (server) => server.listen(port, "127.0.0.1"),
+      `the replica's port ${port} could not be opened on the host`,
+      onError,
+    ),
+  );
+  const outbound = hostPorts.map((port) =>
+    pipeServer(
+      () => net.connect({ host: "127.0.0.1", port, allowHalfOpen: true }),
+      // The replica's socat connects as nobody: a socket's connect needs write permission on it.
+      (server) => server.listen(join(dir, `out-${port}.sock`), () => chmodSync(join(dir, `out-${port}.sock`), 0o666)),
+      `the host's port ${port} could not be offered to the replica`,
+      onError,
+    ),
+  );
+  const servers = [...inbound, ...outbound];
   return {
     close: () => {
       for (const s of servers) s.close();
     },
   };
+}
+
+function pipeServer(
+  connect: () => net.Socket,
+  listen: (server: net.Server) => void,
+  what: string,
+  onError: (error: Error) => void,
+): net.Server {
+  const server = net.createServer({ allowHalfOpen: true }, (client) => {
+    const upstream = connect();
+    client.pipe(upstream);
+    upstream.pipe(client);
+    // A replica not listening yet, or gone: the client's connection ends at once, as a refused one would.
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.once("error", end).once("close", end);
+    upstream.once("error", end).once("close", end);
+  });
+  server.once("error", (e) => onError(new Error(`${what}: ${e.message}`)));
+  listen(server);
+  return server;
 }

@@ -30,7 +30,7 @@
  * `buildah run` instead (docs/publish.md, "Running an image without a container engine").
  */
 import type { ChildProcess } from "node:child_process";
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, posix } from "node:path";
 import { spawnWatched } from "../../src/process/watchdog.ts";
@@ -141,12 +141,14 @@ const HOST_ENV = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", LC_ALL: "C" };
  * (stop it with `process.kill(-child.pid, signal)`), stdout and stderr piped, stdin closed. Its
  * environment is the spec's overlaid with `extraEnv` (PORT, HOST, the service's variables and
  * secrets) and nothing else, and only the image's command ever sees it. Each of `ports` is
- * reachable on the host's 127.0.0.1 (forward.ts) and nowhere else.
+ * reachable on the host's 127.0.0.1 (forward.ts) and nowhere else; each of `hostPorts` (the
+ * host's loopback) on the replica's own 127.0.0.1.
  */
 export function spawnImageProcess(
   spec: ImageProcessSpec,
   extraEnv: Record<string, string>,
   ports: number[] = [],
+  hostPorts: number[] = [],
 ): ChildProcess {
   if (process.getuid?.() !== 0)
     throw new Error(
@@ -177,6 +179,8 @@ export function spawnImageProcess(
   // The replica's runtime directory: its forwarders' sockets and, until the sandbox reads it, the
   // tenant's environment. Short (a Unix socket's path is at most 107 bytes) and root's alone.
   const runtime = mkdtempSync(join(tmpdir(), "platform-replica-"));
+  // Searchable, not listable: the forwarders run as nobody; the env file below stays root's (0600).
+  chmodSync(runtime, 0o711);
   writeFileSync(
     join(runtime, "env"),
     Object.entries(env)
@@ -205,16 +209,22 @@ export function spawnImageProcess(
       String(spec.gid),
       runtime,
       ports.join(","),
+      hostPorts.join(","),
       ...spec.argv,
     ],
     // Under the watchdog: the service stops when the platform process ends, even by SIGKILL
     // (a parent-death signal would not survive the change of user).
     { env: HOST_ENV, cwd: "/", output: "pipe", killAfterSeconds: STOP_TIMEOUT_S },
   ).process;
-  const forwarding = forwardPorts(runtime, ports, (e) => {
-    child.stderr?.emit("data", Buffer.from(`${e.message}\n`));
-    signalGroup(child, "SIGTERM");
-  });
+  const forwarding = forwardPorts(
+    runtime,
+    ports,
+    (e) => {
+      child.stderr?.emit("data", Buffer.from(`${e.message}\n`));
+      signalGroup(child, "SIGTERM");
+    },
+    hostPorts,
+  );
   child.once("exit", () => {
     forwarding.close();
     rmSync(runtime, { recursive: true, force: true });

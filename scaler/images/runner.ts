@@ -14,7 +14,13 @@ import { unpackImage } from "./unpack.ts";
 
 const ACCESS_MEMO_MS = 10 * 60_000;
 
-export function imageRunner(options: { cacheDir: string; auth: PullAuthSource; allowRoot?: boolean }): ImageRunner {
+export function imageRunner(options: {
+  cacheDir: string;
+  auth: PullAuthSource;
+  allowRoot?: boolean;
+  /** PLATFORM_SERVICE_HOST_PORTS: ports of the host's loopback a replica may reach. */
+  hostPorts?: number[];
+}): ImageRunner {
   /** "<org>\0<repository>@<digest>" → until when a pull by that organization is known to be allowed. */
   const allowed = new Map<string, number>();
   return {
@@ -38,6 +44,7 @@ export function imageRunner(options: { cacheDir: string; auth: PullAuthSource; a
         allowRoot: options.allowRoot,
       });
     },
-    spawn: (prepared, env, ports) => spawnImageProcess(prepared as ImageProcessSpec, env, ports),
+    spawn: (prepared, env, ports) =>
+      spawnImageProcess(prepared as ImageProcessSpec, env, ports, options.hostPorts ?? []),
   };
 }

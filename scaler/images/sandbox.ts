@@ -13,8 +13,8 @@ export const UNPRIVILEGED_ID = 65534;
 /**
  * Runs as root in the replica's fresh mount, network, IPC and UTS namespaces, started by run.ts
  * with a fixed environment (PATH of the system folders only): nothing a tenant set reaches it.
- * Arguments: scratch, rootfs, working dir, uid, gid, the replica's runtime dir (0700, host only),
- * the ports to forward (comma-separated), then the command. It mounts the root filesystem, brings
+ * Arguments: scratch, rootfs, working dir, uid, gid, the replica's runtime dir (root's, 0711),
+ * the ports to forward in, the host ports it may reach (both comma-separated), then the command. It mounts the root filesystem, brings
  * up the namespace's loopback (its only interface), starts one socat per port that carries the
  * gateway's connections from a Unix socket in the runtime dir to the port inside (as nobody, its
  * stderr dropped: a refused connection while the service starts is no log line), and execs into a
@@ -36,7 +36,7 @@ export function prepareScript(
   ].map(q);
   return [
     "set -e",
-    'M="$1"; L="$2"; W="$3"; U="$4"; G="$5"; S="$6"; P="$7"; shift 7',
+    'M="$1"; L="$2"; W="$3"; U="$4"; G="$5"; S="$6"; P="$7"; O="$8"; shift 8',
     `${mount} -t tmpfs -o mode=0755 tmpfs "$M"`,
     `${mkdir} "$M/upper" "$M/work" "$M/root"`,
     `${mount} -t overlay overlay -o "lowerdir=$L,upperdir=$M/upper,workdir=$M/work" "$M/root"`,
@@ -53,6 +53,10 @@ export function prepareScript(
     `${ip} link set lo up`,
     "IFS=,; for p in $P; do",
     `  ${socat} "UNIX-LISTEN:$S/$p.sock,fork,su=${UNPRIVILEGED_ID}" "TCP4:127.0.0.1:$p" 2>/dev/null &`,
+    "done",
+    // The host ports the operator lets services reach: the scaler's end connects to the host's port.
+    "for p in $O; do",
+    `  ${socat} "TCP4-LISTEN:$p,bind=127.0.0.1,fork,reuseaddr,su=${UNPRIVILEGED_ID}" "UNIX-CONNECT:$S/out-$p.sock" 2>/dev/null &`,
     "done; unset IFS",
     `exec ${unshare} --pid --fork --mount-proc="$R/proc" -- ${perl} -e ${q(DROP_AND_EXEC)} "$S/env" "$R" "$W" "$U" "$G" "$@"`,
   ].join("\n");

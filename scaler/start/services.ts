@@ -41,7 +41,7 @@ export async function createServiceBackend(
     await backend.refresh();
     return backend;
   }
-  const { runtime, imageCacheDir, allowRoot } = settings.services;
+  const { runtime, imageCacheDir, allowRoot, hostPorts } = settings.services;
   const engine = runtime === "auto" ? await workingEngine() : runtime === "unshare" ? undefined : runtime;
   onEvent(`images run with ${engine ?? "unshare (pulled by skopeo, unpacked, run in a sandbox)"}`);
   const auth = (org: string, repository: string) => pullAuth.resolve(org, repository);
@@ -49,7 +49,7 @@ export async function createServiceBackend(
     reports,
     runner: engine
       ? engineRunner(engine, { auth, allowRoot })
-      : imageRunner({ cacheDir: imageCacheDir, auth, allowRoot }),
+      : imageRunner({ cacheDir: imageCacheDir, auth, allowRoot, hostPorts }),
     onEvent,
   });
 }

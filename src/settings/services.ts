@@ -38,6 +38,26 @@ export const servicesShape = {
    * without capabilities; by default it runs as the unprivileged id 65534 (docs/security.md).
    */
   PLATFORM_SERVICE_ALLOW_ROOT: Flag,
+  /**
+   * Ports of the host's loopback that services on the local backend may reach (a local database,
+   * say), comma-separated; none by default: a replica's network has its loopback alone.
+   */
+  PLATFORM_SERVICE_HOST_PORTS: z
+    .string()
+    .default("")
+    .transform((text, ctx) => {
+      const items = text
+        .split(",")
+        .map((t) => t.trim())
+        .filter((t) => t !== "");
+      const bad = items.filter((t) => !/^\d{1,5}$/.test(t) || Number(t) < 1 || Number(t) > 65535);
+      if (bad.length > 0)
+        ctx.addIssue({
+          code: "custom",
+          message: `expected ports from 1 to 65535, comma-separated; not ${bad.join(", ")}`,
+        });
+      return [...new Set(items.map(Number))];
+    }),
 };
 
 export type ServicesSettings = {
@@ -49,6 +69,7 @@ export type ServicesSettings = {
   rolloutDeadlineMs: number;
   runtime: "auto" | "unshare" | "docker" | "podman";
   allowRoot: boolean;
+  hostPorts: number[];
   /**
    * In a pod (POD_NAME set, as deploy/ sets it), a key must be given: each pod's data directory is
    * its own, so generated keys would differ between the gateways that seal and the scaler that opens.
@@ -75,6 +96,7 @@ export function servicesSettings(
     rolloutDeadlineMs: e.PLATFORM_ROLLOUT_DEADLINE_MS,
     runtime: e.PLATFORM_SERVICE_RUNTIME,
     allowRoot: e.PLATFORM_SERVICE_ALLOW_ROOT,
+    hostPorts: e.PLATFORM_SERVICE_HOST_PORTS,
     keyRequired: inPod,
   };
 }
