@@ -177,7 +177,7 @@ export function spawnImageProcess(
   const scratch = join(dirname(spec.rootfs), ".run");
   mkdirSync(scratch, { recursive: true });
   // The replica's runtime directory: its forwarders' sockets and, until the sandbox reads it, the
-  // tenant's environment. Short (a Unix socket's path is at most 107 bytes) and root's alone.
+  // tenant's environment. Short (a Unix socket's path is at most 107 bytes) and root's.
   const runtime = mkdtempSync(join(tmpdir(), "platform-replica-"));
   // Searchable, not listable: the forwarders run as nobody; the env file below stays root's (0600).
   chmodSync(runtime, 0o711);
