@@ -14,7 +14,7 @@
  */
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { rmSync, writeFileSync } from "node:fs";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -23,7 +23,7 @@ import { spawnWatched } from "../../src/process/watchdog.ts";
 import type { PullAuth } from "../../src/pull-credentials/resolve.ts";
 import { isLoopbackRegistry, secretsIn } from "./pull.ts";
 import { type PullAuthSource, refusedHint, withAuthFile } from "../pull-auth.ts";
-import { forwardPorts } from "./forward.ts";
+import { forwardPorts, replicaRuntimeDir } from "./forward.ts";
 import { STOP_TIMEOUT_S } from "./run.ts";
 import { UNPRIVILEGED_ID } from "./sandbox.ts";
 
@@ -117,7 +117,7 @@ export function engineRunner(
           throw new Error(
             `${name}: ${engine}'s --env-file holds one line a variable; a value with a line break needs the unshare runner (PLATFORM_SERVICE_RUNTIME=unshare) or an encoding such as base64`,
           );
-      const runtime = mkdtempSync(join(tmpdir(), "platform-replica-"));
+      const { dir: runtime, remove } = replicaRuntimeDir();
       const envFile = join(runtime, "env");
       writeFileSync(
         envFile,
@@ -163,7 +163,7 @@ export function engineRunner(
         gone = true;
         for (const stop of forwarders) stop();
         forwarding.close();
-        rmSync(runtime, { recursive: true, force: true });
+        remove();
       });
       void enterWhenRunning(bin, name, engineEnvironment, () => gone).then(
         (pid) => {

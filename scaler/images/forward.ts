@@ -8,11 +8,40 @@
  * services reach (PLATFORM_SERVICE_HOST_PORTS): a socat inside listens on the port and connects
  * to `out-<port>.sock`, which this end connects to the host's port.
  */
-import { chmodSync } from "node:fs";
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import net from "node:net";
 import { join } from "node:path";
 
 export type Forwarding = { close: () => void };
+
+/** Runtime directories of replicas still running: removed when this process exits, whatever the replicas did. */
+const live = new Set<string>();
+let cleanupInstalled = false;
+
+/**
+ * A replica's runtime directory (its forwarders' sockets, its environment until the sandbox reads
+ * it): short (a Unix socket's path is at most 107 bytes), root's, 0711 (searchable, not listable:
+ * the forwarders run as nobody). `remove` when the replica ends; an exiting platform removes the rest.
+ */
+export function replicaRuntimeDir(): { dir: string; remove: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), "platform-replica-"));
+  chmodSync(dir, 0o711);
+  live.add(dir);
+  if (!cleanupInstalled) {
+    cleanupInstalled = true;
+    process.once("exit", () => {
+      for (const d of live) rmSync(d, { recursive: true, force: true });
+    });
+  }
+  return {
+    dir,
+    remove: () => {
+      live.delete(dir);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
 
 /**
  * `127.0.0.1:<port>` on the host → `<dir>/<port>.sock`, for each of `ports`, and `<dir>/out-<port>.sock`

@@ -30,11 +30,10 @@
  * `buildah run` instead (docs/publish.md, "Running an image without a container engine").
  */
 import type { ChildProcess } from "node:child_process";
-import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, lstatSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, posix } from "node:path";
 import { spawnWatched } from "../../src/process/watchdog.ts";
-import { forwardPorts } from "./forward.ts";
+import { forwardPorts, replicaRuntimeDir } from "./forward.ts";
 import type { ImageConfig } from "./pull.ts";
 import { UNPRIVILEGED_ID, prepareScript } from "./sandbox.ts";
 import { resolveInRoot } from "./unpack.ts";
@@ -176,11 +175,7 @@ export function spawnImageProcess(
   // over it in its own namespace, so any number share it.
   const scratch = join(dirname(spec.rootfs), ".run");
   mkdirSync(scratch, { recursive: true });
-  // The replica's runtime directory: its forwarders' sockets and, until the sandbox reads it, the
-  // tenant's environment. Short (a Unix socket's path is at most 107 bytes) and root's.
-  const runtime = mkdtempSync(join(tmpdir(), "platform-replica-"));
-  // Searchable, not listable: the forwarders run as nobody; the env file below stays root's (0600).
-  chmodSync(runtime, 0o711);
+  const { dir: runtime, remove } = replicaRuntimeDir();
   writeFileSync(
     join(runtime, "env"),
     Object.entries(env)
@@ -227,7 +222,7 @@ export function spawnImageProcess(
   );
   child.once("exit", () => {
     forwarding.close();
-    rmSync(runtime, { recursive: true, force: true });
+    remove();
   });
   return child;
 }
