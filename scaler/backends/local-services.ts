@@ -1,7 +1,8 @@
 /**
  * Services on this machine (`platform up`; docs/services.md, "Local backend"): each replica is a
  * process started from the published image (scaler/images/: pulled by digest, verified, unpacked,
- * run as the image's user in its root filesystem), on a free loopback port. A rollout starts the
+ * run unprivileged in a sandbox with a network of its own), its port forwarded to a free port of
+ * the host's loopback, where only the platform listens. A rollout starts the
  * new release's replicas beside the serving ones, waits for each to pass its health check (GET
  * /readyz for Connect services, grpc.health.v1 Check for gRPC ones), then ends the rollout; the old
  * replicas are marked draining (the gateways stop routing to them), given DRAIN_DELAY_MS for the
@@ -26,8 +27,11 @@ export interface ImageRunner {
    * with a reason a user can act on.
    */
   prepare(repository: string, digest: string, org: string): Promise<unknown>;
-  /** Starts the image's command with exactly `env` added to the image's own, in a process group of its own. */
-  spawn(prepared: unknown, env: Record<string, string>): ChildProcess;
+  /**
+   * Starts the image's command with exactly `env` added to the image's own, in a process group of
+   * its own; each of `ports` (PORT, METRICS_PORT) is reachable on the host's 127.0.0.1, and nothing else of it.
+   */
+  spawn(prepared: unknown, env: Record<string, string>, ports: number[]): ChildProcess;
 }
 
 export type LocalServicesOptions = {
@@ -178,12 +182,16 @@ export class LocalServiceBackend implements ServiceBackend {
       if (proc.stopping || this.closed) return;
       proc.url = `http://127.0.0.1:${port}`;
       proc.metricsUrl = metricsPort === undefined ? `${proc.url}/metrics` : `http://127.0.0.1:${metricsPort}/metrics`;
-      const child = this.options.runner.spawn(prepared, {
-        ...env,
-        PORT: String(port),
-        HOST: "127.0.0.1",
-        ...(metricsPort === undefined ? {} : { METRICS_PORT: String(metricsPort) }),
-      });
+      const child = this.options.runner.spawn(
+        prepared,
+        {
+          ...env,
+          PORT: String(port),
+          HOST: "127.0.0.1",
+          ...(metricsPort === undefined ? {} : { METRICS_PORT: String(metricsPort) }),
+        },
+        metricsPort === undefined ? [port] : [port, metricsPort],
+      );
       proc.child = child;
       proc.started = Date.now();
       proc.state = "starting";

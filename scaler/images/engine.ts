@@ -1,13 +1,20 @@
 /**
  * Services through a container engine, where one is present and working (docs/services.md, "Local
- * backend"): `docker` or `podman` pulls the published image by digest and runs it on the host's
- * network (`--network host`: the platform gives each replica its PORT on loopback, as for the
- * unshare runner), removed when it exits (`--rm`). The service's variables and secrets are passed
- * by name (`-e NAME`, the value taken from the engine CLI's own environment), so no value is ever
- * in a command line that `ps` shows. SIGTERM to the CLI reaches the container (docker and podman
- * proxy signals of an attached `run`), so the backend stops it as it stops any replica.
+ * backend"): `docker` or `podman` pulls the published image by digest and runs it removed when it
+ * exits (`--rm`), sandboxed as the unshare runner's (docs/security.md, "Service sandbox and replica
+ * network"): the image's user, or UNPRIVILEGED_ID where it names none or root (unless the operator
+ * allows root), `--cap-drop ALL`, `--security-opt no-new-privileges`, a read-only root with a
+ * tmpfs /tmp, and `--network none`: the container's namespace has its loopback alone, and a socat
+ * entered into it (nsenter, as the unshare runner's forwarder) carries the gateway's connections in
+ * from a Unix socket, the host side being forward.ts. The service's variables and secrets go in an
+ * `--env-file` (0600, in the replica's runtime directory, removed once the container runs): the
+ * engine's CLI itself runs with the platform's fixed environment, never a tenant's. SIGTERM to the
+ * CLI reaches the container (docker and podman proxy signals of an attached `run`), so the backend
+ * stops it as it stops any replica.
  */
 import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { rmSync, writeFileSync } from "node:fs";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -19,11 +26,21 @@ import type { RegistryPolicy } from "../../src/settings/registries.ts";
 import { pullFailure } from "../../src/images/pull-failure.ts";
 import { checkReachable, isLoopbackRegistry } from "./pull.ts";
 import { type PullAuthSource, refusedHint, withAuthFile } from "../pull-auth.ts";
+import { forwardPorts, replicaRuntimeDir } from "./forward.ts";
 import { STOP_TIMEOUT_S } from "./run.ts";
+import { UNPRIVILEGED_ID } from "./sandbox.ts";
 
 export type ContainerEngine = "docker" | "podman";
 
-type Prepared = { reference: string; env: NodeJS.ProcessEnv };
+type Prepared = { reference: string; env: NodeJS.ProcessEnv; user: string };
+
+/** The image's `User` as `--user` takes it, root (by name or id, or none) replaced unless allowed. */
+export function engineUser(user: string, allowRoot: boolean): string {
+  const name = user.split(":")[0] ?? "";
+  return !allowRoot && (name === "" || name === "0" || name === "root")
+    ? `${UNPRIVILEGED_ID}:${UNPRIVILEGED_ID}`
+    : user;
+}
 
 function run(bin: string, args: string[], env: NodeJS.ProcessEnv, timeoutMs: number): Promise<string> {
   return new Promise((resolve, reject) =>
@@ -49,10 +66,17 @@ export async function workingEngine(
 
 export function engineRunner(
   engine: ContainerEngine,
-  options: { authFile?: string; auth?: PullAuthSource; bin?: string; registries?: RegistryPolicy } = {},
+  options: {
+    authFile?: string;
+    auth?: PullAuthSource;
+    bin?: string;
+    registries?: RegistryPolicy;
+    allowRoot?: boolean;
+  } = {},
 ): ImageRunner {
   const bin = options.bin ?? engine;
   const operator: PullAuth = options.authFile ? { source: "operator", authFile: options.authFile } : { source: "none" };
+  // The operator's own: a tenant's variable never reaches the CLI, which runs with this alone.
   const base = () => ({ PATH: process.env.PATH, HOME: process.env.HOME, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR });
   return {
     prepare: async (repository, digest, org) => {
@@ -97,17 +121,106 @@ export function engineRunner(
         }
       });
       // The image is local now (`run --pull=never`): running it needs no credential.
-      return { reference, env: base() } satisfies Prepared;
+      const user = (
+        await run(bin, ["image", "inspect", "--format", "{{.Config.User}}", reference], base(), 60_000)
+      ).trim();
+      return { reference, env: base(), user: engineUser(user, options.allowRoot ?? false) } satisfies Prepared;
     },
-    spawn: (prepared, env) => {
-      const { reference, env: engineEnvironment } = prepared as Prepared;
-      const names = Object.keys(env);
-      return spawnWatched(
+    spawn: (prepared, env, ports) => {
+      const { reference, env: engineEnvironment, user } = prepared as Prepared;
+      for (const [name, value] of Object.entries(env))
+        if (/[\n\r]/.test(value))
+          throw new Error(
+            `${name}: ${engine}'s --env-file holds one line a variable; a value with a line break needs the unshare runner (PLATFORM_SERVICE_RUNTIME=unshare) or an encoding such as base64`,
+          );
+      const { dir: runtime, remove } = replicaRuntimeDir();
+      const envFile = join(runtime, "env");
+      writeFileSync(
+        envFile,
+        Object.entries(env)
+          .map(([k, v]) => `${k}=${v}\n`)
+          .join(""),
+        { mode: 0o600 },
+      );
+      const name = `platform-replica-${randomBytes(6).toString("hex")}`;
+      const child = spawnWatched(
         bin,
-        ["run", "--rm", "--pull=never", "--network", "host", ...names.flatMap((name) => ["-e", name]), reference],
+        [
+          "run",
+          "--rm",
+          "--pull=never",
+          "--name",
+          name,
+          "--network",
+          "none",
+          "--user",
+          user,
+          "--cap-drop",
+          "ALL",
+          "--security-opt",
+          "no-new-privileges",
+          "--read-only",
+          "--tmpfs",
+          "/tmp",
+          "--env-file",
+          envFile,
+          reference,
+        ],
         // Under the watchdog, as the unshare runner's (run.ts): the CLI, and so its container, ends with the platform.
-        { env: { ...engineEnvironment, ...env }, output: "pipe", killAfterSeconds: STOP_TIMEOUT_S },
+        { env: engineEnvironment, output: "pipe", killAfterSeconds: STOP_TIMEOUT_S },
       ).process;
+      const forwarders: Array<() => void> = [];
+      const forwarding = forwardPorts(runtime, ports, (e) => {
+        child.stderr?.emit("data", Buffer.from(`${e.message}\n`));
+        child.kill("SIGTERM");
+      });
+      let gone = false;
+      child.once("exit", () => {
+        gone = true;
+        for (const stop of forwarders) stop();
+        forwarding.close();
+        remove();
+      });
+      void enterWhenRunning(bin, name, engineEnvironment, () => gone).then(
+        (pid) => {
+          rmSync(envFile, { force: true });
+          if (gone || pid === undefined) return;
+          for (const port of ports)
+            forwarders.push(
+              spawnWatched(
+                "/usr/bin/nsenter",
+                [
+                  `--target=${pid}`,
+                  "--net",
+                  "--",
+                  "/usr/bin/socat",
+                  `UNIX-LISTEN:${runtime}/${port}.sock,fork,su=${UNPRIVILEGED_ID}`,
+                  `TCP4:127.0.0.1:${port}`,
+                ],
+                { env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" }, output: "ignore" },
+              ).stop,
+            );
+        },
+        (e: Error) => child.stderr?.emit("data", Buffer.from(`${e.message}\n`)),
+      );
+      return child;
     },
   };
+}
+
+/** The container's pid once it runs (for nsenter), or undefined if the CLI ended first. */
+async function enterWhenRunning(
+  bin: string,
+  name: string,
+  env: NodeJS.ProcessEnv,
+  gone: () => boolean,
+): Promise<number | undefined> {
+  while (!gone()) {
+    const pid = Number(
+      (await run(bin, ["inspect", "--format", "{{.State.Pid}}", name], env, 10_000).catch(() => "0")).trim(),
+    );
+    if (pid > 0) return pid;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return undefined;
 }

@@ -124,16 +124,31 @@ export function pullImage(options: PullOptions): Promise<PulledImage> {
   return pull;
 }
 
+/**
+ * A repository's folder name in the cache (16 hex digits of its sha256: no `:` or `/`, which the
+ * overlay's options could not hold): a cached image is the one pulled from that repository, never
+ * a same-digest pull of another organization's (issue 38).
+ */
+export const repositoryKey = (repository: string) => sha256(Buffer.from(repository)).slice(0, 16);
+
 async function pullOnce(options: PullOptions, hex: string): Promise<PulledImage> {
-  const dir = join(options.cacheDir, "pulled", hex);
+  const parent = join(options.cacheDir, "pulled", repositoryKey(options.repository));
+  const dir = join(parent, hex);
   // A folder there was renamed into place only after every blob was verified: reading its
   // manifest and config back (small) is enough; the layers are not hashed again.
   if (existsSync(dir)) {
-    if (options.checkAccess) await skopeoInspectRaw(options);
+    if (options.checkAccess) {
+      // The registry's answer is the manifest (or list) with the digest asked for, or nothing runs.
+      const raw = await skopeoInspectRaw(options);
+      if (`sha256:${sha256(raw)}` !== options.digest)
+        throw new Error(
+          `${options.repository}@${options.digest}: the registry's manifest has digest sha256:${sha256(raw)}, not the one asked for`,
+        );
+    }
     return readPulled(options, dir, false);
   }
-  await mkdir(join(options.cacheDir, "pulled"), { recursive: true });
-  const temp = await mkdtemp(join(options.cacheDir, "pulled", `.pull-${hex.slice(0, 12)}-`));
+  await mkdir(parent, { recursive: true });
+  const temp = await mkdtemp(join(parent, `.pull-${hex.slice(0, 12)}-`));
   try {
     await skopeoCopy(options, temp);
     const image = await readPulled(options, temp, true);

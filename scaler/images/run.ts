@@ -1,34 +1,41 @@
 /**
- * An unpacked image run as a supervised child process, without a container engine (issue 24): its
- * config resolved as docker would (Entrypoint + Cmd, Env, WorkingDir, User by id or by name in the
- * image's own /etc/passwd and /etc/group), then util-linux `unshare`, which needs no shell or any
- * other tool in the image (chroot(8) would need one to change directory):
+ * An unpacked image run as a supervised child process, without a container engine (issue 24), in a
+ * sandbox (issue 38; docs/security.md, "Service sandbox and replica network"). Its config resolved
+ * as docker would (Entrypoint + Cmd, Env, WorkingDir, User by id or by name in the image's own
+ * /etc/passwd and /etc/group); a root or unnamed user becomes UNPRIVILEGED_ID unless the operator
+ * allows root (PLATFORM_SERVICE_ALLOW_ROOT). Then, with util-linux and perl-base, no tool of the
+ * image's (sandbox.ts has both scripts):
  *
- *   unshare --mount --propagation private -- sh -c <prepare> …      (the host's sh and mount)
- *     mounts, seen by this process alone and gone when it ends, so nothing needs cleaning up:
- *       a tmpfs as scratch, and over it an overlay of the cached rootfs (read-only below, so a
- *       process never changes the cache its next replica starts from; what it writes lives in
- *       memory and goes with it), /proc, a /dev tmpfs with null, zero, full, random, urandom and
- *       tty bound from the host's, /dev/shm, and the host's /etc/resolv.conf and /etc/hosts
- *       (the network is the host's)
- *     exec unshare --root=<overlay> --wd=<WorkingDir> --setuid U --setgid G -- <argv>
+ *   unshare --mount --net --ipc --uts -- sh -c <prepare> …        (root, a fixed environment)
+ *     mounts, seen by this sandbox alone and gone when it ends: a tmpfs as scratch, and over it an
+ *     overlay of the cached rootfs (read-only below, so a process never changes the cache its next
+ *     replica starts from), a /dev tmpfs with null, zero, full, random, urandom and tty bound from
+ *     the host's, /dev/shm, its own /etc/hosts; the network namespace's loopback up, and a socat
+ *     per port carrying the gateway's connections in from a Unix socket (forward.ts is the host side)
+ *     exec unshare --pid --fork --mount-proc=<root>/proc -- perl …     (PID 1 of a new PID namespace)
+ *       the bounding set emptied, the image's uid and gid (and no other group), no_new_privs, a
+ *       user namespace mapping that uid and gid alone, chroot, the working directory; it stays
+ *       as the namespace's init (passing signals on) and its child execs <argv> with the
+ *       tenant's environment (the image's Env, PORT, variables, secrets)
  *
- * Without them an image's runtime half works: Node starts, but os.cpus() (which sizes its pools)
- * reads /proc and finds none, and a child with ignored stdio, or Python's subprocess, opens /dev/null.
- * Each exec replaces the one before, so the child's pid is the service's own, and `detached` makes
- * it a process group leader: stopping kills the group. The environment is exactly the image's Env
- * with `extraEnv` over it: nothing of the platform's own (REDIS_URL, keys) reaches a service.
- * Caveat: the host's sh, mount and unshare run under that environment until the last exec, so an
- * image's LD_PRELOAD or LD_LIBRARY_PATH applies to them too (resolved on the host).
+ * Without the /proc and /dev mounts an image's runtime half works: Node starts, but os.cpus() (which
+ * sizes its pools) reads /proc and finds none, and a child with ignored stdio opens /dev/null. The
+ * service sees its own processes alone (its init, PID 1, and what it starts); `detached` makes the
+ * chain a process group leader: stopping signals the group, and the init passes the signal on.
+ * The tenant's environment travels in a 0600 file of the replica's runtime directory, read and
+ * removed by the last step, so no host process (sh, mount, unshare, perl) runs with a tenant's
+ * LD_PRELOAD or PATH, and nothing of the platform's own (REDIS_URL, keys) reaches a service.
  *
- * Needs root (a mount namespace, overlay, chroot); without it, a clear error: run the image with
+ * Needs root (namespaces, overlay, chroot); without it, a clear error: run the image with
  * `buildah run` instead (docs/publish.md, "Running an image without a container engine").
  */
 import type { ChildProcess } from "node:child_process";
-import { spawnWatched } from "../../src/process/watchdog.ts";
-import { existsSync, lstatSync, mkdirSync, readFileSync } from "node:fs";
+import { existsSync, lstatSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, posix } from "node:path";
+import { spawnWatched } from "../../src/process/watchdog.ts";
+import { forwardPorts, replicaRuntimeDir } from "./forward.ts";
 import type { ImageConfig } from "./pull.ts";
+import { UNPRIVILEGED_ID, prepareScript } from "./sandbox.ts";
 import { resolveInRoot } from "./unpack.ts";
 
 export type ImageProcessSpec = {
@@ -92,7 +99,12 @@ export function resolveUser(rootfs: string, user: string | undefined): { uid: nu
  * as `docker run IMAGE command…` does. An image with neither Entrypoint nor Cmd is refused.
  * WorkingDir is made in the rootfs where missing, as docker does.
  */
-export function imageProcessSpec(image: { config: ImageConfig }, rootfs: string, command?: string[]): ImageProcessSpec {
+export function imageProcessSpec(
+  image: { config: ImageConfig },
+  rootfs: string,
+  command?: string[],
+  options: { allowRoot?: boolean } = {},
+): ImageProcessSpec {
   const config = image.config.config ?? {};
   const argv = [...(config.Entrypoint ?? []), ...(command ?? config.Cmd ?? [])];
   if (argv.length === 0) throw new Error("the image has no Entrypoint or Cmd: nothing to run");
@@ -102,7 +114,10 @@ export function imageProcessSpec(image: { config: ImageConfig }, rootfs: string,
     // docker reads a bare NAME as "from the host": never here, where the host is the platform.
     if (eq > 0) env[entry.slice(0, eq)] = entry.slice(eq + 1);
   }
-  const user = resolveUser(rootfs, config.User);
+  const named = resolveUser(rootfs, config.User);
+  // Root only where the operator allows it; else the fixed unprivileged id (group too), as `--user` would.
+  const user =
+    named.uid === 0 && !options.allowRoot ? { uid: UNPRIVILEGED_ID, gid: UNPRIVILEGED_ID, home: "/" } : named;
   env.PATH ??= DEFAULT_PATH;
   env.HOME ??= user.home;
   const workingDir = posix.resolve("/", config.WorkingDir || "/");
@@ -111,93 +126,111 @@ export function imageProcessSpec(image: { config: ImageConfig }, rootfs: string,
   return { rootfs, argv, env, workingDir, uid: user.uid, gid: user.gid };
 }
 
-/** The first of the usual system folders holding `tool`: never the image's PATH, which the env carries. */
+/** The first of the usual system folders holding `tool`: never a PATH a tenant could have set. */
 function hostTool(tool: string, pkg: string): string {
   for (const dir of ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]) if (existsSync(join(dir, tool))) return join(dir, tool);
   throw new Error(`running an image needs ${tool}, which is not installed: apt-get install ${pkg}`);
 }
 
-const q = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
-
-/** The mounts (see the top of this file), then the last exec into the image. Arguments: scratch, rootfs, working dir, uid, gid, whether the env names PWD (`1`, `0`) and its value, argv…. */
-function prepareScript(): string {
-  const [mount, mkdir, rm, ln, unshare] = [
-    hostTool("mount", "mount"),
-    hostTool("mkdir", "coreutils"),
-    hostTool("rm", "coreutils"),
-    hostTool("ln", "coreutils"),
-    hostTool("unshare", "util-linux"),
-  ].map(q);
-  return [
-    "set -e",
-    // sh exports PWD itself (the host's directory): keep it only where the env named one.
-    'if [ "$6" = 1 ]; then export PWD="$7"; else unset PWD; fi',
-    'M="$1"; L="$2"; W="$3"; U="$4"; G="$5"; shift 7',
-    `${mount} -t tmpfs -o mode=0755 tmpfs "$M"`,
-    `${mkdir} "$M/upper" "$M/work" "$M/root"`,
-    `${mount} -t overlay overlay -o "lowerdir=$L,upperdir=$M/upper,workdir=$M/work" "$M/root"`,
-    'R="$M/root"',
-    // A symlink or file where /proc or /dev should be is replaced (in the overlay): a mount never follows the image's links.
-    `for d in proc dev; do if [ -L "$R/$d" ] || [ ! -d "$R/$d" ]; then ${rm} -rf "$R/$d"; ${mkdir} "$R/$d"; fi; done`,
-    `${mount} -t proc -o nosuid,nodev,noexec proc "$R/proc"`,
-    `${mount} -t tmpfs -o nosuid,mode=0755 tmpfs "$R/dev"`,
-    `for n in null zero full random urandom tty; do if [ -e "/dev/$n" ]; then : > "$R/dev/$n"; ${mount} --bind "/dev/$n" "$R/dev/$n"; fi; done`,
-    `${mkdir} "$R/dev/shm" "$R/dev/pts"`,
-    `${mount} -t tmpfs -o nosuid,nodev,mode=1777 tmpfs "$R/dev/shm"`,
-    `${ln} -s /proc/self/fd "$R/dev/fd"; ${ln} -s /proc/self/fd/0 "$R/dev/stdin"; ${ln} -s /proc/self/fd/1 "$R/dev/stdout"; ${ln} -s /proc/self/fd/2 "$R/dev/stderr"`,
-    `if [ -d "$R/etc" ] && [ ! -L "$R/etc" ]; then for f in resolv.conf hosts; do if [ -f "/etc/$f" ]; then`,
-    `  if [ -L "$R/etc/$f" ] || [ -d "$R/etc/$f" ]; then ${rm} -rf "$R/etc/$f"; fi; [ -e "$R/etc/$f" ] || : > "$R/etc/$f"`,
-    `  ${mount} --bind "/etc/$f" "$R/etc/$f"; ${mount} -o remount,bind,ro "$R/etc/$f"`,
-    "fi; done; fi",
-    `exec ${unshare} --root="$R" --wd="$W" --setuid "$U" --setgid "$G" -- "$@"`,
-  ].join("\n");
-}
+/** What every host helper of a replica starts with: this, and nothing of the tenant's or the platform's. */
+const HOST_ENV = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", LC_ALL: "C" };
 
 /**
- * Starts the image's process (see the top of this file): its own process group (stop it with
- * `process.kill(-child.pid, signal)`), stdout and stderr piped, stdin closed. The environment is
- * the spec's overlaid with `extraEnv` (PORT, HOST, the service's variables and secrets) and
- * nothing else.
+ * Starts the image's process in its sandbox (see the top of this file): its own process group
+ * (stop it with `process.kill(-child.pid, signal)`), stdout and stderr piped, stdin closed. Its
+ * environment is the spec's overlaid with `extraEnv` (PORT, HOST, the service's variables and
+ * secrets) and nothing else, and only the image's command ever sees it. Each of `ports` is
+ * reachable on the host's 127.0.0.1 (forward.ts) and nowhere else; each of `hostPorts` (the
+ * host's loopback) on the replica's own 127.0.0.1.
  */
-export function spawnImageProcess(spec: ImageProcessSpec, extraEnv: Record<string, string>): ChildProcess {
+export function spawnImageProcess(
+  spec: ImageProcessSpec,
+  extraEnv: Record<string, string>,
+  ports: number[] = [],
+  hostPorts: number[] = [],
+): ChildProcess {
   if (process.getuid?.() !== 0)
     throw new Error(
-      "running an image as a process needs root (a mount namespace, an overlay and chroot): run platform up as root, or give it docker or podman (PLATFORM_SERVICE_RUNTIME; docs/services.md)",
+      "running an image as a process needs root (namespaces, an overlay, chroot): run platform up as root, or give it docker or podman (PLATFORM_SERVICE_RUNTIME; docs/services.md)",
     );
   const env = { ...spec.env, ...extraEnv };
   for (const [name, value] of Object.entries(env))
     if (name === "" || name.includes("=") || name.includes("\0") || value.includes("\0"))
       throw new Error(`the environment variable ${JSON.stringify(name)} cannot be passed to a process`);
-  // The scratch mount point: an empty folder beside the rootfs; each process mounts its own tmpfs
-  // over it in its own namespace, so any number share it.
-  const scratch = join(dirname(spec.rootfs), ".run");
   if (/[,:\\\s]/.test(spec.rootfs))
     throw new Error(
       `the image cache's path (PLATFORM_IMAGE_CACHE_DIR) cannot hold ",", ":", "\\" or spaces (overlay mount options)`,
     );
+  const tools = {
+    mount: hostTool("mount", "mount"),
+    mkdir: hostTool("mkdir", "coreutils"),
+    rm: hostTool("rm", "coreutils"),
+    ln: hostTool("ln", "coreutils"),
+    ip: hostTool("ip", "iproute2"),
+    socat: hostTool("socat", "socat"),
+    unshare: hostTool("unshare", "util-linux"),
+    perl: hostTool("perl", "perl-base"),
+  };
+  // The scratch mount point: an empty folder beside the rootfs; each process mounts its own tmpfs
+  // over it in its own namespace, so any number share it.
+  const scratch = join(dirname(spec.rootfs), ".run");
   mkdirSync(scratch, { recursive: true });
-  return spawnWatched(
-    hostTool("unshare", "util-linux"),
+  const { dir: runtime, remove } = replicaRuntimeDir();
+  writeFileSync(
+    join(runtime, "env"),
+    Object.entries(env)
+      .map(([k, v]) => `${k}=${v}\0`)
+      .join(""),
+    { mode: 0o600 },
+  );
+  const child = spawnWatched(
+    tools.unshare,
     [
       "--mount",
       "--propagation",
       "private",
+      "--net",
+      "--ipc",
+      "--uts",
       "--",
       hostTool("sh", "dash"),
       "-c",
-      prepareScript(),
+      prepareScript(tools),
       "sh",
       scratch,
       spec.rootfs,
       spec.workingDir,
       String(spec.uid),
       String(spec.gid),
-      env.PWD === undefined ? "0" : "1",
-      env.PWD ?? "",
+      runtime,
+      ports.join(","),
+      hostPorts.join(","),
       ...spec.argv,
     ],
     // Under the watchdog: the service stops when the platform process ends, even by SIGKILL
-    // (a parent-death signal would not survive the change of user at exec).
-    { env, cwd: "/", output: "pipe", killAfterSeconds: STOP_TIMEOUT_S },
+    // (a parent-death signal would not survive the change of user).
+    { env: HOST_ENV, cwd: "/", output: "pipe", killAfterSeconds: STOP_TIMEOUT_S },
   ).process;
+  const forwarding = forwardPorts(
+    runtime,
+    ports,
+    (e) => {
+      child.stderr?.emit("data", Buffer.from(`${e.message}\n`));
+      signalGroup(child, "SIGTERM");
+    },
+    hostPorts,
+  );
+  child.once("exit", () => {
+    forwarding.close();
+    remove();
+  });
+  return child;
+}
+
+function signalGroup(child: ChildProcess, signal: NodeJS.Signals): void {
+  try {
+    if (child.pid !== undefined) process.kill(-child.pid, signal);
+  } catch {
+    child.kill(signal);
+  }
 }

@@ -1,7 +1,7 @@
 /**
  * The local services backend's ImageRunner (scaler/backends/local-services.ts): a published image
  * pulled by digest and verified (pull.ts), with the organization's pull credential (pull-auth.ts),
- * unpacked (unpack.ts) and run as its own user in its own root filesystem (run.ts). The cache is
+ * unpacked (unpack.ts) and run unprivileged in a sandbox of its own (run.ts). The cache is
  * shared by digest, so a cached image is run for an organization only once a manifest request
  * with that organization's credential (or none) succeeded: no organization runs an image it could
  * not pull itself. A success is remembered ACCESS_MEMO_MS, so restarts cost no registry request.
@@ -20,6 +20,9 @@ export function imageRunner(options: {
   cacheDir: string;
   auth: PullAuthSource;
   registries?: RegistryPolicy;
+  allowRoot?: boolean;
+  /** PLATFORM_SERVICE_HOST_PORTS: ports of the host's loopback a replica may reach. */
+  hostPorts?: number[];
 }): ImageRunner {
   /** "<org>\0<repository>@<digest>" → until when a pull by that organization is known to be allowed. */
   const allowed = new Map<string, number>();
@@ -43,8 +46,11 @@ export function imageRunner(options: {
       );
       if (allowed.size > 10_000) allowed.clear();
       allowed.set(key, Date.now() + ACCESS_MEMO_MS);
-      return imageProcessSpec(pulled, await unpackImage(pulled, options.cacheDir));
+      return imageProcessSpec(pulled, await unpackImage(pulled, options.cacheDir), undefined, {
+        allowRoot: options.allowRoot,
+      });
     },
-    spawn: (prepared, env) => spawnImageProcess(prepared as ImageProcessSpec, env),
+    spawn: (prepared, env, ports) =>
+      spawnImageProcess(prepared as ImageProcessSpec, env, ports, options.hostPorts ?? []),
   };
 }

@@ -45,7 +45,7 @@ import { chmod, mkdir, mkdtemp, rename, rm } from "node:fs/promises";
 import { dirname, join, posix, resolve } from "node:path";
 import { Parser, type ReadEntry } from "tar";
 import * as zlib from "node:zlib";
-import type { PulledImage } from "./pull.ts";
+import { type PulledImage, repositoryKey } from "./pull.ts";
 
 export type LayerBlob = { path: string; mediaType: string; digest?: string };
 
@@ -271,12 +271,12 @@ function dropUnwritten(dir: string, written: Set<string>): void {
 const unpacking = new Map<string, Promise<string>>();
 
 /**
- * The image's rootfs, `<cacheDir>/rootfs/<digest hex>`: unpacked into a temp folder renamed into
+ * The image's rootfs, `<cacheDir>/rootfs/<repository key>/<digest hex>` (pull.ts, repositoryKey): unpacked into a temp folder renamed into
  * place once every layer is in, so a crash never leaves a half rootfs that looks complete; found
  * there the next time. Concurrent calls for one image share one unpack.
  */
 export function unpackImage(image: PulledImage, cacheDir: string): Promise<string> {
-  const rootfs = join(cacheDir, "rootfs", image.digest.replace(/^sha256:/, ""));
+  const rootfs = join(cacheDir, "rootfs", repositoryKey(image.repository), image.digest.replace(/^sha256:/, ""));
   let job = unpacking.get(rootfs);
   if (!job) {
     job = unpackOnce(image, rootfs).finally(() => unpacking.delete(rootfs));

@@ -43,15 +43,15 @@ export async function createServiceBackend(
     await backend.refresh();
     return backend;
   }
-  const { runtime, imageCacheDir } = settings.services;
+  const { runtime, imageCacheDir, allowRoot, hostPorts } = settings.services;
   const engine = runtime === "auto" ? await workingEngine() : runtime === "unshare" ? undefined : runtime;
-  onEvent(`images run with ${engine ?? "unshare (pulled by skopeo, unpacked, run as the image's user)"}`);
+  onEvent(`images run with ${engine ?? "unshare (pulled by skopeo, unpacked, run in a sandbox)"}`);
   const auth = (org: string, repository: string) => pullAuth.resolve(org, repository);
   return new LocalServiceBackend({
     reports,
     runner: engine
-      ? engineRunner(engine, { auth, registries: settings.registries })
-      : imageRunner({ cacheDir: imageCacheDir, auth, registries: settings.registries }),
+      ? engineRunner(engine, { auth, registries: settings.registries, allowRoot })
+      : imageRunner({ cacheDir: imageCacheDir, auth, registries: settings.registries, allowRoot, hostPorts }),
     onEvent,
   });
 }

@@ -90,7 +90,7 @@ export type Settings = CoreSettings & {
   registryToken: RegistryTokenSettings;
   /** Which image registries tenants may name, at which addresses, and whom the operator's pull credential serves. */
   registries: RegistryPolicy;
-  /** PLATFORM_SECRETS_KEY, PLATFORM_IMAGE_CACHE_DIR, PLATFORM_IMAGE_PULL_AUTH_FILE, PLATFORM_ROLLOUT_DEADLINE_MS, PLATFORM_SERVICE_RUNTIME. */
+  /** PLATFORM_SECRETS_KEY, PLATFORM_IMAGE_CACHE_DIR, PLATFORM_IMAGE_PULL_AUTH_FILE, PLATFORM_ROLLOUT_DEADLINE_MS, PLATFORM_SERVICE_RUNTIME, PLATFORM_SERVICE_ALLOW_ROOT, PLATFORM_SERVICE_HOST_PORTS. */
   services: ServicesSettings;
   fineTuning: FineTuningSettings;
   /** PLATFORM_PUBLIC_URL, PLATFORM_OIDC_*. */

@@ -5,7 +5,7 @@
  */
 import { join } from "node:path";
 import { z } from "zod";
-import { optional, positiveMs } from "./parse.ts";
+import { Flag, optional, positiveMs } from "./parse.ts";
 
 export const servicesShape = {
   /**
@@ -33,6 +33,31 @@ export const servicesShape = {
   PLATFORM_SERVICE_RUNTIME: z
     .enum(["auto", "unshare", "docker", "podman"], { message: 'expected "auto", "unshare", "docker" or "podman"' })
     .default("auto"),
+  /**
+   * Whether an image that names root (or no user) runs as root, in its own user namespace, still
+   * without capabilities; by default it runs as the unprivileged id 65534 (docs/security.md).
+   */
+  PLATFORM_SERVICE_ALLOW_ROOT: Flag,
+  /**
+   * Ports of the host's loopback that services on the local backend may reach (a local database,
+   * say), comma-separated; none by default: a replica's network has its loopback alone.
+   */
+  PLATFORM_SERVICE_HOST_PORTS: z
+    .string()
+    .default("")
+    .transform((text, ctx) => {
+      const items = text
+        .split(",")
+        .map((t) => t.trim())
+        .filter((t) => t !== "");
+      const bad = items.filter((t) => !/^\d{1,5}$/.test(t) || Number(t) < 1 || Number(t) > 65535);
+      if (bad.length > 0)
+        ctx.addIssue({
+          code: "custom",
+          message: `expected ports from 1 to 65535, comma-separated; not ${bad.join(", ")}`,
+        });
+      return [...new Set(items.map(Number))];
+    }),
 };
 
 export type ServicesSettings = {
@@ -43,6 +68,8 @@ export type ServicesSettings = {
   pullAuthFile: string | undefined;
   rolloutDeadlineMs: number;
   runtime: "auto" | "unshare" | "docker" | "podman";
+  allowRoot: boolean;
+  hostPorts: number[];
   /**
    * In a pod (POD_NAME set, as deploy/ sets it), a key must be given: each pod's data directory is
    * its own, so generated keys would differ between the gateways that seal and the scaler that opens.
@@ -68,6 +95,8 @@ export function servicesSettings(
     pullAuthFile: e.PLATFORM_IMAGE_PULL_AUTH_FILE,
     rolloutDeadlineMs: e.PLATFORM_ROLLOUT_DEADLINE_MS,
     runtime: e.PLATFORM_SERVICE_RUNTIME,
+    allowRoot: e.PLATFORM_SERVICE_ALLOW_ROOT,
+    hostPorts: e.PLATFORM_SERVICE_HOST_PORTS,
     keyRequired: inPod,
   };
 }

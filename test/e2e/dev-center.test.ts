@@ -100,8 +100,14 @@ describe.skipIf(unavailable !== undefined)("the dev center: deploy, call, roll o
   beforeAll(async () => {
     registry = await startRegistry({ [USER]: PASSWORD });
     const pullAuth = await pullAuthFile(registry, USER, PASSWORD);
+    postgres = await startPostgres();
     stack = await startStack({
-      env: { PLATFORM_IMAGE_PULL_AUTH_FILE: pullAuth, PLATFORM_ROLLOUT_DEADLINE_MS: "90000" },
+      env: {
+        PLATFORM_IMAGE_PULL_AUTH_FILE: pullAuth,
+        PLATFORM_ROLLOUT_DEADLINE_MS: "90000",
+        // A replica's network is its own: the operator lets services reach this database on the host's loopback.
+        PLATFORM_SERVICE_HOST_PORTS: new URL(postgres.url).port,
+      },
     });
     for (const id of ["acme", "rival"]) expect((await stack.admin("POST", "/admin/v1/orgs", { id })).status).toBe(201);
     const key = async (org: string) =>
@@ -110,7 +116,6 @@ describe.skipIf(unavailable !== undefined)("the dev center: deploy, call, roll o
     devKey = await key("acme");
     rivalKey = await key("rival");
     buildah = await privateBuildah();
-    postgres = await startPostgres();
     const baseImage = await pushBaseImage(buildah, registry, USER, PASSWORD, "node");
     work = await mkdtemp(join(tmpdir(), "platform-dev-center-"));
     await writeItemsWorkspace(work, {

@@ -15,7 +15,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { pullImage } from "../../scaler/images/pull.ts";
+import { pullImage, repositoryKey } from "../../scaler/images/pull.ts";
 import { imageProcessSpec, spawnImageProcess } from "../../scaler/images/run.ts";
 import { unpackImage } from "../../scaler/images/unpack.ts";
 import { freePort } from "../../src/process/free-port.ts";
@@ -150,7 +150,8 @@ describe.skipIf(unavailable !== undefined)("a published image, pulled by digest 
     const port = await freePort();
     // A platform variable in this (the platform's) process: it must not reach the service.
     process.env.REDIS_URL = "redis://platform-secret@127.0.0.1:6379";
-    const child = spawnImageProcess(spec, { PORT: String(port), HOST: "127.0.0.1" });
+    const child = spawnImageProcess(spec, { PORT: String(port), HOST: "127.0.0.1" }, [port]);
+    const exited = new Promise((res) => child.once("exit", (code, signal) => res(signal ?? code)));
     let out = "";
     child.stdout?.on("data", (d) => (out += d));
     child.stderr?.on("data", (d) => (out += d));
@@ -181,7 +182,6 @@ describe.skipIf(unavailable !== undefined)("a published image, pulled by digest 
       expect(out).toContain(`listening on ${port}`);
     } finally {
       delete process.env.REDIS_URL;
-      const exited = new Promise((res) => child.once("exit", (code, signal) => res(signal ?? code)));
       if (child.exitCode === null && child.pid !== undefined) process.kill(-child.pid, "SIGTERM");
       expect(await exited).toBe("SIGTERM");
     }
@@ -195,7 +195,9 @@ describe.skipIf(unavailable !== undefined)("a published image, pulled by digest 
     // No skopeo to run: the cache alone answers (how fast: npm run bench:image-pull).
     const image = await pullImage({ repository, digest, cacheDir, authFile, skopeo: "/nonexistent/skopeo" });
     expect(image.manifestDigest).toBe(digest);
-    expect(await unpackImage(image, cacheDir)).toBe(join(cacheDir, "rootfs", digest.slice("sha256:".length)));
+    expect(await unpackImage(image, cacheDir)).toBe(
+      join(cacheDir, "rootfs", repositoryKey(repository), digest.slice("sha256:".length)),
+    );
   });
 
   it("a manifest list's digest pulls this machine's image from it", async () => {
@@ -237,7 +239,7 @@ describe.skipIf(unavailable !== undefined)("a published image, pulled by digest 
     await expect(pullImage({ repository, digest, cacheDir, authFile, skopeo: "/nonexistent/skopeo" })).rejects.toThrow(
       /needs skopeo, which is not installed: apt-get install skopeo/,
     );
-    expect(existsSync(join(cacheDir, "pulled", digest.slice("sha256:".length)))).toBe(false);
+    expect(existsSync(join(cacheDir, "pulled", repositoryKey(repository), digest.slice("sha256:".length)))).toBe(false);
     console.log(
       `image runner errors:\n${(await Promise.all([missing, refused].map((p) => p.catch((e: Error) => e.message)))).join("\n")}`,
     );

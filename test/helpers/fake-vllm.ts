@@ -166,6 +166,12 @@ export function main(): void {
       res.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }).end(metricsText(served));
       return;
     }
+    // vLLM's --api-key (VLLM_API_KEY): every /v1 route wants it as a bearer token.
+    const apiKey = process.env.VLLM_API_KEY;
+    if (apiKey && req.url?.startsWith("/v1") && req.headers.authorization !== `Bearer ${apiKey}`) {
+      res.writeHead(401, { "content-type": "application/json" }).end(JSON.stringify({ error: "Unauthorized" }));
+      return;
+    }
     if (
       lora &&
       req.method === "POST" &&

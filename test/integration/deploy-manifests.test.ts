@@ -16,6 +16,7 @@ import { ServiceAccount } from "kubernetes-models/v1/ServiceAccount";
 import { describe, expect, it } from "vitest";
 import { WORKER_HEALTH_PORT } from "../../src/process/worker-env.ts";
 import { buildWorkerDeployment, WORKER_APP_NAME } from "../../scaler/backends/kubernetes-manifests.ts";
+import { SERVICE_APP_NAME, SERVICE_LABELS } from "../../scaler/backends/kubernetes-service-manifests.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import type { Endpoint } from "../../src/endpoints/endpoint.ts";
 import type { Control } from "../../src/redis/connection.ts";
@@ -233,6 +234,43 @@ describe.skipIf(!kubectl)("deploy/ kustomize overlays", () => {
     const objects = kustomize("prod");
     checkNoPlaintextSecrets(objects);
     expect(find(objects, "NetworkPolicy", "platform-redis")).toBeUndefined();
+  });
+
+  it("dev and prod: service pods admit the gateway alone, and workers, trainers and the scaler admit no service pod", () => {
+    const servicePod = { [SERVICE_LABELS.name]: SERVICE_APP_NAME };
+    const matches = (selector: Json, labels: Record<string, string>) =>
+      Object.entries((selector.matchLabels ?? {}) as Record<string, string>).every(([k, v]) => labels[k] === v) &&
+      ((selector.matchExpressions ?? []) as Json[]).every((e) =>
+        e.operator === "In" ? e.values.includes(labels[e.key]) : !e.values.includes(labels[e.key]),
+      );
+    for (const overlay of ["dev", "prod"]) {
+      const objects = kustomize(overlay);
+      const services = find(objects, "NetworkPolicy", "platform-services")!;
+      expect(services, overlay).toBeDefined();
+      expect(services.spec.policyTypes).toEqual(["Ingress"]);
+      expect(matches(services.spec.podSelector, servicePod)).toBe(true);
+      // One rule, from one peer: the gateway's pods, in this namespace; on every port (RPC and metrics).
+      expect(services.spec.ingress).toEqual([
+        { from: [{ podSelector: { matchLabels: { "app.kubernetes.io/name": "platform-gateway" } } }] },
+      ]);
+      const gateway = find(objects, "Deployment", "platform-gateway")!.spec.template.metadata.labels;
+      expect(matches(services.spec.ingress[0].from[0].podSelector, gateway)).toBe(true);
+
+      const internal = find(objects, "NetworkPolicy", "platform-internal")!;
+      expect(internal.spec.policyTypes).toEqual(["Ingress"]);
+      const [rule] = internal.spec.ingress;
+      expect(internal.spec.ingress).toHaveLength(1);
+      expect(rule.from).toHaveLength(1);
+      expect(rule.from[0].namespaceSelector).toEqual({});
+      // Every worker, trainer and the scaler is selected; a service pod is no peer of theirs, a gateway is.
+      for (const [workload, template] of podSpecs(objects))
+        if (["platform-scaler", "platform-trainer"].includes(workload.metadata.name))
+          expect(matches(internal.spec.podSelector, template.metadata.labels), workload.metadata.name).toBe(true);
+      expect(matches(internal.spec.podSelector, { "app.kubernetes.io/name": WORKER_APP_NAME })).toBe(true);
+      expect(matches(internal.spec.podSelector, servicePod)).toBe(false);
+      expect(matches(rule.from[0].podSelector, servicePod)).toBe(false);
+      expect(matches(rule.from[0].podSelector, gateway)).toBe(true);
+    }
   });
 
   it("dev: one gateway, the scaler with least RBAC, and an AOF/noeviction Redis with a small PVC", () => {

@@ -1,8 +1,9 @@
 /**
  * The local backend through a container engine (scaler/images/engine.ts), with stand-in `docker`
  * and `podman` CLIs (no engine daemon runs on these machines): what each is asked (pull by digest
- * with the pull session, `run --rm --network host`, variables by name only), that the service gets
- * its values and the command line holds none, that SIGTERM to the group stops it, that it ends
+ * with the pull session, `run --rm --network none --user --cap-drop ALL …`, variables in an env
+ * file), that the service gets its values through its own network namespace (nsenter and socat,
+ * the host side on loopback) and the command line holds none, that SIGTERM to the group stops it, that it ends
  * with the platform process even when that is SIGKILLed, and which engine `auto` picks.
  */
 import { spawn } from "node:child_process";
@@ -21,7 +22,9 @@ const DIGEST = `sha256:${"c".repeat(64)}`;
 
 /**
  * A stand-in engine CLI: logs its arguments and DOCKER_CONFIG's config.json, answers `info` as
- * told, and for `run` starts a server with only the variables named by `-e` (as an engine does).
+ * told, `image inspect` with the image's user (root: none), `inspect` with the container's pid,
+ * and for `run` starts a server in a network namespace of its own (as `--network none` does) with
+ * only the variables of `--env-file`, its lines kept as one is for the CLI to remove once running.
  */
 function standIn(name: string, infoWorks: boolean): string {
   return `#!/bin/bash
@@ -30,12 +33,20 @@ echo "${name} $*" >> ${log}
 case "$1" in
   info) exit ${infoWorks ? 0 : 1} ;;
   pull) exit 0 ;;
+  image) echo "" ;;
+  inspect) cat "${dir}/pid-$4" 2>/dev/null || echo 0 ;;
   run)
-    shift; vars=()
+    shift; vars=(); cname=
     while [ $# -gt 1 ]; do
-      if [ "$1" = "-e" ]; then vars+=("$2=\${!2}"); shift 2; else shift; fi
+      case "$1" in
+        --env-file) while IFS= read -r line; do vars+=("$line"); done < "$2"; shift 2 ;;
+        --name) cname="$2"; shift 2 ;;
+        *) shift ;;
+      esac
     done
-    exec env -i PATH="$PATH" "\${vars[@]}" ${process.execPath} -e '
+    echo "environment of $cname: \${vars[*]}" > ${dir}/env-seen
+    exec /usr/bin/unshare --net /bin/sh -c '/usr/sbin/ip link set lo up; echo $$ > "$0"; exec "$@"' "${dir}/pid-$cname" \
+      env -i PATH="$PATH" "\${vars[@]}" ${process.execPath} -e '
       const http = require("node:http");
       const server = http.createServer((q, s) => s.end(JSON.stringify(process.env)));
       server.listen(Number(process.env.PORT), "127.0.0.1", () => console.log("listening"));
@@ -69,28 +80,37 @@ describe("services through a container engine", () => {
     expect(await workingEngine({ docker: join(dir, "nope"), podman: join(dir, "nope") })).toBeUndefined();
   });
 
-  it("podman: pulls by digest with the session, runs on the host's network with values by name only", async () => {
+  it("podman: pulls by digest with the session, runs sandboxed in a network of its own, values in a file", async () => {
     const runner = engineRunner("podman", { authFile: join(dir, "auth.json"), bin: join(dir, "podman") });
     const prepared = await runner.prepare("127.0.0.1:5000/acme/items", DIGEST, "acme");
     expect(calls()).toContain(
       `podman pull --quiet --authfile ${join(dir, "auth.json")} --tls-verify=false 127.0.0.1:5000/acme/items@${DIGEST}`,
     );
     const port = await freePort();
-    const child = runner.spawn(prepared, { PORT: String(port), HOST: "127.0.0.1", TOKEN: SECRET });
+    const child = runner.spawn(prepared, { PORT: String(port), HOST: "127.0.0.1", TOKEN: SECRET }, [port]);
     let out = "";
     child.stdout?.on("data", (d) => (out += d));
     await expect.poll(() => out, { timeout: 10_000 }).toContain("listening");
-    const seen = (await (await fetch(`http://127.0.0.1:${port}/`)).json()) as Record<string, string>;
+    // Reachable once the forwarder has entered the container's network namespace.
+    const answer = () => fetch(`http://127.0.0.1:${port}/`).then((r) => r.json() as Promise<Record<string, string>>);
+    await expect.poll(() => answer().catch(() => undefined), { timeout: 10_000 }).toBeDefined();
+    const seen = await answer();
     expect(seen).toMatchObject({ PORT: String(port), TOKEN: SECRET });
     expect(seen.REDIS_URL).toBeUndefined();
     const run =
       calls()
         .split("\n")
         .find((l) => l.startsWith("podman run")) ?? "";
-    expect(run).toBe(
-      `podman run --rm --pull=never --network host -e PORT -e HOST -e TOKEN 127.0.0.1:5000/acme/items@${DIGEST}`,
+    // Sandboxed: no host network, the unprivileged id for an image naming no user, no capability.
+    expect(run).toMatch(
+      new RegExp(
+        `^podman run --rm --pull=never --name platform-replica-[0-9a-f]{12} --network none --user 65534:65534 --cap-drop ALL --security-opt no-new-privileges --read-only --tmpfs /tmp --env-file /\\S+/env 127\\.0\\.0\\.1:5000/acme/items@${DIGEST}$`,
+      ),
     );
     expect(calls()).not.toContain(SECRET);
+    // The values went through the env file, which is gone once the container runs.
+    const envFile = /--env-file (\S+)/.exec(run)?.[1] as string;
+    await expect.poll(() => existsSync(envFile)).toBe(false);
     const exited = new Promise((r) => child.once("exit", r));
     process.kill(-(child.pid as number), "SIGTERM");
     await exited;
@@ -156,7 +176,7 @@ describe("services through a container engine", () => {
         "-e",
         `const { engineRunner } = await import(${JSON.stringify(engine)});
          const runner = engineRunner("podman", { bin: ${JSON.stringify(join(dir, "podman"))} });
-         const child = runner.spawn(await runner.prepare("127.0.0.1:5000/acme/items", ${JSON.stringify(DIGEST)}), { PORT: "${port}" });
+         const child = runner.spawn(await runner.prepare("127.0.0.1:5000/acme/items", ${JSON.stringify(DIGEST)}), { PORT: "${port}" }, [${port}]);
          child.stdout.on("data", (d) => process.stdout.write(d));
          setInterval(() => {}, 1000);`,
       ],
@@ -165,7 +185,16 @@ describe("services through a container engine", () => {
     let out = "";
     platform.stdout?.on("data", (d) => (out += d));
     await expect.poll(() => out, { timeout: 10_000 }).toContain("listening");
-    expect((await fetch(`http://127.0.0.1:${port}/`)).status).toBe(200);
+    await expect
+      .poll(
+        () =>
+          fetch(`http://127.0.0.1:${port}/`).then(
+            (r) => r.status,
+            () => 0,
+          ),
+        { timeout: 10_000 },
+      )
+      .toBe(200);
     platform.kill("SIGKILL");
     await expect
       .poll(

@@ -11,7 +11,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { isLoopbackRegistry, pullImage } from "../../scaler/images/pull.ts";
+import { isLoopbackRegistry, pullImage, repositoryKey } from "../../scaler/images/pull.ts";
 
 const REPO = "registry.example.com:5000/acme/items";
 const sha = (b: Buffer | string) => createHash("sha256").update(b).digest("hex");
@@ -23,14 +23,14 @@ let skopeo: string;
 
 /**
  * A skopeo that copies `source` to the `dir:` it is given, and answers `inspect --raw` with
- * `source/list` (what `list` holds); `fail` makes it print that and exit 1 instead.
+ * `source/list` where `list` wrote one, else the manifest; `fail` makes it print that and exit 1 instead.
  */
 function fakeSkopeo(fail?: string): void {
   writeFileSync(
     skopeo,
     fail
       ? `#!/bin/sh\necho 'time="x" level=fatal msg="${fail}"' >&2\nexit 1\n`
-      : `#!/bin/sh\nif [ "$1" = inspect ]; then cat '${source}/list'; exit 0; fi\nfor a; do last="$a"; done\ncp -r '${source}/.' "\${last#dir:}"\n`,
+      : `#!/bin/sh\nif [ "$1" = inspect ]; then if [ -f '${source}/list' ]; then cat '${source}/list'; else cat '${source}/manifest.json'; fi; exit 0; fi\nfor a; do last="$a"; done\ncp -r '${source}/.' "\${last#dir:}"\n`,
   );
   chmodSync(skopeo, 0o755);
 }
@@ -94,13 +94,16 @@ afterEach(async () => {
   await rm(work, { recursive: true, force: true });
 });
 
-const pulledDirs = () => (existsSync(join(cacheDir, "pulled")) ? readdirSync(join(cacheDir, "pulled")) : []);
+const pulledDirs = (repository = REPO) => {
+  const dir = join(cacheDir, "pulled", repositoryKey(repository));
+  return existsSync(dir) ? readdirSync(dir) : [];
+};
 
 describe("pullImage", () => {
   it("verifies and keeps a pull, then finds it in the cache without skopeo", async () => {
     const digest = layout();
     const image = await pullImage({ repository: REPO, digest, cacheDir, skopeo });
-    const dir = join(cacheDir, "pulled", digest.slice(7));
+    const dir = join(cacheDir, "pulled", repositoryKey(REPO), digest.slice(7));
     expect(image).toMatchObject({ digest, manifestDigest: digest, dir, config: { config: { Cmd: ["node"] } } });
     expect(image.layers).toHaveLength(1);
     expect(image.layers[0]?.path.startsWith(`${dir}/`)).toBe(true);
@@ -120,6 +123,22 @@ describe("pullImage", () => {
     expect(await pullImage({ repository: REPO, digest, cacheDir, skopeo })).toEqual(image);
     fakeSkopeo();
     expect(await pullImage({ repository: REPO, digest, cacheDir, skopeo, checkAccess: true })).toEqual(image);
+  });
+
+  it("a cached image is its repository's own: another repository's same digest is pulled, and a registry answering another manifest is refused", async () => {
+    const digest = layout();
+    await pullImage({ repository: REPO, digest, cacheDir, skopeo });
+    const rival = "registry.example.com:5000/rival/items";
+    // Not found in the cache under another repository: only a pull (here none can run) serves it.
+    await expect(pullImage({ repository: rival, digest, cacheDir, skopeo: "/nonexistent" })).rejects.toThrow(
+      /needs skopeo, which is not installed/,
+    );
+    expect(pulledDirs(rival)).toEqual([]);
+    // The access check reads the manifest: one of another digest is not the image asked for.
+    writeFileSync(join(source, "list"), "another manifest");
+    await expect(pullImage({ repository: REPO, digest, cacheDir, skopeo, checkAccess: true })).rejects.toThrow(
+      `${REPO}@${digest}: the registry's manifest has digest sha256:${sha(Buffer.from("another manifest"))}, not the one asked for`,
+    );
   });
 
   it("refuses a manifest that is not the digest asked for, and a corrupted blob", async () => {

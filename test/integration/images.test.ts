@@ -242,6 +242,21 @@ describe.skipIf(!usable)("images", () => {
     expect(next.png.subarray(1, 4).toString()).toBe("PNG");
   }, 300_000);
 
+  it("its diffusers child answers its worker alone: another loopback client without the worker's token is refused", async () => {
+    const { baseUrl } = engine as unknown as { baseUrl: string };
+    expect((await fetch(`${baseUrl}/health`)).status).toBe(200);
+    for (const [path, init] of [
+      ["/info", {}],
+      ["/queue", {}],
+      ["/generate", { method: "POST", body: JSON.stringify({ id: "x", prompt: "a cat" }) }],
+      ["/cancel", { method: "POST", body: JSON.stringify({ id: "x" }) }],
+    ] as const) {
+      const res = await fetch(`${baseUrl}${path}`, { ...init, headers: { authorization: "Bearer guessed" } });
+      expect(res.status, path).toBe(401);
+      expect(await res.json()).toEqual({ error: "unauthorized" });
+    }
+  });
+
   it("refuses a size the pipeline does not take, naming the sizes it does", async () => {
     const res = await post("/v1/images/generations", { model: "pic", prompt: "a cat", size: "66x66" });
     expect(res.status).toBe(400);

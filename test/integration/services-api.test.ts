@@ -187,6 +187,23 @@ describe("/admin/v1/services", () => {
     ]);
   });
 
+  it("a variable or secret that would steer the dynamic loader, or the platform's own name, is a 400 naming it", async () => {
+    for (const kind of ["env", "secrets"])
+      for (const name of ["LD_PRELOAD", "LD_LIBRARY_PATH", "PLATFORM_SECRETS_KEY"]) {
+        const r = await call("acme", "PUT", `/admin/v1/services/items/${kind}`, { values: { [name]: "/tmp/x.so" } });
+        expect(r.status).toBe(400);
+        expect(r.body.error.message).toContain(name);
+        expect(r.body.error.message).toMatch(/names starting with "LD_" steer the system's dynamic loader/);
+      }
+    // Nothing was stored; PATH is the service's own (it only reaches its command, inside its image).
+    const listed = await call("acme", "GET", "/admin/v1/services/items/env");
+    expect(listed.body.data.map((v: { name: string }) => v.name)).toEqual(["GREETING", "LOG_LEVEL"]);
+    expect(
+      (await call("acme", "PUT", "/admin/v1/services/items/env", { values: { PATH: "/app/bin:/usr/bin" } })).status,
+    ).toBe(200);
+    expect((await call("acme", "DELETE", "/admin/v1/services/items/env/PATH")).status).toBe(200);
+  });
+
   it("rollouts: a new tag, history newest first, status, and undo needing a previous release", async () => {
     let r = await call("acme", "POST", "/admin/v1/services/items/rollouts", { tag: "1.1.0-abcdef0" });
     expect(r.status).toBe(202);

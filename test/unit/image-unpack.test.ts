@@ -21,7 +21,7 @@ import { join } from "node:path";
 import * as zlib from "node:zlib";
 import { Header } from "tar";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import type { PulledImage } from "../../scaler/images/pull.ts";
+import { type PulledImage, repositoryKey } from "../../scaler/images/pull.ts";
 import { applyLayer, resolveInRoot, unpackImage } from "../../scaler/images/unpack.ts";
 
 type Entry = {
@@ -311,16 +311,17 @@ describe("unpackImage", () => {
     await expect(unpackImage(image([join(work, "good"), join(work, "bad")]), cache)).rejects.toThrow(
       /unpacking 127.0.0.1:5000\/acme\/items@sha256:abab.*: layer .*bad: entry "..\/escape" names ".."/,
     );
-    expect(readdirSync(join(cache, "rootfs"))).toEqual([]);
+    const rootfsDir = join(cache, "rootfs", repositoryKey("127.0.0.1:5000/acme/items"));
+    expect(readdirSync(rootfsDir)).toEqual([]);
     const [a, b] = await Promise.all([
       unpackImage(image([join(work, "good")]), cache),
       unpackImage(image([join(work, "good")]), cache),
     ]);
-    expect(a).toBe(join(cache, "rootfs", "ab".repeat(32)));
+    expect(a).toBe(join(rootfsDir, "ab".repeat(32)));
     expect(b).toBe(a);
     expect(statSync(a).mode & 0o777).toBe(0o755);
     expect(readFileSync(join(a, "app/server.js"), "utf8")).toBe("ok");
-    expect(readdirSync(join(cache, "rootfs"))).toEqual(["ab".repeat(32)]);
+    expect(readdirSync(rootfsDir)).toEqual(["ab".repeat(32)]);
     // Found in place the next time: a layer that is gone is never read.
     expect(await unpackImage(image([join(work, "missing")]), cache)).toBe(a);
     expect(existsSync(join(work, "missing"))).toBe(false);

@@ -4,6 +4,7 @@
  * process group, ended with the worker however it ends). This engine posts one image per request and
  * reads the child's NDJSON answer: a line per denoising step, then the PNG. docs/engines.md ("diffusers").
  */
+import { randomBytes } from "node:crypto";
 import { spawnWatched } from "../../src/process/watchdog.ts";
 import { PlatformError } from "../../src/contracts/errors.ts";
 import type { EmbeddingItem, Usage } from "../../src/contracts/job.ts";
@@ -66,12 +67,15 @@ export async function loadDiffusers(options: DiffusersOptions): Promise<Diffuser
     String(options.threads ?? 0),
   ];
   const log = options.log ?? ((line: string) => process.stderr.write(`[diffusers] ${line}\n`));
+  const token = randomBytes(24).toString("base64url");
   const child = new VllmProcess(
     options.python,
     args,
     {
       PYTHONUNBUFFERED: "1",
       HF_HUB_OFFLINE: "1",
+      // Only this worker knows it: the child refuses every other loopback client (docs/security.md).
+      DIFFUSERS_TOKEN: token,
       ...withoutWorkerAllocator(process.env),
       ...(options.gpu ? {} : { CUDA_VISIBLE_DEVICES: "" }),
       ...options.env,
@@ -87,10 +91,11 @@ export async function loadDiffusers(options: DiffusersOptions): Promise<Diffuser
   const baseUrl = `http://127.0.0.1:${port}`;
   try {
     await child.waitHealthy(baseUrl, options.startTimeoutMs ?? 10 * 60_000);
-    const info = (await (await fetch(`${baseUrl}/info`)).json()) as PipelineInfo;
+    const auth = { authorization: `Bearer ${token}` };
+    const info = (await (await fetch(`${baseUrl}/info`, { headers: auth })).json()) as PipelineInfo;
     if (options.gpu && info.device !== "cuda")
       log(`resources.gpu asks for a GPU, but torch sees no CUDA here: on the CPU`);
-    return new DiffusersEngine(child, baseUrl, options.parallel, info);
+    return new DiffusersEngine(child, baseUrl, options.parallel, info, auth);
   } catch (e) {
     await child.stop(STOP_GRACE_MS);
     throw e;
@@ -110,10 +115,13 @@ export class DiffusersEngine implements Engine {
   readonly lost: Promise<string>;
   private readonly child: VllmProcess;
   private readonly baseUrl: string;
+  /** The worker's secret, which the child asks of every call. */
+  private readonly auth: Record<string, string>;
   private disposed = false;
   private next = 0;
 
-  constructor(child: VllmProcess, baseUrl: string, parallel: number, info: PipelineInfo) {
+  constructor(child: VllmProcess, baseUrl: string, parallel: number, info: PipelineInfo, auth: Record<string, string>) {
+    this.auth = auth;
     this.child = child;
     this.baseUrl = baseUrl;
     this.parallel = parallel;
@@ -162,16 +170,20 @@ export class DiffusersEngine implements Engine {
       seed: request.seed,
     };
     const cancel = () => {
-      void fetch(`${this.baseUrl}/cancel`, { method: "POST", body: JSON.stringify({ id }) }).catch(() => undefined);
+      void fetch(`${this.baseUrl}/cancel`, { method: "POST", headers: this.auth, body: JSON.stringify({ id }) }).catch(
+        () => undefined,
+      );
     };
     if (hooks.signal?.aborted) throw cancelled();
     hooks.signal?.addEventListener("abort", cancel, { once: true });
     try {
-      const res = await fetch(`${this.baseUrl}/generate`, { method: "POST", body: JSON.stringify(body) }).catch(
-        (e: unknown) => {
-          throw new PlatformError(502, "engine_error", `${this.child.describeExit()} (${(e as Error).message})`);
-        },
-      );
+      const res = await fetch(`${this.baseUrl}/generate`, {
+        method: "POST",
+        headers: this.auth,
+        body: JSON.stringify(body),
+      }).catch((e: unknown) => {
+        throw new PlatformError(502, "engine_error", `${this.child.describeExit()} (${(e as Error).message})`);
+      });
       if (res.status !== 200 || !res.body)
         throw new PlatformError(500, "engine_error", `the diffusers engine refused the image: ${await res.text()}`);
       for await (const event of ndjson(res.body)) {
@@ -194,7 +206,7 @@ export class DiffusersEngine implements Engine {
 
   /** The child's queue now: requests waiting for a pipeline call, and images in the current one. */
   async queue(): Promise<{ waiting: number; running: number }> {
-    const res = await fetch(`${this.baseUrl}/queue`).catch((e: unknown) => {
+    const res = await fetch(`${this.baseUrl}/queue`, { headers: this.auth }).catch((e: unknown) => {
       throw new PlatformError(502, "engine_error", `${this.child.describeExit()} (${(e as Error).message})`);
     });
     return (await res.json()) as { waiting: number; running: number };

@@ -25,12 +25,15 @@ const METRICS_TIMEOUT_MS = 3_000;
 
 export class VllmClient {
   private readonly baseUrl: string;
+  /** With the worker's secret (vLLM's --api-key, given as VLLM_API_KEY). */
+  private readonly headers: Record<string, string>;
   private readonly servedName: string;
   private readonly describeDown: () => string;
 
   /** `describeDown`: why the server is not answering (its exit and last output), for `engine_unavailable`. */
-  constructor(baseUrl: string, servedName: string, describeDown: () => string) {
+  constructor(baseUrl: string, servedName: string, describeDown: () => string, apiKey?: string) {
     this.baseUrl = baseUrl;
+    this.headers = { "content-type": "application/json", ...(apiKey ? { authorization: `Bearer ${apiKey}` } : {}) };
     this.servedName = servedName;
     this.describeDown = describeDown;
   }
@@ -207,7 +210,7 @@ export class VllmClient {
     try {
       return await fetch(this.baseUrl + path, {
         method: "POST",
-        headers: { "content-type": "application/json" },
+        headers: this.headers,
         body: JSON.stringify(body),
         signal,
       });

@@ -6,6 +6,7 @@
  * parts together: the flags (vllm-flags.ts), the child process (vllm-process.ts)
  *, the HTTP client (vllm-client.ts) and vLLM's wire (vllm-protocol.ts); docs/engines.md ("vLLM") describes them.
  */
+import { randomBytes } from "node:crypto";
 import { withoutWorkerAllocator } from "../../src/process/worker-env.ts";
 import { DEFAULT_MAX_LORAS, VLLM } from "../../src/contracts/engines.ts";
 import type { EmbeddingItem, TokenizeJob, Usage } from "../../src/contracts/job.ts";
@@ -49,6 +50,9 @@ export async function loadVllm(options: VllmOptions): Promise<VllmEngine> {
   const port = await freePort();
   const args = vllmArgs({ ...options, port, checkpointQuantization: await checkpointQuantization(options.modelPath) });
   const bin = options.bin ?? VLLM_DEFAULTS.bin;
+  // Only this worker knows it (in vLLM's environment, so not in a command line `ps` shows): vLLM's
+  // /v1 routes, adapter loading among them, refuse any other loopback client (docs/security.md).
+  const apiKey = randomBytes(24).toString("base64url");
   const log = options.log ?? ((line: string) => process.stderr.write(`[vllm] ${line}\n`));
   // The worker's whole environment passes through (CUDA_*, HF_*, proxies): vLLM reads its own
   // variables. Not the allocator settings a worker is started with, made for a Node worker's threads.
@@ -62,6 +66,7 @@ export async function loadVllm(options: VllmOptions): Promise<VllmEngine> {
       ...(args.includes("--enable-lora") ? { VLLM_ALLOW_RUNTIME_LORA_UPDATING: "True" } : {}),
       ...withoutWorkerAllocator(process.env),
       ...options.env,
+      VLLM_API_KEY: apiKey,
     },
     log,
   );
@@ -74,7 +79,7 @@ export async function loadVllm(options: VllmOptions): Promise<VllmEngine> {
     await child.stop(stopGraceMs);
     throw e;
   }
-  const client = new VllmClient(baseUrl, options.servedName, () => child.describeExit());
+  const client = new VllmClient(baseUrl, options.servedName, () => child.describeExit(), apiKey);
   const lora = args.includes("--enable-lora");
   return new VllmEngine(
     child,

@@ -14,7 +14,15 @@ import { checkRegistryHost, registryHostOf } from "../../images/registries.ts";
 import type { ProtoCatalog } from "../../protos/store.ts";
 import { type Control, duplicate } from "../../redis/connection.ts";
 import { followLogs, readLogs } from "../../services/logs.ts";
-import { EnvName, EnvValue, MAX_ENV_ENTRIES, MAX_OVERVIEW_BYTES, RepoType, ServiceName } from "../../services/names.ts";
+import {
+  EnvName,
+  EnvValue,
+  MAX_ENV_ENTRIES,
+  MAX_OVERVIEW_BYTES,
+  RepoType,
+  ServiceName,
+  StoredEnvName,
+} from "../../services/names.ts";
 import type { ServiceRecord } from "../../services/record.ts";
 import { readReplicas } from "../../services/replicas.ts";
 import { deployService, startRollout } from "../../services/rollouts.ts";
@@ -292,7 +300,7 @@ export function serviceRoutes(options: ServiceRoutesOptions) {
     app.delete(`/:name/${kind}/:key`, async (c) => {
       const org = c.get("caller").org;
       const name = pathParam(c, "name", ServiceName);
-      const key = pathParam(c, "key", EnvName);
+      const key = pathParam(c, "key", StoredEnvName);
       await getService(ctl, org, name);
       await unsetVariable(ctl, kind, org, name, key);
       return c.json({ deleted: true });

@@ -20,6 +20,8 @@ with its request's seed, so its initial noise is the one it would have alone.
 """
 import argparse
 import base64
+import hmac
+import os
 import io
 import json
 import queue
@@ -221,7 +223,18 @@ def handler_for(engine):
                 raise ValueError("body too large")
             return json.loads(self.rfile.read(n) or b"{}")
 
+        def authorized(self):
+            # The worker's secret (DIFFUSERS_TOKEN): no other loopback client may drive the engine.
+            token = os.environ.get("DIFFUSERS_TOKEN", "")
+            given = self.headers.get("authorization") or ""
+            if token and hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                return True
+            self.reply(401, {"error": "unauthorized"})
+            return False
+
         def do_GET(self):
+            if self.path != "/health" and not self.authorized():
+                return
             if self.path == "/health":
                 self.reply(200, {"ok": True})
             elif self.path == "/info":
@@ -232,6 +245,8 @@ def handler_for(engine):
                 self.reply(404, {"error": "not found"})
 
         def do_POST(self):
+            if not self.authorized():
+                return
             try:
                 body = self.body()
             except Exception as e:
