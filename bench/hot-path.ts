@@ -134,7 +134,7 @@ for (const [side, extra] of Object.entries(sides) as [keyof typeof sides, NodeJS
   children.push(worker, gateway);
   pids[side] = [worker.pid as number, gateway.pid as number];
   await waitForOutput(worker, /ready/, `the ${side} echo worker`);
-  urls[side] = await waitForOutput(gateway, /gateway listening on (http:\/\/\S+?)"/, `the ${side} gateway`);
+  urls[side] = await waitForOutput(gateway, /gateway listening on (http:\/\/[^\s";]+)/, `the ${side} gateway`);
 }
 
 /**

@@ -46,7 +46,7 @@ beforeAll(async () => {
     let out = "";
     child.stdout.on("data", (d: Buffer) => {
       out += d.toString();
-      const m = /gateway listening on (https?:\/\/[^\s"]+)/.exec(out);
+      const m = /gateway listening on (https?:\/\/[^\s";]+)/.exec(out);
       if (m) resolve({ child, url: m[1] as string });
     });
     child.stderr.on("data", (d: Buffer) => (out += d.toString()));
@@ -430,6 +430,12 @@ describe("usage", () => {
     expect(table.code, table.stderr).toBe(0);
     const lines = table.stdout.split("\n");
     const head = lines.find((l) => l.includes("REQUESTS")) as string;
+    // The table shows cached tokens only where a replica's cache served some (which sequences the
+    // requests landed on decides that); the JSON above counts them either way.
+    const cachedOf = (model: string) => report.data.find((r) => r.model === model)?.cached_tokens ?? 0;
+    const shown = report.data.some((r) => (r.cached_tokens ?? 0) > 0);
+    const cachedColumn = shown ? ["CACHED TOKENS"] : [];
+    const cachedCell = (model: string) => (shown ? [String(cachedOf(model))] : []);
     expect(
       head
         .split("│")
@@ -440,6 +446,7 @@ describe("usage", () => {
       "VERSION",
       "REQUESTS",
       "PROMPT TOKENS",
+      ...cachedColumn,
       "COMPLETION TOKENS",
       "TOTAL TOKENS",
       "ERRORS",
@@ -456,6 +463,7 @@ describe("usage", () => {
       "v1",
       "7",
       String(totals.prompt),
+      ...cachedCell("tiny"),
       String(totals.completion),
       String(totals.prompt + totals.completion),
       "1",
@@ -467,7 +475,17 @@ describe("usage", () => {
         .split("│")
         .map((c) => c.trim())
         .filter(Boolean),
-    ).toEqual(["tiny-embed", "v1", "1", String(embedded), "0", String(embedded), "0", "0"]);
+    ).toEqual([
+      "tiny-embed",
+      "v1",
+      "1",
+      String(embedded),
+      ...cachedCell("tiny-embed"),
+      "0",
+      String(embedded),
+      "0",
+      "0",
+    ]);
     // A user key reads only its own usage; an admin names any key.
     const forbidden = await runCli(["usage", "--key", "key_000000000000"], env);
     expect(forbidden.code).toBe(1);

@@ -209,7 +209,7 @@ describe("platform keys bootstrap", () => {
         child.stdout!.on("data", (d: Buffer) => {
           out += d.toString();
           // The gateway role logs JSON lines by default: the URL ends at the closing quote.
-          const m = /gateway listening on (https?:\/\/[^\s"]+)/.exec(out);
+          const m = /gateway listening on (https?:\/\/[^\s";]+)/.exec(out);
           if (m) resolve({ child, url: m[1]!, out });
         });
         child.stderr!.on("data", (d: Buffer) => (out += d.toString()));
