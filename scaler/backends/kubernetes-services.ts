@@ -15,11 +15,7 @@ import {
   buildServiceDeployment,
   buildServiceEnvironment,
   buildServiceService,
-  maskSecrets,
-  podReplica,
-  podTrouble,
   releaseToRun,
-  rolloutOutcome,
   SERVICE_ANNOTATIONS,
   SERVICE_CONTAINER,
   SERVICE_LABELS,
@@ -27,6 +23,7 @@ import {
   type ServiceManifestOptions,
   serviceSelector,
 } from "./kubernetes-service-manifests.ts";
+import { maskSecrets, podReplica, podTrouble, rolloutOutcome } from "./kubernetes-service-pods.ts";
 import type { PullAuthSource } from "../pull-auth.ts";
 import { LOG_LIMITS, parseLogLines, PodLogTailer } from "./kubernetes-pod-logs.ts";
 import { PullSecrets } from "./kubernetes-pull-secrets.ts";

@@ -14,17 +14,14 @@ import {
   buildServiceDeployment,
   buildServiceEnvironment,
   buildServiceService,
-  maskSecrets,
   PYTHON_METRICS_PORT,
-  podReplica,
-  podTrouble,
   pullSecretName,
   releaseToRun,
   revisionObjectName,
-  rolloutOutcome,
   SERVICE_LABELS,
   serviceObjectName,
 } from "../../scaler/backends/kubernetes-service-manifests.ts";
+import { maskSecrets, podReplica, podTrouble, rolloutOutcome } from "../../scaler/backends/kubernetes-service-pods.ts";
 import { parseLogLines, timestampKey } from "../../scaler/backends/kubernetes-pod-logs.ts";
 import { KubernetesServiceBackend } from "../../scaler/backends/kubernetes-services.ts";
 import type { EnvironmentParts, ServiceReports } from "../../scaler/service-backend.ts";
