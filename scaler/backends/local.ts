@@ -8,7 +8,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { createWriteStream, mkdirSync } from "node:fs";
+import { createWriteStream, mkdirSync, type WriteStream } from "node:fs";
 import { join } from "node:path";
 import type { Endpoint } from "../../src/endpoints/endpoint.ts";
 import type { Control } from "../../src/redis/connection.ts";
@@ -163,8 +163,7 @@ export class LocalBackend implements ReplicaBackend {
     } else {
       child = this.spawnWorker(["--endpoint", pool.endpoint.name, "--replica-id", id, "--revision", revision]);
     }
-    child.stdout?.pipe(log);
-    child.stderr?.pipe(log);
+    logTo(child, log);
     const exited = new Promise<void>((resolve) => {
       if (child.exitCode !== null || child.signalCode !== null) resolve();
       else child.once("exit", () => resolve());
@@ -210,9 +209,7 @@ export class LocalBackend implements ReplicaBackend {
   private startSpare(): void {
     if (this.closed || this.spare) return;
     const child = this.spawnWorker(["--standby"]);
-    const log = createWriteStream(join(this.options.logDir, "standby.log"), { flags: "a" });
-    child.stdout?.pipe(log);
-    child.stderr?.pipe(log);
+    logTo(child, createWriteStream(join(this.options.logDir, "standby.log"), { flags: "a" }));
     const spare: Spare = { child, startedAt: Date.now() };
     this.spare = spare;
     child.once("exit", (code, signal) => {
@@ -293,4 +290,14 @@ export class LocalBackend implements ReplicaBackend {
     clearTimeout(timer);
     await removeReplica(this.options.ctl, pool.endpoint.name, replica.id).catch(() => undefined);
   }
+}
+
+/**
+ * Both of a child's streams into one log. `pipe`'s default would end the log when the first stream
+ * ends, and the other's last bytes would then be a write after end (an uncaught error).
+ */
+function logTo(child: ChildProcess, log: WriteStream): void {
+  child.stdout?.pipe(log, { end: false });
+  child.stderr?.pipe(log, { end: false });
+  child.once("close", () => log.end());
 }
