@@ -271,15 +271,19 @@ export type MessageResponse = {
   usage: MessageUsage;
 };
 
-/**
- * How the answer ended. A stop sequence and the model's own end both finish a job as "stop", and
- * the job does not say which: both read `end_turn` (docs/http-api.md).
- */
-export function stopReason(finish: FinishReason): StopReason {
+/** How the answer ended: a job that stopped at one of the caller's `stop_sequences` says which. */
+export function stopReason(finish: FinishReason, stopSequence: string | undefined): StopReason {
   if (finish === "length") return "max_tokens";
   if (finish === "tool_calls") return "tool_use";
-  return "end_turn";
+  return stopSequence === undefined ? "end_turn" : "stop_sequence";
 }
+
+/** What a finished job says of its end, in Anthropic's two fields. */
+type Ending = { finish_reason: FinishReason; stop_sequence?: string };
+const ending = (answer: Ending) => ({
+  stop_reason: stopReason(answer.finish_reason, answer.stop_sequence),
+  stop_sequence: answer.finish_reason === "stop" ? (answer.stop_sequence ?? null) : null,
+});
 
 /** `cache_read_input_tokens`: the prompt tokens a replica found in its cache, where its result reports them. */
 export function messageUsage(usage: Usage | undefined): MessageUsage {
@@ -317,7 +321,7 @@ export function contentBlocks(text: string, calls: ToolCall[] | undefined): Cont
 
 export function messageResponse(
   head: { id: string; model: string },
-  answer: { text: string; finish_reason: FinishReason; tool_calls?: ToolCall[]; usage: Usage },
+  answer: Ending & { text: string; tool_calls?: ToolCall[]; usage: Usage },
 ): MessageResponse {
   return {
     id: head.id,
@@ -325,8 +329,7 @@ export function messageResponse(
     role: "assistant",
     model: head.model,
     content: contentBlocks(answer.text, answer.tool_calls),
-    stop_reason: stopReason(answer.finish_reason),
-    stop_sequence: null,
+    ...ending(answer),
     usage: messageUsage(answer.usage),
   };
 }
@@ -372,12 +375,12 @@ export function toolUseEvents(index: number, call: ToolCall): MessageStreamEvent
 }
 
 /** The end: how it stopped and the usage, whole-message totals (the SDK reads input_tokens from here too). */
-export function messageEnd(finish: FinishReason, usage: Usage): MessageStreamEvent[] {
+export function messageEnd(answer: Ending & { usage: Usage }): MessageStreamEvent[] {
   return [
     {
       type: "message_delta",
-      delta: { stop_reason: stopReason(finish), stop_sequence: null },
-      usage: messageUsage(usage),
+      delta: ending(answer),
+      usage: messageUsage(answer.usage),
     },
     { type: "message_stop" },
   ];

@@ -350,6 +350,11 @@ export const TextResult = z.object({
    * `text` is then any content beside them.
    */
   tool_calls: z.array(ToolCall).optional(),
+  /**
+   * With finish_reason "stop": the caller's stop string (`params.stop`) that ended the text, which
+   * the text leaves out. Absent where the model ended it itself (its end token, its template's stop).
+   */
+  stop_sequence: z.string().optional(),
   /** When asked for (`params.logprobs`): one entry per generated token, in order. */
   logprobs: z.array(TokenLogprob).optional(),
   /** With `params.echo`: the prompt, which the answer starts with (`text` is the generated text alone). Never streamed. */

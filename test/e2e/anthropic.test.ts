@@ -74,6 +74,26 @@ describe("@anthropic-ai/sdk", () => {
     expect(final.usage.input_tokens).toBeGreaterThan(0);
   });
 
+  it("says which stop sequence ended the answer (stop_reason stop_sequence), streamed and not", async () => {
+    const ask = {
+      model: MODEL,
+      max_tokens: 200,
+      temperature: 0,
+      messages: [{ role: "user" as const, content: "Once upon a time" }],
+    };
+    // Greedy: the same answer again, cut where its fifth word first appears.
+    const free = await client.messages.create(ask);
+    const text = free.content[0]?.type === "text" ? free.content[0].text : "";
+    const stop = ` ${text.split(" ")[4]}`;
+    expect(stop.length).toBeGreaterThan(1);
+    const m = await client.messages.create({ ...ask, stop_sequences: ["never written", stop] });
+    expect(m).toMatchObject({ stop_reason: "stop_sequence", stop_sequence: stop });
+    expect(m.content).toEqual([{ type: "text", text: text.slice(0, text.indexOf(stop)) }]);
+    const streamed = await client.messages.stream({ ...ask, stop_sequences: [stop] }).finalMessage();
+    expect(streamed).toMatchObject({ stop_reason: "stop_sequence", stop_sequence: stop });
+    expect(free.stop_sequence).toBeNull();
+  });
+
   it("calls tools (tool_use with parsed input) and takes the tool_result back, streamed too", async () => {
     const ask: Anthropic.MessageCreateParamsNonStreaming = {
       model: MODEL,

@@ -276,10 +276,11 @@ async function generate(
   });
   const object = chat ? "chat.completion.chunk" : "text_completion";
   const base = { id: "cmpl-fake", object, created: Math.floor(Date.now() / 1000), model: b.model };
-  const choice = (piece: string, finish: string | null) =>
+  // vLLM's stop_reason: the stop string that ended it, on the last chunk.
+  const choice = (piece: string, finish: string | null, stopReason: string | null = null) =>
     chat
-      ? { index: 0, delta: { content: piece }, logprobs: null, finish_reason: finish }
-      : { index: 0, text: piece, logprobs: null, finish_reason: finish };
+      ? { index: 0, delta: { content: piece }, logprobs: null, finish_reason: finish, stop_reason: stopReason }
+      : { index: 0, text: piece, logprobs: null, finish_reason: finish, stop_reason: stopReason };
   const send = (obj: unknown) => res.write(`data: ${JSON.stringify(obj)}\n\n`);
 
   let closed = false;
@@ -295,8 +296,8 @@ async function generate(
   // A LoRA adapter's answer says whose it is (the served model's name is a flag the fake knows; an adapter's is not it).
   const story = chat ? CHAT_REPLY : STORY;
   const own = typeof b.model === "string" && b.model.includes("@") ? [`[${b.model}]`, ...story] : story;
-  const { pieces, finish } = promptText.includes("SLOW")
-    ? { pieces: endless(maxTokens), finish: "length" }
+  const { pieces, finish, stopReason } = promptText.includes("SLOW")
+    ? { pieces: endless(maxTokens), finish: "length", stopReason: null }
     : planned(own, maxTokens, b.stop);
   let produced = 0;
   for (const [piece, last] of pieces) {
@@ -304,12 +305,12 @@ async function generate(
     produced++;
     send({
       ...base,
-      choices: [choice(piece, last ? finish : null)],
+      choices: [choice(piece, last ? finish : null, last ? stopReason : null)],
       usage: options.continuous_usage_stats ? usageAt(produced) : null,
     });
     if (!last) await new Promise((r) => setTimeout(r, 10));
   }
-  if (produced === 0) send({ ...base, choices: [choice("", finish)] });
+  if (produced === 0) send({ ...base, choices: [choice("", finish, stopReason)] });
   if (options.include_usage) send({ ...base, choices: [], usage: usageAt(produced) });
   res.end("data: [DONE]\n\n");
 }
@@ -331,7 +332,7 @@ function completion(res: ServerResponse, b: Record<string, unknown>, ids: number
   const maxTokens = b.max_tokens === undefined ? 16 : b.max_tokens === null ? Infinity : Number(b.max_tokens);
   const story = typeof b.model === "string" && b.model.includes("@") ? [`[${b.model}]`, ...STORY] : STORY;
   // echo without generation: vLLM samples one token (max_tokens 1) and returns the prompt alone.
-  const { pieces, finish } = planned(story, maxTokens === 0 ? 1 : maxTokens, b.stop);
+  const { pieces, finish, stopReason } = planned(story, maxTokens === 0 ? 1 : maxTokens, b.stop);
   const generated = pieces.map(([text]) => text);
   // The prompt's scores: none for the first token (nothing before it), then each given the ones before.
   const promptScores = prompt.map((t, i) => (i === 0 ? null : fakeLogprob(t.text)));
@@ -365,7 +366,7 @@ function completion(res: ServerResponse, b: Record<string, unknown>, ids: number
         text: (echo ? promptText : "") + shown.join(""),
         logprobs,
         finish_reason: finish,
-        stop_reason: null,
+        stop_reason: stopReason,
         token_ids: null,
         // vLLM's own field: per prompt token, null or {token id: {logprob, rank, decoded_token}}.
         prompt_logprobs:
@@ -396,17 +397,22 @@ function topMap(token: string, logprob: number, top: number): Record<string, num
 }
 
 /** The pieces of `source` up to max_tokens or a stop string, each with whether it is the last. */
-function planned(source: string[], maxTokens: number, stop: unknown): { pieces: [string, boolean][]; finish: string } {
+function planned(
+  source: string[],
+  maxTokens: number,
+  stop: unknown,
+): { pieces: [string, boolean][]; finish: string; stopReason: string | null } {
   const stops = Array.isArray(stop) ? (stop as string[]) : [];
   const out: string[] = [];
   let text = "";
   for (const piece of source) {
-    if (out.length >= maxTokens) return { pieces: withLast(out), finish: "length" };
-    if (stops.some((s) => (text + piece).includes(s))) break;
+    if (out.length >= maxTokens) return { pieces: withLast(out), finish: "length", stopReason: null };
+    const matched = stops.find((s) => (text + piece).includes(s));
+    if (matched !== undefined) return { pieces: withLast(out), finish: "stop", stopReason: matched };
     out.push(piece);
     text += piece;
   }
-  return { pieces: withLast(out), finish: "stop" };
+  return { pieces: withLast(out), finish: "stop", stopReason: null };
 }
 
 function withLast(pieces: string[]): [string, boolean][] {

@@ -222,6 +222,18 @@ describe("readVllmStream", () => {
     expect(pieces).toEqual([]);
   });
 
+  it("reads vLLM's stop_reason: the caller's stop string that ended the text, never a stop token's id", async () => {
+    const last = (stop_reason: string | number | null) => ({
+      ...completionChunk(" upon", "stop", null),
+      choices: [{ index: 0, text: " upon", logprobs: null, finish_reason: "stop", stop_reason }],
+    });
+    const byString = await read(prompt({ stop: [" a"] }), [completionChunk("Once", null, null), last(" a")]);
+    expect(byString.out).toMatchObject({ text: "Once upon", finish_reason: "stop", stop_sequence: " a" });
+    const byToken = await read(prompt({}), [last(2)]);
+    expect(byToken.out.finish_reason).toBe("stop");
+    expect(byToken.out).not.toHaveProperty("stop_sequence");
+  });
+
   it("keeps only the first call when parallel_tool_calls is false, and reports a named tool's 'stop' as tool_calls", async () => {
     const named = { type: "function", function: { name: "get_weather" } } as const;
     const { out } = await read(chat({}, { tools: [WEATHER], tool_choice: named, parallel_tool_calls: false }), [

@@ -42,6 +42,8 @@ export type TextOutput = {
   finish_reason: FinishReason;
   usage: Usage;
   tool_calls?: ToolCall[];
+  /** The caller's stop string that ended the text (job.ts's TextResult). */
+  stop_sequence?: string;
   logprobs?: TokenLogprob[];
   /** With `params.echo` on a prompt: the prompt, and its tokens' logprobs when asked for (job.ts). */
   echo?: EchoedPrompt;

@@ -288,6 +288,10 @@ export class LlamaCppEngine implements Engine {
         text: decoded.text,
         finish_reason,
         usage: usage(promptTokens, decoded.completionTokens, decoded.cachedTokens),
+        // The caller's own stop strings only: a template's or a grammar's end is the model's.
+        ...(decoded.stoppedBy !== undefined && p.stop?.includes(decoded.stoppedBy)
+          ? { stop_sequence: decoded.stoppedBy }
+          : {}),
         ...(decoded.logprobs ? { logprobs: decoded.logprobs } : {}),
         ...(echo ? { echo } : {}),
       };

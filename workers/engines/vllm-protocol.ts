@@ -148,6 +148,8 @@ export async function readVllmStream(
   let text = "";
   let used = usage(0, 0);
   let finish: string | undefined;
+  // vLLM's own field: the stop string (or stop token id) that ended the choice.
+  let stopReason: string | number | undefined;
   const calls = new Map<number, { id?: string; name: string; arguments: string }>();
   const logprobs: TokenLogprob[] = [];
   const output = (finish_reason: FinishReason): TextOutput => {
@@ -164,6 +166,7 @@ export async function readVllmStream(
       text,
       finish_reason,
       usage: used,
+      ...(finish_reason === "stop" && typeof stopReason === "string" && { stop_sequence: stopReason }),
       ...(toolCalls.length > 0 && { tool_calls: toolCalls }),
       ...(wantLogprobs && { logprobs }),
     };
@@ -195,6 +198,7 @@ export async function readVllmStream(
           call.arguments += d.function?.arguments ?? "";
         }
         if (choice.finish_reason) finish = choice.finish_reason;
+        if (choice.stop_reason != null) stopReason = choice.stop_reason;
       }
     }
   } catch (e) {
@@ -281,6 +285,7 @@ const StreamChunk = z.object({
         delta: z.object({ content: z.string().nullish(), tool_calls: z.array(ToolCallDelta).nullish() }).nullish(),
         logprobs: ChoiceLogprobs.nullish(),
         finish_reason: z.string().nullish(),
+        stop_reason: z.union([z.string(), z.number()]).nullish(),
       }),
     )
     .default([]),

@@ -84,7 +84,7 @@ export function anthropicRoutes(router: Router, ctx: ServeContext, schemaLimits:
               ...closing,
               ...text,
               ...calls.flatMap((call, i) => toolUseEvents(first + i, call)),
-              ...messageEnd(result.finish_reason, result.usage),
+              ...messageEnd(result),
             ];
           },
           failed: (err) => [anthropicError(err)],
