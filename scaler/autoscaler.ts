@@ -16,10 +16,11 @@ import type { RedisClient } from "../src/redis/connection.ts";
 import type { AutoscalingSettings } from "../src/autoscaling/config.ts";
 import type { Endpoint } from "../src/endpoints/endpoint.ts";
 import {
-  getAutoscalingMany,
   getScalingHistory,
+  readAutoscalingMany,
   recordDecision,
   type RecordedDecision,
+  unreadableSettings,
 } from "../src/autoscaling/store.ts";
 import { listEndpoints, setDesiredReplicas } from "../src/endpoints/store.ts";
 import { type Control, duplicate } from "../src/redis/connection.ts";
@@ -71,6 +72,8 @@ export async function startAutoscaler(ctl: Control, options: AutoscalerOptions =
   const queues = new QueueBase(ctl);
   let leader = false;
   let stopped = false;
+  // Each unreadable record is logged once (endpoint → the record), not on every tick.
+  const reported = new Map<string, string>();
 
   const setLeader = (value: boolean) => {
     if (value === leader) return;
@@ -103,20 +106,25 @@ export async function startAutoscaler(ctl: Control, options: AutoscalerOptions =
     await advanceRollouts(ctl, (queue) => readQueueDepth(queues.queueNamed(queue)), log).catch((e: Error) =>
       log(`[scaler] rollouts: ${e.message}`),
     );
-    const settings = await getAutoscalingMany(
+    const stored = await readAutoscalingMany(
       ctl,
       endpoints.map((e) => e.name),
     );
     for (const endpoint of endpoints) {
-      const config = settings.get(endpoint.name);
+      const record = stored.get(endpoint.name);
+      if (record?.ok === false && reported.get(endpoint.name) !== record.raw) {
+        reported.set(endpoint.name, record.raw);
+        log(`[scaler] ${unreadableSettings(endpoint.name, record.problem)}`);
+      }
+      if (record?.ok !== false) reported.delete(endpoint.name);
       // While an update rolls out, both deployments keep their replica count: the policy waits.
-      if (!config || stopped || endpoint.rollout) continue;
+      if (!record?.ok || stopped || endpoint.rollout) continue;
       try {
         const d = await scaleEndpoint(
           ctl,
           queues.queueNamed(servingQueue(endpoint)),
           endpoint,
-          config,
+          record.settings,
           holderId,
           Date.now(),
         );

@@ -7,6 +7,7 @@ import { type Job, UnrecoverableError, WaitingError } from "bullmq";
 import { describeIssues } from "../src/contracts/issues.ts";
 import { PlatformError } from "../src/contracts/errors.ts";
 import {
+  adapterRefusal,
   BATCH_PRIORITY,
   type JobError,
   type JobEvent,
@@ -15,6 +16,7 @@ import {
   type JobResult,
   receiptOf,
   type TokenLogprob,
+  takesAdapter,
 } from "../src/contracts/job.ts";
 import { type SchemaLimits, schemaLimitError } from "../src/contracts/schema-limits.ts";
 import { isCancelled } from "../src/queue/cancel.ts";
@@ -223,13 +225,8 @@ export class JobHandler {
   /** The job's adapter as the engine applies it: a 400 where this replica cannot apply one. */
   private async adapterOf(payload: JobPayload): Promise<AppliedAdapter | undefined> {
     if (payload.adapter === undefined) return undefined;
-    if (payload.kind === "embedding" || payload.kind === "image" || payload.kind === "tokenize")
-      throw new PlatformError(
-        400,
-        "invalid_request",
-        `adapters apply to text generation, not ${payload.kind}s`,
-        "adapter",
-      );
+    if (!takesAdapter(payload.kind))
+      throw new PlatformError(400, "invalid_request", adapterRefusal(payload.kind), "adapter");
     if (!this.engine.servesAdapters || !this.adapters)
       throw new PlatformError(
         400,

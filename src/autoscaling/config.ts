@@ -124,9 +124,20 @@ export function parseAutoscalingConfig(input: unknown): ParseResult<AutoscalingC
 }
 
 /**
- * Back to the document form, for storing (re-parses to the same settings)
- * and for `--json` output a user can paste into a file.
+ * The file (or a deployment's `autoscaling:` block) for the endpoint `name`, as the CLI checks it
+ * before sending and the admin route before storing: the settings, or one line per wrong field.
+ * `named`: how the caller names that endpoint when the file's `endpoint:` is another.
  */
+export function parseAutoscalingFor(input: unknown, name: string, named: string): ParseResult<AutoscalingSettings> {
+  const parsed = parseAutoscalingConfig(input);
+  if (!parsed.ok) return parsed;
+  const { endpoint, autoscaling } = parsed.value;
+  if (endpoint !== undefined && endpoint !== name)
+    return { ok: false, error: `endpoint: "${endpoint}" does not match ${named}, "${name}"` };
+  return { ok: true, value: autoscaling };
+}
+
+/** Back to the document form, for `--json` output and status a user can paste into a file. */
 export function autoscalingDocument(s: AutoscalingSettings): z.input<typeof AutoscalingSettings> {
   return {
     enabled: s.enabled,

@@ -1,10 +1,13 @@
 /**
  * Autoscaling state in Redis: each endpoint's settings, the policy's history
  * between ticks, and the decisions the scaler made (newest first, capped).
- * Settings are stored in the document form (`"30s"`), so what `--json` shows
- * can be pasted back into a file.
+ * Settings are stored as parsed (durations in milliseconds): the file was
+ * validated once, at the edge (config.ts), and every scaler tick reads them
+ * back with a check of their types alone. A record that fails it is reported
+ * (status, and the scaler's log), never taken for "not configured".
  */
 import { z } from "zod";
+import { describeIssues } from "../contracts/issues.ts";
 import { autoscalingDocument, AutoscalingSettings } from "./config.ts";
 import { Lease } from "../redis/lease.ts";
 import { ScalingHistory, timeLeft } from "./policy.ts";
@@ -36,25 +39,55 @@ export const RecordedDecision = z.object({
 });
 export type RecordedDecision = z.infer<typeof RecordedDecision>;
 
-export async function getAutoscaling(ctl: Control, endpoint: string): Promise<AutoscalingSettings | undefined> {
+/**
+ * The stored form: the parsed settings. Only what the edge validated is written, so this checks
+ * their types, not the file's rules again (min <= max, duration syntax).
+ */
+const StoredSettings = z.object({
+  enabled: z.boolean(),
+  min_replicas: z.number().int().nonnegative(),
+  max_replicas: z.number().int().nonnegative(),
+  target_queue_depth: z.number().int().positive(),
+  scale_up_cooldown_ms: z.number().nonnegative(),
+  scale_down_cooldown_ms: z.number().nonnegative(),
+  scale_down_delay_ms: z.number().nonnegative(),
+}) satisfies z.ZodType<AutoscalingSettings>;
+
+/** An endpoint's stored settings, or what is wrong with the record (`raw`: the record, to report it once). */
+export type StoredAutoscaling =
+  | { ok: true; settings: AutoscalingSettings }
+  | { ok: false; problem: string; raw: string };
+
+/** The record read back; undefined when the endpoint has none. */
+export async function readAutoscaling(ctl: Control, endpoint: string): Promise<StoredAutoscaling | undefined> {
   const raw = await ctl.redis.get(ctl.keys.autoscaling(endpoint));
-  return raw === null ? undefined : parseStored(raw);
+  return raw === null ? undefined : readStored(raw);
 }
 
-/** Settings for many endpoints in one round trip; endpoints without any are absent. */
-export async function getAutoscalingMany(ctl: Control, endpoints: string[]): Promise<Map<string, AutoscalingSettings>> {
-  const out = new Map<string, AutoscalingSettings>();
+/** The settings the scaler acts on; undefined when none are stored or the record is unreadable (readAutoscaling says why). */
+export async function getAutoscaling(ctl: Control, endpoint: string): Promise<AutoscalingSettings | undefined> {
+  const stored = await readAutoscaling(ctl, endpoint);
+  return stored?.ok ? stored.settings : undefined;
+}
+
+/** Records for many endpoints in one round trip; endpoints without one are absent. */
+export async function readAutoscalingMany(ctl: Control, endpoints: string[]): Promise<Map<string, StoredAutoscaling>> {
+  const out = new Map<string, StoredAutoscaling>();
   if (endpoints.length === 0) return out;
   const raws = await ctl.redis.mget(endpoints.map((e) => ctl.keys.autoscaling(e)));
   raws.forEach((raw, i) => {
-    const settings = raw === null ? undefined : parseStored(raw);
-    if (settings) out.set(endpoints[i] as string, settings);
+    if (raw !== null) out.set(endpoints[i] as string, readStored(raw));
   });
   return out;
 }
 
+/** What status and the scaler's log say of an unreadable record, and how to mend it. */
+export function unreadableSettings(endpoint: string, problem: string): string {
+  return `the stored autoscaling settings of "${endpoint}" are unreadable (${problem}), so it is not autoscaled; apply them again: platform inference autoscale ${endpoint} --config <file>`;
+}
+
 export async function setAutoscaling(ctl: Control, endpoint: string, settings: AutoscalingSettings): Promise<void> {
-  await ctl.redis.set(ctl.keys.autoscaling(endpoint), JSON.stringify(autoscalingDocument(settings)));
+  await ctl.redis.set(ctl.keys.autoscaling(endpoint), JSON.stringify(settings));
   // The scaler acts on the new settings at once rather than on its next tick.
   await ctl.redis.publish(ctl.keys.scalerWakeup, endpoint);
 }
@@ -127,9 +160,19 @@ export async function decisionCounts(ctl: Control): Promise<{ endpoint: string; 
   });
 }
 
-function parseStored(raw: string): AutoscalingSettings | undefined {
-  const parsed = AutoscalingSettings.safeParse(safeJson(raw));
-  return parsed.success ? parsed.data : undefined;
+/**
+ * A record without a `*_ms` field is the document form (`"30s"`) that versions before the parsed
+ * form wrote: read with the file's own schema, so an upgrade keeps every endpoint's settings.
+ */
+function readStored(raw: string): StoredAutoscaling {
+  const json = safeJson(raw);
+  if (typeof json !== "object" || json === null || Array.isArray(json))
+    return { ok: false, problem: "not a JSON object", raw };
+  const documentForm = !Object.keys(json).some((k) => k.endsWith("_ms"));
+  const parsed = (documentForm ? AutoscalingSettings : StoredSettings).safeParse(json);
+  return parsed.success
+    ? { ok: true, settings: parsed.data }
+    : { ok: false, problem: describeIssues(parsed.error), raw };
 }
 
 function safeJson(raw: string): unknown {
@@ -145,8 +188,10 @@ export type AutoscalingStatus = {
   /** False when no autoscaling settings were ever applied to the endpoint. */
   configured: boolean;
   enabled: boolean;
-  /** The settings in document form (paste into a file), null when not configured. */
+  /** The settings in document form (paste into a file), null when not configured or unreadable. */
   config: ReturnType<typeof autoscalingDocument> | null;
+  /** Why the stored settings cannot be used (the endpoint is then not autoscaled); null when they can. */
+  error: string | null;
   /** current: replicas running (starting or ready); desired: replicas wanted now; needed: what the last decision's load called for. */
   replicas: { current: number; desired: number; ready: number; needed: number | null };
   queue: QueueDepth;
@@ -165,8 +210,8 @@ export async function autoscalingStatus(
   queue: QueueDepth,
   now = Date.now(),
 ): Promise<AutoscalingStatus> {
-  const [settings, history, decisions, replicas, holder] = await Promise.all([
-    getAutoscaling(ctl, endpoint.name),
+  const [stored, history, decisions, replicas, holder] = await Promise.all([
+    readAutoscaling(ctl, endpoint.name),
     getScalingHistory(ctl, endpoint.name),
     listDecisions(ctl, endpoint.name, 10),
     listReplicas(ctl, endpoint.name),
@@ -174,12 +219,14 @@ export async function autoscalingStatus(
   ]);
   const mine = replicas.filter((r) => servesTraffic(r, endpoint));
   const ready = mine.filter((r) => r.state === "ready").length;
+  const settings = stored?.ok ? stored.settings : undefined;
   const waits = settings ? timeLeft(now, settings, history) : undefined;
   return {
     endpoint: endpoint.name,
-    configured: settings !== undefined,
+    configured: stored !== undefined,
     enabled: settings?.enabled ?? false,
     config: settings ? autoscalingDocument(settings) : null,
+    error: stored?.ok === false ? unreadableSettings(endpoint.name, stored.problem) : null,
     replicas: {
       current: ready + mine.filter((r) => r.state === "starting").length,
       desired: endpoint.desired_replicas,

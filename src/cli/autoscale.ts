@@ -7,7 +7,7 @@
 import { readFile } from "node:fs/promises";
 import type { Command } from "commander";
 import { parse as parseYaml } from "yaml";
-import { describeAutoscaling, formatDuration, parseAutoscalingConfig } from "../autoscaling/config.ts";
+import { describeAutoscaling, formatDuration, parseAutoscalingFor } from "../autoscaling/config.ts";
 import type { AutoscalingStatus } from "../autoscaling/store.ts";
 import { ApiClient } from "../client/api.ts";
 import { CliError } from "./common/errors.ts";
@@ -49,14 +49,9 @@ export function registerAutoscale(inference: Command): void {
 
 async function apply(model: string, file: string, flags: Flags): Promise<void> {
   const document = await readYaml(file);
-  const parsed = parseAutoscalingConfig(document);
+  // Checked here too, so a wrong file is told before anything is sent; the gateway checks it alike.
+  const parsed = parseAutoscalingFor(document, model, "the endpoint on the command line");
   if (!parsed.ok) throw new CliError(`${file}: ${parsed.error}`, 2);
-  if (parsed.value.endpoint !== undefined && parsed.value.endpoint !== model) {
-    throw new CliError(
-      `${file}: endpoint: "${parsed.value.endpoint}" does not match the endpoint on the command line, "${model}"`,
-      2,
-    );
-  }
   const api = await ApiClient.fromCredentials();
   const status = await api.request<AutoscalingStatus>(
     "PUT",
@@ -64,7 +59,7 @@ async function apply(model: string, file: string, flags: Flags): Promise<void> {
     document,
   );
   if (flags.json) return printJson(status);
-  console.log(`autoscaling for ${model}: ${describeAutoscaling(parsed.value.autoscaling)}`);
+  console.log(`autoscaling for ${model}: ${describeAutoscaling(parsed.value)}`);
   console.log(
     `replicas ${status.replicas.ready} ready of ${status.replicas.desired} wanted; watch it with \`platform inference autoscale status ${model}\``,
   );
@@ -87,7 +82,7 @@ async function showStatus(model: string, flags: Flags): Promise<void> {
     [
       [
         s.endpoint,
-        !s.configured ? "not configured" : s.enabled ? "on" : "off",
+        !s.configured ? "not configured" : s.error ? "unreadable" : s.enabled ? "on" : "off",
         c ? `${c.min_replicas}-${c.max_replicas}` : "-",
         c ? String(c.target_queue_depth) : "-",
         `${s.replicas.ready}/${s.replicas.current}/${s.replicas.desired}`,
@@ -95,7 +90,8 @@ async function showStatus(model: string, flags: Flags): Promise<void> {
       ],
     ],
   );
-  if (!s.configured || !c) {
+  if (s.error) console.log(s.error);
+  else if (!s.configured || !c) {
     console.log(
       `no autoscaling configured; apply a file with \`platform inference autoscale ${s.endpoint} --config <file>\``,
     );

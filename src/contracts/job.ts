@@ -78,7 +78,7 @@ export type ResponseFormat = z.infer<typeof ResponseFormat>;
 
 /** The sampling bounds, here once: the OpenAI routes take the same ones (contracts/openai/common.ts). */
 export const SamplingParams = z.object({
-  /** Absent: generate until the end of the context window. 0 (generate nothing) only with `echo`: see PromptParams. */
+  /** Absent: generate until the end of the context window. 0 (generate nothing) only with `echo`: see zeroTokensAllowed. */
   max_tokens: z.number().int().nonnegative().optional(),
   /** 0 means greedy and deterministic. */
   temperature: z.number().min(0).max(2).optional(),
@@ -108,11 +108,17 @@ export const SamplingParams = z.object({
 });
 export type SamplingParams = z.infer<typeof SamplingParams>;
 
-/** A prompt's parameters: `max_tokens: 0` asks for the prompt's scores alone, so it needs `echo`. */
-const PromptParams = SamplingParams.refine((p) => p.max_tokens !== 0 || p.echo === true, {
-  path: ["max_tokens"],
-  message: "0 generates nothing: it is allowed only with echo: true (to score the prompt)",
-});
+/**
+ * `max_tokens: 0` asks for the prompt's scores alone (lm-evaluation-harness's log-likelihoods), so
+ * it needs `echo`: the rule and its words, here once for the queue contract and the completions route.
+ */
+export const zeroTokensAllowed = (p: { max_tokens?: number | null; echo?: boolean | null }): boolean =>
+  p.max_tokens !== 0 || p.echo === true;
+export const ZERO_TOKENS_NEED_ECHO =
+  "0 generates nothing: it is allowed only with echo: true (to score the prompt); ask for at least 1 token";
+
+/** A prompt's parameters. */
+const PromptParams = SamplingParams.refine(zeroTokensAllowed, { path: ["max_tokens"], message: ZERO_TOKENS_NEED_ECHO });
 
 /** A chat answers generated text: nothing to echo, and at least one token to generate. */
 const ChatParams = SamplingParams.refine((p) => p.max_tokens !== 0 && p.echo !== true, {
@@ -281,6 +287,22 @@ export const TokenizeJob = z.object({
   ]),
 });
 export type TokenizeJob = z.infer<typeof TokenizeJob>;
+
+/**
+ * A LoRA adapter changes how text is generated: a chat, completion or batch record job may name one;
+ * an embedding, image or tokenize job takes the base alone. The rule and its words, here once for
+ * the gateway's routes and a replica's job handler.
+ */
+const ADAPTED_KINDS = ["chat", "completion", "generate", "batch_record"] as const;
+export const takesAdapter = (kind: JobKind): kind is (typeof ADAPTED_KINDS)[number] =>
+  (ADAPTED_KINDS as readonly JobKind[]).includes(kind);
+const UNADAPTED_WORK: Record<Exclude<JobKind, (typeof ADAPTED_KINDS)[number]>, string> = {
+  embedding: "embeddings",
+  image: "images",
+  tokenize: "tokenizing",
+};
+export const adapterRefusal = (kind: keyof typeof UNADAPTED_WORK): string =>
+  `LoRA adapters apply to text generation (chat, completions), not to ${UNADAPTED_WORK[kind]}`;
 
 export const JobPayload = z.discriminatedUnion("kind", [
   ChatJob,

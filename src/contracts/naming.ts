@@ -95,7 +95,7 @@ export function controlKeys(prefix: string) {
     cancelled: (jobId: string) => `${plain}:cancelled:${jobId}`, // string with TTL
     imageUrl: (id: string) => `${plain}:image-url:${id}`, // string JSON with TTL: a generated image a `url` answer names (src/image-files/)
     replyStream: (gatewayId: string) => `${plain}:replies:${gatewayId}`, // stream: workers' events for this gateway's jobs
-    autoscaling: (endpoint: string) => `${cp}:autoscaling:${endpoint}`, // string JSON: the autoscaling block, document form
+    autoscaling: (endpoint: string) => `${cp}:autoscaling:${endpoint}`, // string JSON: the parsed autoscaling settings (src/autoscaling/store.ts)
     scalingHistory: (endpoint: string) => `${cp}:scaling-history:${endpoint}`, // string JSON: the policy's ScalingHistory
     scalingDecisions: (endpoint: string) => `${cp}:scaling-decisions:${endpoint}`, // list of decision JSON, newest first, capped
     scalingDecisionCounts: `${cp}:scaling-decision-counts`, // hash "<endpoint>\t<action>" -> decisions made (metric)

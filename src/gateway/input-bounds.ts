@@ -11,6 +11,7 @@ import type { GgufSummary } from "../formats/gguf/summary.ts";
 import type { Framework } from "../contracts/deployment.ts";
 import type { EmbeddingItem } from "../contracts/job.ts";
 import { formatBytes } from "../contracts/bytes.ts";
+import { contextLengthExceeded, embeddingInputTooLong } from "../contracts/context-window.ts";
 import { ENGINES } from "../contracts/engines.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import type { Settings } from "../settings/index.ts";
@@ -132,15 +133,16 @@ export function checkPromptBound(
     else ids += t.length;
   }
   const tokens = Math.ceil(bytes / bound.maxTokenBytes) + ids;
-  const atLeast = bytes > 0 ? "at least " : "";
   const completion = maxTokens ?? 1;
   if (tokens + completion > bound.window) {
-    throw new PlatformError(
-      400,
-      "context_length_exceeded",
-      `This model's maximum context length is ${bound.window} tokens. However, you requested ${atLeast}${tokens + completion} tokens (${atLeast}${tokens} in the ${path}, ${completion} in the completion). Please reduce the length of the ${path} or completion.`,
+    throw contextLengthExceeded({
+      window: bound.window,
+      promptTokens: tokens,
+      completionTokens: completion,
+      where: path,
       param,
-    );
+      atLeast: bytes > 0,
+    });
   }
 }
 
@@ -154,13 +156,6 @@ export function checkEmbeddingBound(bound: PromptBound | undefined, inputs: Embe
   inputs.forEach((input, i) => {
     const text = typeof input === "string";
     const tokens = text ? Math.ceil(Buffer.byteLength(input, "utf8") / bound.maxTokenBytes) : input.length;
-    if (tokens > bound.window) {
-      throw new PlatformError(
-        400,
-        "context_length_exceeded",
-        `input[${i}] has ${text ? "at least " : ""}${tokens} tokens; this model embeds at most ${bound.window} tokens per input. Shorten or split input[${i}].`,
-        "input",
-      );
-    }
+    if (tokens > bound.window) throw embeddingInputTooLong(i, tokens, bound.window, text);
   });
 }

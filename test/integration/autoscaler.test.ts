@@ -9,13 +9,18 @@ import { randomUUID } from "node:crypto";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type Autoscaler, startAutoscaler } from "../../scaler/autoscaler.ts";
 import { Lease } from "../../src/redis/lease.ts";
 import { AutoscalingSettings } from "../../src/autoscaling/config.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import type { Endpoint } from "../../src/endpoints/endpoint.ts";
-import { listDecisions, type RecordedDecision, setAutoscaling } from "../../src/autoscaling/store.ts";
+import {
+  autoscalingStatus,
+  listDecisions,
+  type RecordedDecision,
+  setAutoscaling,
+} from "../../src/autoscaling/store.ts";
 import { findEndpoint, saveEndpoint } from "../../src/endpoints/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { QueueBase } from "../../src/queue/base.ts";
@@ -318,6 +323,73 @@ describe("autoscaler loop", () => {
       const keys = await kctl.redis.keys(`${prefix}:*`);
       if (keys.length > 0) await kctl.redis.del(...keys);
     }
+  });
+
+  it("reads settings stored by the previous version, and reports a corrupt record once (log and status) instead of dropping it", async () => {
+    const sctl = connectControl(REDIS_URL, `${PREFIX}-stored`);
+    controls.push(sctl);
+    for (const name of ["old", "broken"]) await saveEndpoint(sctl, endpointRecord(name, 0));
+    // The document form ("30s") that versions before the parsed form wrote.
+    await sctl.redis.set(
+      sctl.keys.autoscaling("old"),
+      JSON.stringify({
+        enabled: true,
+        min_replicas: 2,
+        max_replicas: 3,
+        target_queue_depth: 4,
+        scale_up_cooldown: "30s",
+        scale_down_cooldown: "1m",
+        scale_down_delay: "5m",
+      }),
+    );
+    const good = settings({ min_replicas: 1, max_replicas: 2 });
+    await sctl.redis.set(sctl.keys.autoscaling("broken"), JSON.stringify({ ...good, min_replicas: "two" }));
+    const lines: string[] = [];
+    const scaler = await startAutoscaler(sctl, { intervalMs: 50, holderId: "stored", log: (l) => lines.push(l) });
+    scalers.push(scaler);
+    const depth = { waiting: 0, active: 0 };
+    const patience = { timeout: 15_000, interval: 50 };
+    const status = async (name: string) => autoscalingStatus(sctl, (await findEndpoint(sctl, name)) as Endpoint, depth);
+    const about = (name: string) => lines.filter((l) => l.includes(`"${name}"`));
+
+    await vi.waitFor(async () => expect((await findEndpoint(sctl, "old"))?.desired_replicas).toBe(2), patience);
+    expect((await status("old")).config).toEqual({
+      enabled: true,
+      min_replicas: 2,
+      max_replicas: 3,
+      target_queue_depth: 4,
+      scale_up_cooldown: "30s",
+      scale_down_cooldown: "1m",
+      scale_down_delay: "5m",
+    });
+    // Ten more ticks: the corrupt record is still told once.
+    await vi.waitFor(
+      async () => expect((await listDecisions(sctl, "old", 1))[0]?.repeats).toBeGreaterThanOrEqual(10),
+      patience,
+    );
+    const told =
+      '[scaler] the stored autoscaling settings of "broken" are unreadable (min_replicas: expected a number, got a string), so it is not autoscaled; apply them again: platform inference autoscale broken --config <file>';
+    expect(about("broken")).toEqual([told]);
+    expect(await listDecisions(sctl, "broken")).toEqual([]);
+    expect((await findEndpoint(sctl, "broken"))?.desired_replicas).toBe(0);
+    expect(await status("broken")).toMatchObject({
+      configured: true,
+      enabled: false,
+      config: null,
+      error: told.replace("[scaler] ", ""),
+    });
+
+    // Another corrupt record is told too; applying settings again mends it.
+    await sctl.redis.set(sctl.keys.autoscaling("broken"), "{not json");
+    await vi.waitFor(() => expect(about("broken")).toHaveLength(2), patience);
+    expect(about("broken")[1]).toMatch(/"broken" are unreadable \(not a JSON object\)/);
+    await setAutoscaling(sctl, "broken", good);
+    // Stored as parsed: what the scaler reads back needs no second parse of the file's forms.
+    expect(JSON.parse((await sctl.redis.get(sctl.keys.autoscaling("broken"))) ?? "")).toEqual(good);
+    await vi.waitFor(async () => expect((await findEndpoint(sctl, "broken"))?.desired_replicas).toBe(1), patience);
+    expect((await status("broken")).error).toBeNull();
+    expect(about("broken")).toHaveLength(2);
+    await scaler.stop();
   });
 });
 

@@ -7,6 +7,7 @@ import {
   describeAutoscaling,
   formatDuration,
   parseAutoscalingConfig,
+  parseAutoscalingFor,
   parseDuration,
 } from "../../src/autoscaling/config.ts";
 
@@ -67,6 +68,22 @@ describe("autoscaling configuration", () => {
     const result = parseAutoscalingConfig({ autoscaling: { enabled: false } });
     expect(result.ok && result.value.endpoint).toBeUndefined();
     expect(result.ok && result.value.autoscaling.enabled).toBe(false);
+  });
+
+  it("checks a file for the endpoint it is applied to, as the CLI and the admin route both do", () => {
+    const named = "the endpoint on the command line";
+    expect(parseAutoscalingFor({ endpoint: "m", autoscaling: { max_replicas: 2 } }, "m", named)).toEqual({
+      ok: true,
+      value: { ...AUTOSCALING_DEFAULTS, max_replicas: 2 },
+    });
+    expect(parseAutoscalingFor({ endpoint: "other", autoscaling: {} }, "m", named)).toEqual({
+      ok: false,
+      error: 'endpoint: "other" does not match the endpoint on the command line, "m"',
+    });
+    expect(parseAutoscalingFor({ autoscaling: { min_replicas: -1 } }, "m", named)).toEqual({
+      ok: false,
+      error: "autoscaling.min_replicas: expected a whole number from 0 to 64",
+    });
   });
 
   it("accepts ms, s and m durations", () => {

@@ -4,7 +4,9 @@ import { describe, expect, it } from "vitest";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { endpointQueueName, notApplied } from "../../src/contracts/engines.ts";
 import { describeIssues } from "../../src/contracts/issues.ts";
-import { JobPayload } from "../../src/contracts/job.ts";
+import { adapterRefusal, type JobKind, JobPayload, takesAdapter } from "../../src/contracts/job.ts";
+import { contextLengthExceeded, embeddingInputTooLong } from "../../src/contracts/context-window.ts";
+import { CompletionRequest } from "../../src/contracts/openai/completions.ts";
 import { COORDINATOR_QUEUE, controlKeys, queueName } from "../../src/contracts/naming.ts";
 import { RegisteredVersion } from "../../src/registry/version.ts";
 import { endpointNameFor } from "../../src/endpoints/from-source.ts";
@@ -81,6 +83,70 @@ describe("queue contract", () => {
     expect(JobPayload.safeParse({ v: 1, kind: "image", request_id: "r", model: "m", version: "v1" }).success).toBe(
       false,
     );
+  });
+
+  it("holds max_tokens 0 to echo with the completions route's words", () => {
+    const job = (params: object) => ({
+      v: 1,
+      kind: "completion",
+      request_id: "r",
+      model: "m",
+      version: "v1",
+      prompt: "hi",
+      params,
+    });
+    const jobIssues = (params: object) => {
+      const r = JobPayload.safeParse(job(params));
+      return r.success ? "" : describeIssues(r.error);
+    };
+    const routeIssues = (body: object) => {
+      const r = CompletionRequest.safeParse({ model: "m", prompt: "hi", ...body });
+      return r.success ? "" : describeIssues(r.error);
+    };
+    const words =
+      "0 generates nothing: it is allowed only with echo: true (to score the prompt); ask for at least 1 token";
+    expect(jobIssues({ max_tokens: 0 })).toBe(`params.max_tokens: ${words}`);
+    expect(routeIssues({ max_tokens: 0, echo: false })).toBe(`max_tokens: ${words}`);
+    expect(jobIssues({ max_tokens: 0, echo: true })).toBe("");
+    expect(routeIssues({ max_tokens: 0, echo: true })).toBe("");
+  });
+
+  it("names the work an adapter does not apply to", () => {
+    expect(["chat", "completion", "generate", "batch_record"].every((k) => takesAdapter(k as JobKind))).toBe(true);
+    expect(["embedding", "image", "tokenize"].some((k) => takesAdapter(k as JobKind))).toBe(false);
+    expect(adapterRefusal("embedding")).toBe(
+      "LoRA adapters apply to text generation (chat, completions), not to embeddings",
+    );
+  });
+});
+
+describe("what overflows the context window is told", () => {
+  it("in OpenAI's words, from the gateway's lower bound and from an engine's exact count", () => {
+    const early = contextLengthExceeded({
+      window: 8,
+      promptTokens: 9,
+      completionTokens: 1,
+      where: "prompt[1]",
+      param: "prompt",
+      atLeast: true,
+    });
+    expect([early.status, early.code, early.param]).toEqual([400, "context_length_exceeded", "prompt"]);
+    expect(early.message).toBe(
+      "This model's maximum context length is 8 tokens. However, you requested at least 10 tokens (at least 9 in the prompt[1], 1 in the completion). Please reduce the length of the prompt[1] or completion.",
+    );
+    expect(
+      contextLengthExceeded({ window: 8, promptTokens: 5, completionTokens: 4, where: "messages", param: "max_tokens" })
+        .message,
+    ).toBe(
+      "This model's maximum context length is 8 tokens. However, you requested 9 tokens (5 in the messages, 4 in the completion). Please reduce the length of the messages or completion.",
+    );
+    const input = embeddingInputTooLong(2, 70, 63);
+    expect([input.status, input.code, input.param, input.message]).toEqual([
+      400,
+      "context_length_exceeded",
+      "input",
+      "input[2] has 70 tokens; this model embeds at most 63 tokens per input. Shorten or split input[2].",
+    ]);
   });
 });
 

@@ -4,6 +4,7 @@
  */
 import type { LlamaEmbeddingContext, LlamaModel } from "node-llama-cpp";
 import type { EmbeddingItem, Usage } from "../../src/contracts/job.ts";
+import { embeddingInputTooLong } from "../../src/contracts/context-window.ts";
 import { PlatformError } from "../../src/contracts/errors.ts";
 import { usage } from "./engine.ts";
 import type { PromptRenderer } from "./llamacpp-render.ts";
@@ -50,14 +51,7 @@ export class Embedder {
         );
       // What is evaluated: the library adds the model's own start and end tokens ([CLS]/[SEP] for BERT).
       const evaluated = ctx.calculateInputLength([...tokens]);
-      if (evaluated > limit) {
-        throw new PlatformError(
-          400,
-          "context_length_exceeded",
-          `input[${i}] has ${evaluated} tokens; this model embeds at most ${limit} tokens per input. Shorten or split input[${i}].`,
-          "input",
-        );
-      }
+      if (evaluated > limit) throw embeddingInputTooLong(i, evaluated, limit);
       return { tokens, evaluated };
     });
     const embeddings: number[][] = [];

@@ -23,6 +23,7 @@ import type {
   SamplingParams,
   TokenizeJob,
 } from "../../src/contracts/job.ts";
+import { contextLengthExceeded } from "../../src/contracts/context-window.ts";
 import { PlatformError } from "../../src/contracts/errors.ts";
 import {
   type ChatTools,
@@ -408,12 +409,13 @@ export class LlamaCppEngine implements Engine {
     // An echoed prompt may fill the window: its scores are an answer without a generated token.
     const least = params.echo ? 0 : 1;
     if (promptTokens + requested > window || requested < least) {
-      throw new PlatformError(
-        400,
-        "context_length_exceeded",
-        `This model's maximum context length is ${window} tokens. However, you requested ${promptTokens + Math.max(requested, least)} tokens (${promptTokens} in the messages, ${Math.max(requested, least)} in the completion). Please reduce the length of the messages or completion.`,
-        params.max_tokens === undefined ? "messages" : "max_tokens",
-      );
+      throw contextLengthExceeded({
+        window,
+        promptTokens,
+        completionTokens: Math.max(requested, least),
+        where: "messages",
+        param: params.max_tokens === undefined ? "messages" : "max_tokens",
+      });
     }
     return requested;
   }

@@ -1,6 +1,13 @@
 /** OpenAI's legacy completions and the platform's own generate route: requests, prompts, responses, chunks. */
 import { z } from "zod";
-import type { PromptTokenLogprob, Prompt, TokenLogprob, Usage } from "../job.ts";
+import {
+  type PromptTokenLogprob,
+  type Prompt,
+  type TokenLogprob,
+  type Usage,
+  ZERO_TOKENS_NEED_ECHO,
+  zeroTokensAllowed,
+} from "../job.ts";
 import {
   bounds,
   type Head,
@@ -44,16 +51,10 @@ export const CompletionRequest = openAiBody({
   /** The legacy form: how many alternatives to report per token (top_logprobs' bounds). */
   logprobs: z.nullable(bounds.top_logprobs),
   ...sampling,
-  // 0 scores the prompt and generates nothing (lm-evaluation-harness's log-likelihoods): only with echo.
+  // 0 scores the prompt and generates nothing: only with echo (job.ts, zeroTokensAllowed).
   max_tokens: bounds.max_tokens.nullish(),
 }).superRefine((body, ctx) => {
-  if (body.max_tokens === 0 && !body.echo)
-    ctx.addIssue({
-      code: "custom",
-      path: ["max_tokens"],
-      message:
-        "0 generates nothing: it is allowed only with echo: true (to score the prompt); ask for at least 1 token",
-    });
+  if (!zeroTokensAllowed(body)) ctx.addIssue({ code: "custom", path: ["max_tokens"], message: ZERO_TOKENS_NEED_ECHO });
   // The prompt's logprobs are computed before the first token; a stream would carry them in a first chunk of its own.
   if (body.echo && body.stream)
     ctx.addIssue({

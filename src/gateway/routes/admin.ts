@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { type Context, Hono } from "hono";
 import { z } from "zod";
 import { DeploymentConfig, Framework, ModelName, ModelVersion } from "../../contracts/deployment.ts";
-import { type AutoscalingSettings, parseAutoscalingConfig } from "../../autoscaling/config.ts";
+import { type AutoscalingSettings, parseAutoscalingFor } from "../../autoscaling/config.ts";
 import type { Endpoint } from "../../endpoints/endpoint.ts";
 import { ModelTask, type RegisteredVersion } from "../../registry/version.ts";
 import { autoscalingStatus, clearAutoscaling, setAutoscaling } from "../../autoscaling/store.ts";
@@ -79,17 +79,9 @@ export async function statusOf(
 
 /** The autoscaling file's contents (or a deployment's `autoscaling:` block), validated; errors name the field. */
 function parseAutoscalingBody(body: unknown, name: string): AutoscalingSettings {
-  const parsed = parseAutoscalingConfig(body);
+  const parsed = parseAutoscalingFor(body, name, "the endpoint being configured");
   if (!parsed.ok) throw new PlatformError(400, "invalid_config", parsed.error, firstField(parsed.error));
-  if (parsed.value.endpoint !== undefined && parsed.value.endpoint !== name) {
-    throw new PlatformError(
-      400,
-      "invalid_config",
-      `endpoint: "${parsed.value.endpoint}" does not match the endpoint being configured, "${name}"`,
-      "endpoint",
-    );
-  }
-  return parsed.value.autoscaling;
+  return parsed.value;
 }
 
 function firstField(message: string): string | null {

@@ -1,7 +1,13 @@
 /** The OpenAI-compatible routes and the platform's own generate route, all under /v1 (the protocol: src/contracts/openai/). */
 import { type Context, Hono } from "hono";
 import { PlatformError } from "../../contracts/errors.ts";
-import type { ChatMessage, FunctionTool, SamplingParams, ToolChoice } from "../../contracts/job.ts";
+import {
+  adapterRefusal,
+  type ChatMessage,
+  type FunctionTool,
+  type SamplingParams,
+  type ToolChoice,
+} from "../../contracts/job.ts";
 import type { Submission } from "../../queue/dispatcher.ts";
 import { checkSchemaLimits, type SchemaLimits } from "../../contracts/schema-limits.ts";
 import { ChatCompletionRequest, chatFormat, toMessages } from "../../contracts/openai/chat.ts";
@@ -138,7 +144,7 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
       throw new PlatformError(
         400,
         "invalid_request",
-        "LoRA adapters apply to text generation (chat, completions), not to embeddings; name the endpoint alone",
+        `${adapterRefusal("embedding")}; name the endpoint alone`,
         "model",
       );
     const input = embeddingItems(body.input);
