@@ -3,7 +3,8 @@
  * or OpenAI batch requests and responses (jobs made through /v1/batches).
  */
 import type { SchemaLimits } from "../contracts/schema-limits.ts";
-import { type InputLine, type ParsedEntry, parseRecord } from "./input.ts";
+import type { InputLine } from "../files/jsonl.ts";
+import { type ParsedEntry, parseRecord } from "./input.ts";
 import { openAiFormat } from "./openai-lines.ts";
 import { type Outcome, outputLine } from "./output.ts";
 import type { BatchSpec } from "./store.ts";

@@ -32,7 +32,8 @@ import {
 } from "../contracts/openai/responses-output.ts";
 import type { LineFormat } from "./formats.ts";
 import { parseResponsesLine } from "./responses-lines.ts";
-import { failure, idOf, type InputLine, jsonObject, type ParsedEntry } from "./input.ts";
+import type { InputLine } from "../files/jsonl.ts";
+import { failure, idOf, jsonObject, type ParsedEntry } from "./input.ts";
 import type { Outcome } from "./output.ts";
 import type { BatchSpec, OpenAiSpec } from "./store.ts";
 

@@ -25,7 +25,8 @@ import type { StoragePolicy } from "../storage/policy.ts";
 import { OutputAssembly } from "./assemble.ts";
 import { formatFor, type LineFormat } from "./formats.ts";
 import { imageFormat, placeImage } from "./image-records.ts";
-import { isBlank, readLines, type Work } from "./input.ts";
+import { isBlank, readLines } from "../files/jsonl.ts";
+import type { Work } from "./input.ts";
 import { type OutputLocation, type Outcome, outputLocation, withStorageRetries } from "./output.ts";
 import {
   BatchFailure,
