@@ -4,20 +4,9 @@
  */
 import type { z } from "zod";
 import { BatchInputLine, lineId } from "./schema.ts";
-import type { ChatMessage, Prompt, SamplingParams } from "../contracts/job.ts";
 import { describeIssues } from "../contracts/issues.ts";
 import { DEFAULT_MAX_LINE_BYTES, type InputLine } from "../files/jsonl.ts";
-import type { ImageWork } from "./image-records.ts";
-
-/** What one record asks the model for. */
-export type Work =
-  | { kind: "prompt"; prompt: Prompt }
-  | { kind: "chat"; messages: ChatMessage[] }
-  | { kind: "image"; image: ImageWork };
-
-export type ParsedEntry =
-  | { ok: true; line: number; id: string; work: Work; params: SamplingParams }
-  | { ok: false; line: number; id: string; code: string; message: string };
+import type { ParsedEntry } from "./lines.ts";
 
 /** A line as a JSON object, or the error line it becomes. */
 export function jsonObject(
