@@ -8,7 +8,8 @@ import { endpointQueueName } from "../src/contracts/engines.ts";
 import { QueueBase } from "../src/queue/base.ts";
 import { laneName } from "../src/queue/lanes.ts";
 import { MAX_REPLICA_LOSSES } from "../src/queue/reclaim.ts";
-import type { WorkerState } from "./state.ts";
+import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import type { Control } from "../src/redis/connection.ts";
 
 /**
  * Jobs a replica holds per engine sequence: one running, one waiting in `slots` for it, so a
@@ -43,8 +44,15 @@ export class QueueWorkers {
   }
 }
 
-/** Created stopped: the caller runs them once the replica's heartbeat names them (`queue_worker`, `lane_worker`). */
-export function queueWorker(w: WorkerState, parallel: number, handle: Processor): QueueWorkers {
+/**
+ * Created stopped: the caller runs them once the replica's heartbeat names them (`queue_worker`, `lane_worker`).
+ * `w`: who the replica is (its WorkerState, state.ts, which holds what this returns).
+ */
+export function queueWorker(
+  w: { ctl: Control; endpoint: Endpoint; replicaId: string },
+  parallel: number,
+  handle: Processor,
+): QueueWorkers {
   const base = new QueueBase(w.ctl);
   const options = {
     // A dead replica's jobs are taken back as soon as its supervisor or the scaler learns of the

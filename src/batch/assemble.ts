@@ -7,7 +7,7 @@
 import type { Control } from "../redis/connection.ts";
 import { isStorageError } from "../storage/index.ts";
 import type { StoragePolicy } from "../storage/policy.ts";
-import { type BatchResultFiles, registerResultFiles, type ResultObject } from "./files.ts";
+import { type BatchResultFiles, registerResultFiles, type ResultObject } from "../files/store.ts";
 import { type OutputLocation, selectLines, withStorageRetries } from "./output.ts";
 import { BatchFailure } from "./prepare.ts";
 import { checkParts, checkUris } from "./run-checks.ts";

@@ -3,24 +3,11 @@
  * or OpenAI batch requests and responses (jobs made through /v1/batches).
  */
 import type { SchemaLimits } from "../contracts/schema-limits.ts";
-import { type InputLine, type ParsedEntry, parseRecord } from "./input.ts";
+import { parseRecord } from "./input.ts";
 import { openAiFormat } from "./openai-lines.ts";
-import { type Outcome, outputLine } from "./output.ts";
+import type { LineFormat } from "./lines.ts";
+import { outputLine } from "./output.ts";
 import type { BatchSpec } from "./store.ts";
-
-export type LineFormat = {
-  parse(line: InputLine): ParsedEntry;
-  /** One output line (without its newline); must depend only on its arguments, so a redone batch writes the same part. */
-  render(record: { line: number; id: string }, outcome: Outcome): string;
-  /**
-   * Present when the format's failed records go to a file of their own (the
-   * OpenAI shape's error file): says of a written line whether it is one.
-   * Parts keep every line in input order either way (a partial download or a
-   * resumed run reads them as they are); the result is split when assembled.
-   * Absent: one result holds every line (the platform's own format).
-   */
-  failed?(line: string): boolean;
-};
 
 const platformFormat: LineFormat = {
   parse: (line) => parseRecord(line),

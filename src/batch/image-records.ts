@@ -12,9 +12,8 @@ import { ImageParams, MAX_IMAGE_PROMPT_CHARS } from "../contracts/job.ts";
 import { imageSize, type SizeRule } from "../contracts/openai/images.ts";
 import { isImageKey } from "../image-files/keys.ts";
 import { isStorageError, type ObjectStore } from "../storage/index.ts";
-import type { LineFormat } from "./formats.ts";
 import { failure, idOf, jsonObject } from "./input.ts";
-import type { Outcome } from "./output.ts";
+import type { LineFormat, Outcome } from "./lines.ts";
 
 /** A record id that names its PNG: a file name, nothing that could reach outside the output location. */
 const IMAGE_RECORD_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
@@ -46,21 +45,6 @@ export const ImageInputLine = z
     seed: ImageParams.shape.seed,
   })
   .strict();
-
-/** What an image record asks a replica for (job.ts ImageJob's fields). */
-export type ImageWork = {
-  prompt: string;
-  negative_prompt?: string;
-  width: number;
-  height: number;
-  params: ImageParams;
-};
-
-/**
- * An image record's answer: the PNG's key in the artifact store until placed, then its name
- * relative to the result (`uri`, a relative URI reference: IMAGE_REFERENCE).
- */
-export type ImageOutcome = { key?: string; uri?: string; seed: number; steps: number; width: number; height: number };
 
 /** The platform's own lines for an image model: `pipeline` says which sizes it takes. */
 export function imageFormat(pipeline: SizeRule | undefined): LineFormat {

@@ -23,7 +23,7 @@ import { QueueBase } from "../queue/base.ts";
 import { checkOutput, type Located, locate } from "../storage/located.ts";
 import { StoragePolicy } from "../storage/policy.ts";
 import { resolveAdapterTarget } from "./adapter-target.ts";
-import type { BatchFiles, BatchResultFiles } from "./files.ts";
+import type { Files, BatchResultFiles } from "../files/store.ts";
 import { readImage, readOutput } from "./job-output.ts";
 import {
   createRecord,
@@ -58,14 +58,14 @@ export class BatchJobs {
   private readonly queues: QueueBase;
   private readonly queue: Queue<CoordinatorJobData>;
   private readonly storage: StoragePolicy;
-  private readonly files: BatchFiles | undefined;
+  private readonly files: Files | undefined;
 
   /**
    * `queue`: another coordinator queue than `batches`, for a separate pool of coordinators (tests use one).
    * `storage`: the roots keys may name (none by default: every client-named URI is refused).
    * `files`: uploaded files, for `input_file_id`.
    */
-  constructor(ctl: Control, options: { queue?: string; storage?: StoragePolicy; files?: BatchFiles } = {}) {
+  constructor(ctl: Control, options: { queue?: string; storage?: StoragePolicy; files?: Files } = {}) {
     this.ctl = ctl;
     this.storage = options.storage ?? new StoragePolicy();
     this.files = options.files;

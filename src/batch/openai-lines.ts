@@ -30,10 +30,10 @@ import {
   type ResponseObject,
   responseShell,
 } from "../contracts/openai/responses-output.ts";
-import type { LineFormat } from "./formats.ts";
 import { parseResponsesLine } from "./responses-lines.ts";
-import { failure, idOf, type InputLine, jsonObject, type ParsedEntry } from "./input.ts";
-import type { Outcome } from "./output.ts";
+import type { InputLine } from "../files/jsonl.ts";
+import { failure, idOf, jsonObject } from "./input.ts";
+import type { LineFormat, Outcome, ParsedEntry } from "./lines.ts";
 import type { BatchSpec, OpenAiSpec } from "./store.ts";
 
 type ResponseBody = ChatCompletion | TextCompletion | ResponseObject | ErrorEnvelope;

@@ -14,8 +14,7 @@
 import { basename, dirname } from "node:path";
 import pRetry from "p-retry";
 import type { BatchOutputLine } from "./schema.ts";
-import type { FinishReason } from "../contracts/job.ts";
-import type { ImageOutcome } from "./image-records.ts";
+import type { Outcome } from "./lines.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import {
   FileStore,
@@ -123,23 +122,6 @@ export async function probeWritable(out: OutputLocation): Promise<void> {
   await out.store.put(key, "");
   await out.store.delete(key);
 }
-
-/**
- * Outcome of one record, as kept until its batch is written. `tokens` is the
- * total; the details are there for output formats that show them.
- */
-export type Outcome =
-  | {
-      ok: true;
-      text: string;
-      tokens: number;
-      prompt_tokens?: number;
-      completion_tokens?: number;
-      finish_reason?: FinishReason;
-      /** An image record's answer (image-records.ts); `text` is then empty. */
-      image?: ImageOutcome;
-    }
-  | { ok: false; code: string; message: string; status?: number; param?: string | null };
 
 export function outputLine(id: string, outcome: Outcome): string {
   const line: BatchOutputLine = outcome.ok

@@ -21,7 +21,7 @@ import { DEFAULT_ORG } from "../contracts/orgs.ts";
 import { resolveModelVersion } from "../registry/versions.ts";
 import { fromFsError } from "../storage/errors.ts";
 import { isStorageError, type ObjectStore, openObject, parseStorageUri, type S3Settings } from "../storage/index.ts";
-import { isBlank, readLines } from "./input.ts";
+import { isBlank, readLines } from "../files/jsonl.ts";
 import { type OutputLocation, outputLocation, probeWritable } from "./output.ts";
 import type { BatchSpec } from "./store.ts";
 

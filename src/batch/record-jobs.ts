@@ -37,8 +37,7 @@ import { replyHandler } from "../queue/replies.ts";
 import type { EntryHandler, StreamReader } from "../queue/stream-reader.ts";
 import { reportBatchRecord } from "./metrics.ts";
 import { nonStreamingTtft } from "../telemetry/request-metrics.ts";
-import type { Work } from "./input.ts";
-import type { Outcome } from "./output.ts";
+import type { Outcome, Work } from "./lines.ts";
 
 /**
  * An answer, with whether asking again could help (engine errors, busy or not-ready replicas),

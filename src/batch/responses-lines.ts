@@ -15,7 +15,8 @@ import {
   withInstructions,
 } from "../contracts/openai/responses.ts";
 import { type SchemaLimits, schemaLimitError } from "../contracts/schema-limits.ts";
-import { failure, type ParsedEntry } from "./input.ts";
+import { failure } from "./input.ts";
+import type { ParsedEntry } from "./lines.ts";
 
 export function parseResponsesLine(
   n: number,

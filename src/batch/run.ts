@@ -23,10 +23,11 @@ import { taskOf } from "../registry/version.ts";
 import { isStorageError, type ObjectStore } from "../storage/index.ts";
 import type { StoragePolicy } from "../storage/policy.ts";
 import { OutputAssembly } from "./assemble.ts";
-import { formatFor, type LineFormat } from "./formats.ts";
+import { formatFor } from "./formats.ts";
 import { imageFormat, placeImage } from "./image-records.ts";
-import { isBlank, readLines, type Work } from "./input.ts";
-import { type OutputLocation, type Outcome, outputLocation, withStorageRetries } from "./output.ts";
+import { isBlank, readLines } from "../files/jsonl.ts";
+import type { LineFormat, Outcome, Work } from "./lines.ts";
+import { type OutputLocation, outputLocation, withStorageRetries } from "./output.ts";
 import {
   BatchFailure,
   checkDeployed,

@@ -20,7 +20,7 @@ import type { S3Settings } from "../storage/index.ts";
 import type { StorageViewer } from "../storage/policy.ts";
 import { DEFAULT_ORG } from "../contracts/orgs.ts";
 import type { ApiKeyRole } from "../keys/key.ts";
-import { BatchResultFiles } from "./files.ts";
+import { BatchResultFiles } from "../files/store.ts";
 import { type OutputLocation, outputLocation } from "./output.ts";
 
 /** A job created through the OpenAI Batch API shape (/v1/batches): its lines are OpenAI requests. */

@@ -8,7 +8,8 @@
 import type { Command } from "commander";
 import { z } from "zod";
 import { CliError } from "./common/errors.ts";
-import { GENERATED_DIR, generate, type Language, LANGUAGES } from "../protos/generate.ts";
+import { GENERATED_DIR, generate } from "../protos/generate.ts";
+import { type Language, LANGUAGES } from "../protos/languages.ts";
 import { discoverService } from "../scaffold/discover.ts";
 import { scaffoldNode } from "../scaffold/node.ts";
 import { scaffoldPython } from "../scaffold/python/index.ts";

@@ -10,7 +10,26 @@ import { ApiClient } from "../client/api.ts";
 import { CliError } from "./common/errors.ts";
 import { printJson } from "./common/output.ts";
 import { uploadFile } from "./common/upload.ts";
-import type { SubmitOptions } from "./training.ts";
+
+/** `training submit`'s flags, as commander hands them over. */
+export type SubmitOptions = {
+  name: string;
+  framework: string;
+  source?: string;
+  version?: string;
+  task?: string;
+  base?: string;
+  dataset?: string;
+  validation?: string;
+  method: string;
+  epochs?: number;
+  learningRate?: number;
+  loraRank?: number;
+  loraAlpha?: number;
+  seed?: number;
+  watch?: boolean;
+  json?: boolean;
+};
 
 export async function submitFineTune(opts: SubmitOptions): Promise<void> {
   if (!opts.base)

@@ -11,13 +11,14 @@ import { formatBytes } from "../contracts/bytes.ts";
 import { formatCount, printJson, printTable } from "./common/output.ts";
 import { progressReporter } from "./common/progress.ts";
 import { SOURCE_SCHEMES } from "../registry/sources.ts";
-import { checkpointFiles, tarSize, type UploadFile } from "../registry/checkpoint-upload.ts";
+import { checkpointFiles, tarSize, type UploadFile } from "../client/checkpoint-upload.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import { writeTar } from "../registry/tar.ts";
 import { registerEvaluate } from "./training-evaluate.ts";
 import { evaluations } from "./abtest.ts";
 import type { StoredResult } from "../evaluation/schema.ts";
 import { registerTrainingJobs } from "./training-jobs.ts";
+import type { SubmitOptions } from "./training-tune.ts";
 
 export function registerTraining(program: Command): void {
   const training = program.command("training").description("register models and list the registry");
@@ -115,26 +116,6 @@ export function registerTraining(program: Command): void {
       );
     });
 }
-
-/** `training submit`'s flags, as commander hands them over. */
-export type SubmitOptions = {
-  name: string;
-  framework: string;
-  source?: string;
-  version?: string;
-  task?: string;
-  base?: string;
-  dataset?: string;
-  validation?: string;
-  method: string;
-  epochs?: number;
-  learningRate?: number;
-  loraRank?: number;
-  loraAlpha?: number;
-  seed?: number;
-  watch?: boolean;
-  json?: boolean;
-};
 
 /** Registers a version (or an adapter, with --base) from `--source`: uploaded when local, fetched by the gateway otherwise. */
 async function register(opts: SubmitOptions & { source: string }): Promise<void> {

@@ -4,7 +4,7 @@
  * a run never half-finishes on line 9,000 for a typo.
  */
 import { createHash } from "node:crypto";
-import { isBlank, readLines } from "../batch/input.ts";
+import { isBlank, readLines } from "../files/jsonl.ts";
 import { LINE_SHAPES, type Metric } from "./schema.ts";
 
 /** A dataset is read whole: at most this many bytes and items. */

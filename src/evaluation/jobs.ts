@@ -8,7 +8,7 @@
 import { randomBytes } from "node:crypto";
 import { isAbsolute } from "node:path";
 import type { Queue } from "bullmq";
-import type { BatchFiles } from "../batch/files.ts";
+import type { Files } from "../files/store.ts";
 import { endpointQueueName } from "../contracts/engines.ts";
 import { PlatformError, parseRequest } from "../contracts/errors.ts";
 import { EVALUATION_QUEUE, queueName } from "../contracts/naming.ts";
@@ -55,9 +55,9 @@ export class Evaluations {
   private readonly queues: QueueBase;
   private readonly queue: Queue<EvaluationJobData>;
   private readonly storage: StoragePolicy;
-  private readonly files: BatchFiles | undefined;
+  private readonly files: Files | undefined;
 
-  constructor(ctl: Control, options: { queue?: string; storage?: StoragePolicy; files?: BatchFiles } = {}) {
+  constructor(ctl: Control, options: { queue?: string; storage?: StoragePolicy; files?: Files } = {}) {
     this.ctl = ctl;
     this.storage = options.storage ?? new StoragePolicy();
     this.files = options.files;

@@ -8,7 +8,7 @@
  */
 import { createHash } from "node:crypto";
 import type { Readable } from "node:stream";
-import { isBlank, readLines } from "../batch/input.ts";
+import { isBlank, readLines } from "../files/jsonl.ts";
 import { PlatformError } from "../contracts/errors.ts";
 
 export type DatasetLimits = { maxBytes: number; maxLines: number; maxLineBytes: number };

@@ -18,7 +18,7 @@ import { resolveModelVersion } from "../registry/versions.ts";
 import type { RegisteredVersion } from "../registry/version.ts";
 import { openObject, parseStorageUri, StorageError } from "../storage/index.ts";
 import { StoragePolicy } from "../storage/policy.ts";
-import type { BatchFiles } from "../batch/files.ts";
+import type { Files } from "../files/store.ts";
 import { type FineTuningSettings, loadSettings } from "../settings/index.ts";
 import { type DatasetSummary, validateDataset } from "./dataset.ts";
 import {
@@ -59,7 +59,7 @@ export class FineTuningJobs {
   /** GPU jobs' queue, read only by trainers that offer a GPU (docs/fine-tuning.md, "GPU jobs"). */
   private readonly gpuQueue: Queue<TrainJobData>;
   private readonly storage: StoragePolicy;
-  private readonly files: BatchFiles | undefined;
+  private readonly files: Files | undefined;
   private readonly watch: TrainerWatch | undefined;
   readonly settings: FineTuningSettings;
 
@@ -68,7 +68,7 @@ export class FineTuningJobs {
     options: {
       queue?: string;
       storage?: StoragePolicy;
-      files?: BatchFiles;
+      files?: Files;
       settings?: FineTuningSettings;
       /** Also look for jobs whose trainer died (trainers.ts); gateways do. Call start() then. */
       watchTrainers?: boolean;

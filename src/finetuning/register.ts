@@ -4,7 +4,7 @@
  * as any uploaded adapter is: src/registry/adapter-register.ts); method `full` → a new Hugging Face
  * checkpoint version (through importModel, as any checkpoint directory).
  */
-import { registerAdapter } from "../registry/adapter-register.ts";
+import { registerAdapter } from "../registry/import.ts";
 import { importModel } from "../registry/import.ts";
 import type { RegisteredVersion, TrainingSummary } from "../registry/version.ts";
 import type { Control } from "../redis/connection.ts";

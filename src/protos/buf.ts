@@ -13,7 +13,7 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { describeIssues } from "../contracts/issues.ts";
 import { CommandError } from "../process/command-error.ts";
-import type { Language } from "./generate.ts";
+import type { Language } from "./languages.ts";
 
 /** The package @bufbuild/buf installs for each platform (its own table, scripts/platform.ts). */
 const BUF_PACKAGES: Record<string, string> = {

@@ -32,10 +32,7 @@ import {
   workspacePath,
 } from "./buf.ts";
 import { CommandError } from "../process/command-error.ts";
-
-/** The languages stubs are generated in (a workspace's `language`). */
-export const LANGUAGES = ["node", "python"] as const;
-export type Language = (typeof LANGUAGES)[number];
+import type { Language } from "./languages.ts";
 
 export const GENERATED_DIR = "src/__generated__";
 

@@ -8,7 +8,7 @@ import { join, relative } from "node:path";
 import { parse as parseToml } from "smol-toml";
 import { runTool } from "../images/build.ts";
 import { CommandError } from "../process/command-error.ts";
-import type { Language } from "../protos/generate.ts";
+import type { Language } from "../protos/languages.ts";
 
 /** What a version may hold to be part of a tag (the distribution spec's tag characters). */
 const TAG_SAFE = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,100}$/;

@@ -2,16 +2,16 @@
  * Registering a LoRA adapter version: the import's scratch copy of a PEFT directory (uploaded, a
  * local directory, an s3:// prefix or an hf:// repository, as registry/import.ts fetches every
  * directory) checked against its base (src/registry/adapter.ts), stored file by file under
- * models/<name>/<version>/ with a manifest, and recorded as kind "adapter". `registerAdapter` is
- * the entry for the platform's own adapters (a fine-tuning job's output directory).
+ * models/<name>/<version>/ with a manifest (save.ts), and recorded as kind "adapter"; the
+ * platform's own adapters (a fine-tuning job's output directory) come through import.ts's
+ * `registerAdapter`.
  */
 import { join } from "node:path";
 import { PlatformError } from "../contracts/errors.ts";
 import { adapterSummary, ADAPTER_FILES, checkAgainstBase, readAdapter, readBaseWeights } from "./adapter.ts";
-import { manifestDigest, sortManifest } from "./checkpoint.ts";
-import { type ImportDeps, importModel, type ImportRequest, saveRecord, storeDirectory } from "./import.ts";
-import type { ArtifactFile, RegisteredVersion, TrainingSummary, VersionRef } from "./version.ts";
-import { listModelVersions, nextVersion, resolveModelVersion } from "./versions.ts";
+import { type ImportDeps, type ImportRequest, requireKind, saveRecord, storeFetched } from "./save.ts";
+import type { RegisteredVersion, VersionRef } from "./version.ts";
+import { resolveModelVersion } from "./versions.ts";
 
 /** `<model>@<version>` as a reference, or the 400 that says how to write it. */
 export function parseBaseRef(base: string | undefined): VersionRef {
@@ -60,28 +60,6 @@ export async function resolveBase(deps: Pick<ImportDeps, "ctl">, ref: VersionRef
   return base;
 }
 
-/**
- * A name holds models or adapters, never both: `<name>` (latest) must mean one kind of thing to a
- * deployment and to `<endpoint>:<name>`. A 409 naming the clash when `name` holds the other kind.
- */
-export async function requireKind(
-  deps: Pick<ImportDeps, "ctl">,
-  name: string,
-  kind: "adapter" | "model",
-): Promise<void> {
-  const existing = await listModelVersions(deps.ctl, name);
-  const other = existing.find((v) => (v.kind === "adapter") !== (kind === "adapter"));
-  if (!other) return;
-  throw new PlatformError(
-    409,
-    "name_taken",
-    kind === "adapter"
-      ? `name: "${name}" already holds model versions (${other.version}); register the adapter under a name of its own`
-      : `name: "${name}" already holds LoRA adapter versions (${other.version}); register the model under a name of its own`,
-    "name",
-  );
-}
-
 /** Checks, stores and records the adapter whose files (name → size, sha256) lie in `dir`. */
 export async function importAdapter(
   deps: ImportDeps,
@@ -101,57 +79,17 @@ export async function importAdapter(
     );
   const layout = await readAdapter(dir);
   checkAgainstBase(layout, base, await readBaseWeights(deps.artifacts, join(deps.scratchDir, "bases"), base));
-  const manifest: ArtifactFile[] = sortManifest(
-    ADAPTER_FILES.map((path) => ({ path, ...(files.get(path) as { size: number; sha256: string }) })),
-  );
-  const version = req.version ?? (await nextVersion(deps.ctl, req.name));
-  const artifact = await storeDirectory(deps, `models/${req.name}/${version}`, dir, manifest);
   // Served by its base's engine: the base's framework is the adapter's.
   return saveRecord(
     deps.ctl,
     { ...req, framework: base.framework },
     {
-      version,
-      artifact,
-      sha256: manifestDigest(manifest),
-      size_bytes: manifest.reduce((n, f) => n + f.size, 0),
-      gguf: null,
+      ...(await storeFetched(deps, req, dir, files, ADAPTER_FILES)),
       kind: "adapter",
-      manifest,
       task: "generate",
       adapter: adapterSummary(layout, base),
     },
   );
-}
-
-/**
- * Registers the PEFT adapter in the local directory `dir` (adapter_config.json +
- * adapter_model.safetensors) as `name` (its next version, or `version`), adapting `base`; with
- * `training`, the fine-tuning job that made it. Checked against the base as any upload is: a 400
- * PlatformError says why it is refused.
- */
-export async function registerAdapter(
-  deps: ImportDeps,
-  input: {
-    name: string;
-    version?: string;
-    base: VersionRef;
-    dir: string;
-    training?: TrainingSummary;
-    /** The organization that made it (src/registry/owners.ts). */
-    owner?: string;
-  },
-): Promise<RegisteredVersion> {
-  return importModel(deps, {
-    name: input.name,
-    version: input.version,
-    framework: "llamacpp",
-    source: input.training ? `fine-tuning job ${input.training.job_id}` : input.dir,
-    directory: { path: input.dir },
-    base: `${input.base.name}@${input.base.version}`,
-    training: input.training,
-    owner: input.owner,
-  });
 }
 
 /**

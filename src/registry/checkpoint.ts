@@ -119,8 +119,9 @@ export function sortManifest(files: readonly ArtifactFile[]): ArtifactFile[] {
   return [...files].sort((a, b) => Buffer.compare(Buffer.from(a.path), Buffer.from(b.path)));
 }
 
-function invalid(message: string): PlatformError {
-  return new PlatformError(400, "invalid_artifact", `source: ${message}`, "source");
+/** A 400 `invalid_artifact` naming the field at fault (the source, unless said): every kind's checks use it. */
+export function invalid(message: string, param = "source"): PlatformError {
+  return new PlatformError(400, "invalid_artifact", `${param}: ${message}`, param);
 }
 
 /**

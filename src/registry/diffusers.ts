@@ -8,11 +8,10 @@
  */
 import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
-import { PlatformError } from "../contracts/errors.ts";
 import { SafetensorsCheckpoint, SafetensorsError } from "../formats/convert/safetensors.ts";
-import { type ImportDeps, type ImportRequest, saveRecord, storeFetched } from "./import.ts";
+import { invalid } from "./checkpoint.ts";
+import { type ImportDeps, type ImportRequest, requireKind, saveRecord, storeFetched } from "./save.ts";
 import type { PipelineSummary, RegisteredVersion } from "./version.ts";
-import { requireKind } from "./adapter-register.ts";
 
 const DTYPES: Record<string, string> = { F32: "float32", F16: "float16", BF16: "bfloat16", F64: "float64" };
 
@@ -138,8 +137,4 @@ async function readJson(dir: string, name: string): Promise<Json> {
   if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
     throw invalid(`${name} is not a JSON object`);
   return parsed as Json;
-}
-
-function invalid(message: string, param = "source"): PlatformError {
-  return new PlatformError(400, "invalid_artifact", `${param}: ${message}`, param);
 }

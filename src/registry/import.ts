@@ -4,65 +4,33 @@
  * (a GGUF header: src/formats/gguf/summary.ts), copy it into the artifact store, and record the
  * version. The artifact is one GGUF file, or a Hugging Face-style checkpoint directory (config,
  * tokenizer, safetensors) kept file by file under one version with a manifest
- * (src/registry/checkpoint.ts; docs/registry.md).
+ * (src/registry/checkpoint.ts; docs/registry.md). What every kind ends with, storing and recording,
+ * is save.ts; `registerAdapter` is the entry for the platform's own adapters (a fine-tuning job's).
  */
 import { randomUUID } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { mkdir, rm } from "node:fs/promises";
 import { basename, join } from "node:path";
-import type { Framework } from "../contracts/deployment.ts";
 import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { requireConvertible } from "../formats/convert/index.ts";
 import { type GgufInfo, type GgufSummary, hasGgufMagic, readGgufInfo, summarizeGguf } from "../formats/gguf/index.ts";
-import type { Control } from "../redis/connection.ts";
 import { loadSettings } from "../settings/index.ts";
 import type { SourcePolicy } from "../settings/sources.ts";
-import type { S3Settings } from "../storage/index.ts";
-import type { ObjectStore } from "../storage/store.ts";
-import { importAdapter, requireKind } from "./adapter-register.ts";
-import { manifestDigest, sortManifest, summarizeCheckpoint } from "./checkpoint.ts";
-import { fetchFile, isDirectoryRequest, type SourceRequest } from "./fetch.ts";
+import { importAdapter } from "./adapter-register.ts";
+import { summarizeCheckpoint } from "./checkpoint.ts";
+import { fetchFile, isDirectoryRequest } from "./fetch.ts";
 import { fetchCheckpoint } from "./fetch-checkpoint.ts";
 import {
-  type ArtifactFile,
   defaultCheckpointTask,
   defaultTask,
-  type ModelTask,
   type RegisteredVersion,
   type TrainingSummary,
+  type VersionRef,
 } from "./version.ts";
 import { importPipeline } from "./diffusers.ts";
 import { isPipelineFile } from "./pipeline-files.ts";
-import { nextVersion, saveModelVersion, versionExists } from "./versions.ts";
-
-export type ImportRequest = SourceRequest & {
-  name: string;
-  framework: Framework;
-  version?: string;
-  /** What the model serves; absent: its architecture's default (`defaultTask`: encoders embed, decoders generate). */
-  task?: ModelTask;
-  /**
-   * The base version a LoRA adapter adapts, `<model>@<version>`: required when the source holds
-   * adapter_config.json (an adapter, src/registry/adapter.ts), refused otherwise.
-   */
-  base?: string;
-  /** Versions a fine-tuning job made: how (kept on the record). */
-  training?: TrainingSummary;
-  /** The organization that made it (a fine-tuning job's): its name is claimed for it (src/registry/owners.ts). */
-  owner?: string;
-};
-
-/**
- * `sources`: what remote sources may reach (settings.sources; default: the strict policy of an empty
- * environment). `s3`: how s3:// sources are reached (settings.storage.s3).
- */
-export type ImportDeps = {
-  ctl: Control;
-  artifacts: ObjectStore;
-  scratchDir: string;
-  sources?: SourcePolicy;
-  s3?: S3Settings;
-};
+import { type ImportDeps, type ImportRequest, requireKind, saveRecord, storeFetched } from "./save.ts";
+import { nextVersion, versionExists } from "./versions.ts";
 
 export async function importModel(deps: ImportDeps, req: ImportRequest): Promise<RegisteredVersion> {
   if (req.version !== undefined && (await versionExists(deps.ctl, req.name, req.version))) {
@@ -143,64 +111,6 @@ async function importCheckpoint(
   });
 }
 
-/** Stores the fetched files `names` (from `dir`) as the next version's directory artifact: the record's storage fields. */
-export async function storeFetched(
-  deps: ImportDeps,
-  req: ImportRequest,
-  dir: string,
-  files: ReadonlyMap<string, { size: number; sha256: string }>,
-  names: readonly string[],
-) {
-  const manifest: ArtifactFile[] = sortManifest(names.map((path) => ({ path, ...files.get(path)! })));
-  const version = req.version ?? (await nextVersion(deps.ctl, req.name));
-  const artifact = await storeDirectory(deps, `models/${req.name}/${version}`, dir, manifest);
-  return {
-    version,
-    artifact,
-    sha256: manifestDigest(manifest),
-    size_bytes: manifest.reduce((n, f) => n + f.size, 0),
-    gguf: null,
-    kind: "hf" as const,
-    manifest,
-  };
-}
-
-/** Copies a directory artifact's files (`manifest`, from `dir`) under `artifact` in the store; its key. */
-export async function storeDirectory(
-  deps: Pick<ImportDeps, "artifacts">,
-  artifact: string,
-  dir: string,
-  manifest: readonly ArtifactFile[],
-): Promise<string> {
-  try {
-    for (const f of manifest) await deps.artifacts.put(`${artifact}/${f.path}`, createReadStream(join(dir, f.path)));
-  } catch (e) {
-    // Nothing points at a partial copy; it is removed so a retry under the same version starts clean.
-    for (const f of manifest) await deps.artifacts.delete(`${artifact}/${f.path}`).catch(() => undefined);
-    throw e;
-  }
-  return artifact;
-}
-
-/** Records the version: what every version takes from its request, and what its kind adds. */
-export async function saveRecord(
-  ctl: Control,
-  req: ImportRequest,
-  fields: Omit<RegisteredVersion, "name" | "framework" | "source" | "created">,
-): Promise<RegisteredVersion> {
-  const record: RegisteredVersion = {
-    name: req.name,
-    framework: req.framework,
-    source: req.source,
-    created: Date.now(),
-    ...fields,
-    ...(req.training ? { training: req.training } : {}),
-    ...(req.owner ? { owner: req.owner } : {}),
-  };
-  await saveModelVersion(ctl, record);
-  return record;
-}
-
 /** The file's GGUF summary; null for a file vLLM serves (not GGUF), refused for llama.cpp, which needs one. */
 async function readSummary(path: string, req: ImportRequest): Promise<GgufSummary | null> {
   // vLLM serves Hugging Face-style checkpoints too: only llama.cpp needs GGUF.
@@ -236,4 +146,34 @@ async function readSummary(path: string, req: ImportRequest): Promise<GgufSummar
 function fileName(source: string): string {
   const name = basename(source.split("?")[0] ?? source);
   return /^[\w.-]+$/.test(name) ? name : "model.gguf";
+}
+
+/**
+ * Registers the PEFT adapter in the local directory `dir` (adapter_config.json +
+ * adapter_model.safetensors) as `name` (its next version, or `version`), adapting `base`; with
+ * `training`, the fine-tuning job that made it. Checked against the base as any upload is: a 400
+ * PlatformError says why it is refused.
+ */
+export async function registerAdapter(
+  deps: ImportDeps,
+  input: {
+    name: string;
+    version?: string;
+    base: VersionRef;
+    dir: string;
+    training?: TrainingSummary;
+    /** The organization that made it (src/registry/owners.ts). */
+    owner?: string;
+  },
+): Promise<RegisteredVersion> {
+  return importModel(deps, {
+    name: input.name,
+    version: input.version,
+    framework: "llamacpp",
+    source: input.training ? `fine-tuning job ${input.training.job_id}` : input.dir,
+    directory: { path: input.dir },
+    base: `${input.base.name}@${input.base.version}`,
+    training: input.training,
+    owner: input.owner,
+  });
 }

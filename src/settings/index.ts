@@ -29,7 +29,7 @@ import { type RegistryTokenSettings, registryTokenSettings, registryTokenShape }
 import { type RegistryPolicy, registriesSettings, registriesShape } from "./registries.ts";
 import { type ServicesSettings, servicesSettings, servicesShape } from "./services.ts";
 import { type FineTuningSettings, fineTuningSettings, fineTuningShape } from "./finetuning.ts";
-import type { TracingSettings } from "../telemetry/tracing.ts";
+import type { TracingSettings } from "../telemetry/tracing-contract.ts";
 import { tracingSettings, tracingShape } from "./tracing.ts";
 import { type VllmSettings, vllmSettings, vllmShape } from "./vllm.ts";
 import { type ImagesSettings, imagesSettings, imagesShape } from "./images.ts";

@@ -12,7 +12,7 @@ import {
   TRACE_EXPORTERS,
   type TraceExporter,
   type TracingSettings,
-} from "../telemetry/tracing.ts";
+} from "../telemetry/tracing-contract.ts";
 import { flag, optional } from "./parse.ts";
 
 /** The specification's defaults (OTEL_BSP_*), which the SDK no longer reads from the environment itself. */

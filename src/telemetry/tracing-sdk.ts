@@ -48,9 +48,8 @@ import {
   TracerProvider,
 } from "@opentelemetry/sdk-trace";
 import { routePath } from "hono/route";
-import type { TracingSettings } from "./tracing.ts";
 import { logger, setTraceFields } from "./log.ts";
-import type { JobOutcome, JobTraceInfo, TracingImpl, TracingRole } from "./tracing.ts";
+import type { JobOutcome, JobTraceInfo, TracingImpl, TracingRole, TracingSettings } from "./tracing-contract.ts";
 
 const SERVICE_NAMES: Record<TracingRole, string> = {
   gateway: "platform-gateway",

@@ -8,7 +8,7 @@ import { z } from "zod";
 import { OrgId } from "../contracts/orgs.ts";
 
 import { BUILDERS } from "../images/build.ts";
-import { LANGUAGES, type Language } from "../protos/generate.ts";
+import { LANGUAGES, type Language } from "../protos/languages.ts";
 
 export const DEFAULT_PROTO_ROOT = "proto";
 export const DEFAULT_LANGUAGE: Language = "node";

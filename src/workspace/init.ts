@@ -7,7 +7,7 @@ import { execFile } from "node:child_process";
 import { mkdir, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { CommandError } from "../process/command-error.ts";
-import type { Language } from "../protos/generate.ts";
+import type { Language } from "../protos/languages.ts";
 import { DEFAULT_PROTO_ROOT, PlatformrcFile } from "./config.ts";
 import { WORKSPACE_FILE } from "./find.ts";
 

@@ -19,6 +19,7 @@ import { createApiKey } from "../../src/keys/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { requireCaller } from "../../src/gateway/auth.ts";
 import { batchRoutes } from "../../src/gateway/routes/batch-jobs.ts";
+import { fileRoutes } from "../../src/gateway/routes/files.ts";
 import { openAiBatchRoutes } from "../../src/gateway/routes/openai-batches.ts";
 import type { GatewayEnv } from "../../src/gateway/env.ts";
 import { errorResponse } from "../../src/gateway/errors.ts";
@@ -71,7 +72,9 @@ beforeAll(async () => {
   const app = new Hono<GatewayEnv>();
   app.use("/v1/*", requireCaller(ctl));
   app.route("/v1/batch-jobs", batchRoutes({ jobs }));
-  app.route("/v1", openAiBatchRoutes({ ctl, jobs, artifacts: openStore(join(stack.dataDir, "artifacts")) }));
+  const artifacts = openStore(join(stack.dataDir, "artifacts"));
+  app.route("/v1", fileRoutes({ ctl, artifacts }));
+  app.route("/v1", openAiBatchRoutes({ ctl, jobs, artifacts }));
   app.notFound((c) => errorResponse(c, new PlatformError(404, "unknown_route", "no route")));
   app.onError((e, c) => errorResponse(c, e));
   gateway = await new Promise((resolve) => {

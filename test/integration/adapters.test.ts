@@ -22,7 +22,7 @@ import { type RunningGateway, startGateway } from "../../src/gateway/server/app.
 import { createApiKey } from "../../src/keys/store.ts";
 import { createOrg } from "../../src/orgs/store.ts";
 import { connectControl, type Control } from "../../src/redis/connection.ts";
-import { registerAdapter } from "../../src/registry/adapter-register.ts";
+import { registerAdapter } from "../../src/registry/import.ts";
 import { writeTar } from "../../src/registry/tar.ts";
 import type { RegisteredVersion } from "../../src/registry/version.ts";
 import { resolveModelVersion } from "../../src/registry/versions.ts";

@@ -20,7 +20,7 @@ import { type RunningGateway, startGateway } from "../../src/gateway/server/app.
 import { createApiKey } from "../../src/keys/store.ts";
 import { createOrg } from "../../src/orgs/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
-import { registerAdapter } from "../../src/registry/adapter-register.ts";
+import { registerAdapter } from "../../src/registry/import.ts";
 import { importModel } from "../../src/registry/import.ts";
 import type { RegisteredVersion } from "../../src/registry/version.ts";
 import { listModelVersions } from "../../src/registry/versions.ts";

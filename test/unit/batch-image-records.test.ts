@@ -12,7 +12,7 @@ import {
   imageReference,
   placeImage,
 } from "../../src/batch/image-records.ts";
-import type { Outcome } from "../../src/batch/output.ts";
+import type { Outcome } from "../../src/batch/lines.ts";
 import { levelResult } from "../../src/benchmark/measure.ts";
 import { imageKey } from "../../src/image-files/keys.ts";
 import { FileStore } from "../../src/storage/index.ts";

@@ -3,7 +3,8 @@
 // becomes a record or an error line.
 import { Readable } from "node:stream";
 import { describe, expect, it } from "vitest";
-import { type InputLine, isBlank, parseRecord, readLines } from "../../src/batch/input.ts";
+import { parseRecord } from "../../src/batch/input.ts";
+import { type InputLine, isBlank, readLines } from "../../src/files/jsonl.ts";
 import { readInput } from "../../src/batch/prepare.ts";
 import type { ObjectStore } from "../../src/storage/index.ts";
 

@@ -2,8 +2,10 @@
  * Layers run one way (docs/design.md, "Layers"): a module imports its own folder and the layers
  * below it, never one beside or above it. LAYERS is the one list of them, bottom first; each
  * entry is a group of folders (or files) that do not import each other. Type-only imports count
- * too: a type that has to be imported from above belongs lower down. Two more rules: nothing
- * outside src/cli imports it, and no import cycle ties two folders (at any depth) together.
+ * too: a type that has to be imported from above belongs lower down. Three more rules: nothing
+ * outside src/cli imports it, no import cycle ties two folders (at any depth) together, and no
+ * import cycle ties two files together either, type-only imports included (a type two files
+ * share lives in a third that both import, as src/batch/lines.ts does).
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
@@ -26,7 +28,7 @@ const LAYERS: string[][] = [
   // Model file formats (GGUF, conversion to it, quantization): file work the catalog and replicas use.
   ["src/formats"],
   // Nouns, each owning its store, logic and metrics.
-  ["src/registry", "src/replicas", "src/usage", "src/orgs", "src/protos", "src/responses"],
+  ["src/registry", "src/replicas", "src/usage", "src/orgs", "src/protos", "src/responses", "src/files"],
   ["src/ratelimit", "src/endpoints", "src/images", "src/image-files"],
   ["src/keys", "src/users", "src/autoscaling", "src/services"],
   ["src/queue", "src/tokens", "src/pull-credentials"],
@@ -121,7 +123,29 @@ describe("layers", () => {
     }
     // A cycle is broken by moving what composes the subfolders into one of its own (src/gateway/server/,
     // scaler/start/) or what they share into one (src/cli/common/).
-    expect(folderCycles(edges).map((c) => c.name)).toEqual([]);
+    expect(cyclesOf(edges).map((c) => c.name)).toEqual([]);
+  });
+
+  it("no import cycle ties two files together, at any depth", () => {
+    // The file-level graph: a cycle means neither file can be read, tested or moved without the
+    // other; the shared piece belongs in a file of its own that both import.
+    const edges = new Map<string, Map<string, string>>();
+    for (const file of FILES) {
+      const out = new Map<string, string>();
+      for (const target of importsOf(file)) out.set(target, `${file} -> ${target}`);
+      edges.set(file, out);
+    }
+    expect(cyclesOf(edges).map((c) => c.name)).toEqual([]);
+  });
+
+  it("finds file-level cycles (a finder that found none would pass anything)", () => {
+    const edges = new Map([
+      ["a.ts", new Map([["b.ts", "a.ts -> b.ts"]])],
+      ["b.ts", new Map([["c.ts", "b.ts -> c.ts"]])],
+      ["c.ts", new Map([["a.ts", "c.ts -> a.ts"]])],
+      ["d.ts", new Map([["a.ts", "d.ts -> a.ts"]])],
+    ]);
+    expect(cyclesOf(edges).map((c) => c.folders)).toEqual([["a.ts", "b.ts", "c.ts"]]);
   });
 
   it("finds the imports it checks (a pattern that matched nothing would pass anything)", () => {
@@ -131,10 +155,10 @@ describe("layers", () => {
 });
 
 /**
- * Each cycle of the folder graph (its strongly connected components of more than one folder,
- * Tarjan's algorithm), named by the imports that close it.
+ * Each cycle of an import graph, of folders or of files (its strongly connected components of more
+ * than one node, Tarjan's algorithm), named by the imports that close it.
  */
-function folderCycles(edges: Map<string, Map<string, string>>): { folders: string[]; name: string }[] {
+function cyclesOf(edges: Map<string, Map<string, string>>): { folders: string[]; name: string }[] {
   const index = new Map<string, number>();
   const low = new Map<string, number>();
   const stack: string[] = [];

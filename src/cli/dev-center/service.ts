@@ -13,7 +13,7 @@ import { ApiClient } from "../../client/api.ts";
 import { wholeNumber } from "../common/flags.ts";
 import { CliError } from "../common/errors.ts";
 import { printJson, printTable } from "../common/output.ts";
-import type { Language } from "../../protos/generate.ts";
+import type { Language } from "../../protos/languages.ts";
 import { findWorkspace, workspaceSettings } from "../../workspace/find.ts";
 import { imageTag, SERVICES, type ServiceView, serviceName, servicePath } from "./api.ts";
 import { parseAssignments } from "./assignments.ts";

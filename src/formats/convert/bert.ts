@@ -9,7 +9,7 @@ import { readFile } from "node:fs/promises";
 import { join, normalize, sep } from "node:path";
 import { PlatformError } from "../../contracts/errors.ts";
 import { gguf, GGML_TYPE, type GgufValue, LLAMA_FTYPE, writeGgufFile } from "../gguf/index.ts";
-import type { ConversionResult, Converter } from "./index.ts";
+import type { ConversionResult, Converter } from "./converter.ts";
 import { SafetensorsCheckpoint, SafetensorsError } from "./safetensors.ts";
 
 /** llama.cpp's `{arch}.pooling_type` values (llama.h, enum llama_pooling_type). */

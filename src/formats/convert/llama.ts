@@ -9,7 +9,7 @@ import { rm } from "node:fs/promises";
 import { endianness } from "node:os";
 import { GGML_TYPE, type GgufValue, gguf, LLAMA_FTYPE, writeGgufFile } from "../gguf/index.ts";
 import { PlatformError } from "../../contracts/errors.ts";
-import type { ConversionResult } from "./index.ts";
+import type { ConversionResult } from "./converter.ts";
 import { SafetensorsCheckpoint, SafetensorsError } from "./safetensors.ts";
 import { SentencePieceError } from "./sentencepiece.ts";
 import { TokenizerError, tokenizerMetadata } from "./tokenizer.ts";

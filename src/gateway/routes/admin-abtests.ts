@@ -12,7 +12,8 @@ import { applyAbTest, getAbTest, readVariantStats, stopAbTest } from "../../abte
 import { findEndpoint, getEndpoint } from "../../endpoints/store.ts";
 import { endpointStatus, readQueueDepth } from "../../endpoints/status.ts";
 import { PlatformError } from "../../contracts/errors.ts";
-import type { AdminDeps } from "./admin.ts";
+import type { Dispatcher } from "../../queue/dispatcher.ts";
+import type { Control } from "../../redis/connection.ts";
 import type { GatewayEnv } from "../env.ts";
 import { parseBody, pathParam } from "../errors.ts";
 import { servingQueue } from "../../endpoints/rollout.ts";
@@ -29,7 +30,10 @@ export const AbTestBody = z.object({
   require_eval: z.enum(Metric.options, { message: "require_eval: use perplexity, accuracy or exact_match" }).optional(),
 });
 
-export function abTestRoutes(deps: AdminDeps) {
+/** What the routes use of the admin routes' dependencies (admin.ts AdminDeps). */
+export type AbTestDeps = { ctl: Control; dispatcher: Dispatcher };
+
+export function abTestRoutes(deps: AbTestDeps) {
   const app = new Hono<GatewayEnv>();
   const { ctl } = deps;
 
@@ -83,7 +87,7 @@ export function abTestRoutes(deps: AdminDeps) {
 }
 
 /** The test and, per version of it, the deployment's replicas, the numbers counted since it started and its evaluations. */
-async function describe(deps: AdminDeps, name: string) {
+async function describe(deps: AbTestDeps, name: string) {
   const { ctl } = deps;
   const primary = await getEndpoint(ctl, name);
   const test = await getAbTest(ctl, name);

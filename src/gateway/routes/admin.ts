@@ -21,7 +21,8 @@ import { endpointStatus, type EndpointStatus, readQueueDepth } from "../../endpo
 import { errorEnvelope, PlatformError } from "../../contracts/errors.ts";
 import { causeFields, logger } from "../../telemetry/log.ts";
 import type { Dispatcher } from "../../queue/dispatcher.ts";
-import { type ImportDeps, importModel, type ImportRequest } from "../../registry/import.ts";
+import { importModel } from "../../registry/import.ts";
+import type { ImportDeps, ImportRequest } from "../../registry/save.ts";
 import { type SourceProgress, sourceStorageError } from "../../registry/sources.ts";
 import { listModelVersions } from "../../registry/versions.ts";
 import { openObject, openStore, StorageError } from "../../storage/index.ts";

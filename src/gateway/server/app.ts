@@ -22,7 +22,7 @@ import { servedOf } from "../../telemetry/request-metrics.ts";
 import { registerScalingMetrics } from "../../autoscaling/metrics.ts";
 import { requestTelemetry } from "../../telemetry/tracing.ts";
 import { BatchJobs } from "../../batch/index.ts";
-import { BatchFiles } from "../../batch/files.ts";
+import { Files } from "../../files/store.ts";
 import { StoragePolicy } from "../../storage/policy.ts";
 import { storageRoutes } from "../routes/storage.ts";
 import { adminRoutes, statusOf } from "../routes/admin.ts";
@@ -30,6 +30,7 @@ import { batchRoutes } from "../routes/batch-jobs.ts";
 import { Evaluations } from "../../evaluation/index.ts";
 import { evaluationRoutes } from "../routes/evaluations.ts";
 import { dashboardRoutes } from "../routes/dashboard.ts";
+import { fileRoutes } from "../routes/files.ts";
 import { openAiBatchRoutes } from "../routes/openai-batches.ts";
 import { fineTuningRoutes } from "../routes/fine-tuning.ts";
 import { FineTuningJobs } from "../../finetuning/jobs.ts";
@@ -232,24 +233,24 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     }),
   );
   app.route("/v1/usage", usageRoutes(ctl, { flush: () => meter.drain() }));
-  const batchFiles = new BatchFiles(ctl, admin.imports.artifacts);
+  const batchFiles = new Files(ctl, admin.imports.artifacts);
   const batchJobs = new BatchJobs(ctl, { storage, files: batchFiles });
   app.route("/v1/storage", storageRoutes(storage));
   app.route("/v1/batch-jobs", batchRoutes({ jobs: batchJobs }));
   app.route(
     "/v1",
-    openAiBatchRoutes({
+    fileRoutes({
       ctl,
-      jobs: batchJobs,
       artifacts: admin.imports.artifacts,
       maxFileBytes: settings.maxFileBytes,
       quota: { bytes: settings.tenants.orgFileBytes, files: settings.tenants.orgFiles },
       fileTtlS: settings.tenants.fileTtlS,
     }),
   );
+  app.route("/v1", openAiBatchRoutes({ ctl, jobs: batchJobs, artifacts: admin.imports.artifacts }));
   const fineTuning = new FineTuningJobs(ctl, {
     storage,
-    files: new BatchFiles(ctl, admin.imports.artifacts),
+    files: new Files(ctl, admin.imports.artifacts),
     settings: settings.fineTuning,
     watchTrainers: true,
   });

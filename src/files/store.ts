@@ -1,16 +1,15 @@
 /**
- * Files for the OpenAI Batch API shape (/v1/files): batch inputs uploaded by
- * clients and the output and error files of batch jobs, kept in the artifact
- * store under `files/`, described by records in Redis.
+ * Files (/v1/files, OpenAI's shape): batch inputs and fine-tuning datasets uploaded by clients
+ * and the output and error files of batch jobs, kept in the artifact store under `files/`,
+ * described by records in Redis.
  */
 import { createHash, randomBytes } from "node:crypto";
 import type { Readable } from "node:stream";
 import { z } from "zod";
 import type { Control } from "../redis/connection.ts";
 import { PlatformError } from "../contracts/errors.ts";
-import { canSee, DEFAULT_ORG } from "../contracts/orgs.ts";
+import { canSee, DEFAULT_ORG, type Principal } from "../contracts/orgs.ts";
 import type { Body, ObjectStore } from "../storage/index.ts";
-import type { Viewer } from "./jobs.ts";
 
 export const FileObject = z.object({
   id: z.string(),
@@ -104,7 +103,10 @@ export async function registerResultFiles(
   };
 }
 
-export class BatchFiles {
+/** Who asks: a file is seen by its owner, the organization's admins and operators (contracts/orgs.ts). */
+type Viewer = Principal;
+
+export class Files {
   private readonly ctl: Control;
   readonly store: ObjectStore;
 
