@@ -11,8 +11,8 @@ import { ServiceReportStore } from "../../src/services/reports.ts";
 import { SecretBox } from "../../src/services/secrets.ts";
 import type { Settings } from "../../src/settings/index.ts";
 import { LocalServiceBackend } from "../backends/local-services.ts";
-import { engineRunner, workingEngine } from "../images/engine.ts";
-import { imageRunner } from "../images/runner.ts";
+import { engineRunner, workingEngine } from "../container-images/engine.ts";
+import { imageRunner } from "../container-images/runner.ts";
 import type { ServiceBackend } from "../service-backend.ts";
 
 export async function createServiceBackend(

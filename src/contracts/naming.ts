@@ -72,7 +72,7 @@ export function controlKeys(prefix: string) {
     // The proto catalog (src/protos/): per organization, so another's packages are not even addressable.
     protoPackages: (org: string) => `${cp}:proto-packages:${org}`, // hash package -> summary JSON (latest, count, times)
     protoVersions: (orgPackage: string) => `${cp}:proto-versions:${orgPackage}`, // "<org>/<package>": hash version -> record JSON; objects under protos/<org>/<package>/<version>/
-    // Published service images (src/images/): per organization, bounded (src/images/store.ts).
+    // Published service images (src/container-images/): per organization, bounded (src/container-images/store.ts).
     images: (org: string) => `${cp}:images:${org}`, // hash "<service>:<tag>" -> record JSON
     pullCredentials: (org: string) => `${cp}:pull-credentials:${org}`, // hash registry host -> entry JSON (username, sealed password, who, when): src/pull-credentials/
     // Deployed services (src/services/): per organization; "<org>/<name>" names one service's keys.

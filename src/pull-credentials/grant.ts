@@ -12,7 +12,7 @@
  */
 import { createPrivateKey, createPublicKey, type KeyObject, verify } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { type Access, signRegistryToken } from "../images/registry-token.ts";
+import { type Access, signRegistryToken } from "../container-images/registry-token.ts";
 
 /** The username a grant is sent under; the token server verifies such a password as a grant. */
 export const GRANT_USERNAME = "platform-pull-grant";

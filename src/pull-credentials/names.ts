@@ -10,7 +10,7 @@ export const MAX_HOSTS_PER_ORG = 50;
 /** Long enough for cloud registries' tokens (ECR's are about 2 KB, a GCR JSON key about 2.5 KB). */
 export const MAX_PASSWORD_BYTES = 16 * 1024;
 
-/** `host[:port]`, lowercased: the first component of an image repository (src/images/names.ts). */
+/** `host[:port]`, lowercased: the first component of an image repository (src/container-images/names.ts). */
 export const RegistryHost = z
   .string()
   .max(255, "expected at most 255 characters")

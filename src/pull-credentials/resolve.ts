@@ -10,7 +10,7 @@
  *    organization (PLATFORM_IMAGE_PULL_AUTH_SCOPE; by default the organization's own `<host>/<org>/...`);
  * 4. none (a public image, or a pull that fails with the command that fixes it).
  *
- * A registry the operator does not let tenants name (src/images/registries.ts) is refused before
+ * A registry the operator does not let tenants name (src/container-images/registries.ts) is refused before
  * any of these, and the probe of step 2 reaches a registry only through the guarded resolver.
  */
 import type { KeyObject } from "node:crypto";
@@ -20,7 +20,7 @@ import {
   refusedRegistry,
   registryAddresses,
   registryHostOf as hostOf,
-} from "../images/registries.ts";
+} from "../container-images/registries.ts";
 import { probe } from "../outbound/guard.ts";
 import type { RegistryPolicy } from "../settings/registries.ts";
 import { GRANT_USERNAME, mintPullGrant } from "./grant.ts";

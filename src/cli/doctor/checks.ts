@@ -5,7 +5,7 @@
  */
 import type { DoctorCheck } from "./check.ts";
 import { clusterCheck } from "./cluster.ts";
-import { builderCheck, imageRegistryCheck, imageSessionCheck } from "./images.ts";
+import { builderCheck, imageRegistryCheck, imageSessionCheck } from "./container-images.ts";
 import { protosCheck } from "./protos.ts";
 import { pullCredentialCheck } from "./pull-credential.ts";
 import { serviceReplicasCheck, serviceRolloutCheck, serviceRouteCheck } from "./services.ts";

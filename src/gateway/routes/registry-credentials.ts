@@ -12,13 +12,18 @@
  *
  * A registry the operator does not let tenants name (PLATFORM_IMAGE_REGISTRIES) is a 403
  * `registry_not_allowed` on PUT and /source; /source probes a registry only through the guarded
- * resolver (src/images/registries.ts), so a tenant cannot aim it at loopback or internal addresses.
+ * resolver (src/container-images/registries.ts), so a tenant cannot aim it at loopback or internal addresses.
  */
 import { Hono } from "hono";
 import { z } from "zod";
 import { PlatformError } from "../../contracts/errors.ts";
-import { ImageRepository } from "../../images/names.ts";
-import { checkRegistryHost, refusedRegistry, registryAddresses, registryHostOf } from "../../images/registries.ts";
+import { ImageRepository } from "../../container-images/names.ts";
+import {
+  checkRegistryHost,
+  refusedRegistry,
+  registryAddresses,
+  registryHostOf,
+} from "../../container-images/registries.ts";
 import { resolveAllowed } from "../../outbound/guard.ts";
 import { RegistryHost, RegistryPassword, RegistryUsername } from "../../pull-credentials/names.ts";
 import { loadTokenKey } from "../../pull-credentials/grant.ts";

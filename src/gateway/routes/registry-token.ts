@@ -3,7 +3,7 @@
  * token authentication, for a registry configured with `auth.token.realm` pointing here. Builders
  * send Basic auth whose password is a platform credential (a CLI token, as `platform registry
  * login` stores it, or an API key); the answer is a short-lived JWT granting pull and push under
- * the caller's organization's repositories (`<org>/...`) only (src/images/registry-token.ts).
+ * the caller's organization's repositories (`<org>/...`) only (src/container-images/registry-token.ts).
  *
  *   GET /auth/registry-token?service=<registry>&scope=repository:<org>/<name>:pull,push[&scope=…]
  *     → {token, access_token, expires_in, issued_at}; 401 with a Basic challenge for no or bad credentials
@@ -15,7 +15,7 @@
  */
 import { Hono } from "hono";
 import { PlatformError } from "../../contracts/errors.ts";
-import { grantedAccess, signRegistryToken } from "../../images/registry-token.ts";
+import { grantedAccess, signRegistryToken } from "../../container-images/registry-token.ts";
 import {
   GRANT_AUDIENCE,
   GRANT_USERNAME,

@@ -47,7 +47,7 @@ import { ResponseStore } from "../../responses/store.ts";
 import { openAiImageRoutes } from "../routes/openai-images.ts";
 import { oauthRoutes } from "../routes/oauth.ts";
 import { orgRoutes } from "../routes/orgs.ts";
-import { imageRoutes } from "../routes/images.ts";
+import { imageRoutes } from "../routes/container-images.ts";
 import { serviceRoutes } from "../routes/services.ts";
 import { SecretBox } from "../../services/secrets.ts";
 import { protoRoutes } from "../routes/protos.ts";

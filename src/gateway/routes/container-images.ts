@@ -15,10 +15,10 @@
 import { Hono } from "hono";
 import { z } from "zod";
 import { PlatformError } from "../../contracts/errors.ts";
-import { GitSha, ImageDigest, ImageRepository, ImageServiceName, ImageTag } from "../../images/names.ts";
-import { ImageRecord } from "../../images/record.ts";
-import { checkRegistryHost, registryHostOf } from "../../images/registries.ts";
-import { getImage, listImages, recordImage } from "../../images/store.ts";
+import { GitSha, ImageDigest, ImageRepository, ImageServiceName, ImageTag } from "../../container-images/names.ts";
+import { ImageRecord } from "../../container-images/record.ts";
+import { checkRegistryHost, registryHostOf } from "../../container-images/registries.ts";
+import { getImage, listImages, recordImage } from "../../container-images/store.ts";
 import type { Control } from "../../redis/connection.ts";
 import type { RegistryPolicy } from "../../settings/registries.ts";
 import type { GatewayEnv } from "../env.ts";

@@ -7,7 +7,7 @@
  * not pull itself. A success is remembered ACCESS_MEMO_MS, so restarts cost no registry request.
  */
 import type { ImageRunner } from "../backends/local-services.ts";
-import { registryAddresses } from "../../src/images/registries.ts";
+import { registryAddresses } from "../../src/container-images/registries.ts";
 import type { RegistryPolicy } from "../../src/settings/registries.ts";
 import { pullImage } from "./pull.ts";
 import { type PullAuthSource, refusedHint, withAuthFile } from "../pull-auth.ts";
@@ -40,7 +40,7 @@ export function imageRunner(options: {
           authFile,
           refusedHint: refusedHint(auth, repository.split("/")[0] as string),
           checkAccess,
-          // Where skopeo may connect: the registry policy's addresses per host (src/images/registries.ts).
+          // Where skopeo may connect: the registry policy's addresses per host (src/container-images/registries.ts).
           ...(registries ? { addresses: (host: string) => registryAddresses(host, registries) } : {}),
         }),
       );

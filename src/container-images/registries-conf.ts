@@ -18,7 +18,7 @@ const LOOPBACK_HOST = /(?<![\w.:[-])(?:localhost|127\.\d{1,3}\.\d{1,3}\.\d{1,3}|
 /**
  * The loopback image registries a build may pull from: every one named in the Dockerfile (FROM,
  * `COPY --from`, ARG defaults) or a build argument's value. A superset is harmless: a loopback
- * registry is spoken to in plain HTTP anyway (src/images/session.ts, `isPlainHttp`).
+ * registry is spoken to in plain HTTP anyway (src/container-images/session.ts, `isPlainHttp`).
  */
 export function loopbackHosts(dockerfile: string, buildArgs: Record<string, string>): string[] {
   const texts = [dockerfile, ...Object.values(buildArgs)];

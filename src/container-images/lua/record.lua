@@ -1,4 +1,4 @@
--- Records a published image (src/images/store.ts): a new "<service>:<tag>" only while the
+-- Records a published image (src/container-images/store.ts): a new "<service>:<tag>" only while the
 -- organization holds fewer than the limit; the same tag pushed again (a rebuild of the same
 -- commit, a -dirty tag) replaces its record, which costs nothing against the limit.
 -- KEYS[1]: the organization's images hash. ARGV: field, record JSON, max images per organization.

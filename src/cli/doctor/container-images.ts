@@ -5,8 +5,14 @@
  * same call with the stored credentials answers 200). None is required: nothing before
  * `platform publish` builds or pushes, and publish asks the same questions before it builds.
  */
-import { BUILDER_INFO, BUILDERS, type Builder } from "../../images/build.ts";
-import { authFilesOf, askImageRegistry, isPlainHttp, imageRegistryHost, storedSession } from "../../images/session.ts";
+import { BUILDER_INFO, BUILDERS, type Builder } from "../../container-images/build.ts";
+import {
+  authFilesOf,
+  askImageRegistry,
+  isPlainHttp,
+  imageRegistryHost,
+  storedSession,
+} from "../../container-images/session.ts";
 import { type CheckResult, type DoctorCheck, type DoctorContext, fail, ok, skip, warn } from "./check.ts";
 
 type Found = { builder: Builder; version: string; works: boolean; why: string };

@@ -17,7 +17,7 @@ import { join } from "node:path";
 import type { AddressPolicy } from "../../src/outbound/addresses.ts";
 import { literalRefusal, resolveAllowed } from "../../src/outbound/guard.ts";
 import { isolatedCommand, proxyEnvironment, withGuardedProxy } from "../../src/outbound/proxy.ts";
-import { pullFailure } from "../../src/images/pull-failure.ts";
+import { pullFailure } from "../../src/container-images/pull-failure.ts";
 import { isLoopbackHost } from "../../src/pull-credentials/names.ts";
 
 /** What a layer's blob is, as the manifest says. */
@@ -66,7 +66,7 @@ export type PullOptions = {
    */
   checkAccess?: boolean;
   /**
-   * Where skopeo may connect, per `host[:port]` (src/images/registries.ts `registryAddresses`): the
+   * Where skopeo may connect, per `host[:port]` (src/container-images/registries.ts `registryAddresses`): the
    * registry's address is checked before skopeo runs, and every connection it makes (a redirect's
    * target judged as its own host) goes through the guarded proxy.
    * The scaler always gives it; tests with a stand-in skopeo may not.

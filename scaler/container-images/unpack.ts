@@ -95,7 +95,7 @@ export function resolveInRoot(root: string, path: string, followLast = false): s
   return join(root, ...resolved);
 }
 
-/** An entry's name as a path relative to the root: a leading `/` or `./` dropped; `..` refused. */
+/** An entry's name as a path relative to the root: a leading `/` or `.//` dropped; `..` refused. */
 function entryName(name: string, layer: string): string {
   const parts = name.split("/").filter((p) => p !== "" && p !== ".");
   if (parts.includes("..")) throw new Error(`${layer}: entry ${JSON.stringify(name)} names "..": refused`);
