@@ -106,7 +106,7 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
       modelPath = await modelFile(settings, ctl, endpoint, model, replicaId, describeWeights);
       return loadEngine(endpoint, modelPath, {
         vllm: settings.vllm,
-        images: settings.images,
+        images: settings.pictures,
         draftModelPath: await draftFile(settings, ctl, endpoint, replicaId),
         grammarTimeoutMs: settings.structured.grammarTimeoutMs,
         // vLLM reserves LoRA memory only when adapters may come: set max_loras, or have one registered.

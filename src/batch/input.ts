@@ -10,7 +10,7 @@ import type { z } from "zod";
 import { BatchInputLine, lineId } from "./schema.ts";
 import type { ChatMessage, Prompt, SamplingParams } from "../contracts/job.ts";
 import { describeIssues } from "../contracts/issues.ts";
-import type { ImageWork } from "./image-records.ts";
+import type { PictureWork } from "./picture-records.ts";
 
 export const DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024;
 
@@ -93,7 +93,7 @@ export function isBlank(line: InputLine): boolean {
 export type Work =
   | { kind: "prompt"; prompt: Prompt }
   | { kind: "chat"; messages: ChatMessage[] }
-  | { kind: "image"; image: ImageWork };
+  | { kind: "image"; image: PictureWork };
 
 export type ParsedEntry =
   | { ok: true; line: number; id: string; work: Work; params: SamplingParams }

@@ -15,7 +15,7 @@ import { basename, dirname } from "node:path";
 import pRetry from "p-retry";
 import type { BatchOutputLine } from "./schema.ts";
 import type { FinishReason } from "../contracts/job.ts";
-import type { ImageOutcome } from "./image-records.ts";
+import type { PictureOutcome } from "./picture-records.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import {
   FileStore,
@@ -136,8 +136,8 @@ export type Outcome =
       prompt_tokens?: number;
       completion_tokens?: number;
       finish_reason?: FinishReason;
-      /** An image record's answer (image-records.ts); `text` is then empty. */
-      image?: ImageOutcome;
+      /** An image record's answer (picture-records.ts); `text` is then empty. */
+      image?: PictureOutcome;
     }
   | { ok: false; code: string; message: string; status?: number; param?: string | null };
 

@@ -24,7 +24,7 @@ import { isStorageError, type ObjectStore } from "../storage/index.ts";
 import type { StoragePolicy } from "../storage/policy.ts";
 import { OutputAssembly } from "./assemble.ts";
 import { formatFor, type LineFormat } from "./formats.ts";
-import { imageFormat, placeImage } from "./image-records.ts";
+import { pictureFormat, placePicture } from "./picture-records.ts";
 import { isBlank, readLines, type Work } from "./input.ts";
 import { type OutputLocation, type Outcome, outputLocation, withStorageRetries } from "./output.ts";
 import {
@@ -82,7 +82,7 @@ const advanceCheckpoint = new LuaScript(import.meta.url, "advance-checkpoint");
 /**
  * `storage`: the roots as configured now, against which a job's client-named URIs are checked again;
  * `schemaLimits`: the bounds on a line's JSON schemas, checked as each line is read;
- * `artifacts`: the artifact store, where replicas write an image model's PNGs (image-records.ts).
+ * `artifacts`: the artifact store, where replicas write an image model's PNGs (picture-records.ts).
  */
 export async function runBatch(
   ctl: Control,
@@ -206,7 +206,7 @@ class BatchRun {
     }
   }
 
-  /** An image model's records are image records (image-records.ts), whose PNGs the artifact store holds first. */
+  /** An image model's records are image records (picture-records.ts), whose PNGs the artifact store holds first. */
   private async useImageRecords(version: string): Promise<void> {
     const record = await resolveModelVersion(this.ctl, this.spec.model, version);
     if (taskOf(record) !== "image") return;
@@ -215,7 +215,7 @@ class BatchRun {
         "model_not_text",
         `${this.spec.model}@${version} makes images: OpenAI batch files (/v1/batches) carry text requests; submit image records with \`platform batch\` or POST /v1/batch-jobs (docs/batch.md)`,
       );
-    this.format = imageFormat(record.pipeline);
+    this.format = pictureFormat(record.pipeline);
   }
 
   private stop(reason: StopReason): void {
@@ -308,7 +308,7 @@ class BatchRun {
     slot.sent = true;
     jobs
       .run(slot.line, slot.id, work, params)
-      .then((outcome) => (work.kind === "image" ? this.placeImage(slot.id, outcome) : outcome))
+      .then((outcome) => (work.kind === "image" ? this.placePicture(slot.id, outcome) : outcome))
       .then(
         (outcome) => {
           this.sending--;
@@ -325,11 +325,11 @@ class BatchRun {
   }
 
   /** An image record's PNG, from the artifact store to the output, before its line can be written. */
-  private async placeImage(id: string, outcome: Outcome): Promise<Outcome> {
+  private async placePicture(id: string, outcome: Outcome): Promise<Outcome> {
     const out = this.out as OutputLocation;
     await checkParts(this.spec, this.storage, out);
     try {
-      return await withStorageRetries(() => placeImage(this.artifacts as ObjectStore, out, id, outcome));
+      return await withStorageRetries(() => placePicture(this.artifacts as ObjectStore, out, id, outcome));
     } catch (e) {
       if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
       throw e;

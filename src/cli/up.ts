@@ -218,7 +218,7 @@ async function up(flags: UpFlags): Promise<void> {
   log("");
   // Image endpoints need torch and diffusers in PLATFORM_IMAGES_PYTHON; said once known (docs/images.md).
   void import("../../workers/engines/diffusers.ts")
-    .then(({ imagesSupport }) => imagesSupport(settings.images.python))
+    .then(({ picturesSupport }) => picturesSupport(settings.pictures.python))
     .then((s) => event(`images: ${s.line}`));
   if (endpointName) void announceStates(ctl, endpointName, event);
 }

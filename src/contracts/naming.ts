@@ -93,7 +93,7 @@ export function controlKeys(prefix: string) {
     userCode: (sha256: string) => `${signin}:user-code:${sha256}`, // string -> its device code's SHA-256, until approved or denied
     cancelChannel: `${plain}:cancel`, // pub/sub
     cancelled: (jobId: string) => `${plain}:cancelled:${jobId}`, // string with TTL
-    imageUrl: (id: string) => `${plain}:image-url:${id}`, // string JSON with TTL: a generated image a `url` answer names (src/image-files/)
+    imageUrl: (id: string) => `${plain}:image-url:${id}`, // string JSON with TTL: a generated image a `url` answer names (src/pictures/)
     replyStream: (gatewayId: string) => `${plain}:replies:${gatewayId}`, // stream: workers' events for this gateway's jobs
     autoscaling: (endpoint: string) => `${cp}:autoscaling:${endpoint}`, // string JSON: the autoscaling block, document form
     scalingHistory: (endpoint: string) => `${cp}:scaling-history:${endpoint}`, // string JSON: the policy's ScalingHistory

@@ -27,7 +27,7 @@ const LAYERS: string[][] = [
   ["src/formats"],
   // Nouns, each owning its store, logic and metrics.
   ["src/registry", "src/replicas", "src/usage", "src/orgs", "src/protos", "src/responses"],
-  ["src/ratelimit", "src/endpoints", "src/container-images", "src/image-files"],
+  ["src/ratelimit", "src/endpoints", "src/container-images", "src/pictures"],
   ["src/keys", "src/users", "src/autoscaling", "src/services"],
   ["src/queue", "src/tokens", "src/pull-credentials"],
   ["src/abtests", "src/signin"],

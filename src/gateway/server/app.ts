@@ -228,7 +228,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     openAiImageRoutes(router, textContext, {
       ctl,
       artifacts: admin.imports.artifacts,
-      urlTtlMs: settings.images.urlTtlMs,
+      urlTtlMs: settings.pictures.urlTtlMs,
     }),
   );
   app.route("/v1/usage", usageRoutes(ctl, { flush: () => meter.drain() }));

@@ -8,7 +8,7 @@ import { request as httpsRequest } from "node:https";
 import { http } from "../process/node-http.ts";
 import { agentFor, httpError, type RequestSample, type RequestSpec } from "./measure.ts";
 
-export function sendImage(spec: RequestSpec, signal: AbortSignal): Promise<RequestSample> {
+export function sendPicture(spec: RequestSpec, signal: AbortSignal): Promise<RequestSample> {
   const url = new URL(`${spec.baseUrl}/v1/images/generations`);
   const body = JSON.stringify({
     model: spec.model,

@@ -3,15 +3,15 @@
  * seconds of its start) being when the replica wrote it, so that what no answer took (its client
  * left, the gateway died) is found and removed by age without a record of each (urls.ts).
  */
-export const IMAGES_PREFIX = "images";
+export const PICTURES_PREFIX = "images";
 const HOUR_MS = 3_600_000;
 
-export function imageKey(now: number, id: string): string {
-  return `${IMAGES_PREFIX}/${Math.floor(now / HOUR_MS) * 3600}/${id}.png`;
+export function pictureKey(now: number, id: string): string {
+  return `${PICTURES_PREFIX}/${Math.floor(now / HOUR_MS) * 3600}/${id}.png`;
 }
 
-/** A key a worker's result may name: one of imageKey's, nothing else in the store. */
-export function isImageKey(key: string): boolean {
+/** A key a worker's result may name: one of pictureKey's, nothing else in the store. */
+export function isPictureKey(key: string): boolean {
   return /^images\/\d{1,12}\/[0-9a-f]{32}\.png$/.test(key);
 }
 

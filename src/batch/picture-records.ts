@@ -10,7 +10,7 @@ import { z } from "zod";
 import { describeIssues } from "../contracts/issues.ts";
 import { ImageParams, MAX_IMAGE_PROMPT_CHARS } from "../contracts/job.ts";
 import { imageSize, type SizeRule } from "../contracts/openai/images.ts";
-import { isImageKey } from "../image-files/keys.ts";
+import { isPictureKey } from "../pictures/keys.ts";
 import { isStorageError, type ObjectStore } from "../storage/index.ts";
 import type { LineFormat } from "./formats.ts";
 import { failure, idOf, jsonObject } from "./input.ts";
@@ -19,10 +19,10 @@ import type { Outcome } from "./output.ts";
 /** A record id that names its PNG: a file name, nothing that could reach outside the output location. */
 const IMAGE_RECORD_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 /** A PNG's name in an output line, relative to the result: `<result's name>/<record id>.png`. */
-export const IMAGE_REFERENCE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}\/[A-Za-z0-9][A-Za-z0-9._-]{0,127}\.png$/;
+export const PICTURE_REFERENCE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}\/[A-Za-z0-9][A-Za-z0-9._-]{0,127}\.png$/;
 
 /** One line of an image model's input: the fields of POST /v1/images/generations that make one image. */
-export const ImageInputLine = z
+export const PictureInputLine = z
   .object({
     id: z
       .string()
@@ -48,7 +48,7 @@ export const ImageInputLine = z
   .strict();
 
 /** What an image record asks a replica for (job.ts ImageJob's fields). */
-export type ImageWork = {
+export type PictureWork = {
   prompt: string;
   negative_prompt?: string;
   width: number;
@@ -58,19 +58,19 @@ export type ImageWork = {
 
 /**
  * An image record's answer: the PNG's key in the artifact store until placed, then its name
- * relative to the result (`uri`, a relative URI reference: IMAGE_REFERENCE).
+ * relative to the result (`uri`, a relative URI reference: PICTURE_REFERENCE).
  */
-export type ImageOutcome = { key?: string; uri?: string; seed: number; steps: number; width: number; height: number };
+export type PictureOutcome = { key?: string; uri?: string; seed: number; steps: number; width: number; height: number };
 
 /** The platform's own lines for an image model: `pipeline` says which sizes it takes. */
-export function imageFormat(pipeline: SizeRule | undefined): LineFormat {
+export function pictureFormat(pipeline: SizeRule | undefined): LineFormat {
   return {
     parse(line) {
       const n = line.lineNumber;
       const object = jsonObject(line, '{"id", "prompt", "size", "seed"}');
       if ("failure" in object) return object.failure;
       const id = idOf(object.value.id, n);
-      const parsed = ImageInputLine.safeParse(object.value);
+      const parsed = PictureInputLine.safeParse(object.value);
       if (!parsed.success) return failure(n, id, "invalid_record", describeIssues(parsed.error as z.ZodError));
       const r = parsed.data;
       let size: { width: number; height: number };
@@ -95,11 +95,11 @@ export function imageFormat(pipeline: SizeRule | undefined): LineFormat {
       };
       return { ok: true, line: n, id, work, params: {} };
     },
-    render: (record, outcome) => imageOutputLine(record.id, outcome),
+    render: (record, outcome) => pictureOutputLine(record.id, outcome),
   };
 }
 
-export function imageOutputLine(id: string, outcome: Outcome): string {
+export function pictureOutputLine(id: string, outcome: Outcome): string {
   if (!outcome.ok)
     return JSON.stringify({ id, status: "error", error: { code: outcome.code, message: outcome.message } });
   const image = outcome.image;
@@ -116,14 +116,14 @@ export function imageOutputLine(id: string, outcome: Outcome): string {
 }
 
 /** Record `id`'s PNG relative to the result: in the folder named as the result, less `.jsonl`. */
-export function imageReference(resultKey: string, id: string): string {
+export function pictureReference(resultKey: string, id: string): string {
   return `${posix.basename(resultKey).replace(/\.jsonl$/i, "")}/${id}.png`;
 }
 
 /** Where record `id`'s PNG goes: its reference, beside the result object (`resultKey`). */
-export function imageOutputKey(resultKey: string, id: string): string {
+export function pictureOutputKey(resultKey: string, id: string): string {
   const dir = posix.dirname(resultKey);
-  const reference = imageReference(resultKey, id);
+  const reference = pictureReference(resultKey, id);
   return dir === "." ? reference : `${dir}/${reference}`;
 }
 
@@ -132,7 +132,7 @@ export function imageOutputKey(resultKey: string, id: string): string {
  * artifacts. Idempotent: a run resumed after the copy (the artifact gone, the PNG in place) finds
  * it there. The outcome then names the PNG relative to the result instead of the artifact key.
  */
-export async function placeImage(
+export async function placePicture(
   artifacts: ObjectStore,
   out: { store: ObjectStore; resultKey: string },
   id: string,
@@ -140,9 +140,9 @@ export async function placeImage(
 ): Promise<Outcome> {
   if (!outcome.ok || !outcome.image?.key) return outcome;
   const { key, ...image } = outcome.image;
-  const dest = imageOutputKey(out.resultKey, id);
-  const placed: Outcome = { ...outcome, image: { ...image, uri: imageReference(out.resultKey, id) } };
-  if (!isImageKey(key))
+  const dest = pictureOutputKey(out.resultKey, id);
+  const placed: Outcome = { ...outcome, image: { ...image, uri: pictureReference(out.resultKey, id) } };
+  if (!isPictureKey(key))
     return { ok: false, code: "invalid_result", message: "the worker named an image outside images/" };
   let png: Buffer;
   try {

@@ -11,7 +11,7 @@ import { PlatformError } from "../contracts/errors.ts";
 import { canSee, type Principal } from "../contracts/orgs.ts";
 import type { Control } from "../redis/connection.ts";
 import type { ObjectStore } from "../storage/store.ts";
-import { hourOf, IMAGES_PREFIX, isImageKey } from "./keys.ts";
+import { hourOf, PICTURES_PREFIX, isPictureKey } from "./keys.ts";
 
 const ImageUrlRecord = z.object({
   key: z.string(),
@@ -21,7 +21,7 @@ const ImageUrlRecord = z.object({
 });
 
 /** An id as the route takes it: `img-` and 32 hex digits. */
-export const IMAGE_ID = /^img-[0-9a-f]{32}$/;
+export const PICTURE_ID = /^img-[0-9a-f]{32}$/;
 
 /** Keeps the image at `key` for a `url` answer; its id, valid for `ttlMs`. */
 export async function keepForUrl(
@@ -38,23 +38,23 @@ export async function keepForUrl(
 }
 
 /** The image `id` names, for `viewer`; a 404 when it never existed, expired, or is another's. */
-export async function openImage(ctl: Control, store: ObjectStore, id: string, viewer: Principal): Promise<Readable> {
+export async function openPicture(ctl: Control, store: ObjectStore, id: string, viewer: Principal): Promise<Readable> {
   const missing = new PlatformError(
     404,
     "not_found",
     "no such image: image URLs expire (PLATFORM_IMAGES_URL_TTL_MS) and are served to the key that made them",
   );
-  if (!IMAGE_ID.test(id)) throw missing;
+  if (!PICTURE_ID.test(id)) throw missing;
   const raw = await ctl.redis.get(ctl.keys.imageUrl(id));
   const parsed = raw === null ? undefined : ImageUrlRecord.safeParse(JSON.parse(raw)).data;
-  if (!parsed || parsed.expires < Date.now() || !isImageKey(parsed.key)) throw missing;
+  if (!parsed || parsed.expires < Date.now() || !isPictureKey(parsed.key)) throw missing;
   if (!canSee(viewer, { id: parsed.owner, org: parsed.org })) throw missing;
   return store.get(parsed.key);
 }
 
 /** Reads a worker's PNG whole (b64_json answers); the key is checked, as it came from a job result. */
-export async function readImage(store: ObjectStore, key: string): Promise<Buffer> {
-  if (!isImageKey(key)) throw new PlatformError(500, "internal_error", "the worker named an image outside images/");
+export async function readPicture(store: ObjectStore, key: string): Promise<Buffer> {
+  if (!isPictureKey(key)) throw new PlatformError(500, "internal_error", "the worker named an image outside images/");
   const chunks: Buffer[] = [];
   for await (const chunk of await store.get(key)) chunks.push(chunk as Buffer);
   return Buffer.concat(chunks);
@@ -64,9 +64,9 @@ export async function readImage(store: ObjectStore, key: string): Promise<Buffer
  * Removes images older than `ttlMs` plus an hour (their hour bucket ended before any URL to them
  * could still be valid). Keys list oldest hour first, so the walk stops at the first one still kept.
  */
-export async function sweepImages(store: ObjectStore, ttlMs: number, now = Date.now()): Promise<number> {
+export async function sweepPictures(store: ObjectStore, ttlMs: number, now = Date.now()): Promise<number> {
   let removed = 0;
-  for await (const o of store.list(`${IMAGES_PREFIX}/`)) {
+  for await (const o of store.list(`${PICTURES_PREFIX}/`)) {
     const hour = hourOf(o.key);
     if (hour === undefined) continue;
     if (hour + 3_600_000 + ttlMs >= now) break;

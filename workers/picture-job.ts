@@ -6,14 +6,14 @@
 import { randomBytes, randomInt } from "node:crypto";
 import { PlatformError } from "../src/contracts/errors.ts";
 import { type ImageJob, type ImageResult, MAX_IMAGE_SEED } from "../src/contracts/job.ts";
-import { imageKey } from "../src/image-files/keys.ts";
+import { pictureKey } from "../src/pictures/keys.ts";
 import type { ObjectStore } from "../src/storage/store.ts";
 import type { Engine } from "./engines/engine.ts";
 
-export type ImageJobDeps = { engine: Engine; store: ObjectStore | undefined; replica: string };
+export type PictureJobDeps = { engine: Engine; store: ObjectStore | undefined; replica: string };
 
-export async function runImageJob(
-  deps: ImageJobDeps,
+export async function runPictureJob(
+  deps: PictureJobDeps,
   job: ImageJob,
   signal: AbortSignal,
   onStep: (step: number, steps: number) => void,
@@ -41,7 +41,7 @@ export async function runImageJob(
     },
     { signal, onStep },
   );
-  const key = imageKey(Date.now(), randomBytes(16).toString("hex"));
+  const key = pictureKey(Date.now(), randomBytes(16).toString("hex"));
   await store.put(key, out.png);
   return {
     type: "image",

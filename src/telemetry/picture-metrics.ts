@@ -6,7 +6,7 @@
 import { Counter, Histogram, type Registry } from "prom-client";
 import type { Served } from "./request-metrics.ts";
 
-export const IMAGE_METRICS = {
+export const PICTURE_METRICS = {
   images: "platform_images_total",
   steps: "platform_image_steps_total",
   imageSeconds: "platform_image_seconds",
@@ -16,31 +16,31 @@ export const IMAGE_METRICS = {
 const IMAGE_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300];
 const STEP_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
-export type ImageMetrics = ReturnType<typeof imageMetrics>;
+export type PictureMetrics = ReturnType<typeof pictureMetrics>;
 
-export function imageMetrics(registry: Registry) {
+export function pictureMetrics(registry: Registry) {
   const labelNames = ["model_name", "version"] as const;
   const images = new Counter({
-    name: IMAGE_METRICS.images,
+    name: PICTURE_METRICS.images,
     help: "Images generated",
     labelNames,
     registers: [registry],
   });
   const steps = new Counter({
-    name: IMAGE_METRICS.steps,
+    name: PICTURE_METRICS.steps,
     help: "Denoising steps run for generated images",
     labelNames,
     registers: [registry],
   });
   const imageSeconds = new Histogram({
-    name: IMAGE_METRICS.imageSeconds,
+    name: PICTURE_METRICS.imageSeconds,
     help: "Time a replica took to make one image (its pipeline call, without the queue)",
     labelNames,
     buckets: IMAGE_BUCKETS,
     registers: [registry],
   });
   const stepSeconds = new Histogram({
-    name: IMAGE_METRICS.stepSeconds,
+    name: PICTURE_METRICS.stepSeconds,
     help: "Time per denoising step: an image's time over its steps",
     labelNames,
     buckets: STEP_BUCKETS,

@@ -7,7 +7,7 @@ import { z } from "zod";
 import { pythonOf } from "./finetuning.ts";
 import { optional, positiveMs } from "./parse.ts";
 
-export const imagesShape = {
+export const picturesShape = {
   /** The interpreter that runs workers/engines/diffusers/server.py (torch, diffusers, transformers). */
   PLATFORM_IMAGES_PYTHON: optional(z.string().min(1)),
   PLATFORM_IMAGES_START_TIMEOUT_MS: positiveMs(10 * 60_000),
@@ -26,9 +26,9 @@ export const imagesShape = {
   PLATFORM_IMAGES_URL_TTL_MS: positiveMs(60 * 60_000),
 };
 
-export type ImagesSettings = { python: string; startTimeoutMs: number; maxBatch: number; urlTtlMs: number };
+export type PicturesSettings = { python: string; startTimeoutMs: number; maxBatch: number; urlTtlMs: number };
 
-export function imagesSettings(e: z.infer<z.ZodObject<typeof imagesShape>>): ImagesSettings {
+export function picturesSettings(e: z.infer<z.ZodObject<typeof picturesShape>>): PicturesSettings {
   return {
     python: pythonOf(e.PLATFORM_IMAGES_PYTHON),
     startTimeoutMs: e.PLATFORM_IMAGES_START_TIMEOUT_MS,
