@@ -20,7 +20,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ImageRunner } from "../backends/local-services.ts";
 import { spawnWatched } from "../../src/process/watchdog.ts";
-import type { PullAuth } from "../../src/pull-credentials/resolve.ts";
+import type { PullAuth } from "../../src/registry-credentials/resolve.ts";
 import { registryAddresses, registryHostOf } from "../../src/container-images/registries.ts";
 import type { RegistryPolicy } from "../../src/settings/registries.ts";
 import { pullFailure } from "../../src/container-images/pull-failure.ts";

@@ -18,7 +18,7 @@ import type { AddressPolicy } from "../../src/outbound/addresses.ts";
 import { literalRefusal, resolveAllowed } from "../../src/outbound/guard.ts";
 import { isolatedCommand, proxyEnvironment, withGuardedProxy } from "../../src/outbound/proxy.ts";
 import { pullFailure } from "../../src/container-images/pull-failure.ts";
-import { isLoopbackHost } from "../../src/pull-credentials/names.ts";
+import { isLoopbackHost } from "../../src/registry-credentials/names.ts";
 
 /** What a layer's blob is, as the manifest says. */
 export type ImageLayer = { digest: string; mediaType: string; size: number; path: string };

@@ -74,7 +74,7 @@ export function controlKeys(prefix: string) {
     protoVersions: (orgPackage: string) => `${cp}:proto-versions:${orgPackage}`, // "<org>/<package>": hash version -> record JSON; objects under protos/<org>/<package>/<version>/
     // Published service images (src/container-images/): per organization, bounded (src/container-images/store.ts).
     images: (org: string) => `${cp}:images:${org}`, // hash "<service>:<tag>" -> record JSON
-    pullCredentials: (org: string) => `${cp}:pull-credentials:${org}`, // hash registry host -> entry JSON (username, sealed password, who, when): src/pull-credentials/
+    registryCredentials: (org: string) => `${cp}:pull-credentials:${org}`, // (the key keeps its first name) hash registry host -> entry JSON (username, sealed password, who, when): src/registry-credentials/
     // Deployed services (src/services/): per organization; "<org>/<name>" names one service's keys.
     services: `${cp}:services`, // hash "<org>/<name>" -> record JSON (every organization's: the reconciler reads them all)
     serviceRollouts: (orgName: string) => `${cp}:service-rollouts:${orgName}`, // hash rollout id -> rollout JSON, the latest MAX_ROLLOUTS_KEPT

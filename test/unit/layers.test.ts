@@ -29,7 +29,7 @@ const LAYERS: string[][] = [
   ["src/registry", "src/replicas", "src/usage", "src/orgs", "src/protos", "src/responses"],
   ["src/ratelimit", "src/endpoints", "src/container-images", "src/pictures"],
   ["src/keys", "src/users", "src/autoscaling", "src/services"],
-  ["src/queue", "src/tokens", "src/pull-credentials"],
+  ["src/queue", "src/tokens", "src/registry-credentials"],
   ["src/abtests", "src/signin"],
   ["src/batch"],
   // Evaluations read datasets as batch reads its inputs.

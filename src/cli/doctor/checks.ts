@@ -7,7 +7,7 @@ import type { DoctorCheck } from "./check.ts";
 import { clusterCheck } from "./cluster.ts";
 import { builderCheck, imageRegistryCheck, imageSessionCheck } from "./container-images.ts";
 import { protosCheck } from "./protos.ts";
-import { pullCredentialCheck } from "./pull-credential.ts";
+import { registryCredentialCheck } from "./registry-credential.ts";
 import { serviceReplicasCheck, serviceRolloutCheck, serviceRouteCheck } from "./services.ts";
 import { credentialsCheck, organizationCheck, registryCheck } from "./registry.ts";
 import { cliCheck } from "./runtime.ts";
@@ -27,7 +27,7 @@ export const DOCTOR_CHECKS: readonly DoctorCheck[] = [
   builderCheck,
   imageRegistryCheck,
   imageSessionCheck,
-  pullCredentialCheck,
+  registryCredentialCheck,
   serviceRolloutCheck,
   serviceReplicasCheck,
   serviceRouteCheck,

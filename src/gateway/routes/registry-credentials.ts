@@ -25,10 +25,10 @@ import {
   registryHostOf,
 } from "../../container-images/registries.ts";
 import { resolveAllowed } from "../../outbound/guard.ts";
-import { RegistryHost, RegistryPassword, RegistryUsername } from "../../pull-credentials/names.ts";
-import { loadTokenKey } from "../../pull-credentials/grant.ts";
-import { PullAuthResolver } from "../../pull-credentials/resolve.ts";
-import { PullCredentials } from "../../pull-credentials/store.ts";
+import { RegistryHost, RegistryPassword, RegistryUsername } from "../../registry-credentials/names.ts";
+import { loadTokenKey } from "../../registry-credentials/grant.ts";
+import { PullAuthResolver } from "../../registry-credentials/resolve.ts";
+import { RegistryCredentials } from "../../registry-credentials/store.ts";
 import type { Control } from "../../redis/connection.ts";
 import type { SecretBox } from "../../services/secrets.ts";
 import type { Settings } from "../../settings/index.ts";
@@ -42,7 +42,7 @@ export function registryCredentialRoutes(
   settings: Pick<Settings, "services" | "registryToken" | "registries">,
   box: () => Promise<SecretBox>,
 ) {
-  const credentials = new PullCredentials(ctl, box);
+  const credentials = new RegistryCredentials(ctl, box);
   const { keyFile, issuer } = settings.registryToken;
   // The scaler's question, asked the same way (scaler/start/services.ts), for `platform doctor`.
   const resolver = new PullAuthResolver({

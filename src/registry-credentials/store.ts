@@ -26,7 +26,7 @@ const Entry = z.object({
 type Entry = z.infer<typeof Entry>;
 
 /** What the API shows of one: never the password. */
-export type PullCredentialInfo = {
+export type RegistryCredentialInfo = {
   host: string;
   username: string;
   /** Epoch seconds. */
@@ -37,7 +37,7 @@ export type PullCredentialInfo = {
 /** The additional data a password is sealed with: moved to another organization or host, it does not open. */
 const context = (org: string, host: string) => `pull:${org}/${host}`;
 
-export class PullCredentials {
+export class RegistryCredentials {
   private readonly ctl: Control;
   private readonly box: () => Promise<SecretBox>;
 
@@ -53,7 +53,7 @@ export class PullCredentials {
     username: string,
     password: string,
     by: { id: string; name: string },
-  ): Promise<{ info: PullCredentialInfo; replaced: boolean }> {
+  ): Promise<{ info: RegistryCredentialInfo; replaced: boolean }> {
     const entry: Entry = {
       username,
       sealed: (await this.box()).seal(password, context(org, host)),
@@ -62,7 +62,7 @@ export class PullCredentials {
     };
     const outcome = await setScript.run(
       this.ctl.redis,
-      [this.ctl.keys.pullCredentials(org)],
+      [this.ctl.keys.registryCredentials(org)],
       [host, JSON.stringify(entry), MAX_HOSTS_PER_ORG],
     );
     if (outcome === "too_many")
@@ -74,7 +74,7 @@ export class PullCredentials {
     return { info: infoOf(host, entry), replaced: outcome === "replaced" };
   }
 
-  async list(org: string): Promise<PullCredentialInfo[]> {
+  async list(org: string): Promise<RegistryCredentialInfo[]> {
     return [...(await this.entries(org)).entries()]
       .sort(([a], [b]) => a.localeCompare(b))
       .map(([host, e]) => infoOf(host, e));
@@ -82,12 +82,12 @@ export class PullCredentials {
 
   /** True when there was one to remove. */
   async remove(org: string, host: string): Promise<boolean> {
-    return (await this.ctl.redis.hdel(this.ctl.keys.pullCredentials(org), host)) === 1;
+    return (await this.ctl.redis.hdel(this.ctl.keys.registryCredentials(org), host)) === 1;
   }
 
   /** The credential for `host`, opened: for the scaler's pulls only. */
   async open(org: string, host: string): Promise<{ username: string; password: string } | undefined> {
-    const key = this.ctl.keys.pullCredentials(org);
+    const key = this.ctl.keys.registryCredentials(org);
     const raw = await this.ctl.redis.hget(key, host);
     if (raw === null) return undefined;
     const parsed = parseStored(Entry, raw, "pull_credential", `${key}/${host}`);
@@ -97,7 +97,7 @@ export class PullCredentials {
   }
 
   private async entries(org: string): Promise<Map<string, Entry>> {
-    const key = this.ctl.keys.pullCredentials(org);
+    const key = this.ctl.keys.registryCredentials(org);
     const out = new Map<string, Entry>();
     for (const [host, raw] of Object.entries(await this.ctl.redis.hgetall(key))) {
       const parsed = parseStored(Entry, raw, "pull_credential", `${key}/${host}`);
@@ -107,7 +107,7 @@ export class PullCredentials {
   }
 }
 
-const infoOf = (host: string, e: Entry): PullCredentialInfo => ({
+const infoOf = (host: string, e: Entry): RegistryCredentialInfo => ({
   host,
   username: e.username,
   updated: e.updated,

@@ -1,4 +1,4 @@
--- Sets an organization's pull credential for one registry host (src/pull-credentials/store.ts):
+-- Sets an organization's pull credential for one registry host (src/registry-credentials/store.ts):
 -- a new host only while the organization holds fewer than the limit; a host already there is
 -- replaced, which costs nothing against the limit.
 -- KEYS[1]: the organization's credentials hash. ARGV: host, entry JSON, max hosts.

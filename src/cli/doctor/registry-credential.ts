@@ -1,12 +1,12 @@
 /**
- * Doctor's pull-credential check (docs/services.md, "Pulling from a private registry"): the
+ * Doctor's registry-credential check (docs/services.md, "Pulling from a private registry"): the
  * platform has a credential to pull the workspace's image repository with, for the caller's
  * organization: its own (`platform registry credentials set`), the platform's token server (a
  * registry that trusts it), or the operator's PLATFORM_IMAGE_PULL_AUTH_FILE. Not required: a
  * public registry needs none, and nothing is deployed before `publish`.
  */
-import type { PullSource } from "../../pull-credentials/resolve.ts";
-import { fixPullCommand } from "../../pull-credentials/resolve.ts";
+import type { PullSource } from "../../registry-credentials/resolve.ts";
+import { fixPullCommand } from "../../registry-credentials/resolve.ts";
 import { type DoctorCheck, ok, skip, warn } from "./check.ts";
 
 const SAYS: Record<Exclude<PullSource, "none">, string> = {
@@ -15,9 +15,9 @@ const SAYS: Record<Exclude<PullSource, "none">, string> = {
   operator: "the operator's pull file (PLATFORM_IMAGE_PULL_AUTH_FILE)",
 };
 
-export const pullCredentialCheck: DoctorCheck = {
+export const registryCredentialCheck: DoctorCheck = {
   id: "pull-credential",
-  name: "image pull credential",
+  name: "registry credential",
   required: false,
   run: async (ctx) => {
     const ws = await ctx.workspace().catch(() => undefined);

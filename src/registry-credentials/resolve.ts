@@ -25,7 +25,7 @@ import { probe } from "../outbound/guard.ts";
 import type { RegistryPolicy } from "../settings/registries.ts";
 import { GRANT_USERNAME, mintPullGrant } from "./grant.ts";
 import { isLoopbackHost } from "./names.ts";
-import type { PullCredentials } from "./store.ts";
+import type { RegistryCredentials } from "./store.ts";
 
 export type PullSource = "organization" | "token_server" | "operator" | "none";
 
@@ -35,7 +35,7 @@ export type PullAuth =
   | { source: "none" };
 
 export type PullAuthOptions = {
-  credentials: PullCredentials;
+  credentials: RegistryCredentials;
   /** PLATFORM_REGISTRY_TOKEN_KEY, loaded (grant.ts `loadTokenKey`); without it no grants. */
   tokenKey?: KeyObject;
   issuer: string;
