@@ -11,7 +11,7 @@ import { findRevision, revisionId } from "../src/endpoints/rollout.ts";
 import { getEndpoint } from "../src/endpoints/store.ts";
 import { connectControl } from "../src/redis/connection.ts";
 import { trimMemoryWhenIdle } from "../src/process/idle-memory.ts";
-import { resolveModelVersion } from "../src/registry/versions.ts";
+import { resolveModelVersion } from "../src/models/versions.ts";
 import { loadSettings } from "../src/settings/index.ts";
 import { configureLogging, logger } from "../src/telemetry/log.ts";
 import { startTracing, stopTracing } from "../src/telemetry/tracing.ts";

@@ -8,7 +8,7 @@ import { AbTest, type AbVariant, variantName } from "./schema.ts";
 import type { DeploymentConfig } from "../contracts/deployment.ts";
 import type { Endpoint } from "../endpoints/endpoint.ts";
 import { PlatformError } from "../contracts/errors.ts";
-import { resolveModelVersion } from "../registry/versions.ts";
+import { resolveModelVersion } from "../models/versions.ts";
 import { getAutoscaling, setAutoscaling } from "../autoscaling/store.ts";
 import { findEndpoint, getEndpoint, listEndpoints, saveEndpoint } from "../endpoints/store.ts";
 import { parseStored } from "../redis/stored.ts";

@@ -49,7 +49,7 @@ export function controlKeys(prefix: string) {
     models: `${cp}:models`, // set of model names
     modelVersions: (name: string) => `${cp}:model:${name}:versions`, // hash version -> record JSON
     modelCounter: (name: string) => `${cp}:model:${name}:counter`,
-    modelOwners: `${cp}:model-owners`, // hash model name -> organization that made it (src/registry/owners.ts); absent: the operator's
+    modelOwners: `${cp}:model-owners`, // hash model name -> organization that made it (src/models/owners.ts); absent: the operator's
     endpoints: `${cp}:endpoints`, // hash name -> record JSON
     endpointEvents: `${plain}:endpoint-events`, // pub/sub: endpoint changed (a channel, not a key: no slot)
     replicas: (endpoint: string) => `${cp}:replicas:${endpoint}`, // zset replicaId -> heartbeat ms
@@ -125,8 +125,8 @@ export function controlKeys(prefix: string) {
     // `<this>:sizes` (hash id -> bytes), `<this>:r:<id>` (string JSON with TTL).
     responses: (org: string) => `${plain}:responses:{${org}}`,
     files: `${cp}:files`, // hash file id -> record JSON (OpenAI-style /v1/files; bytes in the artifact store)
-    quantizeLock: (artifact: string) => `${plain}:quantize-lock:${artifact}`, // string with TTL: the replica quantizing "<sha256>:<type>" (src/registry/quantized.ts)
-    convertLock: (digest: string) => `${plain}:convert-lock:${digest}`, // string with TTL: the replica converting the checkpoint with this manifest digest to GGUF (src/registry/converted.ts)
+    quantizeLock: (artifact: string) => `${plain}:quantize-lock:${artifact}`, // string with TTL: the replica quantizing "<sha256>:<type>" (src/models/quantized.ts)
+    convertLock: (digest: string) => `${plain}:convert-lock:${digest}`, // string with TTL: the replica converting the checkpoint with this manifest digest to GGUF (src/models/converted.ts)
     // One API key's rate-limit state: `<this>:<scope>:<part>` (src/ratelimit/limiter.ts). In one slot, the key id
     // being the tag, since one script touches it all; different keys spread over the nodes.
     rateLimit: (keyId: string) => `${plain}:ratelimit:{${keyId}}`, // also "org:<id>": an organization's limits across its keys

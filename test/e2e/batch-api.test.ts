@@ -24,7 +24,7 @@ import type { GatewayEnv } from "../../src/gateway/env.ts";
 import { errorResponse } from "../../src/gateway/errors.ts";
 import { PlatformError } from "../../src/contracts/errors.ts";
 import { QueueBase } from "../../src/queue/base.ts";
-import { importModel } from "../../src/registry/import.ts";
+import { importModel } from "../../src/models/import.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { StoragePolicy } from "../../src/storage/policy.ts";

@@ -30,7 +30,7 @@ import { PlatformError } from "../../src/contracts/errors.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import { ANSWER_FIELD } from "../../src/queue/kept-answers.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
-import { importModel } from "../../src/registry/import.ts";
+import { importModel } from "../../src/models/import.ts";
 import { loadSettings, type Settings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { tinyModelPath } from "../helpers/models.ts";

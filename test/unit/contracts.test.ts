@@ -6,12 +6,12 @@ import { endpointQueueName, notApplied } from "../../src/contracts/engines.ts";
 import { describeIssues } from "../../src/contracts/issues.ts";
 import { JobPayload } from "../../src/contracts/job.ts";
 import { COORDINATOR_QUEUE, controlKeys, queueName } from "../../src/contracts/naming.ts";
-import { RegisteredVersion } from "../../src/registry/version.ts";
+import { RegisteredVersion } from "../../src/models/version.ts";
 import { endpointNameFor } from "../../src/endpoints/from-source.ts";
 import { deriveState } from "../../src/endpoints/status.ts";
 import { toMessages } from "../../src/contracts/openai/chat.ts";
 import { toParams } from "../../src/contracts/openai/common.ts";
-import { huggingFaceUrl } from "../../src/registry/sources.ts";
+import { huggingFaceUrl } from "../../src/models/sources.ts";
 import { plainChatPrompt } from "../../workers/engines/engine.ts";
 
 const errorsOf = (input: unknown) => {

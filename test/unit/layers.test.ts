@@ -26,7 +26,7 @@ const LAYERS: string[][] = [
   // Model file formats (GGUF, conversion to it, quantization): file work the catalog and replicas use.
   ["src/formats"],
   // Nouns, each owning its store, logic and metrics.
-  ["src/registry", "src/replicas", "src/usage", "src/orgs", "src/protos", "src/responses"],
+  ["src/models", "src/replicas", "src/usage", "src/orgs", "src/protos", "src/responses"],
   ["src/ratelimit", "src/endpoints", "src/container-images", "src/pictures"],
   ["src/keys", "src/users", "src/autoscaling", "src/services"],
   ["src/queue", "src/tokens", "src/registry-credentials"],

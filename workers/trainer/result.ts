@@ -9,7 +9,7 @@ import { fineTunedModelName } from "../../src/finetuning/served.ts";
 import type { FineTuneSpec } from "../../src/finetuning/schema.ts";
 import { isEnded, updateIfActive } from "../../src/finetuning/store.ts";
 import type { Control } from "../../src/redis/connection.ts";
-import { resolveModelVersion } from "../../src/registry/versions.ts";
+import { resolveModelVersion } from "../../src/models/versions.ts";
 import type { ObjectStore } from "../../src/storage/store.ts";
 import type { TrainerLine } from "./child.ts";
 

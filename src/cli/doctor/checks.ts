@@ -9,7 +9,7 @@ import { builderCheck, imageRegistryCheck, imageSessionCheck } from "./container
 import { protosCheck } from "./protos.ts";
 import { registryCredentialCheck } from "./registry-credential.ts";
 import { serviceReplicasCheck, serviceRolloutCheck, serviceRouteCheck } from "./services.ts";
-import { credentialsCheck, organizationCheck, registryCheck } from "./registry.ts";
+import { credentialsCheck, organizationCheck, platformCheck } from "./platform.ts";
 import { cliCheck } from "./runtime.ts";
 import { bufCheck, gitCheck } from "./tools.ts";
 import { trainerCheck } from "./trainer.ts";
@@ -18,7 +18,7 @@ import { workspaceCheck } from "./workspace.ts";
 export const DOCTOR_CHECKS: readonly DoctorCheck[] = [
   cliCheck,
   workspaceCheck,
-  registryCheck,
+  platformCheck,
   credentialsCheck,
   organizationCheck,
   bufCheck,

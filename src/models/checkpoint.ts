@@ -31,7 +31,7 @@ const CHECKPOINT_FILES = new Set([
   "modules.json",
   "sentence_bert_config.json",
   "config_sentence_transformers.json",
-  // A PEFT LoRA adapter's configuration (its weights are adapter_model.safetensors): src/registry/adapter.ts.
+  // A PEFT LoRA adapter's configuration (its weights are adapter_model.safetensors): src/models/adapter.ts.
   "adapter_config.json",
   // A diffusers pipeline's index; its components' files lie in their folders (pipeline-files.ts).
   "model_index.json",

@@ -1,5 +1,5 @@
 /**
- * Doctor's registry checks: the platform gateway answers (with its version), the credentials stored
+ * Doctor's platform checks: the platform gateway answers (with its version), the credentials stored
  * for it are present, live and accepted, and they see the workspace's organization.
  */
 import { PLATFORM_VERSION } from "../../contracts/version.ts";
@@ -9,29 +9,29 @@ import { type CheckResult, type DoctorCheck, type DoctorContext, fail, ok, skip,
 
 const LOGIN_FIX = "run `platform auth login` (or `platform auth login --api-key <key>` in scripts)";
 
-/** The registry's URL, or the result of a check that cannot run without one. */
-async function registryUrl(ctx: DoctorContext): Promise<string | CheckResult> {
+/** The platform's URL, or the result of a check that cannot run without one. */
+async function platformUrl(ctx: DoctorContext): Promise<string | CheckResult> {
   const parses = await ctx.workspace().then(
     () => true,
     () => false,
   );
   if (!parses) return skip("not checked: .platformrc.json does not parse (above)");
-  const { url } = await ctx.registry();
+  const { url } = await ctx.platform();
   return (
     url ??
     fail(
-      "no registry: not in a workspace, PLATFORM_BASE_URL is not set and the credentials name no default",
+      "no platform: not in a workspace, PLATFORM_BASE_URL is not set and the credentials name no default",
       "run `platform init --registry-url <url> --org-id <id>` at the repository's root",
     )
   );
 }
 
-export const registryCheck: DoctorCheck = {
+export const platformCheck: DoctorCheck = {
   id: "registry",
-  name: "registry",
+  name: "platform",
   required: true,
   run: async (ctx) => {
-    const url = await registryUrl(ctx);
+    const url = await platformUrl(ctx);
     if (typeof url !== "string") return url;
     const probe = await ctx.probe();
     if (!probe?.ok)
@@ -57,9 +57,9 @@ export const credentialsCheck: DoctorCheck = {
   name: "credentials",
   required: true,
   run: async (ctx) => {
-    const url = await registryUrl(ctx);
-    if (typeof url !== "string") return skip("not checked: no registry (above)");
-    const { credentials } = await ctx.registry();
+    const url = await platformUrl(ctx);
+    if (typeof url !== "string") return skip("not checked: no platform (above)");
+    const { credentials } = await ctx.platform();
     if (!credentials) return fail(`not logged in to ${url}: no credentials in ${ctx.cli.credentialsFile}`, LOGIN_FIX);
     if (!(await ctx.probe())?.ok) return skip(`not checked: ${url} does not answer as a platform (above)`);
     const me = await ctx.whoami().catch((e: unknown) => {

@@ -46,7 +46,7 @@ export type CheckpointSummary = z.infer<typeof CheckpointSummary>;
 export const ArtifactKind = z.enum(["gguf", "hf", "adapter"]);
 export type ArtifactKind = z.infer<typeof ArtifactKind>;
 
-/** What a diffusers pipeline directory says about itself (model_index.json and its components' configs): src/registry/diffusers.ts. */
+/** What a diffusers pipeline directory says about itself (model_index.json and its components' configs): src/models/diffusers.ts. */
 export const PipelineSummary = z.object({
   /** model_index.json's `_class_name` ("StableDiffusionPipeline"). */
   pipeline_class: z.string(),
@@ -163,7 +163,7 @@ export const RegisteredVersion = z.object({
   source: z.string(),
   /** Where the platform keeps its copy, relative to the artifact store root: the file, or for "hf" the directory (its files lie below it). */
   artifact: z.string(),
-  /** The file's SHA-256, or for "hf" the manifest's digest (src/registry/checkpoint.ts `manifestDigest`). */
+  /** The file's SHA-256, or for "hf" the manifest's digest (src/models/checkpoint.ts `manifestDigest`). */
   sha256: Sha256,
   /** The file's size, or for "hf" the sum of its files' sizes. */
   size_bytes: z.number().int(),
@@ -185,7 +185,7 @@ export const RegisteredVersion = z.object({
   training: TrainingSummary.optional(),
   /**
    * The organization that made it (a fine-tuning job's result): listed and served only to it and
-   * the operator (src/registry/owners.ts). Absent: the operator's, install-wide.
+   * the operator (src/models/owners.ts). Absent: the operator's, install-wide.
    */
   owner: OrgId.optional(),
 });

@@ -1,4 +1,4 @@
-/** The model registry: named models with numbered or explicit versions, metadata in Redis. */
+/** The model catalog: named models with numbered or explicit versions, metadata in Redis. */
 import { ModelName } from "../contracts/deployment.ts";
 import { RegisteredVersion } from "./version.ts";
 import { parseStored, reportInvalid } from "../redis/stored.ts";
@@ -6,7 +6,7 @@ import type { Control } from "../redis/connection.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import { claimName, mayUse, type NameViewer, ownerOf } from "./owners.ts";
 
-/** Every version (of `name`), oldest first; with `viewer`, only those it may see (src/registry/owners.ts). */
+/** Every version (of `name`), oldest first; with `viewer`, only those it may see (src/models/owners.ts). */
 export async function listModelVersions(
   ctl: Control,
   name?: string,
@@ -74,7 +74,7 @@ function notRegistered(name: string): PlatformError {
 
 /**
  * A version by name, or the newest one for "latest". With `viewer`, another organization's model
- * is the same 404 as a name that is not registered (src/registry/owners.ts).
+ * is the same 404 as a name that is not registered (src/models/owners.ts).
  */
 export async function resolveModelVersion(
   ctl: Control,

@@ -2,7 +2,7 @@
  * The quantized copy of a model artifact, made once and shared: it lives in the artifact store
  * under quantized/<source sha256>/<TYPE>.gguf, so every replica, endpoint and version with the same
  * source bytes and type reuses it, on this node or any other. Made under a Redis lease per
- * (sha256, type) by the shared derived-file cache (src/registry/derived.ts).
+ * (sha256, type) by the shared derived-file cache (src/models/derived.ts).
  */
 import { readGgufInfo } from "../formats/gguf/read.ts";
 import { derivedFile, type DerivedDeps, type DerivedFile } from "./derived.ts";

@@ -162,7 +162,7 @@ async function fromLocalDirectory(
       if (info?.isSymbolicLink()) throw linked(name);
       if (info?.isFile()) files.push({ name, size: info.size });
     } else if (isPipelineComponent(entry.name)) {
-      // A diffusers pipeline's component folder (src/registry/pipeline-files.ts).
+      // A diffusers pipeline's component folder (src/models/pipeline-files.ts).
       if (entry.isSymbolicLink()) throw linked(entry.name);
       if (entry.isDirectory()) files.push(...(await componentFiles(path, entry.name, linked)));
     }

@@ -1,5 +1,5 @@
 /**
- * Fetching what a registration names into scratch space (src/registry/import.ts decides what it
+ * Fetching what a registration names into scratch space (src/models/import.ts decides what it
  * is and records it): one file, copied or downloaded and hashed on the way. A checkpoint
  * directory's files are fetch-checkpoint.ts's.
  */
@@ -20,7 +20,7 @@ export type SourceRequest = {
   source: string;
   /** The artifact's bytes, when uploaded instead of fetched from `source`. */
   body?: Readable;
-  /** A checkpoint directory uploaded as a tar stream (src/registry/tar.ts) instead of fetched from `source`. */
+  /** A checkpoint directory uploaded as a tar stream (src/models/tar.ts) instead of fetched from `source`. */
   tar?: Readable;
   /**
    * A checkpoint directory the caller has already confined: a local directory, or the files under

@@ -4,7 +4,7 @@
  * (a GGUF header: src/formats/gguf/summary.ts), copy it into the artifact store, and record the
  * version. The artifact is one GGUF file, or a Hugging Face-style checkpoint directory (config,
  * tokenizer, safetensors) kept file by file under one version with a manifest
- * (src/registry/checkpoint.ts; docs/registry.md).
+ * (src/models/checkpoint.ts; docs/models.md).
  */
 import { randomUUID } from "node:crypto";
 import { createReadStream } from "node:fs";
@@ -43,12 +43,12 @@ export type ImportRequest = SourceRequest & {
   task?: ModelTask;
   /**
    * The base version a LoRA adapter adapts, `<model>@<version>`: required when the source holds
-   * adapter_config.json (an adapter, src/registry/adapter.ts), refused otherwise.
+   * adapter_config.json (an adapter, src/models/adapter.ts), refused otherwise.
    */
   base?: string;
   /** Versions a fine-tuning job made: how (kept on the record). */
   training?: TrainingSummary;
-  /** The organization that made it (a fine-tuning job's): its name is claimed for it (src/registry/owners.ts). */
+  /** The organization that made it (a fine-tuning job's): its name is claimed for it (src/models/owners.ts). */
   owner?: string;
 };
 
@@ -121,7 +121,7 @@ async function importCheckpoint(
 ): Promise<RegisteredVersion> {
   const files = await fetchCheckpoint(req, dir, policy, deps.s3);
   const all = [...files.keys()];
-  // A diffusers pipeline (model_index.json): src/registry/diffusers.ts. Elsewhere its folders' names mean nothing.
+  // A diffusers pipeline (model_index.json): src/models/diffusers.ts. Elsewhere its folders' names mean nothing.
   if (all.includes("model_index.json")) return importPipeline(deps, req, dir, files);
   const names = all.filter((name) => !isPipelineFile(name));
   if (names.includes("adapter_config.json")) return importAdapter(deps, req, dir, files);

@@ -1,7 +1,7 @@
 /**
  * The GGUF conversion of a Hugging Face-style checkpoint, for llama.cpp replicas: made once per
  * manifest digest by the converter (src/formats/convert), kept in the artifact store under
- * converted/<digest>/model.gguf and shared like a quantized copy (src/registry/derived.ts).
+ * converted/<digest>/model.gguf and shared like a quantized copy (src/models/derived.ts).
  * Converting at replica start rather than at registration keeps minutes of CPU off the gateway
  * and lets a version registered before its family had a converter be served once it has one.
  */
