@@ -19,7 +19,7 @@ import { fileURLToPath } from "node:url";
 import { BatchJobs, startBatchCoordinator } from "../src/batch/index.ts";
 import { isBlank, parseRecord, readLines } from "../src/batch/input.ts";
 import { outputLine } from "../src/batch/output.ts";
-import type { BatchJob } from "../src/batch/schema.ts";
+import type { BatchJob } from "../src/batch/record.ts";
 import { connectControl } from "../src/redis/connection.ts";
 import { loadSettings } from "../src/settings/index.ts";
 import { openStore } from "../src/storage/index.ts";

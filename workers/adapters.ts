@@ -8,12 +8,12 @@
 import { join } from "node:path";
 import { DEFAULT_MAX_LORA_RANK } from "../src/contracts/engines.ts";
 import { PlatformError } from "../src/contracts/errors.ts";
-import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../src/endpoints/record.ts";
 import type { Control } from "../src/redis/connection.ts";
 import { convertedAdapter } from "../src/models/converted.ts";
 import type { DerivedDeps } from "../src/models/derived.ts";
 import { localArtifact } from "../src/models/materialize.ts";
-import type { RegisteredVersion } from "../src/models/version.ts";
+import type { RegisteredVersion } from "../src/models/record.ts";
 import { listModelVersions, resolveModelVersion } from "../src/models/versions.ts";
 import type { ObjectStore } from "../src/storage/store.ts";
 import { logger } from "../src/telemetry/log.ts";

@@ -6,7 +6,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { z } from "zod";
-import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../src/endpoints/record.ts";
 import { findRevision, revisionId } from "../src/endpoints/rollout.ts";
 import { getEndpoint } from "../src/endpoints/store.ts";
 import { connectControl } from "../src/redis/connection.ts";

@@ -4,13 +4,13 @@
  * speculative decoding.
  */
 import { join } from "node:path";
-import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../src/endpoints/record.ts";
 import type { Control } from "../src/redis/connection.ts";
 import { convertedModel } from "../src/models/converted.ts";
 import type { DerivedDeps, DerivedFile } from "../src/models/derived.ts";
 import { localArtifact } from "../src/models/materialize.ts";
 import { quantizedModel } from "../src/models/quantized.ts";
-import type { RegisteredVersion } from "../src/models/version.ts";
+import type { RegisteredVersion } from "../src/models/record.ts";
 import { resolveDraftModel } from "../src/models/versions.ts";
 import type { Settings } from "../src/settings/index.ts";
 import { openStore } from "../src/storage/index.ts";

@@ -4,9 +4,9 @@
  * Every change publishes an endpoint event, so gateways re-read their routing
  * at once and the reconciler starts or drains the variants' replicas.
  */
-import { AbTest, type AbVariant, variantName } from "./schema.ts";
+import { AbTest, type AbVariant, variantName } from "./record.ts";
 import type { DeploymentConfig } from "../contracts/deployment.ts";
-import type { Endpoint } from "../endpoints/endpoint.ts";
+import type { Endpoint } from "../endpoints/record.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import { resolveModelVersion } from "../models/versions.ts";
 import { getAutoscaling, setAutoscaling } from "../autoscaling/store.ts";

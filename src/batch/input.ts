@@ -7,7 +7,7 @@
  * skipped (reported as a record error), never buffered.
  */
 import type { z } from "zod";
-import { BatchInputLine, lineId } from "./schema.ts";
+import { BatchInputLine, lineId } from "./record.ts";
 import type { ChatMessage, Prompt, SamplingParams } from "../contracts/job.ts";
 import { describeIssues } from "../contracts/issues.ts";
 import type { PictureWork } from "./picture-records.ts";

@@ -11,7 +11,7 @@ import type { StoragePolicy } from "../storage/policy.ts";
 import { readParts } from "../storage/shared.ts";
 import { PICTURE_REFERENCE, pictureOutputKey, pictureReference } from "./picture-records.ts";
 import { type OutputLocation, outputLocation } from "./output.ts";
-import { type BatchJob, BatchCheckpoint } from "./schema.ts";
+import { type BatchJob, BatchCheckpoint } from "./record.ts";
 import { type BatchSpec, outputUri, readSpec, scopeViewer, showPaths } from "./store.ts";
 
 /** The job's output location, confined again, with how its storage errors are shown. */

@@ -14,7 +14,7 @@ import {
   CreateBatchRequest,
   type CreateBatchRequestInput,
   KEPT_OUTPUT,
-} from "./schema.ts";
+} from "./record.ts";
 import { COORDINATOR_QUEUE } from "../contracts/naming.ts";
 import { canSee, type Principal } from "../contracts/orgs.ts";
 import type { Control } from "../redis/connection.ts";

@@ -13,7 +13,7 @@
  */
 import { basename, dirname } from "node:path";
 import pRetry from "p-retry";
-import type { BatchOutputLine } from "./schema.ts";
+import type { BatchOutputLine } from "./record.ts";
 import type { FinishReason } from "../contracts/job.ts";
 import type { PictureOutcome } from "./picture-records.ts";
 import { PlatformError } from "../contracts/errors.ts";

@@ -9,8 +9,8 @@
  */
 import { constants } from "node:fs";
 import { type FileHandle, open, readlink, stat } from "node:fs/promises";
-import type { BatchCheckpoint } from "./schema.ts";
-import { type RegisteredVersion, taskOf } from "../models/version.ts";
+import type { BatchCheckpoint } from "./record.ts";
+import { type RegisteredVersion, taskOf } from "../models/record.ts";
 import { endpointQueueName } from "../contracts/engines.ts";
 import { queueName } from "../contracts/naming.ts";
 import { serving } from "../endpoints/rollout.ts";

@@ -19,7 +19,7 @@ import type { SchemaLimits } from "../contracts/schema-limits.ts";
 import type { Control } from "../redis/connection.ts";
 import { LuaScript } from "../redis/scripts.ts";
 import { resolveModelVersion } from "../models/versions.ts";
-import { taskOf } from "../models/version.ts";
+import { taskOf } from "../models/record.ts";
 import { isStorageError, type ObjectStore } from "../storage/index.ts";
 import type { StoragePolicy } from "../storage/policy.ts";
 import { OutputAssembly } from "./assemble.ts";
@@ -43,7 +43,7 @@ import {
 } from "./prepare.ts";
 import { RecordJobs } from "./record-jobs.ts";
 import { asFailure, checkParts, checkUris } from "./run-checks.ts";
-import { BatchCheckpoint } from "./schema.ts";
+import { BatchCheckpoint } from "./record.ts";
 import {
   type BatchSpec,
   cancelRequested,

@@ -3,7 +3,7 @@ import { createReadStream, existsSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import { Transform } from "node:stream";
 import type { Command } from "commander";
-import { ModelTask, type RegisteredVersion, taskOf } from "../models/version.ts";
+import { ModelTask, type RegisteredVersion, taskOf } from "../models/record.ts";
 import { ApiClient } from "../client/api.ts";
 import { CliError } from "./common/errors.ts";
 import { positiveNumber, wholeNumber } from "./common/flags.ts";
@@ -16,7 +16,7 @@ import { PlatformError } from "../contracts/errors.ts";
 import { writeTar } from "../models/tar.ts";
 import { registerEvaluate } from "./training-evaluate.ts";
 import { evaluations } from "./abtest.ts";
-import type { StoredResult } from "../evaluation/schema.ts";
+import type { StoredResult } from "../evaluation/record.ts";
 import { registerTrainingJobs } from "./training-jobs.ts";
 
 export function registerTraining(program: Command): void {

@@ -20,7 +20,7 @@ import { WORKER_NODE_FLAGS } from "../process/worker-env.ts";
 import { superviseEmbeddedRedis } from "../redis/supervisor.ts";
 import { type Control, connectControl, maskRedisUrl } from "../redis/connection.ts";
 import { ensurePrivateDir } from "../redis/embedded.ts";
-import { taskOf } from "../models/version.ts";
+import { taskOf } from "../models/record.ts";
 import { type CliSettings, loadSettings, type Settings } from "../settings/index.ts";
 import { UP_REGISTRY_ADDRESSES } from "../settings/registries.ts";
 import { parseStorageRoot, type StorageRoot } from "../storage/policy.ts";

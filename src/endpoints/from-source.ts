@@ -11,7 +11,7 @@ import { DeploymentConfig } from "../contracts/deployment.ts";
 import type { Control } from "../redis/connection.ts";
 import { importModel } from "../models/import.ts";
 import type { SourceProgress } from "../models/sources.ts";
-import { type ModelTask, type RegisteredVersion, taskOf } from "../models/version.ts";
+import { type ModelTask, type RegisteredVersion, taskOf } from "../models/record.ts";
 import { listModelVersions } from "../models/versions.ts";
 import type { Settings } from "../settings/index.ts";
 import { openStore } from "../storage/index.ts";

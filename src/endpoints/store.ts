@@ -1,6 +1,6 @@
 /** Endpoint records: what is deployed, at which version, with how many replicas wanted. */
 import type { DeploymentConfig } from "../contracts/deployment.ts";
-import { Endpoint } from "./endpoint.ts";
+import { Endpoint } from "./record.ts";
 import { deployRefusal } from "../formats/quantize/plan.ts";
 import { mayUse, type NameViewer, ownerOf } from "../models/owners.ts";
 import { resolveDraftModel, resolveModelVersion } from "../models/versions.ts";

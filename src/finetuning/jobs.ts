@@ -15,7 +15,7 @@ import { QueueBase } from "../queue/base.ts";
 import type { Control } from "../redis/connection.ts";
 import { checkNameFor, type NameViewer, ownedName } from "../models/owners.ts";
 import { resolveModelVersion } from "../models/versions.ts";
-import type { RegisteredVersion } from "../models/version.ts";
+import type { RegisteredVersion } from "../models/record.ts";
 import { openObject, parseStorageUri, StorageError } from "../storage/index.ts";
 import { StoragePolicy } from "../storage/policy.ts";
 import type { BatchFiles } from "../batch/files.ts";
@@ -30,7 +30,7 @@ import {
   type FineTuningJob,
   LoraOptions,
   BASE_LEARNING_RATE,
-} from "./schema.ts";
+} from "./record.ts";
 import {
   addEvent,
   createRecord,

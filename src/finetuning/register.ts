@@ -6,7 +6,7 @@
  */
 import { registerAdapter } from "../models/adapter-register.ts";
 import { importModel } from "../models/import.ts";
-import type { RegisteredVersion, TrainingSummary } from "../models/version.ts";
+import type { RegisteredVersion, TrainingSummary } from "../models/record.ts";
 import type { Control } from "../redis/connection.ts";
 import type { ObjectStore } from "../storage/store.ts";
 

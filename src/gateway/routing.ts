@@ -7,10 +7,10 @@
  * its next request, without waiting for the notice to come back from Redis.
  */
 import type { RedisClient } from "../redis/connection.ts";
-import { type AbTest, pickVariant } from "../abtests/schema.ts";
+import { type AbTest, pickVariant } from "../abtests/record.ts";
 import { NAME_PATTERN, VERSION_PATTERN } from "../contracts/deployment.ts";
-import type { Endpoint } from "../endpoints/endpoint.ts";
-import { type ModelTask, type PipelineSummary, type RegisteredVersion, taskOf } from "../models/version.ts";
+import type { Endpoint } from "../endpoints/record.ts";
+import { type ModelTask, type PipelineSummary, type RegisteredVersion, taskOf } from "../models/record.ts";
 import { readAbTests } from "../abtests/store.ts";
 import { serving } from "../endpoints/rollout.ts";
 import { readEndpoints } from "../endpoints/store.ts";

@@ -10,7 +10,7 @@ import { PlatformError } from "../contracts/errors.ts";
 import { adapterSummary, ADAPTER_FILES, checkAgainstBase, readAdapter, readBaseWeights } from "./adapter.ts";
 import { manifestDigest, sortManifest } from "./checkpoint.ts";
 import { type ImportDeps, importModel, type ImportRequest, saveRecord, storeDirectory } from "./import.ts";
-import type { ArtifactFile, RegisteredVersion, TrainingSummary, VersionRef } from "./version.ts";
+import type { ArtifactFile, RegisteredVersion, TrainingSummary, VersionRef } from "./record.ts";
 import { listModelVersions, nextVersion, resolveModelVersion } from "./versions.ts";
 
 /** `<model>@<version>` as a reference, or the 400 that says how to write it. */

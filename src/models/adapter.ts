@@ -16,7 +16,7 @@ import { ggufWeightName, hfWeightName, LoraError, type LoraPair, pairTensors } f
 import { SafetensorsCheckpoint, SafetensorsError } from "../formats/convert/safetensors.ts";
 import { readGgufInfo } from "../formats/gguf/index.ts";
 import { localArtifact } from "./materialize.ts";
-import type { AdapterSummary, RegisteredVersion, VersionRef } from "./version.ts";
+import type { AdapterSummary, RegisteredVersion, VersionRef } from "./record.ts";
 
 /** The files an adapter version is made of; anything else in its directory (README, tokenizer copies) stays behind. */
 export const ADAPTER_FILES = ["adapter_config.json", "adapter_model.safetensors"] as const;

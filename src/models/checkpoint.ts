@@ -7,7 +7,7 @@
 import { createHash } from "node:crypto";
 import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
-import type { ArtifactFile, CheckpointSummary } from "./version.ts";
+import type { ArtifactFile, CheckpointSummary } from "./record.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import { SafetensorsCheckpoint, SafetensorsError } from "../formats/convert/safetensors.ts";
 import { isPipelineFile } from "./pipeline-files.ts";

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { PlatformError } from "../contracts/errors.ts";
 import { SafetensorsCheckpoint, SafetensorsError } from "../formats/convert/safetensors.ts";
 import { type ImportDeps, type ImportRequest, saveRecord, storeFetched } from "./import.ts";
-import type { PipelineSummary, RegisteredVersion } from "./version.ts";
+import type { PipelineSummary, RegisteredVersion } from "./record.ts";
 import { requireKind } from "./adapter-register.ts";
 
 const DTYPES: Record<string, string> = { F32: "float32", F16: "float16", BF16: "bfloat16", F64: "float64" };

@@ -30,7 +30,7 @@ import {
   type ModelTask,
   type RegisteredVersion,
   type TrainingSummary,
-} from "./version.ts";
+} from "./record.ts";
 import { importPipeline } from "./diffusers.ts";
 import { isPipelineFile } from "./pipeline-files.ts";
 import { nextVersion, saveModelVersion, versionExists } from "./versions.ts";

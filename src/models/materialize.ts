@@ -10,7 +10,7 @@ import { createHash, randomUUID } from "node:crypto";
 import { constants } from "node:fs";
 import { mkdir, open, rename, rm, stat } from "node:fs/promises";
 import { dirname, extname, join } from "node:path";
-import type { ArtifactFile, RegisteredVersion } from "./version.ts";
+import type { ArtifactFile, RegisteredVersion } from "./record.ts";
 import type { ObjectStore } from "../storage/store.ts";
 import { checkEntryName } from "./checkpoint.ts";
 

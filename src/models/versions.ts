@@ -1,6 +1,6 @@
 /** The model catalog: named models with numbered or explicit versions, metadata in Redis. */
 import { ModelName } from "../contracts/deployment.ts";
-import { RegisteredVersion } from "./version.ts";
+import { RegisteredVersion } from "./record.ts";
 import { parseStored, reportInvalid } from "../redis/stored.ts";
 import type { Control } from "../redis/connection.ts";
 import { PlatformError } from "../contracts/errors.ts";

@@ -14,7 +14,7 @@ import { Hono } from "hono";
 import OpenAI, { toFile } from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type BatchCoordinator, BatchJobs, startBatchCoordinator } from "../../src/batch/index.ts";
-import type { BatchJob } from "../../src/batch/schema.ts";
+import type { BatchJob } from "../../src/batch/record.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { requireCaller } from "../../src/gateway/auth.ts";

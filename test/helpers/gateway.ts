@@ -7,7 +7,7 @@ import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import type { RegisteredVersion } from "../../src/models/version.ts";
+import type { RegisteredVersion } from "../../src/models/record.ts";
 import { deployEndpoint } from "../../src/endpoints/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";

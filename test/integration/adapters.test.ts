@@ -24,7 +24,7 @@ import { createOrg } from "../../src/orgs/store.ts";
 import { connectControl, type Control } from "../../src/redis/connection.ts";
 import { registerAdapter } from "../../src/models/adapter-register.ts";
 import { writeTar } from "../../src/models/tar.ts";
-import type { RegisteredVersion } from "../../src/models/version.ts";
+import type { RegisteredVersion } from "../../src/models/record.ts";
 import { resolveModelVersion } from "../../src/models/versions.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";

@@ -21,7 +21,7 @@ import { type BatchCoordinator, startBatchCoordinator } from "../../src/batch/in
 import { COORDINATOR_JOB, COORDINATOR_QUEUE } from "../../src/batch/jobs.ts";
 import { RecordJobs } from "../../src/batch/record-jobs.ts";
 import { type BatchSpec, createRecord } from "../../src/batch/store.ts";
-import type { BatchJob } from "../../src/batch/schema.ts";
+import type { BatchJob } from "../../src/batch/record.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { deployEndpoint } from "../../src/endpoints/store.ts";

@@ -17,7 +17,7 @@ import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { deployEndpoint, getEndpoint } from "../../src/endpoints/store.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { importModel } from "../../src/models/import.ts";
-import type { RegisteredVersion } from "../../src/models/version.ts";
+import type { RegisteredVersion } from "../../src/models/record.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { loadEngine } from "../../workers/engines/index.ts";
 import { modelFile } from "../../workers/weights.ts";

@@ -15,7 +15,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { RegisteredVersion } from "../../src/models/version.ts";
+import type { RegisteredVersion } from "../../src/models/record.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";

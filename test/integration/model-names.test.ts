@@ -22,7 +22,7 @@ import { createOrg } from "../../src/orgs/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { registerAdapter } from "../../src/models/adapter-register.ts";
 import { importModel } from "../../src/models/import.ts";
-import type { RegisteredVersion } from "../../src/models/version.ts";
+import type { RegisteredVersion } from "../../src/models/record.ts";
 import { listModelVersions } from "../../src/models/versions.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";

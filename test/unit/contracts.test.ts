@@ -6,7 +6,7 @@ import { endpointQueueName, notApplied } from "../../src/contracts/engines.ts";
 import { describeIssues } from "../../src/contracts/issues.ts";
 import { JobPayload } from "../../src/contracts/job.ts";
 import { COORDINATOR_QUEUE, controlKeys, queueName } from "../../src/contracts/naming.ts";
-import { RegisteredVersion } from "../../src/models/version.ts";
+import { RegisteredVersion } from "../../src/models/record.ts";
 import { endpointNameFor } from "../../src/endpoints/from-source.ts";
 import { deriveState } from "../../src/endpoints/status.ts";
 import { toMessages } from "../../src/contracts/openai/chat.ts";

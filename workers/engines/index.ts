@@ -1,5 +1,5 @@
 /** Picks and loads the engine an endpoint's framework names. */
-import type { Endpoint } from "../../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../../src/endpoints/record.ts";
 import type { PicturesSettings, VllmSettings } from "../../src/settings/index.ts";
 import type { Engine } from "./engine.ts";
 import { loadLlamaCpp } from "./llamacpp.ts";

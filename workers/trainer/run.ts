@@ -9,7 +9,7 @@ import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { TRAINER_PYTHON_FIX } from "../../src/settings/finetuning.ts";
 import type { FineTuningSettings } from "../../src/settings/index.ts";
-import type { FineTuneSpec } from "../../src/finetuning/schema.ts";
+import type { FineTuneSpec } from "../../src/finetuning/record.ts";
 import { addEvent, isEnded, listCheckpoints, readJob, updateIfActive } from "../../src/finetuning/store.ts";
 import type { Control } from "../../src/redis/connection.ts";
 import { localArtifact } from "../../src/models/materialize.ts";

@@ -18,7 +18,7 @@ import { Readable } from "node:stream";
 import { Hono } from "hono";
 import { z } from "zod";
 import { BatchJobs } from "../../batch/index.ts";
-import { CreateBatchRequest } from "../../batch/schema.ts";
+import { CreateBatchRequest } from "../../batch/record.ts";
 import type { Control } from "../../redis/connection.ts";
 import type { GatewayEnv } from "../env.ts";
 import { parseBody } from "../errors.ts";

@@ -21,7 +21,7 @@ import { BatchFiles, type BatchResultFiles, FILES_PREFIX, type FileQuota, quotaE
 import { isBlank, readLines } from "../../batch/input.ts";
 import { BatchJobs } from "../../batch/jobs.ts";
 import type { OpenAiSpec } from "../../batch/store.ts";
-import type { BatchJob } from "../../batch/schema.ts";
+import type { BatchJob } from "../../batch/record.ts";
 import { servingQueue } from "../../endpoints/rollout.ts";
 import { getEndpoint } from "../../endpoints/store.ts";
 import { NAME_PATTERN } from "../../contracts/deployment.ts";

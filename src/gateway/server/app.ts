@@ -9,7 +9,7 @@ import { recordVariantOutcome, type VariantOutcome } from "../../abtests/store.t
 import { RateLimiter } from "../../ratelimit/limiter.ts";
 import type { Control } from "../../redis/connection.ts";
 import { PlatformError } from "../../contracts/errors.ts";
-import type { Endpoint } from "../../endpoints/endpoint.ts";
+import type { Endpoint } from "../../endpoints/record.ts";
 import { PLATFORM_VERSION } from "../../contracts/version.ts";
 import { Admission } from "../../queue/admission.ts";
 import { Dispatcher, type SubmitOptions } from "../../queue/dispatcher.ts";

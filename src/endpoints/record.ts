@@ -25,7 +25,7 @@ export const Endpoint = z.object({
   /** Replicas wanted now (the scaler changes this within bounds). */
   desired_replicas: z.number().int().min(0),
   /**
-   * Set on the deployment of an extra version for an A/B test (src/abtests/schema.ts): the
+   * Set on the deployment of an extra version for an A/B test (src/abtests/record.ts): the
    * endpoint whose traffic it shares. Such records are not endpoints of their own to clients.
    */
   variant_of: z.string().optional(),
