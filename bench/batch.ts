@@ -20,7 +20,7 @@ import { BatchJobs, startBatchCoordinator } from "../src/batch/index.ts";
 import { parseRecord } from "../src/batch/input.ts";
 import { isBlank, readLines } from "../src/files/jsonl.ts";
 import { outputLine } from "../src/batch/output.ts";
-import type { BatchJob } from "../src/batch/schema.ts";
+import type { BatchJob } from "../src/batch/record.ts";
 import { connectControl } from "../src/redis/connection.ts";
 import { loadSettings } from "../src/settings/index.ts";
 import { openStore } from "../src/storage/index.ts";

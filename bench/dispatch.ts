@@ -15,7 +15,7 @@
 import { randomUUID } from "node:crypto";
 import { endpointQueueName } from "../src/contracts/engines.ts";
 import { DeploymentConfig } from "../src/contracts/deployment.ts";
-import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../src/endpoints/record.ts";
 import { Dispatcher, type Submission } from "../src/queue/dispatcher.ts";
 import { connectControl } from "../src/redis/connection.ts";
 import { loadLlamaCpp } from "../workers/engines/llamacpp.ts";

@@ -29,7 +29,7 @@ import { deployEndpoint } from "../src/endpoints/store.ts";
 import { connectControl } from "../src/redis/connection.ts";
 import { startGateway } from "../src/gateway/server/app.ts";
 import { IDLE_CHECK_MS } from "../src/process/idle-memory.ts";
-import { importModel } from "../src/registry/import.ts";
+import { importModel } from "../src/models/import.ts";
 import { loadSettings } from "../src/settings/index.ts";
 import { WORKER_NODE_FLAGS, withWorkerAllocator } from "../src/process/worker-env.ts";
 import { openStore } from "../src/storage/index.ts";

@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { DeploymentConfig } from "../src/contracts/deployment.ts";
 import { deployEndpoint } from "../src/endpoints/store.ts";
 import { connectControl } from "../src/redis/connection.ts";
-import { importModel } from "../src/registry/import.ts";
+import { importModel } from "../src/models/import.ts";
 import { loadSettings } from "../src/settings/index.ts";
 import { openStore } from "../src/storage/index.ts";
 import { sharedModelPath, tinyModelPath } from "../test/helpers/models.ts";

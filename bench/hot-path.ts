@@ -26,7 +26,7 @@ import { createApiKey } from "../src/keys/store.ts";
 import { startEmbeddedRedis } from "../src/redis/embedded.ts";
 import { deployEndpoint } from "../src/endpoints/store.ts";
 import { connectControl } from "../src/redis/connection.ts";
-import { importModel } from "../src/registry/import.ts";
+import { importModel } from "../src/models/import.ts";
 import { loadSettings } from "../src/settings/index.ts";
 import { openStore } from "../src/storage/index.ts";
 import { tinyModelPath } from "../test/helpers/models.ts";

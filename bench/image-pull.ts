@@ -1,5 +1,5 @@
 /**
- * `npm run bench:image-pull`: what the image cache (scaler/images/pull.ts) saves a replica that starts
+ * `npm run bench:image-pull`: what the image cache (scaler/container-images/pull.ts) saves a replica that starts
  * from a published image. A pull by digest through skopeo from a local registry, into an empty
  * cache, against the same pull answered from the cache (no skopeo run at all), rounds taking
  * turns, medians, as a ratio measured in the same run. test/e2e/image-runner.test.ts proves the
@@ -11,7 +11,7 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { pullImage } from "../scaler/images/pull.ts";
+import { pullImage } from "../scaler/container-images/pull.ts";
 import {
   imageToolsUnavailable,
   privateBuildah,

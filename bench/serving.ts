@@ -44,7 +44,7 @@ import { deployEndpoint } from "../src/endpoints/store.ts";
 import { convertCheckpoint } from "../src/formats/convert/index.ts";
 import { freePort } from "../src/process/free-port.ts";
 import { connectControl } from "../src/redis/connection.ts";
-import { importModel } from "../src/registry/import.ts";
+import { importModel } from "../src/models/import.ts";
 import { loadSettings } from "../src/settings/index.ts";
 import { openStore } from "../src/storage/index.ts";
 import { startStack } from "../test/helpers/stack.ts";

@@ -14,7 +14,7 @@ import { hostname } from "node:os";
 import type { Queue } from "bullmq";
 import type { RedisClient } from "../src/redis/connection.ts";
 import type { AutoscalingSettings } from "../src/autoscaling/config.ts";
-import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../src/endpoints/record.ts";
 import {
   getScalingHistory,
   readAutoscalingMany,

@@ -7,7 +7,7 @@
  * record's TTL (HEARTBEAT_TTL_BEATS) is longer than a scaler tick, so a tick
  * sees the silent record before it expires.
  */
-import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../src/endpoints/record.ts";
 import { listReplicas } from "../src/replicas/heartbeats.ts";
 import type { QueueBase } from "../src/queue/base.ts";
 import { reclaimJobs } from "../src/queue/reclaim.ts";

@@ -33,7 +33,7 @@ import { diedWithEngine } from "./engine-lost.ts";
 import type { AdapterResolver } from "./adapters.ts";
 import { type AppliedAdapter, type Engine, type GenerationHooks, type TextRequest, usage } from "./engines/engine.ts";
 import type { ObjectStore } from "../src/storage/store.ts";
-import { runImageJob } from "./image-job.ts";
+import { runPictureJob } from "./picture-job.ts";
 import type { WorkerMetrics } from "./metrics.ts";
 import type { Slots } from "./slots.ts";
 import type { WorkerState } from "./state.ts";
@@ -247,7 +247,7 @@ export class JobHandler {
     const adapter = await this.adapterOf(payload);
     if (payload.kind === "image") {
       const deps = { engine: this.engine, store: this.images, replica: this.w.replicaId };
-      return runImageJob(deps, payload, signal, (step, steps) => {
+      return runPictureJob(deps, payload, signal, (step, steps) => {
         if (payload.stream) void this.emit(payload, jobId, { type: "progress", step, steps });
       });
     }

@@ -6,12 +6,12 @@
  */
 import { randomBytes } from "node:crypto";
 import { z } from "zod";
-import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../src/endpoints/record.ts";
 import { findRevision, revisionId } from "../src/endpoints/rollout.ts";
 import { getEndpoint } from "../src/endpoints/store.ts";
 import { connectControl } from "../src/redis/connection.ts";
 import { trimMemoryWhenIdle } from "../src/process/idle-memory.ts";
-import { resolveModelVersion } from "../src/registry/versions.ts";
+import { resolveModelVersion } from "../src/models/versions.ts";
 import { loadSettings } from "../src/settings/index.ts";
 import { configureLogging, logger } from "../src/telemetry/log.ts";
 import { startTracing, stopTracing } from "../src/telemetry/tracing.ts";
@@ -106,7 +106,7 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
       modelPath = await modelFile(settings, ctl, endpoint, model, replicaId, describeWeights);
       return loadEngine(endpoint, modelPath, {
         vllm: settings.vllm,
-        images: settings.images,
+        images: settings.pictures,
         draftModelPath: await draftFile(settings, ctl, endpoint, replicaId),
         grammarTimeoutMs: settings.structured.grammarTimeoutMs,
         // vLLM reserves LoRA memory only when adapters may come: set max_loras, or have one registered.

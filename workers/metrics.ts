@@ -8,7 +8,7 @@
  */
 import { Counter, Gauge, Registry } from "prom-client";
 import type { JobPayload, JobResult } from "../src/contracts/job.ts";
-import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../src/endpoints/record.ts";
 import type { AdapterStats } from "./engines/engine.ts";
 import { servedOf } from "../src/telemetry/request-metrics.ts";
 import { type Source, VLLM, vllmRequestMetrics } from "../src/telemetry/request-metrics.ts";

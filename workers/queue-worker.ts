@@ -8,7 +8,7 @@ import { endpointQueueName } from "../src/contracts/engines.ts";
 import { QueueBase } from "../src/queue/base.ts";
 import { laneName } from "../src/queue/lanes.ts";
 import { MAX_REPLICA_LOSSES } from "../src/queue/reclaim.ts";
-import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../src/endpoints/record.ts";
 import type { Control } from "../src/redis/connection.ts";
 
 /**

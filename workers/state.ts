@@ -3,9 +3,9 @@
  * each: who the replica is, its lifecycle as the heartbeat publishes it, and the jobs it holds.
  */
 import type { QueueWorkers } from "./queue-worker.ts";
-import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../src/endpoints/record.ts";
 import type { Control, RedisClient } from "../src/redis/connection.ts";
-import type { ReplicaState } from "../src/replicas/replica.ts";
+import type { ReplicaState } from "../src/replicas/record.ts";
 import type { Engine } from "./engines/engine.ts";
 
 /** Past this many remembered cancellations, all are forgotten: the set stays bounded. */

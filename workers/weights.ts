@@ -4,26 +4,26 @@
  * speculative decoding.
  */
 import { join } from "node:path";
-import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../src/endpoints/record.ts";
 import type { Control } from "../src/redis/connection.ts";
-import { convertedModel } from "../src/registry/converted.ts";
-import type { DerivedDeps, DerivedFile } from "../src/registry/derived.ts";
-import { localArtifact } from "../src/registry/materialize.ts";
-import { quantizedModel } from "../src/registry/quantized.ts";
-import type { RegisteredVersion } from "../src/registry/version.ts";
-import { resolveDraftModel } from "../src/registry/versions.ts";
+import { convertedModel } from "../src/models/converted.ts";
+import type { DerivedDeps, DerivedFile } from "../src/models/derived.ts";
+import { localArtifact } from "../src/models/materialize.ts";
+import { quantizedModel } from "../src/models/quantized.ts";
+import type { RegisteredVersion } from "../src/models/record.ts";
+import { resolveDraftModel } from "../src/models/versions.ts";
 import type { Settings } from "../src/settings/index.ts";
 import { openStore } from "../src/storage/index.ts";
 import { logger } from "../src/telemetry/log.ts";
 
 /**
- * The file or directory this replica loads: the artifact (src/registry/materialize.ts: a vLLM replica of a
+ * The file or directory this replica loads: the artifact (src/models/materialize.ts: a vLLM replica of a
  * checkpoint gets its directory), for llama.cpp a checkpoint's GGUF conversion, and for a llama.cpp endpoint
  * with `runtime.quantization` its quantized copy. Conversion and quantization happen here at replica start
  * (not at registration or deploy time) so that the gateway never spends minutes of CPU on a large model
  * while it serves, the work lands on nodes sized for loading models, and a failure shows in `status` as the
  * replica's. Both are cached in the artifact store, so only the first replica of a (model, type) pays for
- * them (src/registry/derived.ts).
+ * them (src/models/derived.ts).
  */
 export async function modelFile(
   settings: Settings,
@@ -63,7 +63,7 @@ function derivedDeps(settings: Settings, ctl: Control, replicaId: string): Deriv
   };
 }
 
-/** How `status` words a derived file's outcome (src/registry/derived.ts). */
+/** How `status` words a derived file's outcome (src/models/derived.ts). */
 const WEIGHTS_OUTCOME = {
   produced: "made by this replica",
   cached: "from the artifact store",

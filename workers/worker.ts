@@ -5,7 +5,7 @@
  * WorkerState (workers/state.ts).
  */
 import type { Control } from "../src/redis/connection.ts";
-import type { Endpoint } from "../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../src/endpoints/record.ts";
 import { DEFAULT_SCHEMA_LIMITS, type SchemaLimits } from "../src/contracts/schema-limits.ts";
 import { listenForCancels } from "../src/queue/cancel.ts";
 import { DEFAULT_HEARTBEAT_MS } from "../src/settings/queue.ts";

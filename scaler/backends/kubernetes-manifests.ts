@@ -14,7 +14,7 @@ import type {
   V1VolumeMount,
 } from "@kubernetes/client-node";
 import type { Framework } from "../../src/contracts/deployment.ts";
-import type { Endpoint } from "../../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../../src/endpoints/record.ts";
 import { revisionId } from "../../src/endpoints/rollout.ts";
 import { WORKER_ALLOCATOR_ENV, WORKER_HEALTH_PORT, WORKER_NODE_FLAGS } from "../../src/process/worker-env.ts";
 

@@ -7,8 +7,8 @@
 import { constants } from "node:os";
 import type { V1Deployment, V1Pod } from "@kubernetes/client-node";
 import type { ServiceRecord, ServiceReplica } from "../../src/services/record.ts";
-import { fixPullCommand } from "../../src/pull-credentials/resolve.ts";
-import { pullFailure } from "../../src/images/pull-failure.ts";
+import { fixPullCommand } from "../../src/registry-credentials/resolve.ts";
+import { pullFailure } from "../../src/container-images/pull-failure.ts";
 import { metricsPort, SERVICE_ANNOTATIONS, SERVICE_CONTAINER, SERVICE_LABELS } from "./kubernetes-service-manifests.ts";
 
 /** A signal's name from the number Kubernetes reports (9 → SIGKILL). */

@@ -7,7 +7,7 @@ import { readFileSync } from "node:fs";
 import { ApiException, AppsV1Api, CoreV1Api, KubeConfig, setHeaderOptions } from "@kubernetes/client-node";
 import type { V1Deployment } from "@kubernetes/client-node";
 import { z } from "zod";
-import type { Endpoint } from "../../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../../src/endpoints/record.ts";
 import { runningRevisions } from "../../src/endpoints/rollout.ts";
 import type { BackendReplicas, ReplicaBackend } from "../backend.ts";
 import {

@@ -10,7 +10,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { createWriteStream, mkdirSync, type WriteStream } from "node:fs";
 import { join } from "node:path";
-import type { Endpoint } from "../../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../../src/endpoints/record.ts";
 import type { Control } from "../../src/redis/connection.ts";
 import { readReplica, removeReplica } from "../../src/replicas/heartbeats.ts";
 import { QueueBase } from "../../src/queue/base.ts";

@@ -4,15 +4,15 @@
  * ServiceReportStore with the platform's secrets key.
  */
 import type { Control } from "../../src/redis/connection.ts";
-import { loadTokenKey } from "../../src/pull-credentials/grant.ts";
-import { operatorServes, PullAuthResolver } from "../../src/pull-credentials/resolve.ts";
-import { PullCredentials } from "../../src/pull-credentials/store.ts";
+import { loadTokenKey } from "../../src/registry-credentials/grant.ts";
+import { operatorServes, PullAuthResolver } from "../../src/registry-credentials/resolve.ts";
+import { RegistryCredentials } from "../../src/registry-credentials/store.ts";
 import { ServiceReportStore } from "../../src/services/reports.ts";
 import { SecretBox } from "../../src/services/secrets.ts";
 import type { Settings } from "../../src/settings/index.ts";
 import { LocalServiceBackend } from "../backends/local-services.ts";
-import { engineRunner, workingEngine } from "../images/engine.ts";
-import { imageRunner } from "../images/runner.ts";
+import { engineRunner, workingEngine } from "../container-images/engine.ts";
+import { imageRunner } from "../container-images/runner.ts";
 import type { ServiceBackend } from "../service-backend.ts";
 
 export async function createServiceBackend(
@@ -23,10 +23,10 @@ export async function createServiceBackend(
 ): Promise<ServiceBackend> {
   const box = await SecretBox.load(settings.services);
   const reports = new ServiceReportStore(ctl, box);
-  // Whose credential pulls an organization's images (src/pull-credentials/resolve.ts).
+  // Whose credential pulls an organization's images (src/registry-credentials/resolve.ts).
   const { keyFile, issuer } = settings.registryToken;
   const pullAuth = new PullAuthResolver({
-    credentials: new PullCredentials(ctl, async () => box),
+    credentials: new RegistryCredentials(ctl, async () => box),
     ...(keyFile ? { tokenKey: loadTokenKey(keyFile) } : {}),
     issuer,
     operatorFile: settings.services.pullAuthFile,

@@ -1,5 +1,5 @@
 /**
- * The scaler's part in A/B tests (src/abtests/schema.ts), on every tick of
+ * The scaler's part in A/B tests (src/abtests/record.ts), on every tick of
  * the scaler that holds the lease:
  * - a `starting` test starts splitting once every version in its split has a
  *   ready replica (until then the endpoint's own version takes all traffic);
@@ -11,8 +11,8 @@
  * Nothing is removed while a request may still need it, so neither a weight
  * change nor a stop loses a request in flight.
  */
-import { type AbTest, variantName } from "./schema.ts";
-import type { Endpoint } from "../endpoints/endpoint.ts";
+import { type AbTest, variantName } from "./record.ts";
+import type { Endpoint } from "../endpoints/record.ts";
 import { deleteAbTest, readAbTests, saveAbTest } from "./store.ts";
 import { clearAutoscaling } from "../autoscaling/store.ts";
 import { deleteEndpoint, listEndpoints, saveEndpoint } from "../endpoints/store.ts";

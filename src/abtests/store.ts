@@ -4,11 +4,11 @@
  * Every change publishes an endpoint event, so gateways re-read their routing
  * at once and the reconciler starts or drains the variants' replicas.
  */
-import { AbTest, type AbVariant, variantName } from "./schema.ts";
+import { AbTest, type AbVariant, variantName } from "./record.ts";
 import type { DeploymentConfig } from "../contracts/deployment.ts";
-import type { Endpoint } from "../endpoints/endpoint.ts";
+import type { Endpoint } from "../endpoints/record.ts";
 import { PlatformError } from "../contracts/errors.ts";
-import { resolveModelVersion } from "../registry/versions.ts";
+import { resolveModelVersion } from "../models/versions.ts";
 import { getAutoscaling, setAutoscaling } from "../autoscaling/store.ts";
 import { findEndpoint, getEndpoint, listEndpoints, saveEndpoint } from "../endpoints/store.ts";
 import { parseStored } from "../redis/stored.ts";

@@ -4,7 +4,7 @@
  * gateway reports the same totals at scrape time (dashboards take max, not sum).
  */
 import { Counter, type Registry } from "prom-client";
-import type { Endpoint } from "../endpoints/endpoint.ts";
+import type { Endpoint } from "../endpoints/record.ts";
 import { decisionCounts } from "./store.ts";
 import type { Control } from "../redis/connection.ts";
 import { servedOf } from "../telemetry/request-metrics.ts";

@@ -11,7 +11,7 @@ import { describeIssues } from "../contracts/issues.ts";
 import { autoscalingDocument, AutoscalingSettings } from "./config.ts";
 import { Lease } from "../redis/lease.ts";
 import { ScalingHistory, timeLeft } from "./policy.ts";
-import type { Endpoint } from "../endpoints/endpoint.ts";
+import type { Endpoint } from "../endpoints/record.ts";
 import { servesTraffic } from "../endpoints/rollout.ts";
 import type { Control } from "../redis/connection.ts";
 import { listReplicas } from "../replicas/heartbeats.ts";

@@ -7,9 +7,9 @@ import { PlatformError } from "../contracts/errors.ts";
 import { servingQueue } from "../endpoints/rollout.ts";
 import { getEndpoint } from "../endpoints/store.ts";
 import type { Control } from "../redis/connection.ts";
-import { pickAdapterVersion } from "../registry/adapter-register.ts";
-import type { NameViewer } from "../registry/owners.ts";
-import { listModelVersions } from "../registry/versions.ts";
+import { pickAdapterVersion } from "../models/adapter-register.ts";
+import type { NameViewer } from "../models/owners.ts";
+import { listModelVersions } from "../models/versions.ts";
 
 export type AdapterTarget = { model: string; version: string; adapter: string; queue: string };
 

@@ -3,7 +3,7 @@
  * it is not one; a line longer than `maxLineBytes` is a record error.
  */
 import type { z } from "zod";
-import { BatchInputLine, lineId } from "./schema.ts";
+import { BatchInputLine, lineId } from "./record.ts";
 import { describeIssues } from "../contracts/issues.ts";
 import { DEFAULT_MAX_LINE_BYTES, type InputLine } from "../files/jsonl.ts";
 import type { ParsedEntry } from "./lines.ts";

@@ -9,9 +9,9 @@ import type { Control } from "../redis/connection.ts";
 import { StorageError } from "../storage/index.ts";
 import type { StoragePolicy } from "../storage/policy.ts";
 import { readParts } from "../storage/shared.ts";
-import { IMAGE_REFERENCE, imageOutputKey, imageReference } from "./image-records.ts";
+import { PICTURE_REFERENCE, pictureOutputKey, pictureReference } from "./picture-records.ts";
 import { type OutputLocation, outputLocation } from "./output.ts";
-import { type BatchJob, BatchCheckpoint } from "./schema.ts";
+import { type BatchJob, BatchCheckpoint } from "./record.ts";
 import { type BatchSpec, outputUri, readSpec, scopeViewer, showPaths } from "./store.ts";
 
 /** The job's output location, confined again, with how its storage errors are shown. */
@@ -41,7 +41,7 @@ async function openOutput(
  * One PNG of an image job, by the name its output line gives (`<result's name>/<record id>.png`,
  * relative to the result): a name of any other shape, or one that is not there, is a 404.
  */
-export async function readImage(
+export async function readOutputPicture(
   ctl: Control,
   storage: StoragePolicy,
   record: BatchJob,
@@ -55,16 +55,16 @@ export async function readImage(
       "name",
     );
   // A name of the wrong shape is refused before any storage is touched.
-  if (!IMAGE_REFERENCE.test(name)) throw notFound();
+  if (!PICTURE_REFERENCE.test(name)) throw notFound();
   const spec = (await readSpec(ctl, record.id)) as BatchSpec;
   const { out, shown } = await openOutput(storage, spec, record.id);
   const id = name.slice(name.indexOf("/") + 1, -".png".length);
-  if (imageReference(out.resultKey, id) !== name) {
+  if (pictureReference(out.resultKey, id) !== name) {
     out.store.close();
     throw notFound();
   }
   try {
-    const stream = await out.store.get(imageOutputKey(out.resultKey, id));
+    const stream = await out.store.get(pictureOutputKey(out.resultKey, id));
     stream.once("close", () => out.store.close());
     return stream;
   } catch (e) {

@@ -14,7 +14,7 @@ import {
   CreateBatchRequest,
   type CreateBatchRequestInput,
   KEPT_OUTPUT,
-} from "./schema.ts";
+} from "./record.ts";
 import { COORDINATOR_QUEUE } from "../contracts/naming.ts";
 import { canSee, type Principal } from "../contracts/orgs.ts";
 import type { Control } from "../redis/connection.ts";
@@ -24,7 +24,7 @@ import { checkOutput, type Located, locate } from "../storage/located.ts";
 import { StoragePolicy } from "../storage/policy.ts";
 import { resolveAdapterTarget } from "./adapter-target.ts";
 import type { Files, BatchResultFiles } from "../files/store.ts";
-import { readImage, readOutput } from "./job-output.ts";
+import { readOutputPicture, readOutput } from "./job-output.ts";
 import {
   createRecord,
   hiddenFailure,
@@ -264,9 +264,9 @@ export class BatchJobs {
   }
 
   /** One PNG of an image job, by the name its output line gives. */
-  async image(id: string, name: string, viewer?: Viewer): Promise<Readable> {
+  async picture(id: string, name: string, viewer?: Viewer): Promise<Readable> {
     const record = await this.get(id, viewer);
-    return readImage(this.ctl, this.storage, record, name);
+    return readOutputPicture(this.ctl, this.storage, record, name);
   }
 
   /** `jobId`: the coordinator job's id, the batch's own for its first run. */

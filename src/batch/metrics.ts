@@ -6,7 +6,7 @@
  * here and that process's gateway counts them with `source="batch"` (src/gateway/metrics.ts).
  */
 import { Gauge, type Registry } from "prom-client";
-import { BatchState } from "./schema.ts";
+import { BatchState } from "./record.ts";
 import type { Control } from "../redis/connection.ts";
 import { listIds } from "./store.ts";
 import type { Answered, Failure, Served } from "../telemetry/request-metrics.ts";

@@ -13,7 +13,7 @@
  */
 import { basename, dirname } from "node:path";
 import pRetry from "p-retry";
-import type { BatchOutputLine } from "./schema.ts";
+import type { BatchOutputLine } from "./record.ts";
 import type { Outcome } from "./lines.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import {

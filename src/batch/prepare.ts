@@ -9,8 +9,8 @@
  */
 import { constants } from "node:fs";
 import { type FileHandle, open, readlink, stat } from "node:fs/promises";
-import type { BatchCheckpoint } from "./schema.ts";
-import { type RegisteredVersion, taskOf } from "../registry/version.ts";
+import type { BatchCheckpoint } from "./record.ts";
+import { type RegisteredVersion, taskOf } from "../models/record.ts";
 import { endpointQueueName } from "../contracts/engines.ts";
 import { queueName } from "../contracts/naming.ts";
 import { serving } from "../endpoints/rollout.ts";
@@ -18,7 +18,7 @@ import { listEndpoints } from "../endpoints/store.ts";
 import type { Control } from "../redis/connection.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import { DEFAULT_ORG } from "../contracts/orgs.ts";
-import { resolveModelVersion } from "../registry/versions.ts";
+import { resolveModelVersion } from "../models/versions.ts";
 import { fromFsError } from "../storage/errors.ts";
 import { isStorageError, type ObjectStore, openObject, parseStorageUri, type S3Settings } from "../storage/index.ts";
 import { isBlank, readLines } from "../files/jsonl.ts";
@@ -38,7 +38,7 @@ export class BatchFailure extends Error {
 export async function resolveVersion(ctl: Control, spec: BatchSpec): Promise<string> {
   let record: RegisteredVersion;
   try {
-    // Another organization's model is the same model_not_found as a name never registered (src/registry/owners.ts).
+    // Another organization's model is the same model_not_found as a name never registered (src/models/owners.ts).
     const viewer = spec.scope && { org: spec.scope.org ?? DEFAULT_ORG, role: spec.scope.role };
     record = await resolveModelVersion(ctl, spec.model, spec.version, viewer);
   } catch (e) {

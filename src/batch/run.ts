@@ -18,13 +18,13 @@ import type { SamplingParams } from "../contracts/job.ts";
 import type { SchemaLimits } from "../contracts/schema-limits.ts";
 import type { Control } from "../redis/connection.ts";
 import { LuaScript } from "../redis/scripts.ts";
-import { resolveModelVersion } from "../registry/versions.ts";
-import { taskOf } from "../registry/version.ts";
+import { resolveModelVersion } from "../models/versions.ts";
+import { taskOf } from "../models/record.ts";
 import { isStorageError, type ObjectStore } from "../storage/index.ts";
 import type { StoragePolicy } from "../storage/policy.ts";
 import { OutputAssembly } from "./assemble.ts";
 import { formatFor } from "./formats.ts";
-import { imageFormat, placeImage } from "./image-records.ts";
+import { pictureFormat, placePicture } from "./picture-records.ts";
 import { isBlank, readLines } from "../files/jsonl.ts";
 import type { LineFormat, Outcome, Work } from "./lines.ts";
 import { type OutputLocation, outputLocation, withStorageRetries } from "./output.ts";
@@ -44,7 +44,7 @@ import {
 } from "./prepare.ts";
 import { RecordJobs } from "./record-jobs.ts";
 import { asFailure, checkParts, checkUris } from "./run-checks.ts";
-import { BatchCheckpoint } from "./schema.ts";
+import { BatchCheckpoint } from "./record.ts";
 import {
   type BatchSpec,
   cancelRequested,
@@ -83,7 +83,7 @@ const advanceCheckpoint = new LuaScript(import.meta.url, "advance-checkpoint");
 /**
  * `storage`: the roots as configured now, against which a job's client-named URIs are checked again;
  * `schemaLimits`: the bounds on a line's JSON schemas, checked as each line is read;
- * `artifacts`: the artifact store, where replicas write an image model's PNGs (image-records.ts).
+ * `artifacts`: the artifact store, where replicas write an image model's PNGs (picture-records.ts).
  */
 export async function runBatch(
   ctl: Control,
@@ -207,7 +207,7 @@ class BatchRun {
     }
   }
 
-  /** An image model's records are image records (image-records.ts), whose PNGs the artifact store holds first. */
+  /** An image model's records are image records (picture-records.ts), whose PNGs the artifact store holds first. */
   private async useImageRecords(version: string): Promise<void> {
     const record = await resolveModelVersion(this.ctl, this.spec.model, version);
     if (taskOf(record) !== "image") return;
@@ -216,7 +216,7 @@ class BatchRun {
         "model_not_text",
         `${this.spec.model}@${version} makes images: OpenAI batch files (/v1/batches) carry text requests; submit image records with \`platform batch\` or POST /v1/batch-jobs (docs/batch.md)`,
       );
-    this.format = imageFormat(record.pipeline);
+    this.format = pictureFormat(record.pipeline);
   }
 
   private stop(reason: StopReason): void {
@@ -309,7 +309,7 @@ class BatchRun {
     slot.sent = true;
     jobs
       .run(slot.line, slot.id, work, params)
-      .then((outcome) => (work.kind === "image" ? this.placeImage(slot.id, outcome) : outcome))
+      .then((outcome) => (work.kind === "image" ? this.placePicture(slot.id, outcome) : outcome))
       .then(
         (outcome) => {
           this.sending--;
@@ -326,11 +326,11 @@ class BatchRun {
   }
 
   /** An image record's PNG, from the artifact store to the output, before its line can be written. */
-  private async placeImage(id: string, outcome: Outcome): Promise<Outcome> {
+  private async placePicture(id: string, outcome: Outcome): Promise<Outcome> {
     const out = this.out as OutputLocation;
     await checkParts(this.spec, this.storage, out);
     try {
-      return await withStorageRetries(() => placeImage(this.artifacts as ObjectStore, out, id, outcome));
+      return await withStorageRetries(() => placePicture(this.artifacts as ObjectStore, out, id, outcome));
     } catch (e) {
       if (isStorageError(e)) throw new BatchFailure("output_not_writable", e.message);
       throw e;

@@ -12,14 +12,14 @@ import {
   type BatchState,
   BatchThroughput,
   FINAL_BATCH_STATES,
-} from "./schema.ts";
+} from "./record.ts";
 import type { Control } from "../redis/connection.ts";
 import { LuaScript } from "../redis/scripts.ts";
 import { updateIfActive as updateActiveHash } from "../redis/stored.ts";
 import type { S3Settings } from "../storage/index.ts";
 import type { StorageViewer } from "../storage/policy.ts";
 import { DEFAULT_ORG } from "../contracts/orgs.ts";
-import type { ApiKeyRole } from "../keys/key.ts";
+import type { ApiKeyRole } from "../keys/record.ts";
 import { BatchResultFiles } from "../files/store.ts";
 import { type OutputLocation, outputLocation } from "./output.ts";
 

@@ -1,5 +1,5 @@
 /** Small helpers for the coordinator's loop: a throughput meter and a change signal. */
-import type { BatchThroughput } from "./schema.ts";
+import type { BatchThroughput } from "./record.ts";
 
 const WINDOW_MS = 10_000;
 

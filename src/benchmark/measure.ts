@@ -9,7 +9,7 @@ import { createParser } from "eventsource-parser";
 import { http } from "../process/node-http.ts";
 import { type Summary, summarize } from "./stats.ts";
 
-/** `images`: POST /v1/images/generations (images.ts), for diffusers endpoints. */
+/** `images`: POST /v1/images/generations (pictures.ts), for diffusers endpoints. */
 export type Api = "chat" | "completions" | "images";
 
 export type RequestSpec = {

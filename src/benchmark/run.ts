@@ -11,7 +11,7 @@ import { endpointQueueName } from "../contracts/engines.ts";
 import { type EndpointInfo, TemporaryEndpoints, waitAvailable } from "../endpoints/temporary.ts";
 import { type Candidate, type ConfigAxes, candidates, type Speculative, temporaryConfig } from "./configs.ts";
 import { renderHtml } from "./html.ts";
-import { sendImage } from "./images.ts";
+import { sendPicture } from "./pictures.ts";
 import { type Api, closeConnections, type RequestSpec, runLevel, sendStreamed } from "./measure.ts";
 import { type BenchmarkReport, type ConfigurationResult, formatRate } from "./report.ts";
 
@@ -79,7 +79,7 @@ export async function runBenchmark(
     size: plan.size,
     steps: plan.steps,
   });
-  const send = plan.api === "images" ? sendImage : sendStreamed;
+  const send = plan.api === "images" ? sendPicture : sendStreamed;
   try {
     for (const [i, candidate] of order.entries()) {
       const tag =

@@ -3,7 +3,7 @@
  * the CLI is for each registry, and the CLI sessions behind it.
  */
 import { type Command, Option } from "commander";
-import { TokenId, type TokenRecord } from "../tokens/token.ts";
+import { TokenId, type TokenRecord } from "../tokens/record.ts";
 import { type CliSettings, loadCliSettings } from "../settings/cli.ts";
 import { ApiClient } from "../client/api.ts";
 import {

@@ -10,7 +10,7 @@ import { basename, dirname, join, resolve, sep } from "node:path";
 import { Readable } from "node:stream";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { IMAGE_REFERENCE } from "../batch/image-records.ts";
+import { PICTURE_REFERENCE } from "../batch/picture-records.ts";
 import { isStorageError } from "../storage/errors.ts";
 import { writeFileAtomically } from "../storage/shared.ts";
 import { fileUrl } from "../storage/uri.ts";
@@ -128,7 +128,7 @@ async function imageNames(result: string): Promise<string[]> {
     } catch {
       continue;
     }
-    if (typeof image === "string" && IMAGE_REFERENCE.test(image)) names.push(image);
+    if (typeof image === "string" && PICTURE_REFERENCE.test(image)) names.push(image);
   }
   return names;
 }

@@ -2,8 +2,8 @@
  * How `platform inference batch` shows a job: its status, and a job followed until it ends
  * (`--watch`) on the one progress display.
  */
-import type { BatchJob } from "../batch/schema.ts";
-import { FINAL_BATCH_STATES, KEPT_OUTPUT } from "../batch/schema.ts";
+import type { BatchJob } from "../batch/record.ts";
+import { FINAL_BATCH_STATES, KEPT_OUTPUT } from "../batch/record.ts";
 import type { ApiClient } from "../client/api.ts";
 import { CliError } from "./common/errors.ts";
 import { printJson } from "./common/output.ts";

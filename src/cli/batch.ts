@@ -5,7 +5,7 @@
  */
 import { existsSync } from "node:fs";
 import type { Command } from "commander";
-import type { BatchJob, BatchJobList, CreateBatchRequestInput } from "../batch/schema.ts";
+import type { BatchJob, BatchJobList, CreateBatchRequestInput } from "../batch/record.ts";
 import { loadCliSettings } from "../settings/cli.ts";
 import {
   absoluteUri,

@@ -3,8 +3,8 @@
  * (docs/publish.md, "Image records"), newest first: what the dev center can deploy.
  */
 import type { Command } from "commander";
-import { ImageServiceName } from "../images/names.ts";
-import type { ImageRecord } from "../images/record.ts";
+import { ImageServiceName } from "../container-images/names.ts";
+import type { ImageRecord } from "../container-images/record.ts";
 import { ApiClient } from "../client/api.ts";
 import { CliError } from "./common/errors.ts";
 import { printJson, printTable } from "./common/output.ts";

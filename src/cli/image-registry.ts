@@ -16,8 +16,14 @@ import { loadToolSettings } from "../settings/tools.ts";
 import { ApiClient } from "../client/api.ts";
 import { normalizeBaseUrl } from "../client/credentials.ts";
 import { CliError } from "./common/errors.ts";
-import { BUILDERS, type Builder, findBuilder, loginBuilder } from "../images/build.ts";
-import { askImageRegistry, authFilesOf, imageRegistryHost, isPlainHttp, tokenRealm } from "../images/session.ts";
+import { BUILDERS, type Builder, findBuilder, loginBuilder } from "../container-images/build.ts";
+import {
+  askImageRegistry,
+  authFilesOf,
+  imageRegistryHost,
+  isPlainHttp,
+  tokenRealm,
+} from "../container-images/session.ts";
 import { printJson } from "./common/output.ts";
 import { registerRegistryCredentials } from "./registry-credentials.ts";
 import { findWorkspace, WORKSPACE_FILE, workspaceSettings } from "../workspace/find.ts";

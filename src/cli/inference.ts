@@ -4,7 +4,7 @@ import type { Command } from "commander";
 import { parse as parseYaml } from "yaml";
 import { DeploymentConfig, type DeploymentConfigInput } from "../contracts/deployment.ts";
 import { describeIssues } from "../contracts/issues.ts";
-import type { Endpoint } from "../endpoints/endpoint.ts";
+import type { Endpoint } from "../endpoints/record.ts";
 import type { EndpointStatus } from "../endpoints/status.ts";
 import { registerAbtest } from "./abtest.ts";
 import { registerAutoscale } from "./autoscale.ts";

@@ -5,7 +5,7 @@ import { NAME_PATTERN } from "../contracts/deployment.ts";
 import { MAX_PRIORITY, MIN_PRIORITY } from "../contracts/job.ts";
 import { describeLimits, type KeyLimitsChange, type LimitField } from "../ratelimit/limits.ts";
 import { describeBootstrap, runBootstrap } from "../keys/bootstrap.ts";
-import type { ApiKey } from "../keys/key.ts";
+import type { ApiKey } from "../keys/record.ts";
 import { generateApiKey, weakKeyReason } from "../keys/store.ts";
 import { connectControl, maskRedisUrl } from "../redis/connection.ts";
 import { loadSettings } from "../settings/index.ts";

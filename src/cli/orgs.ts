@@ -1,7 +1,7 @@
 /** `platform orgs create|list`: organizations (an operator creates them; anyone sees its own). */
 import type { Command } from "commander";
 import { ORG_ID_ERROR, ORG_ID_PATTERN } from "../contracts/orgs.ts";
-import type { Org } from "../orgs/org.ts";
+import type { Org } from "../orgs/record.ts";
 import { ApiClient } from "../client/api.ts";
 import { CliError } from "./common/errors.ts";
 import { printJson, printTable } from "./common/output.ts";

@@ -3,7 +3,7 @@
  * workspace's service image (docs/publish.md); the record is printed.
  */
 import { type Command, InvalidArgumentError, Option } from "commander";
-import { BUILDERS, type Builder } from "../images/build.ts";
+import { BUILDERS, type Builder } from "../container-images/build.ts";
 import { publishImage } from "../publish/publish.ts";
 import { printJson } from "./common/output.ts";
 

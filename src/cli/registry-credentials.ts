@@ -6,8 +6,8 @@
  */
 import type { Command } from "commander";
 import type { z } from "zod";
-import { RegistryHost, RegistryPassword, RegistryUsername } from "../pull-credentials/names.ts";
-import type { PullCredentialInfo } from "../pull-credentials/store.ts";
+import { RegistryHost, RegistryPassword, RegistryUsername } from "../registry-credentials/names.ts";
+import type { RegistryCredentialInfo } from "../registry-credentials/store.ts";
 import { ApiClient } from "../client/api.ts";
 import { CliError } from "./common/errors.ts";
 import { printJson, printTable } from "./common/output.ts";
@@ -30,7 +30,7 @@ export function registerRegistryCredentials(registry: Command, readPassword: () 
     .description("the credentials the platform pulls your organization's service images with");
   credentials
     .command("set <host>")
-    .description("store a pull credential for a registry (an admin of the organization); the password on stdin")
+    .description("store a registry credential (an admin of the organization); the password on stdin")
     .requiredOption("--username <user>", "the registry user")
     .option("--password-stdin", "read the password from stdin (required)")
     .option("--json", "print the stored credential (never its password) as JSON")
@@ -44,19 +44,19 @@ export function registerRegistryCredentials(registry: Command, readPassword: () 
         );
       const password = checked("--password-stdin", RegistryPassword, await readPassword());
       const api = await ApiClient.fromCredentials();
-      const info = await api.request<PullCredentialInfo>("PUT", path(host), { username, password });
+      const info = await api.request<RegistryCredentialInfo>("PUT", path(host), { username, password });
       if (opts.json) return printJson(info);
       console.log(
-        `stored the pull credential for ${info.host} (user ${info.username}): your organization's deploys pull with it`,
+        `stored the registry credential for ${info.host} (user ${info.username}): your organization's deploys pull with it`,
       );
     });
   credentials
     .command("list")
-    .description("the registries your organization has pull credentials for (never the passwords)")
+    .description("the registries your organization has credentials for (never the passwords)")
     .option("--json", "print JSON")
     .action(async (opts: { json?: boolean }) => {
       const api = await ApiClient.fromCredentials();
-      const { data } = await api.request<{ data: PullCredentialInfo[] }>("GET", "/admin/v1/registry-credentials");
+      const { data } = await api.request<{ data: RegistryCredentialInfo[] }>("GET", "/admin/v1/registry-credentials");
       if (opts.json) return printJson(data);
       if (data.length === 0)
         return console.log(
@@ -69,11 +69,11 @@ export function registerRegistryCredentials(registry: Command, readPassword: () 
     });
   credentials
     .command("remove <host>")
-    .description("remove the organization's pull credential for a registry (an admin of the organization)")
+    .description("remove the organization's registry credential (an admin of the organization)")
     .action(async (hostArg: string) => {
       const host = checked("host", RegistryHost, hostArg);
       const api = await ApiClient.fromCredentials();
       await api.request("DELETE", path(host));
-      console.log(`removed the pull credential for ${host}`);
+      console.log(`removed the registry credential for ${host}`);
     });
 }

@@ -11,7 +11,7 @@ import { PlatformError } from "../contracts/errors.ts";
 import type { PublicEvaluation } from "../evaluation/jobs.ts";
 import type { Comparison } from "../evaluation/metrics.ts";
 import { taskDataset } from "../evaluation/lm-eval-task.ts";
-import { Metric } from "../evaluation/schema.ts";
+import { Metric } from "../evaluation/record.ts";
 import { ApiClient } from "../client/api.ts";
 import { CliError } from "./common/errors.ts";
 import { wholeNumber } from "./common/flags.ts";

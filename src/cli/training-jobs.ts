@@ -1,6 +1,6 @@
 /** `platform training jobs list|show|cancel|events`: fine-tuning jobs (docs/fine-tuning.md). */
 import type { Command } from "commander";
-import type { FineTuneEvent, FineTuningJob } from "../finetuning/schema.ts";
+import type { FineTuneEvent, FineTuningJob } from "../finetuning/record.ts";
 import { ApiClient } from "../client/api.ts";
 import { CliError } from "./common/errors.ts";
 import { wholeNumber } from "./common/flags.ts";

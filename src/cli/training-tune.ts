@@ -5,7 +5,7 @@
  * loss as it trains) until it ends, and exits non-zero unless it succeeded.
  */
 import { existsSync, statSync } from "node:fs";
-import { BASE_LEARNING_RATE, type FineTuneEvent, type FineTuningJob } from "../finetuning/schema.ts";
+import { BASE_LEARNING_RATE, type FineTuneEvent, type FineTuningJob } from "../finetuning/record.ts";
 import { ApiClient } from "../client/api.ts";
 import { CliError } from "./common/errors.ts";
 import { printJson } from "./common/output.ts";

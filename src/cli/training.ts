@@ -1,27 +1,27 @@
-/** `platform training submit|list`: the model registry. */
+/** `platform training submit|list`: the model catalog. */
 import { createReadStream, existsSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import { Transform } from "node:stream";
 import type { Command } from "commander";
-import { ModelTask, type RegisteredVersion, taskOf } from "../registry/version.ts";
+import { ModelTask, type RegisteredVersion, taskOf } from "../models/record.ts";
 import { ApiClient } from "../client/api.ts";
 import { CliError } from "./common/errors.ts";
 import { positiveNumber, wholeNumber } from "./common/flags.ts";
 import { formatBytes } from "../contracts/bytes.ts";
 import { formatCount, printJson, printTable } from "./common/output.ts";
 import { progressReporter } from "./common/progress.ts";
-import { SOURCE_SCHEMES } from "../registry/sources.ts";
+import { SOURCE_SCHEMES } from "../models/sources.ts";
 import { checkpointFiles, tarSize, type UploadFile } from "../client/checkpoint-upload.ts";
 import { PlatformError } from "../contracts/errors.ts";
-import { writeTar } from "../registry/tar.ts";
+import { writeTar } from "../models/tar.ts";
 import { registerEvaluate } from "./training-evaluate.ts";
 import { evaluations } from "./abtest.ts";
-import type { StoredResult } from "../evaluation/schema.ts";
+import type { StoredResult } from "../evaluation/record.ts";
 import { registerTrainingJobs } from "./training-jobs.ts";
 import type { SubmitOptions } from "./training-tune.ts";
 
 export function registerTraining(program: Command): void {
-  const training = program.command("training").description("register models and list the registry");
+  const training = program.command("training").description("register models and list the model catalog");
 
   training
     .command("submit")
@@ -224,7 +224,7 @@ function localFile(source: string): string | undefined {
   return path;
 }
 
-/** `--source`'s checkpoint directory files (src/registry/checkpoint-upload.ts); bad input exits 2. */
+/** `--source`'s checkpoint directory files (src/models/checkpoint-upload.ts); bad input exits 2. */
 function sourceFiles(dir: string): UploadFile[] {
   try {
     return checkpointFiles(dir);

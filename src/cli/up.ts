@@ -20,7 +20,7 @@ import { WORKER_NODE_FLAGS } from "../process/worker-env.ts";
 import { superviseEmbeddedRedis } from "../redis/supervisor.ts";
 import { type Control, connectControl, maskRedisUrl } from "../redis/connection.ts";
 import { ensurePrivateDir } from "../redis/embedded.ts";
-import { taskOf } from "../registry/version.ts";
+import { taskOf } from "../models/record.ts";
 import { type CliSettings, loadSettings, type Settings } from "../settings/index.ts";
 import { UP_REGISTRY_ADDRESSES } from "../settings/registries.ts";
 import { parseStorageRoot, type StorageRoot } from "../storage/policy.ts";
@@ -218,7 +218,7 @@ async function up(flags: UpFlags): Promise<void> {
   log("");
   // Image endpoints need torch and diffusers in PLATFORM_IMAGES_PYTHON; said once known (docs/images.md).
   void import("../../workers/engines/diffusers.ts")
-    .then(({ imagesSupport }) => imagesSupport(settings.images.python))
+    .then(({ picturesSupport }) => picturesSupport(settings.pictures.python))
     .then((s) => event(`images: ${s.line}`));
   if (endpointName) void announceStates(ctl, endpointName, event);
 }

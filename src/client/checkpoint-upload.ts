@@ -1,12 +1,12 @@
 /**
  * A local checkpoint directory as a client uploads it (`platform training submit --source <dir>`):
- * the files the registry takes from it, and how many bytes their tar stream (src/registry/tar.ts) will be.
+ * the files the registry takes from it, and how many bytes their tar stream (src/models/tar.ts) will be.
  */
 import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { PlatformError } from "../contracts/errors.ts";
-import { isCheckpointFile, isModuleDirectory } from "../registry/checkpoint.ts";
-import { isPipelineComponent, isPipelineFile } from "../registry/pipeline-files.ts";
+import { isCheckpointFile, isModuleDirectory } from "../models/checkpoint.ts";
+import { isPipelineComponent, isPipelineFile } from "../models/pipeline-files.ts";
 
 export type UploadFile = { name: string; size: number };
 

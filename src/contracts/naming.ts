@@ -49,7 +49,7 @@ export function controlKeys(prefix: string) {
     models: `${cp}:models`, // set of model names
     modelVersions: (name: string) => `${cp}:model:${name}:versions`, // hash version -> record JSON
     modelCounter: (name: string) => `${cp}:model:${name}:counter`,
-    modelOwners: `${cp}:model-owners`, // hash model name -> organization that made it (src/registry/owners.ts); absent: the operator's
+    modelOwners: `${cp}:model-owners`, // hash model name -> organization that made it (src/models/owners.ts); absent: the operator's
     endpoints: `${cp}:endpoints`, // hash name -> record JSON
     endpointEvents: `${plain}:endpoint-events`, // pub/sub: endpoint changed (a channel, not a key: no slot)
     replicas: (endpoint: string) => `${cp}:replicas:${endpoint}`, // zset replicaId -> heartbeat ms
@@ -72,9 +72,9 @@ export function controlKeys(prefix: string) {
     // The proto catalog (src/protos/): per organization, so another's packages are not even addressable.
     protoPackages: (org: string) => `${cp}:proto-packages:${org}`, // hash package -> summary JSON (latest, count, times)
     protoVersions: (orgPackage: string) => `${cp}:proto-versions:${orgPackage}`, // "<org>/<package>": hash version -> record JSON; objects under protos/<org>/<package>/<version>/
-    // Published service images (src/images/): per organization, bounded (src/images/store.ts).
+    // Published service images (src/container-images/): per organization, bounded (src/container-images/store.ts).
     images: (org: string) => `${cp}:images:${org}`, // hash "<service>:<tag>" -> record JSON
-    pullCredentials: (org: string) => `${cp}:pull-credentials:${org}`, // hash registry host -> entry JSON (username, sealed password, who, when): src/pull-credentials/
+    registryCredentials: (org: string) => `${cp}:pull-credentials:${org}`, // (the key keeps its first name) hash registry host -> entry JSON (username, sealed password, who, when): src/registry-credentials/
     // Deployed services (src/services/): per organization; "<org>/<name>" names one service's keys.
     services: `${cp}:services`, // hash "<org>/<name>" -> record JSON (every organization's: the reconciler reads them all)
     serviceRollouts: (orgName: string) => `${cp}:service-rollouts:${orgName}`, // hash rollout id -> rollout JSON, the latest MAX_ROLLOUTS_KEPT
@@ -93,7 +93,7 @@ export function controlKeys(prefix: string) {
     userCode: (sha256: string) => `${signin}:user-code:${sha256}`, // string -> its device code's SHA-256, until approved or denied
     cancelChannel: `${plain}:cancel`, // pub/sub
     cancelled: (jobId: string) => `${plain}:cancelled:${jobId}`, // string with TTL
-    imageUrl: (id: string) => `${plain}:image-url:${id}`, // string JSON with TTL: a generated image a `url` answer names (src/image-files/)
+    imageUrl: (id: string) => `${plain}:image-url:${id}`, // string JSON with TTL: a generated image a `url` answer names (src/pictures/)
     replyStream: (gatewayId: string) => `${plain}:replies:${gatewayId}`, // stream: workers' events for this gateway's jobs
     autoscaling: (endpoint: string) => `${cp}:autoscaling:${endpoint}`, // string JSON: the parsed autoscaling settings (src/autoscaling/store.ts)
     scalingHistory: (endpoint: string) => `${cp}:scaling-history:${endpoint}`, // string JSON: the policy's ScalingHistory
@@ -125,8 +125,8 @@ export function controlKeys(prefix: string) {
     // `<this>:sizes` (hash id -> bytes), `<this>:r:<id>` (string JSON with TTL).
     responses: (org: string) => `${plain}:responses:{${org}}`,
     files: `${cp}:files`, // hash file id -> record JSON (OpenAI-style /v1/files; bytes in the artifact store)
-    quantizeLock: (artifact: string) => `${plain}:quantize-lock:${artifact}`, // string with TTL: the replica quantizing "<sha256>:<type>" (src/registry/quantized.ts)
-    convertLock: (digest: string) => `${plain}:convert-lock:${digest}`, // string with TTL: the replica converting the checkpoint with this manifest digest to GGUF (src/registry/converted.ts)
+    quantizeLock: (artifact: string) => `${plain}:quantize-lock:${artifact}`, // string with TTL: the replica quantizing "<sha256>:<type>" (src/models/quantized.ts)
+    convertLock: (digest: string) => `${plain}:convert-lock:${digest}`, // string with TTL: the replica converting the checkpoint with this manifest digest to GGUF (src/models/converted.ts)
     // One API key's rate-limit state: `<this>:<scope>:<part>` (src/ratelimit/limiter.ts). In one slot, the key id
     // being the tag, since one script touches it all; different keys spread over the nodes.
     rateLimit: (keyId: string) => `${plain}:ratelimit:{${keyId}}`, // also "org:<id>": an organization's limits across its keys

@@ -154,7 +154,7 @@ export type Limits = {
 };
 /** `created`: seconds since the epoch. */
 export type ApiKey = { id: string; name: string; role: string; prefix: string; created: number; limits?: Limits };
-/** A CLI session (src/tokens/token.ts); times are epoch milliseconds. */
+/** A CLI session (src/tokens/record.ts); times are epoch milliseconds. */
 export type CliToken = {
   id: string;
   subject: { kind: "key" | "user"; id: string };

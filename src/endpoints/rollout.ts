@@ -8,8 +8,8 @@
  */
 import { createHash } from "node:crypto";
 import { endpointQueueName } from "../contracts/engines.ts";
-import type { Replica } from "../replicas/replica.ts";
-import { type Endpoint, MAX_DRAINING, type Revision } from "./endpoint.ts";
+import type { Replica } from "../replicas/record.ts";
+import { type Endpoint, MAX_DRAINING, type Revision } from "./record.ts";
 
 /**
  * How long a drained revision stays after traffic left it before its empty queue counts: a

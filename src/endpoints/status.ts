@@ -1,9 +1,9 @@
 /** An endpoint's state as users see it, from its record, its replicas' heartbeats and its queue. */
 import type { Queue } from "bullmq";
 import { endpointQueueName, notApplied } from "../contracts/engines.ts";
-import type { Endpoint, EndpointState, Revision } from "./endpoint.ts";
+import type { Endpoint, EndpointState, Revision } from "./record.ts";
 import { revisionId, revisionView, runningRevisions, servesTraffic } from "./rollout.ts";
-import type { Replica } from "../replicas/replica.ts";
+import type { Replica } from "../replicas/record.ts";
 import type { Control } from "../redis/connection.ts";
 import { listReplicas } from "../replicas/heartbeats.ts";
 

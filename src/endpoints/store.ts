@@ -1,9 +1,9 @@
 /** Endpoint records: what is deployed, at which version, with how many replicas wanted. */
 import type { DeploymentConfig } from "../contracts/deployment.ts";
-import { Endpoint } from "./endpoint.ts";
+import { Endpoint } from "./record.ts";
 import { deployRefusal } from "../formats/quantize/plan.ts";
-import { mayUse, type NameViewer, ownerOf } from "../registry/owners.ts";
-import { resolveDraftModel, resolveModelVersion } from "../registry/versions.ts";
+import { mayUse, type NameViewer, ownerOf } from "../models/owners.ts";
+import { resolveDraftModel, resolveModelVersion } from "../models/versions.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import { type InvalidEntry, parseStored, swapStored } from "../redis/stored.ts";
 import { withUpdate } from "./rollout.ts";
@@ -54,7 +54,7 @@ export async function findEndpoint(ctl: Control, name: string): Promise<Endpoint
 
 /**
  * The endpoint `name`, or a 404. With `viewer`, an endpoint serving another organization's model
- * is the same 404 (src/registry/owners.ts).
+ * is the same 404 (src/models/owners.ts).
  */
 export async function getEndpoint(ctl: Control, name: string, viewer?: NameViewer): Promise<Endpoint> {
   const found = await findEndpoint(ctl, name);

@@ -5,7 +5,7 @@
  */
 import { PlatformError } from "../contracts/errors.ts";
 import type { Control } from "../redis/connection.ts";
-import type { Metric, StoredResult } from "./schema.ts";
+import type { Metric, StoredResult } from "./record.ts";
 import { readResults } from "./store.ts";
 
 /** The latest results on `model`@`version` (every organization's: A/B tests are the operator's). */

@@ -1,11 +1,11 @@
 /**
- * An evaluation dataset: JSONL whose lines are items of one metric's shape (schema.ts LINE_SHAPES).
+ * An evaluation dataset: JSONL whose lines are items of one metric's shape (record.ts LINE_SHAPES).
  * The whole file is read (it is bounded) and every bad line is named before anything is scored, so
  * a run never half-finishes on line 9,000 for a typo.
  */
 import { createHash } from "node:crypto";
 import { isBlank, readLines } from "../files/jsonl.ts";
-import { LINE_SHAPES, type Metric } from "./schema.ts";
+import { LINE_SHAPES, type Metric } from "./record.ts";
 
 /** A dataset is read whole: at most this many bytes and items. */
 export const MAX_DATASET_BYTES = 16 * 1024 * 1024;

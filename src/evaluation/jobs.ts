@@ -18,8 +18,8 @@ import { serving } from "../endpoints/rollout.ts";
 import { listEndpoints } from "../endpoints/store.ts";
 import { QueueBase } from "../queue/base.ts";
 import type { Control } from "../redis/connection.ts";
-import { taskOf, type VersionRef } from "../registry/version.ts";
-import { listModelVersions, resolveModelVersion } from "../registry/versions.ts";
+import { taskOf, type VersionRef } from "../models/record.ts";
+import { listModelVersions, resolveModelVersion } from "../models/versions.ts";
 import { parseStorageUri, StorageError } from "../storage/index.ts";
 import { StoragePolicy } from "../storage/policy.ts";
 import type { EvaluationJobData } from "./coordinator.ts";
@@ -31,7 +31,7 @@ import {
   parseTarget,
   publicRecord,
   type StoredResult,
-} from "./schema.ts";
+} from "./record.ts";
 import { readDatasetBytes } from "./source.ts";
 import {
   isFinal,

@@ -4,7 +4,7 @@
  * exact_match follow lm-evaluation-harness (mean, and `mean_stderr`: the sample standard deviation
  * over √n), perplexity transformers' pooled exp(total NLL / total predicted tokens).
  */
-import type { EvaluationResult, ItemScore, Metric } from "./schema.ts";
+import type { EvaluationResult, ItemScore, Metric } from "./record.ts";
 
 const Z95 = 1.959963984540054;
 

@@ -23,7 +23,7 @@ import type { StoragePolicy } from "../storage/policy.ts";
 import { DatasetError, type Item, parseDataset } from "./dataset.ts";
 import { summarize } from "./metrics.ts";
 import { type Answer, ModelJobs } from "./model-jobs.ts";
-import type { EvaluationRecord, ItemScore } from "./schema.ts";
+import type { EvaluationRecord, ItemScore } from "./record.ts";
 import { readDatasetBytes } from "./source.ts";
 import { expireScores, isFinal, readRecord, readScores, saveResult, saveScore, updateRecord } from "./store.ts";
 

@@ -7,7 +7,7 @@
 import type { Control } from "../redis/connection.ts";
 import { LuaScript } from "../redis/scripts.ts";
 import { parseStored } from "../redis/stored.ts";
-import { EvaluationRecord, type ItemScore, ItemScore as ItemScoreSchema, StoredResult } from "./schema.ts";
+import { EvaluationRecord, type ItemScore, ItemScore as ItemScoreSchema, StoredResult } from "./record.ts";
 
 // Compare-and-set: coordinators' progress ticks, their final word and cancels race on one record.
 const swap = new LuaScript(import.meta.url, "swap");

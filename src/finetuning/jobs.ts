@@ -13,9 +13,9 @@ import { FINE_TUNING_QUEUE, gpuQueueOf } from "../contracts/naming.ts";
 import { canSee, type Principal } from "../contracts/orgs.ts";
 import { QueueBase } from "../queue/base.ts";
 import type { Control } from "../redis/connection.ts";
-import { checkNameFor, type NameViewer, ownedName } from "../registry/owners.ts";
-import { resolveModelVersion } from "../registry/versions.ts";
-import type { RegisteredVersion } from "../registry/version.ts";
+import { checkNameFor, type NameViewer, ownedName } from "../models/owners.ts";
+import { resolveModelVersion } from "../models/versions.ts";
+import type { RegisteredVersion } from "../models/record.ts";
 import { openObject, parseStorageUri, StorageError } from "../storage/index.ts";
 import { StoragePolicy } from "../storage/policy.ts";
 import type { Files } from "../files/store.ts";
@@ -30,7 +30,7 @@ import {
   type FineTuningJob,
   LoraOptions,
   BASE_LEARNING_RATE,
-} from "./schema.ts";
+} from "./record.ts";
 import {
   addEvent,
   createRecord,
@@ -113,7 +113,7 @@ export class FineTuningJobs {
     const validated = validation ? await this.check(validation, "validation_file") : undefined;
     const hex = randomBytes(12).toString("hex");
     const id = `ftjob-${hex}`;
-    // The organization's namespace (src/registry/owners.ts): `<org>.<suffix>`, never another's name.
+    // The organization's namespace (src/models/owners.ts): `<org>.<suffix>`, never another's name.
     const resultName = ownedName(viewer.org, request.suffix ?? `${base.name}-ft-${hex.slice(0, 8)}`.slice(0, 40));
     if (!ModelName.safeParse(resultName).success)
       throw new PlatformError(

@@ -1,18 +1,18 @@
 /**
  * Registering what a fine-tuning job trained, as a model version with its training metadata:
  * method `lora` → an adapter version tied to its base (`kind: "adapter"`, checked against the base
- * as any uploaded adapter is: src/registry/adapter-register.ts); method `full` → a new Hugging Face
+ * as any uploaded adapter is: src/models/adapter-register.ts); method `full` → a new Hugging Face
  * checkpoint version (through importModel, as any checkpoint directory).
  */
-import { registerAdapter } from "../registry/import.ts";
-import { importModel } from "../registry/import.ts";
-import type { RegisteredVersion, TrainingSummary } from "../registry/version.ts";
+import { registerAdapter } from "../models/import.ts";
+import { importModel } from "../models/import.ts";
+import type { RegisteredVersion, TrainingSummary } from "../models/record.ts";
 import type { Control } from "../redis/connection.ts";
 import type { ObjectStore } from "../storage/store.ts";
 
 export type RegisterDeps = { ctl: Control; artifacts: ObjectStore; scratchDir: string };
 
-/** `owner`: the job's organization, which the result's name belongs to (src/registry/owners.ts). */
+/** `owner`: the job's organization, which the result's name belongs to (src/models/owners.ts). */
 type Trained = {
   name: string;
   base: RegisteredVersion;

@@ -16,7 +16,7 @@ import {
   type FineTuneSpec,
   type FineTuneStatus,
   type FineTuningJob,
-} from "./schema.ts";
+} from "./record.ts";
 
 /** Events kept per job (the oldest are trimmed): a long run logs a step event per step. */
 export const MAX_EVENTS = 2000;

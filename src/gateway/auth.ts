@@ -9,7 +9,7 @@ import { isOperator } from "../contracts/orgs.ts";
 import { verifyApiKey } from "../keys/store.ts";
 import type { Control } from "../redis/connection.ts";
 import { withinRedisWait } from "../redis/wait.ts";
-import { isCliToken } from "../tokens/token.ts";
+import { isCliToken } from "../tokens/record.ts";
 import { verifyToken } from "../tokens/store.ts";
 import { CallerCache } from "./callers.ts";
 import type { Caller, GatewayEnv } from "./env.ts";

@@ -7,7 +7,7 @@
 import { Counter, Gauge, Registry } from "prom-client";
 import { invalidEntryCounts } from "../redis/stored.ts";
 import type { BatchRecordReport } from "../batch/metrics.ts";
-import { imageMetrics } from "../telemetry/image-metrics.ts";
+import { pictureMetrics } from "../telemetry/picture-metrics.ts";
 import {
   type Answered,
   type Failure,
@@ -38,8 +38,8 @@ export class GatewayMetrics {
   readonly promptTokens = this.vllm.promptTokens;
   readonly generationTokens = this.vllm.generationTokens;
   readonly success = this.vllm.success;
-  /** Images made, their steps, time per image and per step (src/telemetry/image-metrics.ts). */
-  readonly images = imageMetrics(this.registry);
+  /** Images made, their steps, time per image and per step (src/telemetry/picture-metrics.ts). */
+  readonly images = pictureMetrics(this.registry);
   /** Prompt tokens a replica's KV cache already held (part of vllm:prompt_tokens_total), where the engine counts them. */
   readonly cachedPromptTokens = new Counter({
     name: "platform_prompt_tokens_cached_total",

@@ -7,10 +7,10 @@
  * its next request, without waiting for the notice to come back from Redis.
  */
 import type { RedisClient } from "../redis/connection.ts";
-import { type AbTest, pickVariant } from "../abtests/schema.ts";
+import { type AbTest, pickVariant } from "../abtests/record.ts";
 import { NAME_PATTERN, VERSION_PATTERN } from "../contracts/deployment.ts";
-import type { Endpoint } from "../endpoints/endpoint.ts";
-import { type ModelTask, type PipelineSummary, type RegisteredVersion, taskOf } from "../registry/version.ts";
+import type { Endpoint } from "../endpoints/record.ts";
+import { type ModelTask, type PipelineSummary, type RegisteredVersion, taskOf } from "../models/record.ts";
 import { readAbTests } from "../abtests/store.ts";
 import { serving } from "../endpoints/rollout.ts";
 import { readEndpoints } from "../endpoints/store.ts";
@@ -18,9 +18,9 @@ import type { InvalidEntry } from "../redis/stored.ts";
 import { type Control, duplicate } from "../redis/connection.ts";
 import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { withinRedisWait } from "../redis/wait.ts";
-import { listModelVersions, resolveModelVersion } from "../registry/versions.ts";
-import { pickAdapterVersion } from "../registry/adapter-register.ts";
-import { mayUse, type NameViewer } from "../registry/owners.ts";
+import { listModelVersions, resolveModelVersion } from "../models/versions.ts";
+import { pickAdapterVersion } from "../models/adapter-register.ts";
+import { mayUse, type NameViewer } from "../models/owners.ts";
 import { type PromptBound, promptBound } from "./input-bounds.ts";
 
 /**
@@ -48,7 +48,7 @@ export type Target = {
 
 /**
  * What the gateway knows of a deployed version without a Redis round trip: its prompt bound, its
- * task, and the organization that made it (src/registry/owners.ts; undefined: the operator's).
+ * task, and the organization that made it (src/models/owners.ts; undefined: the operator's).
  */
 type VersionFacts = {
   bound: PromptBound | undefined;

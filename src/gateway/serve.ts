@@ -10,7 +10,7 @@ import type { VariantOutcome } from "../abtests/store.ts";
 import { endpointQueueName } from "../contracts/engines.ts";
 import { PlatformError, publicJobError } from "../contracts/errors.ts";
 import type { JobError, JobEvent, Usage } from "../contracts/job.ts";
-import type { Endpoint } from "../endpoints/endpoint.ts";
+import type { Endpoint } from "../endpoints/record.ts";
 import type { AdmissionLimits } from "../queue/admission.ts";
 import type { JobHandle, Submission, SubmitOptions } from "../queue/dispatcher.ts";
 import { chooseReplica, prefixOf } from "../queue/lanes.ts";

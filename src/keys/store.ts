@@ -4,7 +4,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { applyLimitsChange, type KeyLimits, type KeyLimitsChange } from "../ratelimit/limits.ts";
-import { ApiKey, type ApiKeyRole } from "./key.ts";
+import { ApiKey, type ApiKeyRole } from "./record.ts";
 import { announceCallerChange } from "./changes.ts";
 import { PlatformError } from "../contracts/errors.ts";
 import { DEFAULT_ORG, isOperator } from "../contracts/orgs.ts";

@@ -7,7 +7,7 @@ import { PlatformError } from "../contracts/errors.ts";
 import { DEFAULT_ORG } from "../contracts/orgs.ts";
 import type { Control } from "../redis/connection.ts";
 import { parseStored } from "../redis/stored.ts";
-import { Org } from "./org.ts";
+import { Org } from "./record.ts";
 
 const DEFAULT: Org = { id: DEFAULT_ORG, name: "the install's own organization", created: 0 };
 

@@ -42,7 +42,7 @@ export function bufBinary(): string {
 
 export type Run = { code: number; stdout: Buffer; stderr: string };
 
-/** Runs `program` to its end in `cwd`, its output collected (images come on stdout). */
+/** Runs `program` to its end in `cwd`, its output collected (descriptor sets come on stdout). */
 export function runProgram(program: string, args: string[], cwd: string): Promise<Run> {
   return new Promise((resolve, reject) => {
     const child = spawn(program, args, { cwd, stdio: ["ignore", "pipe", "pipe"] });
@@ -213,7 +213,7 @@ export async function readProtoWorkspace(ws: ProtoSettings): Promise<ProtoWorksp
 }
 
 /**
- * The workspace path of an image's file, named relative to its module (`platform/items/v1/items.proto`
+ * The workspace path of a descriptor set's file, named relative to its module (`platform/items/v1/items.proto`
  * → `proto/platform/items/v1/items.proto`), as buf's own findings name it.
  */
 export function workspacePath(ws: ProtoWorkspace, name: string): string {

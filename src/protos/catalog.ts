@@ -1,14 +1,14 @@
 /**
  * The proto catalog from the workspace's side (docs/protos.md): `publish` builds each package's
- * image with buf, refuses a change that breaks the package's previous version (buf breaking
- * against that version's image, fetched from the catalog) unless allowed, and sends the image
+ * descriptor set with buf, refuses a change that breaks the package's previous version (buf breaking
+ * against that version's descriptor set, fetched from the catalog) unless allowed, and sends the descriptor set
  * and the sources; `fetch` writes a version back, confined to the directory it is given.
  */
 import { createHash } from "node:crypto";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
-import { decodeImage } from "./descriptors.ts";
+import { decodeDescriptorSet } from "./descriptors.ts";
 import { nextVersion, ProtoFilePath, ProtoPackageName, ProtoVersionName } from "./names.ts";
 import type { ProtoPackage, PublicProtoVersion } from "./record.ts";
 import {
@@ -69,12 +69,12 @@ export type PublishOutcome = {
 
 type Plan = PublishOutcome & { image: Buffer; files: { path: string; content: string }[] };
 
-/** The workspace's packages and their files (module-relative names), from an image without imports. */
+/** The workspace's packages and their files (module-relative names), from a descriptor set without imports. */
 async function packagesOf(ws: ProtoWorkspace): Promise<Map<string, string[]>> {
   const run = await runBuf(["build", "--exclude-imports", "--error-format", "json", "-o", "-"], ws.root);
   if (run.code !== 0) throw bufFailure("buf build", run);
   const packages = new Map<string, string[]>();
-  for (const file of decodeImage(run.stdout).file)
+  for (const file of decodeDescriptorSet(run.stdout).file)
     packages.set(file.package, [...(packages.get(file.package) ?? []), file.name]);
   return new Map([...packages].sort(([a], [b]) => a.localeCompare(b)));
 }
@@ -93,7 +93,7 @@ async function plan(
   options: { version?: string; allowBreaking: boolean },
 ): Promise<Plan> {
   const paths = names.map((n) => workspacePath(ws, n));
-  // The package's files and everything they import: an image that reads and transcodes alone.
+  // The package's files and everything they import: a descriptor set that reads and transcodes alone.
   const image = join(tmp, `${pkg}.binpb`);
   const build = await runBuf(
     ["build", "--error-format", "json", "-o", image, ...paths.flatMap((p) => ["--path", p])],
@@ -218,12 +218,12 @@ function confined(out: string, path: string): string {
   return target;
 }
 
-/** Writes a version's sources (at their paths) and its image (`<package>-<version>.binpb`) under `out`. */
+/** Writes a version's sources (at their paths) and its descriptor set (`<package>-<version>.binpb`) under `out`. */
 export async function fetchVersion(api: CatalogApi, spec: string, outDir: string): Promise<{ written: string[] }> {
   const { pkg, version } = parseSpec(spec);
   const out = resolve(outDir);
   const record = await api.request<PublicProtoVersion>("GET", `${versionsPath(pkg)}/${version}`);
-  // The image's name is made of the version the server sent: checked like the paths.
+  // The descriptor set's name is made of the version the server sent: checked like the paths.
   if (!ProtoVersionName.safeParse(record.version).success)
     throw new CommandError(`the proto catalog sent an invalid version: ${record.version}`);
   const base = `${versionsPath(pkg)}/${record.version}`;

@@ -1,7 +1,7 @@
 /**
- * Reading built images: a `FileDescriptorSet` in binary (what `buf build -o image.binpb` writes; buf's
- * own image format is the same message with an extension protobuf-es keeps as unknown fields). The
- * catalog checks a published image with it and lists a version's services, RPCs and messages; the
+ * Reading built descriptor sets: a `FileDescriptorSet` in binary (what `buf build -o image.binpb` writes; buf calls
+ * it an image, and its own image format is the same message with an extension protobuf-es keeps as unknown fields). The
+ * catalog checks a published descriptor set with it and lists a version's services, RPCs and messages; the
  * CLI places its lint findings with `spanOf`.
  */
 import {
@@ -35,8 +35,8 @@ export const SOURCE_PATH = {
 /** A span in a source file, 1-based as editors and `path:line:column` show it. */
 export type Span = { line: number; column: number; end_line: number; end_column: number };
 
-/** Decodes an image; throws with protobuf-es's reason when the bytes are not a FileDescriptorSet. */
-export function decodeImage(bytes: Uint8Array): FileDescriptorSet {
+/** Decodes a descriptor set; throws with protobuf-es's reason when the bytes are not a FileDescriptorSet. */
+export function decodeDescriptorSet(bytes: Uint8Array): FileDescriptorSet {
   return fromBinary(FileDescriptorSetSchema, bytes);
 }
 
@@ -86,7 +86,7 @@ export type EnumSummary = {
   comment?: string;
   values: { name: string; number: number }[];
 };
-/** What one package of an image declares, in source order. */
+/** What one package of a descriptor set declares, in source order. */
 export type PackageSummary = {
   package: string;
   files: string[];
@@ -180,8 +180,8 @@ function summarizeService(file: DescFile, s: DescService, index: number): Servic
 }
 
 /**
- * What `pkg` declares in `image`. Throws when the image does not hold every file its files import
- * (an image that cannot be used to read or transcode a call) or holds no file of `pkg`.
+ * What `pkg` declares in `image`. Throws when the descriptor set does not hold every file its files import
+ * (a descriptor set that cannot be used to read or transcode a call) or holds no file of `pkg`.
  */
 export function summarizePackage(image: FileDescriptorSet, pkg: string): PackageSummary {
   const registry = createFileRegistry(image);

@@ -4,7 +4,7 @@
  *
  * - node: `buf generate` with the CLI's own protoc-gen-es v2 (`target=ts`, `import_extension=js`):
  *   messages and the service descriptors Connect v2 serves and calls, `<path>/<file>_pb.ts`.
- * - python: buf builds the image and grpcio-tools' protoc (`python -m grpc_tools.protoc`: protoc's
+ * - python: buf builds the descriptor set and grpcio-tools' protoc (`python -m grpc_tools.protoc`: protoc's
  *   own `python` and `pyi` generators, and the gRPC plugin) generates from it: `_pb2.py`,
  *   `_pb2.pyi`, `_pb2_grpc.py`. No Connect library for Python is in the package mirrors, so
  *   Python services serve gRPC with grpcio. One protoc for the three, from the workspace's own

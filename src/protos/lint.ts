@@ -3,10 +3,10 @@
  * COMMENT_RPC as `platform init` writes it: lower_snake_case fields, PascalCase messages, services
  * and RPCs, the directory matching the package, a comment on every service and RPC), plus the
  * platform's conventions that no buf rule states. Those are placed from the source info of the
- * image buf builds, so every finding reads `path:line:column: RULE: message`.
+ * descriptor set buf builds, so every finding reads `path:line:column: RULE: message`.
  */
 import type { FileDescriptorProto } from "@bufbuild/protobuf/wkt";
-import { decodeImage, SOURCE_PATH, type Span, spanOf } from "./descriptors.ts";
+import { decodeDescriptorSet, SOURCE_PATH, type Span, spanOf } from "./descriptors.ts";
 import {
   bufFailure,
   type Finding,
@@ -40,7 +40,7 @@ function finding(path: string, span: Span | undefined, rule: keyof typeof PLATFO
   return { path, ...(span ?? START), rule, message };
 }
 
-/** The platform's conventions in one file of the image (its path in the workspace: `path`). */
+/** The platform's conventions in one file of the descriptor set (its path in the workspace: `path`). */
 function conventions(path: string, file: FileDescriptorProto): Finding[] {
   const found: Finding[] = [];
   // Compilers leave `syntax` empty for proto2, written or not; buf's SYNTAX_SPECIFIED reports a
@@ -79,9 +79,9 @@ export async function lintProtos(ws: ProtoWorkspace): Promise<LintReport> {
   ]);
   if (lint.code !== 0 && lint.code !== 100) throw bufFailure("buf lint", lint);
   const findings = parseBufFindings(lint.stdout.toString());
-  // An image exists only when every file compiles; when one does not, buf lint said why (COMPILE).
+  // A descriptor set exists only when every file compiles; when one does not, buf lint said why (COMPILE).
   if (build.code === 0)
-    for (const file of decodeImage(build.stdout).file)
+    for (const file of decodeDescriptorSet(build.stdout).file)
       findings.push(...conventions(workspacePath(ws, file.name), file));
   return { files: ws.files, findings: sortFindings(findings) };
 }

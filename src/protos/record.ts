@@ -1,6 +1,6 @@
 /**
  * The proto catalog's records in Redis: one per published version, and one summary per package
- * (kept by the publish script, so listing packages is one read). Images and sources live in the
+ * (kept by the publish script, so listing packages is one read). Descriptor sets and sources live in the
  * artifact store, named by the version's `upload` (store.ts).
  */
 import { z } from "zod";

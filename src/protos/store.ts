@@ -1,5 +1,5 @@
 /**
- * The proto catalog: per organization, package and version, the built image (a binary
+ * The proto catalog: per organization, package and version, the built descriptor set (a binary
  * FileDescriptorSet with source info) and the package's source files. Records in Redis (record.ts;
  * bounded per organization and package by settings.protos), bytes in the artifact store under
  * `protos/<org>/<package>/<version>/<upload>/` (`image.binpb`, `sources/<path>`). A version is
@@ -14,7 +14,7 @@ import type { Control } from "../redis/connection.ts";
 import { LuaScript } from "../redis/scripts.ts";
 import { parseStored } from "../redis/stored.ts";
 import type { ObjectStore } from "../storage/index.ts";
-import { decodeImage, type PackageSummary, summarizePackage } from "./descriptors.ts";
+import { decodeDescriptorSet, type PackageSummary, summarizePackage } from "./descriptors.ts";
 import { compareVersions } from "./names.ts";
 import { ProtoPackage, ProtoVersion } from "./record.ts";
 
@@ -60,14 +60,14 @@ function versionExists(pkg: string, version: string): PlatformError {
 }
 
 /**
- * Checks what a publish sends against itself: the image decodes, holds every file its files
+ * Checks what a publish sends against itself: the descriptor set decodes, holds every file its files
  * import (so it can be read and used to transcode alone), and its files of the package are
  * exactly the sources sent. Returns what the package declares.
  */
 function checkUpload(input: PublishInput): PackageSummary {
   let summary: PackageSummary;
   try {
-    summary = summarizePackage(decodeImage(input.image), input.package);
+    summary = summarizePackage(decodeDescriptorSet(input.image), input.package);
   } catch (e) {
     throw invalid(
       "invalid_image",
@@ -205,13 +205,13 @@ export async function getVersion(reg: ProtoCatalog, org: string, pkg: string, ve
   return parsed.value;
 }
 
-export async function readImage(reg: ProtoCatalog, record: ProtoVersion): Promise<Buffer> {
+export async function readDescriptorSet(reg: ProtoCatalog, record: ProtoVersion): Promise<Buffer> {
   return buffer(await reg.artifacts.get(`${prefixOf(record)}/image.binpb`));
 }
 
 /** What the version declares, read from its image. */
 export async function describeVersion(reg: ProtoCatalog, record: ProtoVersion): Promise<PackageSummary> {
-  return summarizePackage(decodeImage(await readImage(reg, record)), record.package);
+  return summarizePackage(decodeDescriptorSet(await readDescriptorSet(reg, record)), record.package);
 }
 
 /** One of the version's source files; a path it does not have is a 404. */

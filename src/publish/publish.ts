@@ -8,8 +8,8 @@
 import { access } from "node:fs/promises";
 import { join } from "node:path";
 import { ApiClient } from "../client/api.ts";
-import { type Builder, buildImage, findBuilder, pushImage } from "../images/build.ts";
-import type { ImageRecord } from "../images/record.ts";
+import { type Builder, buildImage, findBuilder, pushImage } from "../container-images/build.ts";
+import type { ImageRecord } from "../container-images/record.ts";
 import {
   askImageRegistry,
   authFilesOf,
@@ -17,7 +17,7 @@ import {
   notLoggedIn,
   imageRegistryHost,
   storedSession,
-} from "../images/session.ts";
+} from "../container-images/session.ts";
 import { CommandError } from "../process/command-error.ts";
 import { loadToolSettings } from "../settings/tools.ts";
 import { requireWorkspace, WORKSPACE_FILE } from "../workspace/find.ts";

@@ -6,7 +6,7 @@
 import { readdir, readFile } from "node:fs/promises";
 import { join, relative } from "node:path";
 import { parse as parseToml } from "smol-toml";
-import { runTool } from "../images/build.ts";
+import { runTool } from "../container-images/build.ts";
 import { CommandError } from "../process/command-error.ts";
 import type { Language } from "../protos/languages.ts";
 

@@ -18,7 +18,7 @@
 import { parseDuration } from "../contracts/duration.ts";
 import { RETRY_AFTER_S } from "../contracts/job.ts";
 import { endpointQueueName } from "../contracts/engines.ts";
-import type { Endpoint } from "../endpoints/endpoint.ts";
+import type { Endpoint } from "../endpoints/record.ts";
 import { getAutoscaling } from "../autoscaling/store.ts";
 import type { Control } from "../redis/connection.ts";
 import { withinRedisWait } from "../redis/wait.ts";

@@ -12,7 +12,7 @@
  */
 import { Job, type Queue } from "bullmq";
 import type { JobEvent } from "../contracts/job.ts";
-import type { Replica } from "../replicas/replica.ts";
+import type { Replica } from "../replicas/record.ts";
 import type { QueueBase } from "./base.ts";
 import { jobErrorFromFailure } from "./failures.ts";
 import { moveWaiting } from "./lanes.ts";

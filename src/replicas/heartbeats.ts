@@ -3,7 +3,7 @@
  * long; a replica that stops beating (killed, hung, partitioned) drops out of
  * every count once its record expires, whichever backend ran it.
  */
-import { Replica } from "./replica.ts";
+import { Replica } from "./record.ts";
 import { parseStored } from "../redis/stored.ts";
 import { DEFAULT_HEARTBEAT_MS } from "../settings/queue.ts";
 import type { Control } from "../redis/connection.ts";

@@ -1,5 +1,5 @@
 /**
- * Which proto service `platform service create <name>` implements: buf builds the workspace's image
+ * Which proto service `platform service create <name>` implements: buf builds the workspace's descriptor set
  * (imports included, so every message can be read), and the services its own packages declare are
  * matched against the name (`items` → `platform.items.v1.ItemService`: the package's domain or the
  * service's name, singular or plural, without "Service"). `--service` names one outright. No
@@ -7,7 +7,7 @@
  */
 import type { FileDescriptorSet } from "@bufbuild/protobuf/wkt";
 import {
-  decodeImage,
+  decodeDescriptorSet,
   type MessageSummary,
   type PackageSummary,
   type ServiceSummary,
@@ -31,15 +31,15 @@ export type Discovered = {
   protoFiles: string[];
 };
 
-/** The workspace's image with imports, as buf builds it; compile errors are listed. */
-export async function buildImage(ws: ProtoWorkspace): Promise<FileDescriptorSet> {
+/** The workspace's descriptor set with imports, as buf builds it; compile errors are listed. */
+async function buildDescriptorSet(ws: ProtoWorkspace): Promise<FileDescriptorSet> {
   if (ws.files.length === 0)
     throw new CommandError(
       `no .proto files in ${ws.modules.map((m) => `${m}/`).join(", ")}: write the service's contract first (docs/protos.md), then run platform service create`,
     );
   const run = await runBuf(["build", "--error-format", "json", "-o", "-"], ws.root);
   if (run.code !== 0) {
-    // With the image on stdout, buf writes its compile findings (JSON, one a line) on stderr.
+    // With the descriptor set on stdout, buf writes its compile findings (JSON, one a line) on stderr.
     let findings: Finding[] = [];
     try {
       findings = parseBufFindings(run.stderr);
@@ -52,7 +52,7 @@ export async function buildImage(ws: ProtoWorkspace): Promise<FileDescriptorSet>
       );
     throw bufFailure("buf build", run);
   }
-  return decodeImage(run.stdout);
+  return decodeDescriptorSet(run.stdout);
 }
 
 /** The names buf gives the workspace's own files (relative to their module), not its imports. */
@@ -87,10 +87,13 @@ function referencedTypes(type: string): string[] {
   return bare.includes(".") ? [bare] : [];
 }
 
-export type ImageServices = { packages: PackageSummary[]; services: ServiceSummary[] };
+type DescriptorSetServices = { packages: PackageSummary[]; services: ServiceSummary[] };
 
 /** The services and packages of the workspace's own files in `image`, summarized. */
-export function imageServices(image: FileDescriptorSet, own: Set<string>): ImageServices & { all: PackageSummary[] } {
+function descriptorSetServices(
+  image: FileDescriptorSet,
+  own: Set<string>,
+): DescriptorSetServices & { all: PackageSummary[] } {
   const names = [...new Set(image.file.map((f) => f.package))];
   const all = names.map((p) => summarizePackage(image, p));
   const packages = all.filter((p) => p.files.some((f) => own.has(f)));
@@ -145,8 +148,8 @@ export function messagesOf(service: ServiceSummary, all: PackageSummary[]): Map<
 }
 
 export async function discoverService(ws: ProtoWorkspace, name: string, explicit?: string): Promise<Discovered> {
-  const image = await buildImage(ws);
-  const { services, all } = imageServices(image, ownNames(ws));
+  const image = await buildDescriptorSet(ws);
+  const { services, all } = descriptorSetServices(image, ownNames(ws));
   const service = pickService(name, services, explicit);
   const pkgName = service.full_name.slice(0, -service.name.length - 1);
   const pkg = all.find((p) => p.package === pkgName) as PackageSummary;

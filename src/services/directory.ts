@@ -8,8 +8,8 @@
  */
 import { create, createFileRegistry, type FileRegistry } from "@bufbuild/protobuf";
 import { type FileDescriptorProto, FileDescriptorSetSchema } from "@bufbuild/protobuf/wkt";
-import { decodeImage } from "../protos/descriptors.ts";
-import { getVersion, type ProtoCatalog, readImage } from "../protos/store.ts";
+import { decodeDescriptorSet } from "../protos/descriptors.ts";
+import { getVersion, type ProtoCatalog, readDescriptorSet } from "../protos/store.ts";
 import { type Control, duplicate, type RedisClient } from "../redis/connection.ts";
 import { logger } from "../telemetry/log.ts";
 import { protocolOf, type UpstreamProtocol } from "./names.ts";
@@ -133,7 +133,9 @@ export class ServiceDirectory {
   private async buildRegistry(org: string, release: Release): Promise<FileRegistry> {
     const files = new Map<string, FileDescriptorProto>();
     for (const p of release.protos) {
-      const image = decodeImage(await readImage(this.protos, await getVersion(this.protos, org, p.package, p.version)));
+      const image = decodeDescriptorSet(
+        await readDescriptorSet(this.protos, await getVersion(this.protos, org, p.package, p.version)),
+      );
       for (const f of image.file) if (!files.has(f.name)) files.set(f.name, f);
     }
     return createFileRegistry(create(FileDescriptorSetSchema, { file: [...files.values()] }));

@@ -1,6 +1,6 @@
 /**
  * A deployed service's record (docs/services.md): what the dev center deploys (an image the
- * organization published, src/images/), how many replicas, and its rollouts. One record per
+ * organization published, src/container-images/), how many replicas, and its rollouts. One record per
  * organization and name; the scaler makes its backend run what the record says, the gateway
  * routes `/rpc/<package>.<Service>/<Method>` to its ready replicas.
  *
@@ -10,7 +10,7 @@
  */
 import { z } from "zod";
 import { OrgId } from "../contracts/orgs.ts";
-import { ImageDigest, ImageRepository, ImageTag } from "../images/names.ts";
+import { ImageDigest, ImageRepository, ImageTag } from "../container-images/names.ts";
 import { ProtoPackageName, ProtoVersionName } from "../protos/names.ts";
 import { RepoType, RpcServiceName, ServiceName } from "./names.ts";
 

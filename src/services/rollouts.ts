@@ -1,12 +1,12 @@
 /**
  * Starting rollouts (docs/services.md, "Rollouts"): the first deployment, a new tag, a restart of
  * the serving tag with the environment as it is now, and undo (back to the previous tag). Each
- * makes a release (an image the organization published, src/images/, and a snapshot of the
+ * makes a release (an image the organization published, src/container-images/, and a snapshot of the
  * variables and sealed secrets) and marks the record's rollout `progressing`; the scaler's backend
  * carries it out and ends it (reports.ts). A tag never published is refused before anything starts.
  */
 import { PlatformError } from "../contracts/errors.ts";
-import { getImage } from "../images/store.ts";
+import { getImage } from "../container-images/store.ts";
 import { getVersion, type ProtoCatalog } from "../protos/store.ts";
 import type { Control } from "../redis/connection.ts";
 import type { RepoType } from "./names.ts";

@@ -32,7 +32,7 @@ import { type FineTuningSettings, fineTuningSettings, fineTuningShape } from "./
 import type { TracingSettings } from "../telemetry/tracing-contract.ts";
 import { tracingSettings, tracingShape } from "./tracing.ts";
 import { type VllmSettings, vllmSettings, vllmShape } from "./vllm.ts";
-import { type ImagesSettings, imagesSettings, imagesShape } from "./images.ts";
+import { type PicturesSettings, picturesSettings, picturesShape } from "./pictures.ts";
 import { type ResponsesSettings, responsesSettings, responsesShape } from "./responses.ts";
 import { type TenantSettings, tenantSettings, tenantsShape } from "./tenants.ts";
 
@@ -56,7 +56,7 @@ export type {
   TokenSettings,
   TracingSettings,
   VllmSettings,
-  ImagesSettings,
+  PicturesSettings,
   WorkerSettings,
 };
 
@@ -76,7 +76,7 @@ export type Settings = CoreSettings & {
   /** VLLM_BIN, PLATFORM_VLLM_START_TIMEOUT_MS. */
   vllm: VllmSettings;
   /** PLATFORM_IMAGES_PYTHON, PLATFORM_IMAGES_START_TIMEOUT_MS, PLATFORM_IMAGES_MAX_BATCH, PLATFORM_IMAGES_URL_TTL_MS. */
-  images: ImagesSettings;
+  pictures: PicturesSettings;
   responses: ResponsesSettings;
   /** PLATFORM_WORKER_*, PLATFORM_K8S_NAMESPACE, PLATFORM_GPU_TYPE_LABEL, POD_NAME, POD_NAMESPACE. */
   kubernetes: KubernetesSettings;
@@ -115,7 +115,7 @@ const Env = z
     ...queueShape,
     ...structuredShape,
     ...vllmShape,
-    ...imagesShape,
+    ...picturesShape,
     ...responsesShape,
     ...kubernetesShape,
     ...storageShape,
@@ -147,7 +147,7 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     ...queueSections(e),
     structured: structuredSettings(e),
     vllm: vllmSettings(e),
-    images: imagesSettings(e),
+    pictures: picturesSettings(e),
     responses: responsesSettings(e),
     kubernetes: kubernetesSettings(e),
     storage: storageSettings(e),

@@ -10,7 +10,7 @@ import { hashSecret } from "../keys/store.ts";
 import type { Control } from "../redis/connection.ts";
 import { LuaScript } from "../redis/scripts.ts";
 import { issueToken, revokeToken, type TokenLifetimes } from "../tokens/store.ts";
-import type { TokenGrant, TokenRecord, TokenSubject } from "../tokens/token.ts";
+import type { TokenGrant, TokenRecord, TokenSubject } from "../tokens/record.ts";
 import { CLI_CLIENT_ID, PKCE_PATTERN, pkceChallenge, randomSecret, sameSecret } from "./oauth.ts";
 
 const redeemScript = new LuaScript(import.meta.url, "redeem");

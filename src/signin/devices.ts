@@ -9,7 +9,7 @@ import { hashSecret } from "../keys/store.ts";
 import type { Control } from "../redis/connection.ts";
 import { LuaScript } from "../redis/scripts.ts";
 import type { TokenLifetimes } from "../tokens/store.ts";
-import type { TokenGrant, TokenRecord, TokenSubject } from "../tokens/token.ts";
+import type { TokenGrant, TokenRecord, TokenSubject } from "../tokens/record.ts";
 import { issueFor } from "./codes.ts";
 import { newUserCode, normalizeUserCode, randomSecret } from "./oauth.ts";
 import { admitOpen, releaseOpen } from "./open.ts";

@@ -1,5 +1,5 @@
 /**
- * CLI tokens in Redis (token.ts says what they are). Per session: a hash (TTL: the session's end),
+ * CLI tokens in Redis (record.ts says what they are). Per session: a hash (TTL: the session's end),
  * the access token's hash → id (TTL: its expiry), the refresh token's hash → id (TTL: the end), and
  * a member in its organization's and subject's index; a refresh token once traded stays as
  * `used:<id>` until the end, so presenting it again is recognised as reuse and ends the session
@@ -19,7 +19,7 @@ import { LuaScript } from "../redis/scripts.ts";
 import { findUser } from "../users/store.ts";
 import type { Role } from "../contracts/orgs.ts";
 import { PlatformError } from "../contracts/errors.ts";
-import { ACCESS_PREFIX, REFRESH_PREFIX, type TokenGrant, TokenRecord, type TokenSubject } from "./token.ts";
+import { ACCESS_PREFIX, REFRESH_PREFIX, type TokenGrant, TokenRecord, type TokenSubject } from "./record.ts";
 import { logger } from "../telemetry/log.ts";
 
 const issueScript = new LuaScript(import.meta.url, "issue");

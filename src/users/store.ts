@@ -9,7 +9,7 @@ import type { Role } from "../contracts/orgs.ts";
 import { getOrg } from "../orgs/store.ts";
 import type { Control } from "../redis/connection.ts";
 import { parseStored } from "../redis/stored.ts";
-import { User } from "./user.ts";
+import { User } from "./record.ts";
 
 export type SignedIn = { issuer: string; subject: string; name: string; org: string; role: Role };
 

@@ -7,7 +7,7 @@
 import { z } from "zod";
 import { OrgId } from "../contracts/orgs.ts";
 
-import { BUILDERS } from "../images/build.ts";
+import { BUILDERS } from "../container-images/build.ts";
 import { LANGUAGES, type Language } from "../protos/languages.ts";
 
 export const DEFAULT_PROTO_ROOT = "proto";
@@ -15,9 +15,9 @@ export const DEFAULT_LANGUAGE: Language = "node";
 
 const REGISTRY_URL_ERROR = "expected the platform's http(s) base URL, e.g. https://platform.example.com";
 
-// The repository form is the images noun's (src/images/names.ts): what publish records is what a workspace names.
-export { IMAGE_REPOSITORY_ERROR, IMAGE_REPOSITORY_PATTERN } from "../images/names.ts";
-import { IMAGE_REPOSITORY_ERROR, IMAGE_REPOSITORY_PATTERN } from "../images/names.ts";
+// The repository form is the images noun's (src/container-images/names.ts): what publish records is what a workspace names.
+export { IMAGE_REPOSITORY_ERROR, IMAGE_REPOSITORY_PATTERN } from "../container-images/names.ts";
+import { IMAGE_REPOSITORY_ERROR, IMAGE_REPOSITORY_PATTERN } from "../container-images/names.ts";
 
 /** A relative directory that stays inside the workspace: no "..", no leading "/". */
 const PROTO_ROOT_PATTERN = /^(?!(?:[^/]*\/)*\.\.?(?:\/|$))[A-Za-z0-9_.-]+(?:\/[A-Za-z0-9_.-]+)*$/;

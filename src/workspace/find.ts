@@ -7,7 +7,7 @@ import { readFile } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import { describeIssues } from "../contracts/issues.ts";
 import { CommandError } from "../process/command-error.ts";
-import type { Builder } from "../images/build.ts";
+import type { Builder } from "../container-images/build.ts";
 import type { Language } from "../protos/languages.ts";
 import { DEFAULT_LANGUAGE, DEFAULT_PROTO_ROOT, IMAGE_REPOSITORY_PATTERN, WorkspaceConfig } from "./config.ts";
 

@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BatchJobs } from "../../src/batch/index.ts";
-import { BatchOutputLine } from "../../src/batch/schema.ts";
+import { BatchOutputLine } from "../../src/batch/record.ts";
 import { queueName } from "../../src/contracts/naming.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { QueueBase } from "../../src/queue/base.ts";

@@ -1,5 +1,5 @@
 /**
- * A published image turned into a running process without a container engine (scaler/images/,
+ * A published image turned into a running process without a container engine (scaler/container-images/,
  * issue 24), for real: Debian's docker-registry with htpasswd, buildah with private vfs storage, the
  * stand-in node base image, and on it a tiny server image (a file added then deleted by a later
  * `RUN rm`, so a whiteout; ENV, WORKDIR, USER 1000:1000, CMD). It is pulled by digest through the
@@ -15,9 +15,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { pullImage, repositoryKey } from "../../scaler/images/pull.ts";
-import { imageProcessSpec, spawnImageProcess } from "../../scaler/images/run.ts";
-import { unpackImage } from "../../scaler/images/unpack.ts";
+import { pullImage, repositoryKey } from "../../scaler/container-images/pull.ts";
+import { imageProcessSpec, spawnImageProcess } from "../../scaler/container-images/run.ts";
+import { unpackImage } from "../../scaler/container-images/unpack.ts";
 import { freePort } from "../../src/process/free-port.ts";
 import {
   imageToolsUnavailable,

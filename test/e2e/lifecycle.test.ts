@@ -21,7 +21,7 @@ import { Redis } from "ioredis";
 import { getLlama, LlamaLogLevel, type Token } from "node-llama-cpp";
 import OpenAI, { toFile } from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { RegisteredVersion } from "../../src/registry/version.ts";
+import type { RegisteredVersion } from "../../src/models/record.ts";
 import { sayDataset } from "../helpers/fine-tuning-data.ts";
 import { runLmEvalHf, writeChoiceTask } from "../helpers/lm-eval.ts";
 import { QUESTIONS as EVALUATION_QUESTIONS, TEXTS } from "../helpers/evaluation-data.ts";

@@ -18,7 +18,7 @@ import { existsSync } from "node:fs";
 import OpenAI from "openai";
 import type { Token } from "node-llama-cpp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { RegisteredVersion } from "../../src/registry/version.ts";
+import type { RegisteredVersion } from "../../src/models/record.ts";
 import { supportedArchitectures } from "../../src/formats/convert/index.ts";
 import { startS3, type S3Server } from "../helpers/batch-env.ts";
 import { expectedManifest, TEST_ARCHITECTURE, writeCheckpoint } from "../helpers/checkpoints.ts";

@@ -18,7 +18,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type Browser, chromium } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { decodeImage } from "../../src/protos/descriptors.ts";
+import { decodeDescriptorSet } from "../../src/protos/descriptors.ts";
 import { BUF_YAML, ITEMS_PATH, ITEMS_PROTO, makeWorkspace } from "../helpers/protos.ts";
 import { type CliResult, runCli, type Stack, startStack } from "../helpers/stack.ts";
 
@@ -149,7 +149,7 @@ describe("proto publish, versions and fetch", () => {
     const r = await cli(["proto", "fetch", `${PKG}@1.0.0`, "--out", out]);
     expect(r.code, r.stderr).toBe(0);
     expect(await readFile(join(out, "platform/items/v1/items.proto"), "utf8")).toBe(ITEMS_PROTO);
-    const image = decodeImage(await readFile(join(out, `${PKG}-1.0.0.binpb`)));
+    const image = decodeDescriptorSet(await readFile(join(out, `${PKG}-1.0.0.binpb`)));
     const file = image.file.find((f) => f.name === "platform/items/v1/items.proto");
     expect(file?.service[0]?.name).toBe("ItemService");
     expect(file?.sourceCodeInfo?.location.length).toBeGreaterThan(10);

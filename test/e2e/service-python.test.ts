@@ -16,7 +16,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { runBuf } from "../../src/protos/buf.ts";
 import { scaffoldPython } from "../../src/scaffold/python/index.ts";
 import type { ScaffoldInput } from "../../src/scaffold/types.ts";
-import { decodeImage, summarizePackage } from "../../src/protos/descriptors.ts";
+import { decodeDescriptorSet, summarizePackage } from "../../src/protos/descriptors.ts";
 import { type Postgres, postgresUnavailable, startPostgres } from "../helpers/postgres.ts";
 import { grpcPython, makeWorkspace } from "../helpers/protos.ts";
 import { freePort } from "../helpers/redis.ts";
@@ -40,7 +40,7 @@ afterAll(async () => {
 async function scaffoldInput(dir: string, example: boolean): Promise<ScaffoldInput> {
   const build = await runBuf(["build", "-o", "-"], dir);
   if (build.code !== 0) throw new Error(`buf build: ${build.stderr}`);
-  const pkg = summarizePackage(decodeImage(build.stdout), "platform.items.v1");
+  const pkg = summarizePackage(decodeDescriptorSet(build.stdout), "platform.items.v1");
   return {
     name: "items",
     example,

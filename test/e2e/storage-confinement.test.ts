@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BatchJobs, startBatchCoordinator } from "../../src/batch/index.ts";
-import type { BatchJob } from "../../src/batch/schema.ts";
+import type { BatchJob } from "../../src/batch/record.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { loadSettings } from "../../src/settings/index.ts";

@@ -179,7 +179,7 @@ describe("platform init", () => {
         `^✓ \\.platformrc\\.json +${escaped(rcFile)}: registry ${escaped(stack.baseUrl)}, organization acme`,
         "m",
       ),
-      new RegExp(`^✓ registry +${escaped(stack.baseUrl)}: platform ${escaped(PLATFORM_VERSION)}$`, "m"),
+      new RegExp(`^✓ platform +${escaped(stack.baseUrl)}: platform ${escaped(PLATFORM_VERSION)}$`, "m"),
       /^✓ credentials +.*: acme-admin, admin of organization acme, with an API key$/m,
       /^✓ organization +acme \(acme\)$/m,
       /^✓ buf +buf 1\.\d+\.\d+ /m,
@@ -321,7 +321,7 @@ describe("platform doctor", () => {
     expect(r.stdout).toMatch(
       /^ +fix: run `platform init --registry-url <url> --org-id <id>` at the repository's root$/m,
     );
-    expect(r.stdout).toMatch(/^✗ registry +no registry: not in a workspace/m);
+    expect(r.stdout).toMatch(/^✗ platform +no platform: not in a workspace/m);
     const json = doctorJson(await runCli(["doctor", "--json"], env, nowhere));
     expect(json.ok).toBe(false);
     expect(statusOf(json, "workspace")).toMatchObject({
@@ -347,7 +347,7 @@ describe("platform doctor", () => {
       new RegExp(`^✗ \\.platformrc\\.json +${escaped(file)}: imageRepository: expected host/path`, "m"),
     );
     expect(doctor.stdout).toContain("fix: correct the field it names");
-    expect(doctor.stdout).toMatch(/^- registry +not checked: \.platformrc\.json does not parse/m);
+    expect(doctor.stdout).toMatch(/^- platform +not checked: \.platformrc\.json does not parse/m);
   });
 
   it("credentials: none, an expired session, another organization's key, a registry that does not answer", async () => {
@@ -396,7 +396,7 @@ describe("platform doctor", () => {
     const unreachable = await runCli(["doctor"], env, root);
     expect(unreachable.code).toBe(1);
     expect(unreachable.stdout).toMatch(
-      new RegExp(`^✗ registry +cannot reach ${escaped(down)} \\(ECONNREFUSED\\)$`, "m"),
+      new RegExp(`^✗ platform +cannot reach ${escaped(down)} \\(ECONNREFUSED\\)$`, "m"),
     );
     expect(unreachable.stdout).toMatch(/^ +fix: check registryUrl in \.platformrc\.json/m);
   });

@@ -7,7 +7,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 import type { BatchJobs } from "../../src/batch/index.ts";
-import type { BatchJob } from "../../src/batch/schema.ts";
+import type { BatchJob } from "../../src/batch/record.ts";
 import type { S3Settings } from "../../src/storage/index.ts";
 import { sleep } from "./stack.ts";
 

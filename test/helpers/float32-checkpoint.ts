@@ -14,7 +14,7 @@ import { type RunningGateway, startGateway } from "../../src/gateway/server/app.
 import { createApiKey } from "../../src/keys/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { convertCheckpoint } from "../../src/formats/convert/index.ts";
-import { importModel } from "../../src/registry/import.ts";
+import { importModel } from "../../src/models/import.ts";
 import { loadSettings, type Settings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { adapterCacheDir, ReplicaAdapters } from "../../workers/adapters.ts";

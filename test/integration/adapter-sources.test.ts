@@ -15,8 +15,8 @@ import { type RunningGateway, startGateway } from "../../src/gateway/server/app.
 import { createApiKey } from "../../src/keys/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { readGgufInfo } from "../../src/formats/gguf/index.ts";
-import { writeTar } from "../../src/registry/tar.ts";
-import type { RegisteredVersion } from "../../src/registry/version.ts";
+import { writeTar } from "../../src/models/tar.ts";
+import type { RegisteredVersion } from "../../src/models/record.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { type S3Server, startS3 } from "../helpers/batch-env.ts";

@@ -22,10 +22,10 @@ import { type RunningGateway, startGateway } from "../../src/gateway/server/app.
 import { createApiKey } from "../../src/keys/store.ts";
 import { createOrg } from "../../src/orgs/store.ts";
 import { connectControl, type Control } from "../../src/redis/connection.ts";
-import { registerAdapter } from "../../src/registry/import.ts";
-import { writeTar } from "../../src/registry/tar.ts";
-import type { RegisteredVersion } from "../../src/registry/version.ts";
-import { resolveModelVersion } from "../../src/registry/versions.ts";
+import { registerAdapter } from "../../src/models/import.ts";
+import { writeTar } from "../../src/models/tar.ts";
+import type { RegisteredVersion } from "../../src/models/record.ts";
+import { resolveModelVersion } from "../../src/models/versions.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { adapterCacheDir, ReplicaAdapters } from "../../workers/adapters.ts";

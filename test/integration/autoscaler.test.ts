@@ -14,7 +14,7 @@ import { type Autoscaler, startAutoscaler } from "../../scaler/autoscaler.ts";
 import { Lease } from "../../src/redis/lease.ts";
 import { AutoscalingSettings } from "../../src/autoscaling/config.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import type { Endpoint } from "../../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../../src/endpoints/record.ts";
 import {
   autoscalingStatus,
   listDecisions,

@@ -21,7 +21,7 @@ import { type BatchCoordinator, startBatchCoordinator } from "../../src/batch/in
 import { COORDINATOR_JOB, COORDINATOR_QUEUE } from "../../src/batch/jobs.ts";
 import { RecordJobs } from "../../src/batch/record-jobs.ts";
 import { type BatchSpec, createRecord } from "../../src/batch/store.ts";
-import type { BatchJob } from "../../src/batch/schema.ts";
+import type { BatchJob } from "../../src/batch/record.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { deployEndpoint } from "../../src/endpoints/store.ts";
@@ -30,7 +30,7 @@ import { PlatformError } from "../../src/contracts/errors.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import { ANSWER_FIELD } from "../../src/queue/kept-answers.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
-import { importModel } from "../../src/registry/import.ts";
+import { importModel } from "../../src/models/import.ts";
 import { loadSettings, type Settings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { tinyModelPath } from "../helpers/models.ts";

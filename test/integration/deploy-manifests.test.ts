@@ -18,7 +18,7 @@ import { WORKER_HEALTH_PORT } from "../../src/process/worker-env.ts";
 import { buildWorkerDeployment, WORKER_APP_NAME } from "../../scaler/backends/kubernetes-manifests.ts";
 import { SERVICE_APP_NAME, SERVICE_LABELS } from "../../scaler/backends/kubernetes-service-manifests.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import type { Endpoint } from "../../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../../src/endpoints/record.ts";
 import type { Control } from "../../src/redis/connection.ts";
 import { registerBatchMetrics } from "../../src/batch/metrics.ts";
 import { GatewayMetrics } from "../../src/gateway/metrics.ts";

@@ -20,7 +20,7 @@ import { type EvaluationCoordinator, startEvaluationCoordinator } from "../../sr
 import { readScores } from "../../src/evaluation/store.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { createOrg } from "../../src/orgs/store.ts";
-import { importModel } from "../../src/registry/import.ts";
+import { importModel } from "../../src/models/import.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { loadEngine } from "../../workers/engines/index.ts";
 import { startWorker } from "../../workers/worker.ts";

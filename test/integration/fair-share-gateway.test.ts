@@ -17,7 +17,7 @@ import { createApiKey } from "../../src/keys/store.ts";
 import { createOrg } from "../../src/orgs/store.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
-import { importModel } from "../../src/registry/import.ts";
+import { importModel } from "../../src/models/import.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { loadLlamaCpp } from "../../workers/engines/llamacpp.ts";

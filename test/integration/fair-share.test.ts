@@ -13,7 +13,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { endpointQueueName } from "../../src/contracts/engines.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { BATCH_PRIORITY, JOB_SCHEMA_VERSION } from "../../src/contracts/job.ts";
-import type { Endpoint } from "../../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../../src/endpoints/record.ts";
 import { Dispatcher, type Submission } from "../../src/queue/dispatcher.ts";
 import { decodeReplyEntry } from "../../src/queue/replies.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";

@@ -19,8 +19,8 @@ import { type RunningGateway, startGateway } from "../../src/gateway/server/app.
 import { createApiKey } from "../../src/keys/store.ts";
 import { createOrg } from "../../src/orgs/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
-import { importModel } from "../../src/registry/import.ts";
-import { listModelVersions } from "../../src/registry/versions.ts";
+import { importModel } from "../../src/models/import.ts";
+import { listModelVersions } from "../../src/models/versions.ts";
 import { loadSettings, type Settings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { StoragePolicy } from "../../src/storage/policy.ts";

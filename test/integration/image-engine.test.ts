@@ -1,5 +1,5 @@
 /**
- * The local backend through a container engine (scaler/images/engine.ts), with stand-in `docker`
+ * The local backend through a container engine (scaler/container-images/engine.ts), with stand-in `docker`
  * and `podman` CLIs (no engine daemon runs on these machines): what each is asked (pull by digest
  * with the pull session, `run --rm --network none --user --cap-drop ALL …`, variables in an env
  * file), that the service gets its values through its own network namespace (nsenter and socat,
@@ -12,7 +12,7 @@ import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { engineRunner, workingEngine } from "../../scaler/images/engine.ts";
+import { engineRunner, workingEngine } from "../../scaler/container-images/engine.ts";
 import { freePort } from "../../src/process/free-port.ts";
 
 let dir: string;
@@ -167,7 +167,7 @@ describe("services through a container engine", () => {
 
   it("a service ends with the platform process, even when that is SIGKILLed", async () => {
     const port = await freePort();
-    const engine = new URL("../../scaler/images/engine.ts", import.meta.url).pathname;
+    const engine = new URL("../../scaler/container-images/engine.ts", import.meta.url).pathname;
     // A stand-in platform: starts the service through the runner, says so, and waits to be killed.
     const platform = spawn(
       process.execPath,

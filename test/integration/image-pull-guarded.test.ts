@@ -1,5 +1,5 @@
 /**
- * Pulls aimed by a tenant (scaler/images/pull.ts with the registry policy, docs/security.md,
+ * Pulls aimed by a tenant (scaler/container-images/pull.ts with the registry policy, docs/security.md,
  * "Outbound calls a tenant names"), with the real skopeo: a repository on a loopback listener of
  * this machine is refused before skopeo runs; a registry the operator lists that redirects the
  * pull to another loopback listener (by a name, so skopeo asks the guarded proxy) gets nothing
@@ -15,9 +15,9 @@ import { lookup } from "node:dns/promises";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { registryAddresses } from "../../src/images/registries.ts";
+import { registryAddresses } from "../../src/container-images/registries.ts";
 import type { RegistryPolicy } from "../../src/settings/registries.ts";
-import { pullImage } from "../../scaler/images/pull.ts";
+import { pullImage } from "../../scaler/container-images/pull.ts";
 
 const hasSkopeo = (() => {
   try {

@@ -1,5 +1,5 @@
 /**
- * Pulling by digest (scaler/images/pull.ts) with a stand-in skopeo, a shell script that lays out
+ * Pulling by digest (scaler/container-images/pull.ts) with a stand-in skopeo, a shell script that lays out
  * what a test prepared, so the checks after skopeo are tested on what no registry would serve: a
  * manifest of another digest, a corrupted layer, a manifest list (with and without an image for
  * this machine), skopeo's failure (never echoed: the platform says why). Nothing of a failed pull stays in
@@ -11,7 +11,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { isLoopbackRegistry, pullImage, repositoryKey } from "../../scaler/images/pull.ts";
+import { isLoopbackRegistry, pullImage, repositoryKey } from "../../scaler/container-images/pull.ts";
 
 const REPO = "registry.example.com:5000/acme/items";
 const sha = (b: Buffer | string) => createHash("sha256").update(b).digest("hex");

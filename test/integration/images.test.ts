@@ -16,8 +16,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { deployEndpoint, getEndpoint } from "../../src/endpoints/store.ts";
 import { createApiKey } from "../../src/keys/store.ts";
-import { importModel } from "../../src/registry/import.ts";
-import type { RegisteredVersion } from "../../src/registry/version.ts";
+import { importModel } from "../../src/models/import.ts";
+import type { RegisteredVersion } from "../../src/models/record.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { loadEngine } from "../../workers/engines/index.ts";
 import { modelFile } from "../../workers/weights.ts";
@@ -59,7 +59,7 @@ beforeAll(async () => {
   model = await importModel(deps, { name: "pic", framework: "llamacpp", source: pipelineDir });
   await deployEndpoint(ctl, DeploymentConfig.parse({ model: { name: "pic" }, resources: { parallel: 2, cpu: 2 } }));
   const endpoint = await getEndpoint(ctl, "pic");
-  const imagesSettings = { ...settings.images, python: python as string };
+  const picturesSettings = { ...settings.pictures, python: python as string };
   worker = startWorker({
     ctl,
     endpoint,
@@ -67,7 +67,7 @@ beforeAll(async () => {
     images: openStore(settings.artifactsUrl),
     loadEngine: async (describe) => {
       engine = await loadEngine(endpoint, await modelFile(settings, ctl, endpoint, model, "pic-1", describe), {
-        images: imagesSettings,
+        images: picturesSettings,
       });
       return engine;
     },

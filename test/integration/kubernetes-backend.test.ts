@@ -2,7 +2,7 @@ import { KubeConfig } from "@kubernetes/client-node";
 import { Deployment } from "kubernetes-models/apps/v1/Deployment";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { DeploymentConfig, type DeploymentConfigInput } from "../../src/contracts/deployment.ts";
-import { Endpoint } from "../../src/endpoints/endpoint.ts";
+import { Endpoint } from "../../src/endpoints/record.ts";
 import { revisionId, withUpdate } from "../../src/endpoints/rollout.ts";
 import {
   ANNOTATIONS,

@@ -25,7 +25,7 @@ import { maskSecrets, podReplica, podTrouble, rolloutOutcome } from "../../scale
 import { parseLogLines, timestampKey } from "../../scaler/backends/kubernetes-pod-logs.ts";
 import { KubernetesServiceBackend } from "../../scaler/backends/kubernetes-services.ts";
 import type { EnvironmentParts, ServiceReports } from "../../scaler/service-backend.ts";
-import { operatorServes } from "../../src/pull-credentials/resolve.ts";
+import { operatorServes } from "../../src/registry-credentials/resolve.ts";
 import { type Release, ServiceRecord, type ServiceReplica } from "../../src/services/record.ts";
 import { FakeKubernetesApi, kubeletTimestamp } from "../helpers/fake-kubernetes-api.ts";
 

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LocalBackend } from "../../scaler/backends/local.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import { Endpoint } from "../../src/endpoints/endpoint.ts";
+import { Endpoint } from "../../src/endpoints/record.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { alive } from "../helpers/processes.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";

@@ -15,14 +15,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { RegisteredVersion } from "../../src/registry/version.ts";
+import type { RegisteredVersion } from "../../src/models/record.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
-import { manifestDigest } from "../../src/registry/checkpoint.ts";
-import { localArtifact } from "../../src/registry/materialize.ts";
+import { manifestDigest } from "../../src/models/checkpoint.ts";
+import { localArtifact } from "../../src/models/materialize.ts";
 import { Header } from "tar";
-import { writeTar } from "../../src/registry/tar.ts";
+import { writeTar } from "../../src/models/tar.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { openStore, type S3Settings } from "../../src/storage/index.ts";
 import { startS3, type S3Server } from "../helpers/batch-env.ts";
@@ -226,7 +226,7 @@ describe("registering a checkpoint directory", () => {
     });
     expect(r.body.manifest.map((f: { path: string }) => f.path)).not.toContain("README.md");
     expect(r.body.sha256).toBe(manifestDigest(manifest));
-    // As docs/registry.md says: the digest is what sha256sum over the files, sorted by name, hashes to.
+    // As docs/models.md says: the digest is what sha256sum over the files, sorted by name, hashes to.
     const files = manifest.map((f) => f.path).join(" ");
     const shell = await promisify(execFile)("sh", [
       "-c",

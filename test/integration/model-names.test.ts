@@ -20,10 +20,10 @@ import { type RunningGateway, startGateway } from "../../src/gateway/server/app.
 import { createApiKey } from "../../src/keys/store.ts";
 import { createOrg } from "../../src/orgs/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
-import { registerAdapter } from "../../src/registry/import.ts";
-import { importModel } from "../../src/registry/import.ts";
-import type { RegisteredVersion } from "../../src/registry/version.ts";
-import { listModelVersions } from "../../src/registry/versions.ts";
+import { registerAdapter } from "../../src/models/import.ts";
+import { importModel } from "../../src/models/import.ts";
+import type { RegisteredVersion } from "../../src/models/record.ts";
+import { listModelVersions } from "../../src/models/versions.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { adapterCacheDir, ReplicaAdapters } from "../../workers/adapters.ts";

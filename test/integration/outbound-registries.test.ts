@@ -15,7 +15,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
-import { refusedRegistry, registryAddresses } from "../../src/images/registries.ts";
+import { refusedRegistry, registryAddresses } from "../../src/container-images/registries.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { probe, resolveAllowed } from "../../src/outbound/guard.ts";
 import { createOrg } from "../../src/orgs/store.ts";

@@ -16,7 +16,7 @@ import { deployEndpoint, getEndpoint } from "../../src/endpoints/store.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
-import { importModel } from "../../src/registry/import.ts";
+import { importModel } from "../../src/models/import.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import type { Engine } from "../../workers/engines/engine.ts";

@@ -12,7 +12,7 @@ import type { Token } from "node-llama-cpp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connectControl, type Control } from "../../src/redis/connection.ts";
 import { readGgufInfo } from "../../src/formats/gguf/read.ts";
-import { quantizedModel } from "../../src/registry/quantized.ts";
+import { quantizedModel } from "../../src/models/quantized.ts";
 import { quantizeGguf } from "../../src/formats/quantize/file.ts";
 import type { Quantization } from "../../src/formats/quantize/plan.ts";
 import { FileStore, type ObjectStore } from "../../src/storage/index.ts";

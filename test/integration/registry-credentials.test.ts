@@ -17,10 +17,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { createOrg } from "../../src/orgs/store.ts";
-import { loadTokenKey, mintPullGrant } from "../../src/pull-credentials/grant.ts";
-import { MAX_HOSTS_PER_ORG } from "../../src/pull-credentials/names.ts";
-import { PullAuthResolver } from "../../src/pull-credentials/resolve.ts";
-import { PullCredentials } from "../../src/pull-credentials/store.ts";
+import { loadTokenKey, mintPullGrant } from "../../src/registry-credentials/grant.ts";
+import { MAX_HOSTS_PER_ORG } from "../../src/registry-credentials/names.ts";
+import { PullAuthResolver } from "../../src/registry-credentials/resolve.ts";
+import { RegistryCredentials } from "../../src/registry-credentials/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { SecretBox } from "../../src/services/secrets.ts";
 import { loadSettings } from "../../src/settings/index.ts";
@@ -138,16 +138,16 @@ describe("/admin/v1/registry-credentials", () => {
   it("seals the password at rest: no Redis key holds it, and it opens only for its organization and host", async () => {
     expect(await everyRedisValue()).not.toContain(PASSWORD);
     const box = await SecretBox.load(settings.services);
-    const store = new PullCredentials(ctl, async () => box);
+    const store = new RegistryCredentials(ctl, async () => box);
     expect(await store.open("acme", HOST)).toEqual({ username: "team2", password: PASSWORD });
     // The sealed entry copied to another organization does not open there.
     await ctl.redis.hset(
-      ctl.keys.pullCredentials("rival"),
+      ctl.keys.registryCredentials("rival"),
       HOST,
-      (await ctl.redis.hget(ctl.keys.pullCredentials("acme"), HOST)) as string,
+      (await ctl.redis.hget(ctl.keys.registryCredentials("acme"), HOST)) as string,
     );
     await expect(store.open("rival", HOST)).rejects.toThrow(/does not open with this platform's key/);
-    await ctl.redis.hdel(ctl.keys.pullCredentials("rival"), HOST);
+    await ctl.redis.hdel(ctl.keys.registryCredentials("rival"), HOST);
   });
 
   it("another organization sees none and removes none", async () => {
@@ -221,7 +221,7 @@ describe("pulls", () => {
   it("a pull grant buys pull on its own repository only, and no more grants", async () => {
     const box = await SecretBox.load(settings.services);
     const resolver = new PullAuthResolver({
-      credentials: new PullCredentials(ctl, async () => box),
+      credentials: new RegistryCredentials(ctl, async () => box),
       tokenKey: loadTokenKey(settings.registryToken.keyFile as string),
       issuer: settings.registryToken.issuer,
       registries: settings.registries,
@@ -260,7 +260,10 @@ describe("pulls", () => {
     });
     expect((await tokenAt("platform-pull-grant", other.token, "repository:acme/items:pull")).status).toBe(401);
     // The organization's own credential comes first; without either, the operator's file.
-    await new PullCredentials(ctl, async () => box).set("acme", trustingHost, "team", PASSWORD, { id: "k", name: "n" });
+    await new RegistryCredentials(ctl, async () => box).set("acme", trustingHost, "team", PASSWORD, {
+      id: "k",
+      name: "n",
+    });
     expect(await resolver.resolve("acme", `${trustingHost}/acme/items`)).toEqual({
       source: "organization",
       host: trustingHost,

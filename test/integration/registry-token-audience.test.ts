@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { createOrg } from "../../src/orgs/store.ts";
-import { GRANT_AUDIENCE, GRANT_USERNAME } from "../../src/pull-credentials/grant.ts";
+import { GRANT_AUDIENCE, GRANT_USERNAME } from "../../src/registry-credentials/grant.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { privateRedis } from "../helpers/redis.ts";

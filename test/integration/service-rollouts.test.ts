@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type ImageRunner, LocalServiceBackend } from "../../scaler/backends/local-services.ts";
 import type { ReplicaBackend } from "../../scaler/backend.ts";
 import { type Reconciler, startReconciler } from "../../scaler/reconciler.ts";
-import { recordImage } from "../../src/images/store.ts";
+import { recordImage } from "../../src/container-images/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { publishVersion } from "../../src/protos/store.ts";
 import { ServiceDirectory } from "../../src/services/directory.ts";

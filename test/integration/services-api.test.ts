@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
-import { recordImage } from "../../src/images/store.ts";
+import { recordImage } from "../../src/container-images/store.ts";
 import { createApiKey } from "../../src/keys/store.ts";
 import { createOrg } from "../../src/orgs/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";

@@ -2,8 +2,8 @@
 import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FINAL_BATCH_STATES } from "../../src/batch/schema.ts";
-import { FINAL_STATUSES } from "../../src/finetuning/schema.ts";
+import { FINAL_BATCH_STATES } from "../../src/batch/record.ts";
+import { FINAL_STATUSES } from "../../src/finetuning/record.ts";
 import { updateIfActive } from "../../src/redis/stored.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 

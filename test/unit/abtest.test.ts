@@ -1,6 +1,6 @@
 /** The A/B split's pure parts: parsing `v1=70,v2=30`, and how a variant is picked (weights, stickiness). */
 import { describe, expect, it } from "vitest";
-import { formatSplit, parseSplit, pickVariant, SplitError, variantName } from "../../src/abtests/schema.ts";
+import { formatSplit, parseSplit, pickVariant, SplitError, variantName } from "../../src/abtests/record.ts";
 
 describe("parseSplit", () => {
   it("reads versions and relative weights in order", () => {

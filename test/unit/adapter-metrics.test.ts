@@ -1,7 +1,7 @@
 /** A replica's LoRA adapter series (workers/metrics.ts): loaded now, and loads and evictions as counters. */
 import { describe, expect, it } from "vitest";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
-import type { Endpoint } from "../../src/endpoints/endpoint.ts";
+import type { Endpoint } from "../../src/endpoints/record.ts";
 import { WorkerMetrics } from "../../workers/metrics.ts";
 
 const endpoint = {

@@ -1,7 +1,7 @@
 /** The address classifier behind model-source fetching: every non-public range, in every spelling. */
 import { describe, expect, it } from "vitest";
 import { nonPublicKind, refusedKind } from "../../src/outbound/addresses.ts";
-import { checkSourceScheme, huggingFaceUrl } from "../../src/registry/sources.ts";
+import { checkSourceScheme, huggingFaceUrl } from "../../src/models/sources.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { parseCidr } from "../../src/settings/sources.ts";
 

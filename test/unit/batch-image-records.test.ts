@@ -1,4 +1,4 @@
-// Image records of a batch job (src/batch/image-records.ts): how a line becomes an image job's
+// Image records of a batch job (src/batch/picture-records.ts): how a line becomes an image job's
 // fields or an error line, where its PNG goes, and moving it from the artifact store exactly once
 // (a resumed run finds it in place); and the benchmark's image figures (src/benchmark/measure.ts).
 import { mkdtemp, readFile, rm } from "node:fs/promises";
@@ -6,19 +6,19 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
-  IMAGE_REFERENCE,
-  imageFormat,
-  imageOutputKey,
-  imageReference,
-  placeImage,
-} from "../../src/batch/image-records.ts";
+  PICTURE_REFERENCE,
+  pictureFormat,
+  pictureOutputKey,
+  pictureReference,
+  placePicture,
+} from "../../src/batch/picture-records.ts";
 import type { Outcome } from "../../src/batch/lines.ts";
 import { levelResult } from "../../src/benchmark/measure.ts";
-import { imageKey } from "../../src/image-files/keys.ts";
+import { pictureKey } from "../../src/pictures/keys.ts";
 import { FileStore } from "../../src/storage/index.ts";
 
 const RULE = { default_width: 64, default_height: 64, size_multiple: 8, max_side: 128 };
-const format = imageFormat(RULE);
+const format = pictureFormat(RULE);
 const parse = (value: unknown, lineNumber = 3) =>
   format.parse({ lineNumber, start: 0, end: 0, text: typeof value === "string" ? value : JSON.stringify(value) });
 
@@ -100,30 +100,30 @@ describe("placing a record's PNG", () => {
   });
 
   it("lies in the folder named as the result, beside it: one job's PNGs never meet another's", () => {
-    expect(imageOutputKey("batch_1.jsonl", "cat")).toBe("batch_1/cat.png");
-    expect(imageOutputKey("runs/result.jsonl", "cat")).toBe("runs/result/cat.png");
-    expect(imageReference("runs/result.jsonl", "cat")).toBe("result/cat.png");
-    expect(IMAGE_REFERENCE.test("result/cat.png")).toBe(true);
+    expect(pictureOutputKey("batch_1.jsonl", "cat")).toBe("batch_1/cat.png");
+    expect(pictureOutputKey("runs/result.jsonl", "cat")).toBe("runs/result/cat.png");
+    expect(pictureReference("runs/result.jsonl", "cat")).toBe("result/cat.png");
+    expect(PICTURE_REFERENCE.test("result/cat.png")).toBe(true);
     for (const bad of ["../cat.png", "result/../cat.png", "/etc/cat.png", "cat.png", "a/b/cat.png", "result/.png"])
-      expect(IMAGE_REFERENCE.test(bad), bad).toBe(false);
+      expect(PICTURE_REFERENCE.test(bad), bad).toBe(false);
   });
 
   it("moves it from the artifact store once; a resumed run finds it in place; a lost one fails the record", async () => {
-    const key = imageKey(Date.now(), "a".repeat(32));
+    const key = pictureKey(Date.now(), "a".repeat(32));
     await artifacts.put(key, Buffer.from("png bytes"));
     const answered: Outcome = { ok: true, text: "", tokens: 2, image: { key, seed: 3, steps: 2, width: 8, height: 8 } };
-    const placed = await placeImage(artifacts, { store: out, resultKey: "b.jsonl" }, "dog", answered);
+    const placed = await placePicture(artifacts, { store: out, resultKey: "b.jsonl" }, "dog", answered);
     expect(placed).toEqual({ ...answered, image: { uri: "b/dog.png", seed: 3, steps: 2, width: 8, height: 8 } });
     expect(await readFile(join(dir, "out", "b", "dog.png"), "utf8")).toBe("png bytes");
     expect(await artifacts.head(key)).toBeNull();
     // The coordinator died after the move, before the part: the kept answer still names the artifact.
-    expect(await placeImage(artifacts, { store: out, resultKey: "b.jsonl" }, "dog", answered)).toEqual(placed);
-    expect(await placeImage(artifacts, { store: out, resultKey: "b.jsonl" }, "cat", answered)).toMatchObject({
+    expect(await placePicture(artifacts, { store: out, resultKey: "b.jsonl" }, "dog", answered)).toEqual(placed);
+    expect(await placePicture(artifacts, { store: out, resultKey: "b.jsonl" }, "cat", answered)).toMatchObject({
       ok: false,
       code: "image_lost",
     });
     const outside = { ...answered, image: { ...answered.image, key: "models/x/v1/model.gguf" } } as Outcome;
-    expect(await placeImage(artifacts, { store: out, resultKey: "b.jsonl" }, "x", outside)).toMatchObject({
+    expect(await placePicture(artifacts, { store: out, resultKey: "b.jsonl" }, "x", outside)).toMatchObject({
       ok: false,
       code: "invalid_result",
     });

@@ -7,7 +7,7 @@ import {
   isModuleDirectory,
   manifestDigest,
   uploadedEntryName,
-} from "../../src/registry/checkpoint.ts";
+} from "../../src/models/checkpoint.ts";
 
 describe("checkpoint file names", () => {
   it("takes top-level checkpoint files, sentence-transformers' files and a module's <n>_<Name>/config.json", () => {

@@ -8,12 +8,12 @@ import { adapterRefusal, type JobKind, JobPayload, takesAdapter } from "../../sr
 import { contextLengthExceeded, embeddingInputTooLong } from "../../src/contracts/context-window.ts";
 import { CompletionRequest } from "../../src/contracts/openai/completions.ts";
 import { COORDINATOR_QUEUE, controlKeys, queueName } from "../../src/contracts/naming.ts";
-import { RegisteredVersion } from "../../src/registry/version.ts";
+import { RegisteredVersion } from "../../src/models/record.ts";
 import { endpointNameFor } from "../../src/endpoints/from-source.ts";
 import { deriveState } from "../../src/endpoints/status.ts";
 import { toMessages } from "../../src/contracts/openai/chat.ts";
 import { toParams } from "../../src/contracts/openai/common.ts";
-import { huggingFaceUrl } from "../../src/registry/sources.ts";
+import { huggingFaceUrl } from "../../src/models/sources.ts";
 import { plainChatPrompt } from "../../workers/engines/engine.ts";
 
 const errorsOf = (input: unknown) => {

@@ -3,7 +3,7 @@
  * the gateway's per-item bound, and which task a model version defaults to.
  */
 import { describe, expect, it } from "vitest";
-import { defaultTask, taskOf } from "../../src/registry/version.ts";
+import { defaultTask, taskOf } from "../../src/models/record.ts";
 import { PlatformError } from "../../src/contracts/errors.ts";
 import { checkEmbeddingBound } from "../../src/gateway/input-bounds.ts";
 import { reservationOf } from "../../src/ratelimit/reservation.ts";

@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import { taskDataset } from "../../src/evaluation/lm-eval-task.ts";
 import { DatasetError, parseDataset } from "../../src/evaluation/dataset.ts";
 import { compare, summarize } from "../../src/evaluation/metrics.ts";
-import { parseTarget } from "../../src/evaluation/schema.ts";
+import { parseTarget } from "../../src/evaluation/record.ts";
 
 const jsonl = (lines: unknown[]) =>
   Buffer.from(lines.map((l) => (typeof l === "string" ? l : JSON.stringify(l))).join("\n"));

@@ -1,5 +1,5 @@
 /**
- * Unpacking image layers (scaler/images/unpack.ts) from tar archives written here block by block,
+ * Unpacking image layers (scaler/container-images/unpack.ts) from tar archives written here block by block,
  * so a test can hold what no honest builder writes: layers applied in order, whiteouts and opaque
  * directories acting on lower layers only, gzip and zstd, owners and modes, and every way out of
  * the rootfs we know of (absolute names, `..`, symlinks left by a lower or the same layer, hard
@@ -21,8 +21,8 @@ import { join } from "node:path";
 import * as zlib from "node:zlib";
 import { Header } from "tar";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { type PulledImage, repositoryKey } from "../../scaler/images/pull.ts";
-import { applyLayer, resolveInRoot, unpackImage } from "../../scaler/images/unpack.ts";
+import { type PulledImage, repositoryKey } from "../../scaler/container-images/pull.ts";
+import { applyLayer, resolveInRoot, unpackImage } from "../../scaler/container-images/unpack.ts";
 
 type Entry = {
   path: string;

@@ -9,9 +9,9 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { isAuthFailure } from "../../src/images/build.ts";
-import { isLoopback, isPlainHttp, storedSession } from "../../src/images/session.ts";
-import { grantedAccess, libtrustKeyId, signRegistryToken } from "../../src/images/registry-token.ts";
+import { isAuthFailure } from "../../src/container-images/build.ts";
+import { isLoopback, isPlainHttp, storedSession } from "../../src/container-images/session.ts";
+import { grantedAccess, libtrustKeyId, signRegistryToken } from "../../src/container-images/registry-token.ts";
 
 describe("TLS is skipped only where the registry is this machine's or the platform's own http:// host", () => {
   it.each([

@@ -28,10 +28,10 @@ const LAYERS: string[][] = [
   // Model file formats (GGUF, conversion to it, quantization): file work the catalog and replicas use.
   ["src/formats"],
   // Nouns, each owning its store, logic and metrics.
-  ["src/registry", "src/replicas", "src/usage", "src/orgs", "src/protos", "src/responses", "src/files"],
-  ["src/ratelimit", "src/endpoints", "src/images", "src/image-files"],
+  ["src/models", "src/replicas", "src/usage", "src/orgs", "src/protos", "src/responses", "src/files"],
+  ["src/ratelimit", "src/endpoints", "src/container-images", "src/pictures"],
   ["src/keys", "src/users", "src/autoscaling", "src/services"],
-  ["src/queue", "src/tokens", "src/pull-credentials"],
+  ["src/queue", "src/tokens", "src/registry-credentials"],
   ["src/abtests", "src/signin"],
   ["src/batch"],
   // Evaluations read datasets as batch reads its inputs.

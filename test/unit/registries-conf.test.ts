@@ -1,5 +1,5 @@
 /**
- * Plain HTTP to loopback image registries in builds (src/images/registries-conf.ts): which hosts a
+ * Plain HTTP to loopback image registries in builds (src/container-images/registries-conf.ts): which hosts a
  * build names, how they are marked insecure in the registries.conf buildah would read otherwise
  * (v2 `[[registry]]` and v1 `[registries.insecure]`), and that the file lives only for the build.
  */
@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parse } from "smol-toml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { loopbackHosts, withInsecure, withLoopbackRegistries } from "../../src/images/registries-conf.ts";
+import { loopbackHosts, withInsecure, withLoopbackRegistries } from "../../src/container-images/registries-conf.ts";
 
 const DOCKERFILE = `ARG NODE_IMAGE=127.0.0.1:5000/library/node:24-slim
 FROM \${NODE_IMAGE} AS build

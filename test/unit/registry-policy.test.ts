@@ -1,11 +1,11 @@
 /**
- * The registry policy (src/settings/registries.ts, src/images/registries.ts): which registries a
+ * The registry policy (src/settings/registries.ts, src/container-images/registries.ts): which registries a
  * tenant may name, at which addresses the platform may reach one, and which repositories the
- * operator's pull credential serves each organization (src/pull-credentials/resolve.ts).
+ * operator's pull credential serves each organization (src/registry-credentials/resolve.ts).
  */
 import { describe, expect, it } from "vitest";
-import { checkRegistryHost, registryAddresses } from "../../src/images/registries.ts";
-import { operatorServes } from "../../src/pull-credentials/resolve.ts";
+import { checkRegistryHost, registryAddresses } from "../../src/container-images/registries.ts";
+import { operatorServes } from "../../src/registry-credentials/resolve.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 
 describe("registry settings", () => {

@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import type { z } from "zod";
 import { AutoscalingConfig } from "../../src/autoscaling/config.ts";
 import { RequestLine } from "../../src/batch/openai-lines.ts";
-import { CreateBatchRequest } from "../../src/batch/schema.ts";
+import { CreateBatchRequest } from "../../src/batch/record.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { describeIssues } from "../../src/contracts/issues.ts";
 import { ChatCompletionRequest } from "../../src/contracts/openai/chat.ts";

@@ -19,7 +19,7 @@ export const DIFFUSERS_DEFAULTS = { steps: 50, guidance: 7.5 } as const;
 export type DiffusersOptions = {
   /** The pipeline directory (model_index.json and its component folders). */
   modelPath: string;
-  /** The interpreter with torch and diffusers (settings.images.python). */
+  /** The interpreter with torch and diffusers (settings.pictures.python). */
   python: string;
   /** Images one replica holds at once. */
   parallel: number;
@@ -29,7 +29,7 @@ export type DiffusersOptions = {
   dtype?: string;
   /** torch's threads (resources.cpu). */
   threads?: number;
-  /** Same-shaped images per pipeline call (settings.images.maxBatch). */
+  /** Same-shaped images per pipeline call (settings.pictures.maxBatch). */
   maxBatch?: number;
   startTimeoutMs?: number;
   log?: (line: string) => void;
@@ -241,7 +241,7 @@ async function* ndjson(body: ReadableStream<Uint8Array>): AsyncGenerator<ChildEv
  * Whether `python` can run the engine: a line for `platform up` ("torch 2.x and diffusers 0.y, on
  * CUDA") or why not. Importing torch and diffusers takes seconds, so callers do not wait on it to start.
  */
-export async function imagesSupport(python: string): Promise<{ ok: boolean; line: string }> {
+export async function picturesSupport(python: string): Promise<{ ok: boolean; line: string }> {
   const probe =
     "import torch, diffusers, transformers; print(torch.__version__, diffusers.__version__, 'CUDA' if torch.cuda.is_available() else 'CPU')";
   // Under the watchdog: the probe takes seconds, and must not outlive an `up` stopped (or killed) meanwhile.

@@ -1,6 +1,6 @@
 /** Picks and loads the engine an endpoint's framework names. */
-import type { Endpoint } from "../../src/endpoints/endpoint.ts";
-import type { ImagesSettings, VllmSettings } from "../../src/settings/index.ts";
+import type { Endpoint } from "../../src/endpoints/record.ts";
+import type { PicturesSettings, VllmSettings } from "../../src/settings/index.ts";
 import type { Engine } from "./engine.ts";
 import { loadLlamaCpp } from "./llamacpp.ts";
 
@@ -13,7 +13,7 @@ export async function loadEngine(
   modelPath: string,
   extra: {
     vllm?: VllmSettings;
-    images?: ImagesSettings;
+    images?: PicturesSettings;
     draftModelPath?: string;
     grammarTimeoutMs?: number;
     vllmLora?: boolean;

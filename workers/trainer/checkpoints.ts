@@ -8,7 +8,7 @@ import { createReadStream, createWriteStream } from "node:fs";
 import { mkdir, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
-import type { FineTuneCheckpoint, FineTuneSpec } from "../../src/finetuning/schema.ts";
+import type { FineTuneCheckpoint, FineTuneSpec } from "../../src/finetuning/record.ts";
 import { addCheckpoint, addEvent } from "../../src/finetuning/store.ts";
 import type { Control } from "../../src/redis/connection.ts";
 import { openObject, type S3Settings } from "../../src/storage/index.ts";

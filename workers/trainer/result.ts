@@ -6,10 +6,10 @@
 import { join } from "node:path";
 import { registerTrainedAdapter, registerTrainedModel } from "../../src/finetuning/register.ts";
 import { fineTunedModelName } from "../../src/finetuning/served.ts";
-import type { FineTuneSpec } from "../../src/finetuning/schema.ts";
+import type { FineTuneSpec } from "../../src/finetuning/record.ts";
 import { isEnded, updateIfActive } from "../../src/finetuning/store.ts";
 import type { Control } from "../../src/redis/connection.ts";
-import { resolveModelVersion } from "../../src/registry/versions.ts";
+import { resolveModelVersion } from "../../src/models/versions.ts";
 import type { ObjectStore } from "../../src/storage/store.ts";
 import type { TrainerLine } from "./child.ts";
 

@@ -3,7 +3,7 @@
  * platform gateway (and which version), and may these credentials see the organization. Each
  * answer is data with the problem named, so init can exit on it and doctor can print its fix.
  */
-import type { Org } from "../../orgs/org.ts";
+import type { Org } from "../../orgs/record.ts";
 import type { ApiClient } from "../../client/api.ts";
 
 const PROBE_TIMEOUT_MS = 5_000;

@@ -3,7 +3,7 @@
  * of its answers, its paths, and the checks made on names before anything is sent, so a typo is a
  * usage error (exit 2) rather than a round trip.
  */
-import { ImageTag } from "../../images/names.ts";
+import { ImageTag } from "../../container-images/names.ts";
 import type { Release, Rollout, RolloutPhase, ServiceRecord, ServiceReplica } from "../../services/record.ts";
 import { ServiceName } from "../../services/names.ts";
 import { CliError } from "../common/errors.ts";

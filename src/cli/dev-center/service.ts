@@ -7,7 +7,7 @@
 import { readFile, stat } from "node:fs/promises";
 import { Argument, type Command } from "commander";
 import { formatBytes } from "../../contracts/bytes.ts";
-import { ImageRepository } from "../../images/names.ts";
+import { ImageRepository } from "../../container-images/names.ts";
 import { MAX_OVERVIEW_BYTES, RepoType } from "../../services/names.ts";
 import { ApiClient } from "../../client/api.ts";
 import { wholeNumber } from "../common/flags.ts";

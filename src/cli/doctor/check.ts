@@ -46,13 +46,13 @@ export type DoctorContext = {
   /** The workspace with its settings; undefined outside one; rejects with the file's error when it does not parse. */
   workspace: () => Promise<(Workspace & { settings: WorkspaceSettings }) | undefined>;
   /**
-   * The registry commands here talk to (the workspace's, PLATFORM_BASE_URL, the credentials' default)
+   * The platform commands here talk to (the workspace's, PLATFORM_BASE_URL, the credentials' default)
    * and its credentials; rejects when `.platformrc.json` or the credentials file does not parse.
    */
-  registry: () => Promise<{ url: string | undefined; credentials: Credentials | undefined }>;
-  /** The registry's `/healthz`; undefined without a registry. */
+  platform: () => Promise<{ url: string | undefined; credentials: Credentials | undefined }>;
+  /** The platform's `/healthz`; undefined without one. */
   probe: () => Promise<PlatformProbe | undefined>;
-  /** The management API client for the registry's credentials; undefined without them. */
+  /** The management API client for the platform's credentials; undefined without them. */
   api: () => Promise<ApiClient | undefined>;
   /** `GET /admin/v1/whoami` with the credentials; rejects with why they were not accepted. */
   whoami: () => Promise<Caller>;

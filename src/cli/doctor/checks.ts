@@ -5,11 +5,11 @@
  */
 import type { DoctorCheck } from "./check.ts";
 import { clusterCheck } from "./cluster.ts";
-import { builderCheck, imageRegistryCheck, imageSessionCheck } from "./images.ts";
+import { builderCheck, imageRegistryCheck, imageSessionCheck } from "./container-images.ts";
 import { protosCheck } from "./protos.ts";
-import { pullCredentialCheck } from "./pull-credential.ts";
+import { registryCredentialCheck } from "./registry-credential.ts";
 import { serviceReplicasCheck, serviceRolloutCheck, serviceRouteCheck } from "./services.ts";
-import { credentialsCheck, organizationCheck, registryCheck } from "./registry.ts";
+import { credentialsCheck, organizationCheck, platformCheck } from "./platform.ts";
 import { cliCheck } from "./runtime.ts";
 import { bufCheck, gitCheck } from "./tools.ts";
 import { trainerCheck } from "./trainer.ts";
@@ -18,7 +18,7 @@ import { workspaceCheck } from "./workspace.ts";
 export const DOCTOR_CHECKS: readonly DoctorCheck[] = [
   cliCheck,
   workspaceCheck,
-  registryCheck,
+  platformCheck,
   credentialsCheck,
   organizationCheck,
   bufCheck,
@@ -27,7 +27,7 @@ export const DOCTOR_CHECKS: readonly DoctorCheck[] = [
   builderCheck,
   imageRegistryCheck,
   imageSessionCheck,
-  pullCredentialCheck,
+  registryCredentialCheck,
   serviceRolloutCheck,
   serviceReplicasCheck,
   serviceRouteCheck,

@@ -20,23 +20,23 @@ function once<T>(make: () => Promise<T>): () => Promise<T> {
   };
 }
 
-/** In the current directory, where the commands it checks for run (they find the workspace and registry from it). */
+/** In the current directory, where the commands it checks for run (they find the workspace and platform from it). */
 export function doctorContext(cli: CliSettings, tools: ToolSettings): DoctorContext {
   const cwd = process.cwd();
   const workspace = once(async () => {
     const found = await findWorkspace(cwd);
     return found && { ...found, settings: workspaceSettings(found) };
   });
-  const registry = once(async () => {
+  const platform = once(async () => {
     const { base_url, credentials } = await findCredentials(cli);
     return { url: base_url, credentials };
   });
   const probe = once(async () => {
-    const { url } = await registry();
+    const { url } = await platform();
     return url === undefined ? undefined : probePlatform(url);
   });
   const api = once(async () => {
-    const { credentials } = await registry();
+    const { credentials } = await platform();
     return credentials && new ApiClient(credentials, cli);
   });
   const whoami = once(async (): Promise<Caller> => {
@@ -58,5 +58,5 @@ export function doctorContext(cli: CliSettings, tools: ToolSettings): DoctorCont
         resolve({ code, stdout: String(stdout), stderr: String(stderr) });
       }),
     );
-  return { cwd, cli, tools, workspace, registry, probe, api, whoami, exec };
+  return { cwd, cli, tools, workspace, platform, probe, api, whoami, exec };
 }

@@ -20,7 +20,7 @@ const MARKS: Record<CheckStatus, string> = { ok: "✓", warn: "!", fail: "✗", 
 export function registerDoctor(program: Command): void {
   program
     .command("doctor")
-    .description("check this machine and workspace: CLI, .platformrc.json, registry, credentials, tools, cluster")
+    .description("check this machine and workspace: CLI, .platformrc.json, platform, credentials, tools, cluster")
     .option("--json", "print the checks as JSON")
     .action(async (opts: { json?: boolean }) => {
       const outcomes = await runChecks(DOCTOR_CHECKS, doctorContext(loadCliSettings(), loadToolSettings()));

@@ -28,7 +28,7 @@ function deployed(ctx: DoctorContext): Promise<Deployed | string> {
         "GET",
         `/admin/v1/services/${record.name}/status`,
       );
-      return { record, replicas: status.replicas, baseUrl: (await ctx.registry()).url ?? "" };
+      return { record, replicas: status.replicas, baseUrl: (await ctx.platform()).url ?? "" };
     })();
     found.set(ctx, answer);
   }

@@ -1,5 +1,5 @@
 /**
- * What the model catalog records of a GGUF file (src/registry/version.ts `gguf`): its architecture,
+ * What the model catalog records of a GGUF file (src/models/record.ts `gguf`): its architecture,
  * size, context, quantization and tokenizer, from the header alone (read.ts), never loading the model.
  */
 import { open } from "node:fs/promises";

@@ -6,7 +6,7 @@
  */
 import { Hono } from "hono";
 import { z } from "zod";
-import { AbVariant, checkSplit, parseSplit, SplitError, Sticky, variantName } from "../../abtests/schema.ts";
+import { AbVariant, checkSplit, parseSplit, SplitError, Sticky, variantName } from "../../abtests/record.ts";
 import { ModelName, ModelVersion } from "../../contracts/deployment.ts";
 import { applyAbTest, getAbTest, readVariantStats, stopAbTest } from "../../abtests/store.ts";
 import { findEndpoint, getEndpoint } from "../../endpoints/store.ts";
@@ -18,7 +18,7 @@ import type { GatewayEnv } from "../env.ts";
 import { parseBody, pathParam } from "../errors.ts";
 import { servingQueue } from "../../endpoints/rollout.ts";
 import { requireEvaluated, versionEvaluations } from "../../evaluation/abtests.ts";
-import { Metric } from "../../evaluation/schema.ts";
+import { Metric } from "../../evaluation/record.ts";
 
 /**
  * `split`: "v1=70,v2=30" or [{version, weight}]; `sticky`: "key", "header:<name>", or null/absent for none;

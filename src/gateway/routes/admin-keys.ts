@@ -9,7 +9,7 @@ import { z } from "zod";
 import { PlatformError } from "../../contracts/errors.ts";
 import { OrgId } from "../../contracts/orgs.ts";
 import { KeyLimitsChange, KeyLimitsInput } from "../../ratelimit/limits.ts";
-import { type ApiKey, ApiKeyRole } from "../../keys/key.ts";
+import { type ApiKey, ApiKeyRole } from "../../keys/record.ts";
 import { createApiKey, getApiKey, listApiKeys, revokeApiKey, updateApiKeyLimits } from "../../keys/store.ts";
 import type { Control } from "../../redis/connection.ts";
 import { revokeTokensOf } from "../../tokens/store.ts";

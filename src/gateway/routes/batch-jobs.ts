@@ -18,7 +18,7 @@ import { Readable } from "node:stream";
 import { Hono } from "hono";
 import { z } from "zod";
 import { BatchJobs } from "../../batch/index.ts";
-import { CreateBatchRequest } from "../../batch/schema.ts";
+import { CreateBatchRequest } from "../../batch/record.ts";
 import type { Control } from "../../redis/connection.ts";
 import type { GatewayEnv } from "../env.ts";
 import { parseBody } from "../errors.ts";
@@ -58,7 +58,7 @@ export function batchRoutes(deps: BatchRouteDeps) {
   // An image job's PNG, by the name its output line gives (`<result's name>/<record id>.png`).
   app.get("/:id/output/:folder/:file", async (c) => {
     const name = `${c.req.param("folder")}/${c.req.param("file")}`;
-    const stream = await jobs.image(c.req.param("id"), name, c.get("caller"));
+    const stream = await jobs.picture(c.req.param("id"), name, c.get("caller"));
     return c.body(Readable.toWeb(stream) as ReadableStream, 200, {
       "content-type": "image/png",
       "cache-control": "private, no-store",

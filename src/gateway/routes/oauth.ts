@@ -17,7 +17,7 @@ import { exchangeCode } from "../../signin/codes.ts";
 import { pollDevice, startDevice } from "../../signin/devices.ts";
 import { CLI_CLIENT_ID, DEVICE_GRANT } from "../../signin/oauth.ts";
 import { logger } from "../../telemetry/log.ts";
-import type { TokenGrant, TokenRecord } from "../../tokens/token.ts";
+import type { TokenGrant, TokenRecord } from "../../tokens/record.ts";
 import type { GatewayEnv } from "../env.ts";
 import { allowOpenFrom } from "../../signin/per-client.ts";
 import { baseUrlOf, formFields, requestAddress, type SigninDeps } from "./signin.ts";

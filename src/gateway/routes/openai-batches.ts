@@ -19,12 +19,12 @@ import { type BatchResultFiles, FILES_PREFIX, Files } from "../../files/store.ts
 import { isBlank, readLines } from "../../files/jsonl.ts";
 import { BatchJobs } from "../../batch/jobs.ts";
 import type { OpenAiSpec } from "../../batch/store.ts";
-import type { BatchJob } from "../../batch/schema.ts";
+import type { BatchJob } from "../../batch/record.ts";
 import { servingQueue } from "../../endpoints/rollout.ts";
 import { getEndpoint } from "../../endpoints/store.ts";
 import { NAME_PATTERN } from "../../contracts/deployment.ts";
-import { pickAdapterVersion } from "../../registry/adapter-register.ts";
-import { listModelVersions } from "../../registry/versions.ts";
+import { pickAdapterVersion } from "../../models/adapter-register.ts";
+import { listModelVersions } from "../../models/versions.ts";
 import type { Control } from "../../redis/connection.ts";
 import { PlatformError } from "../../contracts/errors.ts";
 import type { ObjectStore } from "../../storage/index.ts";
@@ -98,7 +98,7 @@ export function openAiBatchRoutes(deps: OpenAiBatchDeps) {
     }
     // `<endpoint>:<adapter>` (docs/adapters.md): the endpoint's version, each record with the adapter.
     const colon = served.indexOf(":");
-    // Another organization's model or adapter is the same 404 as one that does not exist (src/registry/owners.ts).
+    // Another organization's model or adapter is the same 404 as one that does not exist (src/models/owners.ts).
     const endpoint = await getEndpoint(deps.ctl, colon < 0 ? served : served.slice(0, colon), who);
     const adapterName = served.slice(colon + 1);
     const adapter =

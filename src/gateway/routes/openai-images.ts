@@ -3,7 +3,7 @@
  * image job per image through the fabric (serve.ts: rate limits, admission, cancellation, usage,
  * A/B outcomes), the PNGs read from the artifact store where the replicas wrote them, answered as
  * base64 (and deleted) or kept behind an expiring URL: GET /v1/images/files/<id>.png, served to
- * the key that made it (src/image-files/urls.ts).
+ * the key that made it (src/pictures/urls.ts).
  */
 import { Readable } from "node:stream";
 import { type Context, Hono } from "hono";
@@ -16,7 +16,7 @@ import {
   imageJobFields,
   imageSize,
 } from "../../contracts/openai/images.ts";
-import { keepForUrl, openImage, readImage, sweepImages } from "../../image-files/urls.ts";
+import { keepForUrl, openPicture, readPicture, sweepPictures } from "../../pictures/urls.ts";
 import type { Control } from "../../redis/connection.ts";
 import type { ObjectStore } from "../../storage/store.ts";
 import { logger } from "../../telemetry/log.ts";
@@ -26,18 +26,18 @@ import { type Router, requireTask } from "../routing.ts";
 import { serve, type ServeContext } from "../serve.ts";
 import { callerOf } from "./openai.ts";
 
-export type ImageRouteDeps = { ctl: Control; artifacts: ObjectStore; urlTtlMs: number };
+export type PictureRouteDeps = { ctl: Control; artifacts: ObjectStore; urlTtlMs: number };
 
 /** Images nobody took are swept at most this often (the first `url` answer after it runs the sweep). */
 const SWEEP_EVERY_MS = 10 * 60_000;
 
-export function openAiImageRoutes(router: Router, ctx: ServeContext, deps: ImageRouteDeps) {
+export function openAiImageRoutes(router: Router, ctx: ServeContext, deps: PictureRouteDeps) {
   const app = new Hono<GatewayEnv>();
   let swept = 0;
   const sweep = () => {
     if (Date.now() - swept < SWEEP_EVERY_MS) return;
     swept = Date.now();
-    void sweepImages(deps.artifacts, deps.urlTtlMs).catch((e: unknown) =>
+    void sweepPictures(deps.artifacts, deps.urlTtlMs).catch((e: unknown) =>
       logger("gateway").warn({ err: e }, "sweeping old generated images failed"),
     );
   };
@@ -99,7 +99,7 @@ export function openAiImageRoutes(router: Router, ctx: ServeContext, deps: Image
   app.get("/images/files/:file", async (c) => {
     const file = c.req.param("file");
     const id = file.endsWith(".png") ? file.slice(0, -".png".length) : file;
-    const stream = await openImage(deps.ctl, deps.artifacts, id, c.get("caller"));
+    const stream = await openPicture(deps.ctl, deps.artifacts, id, c.get("caller"));
     return c.body(Readable.toWeb(stream) as ReadableStream, 200, {
       "content-type": "image/png",
       "cache-control": "private, no-store",
@@ -112,7 +112,7 @@ export function openAiImageRoutes(router: Router, ctx: ServeContext, deps: Image
 /** Each image as the client asked: its bytes in base64 (then removed from the store), or a URL to them. */
 async function answerWith(
   c: Context<GatewayEnv>,
-  deps: ImageRouteDeps,
+  deps: PictureRouteDeps,
   results: ImageResult[],
   format: "b64_json" | "url",
 ): Promise<ImageData[]> {
@@ -122,7 +122,7 @@ async function answerWith(
         const { id } = await keepForUrl(deps.ctl, { key: r.image.key, owner: c.get("caller") }, deps.urlTtlMs);
         return { url: new URL(`/v1/images/files/${id}.png`, c.req.url).toString(), seed: r.seed };
       }
-      const png = await readImage(deps.artifacts, r.image.key);
+      const png = await readPicture(deps.artifacts, r.image.key);
       await deps.artifacts.delete(r.image.key).catch(() => undefined);
       return { b64_json: png.toString("base64"), seed: r.seed };
     }),

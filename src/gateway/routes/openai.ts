@@ -168,7 +168,7 @@ export function openAiRoutes(router: Router, ctx: ServeContext, schemaLimits: Sc
   app.get("/models", async (c) => {
     const viewer = callerOf(c).viewer;
     const endpoints = await router.endpoints();
-    // What another organization made is not listed (src/registry/owners.ts).
+    // What another organization made is not listed (src/models/owners.ts).
     const visible: typeof endpoints = [];
     for (const e of endpoints) if (!e.variant_of && (await router.visible(e, viewer))) visible.push(e);
     // A/B variants are versions of an endpoint, not models of their own: `name@version` reaches them.

@@ -25,7 +25,7 @@ import {
   listVersions,
   type ProtoCatalog,
   publishVersion,
-  readImage,
+  readDescriptorSet,
   readSource,
 } from "../../protos/store.ts";
 import type { GatewayEnv } from "../env.ts";
@@ -102,7 +102,7 @@ export function protoRoutes(reg: ProtoCatalog) {
 
   app.get("/:package/versions/:version/image", async (c) => {
     const record = await versionOf(c);
-    return c.body(new Uint8Array(await readImage(reg, record)), 200, {
+    return c.body(new Uint8Array(await readDescriptorSet(reg, record)), 200, {
       "content-type": "application/octet-stream",
       "content-disposition": `attachment; filename="${record.package}-${record.version}.binpb"`,
       etag: `"${record.image.sha256}"`,

@@ -12,18 +12,23 @@
  *
  * A registry the operator does not let tenants name (PLATFORM_IMAGE_REGISTRIES) is a 403
  * `registry_not_allowed` on PUT and /source; /source probes a registry only through the guarded
- * resolver (src/images/registries.ts), so a tenant cannot aim it at loopback or internal addresses.
+ * resolver (src/container-images/registries.ts), so a tenant cannot aim it at loopback or internal addresses.
  */
 import { Hono } from "hono";
 import { z } from "zod";
 import { PlatformError } from "../../contracts/errors.ts";
-import { ImageRepository } from "../../images/names.ts";
-import { checkRegistryHost, refusedRegistry, registryAddresses, registryHostOf } from "../../images/registries.ts";
+import { ImageRepository } from "../../container-images/names.ts";
+import {
+  checkRegistryHost,
+  refusedRegistry,
+  registryAddresses,
+  registryHostOf,
+} from "../../container-images/registries.ts";
 import { resolveAllowed } from "../../outbound/guard.ts";
-import { RegistryHost, RegistryPassword, RegistryUsername } from "../../pull-credentials/names.ts";
-import { loadTokenKey } from "../../pull-credentials/grant.ts";
-import { PullAuthResolver } from "../../pull-credentials/resolve.ts";
-import { PullCredentials } from "../../pull-credentials/store.ts";
+import { RegistryHost, RegistryPassword, RegistryUsername } from "../../registry-credentials/names.ts";
+import { loadTokenKey } from "../../registry-credentials/grant.ts";
+import { PullAuthResolver } from "../../registry-credentials/resolve.ts";
+import { RegistryCredentials } from "../../registry-credentials/store.ts";
 import type { Control } from "../../redis/connection.ts";
 import type { SecretBox } from "../../services/secrets.ts";
 import type { Settings } from "../../settings/index.ts";
@@ -37,7 +42,7 @@ export function registryCredentialRoutes(
   settings: Pick<Settings, "services" | "registryToken" | "registries">,
   box: () => Promise<SecretBox>,
 ) {
-  const credentials = new PullCredentials(ctl, box);
+  const credentials = new RegistryCredentials(ctl, box);
   const { keyFile, issuer } = settings.registryToken;
   // The scaler's question, asked the same way (scaler/start/services.ts), for `platform doctor`.
   const resolver = new PullAuthResolver({

@@ -3,26 +3,26 @@
  * token authentication, for a registry configured with `auth.token.realm` pointing here. Builders
  * send Basic auth whose password is a platform credential (a CLI token, as `platform registry
  * login` stores it, or an API key); the answer is a short-lived JWT granting pull and push under
- * the caller's organization's repositories (`<org>/...`) only (src/images/registry-token.ts).
+ * the caller's organization's repositories (`<org>/...`) only (src/container-images/registry-token.ts).
  *
  *   GET /auth/registry-token?service=<registry>&scope=repository:<org>/<name>:pull,push[&scope=…]
  *     → {token, access_token, expires_in, issued_at}; 401 with a Basic challenge for no or bad credentials
  *
- * The scaler's pull grants (user `platform-pull-grant`, src/pull-credentials/grant.ts) are the
+ * The scaler's pull grants (user `platform-pull-grant`, src/registry-credentials/grant.ts) are the
  * other credential: they get pull, on the repositories they name, and nothing else.
  *
  * Without PLATFORM_REGISTRY_TOKEN_KEY the route answers 404 registry_tokens_off.
  */
 import { Hono } from "hono";
 import { PlatformError } from "../../contracts/errors.ts";
-import { grantedAccess, signRegistryToken } from "../../images/registry-token.ts";
+import { grantedAccess, signRegistryToken } from "../../container-images/registry-token.ts";
 import {
   GRANT_AUDIENCE,
   GRANT_USERNAME,
   grantAccess,
   loadTokenKey,
   verifyPullGrant,
-} from "../../pull-credentials/grant.ts";
+} from "../../registry-credentials/grant.ts";
 import type { Control } from "../../redis/connection.ts";
 import type { RegistryTokenSettings } from "../../settings/registry-token.ts";
 import { verifyBearer } from "../auth.ts";
@@ -53,7 +53,7 @@ export function registryTokenRoutes(ctl: Control, settings: RegistryTokenSetting
     const decoded = Buffer.from(basic, "base64").toString("utf8");
     const username = decoded.slice(0, Math.max(0, decoded.indexOf(":")));
     const password = decoded.slice(decoded.indexOf(":") + 1);
-    // The scaler's own pull grant (src/pull-credentials/grant.ts), or a platform credential.
+    // The scaler's own pull grant (src/registry-credentials/grant.ts), or a platform credential.
     const grant = username === GRANT_USERNAME ? verifyPullGrant(key, settings.issuer, password) : undefined;
     const caller = grant ? undefined : password ? await verifyBearer(ctl, password) : undefined;
     if (!grant && !caller) throw refuse();

@@ -12,7 +12,7 @@ import { PlatformError } from "../../contracts/errors.ts";
 import { OrgId } from "../../contracts/orgs.ts";
 import type { Control } from "../../redis/connection.ts";
 import { getToken, listTokens, refreshToken, revokeToken, type TokenLifetimes } from "../../tokens/store.ts";
-import { TokenId, type TokenRecord } from "../../tokens/token.ts";
+import { TokenId, type TokenRecord } from "../../tokens/record.ts";
 import { logger } from "../../telemetry/log.ts";
 import { sessionExpired } from "../auth.ts";
 import type { Caller, GatewayEnv } from "../env.ts";

@@ -3,7 +3,7 @@
  * binary, by POST or GET; a server stream) is transcoded to gRPC over HTTP/2 with the service's
  * published descriptors, and its answer back. One HTTP/2 session per replica, reused by every
  * call. A binary request's bytes are the gRPC message as they are; JSON goes through protobuf-es
- * (fromJson, toBinary; fromBinary, toJson) with the image as the registry, so Any resolves.
+ * (fromJson, toBinary; fromBinary, toJson) with the descriptor set as protobuf-es's type registry, so Any resolves.
  */
 import http2 from "node:http2";
 import type { IncomingHttpHeaders } from "node:http2";

@@ -9,7 +9,7 @@ import { recordVariantOutcome, type VariantOutcome } from "../../abtests/store.t
 import { RateLimiter } from "../../ratelimit/limiter.ts";
 import type { Control } from "../../redis/connection.ts";
 import { PlatformError } from "../../contracts/errors.ts";
-import type { Endpoint } from "../../endpoints/endpoint.ts";
+import type { Endpoint } from "../../endpoints/record.ts";
 import { PLATFORM_VERSION } from "../../contracts/version.ts";
 import { Admission } from "../../queue/admission.ts";
 import { Dispatcher, type SubmitOptions } from "../../queue/dispatcher.ts";
@@ -48,7 +48,7 @@ import { ResponseStore } from "../../responses/store.ts";
 import { openAiImageRoutes } from "../routes/openai-images.ts";
 import { oauthRoutes } from "../routes/oauth.ts";
 import { orgRoutes } from "../routes/orgs.ts";
-import { imageRoutes } from "../routes/images.ts";
+import { imageRoutes } from "../routes/container-images.ts";
 import { serviceRoutes } from "../routes/services.ts";
 import { SecretBox } from "../../services/secrets.ts";
 import { protoRoutes } from "../routes/protos.ts";
@@ -229,7 +229,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     openAiImageRoutes(router, textContext, {
       ctl,
       artifacts: admin.imports.artifacts,
-      urlTtlMs: settings.images.urlTtlMs,
+      urlTtlMs: settings.pictures.urlTtlMs,
     }),
   );
   app.route("/v1/usage", usageRoutes(ctl, { flush: () => meter.drain() }));
