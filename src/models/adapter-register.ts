@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { PlatformError } from "../contracts/errors.ts";
 import { adapterSummary, ADAPTER_FILES, checkAgainstBase, readAdapter, readBaseWeights } from "./adapter.ts";
 import { manifestDigest, sortManifest } from "./checkpoint.ts";
-import { type ImportDeps, importModel, type ImportRequest, saveRecord, storeDirectory } from "./import.ts";
+import { type ImportDeps, importModel, type ImportRequest, saveVersion, storeDirectory } from "./import.ts";
 import type { ArtifactFile, RegisteredVersion, TrainingSummary, VersionRef } from "./record.ts";
 import { listModelVersions, nextVersion, resolveModelVersion } from "./versions.ts";
 
@@ -107,7 +107,7 @@ export async function importAdapter(
   const version = req.version ?? (await nextVersion(deps.ctl, req.name));
   const artifact = await storeDirectory(deps, `models/${req.name}/${version}`, dir, manifest);
   // Served by its base's engine: the base's framework is the adapter's.
-  return saveRecord(
+  return saveVersion(
     deps.ctl,
     { ...req, framework: base.framework },
     {

@@ -10,7 +10,7 @@ import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { PlatformError } from "../contracts/errors.ts";
 import { SafetensorsCheckpoint, SafetensorsError } from "../formats/convert/safetensors.ts";
-import { type ImportDeps, type ImportRequest, saveRecord, storeFetched } from "./import.ts";
+import { type ImportDeps, type ImportRequest, saveVersion, storeFetched } from "./import.ts";
 import type { PipelineSummary, RegisteredVersion } from "./record.ts";
 import { requireKind } from "./adapter-register.ts";
 
@@ -35,7 +35,7 @@ export async function importPipeline(
   await requireKind(deps, req.name, "model");
   const names = [...files.keys()];
   const pipeline = await summarizePipeline(dir, names);
-  return saveRecord(
+  return saveVersion(
     deps.ctl,
     { ...req, framework: "diffusers" },
     { ...(await storeFetched(deps, req, dir, files, names)), pipeline, task: "image" },

@@ -98,7 +98,7 @@ export async function importModel(deps: ImportDeps, req: ImportRequest): Promise
     const version = req.version ?? (await nextVersion(deps.ctl, req.name));
     const artifact = `models/${req.name}/${version}/${fileName(req.source)}`;
     await deps.artifacts.put(artifact, createReadStream(scratch));
-    return await saveRecord(deps.ctl, req, {
+    return await saveVersion(deps.ctl, req, {
       version,
       artifact,
       sha256,
@@ -136,7 +136,7 @@ async function importCheckpoint(
   const checkpoint = await summarizeCheckpoint(dir, names);
   // llama.cpp serves it converted: refused now, with nothing stored, when no converter knows it.
   if (req.framework === "llamacpp") requireConvertible(checkpoint.architecture);
-  return saveRecord(deps.ctl, req, {
+  return saveVersion(deps.ctl, req, {
     ...(await storeFetched(deps, req, dir, files, names)),
     checkpoint,
     task: req.task ?? defaultCheckpointTask(checkpoint),
@@ -183,7 +183,7 @@ export async function storeDirectory(
 }
 
 /** Records the version: what every version takes from its request, and what its kind adds. */
-export async function saveRecord(
+export async function saveVersion(
   ctl: Control,
   req: ImportRequest,
   fields: Omit<RegisteredVersion, "name" | "framework" | "source" | "created">,
