@@ -11,7 +11,7 @@ import type { JobPayload, JobResult } from "../src/contracts/job.ts";
 import type { Endpoint } from "../src/endpoints/record.ts";
 import type { AdapterStats } from "./engines/engine.ts";
 import { servedOf } from "../src/telemetry/request-metrics.ts";
-import { type Source, VLLM, vllmRequestMetrics } from "../src/telemetry/request-metrics.ts";
+import { type Source, VLLM_METRICS, vllmRequestMetrics } from "../src/telemetry/request-metrics.ts";
 
 /** One job's moments on this replica, `performance.now()` milliseconds. */
 export type JobTimeline = { taken: number; started: number; firstText?: number; ended: number };
@@ -48,7 +48,7 @@ export class WorkerMetrics {
     this.labels = { ...servedOf(endpoint), replica };
     this.registry.setDefaultLabels(this.labels);
     new Gauge({
-      name: VLLM.running,
+      name: VLLM_METRICS.running,
       help: "Requests generating on this replica",
       registers: [this.registry],
       collect() {
@@ -56,7 +56,7 @@ export class WorkerMetrics {
       },
     });
     new Gauge({
-      name: VLLM.waiting,
+      name: VLLM_METRICS.waiting,
       help: "Requests this replica holds waiting for a free sequence",
       registers: [this.registry],
       collect() {

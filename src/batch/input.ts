@@ -15,7 +15,7 @@ export function jsonObject(
   maxLineBytes = DEFAULT_MAX_LINE_BYTES,
 ): { value: Record<string, unknown> } | { failure: ParsedEntry } {
   const n = line.lineNumber;
-  const fail = (code: string, message: string) => ({ failure: failure(n, lineId(n), code, message) });
+  const fail = (code: string, message: string) => ({ failure: failedEntry(n, lineId(n), code, message) });
   if (line.text === null) return fail("line_too_long", `longer than ${maxLineBytes} bytes`);
   let value: unknown;
   try {
@@ -29,7 +29,7 @@ export function jsonObject(
   return { value: value as Record<string, unknown> };
 }
 
-export function failure(line: number, id: string, code: string, message: string): ParsedEntry {
+export function failedEntry(line: number, id: string, code: string, message: string): ParsedEntry {
   return { ok: false, line, id, code, message: `line ${line}: ${message}` };
 }
 
@@ -46,7 +46,7 @@ export function parseRecord(line: InputLine, maxLineBytes = DEFAULT_MAX_LINE_BYT
   const value = object.value;
   const id = idOf(value.id, n);
   const parsed = BatchInputLine.safeParse(value);
-  if (!parsed.success) return failure(n, id, "invalid_record", describeIssues(parsed.error as z.ZodError));
+  if (!parsed.success) return failedEntry(n, id, "invalid_record", describeIssues(parsed.error as z.ZodError));
   const { prompt, id: _id, ...params } = parsed.data;
   return { ok: true, line: n, id, work: { kind: "prompt", prompt }, params: dropUndefined(params) };
 }

@@ -32,7 +32,7 @@ import {
 } from "../contracts/openai/responses-output.ts";
 import { parseResponsesLine } from "./responses-lines.ts";
 import type { InputLine } from "../files/jsonl.ts";
-import { failure, idOf, jsonObject } from "./input.ts";
+import { failedEntry, idOf, jsonObject } from "./input.ts";
 import type { LineFormat, Outcome, ParsedEntry } from "./lines.ts";
 import type { BatchSpec, OpenAiSpec } from "./store.ts";
 
@@ -74,19 +74,19 @@ export function openAiFormat(spec: BatchSpec, openai: OpenAiSpec, schemaLimits: 
     const value = object.value;
     const id = idOf(value.custom_id, n);
     const head = RequestLine.safeParse(value);
-    if (!head.success) return failure(n, id, "invalid_request", describeIssues(head.error));
+    if (!head.success) return failedEntry(n, id, "invalid_request", describeIssues(head.error));
     // The expected values, never the line's own: error lines must not copy input into the output.
     if (head.data.url !== openai.endpoint)
-      return failure(n, id, "invalid_request", `url: expected "${openai.endpoint}", the batch's endpoint`);
+      return failedEntry(n, id, "invalid_request", `url: expected "${openai.endpoint}", the batch's endpoint`);
     if (responses) return parseResponsesLine(n, id, value.body, openai.served_model, schemaLimits);
     const body = (chat ? ChatCompletionRequest : CompletionRequest).safeParse(value.body);
     if (!body.success) {
       // Named as fields of the line: `body.messages[0].role`.
       const inLine = new z.ZodError(body.error.issues.map((issue) => ({ ...issue, path: ["body", ...issue.path] })));
-      return failure(n, id, "invalid_request", describeIssues(inLine));
+      return failedEntry(n, id, "invalid_request", describeIssues(inLine));
     }
     if (body.data.model !== openai.served_model) {
-      return failure(
+      return failedEntry(
         n,
         id,
         "invalid_request",
@@ -94,7 +94,7 @@ export function openAiFormat(spec: BatchSpec, openai: OpenAiSpec, schemaLimits: 
       );
     }
     if (body.data.stream)
-      return failure(n, id, "invalid_request", "body.stream: streaming is not available in a batch");
+      return failedEntry(n, id, "invalid_request", "body.stream: streaming is not available in a batch");
     // A record's answer is one text: what needs more than that is refused, never dropped.
     const request = body.data;
     const tools = "tools" in request && request.tools?.length;
@@ -109,21 +109,21 @@ export function openAiFormat(spec: BatchSpec, openai: OpenAiSpec, schemaLimits: 
             ? "echo"
             : undefined;
     if (unavailable)
-      return failure(
+      return failedEntry(
         n,
         id,
         "invalid_request",
         `body.${unavailable}: not available in a batch (one text answer per line); send the request online`,
       );
     if (prompts.length > 1)
-      return failure(
+      return failedEntry(
         n,
         id,
         "invalid_request",
         `body.prompt: ${prompts.length} prompts; a batch line answers one (one text answer per line): put each prompt on a line of its own`,
       );
     const overLimit = schemaLimitError(request, schemaLimits);
-    if (overLimit) return failure(n, id, overLimit.code, `body.${overLimit.message}`);
+    if (overLimit) return failedEntry(n, id, overLimit.code, `body.${overLimit.message}`);
     const work =
       "messages" in request
         ? { kind: "chat" as const, messages: toMessages(request.messages) }

@@ -12,7 +12,7 @@ import { ImageParams, MAX_IMAGE_PROMPT_CHARS } from "../contracts/job.ts";
 import { imageSize, type SizeRule } from "../contracts/openai/images.ts";
 import { isPictureKey } from "../pictures/keys.ts";
 import { isStorageError, type ObjectStore } from "../storage/index.ts";
-import { failure, idOf, jsonObject } from "./input.ts";
+import { failedEntry, idOf, jsonObject } from "./input.ts";
 import type { LineFormat, Outcome } from "./lines.ts";
 
 /** A record id that names its PNG: a file name, nothing that could reach outside the output location. */
@@ -55,13 +55,13 @@ export function pictureFormat(pipeline: SizeRule | undefined): LineFormat {
       if ("failure" in object) return object.failure;
       const id = idOf(object.value.id, n);
       const parsed = PictureInputLine.safeParse(object.value);
-      if (!parsed.success) return failure(n, id, "invalid_record", describeIssues(parsed.error as z.ZodError));
+      if (!parsed.success) return failedEntry(n, id, "invalid_record", describeIssues(parsed.error as z.ZodError));
       const r = parsed.data;
       let size: { width: number; height: number };
       try {
         size = imageSize(r.size, pipeline);
       } catch (e) {
-        return failure(n, id, "invalid_size", (e as Error).message);
+        return failedEntry(n, id, "invalid_size", (e as Error).message);
       }
       const params: ImageParams = {
         ...(r.num_inference_steps !== undefined ? { num_inference_steps: r.num_inference_steps } : {}),

@@ -15,7 +15,7 @@ import {
   withInstructions,
 } from "../contracts/openai/responses.ts";
 import { type SchemaLimits, schemaLimitError } from "../contracts/schema-limits.ts";
-import { failure } from "./input.ts";
+import { failedEntry } from "./input.ts";
 import type { ParsedEntry } from "./lines.ts";
 
 export function parseResponsesLine(
@@ -28,11 +28,11 @@ export function parseResponsesLine(
   const body = ResponseCreateRequest.safeParse(raw);
   if (!body.success) {
     const inLine = new z.ZodError(body.error.issues.map((issue) => ({ ...issue, path: ["body", ...issue.path] })));
-    return failure(n, id, "invalid_request", describeIssues(inLine));
+    return failedEntry(n, id, "invalid_request", describeIssues(inLine));
   }
   const request = body.data;
   if (request.model !== servedModel)
-    return failure(
+    return failedEntry(
       n,
       id,
       "invalid_request",
@@ -46,16 +46,16 @@ export function parseResponsesLine(
         ? "previous_response_id"
         : undefined;
   if (unavailable)
-    return failure(
+    return failedEntry(
       n,
       id,
       "invalid_request",
       `body.${unavailable}: not available in a batch (one text answer per line, each standing alone); send the request online`,
     );
   const messages = withInstructions(request.instructions, toChatMessages(inputItems(request.input)));
-  if (messages.length === 0) return failure(n, id, "invalid_request", "body.input: send at least one input item");
+  if (messages.length === 0) return failedEntry(n, id, "invalid_request", "body.input: send at least one input item");
   const params = toParams(request);
   const overLimit = schemaLimitError({ response_format: params.response_format }, schemaLimits);
-  if (overLimit) return failure(n, id, overLimit.code, `body.${responsesParam(overLimit.message)}`);
+  if (overLimit) return failedEntry(n, id, overLimit.code, `body.${responsesParam(overLimit.message)}`);
   return { ok: true, line: n, id, work: { kind: "chat", messages }, params };
 }

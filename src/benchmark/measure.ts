@@ -7,7 +7,7 @@ import type { ClientRequest, IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import { createParser } from "eventsource-parser";
 import { http } from "../process/node-http.ts";
-import { type Summary, summarize } from "./stats.ts";
+import { type Summary, summarizeSamples } from "./stats.ts";
 
 /** `images`: POST /v1/images/generations (pictures.ts), for diffusers endpoints. */
 export type Api = "chat" | "completions" | "images";
@@ -172,7 +172,7 @@ export function sendStreamed(spec: RequestSpec, signal: AbortSignal, keepText = 
       if (res.statusCode !== 200) {
         let text = "";
         res.on("data", (chunk: string) => (text += chunk));
-        res.on("end", () => finish(httpError(res.statusCode ?? 0, text)));
+        res.on("end", () => finish(httpErrorText(res.statusCode ?? 0, text)));
         res.on("error", (e) => finish(e.message));
         return;
       }
@@ -216,7 +216,7 @@ function describeError(error: { message?: string; code?: string }): string {
   return `${error.message ?? "the request failed"}${error.code ? ` (${error.code})` : ""}`;
 }
 
-export function httpError(status: number, text: string): string {
+export function httpErrorText(status: number, text: string): string {
   try {
     const err = (JSON.parse(text) as { error?: { message?: string; code?: string } }).error;
     if (err) return `HTTP ${status}: ${describeError(err)}`;
@@ -297,10 +297,10 @@ export function levelResult(concurrency: number, samples: RequestSample[], durat
     output_tokens: outputTokens,
     prompt_tokens: ok.reduce((sum, s) => sum + s.prompt_tokens, 0),
     tokens_exact: ok.every((s) => s.tokens_exact),
-    ttft_ms: rounded(summarize(ok.flatMap((s) => (s.ttft_ms !== undefined ? [s.ttft_ms] : [])))),
-    itl_ms: rounded(summarize(ok.flatMap((s) => s.itl_ms))),
-    e2e_ms: rounded(summarize(ok.map((s) => s.e2e_ms))),
-    tpot_ms: rounded(summarize(tpot)),
+    ttft_ms: rounded(summarizeSamples(ok.flatMap((s) => (s.ttft_ms !== undefined ? [s.ttft_ms] : [])))),
+    itl_ms: rounded(summarizeSamples(ok.flatMap((s) => s.itl_ms))),
+    e2e_ms: rounded(summarizeSamples(ok.map((s) => s.e2e_ms))),
+    tpot_ms: rounded(summarizeSamples(tpot)),
     ...(ok.some((s) => s.images !== undefined) ? imageFigures(ok, durationS) : {}),
   };
 }
@@ -311,7 +311,9 @@ function imageFigures(ok: RequestSample[], durationS: number) {
   const images = made.reduce((sum, s) => sum + (s.images ?? 0), 0);
   return {
     images_per_s: round3(durationS > 0 ? images / durationS : 0),
-    image_ms: rounded(summarize(made.map((s) => s.e2e_ms / (s.images as number)))),
-    step_ms: rounded(summarize(made.filter((s) => (s.steps ?? 0) > 0).map((s) => s.e2e_ms / (s.steps as number)))),
+    image_ms: rounded(summarizeSamples(made.map((s) => s.e2e_ms / (s.images as number)))),
+    step_ms: rounded(
+      summarizeSamples(made.filter((s) => (s.steps ?? 0) > 0).map((s) => s.e2e_ms / (s.steps as number))),
+    ),
   };
 }

@@ -6,7 +6,7 @@
 import type { IncomingMessage } from "node:http";
 import { request as httpsRequest } from "node:https";
 import { http } from "../process/node-http.ts";
-import { agentFor, httpError, type RequestSample, type RequestSpec } from "./measure.ts";
+import { agentFor, httpErrorText, type RequestSample, type RequestSpec } from "./measure.ts";
 
 export function sendPicture(spec: RequestSpec, signal: AbortSignal): Promise<RequestSample> {
   const url = new URL(`${spec.baseUrl}/v1/images/generations`);
@@ -44,7 +44,7 @@ export function sendPicture(spec: RequestSpec, signal: AbortSignal): Promise<Req
       res.on("data", (chunk: string) => (text += chunk));
       res.on("error", (e) => finish({ error: e.message }));
       res.on("end", () => {
-        if (res.statusCode !== 200) return finish({ error: httpError(res.statusCode ?? 0, text) });
+        if (res.statusCode !== 200) return finish({ error: httpErrorText(res.statusCode ?? 0, text) });
         try {
           finish({ usage: (JSON.parse(text) as { usage?: ImagesUsage }).usage });
         } catch {

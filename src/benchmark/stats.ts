@@ -20,7 +20,7 @@ export const median = (xs: number[]) =>
 export type Summary = { count: number; mean: number; p50: number; p90: number; p99: number };
 
 /** null for no samples: a level where every request failed has no latency, not a latency of 0. */
-export function summarize(xs: number[]): Summary | null {
+export function summarizeSamples(xs: number[]): Summary | null {
   if (xs.length === 0) return null;
   const sorted = [...xs].sort((a, b) => a - b);
   const mean = sorted.reduce((a, b) => a + b, 0) / sorted.length;

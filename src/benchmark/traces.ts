@@ -10,7 +10,7 @@
  * conversations on `concurrency` closed-loop clients, each conversation's turns in order.
  */
 import { type RequestSample, type RequestSpec, sendStreamed } from "./measure.ts";
-import { percentile, type Summary, summarize } from "./stats.ts";
+import { percentile, type Summary, summarizeSamples } from "./stats.ts";
 
 export const TRACES = ["multi-turn", "agentic", "decode"] as const;
 export type TraceName = (typeof TRACES)[number];
@@ -204,7 +204,7 @@ export function traceResult(trace: TraceName, run: { samples: TurnSample[]; wall
         95,
       ),
     ),
-    itl_ms: summarize(itl),
+    itl_ms: summarizeSamples(itl),
     itl_p95_ms: r1(p(itl, 95)),
     cached_share:
       counted.length === 0 || prompt === 0

@@ -13,7 +13,7 @@ import { printJson, printTable } from "./common/output.ts";
 import { generate } from "../protos/generate.ts";
 import { LANGUAGES } from "../protos/languages.ts";
 import { lintProtos } from "../protos/lint.ts";
-import { fetchVersion, listPackages, listVersions, publish } from "../protos/catalog.ts";
+import { fetchVersion, publishedPackages, publishedVersions, publish } from "../protos/catalog.ts";
 import { protoWorkspace } from "../workspace/protos.ts";
 
 const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
@@ -93,7 +93,7 @@ export function registerProtos(program: Command): void {
     .description("your organization's proto packages")
     .option("--json", "print JSON")
     .action(async (opts: { json?: boolean }) => {
-      const packages = await listPackages(await ApiClient.fromCredentials());
+      const packages = await publishedPackages(await ApiClient.fromCredentials());
       if (opts.json) return printJson(packages);
       printTable(
         ["PACKAGE", "LATEST", "VERSIONS", "UPDATED"],
@@ -108,7 +108,7 @@ export function registerProtos(program: Command): void {
     .action(async (pkg: string, opts: { json?: boolean }) => {
       const name = ProtoPackageName.safeParse(pkg);
       if (!name.success) throw new CliError(`<package>: ${name.error.issues[0]?.message}`, 2);
-      const versions = await listVersions(await ApiClient.fromCredentials(), pkg);
+      const versions = await publishedVersions(await ApiClient.fromCredentials(), pkg);
       if (opts.json) return printJson(versions);
       printTable(
         ["VERSION", "PUBLISHED", "BY", "FILES", "IMAGE", "SERVICES", "BREAKING"],

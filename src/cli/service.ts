@@ -34,8 +34,8 @@ const NEXT_STEPS: Record<Language, string[]> = {
   ],
 };
 
-/** A service's name: an npm package, a Python distribution, an image and a Kubernetes name at once. */
-export const ServiceName = z
+/** A scaffolded service's name: an npm package, a Python distribution, an image and a Kubernetes name at once. */
+const ScaffoldName = z
   .string()
   .regex(/^[a-z][a-z0-9-]*$/, {
     message: "expected lowercase letters, digits and '-', starting with a letter, such as items or order-history",
@@ -56,7 +56,7 @@ export function registerService(program: Command): void {
     .option("--service <pkg.Service>", "the proto service to implement, where the name does not decide it")
     .option("--force", "replace files that already exist")
     .action(async (name: string, opts: Options) => {
-      const parsed = ServiceName.safeParse(name);
+      const parsed = ScaffoldName.safeParse(name);
       if (!parsed.success) throw new CliError(`<name> "${name}": ${parsed.error.issues[0]?.message}`, 2);
       const lang = LANGUAGES.find((l) => l === opts.lang);
       if (opts.lang !== undefined && !lang)

@@ -14,7 +14,7 @@ import {
   type RequestKind,
   type Served,
   type Source,
-  VLLM,
+  VLLM_METRICS,
   vllmRequestMetrics,
 } from "../telemetry/request-metrics.ts";
 
@@ -105,8 +105,12 @@ export class GatewayMetrics {
           for (const s of await samples()) this.set({ model_name: s.model_name, version: s.version }, pick(s));
         },
       });
-    gauge(VLLM.waiting, "Requests waiting in the endpoint version's queue (batch records included)", (s) => s.waiting);
-    gauge(VLLM.running, "Requests being processed by the endpoint version's replicas", (s) => s.running);
+    gauge(
+      VLLM_METRICS.waiting,
+      "Requests waiting in the endpoint version's queue (batch records included)",
+      (s) => s.waiting,
+    );
+    gauge(VLLM_METRICS.running, "Requests being processed by the endpoint version's replicas", (s) => s.running);
     gauge("platform_replicas_ready", "Replicas passing their health check", (s) => s.replicas_ready);
     gauge("platform_replicas_desired", "Replicas wanted", (s) => s.replicas_desired);
   }

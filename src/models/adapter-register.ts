@@ -9,7 +9,7 @@
 import { join } from "node:path";
 import { PlatformError } from "../contracts/errors.ts";
 import { adapterSummary, ADAPTER_FILES, checkAgainstBase, readAdapter, readBaseWeights } from "./adapter.ts";
-import { type ImportDeps, type ImportRequest, requireKind, saveRecord, storeFetched } from "./save.ts";
+import { type ImportDeps, type ImportRequest, requireKind, saveVersion, storeFetched } from "./save.ts";
 import type { RegisteredVersion, VersionRef } from "./record.ts";
 import { resolveModelVersion } from "./versions.ts";
 
@@ -80,7 +80,7 @@ export async function importAdapter(
   const layout = await readAdapter(dir);
   checkAgainstBase(layout, base, await readBaseWeights(deps.artifacts, join(deps.scratchDir, "bases"), base));
   // Served by its base's engine: the base's framework is the adapter's.
-  return saveRecord(
+  return saveVersion(
     deps.ctl,
     { ...req, framework: base.framework },
     {

@@ -10,7 +10,7 @@ import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { SafetensorsCheckpoint, SafetensorsError } from "../formats/convert/safetensors.ts";
 import { invalid } from "./checkpoint.ts";
-import { type ImportDeps, type ImportRequest, requireKind, saveRecord, storeFetched } from "./save.ts";
+import { type ImportDeps, type ImportRequest, requireKind, saveVersion, storeFetched } from "./save.ts";
 import type { PipelineSummary, RegisteredVersion } from "./record.ts";
 
 const DTYPES: Record<string, string> = { F32: "float32", F16: "float16", BF16: "bfloat16", F64: "float64" };
@@ -34,7 +34,7 @@ export async function importPipeline(
   await requireKind(deps, req.name, "model");
   const names = [...files.keys()];
   const pipeline = await summarizePipeline(dir, names);
-  return saveRecord(
+  return saveVersion(
     deps.ctl,
     { ...req, framework: "diffusers" },
     { ...(await storeFetched(deps, req, dir, files, names)), pipeline, task: "image" },

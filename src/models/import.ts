@@ -29,7 +29,7 @@ import {
 } from "./record.ts";
 import { importPipeline } from "./diffusers.ts";
 import { isPipelineFile } from "./pipeline-files.ts";
-import { type ImportDeps, type ImportRequest, requireKind, saveRecord, storeFetched } from "./save.ts";
+import { type ImportDeps, type ImportRequest, requireKind, saveVersion, storeFetched } from "./save.ts";
 import { nextVersion, versionExists } from "./versions.ts";
 
 export async function importModel(deps: ImportDeps, req: ImportRequest): Promise<RegisteredVersion> {
@@ -66,7 +66,7 @@ export async function importModel(deps: ImportDeps, req: ImportRequest): Promise
     const version = req.version ?? (await nextVersion(deps.ctl, req.name));
     const artifact = `models/${req.name}/${version}/${fileName(req.source)}`;
     await deps.artifacts.put(artifact, createReadStream(scratch));
-    return await saveRecord(deps.ctl, req, {
+    return await saveVersion(deps.ctl, req, {
       version,
       artifact,
       sha256,
@@ -104,7 +104,7 @@ async function importCheckpoint(
   const checkpoint = await summarizeCheckpoint(dir, names);
   // llama.cpp serves it converted: refused now, with nothing stored, when no converter knows it.
   if (req.framework === "llamacpp") requireConvertible(checkpoint.architecture);
-  return saveRecord(deps.ctl, req, {
+  return saveVersion(deps.ctl, req, {
     ...(await storeFetched(deps, req, dir, files, names)),
     checkpoint,
     task: req.task ?? defaultCheckpointTask(checkpoint),

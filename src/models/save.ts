@@ -106,7 +106,7 @@ export async function storeDirectory(
 }
 
 /** Records the version: what every version takes from its request, and what its kind adds. */
-export async function saveRecord(
+export async function saveVersion(
   ctl: Control,
   req: ImportRequest,
   fields: Omit<RegisteredVersion, "name" | "framework" | "source" | "created">,

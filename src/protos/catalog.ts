@@ -9,7 +9,7 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import { decodeDescriptorSet } from "./descriptors.ts";
-import { nextVersion, ProtoFilePath, ProtoPackageName, ProtoVersionName } from "./names.ts";
+import { nextSemver, ProtoFilePath, ProtoPackageName, ProtoVersionName } from "./names.ts";
 import type { ProtoPackage, PublicProtoVersion } from "./record.ts";
 import {
   bufFailure,
@@ -106,7 +106,7 @@ async function plan(
   const versions = await downloadJson<{ data: PublicProtoVersion[] }>(api, versionsPath(pkg));
   const latest = versions?.data[0];
   const base = { package: pkg, image: await readFile(image), files, breaking: [] as Finding[] };
-  if (!latest) return { ...base, version: options.version ?? nextVersion(undefined, "minor"), status: "published" };
+  if (!latest) return { ...base, version: options.version ?? nextSemver(undefined, "minor"), status: "published" };
 
   const same =
     latest.files.length === files.length &&
@@ -127,7 +127,7 @@ async function plan(
   const bump = breaking.length > 0 && options.allowBreaking ? "major" : "minor";
   return {
     ...base,
-    version: options.version ?? nextVersion(latest.version, bump),
+    version: options.version ?? nextSemver(latest.version, bump),
     status: "published",
     previous: latest.version,
     breaking,
@@ -165,7 +165,7 @@ export async function publish(
             (p) =>
               `${p.package}: ${p.breaking.length} breaking change${p.breaking.length === 1 ? "" : "s"} against ${p.previous} (buf breaking, rules ${ruleSets(ws)}):\n` +
               `${p.breaking.map(formatFinding).join("\n")}\n` +
-              `undo ${p.breaking.length === 1 ? "it" : "them"}, or publish ${p.package}@${nextVersion(p.previous, "major")} with --allow-breaking`,
+              `undo ${p.breaking.length === 1 ? "it" : "them"}, or publish ${p.package}@${nextSemver(p.previous, "major")} with --allow-breaking`,
           )
           .join("\n"),
       );
@@ -184,11 +184,11 @@ export async function publish(
   }
 }
 
-export async function listPackages(api: CatalogApi): Promise<ProtoPackage[]> {
+export async function publishedPackages(api: CatalogApi): Promise<ProtoPackage[]> {
   return (await api.request<{ data: ProtoPackage[] }>("GET", "/admin/v1/protos")).data;
 }
 
-export async function listVersions(api: CatalogApi, pkg: string): Promise<PublicProtoVersion[]> {
+export async function publishedVersions(api: CatalogApi, pkg: string): Promise<PublicProtoVersion[]> {
   return (await api.request<{ data: PublicProtoVersion[] }>("GET", versionsPath(pkg))).data;
 }
 

@@ -44,7 +44,7 @@ export function compareVersions(a: string, b: string): number {
  * name, so its first release is a stable 1.0.0), then the next minor, or the next major for a
  * change that breaks the previous version.
  */
-export function nextVersion(latest: string | undefined, bump: "minor" | "major"): string {
+export function nextSemver(latest: string | undefined, bump: "minor" | "major"): string {
   if (latest === undefined) return "1.0.0";
   const [major, minor] = parseSemver(latest);
   if (bump === "major") return `${Math.min(major + 1, MAX_PART)}.0.0`;

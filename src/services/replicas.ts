@@ -24,7 +24,12 @@ export async function readReplicas(
 }
 
 /** Writes one replica's record; a change of state is announced at once (the gateways reroute). */
-export async function writeReplica(ctl: Control, org: string, name: string, replica: ServiceReplica): Promise<void> {
+export async function writeServiceReplica(
+  ctl: Control,
+  org: string,
+  name: string,
+  replica: ServiceReplica,
+): Promise<void> {
   const key = ctl.keys.serviceReplicas(serviceKey(org, name));
   const before = await ctl.redis.hget(key, replica.id);
   await ctl.redis.hset(key, replica.id, JSON.stringify(replica));
@@ -32,7 +37,7 @@ export async function writeReplica(ctl: Control, org: string, name: string, repl
   if (was?.state !== replica.state || was?.url !== replica.url) await publishServiceEvent(ctl, org, name);
 }
 
-export async function removeReplica(ctl: Control, org: string, name: string, id: string): Promise<void> {
+export async function removeServiceReplica(ctl: Control, org: string, name: string, id: string): Promise<void> {
   if ((await ctl.redis.hdel(ctl.keys.serviceReplicas(serviceKey(org, name)), id)) > 0)
     await publishServiceEvent(ctl, org, name);
 }

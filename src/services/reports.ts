@@ -8,7 +8,7 @@
 import type { Control } from "../redis/connection.ts";
 import type { ServiceReplica } from "./record.ts";
 import { appendLog } from "./logs.ts";
-import { removeReplica, writeReplica } from "./replicas.ts";
+import { removeServiceReplica, writeServiceReplica } from "./replicas.ts";
 import type { SecretBox } from "./secrets.ts";
 import { pruneReleases, readRelease, serviceKey, updateService } from "./store.ts";
 import { openSecrets } from "./variables.ts";
@@ -27,11 +27,11 @@ export class ServiceReportStore {
   }
 
   replica(org: string, name: string, replica: ServiceReplica): Promise<void> {
-    return writeReplica(this.ctl, org, name, replica);
+    return writeServiceReplica(this.ctl, org, name, replica);
   }
 
   replicaGone(org: string, name: string, id: string): Promise<void> {
-    return removeReplica(this.ctl, org, name, id);
+    return removeServiceReplica(this.ctl, org, name, id);
   }
 
   async rolloutFinished(

@@ -8,7 +8,7 @@ import type { Readable } from "node:stream";
 import { fromFsError, StorageError } from "./errors.ts";
 import { compareKeys, discard, isTempName, rangeStart, readParts, writeFileAtomically } from "./shared.ts";
 import type { Body, ObjectInfo, ObjectStore } from "./store.ts";
-import { checkKey, checkPrefix, fileUrl } from "./uri.ts";
+import { checkObjectKey, checkPrefix, fileUrl } from "./uri.ts";
 
 export type FileStoreOptions = {
   /**
@@ -161,7 +161,7 @@ export class FileStore implements ObjectStore {
     destKey: string,
     options: { overwrite?: boolean } = {},
   ): Promise<{ size: number }> {
-    for (const key of partKeys) checkKey(key, this.url);
+    for (const key of partKeys) checkObjectKey(key, this.url);
     const dest = this.pathOf(destKey);
     await this.refuseLinks(destKey);
     return {
@@ -259,8 +259,8 @@ export class FileStore implements ObjectStore {
 
   /** Where `key` is, by name: what messages show and localPath() gives. */
   private pathOf(key: string): string {
-    // checkKey rejects "..", "." and absolute keys, so the join cannot leave the root.
-    return join(this.root, checkKey(key, this.url));
+    // checkObjectKey rejects "..", "." and absolute keys, so the join cannot leave the root.
+    return join(this.root, checkObjectKey(key, this.url));
   }
 
   /** Where `key` is opened: through a held directory's handle when it lies in one. */
@@ -283,7 +283,7 @@ export class FileStore implements ObjectStore {
   /** "a/b/" or "a/b" as "a/b", checked. */
   private directoryKey(prefix: string): string {
     const key = prefix.endsWith("/") ? prefix.slice(0, -1) : prefix;
-    checkKey(key, this.url);
+    checkObjectKey(key, this.url);
     return key;
   }
 

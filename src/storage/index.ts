@@ -16,7 +16,7 @@ export { FileStore } from "./file-store.ts";
 export type { S3Settings } from "./s3-settings.ts";
 export { S3Store } from "./s3-store.ts";
 export type { Body, ObjectInfo, ObjectStore } from "./store.ts";
-export { checkKey, checkPrefix, parseStorageUri } from "./uri.ts";
+export { checkObjectKey, checkPrefix, parseStorageUri } from "./uri.ts";
 export type { FileLocation, S3Location, StorageLocation } from "./uri.ts";
 
 /**

@@ -10,7 +10,7 @@ import { fromS3Error, StorageError } from "./errors.ts";
 import type { S3Settings } from "./s3-settings.ts";
 import { discard, rangeStart, readParts, Tap, writeFileAtomically } from "./shared.ts";
 import type { Body, ObjectInfo, ObjectStore } from "./store.ts";
-import { checkKey, checkPrefix, fileUrl, joinKey, s3Url } from "./uri.ts";
+import { checkObjectKey, checkPrefix, fileUrl, joinKey, s3Url } from "./uri.ts";
 import type { S3Location } from "./uri.ts";
 
 export class S3Store implements ObjectStore {
@@ -132,7 +132,7 @@ export class S3Store implements ObjectStore {
     destKey: string,
     options: { overwrite?: boolean } = {},
   ): Promise<{ size: number }> {
-    for (const key of partKeys) checkKey(key, this.url);
+    for (const key of partKeys) checkObjectKey(key, this.url);
     // S3 has no portable create-only write (If-None-Match is recent and not everywhere): HEAD first.
     if (options.overwrite === false && (await this.head(destKey)) !== null) {
       const uri = this.uri(destKey);
@@ -188,7 +188,7 @@ export class S3Store implements ObjectStore {
   }
 
   private fullKey(key: string): string {
-    return joinKey(this.prefix, checkKey(key, this.url));
+    return joinKey(this.prefix, checkObjectKey(key, this.url));
   }
 }
 

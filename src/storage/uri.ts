@@ -87,7 +87,7 @@ function parseS3Uri(uri: string): S3Location {
 }
 
 /** Validates an object key (relative to a store root); returns it unchanged. */
-export function checkKey(key: string, root?: string): string {
+export function checkObjectKey(key: string, root?: string): string {
   const problem = key === "" ? "a key may not be empty" : keyProblem(key);
   if (problem !== undefined) throw invalidKey(key, root, problem);
   return key;

@@ -48,7 +48,7 @@ export function nonStreamingTtft(
   return Math.min(e2eSeconds, Math.max(0, e2eSeconds - afterFirst));
 }
 
-export const VLLM = {
+export const VLLM_METRICS = {
   waiting: "vllm:num_requests_waiting",
   running: "vllm:num_requests_running",
   ttft: "vllm:time_to_first_token_seconds",
@@ -75,22 +75,26 @@ export function vllmRequestMetrics<L extends string>(registry: Registry, labels:
   const counter = (name: string, help: string) =>
     new Counter<L>({ name, help, labelNames: labels, registers: [registry] });
   return {
-    ttft: histogram(VLLM.ttft, "Time to first token: from arrival to the first token produced", LATENCY_BUCKETS),
+    ttft: histogram(
+      VLLM_METRICS.ttft,
+      "Time to first token: from arrival to the first token produced",
+      LATENCY_BUCKETS,
+    ),
     interToken: histogram(
-      VLLM.interToken,
+      VLLM_METRICS.interToken,
       "Time between consecutive text deltas of one generation",
       INTER_TOKEN_BUCKETS,
     ),
     e2e: histogram(
-      VLLM.e2e,
+      VLLM_METRICS.e2e,
       "End-to-end request latency: from arrival to the last byte of the answer",
       LATENCY_BUCKETS,
     ),
-    queueTime: histogram(VLLM.queueTime, "Time a request waited before generation started", LATENCY_BUCKETS),
-    promptTokens: counter(VLLM.promptTokens, "Prompt tokens processed (embedding inputs included)"),
-    generationTokens: counter(VLLM.generationTokens, "Tokens generated"),
+    queueTime: histogram(VLLM_METRICS.queueTime, "Time a request waited before generation started", LATENCY_BUCKETS),
+    promptTokens: counter(VLLM_METRICS.promptTokens, "Prompt tokens processed (embedding inputs included)"),
+    generationTokens: counter(VLLM_METRICS.generationTokens, "Tokens generated"),
     success: new Counter<L | "finished_reason">({
-      name: VLLM.success,
+      name: VLLM_METRICS.success,
       help: "Requests finished with an answer, by finish reason (embeddings: stop)",
       labelNames: [...labels, "finished_reason"],
       registers: [registry],

@@ -14,7 +14,7 @@ import { createApiKey } from "../../src/keys/store.ts";
 import { createOrg } from "../../src/orgs/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { appendLog } from "../../src/services/logs.ts";
-import { writeReplica } from "../../src/services/replicas.ts";
+import { writeServiceReplica } from "../../src/services/replicas.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
@@ -253,7 +253,7 @@ describe("/admin/v1/services", () => {
   });
 
   it("scrape targets list each replica's own /metrics, and the gateway's gauges count them", async () => {
-    await writeReplica(ctl, "acme", "items", {
+    await writeServiceReplica(ctl, "acme", "items", {
       id: "items-r2-abc123",
       revision: "r2",
       tag: "1.1.0-abcdef0",

@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import {
   compareVersions,
-  nextVersion,
+  nextSemver,
   ProtoFilePath,
   ProtoPackageName,
   ProtoVersionName,
@@ -21,10 +21,10 @@ describe("proto names", () => {
   });
 
   it("publishes 1.0.0 first, then the next minor, or the next major for a breaking change", () => {
-    expect(nextVersion(undefined, "minor")).toBe("1.0.0");
-    expect(nextVersion(undefined, "major")).toBe("1.0.0");
-    expect(nextVersion("1.4.2", "minor")).toBe("1.5.0");
-    expect(nextVersion("1.4.2", "major")).toBe("2.0.0");
+    expect(nextSemver(undefined, "minor")).toBe("1.0.0");
+    expect(nextSemver(undefined, "major")).toBe("1.0.0");
+    expect(nextSemver("1.4.2", "minor")).toBe("1.5.0");
+    expect(nextSemver("1.4.2", "major")).toBe("2.0.0");
   });
 
   it("accepts only X.Y.Z versions, lowercase packages and relative .proto paths", () => {

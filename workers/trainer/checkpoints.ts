@@ -56,7 +56,7 @@ export async function saveCheckpoint(
   }
 }
 
-export async function fetchCheckpoint(
+export async function downloadCheckpoint(
   artifacts: ObjectStore,
   checkpoint: FineTuneCheckpoint,
   work: string,

@@ -16,7 +16,7 @@ import { localArtifact } from "../../src/models/materialize.ts";
 import { resolveModelVersion } from "../../src/models/versions.ts";
 import type { S3Settings } from "../../src/storage/index.ts";
 import type { ObjectStore } from "../../src/storage/store.ts";
-import { fetchChecked, fetchCheckpoint, saveCheckpoint } from "./checkpoints.ts";
+import { fetchChecked, downloadCheckpoint, saveCheckpoint } from "./checkpoints.ts";
 import { type ChildEnd, spawnTrainer, type TrainerLine } from "./child.ts";
 import { registerResult } from "./result.ts";
 
@@ -82,7 +82,7 @@ export async function runFineTune(deps: RunDeps, id: string, handoff: AbortSigna
         );
     }
 
-    let resume = previous ? await fetchCheckpoint(deps.artifacts, previous, work) : undefined;
+    let resume = previous ? await downloadCheckpoint(deps.artifacts, previous, work) : undefined;
     let restarts = Number(job.fields.restarts ?? 0);
     const out = join(work, "out");
     for (;;) {
@@ -175,7 +175,7 @@ export async function runFineTune(deps: RunDeps, id: string, handoff: AbortSigna
           null,
           "warn",
         );
-        resume = newest ? await fetchCheckpoint(deps.artifacts, newest, work) : undefined;
+        resume = newest ? await downloadCheckpoint(deps.artifacts, newest, work) : undefined;
         continue;
       }
       console.error(`[fine-tuning ${id}] trainer exited (code ${end.code}, signal ${end.signal}):\n${end.stderr}`);
