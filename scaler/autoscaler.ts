@@ -19,9 +19,9 @@ import {
   getScalingHistory,
   readAutoscalingMany,
   recordDecision,
-  type RecordedDecision,
   unreadableSettings,
 } from "../src/autoscaling/store.ts";
+import type { RecordedDecision } from "../src/autoscaling/decision.ts";
 import { listEndpoints, setDesiredReplicas } from "../src/endpoints/store.ts";
 import { type Control, duplicate } from "../src/redis/connection.ts";
 import { listReplicas } from "../src/replicas/heartbeats.ts";

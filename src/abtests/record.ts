@@ -129,3 +129,13 @@ function hashUnit(value: string): number {
   h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
   return ((h ^ (h >>> 16)) >>> 0) / 0x1_0000_0000;
 }
+
+/** What `abtest status` shows per variant, counted by every gateway since the test started. */
+export type VariantStats = {
+  requests: number;
+  errors: number;
+  prompt_tokens: number;
+  completion_tokens: number;
+  latency_p50_ms: number | null;
+  latency_p99_ms: number | null;
+};

@@ -4,7 +4,7 @@
  * Every change publishes an endpoint event, so gateways re-read their routing
  * at once and the reconciler starts or drains the variants' replicas.
  */
-import { AbTest, type AbVariant, variantName } from "./record.ts";
+import { AbTest, type AbVariant, type VariantStats, variantName } from "./record.ts";
 import type { DeploymentConfig } from "../contracts/deployment.ts";
 import type { Endpoint } from "../endpoints/record.ts";
 import { PlatformError } from "../contracts/errors.ts";
@@ -145,16 +145,6 @@ export async function stopAbTest(ctl: Control, endpointName: string, keep?: stri
   await saveAbTest(ctl, stopping);
   return stopping;
 }
-
-/** What `abtest status` shows per variant, counted by every gateway since the test started. */
-export type VariantStats = {
-  requests: number;
-  errors: number;
-  prompt_tokens: number;
-  completion_tokens: number;
-  latency_p50_ms: number | null;
-  latency_p99_ms: number | null;
-};
 
 /** Upper bounds (ms) of the latency buckets the gateways count into; p50/p99 are read as a bucket's bound. */
 export const LATENCY_BUCKETS_MS = [

@@ -3,10 +3,9 @@
  * test through the management API (src/gateway/routes/admin-abtests.ts).
  */
 import type { Command } from "commander";
-import { type AbTest, formatSplit, parseSplit, SplitError, Sticky } from "../abtests/record.ts";
-import type { VariantStats } from "../abtests/store.ts";
+import { type AbTest, formatSplit, parseSplit, SplitError, Sticky, type VariantStats } from "../abtests/record.ts";
 import type { StoredResult } from "../evaluation/record.ts";
-import type { EndpointStatus } from "../endpoints/status.ts";
+import type { EndpointStatus } from "../endpoints/record.ts";
 import { ApiClient } from "../client/api.ts";
 import { CliError } from "./common/errors.ts";
 import { formatCount, printJson, printTable } from "./common/output.ts";

@@ -8,7 +8,7 @@ import { readFile } from "node:fs/promises";
 import type { Command } from "commander";
 import { parse as parseYaml } from "yaml";
 import { describeAutoscaling, formatDuration, parseAutoscalingFor } from "../autoscaling/config.ts";
-import type { AutoscalingStatus } from "../autoscaling/store.ts";
+import type { AutoscalingStatus } from "../autoscaling/decision.ts";
 import { ApiClient } from "../client/api.ts";
 import { CliError } from "./common/errors.ts";
 import { printJson, printTable } from "./common/output.ts";

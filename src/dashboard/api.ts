@@ -4,6 +4,15 @@
  * Error answers keep the API's OpenAI-style message, which already says what to do.
  */
 
+import type { AbTest as AbTestRecord, VariantStats } from "../abtests/record.ts";
+import type { AutoscalingStatus, RecordedDecision } from "../autoscaling/decision.ts";
+import type { BatchJob } from "../batch/record.ts";
+import type { Endpoint, EndpointStatus as Status } from "../endpoints/record.ts";
+import type { StoredResult } from "../evaluation/record.ts";
+import type { ApiKey as StoredKey } from "../keys/record.ts";
+import type { KeyLimits } from "../ratelimit/limits.ts";
+import type { TokenRecord } from "../tokens/record.ts";
+
 const KEY = "platform.dashboard.key";
 
 export const session = {
@@ -92,85 +101,36 @@ export const scope = {
   set: (s: Scope) => sessionStorage.setItem(SCOPE, JSON.stringify(s)),
 };
 
-// The API's shapes, as far as the dashboard reads them (src/endpoints/status.ts, src/contracts/*).
-export type EndpointStatus = {
-  endpoint: string;
-  state: string;
-  model: string;
-  version: string;
-  requested_version: string;
-  /** The engine serving it (the deployment's `model.framework`, or its version's when the deployment names none). */
-  framework?: string;
-  replicas: { desired: number; ready: number; starting: number; draining: number; failed: number };
-  queue: { waiting: number; active: number };
-  errors: string[];
-  variant_of?: string;
-  config: {
-    model: { name: string; version: string; framework?: string };
-    runtime: Record<string, unknown>;
-    resources: Record<string, unknown> & { replicas: number };
-  };
-};
+// The API's shapes, from the modules that define them, as the CLI takes them. Type-only imports,
+// erased from the bundle; each module reached imports only zod and modules like it, no server
+// code (test/unit/dashboard-imports.test.ts).
+/** GET /admin/v1/endpoints[/<name>]: the status with the stored deployment beside it. */
+export type EndpointStatus = Status & { base_url: string; config: Endpoint["config"] };
+/** One version of an A/B test (GET /admin/v1/endpoints/<name>/abtest; src/gateway/routes/admin-abtests.ts). */
 export type Variant = {
   version: string;
   weight: number;
   deployment: string | null;
   state: string;
-  replicas: { ready: number; desired: number } | null;
-  stats?: { requests: number; errors: number };
+  replicas: Status["replicas"] | null;
+  queue: Status["queue"] | null;
+  stats: VariantStats;
   evaluations?: EvaluationResult[];
 };
 /** The latest result of a metric on a version (GET /admin/v1/evaluations/results; docs/evaluation.md). */
-export type EvaluationResult = {
-  metric: string;
-  value: number;
-  n: number;
-  stderr: number | null;
-  adapter: string | null;
-  dataset: string;
-  job_id: string;
-  finished: number;
-};
+export type EvaluationResult = StoredResult;
 export type EvaluatedTarget = { target: string; results: EvaluationResult[] };
-export type AbTest = {
-  endpoint: string;
-  abtest: { state: string; split: { version: string; weight: number }[]; sticky?: string; keep?: string } | null;
-  variants: Variant[];
-};
-export type Decision = { at: number; action: string; from: number; to: number; reason: string };
-export type Autoscaling = {
-  endpoint: string;
-  configured: boolean;
-  enabled: boolean;
-  config: { enabled: boolean; min_replicas: number; max_replicas: number; target_queue_depth: number } | null;
-  decisions: Decision[];
-};
+export type AbTest = { endpoint: string; abtest: AbTestRecord | null; variants: Variant[] };
+export type Decision = RecordedDecision;
+export type Autoscaling = AutoscalingStatus;
+/**
+ * Written here: its module (src/registry/version.ts) reads GGUF files (node:fs), which no browser
+ * code may import, even as a type.
+ */
 export type ModelVersion = { name: string; version: string; framework: string; created: number };
-export type Limits = {
-  rpm?: number;
-  tpm?: number;
-  max_concurrency?: number;
-  models?: Record<string, { rpm?: number; tpm?: number; max_concurrency?: number }>;
-};
-/** `created`: seconds since the epoch. */
-export type ApiKey = { id: string; name: string; role: string; prefix: string; created: number; limits?: Limits };
-/** A CLI session (src/tokens/record.ts); times are epoch milliseconds. */
-export type CliToken = {
-  id: string;
-  subject: { kind: "key" | "user"; id: string };
-  name: string;
-  org: string;
-  role: string;
-  created: number;
-  expires: number;
-  refresh_expires: number;
-};
-export type BatchJob = {
-  id: string;
-  model: string;
-  version: string;
-  state: string;
-  counts: { total: number; succeeded: number; failed: number; in_flight: number };
-  created: number;
-  error: { message: string } | null;
-};
+export type Limits = KeyLimits;
+/** `created`: seconds since the epoch; the API never shows the hash. */
+export type ApiKey = Omit<StoredKey, "hash">;
+/** A CLI session; times are epoch milliseconds. */
+export type CliToken = TokenRecord;
+export type { BatchJob };

@@ -85,6 +85,7 @@ export function EndpointCard(props: {
         <dd data-testid="split">{test ? `${splitText} (${test.state})` : "none"}</dd>
       </dl>
       {e.errors.length > 0 && <p class="error">{e.errors.join("; ")}</p>}
+      {props.scaling?.error && <p class="error">{props.scaling.error}</p>}
       {isImageEndpoint(e) && <Playground endpoint={e.endpoint} />}
       {test && (
         <table class="variants" data-testid="variants">

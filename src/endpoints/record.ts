@@ -4,6 +4,7 @@
  */
 import { z } from "zod";
 import { DeploymentConfig, Framework, ModelName, ModelVersion } from "../contracts/deployment.ts";
+import type { Replica } from "../replicas/record.ts";
 
 /**
  * What an endpoint's replicas load: its deployment (the model, runtime and resources fields count,
@@ -52,3 +53,41 @@ export type Endpoint = z.infer<typeof Endpoint>;
  */
 export const EndpointState = z.enum(["pending", "available", "degraded", "failed", "scaled_to_zero", "updating"]);
 export type EndpointState = z.infer<typeof EndpointState>;
+
+/** `waiting` counts batch records (prioritized) too: they are demand the replicas must serve. */
+export type QueueDepth = { waiting: number; active: number };
+
+/** An endpoint as `status` and the dashboard show it (status.ts builds it). */
+export type EndpointStatus = {
+  endpoint: string;
+  state: EndpointState;
+  model: string;
+  version: string;
+  requested_version: string;
+  framework: string;
+  replicas: { desired: number; ready: number; starting: number; draining: number; failed: number };
+  queue: QueueDepth;
+  /** Fields of the deployment this engine cannot honour here: stored, reported, not applied. */
+  not_applied: string[];
+  errors: string[];
+  /** What the replicas load when it is not the registered artifact as is (a checkpoint's GGUF conversion, a quantized copy). */
+  weights: string[];
+  /** LoRA adapters loaded on its replicas now (docs/adapters.md). */
+  adapters: string[];
+  replica_list: Replica[];
+  /** Set on the deployment of an A/B test's extra version: the endpoint it serves. */
+  variant_of?: string;
+  /**
+   * While an update rolls out (rollout.ts): what serves meanwhile, what is starting, and why the
+   * update's replicas cannot start when they cannot. `queue` is the serving revision's.
+   */
+  rollout?: {
+    from: { version: string; revision: string; queue: string };
+    to: { version: string; revision: string; queue: string };
+    started: number;
+    ready: number;
+    failed?: string;
+  };
+  /** Earlier revisions whose replicas finish what their queue holds. */
+  draining_revisions?: { version: string; revision: string; queue: string; replicas: number }[];
+};

@@ -6,7 +6,7 @@
 import type { Control } from "../redis/connection.ts";
 import { listReplicas } from "../replicas/heartbeats.ts";
 import { rolloutStep } from "./rollout.ts";
-import type { QueueDepth } from "./status.ts";
+import type { QueueDepth } from "./record.ts";
 import { changeEndpoint, listEndpoints } from "./store.ts";
 
 export async function advanceRollouts(

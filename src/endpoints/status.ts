@@ -1,54 +1,17 @@
 /** An endpoint's state as users see it, from its record, its replicas' heartbeats and its queue. */
 import type { Queue } from "bullmq";
 import { endpointQueueName, notApplied } from "../contracts/engines.ts";
-import type { Endpoint, EndpointState, Revision } from "./record.ts";
+import type { Endpoint, EndpointState, EndpointStatus, QueueDepth, Revision } from "./record.ts";
 import { revisionId, revisionView, runningRevisions, servesTraffic } from "./rollout.ts";
 import type { Replica } from "../replicas/record.ts";
 import type { Control } from "../redis/connection.ts";
 import { listReplicas } from "../replicas/heartbeats.ts";
-
-/** `waiting` counts batch records (prioritized) too: they are demand the replicas must serve. */
-export type QueueDepth = { waiting: number; active: number };
 
 /** One round trip: the depth the scaler and `status` report. */
 export async function readQueueDepth(queue: Pick<Queue, "getJobCounts">): Promise<QueueDepth> {
   const counts = await queue.getJobCounts("waiting", "prioritized", "active");
   return { waiting: (counts.waiting ?? 0) + (counts.prioritized ?? 0), active: counts.active ?? 0 };
 }
-
-export type EndpointStatus = {
-  endpoint: string;
-  state: EndpointState;
-  model: string;
-  version: string;
-  requested_version: string;
-  framework: string;
-  replicas: { desired: number; ready: number; starting: number; draining: number; failed: number };
-  queue: QueueDepth;
-  /** Fields of the deployment this engine cannot honour here: stored, reported, not applied. */
-  not_applied: string[];
-  errors: string[];
-  /** What the replicas load when it is not the registered artifact as is (a checkpoint's GGUF conversion, a quantized copy). */
-  weights: string[];
-  /** LoRA adapters loaded on its replicas now (docs/adapters.md). */
-  adapters: string[];
-  replica_list: Replica[];
-  /** Set on the deployment of an A/B test's extra version: the endpoint it serves. */
-  variant_of?: string;
-  /**
-   * While an update rolls out (rollout.ts): what serves meanwhile, what is starting, and why the
-   * update's replicas cannot start when they cannot. `queue` is the serving revision's.
-   */
-  rollout?: {
-    from: { version: string; revision: string; queue: string };
-    to: { version: string; revision: string; queue: string };
-    started: number;
-    ready: number;
-    failed?: string;
-  };
-  /** Earlier revisions whose replicas finish what their queue holds. */
-  draining_revisions?: { version: string; revision: string; queue: string; replicas: number }[];
-};
 
 /**
  * `queue`: the depth of the queue that takes the endpoint's traffic (rollout.ts `servingQueue`).

@@ -8,7 +8,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { PlatformApi, Reporter } from "../contracts/client.ts";
 import { isApiError } from "../contracts/client.ts";
 import type { DeploymentConfig } from "../contracts/deployment.ts";
-import type { EndpointStatus } from "./status.ts";
+import type { EndpointStatus } from "./record.ts";
 
 /** What `GET /admin/v1/endpoints/<name>` answers an admin. */
 export type EndpointInfo = EndpointStatus & { base_url: string; config: DeploymentConfig };

@@ -8,7 +8,7 @@ import { writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { queueName } from "../../src/contracts/naming.ts";
-import type { AutoscalingStatus, RecordedDecision } from "../../src/autoscaling/store.ts";
+import type { AutoscalingStatus, RecordedDecision } from "../../src/autoscaling/decision.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { LanesObserver } from "../helpers/queue-observer.ts";
 import { runCli, type Stack, sleep, startStack } from "../helpers/stack.ts";

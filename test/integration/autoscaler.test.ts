@@ -15,12 +15,8 @@ import { Lease } from "../../src/redis/lease.ts";
 import { AutoscalingSettings } from "../../src/autoscaling/config.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import type { Endpoint } from "../../src/endpoints/record.ts";
-import {
-  autoscalingStatus,
-  listDecisions,
-  type RecordedDecision,
-  setAutoscaling,
-} from "../../src/autoscaling/store.ts";
+import { autoscalingStatus, listDecisions, setAutoscaling } from "../../src/autoscaling/store.ts";
+import type { RecordedDecision } from "../../src/autoscaling/decision.ts";
 import { findEndpoint, saveEndpoint } from "../../src/endpoints/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { QueueBase } from "../../src/queue/base.ts";

@@ -14,9 +14,11 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type BatchCoordinator, startBatchCoordinator } from "../../src/batch/coordinator.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
+import { endpointQueueName } from "../../src/contracts/engines.ts";
 import { deployEndpoint, getEndpoint } from "../../src/endpoints/store.ts";
 import { type RunningGateway, startGateway } from "../../src/gateway/server/app.ts";
 import { createApiKey } from "../../src/keys/store.ts";
+import { QueueBase } from "../../src/queue/base.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { registerAdapter } from "../../src/models/import.ts";
 import { importModel } from "../../src/models/import.ts";
@@ -199,5 +201,37 @@ describe("platform batch jobs naming <endpoint>:<adapter>", () => {
     expect(malformed.status).toBe(400);
     expect(malformed.body.error).toMatchObject({ param: "model" });
     expect(malformed.body.error.message).toContain('"<endpoint>:<adapter>"');
+  });
+});
+
+describe("a job naming an adapter for work no adapter changes", () => {
+  it("is refused by the replica, in the words the embeddings route uses (src/contracts/job.ts)", async () => {
+    const endpoint = await getEndpoint(ctl, "vl");
+    const queues = new QueueBase(ctl);
+    try {
+      // A producer enqueueing directly (docs/queue-contract.md): the gateway's route is not there to refuse it.
+      const queue = queues.queueNamed(endpointQueueName(endpoint));
+      const job = await queue.add("embedding", {
+        v: 1,
+        kind: "embedding",
+        request_id: "embed-with-adapter",
+        model: "vl",
+        version: endpoint.version,
+        input: ["Once"],
+        adapter: "sql@v1",
+      });
+      await expect
+        .poll(async () => (await queue.getJob(job.id as string))?.failedReason, { timeout: 30_000 })
+        .toBeTruthy();
+      const reason = (await queue.getJob(job.id as string))?.failedReason as string;
+      expect(JSON.parse(reason)).toMatchObject({
+        status: 400,
+        code: "invalid_request",
+        param: "adapter",
+        message: "LoRA adapters apply to text generation (chat, completions), not to embeddings",
+      });
+    } finally {
+      await queues.close();
+    }
   });
 });

@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { DeploymentConfig, type DeploymentConfigInput } from "../../src/contracts/deployment.ts";
 import { endpointQueueName } from "../../src/contracts/engines.ts";
-import { Endpoint } from "../../src/endpoints/record.ts";
+import { Endpoint, type QueueDepth } from "../../src/endpoints/record.ts";
 import {
   DRAIN_GRACE_MS,
   findRevision,
@@ -13,7 +13,6 @@ import {
   servingQueue,
   withUpdate,
 } from "../../src/endpoints/rollout.ts";
-import type { QueueDepth } from "../../src/endpoints/status.ts";
 import type { Replica } from "../../src/replicas/record.ts";
 
 function endpoint(config: Partial<DeploymentConfigInput> = {}, version = "v1"): Endpoint {
