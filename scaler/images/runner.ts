@@ -1,7 +1,7 @@
 /**
  * The local services backend's ImageRunner (scaler/backends/services/local.ts): a published image
- * pulled by digest and verified (pull.ts), with the organization's pull credential (pull-auth.ts),
- * unpacked (unpack.ts) and run unprivileged in a sandbox of its own (run.ts). The cache is
+ * pulled by digest and verified (pull.ts), with the organization's pull credential
+ * (scaler/backends/services/pull-auth.ts), unpacked (unpack.ts) and run unprivileged in a sandbox of its own (run.ts). The cache is
  * shared by digest, so a cached image is run for an organization only once a manifest request
  * with that organization's credential (or none) succeeded: no organization runs an image it could
  * not pull itself. A success is remembered ACCESS_MEMO_MS, so restarts cost no registry request.
