@@ -5,8 +5,8 @@
 import type { RedisClient } from "../src/redis/connection.ts";
 import { readEndpoints } from "../src/endpoints/store.ts";
 import { type Control, duplicate } from "../src/redis/connection.ts";
-import type { ReplicaBackend } from "./backend.ts";
-import type { ServiceBackend } from "./service-backend.ts";
+import type { ReplicaBackend } from "./backends/endpoints/backend.ts";
+import type { ServiceBackend } from "./backends/services/backend.ts";
 import { readAllServices, serviceKey } from "../src/services/store.ts";
 import { coalesced } from "./coalesce.ts";
 import { logger } from "../src/telemetry/log.ts";

@@ -5,8 +5,8 @@
  */
 import type { Control } from "../src/redis/connection.ts";
 import { type Autoscaler, type AutoscalerOptions, startAutoscaler } from "./autoscaler.ts";
-import type { ReplicaBackend } from "./backend.ts";
-import type { ServiceBackend } from "./service-backend.ts";
+import type { ReplicaBackend } from "./backends/endpoints/backend.ts";
+import type { ServiceBackend } from "./backends/services/backend.ts";
 import { type Reconciler, startReconciler } from "./reconciler.ts";
 
 export type RunningScaler = { autoscaler: Autoscaler; reconciler: Reconciler; stop: () => Promise<void> };

@@ -1,16 +1,16 @@
 /**
- * The local services backend's ImageRunner (scaler/backends/local-services.ts): a published image
- * pulled by digest and verified (pull.ts), with the organization's pull credential (pull-auth.ts),
- * unpacked (unpack.ts) and run unprivileged in a sandbox of its own (run.ts). The cache is
+ * The local services backend's ImageRunner (scaler/backends/services/local.ts): a published image
+ * pulled by digest and verified (pull.ts), with the organization's pull credential
+ * (scaler/backends/services/pull-auth.ts), unpacked (unpack.ts) and run unprivileged in a sandbox of its own (run.ts). The cache is
  * shared by digest, so a cached image is run for an organization only once a manifest request
  * with that organization's credential (or none) succeeded: no organization runs an image it could
  * not pull itself. A success is remembered ACCESS_MEMO_MS, so restarts cost no registry request.
  */
-import type { ImageRunner } from "../backends/local-services.ts";
+import type { ImageRunner } from "../backends/services/local.ts";
 import { registryAddresses } from "../../src/container-images/registries.ts";
 import type { RegistryPolicy } from "../../src/settings/registries.ts";
 import { pullImage } from "./pull.ts";
-import { type PullAuthSource, refusedHint, withAuthFile } from "../pull-auth.ts";
+import { type PullAuthSource, refusedHint, withAuthFile } from "../backends/services/pull-auth.ts";
 import { type ImageProcessSpec, imageProcessSpec, spawnImageProcess } from "./run.ts";
 import { unpackImage } from "./unpack.ts";
 

@@ -8,9 +8,9 @@ import { fileURLToPath } from "node:url";
 import { connectControl } from "../../src/redis/connection.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { configureLogging, logLine } from "../../src/telemetry/log.ts";
-import type { ReplicaBackend } from "../backend.ts";
+import type { ReplicaBackend } from "../backends/endpoints/backend.ts";
 import { WORKER_NODE_FLAGS } from "../../src/process/worker-env.ts";
-import { LocalBackend } from "../backends/local.ts";
+import { LocalBackend } from "../backends/endpoints/local.ts";
 import { startScaler } from "../run.ts";
 import { createServiceBackend } from "./services.ts";
 
@@ -32,7 +32,7 @@ export async function runScalerProcess(options: ScalerProcessOptions): Promise<v
   let backend: ReplicaBackend;
   if (options.backend === "kubernetes") {
     // The Kubernetes client costs ~85 MiB resident: loaded only for this backend.
-    const { KubernetesBackend } = await import("../backends/kubernetes.ts");
+    const { KubernetesBackend } = await import("../backends/endpoints/kubernetes.ts");
     const k8s = new KubernetesBackend(settings.kubernetes);
     // Learn which worker Deployments exist, so ones whose endpoint is gone get removed.
     await k8s.refresh();

@@ -10,10 +10,10 @@ import { RegistryCredentials } from "../../src/registry-credentials/store.ts";
 import { ServiceReportStore } from "../../src/services/reports.ts";
 import { SecretBox } from "../../src/services/secrets.ts";
 import type { Settings } from "../../src/settings/index.ts";
-import { LocalServiceBackend } from "../backends/local-services.ts";
+import { LocalServiceBackend } from "../backends/services/local.ts";
 import { engineRunner, workingEngine } from "../container-images/engine.ts";
 import { imageRunner } from "../container-images/runner.ts";
-import type { ServiceBackend } from "../service-backend.ts";
+import type { ServiceBackend } from "../backends/services/backend.ts";
 
 export async function createServiceBackend(
   kind: "local" | "kubernetes",
@@ -34,8 +34,8 @@ export async function createServiceBackend(
   });
   if (kind === "kubernetes") {
     // Loaded only for this backend, as the replica backend's client is (scaler/start/main.ts).
-    const { KubernetesServiceBackend } = await import("../backends/kubernetes-services.ts");
-    const { CLUSTER_GRANT_TTL_MS } = await import("../backends/kubernetes-pull-secrets.ts");
+    const { KubernetesServiceBackend } = await import("../backends/services/kubernetes.ts");
+    const { CLUSTER_GRANT_TTL_MS } = await import("../backends/services/kubernetes-pull-secrets.ts");
     const backend = new KubernetesServiceBackend(settings.kubernetes, reports, {
       pullAuth: (org, repository) => pullAuth.resolve(org, repository, CLUSTER_GRANT_TTL_MS),
       operatorServes: (org, repository) => operatorServes(org, repository, settings.registries),

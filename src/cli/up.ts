@@ -8,7 +8,7 @@ import { mkdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Command } from "commander";
-import { LocalBackend } from "../../scaler/backends/local.ts";
+import { LocalBackend } from "../../scaler/backends/endpoints/local.ts";
 import { startScaler } from "../../scaler/run.ts";
 import { createServiceBackend } from "../../scaler/start/services.ts";
 import { NAME_PATTERN } from "../contracts/deployment.ts";

@@ -1,5 +1,5 @@
 /**
- * What backends report about services, written to Redis (scaler/service-backend.ts's
+ * What backends report about services, written to Redis (scaler/backends/services/backend.ts's
  * ServiceReports): replica records, rollout outcomes, log lines, and the environment a release
  * runs with (its secrets opened, here only). Log lines are masked with the secret values this
  * process has opened for that service, so a service that prints its environment does not put a

@@ -35,7 +35,7 @@ export const kubernetesShape = {
   POD_NAMESPACE: z.string().min(1).optional(),
 };
 
-/** What the Kubernetes backend (scaler/backends/kubernetes.ts) builds worker Deployments with; unset fields take its defaults. */
+/** What the Kubernetes backend (scaler/backends/endpoints/kubernetes.ts) builds worker Deployments with; unset fields take its defaults. */
 export type KubernetesSettings = {
   image?: string;
   imageByFramework?: Partial<Record<Framework, string>>;

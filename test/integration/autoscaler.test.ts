@@ -20,7 +20,7 @@ import type { RecordedDecision } from "../../src/autoscaling/decision.ts";
 import { findEndpoint, saveEndpoint } from "../../src/endpoints/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { QueueBase } from "../../src/queue/base.ts";
-import { workerDeploymentName } from "../../scaler/backends/kubernetes-manifests.ts";
+import { workerDeploymentName } from "../../scaler/backends/endpoints/kubernetes-manifests.ts";
 import { revisionId } from "../../src/endpoints/rollout.ts";
 import { FakeKubernetesApi } from "../helpers/fake-kubernetes-api.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";

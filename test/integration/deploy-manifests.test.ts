@@ -15,8 +15,8 @@ import { Service } from "kubernetes-models/v1/Service";
 import { ServiceAccount } from "kubernetes-models/v1/ServiceAccount";
 import { describe, expect, it } from "vitest";
 import { WORKER_HEALTH_PORT } from "../../src/process/worker-env.ts";
-import { buildWorkerDeployment, WORKER_APP_NAME } from "../../scaler/backends/kubernetes-manifests.ts";
-import { SERVICE_APP_NAME, SERVICE_LABELS } from "../../scaler/backends/kubernetes-service-manifests.ts";
+import { buildWorkerDeployment, WORKER_APP_NAME } from "../../scaler/backends/endpoints/kubernetes-manifests.ts";
+import { SERVICE_APP_NAME, SERVICE_LABELS } from "../../scaler/backends/services/kubernetes-manifests.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import type { Endpoint } from "../../src/endpoints/record.ts";
 import type { Control } from "../../src/redis/connection.ts";
@@ -137,7 +137,7 @@ function checkGatewayAndScaler(objects: Json[], namespace: string): Json {
       verbs: ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
     { apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] },
-    // Deployed services (scaler/backends/kubernetes-services.ts): their logs, Services and environments.
+    // Deployed services (scaler/backends/services/kubernetes.ts): their logs, Services and environments.
     { apiGroups: [""], resources: ["pods/log"], verbs: ["get"] },
     {
       apiGroups: [""],

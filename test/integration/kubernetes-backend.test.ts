@@ -15,10 +15,11 @@ import {
   workerDeploymentName,
   workerGpus,
   type WorkerDeploymentOptions,
-} from "../../scaler/backends/kubernetes-manifests.ts";
-import { KubernetesApiError, KubernetesBackend } from "../../scaler/backends/kubernetes.ts";
+} from "../../scaler/backends/endpoints/kubernetes-manifests.ts";
+import { KubernetesBackend } from "../../scaler/backends/endpoints/kubernetes.ts";
+import { KubernetesApiError } from "../../scaler/backends/kubernetes-api.ts";
 import { loadSettings } from "../../src/settings/index.ts";
-import type { ReplicaBackend } from "../../scaler/backend.ts";
+import type { ReplicaBackend } from "../../scaler/backends/endpoints/backend.ts";
 import { WORKER_ALLOCATOR_ENV } from "../../src/process/worker-env.ts";
 import { FakeKubernetesApi } from "../helpers/fake-kubernetes-api.ts";
 
@@ -114,7 +115,7 @@ describe("worker Deployment manifest", () => {
       valueFrom: { secretKeyRef: { name: "platform-redis", key: "password", optional: true } },
     });
     expect(container.env!.every((e) => e.value === undefined || !/password/i.test(e.name))).toBe(true);
-    // The worker's allocator settings (scaler/backend.ts), as the local backend gives them too.
+    // The worker's allocator settings (scaler/backends/endpoints/backend.ts), as the local backend gives them too.
     for (const [name, value] of Object.entries(WORKER_ALLOCATOR_ENV))
       expect(container.env).toContainEqual({ name, value });
     expect(container.resources).toEqual({ requests: { cpu: "2", memory: "4Gi" }, limits: { cpu: "2", memory: "4Gi" } });

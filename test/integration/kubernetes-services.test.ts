@@ -1,5 +1,5 @@
 /**
- * Services on Kubernetes (scaler/backends/kubernetes-services.ts): the objects it builds against
+ * Services on Kubernetes (scaler/backends/services/kubernetes.ts): the objects it builds against
  * the real Kubernetes schemas, and the backend against the fake API server: what goes over the
  * wire, how a Deployment's status and pods become rollout outcomes and replica records, how
  * pods' logs are forwarded, and remove.
@@ -20,11 +20,11 @@ import {
   revisionObjectName,
   SERVICE_LABELS,
   serviceObjectName,
-} from "../../scaler/backends/kubernetes-service-manifests.ts";
-import { maskSecrets, podReplica, podTrouble, rolloutOutcome } from "../../scaler/backends/kubernetes-service-pods.ts";
-import { parseLogLines, timestampKey } from "../../scaler/backends/kubernetes-pod-logs.ts";
-import { KubernetesServiceBackend } from "../../scaler/backends/kubernetes-services.ts";
-import type { EnvironmentParts, ServiceReports } from "../../scaler/service-backend.ts";
+} from "../../scaler/backends/services/kubernetes-manifests.ts";
+import { maskSecrets, podReplica, podTrouble, rolloutOutcome } from "../../scaler/backends/services/kubernetes-pods.ts";
+import { parseLogLines, timestampKey } from "../../scaler/backends/services/kubernetes-pod-logs.ts";
+import { KubernetesServiceBackend } from "../../scaler/backends/services/kubernetes.ts";
+import type { EnvironmentParts, ServiceReports } from "../../scaler/backends/services/backend.ts";
 import { operatorServes } from "../../src/registry-credentials/resolve.ts";
 import { type Release, ServiceRecord, type ServiceReplica } from "../../src/services/record.ts";
 import { FakeKubernetesApi, kubeletTimestamp } from "../helpers/fake-kubernetes-api.ts";

@@ -1,9 +1,9 @@
-/** The embedded backend (scaler/backends/local.ts) on real child processes: once killed or closed it starts no replica. */
+/** The embedded backend (scaler/backends/endpoints/local.ts) on real child processes: once killed or closed it starts no replica. */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { LocalBackend } from "../../scaler/backends/local.ts";
+import { LocalBackend } from "../../scaler/backends/endpoints/local.ts";
 import { DeploymentConfig } from "../../src/contracts/deployment.ts";
 import { Endpoint } from "../../src/endpoints/record.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";

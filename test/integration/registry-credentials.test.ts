@@ -24,7 +24,7 @@ import { RegistryCredentials } from "../../src/registry-credentials/store.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { SecretBox } from "../../src/services/secrets.ts";
 import { loadSettings } from "../../src/settings/index.ts";
-import { withAuthFile } from "../../scaler/pull-auth.ts";
+import { withAuthFile } from "../../scaler/backends/services/pull-auth.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
 
 const PASSWORD = "pull-pa55-never-shown-9d1e";

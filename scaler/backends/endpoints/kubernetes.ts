@@ -3,13 +3,12 @@
  * endpoint-version (see kubernetes-manifests.ts), scaled through the `scale`
  * subresource. Works in-cluster (service account) or from a kubeconfig.
  */
-import { readFileSync } from "node:fs";
-import { ApiException, AppsV1Api, CoreV1Api, KubeConfig, setHeaderOptions } from "@kubernetes/client-node";
+import { AppsV1Api, CoreV1Api, KubeConfig, setHeaderOptions } from "@kubernetes/client-node";
 import type { V1Deployment } from "@kubernetes/client-node";
-import { z } from "zod";
-import type { Endpoint } from "../../src/endpoints/record.ts";
-import { runningRevisions } from "../../src/endpoints/rollout.ts";
-import type { BackendReplicas, ReplicaBackend } from "../backend.ts";
+import type { Endpoint } from "../../../src/endpoints/record.ts";
+import { runningRevisions } from "../../../src/endpoints/rollout.ts";
+import { call, defaultNamespace, isNotFound } from "../kubernetes-api.ts";
+import type { BackendReplicas, ReplicaBackend } from "./backend.ts";
 import {
   ANNOTATIONS,
   EXTERNAL_REPLICAS,
@@ -17,8 +16,6 @@ import {
   buildWorkerDeployment,
   type WorkerDeploymentOptions,
 } from "./kubernetes-manifests.ts";
-
-const SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 export interface KubernetesBackendOptions extends Omit<WorkerDeploymentOptions, "namespace" | "image"> {
   /** Default: `podNamespace`, then the in-cluster service account's namespace, then the kubeconfig context's, then "default". */
@@ -31,68 +28,6 @@ export interface KubernetesBackendOptions extends Omit<WorkerDeploymentOptions, 
   podName?: string;
   /** The scaler's own namespace (POD_NAMESPACE, from the downward API). */
   podNamespace?: string;
-}
-
-/** A failed Kubernetes API call, with the HTTP status and the API's own reason and message. */
-export class KubernetesApiError extends Error {
-  readonly status: number;
-  readonly reason: string | undefined;
-  readonly operation: string;
-  constructor(operation: string, status: number, reason: string | undefined, apiMessage: string) {
-    super(`Kubernetes API: ${operation} failed with ${status}${reason ? ` ${reason}` : ""}: ${apiMessage}`);
-    this.name = "KubernetesApiError";
-    this.operation = operation;
-    this.status = status;
-    this.reason = reason;
-  }
-}
-
-const StatusBody = z.object({ reason: z.string().optional(), message: z.string().optional() });
-
-function toApiError(operation: string, error: unknown): unknown {
-  // Connection and TLS failures: say which call and where, keep the cause.
-  if (!(error instanceof ApiException)) {
-    const detail =
-      error instanceof Error
-        ? `${error.message}${error.cause instanceof Error ? ` (${error.cause.message})` : ""}`
-        : String(error);
-    return new Error(`Kubernetes API: ${operation} failed: ${detail}`, { cause: error });
-  }
-  const raw: unknown = error.body;
-  let parsed: unknown = raw;
-  if (typeof raw === "string") {
-    try {
-      parsed = JSON.parse(raw);
-    } catch {
-      parsed = { message: raw };
-    }
-  }
-  const status = StatusBody.safeParse(parsed);
-  const message = status.success && status.data.message ? status.data.message : String(raw ?? "no response body");
-  return new KubernetesApiError(operation, error.code, status.success ? status.data.reason : undefined, message);
-}
-
-/** Runs one API request, turning its failure into a KubernetesApiError (or an Error naming the call). */
-export async function call<T>(operation: string, request: () => Promise<T>): Promise<T> {
-  try {
-    return await request();
-  } catch (error) {
-    throw toApiError(operation, error);
-  }
-}
-
-export function isNotFound(error: unknown): boolean {
-  return error instanceof KubernetesApiError && error.status === 404;
-}
-
-/** `podNamespace`, else the in-cluster service account's namespace, else the kubeconfig context's, else "default". */
-export function defaultNamespace(kubeConfig: KubeConfig, podNamespace: string | undefined): string {
-  if (podNamespace) return podNamespace;
-  try {
-    return readFileSync(SERVICE_ACCOUNT_NAMESPACE_FILE, "utf8").trim();
-  } catch {
-    return kubeConfig.getContextObject(kubeConfig.getCurrentContext())?.namespace ?? "default";
-  }
 }
 
 function replicasAreExternal(deployment: V1Deployment): boolean {

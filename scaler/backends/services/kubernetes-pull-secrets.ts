@@ -2,7 +2,7 @@
  * Services' image-pull Secrets on Kubernetes (docs/services.md, "Pulling from a private
  * registry"): per service, where its organization has its own credential for the image's registry
  * or the registry trusts the platform's token server, a `kubernetes.io/dockerconfigjson` Secret
- * (kubernetes-service-manifests.ts, buildPullSecret) that only that service's Deployment names.
+ * (kubernetes-manifests.ts, buildPullSecret) that only that service's Deployment names.
  * Written when it changes, so each reconciler tick costs a look at a map: the organization's
  * credential is read again every minute (a change or a removal reaches the cluster then), a pull
  * grant renewed when half its life is gone. Without either, the operator's `imagePullSecrets`
@@ -10,11 +10,11 @@
  */
 import { createHash } from "node:crypto";
 import type { CoreV1Api } from "@kubernetes/client-node";
-import type { PullAuthSource } from "../pull-auth.ts";
-import { authJson } from "../pull-auth.ts";
-import type { ServiceRecord } from "../service-backend.ts";
-import { buildPullSecret, pullSecretName, type ServiceManifestOptions } from "./kubernetes-service-manifests.ts";
-import { call, isNotFound, KubernetesApiError } from "./kubernetes.ts";
+import type { PullAuthSource } from "./pull-auth.ts";
+import { authJson } from "./pull-auth.ts";
+import type { ServiceRecord } from "./backend.ts";
+import { buildPullSecret, pullSecretName, type ServiceManifestOptions } from "./kubernetes-manifests.ts";
+import { call, isNotFound, KubernetesApiError } from "../kubernetes-api.ts";
 
 /** How long a pull grant in a cluster lives: pods are rescheduled and scaled long after a rollout. */
 export const CLUSTER_GRANT_TTL_MS = 24 * 60 * 60_000;

@@ -10,14 +10,14 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { createWriteStream, mkdirSync, type WriteStream } from "node:fs";
 import { join } from "node:path";
-import type { Endpoint } from "../../src/endpoints/record.ts";
-import type { Control } from "../../src/redis/connection.ts";
-import { readReplica, removeReplica } from "../../src/replicas/heartbeats.ts";
-import { QueueBase } from "../../src/queue/base.ts";
-import { reclaimJobs } from "../../src/queue/reclaim.ts";
-import type { BackendReplicas, ReplicaBackend } from "../backend.ts";
-import { withWorkerAllocator } from "../../src/process/worker-env.ts";
-import { runningRevisions } from "../../src/endpoints/rollout.ts";
+import type { Endpoint } from "../../../src/endpoints/record.ts";
+import type { Control } from "../../../src/redis/connection.ts";
+import { readReplica, removeReplica } from "../../../src/replicas/heartbeats.ts";
+import { QueueBase } from "../../../src/queue/base.ts";
+import { reclaimJobs } from "../../../src/queue/reclaim.ts";
+import type { BackendReplicas, ReplicaBackend } from "./backend.ts";
+import { withWorkerAllocator } from "../../../src/process/worker-env.ts";
+import { runningRevisions } from "../../../src/endpoints/rollout.ts";
 import { backoffDelay, nextFailures } from "../backoff.ts";
 
 export type LocalBackendOptions = {

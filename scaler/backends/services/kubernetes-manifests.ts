@@ -1,10 +1,10 @@
 /**
  * The Kubernetes objects one deployed service runs as (docs/services.md), as pure functions of
  * its record: a Deployment, a ClusterIP Service, and per revision a ConfigMap (its variables)
- * and a Secret (its secrets). Kept apart from the API calls (kubernetes-services.ts) so every
+ * and a Secret (its secrets). Kept apart from the API calls (kubernetes.ts) so every
  * object the backend can send is unit-testable and checked against the Kubernetes schemas; and
  * how the backend reads them back (a pod as a replica record, a Deployment's status as a
- * rollout's outcome: kubernetes-service-pods.ts), for the same reason.
+ * rollout's outcome: kubernetes-pods.ts), for the same reason.
  */
 import { createHash } from "node:crypto";
 import type {
@@ -16,8 +16,8 @@ import type {
   V1Secret,
   V1Service,
 } from "@kubernetes/client-node";
-import type { Release, ServiceRecord } from "../../src/services/record.ts";
-import type { EnvironmentParts } from "../service-backend.ts";
+import type { Release, ServiceRecord } from "../../../src/services/record.ts";
+import type { EnvironmentParts } from "./backend.ts";
 
 export const SERVICE_APP_NAME = "platform-service";
 export const SERVICE_MANAGED_BY = "platform-scaler";

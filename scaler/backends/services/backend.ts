@@ -5,7 +5,7 @@
  * gateway and status read. One interface for the local backend (processes from unpacked images)
  * and Kubernetes (Deployments).
  */
-import type { ServiceRecord, ServiceReplica } from "../src/services/record.ts";
+import type { ServiceRecord, ServiceReplica } from "../../../src/services/record.ts";
 
 /** What a backend tells the platform about the services it runs (src/services/reports.ts writes it to Redis). */
 export interface ServiceReports {

@@ -2,13 +2,13 @@
  * Services' pod logs on Kubernetes, tailed by polling (the client has no follow that survives a
  * scaler restart): each pod's new lines, bounded per read and per line, forwarded to the
  * ServiceReports once each, with a restarted container's previous lines first
- * (docs/services.md, "Logs"). kubernetes-services.ts polls it on every reconciler tick.
+ * (docs/services.md, "Logs"). kubernetes.ts polls it on every reconciler tick.
  */
 import type { CoreV1Api, V1Pod } from "@kubernetes/client-node";
-import { logger } from "../../src/telemetry/log.ts";
-import type { ServiceRecord, ServiceReports } from "../service-backend.ts";
-import { SERVICE_ANNOTATIONS, SERVICE_CONTAINER } from "./kubernetes-service-manifests.ts";
-import { call, isNotFound, KubernetesApiError } from "./kubernetes.ts";
+import { logger } from "../../../src/telemetry/log.ts";
+import type { ServiceRecord, ServiceReports } from "./backend.ts";
+import { SERVICE_ANNOTATIONS, SERVICE_CONTAINER } from "./kubernetes-manifests.ts";
+import { call, isNotFound, KubernetesApiError } from "../kubernetes-api.ts";
 
 const log = logger("services-kubernetes");
 

@@ -15,9 +15,9 @@ import { randomBytes } from "node:crypto";
 import http from "node:http";
 import http2 from "node:http2";
 import { createInterface } from "node:readline";
-import { freePort } from "../../src/process/free-port.ts";
-import { serviceKey } from "../../src/services/store.ts";
-import type { ServiceBackend, ServiceRecord, ServiceReplica, ServiceReports } from "../service-backend.ts";
+import { freePort } from "../../../src/process/free-port.ts";
+import { serviceKey } from "../../../src/services/store.ts";
+import type { ServiceBackend, ServiceRecord, ServiceReplica, ServiceReports } from "./backend.ts";
 import { backoffDelay, nextFailures } from "../backoff.ts";
 
 /** How a published image becomes a process (scaler/images/; tests stand in host processes). */

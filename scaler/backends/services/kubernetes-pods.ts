@@ -2,14 +2,14 @@
  * How the Kubernetes services backend reads a deployed service back (docs/services.md): a pod as a
  * replica record, a Deployment's status as a rollout's outcome, a pod's trouble (a failed pull, a
  * crash) in the platform's words. Pure functions of the objects, as the manifests beside them
- * (kubernetes-service-manifests.ts), so each is unit-testable.
+ * (kubernetes-manifests.ts), so each is unit-testable.
  */
 import { constants } from "node:os";
 import type { V1Deployment, V1Pod } from "@kubernetes/client-node";
-import type { ServiceRecord, ServiceReplica } from "../../src/services/record.ts";
-import { fixPullCommand } from "../../src/registry-credentials/resolve.ts";
-import { pullFailure } from "../../src/container-images/pull-failure.ts";
-import { metricsPort, SERVICE_ANNOTATIONS, SERVICE_CONTAINER, SERVICE_LABELS } from "./kubernetes-service-manifests.ts";
+import type { ServiceRecord, ServiceReplica } from "../../../src/services/record.ts";
+import { fixPullCommand } from "../../../src/registry-credentials/resolve.ts";
+import { pullFailure } from "../../../src/container-images/pull-failure.ts";
+import { metricsPort, SERVICE_ANNOTATIONS, SERVICE_CONTAINER, SERVICE_LABELS } from "./kubernetes-manifests.ts";
 
 /** A signal's name from the number Kubernetes reports (9 → SIGKILL). */
 export function signalName(signal: number | undefined): string | null {

@@ -8,7 +8,7 @@
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fixPullCommand, type PullAuth } from "../src/registry-credentials/resolve.ts";
+import { fixPullCommand, type PullAuth } from "../../../src/registry-credentials/resolve.ts";
 
 /** Where a runner gets the credential for an organization's repository (PullAuthResolver.resolve). */
 export type PullAuthSource = (org: string, repository: string) => Promise<PullAuth>;

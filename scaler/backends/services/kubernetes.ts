@@ -1,7 +1,7 @@
 /**
  * Services' replicas on Kubernetes (docs/services.md): per service a Deployment pinned to its
  * rollout's image digest, a ClusterIP Service, and per revision an immutable ConfigMap and
- * Secret (kubernetes-service-manifests.ts builds them all). `apply` is called on every
+ * Secret (kubernetes-manifests.ts builds them all). `apply` is called on every
  * reconciler tick, so it writes only what changed and reads the cluster through one shared
  * snapshot (a list of the services' Deployments and one of their pods, at most every
  * `observeIntervalMs`, however many services), from which it reports replicas and rollout
@@ -9,8 +9,8 @@
  */
 import { AppsV1Api, CoreV1Api, KubeConfig } from "@kubernetes/client-node";
 import type { V1Deployment, V1Pod } from "@kubernetes/client-node";
-import type { KubernetesSettings } from "../../src/settings/kubernetes.ts";
-import type { ServiceBackend, ServiceRecord, ServiceReports } from "../service-backend.ts";
+import type { KubernetesSettings } from "../../../src/settings/kubernetes.ts";
+import type { ServiceBackend, ServiceRecord, ServiceReports } from "./backend.ts";
 import {
   buildServiceDeployment,
   buildServiceEnvironment,
@@ -22,12 +22,12 @@ import {
   SERVICES_SELECTOR,
   type ServiceManifestOptions,
   serviceSelector,
-} from "./kubernetes-service-manifests.ts";
-import { maskSecrets, podReplica, podTrouble, rolloutOutcome } from "./kubernetes-service-pods.ts";
-import type { PullAuthSource } from "../pull-auth.ts";
+} from "./kubernetes-manifests.ts";
+import { maskSecrets, podReplica, podTrouble, rolloutOutcome } from "./kubernetes-pods.ts";
+import type { PullAuthSource } from "./pull-auth.ts";
 import { LOG_LIMITS, parseLogLines, PodLogTailer } from "./kubernetes-pod-logs.ts";
 import { PullSecrets } from "./kubernetes-pull-secrets.ts";
-import { call, defaultNamespace, isNotFound, KubernetesApiError } from "./kubernetes.ts";
+import { call, defaultNamespace, isNotFound, KubernetesApiError } from "../kubernetes-api.ts";
 
 export interface KubernetesServiceBackendOptions {
   /** Default: `KubeConfig.loadFromDefault()` (KUBECONFIG, ~/.kube/config, or in-cluster). */

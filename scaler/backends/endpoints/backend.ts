@@ -5,7 +5,7 @@
  * Readiness is not the backend's business: every worker heartbeats into Redis
  * (see src/replicas/heartbeats.ts), whatever runs it.
  */
-import type { Endpoint } from "../src/endpoints/record.ts";
+import type { Endpoint } from "../../../src/endpoints/record.ts";
 
 export interface BackendReplicas {
   /** Replicas the backend has asked for (running or starting). */

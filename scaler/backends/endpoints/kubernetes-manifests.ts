@@ -13,10 +13,10 @@ import type {
   V1Volume,
   V1VolumeMount,
 } from "@kubernetes/client-node";
-import type { Framework } from "../../src/contracts/deployment.ts";
-import type { Endpoint } from "../../src/endpoints/record.ts";
-import { revisionId } from "../../src/endpoints/rollout.ts";
-import { WORKER_ALLOCATOR_ENV, WORKER_HEALTH_PORT, WORKER_NODE_FLAGS } from "../../src/process/worker-env.ts";
+import type { Framework } from "../../../src/contracts/deployment.ts";
+import type { Endpoint } from "../../../src/endpoints/record.ts";
+import { revisionId } from "../../../src/endpoints/rollout.ts";
+import { WORKER_ALLOCATOR_ENV, WORKER_HEALTH_PORT, WORKER_NODE_FLAGS } from "../../../src/process/worker-env.ts";
 
 export const WORKER_APP_NAME = "platform-worker";
 export const MANAGED_BY = "platform-scaler";
