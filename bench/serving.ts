@@ -14,7 +14,9 @@
  * PLATFORM_PREFIX_AFFINITY on and off, later turns' TTFT p95 per round (target ≤ 0.5).
  * Per trace: wall time, TTFT p50/p95 per turn (first turns and later ones), inter-token latency,
  * output tokens/s and the cached share of prompt tokens; ratios of the platform to each peer per
- * round, their median and half-range. Writes bench/results/serving.json; docs/performance.md
+ * round, their median and half-range. Writes bench/results/serving.json (BENCH_RESULTS names
+ * another file there); BENCH_ROUNDS (2), BENCH_TRACES (a comma list), BENCH_LLAMA_SERVER=0 and
+ * BENCH_SMOKE=1 (tiny traces, to check the harness) make a run shorter. docs/performance.md
  * ("Serving traces") has the latest figures and what they mean.
  */
 import { mkdir, writeFile } from "node:fs/promises";
