@@ -116,9 +116,19 @@ export async function llamaServerPeer(bin: string): Promise<Peer> {
     if (child.exitCode !== null || Date.now() - t0 > 120_000) throw new Error(`llama-server did not start:\n${err}`);
     await sleep(100);
   }
+  const chat = httpChat({ baseUrl, apiKey: "none", model: "bench" });
   return {
     name: "llama-server",
-    send: httpChat({ baseUrl, apiKey: "none", model: "bench" }),
+    // llama-server (cpp-httplib) closes a kept-alive connection after a stream, and the client's
+    // agent may reuse it before it sees the close: that request is reset before it is read. Sent
+    // again, as HTTP clients do for a reused socket's reset; the platform's gateway keeps its
+    // connections, so the platform's peer never needs it.
+    send: async (messages, maxTokens) => {
+      const first = await chat(messages, maxTokens);
+      return !first.ok && first.output_tokens === 0 && /ECONNRESET|socket hang up/.test(String(first.error))
+        ? chat(messages, maxTokens)
+        : first;
+    },
     stop: async () => {
       child.kill("SIGTERM");
       if (child.exitCode === null) await new Promise((r) => child.once("exit", r));
