@@ -26,9 +26,14 @@ import type { EngineSettings } from "../../src/settings/engine.ts";
 const PACKAGE_DIR = dirname(dirname(createRequire(import.meta.url).resolve("node-llama-cpp")));
 const PACKAGE_VERSION = (JSON.parse(readFileSync(join(PACKAGE_DIR, "package.json"), "utf8")) as { version: string })
   .version;
-export const LLAMA_CPP_TAG = (
-  JSON.parse(readFileSync(join(PACKAGE_DIR, "llama", "llama.cpp.info.json"), "utf8")) as { tag: string }
-).tag;
+/** The bundled llama.cpp's release; read when asked, since a build in progress rewrites the file (briefly absent). */
+export function llamaCppTag(): string {
+  try {
+    return (JSON.parse(readFileSync(join(PACKAGE_DIR, "llama", "llama.cpp.info.json"), "utf8")) as { tag: string }).tag;
+  } catch {
+    return "unknown";
+  }
+}
 /** Where node-llama-cpp's loader looks for local builds (not configurable in the library). */
 export const LOCAL_BUILDS_DIR = join(PACKAGE_DIR, "llama", "localBuilds");
 /** The cmake variable that carries the CPU's name; llama.cpp ignores it, node-llama-cpp names the build by it. */

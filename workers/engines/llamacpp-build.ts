@@ -14,9 +14,9 @@ import {
   buildsHome,
   chooseBinary,
   cpuKey,
-  LLAMA_CPP_TAG,
   LOCAL_BUILDS_DIR,
   linkBuild,
+  llamaCppTag,
   missingBuildTool,
   nativeCmakeOptions,
 } from "./llamacpp-binary.ts";
@@ -93,5 +93,5 @@ export async function buildNative(
   await cp(join(localBuilds, name, "buildDone.status"), join(target, "buildDone.status"));
   await rm(join(localBuilds, name), { recursive: true, force: true });
   if (!(await linkBuild(target, localBuilds))) throw new Error(`cannot link ${target} from ${localBuilds}`);
-  return { path: target, seconds: Math.round((Date.now() - started) / 1000), llamaCpp: LLAMA_CPP_TAG };
+  return { path: target, seconds: Math.round((Date.now() - started) / 1000), llamaCpp: llamaCppTag() };
 }
