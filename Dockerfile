@@ -11,7 +11,7 @@ COPY package.json package-lock.json ./
 # npm's `prepare` runs this; without dev dependencies (no esbuild) it only notes that it skipped.
 COPY scripts/build-dashboard.mjs ./scripts/
 # node-llama-cpp ships prebuilt llama.cpp binaries as optional dependencies, so
-# no compiler is needed here.
+# no compiler is needed here (the `engine` stage below builds one for the CPU).
 RUN npm ci --omit=dev && npm cache clean --force
 
 # The web dashboard's bundle (dist/dashboard/, served at /dashboard): built with the dev
@@ -24,11 +24,29 @@ RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY src/dashboard ./src/dashboard
 RUN npm run build:dashboard
 
+# llama.cpp built for the CPU of the machine that builds the image (`platform engine build`;
+# docs/engines.md, "A build for this CPU"): CPU replicas load it on nodes whose CPU has the same
+# instruction set and the prebuilt binary on others, saying which in their log. The compilers stay
+# in this stage. `--build-arg LLAMA_BUILD=prebuilt` skips the build (about 10-30 minutes).
+FROM deps AS engine
+ARG LLAMA_BUILD=native
+ENV PLATFORM_ENGINE_DIR=/app/engines
+RUN mkdir -p /app/engines && if [ "$LLAMA_BUILD" = native ]; then \
+      apt-get update && apt-get install -y --no-install-recommends cmake g++ make git && rm -rf /var/lib/apt/lists/*; fi
+COPY bin ./bin
+COPY src ./src
+COPY workers ./workers
+# The build links node-llama-cpp's local-build entry to /app/engines; the cloned source is not needed to load it.
+RUN if [ "$LLAMA_BUILD" = native ]; then \
+      node bin/platform.js engine build && rm -rf node_modules/node-llama-cpp/llama/llama.cpp; fi
+
 FROM node:24-bookworm-slim
 ENV NODE_ENV=production \
-    PLATFORM_DATA_DIR=/data
+    PLATFORM_DATA_DIR=/data \
+    PLATFORM_ENGINE_DIR=/app/engines
 WORKDIR /app
-COPY --from=deps /app/node_modules ./node_modules
+COPY --from=engine /app/node_modules ./node_modules
+COPY --from=engine /app/engines ./engines
 COPY package.json ./
 COPY bin ./bin
 COPY src ./src

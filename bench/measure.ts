@@ -1,10 +1,13 @@
 /**
  * What the benchmarks share: a lean keep-alive HTTP client (node:http, as a production caller
  * would use; fetch/undici adds a client-side cost that is not the platform's, see
- * docs/performance.md) and the order statistics every figure is read with (kept in src/ because
- * `platform inference benchmark` reads its samples with the same ones).
+ * docs/performance.md), the order statistics every figure is read with (kept in src/ because
+ * `platform inference benchmark` reads its samples with the same ones), and the timing of a
+ * series of calls, in alternating pairs where two sides are compared.
  */
 import { Agent, request as httpRequest } from "node:http";
+
+import { percentile } from "../src/benchmark/stats.ts";
 
 export { median, percentile } from "../src/benchmark/stats.ts";
 
@@ -41,4 +44,52 @@ export function postText(url: string, body: unknown, headers: Record<string, str
     req.on("error", reject);
     req.end(payload);
   });
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** Half the range: the spread printed beside a median of per-round ratios. */
+export const halfRange = (xs: number[]) => (xs.length === 0 ? 0 : (Math.max(...xs) - Math.min(...xs)) / 2);
+
+export type Timed = { p50: number; p99: number; perSecond: number };
+/** `elapsedMs`: the wall time the samples were taken in, for the rate. */
+export function summarize(latencies: number[], elapsedMs: number): Timed {
+  latencies.sort((a, b) => a - b);
+  return {
+    p50: percentile(latencies, 50),
+    p99: percentile(latencies, 99),
+    perSecond: (latencies.length / elapsedMs) * 1000,
+  };
+}
+
+/** `n` calls of `fn`, `concurrency` at a time. */
+export async function timeEach(n: number, concurrency: number, fn: () => Promise<unknown>): Promise<Timed> {
+  const latencies: number[] = [];
+  const start = performance.now();
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next++ < n) {
+        const t0 = performance.now();
+        await fn();
+        latencies.push(performance.now() - t0);
+      }
+    }),
+  );
+  return summarize(latencies, performance.now() - start);
+}
+
+export async function timeOne(fn: () => Promise<unknown>): Promise<number> {
+  const t0 = performance.now();
+  await fn();
+  return performance.now() - t0;
+}
+
+/** Runs the pair in alternating order, so neither always runs on the warmer (or busier) side. */
+export async function pair<A, B>(round: number, a: () => Promise<A>, b: () => Promise<B>): Promise<[A, B]> {
+  if (round % 2 === 0) {
+    const x = await a();
+    return [x, await b()];
+  }
+  const y = await b();
+  return [await a(), y];
 }

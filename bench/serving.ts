@@ -9,29 +9,22 @@
  *     its API hands them out, the common prefix of its cache kept, as LlamaCompletion does);
  *   - llama-server built from the llama.cpp source node-llama-cpp bundles (bench/llama-server.ts),
  *     `--parallel PARALLEL -t THREADS`; skipped, saying so, where it cannot be built.
+ * And prefix-affine dispatch against dispatch by chance (BENCH_AFFINITY: 1 by default, 0 skips it,
+ * "only" runs only it): two replicas of the platform on the multi-turn trace, with
+ * PLATFORM_PREFIX_AFFINITY on and off, later turns' TTFT p95 per round (target ≤ 0.5).
  * Per trace: wall time, TTFT p50/p95 per turn (first turns and later ones), inter-token latency,
  * output tokens/s and the cached share of prompt tokens; ratios of the platform to each peer per
- * round, their median and half-range. Writes bench/results/serving.json; docs/performance.md
+ * round, their median and half-range. Writes bench/results/serving.json (BENCH_RESULTS names
+ * another file there); BENCH_ROUNDS (2), BENCH_TRACES (a comma list), BENCH_LLAMA_SERVER=0 and
+ * BENCH_SMOKE=1 (tiny traces, to check the harness) make a run shorter. docs/performance.md
  * ("Serving traces") has the latest figures and what they mean.
  */
-import { spawn, spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
 import { loadavg } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import {
-  getLlama,
-  JinjaTemplateChatWrapper,
-  type LlamaContextSequence,
-  LlamaLogLevel,
-  type Token,
-} from "node-llama-cpp";
-import {
-  type ChatTurnMessage,
-  httpChat,
   runTrace,
-  type SendChat,
   TRACE_SHAPES,
   TRACES,
   type TraceName,
@@ -39,24 +32,22 @@ import {
   traceConversations,
   traceResult,
 } from "../src/benchmark/traces.ts";
-import { DeploymentConfig } from "../src/contracts/deployment.ts";
-import { deployEndpoint } from "../src/endpoints/store.ts";
-import { convertCheckpoint } from "../src/formats/convert/index.ts";
-import { freePort } from "../src/process/free-port.ts";
-import { connectControl } from "../src/redis/connection.ts";
-import { importModel } from "../src/models/import.ts";
-import { loadSettings } from "../src/settings/index.ts";
-import { openStore } from "../src/storage/index.ts";
-import { startStack } from "../test/helpers/stack.ts";
-import { benchCache, llamaServer } from "./llama-server.ts";
-import { median } from "./measure.ts";
+import { llamaServer } from "./llama-server.ts";
+import { halfRange, median } from "./measure.ts";
+import {
+  directPeer,
+  ensureModel,
+  llamaServerPeer,
+  PARALLEL,
+  type Peer,
+  platformPeer,
+  SIZE,
+  THREADS,
+} from "./serving-peers.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
-const SIZE = process.env.BENCH_MODEL_SIZE ?? "75m";
-const THREADS = Number(process.env.BENCH_THREADS ?? 1);
-const PARALLEL = Number(process.env.BENCH_PARALLEL ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
-const CONTEXT = 4096;
+const AFFINITY = process.env.BENCH_AFFINITY ?? "1";
 /** BENCH_SMOKE=1: two short conversations per trace, to check the harness (figures mean nothing). */
 const SHAPES = Object.fromEntries(
   TRACES.map((t) => [
@@ -67,163 +58,31 @@ const SHAPES = Object.fromEntries(
   ]),
 ) as typeof TRACE_SHAPES;
 const only = process.env.BENCH_TRACES?.split(",") as TraceName[] | undefined;
-const traces = TRACES.filter((t) => !only || only.includes(t));
-const halfRange = (xs: number[]) => (xs.length === 0 ? 0 : (Math.max(...xs) - Math.min(...xs)) / 2);
+const traces = AFFINITY === "only" ? [] : TRACES.filter((t) => !only || only.includes(t));
 const log = (line: string) => console.error(`[bench:serving] ${line}`);
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-// ------------------------------------------------------------------ the model, made here
-
-const modelDir = join(benchCache(), "models", `llama-${SIZE}-seed39`);
-const gguf = `${modelDir}.gguf`;
-if (!existsSync(join(modelDir, "config.json"))) {
-  log(`making the ${SIZE} checkpoint in ${modelDir}`);
-  const made = spawnSync(
-    join(ROOT, ".venv-ref", "bin", "python"),
-    [join(ROOT, "bench", "models", "make-llama.py"), SIZE, modelDir],
-    {
-      stdio: ["ignore", "inherit", "inherit"],
-    },
-  );
-  if (made.status !== 0)
-    throw new Error("bench/models/make-llama.py failed (is .venv-ref set up? scripts/reference/setup.sh)");
-}
-if (!existsSync(gguf)) await convertCheckpoint(modelDir, gguf);
-
-// ------------------------------------------------------------------ the peers
-
-type Peer = { name: string; send: SendChat; stop: () => Promise<void> };
-
-async function platformPeer(): Promise<Peer> {
-  const stack = await startStack();
-  const settings = loadSettings(stack.env);
-  const ctl = connectControl(stack.redisUrl, settings.prefix);
-  // The checkpoint directory: registered and converted by the platform itself.
-  await importModel(
-    { ctl, artifacts: openStore(settings.artifactsUrl), scratchDir: join(stack.dataDir, "tmp") },
-    { name: "bench", framework: "llamacpp", source: modelDir },
-  );
-  await deployEndpoint(
-    ctl,
-    DeploymentConfig.parse({
-      model: { name: "bench" },
-      resources: { replicas: 1, parallel: PARALLEL, cpu: THREADS },
-      runtime: { max_model_len: CONTEXT },
-    }),
-  );
-  await stack.waitFor(
-    async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/bench")).body.state === "available",
-    "the bench endpoint to be available",
-    300_000,
-  );
-  await ctl.redis.quit();
-  return {
-    name: "platform",
-    send: httpChat({ baseUrl: stack.baseUrl, apiKey: stack.apiKey, model: "bench" }),
-    stop: async () => void (await stack.stop()),
-  };
-}
-
-async function llamaServerPeer(bin: string): Promise<Peer> {
-  const port = await freePort();
-  const child = spawn(
-    bin,
-    [
-      ...["-m", gguf, "--host", "127.0.0.1", "--port", String(port)],
-      ...["--parallel", String(PARALLEL), "-t", String(THREADS), "-tb", String(THREADS)],
-      ...["-c", String(CONTEXT * PARALLEL), "--jinja"],
-    ],
-    { stdio: ["ignore", "ignore", "pipe"] },
-  );
-  let err = "";
-  child.stderr.on("data", (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
-  const baseUrl = `http://127.0.0.1:${port}`;
-  const t0 = Date.now();
-  while ((await fetch(`${baseUrl}/health`).catch(() => undefined))?.status !== 200) {
-    if (child.exitCode !== null || Date.now() - t0 > 120_000) throw new Error(`llama-server did not start:\n${err}`);
-    await sleep(100);
-  }
-  return {
-    name: "llama-server",
-    send: httpChat({ baseUrl, apiKey: "none", model: "bench" }),
-    stop: async () => {
-      child.kill("SIGTERM");
-      if (child.exitCode === null) await new Promise((r) => child.once("exit", r));
-    },
-  };
-}
-
-/** node-llama-cpp as its API is used: the chat rendered by the GGUF's template, any free sequence. */
-async function directPeer(): Promise<Peer> {
-  const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
-  const model = await llama.loadModel({ modelPath: gguf });
-  // contextSize is per sequence in node-llama-cpp (llama-server's -c is the whole context).
-  const context = await model.createContext({ sequences: PARALLEL, contextSize: CONTEXT, threads: THREADS });
-  const free: LlamaContextSequence[] = Array.from({ length: PARALLEL }, () => context.getSequence());
-  const template = new JinjaTemplateChatWrapper({ template: String(model.fileInfo.metadata.tokenizer?.chat_template) });
-  const render = (messages: ChatTurnMessage[]) =>
-    template
-      .generateContextState({
-        chatHistory: [
-          ...messages.map((m) =>
-            m.role === "assistant"
-              ? { type: "model" as const, response: [m.content] }
-              : { type: m.role, text: m.content },
-          ),
-          { type: "model", response: [] },
-        ],
-      })
-      .contextText.tokenize(model.tokenizer);
-  const send: SendChat = async (messages, maxTokens) => {
-    const started = performance.now();
-    const sequence = free.pop() as LlamaContextSequence;
-    try {
-      const prompt = render(messages) as Token[];
-      await sequence.adaptStateToTokens(prompt.slice(0, -1), false);
-      const cached = sequence.nextTokenIndex;
-      const times: number[] = [];
-      const tokens: Token[] = [];
-      for await (const token of sequence.evaluate(prompt.slice(cached), { temperature: 0 })) {
-        times.push(performance.now());
-        tokens.push(token);
-        if (tokens.length >= maxTokens) break;
-      }
-      return {
-        ok: true,
-        ttft_ms: (times[0] ?? started) - started,
-        itl_ms: times.slice(1).map((t, i) => t - (times[i] as number)),
-        e2e_ms: performance.now() - started,
-        output_tokens: tokens.length,
-        prompt_tokens: prompt.length,
-        cached_tokens: cached,
-        text: model.detokenize(tokens),
-      };
-    } finally {
-      free.push(sequence);
-    }
-  };
-  return {
-    name: "node-llama-cpp",
-    send,
-    stop: async () => {
-      await context.dispose();
-      await model.dispose();
-    },
-  };
-}
+await ensureModel(log);
 
 // ------------------------------------------------------------------ the rounds
 
-const server = process.env.BENCH_LLAMA_SERVER === "0" ? { skipped: "BENCH_LLAMA_SERVER=0" } : await llamaServer(log);
+const server =
+  traces.length === 0
+    ? { skipped: "no trace run (BENCH_AFFINITY=only)" }
+    : process.env.BENCH_LLAMA_SERVER === "0"
+      ? { skipped: "BENCH_LLAMA_SERVER=0" }
+      : await llamaServer(log);
 const serverSkipped = typeof server === "string" ? undefined : server.skipped;
 if (serverSkipped) log(`llama-server skipped: ${serverSkipped}`);
-const makers: [string, () => Promise<Peer>][] = [
-  ["platform", platformPeer],
-  ["node-llama-cpp", directPeer],
-  ...(typeof server === "string"
-    ? [["llama-server", () => llamaServerPeer(server)] as [string, () => Promise<Peer>]]
-    : []),
-];
+const makers: [string, () => Promise<Peer>][] =
+  traces.length === 0
+    ? []
+    : [
+        ["platform", () => platformPeer()],
+        ["node-llama-cpp", directPeer],
+        ...(typeof server === "string"
+          ? [["llama-server", () => llamaServerPeer(server)] as [string, () => Promise<Peer>]]
+          : []),
+      ];
 const loadAtStart = loadavg();
 /** results[trace][peer][round] */
 const results: Record<string, Record<string, TraceResult[]>> = {};
@@ -256,6 +115,44 @@ try {
   }
 } finally {
   for (const peer of peers) await peer.stop();
+}
+
+// ------------------------------------------------------------------ affinity: two replicas, on and off
+
+/** Per round: the multi-turn trace on two replicas with prefix-affine dispatch, and with it off. */
+const affinity: { affine: TraceResult; chance: TraceResult }[] = [];
+if (AFFINITY !== "0") {
+  const sides: Peer[] = [];
+  try {
+    log("starting two platforms of two replicas each: prefix affinity on, and off");
+    const affine = await platformPeer({ name: "affine", replicas: 2 });
+    sides.push(affine);
+    const chance = await platformPeer({
+      name: "by chance",
+      replicas: 2,
+      env: { PLATFORM_PREFIX_AFFINITY: "false" },
+    });
+    sides.push(chance);
+    for (const side of sides) await side.send([{ role: "user", content: "hello" }], 4);
+    for (let round = 0; round < ROUNDS; round++) {
+      const conversations = traceConversations("multi-turn", SHAPES["multi-turn"], 139 + round);
+      const got: Record<string, TraceResult> = {};
+      // The order swapped every round, so a change in the machine's load lands on both alike.
+      for (const side of round % 2 === 0 ? [affine, chance] : [chance, affine]) {
+        const result = traceResult(
+          "multi-turn",
+          await runTrace(conversations, SHAPES["multi-turn"].concurrency, side.send),
+        );
+        got[side.name] = result;
+        log(
+          `${side.name} round ${round + 1}: TTFT later p50/p95 ${result.ttft_later_p50}/${result.ttft_later_p95} ms, first p50 ${result.ttft_first_p50} ms, cached ${result.cached_share}, wall ${result.wall_s.toFixed(1)} s${result.errors ? `, ${result.errors} errors` : ""}`,
+        );
+      }
+      affinity.push({ affine: got.affine as TraceResult, chance: got["by chance"] as TraceResult });
+    }
+  } finally {
+    for (const side of sides) await side.stop();
+  }
 }
 
 // ------------------------------------------------------------------ report
@@ -301,6 +198,34 @@ const summary = Object.fromEntries(
     return [trace, { peers, vs_llama_server: against("llama-server"), vs_node_llama_cpp: against("node-llama-cpp") }];
   }),
 );
+const affinityRatio = (pick: (r: TraceResult) => number | null) => {
+  const rounds = affinity.flatMap(({ affine, chance }) => {
+    const [a, b] = [pick(affine), pick(chance)];
+    return a !== null && b !== null && b > 0 ? [a / b] : [];
+  });
+  return rounds.length === 0
+    ? null
+    : { ratio: median(rounds), spread: halfRange(rounds), rounds: rounds.map((x) => Math.round(x * 1000) / 1000) };
+};
+const affinitySummary =
+  affinity.length === 0
+    ? null
+    : {
+        replicas: 2,
+        ttft_later_p95: affinityRatio((r) => r.ttft_later_p95),
+        ttft_later_p50: affinityRatio((r) => r.ttft_later_p50),
+        wall: affinityRatio((r) => r.wall_s),
+        affine: {
+          ttft_later_p50: median(affinity.map((r) => r.affine.ttft_later_p50 ?? 0)),
+          ttft_later_p95: median(affinity.map((r) => r.affine.ttft_later_p95 ?? 0)),
+          cached_share: median(affinity.map((r) => r.affine.cached_share ?? 0)),
+        },
+        by_chance: {
+          ttft_later_p50: median(affinity.map((r) => r.chance.ttft_later_p50 ?? 0)),
+          ttft_later_p95: median(affinity.map((r) => r.chance.ttft_later_p95 ?? 0)),
+          cached_share: median(affinity.map((r) => r.chance.cached_share ?? 0)),
+        },
+      };
 const report = {
   model: `llama-${SIZE} (seeded random, bench/models/make-llama.py)`,
   threads: THREADS,
@@ -311,10 +236,15 @@ const report = {
     : "built from node-llama-cpp's bundled llama.cpp (GGML_NATIVE)",
   load_average: { at_start: loadAtStart, at_end: loadavg() },
   traces: summary,
+  affinity: affinitySummary,
   results,
+  affinity_results: affinity,
 };
 await mkdir(join(ROOT, "bench", "results"), { recursive: true });
-await writeFile(join(ROOT, "bench", "results", "serving.json"), `${JSON.stringify(report, null, 2)}\n`);
+await writeFile(
+  join(ROOT, "bench", "results", process.env.BENCH_RESULTS ?? "serving.json"),
+  `${JSON.stringify(report, null, 2)}\n`,
+);
 
 const f = (x: number | null | undefined, d = 0) => (x === null || x === undefined ? "—" : x.toFixed(d));
 const fr = (r: Ratio) => (r ? `${f(r.ratio, 2)} ±${f(r.spread, 2)} (${r.rounds.map((x) => f(x, 2)).join(", ")})` : "—");
@@ -336,4 +266,17 @@ for (const trace of traces) {
     console.log(
       `  platform / ${label}: wall ${fr(a.wall)}, tok/s ${fr(a.tokens_per_s)}, TTFT first ${fr(a.ttft_first_p50)}, later ${fr(a.ttft_later_p50)}`,
     );
+}
+if (affinitySummary) {
+  const a = affinitySummary;
+  console.log("\nprefix-affine dispatch, 2 replicas, multi-turn trace (affinity on ÷ off)");
+  console.log(
+    `  affine     TTFT later p50/p95 ${f(a.affine.ttft_later_p50)}/${f(a.affine.ttft_later_p95)} ms, cached ${f(a.affine.cached_share, 3)}`,
+  );
+  console.log(
+    `  by chance  TTFT later p50/p95 ${f(a.by_chance.ttft_later_p50)}/${f(a.by_chance.ttft_later_p95)} ms, cached ${f(a.by_chance.cached_share, 3)}`,
+  );
+  console.log(
+    `  ratio: later p95 ${fr(a.ttft_later_p95)} (target ≤ 0.5), later p50 ${fr(a.ttft_later_p50)}, wall ${fr(a.wall)}`,
+  );
 }

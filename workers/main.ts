@@ -72,7 +72,7 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
   trimMemoryWhenIdle({ busy: () => inFlight() > 0 });
   let assigned: { endpoint: string; replicaId?: string; revision?: string };
   if (options.endpoint === undefined) {
-    await prepareLlamaCpp();
+    await prepareLlamaCpp(settings.engine);
     const assignment = await readAssignment();
     if (!assignment) return lost("standby worker: stdin closed before an endpoint was assigned");
     assigned = assignment;
@@ -109,6 +109,7 @@ export async function runWorkerProcess(options: WorkerProcessOptions): Promise<v
         images: settings.pictures,
         draftModelPath: await draftFile(settings, ctl, endpoint, replicaId),
         grammarTimeoutMs: settings.structured.grammarTimeoutMs,
+        llamaBinary: settings.engine,
         // vLLM reserves LoRA memory only when adapters may come: set max_loras, or have one registered.
         vllmLora: endpoint.framework === "vllm" && (await hasAdapters(ctl, model)),
       });

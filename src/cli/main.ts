@@ -27,6 +27,7 @@ const GROUPS: Record<string, () => Promise<Register>> = {
   service: async () => (await import("./service.ts")).registerService,
   "dev-center": async () => (await import("./dev-center/index.ts")).registerDevCenter,
   doctor: async () => (await import("./doctor/index.ts")).registerDoctor,
+  engine: async () => (await import("./engine.ts")).registerEngine,
   gateway: async () => (await import("./roles.ts")).registerRoles,
   worker: async () => (await import("./roles.ts")).registerRoles,
   scaler: async () => (await import("./roles.ts")).registerRoles,

@@ -212,6 +212,14 @@ async function up(flags: UpFlags): Promise<void> {
     );
   if (credsFile) log(`             (saved to ${credsFile} for the CLI)`);
   log(`  data dir   ${settings.dataDir}`);
+  // Which llama.cpp binary CPU replicas load (the worker logs what it did load): `platform engine build` makes this CPU's.
+  const { chooseBinary } = await import("../../workers/engines/llamacpp-binary.ts");
+  log(
+    `  llama.cpp  ${await chooseBinary(settings.engine).then(
+      (c) => c.note,
+      (e: Error) => e.message,
+    )}`,
+  );
   // Never the password: terminals are scrolled back, logs are shared.
   log(`  redis      ${maskRedisUrl(redisUrl)}${redis ? ` (embedded, AOF on; password in ${redis.passwordFile})` : ""}`);
   log("Press Ctrl-C to stop.");

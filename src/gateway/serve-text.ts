@@ -138,9 +138,10 @@ export async function serveText<R, C extends StreamChunk>(
  * part past it, once it is past it. A deterministic generation (greedy, or seeded) repeats it
  * exactly, and the stream goes on as if nothing happened; one that differs cannot be joined to
  * what was sent, and ends with 502 `replica_lost` as before. Logprobs are carried per token and
- * cannot be split: a stream with them ends so too.
+ * cannot be split: a stream with them ends so too. The Responses and Messages streams
+ * (serve-events.ts) replay the same way.
  */
-class Replay {
+export class Replay {
   private readonly expected: string;
   private at = 0;
 
@@ -166,15 +167,9 @@ class Replay {
   }
 }
 
-/**
- * A stream's job that failed, or started again: a second start means the first replica died
- * mid-stream and the job was retried; the client already has a prefix of a different generation,
- * so the stream ends with an error.
- */
-export function streamFailure(event: Extract<JobEvent, { type: "started" | "error" }>): PlatformError {
-  return event.type === "error"
-    ? publicJobError(event.error)
-    : new PlatformError(502, "replica_lost", "the replica serving this stream stopped; retry the request");
+/** A stream's job that failed: its error, as the client may see it. */
+export function streamFailure(event: Extract<JobEvent, { type: "error" }>): PlatformError {
+  return publicJobError(event.error);
 }
 
 /**

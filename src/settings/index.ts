@@ -32,6 +32,7 @@ import { type FineTuningSettings, fineTuningSettings, fineTuningShape } from "./
 import type { TracingSettings } from "../telemetry/tracing-contract.ts";
 import { tracingSettings, tracingShape } from "./tracing.ts";
 import { type VllmSettings, vllmSettings, vllmShape } from "./vllm.ts";
+import { type EngineSettings, engineSettings, engineShape } from "./engine.ts";
 import { type PicturesSettings, picturesSettings, picturesShape } from "./pictures.ts";
 import { type ResponsesSettings, responsesSettings, responsesShape } from "./responses.ts";
 import { type TenantSettings, tenantSettings, tenantsShape } from "./tenants.ts";
@@ -40,6 +41,7 @@ export type {
   AdmissionSettings,
   CliSettings,
   CoreSettings,
+  EngineSettings,
   HeartbeatSettings,
   KubernetesSettings,
   LoggingSettings,
@@ -75,6 +77,8 @@ export type Settings = CoreSettings & {
   structured: StructuredSettings;
   /** VLLM_BIN, PLATFORM_VLLM_START_TIMEOUT_MS. */
   vllm: VllmSettings;
+  /** PLATFORM_LLAMA_BUILD, PLATFORM_ENGINE_DIR: which llama.cpp binary a CPU replica loads. */
+  engine: EngineSettings;
   /** PLATFORM_IMAGES_PYTHON, PLATFORM_IMAGES_START_TIMEOUT_MS, PLATFORM_IMAGES_MAX_BATCH, PLATFORM_IMAGES_URL_TTL_MS. */
   pictures: PicturesSettings;
   responses: ResponsesSettings;
@@ -115,6 +119,7 @@ const Env = z
     ...queueShape,
     ...structuredShape,
     ...vllmShape,
+    ...engineShape,
     ...picturesShape,
     ...responsesShape,
     ...kubernetesShape,
@@ -147,6 +152,7 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     ...queueSections(e),
     structured: structuredSettings(e),
     vllm: vllmSettings(e),
+    engine: engineSettings(e, core.dataDir),
     pictures: picturesSettings(e),
     responses: responsesSettings(e),
     kubernetes: kubernetesSettings(e),

@@ -210,6 +210,7 @@ describe("platform init", () => {
       "service-route",
       "cluster",
       "trainer",
+      "llama-binary",
     ]);
     expect(statusOf(json, "credentials")).toMatchObject({ status: "ok" });
     // Nothing deployed from this workspace yet: the service checks are skipped, saying so.

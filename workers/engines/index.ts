@@ -1,6 +1,6 @@
 /** Picks and loads the engine an endpoint's framework names. */
 import type { Endpoint } from "../../src/endpoints/record.ts";
-import type { PicturesSettings, VllmSettings } from "../../src/settings/index.ts";
+import type { EngineSettings, PicturesSettings, VllmSettings } from "../../src/settings/index.ts";
 import type { Engine } from "./engine.ts";
 import { loadLlamaCpp } from "./llamacpp.ts";
 
@@ -17,6 +17,8 @@ export async function loadEngine(
     draftModelPath?: string;
     grammarTimeoutMs?: number;
     vllmLora?: boolean;
+    /** Which llama.cpp CPU binary (settings.engine). */
+    llamaBinary?: EngineSettings;
   } = {},
 ): Promise<Engine> {
   const vllm = extra.vllm;
@@ -56,6 +58,7 @@ export async function loadEngine(
     float32: runtime.dtype === "float32" || runtime.dtype === "float",
     maxLoras: runtime.max_loras,
     grammarTimeoutMs: extra.grammarTimeoutMs,
+    binary: extra.llamaBinary,
     draft:
       extra.draftModelPath === undefined
         ? undefined

@@ -12,10 +12,12 @@ import { availableParallelism } from "node:os";
 import { DraftSequenceTokenPredictor, getLlama, type Llama, LlamaLogLevel, type LlamaModel } from "node-llama-cpp";
 import { DEFAULT_MAX_LORAS, LLAMACPP } from "../../src/contracts/engines.ts";
 import { PlatformError } from "../../src/contracts/errors.ts";
+import type { EngineSettings } from "../../src/settings/engine.ts";
 import { DEFAULT_GRAMMAR_TIMEOUT_MS } from "../../src/settings/structured.ts";
 import { logger } from "../../src/telemetry/log.ts";
 import type { Engine } from "./engine.ts";
 import { AdapterLanes } from "./llamacpp-adapters.ts";
+import { loadCpuLlama } from "./llamacpp-build.ts";
 import { Embedder } from "./llamacpp-embed.ts";
 import { type Draft, LlamaCppEngine } from "./llamacpp-engine.ts";
 import { GrammarCache } from "./llamacpp-grammar.ts";
@@ -45,6 +47,8 @@ export type LlamaCppOptions = {
   float32?: boolean;
   /** LoRA adapter contexts kept at once (`runtime.max_loras`; llamacpp-adapters.ts). */
   maxLoras?: number;
+  /** Which CPU binary to load (PLATFORM_LLAMA_BUILD, PLATFORM_ENGINE_DIR); llamacpp-binary.ts. */
+  binary?: EngineSettings;
 };
 
 /** Draft tokens per step when `runtime.num_speculative_tokens` is unset (vLLM's usual choice too). */
@@ -61,22 +65,32 @@ export function defaultThreads(): number {
 
 /** The library's native binding, loaded once per process and kind (CPU or GPU). */
 const llamas = new Map<boolean, Promise<Llama>>();
-function llamaFor(gpu: boolean): Promise<Llama> {
+/**
+ * `binary`: which CPU binary (llamacpp-binary.ts), as the worker's settings say; without it (tests,
+ * benches calling the engine directly), node-llama-cpp's own choice, the prebuilt one here.
+ */
+function llamaFor(gpu: boolean, binary?: EngineSettings): Promise<Llama> {
   let llama = llamas.get(gpu);
   if (!llama) {
-    llama = getLlama({ gpu: gpu ? "auto" : false, build: "never", logLevel: LlamaLogLevel.error });
+    llama =
+      !gpu && binary
+        ? loadCpuLlama(binary).then(({ llama, binary, note, path }) => {
+            log.info({ llama_binary: binary, path }, `llama.cpp: ${note}`);
+            return llama;
+          })
+        : getLlama({ gpu: gpu ? "auto" : false, build: "never", logLevel: LlamaLogLevel.error });
     llamas.set(gpu, llama);
   }
   return llama;
 }
 
 /** Loads the CPU binding ahead of any model: a standby worker does this while it waits (workers/main.ts). */
-export async function prepareLlamaCpp(): Promise<void> {
-  await llamaFor(false);
+export async function prepareLlamaCpp(binary?: EngineSettings): Promise<void> {
+  await llamaFor(false, binary);
 }
 
 export async function loadLlamaCpp(options: LlamaCppOptions): Promise<Engine> {
-  const llama = await llamaFor(options.gpu ?? false);
+  const llama = await llamaFor(options.gpu ?? false, options.binary);
   if (options.gpu && llama.gpu === false)
     log.warn(
       "resources.gpu asks for a GPU, but node-llama-cpp found none on this node (no CUDA, Vulkan or Metal): running on the CPU",

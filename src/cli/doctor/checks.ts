@@ -5,6 +5,7 @@
  */
 import type { DoctorCheck } from "./check.ts";
 import { clusterCheck } from "./cluster.ts";
+import { engineCheck } from "./engine.ts";
 import { builderCheck, imageRegistryCheck, imageSessionCheck } from "./container-images.ts";
 import { protosCheck } from "./protos.ts";
 import { registryCredentialCheck } from "./registry-credential.ts";
@@ -33,4 +34,5 @@ export const DOCTOR_CHECKS: readonly DoctorCheck[] = [
   serviceRouteCheck,
   clusterCheck,
   trainerCheck,
+  engineCheck,
 ];

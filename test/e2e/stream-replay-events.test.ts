@@ -1,0 +1,134 @@
+/**
+ * A Responses or Messages stream survives its replica, as a chat stream does (test/e2e/fleet.test.ts):
+ * the serving worker SIGKILLed mid-stream, another replica takes the job, and the gateway's replay
+ * (src/gateway/serve-events.ts, serve-text.ts's Replay) joins its text to what was sent, so the
+ * client's greedy answer is byte for byte the uninterrupted one and the stream ends as usual.
+ */
+import { dirname } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { tinyModelPath } from "../helpers/models.ts";
+import { type Stack, sleep, startStack } from "../helpers/stack.ts";
+
+type Status = { replicas: { ready: number }; replica_list: { pid: number; in_flight: number }[] };
+type Sse = { event: string; data: Record<string, unknown> };
+
+let stack: Stack;
+let modelPath: string;
+
+beforeAll(async () => {
+  modelPath = await tinyModelPath({ contextLength: 4096 });
+  stack = await startStack({ args: ["--storage-root", dirname(modelPath)] });
+});
+
+afterAll(async () => {
+  await stack?.stop();
+});
+
+const status = async (name: string) => (await stack.admin<Status>("GET", `/admin/v1/endpoints/${name}`)).body;
+
+/** A fresh endpoint of its own model record (each prompt then evaluated whole, never from a cache). */
+async function endpoint(name: string, replicas: number): Promise<void> {
+  const reg = await stack.admin("POST", "/admin/v1/models", { name, framework: "llamacpp", source: modelPath });
+  expect(reg.status, JSON.stringify(reg.body)).toBe(201);
+  const res = await stack.admin("PUT", `/admin/v1/endpoints/${name}`, {
+    model: { name },
+    resources: { replicas, parallel: 1 },
+  });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  await stack.waitFor(async () => (await status(name)).replicas.ready === replicas, `${name}: ${replicas} ready`);
+}
+
+const events = (raw: string): Sse[] =>
+  raw
+    .split("\n\n")
+    .map((block) => ({
+      event: /^event: (.*)$/m.exec(block)?.[1] ?? "",
+      data: /^data: (.*)$/m.exec(block)?.[1],
+    }))
+    .filter((e): e is { event: string; data: string } => e.data !== undefined)
+    .map((e) => ({ event: e.event, data: JSON.parse(e.data) as Record<string, unknown> }));
+
+const APIS = {
+  responses: {
+    path: "/v1/responses",
+    body: (model: string) => ({
+      model,
+      input: "Once upon a time",
+      max_output_tokens: 3000,
+      temperature: 0,
+      stream: true,
+    }),
+    text: (e: Sse) => (e.event === "response.output_text.delta" ? String(e.data.delta) : ""),
+    ended: (e: Sse) => e.event === "response.completed" || e.event === "response.incomplete",
+    failed: (e: Sse) => e.event === "response.failed" || e.event === "error",
+  },
+  messages: {
+    path: "/v1/messages",
+    body: (model: string) => ({
+      model,
+      max_tokens: 3000,
+      temperature: 0,
+      stream: true,
+      messages: [{ role: "user", content: "The little dog" }],
+    }),
+    text: (e: Sse) => (e.event === "content_block_delta" ? String((e.data.delta as { text?: string }).text ?? "") : ""),
+    ended: (e: Sse) => e.event === "message_stop",
+    failed: (e: Sse) => e.event === "error",
+  },
+} as const;
+
+function post(path: string, body: unknown): Promise<Response> {
+  return fetch(`${stack.baseUrl}${path}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+}
+
+describe("a typed-event stream survives its replica", () => {
+  for (const [name, api] of Object.entries(APIS)) {
+    it(`${name}: SIGKILLed mid-stream, the greedy answer is byte for byte the uninterrupted one`, {
+      timeout: 180_000,
+    }, async () => {
+      const textOf = (all: Sse[]) => all.map(api.text).join("");
+      await endpoint(`${name}-ref`, 1);
+      const uninterrupted = events(await (await post(api.path, api.body(`${name}-ref`))).text());
+      expect(uninterrupted.some(api.ended)).toBe(true);
+      await stack.admin("DELETE", `/admin/v1/endpoints/${name}-ref`);
+
+      const model = `${name}-st`;
+      await endpoint(model, 2);
+      const res = await post(api.path, api.body(model));
+      expect(res.status).toBe(200);
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      const decoder = new TextDecoder();
+      let raw = "";
+      while (textOf(events(raw.slice(0, raw.lastIndexOf("\n\n") + 2))) === "")
+        raw += decoder.decode((await reader.read()).value);
+      const victim = await (async () => {
+        for (;;) {
+          const r = (await status(model)).replica_list.find((x) => x.in_flight > 0);
+          if (r) return r;
+          await sleep(20);
+        }
+      })();
+      process.kill(victim.pid, "SIGKILL");
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        raw += decoder.decode(value);
+      }
+      const got = events(raw);
+      expect(got.filter(api.failed)).toEqual([]);
+      expect(got.some(api.ended)).toBe(true);
+      // Killed mid-stream for real: the replica's job was taken back and run again.
+      await stack.waitFor(
+        async () => new RegExp(`replica ${model}-\\w+: 1 job\\(s\\) back in the queue`).test(stack.output()),
+        "the killed replica's job taken back",
+      );
+      expect(textOf(got)).toBe(textOf(uninterrupted));
+      expect(textOf(got).length).toBeGreaterThan(100);
+      await stack.admin("DELETE", `/admin/v1/endpoints/${model}`);
+    });
+  }
+});
