@@ -124,7 +124,7 @@ export type AbTest = { endpoint: string; abtest: AbTestRecord | null; variants: 
 export type Decision = RecordedDecision;
 export type Autoscaling = AutoscalingStatus;
 /**
- * Written here: its module (src/registry/version.ts) reads GGUF files (node:fs), which no browser
+ * Written here: its module (src/models/record.ts) reads GGUF files (node:fs), which no browser
  * code may import, even as a type.
  */
 export type ModelVersion = { name: string; version: string; framework: string; created: number };

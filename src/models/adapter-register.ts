@@ -1,7 +1,7 @@
 /**
  * Registering a LoRA adapter version: the import's scratch copy of a PEFT directory (uploaded, a
  * local directory, an s3:// prefix or an hf:// repository, as registry/import.ts fetches every
- * directory) checked against its base (src/registry/adapter.ts), stored file by file under
+ * directory) checked against its base (src/models/adapter.ts), stored file by file under
  * models/<name>/<version>/ with a manifest (save.ts), and recorded as kind "adapter"; the
  * platform's own adapters (a fine-tuning job's output directory) come through import.ts's
  * `registerAdapter`.

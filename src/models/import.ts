@@ -4,7 +4,7 @@
  * (a GGUF header: src/formats/gguf/summary.ts), copy it into the artifact store, and record the
  * version. The artifact is one GGUF file, or a Hugging Face-style checkpoint directory (config,
  * tokenizer, safetensors) kept file by file under one version with a manifest
- * (src/registry/checkpoint.ts; docs/registry.md). What every kind ends with, storing and recording,
+ * (src/models/checkpoint.ts; docs/models.md). What every kind ends with, storing and recording,
  * is save.ts; `registerAdapter` is the entry for the platform's own adapters (a fine-tuning job's).
  */
 import { randomUUID } from "node:crypto";
@@ -162,7 +162,7 @@ export async function registerAdapter(
     base: VersionRef;
     dir: string;
     training?: TrainingSummary;
-    /** The organization that made it (src/registry/owners.ts). */
+    /** The organization that made it (src/models/owners.ts). */
     owner?: string;
   },
 ): Promise<RegisteredVersion> {

@@ -23,12 +23,12 @@ export type ImportRequest = SourceRequest & {
   task?: ModelTask;
   /**
    * The base version a LoRA adapter adapts, `<model>@<version>`: required when the source holds
-   * adapter_config.json (an adapter, src/registry/adapter.ts), refused otherwise.
+   * adapter_config.json (an adapter, src/models/adapter.ts), refused otherwise.
    */
   base?: string;
   /** Versions a fine-tuning job made: how (kept on the record). */
   training?: TrainingSummary;
-  /** The organization that made it (a fine-tuning job's): its name is claimed for it (src/registry/owners.ts). */
+  /** The organization that made it (a fine-tuning job's): its name is claimed for it (src/models/owners.ts). */
   owner?: string;
 };
 

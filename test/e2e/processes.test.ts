@@ -114,7 +114,7 @@ describe("one stack, attacked from inside", () => {
     expect(stack.output()).not.toMatch(/SyntaxError/);
   });
 
-  it("starts its workers, and only them, with the allocator settings made for a worker (scaler/backend.ts)", async () => {
+  it("starts its workers, and only them, with the allocator settings made for a worker (scaler/backends/endpoints/backend.ts)", async () => {
     const environOf = async (pid: number) => (await readFile(`/proc/${pid}/environ`, "utf8")).split("\0");
     const workers = (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.replica_list.map((r) => r.pid);
     expect(workers.length).toBeGreaterThan(0);

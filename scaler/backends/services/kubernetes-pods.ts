@@ -150,7 +150,7 @@ export function podTrouble(pod: V1Pod): string | undefined {
   const waiting = container?.state?.waiting;
   if (waiting?.reason) {
     // A pull's message is the kubelet's account of what the registry (one a tenant names) sent:
-    // said in the platform's words instead (scaler/images/pull.ts), never echoed.
+    // said in the platform's words instead (scaler/container-images/pull.ts), never echoed.
     const pulling = PULL_REASONS.has(waiting.reason) && container?.image;
     const message = pulling ? kubeletPullTrouble(container.image as string, waiting.message ?? "") : waiting.message;
     parts.push(`${waiting.reason}${message ? `: ${message}` : ""}`);

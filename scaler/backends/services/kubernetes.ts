@@ -36,7 +36,7 @@ export interface KubernetesServiceBackendOptions {
   imagePullSecrets?: string[];
   /**
    * Which repositories the operator's `imagePullSecrets` serve each organization (PLATFORM_IMAGE_PULL_AUTH_SCOPE,
-   * src/pull-credentials/resolve.ts `operatorServes`); without it, every service gets them.
+   * src/registry-credentials/resolve.ts `operatorServes`); without it, every service gets them.
    */
   operatorServes?: (org: string, repository: string) => boolean;
   /** How often the cluster is listed at most (replicas and rollouts are read from that listing). Default 2 s. */

@@ -1,6 +1,6 @@
 /**
  * Services on this machine (`platform up`; docs/services.md, "Local backend"): each replica is a
- * process started from the published image (scaler/images/: pulled by digest, verified, unpacked,
+ * process started from the published image (scaler/container-images/: pulled by digest, verified, unpacked,
  * run unprivileged in a sandbox with a network of its own), its port forwarded to a free port of
  * the host's loopback, where only the platform listens. A rollout starts the
  * new release's replicas beside the serving ones, waits for each to pass its health check (GET
@@ -20,7 +20,7 @@ import { serviceKey } from "../../../src/services/store.ts";
 import type { ServiceBackend, ServiceRecord, ServiceReplica, ServiceReports } from "./backend.ts";
 import { backoffDelay, nextFailures } from "../backoff.ts";
 
-/** How a published image becomes a process (scaler/images/; tests stand in host processes). */
+/** How a published image becomes a process (scaler/container-images/; tests stand in host processes). */
 export interface ImageRunner {
   /**
    * Pulls, verifies and unpacks the image (once per digest) with `org`'s pull credential; rejects
