@@ -12,7 +12,7 @@
  * from one handle whose identity is the object judged, and the parts
  * directory is held open and judged again before every part written, the
  * assembly and the clean-up (a client can write in its output directory too:
- * run-checks.ts). The output is assembled from the parts at the end (assemble.ts).
+ * run-checks.ts). The output is assembled from the parts at the end (run-end.ts, assemble.ts).
  */
 import type { SamplingParams } from "../contracts/job.ts";
 import type { SchemaLimits } from "../contracts/schema-limits.ts";
@@ -22,12 +22,11 @@ import { resolveModelVersion } from "../models/versions.ts";
 import { taskOf } from "../models/record.ts";
 import { isStorageError, type ObjectStore } from "../storage/index.ts";
 import type { StoragePolicy } from "../storage/policy.ts";
-import { OutputAssembly } from "./assemble.ts";
 import { formatFor } from "./formats.ts";
 import { pictureFormat, placePicture } from "./picture-records.ts";
 import { isBlank, readLines } from "../files/jsonl.ts";
 import type { LineFormat, Outcome, Work } from "./lines.ts";
-import { type OutputLocation, outputLocation, withStorageRetries } from "./output.ts";
+import { type OutputLocation, withStorageRetries } from "./output.ts";
 import {
   BatchFailure,
   checkDeployed,
@@ -43,6 +42,7 @@ import {
   resolveVersion,
 } from "./prepare.ts";
 import { RecordJobs } from "./record-jobs.ts";
+import { cancelBeforeStart, failRun, finishCancelled, finishRun, type RunEnd, type RunEnding } from "./run-end.ts";
 import { asFailure, checkParts, checkUris } from "./run-checks.ts";
 import { BatchCheckpoint } from "./record.ts";
 import {
@@ -50,7 +50,6 @@ import {
   cancelRequested,
   inputUri,
   isFinal,
-  keptPartial,
   NOT_RESUMABLE,
   outputUri,
   readRecord,
@@ -59,8 +58,6 @@ import {
 } from "./store.ts";
 import { Changes, Meter } from "./throughput.ts";
 
-/** handed_off: stopped for a process shutdown, to be resumed; superseded: another coordinator owns the job now. */
-export type RunEnd = "completed" | "failed" | "cancelled" | "handed_off" | "superseded";
 type StopReason = "cancel" | "handoff" | "superseded" | "fatal";
 
 type Slot = { line: number; id: string; sent: boolean; outcome?: Outcome };
@@ -149,7 +146,7 @@ class BatchRun {
     if (!record) return "failed";
     if (isFinal(record.state))
       return record.state === "cancelled" ? "cancelled" : record.state === "failed" ? "failed" : "completed";
-    if (await cancelRequested(this.ctl, this.spec.id)) return this.cancelBeforeStart();
+    if (await cancelRequested(this.ctl, this.spec.id)) return cancelBeforeStart(this.ending());
     await updateIfActive(this.ctl, this.spec.id, { state: "running", started: record.started ?? Date.now() });
     const ticker = this.startTicker();
     try {
@@ -172,7 +169,7 @@ class BatchRun {
         this.storage.s3,
       );
       if (!(await this.loadCheckpoint(this.input))) return await this.afterStop();
-      if (this.checkpoint.assembled) return await this.finish("completed");
+      if (this.checkpoint.assembled) return await finishRun(this.ending(), "completed");
       const queue = this.spec.queue ?? (await queueServing(this.ctl, this.spec.model, version));
       this.jobs = await RecordJobs.open({
         ctl: this.ctl,
@@ -188,7 +185,7 @@ class BatchRun {
       });
       await this.pump(this.input);
       if (this.stopReason) return await this.afterStop();
-      return await this.finish("completed");
+      return await finishRun(this.ending(), "completed");
     } catch (e) {
       const failure = asFailure(e);
       if (!failure) throw e; // BullMQ retries the run from the checkpoint
@@ -197,7 +194,7 @@ class BatchRun {
         await this.forgetOpen();
       }
       // Otherwise records in flight finish and their answers are kept for the resumed run.
-      return await this.fail(failure);
+      return await failRun(this.ending(), failure);
     } finally {
       clearInterval(ticker);
       await this.jobs?.close();
@@ -428,7 +425,7 @@ class BatchRun {
       case "cancel":
         await this.jobs?.cancelInFlight();
         await this.forgetOpen();
-        return this.finishCancelled();
+        return finishCancelled(this.ending());
       case "superseded":
         return "superseded";
       default:
@@ -444,99 +441,10 @@ class BatchRun {
     await this.jobs?.forget(lines).catch(() => undefined);
   }
 
-  /** Cancelled while no coordinator ran it: a previous run's parts still become the output. */
-  private async cancelBeforeStart(): Promise<RunEnd> {
-    const raw = await this.ctl.redis.get(this.ctl.keys.batchCheckpoint(this.spec.id));
-    if (raw) {
-      this.checkpoint = BatchCheckpoint.parse(JSON.parse(raw));
-      this.out = outputLocation(outputUri(this.spec), this.spec.id, this.storage.s3);
-    }
-    const store = this.out?.store;
-    try {
-      return await this.finishCancelled();
-    } catch (e) {
-      if (!asFailure(e)) throw e;
-      this.out = undefined;
-      return await this.finishCancelled();
-    } finally {
-      store?.close();
-    }
-  }
-
-  /** Cancelled: whatever batches were written become the (partial) output. */
-  private async finishCancelled(): Promise<RunEnd> {
-    if (this.out && this.checkpoint.parts > 0) return this.finish("cancelled");
-    await updateIfActive(this.ctl, this.spec.id, { state: "cancelled", finished: Date.now(), in_flight: 0 });
-    await this.dropWorkingKeys();
-    return "cancelled";
-  }
-
-  /**
-   * Assembles the parts into the result, then removes them: the checkpoint
-   * records the assembly first, so a run interrupted in between does not try
-   * to assemble parts that are already gone.
-   */
-  private async finish(state: "completed" | "cancelled"): Promise<RunEnd> {
-    const out = this.out as OutputLocation;
-    const parts = Array.from({ length: this.checkpoint.parts }, (_, i) => out.partKey(i));
-    const assembly = new OutputAssembly({
-      ctl: this.ctl,
-      spec: this.spec,
-      storage: this.storage,
-      out,
-      assembling: this.checkpoint.assembling === true,
-      markAssembling: () => this.saveCheckpoint({ ...this.checkpoint, assembling: true }),
-    });
-    if (!this.checkpoint.assembled) {
-      // A cancelled job's parts are its output whatever its input became.
-      if (this.input && state === "completed") await checkInput(this.input, this.spec.input);
-      await assembly.assemble(parts, this.format.failed);
-      await this.saveCheckpoint({ ...this.checkpoint, assembled: true });
-    }
-    // Recorded before the state that shows them, and again by a run that finishes the job again (same ids).
-    const files = this.format.failed ? await assembly.registerFiles() : undefined;
-    await assembly.removeParts(parts);
-    await updateIfActive(this.ctl, this.spec.id, {
-      state,
-      output_file: out.store.uri(out.resultKey),
-      succeeded: this.checkpoint.succeeded,
-      failed: this.checkpoint.failed,
-      in_flight: 0,
-      throughput: null,
-      finished: Date.now(),
-      ...(files ? { openai_files: files } : {}),
-    });
-    await this.dropWorkingKeys();
-    return state;
-  }
-
-  /**
-   * The parts already written and the checkpoint are kept, so the user can
-   * download what finished and, when the cause can be fixed, resume.
-   */
-  private async fail(failure: BatchFailure): Promise<RunEnd> {
-    const resumable = NOT_RESUMABLE[failure.code] === undefined;
-    await updateIfActive(this.ctl, this.spec.id, {
-      state: "failed",
-      error: { code: failure.code, message: failure.message },
-      in_flight: 0,
-      finished: Date.now(),
-      resumable,
-      ...(await keptPartial(this.ctl, this.spec, this.out, this.storage.s3)),
-    });
-    if (!resumable) await this.dropWorkingKeys();
-    return "failed";
-  }
-
-  private async saveCheckpoint(next: BatchCheckpoint): Promise<void> {
-    this.checkpoint = next;
-    await this.ctl.redis.set(this.ctl.keys.batchCheckpoint(this.spec.id), JSON.stringify(next));
-  }
-
-  private async dropWorkingKeys(): Promise<void> {
-    await this.ctl.redis
-      .del(this.ctl.keys.batchResults(this.spec.id), this.ctl.keys.batchReplies(this.spec.id))
-      .catch(() => undefined);
+  /** What the run's ends (run-end.ts) read of it. */
+  private ending(): RunEnding {
+    const { ctl, spec, storage, out, input, format, checkpoint } = this;
+    return { ctl, spec, storage, out, input, format, checkpoint };
   }
 
   private async progress(): Promise<boolean> {
