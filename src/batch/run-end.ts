@@ -11,7 +11,7 @@ import type { LineFormat } from "./lines.ts";
 import { type OutputLocation, outputLocation } from "./output.ts";
 import { type BatchFailure, checkInput, type Input } from "./prepare.ts";
 import { asFailure } from "./run-checks.ts";
-import { BatchCheckpoint } from "./schema.ts";
+import { BatchCheckpoint } from "./record.ts";
 import { type BatchSpec, keptPartial, NOT_RESUMABLE, outputUri, updateIfActive } from "./store.ts";
 
 /** handed_off: stopped for a process shutdown, to be resumed; superseded: another coordinator owns the job now. */
