@@ -5,7 +5,8 @@
  */
 import { randomBytes, randomInt } from "node:crypto";
 import { PlatformError } from "../src/contracts/errors.ts";
-import { type ImageJob, type ImageResult, MAX_IMAGE_SEED } from "../src/contracts/job.ts";
+import type { ImageJob, ImageResult } from "../src/contracts/job.ts";
+import { MAX_IMAGE_SEED } from "../src/contracts/picture-params.ts";
 import { pictureKey } from "../src/pictures/keys.ts";
 import type { ObjectStore } from "../src/storage/store.ts";
 import type { Engine } from "./engines/engine.ts";

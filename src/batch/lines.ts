@@ -4,7 +4,8 @@
  * reads and writes lines (formats.ts picks one; input.ts, openai-lines.ts and image-records.ts
  * implement them). Types only, so every file of the batch may import them without a circle.
  */
-import type { ChatMessage, FinishReason, ImageParams, Prompt, SamplingParams } from "../contracts/job.ts";
+import type { ChatMessage, FinishReason, Prompt, SamplingParams } from "../contracts/job.ts";
+import type { ImageParams } from "../contracts/picture-params.ts";
 import type { InputLine } from "../files/jsonl.ts";
 
 /** What one record asks the model for. */

@@ -8,7 +8,7 @@
 import { posix } from "node:path";
 import { z } from "zod";
 import { describeIssues } from "../contracts/issues.ts";
-import { ImageParams, MAX_IMAGE_PROMPT_CHARS } from "../contracts/job.ts";
+import { ImageParams, MAX_IMAGE_PROMPT_CHARS } from "../contracts/picture-params.ts";
 import { imageSize, type SizeRule } from "../contracts/openai/images.ts";
 import { isPictureKey } from "../pictures/keys.ts";
 import { isStorageError, type ObjectStore } from "../storage/index.ts";

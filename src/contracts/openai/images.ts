@@ -6,7 +6,7 @@
  */
 import { z } from "zod";
 import { PlatformError } from "../errors.ts";
-import { ImageParams, MAX_IMAGE_PROMPT_CHARS } from "../job.ts";
+import { ImageParams, MAX_IMAGE_PROMPT_CHARS } from "../picture-params.ts";
 import { openAiBody } from "./common.ts";
 
 /** OpenAI's bound on `n`. */
