@@ -12,6 +12,7 @@ import type { AutoscalingStatus, RecordedDecision } from "../../src/autoscaling/
 import { tinyModelPath } from "../helpers/models.ts";
 import { LanesObserver } from "../helpers/queue-observer.ts";
 import { runCli, type Stack, sleep, startStack } from "../helpers/stack.ts";
+import { killBusyReplica } from "../helpers/processes.ts";
 
 type Replica = { id: string; pid: number; state: string; in_flight: number };
 type Status = {
@@ -478,19 +479,7 @@ describe("failover", () => {
     const decoder = new TextDecoder();
     let raw = "";
     while (!raw.includes('"text":"') || !/"text":"[^"]+"/.test(raw)) raw += decoder.decode((await reader.read()).value);
-    const victim = await (async () => {
-      for (;;) {
-        const r = (await status("st")).replica_list.find((x) => x.in_flight > 0);
-        if (r) return r;
-        await sleep(20);
-      }
-    })();
-    process.kill(victim.pid, "SIGKILL");
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      raw += decoder.decode(value);
-    }
+    raw += await killBusyReplica(async () => (await status("st")).replica_list.find((x) => x.in_flight > 0), reader);
     const data = events(raw);
     expect(data.filter((d) => d.includes('"error"'))).toEqual([]);
     expect(data.at(-1)).toBe("[DONE]");

@@ -7,7 +7,8 @@
 import { dirname } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
-import { type Stack, sleep, startStack } from "../helpers/stack.ts";
+import { type Stack, startStack } from "../helpers/stack.ts";
+import { killBusyReplica } from "../helpers/processes.ts";
 
 type Status = { replicas: { ready: number }; replica_list: { pid: number; in_flight: number }[] };
 type Sse = { event: string; data: Record<string, unknown> };
@@ -105,19 +106,7 @@ describe("a typed-event stream survives its replica", () => {
       let raw = "";
       while (textOf(events(raw.slice(0, raw.lastIndexOf("\n\n") + 2))) === "")
         raw += decoder.decode((await reader.read()).value);
-      const victim = await (async () => {
-        for (;;) {
-          const r = (await status(model)).replica_list.find((x) => x.in_flight > 0);
-          if (r) return r;
-          await sleep(20);
-        }
-      })();
-      process.kill(victim.pid, "SIGKILL");
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        raw += decoder.decode(value);
-      }
+      raw += await killBusyReplica(async () => (await status(model)).replica_list.find((x) => x.in_flight > 0), reader);
       const got = events(raw);
       expect(got.filter(api.failed)).toEqual([]);
       expect(got.some(api.ended)).toBe(true);

@@ -23,3 +23,26 @@ export async function killAll(children: Iterable<ChildProcess>): Promise<void> {
     ),
   );
 }
+
+/**
+ * SIGKILLs the first replica `busy` finds serving a job (polled every 20 ms until one is), then reads
+ * the rest of the client's stream: what a client sees when its replica dies mid-answer.
+ */
+export async function killBusyReplica(
+  busy: () => Promise<{ pid: number } | undefined>,
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+): Promise<string> {
+  let victim = await busy();
+  while (!victim) {
+    await new Promise((r) => setTimeout(r, 20));
+    victim = await busy();
+  }
+  process.kill(victim.pid, "SIGKILL");
+  const decoder = new TextDecoder();
+  let rest = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return rest + decoder.decode();
+    rest += decoder.decode(value, { stream: true });
+  }
+}
