@@ -34,7 +34,11 @@ export default defineConfig({
         extends: true,
         test: { name: "integration", include: ["test/integration/**/*.test.ts", "test/fixtures/**/*.test.ts"] },
       },
-      { extends: true, test: { name: "e2e", include: ["test/e2e/**/*.test.ts"] } },
+      {
+        // One `platform up` the files share unless they need their own (test/helpers/shared-stack.ts).
+        extends: true,
+        test: { name: "e2e", include: ["test/e2e/**/*.test.ts"], globalSetup: ["test/e2e-stack.ts"] },
+      },
     ],
   },
 });

@@ -8,9 +8,11 @@ import Anthropic from "@anthropic-ai/sdk";
 import { ChatAnthropic } from "@langchain/anthropic";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
-import { runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { deploy, undeploy } from "../helpers/deploy.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import { runCli, type Stack } from "../helpers/stack.ts";
 
-const MODEL = "tiny";
+const MODEL = unique("tiny");
 const weather: Anthropic.Tool = {
   name: "get_weather",
   description: "The weather in a city",
@@ -26,14 +28,13 @@ let stack: Stack;
 let client: Anthropic;
 
 beforeAll(async () => {
-  stack = await startStack({ model: await tinyModelPath({ contextLength: 4096 }), args: ["--name", MODEL] });
+  stack = await sharedStack();
+  await deploy(stack, MODEL, { source: await tinyModelPath({ contextLength: 4096 }) });
   // The SDK sends the key as x-api-key, with anthropic-version, to <baseURL>/v1/messages.
   client = new Anthropic({ baseURL: stack.baseUrl, apiKey: stack.apiKey, maxRetries: 0 });
 }, 180_000);
 
-afterAll(async () => {
-  expect(await stack?.stop()).toBe(0);
-});
+afterAll(() => undeploy(stack, MODEL));
 
 describe("@anthropic-ai/sdk", () => {
   it("creates a message: text content, stop_reason max_tokens, usage", async () => {

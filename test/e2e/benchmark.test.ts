@@ -18,7 +18,11 @@ import type { BenchmarkReport, ConfigurationResult } from "../../src/benchmark/r
 import type { Summary } from "../../src/benchmark/stats.ts";
 import type { TraceResult } from "../../src/benchmark/traces.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { BIN, runCli, type Stack, sleep, startStack } from "../helpers/stack.ts";
+import { deploy, undeploy } from "../helpers/deploy.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import { BIN, runCli, type Stack, sleep } from "../helpers/stack.ts";
+
+const MODEL = unique("tiny");
 
 // The report's own types: the test checks the values the command writes, not a second copy of its shape.
 type Level = LevelResult;
@@ -29,17 +33,21 @@ let stack: Stack;
 let work: string;
 
 beforeAll(async () => {
-  stack = await startStack({ model: await tinyModelPath(), args: ["--name", "tiny"] });
+  stack = await sharedStack();
+  await deploy(stack, MODEL, { source: await tinyModelPath() });
   work = await mkdtemp(join(tmpdir(), "platform-benchmark-"));
 });
 
 afterAll(async () => {
-  await stack?.stop();
+  await undeploy(stack, MODEL);
   if (work) await rm(work, { recursive: true, force: true });
 });
 
+/** This file's endpoints (others share the stack). */
 const endpointNames = async () =>
-  (await stack.admin<{ data: { endpoint: string }[] }>("GET", "/admin/v1/endpoints")).body.data.map((e) => e.endpoint);
+  (await stack.admin<{ data: { endpoint: string }[] }>("GET", "/admin/v1/endpoints")).body.data
+    .map((e) => e.endpoint)
+    .filter((name) => name.startsWith(MODEL));
 
 function expectOrdered(s: Summary | null, count?: number): void {
   expect(s).not.toBeNull();
@@ -91,7 +99,7 @@ describe("platform inference benchmark", () => {
       [
         "inference",
         "benchmark",
-        "tiny",
+        MODEL,
         "--concurrency",
         "1,2",
         "--requests",
@@ -108,14 +116,14 @@ describe("platform inference benchmark", () => {
     const report = JSON.parse(r.stdout) as Report;
     expect(report).toMatchObject({
       object: "benchmark",
-      model: "tiny",
+      model: MODEL,
       settings: { api: "chat", concurrency: [1, 2], requests_per_level: 4, duration_s: null, max_tokens: 8 },
     });
     expect(report.configurations).toHaveLength(1);
     const [config] = report.configurations as [Configuration];
     expect(config).toMatchObject({
       name: "as deployed",
-      endpoint: "tiny",
+      endpoint: MODEL,
       temporary: false,
       version: "v1",
       framework: "llamacpp",
@@ -134,14 +142,14 @@ describe("platform inference benchmark", () => {
   it("without --out, writes the report under the data directory and says where", async () => {
     const data = join(work, "data");
     const r = await runCli(
-      ["inference", "benchmark", "tiny", "--concurrency", "1", "--requests", "1", "--max-tokens", "2", "--json"],
+      ["inference", "benchmark", MODEL, "--concurrency", "1", "--requests", "1", "--max-tokens", "2", "--json"],
       { ...stack.env, PLATFORM_DATA_DIR: data },
     );
     expect(r.code, r.stderr).toBe(0);
     const report = JSON.parse(r.stdout) as Report;
     const dir = dirname(report.files.json);
     expect(dirname(dir)).toBe(join(data, "benchmarks"));
-    expect(dir).toMatch(/\/benchmark-tiny-\d{8}-\d{6}Z$/);
+    expect(dir).toMatch(new RegExp(`/benchmark-${MODEL}-\\d{8}-\\d{6}Z$`));
     await expectFiles(report, dir);
     expect(r.stderr).toContain(`report: ${dir}`);
   });
@@ -152,7 +160,7 @@ describe("platform inference benchmark", () => {
       [
         "inference",
         "benchmark",
-        "tiny",
+        MODEL,
         "--concurrency",
         "2",
         "--duration",
@@ -193,7 +201,7 @@ describe("platform inference benchmark", () => {
       [
         "inference",
         "benchmark",
-        "tiny",
+        MODEL,
         "--concurrency",
         "1,2",
         "--requests",
@@ -211,8 +219,8 @@ describe("platform inference benchmark", () => {
     expect(r.code, r.stderr).toBe(0);
     const report = JSON.parse(r.stdout) as Report;
     expect(report.configurations.map((c) => [c.name, c.endpoint, c.temporary])).toEqual([
-      ["quantization=none", "tiny", false],
-      ["quantization=int8", "tiny--bench-int8", true],
+      ["quantization=none", MODEL, false],
+      ["quantization=int8", `${MODEL}--bench-int8`, true],
     ]);
     const [none, int8] = report.configurations as [Configuration, Configuration];
     expect(none.fields).toEqual({ quantization: "none" });
@@ -222,7 +230,7 @@ describe("platform inference benchmark", () => {
     // What the engine leaves unapplied comes from the engine's own table, whichever way it answers for quantization.
     const expected = notApplied(
       "llamacpp",
-      DeploymentConfig.parse({ model: { name: "tiny" }, runtime: { quantization: "int8" } }),
+      DeploymentConfig.parse({ model: { name: MODEL }, runtime: { quantization: "int8" } }),
     );
     expect(int8.not_applied).toEqual(expected);
     expect(int8.varied_not_applied).toEqual(expected.filter((f) => f === "runtime.quantization"));
@@ -230,10 +238,10 @@ describe("platform inference benchmark", () => {
     // Quantized, the temporary endpoint has a queue of its own ({tiny@v1~int8}): no other replica answers its requests.
     expect(int8.queue_shared_with).toEqual([]);
     expect(none.queue_shared_with).toEqual([]);
-    expect(r.stderr).toContain("deployed tiny--bench-int8");
-    expect(r.stderr).toContain("removed tiny--bench-int8");
-    expect((await stack.admin("GET", "/admin/v1/endpoints/tiny--bench-int8")).status).toBe(404);
-    expect(await endpointNames()).toEqual(["tiny"]);
+    expect(r.stderr).toContain(`deployed ${MODEL}--bench-int8`);
+    expect(r.stderr).toContain(`removed ${MODEL}--bench-int8`);
+    expect((await stack.admin("GET", `/admin/v1/endpoints/${MODEL}--bench-int8`)).status).toBe(404);
+    expect(await endpointNames()).toEqual([MODEL]);
     await expectFiles(report, out);
   });
 
@@ -245,7 +253,7 @@ describe("platform inference benchmark", () => {
         BIN,
         "inference",
         "benchmark",
-        "tiny",
+        MODEL,
         "--concurrency",
         "1",
         "--duration",
@@ -266,7 +274,7 @@ describe("platform inference benchmark", () => {
     child.stderr.on("data", (d) => (stderr += d));
     const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
     const t0 = Date.now();
-    while (!stderr.includes("deployed tiny--bench-int4")) {
+    while (!stderr.includes(`deployed ${MODEL}--bench-int4`)) {
       if (child.exitCode !== null || Date.now() - t0 > 60_000)
         throw new Error(`the benchmark did not deploy its endpoint:\n${stderr}`);
       await sleep(100);
@@ -274,14 +282,14 @@ describe("platform inference benchmark", () => {
     // Once it serves, the temporary endpoint is being measured; interrupt then.
     await stack.waitFor(
       async () =>
-        (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/tiny--bench-int4")).body.state ===
+        (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${MODEL}--bench-int4`)).body.state ===
         "available",
-      "tiny--bench-int4 available",
+      `${MODEL}--bench-int4 available`,
     );
     child.kill("SIGINT");
     expect(await exited, stderr).toBe(130);
-    expect(stderr).toContain("removed tiny--bench-int4");
-    expect((await stack.admin("GET", "/admin/v1/endpoints/tiny--bench-int4")).status).toBe(404);
+    expect(stderr).toContain(`removed ${MODEL}--bench-int4`);
+    expect((await stack.admin("GET", `/admin/v1/endpoints/${MODEL}--bench-int4`)).status).toBe(404);
     expect(existsSync(out)).toBe(false);
   });
 
@@ -294,7 +302,7 @@ describe("platform inference benchmark", () => {
       [
         "inference",
         "benchmark",
-        "tiny",
+        MODEL,
         "--concurrency",
         "1",
         "--requests",
@@ -311,14 +319,14 @@ describe("platform inference benchmark", () => {
     const report = JSON.parse(r.stdout) as Report;
     expect(report.configurations[0]).toMatchObject({
       name: "as deployed",
-      endpoint: "tiny",
+      endpoint: MODEL,
       temporary: false,
       version: null,
       framework: null,
     });
     expectSaneLevel(report.configurations[0]?.levels[0] as Level, 1, 2, 4);
     const configs = await runCli(
-      ["inference", "benchmark", "tiny", "--configs", "quantization=int8", "--out", join(work, "never")],
+      ["inference", "benchmark", MODEL, "--configs", "quantization=int8", "--out", join(work, "never")],
       env,
     );
     expect(configs.code).toBe(1);
@@ -329,7 +337,7 @@ describe("platform inference benchmark", () => {
 
   it("--trace decode: the trace's requests, their figures and the cached share, in the JSON written to --out", async () => {
     const out = join(work, "trace");
-    const r = await runCli(["inference", "benchmark", "tiny", "--trace", "decode", "--out", out, "--json"], stack.env);
+    const r = await runCli(["inference", "benchmark", MODEL, "--trace", "decode", "--out", out, "--json"], stack.env);
     expect(r.code, r.stderr).toBe(0);
     const result = JSON.parse(r.stdout) as TraceResult & { shape: { conversations: number; maxTokens: number } };
     expect(JSON.parse(await readFile(join(out, "trace-decode.json"), "utf8"))).toEqual(result);
@@ -362,7 +370,7 @@ describe("platform inference benchmark", () => {
       [["--trace", "decode", "--api", "completions"], /--trace: sends chat requests to the endpoint as it is/],
     ];
     for (const [args, message] of bad) {
-      const r = await runCli(["inference", "benchmark", "tiny", "--out", join(work, "never"), ...args], stack.env);
+      const r = await runCli(["inference", "benchmark", MODEL, "--out", join(work, "never"), ...args], stack.env);
       expect(r.code, `${args.join(" ")}: ${r.stderr}`).toBe(2);
       expect(r.stderr).toMatch(message);
     }
@@ -370,6 +378,6 @@ describe("platform inference benchmark", () => {
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toMatch(/no endpoint named "nope"/);
     expect(existsSync(join(work, "never"))).toBe(false);
-    expect(await endpointNames()).toEqual(["tiny"]);
+    expect(await endpointNames()).toEqual([MODEL]);
   });
 });

@@ -6,25 +6,26 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { queueName } from "../../src/contracts/naming.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { deploy, undeploy } from "../helpers/deploy.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import { runCli, type Stack } from "../helpers/stack.ts";
 import { QueueObserver } from "../helpers/queue-observer.ts";
 
 let stack: Stack;
 let client: OpenAI;
 let tinyPath: string;
-const MODEL = "tiny";
+const MODEL = unique("tiny");
+const EMBED = `${MODEL}-embed`;
 
 beforeAll(async () => {
   // A long context so the cancellation test can ask for far more tokens than it will wait for.
   tinyPath = await tinyModelPath({ contextLength: 4096 });
-  stack = await startStack({ model: tinyPath, args: ["--name", MODEL] });
+  stack = await sharedStack();
+  await deploy(stack, MODEL, { source: tinyPath, version: "v1" });
   client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
 });
 
-afterAll(async () => {
-  const code = await stack?.stop();
-  expect(code).toBe(0);
-});
+afterAll(() => undeploy(stack, MODEL, EMBED));
 
 describe("chat completions", () => {
   it("answers in the chat.completion shape with exact usage", async () => {
@@ -183,31 +184,31 @@ describe("completions, generate, models", () => {
   it("serves embeddings (float and the client's default base64) from the model registered with the embed task", async () => {
     // A model serves one task: the same file registered for embeddings is an endpoint of its own.
     const submit = await runCli(
-      ["training", "submit", "--name", "tiny-embed", "--source", tinyPath, "--task", "embed"],
+      ["training", "submit", "--name", EMBED, "--source", tinyPath, "--task", "embed"],
       stack.env,
     );
     expect(submit.code, submit.stderr).toBe(0);
     expect(
       (
-        await stack.admin("PUT", "/admin/v1/endpoints/tiny-embed", {
-          model: { name: "tiny-embed", version: "v1" },
+        await stack.admin("PUT", `/admin/v1/endpoints/${EMBED}`, {
+          model: { name: EMBED, version: "v1" },
           resources: { replicas: 1, parallel: 1 },
         })
       ).status,
     ).toBe(200);
     await stack.waitFor(
       async () =>
-        (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/tiny-embed")).body.state === "available",
-      "tiny-embed available",
+        (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${EMBED}`)).body.state === "available",
+      `${EMBED} available`,
     );
     const refused = await client.embeddings.create({ model: MODEL, input: "hello" }).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
     expect((refused as InstanceType<typeof OpenAI.BadRequestError>).code).toBe("model_not_embedding");
-    const res = await client.embeddings.create({ model: "tiny-embed", input: ["hello", "a story"] });
+    const res = await client.embeddings.create({ model: EMBED, input: ["hello", "a story"] });
     expect(res.data).toHaveLength(2);
     expect(res.data[0]?.embedding).toHaveLength(64);
     expect(res.data[0]?.embedding.every((x) => Number.isFinite(x))).toBe(true);
-    const floats = await client.embeddings.create({ model: "tiny-embed", input: "hello", encoding_format: "float" });
+    const floats = await client.embeddings.create({ model: EMBED, input: "hello", encoding_format: "float" });
     expect(floats.data[0]?.embedding[0]).toBeCloseTo(res.data[0]?.embedding[0] as number, 5);
   });
 });

@@ -9,7 +9,11 @@ import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
 import { quiet } from "../helpers/redis.ts";
-import { BIN, runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { deploy, undeploy } from "../helpers/deploy.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import { BIN, runCli, type Stack } from "../helpers/stack.ts";
+
+const MODEL = unique("tiny");
 
 let stack: Stack;
 let second: { child: ChildProcess; url: string };
@@ -18,25 +22,26 @@ let redis: Redis;
 beforeAll(async () => {
   // A long context, so a stream can be asked for far more tokens than the test waits for.
   const tiny = await tinyModelPath({ contextLength: 4096 });
-  stack = await startStack({ model: tiny, args: ["--name", "tiny"] });
+  stack = await sharedStack();
+  await deploy(stack, MODEL, { source: tiny });
   // The same model registered for embeddings, on an endpoint of its own: a model serves one task.
   const embed = await runCli(
-    ["training", "submit", "--name", "tiny-embed", "--source", tiny, "--task", "embed"],
+    ["training", "submit", "--name", `${MODEL}-embed`, "--source", tiny, "--task", "embed"],
     stack.env,
   );
   expect(embed.code, embed.stderr).toBe(0);
   expect(
     (
-      await stack.admin("PUT", "/admin/v1/endpoints/tiny-embed", {
-        model: { name: "tiny-embed", version: "v1" },
+      await stack.admin("PUT", `/admin/v1/endpoints/${MODEL}-embed`, {
+        model: { name: `${MODEL}-embed`, version: "v1" },
         resources: { replicas: 1, parallel: 1 },
       })
     ).status,
   ).toBe(200);
   await stack.waitFor(
     async () =>
-      (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/tiny-embed")).body.state === "available",
-    "tiny-embed available",
+      (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${MODEL}-embed`)).body.state === "available",
+    `${MODEL}-embed available`,
   );
   second = await new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [BIN, "gateway", "--host", "127.0.0.1", "--port", "0"], {
@@ -62,7 +67,7 @@ afterAll(async () => {
     await exited;
   }
   redis?.disconnect();
-  if (stack) expect(await stack.stop()).toBe(0);
+  await undeploy(stack, MODEL, `${MODEL}-embed`);
 });
 
 type Reply = { url: string; status: number; headers: Headers; body: Record<string, unknown> };
@@ -135,7 +140,7 @@ describe("one budget across gateway processes", () => {
         ...(await Promise.all(
           Array.from({ length: 20 }, (_, i) =>
             post(urls[(wave * 20 + i) % 2] as string, key, "/v1/completions", {
-              model: "tiny",
+              model: MODEL,
               prompt: "Once upon a time",
               max_tokens: 2,
               temperature: 0,
@@ -196,7 +201,7 @@ describe("one budget across gateway processes", () => {
       {
         key: id,
         key_name: "spread",
-        model: "tiny",
+        model: MODEL,
         version: "v1",
         requests: 60,
         prompt_tokens: usage.prompt,
@@ -216,7 +221,7 @@ describe("one budget across gateway processes", () => {
     const { id, key } = await createKey("tokens", { tpm: 1000 });
     // "Once upon a time" is 16 bytes: an estimate of 4 tokens, plus the 300 asked for.
     const first = await post(stack.baseUrl, key, "/v1/completions", {
-      model: "tiny",
+      model: MODEL,
       prompt: "Once upon a time",
       max_tokens: 300,
       temperature: 0,
@@ -237,7 +242,7 @@ describe("one budget across gateway processes", () => {
     );
 
     const over = await post(second.url, key, "/v1/completions", {
-      model: "tiny",
+      model: MODEL,
       prompt: "Once upon a time",
       max_tokens: 900,
     });
@@ -253,7 +258,7 @@ describe("one budget across gateway processes", () => {
       method: "POST",
       headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
       body: JSON.stringify({
-        model: "tiny",
+        model: MODEL,
         prompt: "Once upon a time",
         max_tokens: 100,
         temperature: 0,
@@ -285,7 +290,7 @@ describe("one budget across gateway processes", () => {
       method: "POST",
       headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
       body: JSON.stringify({
-        model: "tiny",
+        model: MODEL,
         prompt: "Once upon a time",
         max_tokens: 4000,
         temperature: 0,
@@ -298,7 +303,7 @@ describe("one budget across gateway processes", () => {
     expect(await redis.zcard(slots)).toBe(1);
 
     const refused = await post(second.url, key, "/v1/completions", {
-      model: "tiny",
+      model: MODEL,
       prompt: "Once upon a time",
       max_tokens: 2,
     });
@@ -311,7 +316,7 @@ describe("one budget across gateway processes", () => {
     // Released by the gateway when the client left (a lease would take 30 s, and no admission ran meanwhile to clear one).
     await stack.waitFor(async () => (await redis.zcard(slots)) === 0, "the slot to be released");
     const next = await post(second.url, key, "/v1/completions", {
-      model: "tiny",
+      model: MODEL,
       prompt: "Once upon a time",
       max_tokens: 2,
     });
@@ -334,7 +339,7 @@ describe("usage", () => {
     };
     for (let i = 0; i < 3; i++) {
       const r = await post(second.url, key, "/v1/chat/completions", {
-        model: "tiny",
+        model: MODEL,
         messages: [{ role: "user", content: `Once upon a time ${i}` }],
         max_tokens: 5,
         temperature: 0,
@@ -347,7 +352,7 @@ describe("usage", () => {
         method: "POST",
         headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
         body: JSON.stringify({
-          model: "tiny",
+          model: MODEL,
           prompt: "The little dog",
           max_tokens: 7,
           stream: true,
@@ -364,18 +369,18 @@ describe("usage", () => {
       );
     }
     const embedding = await post(stack.baseUrl, key, "/v1/embeddings", {
-      model: "tiny-embed",
+      model: `${MODEL}-embed`,
       input: ["hello", "a story"],
     });
     expect(embedding.status).toBe(200);
     const embedded = (embedding.body.usage as { prompt_tokens: number }).prompt_tokens;
     // An error after admission: the worker's exact count finds prompt + max_tokens over the window.
     const digits = Array.from({ length: 100 }, (_, i) => i % 10).join(" ");
-    const probe = await post(stack.baseUrl, key, "/v1/completions", { model: "tiny", prompt: digits, max_tokens: 1 });
+    const probe = await post(stack.baseUrl, key, "/v1/completions", { model: MODEL, prompt: digits, max_tokens: 1 });
     add(probe.body.usage as { prompt_tokens: number; completion_tokens: number });
     const promptTokens = (probe.body.usage as { prompt_tokens: number }).prompt_tokens;
     const failed = await post(stack.baseUrl, key, "/v1/completions", {
-      model: "tiny",
+      model: MODEL,
       prompt: digits,
       max_tokens: 4096 - promptTokens + 1,
     });
@@ -387,7 +392,7 @@ describe("usage", () => {
     const expected = {
       key: id,
       key_name: "metered",
-      model: "tiny",
+      model: MODEL,
       version: "v1",
       requests: 7,
       prompt_tokens: totals.prompt,
@@ -402,7 +407,7 @@ describe("usage", () => {
     const expectedEmbed = {
       key: id,
       key_name: "metered",
-      model: "tiny-embed",
+      model: `${MODEL}-embed`,
       version: "v1",
       requests: 1,
       prompt_tokens: embedded,
@@ -452,35 +457,35 @@ describe("usage", () => {
       "ERRORS",
       "RATE LIMITED",
     ]);
-    const row = lines.find((l) => l.includes(" tiny ")) as string;
+    const row = lines.find((l) => l.includes(` ${MODEL} `)) as string;
     expect(
       row
         .split("│")
         .map((c) => c.trim())
         .filter(Boolean),
     ).toEqual([
-      "tiny",
+      MODEL,
       "v1",
       "7",
       String(totals.prompt),
-      ...cachedCell("tiny"),
+      ...cachedCell(MODEL),
       String(totals.completion),
       String(totals.prompt + totals.completion),
       "1",
       "0",
     ]);
-    const embedRow = lines.find((l) => l.includes(" tiny-embed ")) as string;
+    const embedRow = lines.find((l) => l.includes(` ${MODEL}-embed `)) as string;
     expect(
       embedRow
         .split("│")
         .map((c) => c.trim())
         .filter(Boolean),
     ).toEqual([
-      "tiny-embed",
+      `${MODEL}-embed`,
       "v1",
       "1",
       String(embedded),
-      ...cachedCell("tiny-embed"),
+      ...cachedCell(`${MODEL}-embed`),
       "0",
       String(embedded),
       "0",
@@ -513,15 +518,15 @@ describe("usage", () => {
 describe("the keys CLI", () => {
   it("creates, updates and lists limits; gateways apply a change within their key cache's lifetime", async () => {
     const created = await runCli(
-      ["keys", "create", "tuned", "--tpm", "5000", "--model-limit", "tiny:rpm=10,max-concurrency=2", "--json"],
+      ["keys", "create", "tuned", "--tpm", "5000", "--model-limit", `${MODEL}:rpm=10,max-concurrency=2`, "--json"],
       stack.env,
     );
     expect(created.code, created.stderr).toBe(0);
     const { id, key, limits } = JSON.parse(created.stdout) as { id: string; key: string; limits: unknown };
-    expect(limits).toEqual({ tpm: 5000, models: { tiny: { rpm: 10, max_concurrency: 2 } } });
+    expect(limits).toEqual({ tpm: 5000, models: { [MODEL]: { rpm: 10, max_concurrency: 2 } } });
 
     const updated = await runCli(
-      ["keys", "update", id, "--tpm", "none", "--rpm", "7", "--model-limit", "tiny:none"],
+      ["keys", "update", id, "--tpm", "none", "--rpm", "7", "--model-limit", `${MODEL}:none`],
       stack.env,
     );
     expect(updated.code, updated.stderr).toBe(0);
@@ -550,7 +555,7 @@ describe("the keys CLI", () => {
       [["keys", "create", "x", "--tpm", "0"], "--tpm"],
       [["keys", "create", "x", "--max-concurrency", "1.5"], "--max-concurrency"],
       [["keys", "create", "x", "--rpm", "none"], "--rpm"],
-      [["keys", "create", "x", "--model-limit", "tiny:rps=3"], "--model-limit"],
+      [["keys", "create", "x", "--model-limit", `${MODEL}:rps=3`], "--model-limit"],
       [["keys", "create", "x", "--role", "root"], "--role"],
       [["keys", "update", "key_0123456789ab", "--tpm", "-5"], "--tpm"],
       [["keys", "update", "key_0123456789ab"], "--rpm"],

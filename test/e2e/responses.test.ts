@@ -15,9 +15,11 @@ import { zodTextFormat } from "openai/helpers/zod";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { tinyModelPath } from "../helpers/models.ts";
-import { runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { deploy, undeploy } from "../helpers/deploy.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import { runCli, type Stack } from "../helpers/stack.ts";
 
-const MODEL = "tiny";
+const MODEL = unique("tiny");
 const PYTHON = process.env.PLATFORM_TEST_PYTHON ?? new URL("../../.venv-py/bin/python", import.meta.url).pathname;
 const hasPythonClient = spawnSync(PYTHON, ["-c", "import openai"], { stdio: "ignore" }).status === 0;
 if (!hasPythonClient) console.warn(`responses.test: ${PYTHON} has no openai package; the Python client case skips`);
@@ -41,13 +43,12 @@ let client: OpenAI;
 
 beforeAll(async () => {
   // Room for the tools' description, which the tiny vocabulary spells out almost byte by byte.
-  stack = await startStack({ model: await tinyModelPath({ contextLength: 4096 }), args: ["--name", MODEL] });
+  stack = await sharedStack();
+  await deploy(stack, MODEL, { source: await tinyModelPath({ contextLength: 4096 }) });
   client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
 }, 180_000);
 
-afterAll(async () => {
-  expect(await stack?.stop()).toBe(0);
-});
+afterAll(() => undeploy(stack, MODEL));
 
 describe("the openai npm client", () => {
   it("creates a response: a message with output_text, usage, and max_output_tokens making it incomplete", async () => {

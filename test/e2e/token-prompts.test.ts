@@ -11,10 +11,12 @@ import OpenAI, { toFile } from "openai";
 import type { Completion } from "openai/resources/completions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sharedModelPath, tinyModelPath } from "../helpers/models.ts";
-import { type Stack, startStack } from "../helpers/stack.ts";
+import { deploy, undeploy } from "../helpers/deploy.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import type { Stack } from "../helpers/stack.ts";
 import { tokenCounts } from "../helpers/usage.ts";
 
-const MODEL = "storyteller";
+const MODEL = unique("storyteller");
 const TEXT = "Once upon a time";
 /** "Once upon a time" as stories260K tokenizes it, BOS first. */
 const STORIES_IDS = [1, 403, 407, 261, 378];
@@ -34,14 +36,12 @@ beforeAll(async () => {
   ids = [tokenizer.bos_token_id as number, ...TEXT.split(" ").map((word) => tokens.indexOf(`\u2581${word}`))];
   if (basename(model) === "stories260K.gguf") expect(ids).toEqual(STORIES_IDS);
   expect(ids.every((id) => id >= 0)).toBe(true);
-  stack = await startStack({ model, args: ["--name", MODEL] });
+  stack = await sharedStack();
+  await deploy(stack, MODEL, { source: model });
   client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
 }, 180_000);
 
-afterAll(async () => {
-  const code = await stack?.stop();
-  expect(code).toBe(0);
-});
+afterAll(() => undeploy(stack, MODEL));
 
 const complete = (prompt: string | string[] | number[] | number[][], more: { n?: number } = {}) =>
   client.completions.create({ model: MODEL, prompt, max_tokens: MAX_TOKENS, temperature: 0, ...more });

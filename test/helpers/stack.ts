@@ -3,13 +3,17 @@
  * child process, with its own data dir, config dir and embedded Redis.
  */
 import { type ChildProcess, spawn } from "node:child_process";
+import { createWriteStream } from "node:fs";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { api, type Call } from "./api.ts";
+import { sleep, waitUntil } from "./wait.ts";
 
 export const BIN = fileURLToPath(new URL("../../bin/platform.js", import.meta.url));
 
+/** What a test drives: the gateway's URLs, the operator's key, the Redis it runs on and its data dir. */
 export type Stack = {
   baseUrl: string;
   /** The gateway's metrics port's /metrics (docs/observability.md, "The metrics port"). */
@@ -19,16 +23,29 @@ export type Stack = {
   dataDir: string;
   /** Environment for running the CLI against this stack. */
   env: NodeJS.ProcessEnv;
+  /** What `platform up` has printed so far. */
   output: () => string;
-  process: ChildProcess;
-  admin: <T>(method: string, path: string, body?: unknown) => Promise<{ status: number; body: T }>;
+  /** The operator's authenticated call. */
+  admin: Call;
   waitFor: (check: () => Promise<boolean>, what: string, timeoutMs?: number) => Promise<void>;
-  stop: () => Promise<number | null>;
 };
 
-export type StackOptions = { model?: string; args?: string[]; env?: NodeJS.ProcessEnv; waitAvailable?: boolean };
+/** A stack this test started and stops (test/helpers/shared-stack.ts has the one files share). */
+export type OwnStack = Stack & { process: ChildProcess; stop: () => Promise<number | null> };
 
-export async function startStack(options: StackOptions = {}): Promise<Stack> {
+/** The serializable part of a stack, handed from vitest's global setup to its test files. */
+export type StackHandle = Omit<Stack, "output" | "admin" | "waitFor"> & { logFile?: string };
+
+/** `logFile`: also write what `up` prints there, for files that read it from another process. */
+export type StackOptions = {
+  model?: string;
+  args?: string[];
+  env?: NodeJS.ProcessEnv;
+  waitAvailable?: boolean;
+  logFile?: string;
+};
+
+export async function startStack(options: StackOptions = {}): Promise<OwnStack> {
   const dir = await mkdtemp(join(tmpdir(), "platform-stack-"));
   const env: NodeJS.ProcessEnv = {
     ...process.env,
@@ -49,16 +66,21 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   ];
   const child = spawn(process.execPath, args, { env, stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
-  child.stdout.on("data", (d) => (out += d));
-  child.stderr.on("data", (d) => (out += d));
+  const log = options.logFile ? createWriteStream(options.logFile) : undefined;
+  const take = (d: Buffer) => {
+    out += d;
+    log?.write(d);
+  };
+  child.stdout.on("data", take);
+  child.stderr.on("data", take);
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
 
-  const started = Date.now();
-  while (!/Press Ctrl-C to stop/.test(out)) {
-    if (child.exitCode !== null) throw new Error(`platform up exited early (${child.exitCode}):\n${out}`);
-    if (Date.now() - started > 60_000) throw new Error(`platform up did not start in 60 s:\n${out}`);
-    await sleep(50);
-  }
+  await waitUntil("platform up to start", () => /Press Ctrl-C to stop/.test(out) || child.exitCode !== null, {
+    timeoutMs: 60_000,
+    intervalMs: 50,
+    detail: () => `it printed:\n${out}`,
+  });
+  if (child.exitCode !== null) throw new Error(`platform up exited early (${child.exitCode}):\n${out}`);
   const baseUrl = (out.match(/base URL\s+(\S+)\/v1/) ?? [])[1] as string;
   const apiKey = (out.match(/API key\s+(\S+)/) ?? [])[1] as string;
   const metricsUrl = (out.match(/metrics\s+(http:\/\/\S+\/metrics)/) ?? [])[1] as string;
@@ -69,52 +91,52 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     ? shownRedisUrl.replace(":***@", `:${encodeURIComponent((await readFile(passwordFile, "utf8")).trim())}@`)
     : shownRedisUrl;
 
-  const admin = async <T>(method: string, path: string, body?: unknown) => {
-    const res = await fetch(`${baseUrl}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    return { status: res.status, body: (await res.json()) as T };
-  };
-  const waitFor = async (check: () => Promise<boolean>, what: string, timeoutMs = 60_000) => {
-    const t0 = Date.now();
-    while (!(await check().catch(() => false))) {
-      if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}; platform output:\n${out}`);
-      await sleep(100);
-    }
-  };
-  const stack: Stack = {
-    baseUrl,
-    metricsUrl,
-    apiKey,
-    redisUrl,
-    dataDir: join(dir, "data"),
-    env: { ...env, PLATFORM_BASE_URL: baseUrl, PLATFORM_API_KEY: apiKey },
-    output: () => out,
+  const stack: OwnStack = {
+    ...attach(
+      {
+        baseUrl,
+        metricsUrl,
+        apiKey,
+        redisUrl,
+        dataDir: join(dir, "data"),
+        env: { ...env, PLATFORM_BASE_URL: baseUrl, PLATFORM_API_KEY: apiKey },
+      },
+      () => out,
+    ),
     process: child,
-    admin,
-    waitFor,
     stop: async () => {
       if (child.exitCode === null) child.kill("SIGINT");
       const code = await exited;
+      log?.end();
       await rm(dir, { recursive: true, force: true });
       return code;
     },
   };
   if (options.model && options.waitAvailable !== false) {
     const name = (out.match(/endpoint\s+(\S+) \(starting/) ?? [])[1] as string;
-    await waitFor(
-      async () => (await admin<{ state: string }>("GET", `/admin/v1/endpoints/${name}`)).body.state === "available",
-      `endpoint ${name} to be available`,
-    );
+    await waitAvailable(stack, name);
   }
   return stack;
 }
 
-export function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
+/** A `Stack` over a handle: the calls and waits bound to it, `output` read by the given function. */
+export function attach(handle: StackHandle, output: () => string): Stack {
+  const waitFor = (check: () => Promise<boolean>, what: string, timeoutMs = 60_000) =>
+    waitUntil(what, check, { timeoutMs, detail: () => `platform output:\n${output()}` });
+  const { logFile: _, ...rest } = handle;
+  return { ...rest, output, admin: api(handle.baseUrl, handle.apiKey), waitFor };
 }
+
+/** Waits until endpoint `name` is `available`. */
+export function waitAvailable(stack: Stack, name: string, timeoutMs = 120_000): Promise<void> {
+  return stack.waitFor(
+    async () => (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${name}`)).body.state === "available",
+    `endpoint ${name} to be available`,
+    timeoutMs,
+  );
+}
+
+export { sleep };
 
 export type CliResult = { code: number | null; stdout: string; stderr: string };
 

@@ -1,0 +1,43 @@
+/**
+ * The e2e tier's global setup: one `platform up` the files share (test/helpers/shared-stack.ts),
+ * started before the first file and stopped after the last. Files keep apart by the names they
+ * give their models, endpoints, organizations and keys; a file that needs a stack of its own (other
+ * settings, signals, a Redis it kills) still starts one with `startStack`.
+ */
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import type { TestProject } from "vitest/node";
+import { sharedModelPath } from "./helpers/models.ts";
+import { type StackHandle, startStack } from "./helpers/stack.ts";
+
+declare module "vitest" {
+  export interface ProvidedContext {
+    sharedStack: StackHandle;
+  }
+}
+
+/** Settings beside the defaults: what some files need and none of the others notice. */
+const SETTINGS: NodeJS.ProcessEnv = {
+  // cli.test.ts imports a model from an HTTP server on loopback.
+  PLATFORM_SOURCES_ALLOW_HTTP: "true",
+  PLATFORM_SOURCES_ALLOW_PRIVATE: "true",
+};
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const logDir = await mkdtemp(join(tmpdir(), "platform-shared-stack-"));
+  const logFile = join(logDir, "up.log");
+  const real = sharedModelPath();
+  const stack = await startStack({
+    // The OS temp dir holds the tiny models and what files write; ../shared the real model.
+    args: ["--storage-root", tmpdir(), ...(real ? ["--storage-root", dirname(real)] : [])],
+    env: SETTINGS,
+    logFile,
+  });
+  const { baseUrl, metricsUrl, apiKey, redisUrl, dataDir, env } = stack;
+  project.provide("sharedStack", { baseUrl, metricsUrl, apiKey, redisUrl, dataDir, env, logFile });
+  return async () => {
+    const code = await stack.stop();
+    if (code !== 0) throw new Error(`the shared platform up exited with ${code}:\n${stack.output().slice(-4000)}`);
+  };
+}
