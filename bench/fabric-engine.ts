@@ -15,7 +15,7 @@ import { connectControl } from "../src/redis/connection.ts";
 import { importModel } from "../src/models/import.ts";
 import { loadSettings } from "../src/settings/index.ts";
 import { openStore } from "../src/storage/index.ts";
-import { type Stack, startStack } from "../test/helpers/stack.ts";
+import { type OwnStack, startStack } from "../test/helpers/stack.ts";
 import { startEchoWorker } from "./fabric-echo.ts";
 import { halfRange, median, pair, postJson, postText, summarize, type Timed, timeEach, timeOne } from "./measure.ts";
 
@@ -41,7 +41,7 @@ export type Throughput = {
   ratios: number[];
 };
 export type ModelStack = {
-  stack: Stack;
+  stack: OwnStack;
   ctl: ReturnType<typeof connectControl>;
   settings: ReturnType<typeof loadSettings>;
   endpoint: string;

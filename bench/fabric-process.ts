@@ -6,7 +6,7 @@
 import { spawn } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { IDLE_CHECK_MS } from "../src/process/idle-memory.ts";
-import { BIN, type Stack } from "../test/helpers/stack.ts";
+import { BIN, type OwnStack } from "../test/helpers/stack.ts";
 import { sleep } from "./measure.ts";
 
 function wallMs(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
@@ -46,7 +46,7 @@ function childPids(parent: number): { pid: number; cmdline: string }[] {
 
 export type CliRound = { node: number; version: number; status: number };
 
-export async function measureCli(stack: Stack, endpoint: string, ROUNDS: number): Promise<CliRound[]> {
+export async function measureCli(stack: OwnStack, endpoint: string, ROUNDS: number): Promise<CliRound[]> {
   // CLI start-up, interleaved with the floor any Node program pays.
   const cliRounds: { node: number; version: number; status: number }[] = [];
   for (let round = 0; round < ROUNDS; round++) {
@@ -60,7 +60,7 @@ export async function measureCli(stack: Stack, endpoint: string, ROUNDS: number)
 
 export type Rss = { up_mib: number; worker_mib: number; workers: number };
 
-export async function measureRss(stack: Stack): Promise<Rss> {
+export async function measureRss(stack: OwnStack): Promise<Rss> {
   // Resident memory, idle with the model loaded: after two of the idle checks at which each
   // process gives back what its busy spell grew (src/process/idle-memory.ts).
   await sleep(2 * IDLE_CHECK_MS + 1000);

@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openStore } from "../../src/storage/index.ts";
 import { type S3Server, startS3 } from "../helpers/batch-env.ts";
 import { referencePython } from "../helpers/models.ts";
-import { runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { type OwnStack, runCli, startStack } from "../helpers/stack.ts";
 
 const CHECKPOINT = fileURLToPath(new URL("../fixtures/hf/llama/", import.meta.url));
 const MAKE_LORA = fileURLToPath(new URL("../../scripts/reference/make-lora.py", import.meta.url));
@@ -33,7 +33,7 @@ type Reference = {
 
 let work: string;
 let s3: S3Server;
-let stack: Stack;
+let stack: OwnStack;
 let reference: Reference;
 
 beforeAll(async () => {

@@ -22,7 +22,7 @@ import { openStore } from "../../src/storage/index.ts";
 import { type CoordinatorProcess, type S3Server, spawnCoordinator, startS3, waitForJob } from "../helpers/batch-env.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { QueueObserver } from "../helpers/queue-observer.ts";
-import { type Stack, sleep, startStack } from "../helpers/stack.ts";
+import { type OwnStack, sleep, startStack } from "../helpers/stack.ts";
 
 const MODEL = "tiny";
 // 10,000 records take 10-30 s on two busy cores; the default 60 s is too tight a margin.
@@ -53,7 +53,7 @@ const WORDS = [
 ];
 const PROMPTS = WORDS.flatMap((w) => [`Once upon a time there was a ${w}`, `The little ${w} went to the park and`]);
 
-let stack: Stack;
+let stack: OwnStack;
 let ctl: Control;
 /** The model queue and the coordinator queue, as the tests look into them. */
 let queues: QueueBase;

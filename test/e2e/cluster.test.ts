@@ -18,14 +18,14 @@ import { QueueBase } from "../../src/queue/base.ts";
 import { cancelJobs, isCancelled, listenForCancels } from "../../src/queue/cancel.ts";
 import { type RedisCluster, startRedisCluster } from "../helpers/cluster.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { type Stack, sleep, startStack } from "../helpers/stack.ts";
+import { type OwnStack, sleep, startStack } from "../helpers/stack.ts";
 
 const MODEL = "tiny";
 const RECORDS = 20;
 const PROMPT = "Once upon a time";
 
 let cluster: RedisCluster;
-let stack: Stack;
+let stack: OwnStack;
 let scratch: string;
 
 beforeAll(async () => {

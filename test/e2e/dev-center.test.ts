@@ -33,7 +33,7 @@ import {
   startRegistry,
 } from "../helpers/registry.ts";
 import { npmInstall, npmRegistryUnavailable } from "../helpers/scaffold.ts";
-import { runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { type OwnStack, runCli, startStack } from "../helpers/stack.ts";
 
 const unavailable = imageToolsUnavailable() ?? postgresUnavailable() ?? (await npmRegistryUnavailable());
 if (unavailable) console.warn(`dev center test skipped: ${unavailable}`);
@@ -45,7 +45,7 @@ const BUF = join(import.meta.dirname, "../../node_modules/.bin/buf");
 const ROOT = join(import.meta.dirname, "../..");
 const CHROMIUM = "/usr/bin/chromium";
 
-let stack: Stack;
+let stack: OwnStack;
 let registry: Registry;
 let buildah: PrivateBuildah;
 let postgres: Postgres;

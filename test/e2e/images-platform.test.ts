@@ -17,7 +17,7 @@ import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { diffusersPython, makeTinyPipeline } from "../helpers/models.ts";
-import { type CliResult, runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { type CliResult, type OwnStack, runCli, startStack } from "../helpers/stack.ts";
 
 const python = diffusersPython("images-platform.test");
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -37,7 +37,7 @@ const record = (i: number) => ({
   seed: 1000 + i,
 });
 
-let stack: Stack;
+let stack: OwnStack;
 let scratch: string;
 
 type Status = { state: string; replica_list: { pid: number; id: string }[]; queue: { active: number } };

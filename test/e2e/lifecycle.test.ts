@@ -26,7 +26,7 @@ import { sayDataset } from "../helpers/fine-tuning-data.ts";
 import { runLmEvalHf, writeChoiceTask } from "../helpers/lm-eval.ts";
 import { QUESTIONS as EVALUATION_QUESTIONS, TEXTS } from "../helpers/evaluation-data.ts";
 import { referencePython } from "../helpers/models.ts";
-import { type CliResult, runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { type CliResult, type OwnStack, runCli, startStack } from "../helpers/stack.ts";
 
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 const CHECKPOINT = join(repoRoot, "test", "fixtures", "hf", "llama");
@@ -56,7 +56,7 @@ type MadeLora = {
 type Eval = { metric: string; value: number; n: number; stderr: number | null };
 
 let work: string;
-let stack: Stack;
+let stack: OwnStack;
 let made: MadeLora;
 let client: OpenAI;
 /** The openai-client job, killed and resumed: the fine-tuned adapter served and evaluated below. */

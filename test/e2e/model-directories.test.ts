@@ -23,7 +23,7 @@ import { supportedArchitectures } from "../../src/formats/convert/index.ts";
 import { startS3, type S3Server } from "../helpers/batch-env.ts";
 import { expectedManifest, TEST_ARCHITECTURE, writeCheckpoint } from "../helpers/checkpoints.ts";
 import { CHAT_REPLY } from "../helpers/fake-vllm.ts";
-import { runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { type OwnStack, runCli, startStack } from "../helpers/stack.ts";
 import { TINY_BERT, writeTinyBert } from "../fixtures/tiny-bert.ts";
 import { bertEmbedding, bertInput, cosine } from "../helpers/bert-reference.ts";
 import { openModel } from "../helpers/quality.ts";
@@ -35,7 +35,7 @@ const LLAMA_FIXTURE = fileURLToPath(new URL("../fixtures/hf/llama", import.meta.
 type Status = { state: string; errors: string[]; weights: string[]; replicas: { ready: number; failed: number } };
 
 let s3: S3Server;
-let stack: Stack;
+let stack: OwnStack;
 let work: string;
 let record: string;
 let plain: string;

@@ -15,7 +15,7 @@ import { queueName } from "../../src/contracts/naming.ts";
 import { alive } from "../helpers/processes.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { QueueObserver } from "../helpers/queue-observer.ts";
-import { BIN, type Stack, sleep, startStack } from "../helpers/stack.ts";
+import { BIN, type OwnStack, sleep, startStack } from "../helpers/stack.ts";
 import { startEmbeddedRedis } from "../../src/redis/embedded.ts";
 import { connectControl } from "../../src/redis/connection.ts";
 import { QueueBase } from "../../src/queue/base.ts";
@@ -46,7 +46,7 @@ async function survivorsAfter(dataDir: string, pids: number[], ms: number): Prom
   }
 }
 
-function exitOf(stack: Stack): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+function exitOf(stack: OwnStack): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
   const child = stack.process;
   if (child.exitCode !== null || child.signalCode !== null)
     return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
@@ -66,7 +66,7 @@ async function onTinyQueue<T>(redisUrl: string, use: (queue: Queue) => Promise<T
 }
 
 /** The id of the one job a worker holds on the `tiny` queue. */
-async function pidsOf(stack: Stack): Promise<{ workers: number[]; redis: number }> {
+async function pidsOf(stack: OwnStack): Promise<{ workers: number[]; redis: number }> {
   const s = (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body;
   const redis = Number((await readFile(join(stack.dataDir, "redis", "redis.pid"), "utf8")).trim());
   return { workers: s.replica_list.map((r) => r.pid), redis };
@@ -78,7 +78,7 @@ beforeAll(async () => {
 });
 
 describe("one stack, attacked from inside", () => {
-  let stack: Stack;
+  let stack: OwnStack;
   let client: OpenAI;
   beforeAll(async () => {
     stack = await startStack({

@@ -29,7 +29,7 @@ import {
   runImage,
   tokenKeyPair,
 } from "../helpers/registry.ts";
-import { runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { type OwnStack, runCli, startStack } from "../helpers/stack.ts";
 
 const unavailable = imageToolsUnavailable();
 if (unavailable) console.warn(`publish tests skipped: ${unavailable}`);
@@ -83,7 +83,7 @@ EXPOSE 8080
 CMD ["node", "server.mjs"]
 `;
 
-let stack: Stack;
+let stack: OwnStack;
 let registry: Registry;
 /** A second registry, trusting the platform's tokens instead of passwords. */
 let tokenRegistry: Registry;

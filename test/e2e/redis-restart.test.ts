@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { alive } from "../helpers/processes.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { type Stack, startStack } from "../helpers/stack.ts";
+import { type OwnStack, startStack } from "../helpers/stack.ts";
 
 type Status = { state: string; replica_list: { id: string; pid: number }[] };
 type Outcome = { sentAt: number; doneAt: number } & (
@@ -21,7 +21,7 @@ type Outcome = { sentAt: number; doneAt: number } & (
 /** Far longer than any answer while Redis is away may take: a request past it hung. */
 const CLIENT_TIMEOUT_MS = 30_000;
 
-const redisPid = async (stack: Stack) =>
+const redisPid = async (stack: OwnStack) =>
   Number((await readFile(join(stack.dataDir, "redis", "redis.pid"), "utf8")).trim());
 
 /** A redis-server that takes `delayS` to start again after its first start: a restart that loads a large AOF. */
@@ -43,7 +43,7 @@ async function slowRestartingRedis(delayS: number): Promise<string> {
   return script;
 }
 
-async function chat(stack: Stack, key: string): Promise<Outcome> {
+async function chat(stack: OwnStack, key: string): Promise<Outcome> {
   const sentAt = Date.now();
   try {
     const res = await fetch(`${stack.baseUrl}/v1/chat/completions`, {
@@ -61,7 +61,7 @@ async function chat(stack: Stack, key: string): Promise<Outcome> {
 }
 
 describe("platform up whose embedded Redis is killed", () => {
-  const stacks: Stack[] = [];
+  const stacks: OwnStack[] = [];
   afterAll(async () => {
     await Promise.all(stacks.map((s) => s.stop()));
   });

@@ -24,7 +24,7 @@ import {
   startRegistry,
   tokenKeyPair,
 } from "../helpers/registry.ts";
-import { runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { type OwnStack, runCli, startStack } from "../helpers/stack.ts";
 
 const unavailable = imageToolsUnavailable();
 if (unavailable) console.warn(`registry credentials test skipped: ${unavailable}`);
@@ -47,7 +47,7 @@ USER node
 CMD ["node", "server.mjs"]
 `;
 
-let stack: Stack;
+let stack: OwnStack;
 let registry: Registry;
 let tokenRegistry: Registry;
 let keys: string;

@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
 import { type SentinelGroup, startSentinelGroup } from "../helpers/sentinel.ts";
-import { type Stack, sleep, startStack } from "../helpers/stack.ts";
+import { type OwnStack, sleep, startStack } from "../helpers/stack.ts";
 
 const MODEL = "tiny";
 const REQUESTS = 200;
@@ -22,7 +22,7 @@ const PROMPT = "Once upon a time";
 const REQUEST_TIMEOUT_MS = 30_000;
 
 let group: SentinelGroup;
-let stack: Stack;
+let stack: OwnStack;
 let scratch: string;
 
 beforeAll(async () => {

@@ -40,7 +40,7 @@ import {
   npmRegistryUnavailable,
   step,
 } from "../helpers/scaffold.ts";
-import { runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { type OwnStack, runCli, startStack } from "../helpers/stack.ts";
 
 const unavailable = imageToolsUnavailable() ?? (await npmRegistryUnavailable());
 if (unavailable) console.warn(`scaffold image test skipped: ${unavailable}`);
@@ -66,7 +66,7 @@ const USER = "team";
 // Only for the throwaway registry this test starts; it reaches htpasswd and logins through stdin.
 const PASSWORD = `pw-${process.pid}-${Date.now()}`;
 
-let stack: Stack;
+let stack: OwnStack;
 let registry: Registry;
 let buildah: PrivateBuildah;
 let work: string;

@@ -32,7 +32,7 @@ import {
   startRegistry,
 } from "../helpers/registry.ts";
 import { npmInstall, npmRegistryUnavailable } from "../helpers/scaffold.ts";
-import { runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { type OwnStack, runCli, startStack } from "../helpers/stack.ts";
 
 const unavailable =
   process.getuid?.() !== 0
@@ -76,7 +76,7 @@ for (const [name, port] of Object.entries(JSON.parse(process.env.PROBE_PORTS ?? 
 
 type Probe = { name: string; ok: boolean; value?: unknown; error?: string };
 
-let stack: Stack;
+let stack: OwnStack;
 let registry: Registry;
 let buildah: PrivateBuildah;
 let work: string;

@@ -24,7 +24,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { pkceChallenge, randomSecret } from "../../src/signin/oauth.ts";
 import { issueToken } from "../../src/tokens/store.ts";
-import { BIN, type CliResult, runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { BIN, type CliResult, type OwnStack, runCli, startStack } from "../helpers/stack.ts";
 
 const CHROMIUM = "/usr/bin/chromium";
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -40,7 +40,7 @@ const ACCOUNTS: Record<string, Record<string, string>> = {
   mallory: { name: "Mallory", org: "acme", role: "owner" },
 };
 
-let stack: Stack;
+let stack: OwnStack;
 let ctl: Control;
 let work: string;
 let idp: Server;

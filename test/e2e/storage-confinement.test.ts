@@ -21,13 +21,13 @@ import { openStore } from "../../src/storage/index.ts";
 import { StoragePolicy } from "../../src/storage/policy.ts";
 import { type S3Server, startS3, waitForJob } from "../helpers/batch-env.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { runCli, sleep, type Stack, startStack } from "../helpers/stack.ts";
+import { type OwnStack, runCli, sleep, startStack } from "../helpers/stack.ts";
 
 const MODEL = "tiny";
 const BUCKET = "confined";
 const SECRET = "root:x:0:0:SECRET-FIELD:/root:/bin/bash";
 
-let stack: Stack;
+let stack: OwnStack;
 let ctl: Control;
 let s3: S3Server;
 let scratch: string;

@@ -13,11 +13,11 @@ import { QueueBase } from "../../src/queue/base.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { sharedModelPath, tinyModelPath } from "../helpers/models.ts";
 import { QueueObserver } from "../helpers/queue-observer.ts";
-import { type Stack, startStack } from "../helpers/stack.ts";
+import { type OwnStack, startStack } from "../helpers/stack.ts";
 
 const MODEL = "limits";
 const MAX_TOOLS = 4;
-let stack: Stack;
+let stack: OwnStack;
 let client: OpenAI;
 let ctl: Control;
 

@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
 import { type OtlpReceiver, type ReceivedSpan, startOtlpReceiver } from "../helpers/otlp-receiver.ts";
-import { type Stack, startStack } from "../helpers/stack.ts";
+import { type OwnStack, startStack } from "../helpers/stack.ts";
 
 const MODULE_LOG = fileURLToPath(new URL("../helpers/module-log.ts", import.meta.url));
 const SERVER = 2;
@@ -36,7 +36,7 @@ function completeLines(text: string): string[] {
 }
 
 async function post(
-  stack: Stack,
+  stack: OwnStack,
   path: string,
   body: unknown,
   headers: Record<string, string> = {},
@@ -50,7 +50,7 @@ async function post(
 
 describe("tracing on: OTLP export to a local receiver", () => {
   let receiver: OtlpReceiver;
-  let stack: Stack;
+  let stack: OwnStack;
   let modules: string;
 
   beforeAll(async () => {
@@ -254,7 +254,7 @@ describe("tracing on: OTLP export to a local receiver", () => {
 });
 
 describe("tracing off (the default)", () => {
-  let stack: Stack;
+  let stack: OwnStack;
   let modules: string;
 
   beforeAll(async () => {

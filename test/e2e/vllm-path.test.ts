@@ -11,7 +11,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CHAT_REPLY, fakeLogprob, fakePieces, KV_CACHE_USAGE, STORY, writeFakeVllmBin } from "../helpers/fake-vllm.ts";
 import { alive } from "../helpers/processes.ts";
-import { type Stack, startStack } from "../helpers/stack.ts";
+import { type OwnStack, startStack } from "../helpers/stack.ts";
 
 type Status = {
   state: string;
@@ -21,7 +21,7 @@ type Status = {
 let dir: string;
 /** Each start of the fake writes {argv, pid} here; requests go to `<record>.requests.jsonl`. */
 let record: string;
-let stack: Stack;
+let stack: OwnStack;
 let client: OpenAI;
 
 beforeAll(async () => {

@@ -6,12 +6,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { moved, scrape } from "../helpers/metrics-text.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { type Stack, startStack } from "../helpers/stack.ts";
+import { type OwnStack, startStack } from "../helpers/stack.ts";
 
 type TargetGroup = { targets: string[]; labels: Record<string, string> };
 type Status = { replica_list: { id: string; health_port?: number }[] };
 
-let withMetrics: Stack;
+let withMetrics: OwnStack;
 
 beforeAll(async () => {
   withMetrics = await startStack({
@@ -25,7 +25,7 @@ afterAll(async () => {
   await withMetrics?.stop();
 });
 
-const complete = (stack: Stack) =>
+const complete = (stack: OwnStack) =>
   fetch(`${stack.baseUrl}/v1/completions`, {
     method: "POST",
     headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" },

@@ -19,9 +19,17 @@ export async function waitUntil(
   check: () => boolean | Promise<boolean>,
   options: WaitOptions | number = {},
 ): Promise<void> {
-  const { timeoutMs = 20_000, intervalMs = 100, detail } = typeof options === "number" ? { timeoutMs: options } : options;
+  const {
+    timeoutMs = 20_000,
+    intervalMs = 100,
+    detail,
+  } = typeof options === "number" ? { timeoutMs: options } : options;
   const t0 = Date.now();
-  while (!(await Promise.resolve().then(check).catch(() => false))) {
+  while (
+    !(await Promise.resolve()
+      .then(check)
+      .catch(() => false))
+  ) {
     if (Date.now() - t0 > timeoutMs) {
       const name = typeof what === "string" ? what : what();
       throw new Error(`timed out waiting for ${name}${detail ? `; ${detail()}` : ""}`);
@@ -31,7 +39,11 @@ export async function waitUntil(
 }
 
 /** Whether `check` holds within `ms`: for a test whose answer is that something did or did not happen in time. */
-export async function holdsWithin(check: () => boolean | Promise<boolean>, ms: number, intervalMs = 25): Promise<boolean> {
+export async function holdsWithin(
+  check: () => boolean | Promise<boolean>,
+  ms: number,
+  intervalMs = 25,
+): Promise<boolean> {
   const t0 = Date.now();
   while (Date.now() - t0 < ms) {
     if (await check()) return true;
