@@ -22,7 +22,8 @@ import { openStore } from "../../src/storage/index.ts";
 import { type CoordinatorProcess, type S3Server, spawnCoordinator, startS3, waitForJob } from "../helpers/batch-env.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { QueueObserver } from "../helpers/queue-observer.ts";
-import { type OwnStack, sleep, startStack } from "../helpers/stack.ts";
+import { type OwnStack, startStack } from "../helpers/stack.ts";
+import { sleep } from "../helpers/wait.ts";
 
 const MODEL = "tiny";
 // 10,000 records take 10-30 s on two busy cores; the default 60 s is too tight a margin.

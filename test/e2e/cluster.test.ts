@@ -18,7 +18,8 @@ import { QueueBase } from "../../src/queue/base.ts";
 import { cancelJobs, isCancelled, listenForCancels } from "../../src/queue/cancel.ts";
 import { type RedisCluster, startRedisCluster } from "../helpers/cluster.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { type OwnStack, sleep, startStack } from "../helpers/stack.ts";
+import { type OwnStack, startStack } from "../helpers/stack.ts";
+import { sleep } from "../helpers/wait.ts";
 
 const MODEL = "tiny";
 const RECORDS = 20;

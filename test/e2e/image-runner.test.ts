@@ -28,6 +28,7 @@ import {
   startRegistry,
   withStdin,
 } from "../helpers/registry.ts";
+import { readUntil } from "../helpers/wait.ts";
 
 const unavailable = imageToolsUnavailable();
 if (unavailable) console.warn(`image runner test skipped: ${unavailable}`);
@@ -157,14 +158,14 @@ describe.skipIf(unavailable !== undefined)("a published image, pulled by digest 
     child.stderr?.on("data", (d) => (out += d));
     try {
       const answer = await timed("start and answer", async () => {
-        const deadline = Date.now() + 20_000;
-        for (;;) {
-          const r = await fetch(`http://127.0.0.1:${port}/`).catch(() => undefined);
-          if (r) return (await r.json()) as Record<string, unknown>;
-          if (child.exitCode !== null || Date.now() > deadline)
-            throw new Error(`the image's process did not answer (exit ${child.exitCode}):\n${out}`);
-          await new Promise((res) => setTimeout(res, 100));
-        }
+        const r = await readUntil(
+          "the image's process to answer",
+          () => fetch(`http://127.0.0.1:${port}/`).catch(() => undefined),
+          (res) => res !== undefined || child.exitCode !== null,
+          { detail: () => `exit ${child.exitCode}:\n${out}` },
+        );
+        if (!r) throw new Error(`the image's process exited (${child.exitCode}):\n${out}`);
+        return (await r.json()) as Record<string, unknown>;
       });
       expect(answer).toMatchObject({
         uid: 1000,

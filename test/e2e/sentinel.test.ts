@@ -12,7 +12,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
 import { type SentinelGroup, startSentinelGroup } from "../helpers/sentinel.ts";
-import { type OwnStack, sleep, startStack } from "../helpers/stack.ts";
+import { type OwnStack, startStack } from "../helpers/stack.ts";
+import { sleep } from "../helpers/wait.ts";
 
 const MODEL = "tiny";
 const REQUESTS = 200;

@@ -41,6 +41,7 @@ import {
   step,
 } from "../helpers/scaffold.ts";
 import { type OwnStack, runCli, startStack } from "../helpers/stack.ts";
+import { waitUntil } from "../helpers/wait.ts";
 
 const unavailable = imageToolsUnavailable() ?? (await npmRegistryUnavailable());
 if (unavailable) console.warn(`scaffold image test skipped: ${unavailable}`);
@@ -228,18 +229,7 @@ describe.skipIf(unavailable !== undefined)("a scaffold, published and run as an 
         stdio: "ignore",
       });
       const [index, ...extra] = PIP_MIRRORS.map((u) => u.replace("file:///opt/", `http://127.0.0.1:${port}/`));
-      // (expect.poll belongs to tests: a plain wait for the server here.)
-      for (
-        let tries = 0;
-        (await fetch(index as string).then(
-          (r) => r.status,
-          () => 0,
-        )) !== 200;
-        tries++
-      ) {
-        if (tries > 100) throw new Error(`the pip mirror server at ${index} did not answer`);
-        await new Promise((r) => setTimeout(r, 200));
-      }
+      await waitUntil(`the pip mirror server at ${index}`, async () => (await fetch(index as string)).status === 200);
       const baseImage = await pushBaseImage(buildah, registry, USER, PASSWORD, "python");
       dir = await mkdtemp(join(tmpdir(), "platform-scaffold-image-py-"));
       pyRepository = `${registry.host}/acme/items-py`;

@@ -21,7 +21,8 @@ import { openStore } from "../../src/storage/index.ts";
 import { StoragePolicy } from "../../src/storage/policy.ts";
 import { type S3Server, startS3, waitForJob } from "../helpers/batch-env.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { type OwnStack, runCli, sleep, startStack } from "../helpers/stack.ts";
+import { type OwnStack, runCli, startStack } from "../helpers/stack.ts";
+import { readUntil } from "../helpers/wait.ts";
 
 const MODEL = "tiny";
 const BUCKET = "confined";
@@ -56,13 +57,7 @@ async function job(id: string, key = stack.apiKey): Promise<BatchJob> {
 }
 
 async function until(id: string, done: (j: BatchJob) => boolean, key = stack.apiKey): Promise<BatchJob> {
-  const t0 = Date.now();
-  for (;;) {
-    const j = await job(id, key);
-    if (done(j)) return j;
-    if (Date.now() - t0 > 120_000) throw new Error(`job ${id} did not get there: ${JSON.stringify(j)}`);
-    await sleep(100);
-  }
+  return readUntil(`job ${id} to get there`, () => job(id, key), done, 120_000);
 }
 
 const ended = (j: BatchJob) => ["completed", "failed", "cancelled"].includes(j.state);

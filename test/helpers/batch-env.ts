@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import type { BatchJobs } from "../../src/batch/index.ts";
 import type { BatchJob } from "../../src/batch/record.ts";
 import type { S3Settings } from "../../src/storage/index.ts";
-import { sleep } from "./stack.ts";
+import { readUntil, sleep } from "./wait.ts";
 
 type S3rverInstance = { run(): Promise<{ port: number }>; close(): Promise<void> };
 type S3rverOptions = {
@@ -87,12 +87,5 @@ export async function waitForJob(
   until: (job: BatchJob) => boolean = (job) => ["completed", "failed", "cancelled"].includes(job.state),
   timeoutMs = 120_000,
 ): Promise<BatchJob> {
-  const t0 = Date.now();
-  for (;;) {
-    const job = await jobs.get(id);
-    if (until(job)) return job;
-    if (Date.now() - t0 > timeoutMs)
-      throw new Error(`batch job ${id} did not get there in ${timeoutMs} ms: ${JSON.stringify(job)}`);
-    await sleep(100);
-  }
+  return readUntil(`batch job ${id} to get there`, () => jobs.get(id), until, timeoutMs);
 }

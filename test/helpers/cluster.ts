@@ -11,7 +11,8 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { Redis } from "ioredis";
 import { killAll } from "./processes.ts";
-import { freePort, portIsFree, quiet, waitUntil } from "./redis.ts";
+import { freePort, portIsFree, quiet } from "./redis.ts";
+import { waitUntil } from "./wait.ts";
 
 export type RedisCluster = {
   /** `redis+cluster://` URL naming every node. */

@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { stringify } from "yaml";
 import { freePort } from "./redis.ts";
+import { waitUntil } from "./wait.ts";
 
 /** The `prometheus` binary, or undefined where it is not installed. */
 export function prometheusBinary(): string | undefined {
@@ -63,17 +64,11 @@ export async function startPrometheus(
   child.stderr?.on("data", (d) => (out += d));
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   const url = `http://127.0.0.1:${port}`;
-  const started = Date.now();
-  while (
-    !(await fetch(`${url}/-/ready`).then(
-      (r) => r.ok,
-      () => false,
-    ))
-  ) {
-    if (child.exitCode !== null) throw new Error(`prometheus exited (${child.exitCode}):\n${out}`);
-    if (Date.now() - started > 60_000) throw new Error(`prometheus not ready in 60 s:\n${out}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await waitUntil("prometheus to be ready", async () => child.exitCode !== null || (await fetch(`${url}/-/ready`)).ok, {
+    timeoutMs: 60_000,
+    detail: () => out,
+  });
+  if (child.exitCode !== null) throw new Error(`prometheus exited (${child.exitCode}):\n${out}`);
 
   const api = async <T>(path: string): Promise<T> => {
     const res = await fetch(`${url}${path}`);

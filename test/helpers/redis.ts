@@ -49,12 +49,3 @@ export async function portIsFree(port: number): Promise<boolean> {
     server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
   });
 }
-
-/** Polls `check` every 100 ms until it holds; `what` names it in the timeout's error. */
-export async function waitUntil(what: string, check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
-  const t0 = Date.now();
-  while (!(await check().catch(() => false))) {
-    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}

@@ -14,6 +14,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { freePort } from "../../src/process/free-port.ts";
 import { fileURLToPath } from "node:url";
+import { waitUntil } from "./wait.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 
@@ -109,17 +110,12 @@ export async function startRegistry(users: Record<string, string>, token?: Token
   let log = "";
   child.stdout?.on("data", (d) => (log += d));
   child.stderr?.on("data", (d) => (log += d));
-  const deadline = Date.now() + 15_000;
-  for (;;) {
-    const status = await fetch(`http://${host}/v2/`).then(
-      (r) => r.status,
-      () => 0,
-    );
-    if (status === 401) break;
-    if (child.exitCode !== null || Date.now() > deadline)
-      throw new Error(`docker-registry did not start on ${host}:\n${log}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await waitUntil(
+    `docker-registry to start on ${host}`,
+    async () => child.exitCode !== null || (await fetch(`http://${host}/v2/`)).status === 401,
+    { timeoutMs: 15_000, detail: () => log },
+  );
+  if (child.exitCode !== null) throw new Error(`docker-registry exited (${child.exitCode}):\n${log}`);
   return {
     host,
     stop: async () => {

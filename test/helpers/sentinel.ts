@@ -11,7 +11,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis } from "ioredis";
 import { killAll } from "./processes.ts";
-import { freePort, quiet, waitUntil } from "./redis.ts";
+import { freePort, quiet } from "./redis.ts";
+import { waitUntil } from "./wait.ts";
 
 export const SENTINEL_GROUP = "platform-primary";
 

@@ -38,6 +38,26 @@ export async function waitUntil(
   }
 }
 
+/** Reads until `done` holds for what was read, and returns that; the last read is in the timeout's error. */
+export async function readUntil<T>(
+  what: string,
+  read: () => Promise<T>,
+  done: (value: T) => boolean,
+  options: WaitOptions | number = {},
+): Promise<T> {
+  let last: { value: T } | undefined;
+  const opts = typeof options === "number" ? { timeoutMs: options } : options;
+  await waitUntil(
+    what,
+    async () => {
+      last = { value: await read() };
+      return done(last.value);
+    },
+    { ...opts, detail: () => opts.detail?.() ?? `last read: ${JSON.stringify(last?.value)}` },
+  );
+  return (last as { value: T }).value;
+}
+
 /** Whether `check` holds within `ms`: for a test whose answer is that something did or did not happen in time. */
 export async function holdsWithin(
   check: () => boolean | Promise<boolean>,

@@ -24,7 +24,8 @@ import { workerDeploymentName } from "../../scaler/backends/endpoints/kubernetes
 import { revisionId } from "../../src/endpoints/rollout.ts";
 import { FakeKubernetesApi } from "../helpers/fake-kubernetes-api.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
-import { BIN, sleep } from "../helpers/stack.ts";
+import { BIN } from "../helpers/stack.ts";
+import { sleep, waitUntil } from "../helpers/wait.ts";
 
 let server: PrivateRedis;
 let REDIS_URL: string;
@@ -80,14 +81,8 @@ async function desired(name: string): Promise<number> {
   return (await findEndpoint(ctl, name))?.desired_replicas ?? -1;
 }
 
-async function until(check: () => Promise<boolean>, what: string | (() => string), timeoutMs = 30_000): Promise<void> {
-  const start = Date.now();
-  while (!(await check())) {
-    if (Date.now() - start > timeoutMs)
-      throw new Error(`timed out waiting for ${typeof what === "string" ? what : what()}`);
-    await sleep(50);
-  }
-}
+const until = (check: () => Promise<boolean>, what: string | (() => string), timeoutMs = 30_000) =>
+  waitUntil(what, check, { timeoutMs, intervalMs: 50 });
 
 /** Oldest first: the order they were made in. */
 async function decisions(name: string): Promise<RecordedDecision[]> {

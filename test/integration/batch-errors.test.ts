@@ -35,7 +35,7 @@ import { loadSettings, type Settings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
-import { sleep } from "../helpers/stack.ts";
+import { sleep } from "../helpers/wait.ts";
 
 const BATCH_CLI = fileURLToPath(new URL("../helpers/batch-cli.ts", import.meta.url));
 

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { Redis } from "ioredis";
 import { afterAll, describe, expect, it } from "vitest";
 import { alive } from "../helpers/processes.ts";
+import { holdsWithin } from "../helpers/wait.ts";
 import { type EmbeddedRedis, isOurRedis, startEmbeddedRedis } from "../../src/redis/embedded.ts";
 import { connectControl } from "../../src/redis/connection.ts";
 import { QueueBase } from "../../src/queue/base.ts";
@@ -25,14 +26,7 @@ async function tempDir(): Promise<string> {
 
 const mode = async (path: string) => ((await stat(path)).mode & 0o777).toString(8);
 
-async function waitGone(pid: number, ms: number): Promise<boolean> {
-  const t0 = Date.now();
-  while (Date.now() - t0 < ms) {
-    if (!alive(pid)) return true;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return !alive(pid);
-}
+const waitGone = (pid: number, ms: number) => holdsWithin(() => !alive(pid), ms, 100);
 
 async function refusal(client: Redis): Promise<string> {
   client.on("error", () => undefined);

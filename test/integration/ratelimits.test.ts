@@ -16,7 +16,7 @@ import { Allowances } from "../../src/ratelimit/allowances.ts";
 import { Settlements } from "../../src/ratelimit/settlements.ts";
 import { startRedisCluster } from "../helpers/cluster.ts";
 import { type TinyGateway, startTinyGateway } from "../helpers/gateway.ts";
-import { waitUntil } from "../helpers/redis.ts";
+import { waitUntil } from "../helpers/wait.ts";
 
 let tiny: TinyGateway;
 let ctl: Control;

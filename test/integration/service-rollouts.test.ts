@@ -27,7 +27,8 @@ import { SecretBox } from "../../src/services/secrets.ts";
 import { deleteService, getService, updateService } from "../../src/services/store.ts";
 import { setVariables } from "../../src/services/variables.ts";
 import { openStore } from "../../src/storage/index.ts";
-import { type PrivateRedis, privateRedis, waitUntil } from "../helpers/redis.ts";
+import { type PrivateRedis, privateRedis } from "../helpers/redis.ts";
+import { waitUntil } from "../helpers/wait.ts";
 
 const REPO = "registry.test:5000/acme/items";
 const digest = (c: string) => `sha256:${c.repeat(64)}`;

@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { alive } from "../helpers/processes.ts";
+import { holdsWithin } from "../helpers/wait.ts";
 import { spawnWatched } from "../../src/process/watchdog.ts";
 
 const children: ChildProcess[] = [];
@@ -14,14 +15,7 @@ afterAll(async () => {
   for (const d of dirs) await rm(d, { recursive: true, force: true });
 });
 
-async function until(check: () => boolean | Promise<boolean>, ms: number): Promise<boolean> {
-  const t0 = Date.now();
-  while (Date.now() - t0 < ms) {
-    if (await check()) return true;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  return check();
-}
+const until = (check: () => boolean | Promise<boolean>, ms: number) => holdsWithin(check, ms);
 
 function exitOf(child: ChildProcess): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
   if (child.exitCode !== null || child.signalCode !== null)
