@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openStore } from "../../src/storage/index.ts";
 import { type S3Server, startS3 } from "../helpers/batch-env.ts";
 import { referencePython } from "../helpers/models.ts";
-import { type OwnStack, runCli, startStack } from "../helpers/stack.ts";
+import { type OwnStack, runCli, startStack, waitAvailable } from "../helpers/stack.ts";
 
 const CHECKPOINT = fileURLToPath(new URL("../fixtures/hf/llama/", import.meta.url));
 const MAKE_LORA = fileURLToPath(new URL("../../scripts/reference/make-lora.py", import.meta.url));
@@ -71,11 +71,7 @@ describe.skipIf(skip !== undefined)("adapters on a running platform", () => {
       resources: { replicas: 1, parallel: 2 },
     });
     expect(deployed.status, JSON.stringify(deployed.body)).toBe(200);
-    await stack.waitFor(
-      async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/tiny")).body.state === "available",
-      "tiny to be available",
-      180_000,
-    );
+    await waitAvailable(stack, "tiny", 180_000);
 
     const client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
     const models = (await client.models.list()).data.map((m) => m.id);

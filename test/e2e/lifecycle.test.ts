@@ -26,7 +26,7 @@ import { sayDataset } from "../helpers/fine-tuning-data.ts";
 import { runLmEvalHf, writeChoiceTask } from "../helpers/lm-eval.ts";
 import { QUESTIONS as EVALUATION_QUESTIONS, TEXTS } from "../helpers/evaluation-data.ts";
 import { referencePython } from "../helpers/models.ts";
-import { type CliResult, type OwnStack, runCli, startStack } from "../helpers/stack.ts";
+import { type CliResult, type OwnStack, runCli, startStack, waitAvailable } from "../helpers/stack.ts";
 
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 const CHECKPOINT = join(repoRoot, "test", "fixtures", "hf", "llama");
@@ -105,15 +105,6 @@ function trainerChildren(jobId: string): number[] {
   }
 }
 
-async function waitAvailable(endpoint: string): Promise<void> {
-  await stack.waitFor(
-    async () =>
-      (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${endpoint}`)).body.state === "available",
-    `${endpoint} to be available`,
-    180_000,
-  );
-}
-
 async function deploy(endpoint: string, version: string): Promise<void> {
   const file = join(work, `${endpoint}.yaml`);
   await writeFile(
@@ -136,7 +127,7 @@ async function deploy(endpoint: string, version: string): Promise<void> {
     ["inference", "deploy", "--config", `${endpoint}.yaml`],
   );
   expect(r.code, r.stderr).toBe(0);
-  await waitAvailable(endpoint);
+  await waitAvailable(stack, endpoint, 180_000);
 }
 
 async function evaluate(target: string, dataset: string, metric: string): Promise<Eval> {

@@ -23,7 +23,7 @@ import { supportedArchitectures } from "../../src/formats/convert/index.ts";
 import { startS3, type S3Server } from "../helpers/batch-env.ts";
 import { expectedManifest, TEST_ARCHITECTURE, writeCheckpoint } from "../helpers/checkpoints.ts";
 import { CHAT_REPLY } from "../helpers/fake-vllm.ts";
-import { type OwnStack, runCli, startStack } from "../helpers/stack.ts";
+import { type OwnStack, runCli, startStack, waitAvailable } from "../helpers/stack.ts";
 import { TINY_BERT, writeTinyBert } from "../fixtures/tiny-bert.ts";
 import { bertEmbedding, bertInput, cosine } from "../helpers/bert-reference.ts";
 import { openModel } from "../helpers/quality.ts";
@@ -120,7 +120,7 @@ describe("checkpoint directories on a running platform", () => {
       (m) => m.name === "ckpt",
     )!;
     await deploy("ckpt", { quantization: "int8" });
-    await stack.waitFor(async () => (await status("ckpt")).state === "available", "ckpt to be available", 90_000);
+    await waitAvailable(stack, "ckpt", 90_000);
     const argv = await started();
     const dir = join(stack.dataDir, "cache", "models", rec.sha256);
     expect(argv.slice(0, 2)).toEqual(["serve", dir]);
@@ -142,7 +142,7 @@ describe("checkpoint directories on a running platform", () => {
     const rec = await submit("awq", "vllm", `file://${quantized}`);
     expect(rec.checkpoint?.quantization).toBe("awq");
     await deploy("awq", { quantization: "int8" });
-    await stack.waitFor(async () => (await status("awq")).state === "available", "awq to be available", 90_000);
+    await waitAvailable(stack, "awq", 90_000);
     const argv = await started();
     expect(argv[1]).toBe(join(stack.dataDir, "cache", "models", rec.sha256));
     expect(argv).not.toContain("--quantization");
@@ -190,11 +190,7 @@ describe("checkpoint directories on a running platform", () => {
       expect(rec.manifest!.map((f) => f.path)).not.toContain("reference.json");
 
       await deploy("tiny-hf");
-      await stack.waitFor(
-        async () => (await status("tiny-hf")).state === "available",
-        "tiny-hf to be available",
-        120_000,
-      );
+      await waitAvailable(stack, "tiny-hf");
       // The conversion is in the artifact store and the node's cache, under the checkpoint's manifest digest, and status says the replica loads it.
       const gguf = join(stack.dataDir, "cache", "models", `${rec.sha256}.model.gguf`);
       expect(existsSync(gguf)).toBe(true);
@@ -266,11 +262,7 @@ describe("checkpoint directories on a running platform", () => {
       resources: { replicas: 1, parallel: 1 },
     });
     expect(deployed.status, JSON.stringify(deployed.body)).toBe(200);
-    await stack.waitFor(
-      async () => (await status("st-bert")).state === "available",
-      "st-bert to be available",
-      120_000,
-    );
+    await waitAvailable(stack, "st-bert");
     expect((await status("st-bert")).weights).toEqual(["GGUF converted from the checkpoint (made by this replica)"]);
     // Materialised from S3 with its module subdirectory.
     expect(existsSync(join(stack.dataDir, "cache", "models", rec.sha256, "1_Pooling", "config.json"))).toBe(true);

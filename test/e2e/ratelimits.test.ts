@@ -12,6 +12,7 @@ import { quiet } from "../helpers/redis.ts";
 import { deploy, undeploy } from "../helpers/deploy.ts";
 import { sharedStack, unique } from "../helpers/shared-stack.ts";
 import { BIN, runCli, type Stack } from "../helpers/stack.ts";
+import { api } from "../helpers/api.ts";
 
 const MODEL = unique("tiny");
 
@@ -82,8 +83,7 @@ async function post(url: string, key: string, path: string, body: unknown): Prom
 }
 
 async function get(url: string, key: string, path: string): Promise<Reply> {
-  const res = await fetch(`${url}${path}`, { headers: { authorization: `Bearer ${key}` } });
-  return { url, status: res.status, headers: res.headers, body: (await res.json()) as Record<string, unknown> };
+  return { url, ...(await api(url, key)("GET", path)) };
 }
 
 async function createKey(name: string, limits?: unknown, role = "user"): Promise<{ id: string; key: string }> {

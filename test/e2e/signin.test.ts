@@ -25,6 +25,7 @@ import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { pkceChallenge, randomSecret } from "../../src/signin/oauth.ts";
 import { issueToken } from "../../src/tokens/store.ts";
 import { BIN, type CliResult, type OwnStack, runCli, startStack } from "../helpers/stack.ts";
+import { api } from "../helpers/api.ts";
 
 const CHROMIUM = "/usr/bin/chromium";
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -113,10 +114,8 @@ async function freshPage(): Promise<{ context: BrowserContext; page: Page }> {
   return { context, page: await context.newPage() };
 }
 
-async function call<T = Record<string, unknown>>(bearer: string, method: string, path: string) {
-  const res = await fetch(`${stack.baseUrl}${path}`, { method, headers: { authorization: `Bearer ${bearer}` } });
-  return { status: res.status, body: (await res.json()) as T };
-}
+const call = <T = Record<string, unknown>>(bearer: string, method: string, path: string) =>
+  api(stack.baseUrl, bearer)<T>(method, path);
 
 const form = (fields: Record<string, string>) => ({
   method: "POST",

@@ -23,6 +23,7 @@ import { type S3Server, startS3, waitForJob } from "../helpers/batch-env.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { type OwnStack, runCli, startStack } from "../helpers/stack.ts";
 import { readUntil } from "../helpers/wait.ts";
+import { api } from "../helpers/api.ts";
 
 const MODEL = "tiny";
 const BUCKET = "confined";
@@ -43,14 +44,8 @@ type Answer = {
   body: Record<string, unknown> & { error?: { code: string; message: string; param: string | null } };
 };
 
-async function call(method: string, path: string, body?: unknown, key = stack.apiKey): Promise<Answer> {
-  const res = await fetch(`${stack.baseUrl}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  return { status: res.status, body: (await res.json()) as Answer["body"] };
-}
+const call = (method: string, path: string, body?: unknown, key = stack.apiKey): Promise<Answer> =>
+  api(stack.baseUrl, key)<Answer["body"]>(method, path, body);
 
 async function job(id: string, key = stack.apiKey): Promise<BatchJob> {
   return (await call("GET", `/v1/batch-jobs/${id}`, undefined, key)).body as unknown as BatchJob;

@@ -11,7 +11,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CHAT_REPLY, fakeLogprob, fakePieces, KV_CACHE_USAGE, STORY, writeFakeVllmBin } from "../helpers/fake-vllm.ts";
 import { alive } from "../helpers/processes.ts";
-import { type OwnStack, startStack } from "../helpers/stack.ts";
+import { type OwnStack, startStack, waitAvailable } from "../helpers/stack.ts";
 
 type Status = {
   state: string;
@@ -42,7 +42,7 @@ beforeAll(async () => {
     resources: { replicas: 1, parallel: 4 },
   });
   expect(dep.status, JSON.stringify(dep.body)).toBe(200);
-  await stack.waitFor(async () => (await status()).state === "available", "vl available");
+  await waitAvailable(stack, "vl");
   client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
 }, 120_000);
 
