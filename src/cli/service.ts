@@ -34,13 +34,16 @@ const NEXT_STEPS: Record<Language, string[]> = {
   ],
 };
 
-/** A scaffolded service's name: an npm package, a Python distribution, an image and a Kubernetes name at once. */
+/**
+ * A scaffolded service's name: an npm package, a Python distribution, an image and a deployed
+ * service's name at once, so no longer than a service name may be (src/services/names.ts).
+ */
 const ScaffoldName = z
   .string()
   .regex(/^[a-z][a-z0-9-]*$/, {
     message: "expected lowercase letters, digits and '-', starting with a letter, such as items or order-history",
   })
-  .max(63, { message: "expected at most 63 characters (a Kubernetes name)" })
+  .max(40, { message: "expected at most 40 characters (what a deployed service's name may be)" })
   .refine((n) => !n.endsWith("-") && !n.includes("--"), { message: "expected no '-' at the end and no '--'" });
 
 type Options = { lang?: string; example?: boolean; service?: string; force?: boolean };

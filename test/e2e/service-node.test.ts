@@ -120,6 +120,10 @@ describe("service create: finding the service and refusing to overwrite", () => 
     const bad = await cli(["service", "create", "Items_API", "--lang", "node"], dir);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('<name> "Items_API": expected lowercase letters, digits and');
+    // A scaffold must be deployable under its name: a service name is at most 40 characters.
+    const long = await cli(["service", "create", "a".repeat(41), "--lang", "node"], dir);
+    expect(long.code).toBe(2);
+    expect(long.stderr).toContain("expected at most 40 characters");
     const lang = await cli(["service", "create", "items", "--lang", "rust"], dir);
     expect(lang.code).toBe(2);
     expect(lang.stderr).toContain('--lang: expected node or python, got "rust"');
