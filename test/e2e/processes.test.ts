@@ -16,7 +16,7 @@ import { alive } from "../helpers/processes.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { QueueObserver } from "../helpers/queue-observer.ts";
 import { BIN, type OwnStack, startStack } from "../helpers/stack.ts";
-import { sleep } from "../helpers/wait.ts";
+import { holdsWithin, sleep } from "../helpers/wait.ts";
 import { startEmbeddedRedis } from "../../src/redis/embedded.ts";
 import { connectControl } from "../../src/redis/connection.ts";
 import { QueueBase } from "../../src/queue/base.ts";
@@ -39,12 +39,16 @@ async function processesOf(dataDir: string): Promise<string[]> {
 
 /** Polls until nothing of the stack runs; returns what still runs after `ms`. */
 async function survivorsAfter(dataDir: string, pids: number[], ms: number): Promise<string[]> {
-  const t0 = Date.now();
-  for (;;) {
-    const left = [...(await processesOf(dataDir)), ...pids.filter(alive).map((p) => `${p} (alive)`)];
-    if (left.length === 0 || Date.now() - t0 > ms) return left;
-    await sleep(100);
-  }
+  let left: string[] = [];
+  await holdsWithin(
+    async () => {
+      left = [...(await processesOf(dataDir)), ...pids.filter(alive).map((p) => `${p} (alive)`)];
+      return left.length === 0;
+    },
+    ms,
+    100,
+  );
+  return left;
 }
 
 function exitOf(stack: OwnStack): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {

@@ -15,6 +15,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse, stringify } from "yaml";
 import { type Alert, prometheusBinary, type RunningPrometheus, startPrometheus } from "../helpers/prometheus.ts";
+import { holdsWithin } from "../helpers/wait.ts";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 const RULES = join(ROOT, "deploy/prometheus/alerts.yml");
@@ -132,15 +133,17 @@ describe.skipIf(!binary)("the services' alerting rules in a real Prometheus", ()
       ].sort();
     let copies: string[] = [];
     let shipped: string[] = [];
-    const started = Date.now();
     // Rates need two samples in their window: a few scrapes (one a second) and evaluations.
-    while (Date.now() - started < 60_000) {
-      const alerts = await prometheus.alerts();
-      copies = names(alerts.filter((a) => a.labels.copy === "immediate"));
-      shipped = names(alerts.filter((a) => a.labels.copy === undefined));
-      if (JSON.stringify(copies) === JSON.stringify(expected("firing")) && shipped.length === copies.length) break;
-      await new Promise((r) => setTimeout(r, 500));
-    }
+    await holdsWithin(
+      async () => {
+        const alerts = await prometheus.alerts();
+        copies = names(alerts.filter((a) => a.labels.copy === "immediate"));
+        shipped = names(alerts.filter((a) => a.labels.copy === undefined));
+        return JSON.stringify(copies) === JSON.stringify(expected("firing")) && shipped.length === copies.length;
+      },
+      60_000,
+      500,
+    );
     expect(copies, `prometheus output:\n${prometheus.output()}`).toEqual(expected("firing"));
     // The rules as shipped are loaded and true for the same services, held back by their `for:`.
     expect(shipped).toEqual(expected("pending"));

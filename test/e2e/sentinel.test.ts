@@ -13,7 +13,7 @@ import { afterAll, beforeAll, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
 import { type SentinelGroup, startSentinelGroup } from "../helpers/sentinel.ts";
 import { type OwnStack, startStack } from "../helpers/stack.ts";
-import { sleep } from "../helpers/wait.ts";
+import { sleep, waitUntil } from "../helpers/wait.ts";
 
 const MODEL = "tiny";
 const REQUESTS = 200;
@@ -111,16 +111,8 @@ it("survives the primary's death: requests answered or refused fast, the batch e
   const results = await Promise.all(requests);
 
   // Back to normal: the first correct answer after the promotion.
-  let backAt = 0;
-  for (;;) {
-    const r = await chat().catch(() => undefined);
-    if (r?.status === 200) {
-      backAt = Date.now();
-      break;
-    }
-    if (Date.now() - failover.promotedAt > 60_000) throw new Error("the platform did not recover within 60 s");
-    await sleep(100);
-  }
+  await waitUntil("the platform to recover", async () => (await chat()).status === 200, 60_000);
+  const backAt = Date.now();
   console.log(
     `failover: primary killed → promoted in ${failover.promotedAt - failover.killedAt} ms; → serving again ${backAt - failover.promotedAt} ms after the promotion; ` +
       `${inFlightAtKill} requests in flight and ${RECORDS - batchAtKill.counts.succeeded} records to go at the kill; ${results.filter((r) => r.status === 200).length}/${REQUESTS} answered, ${results.filter((r) => r.status === 503).length} refused with 503; slowest ${Math.max(...results.map((r) => r.ms))} ms`,
