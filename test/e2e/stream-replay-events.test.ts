@@ -4,11 +4,12 @@
  * (src/gateway/serve-events.ts, serve-text.ts's Replay) joins its text to what was sent, so the
  * client's greedy answer is byte for byte the uninterrupted one and the stream ends as usual.
  */
-import { dirname } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
-import { type Stack, startStack } from "../helpers/stack.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import type { Stack } from "../helpers/stack.ts";
 import { killBusyReplica } from "../helpers/processes.ts";
+import { undeploy } from "../helpers/deploy.ts";
 
 type Status = { replicas: { ready: number }; replica_list: { pid: number; in_flight: number }[] };
 type Sse = { event: string; data: Record<string, unknown> };
@@ -18,17 +19,20 @@ let modelPath: string;
 
 beforeAll(async () => {
   modelPath = await tinyModelPath({ contextLength: 4096 });
-  stack = await startStack({ args: ["--storage-root", dirname(modelPath)] });
+  stack = await sharedStack();
 });
 
-afterAll(async () => {
-  await stack?.stop();
-});
+/** This file's endpoint names start with it (others share the stack). */
+const PREFIX = unique("sr");
+const made: string[] = [];
+
+afterAll(() => undeploy(stack, ...made));
 
 const status = async (name: string) => (await stack.admin<Status>("GET", `/admin/v1/endpoints/${name}`)).body;
 
 /** A fresh endpoint of its own model record (each prompt then evaluated whole, never from a cache). */
 async function endpoint(name: string, replicas: number): Promise<void> {
+  made.push(name);
   const reg = await stack.admin("POST", "/admin/v1/models", { name, framework: "llamacpp", source: modelPath });
   expect(reg.status, JSON.stringify(reg.body)).toBe(201);
   const res = await stack.admin("PUT", `/admin/v1/endpoints/${name}`, {
@@ -92,12 +96,12 @@ describe("a typed-event stream survives its replica", () => {
       timeout: 180_000,
     }, async () => {
       const textOf = (all: Sse[]) => all.map(api.text).join("");
-      await endpoint(`${name}-ref`, 1);
-      const uninterrupted = events(await (await post(api.path, api.body(`${name}-ref`))).text());
+      await endpoint(`${PREFIX}-${name}-ref`, 1);
+      const uninterrupted = events(await (await post(api.path, api.body(`${PREFIX}-${name}-ref`))).text());
       expect(uninterrupted.some(api.ended)).toBe(true);
-      await stack.admin("DELETE", `/admin/v1/endpoints/${name}-ref`);
+      await stack.admin("DELETE", `/admin/v1/endpoints/${PREFIX}-${name}-ref`);
 
-      const model = `${name}-st`;
+      const model = `${PREFIX}-${name}-st`;
       await endpoint(model, 2);
       const res = await post(api.path, api.body(model));
       expect(res.status).toBe(200);
