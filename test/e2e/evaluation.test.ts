@@ -8,18 +8,26 @@
 import { spawn } from "node:child_process";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
-import { BIN, runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { undeploy } from "../helpers/deploy.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import { BIN, runCli, type Stack } from "../helpers/stack.ts";
 
 let stack: Stack;
 let scratch: string;
 let questions: string;
 
+const EV = unique("ev");
+
+/** This file's endpoints (others share the stack). */
 async function endpointNames(): Promise<string[]> {
   const { body } = await stack.admin<{ data: { endpoint: string }[] }>("GET", "/admin/v1/endpoints");
-  return body.data.map((e) => e.endpoint).sort();
+  return body.data
+    .map((e) => e.endpoint)
+    .filter((name) => name.startsWith(EV))
+    .sort();
 }
 
 beforeAll(async () => {
@@ -36,36 +44,36 @@ beforeAll(async () => {
       .map((l) => JSON.stringify(l))
       .join("\n"),
   );
-  stack = await startStack({ args: ["--storage-root", dirname(modelPath)] });
+  stack = await sharedStack();
   for (const version of ["v1", "v2"]) {
     const reg = await stack.admin<{ version: string }>("POST", "/admin/v1/models", {
-      name: "ev",
+      name: EV,
       framework: "llamacpp",
       source: modelPath,
     });
     expect(reg.status, JSON.stringify(reg.body)).toBe(201);
     expect(reg.body.version).toBe(version);
   }
-  const res = await stack.admin("PUT", "/admin/v1/endpoints/ev", {
-    model: { name: "ev", version: "v1" },
+  const res = await stack.admin("PUT", `/admin/v1/endpoints/${EV}`, {
+    model: { name: EV, version: "v1" },
     runtime: { dtype: "float32" },
     resources: { replicas: 1, parallel: 3 },
   });
   expect(res.status, JSON.stringify(res.body)).toBe(200);
   await stack.waitFor(
-    async () => (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/ev")).body.state === "available",
-    "ev available",
+    async () => (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${EV}`)).body.state === "available",
+    `${EV} available`,
   );
 }, 120_000);
 
 afterAll(async () => {
-  await stack?.stop();
+  await undeploy(stack, EV);
   await rm(scratch, { recursive: true, force: true });
 });
 
 describe("platform training evaluate on platform up", () => {
   it("uploads a local dataset, runs the evaluation on the stack's coordinator and prints the result", async () => {
-    const run = await runCli(["training", "evaluate", "ev@v1", "--dataset", questions, "--json"], stack.env);
+    const run = await runCli(["training", "evaluate", `${EV}@v1`, "--dataset", questions, "--json"], stack.env);
     expect(run.code, run.stderr).toBe(0);
     const out = JSON.parse(run.stdout) as { metric: string; value: number; n: number; stderr: number | null };
     expect(out.metric).toBe("accuracy");
@@ -75,63 +83,63 @@ describe("platform training evaluate on platform up", () => {
 
     const list = await runCli(["training", "list"], stack.env);
     expect(list.code, list.stderr).toBe(0);
-    expect(list.stdout).toMatch(/ev\s+│\s+v1\s+│.*accuracy \S+±\S+ \(n 3\)/);
+    expect(list.stdout).toMatch(new RegExp(`${EV}\\s+│\\s+v1\\s+│.*accuracy \\S+±\\S+ \\(n 3\\)`));
 
-    const missing = await runCli(["training", "evaluate", "ev@v9", "--dataset", questions], stack.env);
+    const missing = await runCli(["training", "evaluate", `${EV}@v9`, "--dataset", questions], stack.env);
     expect(missing.code).toBe(1);
-    expect(missing.stderr).toContain('model "ev" has no version "v9"');
-    const noData = await runCli(["training", "evaluate", "ev@v1"], stack.env);
+    expect(missing.stderr).toContain(`model "${EV}" has no version "v9"`);
+    const noData = await runCli(["training", "evaluate", `${EV}@v1`], stack.env);
     expect(noData.code).toBe(2);
     expect(noData.stderr).toContain("--dataset");
   }, 120_000);
 
   it("evaluates a version no endpoint serves on a temporary endpoint <model>--eval-<version>, removed afterwards", async () => {
-    expect(await endpointNames()).toEqual(["ev"]);
-    const running = runCli(["training", "evaluate", "ev@v2", "--dataset", questions, "--json"], stack.env);
+    expect(await endpointNames()).toEqual([EV]);
+    const running = runCli(["training", "evaluate", `${EV}@v2`, "--dataset", questions, "--json"], stack.env);
     // While it runs: the temporary endpoint has ev's settings, one replica.
     let deployed: { config: { model: object; runtime: object; resources: object } } | undefined;
     await stack.waitFor(async () => {
-      const r = await stack.admin<NonNullable<typeof deployed>>("GET", "/admin/v1/endpoints/ev--eval-v2");
+      const r = await stack.admin<NonNullable<typeof deployed>>("GET", `/admin/v1/endpoints/${EV}--eval-v2`);
       if (r.status === 200) deployed = r.body;
       return deployed !== undefined;
-    }, "ev--eval-v2 to be deployed");
+    }, `${EV}--eval-v2 to be deployed`);
     expect(deployed?.config).toMatchObject({
-      model: { name: "ev", version: "v2" },
+      model: { name: EV, version: "v2" },
       runtime: { dtype: "float32" },
       resources: { replicas: 1, parallel: 3 },
     });
     const run = await running;
     expect(run.code, run.stderr).toBe(0);
     expect(run.stderr).toContain(
-      "no endpoint serves ev@v2: deploying the temporary endpoint ev--eval-v2; it is removed at the end (ev's settings, 1 replica)",
+      `no endpoint serves ${EV}@v2: deploying the temporary endpoint ${EV}--eval-v2; it is removed at the end (${EV}'s settings, 1 replica)`,
     );
-    expect(run.stderr).toContain("deployed ev--eval-v2 (ev@v2, 1 replica(s))");
-    expect(run.stderr).toContain("removed ev--eval-v2");
+    expect(run.stderr).toContain(`deployed ${EV}--eval-v2 (${EV}@v2, 1 replica(s))`);
+    expect(run.stderr).toContain(`removed ${EV}--eval-v2`);
     const out = JSON.parse(run.stdout) as { metric: string; value: number; n: number };
     expect(out).toMatchObject({ metric: "accuracy", n: 3 });
-    expect((await stack.admin("GET", "/admin/v1/endpoints/ev--eval-v2")).status).toBe(404);
-    expect(await endpointNames()).toEqual(["ev"]);
+    expect((await stack.admin("GET", `/admin/v1/endpoints/${EV}--eval-v2`)).status).toBe(404);
+    expect(await endpointNames()).toEqual([EV]);
     // The result is on v2, where `abtest create --require-eval` looks.
     const { body } = await stack.admin<{ data: { target: string; results: { metric: string }[] }[] }>(
       "GET",
-      "/admin/v1/evaluations/results?target=ev@v2",
+      `/admin/v1/evaluations/results?target=${EV}@v2`,
     );
     expect(JSON.stringify(body)).toContain("accuracy");
   }, 180_000);
 
   it("--compare deploys a temporary endpoint for the side that needs one only", async () => {
     const run = await runCli(
-      ["training", "evaluate", "ev", "--dataset", questions, "--compare", "v1,v2", "--json"],
+      ["training", "evaluate", EV, "--dataset", questions, "--compare", "v1,v2", "--json"],
       stack.env,
     );
     expect(run.code, run.stderr).toBe(0);
-    expect(run.stderr).toContain("no endpoint serves ev@v2: deploying the temporary endpoint ev--eval-v2");
-    expect(run.stderr).not.toContain("no endpoint serves ev@v1");
-    expect(run.stderr).toContain("removed ev--eval-v2");
+    expect(run.stderr).toContain(`no endpoint serves ${EV}@v2: deploying the temporary endpoint ${EV}--eval-v2`);
+    expect(run.stderr).not.toContain(`no endpoint serves ${EV}@v1`);
+    expect(run.stderr).toContain(`removed ${EV}--eval-v2`);
     const out = JSON.parse(run.stdout) as { a: { model: string }; b: { model: string }; method: string };
-    expect([out.a.model, out.b.model]).toEqual(["ev@v1", "ev@v2"]);
+    expect([out.a.model, out.b.model]).toEqual([`${EV}@v1`, `${EV}@v2`]);
     expect(out.method).toBe("paired");
-    expect(await endpointNames()).toEqual(["ev"]);
+    expect(await endpointNames()).toEqual([EV]);
   }, 180_000);
 
   it("Ctrl-C removes the temporary endpoint and cancels the evaluation on it", async () => {
@@ -143,7 +151,7 @@ describe("platform training evaluate on platform up", () => {
         "\n",
       ),
     );
-    const child = spawn(process.execPath, [BIN, "training", "evaluate", "ev@v2", "--dataset", texts], {
+    const child = spawn(process.execPath, [BIN, "training", "evaluate", `${EV}@v2`, "--dataset", texts], {
       env: stack.env,
       stdio: ["ignore", "pipe", "pipe"],
     });
@@ -151,20 +159,20 @@ describe("platform training evaluate on platform up", () => {
     child.stderr.on("data", (d) => (stderr += d));
     const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
     await stack.waitFor(
-      async () => /ev@v2 perplexity: \w+ \d+\/4000/.test(stderr),
+      async () => new RegExp(`${EV}@v2 perplexity: \\w+ \\d+/4000`).test(stderr),
       "the evaluation to be created",
       60_000,
     );
     child.kill("SIGINT");
     expect(await exited, stderr).toBe(130);
-    expect(stderr).toContain("SIGINT: stopping, removing ev--eval-v2");
-    expect(stderr).toContain("removed ev--eval-v2");
-    expect(await endpointNames()).toEqual(["ev"]);
+    expect(stderr).toContain(`SIGINT: stopping, removing ${EV}--eval-v2`);
+    expect(stderr).toContain(`removed ${EV}--eval-v2`);
+    expect(await endpointNames()).toEqual([EV]);
     const { body } = await stack.admin<{ data: { model: string; state: string; items: number }[] }>(
       "GET",
       "/admin/v1/evaluations?limit=1",
     );
-    expect(body.data[0]).toMatchObject({ model: "ev@v2", items: 4000 });
+    expect(body.data[0]).toMatchObject({ model: `${EV}@v2`, items: 4000 });
     await stack.waitFor(
       async () =>
         (await stack.admin<{ data: { state: string }[] }>("GET", "/admin/v1/evaluations?limit=1")).body.data[0]
@@ -174,25 +182,27 @@ describe("platform training evaluate on platform up", () => {
   }, 120_000);
 
   it("--no-deploy refuses a version no endpoint serves with the gateway's 409", async () => {
-    const run = await runCli(["training", "evaluate", "ev@v2", "--dataset", questions, "--no-deploy"], stack.env);
+    const run = await runCli(["training", "evaluate", `${EV}@v2`, "--dataset", questions, "--no-deploy"], stack.env);
     expect(run.code).toBe(1);
-    expect(run.stderr).toContain("no endpoint serves ev@v2; deploy it first");
+    expect(run.stderr).toContain(`no endpoint serves ${EV}@v2; deploy it first`);
     expect(run.stderr).toContain("(model_not_deployed)");
     expect(run.stderr).not.toContain("deploying the temporary endpoint");
-    expect(await endpointNames()).toEqual(["ev"]);
+    expect(await endpointNames()).toEqual([EV]);
   }, 60_000);
 
   it("a user key gets the 409 and why no temporary endpoint was deployed: that takes an admin key", async () => {
     const key = (await stack.admin<{ key: string }>("POST", "/admin/v1/keys", { name: "eval-user", role: "user" })).body
       .key;
-    const run = await runCli(["training", "evaluate", "ev@v2", "--dataset", questions], {
+    const run = await runCli(["training", "evaluate", `${EV}@v2`, "--dataset", questions], {
       ...stack.env,
       PLATFORM_API_KEY: key,
     });
     expect(run.code).toBe(1);
     expect(run.stderr).toMatch(
-      /no endpoint serves ev@v2; deploy it first .*\(model_not_deployed\); deploying a temporary endpoint for it takes an admin key: .*\(permission_denied\)/,
+      new RegExp(
+        `no endpoint serves ${EV}@v2; deploy it first .*\\(model_not_deployed\\); deploying a temporary endpoint for it takes an admin key: .*\\(permission_denied\\)`,
+      ),
     );
-    expect(await endpointNames()).toEqual(["ev"]);
+    expect(await endpointNames()).toEqual([EV]);
   }, 60_000);
 });
