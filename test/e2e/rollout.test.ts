@@ -3,10 +3,12 @@
  * what replicas load rolls out while clients keep calling, with every request answered; one whose
  * replicas cannot start leaves the previous deployment serving, and status says why.
  */
-import { dirname } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
-import { runCli, type Stack, sleep, startStack } from "../helpers/stack.ts";
+import { undeploy } from "../helpers/deploy.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import { runCli, type Stack } from "../helpers/stack.ts";
+import { sleep } from "../helpers/wait.ts";
 
 type Replica = { id: string; state: string; version: string; revision?: string; queue?: string };
 type Status = {
@@ -18,21 +20,19 @@ type Status = {
   draining_revisions?: unknown[];
 };
 
-const NAME = "roll";
+const NAME = unique("roll");
 let stack: Stack;
 
 beforeAll(async () => {
   const modelPath = await tinyModelPath({ contextLength: 4096 });
-  stack = await startStack({ args: ["--storage-root", dirname(modelPath)] });
+  stack = await sharedStack();
   const reg = await stack.admin("POST", "/admin/v1/models", { name: NAME, framework: "llamacpp", source: modelPath });
   expect(reg.status, JSON.stringify(reg.body)).toBe(201);
   expect((await deploy({})).status).toBe(200);
   await stack.waitFor(async () => (await status()).state === "available", `${NAME} to be available`);
 });
 
-afterAll(async () => {
-  await stack?.stop();
-});
+afterAll(() => undeploy(stack, NAME));
 
 /** What `inference deploy --model roll [--quantization ...]` sends, with `runtime` as given. */
 const deploy = (runtime: Record<string, unknown>) =>
@@ -91,7 +91,7 @@ describe("updating an endpoint", () => {
     await expect.poll(() => traffic.counts.ok).toBeGreaterThanOrEqual(3);
     const deployed = await runCli(["inference", "deploy", "--model", NAME, "--quantization", "int8"], stack.env);
     expect(deployed.code, deployed.stderr).toBe(0);
-    expect(deployed.stdout).toMatch(/rolling out: its replicas start beside those of roll@v1/);
+    expect(deployed.stdout).toContain(`rolling out: its replicas start beside those of ${NAME}@v1`);
 
     await stack.waitFor(
       async () => {
@@ -142,7 +142,9 @@ describe("updating an endpoint", () => {
     expect(failed.state).toBe("updating");
     expect(failed.rollout?.from.queue).toBe(serving?.queue);
     const shown = await runCli(["inference", "status", NAME], stack.env);
-    expect(shown.stdout).toMatch(/updating: roll@v1 \(revision \w+\) → roll@v1 \(revision \w+\), 0\/1 ready/);
+    expect(shown.stdout).toMatch(
+      new RegExp(`updating: ${NAME}@v1 \\(revision \\w+\\) → ${NAME}@v1 \\(revision \\w+\\), 0/1 ready`),
+    );
     expect(shown.stdout).toMatch(/update failed: .*trained context length/);
     expect(shown.stdout).toMatch(/the previous deployment keeps serving/);
     // It does: the clients are still answered.
