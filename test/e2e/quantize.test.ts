@@ -1,5 +1,5 @@
 /**
- * `platform inference deploy --quantization` on a `platform up` stack: the replica quantizes the
+ * `platform inference deploy --quantization` on the shared `platform up` stack: the replica quantizes the
  * registered F32 model with the platform's own quantizer, caches the copy in the artifact store,
  * becomes available and answers; `status` no longer lists quantization as not applied; a model
  * that is already quantized to another type is refused at deploy time.
@@ -12,17 +12,25 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readGgufInfo } from "../../src/formats/gguf/read.ts";
 import { quantizeGguf } from "../../src/formats/quantize/file.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { undeploy } from "../helpers/deploy.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import { runCli, type Stack } from "../helpers/stack.ts";
+
+const MODEL = unique("tiny");
+const Q4 = `${MODEL}-q4`;
+const Q8 = `${MODEL}-q8`;
 
 let stack: Stack;
 let work: string;
 let sha256: string;
 
 beforeAll(async () => {
-  stack = await startStack();
+  stack = await sharedStack();
   work = await mkdtemp(join(tmpdir(), "platform-quantize-e2e-"));
   const submit = await runCli(
-    ["training", "submit", "--name", "tiny", "--framework", "llamacpp", "--source", await tinyModelPath(), "--json"],
+    // A tiny model of a context length no other file uses: the quantized copies are kept under the
+    // source's sha256, and other files on the shared stack quantize the default tiny model too.
+    ["training", "submit", "--name", MODEL, "--framework", "llamacpp", "--source", await source(), "--json"],
     stack.env,
   );
   expect(submit.code, submit.stderr).toBe(0);
@@ -30,9 +38,11 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await stack?.stop();
+  await undeploy(stack, MODEL, Q4, Q8);
   if (work) await rm(work, { recursive: true, force: true });
 });
+
+const source = () => tinyModelPath({ contextLength: 1024 });
 
 type Status = { state: string; not_applied: string[]; errors: string[] };
 
@@ -49,24 +59,24 @@ async function completion(model: string): Promise<{ status: number; text: string
 describe("deploy --quantization on llama.cpp", () => {
   it("int8: the endpoint becomes available on a Q8_0 copy and answers; quantization counts as applied", async () => {
     const deploy = await runCli(
-      ["inference", "deploy", "--model", "tiny", "--quantization", "int8", "--json"],
+      ["inference", "deploy", "--model", MODEL, "--quantization", "int8", "--json"],
       stack.env,
     );
     expect(deploy.code, deploy.stderr).toBe(0);
     expect(JSON.parse(deploy.stdout).config.runtime.quantization).toBe("int8");
     await stack.waitFor(
-      async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.state === "available",
-      "tiny (int8) available",
+      async () => (await stack.admin<Status>("GET", `/admin/v1/endpoints/${MODEL}`)).body.state === "available",
+      `${MODEL} (int8) available`,
     );
 
-    const answer = await completion("tiny");
+    const answer = await completion(MODEL);
     expect(answer.status).toBe(200);
     expect(answer.tokens).toBe(8);
     expect(answer.text.trim().length).toBeGreaterThan(0);
 
-    const status = JSON.parse((await runCli(["inference", "status", "tiny", "--json"], stack.env)).stdout) as Status;
+    const status = JSON.parse((await runCli(["inference", "status", MODEL, "--json"], stack.env)).stdout) as Status;
     expect(status.not_applied).not.toContain("runtime.quantization");
-    const table = await runCli(["inference", "status", "tiny"], stack.env);
+    const table = await runCli(["inference", "status", MODEL], stack.env);
     expect(table.stdout).not.toMatch(/not applied/);
 
     // Made once, kept in the artifact store under the source's sha256.
@@ -75,7 +85,7 @@ describe("deploy --quantization on llama.cpp", () => {
     const info = await readGgufInfo(join(cached, "Q8_0.gguf"));
     expect(info.metadata.get("general.file_type")).toEqual({ type: "uint32", value: 7 });
     // The replica says what it did, in its own log.
-    const log = /replica tiny-\S+ starting .*log (\S+\.log)\)/.exec(stack.output())?.[1];
+    const log = new RegExp(`replica ${MODEL}-\\S+ starting .*log (\\S+\\.log)\\)`).exec(stack.output())?.[1];
     expect(log, stack.output()).toBeDefined();
     expect(await readFile(log!, "utf8")).toMatch(/int8 model \(produced: \d+ of \d+ tensors to Q8_0/);
   });
@@ -85,9 +95,9 @@ describe("deploy --quantization on llama.cpp", () => {
     await writeFile(
       yaml,
       [
-        "endpoint: tiny-q4",
+        `endpoint: ${Q4}`,
         "model:",
-        "  name: tiny",
+        `  name: ${MODEL}`,
         "runtime:",
         "  quantization: int4",
         "resources:",
@@ -98,10 +108,10 @@ describe("deploy --quantization on llama.cpp", () => {
     const deploy = await runCli(["inference", "deploy", "--config", yaml], stack.env);
     expect(deploy.code, deploy.stderr).toBe(0);
     await stack.waitFor(
-      async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny-q4")).body.state === "available",
-      "tiny-q4 available",
+      async () => (await stack.admin<Status>("GET", `/admin/v1/endpoints/${Q4}`)).body.state === "available",
+      `${Q4} available`,
     );
-    expect((await completion("tiny-q4")).tokens).toBe(8);
+    expect((await completion(Q4)).tokens).toBe(8);
     expect((await readdir(join(stack.dataDir, "artifacts", "quantized", sha256))).sort()).toEqual([
       "Q4_0.gguf",
       "Q8_0.gguf",
@@ -111,9 +121,11 @@ describe("deploy --quantization on llama.cpp", () => {
   it("each quantization has a queue of its own, so one endpoint's replicas never answer the other's requests", async () => {
     const redis = new Redis(stack.redisUrl, { lazyConnect: true });
     try {
-      const queues = new Set((await redis.keys("platform:{tiny@v1*")).map((k) => /^platform:(\{[^}]*\})/.exec(k)?.[1]));
-      // Both endpoints serve tiny@v1; their requests and replicas met only on their own queues.
-      expect([...queues].sort()).toEqual(["{tiny@v1~int4}", "{tiny@v1~int8}"]);
+      const queues = new Set(
+        (await redis.keys(`platform:{${MODEL}@v1*`)).map((k) => /^platform:(\{[^}]*\})/.exec(k)?.[1]),
+      );
+      // Both endpoints serve the model's v1; their requests and replicas met only on their own queues.
+      expect([...queues].sort()).toEqual([`{${MODEL}@v1~int4}`, `{${MODEL}@v1~int8}`]);
     } finally {
       redis.disconnect();
     }
@@ -121,18 +133,18 @@ describe("deploy --quantization on llama.cpp", () => {
 
   it("refuses at deploy time a model already quantized to another type", async () => {
     const q8 = join(work, "tiny-q8.gguf");
-    await quantizeGguf(await tinyModelPath(), q8, "int8");
-    const submit = await runCli(["training", "submit", "--name", "tiny-q8", "--source", q8, "--json"], stack.env);
+    await quantizeGguf(await source(), q8, "int8");
+    const submit = await runCli(["training", "submit", "--name", Q8, "--source", q8, "--json"], stack.env);
     expect(submit.code, submit.stderr).toBe(0);
     expect(JSON.parse(submit.stdout).gguf.quantization).toBe("Q8_0");
     const refused = await runCli(
-      ["inference", "deploy", "--model", "tiny-q8", "--quantization", "int4", "--replicas", "0"],
+      ["inference", "deploy", "--model", Q8, "--quantization", "int4", "--replicas", "0"],
       stack.env,
     );
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/runtime\.quantization: the model is already quantized \(Q8_0\)/);
     const same = await runCli(
-      ["inference", "deploy", "--model", "tiny-q8", "--quantization", "int8", "--replicas", "0"],
+      ["inference", "deploy", "--model", Q8, "--quantization", "int8", "--replicas", "0"],
       stack.env,
     );
     expect(same.code, same.stderr).toBe(0);
