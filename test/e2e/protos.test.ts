@@ -1,7 +1,7 @@
 /**
- * The proto catalog through a real `platform up`, as a team uses it (docs/protos.md): a user key
- * of organization `acme` publishes the example ItemService from its workspace (1.0.0), a compatible
- * change (1.1.0), a deletion that only the FILE rules call breaking (refused under FILE, then a
+ * The proto catalog through the shared `platform up`, as a team uses it (docs/protos.md): a user
+ * key of organization `acme-…` (a name of this file's own) publishes the example ItemService from
+ * its workspace (1.0.0), a compatible change (1.1.0), a deletion that only the FILE rules call breaking (refused under FILE, then a
  * minor under WIRE_JSON), a breaking rename (refused with buf's findings, then 2.0.0 with
  * --allow-breaking); `proto versions` lists them, `proto fetch` writes them back, the API lists each
  * version's services and messages. Another organization's admin and user keys, and the operator,
@@ -20,7 +20,8 @@ import { type Browser, chromium } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { decodeDescriptorSet } from "../../src/protos/descriptors.ts";
 import { BUF_YAML, ITEMS_PATH, ITEMS_PROTO, makeWorkspace } from "../helpers/protos.ts";
-import { type CliResult, runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import { type CliResult, runCli, type Stack } from "../helpers/stack.ts";
 
 const CHROMIUM = "/usr/bin/chromium";
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -40,6 +41,8 @@ type Version = {
 };
 const PKG = "platform.items.v1";
 const VERSIONS = `/admin/v1/protos/${PKG}/versions`;
+const ACME = unique("acme");
+const RIVAL = unique("rival");
 
 let stack: Stack;
 let work: string;
@@ -65,24 +68,23 @@ const editItems = (change: (text: string) => string) =>
 const setBreakingRules = (rules: string) => writeFile(join(work, "buf.yaml"), BUF_YAML.replace("WIRE_JSON", rules));
 
 beforeAll(async () => {
-  stack = await startStack();
-  for (const id of ["acme", "rival"]) expect((await stack.admin("POST", "/admin/v1/orgs", { id })).status).toBe(201);
+  stack = await sharedStack();
+  for (const id of [ACME, RIVAL]) expect((await stack.admin("POST", "/admin/v1/orgs", { id })).status).toBe(201);
   const key = async (name: string, org: string, role: string) => {
     const r = await stack.admin<Key>("POST", "/admin/v1/keys", { name, org, role });
     expect(r.status).toBe(201);
     return r.body;
   };
-  keys.acmeUser = await key("acme-dev", "acme", "user");
-  keys.rivalAdmin = await key("rival-admin", "rival", "admin");
-  keys.rivalUser = await key("rival-dev", "rival", "user");
-  work = await makeWorkspace({ registryUrl: stack.baseUrl, orgId: "acme" });
+  keys.acmeUser = await key(`${ACME}-dev`, ACME, "user");
+  keys.rivalAdmin = await key(`${RIVAL}-admin`, RIVAL, "admin");
+  keys.rivalUser = await key(`${RIVAL}-dev`, RIVAL, "user");
+  work = await makeWorkspace({ registryUrl: stack.baseUrl, orgId: ACME });
   dirs.push(work);
   asAcme = { ...stack.env, PLATFORM_API_KEY: keys.acmeUser.key };
 });
 
 afterAll(async () => {
   for (const dir of dirs) await rm(dir, { recursive: true, force: true });
-  expect(await stack?.stop()).toBe(0);
 });
 
 describe("proto publish, versions and fetch", () => {
@@ -132,13 +134,15 @@ describe("proto publish, versions and fetch", () => {
 
     const listed = JSON.parse((await cli(["proto", "versions", PKG, "--json"])).stdout) as Version[];
     expect(listed.map((v) => [v.version, v.allow_breaking, v.org])).toEqual([
-      ["2.0.0", true, "acme"],
-      ["1.2.0", false, "acme"],
-      ["1.1.0", false, "acme"],
-      ["1.0.0", false, "acme"],
+      ["2.0.0", true, ACME],
+      ["1.2.0", false, ACME],
+      ["1.1.0", false, ACME],
+      ["1.0.0", false, ACME],
     ]);
     const table = await cli(["proto", "versions", PKG]);
-    expect(table.stdout).toMatch(/│ 2\.0\.0 .*│ acme-dev .*│ platform\.items\.v1\.ItemService │ allowed/);
+    expect(table.stdout).toMatch(
+      new RegExp(`│ 2\\.0\\.0 .*│ ${ACME}-dev .*│ platform\\.items\\.v1\\.ItemService │ allowed`),
+    );
     const packages = JSON.parse((await cli(["proto", "list", "--json"])).stdout) as { package: string }[];
     expect(packages).toEqual([expect.objectContaining({ package: PKG, latest: "2.0.0", versions: 4 })]);
   });
@@ -202,7 +206,9 @@ describe("another organization", () => {
       ["rival user", keys.rivalUser.key],
       ["operator", stack.apiKey],
     ] as const) {
-      expect((await call(key, "GET", "/admin/v1/protos")).body.data, who).toEqual([]);
+      // The operator's organization is every file's on the shared stack: of its list, only this package counts.
+      const listed = (await call(key, "GET", "/admin/v1/protos")).body.data as { package: string }[];
+      expect(key === stack.apiKey ? listed.filter((p) => p.package === PKG) : listed, who).toEqual([]);
       for (const path of routes) {
         const r = await call(key, "GET", path);
         expect([r.status, codeOf(r)], `${who}: GET ${path}`).toEqual([404, "proto_package_not_found"]);
@@ -223,17 +229,17 @@ describe("another organization", () => {
       const r = await cli(["proto", "publish", "--version", "9.0.0"], { ...stack.env, PLATFORM_API_KEY: key });
       expect(r.code).toBe(1);
       expect(r.stderr).toContain(
-        `.platformrc.json names organization "acme", but your credentials for ${stack.baseUrl} are for "rival"`,
+        `.platformrc.json names organization "${ACME}", but your credentials for ${stack.baseUrl} are for "${RIVAL}"`,
       );
     }
     const before = await call(keys.acmeUser.key, "GET", `${VERSIONS}/1.0.0`);
     // The same package and version, straight through the API: it lands in rival's own registry.
     const image = (await call(keys.acmeUser.key, "GET", `${VERSIONS}/1.0.0/image`)).bytes.toString("base64");
     const body = { version: "1.0.0", image, files: [{ path: "platform/items/v1/items.proto", content: "rival's" }] };
-    const naming = await call(keys.rivalAdmin.key, "POST", VERSIONS, { ...body, org: "acme" });
+    const naming = await call(keys.rivalAdmin.key, "POST", VERSIONS, { ...body, org: ACME });
     expect([naming.status, codeOf(naming)]).toEqual([400, "invalid_request"]);
     const own = await call(keys.rivalAdmin.key, "POST", VERSIONS, body);
-    expect([own.status, own.body.org]).toEqual([201, "rival"]);
+    expect([own.status, own.body.org]).toEqual([201, RIVAL]);
     expect((await call(keys.rivalUser.key, "GET", VERSIONS)).body.data).toHaveLength(1);
     expect(await call(keys.acmeUser.key, "GET", `${VERSIONS}/1.0.0`)).toEqual(before);
     expect((await call(keys.acmeUser.key, "GET", VERSIONS)).body.data).toHaveLength(4);
