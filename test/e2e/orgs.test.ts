@@ -1,9 +1,10 @@
 /**
- * Organizations as a boundary, attacked through a real `platform up` (docs/security.md,
- * "Organizations"): a second organization's admin and user keys try to list, read, change and
- * revoke the first's keys, batch jobs, files, storage, usage and tokens, and to manage what the
- * install shares (models, endpoints): each is a 404 (another organization's resource) or a 403 (an
- * operator's action), and lists hold nothing of the other. Then CLI tokens through the real CLI:
+ * Organizations as a boundary, attacked through the shared `platform up` (docs/security.md,
+ * "Organizations"; the organizations, keys and model here have names of this file's own): a
+ * second organization's admin and user keys try to list, read, change and revoke the first's keys,
+ * batch jobs, files, storage, usage and tokens, and to manage what the install shares (models,
+ * endpoints): each is a 404 (another organization's resource) or a 403 (an operator's action), and
+ * lists hold nothing of the other. Then CLI tokens through the real CLI:
  * refreshed before a request, a spent refresh token ending the session, `session expired` with
  * exit 1; the old credentials form migrated; the workspace's registry.
  */
@@ -14,10 +15,17 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { issueToken } from "../../src/tokens/store.ts";
 import { recordUsage } from "../../src/usage/counters.ts";
-import { type CliResult, runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import { type CliResult, runCli, type Stack } from "../helpers/stack.ts";
 
 type Key = { id: string; key: string; org: string; role: string };
 type Reply<T = Record<string, unknown>> = { status: number; body: T };
+
+const ACME = unique("acme");
+const RIVAL = unique("rival");
+const MODEL = unique("tiny");
+const EVIL = unique("evil");
+const NOWHERE = unique("nowhere");
 
 const LIFETIMES = { ttlMs: 3_600_000, refreshTtlMs: 86_400_000 };
 
@@ -50,39 +58,38 @@ function cliJson<T>(r: CliResult): T {
 }
 
 beforeAll(async () => {
-  stack = await startStack();
+  stack = await sharedStack();
   ctl = connectControl(stack.redisUrl, "platform");
   work = await mkdtemp(join(tmpdir(), "platform-orgs-"));
   operatorId = (await call<{ id: string }>(stack.apiKey, "GET", "/admin/v1/whoami")).body.id;
   const created = cliJson<{ id: string; name: string }>(
-    await runCli(["orgs", "create", "acme", "--name", "Acme Corp", "--json"], stack.env),
+    await runCli(["orgs", "create", ACME, "--name", "Acme Corp", "--json"], stack.env),
   );
-  expect(created).toMatchObject({ id: "acme", name: "Acme Corp" });
-  cliJson(await runCli(["orgs", "create", "rival", "--json"], stack.env));
+  expect(created).toMatchObject({ id: ACME, name: "Acme Corp" });
+  cliJson(await runCli(["orgs", "create", RIVAL, "--json"], stack.env));
   keys.acmeAdmin = cliJson(
-    await runCli(["keys", "create", "acme-admin", "--org", "acme", "--role", "admin", "--json"], stack.env),
+    await runCli(["keys", "create", `${ACME}-admin`, "--org", ACME, "--role", "admin", "--json"], stack.env),
   );
   keys.rivalAdmin = cliJson(
-    await runCli(["keys", "create", "rival-admin", "--org", "rival", "--role", "admin", "--json"], stack.env),
+    await runCli(["keys", "create", `${RIVAL}-admin`, "--org", RIVAL, "--role", "admin", "--json"], stack.env),
   );
   // An organization's admin makes its own organization's keys, with no --org.
   const asAcmeAdmin = { ...stack.env, PLATFORM_API_KEY: keys.acmeAdmin.key };
-  keys.acmeUser = cliJson(await runCli(["keys", "create", "acme-user", "--json"], asAcmeAdmin));
-  keys.acmeUser2 = (await call<Key>(keys.acmeAdmin.key, "POST", "/admin/v1/keys", { name: "acme-user-2" })).body;
-  keys.rivalUser = (await call<Key>(keys.rivalAdmin.key, "POST", "/admin/v1/keys", { name: "rival-user" })).body;
+  keys.acmeUser = cliJson(await runCli(["keys", "create", `${ACME}-user`, "--json"], asAcmeAdmin));
+  keys.acmeUser2 = (await call<Key>(keys.acmeAdmin.key, "POST", "/admin/v1/keys", { name: `${ACME}-user-2` })).body;
+  keys.rivalUser = (await call<Key>(keys.rivalAdmin.key, "POST", "/admin/v1/keys", { name: `${RIVAL}-user` })).body;
 });
 
 afterAll(async () => {
   await ctl?.redis.quit();
   if (work) await rm(work, { recursive: true, force: true });
-  expect(await stack?.stop()).toBe(0);
 });
 
 describe("organizations", () => {
   it("an operator creates organizations and keys in any of them; an organization's admin only its own keys", async () => {
-    expect(keys.acmeAdmin).toMatchObject({ org: "acme", role: "admin" });
-    expect(keys.acmeUser).toMatchObject({ org: "acme", role: "user" });
-    expect(keys.rivalUser).toMatchObject({ org: "rival", role: "user" });
+    expect(keys.acmeAdmin).toMatchObject({ org: ACME, role: "admin" });
+    expect(keys.acmeUser).toMatchObject({ org: ACME, role: "user" });
+    expect(keys.rivalUser).toMatchObject({ org: RIVAL, role: "user" });
     // `platform up`'s key is an operator: an admin of the install's own organization.
     expect((await call(stack.apiKey, "GET", "/admin/v1/whoami")).body).toMatchObject({
       kind: "key",
@@ -94,30 +101,32 @@ describe("organizations", () => {
     const orgCreate = await runCli(["orgs", "create", "mine"], asAcmeAdmin);
     expect(orgCreate.code).toBe(1);
     expect(orgCreate.stderr).toMatch(/needs an operator.*\(permission_denied\)/);
-    const elsewhere = await runCli(["keys", "create", "spy", "--org", "rival", "--role", "admin"], asAcmeAdmin);
+    const elsewhere = await runCli(["keys", "create", "spy", "--org", RIVAL, "--role", "admin"], asAcmeAdmin);
     expect(elsewhere.code).toBe(1);
     expect(elsewhere.stderr).toMatch(/permission_denied/);
     expect((await runCli(["keys", "create", "x", "--org", "Not_A_Label"], stack.env)).code).toBe(2);
     expect((await runCli(["orgs", "create", "-bad-"], stack.env)).code).toBe(2);
-    const again = await runCli(["orgs", "create", "acme"], stack.env);
+    const again = await runCli(["orgs", "create", ACME], stack.env);
     expect(again.code).toBe(1);
     expect(again.stderr).toMatch(/already exists.*\(org_exists\)/);
-    const nowhere = await call(stack.apiKey, "POST", "/admin/v1/keys", { name: "x", org: "nowhere" });
+    const nowhere = await call(stack.apiKey, "POST", "/admin/v1/keys", { name: "x", org: NOWHERE });
     expect([nowhere.status, codeOf(nowhere)]).toEqual([404, "org_not_found"]);
     // Lists: the operator sees every organization, anyone else its own; another's is a 404.
     const all = cliJson<{ id: string }[]>(await runCli(["orgs", "list", "--json"], stack.env));
-    expect(all.map((o) => o.id)).toEqual(["default", "acme", "rival"]);
+    // Other files' organizations are there too, on the shared stack: of the list, only these count.
+    const mine = ["default", ACME, RIVAL];
+    expect(all.map((o) => o.id).filter((id) => mine.includes(id))).toEqual(mine);
     const own = cliJson<{ id: string }[]>(await runCli(["orgs", "list", "--json"], asAcmeAdmin));
-    expect(own.map((o) => o.id)).toEqual(["acme"]);
+    expect(own.map((o) => o.id)).toEqual([ACME]);
     for (const who of [keys.rivalAdmin, keys.rivalUser]) {
-      const r = await call(who.key, "GET", "/admin/v1/orgs/acme");
+      const r = await call(who.key, "GET", `/admin/v1/orgs/${ACME}`);
       expect([r.status, codeOf(r)]).toEqual([404, "org_not_found"]);
     }
-    expect((await call(keys.acmeUser.key, "GET", "/admin/v1/orgs/acme")).status).toBe(200);
+    expect((await call(keys.acmeUser.key, "GET", `/admin/v1/orgs/${ACME}`)).status).toBe(200);
   });
 
   it("another organization can neither list, read, update nor revoke a key (404), and its users reach no key route (403)", async () => {
-    const listed = (await call<{ data: Key[] }>(keys.rivalAdmin.key, "GET", "/admin/v1/keys?org=acme")).body.data;
+    const listed = (await call<{ data: Key[] }>(keys.rivalAdmin.key, "GET", `/admin/v1/keys?org=${ACME}`)).body.data;
     expect(listed.map((k) => k.id).sort()).toEqual([keys.rivalAdmin.id, keys.rivalUser.id].sort());
     for (const target of [keys.acmeAdmin, keys.acmeUser, { id: operatorId }]) {
       const path = `/admin/v1/keys/${target.id}`;
@@ -139,20 +148,20 @@ describe("organizations", () => {
       limits: { rpm: 1000 },
     });
     expect(patched.body).toMatchObject({ id: keys.acmeUser.id, limits: { rpm: 1000 } });
-    const acme = (await call<{ data: Key[] }>(stack.apiKey, "GET", "/admin/v1/keys?org=acme")).body.data;
+    const acme = (await call<{ data: Key[] }>(stack.apiKey, "GET", `/admin/v1/keys?org=${ACME}`)).body.data;
     expect(acme.map((k) => k.id).sort()).toEqual([keys.acmeAdmin.id, keys.acmeUser.id, keys.acmeUser2.id].sort());
   });
 
   it("what the install shares needs an operator: no organization's admin registers models or deploys endpoints", async () => {
     const attempts: [string, string, unknown?][] = [
-      ["POST", "/admin/v1/models", { name: "evil", source: "https://example.com/x.gguf" }],
-      ["POST", "/admin/v1/models/evil/upload?source=x.gguf", undefined],
+      ["POST", "/admin/v1/models", { name: EVIL, source: "https://example.com/x.gguf" }],
+      ["POST", `/admin/v1/models/${EVIL}/upload?source=x.gguf`, undefined],
       ["GET", "/admin/v1/models"],
-      ["PUT", "/admin/v1/endpoints/evil", { model: { name: "evil" } }],
+      ["PUT", `/admin/v1/endpoints/${EVIL}`, { model: { name: EVIL } }],
       ["GET", "/admin/v1/endpoints"],
-      ["DELETE", "/admin/v1/endpoints/evil"],
-      ["PUT", "/admin/v1/endpoints/evil/autoscaling", { autoscaling: { enabled: true } }],
-      ["PUT", "/admin/v1/endpoints/evil/abtest", { split: "v1=50,v2=50" }],
+      ["DELETE", `/admin/v1/endpoints/${EVIL}`],
+      ["PUT", `/admin/v1/endpoints/${EVIL}/autoscaling`, { autoscaling: { enabled: true } }],
+      ["PUT", `/admin/v1/endpoints/${EVIL}/abtest`, { split: "v1=50,v2=50" }],
       ["GET", "/admin/v1/scrape-targets"],
     ];
     for (const who of [keys.acmeAdmin, keys.rivalAdmin, keys.rivalUser]) {
@@ -163,7 +172,9 @@ describe("organizations", () => {
       // Inference routes stay open to every organization.
       expect((await call(who.key, "GET", "/v1/models")).status).toBe(200);
     }
-    expect((await call<{ data: unknown[] }>(stack.apiKey, "GET", "/admin/v1/models")).body.data).toEqual([]);
+    // Other files' models are there too, on the shared stack: none of them is the one attempted here.
+    const models = (await call<{ data: { name: string }[] }>(stack.apiKey, "GET", "/admin/v1/models")).body.data;
+    expect(models.filter((m) => m.name === EVIL)).toEqual([]);
   });
 
   it("batch jobs and files: the owner and its organization's admin see them, another user or organization nothing", async () => {
@@ -177,12 +188,12 @@ describe("organizations", () => {
     });
     const file = ((await uploaded.json()) as { id: string }).id;
     const job = await call<{ id: string; org: string }>(keys.acmeUser.key, "POST", "/v1/batch-jobs", {
-      model: "tiny",
+      model: MODEL,
       version: "v1",
       input_file_id: file,
     });
     expect(job.status).toBe(201);
-    expect(job.body.org).toBe("acme");
+    expect(job.body.org).toBe(ACME);
     const id = job.body.id;
     for (const who of [keys.rivalAdmin, keys.rivalUser, keys.acmeUser2]) {
       for (const [method, path] of [
@@ -204,7 +215,7 @@ describe("organizations", () => {
       }
       // Using it as an input is as unknown.
       const reuse = await call(who.key, "POST", "/v1/batch-jobs", {
-        model: "tiny",
+        model: MODEL,
         version: "v1",
         input_file_id: file,
       });
@@ -227,14 +238,14 @@ describe("organizations", () => {
     const area = (org: string, id?: string) => join(root, "orgs", org, ...(id ? [id] : []));
     const storage = async (key: string) =>
       (await call<{ roots: string[]; relative_to: string }>(key, "GET", "/v1/storage")).body;
-    expect((await storage(keys.acmeUser.key)).relative_to).toBe(`file://${area("acme", keys.acmeUser.id)}/`);
-    expect((await storage(keys.rivalAdmin.key)).relative_to).toBe(`file://${area("rival")}/`);
+    expect((await storage(keys.acmeUser.key)).relative_to).toBe(`file://${area(ACME, keys.acmeUser.id)}/`);
+    expect((await storage(keys.rivalAdmin.key)).relative_to).toBe(`file://${area(RIVAL)}/`);
     expect((await storage(stack.apiKey)).relative_to).toBe(`file://${root}/`);
-    await mkdir(area("acme", keys.acmeUser.id), { recursive: true });
-    const input = join(area("acme", keys.acmeUser.id), "in.jsonl");
+    await mkdir(area(ACME, keys.acmeUser.id), { recursive: true });
+    const input = join(area(ACME, keys.acmeUser.id), "in.jsonl");
     await writeFile(input, '{"prompt":"hi"}\n');
     const own = await call(keys.acmeUser.key, "POST", "/v1/batch-jobs", {
-      model: "tiny",
+      model: MODEL,
       version: "v1",
       input: "in.jsonl",
       output: "out/",
@@ -243,36 +254,36 @@ describe("organizations", () => {
     expect(
       (
         await call(keys.acmeAdmin.key, "POST", "/v1/batch-jobs", {
-          model: "tiny",
+          model: MODEL,
           version: "v1",
           input,
-          output: `${area("acme")}/admin-out/`,
+          output: `${area(ACME)}/admin-out/`,
         })
       ).status,
     ).toBe(201);
     const attempts: [Key, Record<string, string>][] = [
       [keys.rivalAdmin, { input: `file://${input}`, output: "out/" }],
-      [keys.rivalAdmin, { input: "in.jsonl", output: `${area("acme", keys.acmeUser.id)}/stolen/` }],
-      [keys.rivalUser, { input: `../../acme/${keys.acmeUser.id}/in.jsonl`, output: "out/" }],
+      [keys.rivalAdmin, { input: "in.jsonl", output: `${area(ACME, keys.acmeUser.id)}/stolen/` }],
+      [keys.rivalUser, { input: `../../${ACME}/${keys.acmeUser.id}/in.jsonl`, output: "out/" }],
       [keys.rivalUser, { input, output: "out/" }],
       [keys.acmeUser2, { input, output: "out/" }],
       [keys.acmeAdmin, { input: join(root, "elsewhere.jsonl"), output: "out/" }],
     ];
     for (const [who, uris] of attempts) {
-      const r = await call(who.key, "POST", "/v1/batch-jobs", { model: "tiny", version: "v1", ...uris });
+      const r = await call(who.key, "POST", "/v1/batch-jobs", { model: MODEL, version: "v1", ...uris });
       expect([r.status, codeOf(r)], `${who.id} ${JSON.stringify(uris)}`).toEqual([403, "storage_forbidden"]);
     }
   });
 
   it("usage: a user its own, an organization's admin its organization's, another organization's a 404", async () => {
-    await recordUsage(ctl, { key: keys.acmeUser.id, model: "tiny", version: "v1", requests: 3 });
-    await recordUsage(ctl, { key: keys.rivalUser.id, model: "tiny", version: "v1", requests: 5 });
+    await recordUsage(ctl, { key: keys.acmeUser.id, model: MODEL, version: "v1", requests: 3 });
+    await recordUsage(ctl, { key: keys.rivalUser.id, model: MODEL, version: "v1", requests: 5 });
     type Usage = { data: { key: string; requests: number }[] };
     const rows = async (key: string, query = "") =>
       (await call<Usage>(key, "GET", `/v1/usage?since=1h&by=key${query}`)).body.data;
     const rival = await rows(keys.rivalAdmin.key);
     expect(rival).toEqual(
-      [{ key: keys.rivalUser.id, key_name: "rival-user", requests: 5 }].map((r) => expect.objectContaining(r)),
+      [{ key: keys.rivalUser.id, key_name: `${RIVAL}-user`, requests: 5 }].map((r) => expect.objectContaining(r)),
     );
     const acme = await rows(keys.acmeAdmin.key);
     expect(acme.map((r) => [r.key, r.requests])).toEqual([[keys.acmeUser.id, 3]]);
@@ -292,8 +303,8 @@ describe("organizations", () => {
       object: "caller",
       kind: "token",
       id: keys.acmeUser.id,
-      name: "acme-user",
-      org: "acme",
+      name: `${ACME}-user`,
+      org: ACME,
       role: "user",
       operator: false,
       limits: { rpm: 1000 },
@@ -303,7 +314,7 @@ describe("organizations", () => {
     const mine = (await call<{ data: { id: string }[] }>(grant.token, "GET", "/admin/v1/tokens")).body.data;
     expect(mine.map((t) => t.id)).toEqual([grant.id]);
     for (const who of [keys.rivalAdmin, keys.rivalUser, keys.acmeUser2]) {
-      const listed = (await call<{ data: { id: string }[] }>(who.key, "GET", "/admin/v1/tokens?org=acme")).body.data;
+      const listed = (await call<{ data: { id: string }[] }>(who.key, "GET", `/admin/v1/tokens?org=${ACME}`)).body.data;
       expect(listed.map((t) => t.id)).not.toContain(grant.id);
       const r = await call(who.key, "DELETE", `/admin/v1/tokens/${grant.id}`);
       expect([r.status, codeOf(r)]).toEqual([404, "token_not_found"]);
@@ -360,7 +371,7 @@ describe("the CLI with tokens and credentials per registry", () => {
       mode: 0o600,
     });
     const listed = cliJson<Key[]>(await runCli(["keys", "list", "--json"], envFor(config)));
-    expect(listed.every((k) => k.org === "acme")).toBe(true);
+    expect(listed.every((k) => k.org === ACME)).toBe(true);
     const saved = JSON.parse(await readFile(file, "utf8")).registries[stack.baseUrl];
     expect(saved.token).toMatch(/^pt_/);
     expect(saved.token).not.toBe(grant.token);
@@ -406,13 +417,13 @@ describe("the CLI with tokens and credentials per registry", () => {
     const file = join(config, "credentials.json");
     await writeFile(file, JSON.stringify({ base_url: stack.baseUrl, api_key: keys.acmeAdmin.key }), { mode: 0o600 });
     const listed = cliJson<Key[]>(await runCli(["keys", "list", "--json"], envFor(config)));
-    expect(listed.map((k) => k.org)).toContain("acme");
+    expect(listed.map((k) => k.org)).toContain(ACME);
     const login = await runCli(
       ["auth", "login", "--api-key", keys.rivalAdmin.key, "--base-url", `${stack.baseUrl}/`],
       envFor(config),
     );
     expect(login.code, login.stderr).toBe(0);
-    expect(login.stdout).toContain(`logged in to ${stack.baseUrl} as rival-admin (admin of organization rival)`);
+    expect(login.stdout).toContain(`logged in to ${stack.baseUrl} as ${RIVAL}-admin (admin of organization ${RIVAL})`);
     expect(JSON.parse(await readFile(file, "utf8"))).toEqual({
       registries: { [stack.baseUrl]: { api_key: keys.rivalAdmin.key } },
       default: stack.baseUrl,
@@ -426,7 +437,7 @@ describe("the CLI with tokens and credentials per registry", () => {
     const config = join(work, "ws-config");
     const workspace = join(work, "team");
     await mkdir(join(workspace, "src", "deep"), { recursive: true });
-    await writeFile(join(workspace, ".platformrc.json"), JSON.stringify({ registryUrl: stack.baseUrl, orgId: "acme" }));
+    await writeFile(join(workspace, ".platformrc.json"), JSON.stringify({ registryUrl: stack.baseUrl, orgId: ACME }));
     await mkdir(config, { mode: 0o700 });
     await writeFile(
       join(config, "credentials.json"),
@@ -440,7 +451,7 @@ describe("the CLI with tokens and credentials per registry", () => {
       { mode: 0o600 },
     );
     const inside = await runCli(["orgs", "list", "--json"], envFor(config), join(workspace, "src", "deep"));
-    expect(cliJson<{ id: string }[]>(inside).map((o) => o.id)).toEqual(["acme"]);
+    expect(cliJson<{ id: string }[]>(inside).map((o) => o.id)).toEqual([ACME]);
     const outside = await runCli(["orgs", "list"], envFor(config), work);
     expect(outside.code).toBe(1);
     expect(outside.stderr).toMatch(/cannot reach the platform at http:\/\/127\.0\.0\.1:9/);
