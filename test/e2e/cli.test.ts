@@ -1,26 +1,36 @@
-/** The real `platform` binary against a running stack: registry, deploy (flags and YAML), status, keys. */
+/**
+ * The real `platform` binary against the shared stack: registry, deploy (flags and YAML), status,
+ * keys. Its models, endpoint and key have names of this file's own.
+ */
 import { copyFile, mkdtemp, readFile, writeFile } from "node:fs/promises";
 import { createServer } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
-import { runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { undeploy } from "../helpers/deploy.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import { runCli, type Stack } from "../helpers/stack.ts";
+
+const MODEL = unique("tiny");
+const REMOTE = `${MODEL}-remote`;
+const GHOST = unique("ghost");
 
 let stack: Stack;
 let work: string;
 let model: string;
 
 beforeAll(async () => {
-  // The URL test serves a model from a loopback http:// server: allowed here by the operator's settings.
-  stack = await startStack({ env: { PLATFORM_SOURCES_ALLOW_HTTP: "true", PLATFORM_SOURCES_ALLOW_PRIVATE: "true" } });
+  // The URL test serves a model from a loopback http:// server: allowed by the shared stack's
+  // settings (PLATFORM_SOURCES_ALLOW_HTTP and PLATFORM_SOURCES_ALLOW_PRIVATE, test/e2e-stack.ts).
+  stack = await sharedStack();
   work = await mkdtemp(join(tmpdir(), "platform-cli-"));
   model = join(work, "tiny-chat.gguf");
   await copyFile(await tinyModelPath(), model);
 });
 
 afterAll(async () => {
-  await stack?.stop();
+  await undeploy(stack, MODEL);
 });
 
 describe("platform CLI", () => {
@@ -32,12 +42,12 @@ describe("platform CLI", () => {
 
   it("registers versions v1, v2 and an explicit one, and lists them", async () => {
     const first = await runCli(
-      ["training", "submit", "--name", "tiny", "--framework", "llamacpp", "--source", model, "--json"],
+      ["training", "submit", "--name", MODEL, "--framework", "llamacpp", "--source", model, "--json"],
       stack.env,
     );
     expect(first.code, first.stderr).toBe(0);
     const rec = JSON.parse(first.stdout);
-    expect(rec).toMatchObject({ name: "tiny", version: "v1", framework: "llamacpp" });
+    expect(rec).toMatchObject({ name: MODEL, version: "v1", framework: "llamacpp" });
     expect(rec.sha256).toMatch(/^[0-9a-f]{64}$/);
     expect(rec.gguf).toMatchObject({
       architecture: "llama",
@@ -48,16 +58,16 @@ describe("platform CLI", () => {
     expect(rec.gguf.parameters).toBeGreaterThan(10_000);
     expect(rec.gguf.context_length).toBe(512);
 
-    const second = await runCli(["training", "submit", "--name", "tiny", "--source", `file://${model}`], stack.env);
+    const second = await runCli(["training", "submit", "--name", MODEL, "--source", `file://${model}`], stack.env);
     expect(second.code, second.stderr).toBe(0);
-    expect(second.stdout).toMatch(/registered tiny@v2/);
+    expect(second.stdout).toContain(`registered ${MODEL}@v2`);
     const named = await runCli(
-      ["training", "submit", "--name", "tiny", "--source", model, "--version", "prod-1"],
+      ["training", "submit", "--name", MODEL, "--source", model, "--version", "prod-1"],
       stack.env,
     );
     expect(named.code).toBe(0);
     const dup = await runCli(
-      ["training", "submit", "--name", "tiny", "--source", model, "--version", "prod-1"],
+      ["training", "submit", "--name", MODEL, "--source", model, "--version", "prod-1"],
       stack.env,
     );
     expect(dup.code).toBe(1);
@@ -68,7 +78,9 @@ describe("platform CLI", () => {
     expect(table.stdout).toMatch(/NAME.*VERSION.*FRAMEWORK/);
     for (const v of ["v1", "v2", "prod-1"]) expect(table.stdout).toContain(v);
     const json = JSON.parse((await runCli(["training", "list", "--json"], stack.env)).stdout);
-    expect(json.map((m: { version: string }) => m.version)).toEqual(["v1", "v2", "prod-1"]);
+    // Other files' models are listed too, on the shared stack: only this file's count.
+    const mine = json.filter((m: { name: string }) => m.name === MODEL);
+    expect(mine.map((m: { version: string }) => m.version)).toEqual(["v1", "v2", "prod-1"]);
   });
 
   it("registers from a URL, fetched by the gateway (http:// on loopback, allowed by the operator)", async () => {
@@ -81,18 +93,18 @@ describe("platform CLI", () => {
     const port = (server.address() as { port: number }).port;
     try {
       const ok = await runCli(
-        ["training", "submit", "--name", "remote", "--source", `http://127.0.0.1:${port}/models/tiny.gguf`, "--json"],
+        ["training", "submit", "--name", REMOTE, "--source", `http://127.0.0.1:${port}/models/tiny.gguf`, "--json"],
         stack.env,
       );
       expect(ok.code, ok.stderr).toBe(0);
       expect(JSON.parse(ok.stdout)).toMatchObject({
-        name: "remote",
+        name: REMOTE,
         version: "v1",
         size_bytes: bytes.length,
         source: `http://127.0.0.1:${port}/models/tiny.gguf`,
       });
       const missing = await runCli(
-        ["training", "submit", "--name", "remote", "--source", `http://127.0.0.1:${port}/nope.gguf`],
+        ["training", "submit", "--name", REMOTE, "--source", `http://127.0.0.1:${port}/nope.gguf`],
         stack.env,
       );
       expect(missing.code).toBe(1);
@@ -103,12 +115,15 @@ describe("platform CLI", () => {
   });
 
   it("rejects a missing source and a non-GGUF file clearly", async () => {
-    const missing = await runCli(["training", "submit", "--name", "x", "--source", join(work, "nope.gguf")], stack.env);
+    const missing = await runCli(
+      ["training", "submit", "--name", `${MODEL}-x`, "--source", join(work, "nope.gguf")],
+      stack.env,
+    );
     expect(missing.code).toBe(2);
     expect(missing.stderr).toMatch(/no such file/);
     const junk = join(work, "junk.gguf");
     await writeFile(junk, "definitely not gguf");
-    const bad = await runCli(["training", "submit", "--name", "x", "--source", junk], stack.env);
+    const bad = await runCli(["training", "submit", "--name", `${MODEL}-x`, "--source", junk], stack.env);
     expect(bad.code).toBe(1);
     expect(bad.stderr).toMatch(/not a GGUF file/);
   });
@@ -118,9 +133,9 @@ describe("platform CLI", () => {
     await writeFile(
       yaml,
       [
-        "endpoint: tiny",
+        `endpoint: ${MODEL}`,
         "model:",
-        "  name: tiny",
+        `  name: ${MODEL}`,
         "  version: latest",
         "  framework: llamacpp",
         "runtime:",
@@ -139,18 +154,18 @@ describe("platform CLI", () => {
     );
     const deploy = await runCli(["inference", "deploy", "--config", yaml], stack.env);
     expect(deploy.code, deploy.stderr).toBe(0);
-    expect(deploy.stdout).toMatch(/deployed tiny: tiny@prod-1/);
+    expect(deploy.stdout).toContain(`deployed ${MODEL}: ${MODEL}@prod-1`);
     await stack.waitFor(
-      async () => (await runCli(["inference", "status", "tiny", "--json"], stack.env)).stdout.includes('"available"'),
-      "tiny available",
+      async () => (await runCli(["inference", "status", MODEL, "--json"], stack.env)).stdout.includes('"available"'),
+      `${MODEL} available`,
     );
-    const status = await runCli(["inference", "status", "tiny"], stack.env);
-    expect(status.stdout).toMatch(/tiny\s*│\s*available/);
+    const status = await runCli(["inference", "status", MODEL], stack.env);
+    expect(status.stdout).toMatch(new RegExp(`${MODEL}\\s*│\\s*available`));
     expect(status.stdout).toMatch(/1\/1/);
     expect(status.stdout).toMatch(/not applied.*runtime\.gpu_memory_utilization.*runtime\.dtype.*resources\.gpu_type/);
     // resources.gpu is applied on llama.cpp (GPU offload where the node has one, the CPU and a warning where not).
     expect(status.stdout).not.toMatch(/resources\.gpu\b/);
-    const json = JSON.parse((await runCli(["inference", "status", "tiny", "--json"], stack.env)).stdout);
+    const json = JSON.parse((await runCli(["inference", "status", MODEL, "--json"], stack.env)).stdout);
     expect(json).toMatchObject({
       state: "available",
       version: "prod-1",
@@ -161,14 +176,14 @@ describe("platform CLI", () => {
     const res = await fetch(`${stack.baseUrl}/v1/completions`, {
       method: "POST",
       headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" },
-      body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 300 }),
+      body: JSON.stringify({ model: MODEL, prompt: "hi", max_tokens: 300 }),
     });
     expect(res.status).toBe(400);
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe("context_length_exceeded");
   });
 
   it("asks a worker for its endpoint, or --standby, and nothing else", async () => {
-    for (const args of [["worker"], ["worker", "--endpoint", "tiny", "--standby"]]) {
+    for (const args of [["worker"], ["worker", "--endpoint", MODEL, "--standby"]]) {
       const r = await runCli(args, stack.env);
       expect(r.code, args.join(" ")).toBe(2);
       expect(r.stderr).toMatch(/give --endpoint <name> \(or, as `platform up` does, --standby\)/);
@@ -177,7 +192,7 @@ describe("platform CLI", () => {
 
   it("rejects invalid deployment YAML naming the field and the expected form", async () => {
     const bad = join(work, "bad.yaml");
-    await writeFile(bad, "model:\n  name: tiny\nresources:\n  memory: 2GB\n  replicas: -1\n  colour: blue\n");
+    await writeFile(bad, `model:\n  name: ${MODEL}\nresources:\n  memory: 2GB\n  replicas: -1\n  colour: blue\n`);
     const r = await runCli(["inference", "deploy", "--config", bad], stack.env);
     expect(r.code).toBe(2);
     expect(r.stderr).toContain('resources.memory: expected "<n>Gi"');
@@ -188,19 +203,19 @@ describe("platform CLI", () => {
     const r2 = await runCli(["inference", "deploy", "--config", broken], stack.env);
     expect(r2.code).toBe(2);
     expect(r2.stderr).toMatch(/invalid YAML/);
-    const unknownModel = await runCli(["inference", "deploy", "--model", "ghost"], stack.env);
+    const unknownModel = await runCli(["inference", "deploy", "--model", GHOST], stack.env);
     expect(unknownModel.code).toBe(1);
-    expect(unknownModel.stderr).toMatch(/model "ghost" is not registered/);
+    expect(unknownModel.stderr).toContain(`model "${GHOST}" is not registered`);
   });
 
   it("deploys with flags and manages API keys", async () => {
     const d = await runCli(
-      ["inference", "deploy", "--model", "tiny", "--version", "v1", "--replicas", "0", "--json"],
+      ["inference", "deploy", "--model", MODEL, "--version", "v1", "--replicas", "0", "--json"],
       stack.env,
     );
     expect(d.code, d.stderr).toBe(0);
-    expect(JSON.parse(d.stdout)).toMatchObject({ name: "tiny", version: "v1", desired_replicas: 0 });
-    const created = await runCli(["keys", "create", "ci", "--json"], stack.env);
+    expect(JSON.parse(d.stdout)).toMatchObject({ name: MODEL, version: "v1", desired_replicas: 0 });
+    const created = await runCli(["keys", "create", `${MODEL}-ci`, "--json"], stack.env);
     const key = JSON.parse(created.stdout);
     expect(key.key).toMatch(/^sk-plat-/);
     const asUser = { ...stack.env, PLATFORM_API_KEY: key.key };
