@@ -8,17 +8,23 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
+import { undeploy } from "../helpers/deploy.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { byLabels, prometheusBinary, type RunningPrometheus, startPrometheus } from "../helpers/prometheus.ts";
 import { freePort } from "../helpers/redis.ts";
-import { BIN, runCli, type Stack, sleep, startStack } from "../helpers/stack.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import { BIN, runCli, type Stack, sleep } from "../helpers/stack.ts";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 const RULES = join(ROOT, "deploy/prometheus/alerts.yml");
-const WORKER = "w-tiny-v1";
+const TINY = unique("tiny");
+const BROKEN = unique("broken");
+const WORKER = `w-${TINY}-v1`;
+/** A selector's matcher for this file's endpoints: the shared stack serves other files' too. */
+const MINE = `model_name=~"${TINY}|${BROKEN}"`;
 const binary = prometheusBinary();
 if (!binary)
   console.warn(
@@ -37,10 +43,10 @@ describe.skipIf(!binary)("Prometheus scraping a running stack", () => {
 
   beforeAll(async () => {
     const modelPath = await tinyModelPath();
-    stack = await startStack({ args: ["--storage-root", dirname(modelPath)] });
+    stack = await sharedStack();
     for (const version of ["v1", "v2"]) {
       const reg = await stack.admin("POST", "/admin/v1/models", {
-        name: "tiny",
+        name: TINY,
         framework: "llamacpp",
         source: modelPath,
         version,
@@ -49,22 +55,22 @@ describe.skipIf(!binary)("Prometheus scraping a running stack", () => {
     }
     // v1 gets no replica from `up`: the worker started below is its only one, so its own counts are exact.
     for (const [name, replicas] of [
-      ["tiny", 0],
-      ["broken", 0],
+      [TINY, 0],
+      [BROKEN, 0],
     ] as const) {
       const res = await stack.admin("PUT", `/admin/v1/endpoints/${name}`, {
-        model: { name: "tiny", version: "v1" },
+        model: { name: TINY, version: "v1" },
         resources: { replicas, parallel: 2 },
       });
       expect(res.status, JSON.stringify(res.body)).toBe(200);
     }
     // v2 as an A/B variant of tiny: `up` runs its replica; `tiny@v2` reaches it.
-    const ab = await runCli(["inference", "abtest", "create", "tiny", "--split", "v1=50,v2=50"], stack.env);
+    const ab = await runCli(["inference", "abtest", "create", TINY, "--split", "v1=50,v2=50"], stack.env);
     expect(ab.code, ab.stderr).toBe(0);
     const healthPort = await freePort();
     worker = spawn(
       process.execPath,
-      [BIN, "worker", "--endpoint", "tiny", "--replica-id", WORKER, "--health-port", String(healthPort)],
+      [BIN, "worker", "--endpoint", TINY, "--replica-id", WORKER, "--health-port", String(healthPort)],
       {
         env: { ...stack.env, REDIS_URL: stack.redisUrl, PLATFORM_DATA_DIR: stack.dataDir },
         stdio: ["ignore", "pipe", "pipe"],
@@ -79,8 +85,8 @@ describe.skipIf(!binary)("Prometheus scraping a running stack", () => {
     );
     await stack.waitFor(
       async () =>
-        (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/tiny--v2")).body.state === "available",
-      "tiny--v2 available",
+        (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${TINY}--v2`)).body.state === "available",
+      `${TINY}--v2 available`,
       120_000,
     );
     prometheus = await startPrometheus(binary as string, {
@@ -99,7 +105,7 @@ describe.skipIf(!binary)("Prometheus scraping a running stack", () => {
       await exited;
     }
     await prometheus?.stop();
-    await stack?.stop();
+    await undeploy(stack, TINY, BROKEN, `${TINY}--v2`);
   });
 
   const send = async (path: string, body: unknown) => {
@@ -138,74 +144,76 @@ describe.skipIf(!binary)("Prometheus scraping a running stack", () => {
         max_tokens: max,
         temperature: 0,
       });
-    expect(await chat("tiny@v1", 3)).toBe(200);
-    expect(await chat("tiny@v1", 5)).toBe(200);
+    expect(await chat(`${TINY}@v1`, 3)).toBe(200);
+    expect(await chat(`${TINY}@v1`, 5)).toBe(200);
     expect(
-      await send("/v1/completions", { model: "tiny@v1", prompt: "The little dog", max_tokens: 4, stream: true }),
+      await send("/v1/completions", { model: `${TINY}@v1`, prompt: "The little dog", max_tokens: 4, stream: true }),
     ).toBe(200);
     // tiny is registered for generation: embeddings are refused (model_not_embedding), a client error counted under it.
-    expect(await send("/v1/embeddings", { model: "tiny@v1", input: "Once upon a time" })).toBe(400);
-    expect(await send("/v1/completions", { model: "tiny@v2", prompt: "Once", max_tokens: 2 })).toBe(200);
-    expect(await send("/v1/completions", { model: "tiny@v2", prompt: "Once", max_tokens: 6 })).toBe(200);
-    expect(await chat("tiny@v1", 100_000)).toBe(400); // context_length_exceeded: a client error
-    expect(await chat("broken", 3)).toBe(503); // no replica and no autoscaling: no_capacity
+    expect(await send("/v1/embeddings", { model: `${TINY}@v1`, input: "Once upon a time" })).toBe(400);
+    expect(await send("/v1/completions", { model: `${TINY}@v2`, prompt: "Once", max_tokens: 2 })).toBe(200);
+    expect(await send("/v1/completions", { model: `${TINY}@v2`, prompt: "Once", max_tokens: 6 })).toBe(200);
+    expect(await chat(`${TINY}@v1`, 100_000)).toBe(400); // context_length_exceeded: a client error
+    expect(await chat(BROKEN, 3)).toBe(503); // no replica and no autoscaling: no_capacity
 
-    const gw = 'replica=""';
+    const gw = `replica="",${MINE}`;
     await eventually(`sum by (model_name, version) (platform_requests_total{${gw}})`, ["model_name", "version"], {
-      "tiny/v1": 5,
-      "tiny/v2": 2,
-      "broken/v1": 1,
+      [`${TINY}/v1`]: 5,
+      [`${TINY}/v2`]: 2,
+      [`${BROKEN}/v1`]: 1,
     });
     await eventually(`sum by (model_name, version) (vllm:request_success_total{${gw}})`, ["model_name", "version"], {
-      "tiny/v1": 3,
-      "tiny/v2": 2,
+      [`${TINY}/v1`]: 3,
+      [`${TINY}/v2`]: 2,
     });
     await eventually(`sum by (model_name, version) (vllm:generation_tokens_total{${gw}})`, ["model_name", "version"], {
-      "tiny/v1": 3 + 5 + 4,
-      "tiny/v2": 2 + 6,
+      [`${TINY}/v1`]: 3 + 5 + 4,
+      [`${TINY}/v2`]: 2 + 6,
     });
     await eventually(
       `sum by (model_name, version) (vllm:time_to_first_token_seconds_count{${gw}})`,
       ["model_name", "version"],
-      { "tiny/v1": 3, "tiny/v2": 2 },
+      { [`${TINY}/v1`]: 3, [`${TINY}/v2`]: 2 },
     );
     await eventually(
       `sum by (model_name, version) (vllm:e2e_request_latency_seconds_count{${gw}})`,
       ["model_name", "version"],
-      { "tiny/v1": 3, "tiny/v2": 2 },
+      { [`${TINY}/v1`]: 3, [`${TINY}/v2`]: 2 },
     );
     await eventually(
       `sum by (model_name, version, code, status) (platform_request_errors_total{${gw}})`,
       ["model_name", "version", "code", "status"],
       {
-        "tiny/v1/context_length_exceeded/400": 1,
-        "tiny/v1/model_not_embedding/400": 1,
-        "broken/v1/no_capacity/503": 1,
+        [`${TINY}/v1/context_length_exceeded/400`]: 1,
+        [`${TINY}/v1/model_not_embedding/400`]: 1,
+        [`${BROKEN}/v1/no_capacity/503`]: 1,
       },
     );
     await eventually(
-      "sum by (model_name, version, reason) (platform_rate_limit_rejections_total)",
+      `sum by (model_name, version, reason) (platform_rate_limit_rejections_total{${MINE}})`,
       ["model_name", "version", "reason"],
-      { "broken/v1/no_capacity": 1 },
+      { [`${BROKEN}/v1/no_capacity`]: 1 },
     );
     await eventually(`max by (model_name, version) (platform_replicas_ready{${gw}})`, ["model_name", "version"], {
-      "tiny/v1": 1,
-      "tiny/v2": 1,
-      "broken/v1": 0,
+      [`${TINY}/v1`]: 1,
+      [`${TINY}/v2`]: 1,
+      [`${BROKEN}/v1`]: 0,
     });
     await eventually(`max by (model_name, version) (platform_replicas_desired{${gw}})`, ["model_name", "version"], {
-      "tiny/v1": 0,
-      "tiny/v2": 1,
-      "broken/v1": 0,
+      [`${TINY}/v1`]: 0,
+      [`${TINY}/v2`]: 1,
+      [`${BROKEN}/v1`]: 0,
     });
     // The worker's own /metrics: everything v1 answered, under its replica id.
     await eventually(
-      'sum by (model_name, version, replica) (vllm:request_success_total{replica!=""})',
+      `sum by (model_name, version, replica) (vllm:request_success_total{replica!="",${MINE}})`,
       ["model_name", "version", "replica"],
-      { [`tiny/v1/${WORKER}`]: 3 },
+      { [`${TINY}/v1/${WORKER}`]: 3 },
     );
-    await eventually('sum by (replica) (vllm:generation_tokens_total{replica!=""})', ["replica"], { [WORKER]: 12 });
-    await eventually('sum by (replica, kind) (platform_requests_total{replica!=""})', ["replica", "kind"], {
+    await eventually(`sum by (replica) (vllm:generation_tokens_total{replica!="",${MINE}})`, ["replica"], {
+      [WORKER]: 12,
+    });
+    await eventually(`sum by (replica, kind) (platform_requests_total{replica!="",${MINE}})`, ["replica", "kind"], {
       [`${WORKER}/chat`]: 2,
       [`${WORKER}/completion`]: 1,
     });
@@ -213,8 +221,8 @@ describe.skipIf(!binary)("Prometheus scraping a running stack", () => {
       await prometheus.query(`sum by (model_name, version) (vllm:e2e_request_latency_seconds_sum{${gw}})`),
       ["model_name", "version"],
     );
-    expect(sums["tiny/v1"]).toBeGreaterThan(0);
-    expect(sums["tiny/v2"]).toBeGreaterThan(0);
+    expect(sums[`${TINY}/v1`]).toBeGreaterThan(0);
+    expect(sums[`${TINY}/v2`]).toBeGreaterThan(0);
   });
 
   it("an endpoint that fails turns its error-rate alert on, and only its own", { timeout: 180_000 }, async () => {
@@ -222,7 +230,7 @@ describe.skipIf(!binary)("Prometheus scraping a running stack", () => {
     // evaluates the rule true: the alert is pending (its `for:` not yet over) or firing.
     const isOn = (a: { labels: Record<string, string>; state: string }) =>
       a.labels.alertname === "PlatformEndpointHighErrorRate" &&
-      a.labels.model_name === "broken" &&
+      a.labels.model_name === BROKEN &&
       a.labels.version === "v1" &&
       a.state !== "inactive";
     let on = false;
@@ -230,7 +238,7 @@ describe.skipIf(!binary)("Prometheus scraping a running stack", () => {
     while (!on && Date.now() - started < 120_000) {
       expect(
         await send("/v1/chat/completions", {
-          model: "broken",
+          model: BROKEN,
           messages: [{ role: "user", content: "hi" }],
           max_tokens: 2,
         }),
@@ -240,11 +248,14 @@ describe.skipIf(!binary)("Prometheus scraping a running stack", () => {
     }
     expect(on, `the alert never became active; prometheus output:\n${prometheus.output()}`).toBe(true);
     // The rule's own expression, through the query API: true for broken, not for tiny (its error was a 400).
-    const errorRate = await prometheus.query(ruleExpr("PlatformEndpointHighErrorRate"));
-    expect(byLabels(errorRate, ["model_name", "version"])).toEqual({ "broken/v1": 1 });
-    expect((await prometheus.alerts()).filter((a) => a.labels.model_name === "tiny")).toEqual([]);
+    // Other files' endpoints on the shared stack have their own series: only this file's are asked after.
+    const mine = <T extends { metric: Record<string, string> }>(series: T[]) =>
+      series.filter((x) => x.metric.model_name === TINY || x.metric.model_name === BROKEN);
+    const errorRate = mine(await prometheus.query(ruleExpr("PlatformEndpointHighErrorRate")));
+    expect(byLabels(errorRate, ["model_name", "version"])).toEqual({ [`${BROKEN}/v1`]: 1 });
+    expect((await prometheus.alerts()).filter((a) => a.labels.model_name === TINY)).toEqual([]);
     // Every endpoint version that wants replicas has one: the availability rule is valid and false.
-    expect(await prometheus.query(ruleExpr("PlatformEndpointUnavailable"))).toEqual([]);
+    expect(mine(await prometheus.query(ruleExpr("PlatformEndpointUnavailable")))).toEqual([]);
   });
 
   it("every query of the Grafana dashboard is valid PromQL over the real series", { timeout: 60_000 }, async () => {
@@ -262,7 +273,7 @@ describe.skipIf(!binary)("Prometheus scraping a running stack", () => {
     const requests = dashboard.panels.find((p) => p.title === "Requests per second") as Panel;
     const shown = await prometheus.query(concrete((requests.targets as { expr: string }[])[0]!.expr));
     expect(shown.map((s) => `${s.metric.model_name}/${s.metric.version}`)).toEqual(
-      expect.arrayContaining(["tiny/v1", "tiny/v2", "broken/v1"]),
+      expect.arrayContaining([`${TINY}/v1`, `${TINY}/v2`, `${BROKEN}/v1`]),
     );
   });
 });
