@@ -1,7 +1,7 @@
 /**
- * The workspace as a new team makes it, against a real `platform up`: `platform init` in an empty
- * git repository (run from a subdirectory, writing at the git root), its checks of the registry and
- * the organization, `--offline`, `--force` and refusing to overwrite; every later command finding
+ * The workspace as a new team makes it, against the shared `platform up` (its organizations have
+ * names of this file's own): `platform init` in an empty git repository (run from a subdirectory,
+ * writing at the git root), its checks of the registry and the organization, `--offline`, `--force` and refusing to overwrite; every later command finding
  * `.platformrc.json` from a nested directory and naming it with the field in its errors; and
  * `platform doctor` all green after init and `auth login --api-key`, then failing check by check
  * (not a workspace, no credentials, an expired token, another organization's key, an unreachable
@@ -17,7 +17,8 @@ import { z } from "zod";
 import { PLATFORM_VERSION } from "../../src/contracts/version.ts";
 import { freePort } from "../../src/process/free-port.ts";
 import { FakeKubernetesApi } from "../helpers/fake-kubernetes-api.ts";
-import { type CliResult, runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import { type CliResult, runCli, type Stack } from "../helpers/stack.ts";
 
 type Key = { id: string; key: string; org: string };
 type Doctor = { ok: boolean; checks: { id: string; status: string; summary: string; fix?: string }[] };
@@ -25,27 +26,30 @@ type Doctor = { ok: boolean; checks: { id: string; status: string; summary: stri
 const BUF_YAML =
   "version: v2\nmodules:\n  - path: proto\nlint:\n  use:\n    - STANDARD\n    - COMMENT_SERVICE\n    - COMMENT_RPC\nbreaking:\n  use:\n    - WIRE_JSON\n";
 
+const ACME = unique("acme");
+const RIVAL = unique("rival");
+const NOWHERE = unique("nowhere");
+
 let stack: Stack;
 let work: string;
 let acmeAdmin: Key;
 let rivalAdmin: Key;
 
 beforeAll(async () => {
-  stack = await startStack();
+  stack = await sharedStack();
   work = await mkdtemp(join(tmpdir(), "platform-workspace-"));
-  for (const org of ["acme", "rival"]) expect((await runCli(["orgs", "create", org], stack.env)).code).toBe(0);
+  for (const org of [ACME, RIVAL]) expect((await runCli(["orgs", "create", org], stack.env)).code).toBe(0);
   const key = async (org: string) => {
     const r = await runCli(["keys", "create", `${org}-admin`, "--org", org, "--role", "admin", "--json"], stack.env);
     expect(r.code, r.stderr).toBe(0);
     return JSON.parse(r.stdout) as Key;
   };
-  acmeAdmin = await key("acme");
-  rivalAdmin = await key("rival");
+  acmeAdmin = await key(ACME);
+  rivalAdmin = await key(RIVAL);
 });
 
 afterAll(async () => {
   if (work) await rm(work, { recursive: true, force: true });
-  expect(await stack?.stop()).toBe(0);
 });
 
 /** A person's shell: its own (empty, at first) config directory, no platform variables. */
@@ -103,24 +107,24 @@ describe("platform init", () => {
   it("in an empty git repository, from a subdirectory: both files at the git root, checked, and never replaced without --force", async () => {
     const { root, nested } = await repository("Items Team");
     const env = await shell("team");
-    const init = ["init", "--registry-url", `${stack.baseUrl}/`, "--org-id", "acme"];
+    const init = ["init", "--registry-url", `${stack.baseUrl}/`, "--org-id", ACME];
 
     // Before signing in: the registry is checked, the organization cannot be, and it says so.
     const first = await runCli(init, env, nested);
     expect(first.code, first.stderr).toBe(0);
     expect(first.stderr).toContain(
-      `warning: ${stack.baseUrl} is a platform gateway (${PLATFORM_VERSION}), but organization "acme" was not checked: no credentials for ${stack.baseUrl}. Run \`platform auth login\``,
+      `warning: ${stack.baseUrl} is a platform gateway (${PLATFORM_VERSION}), but organization "${ACME}" was not checked: no credentials for ${stack.baseUrl}. Run \`platform auth login\``,
     );
     const rcFile = join(root, ".platformrc.json");
-    expect(first.stdout).toContain(`wrote ${rcFile}: registry ${stack.baseUrl}, organization acme`);
+    expect(first.stdout).toContain(`wrote ${rcFile}: registry ${stack.baseUrl}, organization ${ACME}`);
     expect(await exists(join(nested, ".platformrc.json"))).toBe(false);
     const host = new URL(stack.baseUrl).host;
     const written = JSON.parse(await readFile(rcFile, "utf8"));
     expect(written).toEqual({
       $schema: `${stack.baseUrl}/schemas/platformrc.schema.json`,
       registryUrl: stack.baseUrl,
-      orgId: "acme",
-      imageRepository: `${host}/acme/items-team`,
+      orgId: ACME,
+      imageRepository: `${host}/${ACME}/items-team`,
       protoRoot: "proto",
       language: "node",
       build: { args: {} },
@@ -147,21 +151,21 @@ describe("platform init", () => {
     // Every later command finds the file from the nested directory: auth login takes its registry.
     const login = await runCli(["auth", "login", "--api-key", acmeAdmin.key], env, nested);
     expect(login.code, login.stderr).toBe(0);
-    expect(login.stdout).toContain(`logged in to ${stack.baseUrl} as acme-admin (admin of organization acme)`);
+    expect(login.stdout).toContain(`logged in to ${stack.baseUrl} as ${ACME}-admin (admin of organization ${ACME})`);
     const orgs = await runCli(["orgs", "list", "--json"], env, nested);
-    expect(JSON.parse(orgs.stdout).map((o: { id: string }) => o.id)).toEqual(["acme"]);
+    expect(JSON.parse(orgs.stdout).map((o: { id: string }) => o.id)).toEqual([ACME]);
 
     // Signed in, --force checks the organization too and replaces both files.
     const forced = await runCli([...init, "--force", "--lang", "python"], env, nested);
     expect(forced.code, forced.stderr).toBe(0);
     expect(forced.stdout).toContain(
-      `checked: ${stack.baseUrl} is a platform gateway (${PLATFORM_VERSION}); organization acme (acme) exists`,
+      `checked: ${stack.baseUrl} is a platform gateway (${PLATFORM_VERSION}); organization ${ACME} (${ACME}) exists`,
     );
     expect(JSON.parse(await readFile(rcFile, "utf8")).language).toBe("python");
 
     // An organization that does not exist, and another's (the same 404): exit 1, the file unchanged.
     const now = await readFile(rcFile, "utf8");
-    for (const org of ["nowhere", "rival"]) {
+    for (const org of [NOWHERE, RIVAL]) {
       const r = await runCli(["init", "--registry-url", stack.baseUrl, "--org-id", org, "--force"], env, nested);
       expect(r.code).toBe(1);
       expect(r.stderr).toContain(`organization "${org}" not found at ${stack.baseUrl}, or not yours`);
@@ -176,12 +180,12 @@ describe("platform init", () => {
     for (const line of [
       new RegExp(`^✓ CLI +platform ${escaped(PLATFORM_VERSION)} on Node ${escaped(process.versions.node)}$`, "m"),
       new RegExp(
-        `^✓ \\.platformrc\\.json +${escaped(rcFile)}: registry ${escaped(stack.baseUrl)}, organization acme`,
+        `^✓ \\.platformrc\\.json +${escaped(rcFile)}: registry ${escaped(stack.baseUrl)}, organization ${ACME}`,
         "m",
       ),
       new RegExp(`^✓ platform +${escaped(stack.baseUrl)}: platform ${escaped(PLATFORM_VERSION)}$`, "m"),
-      /^✓ credentials +.*: acme-admin, admin of organization acme, with an API key$/m,
-      /^✓ organization +acme \(acme\)$/m,
+      new RegExp(`^✓ credentials +.*: ${ACME}-admin, admin of organization ${ACME}, with an API key$`, "m"),
+      new RegExp(`^✓ organization +${ACME} \\(${ACME}\\)$`, "m"),
       /^✓ buf +buf 1\.\d+\.\d+ /m,
       /^✓ protos lint +no \.proto files under proto\/ yet$/m,
       /^✓ git +git \S+, clean at [0-9a-f]{7,}$/m,
@@ -239,7 +243,7 @@ describe("platform init", () => {
     const { root } = await repository("offline");
     const env = await shell("offline");
     const down = await closedUrl();
-    const refused = await runCli(["init", "--registry-url", down, "--org-id", "acme"], env, root);
+    const refused = await runCli(["init", "--registry-url", down, "--org-id", ACME], env, root);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain(`error: cannot reach ${down} (ECONNREFUSED): check --registry-url`);
     expect(await exists(join(root, ".platformrc.json"))).toBe(false);
@@ -248,24 +252,24 @@ describe("platform init", () => {
     await new Promise<void>((r) => other.listen(0, "127.0.0.1", r));
     const otherUrl = `http://127.0.0.1:${(other.address() as { port: number }).port}`;
     try {
-      const r = await runCli(["init", "--registry-url", otherUrl, "--org-id", "acme"], env, root);
+      const r = await runCli(["init", "--registry-url", otherUrl, "--org-id", ACME], env, root);
       expect(r.code).toBe(1);
       expect(r.stderr).toContain(
         `${otherUrl} is not a platform gateway: GET /healthz answered HTTP 200 without the platform's version`,
       );
-      const v1 = await runCli(["init", "--registry-url", `${stack.baseUrl}/v1`, "--org-id", "acme"], env, root);
+      const v1 = await runCli(["init", "--registry-url", `${stack.baseUrl}/v1`, "--org-id", ACME], env, root);
       expect(v1.stderr).toMatch(/is not a platform gateway: GET \/healthz answered HTTP 401: .*without \/v1/);
     } finally {
       other.close();
     }
     expect(await exists(join(root, ".platformrc.json"))).toBe(false);
 
-    const offline = await runCli(["init", "--registry-url", down, "--org-id", "acme", "--offline"], env, root);
+    const offline = await runCli(["init", "--registry-url", down, "--org-id", ACME, "--offline"], env, root);
     expect(offline.code, offline.stderr).toBe(0);
     expect(offline.stderr).toContain("--offline: the platform and the organization were not checked");
     expect(JSON.parse(await readFile(join(root, ".platformrc.json"), "utf8"))).toMatchObject({
       registryUrl: down,
-      imageRepository: `${new URL(down).host}/acme/offline`,
+      imageRepository: `${new URL(down).host}/${ACME}/offline`,
     });
   });
 
@@ -274,15 +278,7 @@ describe("platform init", () => {
     await mkdir(plain);
     const env = await shell("plain");
     const r = await runCli(
-      [
-        "init",
-        "--registry-url",
-        stack.baseUrl,
-        "--org-id",
-        "acme",
-        "--image-repository",
-        "registry.example.com/acme/x",
-      ],
+      ["init", "--registry-url", stack.baseUrl, "--org-id", ACME, "--image-repository", "registry.example.com/acme/x"],
       env,
       plain,
     );
@@ -291,14 +287,11 @@ describe("platform init", () => {
       "registry.example.com/acme/x",
     );
     const cases: [string[], string][] = [
-      [["--registry-url", "ftp://x", "--org-id", "acme"], "--registry-url: expected the platform's http(s) base URL"],
+      [["--registry-url", "ftp://x", "--org-id", ACME], "--registry-url: expected the platform's http(s) base URL"],
       [["--registry-url", stack.baseUrl, "--org-id", "Acme!"], "--org-id: expected an organization id"],
+      [["--registry-url", stack.baseUrl, "--org-id", ACME, "--lang", "go"], '--lang: expected one of "node", "python"'],
       [
-        ["--registry-url", stack.baseUrl, "--org-id", "acme", "--lang", "go"],
-        '--lang: expected one of "node", "python"',
-      ],
-      [
-        ["--registry-url", stack.baseUrl, "--org-id", "acme", "--image-repository", "acme/items"],
+        ["--registry-url", stack.baseUrl, "--org-id", ACME, "--image-repository", "acme/items"],
         "--image-repository: expected host/path",
       ],
     ];
@@ -335,7 +328,7 @@ describe("platform doctor", () => {
   it("a malformed .platformrc.json: every command names the file and the field (exit 2), doctor fails on it", async () => {
     const { root, nested } = await repository("malformed");
     const file = join(root, ".platformrc.json");
-    await writeFile(file, JSON.stringify({ registryUrl: stack.baseUrl, orgId: "acme", imageRepository: "items" }));
+    await writeFile(file, JSON.stringify({ registryUrl: stack.baseUrl, orgId: ACME, imageRepository: "items" }));
     const env = await shell("malformed");
     const r = await runCli(["orgs", "list"], env, nested);
     expect(r.code).toBe(2);
@@ -353,7 +346,7 @@ describe("platform doctor", () => {
 
   it("credentials: none, an expired session, another organization's key, a registry that does not answer", async () => {
     const { root } = await repository("creds");
-    const rc = { registryUrl: stack.baseUrl, orgId: "acme" };
+    const rc = { registryUrl: stack.baseUrl, orgId: ACME };
     await writeFile(join(root, ".platformrc.json"), JSON.stringify(rc));
     const env = await shell("creds");
 
@@ -387,9 +380,12 @@ describe("platform doctor", () => {
     expect((await runCli(["auth", "login", "--api-key", rivalAdmin.key], env, root)).code).toBe(0);
     const rival = await runCli(["doctor"], env, root);
     expect(rival.code).toBe(1);
-    expect(rival.stdout).toMatch(/^✓ credentials +.*rival-admin, admin of organization rival/m);
+    expect(rival.stdout).toMatch(new RegExp(`^✓ credentials +.*${RIVAL}-admin, admin of organization ${RIVAL}`, "m"));
     expect(rival.stdout).toMatch(
-      /^✗ organization +signed in as rival-admin of organization rival, but the workspace belongs to acme$/m,
+      new RegExp(
+        `^✗ organization +signed in as ${RIVAL}-admin of organization ${RIVAL}, but the workspace belongs to ${ACME}$`,
+        "m",
+      ),
     );
 
     const down = await closedUrl();
@@ -404,7 +400,7 @@ describe("platform doctor", () => {
 
   it("the cluster, where KUBECONFIG configures one: its API server answering, or a failure", async () => {
     const { root } = await repository("cluster");
-    await writeFile(join(root, ".platformrc.json"), JSON.stringify({ registryUrl: stack.baseUrl, orgId: "acme" }));
+    await writeFile(join(root, ".platformrc.json"), JSON.stringify({ registryUrl: stack.baseUrl, orgId: ACME }));
     const api = new FakeKubernetesApi();
     const server = await api.start();
     const kubeconfig = async (name: string, url: string) => {
