@@ -6,8 +6,10 @@ import { spawn } from "node:child_process";
 import OpenAI from "openai";
 import { getLlama, LlamaCompletion, LlamaLogLevel } from "node-llama-cpp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { deploy, undeploy } from "../helpers/deploy.ts";
 import { sharedModelPath, tinyModelPath } from "../helpers/models.ts";
-import { type Stack, startStack } from "../helpers/stack.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import { type OwnStack, type Stack, startStack } from "../helpers/stack.ts";
 
 type Status = {
   state: string;
@@ -15,8 +17,9 @@ type Status = {
   replica_list: { pid: number; id: string }[];
 };
 
+// This block signals the workers and, last, `up` itself: it keeps a stack of its own.
 describe("with the tiny model", () => {
-  let stack: Stack;
+  let stack: OwnStack;
   beforeAll(async () => {
     // A long context, so a request can stay in flight long enough to be caught mid-way.
     stack = await startStack({ model: await tinyModelPath({ contextLength: 4096 }), args: ["--name", "tiny"] });
@@ -128,12 +131,12 @@ describe("with the tiny model", () => {
 const real = sharedModelPath();
 describe.skipIf(!real)("with the real stories260K model", () => {
   let stack: Stack;
+  const REAL = unique("stories260K");
   beforeAll(async () => {
-    stack = await startStack({ model: real as string });
+    stack = await sharedStack();
+    await deploy(stack, REAL, { source: real as string });
   });
-  afterAll(async () => {
-    await stack?.stop();
-  });
+  afterAll(() => undeploy(stack, REAL));
 
   it("gives the same text through the fabric as node-llama-cpp called directly (temperature 0)", async () => {
     const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
@@ -150,14 +153,14 @@ describe.skipIf(!real)("with the real stories260K model", () => {
 
     const client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey });
     const chat = await client.chat.completions.create({
-      model: "stories260K",
+      model: REAL,
       messages: [{ role: "user", content: "Once upon a time" }],
       max_tokens: 30,
       temperature: 0,
     });
     expect(chat.choices[0]?.message.content).toBe(direct);
     expect(direct).toMatch(/^, there was a little girl named Lily/);
-    const gen = await fetch(`${stack.baseUrl}/v1/inference/stories260K/generate`, {
+    const gen = await fetch(`${stack.baseUrl}/v1/inference/${REAL}/generate`, {
       method: "POST",
       headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" },
       body: JSON.stringify({ prompt: "Once upon a time", max_tokens: 30, temperature: 0 }),
@@ -168,7 +171,7 @@ describe.skipIf(!real)("with the real stories260K model", () => {
   it("stops at a stop sequence with finish_reason stop", async () => {
     const client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey });
     const res = await client.completions.create({
-      model: "stories260K",
+      model: REAL,
       prompt: "Once upon a time",
       max_tokens: 100,
       temperature: 0,
