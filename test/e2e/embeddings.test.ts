@@ -13,7 +13,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { convertCheckpoint } from "../../src/formats/convert/index.ts";
 import { TINY_BERT, writeTinyBert } from "../fixtures/tiny-bert.ts";
 import { bertEmbedding, bertInput, cosine } from "../helpers/bert-reference.ts";
+import { deploy as deployModel, undeploy } from "../helpers/deploy.ts";
 import { tinyModelPath } from "../helpers/models.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
 import { runCli, type Stack, startStack } from "../helpers/stack.ts";
 
 const TEXTS = [
@@ -29,6 +31,9 @@ let client: OpenAI;
 let mean: Awaited<ReturnType<typeof writeTinyBert>>;
 let cls: Awaited<ReturnType<typeof writeTinyBert>>;
 let clsModel: string;
+const BERT = unique("bert");
+const BERT_CLS = `${BERT}-cls`;
+const TINY = `${BERT}-tiny`;
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "embeddings-e2e-"));
@@ -37,14 +42,14 @@ beforeAll(async () => {
   await convertCheckpoint(join(dir, "mean"), join(dir, "bert-mean.gguf"));
   clsModel = join(dir, "bert-cls.gguf");
   await convertCheckpoint(join(dir, "cls"), clsModel);
-  stack = await startStack({ model: join(dir, "bert-mean.gguf"), args: ["--name", "bert"] });
+  stack = await sharedStack();
+  await deployModel(stack, BERT, { source: join(dir, "bert-mean.gguf") });
   client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
 });
 
 afterAll(async () => {
-  const code = await stack?.stop();
+  await undeploy(stack, BERT, BERT_CLS, TINY);
   await rm(dir, { recursive: true, force: true });
-  expect(code).toBe(0);
 });
 
 const post = (path: string, body: unknown) =>
@@ -80,19 +85,19 @@ describe("a converted BERT embedding model", () => {
       "GET",
       "/admin/v1/models",
     );
-    const record = body.data.find((m) => m.name === "bert");
+    const record = body.data.find((m) => m.name === BERT);
     expect(record?.gguf.architecture).toBe("bert");
     expect(record?.task).toBe("embed");
   });
 
   it("answers the openai client's default (base64 on the wire, decoded by the client) as the reference does, with usage summed over the inputs", async () => {
-    const wire = await post("/v1/embeddings", { model: "bert", input: TEXTS[0], encoding_format: "base64" });
+    const wire = await post("/v1/embeddings", { model: BERT, input: TEXTS[0], encoding_format: "base64" });
     const raw = (await wire.json()) as { data: { embedding: unknown }[] };
     expect(typeof raw.data[0]?.embedding).toBe("string");
 
-    const res = await client.embeddings.create({ model: "bert", input: TEXTS });
+    const res = await client.embeddings.create({ model: BERT, input: TEXTS });
     expect(res.object).toBe("list");
-    expect(res.model).toBe("bert");
+    expect(res.model).toBe(BERT);
     expect(res.data.map((d) => d.index)).toEqual([0, 1, 2, 3]);
     const vectors = res.data.map((d) => [...d.embedding]);
     expectReference(vectors, TEXTS, mean, "mean", true);
@@ -100,7 +105,7 @@ describe("a converted BERT embedding model", () => {
     for (const v of vectors) expect(Math.hypot(...v)).toBeCloseTo(1, 5);
     expect(res.usage).toEqual({ prompt_tokens: tokensOf(TEXTS, mean), total_tokens: tokensOf(TEXTS, mean) });
 
-    const floats = await client.embeddings.create({ model: "bert", input: TEXTS, encoding_format: "float" });
+    const floats = await client.embeddings.create({ model: BERT, input: TEXTS, encoding_format: "float" });
     expectReference(
       floats.data.map((d) => d.embedding),
       TEXTS,
@@ -114,7 +119,7 @@ describe("a converted BERT embedding model", () => {
 
   it("takes token ids: one list, or a list per input", async () => {
     const ids = TEXTS.map((t) => bertInput(t, mean.vocab));
-    const many = await client.embeddings.create({ model: "bert", input: ids, encoding_format: "float" });
+    const many = await client.embeddings.create({ model: BERT, input: ids, encoding_format: "float" });
     expectReference(
       many.data.map((d) => d.embedding),
       TEXTS,
@@ -123,7 +128,7 @@ describe("a converted BERT embedding model", () => {
       true,
     );
     expect(many.usage.prompt_tokens).toBe(tokensOf(TEXTS, mean));
-    const one = await client.embeddings.create({ model: "bert", input: ids[1] as number[] });
+    const one = await client.embeddings.create({ model: BERT, input: ids[1] as number[] });
     expectReference(
       one.data.map((d) => [...d.embedding]),
       [TEXTS[1] as string],
@@ -134,25 +139,25 @@ describe("a converted BERT embedding model", () => {
   });
 
   it("refuses, naming the input: an empty one, too many, one past the context (by the gateway or the worker)", async () => {
-    expect(await errorOf(await post("/v1/embeddings", { model: "bert", input: ["hello", ""] }))).toMatchObject({
+    expect(await errorOf(await post("/v1/embeddings", { model: BERT, input: ["hello", ""] }))).toMatchObject({
       status: 400,
       type: "invalid_request_error",
       param: "input",
       message: "input[1] is an empty string; every input needs at least one character",
     });
-    expect(await errorOf(await post("/v1/embeddings", { model: "bert", input: "" }))).toMatchObject({
+    expect(await errorOf(await post("/v1/embeddings", { model: BERT, input: "" }))).toMatchObject({
       status: 400,
       param: "input",
     });
     expect(
-      await errorOf(await post("/v1/embeddings", { model: "bert", input: Array.from({ length: 2049 }, () => "a") })),
+      await errorOf(await post("/v1/embeddings", { model: BERT, input: Array.from({ length: 2049 }, () => "a") })),
     ).toMatchObject({
       status: 400,
       message: "input has 2049 items; at most 2048 per request (split it into several requests)",
     });
     expect(
       await errorOf(
-        await post("/v1/embeddings", { model: "bert", input: [[5, 6], Array.from({ length: 100 }, () => 7)] }),
+        await post("/v1/embeddings", { model: BERT, input: [[5, 6], Array.from({ length: 100 }, () => 7)] }),
       ),
     ).toMatchObject({
       status: 400,
@@ -161,7 +166,7 @@ describe("a converted BERT embedding model", () => {
     });
     // Under the gateway's byte bound, so the worker's exact count refuses it.
     expect(
-      await errorOf(await post("/v1/embeddings", { model: "bert", input: ["hello", "a ".repeat(70)] })),
+      await errorOf(await post("/v1/embeddings", { model: BERT, input: ["hello", "a ".repeat(70)] })),
     ).toMatchObject({
       status: 400,
       code: "context_length_exceeded",
@@ -172,14 +177,14 @@ describe("a converted BERT embedding model", () => {
 
   it("refuses text generation with a 400 saying to use /v1/embeddings", async () => {
     const err = await client.chat.completions
-      .create({ model: "bert", messages: [{ role: "user", content: "hello" }] })
+      .create({ model: BERT, messages: [{ role: "user", content: "hello" }] })
       .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.BadRequestError);
     expect((err as InstanceType<typeof OpenAI.BadRequestError>).code).toBe("model_not_generative");
     expect((err as Error).message).toContain("use /v1/embeddings");
     for (const [path, body] of [
-      ["/v1/completions", { model: "bert", prompt: "hello" }],
-      ["/v1/inference/bert/generate", { prompt: "hello" }],
+      ["/v1/completions", { model: BERT, prompt: "hello" }],
+      [`/v1/inference/${BERT}/generate`, { prompt: "hello" }],
     ] as const) {
       expect(await errorOf(await post(path, body))).toMatchObject({
         status: 400,
@@ -192,20 +197,20 @@ describe("a converted BERT embedding model", () => {
 
 describe("tasks chosen at registration", () => {
   it("serves a CLS-pooled checkpoint registered through the CLI, as the reference pools it", async () => {
-    const submit = await runCli(["training", "submit", "--name", "bert-cls", "--source", clsModel], stack.env);
+    const submit = await runCli(["training", "submit", "--name", BERT_CLS, "--source", clsModel], stack.env);
     expect(submit.code, submit.stderr).toBe(0);
     expect(submit.stdout).toContain("task embed");
-    const deploy = await stack.admin("PUT", "/admin/v1/endpoints/bert-cls", {
-      model: { name: "bert-cls", version: "v1" },
+    const deploy = await stack.admin("PUT", `/admin/v1/endpoints/${BERT_CLS}`, {
+      model: { name: BERT_CLS, version: "v1" },
       resources: { replicas: 1, parallel: 1 },
     });
     expect(deploy.status, JSON.stringify(deploy.body)).toBe(200);
     await stack.waitFor(
       async () =>
-        (await stack.admin<{ state: string }>("GET", "/admin/v1/endpoints/bert-cls")).body.state === "available",
-      "bert-cls available",
+        (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${BERT_CLS}`)).body.state === "available",
+      `${BERT_CLS} available`,
     );
-    const res = await client.embeddings.create({ model: "bert-cls", input: TEXTS });
+    const res = await client.embeddings.create({ model: BERT_CLS, input: TEXTS });
     expectReference(
       res.data.map((d) => [...d.embedding]),
       TEXTS,
@@ -218,16 +223,16 @@ describe("tasks chosen at registration", () => {
   it("a decoder model generates by default and embeds only as a version registered with --task embed", async () => {
     const tiny = await tinyModelPath();
     const generate = await runCli(
-      ["training", "submit", "--name", "tiny", "--source", tiny, "--version", "v1"],
+      ["training", "submit", "--name", TINY, "--source", tiny, "--version", "v1"],
       stack.env,
     );
     expect(generate.code, generate.stderr).toBe(0);
     expect(generate.stdout).toContain("task generate");
     // No replica is needed: the gateway refuses before anything is queued.
     const deploy = (version: string) =>
-      stack.admin("PUT", "/admin/v1/endpoints/tiny", { model: { name: "tiny", version }, resources: { replicas: 0 } });
+      stack.admin("PUT", `/admin/v1/endpoints/${TINY}`, { model: { name: TINY, version }, resources: { replicas: 0 } });
     expect((await deploy("v1")).status).toBe(200);
-    const refused = await errorOf(await post("/v1/embeddings", { model: "tiny", input: "hello" }));
+    const refused = await errorOf(await post("/v1/embeddings", { model: TINY, input: "hello" }));
     expect(refused).toMatchObject({
       status: 400,
       type: "invalid_request_error",
@@ -236,11 +241,11 @@ describe("tasks chosen at registration", () => {
     });
     expect(refused.message).toContain("--task embed");
 
-    const bad = await runCli(["training", "submit", "--name", "tiny", "--source", tiny, "--task", "rerank"], stack.env);
+    const bad = await runCli(["training", "submit", "--name", TINY, "--source", tiny, "--task", "rerank"], stack.env);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain("--task rerank: use embed, generate or image");
     const embed = await runCli(
-      ["training", "submit", "--name", "tiny", "--source", tiny, "--version", "v2", "--task", "embed", "--json"],
+      ["training", "submit", "--name", TINY, "--source", tiny, "--version", "v2", "--task", "embed", "--json"],
       stack.env,
     );
     expect(embed.code, embed.stderr).toBe(0);
@@ -250,14 +255,15 @@ describe("tasks chosen at registration", () => {
       async () =>
         (
           await errorOf(
-            await post("/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "hi" }] }),
+            await post("/v1/chat/completions", { model: TINY, messages: [{ role: "user", content: "hi" }] }),
           )
         ).code === "model_not_generative",
-      "the gateway to route tiny to v2",
+      `the gateway to route ${TINY} to v2`,
     );
   });
 });
 
+// `up --model --task` is said at startup: a stack of its own.
 describe("platform up --task", () => {
   it("registers --model with the task given, and refuses an unknown one", async () => {
     const other = await startStack({
