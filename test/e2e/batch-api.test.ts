@@ -31,7 +31,7 @@ import { openStore } from "../../src/storage/index.ts";
 import { StoragePolicy } from "../../src/storage/policy.ts";
 import { type S3Server, startS3, waitForJob } from "../helpers/batch-env.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { type CliResult, type Stack, startStack } from "../helpers/stack.ts";
+import { type CliResult, type OwnStack, startStack } from "../helpers/stack.ts";
 
 const MODEL = "tiny";
 const BUCKET = "batch-api";
@@ -42,7 +42,7 @@ const PYTHON_BATCH = fileURLToPath(new URL("../helpers/openai_batch.py", import.
 const PYTHON = process.env.PLATFORM_TEST_PYTHON ?? "python3";
 const pythonClient = spawnSync(PYTHON, ["-c", "import openai"], { stdio: "ignore" }).status === 0;
 
-let stack: Stack;
+let stack: OwnStack;
 let ctl: Control;
 let jobs: BatchJobs;
 let coordinator: BatchCoordinator;

@@ -20,7 +20,8 @@ import type { TraceResult } from "../../src/benchmark/traces.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { deploy, undeploy } from "../helpers/deploy.ts";
 import { sharedStack, unique } from "../helpers/shared-stack.ts";
-import { BIN, runCli, type Stack, sleep } from "../helpers/stack.ts";
+import { BIN, runCli, type Stack } from "../helpers/stack.ts";
+import { waitUntil } from "../helpers/wait.ts";
 
 const MODEL = unique("tiny");
 
@@ -273,12 +274,12 @@ describe("platform inference benchmark", () => {
     let stderr = "";
     child.stderr.on("data", (d) => (stderr += d));
     const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
-    const t0 = Date.now();
-    while (!stderr.includes(`deployed ${MODEL}--bench-int4`)) {
-      if (child.exitCode !== null || Date.now() - t0 > 60_000)
-        throw new Error(`the benchmark did not deploy its endpoint:\n${stderr}`);
-      await sleep(100);
-    }
+    await waitUntil(
+      "the benchmark to deploy its endpoint",
+      () => stderr.includes(`deployed ${MODEL}--bench-int4`) || child.exitCode !== null,
+      { timeoutMs: 60_000, detail: () => stderr },
+    );
+    expect(child.exitCode, stderr).toBeNull();
     // Once it serves, the temporary endpoint is being measured; interrupt then.
     await stack.waitFor(
       async () =>

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { HERMES_STYLE_TEMPLATE } from "../fixtures/chat-templates.ts";
 import { sharedModelPath, tinyModelPath } from "../helpers/models.ts";
-import { type Stack, startStack } from "../helpers/stack.ts";
+import { type OwnStack, startStack } from "../helpers/stack.ts";
 
 const shared = sharedModelPath();
 const models = [
@@ -130,7 +130,7 @@ async function expectCutCall(client: OpenAI, model: string): Promise<void> {
 }
 
 describe.each(models)("on $name", ({ name, path }) => {
-  let stack: Stack;
+  let stack: OwnStack;
   let client: OpenAI;
   let modelPath: string;
 
@@ -558,7 +558,7 @@ describe.each(models)("on $name", ({ name, path }) => {
 });
 
 describe("a model whose chat template has its own tool format (Hermes/Qwen style)", () => {
-  let stack: Stack;
+  let stack: OwnStack;
   let client: OpenAI;
   const name = "hermes";
 

@@ -14,7 +14,7 @@ import type { ChatCompletionMessageParam, ChatCompletionTool } from "openai/reso
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { sharedModelPath, tinyModelPath } from "../helpers/models.ts";
-import { type Stack, startStack } from "../helpers/stack.ts";
+import { type OwnStack, startStack } from "../helpers/stack.ts";
 
 const TINY = "tiny";
 const STORIES = "stories";
@@ -61,7 +61,7 @@ const recordingFetch: typeof fetch = async (input, init) => {
   return res;
 };
 
-let stack: Stack;
+let stack: OwnStack;
 let openai: OpenAI;
 let provider: ReturnType<typeof createOpenAICompatible>;
 
