@@ -5,7 +5,6 @@
  * Neither model can follow instructions, so whatever parses and validates here does so because
  * the server constrains decoding, not because the model understood the schema.
  */
-import { dirname } from "node:path";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { APICallError, generateObject, generateText, Output, streamText, tool } from "ai";
 import OpenAI from "openai";
@@ -13,11 +12,13 @@ import { zodFunction, zodResponseFormat } from "openai/helpers/zod";
 import type { ChatCompletionMessageParam, ChatCompletionTool } from "openai/resources/chat/completions";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { z } from "zod";
+import { deploy, undeploy } from "../helpers/deploy.ts";
 import { sharedModelPath, tinyModelPath } from "../helpers/models.ts";
-import { type OwnStack, startStack } from "../helpers/stack.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import type { Stack } from "../helpers/stack.ts";
 
-const TINY = "tiny";
-const STORIES = "stories";
+const TINY = unique("tiny");
+const STORIES = `${TINY}-stories`;
 const shared = sharedModelPath();
 
 // Bounded strings: neither model ever chooses to close a string, so only maxLength ends one
@@ -61,7 +62,7 @@ const recordingFetch: typeof fetch = async (input, init) => {
   return res;
 };
 
-let stack: OwnStack;
+let stack: Stack;
 let openai: OpenAI;
 let provider: ReturnType<typeof createOpenAICompatible>;
 
@@ -69,28 +70,14 @@ beforeAll(async () => {
   // A long context: the tool-calling prompt spells out the tools' schemas, and the tiny model's
   // vocabulary spells most JSON one character a token.
   const tiny = await tinyModelPath({ contextLength: 4096 });
-  stack = await startStack({
-    model: tiny,
-    args: ["--name", TINY, ...(shared ? ["--storage-root", dirname(shared)] : [])],
-  });
+  stack = await sharedStack();
+  await deploy(stack, TINY, { source: tiny });
   if (shared) {
-    const reg = await stack.admin("POST", "/admin/v1/models", {
-      name: STORIES,
-      framework: "llamacpp",
+    await deploy(stack, STORIES, {
       source: shared,
       version: "v1",
+      endpoint: { resources: { replicas: 1, parallel: 2 } },
     });
-    expect(reg.status, JSON.stringify(reg.body)).toBe(201);
-    const res = await stack.admin("PUT", `/admin/v1/endpoints/${STORIES}`, {
-      model: { name: STORIES, version: "v1" },
-      resources: { replicas: 1, parallel: 2 },
-    });
-    expect(res.status, JSON.stringify(res.body)).toBe(200);
-    await stack.waitFor(
-      async () =>
-        (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${STORIES}`)).body.state === "available",
-      `${STORIES} available`,
-    );
   }
   openai = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0, fetch: recordingFetch });
   // supportsStructuredOutputs: without it the provider sends only json_object and drops the schema.
@@ -104,10 +91,7 @@ beforeAll(async () => {
   });
 }, 180_000);
 
-afterAll(async () => {
-  const code = await stack?.stop();
-  expect(code).toBe(0);
-});
+afterAll(() => undeploy(stack, TINY, ...(shared ? [STORIES] : [])));
 
 beforeEach(({ onTestFailed }) => {
   exchanges.length = 0;
