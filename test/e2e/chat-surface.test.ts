@@ -9,14 +9,16 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { HERMES_STYLE_TEMPLATE } from "../fixtures/chat-templates.ts";
+import { deploy, undeploy } from "../helpers/deploy.ts";
 import { sharedModelPath, tinyModelPath } from "../helpers/models.ts";
-import { type OwnStack, startStack } from "../helpers/stack.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import type { Stack } from "../helpers/stack.ts";
 
 const shared = sharedModelPath();
 const models = [
   // Room for the tools' description, which the tiny vocabulary spells out almost byte by byte.
-  { name: "tiny", path: () => tinyModelPath({ contextLength: 2048 }) },
-  ...(shared ? [{ name: "stories", path: async () => shared }] : []),
+  { name: "tiny", endpoint: unique("tiny"), path: () => tinyModelPath({ contextLength: 2048 }) },
+  ...(shared ? [{ name: "stories", endpoint: unique("stories"), path: async () => shared }] : []),
 ];
 if (!shared) console.warn("chat-surface: ../shared/models absent; the stories260K cases are skipped");
 
@@ -129,19 +131,18 @@ async function expectCutCall(client: OpenAI, model: string): Promise<void> {
   ]);
 }
 
-describe.each(models)("on $name", ({ name, path }) => {
-  let stack: OwnStack;
+describe.each(models)("on $name", ({ endpoint: name, path }) => {
+  let stack: Stack;
   let client: OpenAI;
   let modelPath: string;
 
   beforeAll(async () => {
     modelPath = await path();
-    stack = await startStack({ model: modelPath, args: ["--name", name] });
+    stack = await sharedStack();
+    await deploy(stack, name, { source: modelPath });
     client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
   }, 120_000);
-  afterAll(async () => {
-    await stack?.stop();
-  });
+  afterAll(() => undeploy(stack, name));
 
   describe("structured outputs", () => {
     it("json_schema: the answer parses and validates, whole and streamed", async () => {
@@ -558,18 +559,17 @@ describe.each(models)("on $name", ({ name, path }) => {
 });
 
 describe("a model whose chat template has its own tool format (Hermes/Qwen style)", () => {
-  let stack: OwnStack;
+  let stack: Stack;
   let client: OpenAI;
-  const name = "hermes";
+  const name = unique("hermes");
 
   beforeAll(async () => {
     const modelPath = await tinyModelPath({ chatTemplate: HERMES_STYLE_TEMPLATE, contextLength: 2048 });
-    stack = await startStack({ model: modelPath, args: ["--name", name] });
+    stack = await sharedStack();
+    await deploy(stack, name, { source: modelPath });
     client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
   }, 120_000);
-  afterAll(async () => {
-    await stack?.stop();
-  });
+  afterAll(() => undeploy(stack, name));
 
   it("calls in the template's own syntax, arguments held to the schema; the raw answer shows the syntax", async () => {
     const request = {
