@@ -30,10 +30,13 @@ import { loadSettings } from "../../src/settings/index.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { StoragePolicy } from "../../src/storage/policy.ts";
 import { type S3Server, startS3, waitForJob } from "../helpers/batch-env.ts";
+import { deploy, undeploy } from "../helpers/deploy.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { type CliResult, type OwnStack, startStack } from "../helpers/stack.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import type { CliResult, Stack } from "../helpers/stack.ts";
 
-const MODEL = "tiny";
+const MODEL = unique("tiny");
+const UNDEPLOYED = `${MODEL}-undeployed`;
 const BUCKET = "batch-api";
 const BATCH_CLI = fileURLToPath(new URL("../helpers/batch-cli.ts", import.meta.url));
 const PYTHON_BATCH = fileURLToPath(new URL("../helpers/openai_batch.py", import.meta.url));
@@ -42,7 +45,7 @@ const PYTHON_BATCH = fileURLToPath(new URL("../helpers/openai_batch.py", import.
 const PYTHON = process.env.PLATFORM_TEST_PYTHON ?? "python3";
 const pythonClient = spawnSync(PYTHON, ["-c", "import openai"], { stdio: "ignore" }).status === 0;
 
-let stack: OwnStack;
+let stack: Stack;
 let ctl: Control;
 let jobs: BatchJobs;
 let coordinator: BatchCoordinator;
@@ -53,9 +56,11 @@ let savedEnv: NodeJS.ProcessEnv;
 
 beforeAll(async () => {
   scratch = await mkdtemp(join(tmpdir(), "platform-batch-api-"));
-  stack = await startStack({
-    model: await tinyModelPath(),
-    args: ["--name", MODEL, "--replicas", "1", "--parallel", "2"],
+  stack = await sharedStack();
+  await deploy(stack, MODEL, {
+    source: await tinyModelPath(),
+    version: "v1",
+    endpoint: { resources: { replicas: 1, parallel: 2 } },
   });
   ctl = connectControl(stack.redisUrl, "platform");
   s3 = await startS3(join(scratch, "s3"), BUCKET);
@@ -91,9 +96,8 @@ afterAll(async () => {
   await ctl?.redis.quit();
   await s3?.close();
   process.env = savedEnv;
-  const code = await stack?.stop();
+  await undeploy(stack, MODEL);
   if (scratch) await rm(scratch, { recursive: true, force: true });
-  expect(code).toBe(0);
 });
 
 async function run(input: string, output: string, extra: Record<string, unknown> = {}): Promise<BatchJob> {
@@ -217,12 +221,12 @@ describe("jobs that cannot proceed fail with the reason", () => {
       artifacts: openStore(join(stack.dataDir, "artifacts")),
       scratchDir: join(scratch, "import"),
     };
-    await importModel(imports, { name: "undeployed", framework: "llamacpp", source: await tinyModelPath() });
-    const idle = await run(input, join(scratch, "out-undeployed/"), { model: "undeployed" });
+    await importModel(imports, { name: UNDEPLOYED, framework: "llamacpp", source: await tinyModelPath() });
+    const idle = await run(input, join(scratch, "out-undeployed/"), { model: UNDEPLOYED });
     expect(idle).toMatchObject({
       state: "failed",
       resolved_version: "v1",
-      error: { code: "model_not_deployed", message: expect.stringContaining("undeployed@v1") },
+      error: { code: "model_not_deployed", message: expect.stringContaining(`${UNDEPLOYED}@v1`) },
     });
   });
 });
@@ -292,7 +296,7 @@ describe("HTTP routes", () => {
 
   it("counts every record in the usage of the key that created the job, as online requests count", async () => {
     const made = await stack.admin<{ id: string; key: string }>("POST", "/admin/v1/keys", {
-      name: "batch-usage",
+      name: `${MODEL}-usage`,
       role: "admin",
     });
     const input = join(scratch, "usage.jsonl");
@@ -361,7 +365,9 @@ describe("HTTP routes", () => {
     });
     const listed = await call("GET", "/v1/batch-jobs?limit=2");
     expect(listed.body).toMatchObject({ object: "list", has_more: true });
-    expect((listed.body.data as { id: string }[])[0]?.id).toBe(id);
+    // Other files make batch jobs on the shared stack too: the newest of this file's is this one.
+    const all = await call("GET", "/v1/batch-jobs?limit=100");
+    expect((all.body.data as { id: string; model: string }[]).filter((j) => j.model === MODEL)[0]?.id).toBe(id);
 
     expect((await call("POST", `/v1/batch-jobs/${id}/cancel`)).body.error?.code).toBe("batch_finished");
     expect((await call("GET", "/v1/batch-jobs/batch_nope")).status).toBe(404);
@@ -380,7 +386,7 @@ describe("HTTP routes", () => {
     expect((await call("GET", "/v1/batch-jobs", undefined, "sk-wrong")).status).toBe(401);
 
     // A key without the admin role sees only its own jobs.
-    const { key, record: user } = await createApiKey(ctl, "batch-user", "user");
+    const { key, record: user } = await createApiKey(ctl, `${MODEL}-user`, "user");
     expect((await call("GET", `/v1/batch-jobs/${id}`, undefined, key)).status).toBe(404);
     expect((await call("POST", "/v1/batch-jobs", { model: MODEL, input, output: "out-user/" }, key)).status).toBe(403);
     await mkdir(join(scratch, user.id), { recursive: true });
@@ -747,8 +753,8 @@ describe("OpenAI Batch API shape", () => {
   });
 
   it("a batch without failures has no error file, one without answers no output file; both only for their key", async () => {
-    const { key: ownerKey } = await createApiKey(ctl, "openai-batch-owner", "user");
-    const { key: otherKey } = await createApiKey(ctl, "openai-batch-other", "user");
+    const { key: ownerKey } = await createApiKey(ctl, `${MODEL}-owner`, "user");
+    const { key: otherKey } = await createApiKey(ctl, `${MODEL}-other`, "user");
     const owner = clientFor(ownerKey);
     const other = clientFor(otherKey);
 
