@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
 import { undeploy } from "../helpers/deploy.ts";
 import { sharedStack, unique } from "../helpers/shared-stack.ts";
-import { runCli, type Stack } from "../helpers/stack.ts";
+import { runCli, type Stack, waitAvailable } from "../helpers/stack.ts";
 
 const AB = unique("ab");
 
@@ -46,10 +46,7 @@ beforeAll(async () => {
     resources: { replicas: 1, parallel: 4 },
   });
   expect(res.status, JSON.stringify(res.body)).toBe(200);
-  await stack.waitFor(
-    async () => (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${AB}`)).body.state === "available",
-    `${AB} available`,
-  );
+  await waitAvailable(stack, AB);
 }, 120_000);
 
 afterAll(() => undeploy(stack, AB));

@@ -16,7 +16,7 @@ import { bertEmbedding, bertInput, cosine } from "../helpers/bert-reference.ts";
 import { deploy as deployModel, undeploy } from "../helpers/deploy.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { sharedStack, unique } from "../helpers/shared-stack.ts";
-import { runCli, type Stack, startStack } from "../helpers/stack.ts";
+import { runCli, type Stack, startStack, waitAvailable } from "../helpers/stack.ts";
 
 const TEXTS = [
   "The quick brown fox jumped over the lazy dog.",
@@ -205,11 +205,7 @@ describe("tasks chosen at registration", () => {
       resources: { replicas: 1, parallel: 1 },
     });
     expect(deploy.status, JSON.stringify(deploy.body)).toBe(200);
-    await stack.waitFor(
-      async () =>
-        (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${BERT_CLS}`)).body.state === "available",
-      `${BERT_CLS} available`,
-    );
+    await waitAvailable(stack, BERT_CLS);
     const res = await client.embeddings.create({ model: BERT_CLS, input: TEXTS });
     expectReference(
       res.data.map((d) => [...d.embedding]),

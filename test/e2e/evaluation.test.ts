@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
 import { undeploy } from "../helpers/deploy.ts";
 import { sharedStack, unique } from "../helpers/shared-stack.ts";
-import { BIN, runCli, type Stack } from "../helpers/stack.ts";
+import { BIN, runCli, type Stack, waitAvailable } from "../helpers/stack.ts";
 
 let stack: Stack;
 let scratch: string;
@@ -60,10 +60,7 @@ beforeAll(async () => {
     resources: { replicas: 1, parallel: 3 },
   });
   expect(res.status, JSON.stringify(res.body)).toBe(200);
-  await stack.waitFor(
-    async () => (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${EV}`)).body.state === "available",
-    `${EV} available`,
-  );
+  await waitAvailable(stack, EV);
 }, 120_000);
 
 afterAll(async () => {

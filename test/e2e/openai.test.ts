@@ -8,7 +8,7 @@ import { queueName } from "../../src/contracts/naming.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { deploy, undeploy } from "../helpers/deploy.ts";
 import { sharedStack, unique } from "../helpers/shared-stack.ts";
-import { runCli, type Stack } from "../helpers/stack.ts";
+import { runCli, type Stack, waitAvailable } from "../helpers/stack.ts";
 import { QueueObserver } from "../helpers/queue-observer.ts";
 
 let stack: Stack;
@@ -196,11 +196,7 @@ describe("completions, generate, models", () => {
         })
       ).status,
     ).toBe(200);
-    await stack.waitFor(
-      async () =>
-        (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${EMBED}`)).body.state === "available",
-      `${EMBED} available`,
-    );
+    await waitAvailable(stack, EMBED);
     const refused = await client.embeddings.create({ model: MODEL, input: "hello" }).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
     expect((refused as InstanceType<typeof OpenAI.BadRequestError>).code).toBe("model_not_embedding");

@@ -16,7 +16,8 @@ import { tinyModelPath } from "../helpers/models.ts";
 import { byLabels, prometheusBinary, type RunningPrometheus, startPrometheus } from "../helpers/prometheus.ts";
 import { freePort } from "../helpers/redis.ts";
 import { sharedStack, unique } from "../helpers/shared-stack.ts";
-import { BIN, runCli, type Stack, sleep } from "../helpers/stack.ts";
+import { BIN, runCli, type Stack, waitAvailable } from "../helpers/stack.ts";
+import { sleep } from "../helpers/wait.ts";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 const RULES = join(ROOT, "deploy/prometheus/alerts.yml");
@@ -83,12 +84,7 @@ describe.skipIf(!binary)("Prometheus scraping a running stack", () => {
       `worker ${WORKER} ready (its output: ${workerOutput})`,
       120_000,
     );
-    await stack.waitFor(
-      async () =>
-        (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${TINY}--v2`)).body.state === "available",
-      `${TINY}--v2 available`,
-      120_000,
-    );
+    await waitAvailable(stack, `${TINY}--v2`, 120_000);
     prometheus = await startPrometheus(binary as string, {
       jobs: [
         { job: "platform-gateway", targets: [new URL(stack.metricsUrl).host] },

@@ -14,7 +14,7 @@ import { quantizeGguf } from "../../src/formats/quantize/file.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { undeploy } from "../helpers/deploy.ts";
 import { sharedStack, unique } from "../helpers/shared-stack.ts";
-import { runCli, type Stack } from "../helpers/stack.ts";
+import { runCli, type Stack, waitAvailable } from "../helpers/stack.ts";
 
 const MODEL = unique("tiny");
 const Q4 = `${MODEL}-q4`;
@@ -64,10 +64,7 @@ describe("deploy --quantization on llama.cpp", () => {
     );
     expect(deploy.code, deploy.stderr).toBe(0);
     expect(JSON.parse(deploy.stdout).config.runtime.quantization).toBe("int8");
-    await stack.waitFor(
-      async () => (await stack.admin<Status>("GET", `/admin/v1/endpoints/${MODEL}`)).body.state === "available",
-      `${MODEL} (int8) available`,
-    );
+    await waitAvailable(stack, MODEL);
 
     const answer = await completion(MODEL);
     expect(answer.status).toBe(200);
@@ -107,10 +104,7 @@ describe("deploy --quantization on llama.cpp", () => {
     );
     const deploy = await runCli(["inference", "deploy", "--config", yaml], stack.env);
     expect(deploy.code, deploy.stderr).toBe(0);
-    await stack.waitFor(
-      async () => (await stack.admin<Status>("GET", `/admin/v1/endpoints/${Q4}`)).body.state === "available",
-      `${Q4} available`,
-    );
+    await waitAvailable(stack, Q4);
     expect((await completion(Q4)).tokens).toBe(8);
     expect((await readdir(join(stack.dataDir, "artifacts", "quantized", sha256))).sort()).toEqual([
       "Q4_0.gguf",

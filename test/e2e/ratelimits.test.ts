@@ -11,7 +11,7 @@ import { tinyModelPath } from "../helpers/models.ts";
 import { quiet } from "../helpers/redis.ts";
 import { deploy, undeploy } from "../helpers/deploy.ts";
 import { sharedStack, unique } from "../helpers/shared-stack.ts";
-import { BIN, runCli, type Stack } from "../helpers/stack.ts";
+import { BIN, runCli, type Stack, waitAvailable } from "../helpers/stack.ts";
 import { api } from "../helpers/api.ts";
 
 const MODEL = unique("tiny");
@@ -39,11 +39,7 @@ beforeAll(async () => {
       })
     ).status,
   ).toBe(200);
-  await stack.waitFor(
-    async () =>
-      (await stack.admin<{ state: string }>("GET", `/admin/v1/endpoints/${MODEL}-embed`)).body.state === "available",
-    `${MODEL}-embed available`,
-  );
+  await waitAvailable(stack, `${MODEL}-embed`);
   second = await new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [BIN, "gateway", "--host", "127.0.0.1", "--port", "0"], {
       env: { ...stack.env, REDIS_URL: stack.redisUrl, PLATFORM_BOOTSTRAP_ADMIN_KEY: undefined },

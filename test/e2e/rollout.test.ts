@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tinyModelPath } from "../helpers/models.ts";
 import { undeploy } from "../helpers/deploy.ts";
 import { sharedStack, unique } from "../helpers/shared-stack.ts";
-import { runCli, type Stack } from "../helpers/stack.ts";
+import { runCli, type Stack, waitAvailable } from "../helpers/stack.ts";
 import { sleep } from "../helpers/wait.ts";
 
 type Replica = { id: string; state: string; version: string; revision?: string; queue?: string };
@@ -29,7 +29,7 @@ beforeAll(async () => {
   const reg = await stack.admin("POST", "/admin/v1/models", { name: NAME, framework: "llamacpp", source: modelPath });
   expect(reg.status, JSON.stringify(reg.body)).toBe(201);
   expect((await deploy({})).status).toBe(200);
-  await stack.waitFor(async () => (await status()).state === "available", `${NAME} to be available`);
+  await waitAvailable(stack, NAME);
 });
 
 afterAll(() => undeploy(stack, NAME));

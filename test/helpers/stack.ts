@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { api, type Call } from "./api.ts";
-import { sleep, waitUntil } from "./wait.ts";
+import { waitUntil } from "./wait.ts";
 
 export const BIN = fileURLToPath(new URL("../../bin/platform.js", import.meta.url));
 
@@ -135,8 +135,6 @@ export function waitAvailable(stack: Stack, name: string, timeoutMs = 120_000): 
     timeoutMs,
   );
 }
-
-export { sleep };
 
 export type CliResult = { code: number | null; stdout: string; stderr: string };
 
