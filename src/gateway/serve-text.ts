@@ -15,11 +15,14 @@ import { type ErrorEnvelope, errorEnvelope, PlatformError, publicJobError } from
 import type { JobEvent, TextResult, Usage } from "../contracts/job.ts";
 import type { ResponseBase, StreamChunk, TextFormat } from "../contracts/openai/common.ts";
 import type { Submission } from "../queue/dispatcher.ts";
+import { logger } from "../telemetry/log.ts";
 import { nonStreamingTtft } from "../telemetry/request-metrics.ts";
 import { clientError } from "./errors.ts";
 import { randomHex } from "./random-id.ts";
 import type { Target } from "./routing.ts";
 import { type Serving, serve, type ServeContext } from "./serve.ts";
+
+const log = logger("gateway");
 
 /**
  * `submissions`: one per prompt (several only on /v1/completions), each answered with `n` choices,
@@ -156,12 +159,21 @@ export class Replay {
   /** The part of `text` to send (empty while it only repeats). */
   next(text: string, logprobs: boolean): string {
     const overlap = Math.min(text.length, this.expected.length - this.at);
-    if (logprobs || text.slice(0, overlap) !== this.expected.slice(this.at, this.at + overlap))
+    if (logprobs || text.slice(0, overlap) !== this.expected.slice(this.at, this.at + overlap)) {
+      // Where the two answers part, for an operator chasing it: offsets only, never the text.
+      if (!logprobs) {
+        let k = 0;
+        while (k < overlap && text[k] === this.expected[this.at + k]) k++;
+        log.warn(
+          `stream replay: the new attempt differs at character ${this.at + k} of the ${this.expected.length} sent (a ${text.length}-character chunk${[text[k], this.expected[this.at + k]].includes("\uFFFD") ? "; one side holds a partial character" : ""})`,
+        );
+      }
       throw new PlatformError(
         502,
         "replica_lost",
         "the replica serving this stream stopped, and its replacement's answer differs from what was sent (only greedy or seeded generation can go on); retry the request",
       );
+    }
     this.at += overlap;
     return text.slice(overlap);
   }
