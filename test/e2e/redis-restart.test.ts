@@ -119,7 +119,7 @@ describe("platform up whose embedded Redis is killed", () => {
 
     // The workers rode the outage out: the same processes serve.
     const now = (await stack.admin<Status>("GET", "/admin/v1/endpoints/tiny")).body.replica_list.map((r) => r.pid);
-    expect(now).toEqual(workers);
+    expect(now, `replicas replaced; platform output:\n${stack.output()}`).toEqual(workers);
     expect(workers.every(alive)).toBe(true);
     expect(await chat(stack, stack.apiKey)).toMatchObject({ status: 200 });
 
