@@ -91,9 +91,9 @@ export async function startAutoscaler(ctl: Control, options: AutoscalerOptions =
   const tickOnce = async () => {
     let held: boolean;
     try {
-      // A lease that expired while Redis was away and that nobody took meanwhile was never another's:
-      // take it again rather than stand by (which drops a local backend's replicas).
-      held = leader ? (await lease.renew()) || (await lease.tryAcquire()) : await lease.tryAcquire();
+      // Take if free, else renew: a holder whose lease expired while Redis was away, and that nobody
+      // took meanwhile, keeps acting rather than standing by (which drops a local backend's replicas).
+      held = await lease.tryAcquire();
     } catch (e) {
       // Redis unreachable: nobody can act. Keep the state; the next tick tells.
       log(`[scaler] lease check failed: ${(e as Error).message}`);

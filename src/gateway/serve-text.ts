@@ -164,8 +164,9 @@ export class Replay {
       if (!logprobs) {
         let k = 0;
         while (k < overlap && text[k] === this.expected[this.at + k]) k++;
+        const partial = text[k] === "\uFFFD" || this.expected[this.at + k] === "\uFFFD";
         log.warn(
-          `stream replay: the new attempt differs at character ${this.at + k} of the ${this.expected.length} sent (a ${text.length}-character chunk${[text[k], this.expected[this.at + k]].includes("\uFFFD") ? "; one side holds a partial character" : ""})`,
+          `stream replay: the new attempt differs at character ${this.at + k} of the ${this.expected.length} sent (a ${text.length}-character chunk${partial ? "; one side holds a partial character" : ""})`,
         );
       }
       throw new PlatformError(
