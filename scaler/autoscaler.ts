@@ -12,7 +12,6 @@
  */
 import { hostname } from "node:os";
 import type { Queue } from "bullmq";
-import type { RedisClient } from "../src/redis/connection.ts";
 import type { AutoscalingSettings } from "../src/autoscaling/config.ts";
 import type { Endpoint } from "../src/endpoints/record.ts";
 import {
@@ -23,7 +22,8 @@ import {
 } from "../src/autoscaling/store.ts";
 import type { RecordedDecision } from "../src/autoscaling/decision.ts";
 import { listEndpoints, setDesiredReplicas } from "../src/endpoints/store.ts";
-import { type Control, duplicate } from "../src/redis/connection.ts";
+import type { Control } from "../src/redis/connection.ts";
+import { subscribe } from "../src/redis/subscription.ts";
 import { listReplicas } from "../src/replicas/heartbeats.ts";
 import { readQueueDepth } from "../src/endpoints/status.ts";
 import { QueueBase } from "../src/queue/base.ts";
@@ -150,10 +150,7 @@ export async function startAutoscaler(ctl: Control, options: AutoscalerOptions =
 
   // Gateways ask for a tick when a request waits on an endpoint with no replica: scale from zero
   // then starts at once instead of on the next tick.
-  const subscriber: RedisClient = duplicate(ctl);
-  subscriber.on("error", () => undefined);
-  await subscriber.subscribe(ctl.keys.scalerWakeup);
-  subscriber.on("message", () => void tick());
+  const subscription = await subscribe(ctl, [ctl.keys.scalerWakeup], () => void tick());
   const timer = setInterval(() => void tick(), intervalMs);
   await tick();
 
@@ -164,7 +161,7 @@ export async function startAutoscaler(ctl: Control, options: AutoscalerOptions =
     stop: async ({ release = true } = {}) => {
       stopped = true;
       clearInterval(timer);
-      await subscriber.quit().catch(() => undefined);
+      await subscription.close();
       await tick.settled();
       await queues.close();
       if (release && leader) await lease.release().catch(() => undefined);

@@ -2,9 +2,9 @@
  * Makes each backend run what the endpoint records ask for. Autoscaling only
  * changes `desired_replicas` on the records; this loop is what acts on them.
  */
-import type { RedisClient } from "../src/redis/connection.ts";
 import { readEndpoints } from "../src/endpoints/store.ts";
-import { type Control, duplicate } from "../src/redis/connection.ts";
+import type { Control } from "../src/redis/connection.ts";
+import { subscribe } from "../src/redis/subscription.ts";
 import type { ReplicaBackend } from "./backends/endpoints/backend.ts";
 import type { ServiceBackend } from "./backends/services/backend.ts";
 import { readAllServices, serviceKey } from "../src/services/store.ts";
@@ -47,17 +47,16 @@ export async function startReconciler(
     }
     if (options.services) await reconcileServices(ctl, options.services);
   });
-  const subscriber: RedisClient = duplicate(ctl);
-  await subscriber.subscribe(ctl.keys.endpointEvents);
-  if (options.services) await subscriber.subscribe(ctl.keys.serviceEvents);
-  subscriber.on("message", () => void reconcile());
+  const channels = options.services ? [ctl.keys.endpointEvents, ctl.keys.serviceEvents] : [ctl.keys.endpointEvents];
+  // Back after an outage, a change may have been missed: reconcile then too.
+  const subscription = await subscribe(ctl, channels, () => void reconcile(), { onListening: () => void reconcile() });
   const timer = setInterval(() => void reconcile(), intervalMs);
   await reconcile();
   return {
     reconcileNow: reconcile,
     stop: async () => {
       clearInterval(timer);
-      await subscriber.quit().catch(() => undefined);
+      await subscription.close();
       await reconcile.settled();
     },
   };

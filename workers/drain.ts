@@ -37,7 +37,7 @@ export async function drain(
   heartbeat.stop();
   health?.close();
   await Promise.all([
-    bounded(w.cancels?.quit()),
+    bounded(w.cancels?.close()),
     bounded(w.engine?.dispose()),
     w.state !== "failed" ? bounded(removeReplica(w.ctl, w.endpoint.name, w.replicaId)) : undefined,
   ]);

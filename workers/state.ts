@@ -4,7 +4,8 @@
  */
 import type { QueueWorkers } from "./queue-worker.ts";
 import type { Endpoint } from "../src/endpoints/record.ts";
-import type { Control, RedisClient } from "../src/redis/connection.ts";
+import type { Control } from "../src/redis/connection.ts";
+import type { Subscription } from "../src/redis/subscription.ts";
 import type { ReplicaState } from "../src/replicas/record.ts";
 import type { Engine } from "./engines/engine.ts";
 
@@ -27,7 +28,7 @@ export class WorkerState {
   /** The BullMQ workers taking this replica's jobs; the heartbeat names them before they take one. */
   queueWorker: QueueWorkers | undefined;
   /** Where cancellations are heard (src/queue/cancel.ts). */
-  cancels: RedisClient | undefined;
+  cancels: Subscription | undefined;
   /** The port the health server listens on (port 0 asks for any free one), once it does. */
   healthPort: number | undefined;
 

@@ -6,7 +6,8 @@
  * remembered, and whatever was is forgotten, since messages may have been missed meanwhile.
  */
 import { type CallerChange, decodeCallerChange } from "../keys/changes.ts";
-import { type Control, duplicate, type RedisClient } from "../redis/connection.ts";
+import type { Control } from "../redis/connection.ts";
+import { type Subscription, subscribe } from "../redis/subscription.ts";
 import type { Caller } from "./env.ts";
 
 /** How long a verified caller is remembered when no change is heard of it. */
@@ -18,48 +19,36 @@ const MAX_ENTRIES = 10_000;
 export class CallerCache {
   private readonly ctl: Control;
   private readonly entries = new Map<string, { caller: Caller; until: number }>();
-  private subscriber: RedisClient | undefined;
+  private subscription: Subscription | undefined;
   /** Whether messages are being heard now: only then is anything remembered. */
   private listening = false;
   /** Counts changes heard and subscriptions lost: a verification that began before one is not remembered. */
   private generation = 0;
-  private closed = false;
 
   constructor(ctl: Control) {
     this.ctl = ctl;
   }
 
   async start(): Promise<void> {
-    const subscriber = duplicate(this.ctl);
-    this.subscriber = subscriber;
-    subscriber.on("message", (_channel: string, message: string) => {
-      const change = decodeCallerChange(message);
-      if (change) this.forget(change);
-    });
-    // ioredis reconnects and subscribes again by itself; until this subscribe answers, messages may be lost.
-    const lost = () => {
-      this.listening = false;
-      this.clear();
-    };
-    subscriber.on("close", lost);
-    subscriber.on("end", lost);
-    subscriber.on("error", lost);
-    subscriber.on("ready", () => {
-      if (!this.listening && !this.closed) void this.listen();
-    });
-    await this.listen();
-  }
-
-  /** (Re)subscribes; once Redis has answered, messages are heard again and what was remembered is gone. */
-  private async listen(): Promise<void> {
-    try {
-      await this.subscriber?.subscribe(this.ctl.keys.callerEvents);
-    } catch {
-      return; // the next "ready" tries again
-    }
-    if (this.closed) return;
-    this.clear();
-    this.listening = true;
+    this.subscription = await subscribe(
+      this.ctl,
+      [this.ctl.keys.callerEvents],
+      (_channel, message) => {
+        const change = decodeCallerChange(message);
+        if (change) this.forget(change);
+      },
+      {
+        // Until Redis answers the next subscribe, messages may be lost: nothing is remembered meanwhile.
+        onLost: () => {
+          this.listening = false;
+          this.clear();
+        },
+        onListening: () => {
+          this.clear();
+          this.listening = true;
+        },
+      },
+    );
   }
 
   /** The caller `bearer` verified as, if remembered and still current. */
@@ -106,9 +95,8 @@ export class CallerCache {
   }
 
   async close(): Promise<void> {
-    this.closed = true;
+    await this.subscription?.close();
     this.listening = false;
     this.clear();
-    await this.subscriber?.quit().catch(() => undefined);
   }
 }

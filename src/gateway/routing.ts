@@ -6,7 +6,6 @@
  * round trip on the hot path. A change made through this gateway is seen by
  * its next request, without waiting for the notice to come back from Redis.
  */
-import type { RedisClient } from "../redis/connection.ts";
 import { type AbTest, pickVariant } from "../abtests/record.ts";
 import { NAME_PATTERN, VERSION_PATTERN } from "../contracts/deployment.ts";
 import type { Endpoint } from "../endpoints/record.ts";
@@ -15,7 +14,8 @@ import { readAbTests } from "../abtests/store.ts";
 import { serving } from "../endpoints/rollout.ts";
 import { readEndpoints } from "../endpoints/store.ts";
 import type { InvalidEntry } from "../redis/stored.ts";
-import { type Control, duplicate } from "../redis/connection.ts";
+import type { Control } from "../redis/connection.ts";
+import { type Subscription, subscribe } from "../redis/subscription.ts";
 import { PlatformError, withDetail } from "../contracts/errors.ts";
 import { withinRedisWait } from "../redis/wait.ts";
 import { listModelVersions, resolveModelVersion } from "../models/versions.ts";
@@ -91,16 +91,17 @@ export class Router {
   private changes = 0;
   private loadedChanges = -1;
   private loading: { changes: number; done: Promise<void> } | undefined;
-  private subscriber: RedisClient | undefined;
+  private subscription: Subscription | undefined;
 
   constructor(ctl: Control) {
     this.ctl = ctl;
   }
 
   async start(): Promise<void> {
-    this.subscriber = duplicate(this.ctl);
-    await this.subscriber.subscribe(this.ctl.keys.endpointEvents);
-    this.subscriber.on("message", () => this.changed());
+    // A notice may have been missed while the subscription was down: read everything again then.
+    this.subscription = await subscribe(this.ctl, [this.ctl.keys.endpointEvents], () => this.changed(), {
+      onListening: () => this.changed(),
+    });
     await this.current();
   }
 
@@ -306,7 +307,7 @@ export class Router {
   }
 
   async close(): Promise<void> {
-    await this.subscriber?.quit().catch(() => undefined);
+    await this.subscription?.close();
   }
 }
 

@@ -6,7 +6,8 @@
  */
 import type { Queue } from "bullmq";
 import { CANCEL_MARK_TTL_MS } from "../contracts/job.ts";
-import { type Control, duplicate, type RedisClient } from "../redis/connection.ts";
+import type { Control } from "../redis/connection.ts";
+import { type Subscription, subscribe } from "../redis/subscription.ts";
 
 /** Marks and announces the jobs, then drops those still queued (a running job is locked and stays). */
 export async function cancelJobs(ctl: Control, queue: Queue, ids: readonly string[]): Promise<void> {
@@ -22,10 +23,7 @@ export async function isCancelled(ctl: Control, jobId: string): Promise<boolean>
   return (await ctl.redis.exists(ctl.keys.cancelled(jobId))) > 0;
 }
 
-/** Calls `onCancel` with each job id announced from now on; quit() the connection returned to stop. */
-export async function listenForCancels(ctl: Control, onCancel: (jobId: string) => void): Promise<RedisClient> {
-  const subscriber = duplicate(ctl);
-  await subscriber.subscribe(ctl.keys.cancelChannel);
-  subscriber.on("message", (_channel, jobId: string) => onCancel(jobId));
-  return subscriber;
+/** Calls `onCancel` with each job id announced from now on, until the subscription returned is closed. */
+export function listenForCancels(ctl: Control, onCancel: (jobId: string) => void): Promise<Subscription> {
+  return subscribe(ctl, [ctl.keys.cancelChannel], (_channel, jobId) => onCancel(jobId));
 }

@@ -130,6 +130,11 @@ export function duplicate(ctl: Control): RedisClient {
   return open(ctl);
 }
 
+/** The same, with some options changed (src/redis/subscription.ts turns resubscribing off). */
+export function duplicateWith(ctl: Control, options: RedisOptions): RedisClient {
+  return open({ clusterNodes: ctl.clusterNodes, redisOptions: { ...ctl.redisOptions, ...options } });
+}
+
 /**
  * A Cluster client keeps one connection per node and sends each command to the node owning
  * its key's slot; its node connections take `redisOptions` (credentials, TLS) like a plain one.

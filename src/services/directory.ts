@@ -10,7 +10,8 @@ import { create, createFileRegistry, type FileRegistry } from "@bufbuild/protobu
 import { type FileDescriptorProto, FileDescriptorSetSchema } from "@bufbuild/protobuf/wkt";
 import { decodeDescriptorSet } from "../protos/descriptors.ts";
 import { getVersion, type ProtoCatalog, readDescriptorSet } from "../protos/store.ts";
-import { type Control, duplicate, type RedisClient } from "../redis/connection.ts";
+import type { Control } from "../redis/connection.ts";
+import { type Subscription, subscribe } from "../redis/subscription.ts";
 import { logger } from "../telemetry/log.ts";
 import { protocolOf, type UpstreamProtocol } from "./names.ts";
 import type { Release, ServiceRecord, ServiceReplica } from "./record.ts";
@@ -42,7 +43,7 @@ export class ServiceDirectory {
   private loadedAt = 0;
   private dirty = true;
   private loading: Promise<Loaded> | undefined;
-  private subscriber: RedisClient | undefined;
+  private subscription: Subscription | undefined;
   /** Descriptor registries by the releases' proto versions, built once each. */
   private readonly registries = new Map<string, Promise<FileRegistry>>();
 
@@ -52,15 +53,15 @@ export class ServiceDirectory {
   }
 
   async start(): Promise<void> {
-    this.subscriber = duplicate(this.ctl);
-    this.subscriber.on("message", () => {
+    // A notice may have been missed while the subscription was down: load again once it is back.
+    const stale = () => {
       this.dirty = true;
-    });
-    await this.subscriber.subscribe(this.ctl.keys.serviceEvents);
+    };
+    this.subscription = await subscribe(this.ctl, [this.ctl.keys.serviceEvents], stale, { onListening: stale });
   }
 
   async close(): Promise<void> {
-    await this.subscriber?.quit().catch(() => undefined);
+    await this.subscription?.close();
   }
 
   /** The service of the caller's organization that implements `rpcService`, or undefined. */

@@ -170,7 +170,7 @@ it("serves requests, a producer and a batch through a Redis Cluster, with each q
 it("cancels several jobs at once (marks in different slots) and announces each over the cluster", async () => {
   const ctl = connectControl(cluster.url, "cancel-test");
   const heard: string[] = [];
-  const subscriber = await listenForCancels(ctl, (id) => heard.push(id));
+  const cancels = await listenForCancels(ctl, (id) => heard.push(id));
   const base = new QueueBase(ctl);
   try {
     const ids = ["job-a", "job-b", "job-c", "job-d"];
@@ -184,7 +184,7 @@ it("cancels several jobs at once (marks in different slots) and announces each o
     expect(heard.sort()).toEqual(ids);
   } finally {
     await base.close();
-    subscriber.disconnect();
+    await cancels.close();
     ctl.redis.disconnect();
   }
 });
