@@ -22,6 +22,8 @@ const SETTINGS: NodeJS.ProcessEnv = {
   // cli.test.ts imports a model from an HTTP server on loopback.
   PLATFORM_SOURCES_ALLOW_HTTP: "true",
   PLATFORM_SOURCES_ALLOW_PRIVATE: "true",
+  // worker-metrics.test.ts scrapes a worker's own /metrics.
+  PLATFORM_WORKER_METRICS: "true",
 };
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
