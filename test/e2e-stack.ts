@@ -8,12 +8,15 @@ import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { TestProject } from "vitest/node";
+import { writeFakeVllmBin } from "./helpers/fake-vllm.ts";
 import { sharedModelPath } from "./helpers/models.ts";
 import { type StackHandle, startStack } from "./helpers/stack.ts";
 
 declare module "vitest" {
   export interface ProvidedContext {
     sharedStack: StackHandle;
+    /** Where the vLLM stand-in records its starts (and, beside it, the requests it got). */
+    fakeVllmRecord: string;
   }
 }
 
@@ -30,14 +33,17 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const logDir = await mkdtemp(join(tmpdir(), "platform-shared-stack-"));
   const logFile = join(logDir, "up.log");
   const real = sharedModelPath();
+  // vllm-path.test.ts: vLLM endpoints' workers start the stand-in (test/helpers/fake-vllm.ts).
+  const fakeVllmRecord = join(logDir, "vllm-record.json");
   const stack = await startStack({
     // The OS temp dir holds the tiny models and what files write; ../shared the real model.
     args: ["--storage-root", tmpdir(), ...(real ? ["--storage-root", dirname(real)] : [])],
-    env: SETTINGS,
+    env: { ...SETTINGS, VLLM_BIN: await writeFakeVllmBin(logDir), FAKE_VLLM_RECORD: fakeVllmRecord },
     logFile,
   });
   const { baseUrl, metricsUrl, apiKey, redisUrl, dataDir, env } = stack;
   project.provide("sharedStack", { baseUrl, metricsUrl, apiKey, redisUrl, dataDir, env, logFile });
+  project.provide("fakeVllmRecord", fakeVllmRecord);
   return async () => {
     const code = await stack.stop();
     if (code !== 0) throw new Error(`the shared platform up exited with ${code}:\n${stack.output().slice(-4000)}`);
