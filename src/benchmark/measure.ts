@@ -30,7 +30,12 @@ export type RequestSpec = {
 /** One request as the client saw it; times in ms from the moment it was sent. */
 export type RequestSample = {
   ok: boolean;
-  /** To the first chunk carrying text; absent when the answer had none (an immediate stop). */
+  /**
+   * To the first chunk carrying text; absent when the answer had none (an immediate stop). A
+   * llama-server stream that carried none (it holds back bytes that are not valid UTF-8 yet, which a
+   * random model's byte tokens may never complete) counts the whole time less the generation time it
+   * reports (`timings.predicted_ms`).
+   */
   ttft_ms?: number;
   /** Gaps between successive chunks carrying text. */
   itl_ms: number[];
@@ -114,6 +119,7 @@ export function sendStreamed(spec: RequestSpec, signal: AbortSignal, keepText = 
     let answer = "";
     let usage: StreamEvent["usage"] | undefined;
     let cacheN: number | undefined;
+    let predictedMs: number | undefined;
     let failure: string | undefined;
     let done = false;
     let settled = false;
@@ -122,7 +128,7 @@ export function sendStreamed(spec: RequestSpec, signal: AbortSignal, keepText = 
       settled = true;
       signal.removeEventListener("abort", onAbort);
       const e2e = performance.now() - started;
-      const first = texts[0];
+      const first = texts[0] ?? (predictedMs !== undefined ? started + e2e - predictedMs : undefined);
       const gaps = texts.slice(1).map((t, i) => t - (texts[i] as number));
       const message = error ?? failure ?? (done ? undefined : "the stream ended without [DONE]");
       const cached = usage?.prompt_tokens_details?.cached_tokens ?? cacheN;
@@ -160,6 +166,7 @@ export function sendStreamed(spec: RequestSpec, signal: AbortSignal, keepText = 
       if (event.error) failure = describeError(event.error);
       if (event.usage) usage = event.usage;
       if (typeof event.timings?.cache_n === "number") cacheN = event.timings.cache_n;
+      if (typeof event.timings?.predicted_ms === "number") predictedMs = event.timings.predicted_ms;
       const choice = event.choices?.[0];
       const text = spec.api === "chat" ? choice?.delta?.content : choice?.text;
       if (typeof text === "string" && text !== "") {
@@ -207,8 +214,8 @@ type StreamEvent = {
     completion_tokens?: number;
     prompt_tokens_details?: { cached_tokens?: number };
   } | null;
-  /** llama-server's own figures: `cache_n` prompt tokens taken from its slot's cache. */
-  timings?: { cache_n?: number };
+  /** llama-server's own figures: `cache_n` prompt tokens taken from its slot's cache, `predicted_ms` generating. */
+  timings?: { cache_n?: number; predicted_ms?: number };
   error?: { message?: string; code?: string };
 };
 

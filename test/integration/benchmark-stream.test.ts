@@ -22,11 +22,25 @@ const EVENTS = [
 let server: Server;
 let origin: string;
 
+/** What llama-server streams when its text never becomes valid UTF-8: no text, then its timings. */
+const HELD_BACK_MS = 90;
+const HELD_BACK = [
+  {
+    ...head,
+    choices: [{ index: 0, delta: {}, finish_reason: "length" }],
+    timings: { cache_n: 0, prompt_n: 3, predicted_n: 2, predicted_ms: 40 },
+  },
+  { ...head, choices: [], usage: { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 } },
+];
+
 beforeAll(async () => {
-  // The first path segment names the line ending: /crlf/v1/chat/completions or /lf/v1/chat/completions.
-  server = createServer((req, res) => {
+  // The first path segment names the line ending (/crlf/v1/chat/completions or /lf/v1/...), or
+  // /held/: a stream that carries no text and answers after HELD_BACK_MS.
+  server = createServer(async (req, res) => {
     const eol = req.url?.startsWith("/crlf/") ? "\r\n" : "\n";
-    const body = [...EVENTS.map((e) => JSON.stringify(e)), "[DONE]"]
+    const held = req.url?.startsWith("/held/");
+    if (held) await new Promise((resolve) => setTimeout(resolve, HELD_BACK_MS));
+    const body = [...(held ? HELD_BACK : EVENTS).map((e) => JSON.stringify(e)), "[DONE]"]
       .map((data) => `data: ${data}${eol}${eol}`)
       .join("");
     res.writeHead(200, { "content-type": "text/event-stream" });
@@ -44,6 +58,22 @@ afterAll(async () => {
 });
 
 describe("sendStreamed", () => {
+  it("counts a llama-server stream that held its text back from its end less its generation time", async () => {
+    const spec = {
+      baseUrl: `${origin}/held`,
+      apiKey: "k",
+      api: "chat",
+      model: "m",
+      prompt: "Hi",
+      maxTokens: 2,
+    } as const;
+    const sample = await sendStreamed(spec, AbortSignal.timeout(10_000));
+    expect(sample).toMatchObject({ ok: true, output_tokens: 2, cached_tokens: 0, itl_ms: [] });
+    // At least the server's wait, and exactly the whole time less the 40 ms it says it generated for.
+    expect(sample.ttft_ms).toBeGreaterThanOrEqual(HELD_BACK_MS - 40);
+    expect(sample.ttft_ms).toBeCloseTo(sample.e2e_ms - 40, 6);
+  });
+
   it.each(["lf", "crlf"])("reads every event of a stream whose lines end in %s", async (eol) => {
     const spec = {
       baseUrl: `${origin}/${eol}`,
