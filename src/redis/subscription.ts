@@ -2,8 +2,8 @@
  * A subscription to control-plane channels that outlives reconnects. ioredis would subscribe again by
  * itself after a reconnect, but that call has no handler: a connection closed meanwhile (a gateway
  * stopping just after Redis dropped its subscribers) rejects it as an unhandled rejection. Here the
- * client's own resubscription is off and each "ready" subscribes again, its failure awaited by the
- * next "ready".
+ * client's own resubscription is off and each "ready" subscribes again, handling its failure (the
+ * next "ready" tries again).
  */
 import { type Control, duplicateWith } from "./connection.ts";
 
@@ -33,7 +33,7 @@ export async function subscribe(
   redis.on("message", onMessage);
   for (const event of ["close", "end", "error"]) redis.on(event, () => hooks.onLost?.());
   redis.on("ready", () => {
-    // The first "ready" answers the subscribe below, queued while connecting.
+    // On the first "ready" the subscribe below, queued while connecting, goes out by itself.
     if (connected && !closed) listen().catch(() => undefined);
     connected = true;
   });
