@@ -220,6 +220,8 @@ async function up(flags: UpFlags): Promise<void> {
       (e: Error) => e.message,
     )}`,
   );
+  const { decoderNote } = await import("../../workers/engines/llama-server-build.ts");
+  log(`  decoding   ${decoderNote(settings.engine)}`);
   // Never the password: terminals are scrolled back, logs are shared.
   log(`  redis      ${maskRedisUrl(redisUrl)}${redis ? ` (embedded, AOF on; password in ${redis.passwordFile})` : ""}`);
   log("Press Ctrl-C to stop.");

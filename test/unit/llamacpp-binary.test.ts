@@ -7,6 +7,7 @@ import { lstat, mkdir, mkdtemp, readlink, rm, writeFile } from "node:fs/promises
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { decoderNote, llamaServerBin, wantsServer } from "../../workers/engines/llama-server-build.ts";
 import { loadSettings } from "../../src/settings/index.ts";
 import { buildsHome, chooseBinary, cpuKey, linkBuild } from "../../workers/engines/llamacpp-binary.ts";
 
@@ -49,9 +50,34 @@ describe("chooseBinary", () => {
   });
 
   it("reads PLATFORM_LLAMA_BUILD and PLATFORM_ENGINE_DIR, auto under the data dir by default", () => {
-    expect(loadSettings({ PLATFORM_DATA_DIR: "/d" }).engine).toEqual({ llamaBuild: "auto", dir: "/d/engines" });
+    expect(loadSettings({ PLATFORM_DATA_DIR: "/d" }).engine).toEqual({
+      llamaBuild: "auto",
+      dir: "/d/engines",
+      llamaEngine: "auto",
+    });
     expect(() => loadSettings({ PLATFORM_LLAMA_BUILD: "fast" })).toThrow(
       /PLATFORM_LLAMA_BUILD: expected "auto", "native" or "prebuilt"/,
+    );
+  });
+
+  it("reads PLATFORM_LLAMA_ENGINE and PLATFORM_LLAMA_SERVER_BIN; the server's default place is the engine directory's", () => {
+    const engine = loadSettings({ PLATFORM_DATA_DIR: "/d", PLATFORM_LLAMA_ENGINE: "server" }).engine;
+    expect(engine.llamaEngine).toBe("server");
+    expect(llamaServerBin(engine)).toMatch(/^\/d\/engines\/llama-server\/[^/]+\/llama-server$/);
+    expect(llamaServerBin({ ...engine, llamaServerBin: "/opt/llama-server" })).toBe("/opt/llama-server");
+    expect(decoderNote({ ...engine, llamaServerBin: "/nonexistent/llama-server" })).toMatch(
+      /no llama-server at \/nonexistent\/llama-server: `platform engine build --server`/,
+    );
+    expect(decoderNote({ ...engine, llamaEngine: "binding" })).toContain("in the replica's process");
+    // auto: the server only where it is built.
+    expect(wantsServer({ ...engine, llamaEngine: "auto", llamaServerBin: "/nonexistent/llama-server" })).toBe(false);
+    expect(wantsServer({ ...engine, llamaEngine: "auto", llamaServerBin: process.execPath })).toBe(true);
+    expect(wantsServer({ ...engine, llamaEngine: "server", llamaServerBin: "/nonexistent/llama-server" })).toBe(true);
+    expect(decoderNote({ ...engine, llamaEngine: "auto", llamaServerBin: "/nonexistent/x" })).toMatch(
+      /in the replica's process: no llama-server is built here/,
+    );
+    expect(() => loadSettings({ PLATFORM_LLAMA_ENGINE: "remote" })).toThrow(
+      /PLATFORM_LLAMA_ENGINE: expected "auto", "binding" or "server"/,
     );
   });
 

@@ -34,6 +34,8 @@ export function llamaCppTag(): string {
     return "unknown";
   }
 }
+/** The llama.cpp source node-llama-cpp ships, as a git bundle (builds need no network). */
+export const BUNDLE_PATH = join(PACKAGE_DIR, "llama", "gitRelease.bundle");
 /** Where node-llama-cpp's loader looks for local builds (not configurable in the library). */
 export const LOCAL_BUILDS_DIR = join(PACKAGE_DIR, "llama", "localBuilds");
 /** The cmake variable that carries the CPU's name; llama.cpp ignores it, node-llama-cpp names the build by it. */
@@ -95,7 +97,10 @@ export async function buildFor(dir: string, cpu: string): Promise<string | undef
 }
 
 /** Which binary a replica here would load under `settings`, without loading it (doctor, `up`, the worker). */
-export async function chooseBinary(settings: EngineSettings, places?: Partial<BinaryPlaces>): Promise<BinaryChoice> {
+export async function chooseBinary(
+  settings: Pick<EngineSettings, "llamaBuild" | "dir">,
+  places?: Partial<BinaryPlaces>,
+): Promise<BinaryChoice> {
   const engineDir = places?.engineDir ?? settings.dir;
   const home = buildsHome(engineDir);
   if (settings.llamaBuild === "prebuilt")

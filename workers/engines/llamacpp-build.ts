@@ -27,7 +27,7 @@ import {
  * the replica under `native`.
  */
 export async function loadCpuLlama(
-  settings: EngineSettings,
+  settings: Pick<EngineSettings, "llamaBuild" | "dir">,
   places?: Partial<BinaryPlaces>,
 ): Promise<{ llama: Llama } & BinaryChoice> {
   const choice = await chooseBinary(settings, places);
@@ -62,7 +62,7 @@ export async function loadCpuLlama(
  * this CPU.
  */
 export async function buildNative(
-  settings: EngineSettings,
+  settings: Pick<EngineSettings, "llamaBuild" | "dir">,
   places?: Partial<BinaryPlaces>,
 ): Promise<{ path: string; seconds: number; llamaCpp: string }> {
   const missing = missingBuildTool();

@@ -45,7 +45,7 @@ export type Decoded = {
 
 const PARTIAL_CHARACTER = "\uFFFD";
 /** -Infinity does not survive JSON; vLLM reports impossible tokens with the same value. */
-const IMPOSSIBLE_LOGPROB = -9999;
+export const IMPOSSIBLE_LOGPROB = -9999;
 
 export async function decode(
   model: LlamaModel,
@@ -240,7 +240,7 @@ async function reuseCommonPrefix(sequence: LlamaContextSequence, prompt: Token[]
   return prompt.slice(sequence.nextTokenIndex);
 }
 
-function grammarStops(grammar: LlamaGrammar | undefined): string[] {
+export function grammarStops(grammar: LlamaGrammar | undefined): string[] {
   return (grammar?.stopGenerationTriggers ?? [])
     .map((t) =>
       typeof t === "string" ? t : Array.isArray(t) ? t.filter((p) => typeof p === "string").join("") : t.toString(),

@@ -2,7 +2,9 @@
  * The llama.cpp engine once loaded (llamacpp.ts loads it): generation on the context's sequences,
  * each request on the free sequence whose cache holds the longest part of its prompt
  * (llamacpp-sequences.ts), native tool calls, echo, grammars, and speculation's counts. Prompts are
- * rendered by llamacpp-render.ts, embeddings made by llamacpp-embed.ts.
+ * rendered by llamacpp-render.ts, embeddings made by llamacpp-embed.ts. With a llama-server child
+ * (llama-server.ts), its slots decode instead, chosen the same way; what it cannot do (a LoRA
+ * adapter loaded on demand, a prompt's own logprobs) runs here, on a context opened on first need.
  */
 import {
   type JinjaTemplateChatWrapper,
@@ -46,17 +48,24 @@ import {
 } from "./llamacpp-native-tools.ts";
 import type { PromptRenderer } from "./llamacpp-render.ts";
 import type { SequencePool, Taken } from "./llamacpp-sequences.ts";
+import type { LlamaServer } from "./llama-server.ts";
 import { readToolAnswer, refuseFormatWithTools, toolAnswerSchema } from "./tool-format.ts";
 
 export type Draft = { model: LlamaModel; context: LlamaContext };
 
+/** The base context: its sequences, all of them; `pool` holds those free now. */
+export type LocalContext = { context: LlamaContext; sequences: LlamaContextSequence[]; pool: SequencePool };
+
 /** What the engine is made of; llamacpp.ts makes the parts. */
 export type LlamaCppParts = {
   model: LlamaModel;
-  context: LlamaContext;
-  /** The base context's sequences, all of them; `pool` holds those free now. */
-  sequences: LlamaContextSequence[];
-  pool: SequencePool;
+  /** Tokens per sequence. */
+  contextSize: number;
+  parallel: number;
+  /** The base context; opened once, on first call (at load without a server). */
+  local: () => Promise<LocalContext>;
+  /** llama-server decoding in place of the base context. */
+  server?: LlamaServer;
   renderer: PromptRenderer;
   embedder: Embedder;
   grammars: GrammarCache;
@@ -69,13 +78,15 @@ export class LlamaCppEngine implements Engine {
   readonly servesAdapters = true;
   readonly parallel: number;
   private readonly model: LlamaModel;
-  private readonly context: LlamaContext;
-  private readonly pool: SequencePool;
+  private readonly contextSize: number;
+  private readonly local: () => Promise<LocalContext>;
+  private opened: LocalContext | undefined;
+  private readonly server: LlamaServer | undefined;
+  readonly lost: Promise<string> | undefined;
   private readonly renderer: PromptRenderer;
   private readonly embedder: Embedder;
   private readonly grammars: GrammarCache;
   private readonly draft: Draft | undefined;
-  private readonly sequences: LlamaContextSequence[];
   /** An encoder (BERT and kin: non-causal attention) embeds and cannot generate. */
   private readonly encoderOnly: boolean;
   /** LoRA adapters' contexts beside the base's. */
@@ -83,18 +94,20 @@ export class LlamaCppEngine implements Engine {
 
   constructor(parts: LlamaCppParts) {
     this.model = parts.model;
-    this.context = parts.context;
-    this.sequences = parts.sequences;
-    this.pool = parts.pool;
+    this.contextSize = parts.contextSize;
+    this.local = async () => {
+      this.opened ??= await parts.local();
+      return this.opened;
+    };
+    this.server = parts.server;
+    this.lost = parts.server?.lost;
     this.renderer = parts.renderer;
     this.embedder = parts.embedder;
     this.grammars = parts.grammars;
     this.adapters = parts.adapters;
     this.draft = parts.draft;
-    this.parallel = parts.sequences.length;
-    const metadata = this.model.fileInfo.metadata as unknown as Record<string, Record<string, unknown> | undefined>;
-    const architecture = String(this.model.fileInfo.metadata.general?.architecture ?? "");
-    this.encoderOnly = (metadata[architecture]?.attention as { causal?: unknown } | undefined)?.causal === false;
+    this.parallel = parts.parallel;
+    this.encoderOnly = encoderOnly(this.model);
   }
 
   adapterStats() {
@@ -197,7 +210,7 @@ export class LlamaCppEngine implements Engine {
     // The prefix as the model wrote it (its special tokens as such), then the call under the grammar.
     const written = this.model.tokenize(first.decoded.text + syntax.prefix, true);
     const left =
-      (params.max_tokens ?? this.context.contextSize - first.out.usage.prompt_tokens) - first.decoded.completionTokens;
+      (params.max_tokens ?? this.contextSize - first.out.usage.prompt_tokens) - first.decoded.completionTokens;
     if (left < 1) return { ...first.out, finish_reason: "length" };
     const second = await this.run(
       [...tokens, ...written],
@@ -243,46 +256,82 @@ export class LlamaCppEngine implements Engine {
     const promptTokens = evaluated.length;
     const maxTokens = how.maxTokens ?? this.checkedMaxTokens(promptTokens, p);
     const tokenBias = p.logit_bias && this.tokenBias(p.logit_bias);
+    const options = {
+      maxTokens,
+      stopStrings: [...how.stopStrings, ...(p.stop ?? [])],
+      grammar: how.grammar,
+      topLogprobs: p.logprobs ? (p.top_logprobs ?? 0) : undefined,
+      // OpenAI's and vLLM's defaults (no top-k, top-p 1), not node-llama-cpp's (40, 0.95); top_k -1 is vLLM's "off".
+      sampling: {
+        temperature: p.temperature ?? 1,
+        topP: p.top_p ?? 1,
+        topK: p.top_k !== undefined && p.top_k > 0 ? p.top_k : 0,
+        minP: p.min_p ?? 0,
+        seed: p.seed,
+      },
+      penalties:
+        p.frequency_penalty || p.presence_penalty
+          ? { frequencyPenalty: p.frequency_penalty, presencePenalty: p.presence_penalty }
+          : undefined,
+      signal,
+      onText: how.onText,
+    };
+    // max_tokens 0 (echo only): the prompt's scores are the whole answer.
+    const nothing: Decoded = {
+      text: "",
+      completionTokens: 0,
+      cachedTokens: 0,
+      stop: "length",
+      ...(p.logprobs ? { logprobs: [] } : {}),
+    };
+    const server = this.server;
+    // A prompt's own logprobs and an adapter loaded on demand are this process's to compute.
+    if (server && !adapter && !(how.echo !== undefined && p.logprobs)) {
+      const slot = server.slots.take(evaluated);
+      if (!slot) throw new PlatformError(503, "engine_busy", "all sequences of this replica are busy");
+      try {
+        const echo = how.echo === undefined ? undefined : { text: this.echoText(how.echo) };
+        const decoded =
+          maxTokens === 0
+            ? nothing
+            : await server.decode(this.model, slot.sequence, evaluated, { ...options, logitBias: p.logit_bias });
+        return { out: this.output(decoded, promptTokens, p, echo, signal), decoded };
+      } finally {
+        server.slots.give(slot.sequence);
+      }
+    }
     let lane: Lane | undefined;
     let taken: Taken | undefined;
+    const local = adapter ? undefined : await this.local();
     if (adapter) ({ lane, taken } = await this.adapters.take(adapter.ref, adapter.path, evaluated));
-    else taken = this.pool.take(evaluated);
+    else taken = local?.pool.take(evaluated);
     if (!taken) throw new PlatformError(503, "engine_busy", "all sequences of this replica are busy");
     const { sequence } = taken;
     try {
       const echo =
         how.echo === undefined ? undefined : await this.echoed(sequence, how.echo, evaluated, tokens.length, p);
-      // max_tokens 0 (echo only): the prompt's scores are the whole answer.
       const decoded: Decoded =
         maxTokens === 0
-          ? {
-              text: "",
-              completionTokens: 0,
-              cachedTokens: 0,
-              stop: "length",
-              ...(p.logprobs ? { logprobs: [] } : {}),
-            }
+          ? nothing
           : await decode(this.model, sequence, evaluated, {
-              maxTokens,
-              stopStrings: [...how.stopStrings, ...(p.stop ?? [])],
-              grammar: how.grammar,
-              topLogprobs: p.logprobs ? (p.top_logprobs ?? 0) : undefined,
-              // OpenAI's and vLLM's defaults (no top-k, top-p 1), not node-llama-cpp's (40, 0.95); top_k -1 is vLLM's "off".
-              sampling: {
-                temperature: p.temperature ?? 1,
-                topP: p.top_p ?? 1,
-                topK: p.top_k !== undefined && p.top_k > 0 ? p.top_k : 0,
-                minP: p.min_p ?? 0,
-                seed: p.seed,
-                tokenBias,
-              },
-              penalties:
-                p.frequency_penalty || p.presence_penalty
-                  ? { frequencyPenalty: p.frequency_penalty, presencePenalty: p.presence_penalty }
-                  : undefined,
-              signal,
-              onText: how.onText,
+              ...options,
+              sampling: { ...options.sampling, tokenBias },
             });
+      return { out: this.output(decoded, promptTokens, p, echo, signal), decoded };
+    } finally {
+      if (lane) this.adapters.release(lane, sequence);
+      else local?.pool.give(sequence);
+    }
+  }
+
+  private output(
+    decoded: Decoded,
+    promptTokens: number,
+    p: SamplingParams,
+    echo: EchoedPrompt | undefined,
+    signal: AbortSignal | undefined,
+  ): TextOutput {
+    {
       const finish_reason: FinishReason =
         decoded.stop === "aborted" || signal?.aborted ? "cancelled" : decoded.stop === "length" ? "length" : "stop";
       const out: TextOutput = {
@@ -296,10 +345,7 @@ export class LlamaCppEngine implements Engine {
         ...(decoded.logprobs ? { logprobs: decoded.logprobs } : {}),
         ...(echo ? { echo } : {}),
       };
-      return { out, decoded };
-    } finally {
-      if (lane) this.adapters.release(lane, sequence);
-      else this.pool.give(sequence);
+      return out;
     }
   }
 
@@ -314,12 +360,18 @@ export class LlamaCppEngine implements Engine {
     count: number,
     p: SamplingParams,
   ): Promise<EchoedPrompt> {
-    // Token ids as their echoed tokens read, one by one: detokenizing them whole would keep the
-    // space a SentencePiece word has after a BOS token, which the tokens (and transformers) drop.
-    const text = typeof prompt === "string" ? prompt : promptPieces(this.model, prompt as Token[]).join("");
+    const text = this.echoText(prompt);
     if (!p.logprobs) return { text };
     const first = evaluated.length - count;
     return { text, logprobs: await scorePrompt(this.model, sequence, evaluated, first, p.top_logprobs ?? 0) };
+  }
+
+  /**
+   * Token ids as their echoed tokens read, one by one: detokenizing them whole would keep the
+   * space a SentencePiece word has after a BOS token, which the tokens (and transformers) drop.
+   */
+  private echoText(prompt: Prompt): string {
+    return typeof prompt === "string" ? prompt : promptPieces(this.model, prompt as Token[]).join("");
   }
 
   /** The grammar that holds the answer to its format: the tool format, a JSON schema, or any JSON. */
@@ -359,8 +411,9 @@ export class LlamaCppEngine implements Engine {
 
   /** Speculative decoding's draft tokens so far, accepted by the model or not (undefined without a draft). */
   speculation(): { validated: number; refuted: number } | undefined {
-    if (!this.draft) return undefined;
-    return this.sequences.reduce(
+    if (this.server) return this.server.speculation();
+    if (!this.draft || !this.opened) return undefined;
+    return this.opened.sequences.reduce(
       (sum, s) => ({
         validated: sum.validated + s.tokenPredictions.validated,
         refuted: sum.refuted + s.tokenPredictions.refuted,
@@ -371,7 +424,7 @@ export class LlamaCppEngine implements Engine {
 
   /** As a job would read it: the BOS its prompt gets at decode first (run), a chat rendered as render() does. */
   async tokenize(input: TokenizeJob["input"]): Promise<{ tokens: number[]; text: string; max_model_len: number }> {
-    const max_model_len = this.context.contextSize;
+    const max_model_len = this.contextSize;
     if ("tokens" in input)
       return {
         tokens: input.tokens,
@@ -397,14 +450,15 @@ export class LlamaCppEngine implements Engine {
     await this.grammars.close();
     await this.adapters.dispose();
     await this.embedder.dispose();
-    await this.context.dispose();
+    await this.server?.stop();
+    await this.opened?.context.dispose();
     await this.model.dispose();
     await this.draft?.context.dispose();
     await this.draft?.model.dispose();
   }
 
   private checkedMaxTokens(promptTokens: number, params: SamplingParams): number {
-    const window = this.context.contextSize;
+    const window = this.contextSize;
     const requested = params.max_tokens ?? window - promptTokens;
     // An echoed prompt may fill the window: its scores are an answer without a generated token.
     const least = params.echo ? 0 : 1;
@@ -419,4 +473,11 @@ export class LlamaCppEngine implements Engine {
     }
     return requested;
   }
+}
+
+/** An encoder (BERT and kin: non-causal attention) embeds and cannot generate. */
+export function encoderOnly(model: LlamaModel): boolean {
+  const metadata = model.fileInfo.metadata as unknown as Record<string, Record<string, unknown> | undefined>;
+  const architecture = String(model.fileInfo.metadata.general?.architecture ?? "");
+  return (metadata[architecture]?.attention as { causal?: unknown } | undefined)?.causal === false;
 }

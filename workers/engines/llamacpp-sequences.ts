@@ -13,16 +13,25 @@
 import type { LlamaContextSequence, Token } from "node-llama-cpp";
 
 /** A sequence taken for a prompt: `cached` of the prompt's tokens were in its cache when taken. */
-export type Taken = { sequence: LlamaContextSequence; cached: number };
+export type Taken<S = LlamaContextSequence> = { sequence: S; cached: number };
 
-export class SequencePool {
-  private readonly free: LlamaContextSequence[] = [];
+/**
+ * `S`: a context's sequence here, or a llama-server slot (llama-server.ts), with `cachedOf` saying
+ * how many of a prompt's leading tokens its cache holds.
+ */
+export class SequencePool<S = LlamaContextSequence> {
+  private readonly free: S[] = [];
   /** When each sequence was last given back; a sequence never used counts as the oldest. */
-  private readonly released = new Map<LlamaContextSequence, number>();
+  private readonly released = new Map<S, number>();
   private clock = 0;
+  private readonly cachedOf: (sequence: S, prompt: readonly Token[]) => number;
 
-  constructor(sequences: Iterable<LlamaContextSequence> = []) {
+  constructor(
+    sequences: Iterable<S> = [],
+    cachedOf: (sequence: S, prompt: readonly Token[]) => number = matched as never,
+  ) {
     for (const s of sequences) this.free.push(s);
+    this.cachedOf = cachedOf;
   }
 
   get size(): number {
@@ -34,12 +43,12 @@ export class SequencePool {
    * none is free. Decoding keeps at most all but the prompt's last token (whose evaluation yields the
    * first new token), so a match is counted up to there.
    */
-  take(prompt: readonly Token[]): Taken | undefined {
-    let best: Taken | undefined;
+  take(prompt: readonly Token[]): Taken<S> | undefined {
+    let best: Taken<S> | undefined;
     let bestAt = -1;
     const worth = (cached: number) => (cached * 2 > prompt.length ? cached : 0);
     for (const [i, sequence] of this.free.entries()) {
-      const cached = matched(sequence, prompt);
+      const cached = this.cachedOf(sequence, prompt);
       const score = worth(cached);
       const bestScore = best === undefined ? -1 : worth(best.cached);
       const better =
@@ -55,12 +64,12 @@ export class SequencePool {
     return best;
   }
 
-  give(sequence: LlamaContextSequence): void {
+  give(sequence: S): void {
     this.released.set(sequence, ++this.clock);
     this.free.push(sequence);
   }
 
-  private lastUsed(sequence: LlamaContextSequence): number {
+  private lastUsed(sequence: S): number {
     return this.released.get(sequence) ?? 0;
   }
 }

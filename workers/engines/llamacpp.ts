@@ -19,7 +19,9 @@ import type { Engine } from "./engine.ts";
 import { AdapterLanes } from "./llamacpp-adapters.ts";
 import { loadCpuLlama } from "./llamacpp-build.ts";
 import { Embedder } from "./llamacpp-embed.ts";
-import { type Draft, LlamaCppEngine } from "./llamacpp-engine.ts";
+import { type Draft, encoderOnly, LlamaCppEngine, type LocalContext } from "./llamacpp-engine.ts";
+import type { LlamaServer } from "./llama-server.ts";
+import { llamaServerBin, wantsServer } from "./llama-server-build.ts";
 import { GrammarCache } from "./llamacpp-grammar.ts";
 import { PromptRenderer } from "./llamacpp-render.ts";
 import { SequencePool } from "./llamacpp-sequences.ts";
@@ -120,43 +122,85 @@ export async function loadLlamaCpp(options: LlamaCppOptions): Promise<Engine> {
         }
       : {}),
   };
-  const context = await model.createContext(contextOptions);
   // An adapter's context: the base context's settings with the adapter applied (no draft: its guesses would be the base's).
   const adapters = new AdapterLanes(
     model,
     (path) => model.createContext({ ...contextOptions, lora: { adapters: [{ filePath: path, scale: 1 }] } }),
     options.maxLoras ?? DEFAULT_MAX_LORAS,
   );
-  const draft =
-    options.draft && (await loadDraft(llama, model, options.draft.modelPath, options.parallel, contextSize, threads));
   const tokens = options.draft?.tokens ?? DEFAULT_DRAFT_TOKENS;
-  if (draft)
+  const server = await startServer(options, model, contextSize, threads, tokens);
+  // With a server it decodes, speculation included: the base context here serves what it cannot.
+  const draft =
+    !server && options.draft
+      ? await loadDraft(llama, model, options.draft.modelPath, options.parallel, contextSize, threads)
+      : undefined;
+  if (options.draft)
     log.info({ draft_tokens: tokens }, `speculative decoding: a draft model proposes ${tokens} tokens per step`);
-  const sequences = Array.from({ length: options.parallel }, () =>
-    // minTokens: wait for the draft's tokens; with none (the library's default) a fast model outruns its draft and never speculates.
-    context.getSequence(
-      draft
-        ? {
-            tokenPredictor: new DraftSequenceTokenPredictor(draft.context.getSequence(), {
-              minTokens: tokens,
-              maxTokens: tokens,
-            }),
-          }
-        : {},
-    ),
-  );
+  const openLocal = async (): Promise<LocalContext> => {
+    const context = await model.createContext(contextOptions);
+    const sequences = Array.from({ length: options.parallel }, () =>
+      // minTokens: wait for the draft's tokens; with none (the library's default) a fast model outruns its draft and never speculates.
+      context.getSequence(
+        draft
+          ? {
+              tokenPredictor: new DraftSequenceTokenPredictor(draft.context.getSequence(), {
+                minTokens: tokens,
+                maxTokens: tokens,
+              }),
+            }
+          : {},
+      ),
+    );
+    return { context, sequences, pool: new SequencePool(sequences) };
+  };
+  const local = server ? undefined : await openLocal();
   const grammars = new GrammarCache(llama, { timeoutMs: options.grammarTimeoutMs ?? DEFAULT_GRAMMAR_TIMEOUT_MS });
   const renderer = new PromptRenderer(model);
   return new LlamaCppEngine({
     model,
-    context,
-    sequences,
-    pool: new SequencePool(sequences),
+    contextSize,
+    parallel: options.parallel,
+    local: local ? async () => local : openLocal,
+    server,
     renderer,
     embedder: new Embedder(model, renderer, threads, contextSize),
     grammars,
     adapters,
     draft,
+  });
+}
+
+/**
+ * The llama-server child when the settings ask for one (PLATFORM_LLAMA_ENGINE=server) and it can
+ * serve this model here: a generative model on the CPU. Otherwise none, saying why when asked for.
+ */
+async function startServer(
+  options: LlamaCppOptions,
+  model: LlamaModel,
+  contextSize: number,
+  threads: number,
+  draftTokens: number,
+): Promise<LlamaServer | undefined> {
+  if (!options.binary || !wantsServer(options.binary)) return undefined;
+  const why = options.gpu
+    ? "the replica has a GPU (llama-server here is a CPU build)"
+    : encoderOnly(model)
+      ? "the model is an embedding model (an encoder)"
+      : undefined;
+  if (why) {
+    log.info(`llama-server: not for this replica, since ${why}; decoding in this process`);
+    return undefined;
+  }
+  const { LlamaServer } = await import("./llama-server.ts");
+  return LlamaServer.start({
+    bin: llamaServerBin(options.binary),
+    modelPath: options.modelPath,
+    parallel: options.parallel,
+    contextSize,
+    threads,
+    float32: options.float32,
+    draft: options.draft && { modelPath: options.draft.modelPath, tokens: draftTokens },
   });
 }
 
