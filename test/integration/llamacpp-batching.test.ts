@@ -48,7 +48,8 @@ describe.skipIf(shared === undefined)("decoding four sequences at once (stories2
 
   it("puts every generating sequence's next token in the same batch", async () => {
     engine = await loadLlamaCpp({ modelPath: shared as string, parallel: 4, threads: 1 });
-    const sizes = countBatches((engine as unknown as { context: LlamaContext }).context);
+    // The base context, opened at load (no llama-server child: no binary settings given).
+    const sizes = countBatches((engine as unknown as { opened: { context: LlamaContext } }).opened.context);
     const prompts = ["Once upon a time", "The little dog", "Lily went to the park", "A big red ball"];
     const outs = await Promise.all(
       prompts.map((prompt) =>

@@ -62,8 +62,9 @@ export type LlamaCppParts = {
   /** Tokens per sequence. */
   contextSize: number;
   parallel: number;
-  /** The base context; opened once, on first call (at load without a server). */
+  /** Opens the base context; called once, on first need, unless it is `opened` at load (without a server). */
   local: () => Promise<LocalContext>;
+  opened?: LocalContext;
   /** llama-server decoding in place of the base context. */
   server?: LlamaServer;
   renderer: PromptRenderer;
@@ -95,6 +96,7 @@ export class LlamaCppEngine implements Engine {
   constructor(parts: LlamaCppParts) {
     this.model = parts.model;
     this.contextSize = parts.contextSize;
+    this.opened = parts.opened;
     this.local = async () => {
       this.opened ??= await parts.local();
       return this.opened;
@@ -331,22 +333,20 @@ export class LlamaCppEngine implements Engine {
     echo: EchoedPrompt | undefined,
     signal: AbortSignal | undefined,
   ): TextOutput {
-    {
-      const finish_reason: FinishReason =
-        decoded.stop === "aborted" || signal?.aborted ? "cancelled" : decoded.stop === "length" ? "length" : "stop";
-      const out: TextOutput = {
-        text: decoded.text,
-        finish_reason,
-        usage: usage(promptTokens, decoded.completionTokens, decoded.cachedTokens),
-        // The caller's own stop strings only: a template's or a grammar's end is the model's.
-        ...(decoded.stoppedBy !== undefined && p.stop?.includes(decoded.stoppedBy)
-          ? { stop_sequence: decoded.stoppedBy }
-          : {}),
-        ...(decoded.logprobs ? { logprobs: decoded.logprobs } : {}),
-        ...(echo ? { echo } : {}),
-      };
-      return out;
-    }
+    const finish_reason: FinishReason =
+      decoded.stop === "aborted" || signal?.aborted ? "cancelled" : decoded.stop === "length" ? "length" : "stop";
+    const out: TextOutput = {
+      text: decoded.text,
+      finish_reason,
+      usage: usage(promptTokens, decoded.completionTokens, decoded.cachedTokens),
+      // The caller's own stop strings only: a template's or a grammar's end is the model's.
+      ...(decoded.stoppedBy !== undefined && p.stop?.includes(decoded.stoppedBy)
+        ? { stop_sequence: decoded.stoppedBy }
+        : {}),
+      ...(decoded.logprobs ? { logprobs: decoded.logprobs } : {}),
+      ...(echo ? { echo } : {}),
+    };
+    return out;
   }
 
   /**
