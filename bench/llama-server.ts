@@ -5,15 +5,13 @@
  * outside the checkout (PLATFORM_BENCH_CACHE, default ~/.cache/platform-bench); skipped, saying
  * why, where cmake or a C++ compiler is missing.
  */
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { buildLlamaServer } from "../workers/engines/llama-server-build.ts";
-import { missingBuildTool } from "../workers/engines/llamacpp-binary.ts";
-
-const LLAMA_DIR = fileURLToPath(new URL("../node_modules/node-llama-cpp/llama/", import.meta.url));
+import { llamaCppTag, missingBuildTool } from "../workers/engines/llamacpp-binary.ts";
 
 export function benchCache(): string {
   return process.env.PLATFORM_BENCH_CACHE ?? join(homedir(), ".cache", "platform-bench");
@@ -21,7 +19,7 @@ export function benchCache(): string {
 
 /** The llama-server executable, built on first use; `{ skipped }` says why there is none. */
 export async function llamaServer(log: (line: string) => void = console.error): Promise<string | { skipped: string }> {
-  const tag = (JSON.parse(readFileSync(join(LLAMA_DIR, "llama.cpp.info.json"), "utf8")) as { tag: string }).tag;
+  const tag = llamaCppTag();
   const home = join(benchCache(), `llama-server-${tag}-native`);
   const bin = join(home, "llama-server");
   if (existsSync(bin)) return bin;

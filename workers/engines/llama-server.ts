@@ -16,7 +16,13 @@ import { PlatformError } from "../../src/contracts/errors.ts";
 import { freePort } from "../../src/process/free-port.ts";
 import { withoutWorkerAllocator } from "../../src/process/worker-env.ts";
 import { logger } from "../../src/telemetry/log.ts";
-import { type Decoded, type DecodeOptions, grammarStops, IMPOSSIBLE_LOGPROB } from "./llamacpp-decode.ts";
+import {
+  type Decoded,
+  type DecodeOptions,
+  grammarStops,
+  IMPOSSIBLE_LOGPROB,
+  tokenCandidate,
+} from "./llamacpp-decode.ts";
 import { SequencePool } from "./llamacpp-sequences.ts";
 import { VllmProcess } from "./vllm-process.ts";
 
@@ -237,10 +243,9 @@ export class LlamaServer {
       this.drafted.validated += timings.draft_n_accepted ?? 0;
       this.drafted.refuted += timings.draft_n - (timings.draft_n_accepted ?? 0);
     }
-    // An end-of-generation token is counted by llama-server, not by node-llama-cpp (nor by OpenAI).
-
     return {
       text,
+      // An end-of-generation token is counted by llama-server, not by node-llama-cpp (nor by OpenAI).
       completionTokens: stop === "eog" ? Math.max(0, predicted - 1) : predicted,
       cachedTokens: Math.min(timings?.cache_n ?? 0, prompt.length),
       stop,
@@ -333,7 +338,7 @@ function commonPrefix(cached: readonly Token[], prompt: readonly Token[]): numbe
   const n = Math.min(cached.length, prompt.length - 1);
   let i = 0;
   while (i < n && cached[i] === prompt[i]) i++;
-  return Math.max(0, i);
+  return i;
 }
 
 /** llama-server's 4xx names what is wrong with the request; anything else is the engine's failure. */
@@ -357,14 +362,8 @@ function logprobOf(
   top: number,
 ): TokenLogprob {
   const context = before === undefined ? [] : [before];
-  const candidate = (id: number, logprob: number) => {
-    const text = model.detokenize([id as Token], false, context);
-    return {
-      token: text,
-      logprob: Number.isFinite(logprob) ? logprob : IMPOSSIBLE_LOGPROB,
-      bytes: [...Buffer.from(text, "utf8")],
-    };
-  };
+  const candidate = (id: number, logprob: number) =>
+    tokenCandidate(model, id as Token, context, Number.isFinite(logprob) ? logprob : IMPOSSIBLE_LOGPROB);
   return {
     ...candidate(p.id, p.logprob),
     top_logprobs: (p.top_logprobs ?? []).slice(0, top).map((t) => candidate(t.id, t.logprob)),

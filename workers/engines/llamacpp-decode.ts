@@ -202,10 +202,7 @@ export async function scorePrompt(
     const token = prompt[k] as Token;
     // As decode() does for generated tokens: the preceding token keeps a word's leading space.
     const context = k > 0 ? [prompt[k - 1] as Token] : [];
-    const candidate = (t: Token, logprob: number) => {
-      const text = model.detokenize([t], false, context);
-      return { token: text, logprob, bytes: [...Buffer.from(text, "utf8")] };
-    };
+    const candidate = (t: Token, logprob: number) => tokenCandidate(model, t, context, logprob);
     if (k === 0) {
       scored.push({ ...candidate(token, 0), logprob: null, top_logprobs: null });
       continue;
@@ -299,14 +296,8 @@ function logprobOf(
   top: number,
 ): TokenLogprob {
   const context = before === undefined ? [] : [before];
-  const candidate = (t: Token, p: number | undefined) => {
-    const text = model.detokenize([t], false, context);
-    return {
-      token: text,
-      logprob: p && p > 0 ? Math.log(p) : IMPOSSIBLE_LOGPROB,
-      bytes: [...Buffer.from(text, "utf8")],
-    };
-  };
+  const candidate = (t: Token, p: number | undefined) =>
+    tokenCandidate(model, t, context, p && p > 0 ? Math.log(p) : IMPOSSIBLE_LOGPROB);
   const alternatives: ReturnType<typeof candidate>[] = [];
   if (probabilities) {
     for (const [t, p] of probabilities) {
@@ -315,4 +306,10 @@ function logprobOf(
     }
   }
   return { ...candidate(token, probabilities?.get(token)), top_logprobs: alternatives };
+}
+
+/** A token as logprobs list it: its text read after `context` (a word keeps its leading space), the logprob, the bytes. */
+export function tokenCandidate(model: LlamaModel, token: Token, context: Token[], logprob: number) {
+  const text = model.detokenize([token], false, context);
+  return { token: text, logprob, bytes: [...Buffer.from(text, "utf8")] };
 }

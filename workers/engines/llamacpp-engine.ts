@@ -97,9 +97,11 @@ export class LlamaCppEngine implements Engine {
     this.model = parts.model;
     this.contextSize = parts.contextSize;
     this.opened = parts.opened;
-    this.local = async () => {
-      this.opened ??= await parts.local();
-      return this.opened;
+    // One promise, so requests arriving together before the first open share one context.
+    let opening: Promise<LocalContext> | undefined = parts.opened && Promise.resolve(parts.opened);
+    this.local = () => {
+      opening ??= parts.local().then((local) => (this.opened = local));
+      return opening;
     };
     this.server = parts.server;
     this.lost = parts.server?.lost;
