@@ -5,7 +5,7 @@
  * (its `EventStream`). As chat's streams (serve-text.ts): the headers wait for the first token,
  * so a refusal before generation is an ordinary HTTP error; a failure after it is the API's own
  * error event, and the stream ends; a replica that dies mid-stream is replaced without a gap when
- * its replacement repeats what was sent (serve-text.ts's Replay; docs/fleet.md).
+ * its replacement repeats what was sent (stream-replay.ts; docs/fleet.md).
  */
 import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
@@ -15,7 +15,8 @@ import type { Submission } from "../queue/dispatcher.ts";
 import { clientError } from "./errors.ts";
 import type { Target } from "./routing.ts";
 import { serve, type ServeContext } from "./serve.ts";
-import { mergeEvents, Replay, recordAnswer, streamFailure } from "./serve-text.ts";
+import { mergeEvents, recordAnswer, streamFailure } from "./serve-text.ts";
+import { StreamedText } from "./stream-replay.ts";
 
 type Event = { type: string };
 
@@ -64,31 +65,26 @@ export async function serveEvents(
     const itlLabels = { ...serving.served, source: "online" as const };
     let lastToken: number | undefined;
     let streamed = false;
-    // The text sent so far, and, after the replica died mid-stream, its replacement's check against it.
-    let sent = "";
-    let replay: Replay | undefined;
+    // The text across attempts: a replica that dies mid-stream is replaced without a gap.
+    const text = new StreamedText();
     await send(events.started());
     try {
       let result: TextResult | undefined;
       for await (const { event } of mergeEvents(serving.events, serving.firsts)) {
         if (event.type === "token") {
-          const text = replay ? replay.next(event.text, event.logprobs !== undefined) : event.text;
-          if (replay?.done) replay = undefined;
-          if (text === "") continue;
+          const delta = text.next(event.text, event.logprobs !== undefined);
+          if (delta === "") continue;
           const now = performance.now();
           if (lastToken !== undefined) ctx.metrics.interToken.observe(itlLabels, (now - lastToken) / 1000);
           lastToken = now;
           streamed = true;
-          await send(events.text(text));
-          sent += text;
+          await send(events.text(delta));
         } else if (event.type === "started") {
-          // A second start: another replica took the job; its text goes on once it has repeated what was sent.
-          if (sent) replay = new Replay(sent);
+          text.started(event);
         } else if (event.type === "error") {
           throw streamFailure(event);
         } else if (event.type === "done" && event.result.type === "text") {
-          // The new attempt ended short of what was sent: it cannot be the same answer.
-          replay?.next("\u0000", false);
+          text.ended();
           result = event.result;
         }
       }

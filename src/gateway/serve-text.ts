@@ -15,14 +15,12 @@ import { type ErrorEnvelope, errorEnvelope, PlatformError, publicJobError } from
 import type { JobEvent, TextResult, Usage } from "../contracts/job.ts";
 import type { ResponseBase, StreamChunk, TextFormat } from "../contracts/openai/common.ts";
 import type { Submission } from "../queue/dispatcher.ts";
-import { logger } from "../telemetry/log.ts";
 import { nonStreamingTtft } from "../telemetry/request-metrics.ts";
 import { clientError } from "./errors.ts";
 import { randomHex } from "./random-id.ts";
 import type { Target } from "./routing.ts";
 import { type Serving, serve, type ServeContext } from "./serve.ts";
-
-const log = logger("gateway");
+import { StreamedText } from "./stream-replay.ts";
 
 /**
  * `submissions`: one per prompt (several only on /v1/completions), each answered with `n` choices,
@@ -73,16 +71,13 @@ export async function serveText<R, C extends StreamChunk>(
     const itlLabels = { ...served, source: "online" as const };
     const streamed: number[] = [];
     const results: TextResult[] = [];
-    // A choice whose replica died mid-stream: the next attempt's text, checked against what was sent.
-    const replays = new Map<number, Replay>();
-    const sent: string[] = [];
+    // Each choice's text across attempts: a replica that dies mid-stream is replaced without a gap.
+    const texts = Array.from({ length: choices }, () => new StreamedText());
     for (let i = 0; i < choices; i++) await send(withUsage(format.chunk(base, i, { first: true })));
     try {
       for await (const { index, event } of mergeEvents(serving.events, firsts)) {
         if (event.type === "token") {
-          const replay = replays.get(index);
-          const text = replay ? replay.next(event.text, event.logprobs !== undefined) : event.text;
-          if (replay?.done) replays.delete(index);
+          const text = (texts[index] as StreamedText).next(event.text, event.logprobs !== undefined);
           if (text === "") continue;
           const now = performance.now();
           const last = lastToken[index];
@@ -92,16 +87,12 @@ export async function serveText<R, C extends StreamChunk>(
             withUsage(format.chunk(base, index, { text, logprobs: event.logprobs, offset: streamed[index] ?? 0 })),
           );
           streamed[index] = (streamed[index] ?? 0) + text.length;
-          sent[index] = (sent[index] ?? "") + text;
         } else if (event.type === "started") {
-          // A second start: the replica died mid-stream and another took the job. Its text goes on
-          // the stream once it has repeated, exactly, what the client already has (docs/fleet.md).
-          if (sent[index]) replays.set(index, new Replay(sent[index]));
+          texts[index]?.started(event);
         } else if (event.type === "error") {
           throw streamFailure(event);
         } else if (event.type === "done" && event.result.type === "text") {
-          // The new attempt ended short of what was sent: it cannot be the same answer.
-          if (replays.has(index)) replays.get(index)?.next("\u0000", false);
+          texts[index]?.ended();
           const result = event.result;
           results[index] = result;
           // What the engine could only say at the end (a tool call, text it had to parse first) comes whole.
@@ -134,50 +125,6 @@ export async function serveText<R, C extends StreamChunk>(
       void serving.cancel().catch(() => undefined);
     }
   });
-}
-
-/**
- * What a retried choice's new attempt sends while it repeats the text the client already has: the
- * part past it, once it is past it. A deterministic generation (greedy, or seeded) repeats it
- * exactly, and the stream goes on as if nothing happened; one that differs cannot be joined to
- * what was sent, and ends with 502 `replica_lost` as before. Logprobs are carried per token and
- * cannot be split: a stream with them ends so too. The Responses and Messages streams
- * (serve-events.ts) replay the same way.
- */
-export class Replay {
-  private readonly expected: string;
-  private at = 0;
-
-  constructor(expected: string) {
-    this.expected = expected;
-  }
-
-  get done(): boolean {
-    return this.at >= this.expected.length;
-  }
-
-  /** The part of `text` to send (empty while it only repeats). */
-  next(text: string, logprobs: boolean): string {
-    const overlap = Math.min(text.length, this.expected.length - this.at);
-    if (logprobs || text.slice(0, overlap) !== this.expected.slice(this.at, this.at + overlap)) {
-      // Where the two answers part, for an operator chasing it: offsets only, never the text.
-      if (!logprobs) {
-        let k = 0;
-        while (k < overlap && text[k] === this.expected[this.at + k]) k++;
-        const partial = text[k] === "\uFFFD" || this.expected[this.at + k] === "\uFFFD";
-        log.warn(
-          `stream replay: the new attempt differs at character ${this.at + k} of the ${this.expected.length} sent (a ${text.length}-character chunk${partial ? "; one side holds a partial character" : ""})`,
-        );
-      }
-      throw new PlatformError(
-        502,
-        "replica_lost",
-        "the replica serving this stream stopped, and its replacement's answer differs from what was sent (only greedy or seeded generation can go on); retry the request",
-      );
-    }
-    this.at += overlap;
-    return text.slice(overlap);
-  }
 }
 
 /** A stream's job that failed: its error, as the client may see it. */

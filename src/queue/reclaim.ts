@@ -86,8 +86,9 @@ async function reclaimActive(
       }
       if (!(await requeue(job, token))) return;
       done.requeued.push(id);
-      // The attempt ended: the next one starts over; a stream that already sent tokens goes on once
-      // the new attempt has repeated them (src/gateway/serve-text.ts, Replay); other requests just wait.
+      // The attempt ended: the next one starts over. A stream that already sent tokens goes on once the
+      // new attempt has repeated them (src/gateway/stream-replay.ts), counted from that attempt's own
+      // `started`: this notice can reach the stream after it. Other requests just wait.
       await tell({ type: "started", replica: `(requeued after replica ${replica.id} stopped)`, attempt: 0 });
     }),
   );

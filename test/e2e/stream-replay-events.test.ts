@@ -1,7 +1,7 @@
 /**
  * A Responses or Messages stream survives its replica, as a chat stream does (test/e2e/fleet.test.ts):
  * the serving worker SIGKILLed mid-stream, another replica takes the job, and the gateway's replay
- * (src/gateway/serve-events.ts, serve-text.ts's Replay) joins its text to what was sent, so the
+ * (src/gateway/stream-replay.ts) joins its text to what was sent, so the
  * client's greedy answer is byte for byte the uninterrupted one and the stream ends as usual.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

@@ -1,10 +1,11 @@
 /**
- * A stream's replay after its replica died (src/gateway/serve-text.ts, Replay): the new attempt's
+ * A stream's replay after its replica died (src/gateway/stream-replay.ts): the new attempt's
  * repeat of what was sent is swallowed, what follows goes on, and an answer that parts from it ends
- * the stream with replica_lost; the log says where they parted, never the text.
+ * the stream with replica_lost; the log says where they parted, never the text. A reclaimer's
+ * notice that comes late, after the new attempt's start and first tokens, changes nothing.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { Replay } from "../../src/gateway/serve-text.ts";
+import { Replay, StreamedText } from "../../src/gateway/stream-replay.ts";
 import { captureLogs } from "../helpers/logs.ts";
 
 afterEach(() => {
@@ -37,5 +38,51 @@ describe("Replay", () => {
     );
     expect(logs.text()).toContain("one side holds a partial character");
     expect(() => new Replay("same").next("same", true)).toThrow(expect.objectContaining({ code: "replica_lost" }));
+  });
+});
+
+describe("StreamedText", () => {
+  const worker = (attempt: number) => ({ type: "started", replica: `r${attempt}`, attempt }) as const;
+  const reclaimer = { type: "started", replica: "(requeued after replica r1 stopped)", attempt: 0 } as const;
+
+  it("joins the new attempt to what was sent when the reclaimer's notice comes before it", () => {
+    const text = new StreamedText();
+    text.started(worker(1));
+    expect(text.next("Once upon", false)).toBe("Once upon");
+    text.started(reclaimer);
+    text.started(worker(2));
+    expect(text.next("Once", false)).toBe("");
+    expect(text.next(" upon a time", false)).toBe(" a time");
+    expect(() => text.ended()).not.toThrow();
+  });
+
+  it("ignores the reclaimer's notice that comes after the new attempt's start and first tokens", () => {
+    // The CI failure: the notice reset the replay, and the new attempt's text from " a time" on
+    // was compared with the sent text from its start ("differs at character 0").
+    const text = new StreamedText();
+    text.started(worker(1));
+    expect(text.next("Once upon", false)).toBe("Once upon");
+    text.started(worker(2));
+    expect(text.next("Once up", false)).toBe("");
+    text.started(reclaimer);
+    expect(text.next("on a time", false)).toBe(" a time");
+    expect(text.next(", there", false)).toBe(", there");
+  });
+
+  it("ends with replica_lost where the new attempt ends short of what was sent", () => {
+    const text = new StreamedText();
+    text.started(worker(1));
+    text.next("Once upon", false);
+    text.started(worker(2));
+    expect(text.next("Once", false)).toBe("");
+    expect(() => text.ended()).toThrow(expect.objectContaining({ code: "replica_lost" }));
+  });
+
+  it("starts no replay for a first attempt that sent nothing before its replica died", () => {
+    const text = new StreamedText();
+    text.started(worker(1));
+    text.started(reclaimer);
+    text.started(worker(2));
+    expect(text.next("Once", false)).toBe("Once");
   });
 });
