@@ -16,6 +16,7 @@ import {
   type FunctionTool,
   JsonSchema,
   MAX_TOOLS,
+  TOO_MANY_TOOLS,
   SamplingParams,
   type SamplingParams as Params,
   type ToolCall,
@@ -134,7 +135,7 @@ const promptShape = {
   model: z.string().min(1),
   messages: z.array(Message).min(1, "messages must contain at least one message").max(MAX_BLOCKS),
   system: System.optional(),
-  tools: z.array(Tool).max(MAX_TOOLS).optional(),
+  tools: z.array(Tool).max(MAX_TOOLS, TOO_MANY_TOOLS).optional(),
   tool_choice: ToolChoiceBody.optional(),
 };
 

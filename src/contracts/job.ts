@@ -29,6 +29,8 @@ export type ToolCall = z.infer<typeof ToolCall>;
 
 /** At most this many tools per request, and tool calls per answer. */
 export const MAX_TOOLS = 128;
+/** What a request with more tools than the contract allows is told (PLATFORM_MAX_TOOLS may only lower it). */
+export const TOO_MANY_TOOLS = `at most ${MAX_TOOLS} tools in one request; send fewer`;
 
 export const ChatMessage = z.object({
   role: z.enum(["system", "user", "assistant", "tool"]),
@@ -188,7 +190,7 @@ export const ChatJob = z.object({
   messages: z.array(ChatMessage).min(1),
   params: ChatParams.default({}),
   /** Functions the model may call; how it is asked to and held to their schemas is the engine's (docs/chat.md). */
-  tools: z.array(FunctionTool).min(1).max(MAX_TOOLS).optional(),
+  tools: z.array(FunctionTool).min(1).max(MAX_TOOLS, TOO_MANY_TOOLS).optional(),
   tool_choice: ToolChoice.optional(),
   /** false: at most one tool call per answer. */
   parallel_tool_calls: z.boolean().optional(),
@@ -262,7 +264,10 @@ export const TokenizeJob = z.object({
   input: z.union([
     /** `add_special_tokens` (default true): the BOS token the engine puts before a text prompt, as vLLM's. */
     z.object({ prompt: z.string(), add_special_tokens: z.boolean().optional() }),
-    z.object({ messages: z.array(ChatMessage).min(1), tools: z.array(FunctionTool).max(MAX_TOOLS).optional() }),
+    z.object({
+      messages: z.array(ChatMessage).min(1),
+      tools: z.array(FunctionTool).max(MAX_TOOLS, TOO_MANY_TOOLS).optional(),
+    }),
     z.object({ tokens: z.array(z.number().int().min(0).max(MAX_TOKEN_ID)) }),
   ]),
 });

@@ -11,6 +11,7 @@
 import { createHash } from "node:crypto";
 import type { Job, Queue } from "bullmq";
 import type { RedisClient } from "../redis/connection.ts";
+import { LuaScript } from "../redis/scripts.ts";
 
 /** The lane of `replicaId` beside the queue `queue` (in its hash slot: the braces stay first). */
 export function laneName(queue: string, replicaId: string): string {
@@ -85,22 +86,23 @@ export function chooseReplica(prefix: string, replicas: LaneReplica[]): LaneRepl
   return undefined;
 }
 
+/** Takes a waiting job out of its queue's lists in one step (lua/take-waiting.lua). */
+const takeWaiting = new LuaScript(import.meta.url, "take-waiting");
+
 /**
  * Moves a job waiting in `from` (a lane) to `to` (its shared queue), as it is, with the same id.
- * False when it could not be moved: it was taken meanwhile (its lock refuses the removal), or is gone.
+ * False when it could not be moved: it was taken meanwhile, or is gone. The job leaves `from`'s
+ * lists atomically before it is copied: BullMQ's own remove answers "removed" for a job that a
+ * worker took and finished meanwhile, and two callers (a reclaim and a lane's timer) could both
+ * copy it, or copy one already answered, which then ran twice.
  */
 export async function moveWaiting(redis: RedisClient, from: Queue, to: Queue, id: string): Promise<boolean> {
   const job = await from.getJob(id);
   if (!job) return false;
-  const state = await job.getState();
-  if (state !== "waiting" && state !== "prioritized") return false;
-  if (
-    !(await job.remove().then(
-      () => true,
-      () => false,
-    ))
-  )
-    return false;
+  const keys = [from.keys.wait as string, from.keys.prioritized as string];
+  if (Number(await takeWaiting.run(redis, keys, [id])) !== 1) return false;
+  // In no list now, so unlocked and nobody's: BullMQ's remove clears its hash and bookkeeping.
+  await job.remove();
   await addLike(redis, to, job);
   return true;
 }

@@ -1,6 +1,6 @@
 /**
- * Batch inference end to end: a stack started like `platform up` (tiny model,
- * two replicas), batch coordinators in their own processes, real s3rver.
+ * Batch inference end to end: the tiny model on two replicas of the shared stack,
+ * batch coordinators in their own processes (on a queue of this file's own), real s3rver.
  *
  * 10,000 records through the real engine on file:// and on S3; a coordinator
  * SIGKILLed mid-job and replaced, with every engine invocation counted per
@@ -20,12 +20,14 @@ import { type Control, connectControl } from "../../src/redis/connection.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import { openStore } from "../../src/storage/index.ts";
 import { type CoordinatorProcess, type S3Server, spawnCoordinator, startS3, waitForJob } from "../helpers/batch-env.ts";
+import { deploy, undeploy } from "../helpers/deploy.ts";
 import { tinyModelPath } from "../helpers/models.ts";
-import { QueueObserver } from "../helpers/queue-observer.ts";
-import { type OwnStack, startStack } from "../helpers/stack.ts";
+import { LanesObserver, QueueObserver } from "../helpers/queue-observer.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import type { Stack } from "../helpers/stack.ts";
 import { sleep } from "../helpers/wait.ts";
 
-const MODEL = "tiny";
+const MODEL = unique("tiny");
 // 10,000 records take 10-30 s on two busy cores; the default 60 s is too tight a margin.
 const LONG = 240_000;
 const RECORDS = 10_000;
@@ -54,7 +56,7 @@ const WORDS = [
 ];
 const PROMPTS = WORDS.flatMap((w) => [`Once upon a time there was a ${w}`, `The little ${w} went to the park and`]);
 
-let stack: OwnStack;
+let stack: Stack;
 let ctl: Control;
 /** The model queue and the coordinator queue, as the tests look into them. */
 let queues: QueueBase;
@@ -70,13 +72,8 @@ let reference: string;
 beforeAll(async () => {
   scratch = await mkdtemp(join(tmpdir(), "platform-batch-"));
   const model = await tinyModelPath();
-  // Prefix-affine dispatch off: the priority test reads the order of online and batch jobs on one
-  // queue's event stream, where a replica's lane would keep online jobs on a stream of their own.
-  stack = await startStack({
-    model,
-    args: ["--name", MODEL, "--replicas", "2", "--parallel", "4"],
-    env: { PLATFORM_PREFIX_AFFINITY: "false" },
-  });
+  stack = await sharedStack();
+  await deploy(stack, MODEL, { source: model, endpoint: { resources: { replicas: 2, parallel: 4 } } });
   ctl = connectControl(stack.redisUrl, "platform");
   queues = new QueueBase(ctl);
   // Our own coordinator queue: a coordinator the stack may run never takes these jobs.
@@ -107,9 +104,8 @@ afterAll(async () => {
   await queues?.close();
   await ctl?.redis.quit();
   await s3?.close();
-  const code = await stack?.stop();
+  await undeploy(stack, MODEL);
   if (scratch) await rm(scratch, { recursive: true, force: true });
-  expect(code).toBe(0);
 });
 
 function parseOutput(text: string): BatchOutputLine[] {
@@ -301,7 +297,8 @@ describe("priority", () => {
     "serves online requests ahead of the batch records already waiting",
     async () => {
       const queue = queues.queue(MODEL, "v1");
-      const observer = await QueueObserver.start(stack.redisUrl, "platform", queueName(MODEL, "v1"), { keepLog: true });
+      // The queue and its replicas' lanes, where prefix-affine dispatch places online jobs, in one order.
+      const observer = await LanesObserver.start(stack.redisUrl, "platform", queueName(MODEL, "v1"), { keepLog: true });
       const created = await jobs.create({
         model: MODEL,
         input: inputPath,

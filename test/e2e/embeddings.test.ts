@@ -1,6 +1,6 @@
 /**
  * Embeddings end to end: the suite's tiny sentence-transformers BERT, converted to GGUF, registered
- * (its task detected as embed), deployed by `platform up` and asked through the gateway, the queue
+ * (its task detected as embed), deployed and asked through the gateway, the queue
  * and a real worker with the official `openai` client, in its default base64 encoding and as floats.
  * Every embedding must match the TypeScript reference forward pass (cosine ≥ 0.999), for mean and
  * CLS pooling; generation routes and embeddings refuse the model of the other task.
@@ -16,7 +16,7 @@ import { bertEmbedding, bertInput, cosine } from "../helpers/bert-reference.ts";
 import { deploy as deployModel, undeploy } from "../helpers/deploy.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { sharedStack, unique } from "../helpers/shared-stack.ts";
-import { runCli, type Stack, startStack, waitAvailable } from "../helpers/stack.ts";
+import { runCli, type Stack, waitAvailable } from "../helpers/stack.ts";
 
 const TEXTS = [
   "The quick brown fox jumped over the lazy dog.",
@@ -255,27 +255,6 @@ describe("tasks chosen at registration", () => {
           )
         ).code === "model_not_generative",
       `the gateway to route ${TINY} to v2`,
-    );
-  });
-});
-
-// `up --model --task` is said at startup: a stack of its own.
-describe("platform up --task", () => {
-  it("registers --model with the task given, and refuses an unknown one", async () => {
-    const other = await startStack({
-      model: await tinyModelPath(),
-      args: ["--name", "tiny-up", "--task", "embed", "--replicas", "0"],
-      waitAvailable: false,
-    });
-    try {
-      expect(other.output()).toMatch(/registered tiny-up@v1 from .* \(task embed\)/);
-      const { body } = await other.admin<{ data: { name: string; task: string }[] }>("GET", "/admin/v1/models");
-      expect(body.data.map((m) => [m.name, m.task])).toEqual([["tiny-up", "embed"]]);
-    } finally {
-      expect(await other.stop()).toBe(0);
-    }
-    await expect(startStack({ model: await tinyModelPath(), args: ["--task", "rerank"] })).rejects.toThrow(
-      /--task rerank: use embed, generate or image/,
     );
   });
 });

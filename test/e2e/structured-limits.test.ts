@@ -3,7 +3,8 @@
  * the official `openai` client: each limit refused with its message before anything is queued, a
  * schema at the limits answered, plain requests answered while large-schema requests run, and a
  * job a producer enqueues directly refused by the replica. On stories260K where ../shared has it,
- * else on the suite's tiny model. No timings are asserted: `npm run bench:grammar` measures them.
+ * else on the suite's tiny model, on the shared stack: the default limits (a lowered one is
+ * test/unit/settings.test.ts's). No timings are asserted: `npm run bench:grammar` measures them.
  */
 import { randomBytes, randomUUID } from "node:crypto";
 import OpenAI from "openai";
@@ -11,25 +12,28 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { queueName } from "../../src/contracts/naming.ts";
 import { QueueBase } from "../../src/queue/base.ts";
 import { type Control, connectControl } from "../../src/redis/connection.ts";
+import { MAX_TOOLS } from "../../src/contracts/job.ts";
+import { deploy, undeploy } from "../helpers/deploy.ts";
 import { sharedModelPath, tinyModelPath } from "../helpers/models.ts";
 import { QueueObserver } from "../helpers/queue-observer.ts";
-import { type OwnStack, startStack } from "../helpers/stack.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import type { Stack } from "../helpers/stack.ts";
 
-const MODEL = "limits";
-const MAX_TOOLS = 4;
-let stack: OwnStack;
+const MODEL = unique("limits");
+let stack: Stack;
 let client: OpenAI;
 let ctl: Control;
 
 beforeAll(async () => {
   const model = sharedModelPath() ?? (await tinyModelPath({ contextLength: 2048 }));
-  stack = await startStack({ model, args: ["--name", MODEL], env: { PLATFORM_MAX_TOOLS: String(MAX_TOOLS) } });
+  stack = await sharedStack();
+  await deploy(stack, MODEL, { source: model });
   client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
   ctl = connectControl(stack.redisUrl, "platform");
 }, 120_000);
 afterAll(async () => {
   await ctl?.redis.quit();
-  await stack?.stop();
+  await undeploy(stack, MODEL);
 });
 
 const pad = (text: string, length: number) => text.padEnd(length, "x");
@@ -115,10 +119,11 @@ describe("schema limits", () => {
       type: "function" as const,
       function: { name: `tool_${i}`, parameters: parameters as Record<string, unknown> },
     });
+    // Past the queue contract's bound (PLATFORM_MAX_TOOLS lowers it: schema_too_large, settings.test.ts).
     expect(await chat({ tools: Array.from({ length: MAX_TOOLS + 1 }, (_, i) => tool(i)) })).toEqual({
-      code: "schema_too_large",
+      code: "invalid_request",
       param: "tools",
-      message: `tools: ${MAX_TOOLS + 1} tools; at most ${MAX_TOOLS} (PLATFORM_MAX_TOOLS)`,
+      message: `tools: at most ${MAX_TOOLS} tools in one request; send fewer`,
     });
     // Every tool's parameters and response_format count together.
     const half = { type: "object", properties: { pick: { enum: values(600, 8) } } };

@@ -12,7 +12,8 @@ import { Redis } from "ioredis";
 import { StreamReader } from "../../src/queue/stream-reader.ts";
 
 /** `returnvalue`: a `completed` event's JSON return value, kept with `keepLog`. */
-export type ObservedEvent = { event: string; jobId: string; returnvalue?: string };
+/** `at`: the entry's stream id (`<ms>-<seq>`), which orders events across a queue and its lanes. */
+export type ObservedEvent = { event: string; jobId: string; returnvalue?: string; at: string };
 
 export class QueueObserver {
   private readonly redisUrl: string;
@@ -100,7 +101,7 @@ export class QueueObserver {
   }
 
   private tally(entries: [string, string[]][]): void {
-    for (const [, fields] of entries) {
+    for (const [at, fields] of entries) {
       this.read++;
       const raw = field(fields, "event");
       const jobId = field(fields, "jobId");
@@ -113,7 +114,7 @@ export class QueueObserver {
         this.counts.set(jobId, perJob);
       }
       perJob.set(event, (perJob.get(event) ?? 0) + 1);
-      this.log?.push({ event, jobId, returnvalue: field(fields, "returnvalue") });
+      this.log?.push({ event, jobId, returnvalue: field(fields, "returnvalue"), at });
     }
   }
 }
@@ -174,8 +175,15 @@ export class LanesObserver {
     return [...new Set(this.observers.flatMap((o) => o.takenJobIds()))];
   }
 
+  /** Every stream's events in one list, in the order their entries were added (to the millisecond). */
   events(): ObservedEvent[] {
-    return this.observers.flatMap((o) => o.events());
+    const key = (at: string) => at.split("-").map(Number) as [number, number];
+    return this.observers
+      .flatMap((o) => o.events())
+      .sort((a, b) => {
+        const [x, y] = [key(a.at), key(b.at)];
+        return x[0] - y[0] || x[1] - y[1];
+      });
   }
 
   async drain(): Promise<{ lost: number }> {

@@ -14,6 +14,7 @@ import {
   type FunctionTool,
   JsonSchema,
   MAX_TOOLS,
+  TOO_MANY_TOOLS,
   type ResponseFormat,
   type SamplingParams,
   type ToolCall,
@@ -167,7 +168,7 @@ export const ResponseCreateRequest = openAiBody(
     instructions: z.string().nullish(),
     max_output_tokens: generatedTokens.nullish(),
     ...orNull({ temperature: bounds.temperature, top_p: bounds.top_p, seed: bounds.seed }),
-    tools: z.array(ResponsesTool).max(MAX_TOOLS).nullish(),
+    tools: z.array(ResponsesTool).max(MAX_TOOLS, TOO_MANY_TOOLS).nullish(),
     tool_choice: ResponsesToolChoice.nullish(),
     parallel_tool_calls: z.boolean().nullish(),
     text: z
