@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { TestProject } from "vitest/node";
 import { writeFakeVllmBin } from "./helpers/fake-vllm.ts";
-import { sharedModelPath } from "./helpers/models.ts";
+import { referencePython, sharedModelPath } from "./helpers/models.ts";
 import { type StackHandle, startStack } from "./helpers/stack.ts";
 
 declare module "vitest" {
@@ -20,6 +20,8 @@ declare module "vitest" {
   }
 }
 
+const PYTHON = referencePython();
+
 /** Settings beside the defaults: what some files need and none of the others notice. */
 const SETTINGS: NodeJS.ProcessEnv = {
   // cli.test.ts imports a model from an HTTP server on loopback.
@@ -27,6 +29,10 @@ const SETTINGS: NodeJS.ProcessEnv = {
   PLATFORM_SOURCES_ALLOW_PRIVATE: "true",
   // worker-metrics.test.ts scrapes a worker's own /metrics.
   PLATFORM_WORKER_METRICS: "true",
+  // images-platform.test.ts and lifecycle.test.ts: the picture engine and the trainer run on the
+  // reference venv the tests compare with (by default the checkout's .venv-ref, which
+  // PLATFORM_TEST_PYTHON_REF may replace).
+  ...(PYTHON ? { PLATFORM_IMAGES_PYTHON: PYTHON, PLATFORM_TRAINER_PYTHON: PYTHON } : {}),
 };
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {

@@ -1,6 +1,7 @@
 /**
- * Image generation through the platform's own paths, end to end (docs/images.md): `platform up`
- * with a tiny random diffusers pipeline (scripts/reference/make-tiny-diffusers.py), then a 20-record
+ * Image generation through the platform's own paths, end to end (docs/images.md): the shared
+ * stack serving a tiny random diffusers pipeline (scripts/reference/make-tiny-diffusers.py; the
+ * stack's PLATFORM_IMAGES_PYTHON is the reference venv, test/e2e-stack.ts), then a 20-record
  * image batch submitted with `platform inference batch` that survives a SIGKILL of its worker
  * mid-job (each record answered once, one PNG each, equal to the online answer for the same seed),
  * usage in images and steps (`platform usage`), a per-key request limit, organizations, and the
@@ -16,8 +17,10 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { deploy, undeploy } from "../helpers/deploy.ts";
 import { diffusersPython, makeTinyPipeline } from "../helpers/models.ts";
-import { type CliResult, type OwnStack, runCli, startStack } from "../helpers/stack.ts";
+import { sharedStack, unique } from "../helpers/shared-stack.ts";
+import { type CliResult, runCli, type Stack } from "../helpers/stack.ts";
 
 const python = diffusersPython("images-platform.test");
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -37,8 +40,12 @@ const record = (i: number) => ({
   seed: 1000 + i,
 });
 
-let stack: OwnStack;
+let stack: Stack;
 let scratch: string;
+/** This file's endpoint, model and names on the shared stack. */
+const PIC = unique("pic");
+/** The first test's 20-record batch: what the organizations test tries to reach. */
+let batchId: string;
 
 type Status = { state: string; replica_list: { pid: number; id: string }[]; queue: { active: number } };
 type Job = {
@@ -57,7 +64,7 @@ const generate = (body: unknown, key = stack.apiKey) =>
   fetch(`${stack.baseUrl}/v1/images/generations`, {
     method: "POST",
     headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
-    body: JSON.stringify({ model: "pic", ...(body as object) }),
+    body: JSON.stringify({ model: PIC, ...(body as object) }),
   });
 
 beforeAll(async () => {
@@ -65,47 +72,44 @@ beforeAll(async () => {
   scratch = await mkdtemp(join(tmpdir(), "images-platform-"));
   const pipeline = join(scratch, "tiny-sd");
   makeTinyPipeline(python as string, pipeline);
-  stack = await startStack({
-    model: pipeline,
-    // The scratch directory is a storage root: the A/B test registers the pipeline again from there.
-    args: ["--name", "pic", "--storage-root", scratch],
-    env: { PLATFORM_IMAGES_PYTHON: python as string },
-  });
+  stack = await sharedStack();
+  // Under the OS temp dir, a storage root of the stack: the A/B test registers the pipeline again from there.
+  await deploy(stack, PIC, { source: pipeline, framework: "diffusers" });
 }, LONG);
 
 afterAll(async () => {
-  const code = await stack?.stop();
+  await undeploy(stack, PIC);
   if (scratch) await rm(scratch, { recursive: true, force: true });
-  if (stack) expect(code).toBe(0);
 });
 
 describe.skipIf(!usable)("image generation on the platform", () => {
   it(
     "a 20-record image batch survives a SIGKILLed worker: each record once, one PNG each, equal to the online images",
     async () => {
-      const dir = join(stack.dataDir, "batch", "images");
+      const dir = join(stack.dataDir, "batch", PIC);
       await mkdir(dir, { recursive: true });
       const input = join(dir, "prompts.jsonl");
       await writeFile(input, `${Array.from({ length: RECORDS }, (_, i) => JSON.stringify(record(i))).join("\n")}\n`);
       const out = join(dir, "out");
       const submitted = await runCli(
-        ["inference", "batch", "--model", "pic", "--input", input, "--output", `${out}/`, "--concurrency", "4"],
+        ["inference", "batch", "--model", PIC, "--input", input, "--output", `${out}/`, "--concurrency", "4"],
         stack.env,
       );
       expect(submitted.code, submitted.stderr).toBe(0);
       const id = submitted.stdout.trim();
+      batchId = id;
       const job = async () => (await stack.admin<Job>("GET", `/v1/batch-jobs/${id}`)).body;
 
       // Mid-job, with a record on the replica: kill it. The supervisor replaces it; the record is served again.
       await stack.waitFor(
         async () => {
-          const [j, s] = [await job(), (await stack.admin<Status>("GET", "/admin/v1/endpoints/pic")).body];
+          const [j, s] = [await job(), (await stack.admin<Status>("GET", `/admin/v1/endpoints/${PIC}`)).body];
           return j.counts.succeeded >= 2 && s.queue.active >= 1;
         },
         "the batch to be under way",
         LONG,
       );
-      const before = (await stack.admin<Status>("GET", "/admin/v1/endpoints/pic")).body;
+      const before = (await stack.admin<Status>("GET", `/admin/v1/endpoints/${PIC}`)).body;
       const victim = before.replica_list[0] as { pid: number; id: string };
       process.kill(victim.pid, "SIGKILL");
       expect((await job()).state).toBe("running");
@@ -117,7 +121,7 @@ describe.skipIf(!usable)("image generation on the platform", () => {
       );
       const done = await job();
       expect(done).toMatchObject({ state: "completed", counts: { total: RECORDS, succeeded: RECORDS, failed: 0 } });
-      expect(stack.output()).toMatch(/exited \(SIGKILL\); replacing it/);
+      expect(stack.output()).toContain(`replica ${victim.id} exited (SIGKILL); replacing it`);
 
       const lines = (await readFile(fileURLToPath(done.output_file as string), "utf8"))
         .trimEnd()
@@ -159,7 +163,7 @@ describe.skipIf(!usable)("image generation on the platform", () => {
           "inference",
           "batch",
           "--model",
-          "pic",
+          PIC,
           "--input",
           keptInput,
           "--output",
@@ -197,17 +201,19 @@ describe.skipIf(!usable)("image generation on the platform", () => {
     const res = await generate({ prompt: "a cat", size: "64x64", num_inference_steps: 2, n: 2, seed: 5 });
     expect(res.status).toBe(200);
     await stack.waitFor(async () => {
-      const u = (await stack.admin<{ data: { images: number }[] }>("GET", "/v1/usage?by=model&since=1h")).body;
-      return (u.data[0]?.images ?? 0) >= 2 * RECORDS + 4;
+      const u = (await stack.admin<{ data: { model: string; images: number }[] }>("GET", "/v1/usage?by=model&since=1h"))
+        .body;
+      return (u.data.find((row) => row.model === PIC)?.images ?? 0) >= 2 * RECORDS + 4;
     }, "usage to be written");
     const usage = cliJson<{
       data: { model: string; version: string; images: number; steps: number; requests: number }[];
     }>(await runCli(["usage", "--by", "model,version", "--json"], stack.env));
     // The batch's 20 records (and the replayed record's retry is not counted twice), 20 online, the
     // kept batch's 2 records, one request of 2.
-    expect(usage.data).toEqual([
+    // Other files' models share the stack's usage: this file's own rows.
+    expect(usage.data.filter((row) => row.model === PIC)).toEqual([
       expect.objectContaining({
-        model: "pic",
+        model: PIC,
         version: "v1",
         requests: 2 * RECORDS + 3,
         images: 2 * RECORDS + 4,
@@ -220,7 +226,7 @@ describe.skipIf(!usable)("image generation on the platform", () => {
 
   it("an image is a request to a key's rate limit; another organization reaches neither its image URLs nor its image batches", async () => {
     const limited = cliJson<{ key: string }>(
-      await runCli(["keys", "create", "three-a-minute", "--rpm", "3", "--json"], stack.env),
+      await runCli(["keys", "create", unique("three-a-minute"), "--rpm", "3", "--json"], stack.env),
     );
     const two = await generate({ prompt: "one", size: "64x64", num_inference_steps: 1, n: 2 }, limited.key);
     expect(two.status).toBe(200);
@@ -234,7 +240,7 @@ describe.skipIf(!usable)("image generation on the platform", () => {
     const one = await generate({ prompt: "three", size: "64x64", num_inference_steps: 1 }, limited.key);
     expect(one.status).toBe(200);
     const tooMany = cliJson<{ key: string }>(
-      await runCli(["keys", "create", "three-more", "--rpm", "3", "--json"], stack.env),
+      await runCli(["keys", "create", unique("three-more"), "--rpm", "3", "--json"], stack.env),
     );
     const never = await generate({ prompt: "four", size: "64x64", num_inference_steps: 1, n: 4 }, tooMany.key);
     expect(never.status).toBe(429);
@@ -248,19 +254,20 @@ describe.skipIf(!usable)("image generation on the platform", () => {
     const url = ((await made.json()) as { data: { url: string }[] }).data[0]?.url as string;
     const own = await fetch(url, { headers: { authorization: `Bearer ${stack.apiKey}` } });
     expect([own.status, own.headers.get("content-type")]).toEqual([200, "image/png"]);
-    cliJson(await runCli(["orgs", "create", "elsewhere", "--json"], stack.env));
+    const elsewhere = unique("elsewhere");
+    cliJson(await runCli(["orgs", "create", elsewhere, "--json"], stack.env));
     const outsider = cliJson<{ key: string }>(
-      await runCli(["keys", "create", "outsider", "--org", "elsewhere", "--role", "admin", "--json"], stack.env),
+      await runCli(["keys", "create", unique("outsider"), "--org", elsewhere, "--role", "admin", "--json"], stack.env),
     );
     const theirs = await fetch(url, { headers: { authorization: `Bearer ${outsider.key}` } });
     expect(theirs.status).toBe(404);
     const jobs = (await stack.admin<{ data: { id: string }[] }>("GET", "/v1/batch-jobs")).body.data;
-    expect(jobs.length).toBeGreaterThan(0);
-    const peek = await fetch(`${stack.baseUrl}/v1/batch-jobs/${jobs[0]?.id}`, {
+    expect(jobs.map((j) => j.id)).toContain(batchId);
+    const peek = await fetch(`${stack.baseUrl}/v1/batch-jobs/${batchId}`, {
       headers: { authorization: `Bearer ${outsider.key}` },
     });
     expect(peek.status).toBe(404);
-    const pngUrl = `${stack.baseUrl}/v1/batch-jobs/${jobs[0]?.id}/output/${jobs[0]?.id}/img-0.png`;
+    const pngUrl = `${stack.baseUrl}/v1/batch-jobs/${batchId}/output/${batchId}/img-0.png`;
     const mine = await fetch(pngUrl, { headers: { authorization: `Bearer ${stack.apiKey}` } });
     expect([mine.status, mine.headers.get("content-type")]).toEqual([200, "image/png"]);
     const notMine = await fetch(pngUrl, { headers: { authorization: `Bearer ${outsider.key}` } });
@@ -284,7 +291,7 @@ describe.skipIf(!usable || !haveChromium)("the dashboard's image playground", ()
         await page.goto(`${stack.baseUrl}/dashboard`);
         await page.locator("input[name=key]").fill(stack.apiKey);
         await page.getByRole("button", { name: "Sign in" }).click();
-        const card = page.getByTestId("endpoint-pic");
+        const card = page.getByTestId(`endpoint-${PIC}`);
         await card.waitFor();
         const form = card.getByTestId("playground-form");
         await form.locator("input[name=prompt]").fill("a lighthouse at dusk");
@@ -321,17 +328,17 @@ describe.skipIf(!usable)("image versions on the fleet", () => {
     async () => {
       // v2: the same pipeline registered again (the same weights: what is checked is the traffic split).
       const reg = await stack.admin("POST", "/admin/v1/models", {
-        name: "pic",
+        name: PIC,
         framework: "diffusers",
         source: join(scratch, "tiny-sd"),
         version: "v2",
       });
       expect(reg.status, JSON.stringify(reg.body)).toBe(201);
-      const started = await stack.admin("PUT", "/admin/v1/endpoints/pic/abtest", { split: "v1=50,v2=50" });
+      const started = await stack.admin("PUT", `/admin/v1/endpoints/${PIC}/abtest`, { split: "v1=50,v2=50" });
       expect(started.status, JSON.stringify(started.body)).toBe(201);
       await stack.waitFor(
         async () =>
-          (await stack.admin<AbStatus>("GET", "/admin/v1/endpoints/pic/abtest")).body.abtest?.state === "running",
+          (await stack.admin<AbStatus>("GET", `/admin/v1/endpoints/${PIC}/abtest`)).body.abtest?.state === "running",
         "the A/B test to run",
         LONG,
       );
@@ -344,7 +351,7 @@ describe.skipIf(!usable)("image versions on the fleet", () => {
         seen.set(version, (seen.get(version) ?? 0) + 1);
       }
       expect([...seen.keys()].sort()).toEqual(["v1", "v2"]);
-      const stopped = await stack.admin("DELETE", "/admin/v1/endpoints/pic/abtest?keep=v1");
+      const stopped = await stack.admin("DELETE", `/admin/v1/endpoints/${PIC}/abtest?keep=v1`);
       expect(stopped.status, JSON.stringify(stopped.body)).toBe(200);
     },
     LONG,
@@ -353,8 +360,8 @@ describe.skipIf(!usable)("image versions on the fleet", () => {
   it(
     "scales an image endpoint from zero on its queue's depth",
     async () => {
-      const res = await stack.admin("PUT", "/admin/v1/endpoints/pic", {
-        model: { name: "pic", version: "v1" },
+      const res = await stack.admin("PUT", `/admin/v1/endpoints/${PIC}`, {
+        model: { name: PIC, version: "v1" },
         resources: { replicas: 0, parallel: 1 },
         autoscaling: {
           min_replicas: 0,
@@ -366,13 +373,13 @@ describe.skipIf(!usable)("image versions on the fleet", () => {
       });
       expect(res.status, JSON.stringify(res.body)).toBe(200);
       await stack.waitFor(
-        async () => (await stack.admin<Status>("GET", "/admin/v1/endpoints/pic")).body.state === "scaled_to_zero",
-        "pic scaled to zero",
+        async () => (await stack.admin<Status>("GET", `/admin/v1/endpoints/${PIC}`)).body.state === "scaled_to_zero",
+        `${PIC} scaled to zero`,
         LONG,
       );
       const woken = await generate({ prompt: "wake up", size: "64x64", num_inference_steps: 1, seed: 3 });
       expect(woken.status, await woken.clone().text()).toBe(200);
-      const scaling = (await stack.admin<Scaling>("GET", "/admin/v1/endpoints/pic/autoscaling")).body;
+      const scaling = (await stack.admin<Scaling>("GET", `/admin/v1/endpoints/${PIC}/autoscaling`)).body;
       expect(scaling.decisions.find((d) => d.action === "scale_up")?.reason).toMatch(/scale from zero/);
     },
     LONG,

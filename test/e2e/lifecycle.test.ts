@@ -1,6 +1,7 @@
 /**
- * The model lifecycle of issue 25's "Done when", walked on a real `platform up` as a new user walks
- * it, with the CLI and the official `openai` client: the suite's tiny Llama checkpoint registered and
+ * The model lifecycle of issue 25's "Done when", walked on the shared stack as a new user walks
+ * it, with the CLI and the official `openai` client (its names, `tiny`, `tuned`, `resumed`, `a1` and
+ * `a2`, are this file's alone there, and the stack's trainer runs the reference venv, test/e2e-stack.ts): the suite's tiny Llama checkpoint registered and
  * deployed (float32, one replica); fine-tuned through the CLI (`training submit --dataset --watch`)
  * and through the openai client's fine-tuning API, the latter's trainer child SIGKILLed once a
  * checkpoint exists and the job resuming from it; the resulting adapter and two more
@@ -13,7 +14,7 @@
  */
 import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { appendFile, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { appendFile, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -21,12 +22,15 @@ import { Redis } from "ioredis";
 import { getLlama, LlamaLogLevel, type Token } from "node-llama-cpp";
 import OpenAI, { toFile } from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { convertedKey } from "../../src/models/converted.ts";
 import type { RegisteredVersion } from "../../src/models/record.ts";
 import { sayDataset } from "../helpers/fine-tuning-data.ts";
 import { runLmEvalHf, writeChoiceTask } from "../helpers/lm-eval.ts";
 import { QUESTIONS as EVALUATION_QUESTIONS, TEXTS } from "../helpers/evaluation-data.ts";
 import { referencePython } from "../helpers/models.ts";
-import { type CliResult, type OwnStack, runCli, startStack, waitAvailable } from "../helpers/stack.ts";
+import { undeploy } from "../helpers/deploy.ts";
+import { sharedStack } from "../helpers/shared-stack.ts";
+import { type CliResult, runCli, type Stack, waitAvailable } from "../helpers/stack.ts";
 
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 const CHECKPOINT = join(repoRoot, "test", "fixtures", "hf", "llama");
@@ -56,7 +60,7 @@ type MadeLora = {
 type Eval = { metric: string; value: number; n: number; stderr: number | null };
 
 let work: string;
-let stack: OwnStack;
+let stack: Stack;
 let made: MadeLora;
 let client: OpenAI;
 /** The openai-client job, killed and resumed: the fine-tuned adapter served and evaluated below. */
@@ -157,17 +161,15 @@ beforeAll(async () => {
   const lora = spawnSync(python as string, [MAKE_LORA, CHECKPOINT, join(work)], { encoding: "utf8", timeout: 300_000 });
   if (lora.status !== 0) throw new Error(`make-lora.py failed: ${lora.stderr}`);
   made = JSON.parse(lora.stdout) as MadeLora;
-  // The stack's trainer runs the same Python as the references.
-  stack = await startStack({ env: { PLATFORM_TRAINER_PYTHON: python } });
+  stack = await sharedStack();
   client = new OpenAI({ baseURL: `${stack.baseUrl}/v1`, apiKey: stack.apiKey, maxRetries: 0 });
   if (outputs) await writeFile(outputs, "# Real outputs of test/e2e/lifecycle.test.ts\n");
 }, 300_000);
 
 afterAll(async () => {
   if (skip) return;
-  const code = await stack?.stop();
+  await undeploy(stack, "tiny");
   if (work) await rm(work, { recursive: true, force: true });
-  expect(code).toBe(0);
 });
 
 describe.skipIf(skip !== undefined)("the model lifecycle on platform up", () => {
@@ -329,13 +331,14 @@ describe.skipIf(skip !== undefined)("the model lifecycle on platform up", () => 
         client.completions.create({ model: c.model, prompt: c.prompt, max_tokens: base.new_tokens, temperature: 0 }),
       ),
     );
-    // transformers' ids as text through the platform's own conversion of the base (its vocabulary).
-    const gguf = (await readdir(stack.dataDir, { recursive: true })).filter(
-      (f) => f.endsWith(".gguf") && !f.includes("lora"),
-    );
-    expect(gguf.length).toBeGreaterThan(0);
+    // transformers' ids as text through the platform's own conversion of the base (its vocabulary),
+    // kept by its manifest digest (src/models/converted.ts) among the other files' models.
+    const models = (await stack.admin<{ data: RegisteredVersion[] }>("GET", "/admin/v1/models")).body.data;
+    const tinyV1 = models.find((m) => m.name === "tiny" && m.version === "v1") as RegisteredVersion;
+    const gguf = join(stack.dataDir, "artifacts", convertedKey(tinyV1.sha256));
+    expect(existsSync(gguf)).toBe(true);
     const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
-    const vocab = await llama.loadModel({ modelPath: join(stack.dataDir, gguf[0] as string), vocabOnly: true });
+    const vocab = await llama.loadModel({ modelPath: gguf, vocabOnly: true });
     try {
       for (const [i, c] of cases.entries()) {
         // An answer shorter than new_tokens ended at EOS, in transformers and here alike.
