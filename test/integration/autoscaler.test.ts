@@ -191,7 +191,9 @@ describe("autoscaler loop", () => {
     expect(await Lease.holder(ctl.redis, ctl.keys.scalerLease)).toBeNull();
   });
 
-  it("runs as `platform scaler` processes: only the lease holder decides; SIGKILL it and the other takes over", async () => {
+  it("runs as `platform scaler` processes: only the lease holder decides; SIGKILL it and the other takes over", {
+    timeout: 180_000,
+  }, async () => {
     const prefix = `${PREFIX}-proc`;
     const pctl = connectControl(REDIS_URL, prefix);
     controls.push(pctl);
@@ -223,6 +225,8 @@ describe("autoscaler loop", () => {
         p1.output().includes("running") &&
         p2.output().includes("running"),
       "both scalers up and a decision",
+      // Two processes starting on a loaded CI machine: the default 30 s ran out once.
+      90_000,
     );
     const leader = (await holder()) as string;
     expect(["proc-1", "proc-2"]).toContain(leader);
