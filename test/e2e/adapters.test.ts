@@ -1,12 +1,12 @@
 /**
- * Adapters on a running platform (the shared stack whose artifact store is in S3, s3rver; its worker a
- * child process): the tiny Llama checkpoint and a PEFT adapter registered with `training submit`, the
+ * Adapters on a running platform (`platform up`, its worker a child process) with the artifact store
+ * in S3 (s3rver): the tiny Llama checkpoint and a PEFT adapter registered with `training submit`, the
  * base deployed, the adapter served as `<endpoint>:<adapter>` token for token as transformers + peft
  * (scripts/reference/make-lora.py), its GGUF conversion kept in the store, `inference status`
  * naming it loaded, and `/v1/models` listing it through the official openai client.
  */
 import { spawnSync } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -14,15 +14,13 @@ import { getLlama, LlamaLogLevel, type Token } from "node-llama-cpp";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openStore } from "../../src/storage/index.ts";
-import type { RegisteredVersion } from "../../src/models/record.ts";
-import type { S3Settings } from "../../src/storage/index.ts";
-import { undeploy } from "../helpers/deploy.ts";
+import { type S3Server, startS3 } from "../helpers/batch-env.ts";
 import { referencePython } from "../helpers/models.ts";
-import { s3Stack } from "../helpers/shared-stack.ts";
-import { runCli, type Stack, waitAvailable } from "../helpers/stack.ts";
+import { type OwnStack, runCli, startStack, waitAvailable } from "../helpers/stack.ts";
 
 const CHECKPOINT = fileURLToPath(new URL("../fixtures/hf/llama/", import.meta.url));
 const MAKE_LORA = fileURLToPath(new URL("../../scripts/reference/make-lora.py", import.meta.url));
+const BUCKET = "platform-e2e-adapters";
 const python = referencePython();
 const skip = python === undefined ? "the reference venv (.venv-ref, scripts/reference/setup.sh) is absent" : undefined;
 if (skip) console.warn(`e2e/adapters.test.ts skipped: ${skip}`);
@@ -34,9 +32,8 @@ type Reference = {
 };
 
 let work: string;
-let s3: S3Settings;
-let bucket: string;
-let stack: Stack;
+let s3: S3Server;
+let stack: OwnStack;
 let reference: Reference;
 
 beforeAll(async () => {
@@ -45,13 +42,16 @@ beforeAll(async () => {
   const made = spawnSync(python as string, [MAKE_LORA, CHECKPOINT, work], { encoding: "utf8", timeout: 300_000 });
   if (made.status !== 0) throw new Error(`make-lora.py failed: ${made.stderr}`);
   reference = JSON.parse(made.stdout) as Reference;
-  ({ stack, s3, bucket } = await s3Stack());
+  s3 = await startS3(join(work, "s3rver"), BUCKET);
+  stack = await startStack({ env: { ...s3.env, PLATFORM_ARTIFACTS_URL: `s3://${BUCKET}/artifacts` } });
 }, 300_000);
 
 afterAll(async () => {
   if (skip) return;
-  await undeploy(stack, "tiny");
+  const code = await stack?.stop();
+  await s3?.close();
   if (work) await rm(work, { recursive: true, force: true });
+  expect(code).toBe(0);
 });
 
 describe.skipIf(skip !== undefined)("adapters on a running platform", () => {
@@ -82,11 +82,8 @@ describe.skipIf(skip !== undefined)("adapters on a running platform", () => {
       ),
     );
 
-    // The replica's conversion of the base in the node's cache (`<digest>.model.gguf`, beside the
-    // other files' models): its vocabulary turns transformers' ids into text.
-    const records = (await stack.admin<{ data: RegisteredVersion[] }>("GET", "/admin/v1/models")).body.data;
-    const tinyV1 = records.find((m) => m.name === "tiny" && m.version === "v1") as RegisteredVersion;
-    const gguf = join(stack.dataDir, "cache", "models", `${tinyV1.sha256}.model.gguf`);
+    // The replica's conversion of the base: its vocabulary turns transformers' ids into text.
+    const gguf = (await readdirGguf(join(stack.dataDir, "cache", "models")))!;
     const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
     const vocab = await llama.loadModel({ modelPath: gguf, vocabOnly: true });
     try {
@@ -97,7 +94,7 @@ describe.skipIf(skip !== undefined)("adapters on a running platform", () => {
     }
 
     // The adapter's conversion lives in the artifact store, for every other replica.
-    const store = openStore(`s3://${bucket}/artifacts`, s3);
+    const store = openStore(`s3://${BUCKET}/artifacts`, s3.settings);
     try {
       const keys: string[] = [];
       for await (const o of store.list("converted/lora/")) keys.push(o.key);
@@ -112,3 +109,9 @@ describe.skipIf(skip !== undefined)("adapters on a running platform", () => {
     );
   });
 });
+
+/** The converted base in the node's cache (`<digest>.model.gguf`). */
+async function readdirGguf(dir: string): Promise<string | undefined> {
+  const name = (await readdir(dir)).find((f) => f.endsWith(".model.gguf"));
+  return name === undefined ? undefined : join(dir, name);
+}

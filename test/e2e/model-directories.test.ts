@@ -1,18 +1,18 @@
 /**
- * Checkpoint directories end to end on the shared stack whose artifact store is in S3 (s3rver): the
+ * Checkpoint directories end to end on `platform up` with its artifact store in S3 (s3rver): the
  * CLI uploads a Hugging Face-style directory (`training submit --source <dir>`); a `framework: vllm`
  * deployment goes through the gateway, the queue and a real worker whose `vllm serve` is the fake
  * (test/helpers/fake-vllm.ts), which must be given the directory materialised in the node's cache and
  * `--quantization` for a full-precision checkpoint (not for a pre-quantized one); a llama.cpp
  * deployment of a checkpoint gets it converted to GGUF, or fails with the converter's message in
- * `status` when its architecture has no converter (`up --model` refusing one: up-start.test.ts). Bring-your-own weights as a user does it: the
+ * `status` when its architecture has no converter. Bring-your-own weights as a user does it: the
  * committed tiny Llama checkpoint, uploaded and served by llama.cpp through the `openai` client,
  * generates what transformers generates; a sentence-transformers BERT directory with CLS pooling in
  * 1_Pooling/config.json embeds as the reference forward pass pools it.
  */
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { delimiter, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { existsSync } from "node:fs";
 import OpenAI from "openai";
@@ -20,21 +20,22 @@ import type { Token } from "node-llama-cpp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RegisteredVersion } from "../../src/models/record.ts";
 import { supportedArchitectures } from "../../src/formats/convert/index.ts";
+import { startS3, type S3Server } from "../helpers/batch-env.ts";
 import { expectedManifest, TEST_ARCHITECTURE, writeCheckpoint } from "../helpers/checkpoints.ts";
 import { CHAT_REPLY } from "../helpers/fake-vllm.ts";
-import { undeploy } from "../helpers/deploy.ts";
-import { s3Stack } from "../helpers/shared-stack.ts";
-import { runCli, type Stack, waitAvailable } from "../helpers/stack.ts";
+import { type OwnStack, runCli, startStack, waitAvailable } from "../helpers/stack.ts";
 import { TINY_BERT, writeTinyBert } from "../fixtures/tiny-bert.ts";
 import { bertEmbedding, bertInput, cosine } from "../helpers/bert-reference.ts";
 import { openModel } from "../helpers/quality.ts";
 
+const BUCKET = "platform-e2e-models";
 /** The converter's own tiny Llama checkpoint (src/formats/convert's fixtures), when this tree has it. */
 const LLAMA_FIXTURE = fileURLToPath(new URL("../fixtures/hf/llama", import.meta.url));
 
 type Status = { state: string; errors: string[]; weights: string[]; replicas: { ready: number; failed: number } };
 
-let stack: Stack;
+let s3: S3Server;
+let stack: OwnStack;
 let work: string;
 let record: string;
 let plain: string;
@@ -43,16 +44,31 @@ let quantized: string;
 
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), "platform-e2e-dirs-"));
+  s3 = await startS3(join(work, "s3rver"), BUCKET);
+  const fake = fileURLToPath(new URL("../helpers/fake-vllm.ts", import.meta.url));
+  const bin = join(work, "vllm");
+  await writeFile(bin, `#!/usr/bin/env node\nimport { main } from ${JSON.stringify(fake)};\nmain();\n`);
+  await chmod(bin, 0o755);
+  record = join(work, "vllm-record.json");
   plain = join(work, "plain");
   plainNames = await writeCheckpoint(plain, { sharded: true });
   quantized = join(work, "awq");
   await writeCheckpoint(quantized, { quantMethod: "awq" });
-  // Its vLLM endpoints' workers start the stand-in (test/helpers/fake-vllm.ts), which records here.
-  ({ stack, fakeVllmRecord: record } = await s3Stack());
+  stack = await startStack({
+    env: {
+      ...s3.env,
+      PLATFORM_ARTIFACTS_URL: `s3://${BUCKET}/artifacts`,
+      VLLM_BIN: bin,
+      FAKE_VLLM_RECORD: record,
+      // The launcher's `#!/usr/bin/env node` must find this Node (type stripping), not an older one on PATH.
+      PATH: `${dirname(process.execPath)}${delimiter}${process.env.PATH ?? ""}`,
+    },
+  });
 });
 
 afterAll(async () => {
-  await undeploy(stack, "ckpt", "awq", "ckpt-llama", "tiny-hf", "st-bert");
+  await stack?.stop();
+  await s3?.close();
   if (work) await rm(work, { recursive: true, force: true });
 });
 
@@ -145,6 +161,12 @@ describe("checkpoint directories on a running platform", () => {
     expect(refused.stderr).toContain("register it with --framework vllm");
     const models = (await stack.admin<{ data: RegisteredVersion[] }>("GET", "/admin/v1/models")).body.data;
     expect(models.some((m) => m.name === "ckpt-llama")).toBe(false);
+  });
+
+  it("`platform up --model <dir>` refuses a directory llama.cpp cannot serve before starting anything", async () => {
+    await expect(startStack({ model: plain, waitAvailable: false })).rejects.toThrow(
+      /platform up exited early \(1\)[\s\S]*cannot be converted to GGUF for llama\.cpp/,
+    );
   });
 
   const convertible =

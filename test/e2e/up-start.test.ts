@@ -3,15 +3,14 @@
  * operator's first admin key (PLATFORM_BOOTSTRAP_ADMIN_KEY, as docker-compose runs it): registered
  * by its hash on the first start, neither minted nor printed, and a changed key on a later start is
  * refused without taking the platform down (compose would otherwise restart it forever). The same
- * first start registers `--model` with the `--task` given; an unknown task, or a checkpoint
- * directory llama.cpp cannot serve, is refused before anything starts.
+ * first start registers `--model` with the `--task` given; an unknown task is refused before
+ * anything starts.
  */
 import { randomBytes } from "node:crypto";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { writeCheckpoint } from "../helpers/checkpoints.ts";
 import { tinyModelPath } from "../helpers/models.ts";
 import { startStack } from "../helpers/stack.ts";
 
@@ -68,13 +67,5 @@ it("registers the operator's key without printing it and --model with its --task
 it("refuses an unknown --task before starting anything", async () => {
   await expect(startStack({ model: await tinyModelPath(), args: ["--task", "rerank"] })).rejects.toThrow(
     /--task rerank: use embed, generate or image/,
-  );
-});
-
-it("refuses a checkpoint directory llama.cpp cannot serve before starting anything", async () => {
-  const plain = join(dataDir, "plain-checkpoint");
-  await writeCheckpoint(plain, { sharded: true });
-  await expect(startStack({ model: plain, waitAvailable: false })).rejects.toThrow(
-    /platform up exited early \(1\)[\s\S]*cannot be converted to GGUF for llama\.cpp/,
   );
 });
