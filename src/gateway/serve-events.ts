@@ -64,7 +64,6 @@ export async function serveEvents(
     const events = options.events();
     const itlLabels = { ...serving.served, source: "online" as const };
     let lastToken: number | undefined;
-    let streamed = false;
     // The text across attempts: a replica that dies mid-stream is replaced without a gap.
     const text = new StreamedText();
     await send(events.started());
@@ -77,7 +76,6 @@ export async function serveEvents(
           const now = performance.now();
           if (lastToken !== undefined) ctx.metrics.interToken.observe(itlLabels, (now - lastToken) / 1000);
           lastToken = now;
-          streamed = true;
           await send(events.text(delta));
         } else if (event.type === "started") {
           text.started(event);
@@ -91,7 +89,7 @@ export async function serveEvents(
       if (!result) throw new PlatformError(500, "internal_error", "the job ended without a result");
       recordAnswer(serving, [result], 1, firstTokenSeconds);
       // What the engine could only say at the end (text it had to parse first) comes whole.
-      if (!streamed && result.text !== "") await send(events.text(result.text));
+      if (text.length === 0 && result.text !== "") await send(events.text(result.text));
       await send(await events.finish(result));
     } catch (e) {
       const err = clientError(c, e);

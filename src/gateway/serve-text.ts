@@ -69,7 +69,6 @@ export async function serveText<R, C extends StreamChunk>(
     const lastToken: (number | undefined)[] = [];
     // One labels object for the stream: each text delta observes the inter-token gap with it.
     const itlLabels = { ...served, source: "online" as const };
-    const streamed: number[] = [];
     const results: TextResult[] = [];
     // Each choice's text across attempts: a replica that dies mid-stream is replaced without a gap.
     const texts = Array.from({ length: choices }, () => new StreamedText());
@@ -77,16 +76,18 @@ export async function serveText<R, C extends StreamChunk>(
     try {
       for await (const { index, event } of mergeEvents(serving.events, firsts)) {
         if (event.type === "token") {
-          const text = (texts[index] as StreamedText).next(event.text, event.logprobs !== undefined);
+          const streamed = texts[index] as StreamedText;
+          const text = streamed.next(event.text, event.logprobs !== undefined);
           if (text === "") continue;
           const now = performance.now();
           const last = lastToken[index];
           if (last !== undefined) ctx.metrics.interToken.observe(itlLabels, (now - last) / 1000);
           lastToken[index] = now;
           await send(
-            withUsage(format.chunk(base, index, { text, logprobs: event.logprobs, offset: streamed[index] ?? 0 })),
+            withUsage(
+              format.chunk(base, index, { text, logprobs: event.logprobs, offset: streamed.length - text.length }),
+            ),
           );
-          streamed[index] = (streamed[index] ?? 0) + text.length;
         } else if (event.type === "started") {
           texts[index]?.started(event);
         } else if (event.type === "error") {
@@ -96,14 +97,15 @@ export async function serveText<R, C extends StreamChunk>(
           const result = event.result;
           results[index] = result;
           // What the engine could only say at the end (a tool call, text it had to parse first) comes whole.
-          const unsent = streamed[index] === undefined ? result.text : "";
+          const nothingSent = texts[index]?.length === 0;
+          const unsent = nothingSent ? result.text : "";
           if (unsent !== "" || result.tool_calls) {
             await send(
               withUsage(
                 format.chunk(base, index, {
                   text: unsent || undefined,
                   tool_calls: result.tool_calls,
-                  logprobs: streamed[index] === undefined ? result.logprobs : undefined,
+                  logprobs: nothingSent ? result.logprobs : undefined,
                 }),
               ),
             );

@@ -29,6 +29,11 @@ export class StreamedText {
     if (event.attempt > 0 && this.sent !== "") this.replay = new Replay(this.sent);
   }
 
+  /** How much text the client has (UTF-16 code units): 0 while nothing was sent. */
+  get length(): number {
+    return this.sent.length;
+  }
+
   /** A token event's text: the part to send (empty while a new attempt only repeats). */
   next(text: string, logprobs: boolean): string {
     const out = this.replay ? this.replay.next(text, logprobs) : text;

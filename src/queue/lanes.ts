@@ -101,9 +101,10 @@ export async function moveWaiting(redis: RedisClient, from: Queue, to: Queue, id
   if (!job) return false;
   const keys = [from.keys.wait as string, from.keys.prioritized as string];
   if (Number(await takeWaiting.run(redis, keys, [id])) !== 1) return false;
-  // In no list now, so unlocked and nobody's: BullMQ's remove clears its hash and bookkeeping.
-  await job.remove();
+  // Copied first, so the job is in a queue again before anything else can fail; then, in no list
+  // and so unlocked and nobody's, BullMQ's remove clears its hash and bookkeeping in the lane.
   await addLike(redis, to, job);
+  await job.remove();
   return true;
 }
 
